@@ -1,0 +1,141 @@
+// Package fsm is Tenure's replicated state machine: sessions, locks with
+// FIFO waiters, grant history and fenced registers.
+//
+// # The raft contract
+//
+// hashicorp/raft calls Apply, ApplyBatch, Snapshot and Restore from one
+// goroutine; FSMSnapshot.Persist runs concurrently with later Applies, so
+// Snapshot copies what Persist writes. Apply is pure and deterministic: it
+// reads no clock, draws no random number and does no I/O. Everything that
+// depends on time (session expiry, the end of a lock-delay) arrives as a log
+// entry proposed by the leader's timer loop. Every replica that applies the
+// same log therefore reaches the same state and emits the same events.
+//
+// # Why fencing tokens only grow
+//
+// A token is the state's revision at the moment of the grant. The revision
+// is a counter inside the replicated state: every state change increments
+// it, it is part of every snapshot, and it is rebuilt on restart by
+// restoring the latest snapshot and re-applying the committed log after it.
+// A new leader has every committed entry (raft's leader completeness), so it
+// continues from the same revision. No token is ever issued from anything
+// but the applied log, so tokens are unique and strictly increasing across
+// restarts and leader changes.
+package fsm
+
+import (
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+)
+
+// FSM adapts State to raft.FSM and raft.BatchingFSM, and lets readers look
+// at the state concurrently with Apply. Events are delivered to the sink
+// after the state lock is released, in log order.
+type FSM struct {
+	sink EventSink
+
+	// mu guards state.
+	mu    sync.RWMutex
+	state *State
+}
+
+// New returns an FSM with an empty state. sink receives every event of
+// every applied entry, on raft's apply goroutine; it must not block.
+func New(sink EventSink) *FSM {
+	if sink == nil {
+		sink = func(Event) {}
+	}
+	return &FSM{sink: sink, state: NewState()}
+}
+
+// Read runs fn with the state locked for reading. fn must not keep
+// references into the state.
+func (f *FSM) Read(fn func(*State)) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	fn(f.state)
+}
+
+// Apply implements raft.FSM.
+func (f *FSM) Apply(l *raft.Log) interface{} {
+	return f.ApplyBatch([]*raft.Log{l})[0]
+}
+
+// ApplyBatch implements raft.BatchingFSM. Each command returns a Result.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
+	out := make([]interface{}, len(logs))
+	var events []Event
+	emit := func(e Event) { events = append(events, e) }
+	cmd := &fsmpb.Command{}
+	f.mu.Lock()
+	for i, l := range logs {
+		if l.Type != raft.LogCommand {
+			out[i] = Result{Revision: f.state.revision}
+			continue
+		}
+		cmd.Reset()
+		if err := proto.Unmarshal(l.Data, cmd); err != nil {
+			// A corrupt entry is applied as a no-op by every replica alike.
+			out[i] = Result{Err: fmt.Errorf("%w: undecodable log entry %d: %v", ErrInvalid, l.Index, err), Revision: f.state.revision}
+			continue
+		}
+		out[i] = f.state.Apply(cmd, emit)
+	}
+	f.mu.Unlock()
+	for _, e := range events {
+		f.sink(e)
+	}
+	return out
+}
+
+// Snapshot implements raft.FSM: it copies the state into a message that
+// Persist writes while Apply goes on.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	snap := f.state.Export()
+	f.mu.RUnlock()
+	return &fsmSnapshot{snap: snap}, nil
+}
+
+// Restore implements raft.FSM.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return fmt.Errorf("fsm: reading snapshot: %w", err)
+	}
+	snap := &fsmpb.Snapshot{}
+	if err := proto.Unmarshal(data, snap); err != nil {
+		return fmt.Errorf("fsm: decoding snapshot: %w", err)
+	}
+	st, err := Import(snap)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.state = st
+	f.mu.Unlock()
+	return nil
+}
+
+type fsmSnapshot struct{ snap *fsmpb.Snapshot }
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(s.snap)
+	if err == nil {
+		_, err = sink.Write(data)
+	}
+	if err != nil {
+		sink.Cancel()
+		return fmt.Errorf("fsm: writing snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {}

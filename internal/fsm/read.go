@@ -1,0 +1,130 @@
+package fsm
+
+import "sort"
+
+// SessionView describes one session for readers.
+type SessionView struct {
+	ID      uint64
+	Owner   string
+	TTLMs   int64
+	Held    []string
+	Waiting []string
+}
+
+// HolderView describes a lock's current grant.
+type HolderView struct {
+	Owner           string
+	Session         uint64
+	Token           uint64
+	AcquireRevision uint64
+}
+
+// WaiterView describes one queued acquisition.
+type WaiterView struct {
+	Owner           string
+	Session         uint64
+	AcquireRevision uint64
+}
+
+// LockView describes a lock: holder, waiters in grant order, delay.
+type LockView struct {
+	Name    string
+	Holder  *HolderView
+	Waiters []WaiterView
+	Delayed bool
+}
+
+// GrantView is one record of a lock's grant history.
+type GrantView struct {
+	Owner           string
+	Session         uint64
+	Token           uint64
+	GrantedRevision uint64
+	Ended           string
+	EndedRevision   uint64
+}
+
+// RegisterView is a fenced register's content.
+type RegisterView struct {
+	Value       []byte
+	Token       uint64
+	ModRevision uint64
+	Found       bool
+}
+
+// DelayView is a lock held back by a lock-delay.
+type DelayView struct {
+	Name       string
+	DelayMs    int64
+	Generation uint64
+}
+
+// Sessions lists sessions by id.
+func (s *State) Sessions() []SessionView {
+	out := make([]SessionView, 0, len(s.sessions))
+	for _, ss := range s.sessions {
+		v := SessionView{ID: ss.id, Owner: ss.owner, TTLMs: ss.ttlMs, Held: sortedKeys(ss.held), Waiting: sortedKeys(ss.waits)}
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Session returns one session's TTL, if it exists.
+func (s *State) Session(id uint64) (ttlMs int64, ok bool) {
+	ss, ok := s.sessions[id]
+	if !ok {
+		return 0, false
+	}
+	return ss.ttlMs, true
+}
+
+// Lock describes the named lock; an unknown lock is free.
+func (s *State) Lock(name string) LockView {
+	v := LockView{Name: name}
+	l := s.locks[name]
+	if l == nil {
+		return v
+	}
+	v.Delayed = l.delayed
+	if g := l.holder; g != nil {
+		v.Holder = &HolderView{Owner: g.sess.owner, Session: g.sess.id, Token: g.token, AcquireRevision: g.acqRev}
+	}
+	for w := l.head; w != nil; w = w.next {
+		v.Waiters = append(v.Waiters, WaiterView{Owner: w.sess.owner, Session: w.sess.id, AcquireRevision: w.acqRev})
+	}
+	return v
+}
+
+// History returns the lock's grant records, oldest first.
+func (s *State) History(name string) []GrantView {
+	l := s.locks[name]
+	if l == nil {
+		return nil
+	}
+	out := make([]GrantView, len(l.history))
+	for i, h := range l.history {
+		out[i] = GrantView{Owner: h.owner, Session: h.session, Token: h.token, GrantedRevision: h.grantedRev, Ended: h.ended, EndedRevision: h.endedRev}
+	}
+	return out
+}
+
+// Register returns a fenced register.
+func (s *State) Register(key string) RegisterView {
+	r := s.registers[key]
+	if r == nil {
+		return RegisterView{}
+	}
+	return RegisterView{Value: append([]byte(nil), r.value...), Token: r.token, ModRevision: r.modRev, Found: true}
+}
+
+// Delays lists the locks held back by a lock-delay, by name.
+func (s *State) Delays() []DelayView {
+	var out []DelayView
+	for _, name := range sortedKeys(s.locks) {
+		if l := s.locks[name]; l.delayed {
+			out = append(out, DelayView{Name: name, DelayMs: l.delayMs, Generation: l.delayGen})
+		}
+	}
+	return out
+}

@@ -1,0 +1,88 @@
+package fsm
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+)
+
+// Export returns the whole state with every list in a deterministic order:
+// equal states export to equal messages.
+func (s *State) Export() *fsmpb.Snapshot {
+	snap := &fsmpb.Snapshot{Revision: s.revision}
+	ids := make([]uint64, 0, len(s.sessions))
+	for id := range s.sessions {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		ss := s.sessions[id]
+		snap.Sessions = append(snap.Sessions, &fsmpb.SessionState{Id: id, Owner: ss.owner, TtlMs: ss.ttlMs})
+	}
+	for _, name := range sortedKeys(s.locks) {
+		l := s.locks[name]
+		ls := &fsmpb.LockState{Name: name, Delayed: l.delayed, DelayGeneration: l.delayGen, DelayMs: l.delayMs}
+		if g := l.holder; g != nil {
+			ls.Holder = &fsmpb.GrantState{Session: g.sess.id, Owner: g.sess.owner, Token: g.token, AcquireRevision: g.acqRev, LockDelayMs: g.delayMs}
+		}
+		for w := l.head; w != nil; w = w.next {
+			ls.Waiters = append(ls.Waiters, &fsmpb.WaiterState{Session: w.sess.id, AcquireRevision: w.acqRev, LockDelayMs: w.delayMs})
+		}
+		for _, h := range l.history {
+			ls.History = append(ls.History, &fsmpb.HistoryRecord{Owner: h.owner, Session: h.session, Token: h.token, GrantedRevision: h.grantedRev, Ended: h.ended, EndedRevision: h.endedRev})
+		}
+		snap.Locks = append(snap.Locks, ls)
+	}
+	for _, key := range sortedKeys(s.registers) {
+		r := s.registers[key]
+		rs := &fsmpb.RegisterState{Key: key, Value: r.value, Token: r.token, ModRevision: r.modRev}
+		for _, op := range r.opsInOrder() {
+			rs.Ops = append(rs.Ops, &fsmpb.OpRecord{OperationId: op.id, Result: uint32(op.result), Token: op.token})
+		}
+		snap.Registers = append(snap.Registers, rs)
+	}
+	return snap
+}
+
+// Import builds a state from a snapshot made by Export.
+func Import(snap *fsmpb.Snapshot) (*State, error) {
+	s := NewState()
+	s.revision = snap.GetRevision()
+	for _, ss := range snap.GetSessions() {
+		s.sessions[ss.GetId()] = &session{id: ss.GetId(), owner: ss.GetOwner(), ttlMs: ss.GetTtlMs(),
+			held: make(map[string]struct{}), waits: make(map[string]*waiter)}
+	}
+	for _, ls := range snap.GetLocks() {
+		l := &lock{name: ls.GetName(), delayed: ls.GetDelayed(), delayGen: ls.GetDelayGeneration(), delayMs: ls.GetDelayMs()}
+		if g := ls.GetHolder(); g != nil {
+			sess := s.sessions[g.GetSession()]
+			if sess == nil {
+				return nil, fmt.Errorf("snapshot: lock %q held by unknown session %d", l.name, g.GetSession())
+			}
+			l.holder = &grant{sess: sess, token: g.GetToken(), acqRev: g.GetAcquireRevision(), delayMs: g.GetLockDelayMs()}
+			sess.held[l.name] = struct{}{}
+		}
+		for _, ws := range ls.GetWaiters() {
+			sess := s.sessions[ws.GetSession()]
+			if sess == nil {
+				return nil, fmt.Errorf("snapshot: lock %q awaited by unknown session %d", l.name, ws.GetSession())
+			}
+			w := &waiter{sess: sess, acqRev: ws.GetAcquireRevision(), delayMs: ws.GetLockDelayMs()}
+			l.push(w)
+			sess.waits[l.name] = w
+		}
+		for _, h := range ls.GetHistory() {
+			l.history = append(l.history, histRec{owner: h.GetOwner(), session: h.GetSession(), token: h.GetToken(), grantedRev: h.GetGrantedRevision(), ended: h.GetEnded(), endedRev: h.GetEndedRevision()})
+		}
+		s.locks[l.name] = l
+	}
+	for _, rs := range snap.GetRegisters() {
+		r := &register{value: rs.GetValue(), token: rs.GetToken(), modRev: rs.GetModRevision(), opIdx: make(map[string]int)}
+		for _, op := range rs.GetOps() {
+			r.remember(opRec{id: op.GetOperationId(), result: PutOutcome(op.GetResult()), token: op.GetToken()})
+		}
+		s.registers[rs.GetKey()] = r
+	}
+	return s, nil
+}

@@ -1,0 +1,511 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"unicode/utf8"
+
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+)
+
+// Limits the state machine enforces on every command. They are part of the
+// replicated contract: changing them changes how the log is interpreted, so
+// they are constants, not configuration.
+const (
+	MinSessionTTLMs = 1_000     // 1 s
+	MaxSessionTTLMs = 3_600_000 // 1 h
+	MaxNameLen      = 512       // lock names and register keys, bytes
+	MaxOwnerLen     = 256       // bytes
+	MaxValueLen     = 64 << 10  // fenced register values, bytes
+	MaxOpIDLen      = 256       // bytes
+	MaxLockDelayMs  = 60_000    // 1 min, as Chubby's upper bound
+	// HistoryLimit is how many grant records each lock keeps.
+	HistoryLimit = 32
+	// OpMemory is how many recent operation ids each fenced register
+	// remembers; a replay of an id older than that is applied as new.
+	OpMemory = 128
+)
+
+// Sentinel errors returned in Result.Err. The RPC layer maps each to one
+// gRPC code in one place.
+var (
+	// ErrInvalid: the command's arguments are out of range.
+	ErrInvalid = errors.New("tenure: invalid argument")
+	// ErrSessionNotFound: the session was closed or has expired.
+	ErrSessionNotFound = errors.New("tenure: session expired or not found")
+	// ErrBusy: a try-once acquire found the lock held.
+	ErrBusy = errors.New("tenure: lock is held")
+	// ErrNotHeld: the handle (session, token) is not the lock's current holder.
+	ErrNotHeld = errors.New("tenure: lock not held by this handle")
+	// ErrAlreadyHeld: the session already holds or waits for this lock.
+	ErrAlreadyHeld = errors.New("tenure: session already holds or waits for this lock")
+)
+
+// PutOutcome is what a FencedPut did.
+type PutOutcome uint32
+
+// The values of PutOutcome; they match the API's PutResult numbers.
+const (
+	PutAccepted PutOutcome = 1
+	PutStale    PutOutcome = 2
+)
+
+// Result is what applying one command returns to the proposer.
+type Result struct {
+	Err      error
+	Revision uint64 // the state's revision after the command
+
+	Session uint64 // CreateSession: the new session's id
+
+	// Acquire: either Granted with Token, or Queued at Position.
+	Granted         bool
+	Token           uint64
+	Queued          bool
+	Position        uint32
+	AcquireRevision uint64
+
+	// FencedPut
+	Put           PutOutcome
+	Duplicate     bool
+	AcceptedToken uint64
+}
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+// Event kinds.
+const (
+	// EventGranted: a queued acquisition (Session, Name, AcquireRevision) was
+	// granted with Token by someone else's command.
+	EventGranted EventKind = iota + 1
+	// EventWaitEnded: a queued acquisition was removed without a grant
+	// because its session ended.
+	EventWaitEnded
+	// EventSessionCreated: Session with TTLMs now exists.
+	EventSessionCreated
+	// EventSessionEnded: Session ended; Expired says whether by expiry.
+	EventSessionEnded
+	// EventDelayStarted: lock Name is held back for DelayMs; the leader
+	// proposes EndLockDelay(Name, Generation) when it has passed.
+	EventDelayStarted
+)
+
+// Event is a side effect of Apply that waiting clients or the leader's
+// timers must learn about. Events are derived from the log alone, so every
+// replica emits the same ones.
+type Event struct {
+	Kind            EventKind
+	Session         uint64
+	Name            string
+	Token           uint64
+	AcquireRevision uint64
+	TTLMs           int64
+	DelayMs         int64
+	Generation      uint64
+	Expired         bool
+}
+
+type session struct {
+	id    uint64
+	owner string
+	ttlMs int64
+	held  map[string]struct{}
+	waits map[string]*waiter
+}
+
+type waiter struct {
+	sess       *session
+	acqRev     uint64
+	delayMs    int64
+	prev, next *waiter
+}
+
+type grant struct {
+	sess    *session
+	token   uint64
+	acqRev  uint64
+	delayMs int64
+}
+
+type histRec struct {
+	owner      string
+	session    uint64
+	token      uint64
+	grantedRev uint64
+	ended      string
+	endedRev   uint64
+}
+
+type lock struct {
+	name       string
+	holder     *grant
+	head, tail *waiter
+	nwait      int
+	delayed    bool
+	delayGen   uint64
+	delayMs    int64
+	history    []histRec
+}
+
+type opRec struct {
+	id     string
+	result PutOutcome
+	token  uint64
+}
+
+type register struct {
+	value  []byte
+	token  uint64
+	modRev uint64
+	ops    []opRec // ring of at most OpMemory; ops[oldest] is the oldest once full
+	oldest int
+	opIdx  map[string]int // operation id -> slot in ops
+}
+
+// State is the pure, deterministic lock authority: sessions, locks with FIFO
+// waiters, and fenced registers. It is not safe for concurrent use; FSM
+// serialises access to it.
+type State struct {
+	revision  uint64
+	sessions  map[uint64]*session
+	locks     map[string]*lock
+	registers map[string]*register
+}
+
+// NewState returns an empty state at revision 0.
+func NewState() *State {
+	return &State{
+		sessions:  make(map[uint64]*session),
+		locks:     make(map[string]*lock),
+		registers: make(map[string]*register),
+	}
+}
+
+// Revision is the number of state changes applied so far.
+func (s *State) Revision() uint64 { return s.revision }
+
+func (s *State) bump() uint64 {
+	s.revision++
+	return s.revision
+}
+
+// EventSink receives the events of Apply, in order. It may be nil.
+type EventSink func(Event)
+
+// Apply executes one command. It reads nothing but the state and the
+// command, so every replica that applies the same log reaches the same state.
+func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
+	if emit == nil {
+		emit = func(Event) {}
+	}
+	var r Result
+	switch op := cmd.GetOp().(type) {
+	case *fsmpb.Command_CreateSession:
+		r = s.createSession(op.CreateSession, emit)
+	case *fsmpb.Command_CloseSession:
+		r = s.endSession(op.CloseSession.GetSession(), false, emit)
+	case *fsmpb.Command_ExpireSession:
+		r = s.endSession(op.ExpireSession.GetSession(), true, emit)
+	case *fsmpb.Command_Acquire:
+		r = s.acquire(op.Acquire, emit)
+	case *fsmpb.Command_CancelAcquire:
+		r = s.cancelAcquire(op.CancelAcquire, emit)
+	case *fsmpb.Command_Release:
+		r = s.release(op.Release, emit)
+	case *fsmpb.Command_EndLockDelay:
+		r = s.endLockDelay(op.EndLockDelay, emit)
+	case *fsmpb.Command_FencedPut:
+		r = s.fencedPut(op.FencedPut)
+	default:
+		r.Err = fmt.Errorf("%w: unknown command", ErrInvalid)
+	}
+	r.Revision = s.revision
+	return r
+}
+
+// ValidateName checks a lock name or register key.
+func ValidateName(kind, name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: %s must not be empty", ErrInvalid, kind)
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("%w: %s is %d bytes, the limit is %d", ErrInvalid, kind, len(name), MaxNameLen)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalid, kind)
+	}
+	return nil
+}
+
+// ValidateSession checks the arguments of CreateSession.
+func ValidateSession(owner string, ttlMs int64) error {
+	if ttlMs < MinSessionTTLMs || ttlMs > MaxSessionTTLMs {
+		return fmt.Errorf("%w: session TTL %dms is outside 1s..1h", ErrInvalid, ttlMs)
+	}
+	if len(owner) > MaxOwnerLen {
+		return fmt.Errorf("%w: owner is %d bytes, the limit is %d", ErrInvalid, len(owner), MaxOwnerLen)
+	}
+	return nil
+}
+
+func (s *State) createSession(c *fsmpb.CreateSession, emit EventSink) Result {
+	if err := ValidateSession(c.GetOwner(), c.GetTtlMs()); err != nil {
+		return Result{Err: err}
+	}
+	id := s.bump()
+	s.sessions[id] = &session{
+		id: id, owner: c.GetOwner(), ttlMs: c.GetTtlMs(),
+		held: make(map[string]struct{}), waits: make(map[string]*waiter),
+	}
+	emit(Event{Kind: EventSessionCreated, Session: id, TTLMs: c.GetTtlMs()})
+	return Result{Session: id}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// endSession removes the session's waits first (so no hand-off below can
+// grant to the dying session), then ends its grants in name order.
+func (s *State) endSession(id uint64, expired bool, emit EventSink) Result {
+	sess, ok := s.sessions[id]
+	if !ok {
+		return Result{Err: ErrSessionNotFound}
+	}
+	s.bump()
+	for _, name := range sortedKeys(sess.waits) {
+		w := sess.waits[name]
+		s.locks[name].unlink(w)
+		delete(sess.waits, name)
+		emit(Event{Kind: EventWaitEnded, Session: id, Name: name, AcquireRevision: w.acqRev, Expired: expired})
+	}
+	ended := "released"
+	if expired {
+		ended = "expired"
+	}
+	for _, name := range sortedKeys(sess.held) {
+		l := s.locks[name]
+		delayMs := l.holder.delayMs
+		s.endGrant(l, ended)
+		if expired && delayMs > 0 {
+			l.delayed = true
+			l.delayGen++
+			l.delayMs = delayMs
+			emit(Event{Kind: EventDelayStarted, Name: name, DelayMs: delayMs, Generation: l.delayGen})
+			continue
+		}
+		s.handOff(l, emit)
+	}
+	delete(s.sessions, id)
+	emit(Event{Kind: EventSessionEnded, Session: id, Expired: expired})
+	return Result{}
+}
+
+func (s *State) acquire(c *fsmpb.Acquire, emit EventSink) Result {
+	if err := ValidateName("lock name", c.GetName()); err != nil {
+		return Result{Err: err}
+	}
+	if c.GetLockDelayMs() < 0 || c.GetLockDelayMs() > MaxLockDelayMs {
+		return Result{Err: fmt.Errorf("%w: lock delay %dms is outside 0..%dms", ErrInvalid, c.GetLockDelayMs(), MaxLockDelayMs)}
+	}
+	sess, ok := s.sessions[c.GetSession()]
+	if !ok {
+		return Result{Err: ErrSessionNotFound}
+	}
+	name := c.GetName()
+	if _, held := sess.held[name]; held {
+		return Result{Err: ErrAlreadyHeld}
+	}
+	if _, waiting := sess.waits[name]; waiting {
+		return Result{Err: ErrAlreadyHeld}
+	}
+	l := s.locks[name]
+	if l == nil {
+		l = &lock{name: name}
+		s.locks[name] = l
+	}
+	if l.holder == nil && !l.delayed && l.head == nil {
+		rev := s.bump()
+		s.grant(l, sess, rev, c.GetLockDelayMs())
+		return Result{Granted: true, Token: rev, AcquireRevision: rev}
+	}
+	if !c.GetWait() {
+		return Result{Err: ErrBusy}
+	}
+	rev := s.bump()
+	w := &waiter{sess: sess, acqRev: rev, delayMs: c.GetLockDelayMs()}
+	l.push(w)
+	sess.waits[name] = w
+	return Result{Queued: true, Position: uint32(l.nwait), AcquireRevision: rev}
+}
+
+// grant makes sess the holder of l with token = the current revision.
+func (s *State) grant(l *lock, sess *session, acqRev uint64, delayMs int64) {
+	token := s.revision
+	l.holder = &grant{sess: sess, token: token, acqRev: acqRev, delayMs: delayMs}
+	sess.held[l.name] = struct{}{}
+	l.history = append(l.history, histRec{owner: sess.owner, session: sess.id, token: token, grantedRev: token, ended: "held"})
+	if len(l.history) > HistoryLimit {
+		l.history = append(l.history[:0], l.history[len(l.history)-HistoryLimit:]...)
+	}
+}
+
+// endGrant ends l's current grant, recording how.
+func (s *State) endGrant(l *lock, how string) {
+	g := l.holder
+	for i := len(l.history) - 1; i >= 0; i-- {
+		if l.history[i].token == g.token {
+			l.history[i].ended = how
+			l.history[i].endedRev = s.revision
+			break
+		}
+	}
+	delete(g.sess.held, l.name)
+	l.holder = nil
+}
+
+// handOff grants l to its first waiter, if any: O(1), one event.
+func (s *State) handOff(l *lock, emit EventSink) {
+	if l.holder != nil || l.delayed || l.head == nil {
+		return
+	}
+	w := l.head
+	l.unlink(w)
+	delete(w.sess.waits, l.name)
+	s.bump()
+	s.grant(l, w.sess, w.acqRev, w.delayMs)
+	emit(Event{Kind: EventGranted, Session: w.sess.id, Name: l.name, Token: l.holder.token, AcquireRevision: w.acqRev})
+}
+
+func (s *State) cancelAcquire(c *fsmpb.CancelAcquire, emit EventSink) Result {
+	sess, ok := s.sessions[c.GetSession()]
+	if !ok {
+		return Result{Err: ErrSessionNotFound}
+	}
+	name := c.GetName()
+	if w, ok := sess.waits[name]; ok && w.acqRev == c.GetAcquireRevision() {
+		s.bump()
+		s.locks[name].unlink(w)
+		delete(sess.waits, name)
+		return Result{}
+	}
+	if l := s.locks[name]; l != nil && l.holder != nil && l.holder.sess == sess && l.holder.acqRev == c.GetAcquireRevision() {
+		s.bump()
+		s.endGrant(l, "released")
+		s.handOff(l, emit)
+		return Result{}
+	}
+	return Result{Err: ErrNotHeld}
+}
+
+func (s *State) release(c *fsmpb.Release, emit EventSink) Result {
+	l := s.locks[c.GetName()]
+	if l == nil || l.holder == nil || l.holder.sess.id != c.GetSession() || l.holder.token != c.GetToken() {
+		return Result{Err: ErrNotHeld}
+	}
+	s.bump()
+	s.endGrant(l, "released")
+	s.handOff(l, emit)
+	return Result{}
+}
+
+func (s *State) endLockDelay(c *fsmpb.EndLockDelay, emit EventSink) Result {
+	l := s.locks[c.GetName()]
+	if l == nil || !l.delayed || l.delayGen != c.GetGeneration() {
+		return Result{} // already ended: harmless
+	}
+	s.bump()
+	l.delayed = false
+	l.delayMs = 0
+	s.handOff(l, emit)
+	return Result{}
+}
+
+func (s *State) fencedPut(c *fsmpb.FencedPut) Result {
+	if err := ValidateName("register key", c.GetKey()); err != nil {
+		return Result{Err: err}
+	}
+	if c.GetToken() == 0 {
+		return Result{Err: fmt.Errorf("%w: fence token must be positive", ErrInvalid)}
+	}
+	if len(c.GetValue()) > MaxValueLen {
+		return Result{Err: fmt.Errorf("%w: value is %d bytes, the limit is %d", ErrInvalid, len(c.GetValue()), MaxValueLen)}
+	}
+	if len(c.GetOperationId()) > MaxOpIDLen {
+		return Result{Err: fmt.Errorf("%w: operation id is %d bytes, the limit is %d", ErrInvalid, len(c.GetOperationId()), MaxOpIDLen)}
+	}
+	reg := s.registers[c.GetKey()]
+	if reg == nil {
+		reg = &register{opIdx: make(map[string]int)}
+		s.registers[c.GetKey()] = reg
+	}
+	opID := c.GetOperationId()
+	if opID != "" {
+		if i, seen := reg.opIdx[opID]; seen {
+			return Result{Put: reg.ops[i].result, Duplicate: true, AcceptedToken: reg.token}
+		}
+	}
+	out := PutStale
+	if c.GetToken() >= reg.token {
+		out = PutAccepted
+		reg.modRev = s.bump()
+		reg.value = append([]byte(nil), c.GetValue()...)
+		reg.token = c.GetToken()
+	}
+	if opID != "" {
+		if out == PutStale {
+			s.bump()
+		}
+		reg.remember(opRec{id: opID, result: out, token: c.GetToken()})
+	}
+	return Result{Put: out, AcceptedToken: reg.token}
+}
+
+// remember records op in a ring of OpMemory slots, evicting the oldest.
+func (r *register) remember(op opRec) {
+	if len(r.ops) < OpMemory {
+		r.opIdx[op.id] = len(r.ops)
+		r.ops = append(r.ops, op)
+		return
+	}
+	delete(r.opIdx, r.ops[r.oldest].id)
+	r.ops[r.oldest] = op
+	r.opIdx[op.id] = r.oldest
+	r.oldest = (r.oldest + 1) % OpMemory
+}
+
+// opsInOrder returns the remembered operations, oldest first.
+func (r *register) opsInOrder() []opRec {
+	return append(append([]opRec(nil), r.ops[r.oldest:]...), r.ops[:r.oldest]...)
+}
+
+func (l *lock) push(w *waiter) {
+	w.prev = l.tail
+	if l.tail != nil {
+		l.tail.next = w
+	} else {
+		l.head = w
+	}
+	l.tail = w
+	l.nwait++
+}
+
+func (l *lock) unlink(w *waiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		l.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		l.tail = w.prev
+	}
+	w.prev, w.next = nil, nil
+	l.nwait--
+}
