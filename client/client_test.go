@@ -1,0 +1,93 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/testutil"
+)
+
+func dial(t *testing.T, addr string, opts ...client.Option) *client.Client {
+	t.Helper()
+	c, err := client.Dial(context.Background(), addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestLockHandOffAndFencing(t *testing.T) {
+	srv := testutil.Start(t, "", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := dial(t, srv.Addr())
+	a, err := c.NewSession(ctx, client.WithOwner("A"), client.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.NewSession(ctx, client.WithOwner("B"), client.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ma, _ := a.Mutex("res")
+	mb, _ := b.Mutex("res")
+	ha, err := ma.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ha.State() != client.Held {
+		t.Fatalf("state %v", ha.State())
+	}
+	if _, err := mb.TryLock(ctx); !errors.Is(err, client.ErrLocked) {
+		t.Fatalf("TryLock on held lock: %v, want ErrLocked", err)
+	}
+	queued := make(chan int, 1)
+	got := make(chan *client.Hold, 1)
+	go func() {
+		h, err := mb.Lock(ctx, client.OnQueued(func(p int) { queued <- p }))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- h
+	}()
+	if p := <-queued; p != 1 {
+		t.Fatalf("queue position %d, want 1", p)
+	}
+	if _, err := c.FencedPut(ctx, "reg", []byte("v1"), ha.Token(), "op-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ha.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ha.State() != client.Released {
+		t.Fatalf("state after unlock %v", ha.State())
+	}
+	hb := <-got
+	if hb.Token() <= ha.Token() {
+		t.Fatalf("token %d not above %d", hb.Token(), ha.Token())
+	}
+	if _, err := c.FencedPut(ctx, "reg", []byte("v2"), hb.Token(), "op-b"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.FencedPut(ctx, "reg", []byte("late"), ha.Token(), "op-a2")
+	if !errors.Is(err, client.ErrStale) || r.Token != hb.Token() {
+		t.Fatalf("late write: %+v %v, want ErrStale with token %d", r, err, hb.Token())
+	}
+	reg, err := c.FencedGet(ctx, "reg")
+	if err != nil || string(reg.Value) != "v2" || reg.Token != hb.Token() {
+		t.Fatalf("register %+v %v", reg, err)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if hb.State() != client.Released {
+		t.Fatalf("hold after session close: %v", hb.State())
+	}
+}

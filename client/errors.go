@@ -1,0 +1,117 @@
+package client
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/tenure-io/tenure/api/tenurepb"
+)
+
+// Sentinel errors. Match them with errors.Is.
+var (
+	// ErrStale: a fenced write carried a token lower than the one the
+	// resource has already accepted. The write was not applied. Stop the
+	// work: a newer owner exists.
+	ErrStale = errors.New("tenure: stale fence token")
+	// ErrNotHeld: the handle is not the lock's current holder (it was
+	// released, or its session expired). Nothing was changed.
+	ErrNotHeld = errors.New("tenure: lock not held")
+	// ErrSessionExpired: the session is gone on the server (expired or
+	// closed). Every hold it had is lost for good.
+	ErrSessionExpired = errors.New("tenure: session expired")
+	// ErrLocked: TryLock found the lock held by someone else.
+	ErrLocked = errors.New("tenure: lock is held by another session")
+	// ErrAlreadyHeld: this session already holds or waits for the lock.
+	ErrAlreadyHeld = errors.New("tenure: session already holds or waits for this lock")
+	// ErrInvalid: the server rejected the arguments; the message says why.
+	ErrInvalid = errors.New("tenure: invalid argument")
+	// ErrUnknownOutcome: the request may or may not have taken effect.
+	ErrUnknownOutcome = errors.New("tenure: outcome unknown")
+	// ErrUnavailable: no server could be reached (or it is not the leader).
+	ErrUnavailable = errors.New("tenure: service unavailable")
+	// ErrProgressDeadline: the progress watchdog let the session go because
+	// the work did not report progress in time.
+	ErrProgressDeadline = errors.New("tenure: no progress reported within the progress deadline")
+	// ErrClosed: the session or client was closed by its user.
+	ErrClosed = errors.New("tenure: closed")
+)
+
+// errDisconnected is internal: the stream carrying a request broke.
+var errDisconnected = errors.New("tenure: connection lost")
+
+type wireError struct {
+	sentinel error
+	msg      string
+}
+
+func (e *wireError) Error() string { return e.msg }
+func (e *wireError) Unwrap() error { return e.sentinel }
+
+func fromReason(r pb.ErrorReason, code codes.Code, msg string) error {
+	var s error
+	switch r {
+	case pb.ErrorReason_ERROR_REASON_STALE:
+		s = ErrStale
+	case pb.ErrorReason_ERROR_REASON_NOT_HELD:
+		s = ErrNotHeld
+	case pb.ErrorReason_ERROR_REASON_SESSION_EXPIRED:
+		s = ErrSessionExpired
+	case pb.ErrorReason_ERROR_REASON_BUSY:
+		s = ErrLocked
+	case pb.ErrorReason_ERROR_REASON_INVALID, pb.ErrorReason_ERROR_REASON_LIMIT:
+		s = ErrInvalid
+	case pb.ErrorReason_ERROR_REASON_NOT_LEADER:
+		s = ErrUnavailable
+	case pb.ErrorReason_ERROR_REASON_UNKNOWN_OUTCOME:
+		s = ErrUnknownOutcome
+	case pb.ErrorReason_ERROR_REASON_ALREADY_HELD:
+		s = ErrAlreadyHeld
+	case pb.ErrorReason_ERROR_REASON_CANCELLED:
+		s = ErrUnknownOutcome
+	default:
+		return fromCode(code, msg)
+	}
+	return &wireError{sentinel: s, msg: msg}
+}
+
+// fromCode maps a unary call's gRPC status back to a sentinel.
+func fromCode(code codes.Code, msg string) error {
+	var s error
+	switch code {
+	case codes.InvalidArgument, codes.ResourceExhausted:
+		s = ErrInvalid
+	case codes.NotFound:
+		s = ErrSessionExpired
+	case codes.AlreadyExists:
+		s = ErrAlreadyHeld
+	case codes.Unavailable:
+		s = ErrUnavailable
+	case codes.Unknown:
+		s = ErrUnknownOutcome
+	case codes.DeadlineExceeded:
+		s = context.DeadlineExceeded
+	case codes.Canceled:
+		s = context.Canceled
+	default:
+		return errors.New(msg)
+	}
+	return &wireError{sentinel: s, msg: msg}
+}
+
+func fromStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	return fromCode(st.Code(), st.Message())
+}
+
+func fromProto(e *pb.Error) error {
+	return fromReason(e.GetReason(), codes.Code(e.GetCode()), e.GetMessage())
+}

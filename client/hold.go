@@ -1,0 +1,407 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	pb "github.com/tenure-io/tenure/api/tenurepb"
+)
+
+// State is where a hold is in its ownership life cycle.
+type State int
+
+// Ownership states. Acquiring → Held → Suspect → (Held | Lost); Held →
+// Released. Lost and Released are terminal.
+const (
+	// Acquiring: the request is queued on the server.
+	Acquiring State = iota
+	// Held: the hold is confirmed until the session's safe deadline.
+	Held
+	// Suspect: ownership can no longer be proven (a renewal was not
+	// confirmed in time, or the connection broke). Stop the work: the
+	// hold's Context is already cancelled.
+	Suspect
+	// Lost: the hold is gone for good; its token must never be used again.
+	Lost
+	// Released: the hold was given up by Unlock or Session.Close.
+	Released
+)
+
+func (s State) String() string {
+	switch s {
+	case Acquiring:
+		return "acquiring"
+	case Held:
+		return "held"
+	case Suspect:
+		return "suspect"
+	case Lost:
+		return "lost"
+	case Released:
+		return "released"
+	}
+	return fmt.Sprintf("State(%d)", int(s))
+}
+
+// Mutex is a named lock used through a session. A Mutex is a cheap handle;
+// it is safe for concurrent use, but one session holds or waits for a name
+// at most once at a time (a second Lock returns ErrAlreadyHeld).
+type Mutex struct {
+	s     *Session
+	name  string
+	delay time.Duration
+}
+
+// MutexOption configures a Mutex.
+type MutexOption func(*Mutex) error
+
+// WithLockDelay: if a grant of this mutex ends because its session
+// expired (not on Unlock), the server does not grant the lock again until d
+// has passed (0..1m; default 0). A safety net for resources that cannot
+// check fencing tokens; it lowers the odds of overlap, it does not remove
+// them.
+func WithLockDelay(d time.Duration) MutexOption {
+	return func(m *Mutex) error {
+		if d < 0 || d > time.Minute {
+			return fmt.Errorf("%w: lock delay %v is outside 0..1m", ErrInvalid, d)
+		}
+		m.delay = d
+		return nil
+	}
+}
+
+// Mutex returns a handle on the lock called name.
+func (s *Session) Mutex(name string, opts ...MutexOption) (*Mutex, error) {
+	if name == "" {
+		return nil, fmt.Errorf("%w: lock name must not be empty", ErrInvalid)
+	}
+	m := &Mutex{s: s, name: name}
+	for _, o := range opts {
+		if err := o(m); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Name is the lock's name.
+func (m *Mutex) Name() string { return m.name }
+
+// LockOption configures one Lock call.
+type LockOption func(*lockCall)
+
+type lockCall struct {
+	onQueued func(position int)
+}
+
+// OnQueued calls fn with the 1-based queue position when the request has
+// to wait.
+func OnQueued(fn func(position int)) LockOption {
+	return func(c *lockCall) { c.onQueued = fn }
+}
+
+// Lock waits, in FIFO order, until the lock is granted or ctx ends. On
+// success the hold carries a fencing token larger than every token granted
+// before it. If ctx ends first the queued request is withdrawn (and, if it
+// was granted meanwhile, released).
+func (m *Mutex) Lock(ctx context.Context, opts ...LockOption) (*Hold, error) {
+	var lc lockCall
+	for _, o := range opts {
+		o(&lc)
+	}
+	return m.acquire(ctx, true, lc)
+}
+
+// TryLock takes the lock if it is free and returns ErrLocked otherwise.
+func (m *Mutex) TryLock(ctx context.Context) (*Hold, error) {
+	return m.acquire(ctx, false, lockCall{})
+}
+
+func (m *Mutex) acquire(ctx context.Context, wait bool, lc lockCall) (*Hold, error) {
+	s := m.s
+	req := func() *pb.SessionRequest {
+		return &pb.SessionRequest{Op: &pb.SessionRequest_Acquire{Acquire: &pb.AcquireLock{Name: m.name, Wait: wait, LockDelayMs: m.delay.Milliseconds()}}}
+	}
+	for {
+		if err := s.waitConnected(ctx); err != nil {
+			return nil, err
+		}
+		c, err := s.start(req())
+		if errors.Is(err, errDisconnected) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		h, err := m.await(ctx, c, lc)
+		if errors.Is(err, errDisconnected) {
+			// The server withdraws requests of a broken stream; ask again.
+			continue
+		}
+		return h, err
+	}
+}
+
+func (m *Mutex) await(ctx context.Context, c *call, lc lockCall) (*Hold, error) {
+	s := m.s
+	for {
+		select {
+		case r := <-c.ch:
+			if r.err != nil {
+				s.finish(c)
+				return nil, r.err
+			}
+			switch res := r.resp.GetResult().(type) {
+			case *pb.SessionResponse_Queued:
+				if lc.onQueued != nil {
+					lc.onQueued(int(res.Queued.GetPosition()))
+				}
+			case *pb.SessionResponse_Granted:
+				s.finish(c)
+				return s.newHold(m.name, res.Granted.GetToken()), nil
+			case *pb.SessionResponse_Error:
+				s.finish(c)
+				return nil, fromProto(res.Error)
+			}
+		case <-ctx.Done():
+			m.abandon(c)
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// abandon withdraws a pending acquire. The server answers every acquire
+// exactly once more (granted or cancelled); a grant that raced with the
+// cancellation is released here, so no lock is left held by nobody.
+func (m *Mutex) abandon(c *call) {
+	s := m.s
+	if err := c.st.send(&pb.SessionRequest{Op: &pb.SessionRequest_Cancel{Cancel: &pb.CancelRequest{RequestId: c.id}}}); err != nil {
+		s.finish(c) // stream broken: the server withdraws it by itself
+		return
+	}
+	s.goBG(func() {
+		defer s.finish(c)
+		t := s.clk.NewTimer(sessionTimeout)
+		defer t.Stop()
+		for {
+			select {
+			case r := <-c.ch:
+				if r.err != nil {
+					return
+				}
+				if g := r.resp.GetGranted(); g != nil {
+					h := s.newHold(m.name, g.GetToken())
+					ctx, cancel := context.WithTimeout(s.ctx, sessionTimeout)
+					_ = h.Unlock(ctx)
+					cancel()
+					return
+				}
+				if r.resp.GetQueued() != nil {
+					continue
+				}
+				return
+			case <-t.C():
+				return
+			case <-s.ctx.Done():
+				return
+			}
+		}
+	})
+}
+
+// Hold is one grant of a lock: the proof of ownership to pass to the
+// resource (Token) and the context to run the work under (Context). It is
+// safe for concurrent use.
+type Hold struct {
+	s     *Session
+	name  string
+	token uint64
+
+	// mu guards the fields below.
+	mu     sync.Mutex
+	state  State
+	err    error
+	ctx    context.Context
+	cancel context.CancelFunc
+	subs   []chan State
+	done   chan struct{}
+}
+
+func (s *Session) newHold(name string, token uint64) *Hold {
+	h := &Hold{s: s, name: name, token: token, done: make(chan struct{})}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h.state = Held
+	switch s.state {
+	case sessSuspect:
+		h.setState(Suspect, nil)
+	case sessLost, sessClosed:
+		h.setState(Lost, s.err)
+		return h
+	}
+	s.holds[h] = struct{}{}
+	return h
+}
+
+// Name is the lock's name.
+func (h *Hold) Name() string { return h.name }
+
+// Token is the fencing token of this grant: pass it with every effect and
+// let the resource reject anything lower than what it already accepted.
+func (h *Hold) Token() uint64 { return h.token }
+
+// SessionID is the lease id of the grant.
+func (h *Hold) SessionID() uint64 { return h.s.id }
+
+// State is the hold's current ownership state.
+func (h *Hold) State() State {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.state
+}
+
+// Err is why the hold is Lost (nil otherwise).
+func (h *Hold) Err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
+// Context is cancelled the moment the hold stops being Held (Suspect, Lost
+// or Released). After Suspect → Held a new context is returned: work
+// stopped under the old one must start again under the new one.
+func (h *Hold) Context() context.Context {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ctx
+}
+
+// Done is closed when the hold reaches Lost or Released.
+func (h *Hold) Done() <-chan struct{} { return h.done }
+
+// Changes returns a channel that receives every later state change, in
+// order, and is closed after the terminal state (then Err tells why).
+// Changes are dropped if the receiver lags more than 16 behind.
+func (h *Hold) Changes() <-chan State {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch := make(chan State, 16)
+	if h.state == Lost || h.state == Released {
+		ch <- h.state
+		close(ch)
+		return ch
+	}
+	h.subs = append(h.subs, ch)
+	return ch
+}
+
+// Progress tells the session's progress watchdog that work advances.
+func (h *Hold) Progress() { h.s.Progress() }
+
+// setState moves the hold. Terminal states stick.
+func (h *Hold) setState(st State, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.state == Lost || h.state == Released || h.state == st {
+		return
+	}
+	if h.state == Held {
+		h.cancel()
+	}
+	if st == Held {
+		h.ctx, h.cancel = context.WithCancel(context.Background())
+	}
+	h.state = st
+	if st == Lost {
+		h.err = err
+		if h.err == nil {
+			h.err = ErrSessionExpired
+		}
+	}
+	for _, ch := range h.subs {
+		select {
+		case ch <- st:
+		default:
+		}
+	}
+	if st == Lost || st == Released {
+		h.cancel()
+		for _, ch := range h.subs {
+			close(ch)
+		}
+		h.subs = nil
+		close(h.done)
+	}
+}
+
+// Unlock releases the grant. It returns ErrNotHeld if the grant had
+// already ended (the hold is then Lost); a retried Unlock after success
+// returns nil. It never releases a later holder: the server checks the
+// exact (session, token) handle.
+func (h *Hold) Unlock(ctx context.Context) error {
+	h.mu.Lock()
+	switch h.state {
+	case Released:
+		h.mu.Unlock()
+		return nil
+	case Lost:
+		err := h.err
+		h.mu.Unlock()
+		return fmt.Errorf("%w: %v", ErrNotHeld, err)
+	}
+	h.mu.Unlock()
+	s := h.s
+	sent := 0
+	for {
+		if err := s.waitConnected(ctx); err != nil {
+			return err
+		}
+		c, err := s.start(&pb.SessionRequest{Op: &pb.SessionRequest_Release{Release: &pb.ReleaseLock{Name: h.name, Token: h.token}}})
+		if errors.Is(err, errDisconnected) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		sent++
+		var r callResult
+		select {
+		case r = <-c.ch:
+		case <-ctx.Done():
+			s.finish(c)
+			return fmt.Errorf("%w: %v", ErrUnknownOutcome, ctx.Err())
+		}
+		s.finish(c)
+		if errors.Is(r.err, errDisconnected) {
+			continue
+		}
+		if r.err != nil {
+			return r.err
+		}
+		if e := r.resp.GetError(); e != nil {
+			err := fromProto(e)
+			if errors.Is(err, ErrNotHeld) && sent > 1 {
+				// An earlier attempt reached the server before its stream
+				// broke: the grant is gone either way.
+				err = nil
+			}
+			if err != nil {
+				h.end(Lost, err)
+				return err
+			}
+		}
+		h.end(Released, nil)
+		return nil
+	}
+}
+
+func (h *Hold) end(st State, err error) {
+	h.s.mu.Lock()
+	delete(h.s.holds, h)
+	h.s.mu.Unlock()
+	h.setState(st, err)
+}

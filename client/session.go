@@ -1,0 +1,624 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	pb "github.com/tenure-io/tenure/api/tenurepb"
+	"github.com/tenure-io/tenure/internal/clock"
+)
+
+// Session defaults.
+const (
+	DefaultTTL = 10 * time.Second
+	// reconnect backoff bounds
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = time.Second
+)
+
+// SessionOption configures NewSession. Options return an error on bad input.
+type SessionOption func(*sessionConfig) error
+
+type sessionConfig struct {
+	ttl       time.Duration
+	owner     string
+	margin    time.Duration
+	marginSet bool
+	progress  time.Duration
+}
+
+// WithTTL sets the session's time to live (1s..1h; default 10s). The server
+// expires the session when no keepalive arrived for this long.
+func WithTTL(d time.Duration) SessionOption {
+	return func(c *sessionConfig) error {
+		if d < time.Second || d > time.Hour {
+			return fmt.Errorf("%w: session TTL %v is outside 1s..1h", ErrInvalid, d)
+		}
+		c.ttl = d
+		return nil
+	}
+}
+
+// WithOwner names the owner (who); it shows in lock status and history.
+func WithOwner(owner string) SessionOption {
+	return func(c *sessionConfig) error {
+		if len(owner) > 256 {
+			return fmt.Errorf("%w: owner is longer than 256 bytes", ErrInvalid)
+		}
+		c.owner = owner
+		return nil
+	}
+}
+
+// WithDriftMargin sets how much earlier than sent+TTL the client stops
+// trusting its hold (covers clock-rate drift between client and server).
+// Default: 1% of the TTL plus 5ms. Must be less than a third of the TTL.
+func WithDriftMargin(d time.Duration) SessionOption {
+	return func(c *sessionConfig) error {
+		if d < 0 {
+			return fmt.Errorf("%w: negative drift margin", ErrInvalid)
+		}
+		c.margin, c.marginSet = d, true
+		return nil
+	}
+}
+
+// WithProgressDeadline arms the progress watchdog: if no hold of the
+// session (nor the session itself) reports Progress within d, the client
+// stops renewing, marks every hold lost and closes the session, so that a
+// stuck owner cannot keep its locks alive forever.
+func WithProgressDeadline(d time.Duration) SessionOption {
+	return func(c *sessionConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: progress deadline must be positive", ErrInvalid)
+		}
+		c.progress = d
+		return nil
+	}
+}
+
+type sessState int
+
+const (
+	sessAlive sessState = iota
+	sessSuspect
+	sessLost
+	sessClosed
+)
+
+type stream struct {
+	cs     pb.Tenure_SessionClient
+	cancel context.CancelFunc
+	// sendMu serialises Send.
+	sendMu sync.Mutex
+}
+
+func (st *stream) send(req *pb.SessionRequest) error {
+	st.sendMu.Lock()
+	defer st.sendMu.Unlock()
+	return st.cs.Send(req)
+}
+
+type callResult struct {
+	resp *pb.SessionResponse
+	err  error
+}
+
+type call struct {
+	id uint64
+	ch chan callResult
+	st *stream
+}
+
+// Session is a lease on the server that owns locks. It renews itself every
+// TTL/3 over one stream that also carries its lock requests, and reconnects
+// by itself. It is safe for concurrent use.
+//
+// When the session cannot confirm a renewal in time, or its connection
+// breaks, every hold becomes Suspect (its Context is cancelled). When the
+// server confirms a renewal before the safe deadline, holds are Held again.
+// When the safe deadline passes or the server reports the session gone,
+// every hold is Lost for good and Done is closed.
+type Session struct {
+	c     *Client
+	clk   clock.Clock
+	cfg   sessionConfig
+	id    uint64
+	ctx   context.Context
+	stop  context.CancelFunc
+	wg    sync.WaitGroup
+	wake  chan struct{}
+	done  chan struct{}
+	owner string
+
+	// mu guards everything below. Lock order: Session.mu before Hold.mu.
+	mu           sync.Mutex
+	state        sessState
+	err          error
+	safeUntil    time.Time
+	st           *stream
+	connected    chan struct{} // closed while st != nil
+	nextID       uint64
+	pending      map[uint64]*call
+	kaSent       map[uint64]time.Time
+	holds        map[*Hold]struct{}
+	lastProgress time.Time
+}
+
+// NewSession creates a session on the server.
+func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
+	cfg := sessionConfig{ttl: DefaultTTL}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if !cfg.marginSet {
+		cfg.margin = cfg.ttl/100 + 5*time.Millisecond
+	}
+	if cfg.margin >= cfg.ttl/3 {
+		return nil, fmt.Errorf("%w: drift margin %v must be less than a third of the TTL %v", ErrInvalid, cfg.margin, cfg.ttl)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	s := &Session{
+		c: c, clk: c.clk, cfg: cfg, ctx: sctx, stop: stop, owner: cfg.owner,
+		wake: make(chan struct{}, 1), done: make(chan struct{}), connected: make(chan struct{}),
+		pending: make(map[uint64]*call), kaSent: make(map[uint64]time.Time), holds: make(map[*Hold]struct{}),
+	}
+	st, opened, sentAt, err := s.open(ctx, 0)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	s.id = opened.GetSessionId()
+	s.mu.Lock()
+	s.lastProgress = s.clk.Now()
+	s.attachLocked(st, sentAt)
+	s.mu.Unlock()
+	s.goBG(s.keeper)
+	return s, nil
+}
+
+// ID is the session's id on the server (the lease id of its grants).
+func (s *Session) ID() uint64 { return s.id }
+
+// TTL is the session's time to live.
+func (s *Session) TTL() time.Duration { return s.cfg.ttl }
+
+// Done is closed when the session is lost or closed; Err says why.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err is nil while the session lives, then the reason it ended
+// (ErrSessionExpired, ErrProgressDeadline or ErrClosed).
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Progress tells the progress watchdog that the work is advancing.
+func (s *Session) Progress() {
+	s.mu.Lock()
+	s.lastProgress = s.clk.Now()
+	s.mu.Unlock()
+}
+
+func (s *Session) goBG(fn func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		fn()
+	}()
+}
+
+func (s *Session) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// open starts a stream and sends Open; it returns when the server answered.
+func (s *Session) open(ctx context.Context, id uint64) (*stream, *pb.SessionOpened, time.Time, error) {
+	sctx, cancel := context.WithCancel(s.ctx)
+	stopAfter := context.AfterFunc(ctx, cancel)
+	defer stopAfter()
+	cs, err := s.c.api.Session(sctx)
+	if err != nil {
+		cancel()
+		return nil, nil, time.Time{}, fromStatus(err)
+	}
+	sentAt := s.clk.Now()
+	if err := cs.Send(&pb.SessionRequest{Op: &pb.SessionRequest_Open{Open: &pb.OpenSession{SessionId: id, TtlMs: s.cfg.ttl.Milliseconds(), Owner: s.cfg.owner}}}); err != nil {
+		cancel()
+		_, rerr := cs.Recv()
+		return nil, nil, time.Time{}, fromStatus(rerr)
+	}
+	resp, err := cs.Recv()
+	if err != nil {
+		cancel()
+		if ctx.Err() != nil {
+			return nil, nil, time.Time{}, ctx.Err()
+		}
+		return nil, nil, time.Time{}, fromStatus(err)
+	}
+	opened := resp.GetOpened()
+	if opened == nil {
+		cancel()
+		if e := resp.GetError(); e != nil {
+			return nil, nil, time.Time{}, fromProto(e)
+		}
+		return nil, nil, time.Time{}, fmt.Errorf("%w: unexpected answer to open", ErrUnknownOutcome)
+	}
+	return &stream{cs: cs, cancel: cancel}, opened, sentAt, nil
+}
+
+// attachLocked makes st the session's stream; the server renewed the
+// session when it answered the open that was sent at sentAt.
+func (s *Session) attachLocked(st *stream, sentAt time.Time) {
+	s.st = st
+	close(s.connected)
+	s.extendLocked(sentAt)
+	s.goBG(func() { s.recvLoop(st) })
+}
+
+// extendLocked records a renewal confirmed for a request sent at sentAt.
+func (s *Session) extendLocked(sentAt time.Time) {
+	if until := sentAt.Add(s.cfg.ttl - s.cfg.margin); until.After(s.safeUntil) {
+		s.safeUntil = until
+	}
+	if s.state == sessSuspect && s.st != nil && s.clk.Now().Before(s.safeUntil) {
+		s.setStateLocked(sessAlive, nil)
+	}
+}
+
+func (s *Session) recvLoop(st *stream) {
+	for {
+		resp, err := st.cs.Recv()
+		if err != nil {
+			s.streamBroken(st)
+			return
+		}
+		s.dispatch(resp)
+	}
+}
+
+func (s *Session) dispatch(resp *pb.SessionResponse) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := resp.GetId()
+	if sentAt, ok := s.kaSent[id]; ok {
+		delete(s.kaSent, id)
+		if resp.GetKept() != nil {
+			s.extendLocked(sentAt)
+			return
+		}
+		if e := resp.GetError(); e != nil && e.GetReason() == pb.ErrorReason_ERROR_REASON_SESSION_EXPIRED {
+			s.loseLocked(fromProto(e))
+		}
+		return
+	}
+	if id == 0 {
+		if e := resp.GetError(); e != nil {
+			s.loseLocked(fromProto(e))
+		}
+		return
+	}
+	if c := s.pending[id]; c != nil {
+		select {
+		case c.ch <- callResult{resp: resp}:
+		default:
+		}
+	}
+}
+
+func (s *Session) streamBroken(st *stream) {
+	st.cancel()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.st != st {
+		return
+	}
+	s.st = nil
+	s.connected = make(chan struct{})
+	clear(s.kaSent)
+	for _, c := range s.pending {
+		if c.st == st {
+			select {
+			case c.ch <- callResult{err: errDisconnected}:
+			default:
+			}
+		}
+	}
+	if s.state == sessAlive {
+		s.setStateLocked(sessSuspect, nil)
+	}
+	s.poke()
+}
+
+// setStateLocked moves the session and all its holds.
+func (s *Session) setStateLocked(st sessState, err error) {
+	if s.state >= sessLost {
+		return
+	}
+	s.state = st
+	if err != nil {
+		s.err = err
+	}
+	var hs State
+	switch st {
+	case sessAlive:
+		hs = Held
+	case sessSuspect:
+		hs = Suspect
+	case sessLost:
+		hs = Lost
+	case sessClosed:
+		hs = Released
+	}
+	for h := range s.holds {
+		h.setState(hs, err)
+	}
+	if st >= sessLost {
+		close(s.done)
+		for _, c := range s.pending {
+			select {
+			case c.ch <- callResult{err: err}:
+			default:
+			}
+		}
+		s.poke()
+	}
+}
+
+func (s *Session) loseLocked(err error) {
+	if !errors.Is(err, ErrSessionExpired) && !errors.Is(err, ErrProgressDeadline) {
+		err = fmt.Errorf("%w: %v", ErrSessionExpired, err)
+	}
+	s.setStateLocked(sessLost, err)
+}
+
+// keeper renews the session, watches the safe deadline and the progress
+// watchdog, and reconnects broken streams. All timing uses the injected
+// clock.
+func (s *Session) keeper() {
+	renewEvery := s.cfg.ttl / 3
+	nextRenew := s.clk.Now().Add(renewEvery)
+	backoff := minBackoff
+	var nextDial time.Time
+	for {
+		s.mu.Lock()
+		if s.state >= sessLost {
+			s.mu.Unlock()
+			s.stop()
+			return
+		}
+		now := s.clk.Now()
+		if !now.Before(s.safeUntil) {
+			s.loseLocked(fmt.Errorf("%w: no renewal confirmed before the safe deadline", ErrSessionExpired))
+			s.mu.Unlock()
+			continue
+		}
+		if s.cfg.progress > 0 && now.Sub(s.lastProgress) >= s.cfg.progress {
+			s.setStateLocked(sessLost, ErrProgressDeadline)
+			st := s.st
+			s.mu.Unlock()
+			s.letGo(st)
+			continue
+		}
+		var kaStream *stream
+		var kaID uint64
+		if s.st != nil && !now.Before(nextRenew) {
+			for _, sent := range s.kaSent {
+				if now.Sub(sent) >= renewEvery && s.state == sessAlive {
+					s.setStateLocked(sessSuspect, nil) // a renewal was not confirmed in time
+				}
+			}
+			s.nextID++
+			kaID = s.nextID
+			s.kaSent[kaID] = now
+			kaStream = s.st
+			nextRenew = now.Add(renewEvery)
+		}
+		dial := s.st == nil && !now.Before(nextDial)
+		wait := s.safeUntil.Sub(now)
+		if s.st != nil {
+			wait = min(wait, nextRenew.Sub(now))
+		} else if !dial {
+			wait = min(wait, nextDial.Sub(now))
+		}
+		if s.cfg.progress > 0 {
+			wait = min(wait, s.lastProgress.Add(s.cfg.progress).Sub(now))
+		}
+		s.mu.Unlock()
+
+		if kaStream != nil {
+			if err := kaStream.send(&pb.SessionRequest{Id: kaID, Op: &pb.SessionRequest_KeepAlive{KeepAlive: &pb.KeepAlive{}}}); err != nil {
+				s.streamBroken(kaStream)
+			}
+		}
+		if dial {
+			s.reconnect()
+			s.mu.Lock()
+			if s.st == nil {
+				nextDial = s.clk.Now().Add(backoff)
+				backoff = min(backoff*2, maxBackoff)
+			} else {
+				backoff = minBackoff
+				nextRenew = s.clk.Now().Add(renewEvery)
+			}
+			s.mu.Unlock()
+			continue
+		}
+		if wait <= 0 {
+			continue
+		}
+		t := s.clk.NewTimer(wait)
+		select {
+		case <-t.C():
+		case <-s.wake:
+			t.Stop()
+		case <-s.ctx.Done():
+			t.Stop()
+			s.mu.Lock()
+			s.setStateLocked(sessClosed, ErrClosed)
+			s.mu.Unlock()
+		}
+	}
+}
+
+// reconnect opens a new stream resuming this session.
+func (s *Session) reconnect() {
+	s.mu.Lock()
+	left := s.safeUntil.Sub(s.clk.Now())
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(s.ctx, min(left, sessionTimeout))
+	defer cancel()
+	st, _, sentAt, err := s.open(ctx, s.id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		if errors.Is(err, ErrSessionExpired) {
+			s.loseLocked(err)
+		}
+		return
+	}
+	if s.state >= sessLost {
+		st.cancel()
+		return
+	}
+	s.attachLocked(st, sentAt)
+}
+
+// letGo closes the session on the server after the watchdog fired, so the
+// next waiter does not have to wait for the TTL.
+func (s *Session) letGo(st *stream) {
+	if st == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
+	defer cancel()
+	stopAfter := context.AfterFunc(ctx, st.cancel)
+	defer stopAfter()
+	_ = st.send(&pb.SessionRequest{Id: 0, Op: &pb.SessionRequest_Close{Close: &pb.CloseSession{}}})
+	// The stream ends when the server has closed the session (or on timeout).
+	s.mu.Lock()
+	connected := s.st == st
+	s.mu.Unlock()
+	if connected {
+		<-st.cs.Context().Done()
+	}
+}
+
+// waitConnected blocks until the session has a stream.
+func (s *Session) waitConnected(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		if s.state >= sessLost {
+			err := s.err
+			s.mu.Unlock()
+			return err
+		}
+		if s.st != nil {
+			s.mu.Unlock()
+			return nil
+		}
+		ch := s.connected
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.done:
+		}
+	}
+}
+
+// start sends a request on the current stream.
+func (s *Session) start(req *pb.SessionRequest) (*call, error) {
+	s.mu.Lock()
+	if s.state >= sessLost {
+		err := s.err
+		s.mu.Unlock()
+		return nil, err
+	}
+	st := s.st
+	if st == nil {
+		s.mu.Unlock()
+		return nil, errDisconnected
+	}
+	s.nextID++
+	c := &call{id: s.nextID, ch: make(chan callResult, 4), st: st}
+	s.pending[c.id] = c
+	s.mu.Unlock()
+	req.Id = c.id
+	if err := st.send(req); err != nil {
+		s.finish(c)
+		s.streamBroken(st)
+		return nil, errDisconnected
+	}
+	return c, nil
+}
+
+func (s *Session) finish(c *call) {
+	s.mu.Lock()
+	delete(s.pending, c.id)
+	s.mu.Unlock()
+}
+
+// Close ends the session on the server: every lock it holds is released
+// and every wait it has queued is removed. Its holds become Released.
+func (s *Session) Close(ctx context.Context) error {
+	defer s.wg.Wait()
+	defer s.stop()
+	s.mu.Lock()
+	if s.state >= sessLost {
+		err := s.err
+		s.mu.Unlock()
+		if errors.Is(err, ErrClosed) {
+			return nil
+		}
+		return err
+	}
+	s.mu.Unlock()
+	var err error
+	for {
+		if err = s.waitConnected(ctx); err != nil {
+			break
+		}
+		c, serr := s.start(&pb.SessionRequest{Op: &pb.SessionRequest_Close{Close: &pb.CloseSession{}}})
+		if errors.Is(serr, errDisconnected) {
+			continue
+		}
+		if serr != nil {
+			err = serr
+			break
+		}
+		select {
+		case r := <-c.ch:
+			s.finish(c)
+			if errors.Is(r.err, errDisconnected) {
+				continue
+			}
+			if r.err == nil && r.resp.GetError() != nil {
+				err = fromProto(r.resp.GetError())
+			} else {
+				err = r.err
+			}
+		case <-ctx.Done():
+			s.finish(c)
+			err = ctx.Err()
+		}
+		break
+	}
+	s.mu.Lock()
+	s.setStateLocked(sessClosed, ErrClosed)
+	s.mu.Unlock()
+	if errors.Is(err, ErrClosed) {
+		err = nil
+	}
+	return err
+}

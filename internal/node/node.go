@@ -1,0 +1,313 @@
+// Package node wires the state machine to hashicorp/raft: it opens the
+// durable stores, bootstraps a single voter when the data directory is new,
+// proposes commands, serves linearizable reads, and hands leadership changes
+// to the lessor, which owns time.
+//
+// The data path is: RPC → Propose (raft.Apply, fsynced and committed) →
+// fsm.Apply on every replica → the result returns to the proposer and the
+// events go to the lessor and to the waiting clients.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tenure-io/tenure/internal/clock"
+	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+	"github.com/tenure-io/tenure/internal/lessor"
+	"github.com/tenure-io/tenure/internal/store"
+)
+
+var (
+	// ErrNotLeader: this node is not the leader, so it cannot commit or
+	// serve a linearizable read.
+	ErrNotLeader = errors.New("tenure: this node is not the leader")
+	// ErrUnknownOutcome: the command may or may not have been committed
+	// (leadership was lost or the wait timed out after it was sent).
+	ErrUnknownOutcome = errors.New("tenure: outcome unknown")
+	// ErrClosed: the node is shutting down.
+	ErrClosed = errors.New("tenure: node is shutting down")
+)
+
+// Config configures a node. Zero values mean the defaults.
+type Config struct {
+	// NodeID names this node in the raft configuration. Default "n1".
+	NodeID string
+	// DataDir holds the raft log, stable store and snapshots.
+	DataDir string
+	// ApplyTimeout bounds how long a proposal may wait to be committed when
+	// the caller's context has no deadline. Default 10s.
+	ApplyTimeout time.Duration
+	// Clock drives session deadlines. Default clock.Real.
+	Clock clock.Clock
+	// LogOutput receives raft's log (warnings and errors). Default stderr.
+	LogOutput io.Writer
+	// SnapshotThreshold is how many log entries trigger a snapshot.
+	// Default 16384.
+	SnapshotThreshold uint64
+}
+
+// DefaultConfig returns the defaults for a single durable node.
+func DefaultConfig() Config {
+	return Config{NodeID: "n1", DataDir: "tenure-data", ApplyTimeout: 10 * time.Second, Clock: clock.Real, LogOutput: os.Stderr, SnapshotThreshold: 16384}
+}
+
+func (c *Config) fill() {
+	d := DefaultConfig()
+	if c.NodeID == "" {
+		c.NodeID = d.NodeID
+	}
+	if c.DataDir == "" {
+		c.DataDir = d.DataDir
+	}
+	if c.ApplyTimeout == 0 {
+		c.ApplyTimeout = d.ApplyTimeout
+	}
+	if c.Clock == nil {
+		c.Clock = d.Clock
+	}
+	if c.LogOutput == nil {
+		c.LogOutput = d.LogOutput
+	}
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = d.SnapshotThreshold
+	}
+}
+
+// Node is one replica of the lock authority.
+type Node struct {
+	cfg    Config
+	raft   *raft.Raft
+	fsm    *fsm.FSM
+	lessor *lessor.Lessor
+	stores *store.Stores
+	trans  raft.Transport
+	leadCh chan bool
+	ready  chan struct{}
+
+	readyOnce sync.Once
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens the data directory and starts raft. sink receives every
+// state-machine event (after the lessor has seen it); it must not block.
+func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
+	cfg.fill()
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("node: creating data dir: %w", err)
+	}
+	n := &Node{cfg: cfg, leadCh: make(chan bool, 16), ready: make(chan struct{})}
+	n.fsm = fsm.New(func(e fsm.Event) {
+		n.lessor.Observe(e)
+		if sink != nil {
+			sink(e)
+		}
+	})
+	n.lessor = lessor.New(cfg.Clock, n.Propose, n.fsm.Read)
+
+	stores, err := store.Open(filepath.Join(cfg.DataDir, "raft"))
+	if err != nil {
+		return nil, err
+	}
+	n.stores = stores
+	logger := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: cfg.LogOutput})
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, "snapshots"), 2, logger)
+	if err != nil {
+		stores.Close()
+		return nil, fmt.Errorf("node: snapshot store: %w", err)
+	}
+	addr, trans := raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
+	n.trans = trans
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.Logger = logger
+	rc.NotifyCh = n.leadCh
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 256
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.TrailingLogs = 10240
+	// A single voter elects itself after one heartbeat timeout; keep it short.
+	rc.HeartbeatTimeout = 200 * time.Millisecond
+	rc.ElectionTimeout = 200 * time.Millisecond
+	rc.LeaderLeaseTimeout = 100 * time.Millisecond
+
+	existing, err := raft.HasExistingState(stores.Log, stores.Stable, snaps)
+	if err != nil {
+		stores.Close()
+		return nil, fmt.Errorf("node: reading state: %w", err)
+	}
+	if !existing {
+		boot := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: rc.LocalID, Address: addr}}}
+		if err := raft.BootstrapCluster(rc, stores.Log, stores.Stable, snaps, trans, boot); err != nil {
+			stores.Close()
+			return nil, fmt.Errorf("node: bootstrap: %w", err)
+		}
+	}
+	r, err := raft.NewRaft(rc, n.fsm, stores.Log, stores.Stable, snaps, trans)
+	if err != nil {
+		stores.Close()
+		return nil, fmt.Errorf("node: starting raft: %w", err)
+	}
+	n.raft = r
+	return n, nil
+}
+
+// Run follows leadership changes and runs the lessor until ctx ends.
+func (n *Node) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	lctx, cancel := context.WithCancel(ctx)
+	defer func() { cancel(); wg.Wait() }()
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = n.lessor.Run(lctx) }()
+	if n.raft.State() == raft.Leader {
+		n.promote(ctx)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case isLeader := <-n.leadCh:
+			if isLeader {
+				n.promote(ctx)
+			} else {
+				n.lessor.Demote()
+			}
+		}
+	}
+}
+
+// promote waits until every committed entry is applied, then hands the
+// sessions to the lessor with fresh TTLs.
+func (n *Node) promote(ctx context.Context) {
+	if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
+		return // leadership lost again; a new notification follows
+	}
+	n.lessor.Promote()
+	n.readyOnce.Do(func() { close(n.ready) })
+}
+
+// Ready is closed once this node has been leader with its state caught up.
+func (n *Node) Ready() <-chan struct{} { return n.ready }
+
+// Propose commits cmd and returns the state machine's result. A state
+// machine refusal comes back as the result's Err (also returned as error).
+func (n *Node) Propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
+	data, err := proto.Marshal(cmd)
+	if err != nil {
+		return fsm.Result{}, fmt.Errorf("node: encoding command: %w", err)
+	}
+	timeout := n.cfg.ApplyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+		if timeout <= 0 {
+			return fsm.Result{}, ctx.Err()
+		}
+	}
+	f := n.raft.Apply(data, timeout)
+	if err := f.Error(); err != nil {
+		return fsm.Result{}, mapRaftErr(err)
+	}
+	res := f.Response().(fsm.Result)
+	return res, res.Err
+}
+
+func mapRaftErr(err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader):
+		return ErrNotLeader
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return ErrClosed
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return fmt.Errorf("%w: %v", ErrUnknownOutcome, err)
+	case errors.Is(err, raft.ErrLeadershipLost):
+		return fmt.Errorf("%w: %v", ErrUnknownOutcome, err)
+	}
+	return fmt.Errorf("%w: %v", ErrUnknownOutcome, err)
+}
+
+// LinearizableRead returns once this node has confirmed it is still the
+// leader and has applied everything committed before the call: a read of
+// the state after it sees every write that completed before it began.
+func (n *Node) LinearizableRead(ctx context.Context) error {
+	commit := n.raft.CommitIndex()
+	if err := n.raft.VerifyLeader().Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return ErrNotLeader
+		}
+		return mapRaftErr(err)
+	}
+	if n.raft.AppliedIndex() >= commit {
+		return nil
+	}
+	// Rare: wait for the apply loop to catch up with a barrier.
+	timeout := n.cfg.ApplyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	return mapRaftErr(n.raft.Barrier(timeout).Error())
+}
+
+// Read runs fn on the local state (see LinearizableRead).
+func (n *Node) Read(fn func(*fsm.State)) { n.fsm.Read(fn) }
+
+// KeepAlive extends a session on the leader; keepalives never enter the log.
+func (n *Node) KeepAlive(id uint64) (time.Duration, error) {
+	ttl, err := n.lessor.KeepAlive(id)
+	if errors.Is(err, lessor.ErrNotLeader) {
+		return 0, ErrNotLeader
+	}
+	return ttl, err
+}
+
+// Status describes this node.
+type Status struct {
+	Node, Leader string
+	Term         uint64
+	Revision     uint64
+	AppliedIndex uint64
+	Voters       []string
+}
+
+// Status reports raft's view and the state's revision.
+func (n *Node) Status() Status {
+	st := Status{Node: n.cfg.NodeID, AppliedIndex: n.raft.AppliedIndex()}
+	_, leader := n.raft.LeaderWithID()
+	st.Leader = string(leader)
+	fmt.Sscan(n.raft.Stats()["term"], &st.Term)
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			if s.Suffrage == raft.Voter {
+				st.Voters = append(st.Voters, string(s.ID))
+			}
+		}
+	}
+	n.fsm.Read(func(s *fsm.State) { st.Revision = s.Revision() })
+	return st
+}
+
+// Snapshot asks raft to take a snapshot now (used by tests and operators).
+func (n *Node) Snapshot() error { return n.raft.Snapshot().Error() }
+
+// Close shuts raft down and closes the stores. It is idempotent.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		n.closeErr = n.raft.Shutdown().Error()
+		if err := n.stores.Close(); err != nil && n.closeErr == nil {
+			n.closeErr = err
+		}
+	})
+	return n.closeErr
+}

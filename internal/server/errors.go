@@ -1,0 +1,56 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/tenure-io/tenure/api/tenurepb"
+	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/node"
+)
+
+// errCancelled: a queued acquire was abandoned by its client.
+var errCancelled = errors.New("tenure: acquire cancelled")
+
+// classify is the one place where internal errors become wire errors.
+func classify(err error) (codes.Code, pb.ErrorReason) {
+	switch {
+	case errors.Is(err, fsm.ErrInvalid):
+		return codes.InvalidArgument, pb.ErrorReason_ERROR_REASON_INVALID
+	case errors.Is(err, fsm.ErrSessionNotFound):
+		return codes.NotFound, pb.ErrorReason_ERROR_REASON_SESSION_EXPIRED
+	case errors.Is(err, fsm.ErrBusy):
+		return codes.FailedPrecondition, pb.ErrorReason_ERROR_REASON_BUSY
+	case errors.Is(err, fsm.ErrNotHeld):
+		return codes.FailedPrecondition, pb.ErrorReason_ERROR_REASON_NOT_HELD
+	case errors.Is(err, fsm.ErrAlreadyHeld):
+		return codes.AlreadyExists, pb.ErrorReason_ERROR_REASON_ALREADY_HELD
+	case errors.Is(err, node.ErrNotLeader), errors.Is(err, node.ErrClosed):
+		return codes.Unavailable, pb.ErrorReason_ERROR_REASON_NOT_LEADER
+	case errors.Is(err, node.ErrUnknownOutcome):
+		return codes.Unknown, pb.ErrorReason_ERROR_REASON_UNKNOWN_OUTCOME
+	case errors.Is(err, errCancelled), errors.Is(err, context.Canceled):
+		return codes.Canceled, pb.ErrorReason_ERROR_REASON_CANCELLED
+	case errors.Is(err, context.DeadlineExceeded):
+		return codes.DeadlineExceeded, pb.ErrorReason_ERROR_REASON_UNSPECIFIED
+	}
+	return codes.Internal, pb.ErrorReason_ERROR_REASON_UNSPECIFIED
+}
+
+// toStatus converts err for a unary response.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	code, _ := classify(err)
+	return status.Error(code, err.Error())
+}
+
+// toProto converts err for a Session stream response.
+func toProto(err error) *pb.Error {
+	code, reason := classify(err)
+	return &pb.Error{Reason: reason, Code: uint32(code), Message: err.Error()}
+}

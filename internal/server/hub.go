@@ -1,0 +1,104 @@
+package server
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/tenure-io/tenure/internal/fsm"
+)
+
+type waitKey struct {
+	session uint64
+	name    string
+}
+
+// Hub routes state-machine events to the requests waiting for them: a grant
+// goes to the one waiting acquire it is for (no broadcast, no herd), and a
+// session's end goes to the streams attached to it.
+type Hub struct {
+	// grants counts EventGranted notifications delivered to waiters.
+	grants atomic.Uint64
+
+	// mu guards waits and streams.
+	mu      sync.Mutex
+	waits   map[waitKey]chan fsm.Event
+	streams map[uint64]map[*sessionStream]struct{}
+}
+
+// NewHub returns an empty hub.
+func NewHub() *Hub {
+	return &Hub{waits: make(map[waitKey]chan fsm.Event), streams: make(map[uint64]map[*sessionStream]struct{})}
+}
+
+// Sink receives the state machine's events; it never blocks.
+func (h *Hub) Sink(e fsm.Event) {
+	switch e.Kind {
+	case fsm.EventGranted, fsm.EventWaitEnded:
+		h.mu.Lock()
+		ch := h.waits[waitKey{e.Session, e.Name}]
+		h.mu.Unlock()
+		if ch == nil {
+			return
+		}
+		select {
+		case ch <- e:
+			if e.Kind == fsm.EventGranted {
+				h.grants.Add(1)
+			}
+		default:
+		}
+	case fsm.EventSessionEnded:
+		h.mu.Lock()
+		var targets []*sessionStream
+		for ss := range h.streams[e.Session] {
+			targets = append(targets, ss)
+		}
+		h.mu.Unlock()
+		for _, ss := range targets {
+			ss.sessionEnded(e.Expired)
+		}
+	}
+}
+
+// GrantNotifications reports how many grant notifications were delivered.
+func (h *Hub) GrantNotifications() uint64 { return h.grants.Load() }
+
+// register reserves the slot for (session, name); false if one exists.
+func (h *Hub) register(k waitKey) (chan fsm.Event, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, busy := h.waits[k]; busy {
+		return nil, false
+	}
+	ch := make(chan fsm.Event, 2)
+	h.waits[k] = ch
+	return ch, true
+}
+
+func (h *Hub) unregister(k waitKey, ch chan fsm.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.waits[k] == ch {
+		delete(h.waits, k)
+	}
+}
+
+func (h *Hub) attach(id uint64, ss *sessionStream) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := h.streams[id]
+	if m == nil {
+		m = make(map[*sessionStream]struct{})
+		h.streams[id] = m
+	}
+	m[ss] = struct{}{}
+}
+
+func (h *Hub) detach(id uint64, ss *sessionStream) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.streams[id], ss)
+	if len(h.streams[id]) == 0 {
+		delete(h.streams, id)
+	}
+}

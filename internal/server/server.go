@@ -1,0 +1,350 @@
+// Package server implements Tenure's gRPC API on top of a node.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/tenure-io/tenure/api/tenurepb"
+	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+	"github.com/tenure-io/tenure/internal/node"
+)
+
+// cleanupTimeout bounds the proposals made after a client went away
+// (cancelling a queued acquire).
+const cleanupTimeout = 10 * time.Second
+
+// Server serves the Tenure API. It is safe for concurrent use.
+type Server struct {
+	pb.UnimplementedTenureServer
+	node *node.Node
+	hub  *Hub
+}
+
+// New returns a server for n; hub must be the one whose Sink n delivers
+// events to.
+func New(n *node.Node, hub *Hub) *Server {
+	return &Server{node: n, hub: hub}
+}
+
+func cmdOf(op any) *fsmpb.Command {
+	switch o := op.(type) {
+	case *fsmpb.CreateSession:
+		return &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: o}}
+	case *fsmpb.CloseSession:
+		return &fsmpb.Command{Op: &fsmpb.Command_CloseSession{CloseSession: o}}
+	case *fsmpb.Acquire:
+		return &fsmpb.Command{Op: &fsmpb.Command_Acquire{Acquire: o}}
+	case *fsmpb.CancelAcquire:
+		return &fsmpb.Command{Op: &fsmpb.Command_CancelAcquire{CancelAcquire: o}}
+	case *fsmpb.Release:
+		return &fsmpb.Command{Op: &fsmpb.Command_Release{Release: o}}
+	case *fsmpb.FencedPut:
+		return &fsmpb.Command{Op: &fsmpb.Command_FencedPut{FencedPut: o}}
+	}
+	panic(fmt.Sprintf("server: no command for %T", op))
+}
+
+// propose commits op with a context detached from the client's: once a
+// command is sent its outcome must be known, so it is not abandoned halfway.
+func (s *Server) propose(op any) (fsm.Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	return s.node.Propose(ctx, cmdOf(op))
+}
+
+// Session implements pb.TenureServer.
+func (s *Server) Session(stream pb.Tenure_SessionServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	open := first.GetOpen()
+	if open == nil {
+		return status.Error(codes.InvalidArgument, "the first message on a Session stream must be open")
+	}
+	ss := &sessionStream{srv: s, stream: stream, pending: make(map[uint64]context.CancelFunc)}
+	if open.GetSessionId() == 0 {
+		if err := fsm.ValidateSession(open.GetOwner(), open.GetTtlMs()); err != nil {
+			return toStatus(err)
+		}
+		res, err := s.propose(&fsmpb.CreateSession{Owner: open.GetOwner(), TtlMs: open.GetTtlMs()})
+		if err != nil {
+			return toStatus(err)
+		}
+		ss.id, ss.ttlMs = res.Session, open.GetTtlMs()
+	} else {
+		ttl, err := s.node.KeepAlive(open.GetSessionId())
+		if err != nil {
+			return toStatus(err)
+		}
+		ss.id, ss.ttlMs = open.GetSessionId(), ttl.Milliseconds()
+	}
+	s.hub.attach(ss.id, ss)
+	defer s.hub.detach(ss.id, ss)
+	ss.send(&pb.SessionResponse{Id: first.GetId(), Result: &pb.SessionResponse_Opened{Opened: &pb.SessionOpened{SessionId: ss.id, TtlMs: ss.ttlMs, Owner: open.GetOwner()}}})
+	err = ss.serve()
+	ss.stop()
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+// sessionStream is one client stream attached to a session.
+type sessionStream struct {
+	srv    *Server
+	stream pb.Tenure_SessionServer
+	id     uint64
+	ttlMs  int64
+	wg     sync.WaitGroup
+
+	// sendMu serialises Send.
+	sendMu sync.Mutex
+
+	// mu guards pending.
+	mu      sync.Mutex
+	pending map[uint64]context.CancelFunc
+}
+
+func (ss *sessionStream) send(r *pb.SessionResponse) {
+	ss.sendMu.Lock()
+	defer ss.sendMu.Unlock()
+	_ = ss.stream.Send(r) // a broken stream is noticed by Recv
+}
+
+func (ss *sessionStream) sendErr(id uint64, err error) {
+	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Error{Error: toProto(err)}})
+}
+
+func (ss *sessionStream) sessionEnded(expired bool) {
+	err := fmt.Errorf("%w (closed)", fsm.ErrSessionNotFound)
+	if expired {
+		err = fmt.Errorf("%w (expired)", fsm.ErrSessionNotFound)
+	}
+	ss.sendErr(0, err)
+}
+
+func (ss *sessionStream) goHandle(fn func()) {
+	ss.wg.Add(1)
+	go func() {
+		defer ss.wg.Done()
+		fn()
+	}()
+}
+
+// stop cancels every pending request and waits for their handlers.
+func (ss *sessionStream) stop() {
+	ss.mu.Lock()
+	for _, cancel := range ss.pending {
+		cancel()
+	}
+	ss.mu.Unlock()
+	ss.wg.Wait()
+}
+
+func (ss *sessionStream) serve() error {
+	ctx := ss.stream.Context()
+	for {
+		req, err := ss.stream.Recv()
+		if err != nil {
+			return err
+		}
+		id := req.GetId()
+		switch op := req.GetOp().(type) {
+		case *pb.SessionRequest_KeepAlive:
+			ttl, err := ss.srv.node.KeepAlive(ss.id)
+			if err != nil {
+				ss.sendErr(id, err)
+				continue
+			}
+			ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Kept{Kept: &pb.KeepAliveAck{TtlMs: ttl.Milliseconds()}}})
+		case *pb.SessionRequest_Acquire:
+			actx, cancel := context.WithCancel(ctx)
+			ss.mu.Lock()
+			ss.pending[id] = cancel
+			ss.mu.Unlock()
+			ss.goHandle(func() {
+				defer func() {
+					cancel()
+					ss.mu.Lock()
+					delete(ss.pending, id)
+					ss.mu.Unlock()
+				}()
+				ss.acquire(actx, id, op.Acquire)
+			})
+		case *pb.SessionRequest_Release:
+			ss.goHandle(func() { ss.release(id, op.Release) })
+		case *pb.SessionRequest_Cancel:
+			ss.mu.Lock()
+			if cancel := ss.pending[op.Cancel.GetRequestId()]; cancel != nil {
+				cancel()
+			}
+			ss.mu.Unlock()
+		case *pb.SessionRequest_Close:
+			ss.stop()
+			ss.srv.hub.detach(ss.id, ss) // the closer learns from the answer, not a push
+			if _, err := ss.srv.propose(&fsmpb.CloseSession{Session: ss.id}); err != nil {
+				ss.sendErr(id, err)
+				return nil
+			}
+			ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Closed{Closed: &pb.SessionClosed{}}})
+			return nil
+		case *pb.SessionRequest_Open:
+			ss.sendErr(id, fmt.Errorf("%w: the stream is already open", fsm.ErrInvalid))
+		default:
+			ss.sendErr(id, fmt.Errorf("%w: unknown request", fsm.ErrInvalid))
+		}
+	}
+}
+
+func (ss *sessionStream) acquire(ctx context.Context, id uint64, a *pb.AcquireLock) {
+	if err := fsm.ValidateName("lock name", a.GetName()); err != nil {
+		ss.sendErr(id, err)
+		return
+	}
+	key := waitKey{ss.id, a.GetName()}
+	ch, ok := ss.srv.hub.register(key)
+	if !ok {
+		ss.sendErr(id, fsm.ErrAlreadyHeld)
+		return
+	}
+	defer ss.srv.hub.unregister(key, ch)
+	res, err := ss.srv.propose(&fsmpb.Acquire{Session: ss.id, Name: a.GetName(), Wait: a.GetWait(), LockDelayMs: a.GetLockDelayMs()})
+	if err != nil {
+		ss.sendErr(id, err)
+		return
+	}
+	if res.Granted {
+		if ctx.Err() != nil { // the client gave up while we committed
+			ss.cancelAcquire(a.GetName(), res.AcquireRevision)
+			return
+		}
+		ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Granted{Granted: &pb.LockGranted{Name: a.GetName(), Token: res.Token}}})
+		return
+	}
+	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Queued{Queued: &pb.LockQueued{Position: res.Position, QueuedRevision: res.AcquireRevision}}})
+	for {
+		select {
+		case e := <-ch:
+			if e.AcquireRevision != res.AcquireRevision {
+				continue
+			}
+			if e.Kind == fsm.EventGranted {
+				ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Granted{Granted: &pb.LockGranted{Name: a.GetName(), Token: e.Token}}})
+				return
+			}
+			ss.sendErr(id, fsm.ErrSessionNotFound)
+			return
+		case <-ctx.Done():
+			ss.cancelAcquire(a.GetName(), res.AcquireRevision)
+			ss.sendErr(id, errCancelled)
+			return
+		}
+	}
+}
+
+// cancelAcquire withdraws a queued acquisition, or releases it if it was
+// granted meanwhile; the state machine decides which, atomically.
+func (ss *sessionStream) cancelAcquire(name string, acqRev uint64) {
+	_, _ = ss.srv.propose(&fsmpb.CancelAcquire{Session: ss.id, Name: name, AcquireRevision: acqRev})
+}
+
+func (ss *sessionStream) release(id uint64, r *pb.ReleaseLock) {
+	if _, err := ss.srv.propose(&fsmpb.Release{Session: ss.id, Name: r.GetName(), Token: r.GetToken()}); err != nil {
+		ss.sendErr(id, err)
+		return
+	}
+	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Released{Released: &pb.LockReleased{}}})
+}
+
+func (s *Server) read(ctx context.Context, fn func(*fsm.State)) error {
+	if err := s.node.LinearizableRead(ctx); err != nil {
+		return toStatus(err)
+	}
+	s.node.Read(fn)
+	return nil
+}
+
+// ListSessions implements pb.TenureServer.
+func (s *Server) ListSessions(ctx context.Context, _ *pb.ListSessionsRequest) (*pb.ListSessionsResponse, error) {
+	out := &pb.ListSessionsResponse{}
+	err := s.read(ctx, func(st *fsm.State) {
+		out.Revision = st.Revision()
+		for _, v := range st.Sessions() {
+			out.Sessions = append(out.Sessions, &pb.SessionInfo{Id: v.ID, Owner: v.Owner, TtlMs: v.TTLMs, Held: v.Held, Waiting: v.Waiting})
+		}
+	})
+	return out, err
+}
+
+// LockStatus implements pb.TenureServer.
+func (s *Server) LockStatus(ctx context.Context, req *pb.LockStatusRequest) (*pb.LockStatusResponse, error) {
+	if err := fsm.ValidateName("lock name", req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	out := &pb.LockStatusResponse{Name: req.GetName()}
+	err := s.read(ctx, func(st *fsm.State) {
+		out.Revision = st.Revision()
+		v := st.Lock(req.GetName())
+		out.Delayed = v.Delayed
+		if h := v.Holder; h != nil {
+			out.Holder = &pb.Holder{Owner: h.Owner, Session: h.Session, Token: h.Token, GrantedRevision: h.Token}
+		}
+		for _, w := range v.Waiters {
+			out.Waiters = append(out.Waiters, &pb.Waiter{Owner: w.Owner, Session: w.Session, QueuedRevision: w.AcquireRevision})
+		}
+	})
+	return out, err
+}
+
+// LockHistory implements pb.TenureServer.
+func (s *Server) LockHistory(ctx context.Context, req *pb.LockHistoryRequest) (*pb.LockHistoryResponse, error) {
+	if err := fsm.ValidateName("lock name", req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	out := &pb.LockHistoryResponse{Name: req.GetName()}
+	err := s.read(ctx, func(st *fsm.State) {
+		for _, g := range st.History(req.GetName()) {
+			out.Grants = append(out.Grants, &pb.GrantRecord{Owner: g.Owner, Session: g.Session, Token: g.Token, GrantedRevision: g.GrantedRevision, Ended: g.Ended, EndedRevision: g.EndedRevision})
+		}
+	})
+	return out, err
+}
+
+// FencedPut implements pb.TenureServer. A stale token is a normal answer
+// (PUT_RESULT_STALE), not an error.
+func (s *Server) FencedPut(ctx context.Context, req *pb.FencedPutRequest) (*pb.FencedPutResponse, error) {
+	res, err := s.node.Propose(ctx, cmdOf(&fsmpb.FencedPut{Key: req.GetKey(), Value: req.GetValue(), Token: req.GetToken(), OperationId: req.GetOperationId()}))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.FencedPutResponse{Result: pb.PutResult(res.Put), Duplicate: res.Duplicate, Token: res.AcceptedToken, Revision: res.Revision}, nil
+}
+
+// FencedGet implements pb.TenureServer.
+func (s *Server) FencedGet(ctx context.Context, req *pb.FencedGetRequest) (*pb.FencedGetResponse, error) {
+	if err := fsm.ValidateName("register key", req.GetKey()); err != nil {
+		return nil, toStatus(err)
+	}
+	out := &pb.FencedGetResponse{Key: req.GetKey()}
+	err := s.read(ctx, func(st *fsm.State) {
+		r := st.Register(req.GetKey())
+		out.Value, out.Token, out.Found, out.ModRevision = r.Value, r.Token, r.Found, r.ModRevision
+	})
+	return out, err
+}
+
+// Status implements pb.TenureServer.
+func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	st := s.node.Status()
+	return &pb.StatusResponse{Node: st.Node, Leader: st.Leader, Term: st.Term, Revision: st.Revision, Voters: st.Voters, AppliedIndex: st.AppliedIndex}, nil
+}
