@@ -199,6 +199,15 @@ func (s *Session) Err() error {
 	return s.err
 }
 
+// SafeDeadline is the instant (on the client's monotonic clock) until which
+// the session's holds are known to be valid: the send time of the last
+// confirmed renewal plus the TTL minus the drift margin.
+func (s *Session) SafeDeadline() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.safeUntil
+}
+
 // Progress tells the progress watchdog that the work is advancing.
 func (s *Session) Progress() {
 	s.mu.Lock()
