@@ -71,7 +71,7 @@ func (s *Server) Session(stream pb.Tenure_SessionServer) error {
 	if open == nil {
 		return status.Error(codes.InvalidArgument, "the first message on a Session stream must be open")
 	}
-	ss := &sessionStream{srv: s, stream: stream, pending: make(map[uint64]context.CancelFunc)}
+	ss := &sessionStream{srv: s, stream: stream, pending: make(map[uint64]context.CancelFunc), ended: make(chan bool, 1), quit: make(chan struct{})}
 	if open.GetSessionId() == 0 {
 		if err := fsm.ValidateSession(open.GetOwner(), open.GetTtlMs()); err != nil {
 			return toStatus(err)
@@ -90,6 +90,7 @@ func (s *Server) Session(stream pb.Tenure_SessionServer) error {
 	}
 	s.hub.attach(ss.id, ss)
 	defer s.hub.detach(ss.id, ss)
+	ss.goHandle(ss.pushEnd)
 	ss.send(&pb.SessionResponse{Id: first.GetId(), Result: &pb.SessionResponse_Opened{Opened: &pb.SessionOpened{SessionId: ss.id, TtlMs: ss.ttlMs, Owner: open.GetOwner()}}})
 	err = ss.serve()
 	ss.stop()
@@ -110,6 +111,11 @@ type sessionStream struct {
 	// sendMu serialises Send.
 	sendMu sync.Mutex
 
+	// ended receives (expired) when the session ends; quit stops pushEnd.
+	ended    chan bool
+	quit     chan struct{}
+	stopOnce sync.Once
+
 	// mu guards pending.
 	mu      sync.Mutex
 	pending map[uint64]context.CancelFunc
@@ -125,12 +131,26 @@ func (ss *sessionStream) sendErr(id uint64, err error) {
 	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Error{Error: toProto(err)}})
 }
 
+// sessionEnded is called from the state machine's apply path: it must
+// never block, so it only signals pushEnd, which does the sending.
 func (ss *sessionStream) sessionEnded(expired bool) {
-	err := fmt.Errorf("%w (closed)", fsm.ErrSessionNotFound)
-	if expired {
-		err = fmt.Errorf("%w (expired)", fsm.ErrSessionNotFound)
+	select {
+	case ss.ended <- expired:
+	default:
 	}
-	ss.sendErr(0, err)
+}
+
+// pushEnd tells the client, unasked, that its session has ended.
+func (ss *sessionStream) pushEnd() {
+	select {
+	case expired := <-ss.ended:
+		err := fmt.Errorf("%w (closed)", fsm.ErrSessionNotFound)
+		if expired {
+			err = fmt.Errorf("%w (expired)", fsm.ErrSessionNotFound)
+		}
+		ss.sendErr(0, err)
+	case <-ss.quit:
+	}
 }
 
 func (ss *sessionStream) goHandle(fn func()) {
@@ -143,6 +163,7 @@ func (ss *sessionStream) goHandle(fn func()) {
 
 // stop cancels every pending request and waits for their handlers.
 func (ss *sessionStream) stop() {
+	ss.stopOnce.Do(func() { close(ss.quit) })
 	ss.mu.Lock()
 	for _, cancel := range ss.pending {
 		cancel()
