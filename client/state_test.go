@@ -68,7 +68,7 @@ func TestSuspectCancelsBeforeServerCouldExpire(t *testing.T) {
 	changes := h.Changes()
 	waitArmed(t, clk)
 
-	px.Pause(false, true) // renewals reach the server, confirmations do not come back
+	px.Pause(false, true)  // renewals reach the server, confirmations do not come back
 	advance(t, clk, ttl/3) // renewal 1 sent, unconfirmed
 	if h.State() != client.Held {
 		t.Fatalf("state %v after one renewal period", h.State())
