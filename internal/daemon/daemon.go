@@ -29,6 +29,8 @@ type Config struct {
 	Clock clock.Clock
 	// LogOutput receives the storage and consensus log; nil means stderr.
 	LogOutput io.Writer
+	// LogStore names the raft log engine: "bolt" (default) or "wal".
+	LogStore string
 }
 
 // DefaultConfig is what `tenure serve` runs with no flags.
@@ -48,7 +50,7 @@ type Daemon struct {
 // called; Ready() tells when it is leader with its state caught up.
 func Start(cfg Config) (*Daemon, error) {
 	hub := server.NewHub()
-	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, LogOutput: cfg.LogOutput}, hub.Sink)
+	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore}, hub.Sink)
 	if err != nil {
 		return nil, err
 	}

@@ -56,6 +56,8 @@ type Config struct {
 	// SnapshotThreshold is how many log entries trigger a snapshot.
 	// Default 16384.
 	SnapshotThreshold uint64
+	// LogStore names the storage engine: "bolt" (default) or "wal".
+	LogStore string
 }
 
 // DefaultConfig returns the defaults for a single durable node.
@@ -117,7 +119,7 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 	})
 	n.lessor = lessor.New(cfg.Clock, n.Propose, n.fsm.Read)
 
-	stores, err := store.Open(filepath.Join(cfg.DataDir, "raft"))
+	stores, err := store.Open(filepath.Join(cfg.DataDir, "raft"), cfg.LogStore)
 	if err != nil {
 		return nil, err
 	}

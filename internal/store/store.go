@@ -1,45 +1,102 @@
 // Package store opens the raft log and stable store on local disk. It is the
-// one seam between Tenure and its storage engine (raft-boltdb today), so that
-// another engine such as raft-wal can be measured by changing this file only.
+// one seam between Tenure and its storage engine: raft-boltdb (the default)
+// or raft-wal. Both fsync every append before raft counts it as stored.
 package store
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	raftwal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
 )
 
 // LogCacheSize is how many recent log entries are kept in memory in front of
 // the disk store.
 const LogCacheSize = 1024
 
+// Engines lists the storage engines Open accepts.
+var Engines = []string{"bolt", "wal"}
+
 // Stores is an open log store and stable store.
 type Stores struct {
 	Log    raft.LogStore
 	Stable raft.StableStore
-	bolt   *raftboltdb.BoltStore
+	closer io.Closer
 }
 
-// Open opens (creating if needed) the stores under dir. Every write is
-// fsynced before it returns.
-func Open(dir string) (*Stores, error) {
+// Open opens (creating if needed) the stores under dir with the named
+// engine. "" means the engine the directory was created with, or bolt for a
+// new one; naming an engine other than the directory's is refused.
+func Open(dir, engine string) (*Stores, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("store: creating %s: %w", dir, err)
 	}
-	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
-	if err != nil {
-		return nil, fmt.Errorf("store: opening %s: %w", filepath.Join(dir, "raft.db"), err)
+	boltPath := filepath.Join(dir, "raft.db")
+	walDir := filepath.Join(dir, "wal")
+	_, boltErr := os.Stat(boltPath)
+	_, walErr := os.Stat(walDir)
+	if engine == "" {
+		engine = "bolt"
+		if walErr == nil {
+			engine = "wal"
+		}
 	}
-	cache, err := raft.NewLogCache(LogCacheSize, bolt)
+	switch {
+	case engine == "bolt" && walErr == nil:
+		return nil, fmt.Errorf("store: %s was created with the wal engine; open it with --log-store wal", dir)
+	case engine == "wal" && boltErr == nil:
+		return nil, fmt.Errorf("store: %s was created with the bolt engine; open it with --log-store bolt", dir)
+	}
+	var log raft.LogStore
+	var stable raft.StableStore
+	var closer io.Closer
+	switch engine {
+	case "bolt":
+		bolt, err := raftboltdb.New(raftboltdb.Options{Path: boltPath})
+		if err != nil {
+			return nil, fmt.Errorf("store: opening %s: %w", boltPath, err)
+		}
+		log, stable, closer = bolt, bolt, bolt
+	case "wal":
+		if err := os.MkdirAll(walDir, 0o750); err != nil {
+			return nil, fmt.Errorf("store: creating %s: %w", walDir, err)
+		}
+		// raft-wal's Close leaves its metadata database open, so the store
+		// owns it and closes it after the log.
+		meta := &metadb.BoltMetaDB{}
+		w, err := raftwal.Open(walDir, raftwal.WithMetaStore(meta))
+		if err != nil {
+			meta.Close()
+			return nil, fmt.Errorf("store: opening %s: %w", walDir, err)
+		}
+		log, stable, closer = w, w, closers{w, meta}
+	default:
+		return nil, fmt.Errorf("store: unknown engine %q (want bolt or wal)", engine)
+	}
+	cache, err := raft.NewLogCache(LogCacheSize, log)
 	if err != nil {
-		bolt.Close()
+		closer.Close()
 		return nil, fmt.Errorf("store: log cache: %w", err)
 	}
-	return &Stores{Log: cache, Stable: bolt, bolt: bolt}, nil
+	return &Stores{Log: cache, Stable: stable, closer: closer}, nil
 }
 
-// Close closes the underlying database.
-func (s *Stores) Close() error { return s.bolt.Close() }
+type closers []io.Closer
+
+func (cs closers) Close() error {
+	var first error
+	for _, c := range cs {
+		if err := c.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Close closes the underlying files.
+func (s *Stores) Close() error { return s.closer.Close() }

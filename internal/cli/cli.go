@@ -1,0 +1,221 @@
+// Package cli implements the tenure command line: the server (serve), the
+// lock runner (lock NAME -- CMD), and inspection, register and benchmark
+// commands. cmd/tenure only calls Run.
+//
+// # Output and exit codes (a public contract)
+//
+// With -o json every command prints exactly one JSON object on stdout; the
+// field names are documented on each command and are parsed by other tools.
+// Errors are one line on stderr starting with "tenure: ". Exit codes:
+//
+//	0 ok
+//	1 error
+//	3 stale: a fenced write was rejected (client.ErrStale)
+//	4 not held: the lock was not held by the caller (client.ErrNotHeld)
+//	5 timeout: a deadline passed (context.DeadlineExceeded)
+//
+// `tenure lock NAME -- CMD` exits with CMD's own status instead (128+N if
+// CMD was killed by signal N), unless it could not run CMD to the end.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tenure-io/tenure/client"
+)
+
+// Exit codes. They are part of the command line's public contract.
+const (
+	ExitOK      = 0
+	ExitError   = 1
+	ExitStale   = 3
+	ExitNotHeld = 4
+	ExitTimeout = 5
+)
+
+// requestTimeout bounds each unary call (status, fence, ...).
+const requestTimeout = 10 * time.Second
+
+// Streams are a command's standard streams.
+type Streams struct {
+	In  io.Reader
+	Out io.Writer
+	Err io.Writer
+}
+
+// StdStreams are the process's standard streams.
+func StdStreams() Streams { return Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr} }
+
+// Run executes the command line args (without the program name) and
+// returns the process's exit code. ctx ending stops long-running commands
+// (serve stops cleanly, lock withdraws its wait). Run is safe to call from
+// several goroutines at once, but `lock` and `serve` also react to the
+// process's SIGINT and SIGTERM.
+func Run(ctx context.Context, args []string, s Streams) int {
+	if s.In == nil {
+		s.In = strings.NewReader("")
+	}
+	if s.Out == nil {
+		s.Out = io.Discard
+	}
+	if s.Err == nil {
+		s.Err = io.Discard
+	}
+	a := &app{streams: s}
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetIn(s.In)
+	root.SetOut(s.Out)
+	root.SetErr(s.Err)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.err != nil {
+		fmt.Fprintln(s.Err, errorLine(err))
+	}
+	return ExitCode(err)
+}
+
+// ExitCode maps an error to the process exit code; this is the only place
+// where the mapping lives.
+func ExitCode(err error) int {
+	var ee *exitError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.Is(err, client.ErrStale):
+		return ExitStale
+	case errors.Is(err, client.ErrNotHeld):
+		return ExitNotHeld
+	case errors.Is(err, context.DeadlineExceeded):
+		return ExitTimeout
+	}
+	return ExitError
+}
+
+// exitError carries an exit code chosen by the command itself (the status
+// of a child process). A nil err prints nothing.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// errorLine renders err as the single stderr line "tenure: <message>".
+func errorLine(err error) string {
+	msg := err.Error()
+	for strings.HasPrefix(msg, "tenure: ") {
+		msg = strings.TrimPrefix(msg, "tenure: ")
+	}
+	msg = strings.Join(strings.Fields(msg), " ")
+	return "tenure: " + msg
+}
+
+type app struct {
+	streams  Streams
+	endpoint string
+	output   string
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "tenure",
+		Short: "Tenure: a lock service that issues fencing tokens",
+		Long: `Tenure is a lock service: a replicated lock authority that grants named
+locks to sessions and issues a fencing token with every grant.
+
+Exit codes: 0 ok, 1 error, 3 stale token, 4 lock not held, 5 timeout.
+"tenure lock NAME -- CMD" exits with CMD's status.`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			switch a.output {
+			case "text", "json":
+				return nil
+			}
+			return fmt.Errorf("unknown output format %q (want text or json)", a.output)
+		},
+	}
+	endpoint := os.Getenv("TENURE_ENDPOINT")
+	if endpoint == "" {
+		endpoint = client.DefaultEndpoint
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.endpoint, "endpoint", endpoint, "server address host:port (env TENURE_ENDPOINT)")
+	pf.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return fmt.Errorf("%w (see '%s --help')", err, cmd.CommandPath())
+	})
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.AddCommand(
+		a.serveCommand(),
+		a.lockCommand(),
+		a.fenceCommand(),
+		a.sessionCommand(),
+		a.statusCommand(),
+		a.benchCommand(),
+	)
+	return root
+}
+
+func (a *app) json() bool { return a.output == "json" }
+
+// emit prints v as one JSON object (with -o json) or text() otherwise.
+func (a *app) emit(v any, text func(w io.Writer)) error {
+	if a.json() {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(a.streams.Out, "%s\n", b)
+		return err
+	}
+	text(a.streams.Out)
+	return nil
+}
+
+// dial connects to the endpoint; the caller closes the client.
+func (a *app) dial(ctx context.Context) (*client.Client, error) {
+	return client.Dial(ctx, a.endpoint)
+}
+
+// unary runs fn with a connected client under the request timeout.
+func (a *app) unary(cmd *cobra.Command, fn func(ctx context.Context, c *client.Client) error) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
+	defer cancel()
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return a.describe(fn(ctx, c))
+}
+
+// describe names the endpoint in errors that come from not reaching it.
+func (a *app) describe(err error) error {
+	if errors.Is(err, client.ErrUnavailable) {
+		return fmt.Errorf("cannot reach %s: %w", a.endpoint, err)
+	}
+	return err
+}

@@ -1,0 +1,557 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/testutil"
+)
+
+// syncBuffer is a bytes.Buffer safe for a command and a child process
+// writing while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type result struct {
+	code   int
+	stdout string
+	stderr string
+}
+
+// run runs the command line in-process against addr.
+func run(t *testing.T, addr string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errb syncBuffer
+	code := Run(ctx, append([]string{"--endpoint", addr}, args...), Streams{Out: &out, Err: &errb})
+	return result{code: code, stdout: out.String(), stderr: errb.String()}
+}
+
+// runJSON runs a command with -o json, checks the exit code and decodes the
+// single JSON object it printed.
+func runJSON(t *testing.T, addr string, wantCode int, args ...string) map[string]any {
+	t.Helper()
+	r := run(t, addr, append(args, "-o", "json")...)
+	if r.code != wantCode {
+		t.Fatalf("%v: exit %d, want %d (stderr %q)", args, r.code, wantCode, r.stderr)
+	}
+	return decodeOne(t, r.stdout)
+}
+
+func decodeOne(t *testing.T, s string) map[string]any {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(s))
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		t.Fatalf("stdout %q is not a JSON object: %v", s, err)
+	}
+	if dec.More() {
+		t.Fatalf("stdout %q holds more than one JSON value", s)
+	}
+	return m
+}
+
+// hasKeys checks that m has each key with a value of the given kind:
+// "string", "number", "bool", "array", "object", "null" or "object|null".
+func hasKeys(t *testing.T, m map[string]any, want map[string]string) {
+	t.Helper()
+	for k, kind := range want {
+		v, ok := m[k]
+		if !ok {
+			t.Errorf("missing key %q in %v", k, m)
+			continue
+		}
+		var got string
+		switch v.(type) {
+		case string:
+			got = "string"
+		case float64:
+			got = "number"
+		case bool:
+			got = "bool"
+		case []any:
+			got = "array"
+		case map[string]any:
+			got = "object"
+		case nil:
+			got = "null"
+		}
+		if !strings.Contains("|"+kind+"|", "|"+got+"|") {
+			t.Errorf("key %q is %s (%v), want %s", k, got, v, kind)
+		}
+	}
+}
+
+func num(t *testing.T, m map[string]any, k string) uint64 {
+	t.Helper()
+	f, ok := m[k].(float64)
+	if !ok {
+		t.Fatalf("key %q = %v is not a number", k, m[k])
+	}
+	return uint64(f)
+}
+
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	cases := []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"nil", nil, ExitOK},
+		{"plain", errors.New("boom"), ExitError},
+		{"stale", fmt.Errorf("put: %w", client.ErrStale), ExitStale},
+		{"not held", fmt.Errorf("unlock: %w", client.ErrNotHeld), ExitNotHeld},
+		{"deadline", context.DeadlineExceeded, ExitTimeout},
+		{"wrapped deadline", fmt.Errorf("waiting: %w", context.DeadlineExceeded), ExitTimeout},
+		{"session expired", client.ErrSessionExpired, ExitError},
+		{"unavailable", client.ErrUnavailable, ExitError},
+		{"child status", &exitError{code: 42}, 42},
+		{"child signal", &exitError{code: 130, err: errors.New("interrupted")}, 130},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ExitCode(tc.err); got != tc.want {
+				t.Fatalf("ExitCode(%v) = %d, want %d", tc.err, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestErrorLine(t *testing.T) {
+	cases := map[string]string{
+		"boom":                            "tenure: boom",
+		"tenure: stale fence token: x":    "tenure: stale fence token: x",
+		"tenure: tenure: twice":           "tenure: twice",
+		"two\nlines  and\ttabs":           "tenure: two lines and tabs",
+		"cannot reach x: tenure: timeout": "tenure: cannot reach x: tenure: timeout",
+	}
+	for in, want := range cases {
+		if got := errorLine(errors.New(in)); got != want {
+			t.Errorf("errorLine(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no command", []string{"lock", "res"}, "missing '-- COMMAND'"},
+		{"empty command", []string{"lock", "res", "--"}, "missing COMMAND"},
+		{"two names", []string{"lock", "a", "b", "--", "true"}, "exactly one lock name"},
+		{"no name", []string{"lock"}, "usage: tenure lock NAME"},
+		{"unknown flag", []string{"lock", "res", "--bogus", "--", "true"}, "unknown flag: --bogus"},
+		{"bad output", []string{"status", "-o", "yaml"}, `unknown output format "yaml"`},
+		{"put without token", []string{"fence", "put", "k", "v"}, "--token is required"},
+		{"bad bench mode", []string{"bench", "--mode", "x"}, `unknown --mode "x"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, "127.0.0.1:1", tc.args...)
+			if r.code != ExitError {
+				t.Fatalf("exit %d, want 1", r.code)
+			}
+			if r.stdout != "" {
+				t.Errorf("stdout %q, want nothing", r.stdout)
+			}
+			if strings.Count(r.stderr, "\n") != 1 || !strings.HasPrefix(r.stderr, "tenure: ") || !strings.Contains(r.stderr, tc.want) {
+				t.Fatalf("stderr %q, want one line 'tenure: ...%s...'", r.stderr, tc.want)
+			}
+		})
+	}
+}
+
+func TestUnreachableServer(t *testing.T) {
+	r := run(t, "127.0.0.1:1", "status", "-o", "json")
+	if r.code != ExitError || r.stdout != "" || !strings.Contains(r.stderr, "cannot reach 127.0.0.1:1") {
+		t.Fatalf("got %+v", r)
+	}
+}
+
+func TestJSONOutput(t *testing.T) {
+	srv := testutil.Start(t, "", nil)
+	addr := srv.Addr()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	t.Run("status", func(t *testing.T) {
+		m := runJSON(t, addr, 0, "status")
+		hasKeys(t, m, map[string]string{"node": "string", "leader": "string", "term": "number", "revision": "number", "voters": "array"})
+		if m["node"] != "n1" || m["leader"] != "n1" {
+			t.Fatalf("status %v", m)
+		}
+	})
+
+	t.Run("lock status free", func(t *testing.T) {
+		m := runJSON(t, addr, 0, "lock", "status", "free-lock")
+		hasKeys(t, m, map[string]string{"name": "string", "holder": "null", "waiters": "number", "waiter_order": "array"})
+		if m["name"] != "free-lock" || num(t, m, "waiters") != 0 {
+			t.Fatalf("lock status %v", m)
+		}
+	})
+
+	// A holds "res"; B waits for it.
+	sa, err := c.NewSession(ctx, client.WithOwner("owner-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sa.Close(context.Background())
+	sb, err := c.NewSession(ctx, client.WithOwner("owner-b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	ma, _ := sa.Mutex("res")
+	ha, err := ma.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := sb.Mutex("res")
+	queued := make(chan struct{})
+	go func() {
+		_, _ = mb.Lock(ctx, client.OnQueued(func(int) { close(queued) }))
+	}()
+	<-queued
+
+	t.Run("lock status held", func(t *testing.T) {
+		m := runJSON(t, addr, 0, "lock", "status", "res")
+		hasKeys(t, m, map[string]string{"name": "string", "holder": "object", "waiters": "number", "waiter_order": "array"})
+		h := m["holder"].(map[string]any)
+		hasKeys(t, h, map[string]string{"owner": "string", "session": "number", "token": "number"})
+		if h["owner"] != "owner-a" || num(t, h, "session") != sa.ID() || num(t, h, "token") != ha.Token() {
+			t.Fatalf("holder %v, want owner-a session %d token %d", h, sa.ID(), ha.Token())
+		}
+		if num(t, m, "waiters") != 1 {
+			t.Fatalf("waiters %v", m["waiters"])
+		}
+		w := m["waiter_order"].([]any)[0].(map[string]any)
+		if w["owner"] != "owner-b" || num(t, w, "session") != sb.ID() {
+			t.Fatalf("waiter %v", w)
+		}
+		txt := run(t, addr, "lock", "status", "res")
+		if txt.code != 0 || !strings.Contains(txt.stdout, "holder:  owner-a") {
+			t.Fatalf("text status %+v", txt)
+		}
+	})
+
+	t.Run("session list", func(t *testing.T) {
+		m := runJSON(t, addr, 0, "session", "list")
+		hasKeys(t, m, map[string]string{"sessions": "array"})
+		byID := map[uint64]map[string]any{}
+		for _, v := range m["sessions"].([]any) {
+			s := v.(map[string]any)
+			hasKeys(t, s, map[string]string{"id": "number", "owner": "string", "ttl_ms": "number", "held": "array", "waiting": "array"})
+			byID[num(t, s, "id")] = s
+		}
+		a, b := byID[sa.ID()], byID[sb.ID()]
+		if a == nil || b == nil {
+			t.Fatalf("sessions %v lack %d or %d", m, sa.ID(), sb.ID())
+		}
+		if fmt.Sprint(a["held"]) != "[res]" || fmt.Sprint(b["waiting"]) != "[res]" || num(t, a, "ttl_ms") != 10000 {
+			t.Fatalf("session a %v, b %v", a, b)
+		}
+	})
+
+	t.Run("fence", func(t *testing.T) {
+		tok := fmt.Sprint(ha.Token())
+		m := runJSON(t, addr, 0, "fence", "put", "reg", "v1", "--token", tok, "--op-id", "op-1")
+		hasKeys(t, m, map[string]string{"result": "string", "token": "number"})
+		if m["result"] != "accepted" || num(t, m, "token") != ha.Token() {
+			t.Fatalf("put %v", m)
+		}
+		// A lower token is stale: exit 3, the JSON still reports it.
+		r := run(t, addr, "fence", "put", "reg", "old", "--token", "1", "-o", "json")
+		if r.code != ExitStale {
+			t.Fatalf("stale put: exit %d, want 3 (%q)", r.code, r.stderr)
+		}
+		m = decodeOne(t, r.stdout)
+		if m["result"] != "stale" || num(t, m, "token") != ha.Token() {
+			t.Fatalf("stale put %v", m)
+		}
+		if !strings.HasPrefix(r.stderr, "tenure: stale fence token") {
+			t.Fatalf("stale stderr %q", r.stderr)
+		}
+		// Replaying the op id applies nothing.
+		m = runJSON(t, addr, 0, "fence", "put", "reg", "other", "--token", tok, "--op-id", "op-1")
+		if m["result"] != "duplicate" || num(t, m, "token") != ha.Token() {
+			t.Fatalf("duplicate put %v", m)
+		}
+		m = runJSON(t, addr, 0, "fence", "get", "reg")
+		hasKeys(t, m, map[string]string{"key": "string", "value": "string", "token": "number", "found": "bool"})
+		if m["key"] != "reg" || m["value"] != "v1" || num(t, m, "token") != ha.Token() || m["found"] != true {
+			t.Fatalf("get %v", m)
+		}
+		m = runJSON(t, addr, 0, "fence", "get", "never-written")
+		if m["found"] != false || m["value"] != "" || num(t, m, "token") != 0 {
+			t.Fatalf("get missing %v", m)
+		}
+	})
+
+	if err := ha.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("lock history", func(t *testing.T) {
+		var m map[string]any
+		waitFor(t, "B's grant in history", 5*time.Second, func() bool {
+			m = runJSON(t, addr, 0, "lock", "history", "res")
+			return len(m["grants"].([]any)) == 2
+		})
+		hasKeys(t, m, map[string]string{"name": "string", "grants": "array"})
+		g := m["grants"].([]any)
+		first, second := g[0].(map[string]any), g[1].(map[string]any)
+		for _, x := range []map[string]any{first, second} {
+			hasKeys(t, x, map[string]string{"owner": "string", "session": "number", "token": "number", "ended": "string"})
+		}
+		if first["owner"] != "owner-a" || first["ended"] != "released" || num(t, first, "token") != ha.Token() {
+			t.Fatalf("first grant %v", first)
+		}
+		if second["owner"] != "owner-b" || second["ended"] != "held" || num(t, second, "token") <= ha.Token() {
+			t.Fatalf("second grant %v", second)
+		}
+	})
+}
+
+func TestLockRunsCommand(t *testing.T) {
+	srv := testutil.Start(t, "", nil)
+	addr := srv.Addr()
+
+	r := run(t, addr, "lock", "job", "--owner", "tester", "--", "sh", "-c", `echo "$TENURE_LOCK $TENURE_FENCE_TOKEN $TENURE_SESSION $TENURE_ENDPOINT"`)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %q", r.code, r.stderr)
+	}
+	f := strings.Fields(r.stdout)
+	if len(f) != 4 || f[0] != "job" || f[1] == "" || f[2] == "" || f[3] != addr {
+		t.Fatalf("command saw %q", r.stdout)
+	}
+	// The grant was released when the command exited.
+	m := runJSON(t, addr, 0, "lock", "history", "job")
+	g := m["grants"].([]any)[0].(map[string]any)
+	if g["ended"] != "released" || g["owner"] != "tester" || fmt.Sprint(num(t, g, "token")) != f[1] || fmt.Sprint(num(t, g, "session")) != f[2] {
+		t.Fatalf("grant %v, command saw %q", g, r.stdout)
+	}
+
+	cases := []struct {
+		name   string
+		script string
+		want   int
+	}{
+		{"exit status", "exit 7", 7},
+		{"killed by signal", "kill -KILL $$", 128 + 9},
+		{"terminated", "kill -TERM $$", 128 + 15},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, addr, "lock", "job", "--", "sh", "-c", tc.script)
+			if r.code != tc.want || r.stderr != "" {
+				t.Fatalf("exit %d stderr %q, want exit %d and no message", r.code, r.stderr, tc.want)
+			}
+		})
+	}
+
+	t.Run("command not found", func(t *testing.T) {
+		r := run(t, addr, "lock", "job", "--", "/nonexistent/cmd")
+		if r.code != ExitError || !strings.Contains(r.stderr, "/nonexistent/cmd") {
+			t.Fatalf("got %+v", r)
+		}
+		m := runJSON(t, addr, 0, "lock", "status", "job")
+		if m["holder"] != nil {
+			t.Fatalf("lock left held: %v", m)
+		}
+	})
+}
+
+func TestLockTimeout(t *testing.T) {
+	srv := testutil.Start(t, "", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := c.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	m, _ := s.Mutex("busy")
+	if _, err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r := run(t, srv.Addr(), "lock", "busy", "--timeout", "300ms", "--", "sh", "-c", "echo ran")
+	if r.code != ExitTimeout {
+		t.Fatalf("exit %d, want 5 (%q)", r.code, r.stderr)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("took %v", took)
+	}
+	if r.stdout != "" {
+		t.Fatalf("command ran: %q", r.stdout)
+	}
+	if !strings.Contains(r.stderr, "tenure: waiting for lock busy (position 1)\n") || !strings.Contains(r.stderr, "tenure: timed out after 300ms waiting for lock busy") {
+		t.Fatalf("stderr %q", r.stderr)
+	}
+	// The abandoned wait is withdrawn.
+	waitFor(t, "the wait to be withdrawn", 5*time.Second, func() bool {
+		return num(t, runJSON(t, srv.Addr(), 0, "lock", "status", "busy"), "waiters") == 0
+	})
+}
+
+// TestLockStopsCommandOnSuspect cuts the CLI off from the server while its
+// command runs: the command must be stopped, and tenure must say why.
+func TestLockStopsCommandOnSuspect(t *testing.T) {
+	srv := testutil.Start(t, "", nil)
+	px := testutil.StartProxy(t, srv.Addr())
+	dir := t.TempDir()
+	started, finished := filepath.Join(dir, "started"), filepath.Join(dir, "finished")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		// The child ignores SIGTERM, so only the SIGKILL after the grace
+		// stops it.
+		script := fmt.Sprintf(`trap "" TERM; touch %s; sleep 20; touch %s`, started, finished)
+		done <- Run(ctx, []string{"--endpoint", px.Addr(), "lock", "res", "--ttl", "1s", "--kill-grace", "300ms", "--", "sh", "-c", script}, Streams{Out: &out, Err: &errb})
+	}()
+	waitFor(t, "the command to start", 10*time.Second, func() bool {
+		_, err := os.Stat(started)
+		return err == nil
+	})
+	px.Pause(true, true) // renewals go unanswered
+	stopped := time.Now()
+	var code int
+	select {
+	case code = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("tenure lock still running 10s after losing contact (stderr %q)", errb.String())
+	}
+	px.Resume()
+	if took := time.Since(stopped); took > 5*time.Second {
+		t.Fatalf("stopping took %v", took)
+	}
+	if code != ExitError {
+		t.Fatalf("exit %d, want 1 (stderr %q)", code, errb.String())
+	}
+	if !regexp.MustCompile(`^tenure: lost ownership of lock res \((suspect|lost)\): stopped command\n$`).MatchString(errb.String()) {
+		t.Fatalf("stderr %q", errb.String())
+	}
+	if _, err := os.Stat(finished); err == nil {
+		t.Fatal("the command ran to its end")
+	}
+}
+
+func TestServe(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb syncBuffer
+	dataDir := filepath.Join(t.TempDir(), "data")
+	done := make(chan int, 1)
+	go func() {
+		done <- Run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--node-id", "n7"}, Streams{Out: &out, Err: &errb})
+	}()
+	line := regexp.MustCompile(`^tenure: serving on (127\.0\.0\.1:\d+) \(node n7, data (.*)\)\n$`)
+	waitFor(t, "the ready line", 20*time.Second, func() bool {
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited %d: %s", code, errb.String())
+		default:
+		}
+		return line.MatchString(out.String())
+	})
+	mm := line.FindStringSubmatch(out.String())
+	if mm[2] != dataDir {
+		t.Fatalf("ready line %q", out.String())
+	}
+	m := runJSON(t, mm[1], 0, "status")
+	if m["node"] != "n7" {
+		t.Fatalf("status %v", m)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("serve exited %d: %s", code, errb.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	if strings.Count(out.String(), "\n") != 1 {
+		t.Fatalf("stdout %q, want one line", out.String())
+	}
+}
+
+func TestBench(t *testing.T) {
+	srv := testutil.Start(t, "", nil)
+	for _, mode := range []string{"uncontended", "contended"} {
+		t.Run(mode, func(t *testing.T) {
+			m := runJSON(t, srv.Addr(), 0, "bench", "--mode", mode, "--clients", "3", "--duration", "400ms", "--ttl", "5s")
+			hasKeys(t, m, map[string]string{
+				"mode": "string", "clients": "number", "ops_per_sec": "number", "handoffs_per_sec": "number",
+				"p50_ms": "number", "p99_ms": "number", "errors": "number",
+				"fairness_max_over_min": "number", "grants_per_client_min": "number", "grants_per_client_max": "number",
+			})
+			if m["mode"] != mode || num(t, m, "clients") != 3 || num(t, m, "errors") != 0 || m["ops_per_sec"].(float64) <= 0 {
+				t.Fatalf("bench %v", m)
+			}
+			if m["p99_ms"].(float64) < m["p50_ms"].(float64) || num(t, m, "grants_per_client_min") == 0 {
+				t.Fatalf("bench %v", m)
+			}
+			handoffs := m["handoffs_per_sec"].(float64)
+			if mode == "uncontended" && handoffs != 0 || mode == "contended" && handoffs <= 0 {
+				t.Fatalf("handoffs_per_sec %v in %s mode", handoffs, mode)
+			}
+		})
+	}
+	// Sessions are closed when the run ends.
+	waitFor(t, "bench sessions to close", 5*time.Second, func() bool {
+		return len(runJSON(t, srv.Addr(), 0, "session", "list")["sessions"].([]any)) == 0
+	})
+}

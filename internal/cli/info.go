@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tenure-io/tenure/client"
+)
+
+// sessionJSON is one live session.
+type sessionJSON struct {
+	ID      uint64   `json:"id"`
+	Owner   string   `json:"owner"`
+	TTLMs   int64    `json:"ttl_ms"`
+	Held    []string `json:"held"`
+	Waiting []string `json:"waiting"`
+}
+
+// sessionListJSON is `tenure session list -o json`.
+type sessionListJSON struct {
+	Sessions []sessionJSON `json:"sessions"`
+	Revision uint64        `json:"revision"`
+}
+
+func (a *app) sessionCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "session",
+		Short: "Inspect sessions",
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "list",
+		Short: "List the live sessions",
+		Long: `List the live sessions with the locks each holds and waits for.
+
+JSON: {"sessions":[{"id","owner","ttl_ms","held":[..],"waiting":[..]}],"revision"}.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
+				resp, err := c.Sessions(ctx)
+				if err != nil {
+					return err
+				}
+				out := sessionListJSON{Sessions: []sessionJSON{}, Revision: resp.GetRevision()}
+				for _, s := range resp.GetSessions() {
+					out.Sessions = append(out.Sessions, sessionJSON{
+						ID: s.GetId(), Owner: s.GetOwner(), TTLMs: s.GetTtlMs(),
+						Held: nonNil(s.GetHeld()), Waiting: nonNil(s.GetWaiting()),
+					})
+				}
+				return a.emit(out, func(w io.Writer) {
+					fmt.Fprintf(w, "%d sessions\n", len(out.Sessions))
+					for _, s := range out.Sessions {
+						fmt.Fprintf(w, "  %d  %s  ttl %dms  held [%s]  waiting [%s]\n", s.ID, s.Owner, s.TTLMs, strings.Join(s.Held, " "), strings.Join(s.Waiting, " "))
+					}
+				})
+			})
+		},
+	})
+	return cmd
+}
+
+// statusJSON is `tenure status -o json`.
+type statusJSON struct {
+	Node         string   `json:"node"`
+	Leader       string   `json:"leader"`
+	Term         uint64   `json:"term"`
+	Revision     uint64   `json:"revision"`
+	Voters       []string `json:"voters"`
+	AppliedIndex uint64   `json:"applied_index"`
+}
+
+func (a *app) statusCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show the server's view: node, leader, term, revision",
+		Long: `Show the server's view of the cluster.
+
+JSON: {"node","leader","term","revision","voters":[..],"applied_index"}.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
+				st, err := c.Status(ctx)
+				if err != nil {
+					return err
+				}
+				out := statusJSON{Node: st.GetNode(), Leader: st.GetLeader(), Term: st.GetTerm(), Revision: st.GetRevision(), Voters: nonNil(st.GetVoters()), AppliedIndex: st.GetAppliedIndex()}
+				return a.emit(out, func(w io.Writer) {
+					fmt.Fprintf(w, "node:     %s\nleader:   %s\nterm:     %d\nrevision: %d\nvoters:   %s\n", out.Node, out.Leader, out.Term, out.Revision, strings.Join(out.Voters, " "))
+				})
+			})
+		},
+	}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

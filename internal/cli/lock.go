@@ -1,0 +1,392 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tenure-io/tenure/client"
+)
+
+// cleanupTimeout bounds releasing a lock and closing a session once the
+// command is over.
+const cleanupTimeout = 5 * time.Second
+
+type lockFlags struct {
+	ttl       time.Duration
+	timeout   time.Duration
+	killGrace time.Duration
+	lockDelay time.Duration
+	owner     string
+}
+
+func (a *app) lockCommand() *cobra.Command {
+	var lf lockFlags
+	cmd := &cobra.Command{
+		Use:   "lock NAME [flags] -- COMMAND [ARG...]",
+		Short: "Run a command while holding a lock; inspect locks",
+		Long: `Run COMMAND while holding the lock NAME.
+
+tenure lock opens a session (--ttl), waits in FIFO order for the lock
+(printing its queue position on stderr), then runs COMMAND with stdin,
+stdout and stderr passed through and these variables set:
+
+  TENURE_LOCK         the lock's name
+  TENURE_FENCE_TOKEN  the grant's fencing token: pass it with every effect
+  TENURE_SESSION      the session id
+  TENURE_ENDPOINT     the server address tenure used
+
+When COMMAND exits the lock is released and tenure exits with COMMAND's
+status (128+N if signal N killed it). SIGINT and SIGTERM are forwarded to
+COMMAND.
+
+If ownership can no longer be proven while COMMAND runs (the session's
+renewal is overdue, the connection broke, or the session expired),
+COMMAND is sent SIGTERM at once and SIGKILL after --kill-grace, and
+tenure exits 1 saying so. Without a terminal, COMMAND runs in a process
+group of its own and signals go to the whole group.
+
+Exit codes: COMMAND's status; 5 if --timeout passed while waiting; 128+N
+if signal N interrupted the wait; 1 on other errors. -o does not apply:
+stdout belongs to COMMAND.
+
+"status" and "history" are subcommands, so they cannot be used as lock
+names with this form.`,
+		Example: `  tenure lock backup --ttl 10s -- ./backup.sh
+  tenure lock status backup -o json
+  tenure lock history backup -o json`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			dash := cmd.ArgsLenAtDash()
+			switch {
+			case len(args) == 0:
+				return errors.New("usage: tenure lock NAME [flags] -- COMMAND [ARG...]")
+			case dash < 0:
+				return fmt.Errorf("missing '-- COMMAND' after the lock name (usage: tenure lock NAME [flags] -- COMMAND [ARG...])")
+			case dash != 1:
+				return fmt.Errorf("want exactly one lock name before '--', got %d", dash)
+			case len(args) == dash:
+				return errors.New("missing COMMAND after '--'")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if lf.timeout < 0 || lf.killGrace < 0 {
+				return errors.New("--timeout and --kill-grace must not be negative")
+			}
+			return a.runLock(cmd.Context(), args[0], args[1:], lf)
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&lf.ttl, "ttl", client.DefaultTTL, "session time to live (1s..1h)")
+	f.DurationVar(&lf.timeout, "timeout", 30*time.Second, "give up waiting for the lock after this long (0: wait forever); exit 5")
+	f.DurationVar(&lf.killGrace, "kill-grace", 5*time.Second, "after ownership is lost, wait this long between SIGTERM and SIGKILL")
+	f.DurationVar(&lf.lockDelay, "lock-delay", 0, "if this grant ends by expiry, keep the lock from others this long (0..1m)")
+	f.StringVar(&lf.owner, "owner", "", "owner shown in status and history (default hostname:pid)")
+	cmd.AddCommand(a.lockStatusCommand(), a.lockHistoryCommand())
+	return cmd
+}
+
+// runLock acquires the lock, runs argv under it and releases it.
+func (a *app) runLock(ctx context.Context, name string, argv []string, lf lockFlags) error {
+	sigc := make(chan os.Signal, 8)
+	signal.Notify(sigc, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigc)
+
+	owner := lf.owner
+	if owner == "" {
+		host, _ := os.Hostname()
+		owner = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	sess, h, err := a.acquire(ctx, c, name, owner, lf, sigc)
+	if err != nil {
+		return err
+	}
+	// A session cut off from the server must not hold up the exit for
+	// long: closing it is a courtesy that frees the lock before its TTL.
+	defer closeSession(sess, min(cleanupTimeout, lf.ttl))
+	if h.Context().Err() != nil {
+		return fmt.Errorf("lost ownership of lock %s (%s) before the command started", name, h.State())
+	}
+
+	env := append(os.Environ(),
+		"TENURE_LOCK="+name,
+		"TENURE_FENCE_TOKEN="+strconv.FormatUint(h.Token(), 10),
+		"TENURE_SESSION="+strconv.FormatUint(sess.ID(), 10),
+		"TENURE_ENDPOINT="+a.endpoint,
+	)
+	ch, err := startChild(argv, env, a.streams)
+	if err != nil {
+		release(h)
+		return err
+	}
+	waitc := make(chan error, 1)
+	go func() { waitc <- ch.cmd.Wait() }()
+
+	lost := h.Context().Done()
+	cancelled := ctx.Done()
+	var (
+		reason    string // why the command was stopped; "" while held
+		killc     <-chan time.Time
+		killAt    time.Time
+		killTimer *time.Timer
+	)
+	// armKill schedules SIGKILL after the grace, once.
+	armKill := func() {
+		if killTimer != nil {
+			return
+		}
+		killAt = time.Now().Add(lf.killGrace)
+		killTimer = time.NewTimer(lf.killGrace)
+		killc = killTimer.C
+	}
+	defer func() {
+		if killTimer != nil {
+			killTimer.Stop()
+		}
+	}()
+	for {
+		select {
+		case <-waitc:
+			if reason != "" {
+				ch.reapGroup(killAt)
+				return fmt.Errorf("lost ownership of lock %s (%s): stopped command", name, reason)
+			}
+			if err := release(h); err != nil {
+				fmt.Fprintln(a.streams.Err, errorLine(fmt.Errorf("releasing lock %s: %w", name, err)))
+			}
+			if code := exitStatus(ch.cmd.ProcessState); code != 0 {
+				return &exitError{code: code}
+			}
+			return nil
+		case <-lost:
+			lost = nil
+			reason = h.State().String()
+			ch.stop()
+			armKill()
+		case <-killc:
+			killc = nil
+			ch.signal(syscall.SIGKILL)
+		case s := <-sigc:
+			ch.signal(signalNumber(s))
+		case <-cancelled:
+			// Run's context ended (in-process use): stop like on loss of
+			// ownership, but report the command's status.
+			cancelled = nil
+			ch.stop()
+			armKill()
+		}
+	}
+}
+
+// acquire opens a session and waits for the lock, within --timeout and
+// until SIGINT/SIGTERM.
+func (a *app) acquire(ctx context.Context, c *client.Client, name, owner string, lf lockFlags, sigc <-chan os.Signal) (*client.Session, *client.Hold, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if lf.timeout > 0 {
+		var cancelTimeout context.CancelFunc
+		wctx, cancelTimeout = context.WithTimeout(wctx, lf.timeout)
+		defer cancelTimeout()
+	}
+	type result struct {
+		s   *client.Session
+		h   *client.Hold
+		err error
+	}
+	rc := make(chan result, 1)
+	go func() {
+		s, err := c.NewSession(wctx, client.WithTTL(lf.ttl), client.WithOwner(owner))
+		if err != nil {
+			rc <- result{err: err}
+			return
+		}
+		m, err := s.Mutex(name, client.WithLockDelay(lf.lockDelay))
+		if err == nil {
+			var h *client.Hold
+			h, err = m.Lock(wctx, client.OnQueued(func(pos int) {
+				fmt.Fprintf(a.streams.Err, "tenure: waiting for lock %s (position %d)\n", name, pos)
+			}))
+			if err == nil {
+				rc <- result{s: s, h: h}
+				return
+			}
+		}
+		closeSession(s, cleanupTimeout)
+		rc <- result{err: err}
+	}()
+	var sig os.Signal
+	for {
+		select {
+		case s := <-sigc:
+			if sig == nil {
+				sig = s
+				cancel()
+			}
+		case r := <-rc:
+			switch {
+			case sig != nil:
+				if r.err == nil {
+					release(r.h)
+					closeSession(r.s, cleanupTimeout)
+				}
+				return nil, nil, &exitError{code: 128 + int(signalNumber(sig)), err: fmt.Errorf("interrupted by %s while waiting for lock %s", sigName(sig), name)}
+			case r.err == nil:
+				return r.s, r.h, nil
+			case errors.Is(wctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
+				return nil, nil, fmt.Errorf("timed out after %v waiting for lock %s: %w", lf.timeout, name, context.DeadlineExceeded)
+			}
+			return nil, nil, a.describe(r.err)
+		}
+	}
+}
+
+// release gives the hold back under a fresh, bounded context.
+func release(h *client.Hold) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	return h.Unlock(ctx)
+}
+
+// closeSession ends the session under a fresh context bounded by timeout.
+func closeSession(s *client.Session, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	_ = s.Close(ctx)
+}
+
+// holderJSON is a lock's current holder.
+type holderJSON struct {
+	Owner   string `json:"owner"`
+	Session uint64 `json:"session"`
+	Token   uint64 `json:"token"`
+}
+
+// waiterJSON is a queued request.
+type waiterJSON struct {
+	Owner          string `json:"owner"`
+	Session        uint64 `json:"session"`
+	QueuedRevision uint64 `json:"queued_revision"`
+}
+
+// lockStatusJSON is `tenure lock status -o json`.
+type lockStatusJSON struct {
+	Name        string       `json:"name"`
+	Holder      *holderJSON  `json:"holder"`
+	Waiters     int          `json:"waiters"`
+	WaiterOrder []waiterJSON `json:"waiter_order"`
+	Delayed     bool         `json:"delayed"`
+	Revision    uint64       `json:"revision"`
+}
+
+func (a *app) lockStatusCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status NAME",
+		Short: "Show a lock's holder and waiters",
+		Long: `Show a lock's holder and waiters.
+
+JSON: {"name","holder":{"owner","session","token"}|null,"waiters":N,
+"waiter_order":[{"owner","session","queued_revision"}],"delayed","revision"}.
+waiter_order is in grant order: the first is granted next.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
+				st, err := c.LockStatus(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				out := lockStatusJSON{Name: st.GetName(), Waiters: len(st.GetWaiters()), WaiterOrder: []waiterJSON{}, Delayed: st.GetDelayed(), Revision: st.GetRevision()}
+				if h := st.GetHolder(); h != nil {
+					out.Holder = &holderJSON{Owner: h.GetOwner(), Session: h.GetSession(), Token: h.GetToken()}
+				}
+				for _, w := range st.GetWaiters() {
+					out.WaiterOrder = append(out.WaiterOrder, waiterJSON{Owner: w.GetOwner(), Session: w.GetSession(), QueuedRevision: w.GetQueuedRevision()})
+				}
+				return a.emit(out, func(w io.Writer) {
+					fmt.Fprintf(w, "lock %s\n", out.Name)
+					if out.Holder == nil {
+						fmt.Fprintln(w, "holder:  none")
+					} else {
+						fmt.Fprintf(w, "holder:  %s (session %d, token %d)\n", out.Holder.Owner, out.Holder.Session, out.Holder.Token)
+					}
+					if out.Delayed {
+						fmt.Fprintln(w, "delayed: yes (lock-delay after an expiry)")
+					}
+					fmt.Fprintf(w, "waiters: %d\n", out.Waiters)
+					for i, wt := range out.WaiterOrder {
+						fmt.Fprintf(w, "  %d. %s (session %d)\n", i+1, wt.Owner, wt.Session)
+					}
+				})
+			})
+		},
+	}
+}
+
+// grantJSON is one grant in a lock's history.
+type grantJSON struct {
+	Owner           string `json:"owner"`
+	Session         uint64 `json:"session"`
+	Token           uint64 `json:"token"`
+	Ended           string `json:"ended"`
+	GrantedRevision uint64 `json:"granted_revision"`
+	EndedRevision   uint64 `json:"ended_revision"`
+}
+
+// lockHistoryJSON is `tenure lock history -o json`.
+type lockHistoryJSON struct {
+	Name   string      `json:"name"`
+	Grants []grantJSON `json:"grants"`
+}
+
+func (a *app) lockHistoryCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "history NAME",
+		Short: "Show a lock's recent grants, oldest first",
+		Long: `Show a lock's recent grants, oldest first (the server keeps a bounded number).
+
+JSON: {"name","grants":[{"owner","session","token","ended","granted_revision",
+"ended_revision"}]} where ended is "released", "expired" or "held".`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
+				hist, err := c.LockHistory(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				out := lockHistoryJSON{Name: hist.GetName(), Grants: []grantJSON{}}
+				for _, g := range hist.GetGrants() {
+					out.Grants = append(out.Grants, grantJSON{Owner: g.GetOwner(), Session: g.GetSession(), Token: g.GetToken(), Ended: g.GetEnded(), GrantedRevision: g.GetGrantedRevision(), EndedRevision: g.GetEndedRevision()})
+				}
+				return a.emit(out, func(w io.Writer) {
+					fmt.Fprintf(w, "lock %s: %d grants\n", out.Name, len(out.Grants))
+					for _, g := range out.Grants {
+						fmt.Fprintf(w, "  token %d  %-8s  %s (session %d)\n", g.Token, g.Ended, g.Owner, g.Session)
+					}
+				})
+			})
+		},
+	}
+}
+
+// sigName names the signals tenure lock reacts to.
+func sigName(s os.Signal) string {
+	switch signalNumber(s) {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return s.String()
+}

@@ -1,0 +1,69 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tenure-io/tenure/internal/daemon"
+)
+
+// serveOutput is `tenure serve -o json`'s ready line.
+type serveOutput struct {
+	Serving string `json:"serving"`
+	Node    string `json:"node"`
+	DataDir string `json:"data_dir"`
+}
+
+func (a *app) serveCommand() *cobra.Command {
+	cfg := daemon.DefaultConfig()
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a single-node Tenure server",
+		Long: `Run a single-node Tenure server with its state in --data-dir.
+
+Prints one line on stdout once it serves (with -o json: {"serving","node",
+"data_dir"}); the storage and consensus log goes to stderr. SIGINT or
+SIGTERM stops it cleanly (exit 0).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			cfg.LogOutput = a.streams.Err
+			d, err := daemon.Start(cfg)
+			if err != nil {
+				return err
+			}
+			done := make(chan error, 1)
+			go func() { done <- d.Run(ctx) }()
+			select {
+			case <-d.Ready():
+			case err := <-done:
+				if err == nil && ctx.Err() == nil {
+					err = errors.New("server stopped before it was ready")
+				}
+				return err
+			}
+			out := serveOutput{Serving: d.Addr(), Node: cfg.NodeID, DataDir: cfg.DataDir}
+			if err := a.emit(out, func(w io.Writer) {
+				fmt.Fprintf(w, "tenure: serving on %s (node %s, data %s)\n", out.Serving, out.Node, out.DataDir)
+			}); err != nil {
+				stop()
+				<-done
+				return err
+			}
+			return <-done
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory holding the server's state")
+	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "client API address (port 0 picks a free port)")
+	f.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this node's id")
+	f.StringVar(&cfg.LogStore, "log-store", "", "raft log engine: bolt or wal (default: the data dir's own, bolt for a new one)")
+	return cmd
+}
