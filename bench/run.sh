@@ -11,6 +11,7 @@
 #   DURATION       measurement window per run                 (default 10s)
 #   MODES          modes to run, in order                     (default "uncontended contended")
 #   TENURE_LISTEN  address for `tenure serve`                 (default 127.0.0.1:17070)
+#   TENURE_SERVE_FLAGS extra flags for `tenure serve` (e.g. "--log-store wal")
 #   SKIP_TENURE=1  do not build, start or bench tenure
 #   KEEP_TMP=1     keep the temp dir (binaries, data, logs, raw JSON)
 #
@@ -113,7 +114,7 @@ if [[ "$SKIP_TENURE" != 1 ]]; then
 		exit 1
 	fi
 	log "starting tenure serve on $TENURE_LISTEN"
-	"$TMP/tenure" serve --data-dir "$TMP/tenure-data" --listen "$TENURE_LISTEN" >"$TMP/tenure.log" 2>&1 &
+	"$TMP/tenure" serve --data-dir "$TMP/tenure-data" --listen "$TENURE_LISTEN" ${TENURE_SERVE_FLAGS:-} >"$TMP/tenure.log" 2>&1 &
 	PIDS+=($!)
 	tpid=$!
 	ready=0
