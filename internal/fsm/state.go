@@ -69,6 +69,9 @@ type Result struct {
 	Put           PutOutcome
 	Duplicate     bool
 	AcceptedToken uint64
+
+	// Batch: one result per command, in order.
+	Batch []Result
 }
 
 // EventKind says what an Event reports.
@@ -217,6 +220,15 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 		r = s.endLockDelay(op.EndLockDelay, emit)
 	case *fsmpb.Command_FencedPut:
 		r = s.fencedPut(op.FencedPut)
+	case *fsmpb.Command_Batch:
+		r.Batch = make([]Result, len(op.Batch.GetCommands()))
+		for i, c := range op.Batch.GetCommands() {
+			if _, nested := c.GetOp().(*fsmpb.Command_Batch); nested {
+				r.Batch[i] = Result{Err: fmt.Errorf("%w: nested batch", ErrInvalid), Revision: s.revision}
+				continue
+			}
+			r.Batch[i] = s.Apply(c, emit)
+		}
 	default:
 		r.Err = fmt.Errorf("%w: unknown command", ErrInvalid)
 	}

@@ -98,6 +98,12 @@ type Node struct {
 	leadCh chan bool
 	ready  chan struct{}
 
+	proposals chan *proposal
+	slots     chan struct{}
+	applying  chan inflight
+	quit      chan struct{}
+	wg        sync.WaitGroup
+
 	readyOnce sync.Once
 	closeOnce sync.Once
 	closeErr  error
@@ -110,7 +116,11 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("node: creating data dir: %w", err)
 	}
-	n := &Node{cfg: cfg, leadCh: make(chan bool, 16), ready: make(chan struct{})}
+	n := &Node{
+		cfg: cfg, leadCh: make(chan bool, 16), ready: make(chan struct{}),
+		proposals: make(chan *proposal, maxBatch), slots: make(chan struct{}, maxInflight),
+		applying: make(chan inflight, maxInflight), quit: make(chan struct{}),
+	}
 	n.fsm = fsm.New(func(e fsm.Event) {
 		n.lessor.Observe(e)
 		if sink != nil {
@@ -164,6 +174,9 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 		return nil, fmt.Errorf("node: starting raft: %w", err)
 	}
 	n.raft = r
+	n.wg.Add(2)
+	go n.batcher()
+	go n.answerer()
 	return n, nil
 }
 
@@ -204,26 +217,125 @@ func (n *Node) promote(ctx context.Context) {
 // Ready is closed once this node has been leader with its state caught up.
 func (n *Node) Ready() <-chan struct{} { return n.ready }
 
+// Batching: concurrent proposals are committed together as one log entry
+// (an fsmpb.Batch), with at most maxInflight entries in raft at once. While
+// those are being stored, new proposals accumulate into the next batch, so
+// the log pays one entry (and the disk one write) per batch, not per
+// command. Order within a batch is arrival order.
+const (
+	maxBatch    = 1024
+	maxInflight = 2
+)
+
+type proposal struct {
+	cmd  *fsmpb.Command
+	done chan proposeResult
+}
+
+type proposeResult struct {
+	res fsm.Result
+	err error
+}
+
+type inflight struct {
+	f     raft.ApplyFuture
+	batch []*proposal
+}
+
 // Propose commits cmd and returns the state machine's result. A state
 // machine refusal comes back as the result's Err (also returned as error).
+// If ctx ends after the command was handed to raft, the outcome is unknown
+// (ErrUnknownOutcome).
 func (n *Node) Propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
-	data, err := proto.Marshal(cmd)
-	if err != nil {
-		return fsm.Result{}, fmt.Errorf("node: encoding command: %w", err)
+	p := &proposal{cmd: cmd, done: make(chan proposeResult, 1)}
+	select {
+	case n.proposals <- p:
+	case <-ctx.Done():
+		return fsm.Result{}, ctx.Err()
+	case <-n.quit:
+		return fsm.Result{}, ErrClosed
 	}
-	timeout := n.cfg.ApplyTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
-		if timeout <= 0 {
-			return fsm.Result{}, ctx.Err()
+	select {
+	case r := <-p.done:
+		return r.res, r.err
+	case <-ctx.Done():
+		return fsm.Result{}, fmt.Errorf("%w: %v", ErrUnknownOutcome, ctx.Err())
+	case <-n.quit:
+		return fsm.Result{}, fmt.Errorf("%w: %v", ErrUnknownOutcome, ErrClosed)
+	}
+}
+
+// batcher turns queued proposals into log entries.
+func (n *Node) batcher() {
+	defer n.wg.Done()
+	defer close(n.applying)
+	for {
+		var first *proposal
+		select {
+		case first = <-n.proposals:
+		case <-n.quit:
+			return
+		}
+		select {
+		case n.slots <- struct{}{}: // wait for room; proposals pile up meanwhile
+		case <-n.quit:
+			first.done <- proposeResult{err: ErrClosed}
+			return
+		}
+		batch := []*proposal{first}
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case p := <-n.proposals:
+				batch = append(batch, p)
+			default:
+				break drain
+			}
+		}
+		var data []byte
+		var err error
+		if len(batch) == 1 {
+			data, err = proto.Marshal(first.cmd)
+		} else {
+			b := &fsmpb.Batch{Commands: make([]*fsmpb.Command, len(batch))}
+			for i, p := range batch {
+				b.Commands[i] = p.cmd
+			}
+			data, err = proto.Marshal(&fsmpb.Command{Op: &fsmpb.Command_Batch{Batch: b}})
+		}
+		if err != nil {
+			for _, p := range batch {
+				p.done <- proposeResult{err: fmt.Errorf("node: encoding command: %w", err)}
+			}
+			<-n.slots
+			continue
+		}
+		n.applying <- inflight{f: n.raft.Apply(data, n.cfg.ApplyTimeout), batch: batch}
+	}
+}
+
+// answerer hands each committed batch's results to its proposers, in order.
+func (n *Node) answerer() {
+	defer n.wg.Done()
+	for in := range n.applying {
+		err := in.f.Error()
+		var res fsm.Result
+		if err == nil {
+			res = in.f.Response().(fsm.Result)
+		}
+		<-n.slots
+		for i, p := range in.batch {
+			switch {
+			case err != nil:
+				p.done <- proposeResult{err: mapRaftErr(err)}
+			case len(in.batch) == 1:
+				p.done <- proposeResult{res: res, err: res.Err}
+			default:
+				r := res.Batch[i]
+				p.done <- proposeResult{res: r, err: r.Err}
+			}
 		}
 	}
-	f := n.raft.Apply(data, timeout)
-	if err := f.Error(); err != nil {
-		return fsm.Result{}, mapRaftErr(err)
-	}
-	res := f.Response().(fsm.Result)
-	return res, res.Err
 }
 
 func mapRaftErr(err error) error {
@@ -306,7 +418,9 @@ func (n *Node) Snapshot() error { return n.raft.Snapshot().Error() }
 // Close shuts raft down and closes the stores. It is idempotent.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
-		n.closeErr = n.raft.Shutdown().Error()
+		n.closeErr = n.raft.Shutdown().Error() // pending futures fail now
+		close(n.quit)
+		n.wg.Wait()
 		if err := n.stores.Close(); err != nil && n.closeErr == nil {
 			n.closeErr = err
 		}

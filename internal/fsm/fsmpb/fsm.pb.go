@@ -36,6 +36,7 @@ type Command struct {
 	//	*Command_Release
 	//	*Command_EndLockDelay
 	//	*Command_FencedPut
+	//	*Command_Batch
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -150,6 +151,15 @@ func (x *Command) GetFencedPut() *FencedPut {
 	return nil
 }
 
+func (x *Command) GetBatch() *Batch {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -186,6 +196,10 @@ type Command_FencedPut struct {
 	FencedPut *FencedPut `protobuf:"bytes,8,opt,name=fenced_put,json=fencedPut,proto3,oneof"`
 }
 
+type Command_Batch struct {
+	Batch *Batch `protobuf:"bytes,9,opt,name=batch,proto3,oneof"`
+}
+
 func (*Command_CreateSession) isCommand_Op() {}
 
 func (*Command_CloseSession) isCommand_Op() {}
@@ -202,6 +216,54 @@ func (*Command_EndLockDelay) isCommand_Op() {}
 
 func (*Command_FencedPut) isCommand_Op() {}
 
+func (*Command_Batch) isCommand_Op() {}
+
+// Batch is several commands committed as one log entry and applied in
+// order, each with its own result. Batches do not nest.
+type Batch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Commands      []*Command             `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Batch) Reset() {
+	*x = Batch{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Batch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Batch) ProtoMessage() {}
+
+func (x *Batch) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Batch.ProtoReflect.Descriptor instead.
+func (*Batch) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Batch) GetCommands() []*Command {
+	if x != nil {
+		return x.Commands
+	}
+	return nil
+}
+
 type CreateSession struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Owner         string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
@@ -212,7 +274,7 @@ type CreateSession struct {
 
 func (x *CreateSession) Reset() {
 	*x = CreateSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[1]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -224,7 +286,7 @@ func (x *CreateSession) String() string {
 func (*CreateSession) ProtoMessage() {}
 
 func (x *CreateSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[1]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -237,7 +299,7 @@ func (x *CreateSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSession.ProtoReflect.Descriptor instead.
 func (*CreateSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{1}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CreateSession) GetOwner() string {
@@ -263,7 +325,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -275,7 +337,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -288,7 +350,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CloseSession) GetSession() uint64 {
@@ -308,7 +370,7 @@ type ExpireSession struct {
 
 func (x *ExpireSession) Reset() {
 	*x = ExpireSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -320,7 +382,7 @@ func (x *ExpireSession) String() string {
 func (*ExpireSession) ProtoMessage() {}
 
 func (x *ExpireSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -333,7 +395,7 @@ func (x *ExpireSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireSession.ProtoReflect.Descriptor instead.
 func (*ExpireSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ExpireSession) GetSession() uint64 {
@@ -355,7 +417,7 @@ type Acquire struct {
 
 func (x *Acquire) Reset() {
 	*x = Acquire{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -367,7 +429,7 @@ func (x *Acquire) String() string {
 func (*Acquire) ProtoMessage() {}
 
 func (x *Acquire) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -380,7 +442,7 @@ func (x *Acquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Acquire.ProtoReflect.Descriptor instead.
 func (*Acquire) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Acquire) GetSession() uint64 {
@@ -424,7 +486,7 @@ type CancelAcquire struct {
 
 func (x *CancelAcquire) Reset() {
 	*x = CancelAcquire{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -436,7 +498,7 @@ func (x *CancelAcquire) String() string {
 func (*CancelAcquire) ProtoMessage() {}
 
 func (x *CancelAcquire) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -449,7 +511,7 @@ func (x *CancelAcquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelAcquire.ProtoReflect.Descriptor instead.
 func (*CancelAcquire) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CancelAcquire) GetSession() uint64 {
@@ -484,7 +546,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -496,7 +558,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -509,7 +571,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Release) GetSession() uint64 {
@@ -544,7 +606,7 @@ type EndLockDelay struct {
 
 func (x *EndLockDelay) Reset() {
 	*x = EndLockDelay{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -556,7 +618,7 @@ func (x *EndLockDelay) String() string {
 func (*EndLockDelay) ProtoMessage() {}
 
 func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -569,7 +631,7 @@ func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndLockDelay.ProtoReflect.Descriptor instead.
 func (*EndLockDelay) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *EndLockDelay) GetName() string {
@@ -598,7 +660,7 @@ type FencedPut struct {
 
 func (x *FencedPut) Reset() {
 	*x = FencedPut{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -610,7 +672,7 @@ func (x *FencedPut) String() string {
 func (*FencedPut) ProtoMessage() {}
 
 func (x *FencedPut) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -623,7 +685,7 @@ func (x *FencedPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPut.ProtoReflect.Descriptor instead.
 func (*FencedPut) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FencedPut) GetKey() string {
@@ -667,7 +729,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -679,7 +741,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -692,7 +754,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Snapshot) GetRevision() uint64 {
@@ -734,7 +796,7 @@ type SessionState struct {
 
 func (x *SessionState) Reset() {
 	*x = SessionState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +808,7 @@ func (x *SessionState) String() string {
 func (*SessionState) ProtoMessage() {}
 
 func (x *SessionState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +821,7 @@ func (x *SessionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionState.ProtoReflect.Descriptor instead.
 func (*SessionState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SessionState) GetId() uint64 {
@@ -797,7 +859,7 @@ type GrantState struct {
 
 func (x *GrantState) Reset() {
 	*x = GrantState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -809,7 +871,7 @@ func (x *GrantState) String() string {
 func (*GrantState) ProtoMessage() {}
 
 func (x *GrantState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -822,7 +884,7 @@ func (x *GrantState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantState.ProtoReflect.Descriptor instead.
 func (*GrantState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GrantState) GetSession() uint64 {
@@ -871,7 +933,7 @@ type WaiterState struct {
 
 func (x *WaiterState) Reset() {
 	*x = WaiterState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +945,7 @@ func (x *WaiterState) String() string {
 func (*WaiterState) ProtoMessage() {}
 
 func (x *WaiterState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,7 +958,7 @@ func (x *WaiterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaiterState.ProtoReflect.Descriptor instead.
 func (*WaiterState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WaiterState) GetSession() uint64 {
@@ -934,7 +996,7 @@ type HistoryRecord struct {
 
 func (x *HistoryRecord) Reset() {
 	*x = HistoryRecord{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1008,7 @@ func (x *HistoryRecord) String() string {
 func (*HistoryRecord) ProtoMessage() {}
 
 func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1021,7 @@ func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRecord.ProtoReflect.Descriptor instead.
 func (*HistoryRecord) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *HistoryRecord) GetOwner() string {
@@ -1019,7 +1081,7 @@ type LockState struct {
 
 func (x *LockState) Reset() {
 	*x = LockState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1093,7 @@ func (x *LockState) String() string {
 func (*LockState) ProtoMessage() {}
 
 func (x *LockState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1106,7 @@ func (x *LockState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockState.ProtoReflect.Descriptor instead.
 func (*LockState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LockState) GetName() string {
@@ -1107,7 +1169,7 @@ type OpRecord struct {
 
 func (x *OpRecord) Reset() {
 	*x = OpRecord{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1181,7 @@ func (x *OpRecord) String() string {
 func (*OpRecord) ProtoMessage() {}
 
 func (x *OpRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1194,7 @@ func (x *OpRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpRecord.ProtoReflect.Descriptor instead.
 func (*OpRecord) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *OpRecord) GetOperationId() string {
@@ -1170,7 +1232,7 @@ type RegisterState struct {
 
 func (x *RegisterState) Reset() {
 	*x = RegisterState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1244,7 @@ func (x *RegisterState) String() string {
 func (*RegisterState) ProtoMessage() {}
 
 func (x *RegisterState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1257,7 @@ func (x *RegisterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterState.ProtoReflect.Descriptor instead.
 func (*RegisterState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RegisterState) GetKey() string {
@@ -1237,7 +1299,7 @@ var File_internal_fsm_fsmpb_fsm_proto protoreflect.FileDescriptor
 
 const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\x90\x04\n" +
+	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xbe\x04\n" +
 	"\aCommand\x12E\n" +
 	"\x0ecreate_session\x18\x01 \x01(\v2\x1c.tenure.fsm.v1.CreateSessionH\x00R\rcreateSession\x12B\n" +
 	"\rclose_session\x18\x02 \x01(\v2\x1b.tenure.fsm.v1.CloseSessionH\x00R\fcloseSession\x12E\n" +
@@ -1247,8 +1309,11 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\arelease\x18\x06 \x01(\v2\x16.tenure.fsm.v1.ReleaseH\x00R\arelease\x12C\n" +
 	"\x0eend_lock_delay\x18\a \x01(\v2\x1b.tenure.fsm.v1.EndLockDelayH\x00R\fendLockDelay\x129\n" +
 	"\n" +
-	"fenced_put\x18\b \x01(\v2\x18.tenure.fsm.v1.FencedPutH\x00R\tfencedPutB\x04\n" +
-	"\x02op\"<\n" +
+	"fenced_put\x18\b \x01(\v2\x18.tenure.fsm.v1.FencedPutH\x00R\tfencedPut\x12,\n" +
+	"\x05batch\x18\t \x01(\v2\x14.tenure.fsm.v1.BatchH\x00R\x05batchB\x04\n" +
+	"\x02op\";\n" +
+	"\x05Batch\x122\n" +
+	"\bcommands\x18\x01 \x03(\v2\x16.tenure.fsm.v1.CommandR\bcommands\"<\n" +
 	"\rCreateSession\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"(\n" +
@@ -1337,47 +1402,50 @@ func file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_internal_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Command)(nil),       // 0: tenure.fsm.v1.Command
-	(*CreateSession)(nil), // 1: tenure.fsm.v1.CreateSession
-	(*CloseSession)(nil),  // 2: tenure.fsm.v1.CloseSession
-	(*ExpireSession)(nil), // 3: tenure.fsm.v1.ExpireSession
-	(*Acquire)(nil),       // 4: tenure.fsm.v1.Acquire
-	(*CancelAcquire)(nil), // 5: tenure.fsm.v1.CancelAcquire
-	(*Release)(nil),       // 6: tenure.fsm.v1.Release
-	(*EndLockDelay)(nil),  // 7: tenure.fsm.v1.EndLockDelay
-	(*FencedPut)(nil),     // 8: tenure.fsm.v1.FencedPut
-	(*Snapshot)(nil),      // 9: tenure.fsm.v1.Snapshot
-	(*SessionState)(nil),  // 10: tenure.fsm.v1.SessionState
-	(*GrantState)(nil),    // 11: tenure.fsm.v1.GrantState
-	(*WaiterState)(nil),   // 12: tenure.fsm.v1.WaiterState
-	(*HistoryRecord)(nil), // 13: tenure.fsm.v1.HistoryRecord
-	(*LockState)(nil),     // 14: tenure.fsm.v1.LockState
-	(*OpRecord)(nil),      // 15: tenure.fsm.v1.OpRecord
-	(*RegisterState)(nil), // 16: tenure.fsm.v1.RegisterState
+	(*Batch)(nil),         // 1: tenure.fsm.v1.Batch
+	(*CreateSession)(nil), // 2: tenure.fsm.v1.CreateSession
+	(*CloseSession)(nil),  // 3: tenure.fsm.v1.CloseSession
+	(*ExpireSession)(nil), // 4: tenure.fsm.v1.ExpireSession
+	(*Acquire)(nil),       // 5: tenure.fsm.v1.Acquire
+	(*CancelAcquire)(nil), // 6: tenure.fsm.v1.CancelAcquire
+	(*Release)(nil),       // 7: tenure.fsm.v1.Release
+	(*EndLockDelay)(nil),  // 8: tenure.fsm.v1.EndLockDelay
+	(*FencedPut)(nil),     // 9: tenure.fsm.v1.FencedPut
+	(*Snapshot)(nil),      // 10: tenure.fsm.v1.Snapshot
+	(*SessionState)(nil),  // 11: tenure.fsm.v1.SessionState
+	(*GrantState)(nil),    // 12: tenure.fsm.v1.GrantState
+	(*WaiterState)(nil),   // 13: tenure.fsm.v1.WaiterState
+	(*HistoryRecord)(nil), // 14: tenure.fsm.v1.HistoryRecord
+	(*LockState)(nil),     // 15: tenure.fsm.v1.LockState
+	(*OpRecord)(nil),      // 16: tenure.fsm.v1.OpRecord
+	(*RegisterState)(nil), // 17: tenure.fsm.v1.RegisterState
 }
 var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
-	1,  // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
-	2,  // 1: tenure.fsm.v1.Command.close_session:type_name -> tenure.fsm.v1.CloseSession
-	3,  // 2: tenure.fsm.v1.Command.expire_session:type_name -> tenure.fsm.v1.ExpireSession
-	4,  // 3: tenure.fsm.v1.Command.acquire:type_name -> tenure.fsm.v1.Acquire
-	5,  // 4: tenure.fsm.v1.Command.cancel_acquire:type_name -> tenure.fsm.v1.CancelAcquire
-	6,  // 5: tenure.fsm.v1.Command.release:type_name -> tenure.fsm.v1.Release
-	7,  // 6: tenure.fsm.v1.Command.end_lock_delay:type_name -> tenure.fsm.v1.EndLockDelay
-	8,  // 7: tenure.fsm.v1.Command.fenced_put:type_name -> tenure.fsm.v1.FencedPut
-	10, // 8: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
-	14, // 9: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
-	16, // 10: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
-	11, // 11: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
-	12, // 12: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
-	13, // 13: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
-	15, // 14: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	2,  // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
+	3,  // 1: tenure.fsm.v1.Command.close_session:type_name -> tenure.fsm.v1.CloseSession
+	4,  // 2: tenure.fsm.v1.Command.expire_session:type_name -> tenure.fsm.v1.ExpireSession
+	5,  // 3: tenure.fsm.v1.Command.acquire:type_name -> tenure.fsm.v1.Acquire
+	6,  // 4: tenure.fsm.v1.Command.cancel_acquire:type_name -> tenure.fsm.v1.CancelAcquire
+	7,  // 5: tenure.fsm.v1.Command.release:type_name -> tenure.fsm.v1.Release
+	8,  // 6: tenure.fsm.v1.Command.end_lock_delay:type_name -> tenure.fsm.v1.EndLockDelay
+	9,  // 7: tenure.fsm.v1.Command.fenced_put:type_name -> tenure.fsm.v1.FencedPut
+	1,  // 8: tenure.fsm.v1.Command.batch:type_name -> tenure.fsm.v1.Batch
+	0,  // 9: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
+	11, // 10: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
+	15, // 11: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
+	17, // 12: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
+	12, // 13: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
+	13, // 14: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
+	14, // 15: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
+	16, // 16: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_internal_fsm_fsmpb_fsm_proto_init() }
@@ -1394,6 +1462,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 		(*Command_Release)(nil),
 		(*Command_EndLockDelay)(nil),
 		(*Command_FencedPut)(nil),
+		(*Command_Batch)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1401,7 +1470,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_fsm_fsmpb_fsm_proto_rawDesc), len(file_internal_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
