@@ -353,7 +353,15 @@ func sameResult(a, b fsm.Result) bool {
 	if (a.Err == nil) != (b.Err == nil) || (a.Err != nil && a.Err.Error() != b.Err.Error()) {
 		return false
 	}
-	a.Err, b.Err = nil, nil
+	if len(a.Batch) != len(b.Batch) {
+		return false
+	}
+	for i := range a.Batch {
+		if !sameResult(a.Batch[i], b.Batch[i]) {
+			return false
+		}
+	}
+	a.Err, b.Err, a.Batch, b.Batch = nil, nil, nil, nil
 	return a == b
 }
 

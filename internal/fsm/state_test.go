@@ -849,3 +849,43 @@ func TestTokensIncreaseAcrossLocks(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchEqualsCommandsOneByOne: a batch entry applies its commands in
+// order with the same results, events and final state as separate entries.
+func TestBatchEqualsCommandsOneByOne(t *testing.T) {
+	cmds := []*fsmpb.Command{
+		cmdCreate("a", 5000), cmdCreate("b", 5000),
+		cmdAcquire(1, "l", true, 0), cmdAcquire(2, "l", true, 0),
+		cmdRelease(1, "l", 3), cmdRelease(1, "l", 3), // second is stale
+		cmdPut("k", "v", 4, "op"), cmdPut("k", "w", 2, "op2"),
+	}
+	one := fsm.NewState()
+	var oneEvents []fsm.Event
+	var oneResults []fsm.Result
+	for _, c := range cmds {
+		oneResults = append(oneResults, one.Apply(c, func(e fsm.Event) { oneEvents = append(oneEvents, e) }))
+	}
+	batched := fsm.NewState()
+	var batchEvents []fsm.Event
+	r := batched.Apply(&fsmpb.Command{Op: &fsmpb.Command_Batch{Batch: &fsmpb.Batch{Commands: cmds}}}, func(e fsm.Event) { batchEvents = append(batchEvents, e) })
+	if len(r.Batch) != len(cmds) {
+		t.Fatalf("%d results for %d commands", len(r.Batch), len(cmds))
+	}
+	for i := range cmds {
+		if !sameResult(r.Batch[i], oneResults[i]) {
+			t.Fatalf("command %d: batched %+v, alone %+v", i, r.Batch[i], oneResults[i])
+		}
+	}
+	if fmt.Sprint(batchEvents) != fmt.Sprint(oneEvents) {
+		t.Fatalf("events differ:\n%v\n%v", batchEvents, oneEvents)
+	}
+	if !bytes.Equal(exportBytes(t, one), exportBytes(t, batched)) {
+		t.Fatal("state differs")
+	}
+	nested := batched.Apply(&fsmpb.Command{Op: &fsmpb.Command_Batch{Batch: &fsmpb.Batch{Commands: []*fsmpb.Command{
+		{Op: &fsmpb.Command_Batch{Batch: &fsmpb.Batch{}}},
+	}}}}, nil)
+	if !errors.Is(nested.Batch[0].Err, fsm.ErrInvalid) {
+		t.Fatalf("nested batch: %v", nested.Batch[0].Err)
+	}
+}
