@@ -362,7 +362,7 @@ func sameResult(a, b fsm.Result) bool {
 		}
 	}
 	a.Err, b.Err, a.Batch, b.Batch = nil, nil, nil, nil
-	return a == b
+	return reflect.DeepEqual(a, b)
 }
 
 func lockState(snap *fsmpb.Snapshot, name string) *fsmpb.LockState {
