@@ -97,22 +97,26 @@ func (f *Fake) Pending() int {
 	return len(f.timers)
 }
 
-// Advance moves the clock forward by d, firing every timer that comes due.
-func (f *Fake) Advance(d time.Duration) {
+// Advance moves the clock forward by d, firing every timer that comes due,
+// and reports how many fired.
+func (f *Fake) Advance(d time.Duration) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.now = f.now.Add(d)
 	sort.SliceStable(f.timers, func(i, j int) bool { return f.timers[i].at.Before(f.timers[j].at) })
 	keep := f.timers[:0]
+	fired := 0
 	for _, t := range f.timers {
 		if !t.at.After(f.now) {
 			t.fired = true
 			t.c <- t.at
+			fired++
 			continue
 		}
 		keep = append(keep, t)
 	}
 	f.timers = keep
+	return fired
 }
 
 type fakeTimer struct {
