@@ -21,9 +21,14 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -35,11 +40,20 @@ import (
 // DefaultEndpoint is where `tenure serve` listens by default.
 const DefaultEndpoint = "127.0.0.1:7070"
 
-// Client is a connection to a Tenure server. It is safe for concurrent use.
+// Client is a connection to a Tenure service: one server or the members of
+// a cluster. Writes and linearizable reads must reach the leader; a node
+// that is not the leader answers "unavailable" and the client moves on to
+// the next endpoint by itself. It is safe for concurrent use.
 type Client struct {
+	eps []*endpoint
+	cur atomic.Uint32 // index of the endpoint in use
+	clk clock.Clock
+}
+
+type endpoint struct {
+	addr string
 	conn *grpc.ClientConn
 	api  pb.TenureClient
-	clk  clock.Clock
 }
 
 // Option configures Dial.
@@ -69,29 +83,94 @@ func WithClock(c clock.Clock) Option {
 	}
 }
 
-// Dial connects to the server at endpoint (host:port). It does not block:
-// the connection is made on first use.
-func Dial(ctx context.Context, endpoint string, opts ...Option) (*Client, error) {
+// Dial connects to the service at endpoints: one host:port, or a
+// comma-separated list of cluster members. It does not block: connections
+// are made on first use.
+func Dial(ctx context.Context, endpoints string, opts ...Option) (*Client, error) {
 	o := dialOptions{clk: clock.Real}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
 		}
 	}
-	endpoint = strings.TrimSpace(endpoint)
-	if endpoint == "" {
-		return nil, fmt.Errorf("%w: empty endpoint", ErrInvalid)
-	}
+	c := &Client{clk: o.clk}
 	gopts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, o.grpcOpts...)
-	conn, err := grpc.NewClient(endpoint, gopts...)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	for _, addr := range strings.Split(endpoints, ",") {
+		addr = strings.TrimSpace(addr)
+		if addr == "" {
+			continue
+		}
+		conn, err := grpc.NewClient(addr, gopts...)
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("%w: endpoint %q: %v", ErrInvalid, addr, err)
+		}
+		c.eps = append(c.eps, &endpoint{addr: addr, conn: conn, api: pb.NewTenureClient(conn)})
 	}
-	return &Client{conn: conn, api: pb.NewTenureClient(conn), clk: o.clk}, nil
+	if len(c.eps) == 0 {
+		return nil, fmt.Errorf("%w: no endpoint given", ErrInvalid)
+	}
+	return c, nil
 }
 
-// Close closes the connection. Sessions on it stop renewing.
-func (c *Client) Close() error { return c.conn.Close() }
+// Close closes the connections. Sessions on them stop renewing.
+func (c *Client) Close() error {
+	var first error
+	for _, ep := range c.eps {
+		if err := ep.conn.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Endpoint is the address currently in use.
+func (c *Client) Endpoint() string { return c.eps[c.cur.Load()%uint32(len(c.eps))].addr }
+
+// pick returns the endpoint in use and its index.
+func (c *Client) pick() (uint32, pb.TenureClient) {
+	i := c.cur.Load() % uint32(len(c.eps))
+	return i, c.eps[i].api
+}
+
+// next moves on from endpoint i (unless another caller already did).
+func (c *Client) next(i uint32) {
+	c.cur.CompareAndSwap(i, (i+1)%uint32(len(c.eps)))
+}
+
+// unavailable reports whether err means "try another node": the node
+// could not be reached, or it is not the leader.
+func unavailable(err error) bool {
+	return status.Code(err) == codes.Unavailable || errors.Is(err, ErrUnavailable)
+}
+
+// unary runs a request against the endpoint in use, moving through the
+// others while they answer "unavailable" (an election in progress, a dead
+// node). With a single endpoint it tries once.
+func (c *Client) unary(ctx context.Context, fn func(pb.TenureClient) error) error {
+	backoff := 20 * time.Millisecond
+	for {
+		var err error
+		for range c.eps {
+			i, api := c.pick()
+			if err = fn(api); !unavailable(err) {
+				return fromStatus(err)
+			}
+			c.next(i)
+		}
+		if len(c.eps) == 1 {
+			return fromStatus(err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fromStatus(err)
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
 
 // PutResult is the answer of a fenced register write.
 type PutResult struct {
@@ -112,9 +191,13 @@ type PutResult struct {
 // and an error matching ErrStale; the register is unchanged. Replaying an
 // operationID returns the first result and applies nothing.
 func (c *Client) FencedPut(ctx context.Context, key string, value []byte, token uint64, operationID string) (PutResult, error) {
-	resp, err := c.api.FencedPut(ctx, &pb.FencedPutRequest{Key: key, Value: value, Token: token, OperationId: operationID})
+	var resp *pb.FencedPutResponse
+	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.FencedPut(ctx, &pb.FencedPutRequest{Key: key, Value: value, Token: token, OperationId: operationID})
+		return err
+	})
 	if err != nil {
-		return PutResult{}, fromStatus(err)
+		return PutResult{}, err
 	}
 	r := PutResult{Accepted: resp.GetResult() == pb.PutResult_PUT_RESULT_ACCEPTED, Duplicate: resp.GetDuplicate(), Token: resp.GetToken(), Revision: resp.GetRevision()}
 	if !r.Accepted && !r.Duplicate {
@@ -134,35 +217,88 @@ type Register struct {
 
 // FencedGet reads a register (linearizable).
 func (c *Client) FencedGet(ctx context.Context, key string) (Register, error) {
-	resp, err := c.api.FencedGet(ctx, &pb.FencedGetRequest{Key: key})
+	var resp *pb.FencedGetResponse
+	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.FencedGet(ctx, &pb.FencedGetRequest{Key: key})
+		return err
+	})
 	if err != nil {
-		return Register{}, fromStatus(err)
+		return Register{}, err
 	}
 	return Register{Key: resp.GetKey(), Value: resp.GetValue(), Token: resp.GetToken(), Found: resp.GetFound(), ModRevision: resp.GetModRevision()}, nil
 }
 
 // LockStatus describes a lock: holder, waiters in grant order.
 func (c *Client) LockStatus(ctx context.Context, name string) (*pb.LockStatusResponse, error) {
-	resp, err := c.api.LockStatus(ctx, &pb.LockStatusRequest{Name: name})
-	return resp, fromStatus(err)
+	var resp *pb.LockStatusResponse
+	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.LockStatus(ctx, &pb.LockStatusRequest{Name: name})
+		return err
+	})
+	return resp, err
 }
 
 // LockHistory returns a lock's recent grants, oldest first.
 func (c *Client) LockHistory(ctx context.Context, name string) (*pb.LockHistoryResponse, error) {
-	resp, err := c.api.LockHistory(ctx, &pb.LockHistoryRequest{Name: name})
-	return resp, fromStatus(err)
+	var resp *pb.LockHistoryResponse
+	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.LockHistory(ctx, &pb.LockHistoryRequest{Name: name})
+		return err
+	})
+	return resp, err
 }
 
 // Sessions lists the live sessions.
 func (c *Client) Sessions(ctx context.Context) (*pb.ListSessionsResponse, error) {
-	resp, err := c.api.ListSessions(ctx, &pb.ListSessionsRequest{})
-	return resp, fromStatus(err)
+	var resp *pb.ListSessionsResponse
+	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.ListSessions(ctx, &pb.ListSessionsRequest{})
+		return err
+	})
+	return resp, err
 }
 
-// Status reports the node's view: id, leader, term, revision.
+// Status reports the view of the first node that answers: its id, the
+// leader's id, term, revision and voters.
 func (c *Client) Status(ctx context.Context) (*pb.StatusResponse, error) {
-	resp, err := c.api.Status(ctx, &pb.StatusRequest{})
-	return resp, fromStatus(err)
+	var resp *pb.StatusResponse
+	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.Status(ctx, &pb.StatusRequest{})
+		return err
+	})
+	return resp, err
+}
+
+// Members lists the cluster's members.
+func (c *Client) Members(ctx context.Context) (*pb.MemberListResponse, error) {
+	var resp *pb.MemberListResponse
+	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.MemberList(ctx, &pb.MemberListRequest{})
+		return err
+	})
+	return resp, err
+}
+
+// AddMember adds a voter (sent to the leader). force allows an even
+// number of voters.
+func (c *Client) AddMember(ctx context.Context, id, peerAddr string, force bool) (*pb.MemberListResponse, error) {
+	var resp *pb.MemberListResponse
+	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.MemberAdd(ctx, &pb.MemberAddRequest{Id: id, PeerAddr: peerAddr, Force: force})
+		return err
+	})
+	return resp, err
+}
+
+// RemoveMember removes a member (sent to the leader). force allows an
+// even number of voters.
+func (c *Client) RemoveMember(ctx context.Context, id string, force bool) (*pb.MemberListResponse, error) {
+	var resp *pb.MemberListResponse
+	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.MemberRemove(ctx, &pb.MemberRemoveRequest{Id: id, Force: force})
+		return err
+	})
+	return resp, err
 }
 
 // sessionTimeout bounds a keepalive round trip when nothing else does.

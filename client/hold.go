@@ -120,30 +120,64 @@ func (m *Mutex) TryLock(ctx context.Context) (*Hold, error) {
 	return m.acquire(ctx, false, lockCall{})
 }
 
+func (m *Mutex) request(wait bool) *pb.SessionRequest {
+	// Every acquire is sent with resume: a re-sent request (after a broken
+	// connection or a leader change) finds the session's place in line or
+	// its grant instead of queueing again. The session itself makes sure a
+	// name is acquired once at a time (reserve).
+	return &pb.SessionRequest{Op: &pb.SessionRequest_Acquire{Acquire: &pb.AcquireLock{Name: m.name, Wait: wait, LockDelayMs: m.delay.Milliseconds(), Resume: true}}}
+}
+
+// retryable reports whether a request failed only because its node could
+// not serve it (not the leader, or it lost leadership while committing):
+// re-sent with resume, the request is safe to repeat on the new leader.
+func retryable(err error) bool {
+	return errors.Is(err, errDisconnected) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrUnknownOutcome)
+}
+
 func (m *Mutex) acquire(ctx context.Context, wait bool, lc lockCall) (*Hold, error) {
 	s := m.s
-	req := func() *pb.SessionRequest {
-		return &pb.SessionRequest{Op: &pb.SessionRequest_Acquire{Acquire: &pb.AcquireLock{Name: m.name, Wait: wait, LockDelayMs: m.delay.Milliseconds()}}}
+	if !s.reserve(m.name) {
+		return nil, ErrAlreadyHeld
 	}
+	sent := false
 	for {
 		if err := s.waitConnected(ctx); err != nil {
+			if sent && ctx.Err() != nil {
+				s.goBG(m.withdraw) // the server may still hold our place
+			} else {
+				s.unreserve(m.name)
+			}
 			return nil, err
 		}
-		c, err := s.start(req())
+		c, err := s.start(m.request(wait))
 		if errors.Is(err, errDisconnected) {
 			continue
 		}
 		if err != nil {
+			s.unreserve(m.name)
 			return nil, err
 		}
+		sent = true
 		h, err := m.await(ctx, c, lc)
-		if errors.Is(err, errDisconnected) {
-			// The server withdraws requests of a broken stream; ask again.
+		switch {
+		case err == nil:
+			return h, nil
+		case errors.Is(err, errAbandoned):
+			return nil, ctx.Err() // abandon releases the name
+		case retryable(err):
+			if !errors.Is(err, errDisconnected) {
+				s.streamBroken(c.st) // this node cannot serve us: find the leader
+			}
 			continue
+		default:
+			s.unreserve(m.name)
+			return nil, err
 		}
-		return h, err
 	}
 }
+
+var errAbandoned = errors.New("tenure: acquire abandoned")
 
 func (m *Mutex) await(ctx context.Context, c *call, lc lockCall) (*Hold, error) {
 	s := m.s
@@ -167,49 +201,76 @@ func (m *Mutex) await(ctx context.Context, c *call, lc lockCall) (*Hold, error) 
 				return nil, fromProto(res.Error)
 			}
 		case <-ctx.Done():
-			m.abandon(c)
-			return nil, ctx.Err()
+			s.goBG(func() { m.abandon(c) })
+			return nil, errAbandoned
 		}
 	}
 }
 
 // abandon withdraws a pending acquire. The server answers every acquire
 // exactly once more (granted or cancelled); a grant that raced with the
-// cancellation is released here, so no lock is left held by nobody.
+// cancellation is released here, so no lock is left held by nobody. If the
+// connection breaks meanwhile, withdraw finishes the job after reconnecting.
 func (m *Mutex) abandon(c *call) {
-	s := m.s
-	if err := c.st.send(&pb.SessionRequest{Op: &pb.SessionRequest_Cancel{Cancel: &pb.CancelRequest{RequestId: c.id}}}); err != nil {
-		s.finish(c) // stream broken: the server withdraws it by itself
+	if m.cancelAndSettle(c) {
+		m.s.unreserve(m.name)
 		return
 	}
-	s.goBG(func() {
-		defer s.finish(c)
-		t := s.clk.NewTimer(sessionTimeout)
-		defer t.Stop()
-		for {
-			select {
-			case r := <-c.ch:
-				if r.err != nil {
-					return
-				}
-				if g := r.resp.GetGranted(); g != nil {
-					h := s.newHold(m.name, g.GetToken())
-					ctx, cancel := context.WithTimeout(s.ctx, sessionTimeout)
-					_ = h.Unlock(ctx)
-					cancel()
-					return
-				}
-				if r.resp.GetQueued() != nil {
-					continue
-				}
-				return
-			case <-t.C():
-				return
-			case <-s.ctx.Done():
-				return
-			}
+	m.withdraw()
+}
+
+// withdraw re-attaches to this session's acquisition of the lock (if any)
+// and cancels it, releasing a grant that came meanwhile.
+func (m *Mutex) withdraw() {
+	s := m.s
+	defer s.unreserve(m.name)
+	for {
+		if err := s.waitConnected(s.ctx); err != nil {
+			return // the session is over: the server dropped everything
 		}
-	})
+		c, err := s.start(m.request(true))
+		if errors.Is(err, errDisconnected) {
+			continue
+		}
+		if err != nil || m.cancelAndSettle(c) {
+			return
+		}
+	}
+}
+
+// cancelAndSettle sends Cancel for c and waits for the acquire's final
+// answer, releasing a grant. It reports false if the connection broke first.
+func (m *Mutex) cancelAndSettle(c *call) bool {
+	s := m.s
+	defer s.finish(c)
+	if err := c.st.send(&pb.SessionRequest{Op: &pb.SessionRequest_Cancel{Cancel: &pb.CancelRequest{RequestId: c.id}}}); err != nil {
+		return false
+	}
+	t := s.clk.NewTimer(sessionTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case r := <-c.ch:
+			if r.err != nil {
+				return !errors.Is(r.err, errDisconnected)
+			}
+			if g := r.resp.GetGranted(); g != nil {
+				h := s.newHold(m.name, g.GetToken())
+				ctx, cancel := context.WithTimeout(s.ctx, sessionTimeout)
+				_ = h.Unlock(ctx)
+				cancel()
+				return true
+			}
+			if r.resp.GetQueued() != nil {
+				continue
+			}
+			return true
+		case <-t.C():
+			return true
+		case <-s.ctx.Done():
+			return true
+		}
+	}
 }
 
 // Hold is one grant of a lock: the proof of ownership to pass to the
@@ -384,6 +445,10 @@ func (h *Hold) Unlock(ctx context.Context) error {
 		}
 		if e := r.resp.GetError(); e != nil {
 			err := fromProto(e)
+			if retryable(err) {
+				s.streamBroken(c.st) // not the leader (any more): find it
+				continue
+			}
 			if errors.Is(err, ErrNotHeld) && sent > 1 {
 				// An earlier attempt reached the server before its stream
 				// broke: the grant is gone either way.
@@ -402,6 +467,7 @@ func (h *Hold) Unlock(ctx context.Context) error {
 func (h *Hold) end(st State, err error) {
 	h.s.mu.Lock()
 	delete(h.s.holds, h)
+	delete(h.s.inUse, h.name)
 	h.s.mu.Unlock()
 	h.setState(st, err)
 }

@@ -145,6 +145,7 @@ type Session struct {
 	pending      map[uint64]*call
 	kaSent       map[uint64]time.Time
 	holds        map[*Hold]struct{}
+	inUse        map[string]struct{} // lock names with a Lock in progress or a live hold
 	lastProgress time.Time
 }
 
@@ -166,9 +167,9 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	s := &Session{
 		c: c, clk: c.clk, cfg: cfg, ctx: sctx, stop: stop, owner: cfg.owner,
 		wake: make(chan struct{}, 1), done: make(chan struct{}), connected: make(chan struct{}),
-		pending: make(map[uint64]*call), kaSent: make(map[uint64]time.Time), holds: make(map[*Hold]struct{}),
+		pending: make(map[uint64]*call), kaSent: make(map[uint64]time.Time), holds: make(map[*Hold]struct{}), inUse: make(map[string]struct{}),
 	}
-	st, opened, sentAt, err := s.open(ctx, 0)
+	st, opened, sentAt, err := s.openAny(ctx, 0)
 	if err != nil {
 		stop()
 		return nil, err
@@ -230,12 +231,50 @@ func (s *Session) poke() {
 	}
 }
 
-// open starts a stream and sends Open; it returns when the server answered.
+// openAny tries every endpoint in turn, in rounds, until one opens the
+// session or ctx ends (with one endpoint: one try).
+func (s *Session) openAny(ctx context.Context, id uint64) (*stream, *pb.SessionOpened, time.Time, error) {
+	backoff := 20 * time.Millisecond
+	for {
+		var err error
+		for range s.c.eps {
+			var st *stream
+			var opened *pb.SessionOpened
+			var sentAt time.Time
+			if st, opened, sentAt, err = s.open(ctx, id); err == nil || !unavailable(err) {
+				return st, opened, sentAt, err
+			}
+		}
+		if len(s.c.eps) == 1 {
+			return nil, nil, time.Time{}, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil, time.Time{}, err
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// open starts a stream on the endpoint in use and sends Open; it returns
+// when the server answered.
 func (s *Session) open(ctx context.Context, id uint64) (*stream, *pb.SessionOpened, time.Time, error) {
+	idx, api := s.c.pick()
+	st, opened, sentAt, err := s.openOn(ctx, api, id)
+	if err != nil && unavailable(err) {
+		s.c.next(idx) // not reachable, or not the leader: try the next node
+	}
+	return st, opened, sentAt, err
+}
+
+func (s *Session) openOn(ctx context.Context, api pb.TenureClient, id uint64) (*stream, *pb.SessionOpened, time.Time, error) {
 	sctx, cancel := context.WithCancel(s.ctx)
 	stopAfter := context.AfterFunc(ctx, cancel)
 	defer stopAfter()
-	cs, err := s.c.api.Session(sctx)
+	cs, err := api.Session(sctx)
 	if err != nil {
 		cancel()
 		return nil, nil, time.Time{}, fromStatus(err)
@@ -305,8 +344,16 @@ func (s *Session) dispatch(resp *pb.SessionResponse) {
 			s.extendLocked(sentAt)
 			return
 		}
-		if e := resp.GetError(); e != nil && e.GetReason() == pb.ErrorReason_ERROR_REASON_SESSION_EXPIRED {
-			s.loseLocked(fromProto(e))
+		if e := resp.GetError(); e != nil {
+			switch e.GetReason() {
+			case pb.ErrorReason_ERROR_REASON_SESSION_EXPIRED:
+				s.loseLocked(fromProto(e))
+			case pb.ErrorReason_ERROR_REASON_NOT_LEADER:
+				// This node stopped leading: find the new leader.
+				if s.st != nil {
+					s.streamBrokenLocked(s.st)
+				}
+			}
 		}
 		return
 	}
@@ -325,9 +372,13 @@ func (s *Session) dispatch(resp *pb.SessionResponse) {
 }
 
 func (s *Session) streamBroken(st *stream) {
-	st.cancel()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.streamBrokenLocked(st)
+}
+
+func (s *Session) streamBrokenLocked(st *stream) {
+	st.cancel()
 	if s.st != st {
 		return
 	}
@@ -486,7 +537,14 @@ func (s *Session) reconnect() {
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(s.ctx, min(left, sessionTimeout))
 	defer cancel()
-	st, _, sentAt, err := s.open(ctx, s.id)
+	var st *stream
+	var sentAt time.Time
+	var err error
+	for range s.c.eps {
+		if st, _, sentAt, err = s.open(ctx, s.id); err == nil || !unavailable(err) {
+			break
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
@@ -570,6 +628,23 @@ func (s *Session) start(req *pb.SessionRequest) (*call, error) {
 		return nil, errDisconnected
 	}
 	return c, nil
+}
+
+// reserve marks name as in use by this session; false if it already is.
+func (s *Session) reserve(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, busy := s.inUse[name]; busy {
+		return false
+	}
+	s.inUse[name] = struct{}{}
+	return true
+}
+
+func (s *Session) unreserve(name string) {
+	s.mu.Lock()
+	delete(s.inUse, name)
+	s.mu.Unlock()
 }
 
 func (s *Session) finish(c *call) {

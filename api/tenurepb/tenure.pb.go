@@ -148,6 +148,267 @@ func (PutResult) EnumDescriptor() ([]byte, []int) {
 	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{1}
 }
 
+type Member struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	PeerAddr      string                 `protobuf:"bytes,2,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
+	Voter         bool                   `protobuf:"varint,3,opt,name=voter,proto3" json:"voter,omitempty"`
+	Leader        bool                   `protobuf:"varint,4,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Member) Reset() {
+	*x = Member{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Member) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Member) ProtoMessage() {}
+
+func (x *Member) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Member.ProtoReflect.Descriptor instead.
+func (*Member) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Member) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Member) GetPeerAddr() string {
+	if x != nil {
+		return x.PeerAddr
+	}
+	return ""
+}
+
+func (x *Member) GetVoter() bool {
+	if x != nil {
+		return x.Voter
+	}
+	return false
+}
+
+func (x *Member) GetLeader() bool {
+	if x != nil {
+		return x.Leader
+	}
+	return false
+}
+
+type MemberListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberListRequest) Reset() {
+	*x = MemberListRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberListRequest) ProtoMessage() {}
+
+func (x *MemberListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberListRequest.ProtoReflect.Descriptor instead.
+func (*MemberListRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{1}
+}
+
+type MemberListResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Members       []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberListResponse) Reset() {
+	*x = MemberListResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberListResponse) ProtoMessage() {}
+
+func (x *MemberListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberListResponse.ProtoReflect.Descriptor instead.
+func (*MemberListResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *MemberListResponse) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+type MemberAddRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	PeerAddr string                 `protobuf:"bytes,2,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
+	// force allows a change that leaves an even number of voters.
+	Force         bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberAddRequest) Reset() {
+	*x = MemberAddRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberAddRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberAddRequest) ProtoMessage() {}
+
+func (x *MemberAddRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberAddRequest.ProtoReflect.Descriptor instead.
+func (*MemberAddRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *MemberAddRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *MemberAddRequest) GetPeerAddr() string {
+	if x != nil {
+		return x.PeerAddr
+	}
+	return ""
+}
+
+func (x *MemberAddRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type MemberRemoveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Force         bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberRemoveRequest) Reset() {
+	*x = MemberRemoveRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberRemoveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberRemoveRequest) ProtoMessage() {}
+
+func (x *MemberRemoveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberRemoveRequest.ProtoReflect.Descriptor instead.
+func (*MemberRemoveRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *MemberRemoveRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *MemberRemoveRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
 type SessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// id is chosen by the client and echoed in every response to this request.
@@ -167,7 +428,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[0]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -179,7 +440,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[0]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -192,7 +453,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{0}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SessionRequest) GetId() uint64 {
@@ -316,7 +577,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[1]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -328,7 +589,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[1]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -341,7 +602,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{1}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *OpenSession) GetSessionId() uint64 {
@@ -373,7 +634,7 @@ type KeepAlive struct {
 
 func (x *KeepAlive) Reset() {
 	*x = KeepAlive{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[2]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -385,7 +646,7 @@ func (x *KeepAlive) String() string {
 func (*KeepAlive) ProtoMessage() {}
 
 func (x *KeepAlive) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[2]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -398,7 +659,7 @@ func (x *KeepAlive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAlive.ProtoReflect.Descriptor instead.
 func (*KeepAlive) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{2}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{7}
 }
 
 type AcquireLock struct {
@@ -409,14 +670,19 @@ type AcquireLock struct {
 	Wait bool `protobuf:"varint,2,opt,name=wait,proto3" json:"wait,omitempty"`
 	// lock_delay_ms: if this grant ends because its session expired, the lock
 	// is not granted again until this much time has passed.
-	LockDelayMs   int64 `protobuf:"varint,3,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	LockDelayMs int64 `protobuf:"varint,3,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	// resume: if this session already holds the lock, answer with that grant;
+	// if it already waits for it, answer with that place in the queue (and
+	// later its grant). A client re-sends its acquire with resume after a
+	// reconnect or a leader change, keeping its place in line.
+	Resume        bool `protobuf:"varint,4,opt,name=resume,proto3" json:"resume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireLock) Reset() {
 	*x = AcquireLock{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[3]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -428,7 +694,7 @@ func (x *AcquireLock) String() string {
 func (*AcquireLock) ProtoMessage() {}
 
 func (x *AcquireLock) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[3]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -441,7 +707,7 @@ func (x *AcquireLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireLock.ProtoReflect.Descriptor instead.
 func (*AcquireLock) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{3}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AcquireLock) GetName() string {
@@ -465,6 +731,13 @@ func (x *AcquireLock) GetLockDelayMs() int64 {
 	return 0
 }
 
+func (x *AcquireLock) GetResume() bool {
+	if x != nil {
+		return x.Resume
+	}
+	return false
+}
+
 type ReleaseLock struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -475,7 +748,7 @@ type ReleaseLock struct {
 
 func (x *ReleaseLock) Reset() {
 	*x = ReleaseLock{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[4]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -487,7 +760,7 @@ func (x *ReleaseLock) String() string {
 func (*ReleaseLock) ProtoMessage() {}
 
 func (x *ReleaseLock) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[4]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -500,7 +773,7 @@ func (x *ReleaseLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLock.ProtoReflect.Descriptor instead.
 func (*ReleaseLock) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{4}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReleaseLock) GetName() string {
@@ -528,7 +801,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[5]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -540,7 +813,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[5]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -553,7 +826,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{5}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CancelRequest) GetRequestId() uint64 {
@@ -571,7 +844,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[6]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -583,7 +856,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[6]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -596,7 +869,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{6}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{11}
 }
 
 type SessionResponse struct {
@@ -618,7 +891,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[7]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -630,7 +903,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[7]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -643,7 +916,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{7}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SessionResponse) GetId() uint64 {
@@ -780,7 +1053,7 @@ type SessionOpened struct {
 
 func (x *SessionOpened) Reset() {
 	*x = SessionOpened{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[8]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -792,7 +1065,7 @@ func (x *SessionOpened) String() string {
 func (*SessionOpened) ProtoMessage() {}
 
 func (x *SessionOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[8]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -805,7 +1078,7 @@ func (x *SessionOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionOpened.ProtoReflect.Descriptor instead.
 func (*SessionOpened) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{8}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SessionOpened) GetSessionId() uint64 {
@@ -838,7 +1111,7 @@ type KeepAliveAck struct {
 
 func (x *KeepAliveAck) Reset() {
 	*x = KeepAliveAck{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[9]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -850,7 +1123,7 @@ func (x *KeepAliveAck) String() string {
 func (*KeepAliveAck) ProtoMessage() {}
 
 func (x *KeepAliveAck) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[9]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -863,7 +1136,7 @@ func (x *KeepAliveAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveAck.ProtoReflect.Descriptor instead.
 func (*KeepAliveAck) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{9}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *KeepAliveAck) GetTtlMs() int64 {
@@ -884,7 +1157,7 @@ type LockQueued struct {
 
 func (x *LockQueued) Reset() {
 	*x = LockQueued{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[10]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +1169,7 @@ func (x *LockQueued) String() string {
 func (*LockQueued) ProtoMessage() {}
 
 func (x *LockQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[10]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +1182,7 @@ func (x *LockQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockQueued.ProtoReflect.Descriptor instead.
 func (*LockQueued) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{10}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LockQueued) GetPosition() uint32 {
@@ -936,7 +1209,7 @@ type LockGranted struct {
 
 func (x *LockGranted) Reset() {
 	*x = LockGranted{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[11]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1221,7 @@ func (x *LockGranted) String() string {
 func (*LockGranted) ProtoMessage() {}
 
 func (x *LockGranted) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[11]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1234,7 @@ func (x *LockGranted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockGranted.ProtoReflect.Descriptor instead.
 func (*LockGranted) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{11}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LockGranted) GetName() string {
@@ -986,7 +1259,7 @@ type LockReleased struct {
 
 func (x *LockReleased) Reset() {
 	*x = LockReleased{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1271,7 @@ func (x *LockReleased) String() string {
 func (*LockReleased) ProtoMessage() {}
 
 func (x *LockReleased) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1284,7 @@ func (x *LockReleased) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockReleased.ProtoReflect.Descriptor instead.
 func (*LockReleased) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{12}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{17}
 }
 
 type SessionClosed struct {
@@ -1022,7 +1295,7 @@ type SessionClosed struct {
 
 func (x *SessionClosed) Reset() {
 	*x = SessionClosed{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1307,7 @@ func (x *SessionClosed) String() string {
 func (*SessionClosed) ProtoMessage() {}
 
 func (x *SessionClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1320,7 @@ func (x *SessionClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionClosed.ProtoReflect.Descriptor instead.
 func (*SessionClosed) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{13}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{18}
 }
 
 type Error struct {
@@ -1062,7 +1335,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1347,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1360,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{14}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Error) GetReason() ErrorReason {
@@ -1119,7 +1392,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1404,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1417,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{15}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{20}
 }
 
 type SessionInfo struct {
@@ -1160,7 +1433,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1445,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1458,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{16}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SessionInfo) GetId() uint64 {
@@ -1233,7 +1506,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1518,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1531,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{17}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
@@ -1284,7 +1557,7 @@ type LockStatusRequest struct {
 
 func (x *LockStatusRequest) Reset() {
 	*x = LockStatusRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1569,7 @@ func (x *LockStatusRequest) String() string {
 func (*LockStatusRequest) ProtoMessage() {}
 
 func (x *LockStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1582,7 @@ func (x *LockStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockStatusRequest.ProtoReflect.Descriptor instead.
 func (*LockStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{18}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LockStatusRequest) GetName() string {
@@ -1331,7 +1604,7 @@ type Holder struct {
 
 func (x *Holder) Reset() {
 	*x = Holder{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1616,7 @@ func (x *Holder) String() string {
 func (*Holder) ProtoMessage() {}
 
 func (x *Holder) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1356,7 +1629,7 @@ func (x *Holder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holder.ProtoReflect.Descriptor instead.
 func (*Holder) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{19}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Holder) GetOwner() string {
@@ -1398,7 +1671,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1683,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1696,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{20}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Waiter) GetOwner() string {
@@ -1461,7 +1734,7 @@ type LockStatusResponse struct {
 
 func (x *LockStatusResponse) Reset() {
 	*x = LockStatusResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1746,7 @@ func (x *LockStatusResponse) String() string {
 func (*LockStatusResponse) ProtoMessage() {}
 
 func (x *LockStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1759,7 @@ func (x *LockStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockStatusResponse.ProtoReflect.Descriptor instead.
 func (*LockStatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{21}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LockStatusResponse) GetName() string {
@@ -1533,7 +1806,7 @@ type LockHistoryRequest struct {
 
 func (x *LockHistoryRequest) Reset() {
 	*x = LockHistoryRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1545,7 +1818,7 @@ func (x *LockHistoryRequest) String() string {
 func (*LockHistoryRequest) ProtoMessage() {}
 
 func (x *LockHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1558,7 +1831,7 @@ func (x *LockHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHistoryRequest.ProtoReflect.Descriptor instead.
 func (*LockHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{22}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LockHistoryRequest) GetName() string {
@@ -1583,7 +1856,7 @@ type GrantRecord struct {
 
 func (x *GrantRecord) Reset() {
 	*x = GrantRecord{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1595,7 +1868,7 @@ func (x *GrantRecord) String() string {
 func (*GrantRecord) ProtoMessage() {}
 
 func (x *GrantRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1608,7 +1881,7 @@ func (x *GrantRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRecord.ProtoReflect.Descriptor instead.
 func (*GrantRecord) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{23}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GrantRecord) GetOwner() string {
@@ -1664,7 +1937,7 @@ type LockHistoryResponse struct {
 
 func (x *LockHistoryResponse) Reset() {
 	*x = LockHistoryResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +1949,7 @@ func (x *LockHistoryResponse) String() string {
 func (*LockHistoryResponse) ProtoMessage() {}
 
 func (x *LockHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +1962,7 @@ func (x *LockHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHistoryResponse.ProtoReflect.Descriptor instead.
 func (*LockHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{24}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LockHistoryResponse) GetName() string {
@@ -1718,7 +1991,7 @@ type FencedPutRequest struct {
 
 func (x *FencedPutRequest) Reset() {
 	*x = FencedPutRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +2003,7 @@ func (x *FencedPutRequest) String() string {
 func (*FencedPutRequest) ProtoMessage() {}
 
 func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +2016,7 @@ func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutRequest.ProtoReflect.Descriptor instead.
 func (*FencedPutRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{25}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FencedPutRequest) GetKey() string {
@@ -1789,7 +2062,7 @@ type FencedPutResponse struct {
 
 func (x *FencedPutResponse) Reset() {
 	*x = FencedPutResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +2074,7 @@ func (x *FencedPutResponse) String() string {
 func (*FencedPutResponse) ProtoMessage() {}
 
 func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +2087,7 @@ func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutResponse.ProtoReflect.Descriptor instead.
 func (*FencedPutResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{26}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FencedPutResponse) GetResult() PutResult {
@@ -1854,7 +2127,7 @@ type FencedGetRequest struct {
 
 func (x *FencedGetRequest) Reset() {
 	*x = FencedGetRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +2139,7 @@ func (x *FencedGetRequest) String() string {
 func (*FencedGetRequest) ProtoMessage() {}
 
 func (x *FencedGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +2152,7 @@ func (x *FencedGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedGetRequest.ProtoReflect.Descriptor instead.
 func (*FencedGetRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{27}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FencedGetRequest) GetKey() string {
@@ -1902,7 +2175,7 @@ type FencedGetResponse struct {
 
 func (x *FencedGetResponse) Reset() {
 	*x = FencedGetResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1914,7 +2187,7 @@ func (x *FencedGetResponse) String() string {
 func (*FencedGetResponse) ProtoMessage() {}
 
 func (x *FencedGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1927,7 +2200,7 @@ func (x *FencedGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedGetResponse.ProtoReflect.Descriptor instead.
 func (*FencedGetResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{28}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FencedGetResponse) GetKey() string {
@@ -1973,7 +2246,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2258,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2271,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{29}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{34}
 }
 
 type StatusResponse struct {
@@ -2015,7 +2288,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2027,7 +2300,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2040,7 +2313,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{30}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StatusResponse) GetNode() string {
@@ -2089,7 +2362,22 @@ var File_api_tenurepb_tenure_proto protoreflect.FileDescriptor
 
 const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\n" +
-	"\x19api/tenurepb/tenure.proto\x12\ttenure.v1\"\xd8\x02\n" +
+	"\x19api/tenurepb/tenure.proto\x12\ttenure.v1\"c\n" +
+	"\x06Member\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\tpeer_addr\x18\x02 \x01(\tR\bpeerAddr\x12\x14\n" +
+	"\x05voter\x18\x03 \x01(\bR\x05voter\x12\x16\n" +
+	"\x06leader\x18\x04 \x01(\bR\x06leader\"\x13\n" +
+	"\x11MemberListRequest\"A\n" +
+	"\x12MemberListResponse\x12+\n" +
+	"\amembers\x18\x01 \x03(\v2\x11.tenure.v1.MemberR\amembers\"U\n" +
+	"\x10MemberAddRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\tpeer_addr\x18\x02 \x01(\tR\bpeerAddr\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\";\n" +
+	"\x13MemberRemoveRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\xd8\x02\n" +
 	"\x0eSessionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12,\n" +
 	"\x04open\x18\x02 \x01(\v2\x16.tenure.v1.OpenSessionH\x00R\x04open\x125\n" +
@@ -2105,11 +2393,12 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\"\v\n" +
-	"\tKeepAlive\"Y\n" +
+	"\tKeepAlive\"q\n" +
 	"\vAcquireLock\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04wait\x18\x02 \x01(\bR\x04wait\x12\"\n" +
-	"\rlock_delay_ms\x18\x03 \x01(\x03R\vlockDelayMs\"7\n" +
+	"\rlock_delay_ms\x18\x03 \x01(\x03R\vlockDelayMs\x12\x16\n" +
+	"\x06resume\x18\x04 \x01(\bR\x06resume\"7\n" +
 	"\vReleaseLock\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\".\n" +
@@ -2228,7 +2517,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\tPutResult\x12\x1a\n" +
 	"\x16PUT_RESULT_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13PUT_RESULT_ACCEPTED\x10\x01\x12\x14\n" +
-	"\x10PUT_RESULT_STALE\x10\x022\x87\x04\n" +
+	"\x10PUT_RESULT_STALE\x10\x022\xea\x05\n" +
 	"\x06Tenure\x12D\n" +
 	"\aSession\x12\x19.tenure.v1.SessionRequest\x1a\x1a.tenure.v1.SessionResponse(\x010\x01\x12O\n" +
 	"\fListSessions\x12\x1e.tenure.v1.ListSessionsRequest\x1a\x1f.tenure.v1.ListSessionsResponse\x12I\n" +
@@ -2237,7 +2526,11 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\vLockHistory\x12\x1d.tenure.v1.LockHistoryRequest\x1a\x1e.tenure.v1.LockHistoryResponse\x12F\n" +
 	"\tFencedPut\x12\x1b.tenure.v1.FencedPutRequest\x1a\x1c.tenure.v1.FencedPutResponse\x12F\n" +
 	"\tFencedGet\x12\x1b.tenure.v1.FencedGetRequest\x1a\x1c.tenure.v1.FencedGetResponse\x12=\n" +
-	"\x06Status\x12\x18.tenure.v1.StatusRequest\x1a\x19.tenure.v1.StatusResponseB*Z(github.com/tenure-io/tenure/api/tenurepbb\x06proto3"
+	"\x06Status\x12\x18.tenure.v1.StatusRequest\x1a\x19.tenure.v1.StatusResponse\x12I\n" +
+	"\n" +
+	"MemberList\x12\x1c.tenure.v1.MemberListRequest\x1a\x1d.tenure.v1.MemberListResponse\x12G\n" +
+	"\tMemberAdd\x12\x1b.tenure.v1.MemberAddRequest\x1a\x1d.tenure.v1.MemberListResponse\x12M\n" +
+	"\fMemberRemove\x12\x1e.tenure.v1.MemberRemoveRequest\x1a\x1d.tenure.v1.MemberListResponseB*Z(github.com/tenure-io/tenure/api/tenurepbb\x06proto3"
 
 var (
 	file_api_tenurepb_tenure_proto_rawDescOnce sync.Once
@@ -2252,81 +2545,93 @@ func file_api_tenurepb_tenure_proto_rawDescGZIP() []byte {
 }
 
 var file_api_tenurepb_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(ErrorReason)(0),             // 0: tenure.v1.ErrorReason
 	(PutResult)(0),               // 1: tenure.v1.PutResult
-	(*SessionRequest)(nil),       // 2: tenure.v1.SessionRequest
-	(*OpenSession)(nil),          // 3: tenure.v1.OpenSession
-	(*KeepAlive)(nil),            // 4: tenure.v1.KeepAlive
-	(*AcquireLock)(nil),          // 5: tenure.v1.AcquireLock
-	(*ReleaseLock)(nil),          // 6: tenure.v1.ReleaseLock
-	(*CancelRequest)(nil),        // 7: tenure.v1.CancelRequest
-	(*CloseSession)(nil),         // 8: tenure.v1.CloseSession
-	(*SessionResponse)(nil),      // 9: tenure.v1.SessionResponse
-	(*SessionOpened)(nil),        // 10: tenure.v1.SessionOpened
-	(*KeepAliveAck)(nil),         // 11: tenure.v1.KeepAliveAck
-	(*LockQueued)(nil),           // 12: tenure.v1.LockQueued
-	(*LockGranted)(nil),          // 13: tenure.v1.LockGranted
-	(*LockReleased)(nil),         // 14: tenure.v1.LockReleased
-	(*SessionClosed)(nil),        // 15: tenure.v1.SessionClosed
-	(*Error)(nil),                // 16: tenure.v1.Error
-	(*ListSessionsRequest)(nil),  // 17: tenure.v1.ListSessionsRequest
-	(*SessionInfo)(nil),          // 18: tenure.v1.SessionInfo
-	(*ListSessionsResponse)(nil), // 19: tenure.v1.ListSessionsResponse
-	(*LockStatusRequest)(nil),    // 20: tenure.v1.LockStatusRequest
-	(*Holder)(nil),               // 21: tenure.v1.Holder
-	(*Waiter)(nil),               // 22: tenure.v1.Waiter
-	(*LockStatusResponse)(nil),   // 23: tenure.v1.LockStatusResponse
-	(*LockHistoryRequest)(nil),   // 24: tenure.v1.LockHistoryRequest
-	(*GrantRecord)(nil),          // 25: tenure.v1.GrantRecord
-	(*LockHistoryResponse)(nil),  // 26: tenure.v1.LockHistoryResponse
-	(*FencedPutRequest)(nil),     // 27: tenure.v1.FencedPutRequest
-	(*FencedPutResponse)(nil),    // 28: tenure.v1.FencedPutResponse
-	(*FencedGetRequest)(nil),     // 29: tenure.v1.FencedGetRequest
-	(*FencedGetResponse)(nil),    // 30: tenure.v1.FencedGetResponse
-	(*StatusRequest)(nil),        // 31: tenure.v1.StatusRequest
-	(*StatusResponse)(nil),       // 32: tenure.v1.StatusResponse
+	(*Member)(nil),               // 2: tenure.v1.Member
+	(*MemberListRequest)(nil),    // 3: tenure.v1.MemberListRequest
+	(*MemberListResponse)(nil),   // 4: tenure.v1.MemberListResponse
+	(*MemberAddRequest)(nil),     // 5: tenure.v1.MemberAddRequest
+	(*MemberRemoveRequest)(nil),  // 6: tenure.v1.MemberRemoveRequest
+	(*SessionRequest)(nil),       // 7: tenure.v1.SessionRequest
+	(*OpenSession)(nil),          // 8: tenure.v1.OpenSession
+	(*KeepAlive)(nil),            // 9: tenure.v1.KeepAlive
+	(*AcquireLock)(nil),          // 10: tenure.v1.AcquireLock
+	(*ReleaseLock)(nil),          // 11: tenure.v1.ReleaseLock
+	(*CancelRequest)(nil),        // 12: tenure.v1.CancelRequest
+	(*CloseSession)(nil),         // 13: tenure.v1.CloseSession
+	(*SessionResponse)(nil),      // 14: tenure.v1.SessionResponse
+	(*SessionOpened)(nil),        // 15: tenure.v1.SessionOpened
+	(*KeepAliveAck)(nil),         // 16: tenure.v1.KeepAliveAck
+	(*LockQueued)(nil),           // 17: tenure.v1.LockQueued
+	(*LockGranted)(nil),          // 18: tenure.v1.LockGranted
+	(*LockReleased)(nil),         // 19: tenure.v1.LockReleased
+	(*SessionClosed)(nil),        // 20: tenure.v1.SessionClosed
+	(*Error)(nil),                // 21: tenure.v1.Error
+	(*ListSessionsRequest)(nil),  // 22: tenure.v1.ListSessionsRequest
+	(*SessionInfo)(nil),          // 23: tenure.v1.SessionInfo
+	(*ListSessionsResponse)(nil), // 24: tenure.v1.ListSessionsResponse
+	(*LockStatusRequest)(nil),    // 25: tenure.v1.LockStatusRequest
+	(*Holder)(nil),               // 26: tenure.v1.Holder
+	(*Waiter)(nil),               // 27: tenure.v1.Waiter
+	(*LockStatusResponse)(nil),   // 28: tenure.v1.LockStatusResponse
+	(*LockHistoryRequest)(nil),   // 29: tenure.v1.LockHistoryRequest
+	(*GrantRecord)(nil),          // 30: tenure.v1.GrantRecord
+	(*LockHistoryResponse)(nil),  // 31: tenure.v1.LockHistoryResponse
+	(*FencedPutRequest)(nil),     // 32: tenure.v1.FencedPutRequest
+	(*FencedPutResponse)(nil),    // 33: tenure.v1.FencedPutResponse
+	(*FencedGetRequest)(nil),     // 34: tenure.v1.FencedGetRequest
+	(*FencedGetResponse)(nil),    // 35: tenure.v1.FencedGetResponse
+	(*StatusRequest)(nil),        // 36: tenure.v1.StatusRequest
+	(*StatusResponse)(nil),       // 37: tenure.v1.StatusResponse
 }
 var file_api_tenurepb_tenure_proto_depIdxs = []int32{
-	3,  // 0: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
-	4,  // 1: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
-	5,  // 2: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
-	6,  // 3: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
-	7,  // 4: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
-	8,  // 5: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
-	10, // 6: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
-	11, // 7: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
-	12, // 8: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
-	13, // 9: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
-	14, // 10: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
-	15, // 11: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
-	16, // 12: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
-	0,  // 13: tenure.v1.Error.reason:type_name -> tenure.v1.ErrorReason
-	18, // 14: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
-	21, // 15: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
-	22, // 16: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
-	25, // 17: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
-	1,  // 18: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
-	2,  // 19: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
-	17, // 20: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
-	20, // 21: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
-	24, // 22: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
-	27, // 23: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
-	29, // 24: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
-	31, // 25: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
-	9,  // 26: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
-	19, // 27: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
-	23, // 28: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
-	26, // 29: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
-	28, // 30: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
-	30, // 31: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
-	32, // 32: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
-	26, // [26:33] is the sub-list for method output_type
-	19, // [19:26] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	2,  // 0: tenure.v1.MemberListResponse.members:type_name -> tenure.v1.Member
+	8,  // 1: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
+	9,  // 2: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
+	10, // 3: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
+	11, // 4: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
+	12, // 5: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
+	13, // 6: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
+	15, // 7: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
+	16, // 8: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
+	17, // 9: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
+	18, // 10: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
+	19, // 11: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
+	20, // 12: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
+	21, // 13: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
+	0,  // 14: tenure.v1.Error.reason:type_name -> tenure.v1.ErrorReason
+	23, // 15: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
+	26, // 16: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
+	27, // 17: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
+	30, // 18: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
+	1,  // 19: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
+	7,  // 20: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
+	22, // 21: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
+	25, // 22: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
+	29, // 23: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
+	32, // 24: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
+	34, // 25: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
+	36, // 26: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
+	3,  // 27: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
+	5,  // 28: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
+	6,  // 29: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
+	14, // 30: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
+	24, // 31: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
+	28, // 32: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
+	31, // 33: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
+	33, // 34: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
+	35, // 35: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
+	37, // 36: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
+	4,  // 37: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
+	4,  // 38: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
+	4,  // 39: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
+	30, // [30:40] is the sub-list for method output_type
+	20, // [20:30] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_api_tenurepb_tenure_proto_init() }
@@ -2334,7 +2639,7 @@ func file_api_tenurepb_tenure_proto_init() {
 	if File_api_tenurepb_tenure_proto != nil {
 		return
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[0].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[5].OneofWrappers = []any{
 		(*SessionRequest_Open)(nil),
 		(*SessionRequest_KeepAlive)(nil),
 		(*SessionRequest_Acquire)(nil),
@@ -2342,7 +2647,7 @@ func file_api_tenurepb_tenure_proto_init() {
 		(*SessionRequest_Cancel)(nil),
 		(*SessionRequest_Close)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[7].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[12].OneofWrappers = []any{
 		(*SessionResponse_Opened)(nil),
 		(*SessionResponse_Kept)(nil),
 		(*SessionResponse_Queued)(nil),
@@ -2357,7 +2662,7 @@ func file_api_tenurepb_tenure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_tenurepb_tenure_proto_rawDesc), len(file_api_tenurepb_tenure_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   31,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

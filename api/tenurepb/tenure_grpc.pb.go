@@ -30,6 +30,9 @@ const (
 	Tenure_FencedPut_FullMethodName    = "/tenure.v1.Tenure/FencedPut"
 	Tenure_FencedGet_FullMethodName    = "/tenure.v1.Tenure/FencedGet"
 	Tenure_Status_FullMethodName       = "/tenure.v1.Tenure/Status"
+	Tenure_MemberList_FullMethodName   = "/tenure.v1.Tenure/MemberList"
+	Tenure_MemberAdd_FullMethodName    = "/tenure.v1.Tenure/MemberAdd"
+	Tenure_MemberRemove_FullMethodName = "/tenure.v1.Tenure/MemberRemove"
 )
 
 // TenureClient is the client API for Tenure service.
@@ -51,6 +54,10 @@ type TenureClient interface {
 	FencedPut(ctx context.Context, in *FencedPutRequest, opts ...grpc.CallOption) (*FencedPutResponse, error)
 	FencedGet(ctx context.Context, in *FencedGetRequest, opts ...grpc.CallOption) (*FencedGetResponse, error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// Cluster membership. Changes must be sent to the leader.
+	MemberList(ctx context.Context, in *MemberListRequest, opts ...grpc.CallOption) (*MemberListResponse, error)
+	MemberAdd(ctx context.Context, in *MemberAddRequest, opts ...grpc.CallOption) (*MemberListResponse, error)
+	MemberRemove(ctx context.Context, in *MemberRemoveRequest, opts ...grpc.CallOption) (*MemberListResponse, error)
 }
 
 type tenureClient struct {
@@ -134,6 +141,36 @@ func (c *tenureClient) Status(ctx context.Context, in *StatusRequest, opts ...gr
 	return out, nil
 }
 
+func (c *tenureClient) MemberList(ctx context.Context, in *MemberListRequest, opts ...grpc.CallOption) (*MemberListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MemberListResponse)
+	err := c.cc.Invoke(ctx, Tenure_MemberList_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) MemberAdd(ctx context.Context, in *MemberAddRequest, opts ...grpc.CallOption) (*MemberListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MemberListResponse)
+	err := c.cc.Invoke(ctx, Tenure_MemberAdd_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) MemberRemove(ctx context.Context, in *MemberRemoveRequest, opts ...grpc.CallOption) (*MemberListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MemberListResponse)
+	err := c.cc.Invoke(ctx, Tenure_MemberRemove_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TenureServer is the server API for Tenure service.
 // All implementations must embed UnimplementedTenureServer
 // for forward compatibility.
@@ -153,6 +190,10 @@ type TenureServer interface {
 	FencedPut(context.Context, *FencedPutRequest) (*FencedPutResponse, error)
 	FencedGet(context.Context, *FencedGetRequest) (*FencedGetResponse, error)
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// Cluster membership. Changes must be sent to the leader.
+	MemberList(context.Context, *MemberListRequest) (*MemberListResponse, error)
+	MemberAdd(context.Context, *MemberAddRequest) (*MemberListResponse, error)
+	MemberRemove(context.Context, *MemberRemoveRequest) (*MemberListResponse, error)
 	mustEmbedUnimplementedTenureServer()
 }
 
@@ -183,6 +224,15 @@ func (UnimplementedTenureServer) FencedGet(context.Context, *FencedGetRequest) (
 }
 func (UnimplementedTenureServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedTenureServer) MemberList(context.Context, *MemberListRequest) (*MemberListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MemberList not implemented")
+}
+func (UnimplementedTenureServer) MemberAdd(context.Context, *MemberAddRequest) (*MemberListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MemberAdd not implemented")
+}
+func (UnimplementedTenureServer) MemberRemove(context.Context, *MemberRemoveRequest) (*MemberListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MemberRemove not implemented")
 }
 func (UnimplementedTenureServer) mustEmbedUnimplementedTenureServer() {}
 func (UnimplementedTenureServer) testEmbeddedByValue()                {}
@@ -320,6 +370,60 @@ func _Tenure_Status_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Tenure_MemberList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MemberListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).MemberList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_MemberList_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).MemberList(ctx, req.(*MemberListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_MemberAdd_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MemberAddRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).MemberAdd(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_MemberAdd_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).MemberAdd(ctx, req.(*MemberAddRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_MemberRemove_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MemberRemoveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).MemberRemove(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_MemberRemove_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).MemberRemove(ctx, req.(*MemberRemoveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Tenure_ServiceDesc is the grpc.ServiceDesc for Tenure service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -350,6 +454,18 @@ var Tenure_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _Tenure_Status_Handler,
+		},
+		{
+			MethodName: "MemberList",
+			Handler:    _Tenure_MemberList_Handler,
+		},
+		{
+			MethodName: "MemberAdd",
+			Handler:    _Tenure_MemberAdd_Handler,
+		},
+		{
+			MethodName: "MemberRemove",
+			Handler:    _Tenure_MemberRemove_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

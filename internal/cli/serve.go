@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sort"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -32,6 +34,12 @@ Prints one line on stdout once it serves (with -o json: {"serving","node",
 SIGTERM stops it cleanly (exit 0).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(cfg.BootstrapPeers) > 0 && cfg.PeerListen == "" {
+				return errors.New("--bootstrap-peers needs --peer-listen")
+			}
+			if addr, ok := cfg.BootstrapPeers[cfg.NodeID]; len(cfg.BootstrapPeers) > 0 && (!ok || addr != cfg.PeerListen) {
+				return fmt.Errorf("--bootstrap-peers must list this node as %s=%s", cfg.NodeID, cfg.PeerListen)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			cfg.LogOutput = a.streams.Err
@@ -65,5 +73,40 @@ SIGTERM stops it cleanly (exit 0).`,
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "client API address (port 0 picks a free port)")
 	f.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this node's id")
 	f.StringVar(&cfg.LogStore, "log-store", "", "raft log engine: bolt or wal (default: the data dir's own, bolt for a new one)")
+	f.StringVar(&cfg.PeerListen, "peer-listen", "", "raft peer address (cluster mode), e.g. 127.0.0.1:7071")
+	f.Var(peersFlag{&cfg.BootstrapPeers}, "bootstrap-peers", "initial voters as id=peer-addr,... (the same list on every initial member; ignored once the data dir exists)")
 	return cmd
 }
+
+// peersFlag parses id=addr,id=addr.
+type peersFlag struct{ m *map[string]string }
+
+func (p peersFlag) String() string {
+	if p.m == nil || *p.m == nil {
+		return ""
+	}
+	var parts []string
+	for id, addr := range *p.m {
+		parts = append(parts, id+"="+addr)
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+func (p peersFlag) Set(v string) error {
+	m := make(map[string]string)
+	for _, part := range strings.Split(v, ",") {
+		id, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || id == "" || addr == "" {
+			return fmt.Errorf("want id=host:port, got %q", part)
+		}
+		if _, dup := m[id]; dup {
+			return fmt.Errorf("node id %q listed twice", id)
+		}
+		m[id] = addr
+	}
+	*p.m = m
+	return nil
+}
+
+func (p peersFlag) Type() string { return "id=addr,..." }

@@ -31,6 +31,11 @@ type Config struct {
 	LogOutput io.Writer
 	// LogStore names the raft log engine: "bolt" (default) or "wal".
 	LogStore string
+	// PeerListen is the raft peer address; empty for a standalone node.
+	PeerListen string
+	// BootstrapPeers: id → peer address of every initial voter (used only
+	// for a new data directory).
+	BootstrapPeers map[string]string
 }
 
 // DefaultConfig is what `tenure serve` runs with no flags.
@@ -50,7 +55,7 @@ type Daemon struct {
 // called; Ready() tells when it is leader with its state caught up.
 func Start(cfg Config) (*Daemon, error) {
 	hub := server.NewHub()
-	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore}, hub.Sink)
+	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, BootstrapPeers: cfg.BootstrapPeers}, hub.Sink)
 	if err != nil {
 		return nil, err
 	}

@@ -331,9 +331,20 @@ func (s *State) acquire(c *fsmpb.Acquire, emit EventSink) Result {
 	}
 	name := c.GetName()
 	if _, held := sess.held[name]; held {
+		if c.GetResume() {
+			g := s.locks[name].holder
+			return Result{Granted: true, Token: g.token, AcquireRevision: g.acqRev}
+		}
 		return Result{Err: ErrAlreadyHeld}
 	}
-	if _, waiting := sess.waits[name]; waiting {
+	if w, waiting := sess.waits[name]; waiting {
+		if c.GetResume() {
+			pos := uint32(1)
+			for x := s.locks[name].head; x != w; x = x.next {
+				pos++
+			}
+			return Result{Queued: true, Position: pos, AcquireRevision: w.acqRev}
+		}
 		return Result{Err: ErrAlreadyHeld}
 	}
 	l := s.locks[name]

@@ -889,3 +889,29 @@ func TestBatchEqualsCommandsOneByOne(t *testing.T) {
 		t.Fatalf("nested batch: %v", nested.Batch[0].Err)
 	}
 }
+
+// TestResumeReattachesWithoutChange: an acquire with resume answers the
+// session's existing grant or queue place and changes nothing.
+func TestResumeReattachesWithoutChange(t *testing.T) {
+	m := newMachine(t)
+	a, b, c := m.session("a"), m.session("b"), m.session("c")
+	token := m.acquire(a, "l", 0)
+	qb := m.queue(b, "l", 0)
+	qc := m.queue(c, "l", 0)
+	rev := m.s.Revision()
+	resume := func(sess uint64) fsm.Result {
+		return m.s.Apply(&fsmpb.Command{Op: &fsmpb.Command_Acquire{Acquire: &fsmpb.Acquire{Session: sess, Name: "l", Wait: true, Resume: true}}}, nil)
+	}
+	if r := resume(a); r.Err != nil || !r.Granted || r.Token != token {
+		t.Fatalf("resume by holder: %+v, want grant %d", r, token)
+	}
+	if r := resume(c); r.Err != nil || !r.Queued || r.Position != 2 || r.AcquireRevision != qc.AcquireRevision {
+		t.Fatalf("resume by second waiter: %+v, want position 2 rev %d", r, qc.AcquireRevision)
+	}
+	if r := resume(b); r.Err != nil || r.Position != 1 || r.AcquireRevision != qb.AcquireRevision {
+		t.Fatalf("resume by first waiter: %+v", r)
+	}
+	if m.s.Revision() != rev {
+		t.Fatal("resume changed the state")
+	}
+}

@@ -14,7 +14,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"net"
 	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 
@@ -58,6 +60,14 @@ type Config struct {
 	SnapshotThreshold uint64
 	// LogStore names the storage engine: "bolt" (default) or "wal".
 	LogStore string
+	// PeerAddr is the raft peer address (TCP) this node binds and
+	// advertises. Empty: a standalone node with no peers.
+	PeerAddr string
+	// BootstrapPeers maps node id → peer address for every initial voter.
+	// Used only when the data directory is new; later starts ignore it.
+	// Empty with a PeerAddr: the node bootstraps itself as a single voter
+	// that others may join.
+	BootstrapPeers map[string]string
 }
 
 // DefaultConfig returns the defaults for a single durable node.
@@ -140,7 +150,23 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 		stores.Close()
 		return nil, fmt.Errorf("node: snapshot store: %w", err)
 	}
-	addr, trans := raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
+	var addr raft.ServerAddress
+	var trans raft.Transport
+	if cfg.PeerAddr == "" {
+		addr, trans = raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
+	} else {
+		adv, err := net.ResolveTCPAddr("tcp", cfg.PeerAddr)
+		if err != nil {
+			stores.Close()
+			return nil, fmt.Errorf("node: peer address %q: %w", cfg.PeerAddr, err)
+		}
+		tcp, err := raft.NewTCPTransportWithLogger(cfg.PeerAddr, adv, 3, 10*time.Second, logger)
+		if err != nil {
+			stores.Close()
+			return nil, fmt.Errorf("node: peer listener on %s: %w", cfg.PeerAddr, err)
+		}
+		addr, trans = tcp.LocalAddr(), tcp
+	}
 	n.trans = trans
 
 	rc := raft.DefaultConfig()
@@ -151,10 +177,20 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 	rc.MaxAppendEntries = 256
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
 	rc.TrailingLogs = 10240
-	// A single voter elects itself after one heartbeat timeout; keep it short.
-	rc.HeartbeatTimeout = 200 * time.Millisecond
-	rc.ElectionTimeout = 200 * time.Millisecond
-	rc.LeaderLeaseTimeout = 100 * time.Millisecond
+	// Failure detection: a follower that hears nothing from the leader for
+	// HeartbeatTimeout (randomised up to twice that) starts an election.
+	// 500 ms keeps fail-over near one second on loopback while tolerating
+	// scheduling stalls of a busy 2-core machine; raft's defaults (1 s) fail
+	// over in about two seconds.
+	rc.HeartbeatTimeout = 500 * time.Millisecond
+	rc.ElectionTimeout = 500 * time.Millisecond
+	rc.LeaderLeaseTimeout = 250 * time.Millisecond
+	if cfg.PeerAddr == "" {
+		// A standalone voter elects itself after one heartbeat timeout.
+		rc.HeartbeatTimeout = 200 * time.Millisecond
+		rc.ElectionTimeout = 200 * time.Millisecond
+		rc.LeaderLeaseTimeout = 100 * time.Millisecond
+	}
 
 	existing, err := raft.HasExistingState(stores.Log, stores.Stable, snaps)
 	if err != nil {
@@ -163,6 +199,16 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 	}
 	if !existing {
 		boot := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: rc.LocalID, Address: addr}}}
+		if len(cfg.BootstrapPeers) > 0 {
+			if _, self := cfg.BootstrapPeers[cfg.NodeID]; !self {
+				stores.Close()
+				return nil, fmt.Errorf("node: --bootstrap-peers does not name this node (%s)", cfg.NodeID)
+			}
+			boot.Servers = nil
+			for _, id := range sortedIDs(cfg.BootstrapPeers) {
+				boot.Servers = append(boot.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(cfg.BootstrapPeers[id])})
+			}
+		}
 		if err := raft.BootstrapCluster(rc, stores.Log, stores.Stable, snaps, trans, boot); err != nil {
 			stores.Close()
 			return nil, fmt.Errorf("node: bootstrap: %w", err)
@@ -180,6 +226,15 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 	return n, nil
 }
 
+func sortedIDs(m map[string]string) []string {
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
 // Run follows leadership changes and runs the lessor until ctx ends.
 func (n *Node) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
@@ -190,8 +245,16 @@ func (n *Node) Run(ctx context.Context) error {
 	if n.raft.State() == raft.Leader {
 		n.promote(ctx)
 	}
+	// A follower is ready once it knows a leader to send clients to.
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
 	for {
 		select {
+		case <-poll.C:
+			if _, leader := n.raft.LeaderWithID(); leader != "" && n.raft.State() == raft.Follower {
+				n.readyOnce.Do(func() { close(n.ready) })
+				poll.Stop()
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		case isLeader := <-n.leadCh:
@@ -214,7 +277,8 @@ func (n *Node) promote(ctx context.Context) {
 	n.readyOnce.Do(func() { close(n.ready) })
 }
 
-// Ready is closed once this node has been leader with its state caught up.
+// Ready is closed once this node serves: as leader with its state caught
+// up, or as a follower that knows the leader.
 func (n *Node) Ready() <-chan struct{} { return n.ready }
 
 // Batching: concurrent proposals are committed together as one log entry
@@ -414,6 +478,52 @@ func (n *Node) Status() Status {
 	return st
 }
 
+// Member is one server of the raft configuration.
+type Member struct {
+	ID       string
+	PeerAddr string
+	Voter    bool
+	Leader   bool
+}
+
+// Members lists the raft configuration.
+func (n *Node) Members() ([]Member, error) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, mapRaftErr(err)
+	}
+	_, leader := n.raft.LeaderWithID()
+	var out []Member
+	for _, s := range f.Configuration().Servers {
+		out = append(out, Member{ID: string(s.ID), PeerAddr: string(s.Address), Voter: s.Suffrage == raft.Voter, Leader: s.ID == leader})
+	}
+	return out, nil
+}
+
+// AddVoter adds (or updates) a voting member; only the leader can.
+func (n *Node) AddVoter(ctx context.Context, id, peerAddr string) error {
+	return mapConfErr(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(peerAddr), 0, n.timeout(ctx)).Error())
+}
+
+// RemoveServer removes a member; only the leader can.
+func (n *Node) RemoveServer(ctx context.Context, id string) error {
+	return mapConfErr(n.raft.RemoveServer(raft.ServerID(id), 0, n.timeout(ctx)).Error())
+}
+
+func mapConfErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return mapRaftErr(err)
+}
+
+func (n *Node) timeout(ctx context.Context) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		return time.Until(dl)
+	}
+	return n.cfg.ApplyTimeout
+}
+
 // Snapshot asks raft to take a snapshot now (used by tests and operators).
 func (n *Node) Snapshot() error { return n.raft.Snapshot().Error() }
 
@@ -423,6 +533,9 @@ func (n *Node) Close() error {
 		n.closeErr = n.raft.Shutdown().Error() // pending futures fail now
 		close(n.quit)
 		n.wg.Wait()
+		if c, ok := n.trans.(io.Closer); ok {
+			c.Close()
+		}
 		if err := n.stores.Close(); err != nil && n.closeErr == nil {
 			n.closeErr = err
 		}

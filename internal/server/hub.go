@@ -63,11 +63,14 @@ func (h *Hub) Sink(e fsm.Event) {
 // GrantNotifications reports how many grant notifications were delivered.
 func (h *Hub) GrantNotifications() uint64 { return h.grants.Load() }
 
-// register reserves the slot for (session, name); false if one exists.
-func (h *Hub) register(k waitKey) (chan fsm.Event, bool) {
+// register takes the slot for (session, name). A session has at most one
+// acquisition per lock; with takeover (a resumed acquire) an existing slot
+// belongs to a request of a stream that broke and is taken over, without
+// it the request is a duplicate and register fails.
+func (h *Hub) register(k waitKey, takeover bool) (chan fsm.Event, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, busy := h.waits[k]; busy {
+	if _, busy := h.waits[k]; busy && !takeover {
 		return nil, false
 	}
 	ch := make(chan fsm.Event, 2)

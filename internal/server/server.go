@@ -71,7 +71,7 @@ func (s *Server) Session(stream pb.Tenure_SessionServer) error {
 	if open == nil {
 		return status.Error(codes.InvalidArgument, "the first message on a Session stream must be open")
 	}
-	ss := &sessionStream{srv: s, stream: stream, pending: make(map[uint64]context.CancelFunc), ended: make(chan bool, 1), quit: make(chan struct{})}
+	ss := &sessionStream{srv: s, stream: stream, pending: make(map[uint64]*pendingAcquire), ended: make(chan bool, 1), quit: make(chan struct{})}
 	if open.GetSessionId() == 0 {
 		if err := fsm.ValidateSession(open.GetOwner(), open.GetTtlMs()); err != nil {
 			return toStatus(err)
@@ -118,7 +118,16 @@ type sessionStream struct {
 
 	// mu guards pending.
 	mu      sync.Mutex
-	pending map[uint64]context.CancelFunc
+	pending map[uint64]*pendingAcquire
+}
+
+// pendingAcquire is a queued acquire of this stream. Only an explicit
+// Cancel withdraws it from the queue: when the stream merely breaks, the
+// acquisition stays queued (or granted) for the session, and the client
+// re-attaches to it with a resumed acquire.
+type pendingAcquire struct {
+	cancel   context.CancelFunc
+	withdraw bool // guarded by sessionStream.mu
 }
 
 func (ss *sessionStream) send(r *pb.SessionResponse) {
@@ -165,8 +174,8 @@ func (ss *sessionStream) goHandle(fn func()) {
 func (ss *sessionStream) stop() {
 	ss.stopOnce.Do(func() { close(ss.quit) })
 	ss.mu.Lock()
-	for _, cancel := range ss.pending {
-		cancel()
+	for _, p := range ss.pending {
+		p.cancel()
 	}
 	ss.mu.Unlock()
 	ss.wg.Wait()
@@ -190,8 +199,9 @@ func (ss *sessionStream) serve() error {
 			ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Kept{Kept: &pb.KeepAliveAck{TtlMs: ttl.Milliseconds()}}})
 		case *pb.SessionRequest_Acquire:
 			actx, cancel := context.WithCancel(ctx)
+			p := &pendingAcquire{cancel: cancel}
 			ss.mu.Lock()
-			ss.pending[id] = cancel
+			ss.pending[id] = p
 			ss.mu.Unlock()
 			ss.goHandle(func() {
 				defer func() {
@@ -200,14 +210,15 @@ func (ss *sessionStream) serve() error {
 					delete(ss.pending, id)
 					ss.mu.Unlock()
 				}()
-				ss.acquire(actx, id, op.Acquire)
+				ss.acquire(actx, id, op.Acquire, p)
 			})
 		case *pb.SessionRequest_Release:
 			ss.goHandle(func() { ss.release(id, op.Release) })
 		case *pb.SessionRequest_Cancel:
 			ss.mu.Lock()
-			if cancel := ss.pending[op.Cancel.GetRequestId()]; cancel != nil {
-				cancel()
+			if p := ss.pending[op.Cancel.GetRequestId()]; p != nil {
+				p.withdraw = true
+				p.cancel()
 			}
 			ss.mu.Unlock()
 		case *pb.SessionRequest_Close:
@@ -227,26 +238,34 @@ func (ss *sessionStream) serve() error {
 	}
 }
 
-func (ss *sessionStream) acquire(ctx context.Context, id uint64, a *pb.AcquireLock) {
+// withdrawing reports whether the client asked to cancel p.
+func (ss *sessionStream) withdrawing(p *pendingAcquire) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return p.withdraw
+}
+
+func (ss *sessionStream) acquire(ctx context.Context, id uint64, a *pb.AcquireLock, p *pendingAcquire) {
 	if err := fsm.ValidateName("lock name", a.GetName()); err != nil {
 		ss.sendErr(id, err)
 		return
 	}
 	key := waitKey{ss.id, a.GetName()}
-	ch, ok := ss.srv.hub.register(key)
+	ch, ok := ss.srv.hub.register(key, a.GetResume())
 	if !ok {
 		ss.sendErr(id, fsm.ErrAlreadyHeld)
 		return
 	}
 	defer ss.srv.hub.unregister(key, ch)
-	res, err := ss.srv.propose(&fsmpb.Acquire{Session: ss.id, Name: a.GetName(), Wait: a.GetWait(), LockDelayMs: a.GetLockDelayMs()})
+	res, err := ss.srv.propose(&fsmpb.Acquire{Session: ss.id, Name: a.GetName(), Wait: a.GetWait(), LockDelayMs: a.GetLockDelayMs(), Resume: a.GetResume()})
 	if err != nil {
 		ss.sendErr(id, err)
 		return
 	}
 	if res.Granted {
-		if ctx.Err() != nil { // the client gave up while we committed
+		if ss.withdrawing(p) { // the client gave up while we committed
 			ss.cancelAcquire(a.GetName(), res.AcquireRevision)
+			ss.sendErr(id, errCancelled)
 			return
 		}
 		ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Granted{Granted: &pb.LockGranted{Name: a.GetName(), Token: res.Token}}})
@@ -266,6 +285,9 @@ func (ss *sessionStream) acquire(ctx context.Context, id uint64, a *pb.AcquireLo
 			ss.sendErr(id, fsm.ErrSessionNotFound)
 			return
 		case <-ctx.Done():
+			if !ss.withdrawing(p) {
+				return // the stream broke: the place in line is kept for a resume
+			}
 			ss.cancelAcquire(a.GetName(), res.AcquireRevision)
 			ss.sendErr(id, errCancelled)
 			return

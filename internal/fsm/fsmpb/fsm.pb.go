@@ -406,11 +406,14 @@ func (x *ExpireSession) GetSession() uint64 {
 }
 
 type Acquire struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Wait          bool                   `protobuf:"varint,3,opt,name=wait,proto3" json:"wait,omitempty"`
-	LockDelayMs   int64                  `protobuf:"varint,4,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Session     uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
+	Name        string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Wait        bool                   `protobuf:"varint,3,opt,name=wait,proto3" json:"wait,omitempty"`
+	LockDelayMs int64                  `protobuf:"varint,4,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	// resume: answer with the session's existing grant or queue place
+	// instead of failing with "already held".
+	Resume        bool `protobuf:"varint,5,opt,name=resume,proto3" json:"resume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -471,6 +474,13 @@ func (x *Acquire) GetLockDelayMs() int64 {
 		return x.LockDelayMs
 	}
 	return 0
+}
+
+func (x *Acquire) GetResume() bool {
+	if x != nil {
+		return x.Resume
+	}
+	return false
 }
 
 type CancelAcquire struct {
@@ -1320,12 +1330,13 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\fCloseSession\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\")\n" +
 	"\rExpireSession\x12\x18\n" +
-	"\asession\x18\x01 \x01(\x04R\asession\"o\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\"\x87\x01\n" +
 	"\aAcquire\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
 	"\x04wait\x18\x03 \x01(\bR\x04wait\x12\"\n" +
-	"\rlock_delay_ms\x18\x04 \x01(\x03R\vlockDelayMs\"h\n" +
+	"\rlock_delay_ms\x18\x04 \x01(\x03R\vlockDelayMs\x12\x16\n" +
+	"\x06resume\x18\x05 \x01(\bR\x06resume\"h\n" +
 	"\rCancelAcquire\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12)\n" +
