@@ -162,7 +162,7 @@ Exit codes: 0 ok, 1 error, 3 stale token, 4 lock not held, 5 timeout.
 		endpoint = client.DefaultEndpoint
 	}
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.endpoint, "endpoint", endpoint, "server address host:port (env TENURE_ENDPOINT)")
+	pf.StringVar(&a.endpoint, "endpoint", endpoint, "server address host:port, or a comma-separated list of cluster members (env TENURE_ENDPOINT)")
 	pf.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see '%s --help')", err, cmd.CommandPath())
@@ -174,6 +174,7 @@ Exit codes: 0 ok, 1 error, 3 stale token, 4 lock not held, 5 timeout.
 		a.fenceCommand(),
 		a.sessionCommand(),
 		a.statusCommand(),
+		a.memberCommand(),
 		a.benchCommand(),
 	)
 	return root
