@@ -37,8 +37,12 @@ SIGTERM stops it cleanly (exit 0).`,
 			if len(cfg.BootstrapPeers) > 0 && cfg.PeerListen == "" {
 				return errors.New("--bootstrap-peers needs --peer-listen")
 			}
-			if addr, ok := cfg.BootstrapPeers[cfg.NodeID]; len(cfg.BootstrapPeers) > 0 && (!ok || addr != cfg.PeerListen) {
-				return fmt.Errorf("--bootstrap-peers must list this node as %s=%s", cfg.NodeID, cfg.PeerListen)
+			self := cfg.PeerListen
+			if cfg.PeerAdvertise != "" {
+				self = cfg.PeerAdvertise
+			}
+			if addr, ok := cfg.BootstrapPeers[cfg.NodeID]; len(cfg.BootstrapPeers) > 0 && (!ok || addr != self) {
+				return fmt.Errorf("--bootstrap-peers must list this node as %s=%s", cfg.NodeID, self)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -74,6 +78,9 @@ SIGTERM stops it cleanly (exit 0).`,
 	f.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this node's id")
 	f.StringVar(&cfg.LogStore, "log-store", "", "raft log engine: bolt or wal (default: the data dir's own, bolt for a new one)")
 	f.StringVar(&cfg.PeerListen, "peer-listen", "", "raft peer address (cluster mode), e.g. 127.0.0.1:7071")
+	f.StringVar(&cfg.PeerAdvertise, "peer-advertise", "", "peer address other members dial, if not --peer-listen (NAT, proxies)")
+	f.BoolVar(&cfg.UnsafeSkipFenceCheck, "unsafe-skip-fence-check", false, "accept every fenced write regardless of token (fault-injection tests only)")
+	_ = f.MarkHidden("unsafe-skip-fence-check")
 	f.Var(peersFlag{&cfg.BootstrapPeers}, "bootstrap-peers", "initial voters as id=peer-addr,... (the same list on every initial member; ignored once the data dir exists)")
 	return cmd
 }

@@ -33,6 +33,10 @@ type Config struct {
 	LogStore string
 	// PeerListen is the raft peer address; empty for a standalone node.
 	PeerListen string
+	// PeerAdvertise is the peer address others dial, if not PeerListen.
+	PeerAdvertise string
+	// UnsafeSkipFenceCheck: see node.Config (fault-injection tests only).
+	UnsafeSkipFenceCheck bool
 	// BootstrapPeers: id → peer address of every initial voter (used only
 	// for a new data directory).
 	BootstrapPeers map[string]string
@@ -55,7 +59,7 @@ type Daemon struct {
 // called; Ready() tells when it is leader with its state caught up.
 func Start(cfg Config) (*Daemon, error) {
 	hub := server.NewHub()
-	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, BootstrapPeers: cfg.BootstrapPeers}, hub.Sink)
+	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, PeerAdvertise: cfg.PeerAdvertise, BootstrapPeers: cfg.BootstrapPeers, UnsafeSkipFenceCheck: cfg.UnsafeSkipFenceCheck}, hub.Sink)
 	if err != nil {
 		return nil, err
 	}

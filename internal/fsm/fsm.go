@@ -40,9 +40,10 @@ import (
 type FSM struct {
 	sink EventSink
 
-	// mu guards state.
-	mu    sync.RWMutex
-	state *State
+	// mu guards state and unsafeSkip.
+	mu         sync.RWMutex
+	state      *State
+	unsafeSkip bool
 }
 
 // New returns an FSM with an empty state. sink receives every event of
@@ -52,6 +53,15 @@ func New(sink EventSink) *FSM {
 		sink = func(Event) {}
 	}
 	return &FSM{sink: sink, state: NewState()}
+}
+
+// SetUnsafeSkipFenceCheck turns off the fenced registers' token check (see
+// State.UnsafeSkipFenceCheck). Call it before raft starts; test use only.
+func (f *FSM) SetUnsafeSkipFenceCheck() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unsafeSkip = true
+	f.state.UnsafeSkipFenceCheck = true
 }
 
 // Read runs fn with the state locked for reading. fn must not keep
@@ -119,6 +129,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	f.mu.Lock()
+	st.UnsafeSkipFenceCheck = f.unsafeSkip
 	f.state = st
 	f.mu.Unlock()
 	return nil

@@ -170,6 +170,11 @@ type register struct {
 // waiters, and fenced registers. It is not safe for concurrent use; FSM
 // serialises access to it.
 type State struct {
+	// UnsafeSkipFenceCheck makes fenced registers accept every token. It
+	// exists only so that the fault-injection suite can prove its checker
+	// catches stale writes; never set it in production.
+	UnsafeSkipFenceCheck bool
+
 	revision  uint64
 	sessions  map[uint64]*session
 	locks     map[string]*lock
@@ -474,7 +479,7 @@ func (s *State) fencedPut(c *fsmpb.FencedPut) Result {
 		}
 	}
 	out := PutStale
-	if c.GetToken() >= reg.token {
+	if c.GetToken() >= reg.token || s.UnsafeSkipFenceCheck {
 		out = PutAccepted
 		reg.modRev = s.bump()
 		reg.value = append([]byte(nil), c.GetValue()...)

@@ -60,9 +60,15 @@ type Config struct {
 	SnapshotThreshold uint64
 	// LogStore names the storage engine: "bolt" (default) or "wal".
 	LogStore string
-	// PeerAddr is the raft peer address (TCP) this node binds and
-	// advertises. Empty: a standalone node with no peers.
+	// PeerAddr is the raft peer address (TCP) this node binds and, unless
+	// PeerAdvertise is set, advertises. Empty: a standalone node.
 	PeerAddr string
+	// PeerAdvertise is the peer address other members dial, when it differs
+	// from PeerAddr (NAT, or a proxy in front of the node).
+	PeerAdvertise string
+	// UnsafeSkipFenceCheck disables the fenced registers' token check: for
+	// proving that the fault-injection checker catches stale writes only.
+	UnsafeSkipFenceCheck bool
 	// BootstrapPeers maps node id → peer address for every initial voter.
 	// Used only when the data directory is new; later starts ignore it.
 	// Empty with a PeerAddr: the node bootstraps itself as a single voter
@@ -137,6 +143,9 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 			sink(e)
 		}
 	})
+	if cfg.UnsafeSkipFenceCheck {
+		n.fsm.SetUnsafeSkipFenceCheck()
+	}
 	n.lessor = lessor.New(cfg.Clock, n.Propose, n.fsm.Read)
 
 	stores, err := store.Open(filepath.Join(cfg.DataDir, "raft"), cfg.LogStore)
@@ -155,10 +164,14 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 	if cfg.PeerAddr == "" {
 		addr, trans = raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
 	} else {
-		adv, err := net.ResolveTCPAddr("tcp", cfg.PeerAddr)
+		advertise := cfg.PeerAddr
+		if cfg.PeerAdvertise != "" {
+			advertise = cfg.PeerAdvertise
+		}
+		adv, err := net.ResolveTCPAddr("tcp", advertise)
 		if err != nil {
 			stores.Close()
-			return nil, fmt.Errorf("node: peer address %q: %w", cfg.PeerAddr, err)
+			return nil, fmt.Errorf("node: peer address %q: %w", advertise, err)
 		}
 		tcp, err := raft.NewTCPTransportWithLogger(cfg.PeerAddr, adv, 3, 10*time.Second, logger)
 		if err != nil {
