@@ -81,6 +81,8 @@ SIGTERM stops it cleanly (exit 0).`,
 	f.StringVar(&cfg.PeerAdvertise, "peer-advertise", "", "peer address other members dial, if not --peer-listen (NAT, proxies)")
 	f.BoolVar(&cfg.UnsafeSkipFenceCheck, "unsafe-skip-fence-check", false, "accept every fenced write regardless of token (fault-injection tests only)")
 	_ = f.MarkHidden("unsafe-skip-fence-check")
+	f.Var(peersFlag{&cfg.PeerRoutes}, "peer-route", "dial these peers at these addresses instead: id=addr,... (fault-injection tests)")
+	_ = f.MarkHidden("peer-route")
 	f.Var(peersFlag{&cfg.BootstrapPeers}, "bootstrap-peers", "initial voters as id=peer-addr,... (the same list on every initial member; ignored once the data dir exists)")
 	return cmd
 }

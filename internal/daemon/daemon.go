@@ -35,6 +35,8 @@ type Config struct {
 	PeerListen string
 	// PeerAdvertise is the peer address others dial, if not PeerListen.
 	PeerAdvertise string
+	// PeerRoutes: see node.Config (fault-injection tests only).
+	PeerRoutes map[string]string
 	// UnsafeSkipFenceCheck: see node.Config (fault-injection tests only).
 	UnsafeSkipFenceCheck bool
 	// BootstrapPeers: id → peer address of every initial voter (used only
@@ -59,7 +61,7 @@ type Daemon struct {
 // called; Ready() tells when it is leader with its state caught up.
 func Start(cfg Config) (*Daemon, error) {
 	hub := server.NewHub()
-	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, PeerAdvertise: cfg.PeerAdvertise, BootstrapPeers: cfg.BootstrapPeers, UnsafeSkipFenceCheck: cfg.UnsafeSkipFenceCheck}, hub.Sink)
+	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, PeerAdvertise: cfg.PeerAdvertise, BootstrapPeers: cfg.BootstrapPeers, UnsafeSkipFenceCheck: cfg.UnsafeSkipFenceCheck, PeerRoutes: cfg.PeerRoutes}, hub.Sink)
 	if err != nil {
 		return nil, err
 	}

@@ -66,6 +66,10 @@ type Config struct {
 	// PeerAdvertise is the peer address other members dial, when it differs
 	// from PeerAddr (NAT, or a proxy in front of the node).
 	PeerAdvertise string
+	// PeerRoutes overrides, for this node only, the address it dials to
+	// reach a peer (id → address). The fault-injection suite uses it to
+	// put a proxy on every directed link between two nodes.
+	PeerRoutes map[string]string
 	// UnsafeSkipFenceCheck disables the fenced registers' token check: for
 	// proving that the fault-injection checker catches stale writes only.
 	UnsafeSkipFenceCheck bool
@@ -173,7 +177,13 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 			stores.Close()
 			return nil, fmt.Errorf("node: peer address %q: %w", advertise, err)
 		}
-		tcp, err := raft.NewTCPTransportWithLogger(cfg.PeerAddr, adv, 3, 10*time.Second, logger)
+		var provider raft.ServerAddressProvider
+		if len(cfg.PeerRoutes) > 0 {
+			provider = routes(cfg.PeerRoutes)
+		}
+		tcp, err := raft.NewTCPTransportWithConfig(cfg.PeerAddr, adv, &raft.NetworkTransportConfig{
+			ServerAddressProvider: provider, Logger: logger, MaxPool: 3, Timeout: 10 * time.Second,
+		})
 		if err != nil {
 			stores.Close()
 			return nil, fmt.Errorf("node: peer listener on %s: %w", cfg.PeerAddr, err)
@@ -237,6 +247,17 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 	go n.batcher()
 	go n.answerer()
 	return n, nil
+}
+
+// routes is a raft.ServerAddressProvider over PeerRoutes; peers it does not
+// name are dialled at their configured address.
+type routes map[string]string
+
+func (r routes) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
+	if addr, ok := r[string(id)]; ok {
+		return raft.ServerAddress(addr), nil
+	}
+	return "", fmt.Errorf("no route override for %s", id)
 }
 
 func sortedIDs(m map[string]string) []string {

@@ -19,6 +19,7 @@ type Proxy struct {
 	pauseIn  bool // client → server held back
 	pauseOut bool // server → client held back
 	conns    map[net.Conn]struct{}
+	blocked  bool
 	closed   bool
 	wg       sync.WaitGroup
 }
@@ -63,6 +64,22 @@ func (p *Proxy) Cut() {
 	p.mu.Unlock()
 }
 
+// Block cuts every connection and refuses new ones until Unblock: the link
+// is down in both directions.
+func (p *Proxy) Block() {
+	p.mu.Lock()
+	p.blocked = true
+	p.mu.Unlock()
+	p.Cut()
+}
+
+// Unblock lets new connections through again.
+func (p *Proxy) Unblock() {
+	p.mu.Lock()
+	p.blocked = false
+	p.mu.Unlock()
+}
+
 // Close stops the proxy and waits for its goroutines.
 func (p *Proxy) Close() {
 	p.mu.Lock()
@@ -84,6 +101,13 @@ func (p *Proxy) accept() {
 		c, err := p.lis.Accept()
 		if err != nil {
 			return
+		}
+		p.mu.Lock()
+		blocked := p.blocked
+		p.mu.Unlock()
+		if blocked {
+			c.Close()
+			continue
 		}
 		s, err := net.Dial("tcp", p.target)
 		if err != nil {
