@@ -1,0 +1,140 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/testutil"
+)
+
+// linkedCluster is a cluster whose every directed peer link i→j runs
+// through its own proxy, so that links can be cut.
+type linkedCluster struct {
+	ms    []*member
+	links map[[2]int]*testutil.Proxy
+}
+
+func startLinkedCluster(t *testing.T, n int) *linkedCluster {
+	t.Helper()
+	lc := &linkedCluster{ms: make([]*member, n), links: make(map[[2]int]*testutil.Proxy)}
+	var peers []string
+	for i := range lc.ms {
+		lc.ms[i] = &member{id: fmt.Sprintf("n%d", i+1), addr: freeAddr(t), peer: freeAddr(t)}
+		peers = append(peers, lc.ms[i].id+"="+lc.ms[i].peer)
+	}
+	root := t.TempDir()
+	for i, m := range lc.ms {
+		var routes []string
+		for j, o := range lc.ms {
+			if i == j {
+				continue
+			}
+			px := testutil.StartProxy(t, o.peer)
+			lc.links[[2]int{i, j}] = px
+			routes = append(routes, o.id+"="+px.Addr())
+		}
+		m.p = start(t, m.id, m.addr, "serve", "--node-id", m.id, "--listen", m.addr, "--peer-listen", m.peer,
+			"--data-dir", filepath.Join(root, m.id), "--bootstrap-peers", strings.Join(peers, ","),
+			"--peer-route", strings.Join(routes, ","))
+	}
+	for _, m := range lc.ms {
+		poll(t, m.id+"'s ready line", 30*time.Second, func() bool {
+			if m.p.exited() {
+				t.Fatalf("%s exited with %d: %s", m.id, m.p.status, m.p.stderr())
+			}
+			return strings.HasPrefix(m.p.stdout(), "tenure: serving on "+m.addr)
+		})
+	}
+	return lc
+}
+
+// isolate cuts (or, with heal, restores) every link between group a and group b.
+func (lc *linkedCluster) isolate(a, b []int, heal bool) {
+	for _, i := range a {
+		for _, j := range b {
+			for _, l := range [][2]int{{i, j}, {j, i}} {
+				if heal {
+					lc.links[l].Unblock()
+				} else {
+					lc.links[l].Block()
+				}
+			}
+		}
+	}
+}
+
+func nodeStatus(t *testing.T, ctx context.Context, addr string) (leader string, revision uint64, err error) {
+	c, err := client.Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := c.Status(sctx)
+	return st.GetLeader(), st.GetRevision(), err
+}
+
+// TestFiveNodesTwoFollowersPartitioned: with two followers cut off, the
+// majority keeps committing; after healing, the two catch up.
+func TestFiveNodesTwoFollowersPartitioned(t *testing.T) {
+	lc := startLinkedCluster(t, 5)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	leaderID, _, err := nodeStatus(t, ctx, lc.ms[0].addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var majority, minority []int
+	for i, m := range lc.ms {
+		if m.id != leaderID && len(minority) < 2 {
+			minority = append(minority, i)
+		} else {
+			majority = append(majority, i)
+		}
+	}
+	var majAddrs []string
+	for _, i := range majority {
+		majAddrs = append(majAddrs, lc.ms[i].addr)
+	}
+	c, err := client.Dial(ctx, strings.Join(majAddrs, ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	lc.isolate(minority, majority, false)
+	var last client.PutResult
+	for i := 1; i <= 20; i++ {
+		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+		last, err = c.FencedPut(wctx, "reg", []byte(fmt.Sprint(i)), uint64(i), "")
+		wcancel()
+		if err != nil {
+			t.Fatalf("write %d with two followers cut off: %v", i, err)
+		}
+	}
+	for _, i := range minority {
+		_, rev, err := nodeStatus(t, ctx, lc.ms[i].addr)
+		if err == nil && rev >= last.Revision {
+			t.Fatalf("%s applied revision %d while cut off", lc.ms[i].id, rev)
+		}
+	}
+
+	lc.isolate(minority, majority, true)
+	for _, i := range minority {
+		m := lc.ms[i]
+		poll(t, m.id+" catching up", 30*time.Second, func() bool {
+			_, rev, err := nodeStatus(t, ctx, m.addr)
+			return err == nil && rev >= last.Revision
+		})
+	}
+	reg, err := c.FencedGet(ctx, "reg")
+	if err != nil || string(reg.Value) != "20" || reg.Token != 20 {
+		t.Fatalf("register after heal: %+v %v", reg, err)
+	}
+}
