@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -303,3 +304,63 @@ func (c *Client) RemoveMember(ctx context.Context, id string, force bool) (*pb.M
 
 // sessionTimeout bounds a keepalive round trip when nothing else does.
 const sessionTimeout = 5 * time.Second
+
+// SaveSnapshot writes a consistent copy of the whole service state to w
+// (for backups) and returns its size.
+func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer) (int64, error) {
+	var n int64
+	err := c.unary(ctx, func(api pb.TenureClient) error {
+		n = 0
+		stream, err := api.SnapshotSave(ctx, &pb.SnapshotSaveRequest{})
+		if err != nil {
+			return err
+		}
+		for {
+			chunk, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				if n > 0 { // part of it was written: do not retry elsewhere
+					return fmt.Errorf("%w: snapshot interrupted after %d bytes: %v", ErrUnknownOutcome, n, err)
+				}
+				return err
+			}
+			k, err := w.Write(chunk.GetData())
+			n += int64(k)
+			if err != nil {
+				return fmt.Errorf("writing snapshot: %w", err)
+			}
+		}
+	})
+	return n, err
+}
+
+// RestoreSnapshot replaces the state of a new cluster with a snapshot read
+// from r (disaster recovery). The server refuses when its revision is past
+// the snapshot's (tokens would be issued again), unless force.
+func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader, force bool) (*pb.SnapshotRestoreResponse, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("reading snapshot: %w", err)
+	}
+	var resp *pb.SnapshotRestoreResponse
+	err = c.unary(ctx, func(api pb.TenureClient) error {
+		stream, err := api.SnapshotRestore(ctx)
+		if err != nil {
+			return err
+		}
+		const chunk = 1 << 20
+		first := true
+		for rest := data; first || len(rest) > 0; first = false {
+			n := min(len(rest), chunk)
+			if err := stream.Send(&pb.SnapshotChunk{Data: rest[:n], Force: first && force}); err != nil {
+				break // the error comes with CloseAndRecv
+			}
+			rest = rest[n:]
+		}
+		resp, err = stream.CloseAndRecv()
+		return err
+	})
+	return resp, err
+}

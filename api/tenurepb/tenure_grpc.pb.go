@@ -23,16 +23,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Tenure_Session_FullMethodName      = "/tenure.v1.Tenure/Session"
-	Tenure_ListSessions_FullMethodName = "/tenure.v1.Tenure/ListSessions"
-	Tenure_LockStatus_FullMethodName   = "/tenure.v1.Tenure/LockStatus"
-	Tenure_LockHistory_FullMethodName  = "/tenure.v1.Tenure/LockHistory"
-	Tenure_FencedPut_FullMethodName    = "/tenure.v1.Tenure/FencedPut"
-	Tenure_FencedGet_FullMethodName    = "/tenure.v1.Tenure/FencedGet"
-	Tenure_Status_FullMethodName       = "/tenure.v1.Tenure/Status"
-	Tenure_MemberList_FullMethodName   = "/tenure.v1.Tenure/MemberList"
-	Tenure_MemberAdd_FullMethodName    = "/tenure.v1.Tenure/MemberAdd"
-	Tenure_MemberRemove_FullMethodName = "/tenure.v1.Tenure/MemberRemove"
+	Tenure_Session_FullMethodName         = "/tenure.v1.Tenure/Session"
+	Tenure_ListSessions_FullMethodName    = "/tenure.v1.Tenure/ListSessions"
+	Tenure_LockStatus_FullMethodName      = "/tenure.v1.Tenure/LockStatus"
+	Tenure_LockHistory_FullMethodName     = "/tenure.v1.Tenure/LockHistory"
+	Tenure_FencedPut_FullMethodName       = "/tenure.v1.Tenure/FencedPut"
+	Tenure_FencedGet_FullMethodName       = "/tenure.v1.Tenure/FencedGet"
+	Tenure_Status_FullMethodName          = "/tenure.v1.Tenure/Status"
+	Tenure_MemberList_FullMethodName      = "/tenure.v1.Tenure/MemberList"
+	Tenure_MemberAdd_FullMethodName       = "/tenure.v1.Tenure/MemberAdd"
+	Tenure_MemberRemove_FullMethodName    = "/tenure.v1.Tenure/MemberRemove"
+	Tenure_SnapshotSave_FullMethodName    = "/tenure.v1.Tenure/SnapshotSave"
+	Tenure_SnapshotRestore_FullMethodName = "/tenure.v1.Tenure/SnapshotRestore"
 )
 
 // TenureClient is the client API for Tenure service.
@@ -58,6 +60,13 @@ type TenureClient interface {
 	MemberList(ctx context.Context, in *MemberListRequest, opts ...grpc.CallOption) (*MemberListResponse, error)
 	MemberAdd(ctx context.Context, in *MemberAddRequest, opts ...grpc.CallOption) (*MemberListResponse, error)
 	MemberRemove(ctx context.Context, in *MemberRemoveRequest, opts ...grpc.CallOption) (*MemberListResponse, error)
+	// SnapshotSave streams a consistent copy of the whole state (served by the
+	// leader after a linearizable read barrier).
+	SnapshotSave(ctx context.Context, in *SnapshotSaveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
+	// SnapshotRestore replaces the state of a new cluster with a saved one
+	// (disaster recovery). It is refused when the cluster's revision is past
+	// the snapshot's, unless forced: tokens must never go backwards.
+	SnapshotRestore(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, SnapshotRestoreResponse], error)
 }
 
 type tenureClient struct {
@@ -171,6 +180,38 @@ func (c *tenureClient) MemberRemove(ctx context.Context, in *MemberRemoveRequest
 	return out, nil
 }
 
+func (c *tenureClient) SnapshotSave(ctx context.Context, in *SnapshotSaveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[1], Tenure_SnapshotSave_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SnapshotSaveRequest, SnapshotChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Tenure_SnapshotSaveClient = grpc.ServerStreamingClient[SnapshotChunk]
+
+func (c *tenureClient) SnapshotRestore(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, SnapshotRestoreResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[2], Tenure_SnapshotRestore_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SnapshotChunk, SnapshotRestoreResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Tenure_SnapshotRestoreClient = grpc.ClientStreamingClient[SnapshotChunk, SnapshotRestoreResponse]
+
 // TenureServer is the server API for Tenure service.
 // All implementations must embed UnimplementedTenureServer
 // for forward compatibility.
@@ -194,6 +235,13 @@ type TenureServer interface {
 	MemberList(context.Context, *MemberListRequest) (*MemberListResponse, error)
 	MemberAdd(context.Context, *MemberAddRequest) (*MemberListResponse, error)
 	MemberRemove(context.Context, *MemberRemoveRequest) (*MemberListResponse, error)
+	// SnapshotSave streams a consistent copy of the whole state (served by the
+	// leader after a linearizable read barrier).
+	SnapshotSave(*SnapshotSaveRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
+	// SnapshotRestore replaces the state of a new cluster with a saved one
+	// (disaster recovery). It is refused when the cluster's revision is past
+	// the snapshot's, unless forced: tokens must never go backwards.
+	SnapshotRestore(grpc.ClientStreamingServer[SnapshotChunk, SnapshotRestoreResponse]) error
 	mustEmbedUnimplementedTenureServer()
 }
 
@@ -233,6 +281,12 @@ func (UnimplementedTenureServer) MemberAdd(context.Context, *MemberAddRequest) (
 }
 func (UnimplementedTenureServer) MemberRemove(context.Context, *MemberRemoveRequest) (*MemberListResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method MemberRemove not implemented")
+}
+func (UnimplementedTenureServer) SnapshotSave(*SnapshotSaveRequest, grpc.ServerStreamingServer[SnapshotChunk]) error {
+	return status.Error(codes.Unimplemented, "method SnapshotSave not implemented")
+}
+func (UnimplementedTenureServer) SnapshotRestore(grpc.ClientStreamingServer[SnapshotChunk, SnapshotRestoreResponse]) error {
+	return status.Error(codes.Unimplemented, "method SnapshotRestore not implemented")
 }
 func (UnimplementedTenureServer) mustEmbedUnimplementedTenureServer() {}
 func (UnimplementedTenureServer) testEmbeddedByValue()                {}
@@ -424,6 +478,24 @@ func _Tenure_MemberRemove_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Tenure_SnapshotSave_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(SnapshotSaveRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(TenureServer).SnapshotSave(m, &grpc.GenericServerStream[SnapshotSaveRequest, SnapshotChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Tenure_SnapshotSaveServer = grpc.ServerStreamingServer[SnapshotChunk]
+
+func _Tenure_SnapshotRestore_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(TenureServer).SnapshotRestore(&grpc.GenericServerStream[SnapshotChunk, SnapshotRestoreResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Tenure_SnapshotRestoreServer = grpc.ClientStreamingServer[SnapshotChunk, SnapshotRestoreResponse]
+
 // Tenure_ServiceDesc is the grpc.ServiceDesc for Tenure service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -473,6 +545,16 @@ var Tenure_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Session",
 			Handler:       _Tenure_Session_Handler,
 			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "SnapshotSave",
+			Handler:       _Tenure_SnapshotSave_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "SnapshotRestore",
+			Handler:       _Tenure_SnapshotRestore_Handler,
 			ClientStreams: true,
 		},
 	},

@@ -9,6 +9,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -556,6 +557,48 @@ func (n *Node) timeout(ctx context.Context) time.Duration {
 		return time.Until(dl)
 	}
 	return n.cfg.ApplyTimeout
+}
+
+// ErrSnapshotBehind: a restore would move the revision (and so the
+// fencing tokens) backwards.
+var ErrSnapshotBehind = errors.New("tenure: snapshot is older than this cluster's state")
+
+// SaveSnapshot returns a consistent copy of the whole state, read on the
+// leader after a linearizable read barrier.
+func (n *Node) SaveSnapshot(ctx context.Context) ([]byte, error) {
+	if err := n.LinearizableRead(ctx); err != nil {
+		return nil, err
+	}
+	var data []byte
+	var err error
+	n.fsm.Read(func(s *fsm.State) { data, err = proto.MarshalOptions{Deterministic: true}.Marshal(s.Export()) })
+	return data, err
+}
+
+// RestoreSnapshot replaces the replicated state with a saved one, through
+// raft (the leader installs it and followers receive it as a snapshot).
+// For disaster recovery into a new cluster: it is refused when the
+// current revision is past the snapshot's, unless force. Sessions in the
+// snapshot start a fresh TTL.
+func (n *Node) RestoreSnapshot(ctx context.Context, data []byte, force bool) (*fsmpb.Snapshot, error) {
+	snap := &fsmpb.Snapshot{}
+	if err := proto.Unmarshal(data, snap); err != nil {
+		return nil, fmt.Errorf("%w: not a Tenure snapshot: %v", fsm.ErrInvalid, err)
+	}
+	if _, err := fsm.Import(snap); err != nil {
+		return nil, fmt.Errorf("%w: %v", fsm.ErrInvalid, err)
+	}
+	var cur uint64
+	n.fsm.Read(func(s *fsm.State) { cur = s.Revision() })
+	if cur > snap.GetRevision() && !force {
+		return nil, fmt.Errorf("%w: cluster at revision %d, snapshot at %d (restoring would reissue tokens; use --force only on a cluster whose tokens nobody has used)", ErrSnapshotBehind, cur, snap.GetRevision())
+	}
+	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: int64(len(data))}
+	if err := n.raft.Restore(meta, bytes.NewReader(data), n.timeout(ctx)); err != nil {
+		return nil, mapRaftErr(err)
+	}
+	n.lessor.Promote()
+	return snap, nil
 }
 
 // Snapshot asks raft to take a snapshot now (used by tests and operators).

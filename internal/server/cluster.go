@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/internal/fsm"
@@ -85,4 +87,53 @@ func (s *Server) MemberRemove(ctx context.Context, req *pb.MemberRemoveRequest) 
 		return nil, toStatus(err)
 	}
 	return s.members()
+}
+
+// snapshotChunk is the size of the pieces a snapshot is streamed in.
+const snapshotChunk = 1 << 20
+
+// SnapshotSave implements pb.TenureServer.
+func (s *Server) SnapshotSave(_ *pb.SnapshotSaveRequest, stream pb.Tenure_SnapshotSaveServer) error {
+	data, err := s.node.SaveSnapshot(stream.Context())
+	if err != nil {
+		return toStatus(err)
+	}
+	for len(data) > 0 {
+		n := min(len(data), snapshotChunk)
+		if err := stream.Send(&pb.SnapshotChunk{Data: data[:n]}); err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return nil
+}
+
+// maxSnapshot bounds what a restore accepts.
+const maxSnapshot = 1 << 30
+
+// SnapshotRestore implements pb.TenureServer.
+func (s *Server) SnapshotRestore(stream pb.Tenure_SnapshotRestoreServer) error {
+	var data []byte
+	force := false
+	for first := true; ; first = false {
+		c, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if first {
+			force = c.GetForce()
+		}
+		if len(data)+len(c.GetData()) > maxSnapshot {
+			return toStatus(fmt.Errorf("%w: snapshot larger than %d bytes", fsm.ErrInvalid, maxSnapshot))
+		}
+		data = append(data, c.GetData()...)
+	}
+	snap, err := s.node.RestoreSnapshot(stream.Context(), data, force)
+	if err != nil {
+		return toStatus(err)
+	}
+	return stream.SendAndClose(&pb.SnapshotRestoreResponse{Revision: snap.GetRevision(), Sessions: uint32(len(snap.GetSessions())), Locks: uint32(len(snap.GetLocks())), Registers: uint32(len(snap.GetRegisters()))})
 }

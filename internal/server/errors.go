@@ -18,7 +18,7 @@ var errCancelled = errors.New("tenure: acquire cancelled")
 // classify is the one place where internal errors become wire errors.
 func classify(err error) (codes.Code, pb.ErrorReason) {
 	switch {
-	case errors.Is(err, fsm.ErrInvalid):
+	case errors.Is(err, fsm.ErrInvalid), errors.Is(err, node.ErrSnapshotBehind):
 		return codes.InvalidArgument, pb.ErrorReason_ERROR_REASON_INVALID
 	case errors.Is(err, fsm.ErrSessionNotFound):
 		return codes.NotFound, pb.ErrorReason_ERROR_REASON_SESSION_EXPIRED
