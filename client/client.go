@@ -46,9 +46,10 @@ const DefaultEndpoint = "127.0.0.1:7070"
 // that is not the leader answers "unavailable" and the client moves on to
 // the next endpoint by itself. It is safe for concurrent use.
 type Client struct {
-	eps []*endpoint
-	cur atomic.Uint32 // index of the endpoint in use
-	clk clock.Clock
+	eps          []*endpoint
+	cur          atomic.Uint32 // index of the endpoint in use
+	clk          clock.Clock
+	serializable bool
 }
 
 type endpoint struct {
@@ -61,8 +62,20 @@ type endpoint struct {
 type Option func(*dialOptions) error
 
 type dialOptions struct {
-	grpcOpts []grpc.DialOption
-	clk      clock.Clock
+	grpcOpts     []grpc.DialOption
+	clk          clock.Clock
+	serializable bool
+}
+
+// WithSerializableReads makes FencedGet, LockStatus, LockHistory and
+// Sessions answer from the node the client is connected to, without a
+// round trip to the leader: faster, available during an election, and
+// possibly stale. Never base an ownership decision on such a read.
+func WithSerializableReads() Option {
+	return func(o *dialOptions) error {
+		o.serializable = true
+		return nil
+	}
 }
 
 // WithGRPCOptions adds gRPC dial options (for example a custom dialer).
@@ -94,7 +107,7 @@ func Dial(ctx context.Context, endpoints string, opts ...Option) (*Client, error
 			return nil, err
 		}
 	}
-	c := &Client{clk: o.clk}
+	c := &Client{clk: o.clk, serializable: o.serializable}
 	gopts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, o.grpcOpts...)
 	for _, addr := range strings.Split(endpoints, ",") {
 		addr = strings.TrimSpace(addr)
@@ -216,11 +229,11 @@ type Register struct {
 	ModRevision uint64
 }
 
-// FencedGet reads a register (linearizable).
+// FencedGet reads a register (linearizable unless WithSerializableReads).
 func (c *Client) FencedGet(ctx context.Context, key string) (Register, error) {
 	var resp *pb.FencedGetResponse
 	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
-		resp, err = api.FencedGet(ctx, &pb.FencedGetRequest{Key: key})
+		resp, err = api.FencedGet(ctx, &pb.FencedGetRequest{Key: key, Serializable: c.serializable})
 		return err
 	})
 	if err != nil {
@@ -233,7 +246,7 @@ func (c *Client) FencedGet(ctx context.Context, key string) (Register, error) {
 func (c *Client) LockStatus(ctx context.Context, name string) (*pb.LockStatusResponse, error) {
 	var resp *pb.LockStatusResponse
 	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
-		resp, err = api.LockStatus(ctx, &pb.LockStatusRequest{Name: name})
+		resp, err = api.LockStatus(ctx, &pb.LockStatusRequest{Name: name, Serializable: c.serializable})
 		return err
 	})
 	return resp, err
@@ -243,7 +256,7 @@ func (c *Client) LockStatus(ctx context.Context, name string) (*pb.LockStatusRes
 func (c *Client) LockHistory(ctx context.Context, name string) (*pb.LockHistoryResponse, error) {
 	var resp *pb.LockHistoryResponse
 	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
-		resp, err = api.LockHistory(ctx, &pb.LockHistoryRequest{Name: name})
+		resp, err = api.LockHistory(ctx, &pb.LockHistoryRequest{Name: name, Serializable: c.serializable})
 		return err
 	})
 	return resp, err
@@ -253,7 +266,7 @@ func (c *Client) LockHistory(ctx context.Context, name string) (*pb.LockHistoryR
 func (c *Client) Sessions(ctx context.Context) (*pb.ListSessionsResponse, error) {
 	var resp *pb.ListSessionsResponse
 	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
-		resp, err = api.ListSessions(ctx, &pb.ListSessionsRequest{})
+		resp, err = api.ListSessions(ctx, &pb.ListSessionsRequest{Serializable: c.serializable})
 		return err
 	})
 	return resp, err

@@ -125,6 +125,26 @@ func TestFiveNodesTwoFollowersPartitioned(t *testing.T) {
 		}
 	}
 
+	// A cut-off follower can still answer a serializable read, stale, but
+	// never a linearizable one.
+	cut := lc.ms[minority[0]].addr
+	stale, err := client.Dial(ctx, cut, client.WithSerializableReads())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stale.Close()
+	if reg, err := stale.FencedGet(ctx, "reg"); err != nil || reg.Token >= 20 {
+		t.Fatalf("serializable read on a cut-off follower: %+v %v", reg, err)
+	}
+	strict, err := client.Dial(ctx, cut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer strict.Close()
+	if reg, err := strict.FencedGet(ctx, "reg"); err == nil {
+		t.Fatalf("linearizable read on a cut-off follower answered %+v", reg)
+	}
+
 	lc.isolate(minority, majority, true)
 	for _, i := range minority {
 		m := lc.ms[i]

@@ -1543,7 +1543,10 @@ func (x *Error) GetMessage() string {
 }
 
 type ListSessionsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// serializable: answer from this node's local state, which may be stale
+	// (no leader round trip). Default: linearizable.
+	Serializable  bool `protobuf:"varint,15,opt,name=serializable,proto3" json:"serializable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1576,6 +1579,13 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
 	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListSessionsRequest) GetSerializable() bool {
+	if x != nil {
+		return x.Serializable
+	}
+	return false
 }
 
 type SessionInfo struct {
@@ -1707,8 +1717,11 @@ func (x *ListSessionsResponse) GetRevision() uint64 {
 }
 
 type LockStatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// serializable: answer from this node's local state, which may be stale
+	// (no leader round trip). Default: linearizable.
+	Serializable  bool `protobuf:"varint,15,opt,name=serializable,proto3" json:"serializable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1748,6 +1761,13 @@ func (x *LockStatusRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *LockStatusRequest) GetSerializable() bool {
+	if x != nil {
+		return x.Serializable
+	}
+	return false
 }
 
 type Holder struct {
@@ -1956,8 +1976,11 @@ func (x *LockStatusResponse) GetRevision() uint64 {
 }
 
 type LockHistoryRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// serializable: answer from this node's local state, which may be stale
+	// (no leader round trip). Default: linearizable.
+	Serializable  bool `protobuf:"varint,15,opt,name=serializable,proto3" json:"serializable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1997,6 +2020,13 @@ func (x *LockHistoryRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *LockHistoryRequest) GetSerializable() bool {
+	if x != nil {
+		return x.Serializable
+	}
+	return false
 }
 
 type GrantRecord struct {
@@ -2277,8 +2307,11 @@ func (x *FencedPutResponse) GetRevision() uint64 {
 }
 
 type FencedGetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// serializable: answer from this node's local state, which may be stale
+	// (no leader round trip). Default: linearizable.
+	Serializable  bool `protobuf:"varint,15,opt,name=serializable,proto3" json:"serializable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2318,6 +2351,13 @@ func (x *FencedGetRequest) GetKey() string {
 		return x.Key
 	}
 	return ""
+}
+
+func (x *FencedGetRequest) GetSerializable() bool {
+	if x != nil {
+		return x.Serializable
+	}
+	return false
 }
 
 type FencedGetResponse struct {
@@ -2602,8 +2642,9 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x05Error\x12.\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x16.tenure.v1.ErrorReasonR\x06reason\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\x15\n" +
-	"\x13ListSessionsRequest\"x\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"9\n" +
+	"\x13ListSessionsRequest\x12\"\n" +
+	"\fserializable\x18\x0f \x01(\bR\fserializable\"x\n" +
 	"\vSessionInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
@@ -2612,9 +2653,10 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\awaiting\x18\x05 \x03(\tR\awaiting\"f\n" +
 	"\x14ListSessionsResponse\x122\n" +
 	"\bsessions\x18\x01 \x03(\v2\x16.tenure.v1.SessionInfoR\bsessions\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"'\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"K\n" +
 	"\x11LockStatusRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"y\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\"\n" +
+	"\fserializable\x18\x0f \x01(\bR\fserializable\"y\n" +
 	"\x06Holder\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x14\n" +
@@ -2629,9 +2671,10 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x06holder\x18\x02 \x01(\v2\x11.tenure.v1.HolderR\x06holder\x12+\n" +
 	"\awaiters\x18\x03 \x03(\v2\x11.tenure.v1.WaiterR\awaiters\x12\x18\n" +
 	"\adelayed\x18\x04 \x01(\bR\adelayed\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x04R\brevision\"(\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\"L\n" +
 	"\x12LockHistoryRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xbb\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\"\n" +
+	"\fserializable\x18\x0f \x01(\bR\fserializable\"\xbb\x01\n" +
 	"\vGrantRecord\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x14\n" +
@@ -2651,9 +2694,10 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x06result\x18\x01 \x01(\x0e2\x14.tenure.v1.PutResultR\x06result\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x1a\n" +
-	"\brevision\x18\x04 \x01(\x04R\brevision\"$\n" +
+	"\brevision\x18\x04 \x01(\x04R\brevision\"H\n" +
 	"\x10FencedGetRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\"\x8a\x01\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\"\n" +
+	"\fserializable\x18\x0f \x01(\bR\fserializable\"\x8a\x01\n" +
 	"\x11FencedGetResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +

@@ -133,9 +133,10 @@ func errorLine(err error) string {
 }
 
 type app struct {
-	streams  Streams
-	endpoint string
-	output   string
+	streams     Streams
+	endpoint    string
+	consistency string
+	output      string
 }
 
 func (a *app) rootCommand() *cobra.Command {
@@ -164,6 +165,7 @@ Exit codes: 0 ok, 1 error, 3 stale token, 4 lock not held, 5 timeout.
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.endpoint, "endpoint", endpoint, "server address host:port, or a comma-separated list of cluster members (env TENURE_ENDPOINT)")
 	pf.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
+	pf.StringVar(&a.consistency, "consistency", "linearizable", "reads: linearizable (through the leader) or serializable (local to the node, may be stale)")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see '%s --help')", err, cmd.CommandPath())
 	})
@@ -199,7 +201,14 @@ func (a *app) emit(v any, text func(w io.Writer)) error {
 
 // dial connects to the endpoint; the caller closes the client.
 func (a *app) dial(ctx context.Context) (*client.Client, error) {
-	return client.Dial(ctx, a.endpoint)
+	switch a.consistency {
+	case "linearizable":
+		return client.Dial(ctx, a.endpoint)
+	case "serializable":
+		fmt.Fprintln(a.streams.Err, "tenure: serializable read: the answer comes from one node's local state and may be stale")
+		return client.Dial(ctx, a.endpoint, client.WithSerializableReads())
+	}
+	return nil, fmt.Errorf("--consistency must be linearizable or serializable, not %q", a.consistency)
 }
 
 // unary runs fn with a connected client under the request timeout.

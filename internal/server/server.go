@@ -309,18 +309,22 @@ func (ss *sessionStream) release(id uint64, r *pb.ReleaseLock) {
 	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Released{Released: &pb.LockReleased{}}})
 }
 
-func (s *Server) read(ctx context.Context, fn func(*fsm.State)) error {
-	if err := s.node.LinearizableRead(ctx); err != nil {
-		return toStatus(err)
+// read runs fn on the state: after a linearizable barrier (the default),
+// or on this node's local, possibly stale, state when serializable.
+func (s *Server) read(ctx context.Context, serializable bool, fn func(*fsm.State)) error {
+	if !serializable {
+		if err := s.node.LinearizableRead(ctx); err != nil {
+			return toStatus(err)
+		}
 	}
 	s.node.Read(fn)
 	return nil
 }
 
 // ListSessions implements pb.TenureServer.
-func (s *Server) ListSessions(ctx context.Context, _ *pb.ListSessionsRequest) (*pb.ListSessionsResponse, error) {
+func (s *Server) ListSessions(ctx context.Context, req *pb.ListSessionsRequest) (*pb.ListSessionsResponse, error) {
 	out := &pb.ListSessionsResponse{}
-	err := s.read(ctx, func(st *fsm.State) {
+	err := s.read(ctx, req.GetSerializable(), func(st *fsm.State) {
 		out.Revision = st.Revision()
 		for _, v := range st.Sessions() {
 			out.Sessions = append(out.Sessions, &pb.SessionInfo{Id: v.ID, Owner: v.Owner, TtlMs: v.TTLMs, Held: v.Held, Waiting: v.Waiting})
@@ -335,7 +339,7 @@ func (s *Server) LockStatus(ctx context.Context, req *pb.LockStatusRequest) (*pb
 		return nil, toStatus(err)
 	}
 	out := &pb.LockStatusResponse{Name: req.GetName()}
-	err := s.read(ctx, func(st *fsm.State) {
+	err := s.read(ctx, req.GetSerializable(), func(st *fsm.State) {
 		out.Revision = st.Revision()
 		v := st.Lock(req.GetName())
 		out.Delayed = v.Delayed
@@ -355,7 +359,7 @@ func (s *Server) LockHistory(ctx context.Context, req *pb.LockHistoryRequest) (*
 		return nil, toStatus(err)
 	}
 	out := &pb.LockHistoryResponse{Name: req.GetName()}
-	err := s.read(ctx, func(st *fsm.State) {
+	err := s.read(ctx, req.GetSerializable(), func(st *fsm.State) {
 		for _, g := range st.History(req.GetName()) {
 			out.Grants = append(out.Grants, &pb.GrantRecord{Owner: g.Owner, Session: g.Session, Token: g.Token, GrantedRevision: g.GrantedRevision, Ended: g.Ended, EndedRevision: g.EndedRevision})
 		}
@@ -379,7 +383,7 @@ func (s *Server) FencedGet(ctx context.Context, req *pb.FencedGetRequest) (*pb.F
 		return nil, toStatus(err)
 	}
 	out := &pb.FencedGetResponse{Key: req.GetKey()}
-	err := s.read(ctx, func(st *fsm.State) {
+	err := s.read(ctx, req.GetSerializable(), func(st *fsm.State) {
 		r := st.Register(req.GetKey())
 		out.Value, out.Token, out.Found, out.ModRevision = r.Value, r.Token, r.Found, r.ModRevision
 	})
