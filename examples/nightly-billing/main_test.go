@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/pgtest"
 	"github.com/tenure-io/tenure/internal/testutil"
 )
 
@@ -78,7 +79,7 @@ func wantOnce(t *testing.T, got map[string]int, accounts ...string) {
 // the late run is stale and sends nothing.
 func TestNoReminderTwice(t *testing.T) {
 	t.Parallel()
-	dsn := testDSN(t)
+	dsn := pgtest.SchemaDSN(t)
 	srv := testutil.Start(t, "", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

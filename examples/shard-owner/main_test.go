@@ -13,6 +13,7 @@ import (
 
 	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/guard/pgguard"
+	"github.com/tenure-io/tenure/internal/pgtest"
 	"github.com/tenure-io/tenure/internal/testutil"
 )
 
@@ -72,7 +73,7 @@ func owner(ctx context.Context, t *testing.T, dsn, endpoint, name string, ttl ti
 // stale, and the table keeps B's state.
 func TestLateOwnerIsFenced(t *testing.T) {
 	t.Parallel()
-	dsn := testDSN(t)
+	dsn := pgtest.SchemaDSN(t)
 	srv := testutil.Start(t, "", nil)
 	proxy := testutil.StartProxy(t, srv.Addr()) // A's way to Tenure, so A alone can be frozen
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -152,7 +153,7 @@ func TestLateOwnerIsFenced(t *testing.T) {
 // in-process server.
 func TestCommand(t *testing.T) {
 	t.Parallel()
-	dsn := testDSN(t)
+	dsn := pgtest.SchemaDSN(t)
 	srv := testutil.Start(t, "", nil)
 	env := map[string]string{"TENURE_PG_DSN": dsn, "TENURE_ENDPOINT": srv.Addr()}
 	var out, errOut bytes.Buffer

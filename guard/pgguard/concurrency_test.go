@@ -13,7 +13,7 @@ import (
 
 	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/guard/pgguard"
-	"github.com/tenure-io/tenure/guard/pgguard/internal/pgtest"
+	"github.com/tenure-io/tenure/internal/pgtest"
 	"github.com/tenure-io/tenure/internal/testutil"
 )
 

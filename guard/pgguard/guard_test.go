@@ -14,7 +14,7 @@ import (
 
 	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/guard/pgguard"
-	"github.com/tenure-io/tenure/guard/pgguard/internal/pgtest"
+	"github.com/tenure-io/tenure/internal/pgtest"
 )
 
 // checkReadiness is the readiness criterion: after token 42 committed, a
@@ -442,7 +442,11 @@ CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON slow
 				if err := work(1)(ctx, tx); err != nil {
 					return err
 				}
-				time.AfterFunc(300*time.Millisecond, cancel) // mid-COMMIT
+				var pid int32
+				if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+					return err
+				}
+				go cancelWhenSleeping(testCtx(t), pool, pid, cancel) // mid-COMMIT
 				return nil
 			})
 			if !errors.Is(err, pgguard.ErrUnknownOutcome) || !errors.Is(err, client.ErrUnknownOutcome) {
@@ -512,5 +516,21 @@ WHERE table_schema = current_schema() AND table_name IN ('tenure_fence', 'tenure
 	}
 	if !strings.Contains(pgguard.Schema, "CREATE TABLE IF NOT EXISTS tenure_fence (") {
 		t.Fatal("the embedded schema lacks the fence table")
+	}
+}
+
+// cancelWhenSleeping calls cancel once backend pid is inside pg_sleep (the
+// slow deferred trigger, that is: in the middle of its COMMIT).
+func cancelWhenSleeping(ctx context.Context, db execer, pid int32, cancel context.CancelFunc) {
+	defer cancel()
+	for ctx.Err() == nil {
+		var wait *string
+		err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, `SELECT wait_event FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&wait)
+		})
+		if err == nil && wait != nil && *wait == "PgSleep" {
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // polling another session's state: there is no event to wait on
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/tenure-io/tenure/guard/pgguard"
-	"github.com/tenure-io/tenure/guard/pgguard/internal/pgtest"
+	"github.com/tenure-io/tenure/internal/pgtest"
 )
 
 // TestFenceSurvivesRestart runs the readiness criterion on a private

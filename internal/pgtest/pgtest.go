@@ -115,6 +115,22 @@ func Schema(t testing.TB) *pgx.ConnConfig {
 	return cfg
 }
 
+// SchemaDSN is Schema for code that takes a connection string (programs
+// started by a test): the shared server's DSN with search_path set to a
+// fresh schema, dropped when the test ends.
+func SchemaDSN(t testing.TB) string {
+	t.Helper()
+	name := Schema(t).RuntimeParams["search_path"]
+	base := DSN()
+	if u, err := url.Parse(base); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		q := u.Query()
+		q.Set("search_path", name)
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	return strings.TrimSpace(base) + " search_path=" + name // keyword/value form
+}
+
 // UniqueName returns an SQL identifier derived from the test's name plus
 // random bytes: unique across parallel and repeated runs.
 func UniqueName(t testing.TB) string {
