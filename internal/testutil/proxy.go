@@ -115,6 +115,12 @@ func (p *Proxy) accept() {
 			continue
 		}
 		p.mu.Lock()
+		if p.blocked || p.closed { // blocked while we dialled
+			p.mu.Unlock()
+			c.Close()
+			s.Close()
+			continue
+		}
 		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
 		p.mu.Unlock()
 		p.wg.Add(2)

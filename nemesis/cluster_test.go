@@ -1,0 +1,440 @@
+//go:build linux || darwin
+
+package nemesis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tenure-io/tenure/client"
+)
+
+// proc is a process started by the suite, leading a process group of its
+// own. Its output goes to files, so that a grandchild holding them open
+// cannot keep Wait from returning.
+type proc struct {
+	name       string
+	cmd        *exec.Cmd
+	outF, errF string
+	done       chan struct{}
+	status     int // valid once done is closed
+}
+
+// startProc runs argv with env; its stdout and stderr go to files in dir.
+func startProc(name, dir string, env []string, argv ...string) (*proc, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	p := &proc{name: name, outF: filepath.Join(dir, "stdout"), errF: filepath.Join(dir, "stderr"), done: make(chan struct{})}
+	stdout, err := os.Create(p.outF)
+	if err != nil {
+		return nil, err
+	}
+	defer stdout.Close()
+	stderr, err := os.Create(p.errF)
+	if err != nil {
+		return nil, err
+	}
+	defer stderr.Close()
+	p.cmd = exec.Command(argv[0], argv[1:]...)
+	p.cmd.Env = env
+	p.cmd.Stdout, p.cmd.Stderr = stdout, stderr
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		p.status = exitStatus(p.cmd.ProcessState)
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func exitStatus(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// signal sends sig to the process's group (ignored once it has exited).
+func (p *proc) signal(sig syscall.Signal) {
+	if !p.exited() {
+		_ = syscall.Kill(-p.pid(), sig)
+	}
+}
+
+// waitExit waits up to d for the process to exit.
+func (p *proc) waitExit(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// stop asks the process to exit (SIGTERM) and kills its group if it has
+// not within grace.
+func (p *proc) stop(grace time.Duration) {
+	if p.exited() {
+		return
+	}
+	p.signal(syscall.SIGTERM)
+	p.signal(syscall.SIGCONT)
+	if !p.waitExit(grace) {
+		p.signal(syscall.SIGKILL)
+		p.waitExit(10 * time.Second)
+	}
+}
+
+func (p *proc) stdout() string { b, _ := os.ReadFile(p.outF); return string(b) }
+func (p *proc) stderr() string { b, _ := os.ReadFile(p.errF); return string(b) }
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// node is one `tenure serve` member. Only the goroutine driving the
+// cluster (the nemesis, or the test after it) touches it.
+type node struct {
+	i               int
+	id, addr, peer  string
+	dataDir, logDir string
+	p               *proc
+	gen             int // incarnations started so far
+	status          *client.Client
+	lastErr         string
+}
+
+// cluster is a 3-node cluster of real processes with a link proxy on
+// every directed peer link.
+type cluster struct {
+	t      testing.TB
+	root   string
+	broken bool
+	nodes  []*node
+	links  map[[2]int]*link
+	eps    string         // the client addresses, comma-separated
+	admin  *client.Client // every endpoint: probes and final reads
+}
+
+// freeAddr picks a free loopback port below the kernel's ephemeral range
+// (32768 and up on Linux, 49152 and up on macOS). A node restarted after
+// kill -9 binds the same ports again; a port from the ephemeral range could
+// meanwhile have been given to some outgoing connection.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	for range 200 {
+		if addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)); canBind(addr) {
+			return addr
+		}
+	}
+	t.Fatal("no free loopback port in 20000..31999")
+	return ""
+}
+
+// startCluster starts n nodes bootstrapped together and waits until they
+// serve. broken starts them with --unsafe-skip-fence-check.
+func startCluster(t testing.TB, n int, broken bool) *cluster {
+	t.Helper()
+	c := &cluster{t: t, root: t.TempDir(), broken: broken, links: make(map[[2]int]*link)}
+	var eps []string
+	for i := 0; i < n; i++ {
+		nd := &node{i: i, id: fmt.Sprintf("n%d", i+1), addr: freeAddr(t), peer: freeAddr(t)}
+		nd.dataDir = filepath.Join(c.root, nd.id, "data")
+		nd.logDir = filepath.Join(c.root, nd.id)
+		c.nodes = append(c.nodes, nd)
+		eps = append(eps, nd.addr)
+	}
+	c.eps = strings.Join(eps, ",")
+	for i := range c.nodes {
+		for j := range c.nodes {
+			if i == j {
+				continue
+			}
+			l, err := newLink(i, j, c.nodes[j].peer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.links[[2]int{i, j}] = l
+		}
+	}
+	ctx := context.Background()
+	var err error
+	if c.admin, err = client.Dial(ctx, c.eps); err != nil {
+		t.Fatal(err)
+	}
+	for _, nd := range c.nodes {
+		if nd.status, err = client.Dial(ctx, nd.addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(c.close)
+	if err := c.startAll(c.nodes); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.waitHealthy(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// close stops every node and link; on failure it logs the nodes' stderr.
+func (c *cluster) close() {
+	for _, nd := range c.nodes {
+		if nd.p != nil {
+			nd.p.stop(5 * time.Second)
+			nd.lastErr = nd.p.stderr()
+		}
+		if c.t.Failed() && nd.lastErr != "" {
+			c.t.Logf("%s stderr (last incarnation, tail):\n%s", nd.id, tail(nd.lastErr, 40))
+		}
+		if nd.status != nil {
+			nd.status.Close()
+		}
+	}
+	for _, l := range c.links {
+		l.Close()
+	}
+	if c.admin != nil {
+		c.admin.Close()
+	}
+}
+
+// start starts a new incarnation of nd on its data directory (the
+// bootstrap list is ignored once the directory exists).
+func (c *cluster) start(nd *node) error {
+	nd.gen++
+	var peers, routes []string
+	for _, o := range c.nodes {
+		peers = append(peers, o.id+"="+o.peer)
+		if o != nd {
+			routes = append(routes, o.id+"="+c.links[[2]int{nd.i, o.i}].Addr())
+		}
+	}
+	args := []string{tenureBin, "serve", "--node-id", nd.id, "--listen", nd.addr, "--peer-listen", nd.peer,
+		"--data-dir", nd.dataDir, "--bootstrap-peers", strings.Join(peers, ","), "--peer-route", strings.Join(routes, ",")}
+	if c.broken {
+		args = append(args, "--unsafe-skip-fence-check")
+	}
+	p, err := startProc(fmt.Sprintf("%s#%d", nd.id, nd.gen), filepath.Join(nd.logDir, fmt.Sprintf("run-%d", nd.gen)), os.Environ(), args...)
+	if err != nil {
+		return fmt.Errorf("starting %s: %w", nd.id, err)
+	}
+	nd.p = p
+	return nil
+}
+
+// startAll starts nodes and waits until each serves. A node that cannot
+// bind its ports yet (in use a moment longer after a kill) is started
+// again, a few times.
+func (c *cluster) startAll(nodes []*node) error {
+	var errs []error
+	for _, nd := range nodes {
+		errs = append(errs, c.start(nd))
+	}
+	for _, nd := range nodes {
+		for attempt := 1; ; attempt++ {
+			err := c.waitReady(nd, 30*time.Second)
+			if err == nil || attempt == 5 || !strings.Contains(nd.p.stderr(), "address already in use") {
+				errs = append(errs, err)
+				break
+			}
+			if err := pollUntil(10*time.Second, func() (bool, error) { return canBind(nd.addr) && canBind(nd.peer), nil }); err != nil {
+				errs = append(errs, fmt.Errorf("%s: ports still in use: %w", nd.id, err))
+				break
+			}
+			if err := c.start(nd); err != nil {
+				errs = append(errs, err)
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// canBind reports whether addr can be listened on now.
+func canBind(addr string) bool {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
+
+// waitReady waits for nd's ready line (it prints it once it knows a
+// leader).
+func (c *cluster) waitReady(nd *node, d time.Duration) error {
+	want := "tenure: serving on " + nd.addr
+	return pollUntil(d, func() (bool, error) {
+		if nd.p.exited() {
+			return false, fmt.Errorf("%s exited with %d: %s", nd.id, nd.p.status, tail(nd.p.stderr(), 20))
+		}
+		return strings.HasPrefix(nd.p.stdout(), want), nil
+	})
+}
+
+// kill sends SIGKILL to nd and waits for it to be gone.
+func (c *cluster) kill(nd *node) error {
+	if nd.p == nil || nd.p.exited() {
+		return nil
+	}
+	nd.p.signal(syscall.SIGKILL)
+	if !nd.p.waitExit(10 * time.Second) {
+		return fmt.Errorf("%s survived SIGKILL for 10s", nd.id)
+	}
+	nd.lastErr = nd.p.stderr()
+	return nil
+}
+
+func (c *cluster) alive(nd *node) bool { return nd.p != nil && !nd.p.exited() }
+
+// statusOf asks nd alone for its view (node id, leader id, term).
+func (c *cluster) statusOf(nd *node) (self, leader string, term uint64, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	st, err := nd.status.Status(ctx)
+	if err != nil {
+		return "", "", 0, err
+	}
+	return st.GetNode(), st.GetLeader(), st.GetTerm(), nil
+}
+
+// leader returns a live node that says it leads, among candidates (nil: all
+// nodes); if several do (an isolated leader that has not stepped down yet)
+// the one with the highest term wins.
+func (c *cluster) leader(candidates []*node) *node {
+	if candidates == nil {
+		candidates = c.nodes
+	}
+	var best *node
+	var bestTerm uint64
+	for _, nd := range candidates {
+		if !c.alive(nd) {
+			continue
+		}
+		self, leader, term, err := c.statusOf(nd)
+		if err == nil && self == leader && (best == nil || term > bestTerm) {
+			best, bestTerm = nd, term
+		}
+	}
+	return best
+}
+
+// waitLeader polls until one of candidates says it leads.
+func (c *cluster) waitLeader(candidates []*node, d time.Duration) (*node, error) {
+	var l *node
+	err := pollUntil(d, func() (bool, error) {
+		l = c.leader(candidates)
+		return l != nil, nil
+	})
+	return l, err
+}
+
+// others is every node but nd.
+func (c *cluster) others(nd *node) []*node {
+	var out []*node
+	for _, o := range c.nodes {
+		if o != nd {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// waitHealthy polls until a linearizable read succeeds through the
+// client endpoints and every live node knows a leader.
+func (c *cluster) waitHealthy(d time.Duration) error {
+	var last error
+	err := pollUntil(d, func() (bool, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := c.admin.FencedGet(ctx, "nemesis-probe")
+		cancel()
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		for _, nd := range c.nodes {
+			if !c.alive(nd) {
+				continue
+			}
+			if _, leader, _, err := c.statusOf(nd); err != nil || leader == "" {
+				last = fmt.Errorf("%s knows no leader (%v)", nd.id, err)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil && last != nil {
+		return fmt.Errorf("%w (last: %v)", err, last)
+	}
+	return err
+}
+
+// isolate cuts nd from every other node in both directions.
+func (c *cluster) isolate(nd *node) {
+	for _, o := range c.others(nd) {
+		c.links[[2]int{nd.i, o.i}].Block()
+		c.links[[2]int{o.i, nd.i}].Block()
+	}
+}
+
+// heal unblocks every link.
+func (c *cluster) heal() {
+	for _, l := range c.links {
+		l.Unblock()
+	}
+}
+
+// errTimeout is returned by pollUntil when its deadline passes.
+var errTimeout = errors.New("timed out")
+
+// pollUntil calls cond every 20ms until it reports true, returns an error,
+// or d passes.
+func pollUntil(d time.Duration, cond func() (bool, error)) error {
+	deadline := time.Now().Add(d)
+	for {
+		ok, err := cond()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w after %v", errTimeout, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,65 @@
+//go:build linux || darwin
+
+package nemesis
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+var (
+	flagDuration = flag.Duration("duration", 30*time.Second, "how long TestNemesis drives its workload under faults")
+	flagHistory  = flag.String("history", "", "write TestNemesis's history (JSON lines) here (default: history.jsonl in a new temp dir)")
+	flagSeed     = flag.Uint64("seed", 0, "seed for fault targets and think times (0: from the clock)")
+)
+
+// tenureBin is the tenure binary built by TestMain; selfBin is this test
+// binary, which `tenure lock` runs as its command (see helperMain).
+var tenureBin, selfBin string
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envHelper) != "" {
+		os.Exit(helperMain())
+	}
+	flag.Parse()
+	os.Exit(buildAndRun(m))
+}
+
+func buildAndRun(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "tenure-nemesis-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, "tenure"), "github.com/tenure-io/tenure/cmd/tenure")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building tenure:", err)
+		return 1
+	}
+	tenureBin = filepath.Join(dir, "tenure")
+	if selfBin, err = os.Executable(); err != nil {
+		fmt.Fprintln(os.Stderr, "locating the test binary:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// monoNow reads the system-wide monotonic clock in nanoseconds. The test
+// process and the helper processes it starts read the same clock, so their
+// timestamps can be compared (wall-clock time could step between them).
+func monoNow() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(fmt.Sprintf("clock_gettime: %v", err))
+	}
+	return ts.Nano()
+}
