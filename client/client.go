@@ -204,6 +204,10 @@ type PutResult struct {
 // highest token the register has accepted. A lower token returns the result
 // and an error matching ErrStale; the register is unchanged. Replaying an
 // operationID returns the first result and applies nothing.
+//
+// With several endpoints, a write whose node stops answering is retried on
+// the next one, so it may be applied twice; with an operationID the retry
+// is recognised (Duplicate). Always pass one when that matters.
 func (c *Client) FencedPut(ctx context.Context, key string, value []byte, token uint64, operationID string) (PutResult, error) {
 	var resp *pb.FencedPutResponse
 	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
