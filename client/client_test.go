@@ -91,3 +91,51 @@ func TestLockHandOffAndFencing(t *testing.T) {
 		t.Fatalf("hold after session close: %v", hb.State())
 	}
 }
+
+func TestSemaphoreThroughClient(t *testing.T) {
+	srv := testutil.Start(t, "", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := dial(t, srv.Addr())
+	var holds []*client.Hold
+	var sems []*client.Mutex
+	for i := 0; i < 3; i++ {
+		s, err := c.NewSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := s.Semaphore("pool", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sems = append(sems, m)
+	}
+	for _, m := range sems[:2] {
+		h, err := m.TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		holds = append(holds, h)
+	}
+	if _, err := sems[2].TryLock(ctx); !errors.Is(err, client.ErrLocked) {
+		t.Fatalf("third permit: %v, want ErrLocked", err)
+	}
+	st, err := c.LockStatus(ctx, "pool")
+	if err != nil || st.GetPermits() != 2 || len(st.GetHolders()) != 2 {
+		t.Fatalf("status %v %v", st, err)
+	}
+	if err := holds[0].Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h3, err := sems[2].Lock(ctx)
+	if err != nil || h3.Token() <= holds[1].Token() {
+		t.Fatalf("third after a release: %v %v", h3, err)
+	}
+	s, err := c.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Semaphore("x", 0); !errors.Is(err, client.ErrInvalid) {
+		t.Fatalf("zero permits: %v, want ErrInvalid", err)
+	}
+}

@@ -50,9 +50,10 @@ func (s State) String() string {
 // it is safe for concurrent use, but one session holds or waits for a name
 // at most once at a time (a second Lock returns ErrAlreadyHeld).
 type Mutex struct {
-	s     *Session
-	name  string
-	delay time.Duration
+	s       *Session
+	name    string
+	delay   time.Duration
+	permits uint32
 }
 
 // MutexOption configures a Mutex.
@@ -71,6 +72,27 @@ func WithLockDelay(d time.Duration) MutexOption {
 		m.delay = d
 		return nil
 	}
+}
+
+// WithPermits makes the lock a semaphore: up to n sessions hold it at once
+// (1..10000; default 1, a mutex). The first acquire of a name fixes its
+// number of permits; an acquire naming another number fails with
+// ErrInvalid. Every permit's grant has its own fencing token.
+func WithPermits(n int) MutexOption {
+	return func(m *Mutex) error {
+		if n < 1 || n > 10000 {
+			return fmt.Errorf("%w: %d permits is outside 1..10000", ErrInvalid, n)
+		}
+		m.permits = uint32(n)
+		return nil
+	}
+}
+
+// Semaphore returns a handle on the semaphore called name with n permits:
+// Lock takes one permit (waiting in FIFO order), and the hold's Unlock
+// gives it back. It is Mutex with WithPermits(n).
+func (s *Session) Semaphore(name string, n int, opts ...MutexOption) (*Mutex, error) {
+	return s.Mutex(name, append([]MutexOption{WithPermits(n)}, opts...)...)
 }
 
 // Mutex returns a handle on the lock called name.
@@ -125,7 +147,7 @@ func (m *Mutex) request(wait bool) *pb.SessionRequest {
 	// connection or a leader change) finds the session's place in line or
 	// its grant instead of queueing again. The session itself makes sure a
 	// name is acquired once at a time (reserve).
-	return &pb.SessionRequest{Op: &pb.SessionRequest_Acquire{Acquire: &pb.AcquireLock{Name: m.name, Wait: wait, LockDelayMs: m.delay.Milliseconds(), Resume: true}}}
+	return &pb.SessionRequest{Op: &pb.SessionRequest_Acquire{Acquire: &pb.AcquireLock{Name: m.name, Wait: wait, LockDelayMs: m.delay.Milliseconds(), Resume: true, Permits: m.permits}}}
 }
 
 // retryable reports whether a request failed only because its node could

@@ -833,7 +833,11 @@ type AcquireLock struct {
 	// if it already waits for it, answer with that place in the queue (and
 	// later its grant). A client re-sends its acquire with resume after a
 	// reconnect or a leader change, keeping its place in line.
-	Resume        bool `protobuf:"varint,4,opt,name=resume,proto3" json:"resume,omitempty"`
+	Resume bool `protobuf:"varint,4,opt,name=resume,proto3" json:"resume,omitempty"`
+	// permits: how many sessions may hold the name at once (a semaphore);
+	// 0 means 1 (a mutex). The first acquire of a name fixes it; an acquire
+	// naming another number is refused.
+	Permits       uint32 `protobuf:"varint,5,opt,name=permits,proto3" json:"permits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -894,6 +898,13 @@ func (x *AcquireLock) GetResume() bool {
 		return x.Resume
 	}
 	return false
+}
+
+func (x *AcquireLock) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
 }
 
 type ReleaseLock struct {
@@ -1899,9 +1910,13 @@ func (x *Waiter) GetQueuedRevision() uint64 {
 }
 
 type LockStatusResponse struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Holder *Holder                `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// holder: the first holder (the only one of a mutex).
+	Holder *Holder `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	// holders of every permit, in grant order.
+	Holders []*Holder `protobuf:"bytes,6,rep,name=holders,proto3" json:"holders,omitempty"`
+	Permits uint32    `protobuf:"varint,7,opt,name=permits,proto3" json:"permits,omitempty"`
 	// waiters in grant order: the first is granted next.
 	Waiters       []*Waiter `protobuf:"bytes,3,rep,name=waiters,proto3" json:"waiters,omitempty"`
 	Delayed       bool      `protobuf:"varint,4,opt,name=delayed,proto3" json:"delayed,omitempty"`
@@ -1952,6 +1967,20 @@ func (x *LockStatusResponse) GetHolder() *Holder {
 		return x.Holder
 	}
 	return nil
+}
+
+func (x *LockStatusResponse) GetHolders() []*Holder {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
+}
+
+func (x *LockStatusResponse) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
 }
 
 func (x *LockStatusResponse) GetWaiters() []*Waiter {
@@ -2600,12 +2629,13 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\"\v\n" +
-	"\tKeepAlive\"q\n" +
+	"\tKeepAlive\"\x8b\x01\n" +
 	"\vAcquireLock\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04wait\x18\x02 \x01(\bR\x04wait\x12\"\n" +
 	"\rlock_delay_ms\x18\x03 \x01(\x03R\vlockDelayMs\x12\x16\n" +
-	"\x06resume\x18\x04 \x01(\bR\x06resume\"7\n" +
+	"\x06resume\x18\x04 \x01(\bR\x06resume\x12\x18\n" +
+	"\apermits\x18\x05 \x01(\rR\apermits\"7\n" +
 	"\vReleaseLock\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\".\n" +
@@ -2665,10 +2695,12 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x06Waiter\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12'\n" +
-	"\x0fqueued_revision\x18\x03 \x01(\x04R\x0equeuedRevision\"\xb6\x01\n" +
+	"\x0fqueued_revision\x18\x03 \x01(\x04R\x0equeuedRevision\"\xfd\x01\n" +
 	"\x12LockStatusResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x06holder\x18\x02 \x01(\v2\x11.tenure.v1.HolderR\x06holder\x12+\n" +
+	"\aholders\x18\x06 \x03(\v2\x11.tenure.v1.HolderR\aholders\x12\x18\n" +
+	"\apermits\x18\a \x01(\rR\apermits\x12+\n" +
 	"\awaiters\x18\x03 \x03(\v2\x11.tenure.v1.WaiterR\awaiters\x12\x18\n" +
 	"\adelayed\x18\x04 \x01(\bR\adelayed\x12\x1a\n" +
 	"\brevision\x18\x05 \x01(\x04R\brevision\"L\n" +
@@ -2820,38 +2852,39 @@ var file_api_tenurepb_tenure_proto_depIdxs = []int32{
 	0,  // 14: tenure.v1.Error.reason:type_name -> tenure.v1.ErrorReason
 	26, // 15: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
 	29, // 16: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
-	30, // 17: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
-	33, // 18: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
-	1,  // 19: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
-	10, // 20: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
-	25, // 21: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
-	28, // 22: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
-	32, // 23: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
-	35, // 24: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
-	37, // 25: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
-	39, // 26: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
-	6,  // 27: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
-	8,  // 28: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
-	9,  // 29: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
-	2,  // 30: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
-	3,  // 31: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
-	17, // 32: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
-	27, // 33: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
-	31, // 34: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
-	34, // 35: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
-	36, // 36: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
-	38, // 37: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
-	40, // 38: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
-	7,  // 39: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
-	7,  // 40: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
-	7,  // 41: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
-	3,  // 42: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
-	4,  // 43: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
-	32, // [32:44] is the sub-list for method output_type
-	20, // [20:32] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	29, // 17: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
+	30, // 18: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
+	33, // 19: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
+	1,  // 20: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
+	10, // 21: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
+	25, // 22: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
+	28, // 23: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
+	32, // 24: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
+	35, // 25: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
+	37, // 26: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
+	39, // 27: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
+	6,  // 28: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
+	8,  // 29: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
+	9,  // 30: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
+	2,  // 31: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
+	3,  // 32: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
+	17, // 33: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
+	27, // 34: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
+	31, // 35: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
+	34, // 36: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
+	36, // 37: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
+	38, // 38: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
+	40, // 39: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
+	7,  // 40: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
+	7,  // 41: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
+	7,  // 42: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
+	3,  // 43: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
+	4,  // 44: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
+	33, // [33:45] is the sub-list for method output_type
+	21, // [21:33] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_api_tenurepb_tenure_proto_init() }

@@ -26,6 +26,35 @@ type lockFlags struct {
 	killGrace time.Duration
 	lockDelay time.Duration
 	owner     string
+	permits   int // 0: a mutex; >0: a semaphore of that many permits
+}
+
+// lockArgs checks NAME -- COMMAND [ARG...].
+func lockArgs(use, noun string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		dash := cmd.ArgsLenAtDash()
+		switch {
+		case len(args) == 0:
+			return errors.New("usage: " + use)
+		case dash < 0:
+			return fmt.Errorf("missing '-- COMMAND' after the %s name (usage: %s)", noun, use)
+		case dash != 1:
+			return fmt.Errorf("want exactly one %s name before '--', got %d", noun, dash)
+		case len(args) == dash:
+			return errors.New("missing COMMAND after '--'")
+		}
+		return nil
+	}
+}
+
+// lockRunFlags adds the flags shared by lock and sem.
+func lockRunFlags(cmd *cobra.Command, lf *lockFlags) {
+	f := cmd.Flags()
+	f.DurationVar(&lf.ttl, "ttl", client.DefaultTTL, "session time to live (1s..1h)")
+	f.DurationVar(&lf.timeout, "timeout", 30*time.Second, "give up waiting after this long (0: wait forever); exit 5")
+	f.DurationVar(&lf.killGrace, "kill-grace", 5*time.Second, "after ownership is lost, wait this long between SIGTERM and SIGKILL")
+	f.DurationVar(&lf.lockDelay, "lock-delay", 0, "if this grant ends by expiry, keep the name from others this long (0..1m)")
+	f.StringVar(&lf.owner, "owner", "", "owner shown in status and history (default hostname:pid)")
 }
 
 func (a *app) lockCommand() *cobra.Command {
@@ -63,20 +92,7 @@ names with this form.`,
 		Example: `  tenure lock backup --ttl 10s -- ./backup.sh
   tenure lock status backup -o json
   tenure lock history backup -o json`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			dash := cmd.ArgsLenAtDash()
-			switch {
-			case len(args) == 0:
-				return errors.New("usage: tenure lock NAME [flags] -- COMMAND [ARG...]")
-			case dash < 0:
-				return fmt.Errorf("missing '-- COMMAND' after the lock name (usage: tenure lock NAME [flags] -- COMMAND [ARG...])")
-			case dash != 1:
-				return fmt.Errorf("want exactly one lock name before '--', got %d", dash)
-			case len(args) == dash:
-				return errors.New("missing COMMAND after '--'")
-			}
-			return nil
-		},
+		Args: lockArgs("tenure lock NAME [flags] -- COMMAND [ARG...]", "lock"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if lf.timeout < 0 || lf.killGrace < 0 {
 				return errors.New("--timeout and --kill-grace must not be negative")
@@ -84,12 +100,7 @@ names with this form.`,
 			return a.runLock(cmd.Context(), args[0], args[1:], lf)
 		},
 	}
-	f := cmd.Flags()
-	f.DurationVar(&lf.ttl, "ttl", client.DefaultTTL, "session time to live (1s..1h)")
-	f.DurationVar(&lf.timeout, "timeout", 30*time.Second, "give up waiting for the lock after this long (0: wait forever); exit 5")
-	f.DurationVar(&lf.killGrace, "kill-grace", 5*time.Second, "after ownership is lost, wait this long between SIGTERM and SIGKILL")
-	f.DurationVar(&lf.lockDelay, "lock-delay", 0, "if this grant ends by expiry, keep the lock from others this long (0..1m)")
-	f.StringVar(&lf.owner, "owner", "", "owner shown in status and history (default hostname:pid)")
+	lockRunFlags(cmd, &lf)
 	cmd.AddCommand(a.lockStatusCommand(), a.lockHistoryCommand())
 	return cmd
 }
@@ -213,7 +224,11 @@ func (a *app) acquire(ctx context.Context, c *client.Client, name, owner string,
 			rc <- result{err: err}
 			return
 		}
-		m, err := s.Mutex(name, client.WithLockDelay(lf.lockDelay))
+		opts := []client.MutexOption{client.WithLockDelay(lf.lockDelay)}
+		if lf.permits > 0 {
+			opts = append(opts, client.WithPermits(lf.permits))
+		}
+		m, err := s.Mutex(name, opts...)
 		if err == nil {
 			var h *client.Hold
 			h, err = m.Lock(wctx, client.OnQueued(func(pos int) {

@@ -365,6 +365,14 @@ func sameResult(a, b fsm.Result) bool {
 	return reflect.DeepEqual(a, b)
 }
 
+// firstHolder is a mutex's holder in a snapshot.
+func firstHolder(ls *fsmpb.LockState) *fsmpb.GrantState {
+	if hs := ls.GetHolders(); len(hs) > 0 {
+		return hs[0]
+	}
+	return nil
+}
+
 func lockState(snap *fsmpb.Snapshot, name string) *fsmpb.LockState {
 	for _, l := range snap.GetLocks() {
 		if l.GetName() == name {
@@ -403,7 +411,7 @@ func (m *propModel) observe(t *rapid.T, cmd *fsmpb.Command, r fsm.Result, evs []
 				continue
 			}
 			delete(m.holders, name)
-			if d := lockState(before, name).GetHolder().GetLockDelayMs(); expire && d > 0 {
+			if d := firstHolder(lockState(before, name)).GetLockDelayMs(); expire && d > 0 {
 				wantDelays[name] = d
 			}
 		}

@@ -26,10 +26,13 @@ type WaiterView struct {
 	AcquireRevision uint64
 }
 
-// LockView describes a lock: holder, waiters in grant order, delay.
+// LockView describes a lock: holders, waiters in grant order, delay.
 type LockView struct {
-	Name    string
+	Name string
+	// Holder is the first holder (the only one of a mutex); Holders all.
 	Holder  *HolderView
+	Holders []HolderView
+	Permits int
 	Waiters []WaiterView
 	Delayed bool
 }
@@ -81,14 +84,18 @@ func (s *State) Session(id uint64) (ttlMs int64, ok bool) {
 
 // Lock describes the named lock; an unknown lock is free.
 func (s *State) Lock(name string) LockView {
-	v := LockView{Name: name}
+	v := LockView{Name: name, Permits: 1}
 	l := s.locks[name]
 	if l == nil {
 		return v
 	}
 	v.Delayed = l.delayed
-	if g := l.holder; g != nil {
-		v.Holder = &HolderView{Owner: g.sess.owner, Session: g.sess.id, Token: g.token, AcquireRevision: g.acqRev}
+	v.Permits = l.permits
+	for _, g := range l.holders {
+		v.Holders = append(v.Holders, HolderView{Owner: g.sess.owner, Session: g.sess.id, Token: g.token, AcquireRevision: g.acqRev})
+	}
+	if len(v.Holders) > 0 {
+		v.Holder = &v.Holders[0]
 	}
 	for w := l.head; w != nil; w = w.next {
 		v.Waiters = append(v.Waiters, WaiterView{Owner: w.sess.owner, Session: w.sess.id, AcquireRevision: w.acqRev})

@@ -22,9 +22,9 @@ func (s *State) Export() *fsmpb.Snapshot {
 	}
 	for _, name := range sortedKeys(s.locks) {
 		l := s.locks[name]
-		ls := &fsmpb.LockState{Name: name, Delayed: l.delayed, DelayGeneration: l.delayGen, DelayMs: l.delayMs}
-		if g := l.holder; g != nil {
-			ls.Holder = &fsmpb.GrantState{Session: g.sess.id, Owner: g.sess.owner, Token: g.token, AcquireRevision: g.acqRev, LockDelayMs: g.delayMs}
+		ls := &fsmpb.LockState{Name: name, Delayed: l.delayed, DelayGeneration: l.delayGen, DelayMs: l.delayMs, Permits: uint32(l.permits)}
+		for _, g := range l.holders {
+			ls.Holders = append(ls.Holders, &fsmpb.GrantState{Session: g.sess.id, Owner: g.sess.owner, Token: g.token, AcquireRevision: g.acqRev, LockDelayMs: g.delayMs})
 		}
 		for w := l.head; w != nil; w = w.next {
 			ls.Waiters = append(ls.Waiters, &fsmpb.WaiterState{Session: w.sess.id, AcquireRevision: w.acqRev, LockDelayMs: w.delayMs})
@@ -54,13 +54,17 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 			held: make(map[string]struct{}), waits: make(map[string]*waiter)}
 	}
 	for _, ls := range snap.GetLocks() {
-		l := &lock{name: ls.GetName(), delayed: ls.GetDelayed(), delayGen: ls.GetDelayGeneration(), delayMs: ls.GetDelayMs()}
-		if g := ls.GetHolder(); g != nil {
+		l := &lock{name: ls.GetName(), delayed: ls.GetDelayed(), delayGen: ls.GetDelayGeneration(), delayMs: ls.GetDelayMs(), permits: int(max(ls.GetPermits(), 1))}
+		holders := ls.GetHolders()
+		if g := ls.GetHolder(); g != nil && len(holders) == 0 {
+			holders = []*fsmpb.GrantState{g} // written before semaphores
+		}
+		for _, g := range holders {
 			sess := s.sessions[g.GetSession()]
 			if sess == nil {
 				return nil, fmt.Errorf("snapshot: lock %q held by unknown session %d", l.name, g.GetSession())
 			}
-			l.holder = &grant{sess: sess, token: g.GetToken(), acqRev: g.GetAcquireRevision(), delayMs: g.GetLockDelayMs()}
+			l.holders = append(l.holders, &grant{sess: sess, token: g.GetToken(), acqRev: g.GetAcquireRevision(), delayMs: g.GetLockDelayMs()})
 			sess.held[l.name] = struct{}{}
 		}
 		for _, ws := range ls.GetWaiters() {

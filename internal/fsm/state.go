@@ -20,6 +20,7 @@ const (
 	MaxValueLen     = 64 << 10  // fenced register values, bytes
 	MaxOpIDLen      = 256       // bytes
 	MaxLockDelayMs  = 60_000    // 1 min, as Chubby's upper bound
+	MaxPermits      = 10_000    // permits of one semaphore
 	// HistoryLimit is how many grant records each lock keeps.
 	HistoryLimit = 32
 	// OpMemory is how many recent operation ids each fenced register
@@ -142,7 +143,8 @@ type histRec struct {
 
 type lock struct {
 	name       string
-	holder     *grant
+	permits    int      // 1 for a mutex
+	holders    []*grant // in grant order, at most permits
 	head, tail *waiter
 	nwait      int
 	delayed    bool
@@ -307,8 +309,9 @@ func (s *State) endSession(id uint64, expired bool, emit EventSink) Result {
 	}
 	for _, name := range sortedKeys(sess.held) {
 		l := s.locks[name]
-		delayMs := l.holder.delayMs
-		s.endGrant(l, ended)
+		g := l.holderOf(sess)
+		delayMs := g.delayMs
+		s.endGrant(l, g, ended)
 		if expired && delayMs > 0 {
 			l.delayed = true
 			l.delayGen++
@@ -330,6 +333,10 @@ func (s *State) acquire(c *fsmpb.Acquire, emit EventSink) Result {
 	if c.GetLockDelayMs() < 0 || c.GetLockDelayMs() > MaxLockDelayMs {
 		return Result{Err: fmt.Errorf("%w: lock delay %dms is outside 0..%dms", ErrInvalid, c.GetLockDelayMs(), MaxLockDelayMs)}
 	}
+	permits := int(max(c.GetPermits(), 1))
+	if permits > MaxPermits {
+		return Result{Err: fmt.Errorf("%w: %d permits, the limit is %d", ErrInvalid, permits, MaxPermits)}
+	}
 	sess, ok := s.sessions[c.GetSession()]
 	if !ok {
 		return Result{Err: ErrSessionNotFound}
@@ -337,7 +344,7 @@ func (s *State) acquire(c *fsmpb.Acquire, emit EventSink) Result {
 	name := c.GetName()
 	if _, held := sess.held[name]; held {
 		if c.GetResume() {
-			g := s.locks[name].holder
+			g := s.locks[name].holderOf(sess)
 			return Result{Granted: true, Token: g.token, AcquireRevision: g.acqRev}
 		}
 		return Result{Err: ErrAlreadyHeld}
@@ -354,10 +361,17 @@ func (s *State) acquire(c *fsmpb.Acquire, emit EventSink) Result {
 	}
 	l := s.locks[name]
 	if l == nil {
-		l = &lock{name: name}
+		l = &lock{name: name, permits: permits}
 		s.locks[name] = l
 	}
-	if l.holder == nil && !l.delayed && l.head == nil {
+	if l.permits != permits {
+		kind := "semaphore"
+		if l.permits == 1 {
+			kind = "mutex"
+		}
+		return Result{Err: fmt.Errorf("%w: %q is a %s with %d permit(s); this acquire asks for %d", ErrInvalid, name, kind, l.permits, permits)}
+	}
+	if len(l.holders) < l.permits && !l.delayed && l.head == nil {
 		rev := s.bump()
 		s.grant(l, sess, rev, c.GetLockDelayMs())
 		return Result{Granted: true, Token: rev, AcquireRevision: rev}
@@ -372,20 +386,31 @@ func (s *State) acquire(c *fsmpb.Acquire, emit EventSink) Result {
 	return Result{Queued: true, Position: uint32(l.nwait), AcquireRevision: rev}
 }
 
-// grant makes sess the holder of l with token = the current revision.
-func (s *State) grant(l *lock, sess *session, acqRev uint64, delayMs int64) {
+// grant makes sess a holder of l with token = the current revision.
+func (s *State) grant(l *lock, sess *session, acqRev uint64, delayMs int64) *grant {
 	token := s.revision
-	l.holder = &grant{sess: sess, token: token, acqRev: acqRev, delayMs: delayMs}
+	g := &grant{sess: sess, token: token, acqRev: acqRev, delayMs: delayMs}
+	l.holders = append(l.holders, g)
 	sess.held[l.name] = struct{}{}
 	l.history = append(l.history, histRec{owner: sess.owner, session: sess.id, token: token, grantedRev: token, ended: "held"})
 	if len(l.history) > HistoryLimit {
 		l.history = append(l.history[:0], l.history[len(l.history)-HistoryLimit:]...)
 	}
+	return g
 }
 
-// endGrant ends l's current grant, recording how.
-func (s *State) endGrant(l *lock, how string) {
-	g := l.holder
+// holderOf returns sess's grant of l, or nil (a scan of at most permits).
+func (l *lock) holderOf(sess *session) *grant {
+	for _, g := range l.holders {
+		if g.sess == sess {
+			return g
+		}
+	}
+	return nil
+}
+
+// endGrant ends grant g of l, recording how.
+func (s *State) endGrant(l *lock, g *grant, how string) {
 	for i := len(l.history) - 1; i >= 0; i-- {
 		if l.history[i].token == g.token {
 			l.history[i].ended = how
@@ -394,20 +419,25 @@ func (s *State) endGrant(l *lock, how string) {
 		}
 	}
 	delete(g.sess.held, l.name)
-	l.holder = nil
+	for i, h := range l.holders {
+		if h == g {
+			l.holders = append(l.holders[:i], l.holders[i+1:]...)
+			break
+		}
+	}
 }
 
-// handOff grants l to its first waiter, if any: O(1), one event.
+// handOff grants l's free permits to its first waiters, in order: O(1)
+// work and exactly one event per grant.
 func (s *State) handOff(l *lock, emit EventSink) {
-	if l.holder != nil || l.delayed || l.head == nil {
-		return
+	for len(l.holders) < l.permits && !l.delayed && l.head != nil {
+		w := l.head
+		l.unlink(w)
+		delete(w.sess.waits, l.name)
+		s.bump()
+		g := s.grant(l, w.sess, w.acqRev, w.delayMs)
+		emit(Event{Kind: EventGranted, Session: w.sess.id, Name: l.name, Token: g.token, AcquireRevision: w.acqRev})
 	}
-	w := l.head
-	l.unlink(w)
-	delete(w.sess.waits, l.name)
-	s.bump()
-	s.grant(l, w.sess, w.acqRev, w.delayMs)
-	emit(Event{Kind: EventGranted, Session: w.sess.id, Name: l.name, Token: l.holder.token, AcquireRevision: w.acqRev})
 }
 
 func (s *State) cancelAcquire(c *fsmpb.CancelAcquire, emit EventSink) Result {
@@ -422,22 +452,29 @@ func (s *State) cancelAcquire(c *fsmpb.CancelAcquire, emit EventSink) Result {
 		delete(sess.waits, name)
 		return Result{}
 	}
-	if l := s.locks[name]; l != nil && l.holder != nil && l.holder.sess == sess && l.holder.acqRev == c.GetAcquireRevision() {
-		s.bump()
-		s.endGrant(l, "released")
-		s.handOff(l, emit)
-		return Result{}
+	if l := s.locks[name]; l != nil {
+		if g := l.holderOf(sess); g != nil && g.acqRev == c.GetAcquireRevision() {
+			s.bump()
+			s.endGrant(l, g, "released")
+			s.handOff(l, emit)
+			return Result{}
+		}
 	}
 	return Result{Err: ErrNotHeld}
 }
 
 func (s *State) release(c *fsmpb.Release, emit EventSink) Result {
 	l := s.locks[c.GetName()]
-	if l == nil || l.holder == nil || l.holder.sess.id != c.GetSession() || l.holder.token != c.GetToken() {
+	sess := s.sessions[c.GetSession()]
+	if l == nil || sess == nil {
+		return Result{Err: ErrNotHeld}
+	}
+	g := l.holderOf(sess)
+	if g == nil || g.token != c.GetToken() {
 		return Result{Err: ErrNotHeld}
 	}
 	s.bump()
-	s.endGrant(l, "released")
+	s.endGrant(l, g, "released")
 	s.handOff(l, emit)
 	return Result{}
 }

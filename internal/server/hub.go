@@ -40,12 +40,17 @@ func (h *Hub) Sink(e fsm.Event) {
 		if ch == nil {
 			return
 		}
+		// Count before delivering, so that a reader who saw the grant
+		// arrive also sees it counted.
+		if e.Kind == fsm.EventGranted {
+			h.grants.Add(1)
+		}
 		select {
 		case ch <- e:
-			if e.Kind == fsm.EventGranted {
-				h.grants.Add(1)
-			}
 		default:
+			if e.Kind == fsm.EventGranted {
+				h.grants.Add(^uint64(0)) // not delivered
+			}
 		}
 	case fsm.EventSessionEnded:
 		h.mu.Lock()

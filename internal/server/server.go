@@ -257,7 +257,7 @@ func (ss *sessionStream) acquire(ctx context.Context, id uint64, a *pb.AcquireLo
 		return
 	}
 	defer ss.srv.hub.unregister(key, ch)
-	res, err := ss.srv.propose(&fsmpb.Acquire{Session: ss.id, Name: a.GetName(), Wait: a.GetWait(), LockDelayMs: a.GetLockDelayMs(), Resume: a.GetResume()})
+	res, err := ss.srv.propose(&fsmpb.Acquire{Session: ss.id, Name: a.GetName(), Wait: a.GetWait(), LockDelayMs: a.GetLockDelayMs(), Resume: a.GetResume(), Permits: a.GetPermits()})
 	if err != nil {
 		ss.sendErr(id, err)
 		return
@@ -343,8 +343,12 @@ func (s *Server) LockStatus(ctx context.Context, req *pb.LockStatusRequest) (*pb
 		out.Revision = st.Revision()
 		v := st.Lock(req.GetName())
 		out.Delayed = v.Delayed
-		if h := v.Holder; h != nil {
-			out.Holder = &pb.Holder{Owner: h.Owner, Session: h.Session, Token: h.Token, GrantedRevision: h.Token}
+		out.Permits = uint32(v.Permits)
+		for _, h := range v.Holders {
+			out.Holders = append(out.Holders, &pb.Holder{Owner: h.Owner, Session: h.Session, Token: h.Token, GrantedRevision: h.Token})
+		}
+		if len(out.Holders) > 0 {
+			out.Holder = out.Holders[0]
 		}
 		for _, w := range v.Waiters {
 			out.Waiters = append(out.Waiters, &pb.Waiter{Owner: w.Owner, Session: w.Session, QueuedRevision: w.AcquireRevision})

@@ -413,7 +413,10 @@ type Acquire struct {
 	LockDelayMs int64                  `protobuf:"varint,4,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
 	// resume: answer with the session's existing grant or queue place
 	// instead of failing with "already held".
-	Resume        bool `protobuf:"varint,5,opt,name=resume,proto3" json:"resume,omitempty"`
+	Resume bool `protobuf:"varint,5,opt,name=resume,proto3" json:"resume,omitempty"`
+	// permits: how many sessions may hold the name at once (a semaphore);
+	// 0 means 1 (a mutex). Fixed by the first acquire of the name.
+	Permits       uint32 `protobuf:"varint,6,opt,name=permits,proto3" json:"permits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -481,6 +484,13 @@ func (x *Acquire) GetResume() bool {
 		return x.Resume
 	}
 	return false
+}
+
+func (x *Acquire) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
 }
 
 type CancelAcquire struct {
@@ -1077,14 +1087,18 @@ func (x *HistoryRecord) GetEndedRevision() uint64 {
 }
 
 type LockState struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	Name            string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Holder          *GrantState            `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
-	Waiters         []*WaiterState         `protobuf:"bytes,3,rep,name=waiters,proto3" json:"waiters,omitempty"`
-	Delayed         bool                   `protobuf:"varint,4,opt,name=delayed,proto3" json:"delayed,omitempty"`
-	DelayGeneration uint64                 `protobuf:"varint,5,opt,name=delay_generation,json=delayGeneration,proto3" json:"delay_generation,omitempty"`
-	DelayMs         int64                  `protobuf:"varint,6,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
-	History         []*HistoryRecord       `protobuf:"bytes,7,rep,name=history,proto3" json:"history,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// holder: unused since holders (kept for the field number).
+	Holder *GrantState `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	// holders, in grant order; at most permits.
+	Holders         []*GrantState    `protobuf:"bytes,8,rep,name=holders,proto3" json:"holders,omitempty"`
+	Permits         uint32           `protobuf:"varint,9,opt,name=permits,proto3" json:"permits,omitempty"`
+	Waiters         []*WaiterState   `protobuf:"bytes,3,rep,name=waiters,proto3" json:"waiters,omitempty"`
+	Delayed         bool             `protobuf:"varint,4,opt,name=delayed,proto3" json:"delayed,omitempty"`
+	DelayGeneration uint64           `protobuf:"varint,5,opt,name=delay_generation,json=delayGeneration,proto3" json:"delay_generation,omitempty"`
+	DelayMs         int64            `protobuf:"varint,6,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	History         []*HistoryRecord `protobuf:"bytes,7,rep,name=history,proto3" json:"history,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -1131,6 +1145,20 @@ func (x *LockState) GetHolder() *GrantState {
 		return x.Holder
 	}
 	return nil
+}
+
+func (x *LockState) GetHolders() []*GrantState {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
+}
+
+func (x *LockState) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
 }
 
 func (x *LockState) GetWaiters() []*WaiterState {
@@ -1330,13 +1358,14 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\fCloseSession\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\")\n" +
 	"\rExpireSession\x12\x18\n" +
-	"\asession\x18\x01 \x01(\x04R\asession\"\x87\x01\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\"\xa1\x01\n" +
 	"\aAcquire\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
 	"\x04wait\x18\x03 \x01(\bR\x04wait\x12\"\n" +
 	"\rlock_delay_ms\x18\x04 \x01(\x03R\vlockDelayMs\x12\x16\n" +
-	"\x06resume\x18\x05 \x01(\bR\x06resume\"h\n" +
+	"\x06resume\x18\x05 \x01(\bR\x06resume\x12\x18\n" +
+	"\apermits\x18\x06 \x01(\rR\apermits\"h\n" +
 	"\rCancelAcquire\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12)\n" +
@@ -1381,10 +1410,12 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12)\n" +
 	"\x10granted_revision\x18\x04 \x01(\x04R\x0fgrantedRevision\x12\x14\n" +
 	"\x05ended\x18\x05 \x01(\tR\x05ended\x12%\n" +
-	"\x0eended_revision\x18\x06 \x01(\x04R\rendedRevision\"\xa0\x02\n" +
+	"\x0eended_revision\x18\x06 \x01(\x04R\rendedRevision\"\xef\x02\n" +
 	"\tLockState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
-	"\x06holder\x18\x02 \x01(\v2\x19.tenure.fsm.v1.GrantStateR\x06holder\x124\n" +
+	"\x06holder\x18\x02 \x01(\v2\x19.tenure.fsm.v1.GrantStateR\x06holder\x123\n" +
+	"\aholders\x18\b \x03(\v2\x19.tenure.fsm.v1.GrantStateR\aholders\x12\x18\n" +
+	"\apermits\x18\t \x01(\rR\apermits\x124\n" +
 	"\awaiters\x18\x03 \x03(\v2\x1a.tenure.fsm.v1.WaiterStateR\awaiters\x12\x18\n" +
 	"\adelayed\x18\x04 \x01(\bR\adelayed\x12)\n" +
 	"\x10delay_generation\x18\x05 \x01(\x04R\x0fdelayGeneration\x12\x19\n" +
@@ -1449,14 +1480,15 @@ var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	15, // 11: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
 	17, // 12: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
 	12, // 13: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
-	13, // 14: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
-	14, // 15: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
-	16, // 16: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	12, // 14: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
+	13, // 15: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
+	14, // 16: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
+	16, // 17: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_internal_fsm_fsmpb_fsm_proto_init() }
