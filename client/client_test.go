@@ -139,3 +139,48 @@ func TestSemaphoreThroughClient(t *testing.T) {
 		t.Fatalf("zero permits: %v, want ErrInvalid", err)
 	}
 }
+
+func TestRWMutexThroughClient(t *testing.T) {
+	srv := testutil.Start(t, "", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := dial(t, srv.Addr())
+	var ms []*client.Mutex
+	for i := 0; i < 3; i++ {
+		s, err := c.NewSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := s.Mutex("rw")
+		ms = append(ms, m)
+	}
+	r1, err := ms[0].RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := ms[1].TryRLock(ctx)
+	if err != nil {
+		t.Fatalf("second reader: %v", err)
+	}
+	if _, err := ms[2].TryLock(ctx); !errors.Is(err, client.ErrLocked) {
+		t.Fatalf("writer while readers hold: %v, want ErrLocked", err)
+	}
+	got := make(chan *client.Hold, 1)
+	go func() {
+		h, err := ms[2].Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- h
+	}()
+	r1.Unlock(ctx)
+	r2.Unlock(ctx)
+	w := <-got
+	if w.Token() <= r2.Token() {
+		t.Fatalf("writer token %d not above %d", w.Token(), r2.Token())
+	}
+	st, err := c.LockStatus(ctx, "rw")
+	if err != nil || len(st.GetHolders()) != 1 || st.GetHolders()[0].GetShared() {
+		t.Fatalf("status %v %v", st, err)
+	}
+}

@@ -117,6 +117,7 @@ type LockOption func(*lockCall)
 
 type lockCall struct {
 	onQueued func(position int)
+	shared   bool
 }
 
 // OnQueued calls fn with the 1-based queue position when the request has
@@ -142,12 +143,30 @@ func (m *Mutex) TryLock(ctx context.Context) (*Hold, error) {
 	return m.acquire(ctx, false, lockCall{})
 }
 
-func (m *Mutex) request(wait bool) *pb.SessionRequest {
+// RLock waits, in FIFO order, until the lock is granted as a reader: many
+// readers hold it at once, never together with a writer (Lock). A reader
+// arriving behind a waiting writer waits for it, so writers are not
+// starved. Only for locks of one permit.
+func (m *Mutex) RLock(ctx context.Context, opts ...LockOption) (*Hold, error) {
+	lc := lockCall{shared: true}
+	for _, o := range opts {
+		o(&lc)
+	}
+	return m.acquire(ctx, true, lc)
+}
+
+// TryRLock takes the lock as a reader if that is possible at once, and
+// returns ErrLocked otherwise.
+func (m *Mutex) TryRLock(ctx context.Context) (*Hold, error) {
+	return m.acquire(ctx, false, lockCall{shared: true})
+}
+
+func (m *Mutex) request(wait, shared bool) *pb.SessionRequest {
 	// Every acquire is sent with resume: a re-sent request (after a broken
 	// connection or a leader change) finds the session's place in line or
 	// its grant instead of queueing again. The session itself makes sure a
 	// name is acquired once at a time (reserve).
-	return &pb.SessionRequest{Op: &pb.SessionRequest_Acquire{Acquire: &pb.AcquireLock{Name: m.name, Wait: wait, LockDelayMs: m.delay.Milliseconds(), Resume: true, Permits: m.permits}}}
+	return &pb.SessionRequest{Op: &pb.SessionRequest_Acquire{Acquire: &pb.AcquireLock{Name: m.name, Wait: wait, LockDelayMs: m.delay.Milliseconds(), Resume: true, Permits: m.permits, Shared: shared}}}
 }
 
 // retryable reports whether a request failed only because its node could
@@ -172,7 +191,7 @@ func (m *Mutex) acquire(ctx context.Context, wait bool, lc lockCall) (*Hold, err
 			}
 			return nil, err
 		}
-		c, err := s.start(m.request(wait))
+		c, err := s.start(m.request(wait, lc.shared))
 		if errors.Is(err, errDisconnected) {
 			continue
 		}
@@ -250,7 +269,7 @@ func (m *Mutex) withdraw() {
 		if err := s.waitConnected(s.ctx); err != nil {
 			return // the session is over: the server dropped everything
 		}
-		c, err := s.start(m.request(true))
+		c, err := s.start(m.request(true, false)) // resume finds the acquisition, whatever its kind
 		if errors.Is(err, errDisconnected) {
 			continue
 		}

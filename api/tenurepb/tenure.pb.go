@@ -837,7 +837,11 @@ type AcquireLock struct {
 	// permits: how many sessions may hold the name at once (a semaphore);
 	// 0 means 1 (a mutex). The first acquire of a name fixes it; an acquire
 	// naming another number is refused.
-	Permits       uint32 `protobuf:"varint,5,opt,name=permits,proto3" json:"permits,omitempty"`
+	Permits uint32 `protobuf:"varint,5,opt,name=permits,proto3" json:"permits,omitempty"`
+	// shared: take the lock as a reader (read-write lock): many readers at
+	// once, never together with a writer (a non-shared acquire). Waiting is
+	// FIFO across both kinds, so readers queue behind a waiting writer.
+	Shared        bool `protobuf:"varint,6,opt,name=shared,proto3" json:"shared,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -905,6 +909,13 @@ func (x *AcquireLock) GetPermits() uint32 {
 		return x.Permits
 	}
 	return 0
+}
+
+func (x *AcquireLock) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
 }
 
 type ReleaseLock struct {
@@ -1787,6 +1798,7 @@ type Holder struct {
 	Session         uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
 	Token           uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	GrantedRevision uint64                 `protobuf:"varint,4,opt,name=granted_revision,json=grantedRevision,proto3" json:"granted_revision,omitempty"`
+	Shared          bool                   `protobuf:"varint,5,opt,name=shared,proto3" json:"shared,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -1849,11 +1861,19 @@ func (x *Holder) GetGrantedRevision() uint64 {
 	return 0
 }
 
+func (x *Holder) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
 type Waiter struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Owner          string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
 	Session        uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
 	QueuedRevision uint64                 `protobuf:"varint,3,opt,name=queued_revision,json=queuedRevision,proto3" json:"queued_revision,omitempty"`
+	Shared         bool                   `protobuf:"varint,4,opt,name=shared,proto3" json:"shared,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1907,6 +1927,13 @@ func (x *Waiter) GetQueuedRevision() uint64 {
 		return x.QueuedRevision
 	}
 	return 0
+}
+
+func (x *Waiter) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
 }
 
 type LockStatusResponse struct {
@@ -2629,13 +2656,14 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\"\v\n" +
-	"\tKeepAlive\"\x8b\x01\n" +
+	"\tKeepAlive\"\xa3\x01\n" +
 	"\vAcquireLock\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04wait\x18\x02 \x01(\bR\x04wait\x12\"\n" +
 	"\rlock_delay_ms\x18\x03 \x01(\x03R\vlockDelayMs\x12\x16\n" +
 	"\x06resume\x18\x04 \x01(\bR\x06resume\x12\x18\n" +
-	"\apermits\x18\x05 \x01(\rR\apermits\"7\n" +
+	"\apermits\x18\x05 \x01(\rR\apermits\x12\x16\n" +
+	"\x06shared\x18\x06 \x01(\bR\x06shared\"7\n" +
 	"\vReleaseLock\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\".\n" +
@@ -2686,16 +2714,18 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\"K\n" +
 	"\x11LockStatusRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\"\n" +
-	"\fserializable\x18\x0f \x01(\bR\fserializable\"y\n" +
+	"\fserializable\x18\x0f \x01(\bR\fserializable\"\x91\x01\n" +
 	"\x06Holder\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12)\n" +
-	"\x10granted_revision\x18\x04 \x01(\x04R\x0fgrantedRevision\"a\n" +
+	"\x10granted_revision\x18\x04 \x01(\x04R\x0fgrantedRevision\x12\x16\n" +
+	"\x06shared\x18\x05 \x01(\bR\x06shared\"y\n" +
 	"\x06Waiter\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12'\n" +
-	"\x0fqueued_revision\x18\x03 \x01(\x04R\x0equeuedRevision\"\xfd\x01\n" +
+	"\x0fqueued_revision\x18\x03 \x01(\x04R\x0equeuedRevision\x12\x16\n" +
+	"\x06shared\x18\x04 \x01(\bR\x06shared\"\xfd\x01\n" +
 	"\x12LockStatusResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x06holder\x18\x02 \x01(\v2\x11.tenure.v1.HolderR\x06holder\x12+\n" +

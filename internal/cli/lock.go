@@ -26,7 +26,8 @@ type lockFlags struct {
 	killGrace time.Duration
 	lockDelay time.Duration
 	owner     string
-	permits   int // 0: a mutex; >0: a semaphore of that many permits
+	permits   int  // 0: a mutex; >0: a semaphore of that many permits
+	shared    bool // a reader of a read-write lock
 }
 
 // lockArgs checks NAME -- COMMAND [ARG...].
@@ -231,7 +232,11 @@ func (a *app) acquire(ctx context.Context, c *client.Client, name, owner string,
 		m, err := s.Mutex(name, opts...)
 		if err == nil {
 			var h *client.Hold
-			h, err = m.Lock(wctx, client.OnQueued(func(pos int) {
+			lock := m.Lock
+			if lf.shared {
+				lock = m.RLock
+			}
+			h, err = lock(wctx, client.OnQueued(func(pos int) {
 				fmt.Fprintf(a.streams.Err, "tenure: waiting for lock %s (position %d)\n", name, pos)
 			}))
 			if err == nil {

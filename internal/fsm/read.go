@@ -17,6 +17,7 @@ type HolderView struct {
 	Session         uint64
 	Token           uint64
 	AcquireRevision uint64
+	Shared          bool
 }
 
 // WaiterView describes one queued acquisition.
@@ -24,6 +25,7 @@ type WaiterView struct {
 	Owner           string
 	Session         uint64
 	AcquireRevision uint64
+	Shared          bool
 }
 
 // LockView describes a lock: holders, waiters in grant order, delay.
@@ -92,13 +94,13 @@ func (s *State) Lock(name string) LockView {
 	v.Delayed = l.delayed
 	v.Permits = l.permits
 	for _, g := range l.holders {
-		v.Holders = append(v.Holders, HolderView{Owner: g.sess.owner, Session: g.sess.id, Token: g.token, AcquireRevision: g.acqRev})
+		v.Holders = append(v.Holders, HolderView{Owner: g.sess.owner, Session: g.sess.id, Token: g.token, AcquireRevision: g.acqRev, Shared: g.shared})
 	}
 	if len(v.Holders) > 0 {
 		v.Holder = &v.Holders[0]
 	}
 	for w := l.head; w != nil; w = w.next {
-		v.Waiters = append(v.Waiters, WaiterView{Owner: w.sess.owner, Session: w.sess.id, AcquireRevision: w.acqRev})
+		v.Waiters = append(v.Waiters, WaiterView{Owner: w.sess.owner, Session: w.sess.id, AcquireRevision: w.acqRev, Shared: w.shared})
 	}
 	return v
 }

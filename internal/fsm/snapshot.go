@@ -24,10 +24,10 @@ func (s *State) Export() *fsmpb.Snapshot {
 		l := s.locks[name]
 		ls := &fsmpb.LockState{Name: name, Delayed: l.delayed, DelayGeneration: l.delayGen, DelayMs: l.delayMs, Permits: uint32(l.permits)}
 		for _, g := range l.holders {
-			ls.Holders = append(ls.Holders, &fsmpb.GrantState{Session: g.sess.id, Owner: g.sess.owner, Token: g.token, AcquireRevision: g.acqRev, LockDelayMs: g.delayMs})
+			ls.Holders = append(ls.Holders, &fsmpb.GrantState{Session: g.sess.id, Owner: g.sess.owner, Token: g.token, AcquireRevision: g.acqRev, LockDelayMs: g.delayMs, Shared: g.shared})
 		}
 		for w := l.head; w != nil; w = w.next {
-			ls.Waiters = append(ls.Waiters, &fsmpb.WaiterState{Session: w.sess.id, AcquireRevision: w.acqRev, LockDelayMs: w.delayMs})
+			ls.Waiters = append(ls.Waiters, &fsmpb.WaiterState{Session: w.sess.id, AcquireRevision: w.acqRev, LockDelayMs: w.delayMs, Shared: w.shared})
 		}
 		for _, h := range l.history {
 			ls.History = append(ls.History, &fsmpb.HistoryRecord{Owner: h.owner, Session: h.session, Token: h.token, GrantedRevision: h.grantedRev, Ended: h.ended, EndedRevision: h.endedRev})
@@ -64,7 +64,10 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 			if sess == nil {
 				return nil, fmt.Errorf("snapshot: lock %q held by unknown session %d", l.name, g.GetSession())
 			}
-			l.holders = append(l.holders, &grant{sess: sess, token: g.GetToken(), acqRev: g.GetAcquireRevision(), delayMs: g.GetLockDelayMs()})
+			l.holders = append(l.holders, &grant{sess: sess, token: g.GetToken(), acqRev: g.GetAcquireRevision(), delayMs: g.GetLockDelayMs(), shared: g.GetShared()})
+			if g.GetShared() {
+				l.nshared++
+			}
 			sess.held[l.name] = struct{}{}
 		}
 		for _, ws := range ls.GetWaiters() {
@@ -72,7 +75,7 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 			if sess == nil {
 				return nil, fmt.Errorf("snapshot: lock %q awaited by unknown session %d", l.name, ws.GetSession())
 			}
-			w := &waiter{sess: sess, acqRev: ws.GetAcquireRevision(), delayMs: ws.GetLockDelayMs()}
+			w := &waiter{sess: sess, acqRev: ws.GetAcquireRevision(), delayMs: ws.GetLockDelayMs(), shared: ws.GetShared()}
 			l.push(w)
 			sess.waits[l.name] = w
 		}

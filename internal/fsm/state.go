@@ -122,6 +122,7 @@ type waiter struct {
 	sess       *session
 	acqRev     uint64
 	delayMs    int64
+	shared     bool
 	prev, next *waiter
 }
 
@@ -130,6 +131,7 @@ type grant struct {
 	token   uint64
 	acqRev  uint64
 	delayMs int64
+	shared  bool
 }
 
 type histRec struct {
@@ -144,7 +146,8 @@ type histRec struct {
 type lock struct {
 	name       string
 	permits    int      // 1 for a mutex
-	holders    []*grant // in grant order, at most permits
+	holders    []*grant // in grant order: at most permits, or any number of readers
+	nshared    int      // holders that are readers
 	head, tail *waiter
 	nwait      int
 	delayed    bool
@@ -337,6 +340,9 @@ func (s *State) acquire(c *fsmpb.Acquire, emit EventSink) Result {
 	if permits > MaxPermits {
 		return Result{Err: fmt.Errorf("%w: %d permits, the limit is %d", ErrInvalid, permits, MaxPermits)}
 	}
+	if c.GetShared() && permits > 1 {
+		return Result{Err: fmt.Errorf("%w: a shared (read) acquire is for read-write locks, which have one writer permit, not %d", ErrInvalid, permits)}
+	}
 	sess, ok := s.sessions[c.GetSession()]
 	if !ok {
 		return Result{Err: ErrSessionNotFound}
@@ -371,32 +377,48 @@ func (s *State) acquire(c *fsmpb.Acquire, emit EventSink) Result {
 		}
 		return Result{Err: fmt.Errorf("%w: %q is a %s with %d permit(s); this acquire asks for %d", ErrInvalid, name, kind, l.permits, permits)}
 	}
-	if len(l.holders) < l.permits && !l.delayed && l.head == nil {
+	if l.head == nil && l.admits(c.GetShared()) {
 		rev := s.bump()
-		s.grant(l, sess, rev, c.GetLockDelayMs())
+		s.grant(l, sess, rev, c.GetLockDelayMs(), c.GetShared())
 		return Result{Granted: true, Token: rev, AcquireRevision: rev}
 	}
 	if !c.GetWait() {
 		return Result{Err: ErrBusy}
 	}
 	rev := s.bump()
-	w := &waiter{sess: sess, acqRev: rev, delayMs: c.GetLockDelayMs()}
+	w := &waiter{sess: sess, acqRev: rev, delayMs: c.GetLockDelayMs(), shared: c.GetShared()}
 	l.push(w)
 	sess.waits[name] = w
 	return Result{Queued: true, Position: uint32(l.nwait), AcquireRevision: rev}
 }
 
 // grant makes sess a holder of l with token = the current revision.
-func (s *State) grant(l *lock, sess *session, acqRev uint64, delayMs int64) *grant {
+func (s *State) grant(l *lock, sess *session, acqRev uint64, delayMs int64, shared bool) *grant {
 	token := s.revision
-	g := &grant{sess: sess, token: token, acqRev: acqRev, delayMs: delayMs}
+	g := &grant{sess: sess, token: token, acqRev: acqRev, delayMs: delayMs, shared: shared}
 	l.holders = append(l.holders, g)
+	if shared {
+		l.nshared++
+	}
 	sess.held[l.name] = struct{}{}
 	l.history = append(l.history, histRec{owner: sess.owner, session: sess.id, token: token, grantedRev: token, ended: "held"})
 	if len(l.history) > HistoryLimit {
 		l.history = append(l.history[:0], l.history[len(l.history)-HistoryLimit:]...)
 	}
 	return g
+}
+
+// admits reports whether a grant of the given kind may be made now
+// (waiters aside): readers only without a writer, a writer only without
+// readers and within the permits.
+func (l *lock) admits(shared bool) bool {
+	if l.delayed {
+		return false
+	}
+	if shared {
+		return l.nshared == len(l.holders)
+	}
+	return l.nshared == 0 && len(l.holders) < l.permits
 }
 
 // holderOf returns sess's grant of l, or nil (a scan of at most permits).
@@ -422,20 +444,24 @@ func (s *State) endGrant(l *lock, g *grant, how string) {
 	for i, h := range l.holders {
 		if h == g {
 			l.holders = append(l.holders[:i], l.holders[i+1:]...)
+			if g.shared {
+				l.nshared--
+			}
 			break
 		}
 	}
 }
 
-// handOff grants l's free permits to its first waiters, in order: O(1)
-// work and exactly one event per grant.
+// handOff grants l to its first waiters, in order, while the head can be
+// admitted (free permits, or a run of readers): O(1) work and exactly one
+// event per grant. A waiting writer at the head stops readers behind it.
 func (s *State) handOff(l *lock, emit EventSink) {
-	for len(l.holders) < l.permits && !l.delayed && l.head != nil {
+	for l.head != nil && l.admits(l.head.shared) {
 		w := l.head
 		l.unlink(w)
 		delete(w.sess.waits, l.name)
 		s.bump()
-		g := s.grant(l, w.sess, w.acqRev, w.delayMs)
+		g := s.grant(l, w.sess, w.acqRev, w.delayMs, w.shared)
 		emit(Event{Kind: EventGranted, Session: w.sess.id, Name: l.name, Token: g.token, AcquireRevision: w.acqRev})
 	}
 }

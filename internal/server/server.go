@@ -257,7 +257,7 @@ func (ss *sessionStream) acquire(ctx context.Context, id uint64, a *pb.AcquireLo
 		return
 	}
 	defer ss.srv.hub.unregister(key, ch)
-	res, err := ss.srv.propose(&fsmpb.Acquire{Session: ss.id, Name: a.GetName(), Wait: a.GetWait(), LockDelayMs: a.GetLockDelayMs(), Resume: a.GetResume(), Permits: a.GetPermits()})
+	res, err := ss.srv.propose(&fsmpb.Acquire{Session: ss.id, Name: a.GetName(), Wait: a.GetWait(), LockDelayMs: a.GetLockDelayMs(), Resume: a.GetResume(), Permits: a.GetPermits(), Shared: a.GetShared()})
 	if err != nil {
 		ss.sendErr(id, err)
 		return
@@ -345,13 +345,13 @@ func (s *Server) LockStatus(ctx context.Context, req *pb.LockStatusRequest) (*pb
 		out.Delayed = v.Delayed
 		out.Permits = uint32(v.Permits)
 		for _, h := range v.Holders {
-			out.Holders = append(out.Holders, &pb.Holder{Owner: h.Owner, Session: h.Session, Token: h.Token, GrantedRevision: h.Token})
+			out.Holders = append(out.Holders, &pb.Holder{Owner: h.Owner, Session: h.Session, Token: h.Token, GrantedRevision: h.Token, Shared: h.Shared})
 		}
 		if len(out.Holders) > 0 {
 			out.Holder = out.Holders[0]
 		}
 		for _, w := range v.Waiters {
-			out.Waiters = append(out.Waiters, &pb.Waiter{Owner: w.Owner, Session: w.Session, QueuedRevision: w.AcquireRevision})
+			out.Waiters = append(out.Waiters, &pb.Waiter{Owner: w.Owner, Session: w.Session, QueuedRevision: w.AcquireRevision, Shared: w.Shared})
 		}
 	})
 	return out, err

@@ -416,7 +416,10 @@ type Acquire struct {
 	Resume bool `protobuf:"varint,5,opt,name=resume,proto3" json:"resume,omitempty"`
 	// permits: how many sessions may hold the name at once (a semaphore);
 	// 0 means 1 (a mutex). Fixed by the first acquire of the name.
-	Permits       uint32 `protobuf:"varint,6,opt,name=permits,proto3" json:"permits,omitempty"`
+	Permits uint32 `protobuf:"varint,6,opt,name=permits,proto3" json:"permits,omitempty"`
+	// shared: a reader of a read-write lock (many at once, never with a
+	// writer). Only for locks of one permit.
+	Shared        bool `protobuf:"varint,7,opt,name=shared,proto3" json:"shared,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -491,6 +494,13 @@ func (x *Acquire) GetPermits() uint32 {
 		return x.Permits
 	}
 	return 0
+}
+
+func (x *Acquire) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
 }
 
 type CancelAcquire struct {
@@ -873,6 +883,7 @@ type GrantState struct {
 	// acquire_revision: revision at which the acquisition entered (queued or granted).
 	AcquireRevision uint64 `protobuf:"varint,4,opt,name=acquire_revision,json=acquireRevision,proto3" json:"acquire_revision,omitempty"`
 	LockDelayMs     int64  `protobuf:"varint,5,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	Shared          bool   `protobuf:"varint,6,opt,name=shared,proto3" json:"shared,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -942,11 +953,19 @@ func (x *GrantState) GetLockDelayMs() int64 {
 	return 0
 }
 
+func (x *GrantState) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
 type WaiterState struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Session         uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
 	AcquireRevision uint64                 `protobuf:"varint,2,opt,name=acquire_revision,json=acquireRevision,proto3" json:"acquire_revision,omitempty"`
 	LockDelayMs     int64                  `protobuf:"varint,3,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	Shared          bool                   `protobuf:"varint,4,opt,name=shared,proto3" json:"shared,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -1000,6 +1019,13 @@ func (x *WaiterState) GetLockDelayMs() int64 {
 		return x.LockDelayMs
 	}
 	return 0
+}
+
+func (x *WaiterState) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
 }
 
 type HistoryRecord struct {
@@ -1358,14 +1384,15 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\fCloseSession\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\")\n" +
 	"\rExpireSession\x12\x18\n" +
-	"\asession\x18\x01 \x01(\x04R\asession\"\xa1\x01\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\"\xb9\x01\n" +
 	"\aAcquire\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
 	"\x04wait\x18\x03 \x01(\bR\x04wait\x12\"\n" +
 	"\rlock_delay_ms\x18\x04 \x01(\x03R\vlockDelayMs\x12\x16\n" +
 	"\x06resume\x18\x05 \x01(\bR\x06resume\x12\x18\n" +
-	"\apermits\x18\x06 \x01(\rR\apermits\"h\n" +
+	"\apermits\x18\x06 \x01(\rR\apermits\x12\x16\n" +
+	"\x06shared\x18\a \x01(\bR\x06shared\"h\n" +
 	"\rCancelAcquire\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12)\n" +
@@ -1392,18 +1419,20 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\fSessionState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
-	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\"\xa1\x01\n" +
+	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\"\xb9\x01\n" +
 	"\n" +
 	"GrantState\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12)\n" +
 	"\x10acquire_revision\x18\x04 \x01(\x04R\x0facquireRevision\x12\"\n" +
-	"\rlock_delay_ms\x18\x05 \x01(\x03R\vlockDelayMs\"v\n" +
+	"\rlock_delay_ms\x18\x05 \x01(\x03R\vlockDelayMs\x12\x16\n" +
+	"\x06shared\x18\x06 \x01(\bR\x06shared\"\x8e\x01\n" +
 	"\vWaiterState\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12)\n" +
 	"\x10acquire_revision\x18\x02 \x01(\x04R\x0facquireRevision\x12\"\n" +
-	"\rlock_delay_ms\x18\x03 \x01(\x03R\vlockDelayMs\"\xbd\x01\n" +
+	"\rlock_delay_ms\x18\x03 \x01(\x03R\vlockDelayMs\x12\x16\n" +
+	"\x06shared\x18\x04 \x01(\bR\x06shared\"\xbd\x01\n" +
 	"\rHistoryRecord\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x14\n" +
