@@ -11,13 +11,7 @@ import (
 )
 
 func dial(t *testing.T, addr string, opts ...client.Option) *client.Client {
-	t.Helper()
-	c, err := client.Dial(context.Background(), addr, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return testutil.Dial(t, addr, opts...)
 }
 
 func TestLockHandOffAndFencing(t *testing.T) {

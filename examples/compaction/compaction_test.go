@@ -18,28 +18,12 @@ import (
 	"github.com/tenure-io/tenure/internal/testutil"
 )
 
-func dial(t *testing.T, addr string) *client.Client {
-	t.Helper()
-	c, err := client.Dial(context.Background(), addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
+func dial(t *testing.T, addr string) *client.Client { return testutil.Dial(t, addr) }
 
 // grant takes the lock "compaction" in a new session on c.
 func grant(t *testing.T, ctx context.Context, c *client.Client, owner string, ttl time.Duration) *client.Hold {
 	t.Helper()
-	s, err := c.NewSession(ctx, client.WithOwner(owner), client.WithTTL(ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Close(cctx)
-	})
+	s := testutil.Session(t, ctx, c, client.WithOwner(owner), client.WithTTL(ttl))
 	m, _ := s.Mutex("compaction")
 	h, err := m.Lock(ctx)
 	if err != nil {

@@ -14,28 +14,10 @@ import (
 	"github.com/tenure-io/tenure/internal/testutil"
 )
 
-func dial(t *testing.T, addr string) *client.Client {
-	t.Helper()
-	c, err := client.Dial(context.Background(), addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
+func dial(t *testing.T, addr string) *client.Client { return testutil.Dial(t, addr) }
 
 func session(t *testing.T, ctx context.Context, c *client.Client, owner string, ttl time.Duration) *client.Session {
-	t.Helper()
-	s, err := c.NewSession(ctx, client.WithOwner(owner), client.WithTTL(ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Close(cctx)
-	})
-	return s
+	return testutil.Session(t, ctx, c, client.WithOwner(owner), client.WithTTL(ttl))
 }
 
 func mustRead(t *testing.T, path string) string {

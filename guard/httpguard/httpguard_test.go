@@ -20,15 +20,7 @@ import (
 	"github.com/tenure-io/tenure/internal/testutil"
 )
 
-func dial(t *testing.T, addr string) *client.Client {
-	t.Helper()
-	c, err := client.Dial(context.Background(), addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
+func dial(t *testing.T, addr string) *client.Client { return testutil.Dial(t, addr) }
 
 // lock opens a session on c and takes the lock name.
 func lock(t *testing.T, ctx context.Context, c *client.Client, name, owner string, ttl time.Duration) (*client.Session, *client.Hold) {
