@@ -38,8 +38,10 @@ func newHarness(t *testing.T) *harness {
 	h.l = lessor.New(h.clk, propose, read)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	armed := h.clk.TimerCreated()
 	go func() { h.l.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
+	<-armed // the loop is idle: every later wake-up re-arms exactly once
 	return h
 }
 
@@ -107,6 +109,23 @@ func (h *harness) step(d time.Duration) []*fsmpb.Command {
 	}
 }
 
+// stepWant is step for a move after which the lessor must propose n
+// commands: it also waits (with a deadline) for proposals still on their way.
+func (h *harness) stepWant(d time.Duration, n int) []*fsmpb.Command {
+	h.t.Helper()
+	got := h.step(d)
+	deadline := time.After(10 * time.Second)
+	for len(got) < n {
+		select {
+		case c := <-h.proposed:
+			got = append(got, c)
+		case <-deadline:
+			return got
+		}
+	}
+	return got
+}
+
 func TestExpiryOnlyAfterFullTTLOnLeader(t *testing.T) {
 	h := newHarness(t)
 	before := h.session(10 * time.Second) // exists before this node leads
@@ -121,7 +140,7 @@ func TestExpiryOnlyAfterFullTTLOnLeader(t *testing.T) {
 	if got := h.step(9 * time.Second); len(got) != 0 {
 		t.Fatalf("proposed %v although a keepalive came 9s ago", got)
 	}
-	got := h.step(2 * time.Second)
+	got := h.stepWant(2*time.Second, 1)
 	if len(got) != 1 || got[0].GetExpireSession().GetSession() != before {
 		t.Fatalf("proposed %v, want ExpireSession(%d)", got, before)
 	}
@@ -151,7 +170,7 @@ func TestLockDelayEndsAfterDelayAndRestartsOnNewLeader(t *testing.T) {
 	h.promote()
 	id := h.session(2 * time.Second)
 	h.apply(&fsmpb.Command{Op: &fsmpb.Command_Acquire{Acquire: &fsmpb.Acquire{Session: id, Name: "l", LockDelayMs: 5000}}})
-	got := h.step(3 * time.Second)
+	got := h.stepWant(3*time.Second, 1)
 	if len(got) != 1 || got[0].GetExpireSession() == nil {
 		t.Fatalf("proposed %v, want the expiry", got)
 	}
@@ -163,7 +182,7 @@ func TestLockDelayEndsAfterDelayAndRestartsOnNewLeader(t *testing.T) {
 	if got := h.step(4 * time.Second); len(got) != 0 {
 		t.Fatalf("new leader ended the delay early: %v", got)
 	}
-	got = h.step(2 * time.Second)
+	got = h.stepWant(2*time.Second, 1)
 	if len(got) != 1 || got[0].GetEndLockDelay().GetName() != "l" {
 		t.Fatalf("proposed %v, want EndLockDelay(l)", got)
 	}
