@@ -18,6 +18,7 @@ type HolderView struct {
 	Token           uint64
 	AcquireRevision uint64
 	Shared          bool
+	Value           []byte
 }
 
 // WaiterView describes one queued acquisition.
@@ -94,7 +95,7 @@ func (s *State) Lock(name string) LockView {
 	v.Delayed = l.delayed
 	v.Permits = l.permits
 	for _, g := range l.holders {
-		v.Holders = append(v.Holders, HolderView{Owner: g.sess.owner, Session: g.sess.id, Token: g.token, AcquireRevision: g.acqRev, Shared: g.shared})
+		v.Holders = append(v.Holders, HolderView{Owner: g.sess.owner, Session: g.sess.id, Token: g.token, AcquireRevision: g.acqRev, Shared: g.shared, Value: append([]byte(nil), g.value...)})
 	}
 	if len(v.Holders) > 0 {
 		v.Holder = &v.Holders[0]

@@ -22,12 +22,12 @@ func (s *State) Export() *fsmpb.Snapshot {
 	}
 	for _, name := range sortedKeys(s.locks) {
 		l := s.locks[name]
-		ls := &fsmpb.LockState{Name: name, Delayed: l.delayed, DelayGeneration: l.delayGen, DelayMs: l.delayMs, Permits: uint32(l.permits)}
+		ls := &fsmpb.LockState{Name: name, Delayed: l.delayed, DelayGeneration: l.delayGen, DelayMs: l.delayMs, Permits: uint32(l.permits), Election: l.election}
 		for _, g := range l.holders {
-			ls.Holders = append(ls.Holders, &fsmpb.GrantState{Session: g.sess.id, Owner: g.sess.owner, Token: g.token, AcquireRevision: g.acqRev, LockDelayMs: g.delayMs, Shared: g.shared})
+			ls.Holders = append(ls.Holders, &fsmpb.GrantState{Session: g.sess.id, Owner: g.sess.owner, Token: g.token, AcquireRevision: g.acqRev, LockDelayMs: g.delayMs, Shared: g.shared, Value: g.value})
 		}
 		for w := l.head; w != nil; w = w.next {
-			ls.Waiters = append(ls.Waiters, &fsmpb.WaiterState{Session: w.sess.id, AcquireRevision: w.acqRev, LockDelayMs: w.delayMs, Shared: w.shared})
+			ls.Waiters = append(ls.Waiters, &fsmpb.WaiterState{Session: w.sess.id, AcquireRevision: w.acqRev, LockDelayMs: w.delayMs, Shared: w.shared, Value: w.value})
 		}
 		for _, h := range l.history {
 			ls.History = append(ls.History, &fsmpb.HistoryRecord{Owner: h.owner, Session: h.session, Token: h.token, GrantedRevision: h.grantedRev, Ended: h.ended, EndedRevision: h.endedRev})
@@ -54,7 +54,7 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 			held: make(map[string]struct{}), waits: make(map[string]*waiter)}
 	}
 	for _, ls := range snap.GetLocks() {
-		l := &lock{name: ls.GetName(), delayed: ls.GetDelayed(), delayGen: ls.GetDelayGeneration(), delayMs: ls.GetDelayMs(), permits: int(max(ls.GetPermits(), 1))}
+		l := &lock{name: ls.GetName(), delayed: ls.GetDelayed(), delayGen: ls.GetDelayGeneration(), delayMs: ls.GetDelayMs(), permits: int(max(ls.GetPermits(), 1)), election: ls.GetElection()}
 		holders := ls.GetHolders()
 		if g := ls.GetHolder(); g != nil && len(holders) == 0 {
 			holders = []*fsmpb.GrantState{g} // written before semaphores
@@ -64,7 +64,7 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 			if sess == nil {
 				return nil, fmt.Errorf("snapshot: lock %q held by unknown session %d", l.name, g.GetSession())
 			}
-			l.holders = append(l.holders, &grant{sess: sess, token: g.GetToken(), acqRev: g.GetAcquireRevision(), delayMs: g.GetLockDelayMs(), shared: g.GetShared()})
+			l.holders = append(l.holders, &grant{sess: sess, token: g.GetToken(), acqRev: g.GetAcquireRevision(), delayMs: g.GetLockDelayMs(), shared: g.GetShared(), value: g.GetValue()})
 			if g.GetShared() {
 				l.nshared++
 			}
@@ -75,7 +75,7 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 			if sess == nil {
 				return nil, fmt.Errorf("snapshot: lock %q awaited by unknown session %d", l.name, ws.GetSession())
 			}
-			w := &waiter{sess: sess, acqRev: ws.GetAcquireRevision(), delayMs: ws.GetLockDelayMs(), shared: ws.GetShared()}
+			w := &waiter{sess: sess, acqRev: ws.GetAcquireRevision(), delayMs: ws.GetLockDelayMs(), shared: ws.GetShared(), value: ws.GetValue()}
 			l.push(w)
 			sess.waits[l.name] = w
 		}

@@ -17,7 +17,7 @@ const (
 	MaxSessionTTLMs = 3_600_000 // 1 h
 	MaxNameLen      = 512       // lock names and register keys, bytes
 	MaxOwnerLen     = 256       // bytes
-	MaxValueLen     = 64 << 10  // fenced register values, bytes
+	MaxValueLen     = 64 << 10  // fenced register values and proclaimed values, bytes
 	MaxOpIDLen      = 256       // bytes
 	MaxLockDelayMs  = 60_000    // 1 min, as Chubby's upper bound
 	MaxPermits      = 10_000    // permits of one semaphore
@@ -93,6 +93,10 @@ const (
 	// EventDelayStarted: lock Name is held back for DelayMs; the leader
 	// proposes EndLockDelay(Name, Generation) when it has passed.
 	EventDelayStarted
+	// EventHolderChanged: lock Name's first holder (an election's leader)
+	// or its value changed; Session/Owner/Token/Value describe the new
+	// first holder (Session 0: none), Revision orders the changes.
+	EventHolderChanged
 )
 
 // Event is a side effect of Apply that waiting clients or the leader's
@@ -108,6 +112,9 @@ type Event struct {
 	DelayMs         int64
 	Generation      uint64
 	Expired         bool
+	Owner           string
+	Value           []byte
+	Revision        uint64
 }
 
 type session struct {
@@ -123,6 +130,7 @@ type waiter struct {
 	acqRev     uint64
 	delayMs    int64
 	shared     bool
+	value      []byte
 	prev, next *waiter
 }
 
@@ -132,6 +140,7 @@ type grant struct {
 	acqRev  uint64
 	delayMs int64
 	shared  bool
+	value   []byte
 }
 
 type histRec struct {
@@ -148,6 +157,7 @@ type lock struct {
 	permits    int      // 1 for a mutex
 	holders    []*grant // in grant order: at most permits, or any number of readers
 	nshared    int      // holders that are readers
+	election   bool     // report holder changes (EventHolderChanged)
 	head, tail *waiter
 	nwait      int
 	delayed    bool
@@ -230,6 +240,8 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 		r = s.endLockDelay(op.EndLockDelay, emit)
 	case *fsmpb.Command_FencedPut:
 		r = s.fencedPut(op.FencedPut)
+	case *fsmpb.Command_Proclaim:
+		r = s.proclaim(op.Proclaim, emit)
 	case *fsmpb.Command_Batch:
 		r.Batch = make([]Result, len(op.Batch.GetCommands()))
 		for i, c := range op.Batch.GetCommands() {
@@ -314,7 +326,7 @@ func (s *State) endSession(id uint64, expired bool, emit EventSink) Result {
 		l := s.locks[name]
 		g := l.holderOf(sess)
 		delayMs := g.delayMs
-		s.endGrant(l, g, ended)
+		s.endGrant(l, g, ended, emit)
 		if expired && delayMs > 0 {
 			l.delayed = true
 			l.delayGen++
@@ -339,6 +351,9 @@ func (s *State) acquire(c *fsmpb.Acquire, emit EventSink) Result {
 	permits := int(max(c.GetPermits(), 1))
 	if permits > MaxPermits {
 		return Result{Err: fmt.Errorf("%w: %d permits, the limit is %d", ErrInvalid, permits, MaxPermits)}
+	}
+	if len(c.GetValue()) > MaxValueLen {
+		return Result{Err: fmt.Errorf("%w: value is %d bytes, the limit is %d", ErrInvalid, len(c.GetValue()), MaxValueLen)}
 	}
 	if c.GetShared() && permits > 1 {
 		return Result{Err: fmt.Errorf("%w: a shared (read) acquire is for read-write locks, which have one writer permit, not %d", ErrInvalid, permits)}
@@ -370,6 +385,9 @@ func (s *State) acquire(c *fsmpb.Acquire, emit EventSink) Result {
 		l = &lock{name: name, permits: permits}
 		s.locks[name] = l
 	}
+	if c.GetElection() {
+		l.election = true
+	}
 	if l.permits != permits {
 		kind := "semaphore"
 		if l.permits == 1 {
@@ -379,14 +397,16 @@ func (s *State) acquire(c *fsmpb.Acquire, emit EventSink) Result {
 	}
 	if l.head == nil && l.admits(c.GetShared()) {
 		rev := s.bump()
-		s.grant(l, sess, rev, c.GetLockDelayMs(), c.GetShared())
+		g := s.grant(l, sess, rev, c.GetLockDelayMs(), c.GetShared())
+		g.value = append([]byte(nil), c.GetValue()...)
+		s.holderChanged(l, emit)
 		return Result{Granted: true, Token: rev, AcquireRevision: rev}
 	}
 	if !c.GetWait() {
 		return Result{Err: ErrBusy}
 	}
 	rev := s.bump()
-	w := &waiter{sess: sess, acqRev: rev, delayMs: c.GetLockDelayMs(), shared: c.GetShared()}
+	w := &waiter{sess: sess, acqRev: rev, delayMs: c.GetLockDelayMs(), shared: c.GetShared(), value: append([]byte(nil), c.GetValue()...)}
 	l.push(w)
 	sess.waits[name] = w
 	return Result{Queued: true, Position: uint32(l.nwait), AcquireRevision: rev}
@@ -432,7 +452,8 @@ func (l *lock) holderOf(sess *session) *grant {
 }
 
 // endGrant ends grant g of l, recording how.
-func (s *State) endGrant(l *lock, g *grant, how string) {
+func (s *State) endGrant(l *lock, g *grant, how string, emit EventSink) {
+	first := len(l.holders) > 0 && l.holders[0] == g
 	for i := len(l.history) - 1; i >= 0; i-- {
 		if l.history[i].token == g.token {
 			l.history[i].ended = how
@@ -450,6 +471,9 @@ func (s *State) endGrant(l *lock, g *grant, how string) {
 			break
 		}
 	}
+	if first {
+		s.holderChanged(l, emit)
+	}
 }
 
 // handOff grants l to its first waiters, in order, while the head can be
@@ -462,7 +486,11 @@ func (s *State) handOff(l *lock, emit EventSink) {
 		delete(w.sess.waits, l.name)
 		s.bump()
 		g := s.grant(l, w.sess, w.acqRev, w.delayMs, w.shared)
+		g.value = w.value
 		emit(Event{Kind: EventGranted, Session: w.sess.id, Name: l.name, Token: g.token, AcquireRevision: w.acqRev})
+		if len(l.holders) == 1 {
+			s.holderChanged(l, emit)
+		}
 	}
 }
 
@@ -481,7 +509,7 @@ func (s *State) cancelAcquire(c *fsmpb.CancelAcquire, emit EventSink) Result {
 	if l := s.locks[name]; l != nil {
 		if g := l.holderOf(sess); g != nil && g.acqRev == c.GetAcquireRevision() {
 			s.bump()
-			s.endGrant(l, g, "released")
+			s.endGrant(l, g, "released", emit)
 			s.handOff(l, emit)
 			return Result{}
 		}
@@ -500,7 +528,7 @@ func (s *State) release(c *fsmpb.Release, emit EventSink) Result {
 		return Result{Err: ErrNotHeld}
 	}
 	s.bump()
-	s.endGrant(l, g, "released")
+	s.endGrant(l, g, "released", emit)
 	s.handOff(l, emit)
 	return Result{}
 }
@@ -599,4 +627,38 @@ func (l *lock) unlink(w *waiter) {
 	}
 	w.prev, w.next = nil, nil
 	l.nwait--
+}
+
+// holderChanged reports l's first holder (an election's leader) and value.
+func (s *State) holderChanged(l *lock, emit EventSink) {
+	if !l.election {
+		return
+	}
+	e := Event{Kind: EventHolderChanged, Name: l.name, Revision: s.revision}
+	if len(l.holders) > 0 {
+		g := l.holders[0]
+		e.Session, e.Owner, e.Token, e.Value = g.sess.id, g.sess.owner, g.token, g.value
+	}
+	emit(e)
+}
+
+func (s *State) proclaim(c *fsmpb.Proclaim, emit EventSink) Result {
+	if len(c.GetValue()) > MaxValueLen {
+		return Result{Err: fmt.Errorf("%w: value is %d bytes, the limit is %d", ErrInvalid, len(c.GetValue()), MaxValueLen)}
+	}
+	l := s.locks[c.GetName()]
+	sess := s.sessions[c.GetSession()]
+	if l == nil || sess == nil {
+		return Result{Err: ErrNotHeld}
+	}
+	g := l.holderOf(sess)
+	if g == nil || g.token != c.GetToken() {
+		return Result{Err: ErrNotHeld}
+	}
+	s.bump()
+	g.value = append([]byte(nil), c.GetValue()...)
+	if l.holders[0] == g {
+		s.holderChanged(l, emit)
+	}
+	return Result{}
 }

@@ -37,6 +37,7 @@ type Command struct {
 	//	*Command_EndLockDelay
 	//	*Command_FencedPut
 	//	*Command_Batch
+	//	*Command_Proclaim
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -160,6 +161,15 @@ func (x *Command) GetBatch() *Batch {
 	return nil
 }
 
+func (x *Command) GetProclaim() *Proclaim {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Proclaim); ok {
+			return x.Proclaim
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -200,6 +210,10 @@ type Command_Batch struct {
 	Batch *Batch `protobuf:"bytes,9,opt,name=batch,proto3,oneof"`
 }
 
+type Command_Proclaim struct {
+	Proclaim *Proclaim `protobuf:"bytes,10,opt,name=proclaim,proto3,oneof"`
+}
+
 func (*Command_CreateSession) isCommand_Op() {}
 
 func (*Command_CloseSession) isCommand_Op() {}
@@ -217,6 +231,8 @@ func (*Command_EndLockDelay) isCommand_Op() {}
 func (*Command_FencedPut) isCommand_Op() {}
 
 func (*Command_Batch) isCommand_Op() {}
+
+func (*Command_Proclaim) isCommand_Op() {}
 
 // Batch is several commands committed as one log entry and applied in
 // order, each with its own result. Batches do not nest.
@@ -419,7 +435,12 @@ type Acquire struct {
 	Permits uint32 `protobuf:"varint,6,opt,name=permits,proto3" json:"permits,omitempty"`
 	// shared: a reader of a read-write lock (many at once, never with a
 	// writer). Only for locks of one permit.
-	Shared        bool `protobuf:"varint,7,opt,name=shared,proto3" json:"shared,omitempty"`
+	Shared bool `protobuf:"varint,7,opt,name=shared,proto3" json:"shared,omitempty"`
+	// value: what the holder proclaims while it holds the name (elections).
+	Value []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
+	// election: the name is an election; changes of its first holder or of
+	// that holder's value are reported to observers.
+	Election      bool `protobuf:"varint,9,opt,name=election,proto3" json:"election,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -503,6 +524,90 @@ func (x *Acquire) GetShared() bool {
 	return false
 }
 
+func (x *Acquire) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *Acquire) GetElection() bool {
+	if x != nil {
+		return x.Election
+	}
+	return false
+}
+
+// Proclaim replaces the value of a grant (the leader's value), keeping the
+// grant and its token.
+type Proclaim struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	Value         []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Proclaim) Reset() {
+	*x = Proclaim{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Proclaim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Proclaim) ProtoMessage() {}
+
+func (x *Proclaim) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Proclaim.ProtoReflect.Descriptor instead.
+func (*Proclaim) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Proclaim) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *Proclaim) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Proclaim) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *Proclaim) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 type CancelAcquire struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Session uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
@@ -516,7 +621,7 @@ type CancelAcquire struct {
 
 func (x *CancelAcquire) Reset() {
 	*x = CancelAcquire{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +633,7 @@ func (x *CancelAcquire) String() string {
 func (*CancelAcquire) ProtoMessage() {}
 
 func (x *CancelAcquire) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +646,7 @@ func (x *CancelAcquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelAcquire.ProtoReflect.Descriptor instead.
 func (*CancelAcquire) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CancelAcquire) GetSession() uint64 {
@@ -576,7 +681,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -588,7 +693,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -601,7 +706,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Release) GetSession() uint64 {
@@ -636,7 +741,7 @@ type EndLockDelay struct {
 
 func (x *EndLockDelay) Reset() {
 	*x = EndLockDelay{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +753,7 @@ func (x *EndLockDelay) String() string {
 func (*EndLockDelay) ProtoMessage() {}
 
 func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +766,7 @@ func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndLockDelay.ProtoReflect.Descriptor instead.
 func (*EndLockDelay) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *EndLockDelay) GetName() string {
@@ -690,7 +795,7 @@ type FencedPut struct {
 
 func (x *FencedPut) Reset() {
 	*x = FencedPut{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -702,7 +807,7 @@ func (x *FencedPut) String() string {
 func (*FencedPut) ProtoMessage() {}
 
 func (x *FencedPut) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -715,7 +820,7 @@ func (x *FencedPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPut.ProtoReflect.Descriptor instead.
 func (*FencedPut) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FencedPut) GetKey() string {
@@ -759,7 +864,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +876,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +889,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Snapshot) GetRevision() uint64 {
@@ -826,7 +931,7 @@ type SessionState struct {
 
 func (x *SessionState) Reset() {
 	*x = SessionState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -838,7 +943,7 @@ func (x *SessionState) String() string {
 func (*SessionState) ProtoMessage() {}
 
 func (x *SessionState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -851,7 +956,7 @@ func (x *SessionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionState.ProtoReflect.Descriptor instead.
 func (*SessionState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SessionState) GetId() uint64 {
@@ -884,13 +989,14 @@ type GrantState struct {
 	AcquireRevision uint64 `protobuf:"varint,4,opt,name=acquire_revision,json=acquireRevision,proto3" json:"acquire_revision,omitempty"`
 	LockDelayMs     int64  `protobuf:"varint,5,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
 	Shared          bool   `protobuf:"varint,6,opt,name=shared,proto3" json:"shared,omitempty"`
+	Value           []byte `protobuf:"bytes,7,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GrantState) Reset() {
 	*x = GrantState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -902,7 +1008,7 @@ func (x *GrantState) String() string {
 func (*GrantState) ProtoMessage() {}
 
 func (x *GrantState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -915,7 +1021,7 @@ func (x *GrantState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantState.ProtoReflect.Descriptor instead.
 func (*GrantState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GrantState) GetSession() uint64 {
@@ -960,19 +1066,27 @@ func (x *GrantState) GetShared() bool {
 	return false
 }
 
+func (x *GrantState) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 type WaiterState struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Session         uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
 	AcquireRevision uint64                 `protobuf:"varint,2,opt,name=acquire_revision,json=acquireRevision,proto3" json:"acquire_revision,omitempty"`
 	LockDelayMs     int64                  `protobuf:"varint,3,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
 	Shared          bool                   `protobuf:"varint,4,opt,name=shared,proto3" json:"shared,omitempty"`
+	Value           []byte                 `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *WaiterState) Reset() {
 	*x = WaiterState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1098,7 @@ func (x *WaiterState) String() string {
 func (*WaiterState) ProtoMessage() {}
 
 func (x *WaiterState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1111,7 @@ func (x *WaiterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaiterState.ProtoReflect.Descriptor instead.
 func (*WaiterState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WaiterState) GetSession() uint64 {
@@ -1028,6 +1142,13 @@ func (x *WaiterState) GetShared() bool {
 	return false
 }
 
+func (x *WaiterState) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 type HistoryRecord struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Owner           string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
@@ -1042,7 +1163,7 @@ type HistoryRecord struct {
 
 func (x *HistoryRecord) Reset() {
 	*x = HistoryRecord{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1175,7 @@ func (x *HistoryRecord) String() string {
 func (*HistoryRecord) ProtoMessage() {}
 
 func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1188,7 @@ func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRecord.ProtoReflect.Descriptor instead.
 func (*HistoryRecord) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *HistoryRecord) GetOwner() string {
@@ -1120,6 +1241,7 @@ type LockState struct {
 	// holders, in grant order; at most permits.
 	Holders         []*GrantState    `protobuf:"bytes,8,rep,name=holders,proto3" json:"holders,omitempty"`
 	Permits         uint32           `protobuf:"varint,9,opt,name=permits,proto3" json:"permits,omitempty"`
+	Election        bool             `protobuf:"varint,10,opt,name=election,proto3" json:"election,omitempty"`
 	Waiters         []*WaiterState   `protobuf:"bytes,3,rep,name=waiters,proto3" json:"waiters,omitempty"`
 	Delayed         bool             `protobuf:"varint,4,opt,name=delayed,proto3" json:"delayed,omitempty"`
 	DelayGeneration uint64           `protobuf:"varint,5,opt,name=delay_generation,json=delayGeneration,proto3" json:"delay_generation,omitempty"`
@@ -1131,7 +1253,7 @@ type LockState struct {
 
 func (x *LockState) Reset() {
 	*x = LockState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1265,7 @@ func (x *LockState) String() string {
 func (*LockState) ProtoMessage() {}
 
 func (x *LockState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1278,7 @@ func (x *LockState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockState.ProtoReflect.Descriptor instead.
 func (*LockState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LockState) GetName() string {
@@ -1185,6 +1307,13 @@ func (x *LockState) GetPermits() uint32 {
 		return x.Permits
 	}
 	return 0
+}
+
+func (x *LockState) GetElection() bool {
+	if x != nil {
+		return x.Election
+	}
+	return false
 }
 
 func (x *LockState) GetWaiters() []*WaiterState {
@@ -1233,7 +1362,7 @@ type OpRecord struct {
 
 func (x *OpRecord) Reset() {
 	*x = OpRecord{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1374,7 @@ func (x *OpRecord) String() string {
 func (*OpRecord) ProtoMessage() {}
 
 func (x *OpRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1387,7 @@ func (x *OpRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpRecord.ProtoReflect.Descriptor instead.
 func (*OpRecord) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *OpRecord) GetOperationId() string {
@@ -1296,7 +1425,7 @@ type RegisterState struct {
 
 func (x *RegisterState) Reset() {
 	*x = RegisterState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1308,7 +1437,7 @@ func (x *RegisterState) String() string {
 func (*RegisterState) ProtoMessage() {}
 
 func (x *RegisterState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1321,7 +1450,7 @@ func (x *RegisterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterState.ProtoReflect.Descriptor instead.
 func (*RegisterState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RegisterState) GetKey() string {
@@ -1363,7 +1492,7 @@ var File_internal_fsm_fsmpb_fsm_proto protoreflect.FileDescriptor
 
 const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xbe\x04\n" +
+	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xf5\x04\n" +
 	"\aCommand\x12E\n" +
 	"\x0ecreate_session\x18\x01 \x01(\v2\x1c.tenure.fsm.v1.CreateSessionH\x00R\rcreateSession\x12B\n" +
 	"\rclose_session\x18\x02 \x01(\v2\x1b.tenure.fsm.v1.CloseSessionH\x00R\fcloseSession\x12E\n" +
@@ -1374,7 +1503,9 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x0eend_lock_delay\x18\a \x01(\v2\x1b.tenure.fsm.v1.EndLockDelayH\x00R\fendLockDelay\x129\n" +
 	"\n" +
 	"fenced_put\x18\b \x01(\v2\x18.tenure.fsm.v1.FencedPutH\x00R\tfencedPut\x12,\n" +
-	"\x05batch\x18\t \x01(\v2\x14.tenure.fsm.v1.BatchH\x00R\x05batchB\x04\n" +
+	"\x05batch\x18\t \x01(\v2\x14.tenure.fsm.v1.BatchH\x00R\x05batch\x125\n" +
+	"\bproclaim\x18\n" +
+	" \x01(\v2\x17.tenure.fsm.v1.ProclaimH\x00R\bproclaimB\x04\n" +
 	"\x02op\";\n" +
 	"\x05Batch\x122\n" +
 	"\bcommands\x18\x01 \x03(\v2\x16.tenure.fsm.v1.CommandR\bcommands\"<\n" +
@@ -1384,7 +1515,7 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\fCloseSession\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\")\n" +
 	"\rExpireSession\x12\x18\n" +
-	"\asession\x18\x01 \x01(\x04R\asession\"\xb9\x01\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\"\xeb\x01\n" +
 	"\aAcquire\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1392,7 +1523,14 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\rlock_delay_ms\x18\x04 \x01(\x03R\vlockDelayMs\x12\x16\n" +
 	"\x06resume\x18\x05 \x01(\bR\x06resume\x12\x18\n" +
 	"\apermits\x18\x06 \x01(\rR\apermits\x12\x16\n" +
-	"\x06shared\x18\a \x01(\bR\x06shared\"h\n" +
+	"\x06shared\x18\a \x01(\bR\x06shared\x12\x14\n" +
+	"\x05value\x18\b \x01(\fR\x05value\x12\x1a\n" +
+	"\belection\x18\t \x01(\bR\belection\"d\n" +
+	"\bProclaim\x12\x18\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\fR\x05value\"h\n" +
 	"\rCancelAcquire\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12)\n" +
@@ -1419,7 +1557,7 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\fSessionState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
-	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\"\xb9\x01\n" +
+	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\"\xcf\x01\n" +
 	"\n" +
 	"GrantState\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x14\n" +
@@ -1427,24 +1565,28 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12)\n" +
 	"\x10acquire_revision\x18\x04 \x01(\x04R\x0facquireRevision\x12\"\n" +
 	"\rlock_delay_ms\x18\x05 \x01(\x03R\vlockDelayMs\x12\x16\n" +
-	"\x06shared\x18\x06 \x01(\bR\x06shared\"\x8e\x01\n" +
+	"\x06shared\x18\x06 \x01(\bR\x06shared\x12\x14\n" +
+	"\x05value\x18\a \x01(\fR\x05value\"\xa4\x01\n" +
 	"\vWaiterState\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12)\n" +
 	"\x10acquire_revision\x18\x02 \x01(\x04R\x0facquireRevision\x12\"\n" +
 	"\rlock_delay_ms\x18\x03 \x01(\x03R\vlockDelayMs\x12\x16\n" +
-	"\x06shared\x18\x04 \x01(\bR\x06shared\"\xbd\x01\n" +
+	"\x06shared\x18\x04 \x01(\bR\x06shared\x12\x14\n" +
+	"\x05value\x18\x05 \x01(\fR\x05value\"\xbd\x01\n" +
 	"\rHistoryRecord\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12)\n" +
 	"\x10granted_revision\x18\x04 \x01(\x04R\x0fgrantedRevision\x12\x14\n" +
 	"\x05ended\x18\x05 \x01(\tR\x05ended\x12%\n" +
-	"\x0eended_revision\x18\x06 \x01(\x04R\rendedRevision\"\xef\x02\n" +
+	"\x0eended_revision\x18\x06 \x01(\x04R\rendedRevision\"\x8b\x03\n" +
 	"\tLockState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06holder\x18\x02 \x01(\v2\x19.tenure.fsm.v1.GrantStateR\x06holder\x123\n" +
 	"\aholders\x18\b \x03(\v2\x19.tenure.fsm.v1.GrantStateR\aholders\x12\x18\n" +
-	"\apermits\x18\t \x01(\rR\apermits\x124\n" +
+	"\apermits\x18\t \x01(\rR\apermits\x12\x1a\n" +
+	"\belection\x18\n" +
+	" \x01(\bR\belection\x124\n" +
 	"\awaiters\x18\x03 \x03(\v2\x1a.tenure.fsm.v1.WaiterStateR\awaiters\x12\x18\n" +
 	"\adelayed\x18\x04 \x01(\bR\adelayed\x12)\n" +
 	"\x10delay_generation\x18\x05 \x01(\x04R\x0fdelayGeneration\x12\x19\n" +
@@ -1473,7 +1615,7 @@ func file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_internal_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Command)(nil),       // 0: tenure.fsm.v1.Command
 	(*Batch)(nil),         // 1: tenure.fsm.v1.Batch
@@ -1481,43 +1623,45 @@ var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*CloseSession)(nil),  // 3: tenure.fsm.v1.CloseSession
 	(*ExpireSession)(nil), // 4: tenure.fsm.v1.ExpireSession
 	(*Acquire)(nil),       // 5: tenure.fsm.v1.Acquire
-	(*CancelAcquire)(nil), // 6: tenure.fsm.v1.CancelAcquire
-	(*Release)(nil),       // 7: tenure.fsm.v1.Release
-	(*EndLockDelay)(nil),  // 8: tenure.fsm.v1.EndLockDelay
-	(*FencedPut)(nil),     // 9: tenure.fsm.v1.FencedPut
-	(*Snapshot)(nil),      // 10: tenure.fsm.v1.Snapshot
-	(*SessionState)(nil),  // 11: tenure.fsm.v1.SessionState
-	(*GrantState)(nil),    // 12: tenure.fsm.v1.GrantState
-	(*WaiterState)(nil),   // 13: tenure.fsm.v1.WaiterState
-	(*HistoryRecord)(nil), // 14: tenure.fsm.v1.HistoryRecord
-	(*LockState)(nil),     // 15: tenure.fsm.v1.LockState
-	(*OpRecord)(nil),      // 16: tenure.fsm.v1.OpRecord
-	(*RegisterState)(nil), // 17: tenure.fsm.v1.RegisterState
+	(*Proclaim)(nil),      // 6: tenure.fsm.v1.Proclaim
+	(*CancelAcquire)(nil), // 7: tenure.fsm.v1.CancelAcquire
+	(*Release)(nil),       // 8: tenure.fsm.v1.Release
+	(*EndLockDelay)(nil),  // 9: tenure.fsm.v1.EndLockDelay
+	(*FencedPut)(nil),     // 10: tenure.fsm.v1.FencedPut
+	(*Snapshot)(nil),      // 11: tenure.fsm.v1.Snapshot
+	(*SessionState)(nil),  // 12: tenure.fsm.v1.SessionState
+	(*GrantState)(nil),    // 13: tenure.fsm.v1.GrantState
+	(*WaiterState)(nil),   // 14: tenure.fsm.v1.WaiterState
+	(*HistoryRecord)(nil), // 15: tenure.fsm.v1.HistoryRecord
+	(*LockState)(nil),     // 16: tenure.fsm.v1.LockState
+	(*OpRecord)(nil),      // 17: tenure.fsm.v1.OpRecord
+	(*RegisterState)(nil), // 18: tenure.fsm.v1.RegisterState
 }
 var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	2,  // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
 	3,  // 1: tenure.fsm.v1.Command.close_session:type_name -> tenure.fsm.v1.CloseSession
 	4,  // 2: tenure.fsm.v1.Command.expire_session:type_name -> tenure.fsm.v1.ExpireSession
 	5,  // 3: tenure.fsm.v1.Command.acquire:type_name -> tenure.fsm.v1.Acquire
-	6,  // 4: tenure.fsm.v1.Command.cancel_acquire:type_name -> tenure.fsm.v1.CancelAcquire
-	7,  // 5: tenure.fsm.v1.Command.release:type_name -> tenure.fsm.v1.Release
-	8,  // 6: tenure.fsm.v1.Command.end_lock_delay:type_name -> tenure.fsm.v1.EndLockDelay
-	9,  // 7: tenure.fsm.v1.Command.fenced_put:type_name -> tenure.fsm.v1.FencedPut
+	7,  // 4: tenure.fsm.v1.Command.cancel_acquire:type_name -> tenure.fsm.v1.CancelAcquire
+	8,  // 5: tenure.fsm.v1.Command.release:type_name -> tenure.fsm.v1.Release
+	9,  // 6: tenure.fsm.v1.Command.end_lock_delay:type_name -> tenure.fsm.v1.EndLockDelay
+	10, // 7: tenure.fsm.v1.Command.fenced_put:type_name -> tenure.fsm.v1.FencedPut
 	1,  // 8: tenure.fsm.v1.Command.batch:type_name -> tenure.fsm.v1.Batch
-	0,  // 9: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
-	11, // 10: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
-	15, // 11: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
-	17, // 12: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
-	12, // 13: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
-	12, // 14: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
-	13, // 15: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
-	14, // 16: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
-	16, // 17: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	6,  // 9: tenure.fsm.v1.Command.proclaim:type_name -> tenure.fsm.v1.Proclaim
+	0,  // 10: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
+	12, // 11: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
+	16, // 12: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
+	18, // 13: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
+	13, // 14: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
+	13, // 15: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
+	14, // 16: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
+	15, // 17: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
+	17, // 18: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_internal_fsm_fsmpb_fsm_proto_init() }
@@ -1535,6 +1679,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 		(*Command_EndLockDelay)(nil),
 		(*Command_FencedPut)(nil),
 		(*Command_Batch)(nil),
+		(*Command_Proclaim)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1542,7 +1687,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_fsm_fsmpb_fsm_proto_rawDesc), len(file_internal_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
