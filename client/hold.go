@@ -118,6 +118,8 @@ type LockOption func(*lockCall)
 type lockCall struct {
 	onQueued func(position int)
 	shared   bool
+	election bool
+	value    []byte
 }
 
 // OnQueued calls fn with the 1-based queue position when the request has
@@ -161,12 +163,12 @@ func (m *Mutex) TryRLock(ctx context.Context) (*Hold, error) {
 	return m.acquire(ctx, false, lockCall{shared: true})
 }
 
-func (m *Mutex) request(wait, shared bool) *pb.SessionRequest {
+func (m *Mutex) request(wait bool, lc lockCall) *pb.SessionRequest {
 	// Every acquire is sent with resume: a re-sent request (after a broken
 	// connection or a leader change) finds the session's place in line or
 	// its grant instead of queueing again. The session itself makes sure a
 	// name is acquired once at a time (reserve).
-	return &pb.SessionRequest{Op: &pb.SessionRequest_Acquire{Acquire: &pb.AcquireLock{Name: m.name, Wait: wait, LockDelayMs: m.delay.Milliseconds(), Resume: true, Permits: m.permits, Shared: shared}}}
+	return &pb.SessionRequest{Op: &pb.SessionRequest_Acquire{Acquire: &pb.AcquireLock{Name: m.name, Wait: wait, LockDelayMs: m.delay.Milliseconds(), Resume: true, Permits: m.permits, Shared: lc.shared, Election: lc.election, Value: lc.value}}}
 }
 
 // retryable reports whether a request failed only because its node could
@@ -191,7 +193,7 @@ func (m *Mutex) acquire(ctx context.Context, wait bool, lc lockCall) (*Hold, err
 			}
 			return nil, err
 		}
-		c, err := s.start(m.request(wait, lc.shared))
+		c, err := s.start(m.request(wait, lc))
 		if errors.Is(err, errDisconnected) {
 			continue
 		}
@@ -269,7 +271,7 @@ func (m *Mutex) withdraw() {
 		if err := s.waitConnected(s.ctx); err != nil {
 			return // the session is over: the server dropped everything
 		}
-		c, err := s.start(m.request(true, false)) // resume finds the acquisition, whatever its kind
+		c, err := s.start(m.request(true, lockCall{})) // resume finds the acquisition, whatever its kind
 		if errors.Is(err, errDisconnected) {
 			continue
 		}

@@ -579,6 +579,7 @@ type SessionRequest struct {
 	//	*SessionRequest_Release
 	//	*SessionRequest_Cancel
 	//	*SessionRequest_Close
+	//	*SessionRequest_Proclaim
 	Op            isSessionRequest_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -682,6 +683,15 @@ func (x *SessionRequest) GetClose() *CloseSession {
 	return nil
 }
 
+func (x *SessionRequest) GetProclaim() *ProclaimValue {
+	if x != nil {
+		if x, ok := x.Op.(*SessionRequest_Proclaim); ok {
+			return x.Proclaim
+		}
+	}
+	return nil
+}
+
 type isSessionRequest_Op interface {
 	isSessionRequest_Op()
 }
@@ -710,6 +720,10 @@ type SessionRequest_Close struct {
 	Close *CloseSession `protobuf:"bytes,7,opt,name=close,proto3,oneof"`
 }
 
+type SessionRequest_Proclaim struct {
+	Proclaim *ProclaimValue `protobuf:"bytes,8,opt,name=proclaim,proto3,oneof"`
+}
+
 func (*SessionRequest_Open) isSessionRequest_Op() {}
 
 func (*SessionRequest_KeepAlive) isSessionRequest_Op() {}
@@ -721,6 +735,8 @@ func (*SessionRequest_Release) isSessionRequest_Op() {}
 func (*SessionRequest_Cancel) isSessionRequest_Op() {}
 
 func (*SessionRequest_Close) isSessionRequest_Op() {}
+
+func (*SessionRequest_Proclaim) isSessionRequest_Op() {}
 
 // OpenSession must be the first message on a Session stream. With
 // session_id 0 it creates a session; otherwise it resumes that session.
@@ -841,7 +857,11 @@ type AcquireLock struct {
 	// shared: take the lock as a reader (read-write lock): many readers at
 	// once, never together with a writer (a non-shared acquire). Waiting is
 	// FIFO across both kinds, so readers queue behind a waiting writer.
-	Shared        bool `protobuf:"varint,6,opt,name=shared,proto3" json:"shared,omitempty"`
+	Shared bool `protobuf:"varint,6,opt,name=shared,proto3" json:"shared,omitempty"`
+	// election: the name is an election; value is this candidate's value,
+	// published while it leads. Observe reports every change.
+	Election      bool   `protobuf:"varint,7,opt,name=election,proto3" json:"election,omitempty"`
+	Value         []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -918,6 +938,117 @@ func (x *AcquireLock) GetShared() bool {
 	return false
 }
 
+func (x *AcquireLock) GetElection() bool {
+	if x != nil {
+		return x.Election
+	}
+	return false
+}
+
+func (x *AcquireLock) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+// ProclaimValue replaces the leader's value without losing leadership.
+type ProclaimValue struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	Value         []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProclaimValue) Reset() {
+	*x = ProclaimValue{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProclaimValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProclaimValue) ProtoMessage() {}
+
+func (x *ProclaimValue) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProclaimValue.ProtoReflect.Descriptor instead.
+func (*ProclaimValue) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ProclaimValue) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ProclaimValue) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *ProclaimValue) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+type ValueProclaimed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValueProclaimed) Reset() {
+	*x = ValueProclaimed{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValueProclaimed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValueProclaimed) ProtoMessage() {}
+
+func (x *ValueProclaimed) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValueProclaimed.ProtoReflect.Descriptor instead.
+func (*ValueProclaimed) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{13}
+}
+
 type ReleaseLock struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -928,7 +1059,7 @@ type ReleaseLock struct {
 
 func (x *ReleaseLock) Reset() {
 	*x = ReleaseLock{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1071,7 @@ func (x *ReleaseLock) String() string {
 func (*ReleaseLock) ProtoMessage() {}
 
 func (x *ReleaseLock) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1084,7 @@ func (x *ReleaseLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLock.ProtoReflect.Descriptor instead.
 func (*ReleaseLock) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{12}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReleaseLock) GetName() string {
@@ -981,7 +1112,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -993,7 +1124,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1006,7 +1137,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{13}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelRequest) GetRequestId() uint64 {
@@ -1024,7 +1155,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1036,7 +1167,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1049,7 +1180,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{14}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{16}
 }
 
 type SessionResponse struct {
@@ -1064,6 +1195,7 @@ type SessionResponse struct {
 	//	*SessionResponse_Released
 	//	*SessionResponse_Closed
 	//	*SessionResponse_Error
+	//	*SessionResponse_Proclaimed
 	Result        isSessionResponse_Result `protobuf_oneof:"result"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1071,7 +1203,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1215,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1228,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{15}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SessionResponse) GetId() uint64 {
@@ -1176,6 +1308,15 @@ func (x *SessionResponse) GetError() *Error {
 	return nil
 }
 
+func (x *SessionResponse) GetProclaimed() *ValueProclaimed {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_Proclaimed); ok {
+			return x.Proclaimed
+		}
+	}
+	return nil
+}
+
 type isSessionResponse_Result interface {
 	isSessionResponse_Result()
 }
@@ -1208,6 +1349,10 @@ type SessionResponse_Error struct {
 	Error *Error `protobuf:"bytes,8,opt,name=error,proto3,oneof"`
 }
 
+type SessionResponse_Proclaimed struct {
+	Proclaimed *ValueProclaimed `protobuf:"bytes,9,opt,name=proclaimed,proto3,oneof"`
+}
+
 func (*SessionResponse_Opened) isSessionResponse_Result() {}
 
 func (*SessionResponse_Kept) isSessionResponse_Result() {}
@@ -1222,6 +1367,8 @@ func (*SessionResponse_Closed) isSessionResponse_Result() {}
 
 func (*SessionResponse_Error) isSessionResponse_Result() {}
 
+func (*SessionResponse_Proclaimed) isSessionResponse_Result() {}
+
 type SessionOpened struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -1233,7 +1380,7 @@ type SessionOpened struct {
 
 func (x *SessionOpened) Reset() {
 	*x = SessionOpened{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1392,7 @@ func (x *SessionOpened) String() string {
 func (*SessionOpened) ProtoMessage() {}
 
 func (x *SessionOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1405,7 @@ func (x *SessionOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionOpened.ProtoReflect.Descriptor instead.
 func (*SessionOpened) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{16}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SessionOpened) GetSessionId() uint64 {
@@ -1291,7 +1438,7 @@ type KeepAliveAck struct {
 
 func (x *KeepAliveAck) Reset() {
 	*x = KeepAliveAck{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1303,7 +1450,7 @@ func (x *KeepAliveAck) String() string {
 func (*KeepAliveAck) ProtoMessage() {}
 
 func (x *KeepAliveAck) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1316,7 +1463,7 @@ func (x *KeepAliveAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveAck.ProtoReflect.Descriptor instead.
 func (*KeepAliveAck) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{17}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *KeepAliveAck) GetTtlMs() int64 {
@@ -1337,7 +1484,7 @@ type LockQueued struct {
 
 func (x *LockQueued) Reset() {
 	*x = LockQueued{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1349,7 +1496,7 @@ func (x *LockQueued) String() string {
 func (*LockQueued) ProtoMessage() {}
 
 func (x *LockQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1362,7 +1509,7 @@ func (x *LockQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockQueued.ProtoReflect.Descriptor instead.
 func (*LockQueued) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{18}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LockQueued) GetPosition() uint32 {
@@ -1389,7 +1536,7 @@ type LockGranted struct {
 
 func (x *LockGranted) Reset() {
 	*x = LockGranted{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1548,7 @@ func (x *LockGranted) String() string {
 func (*LockGranted) ProtoMessage() {}
 
 func (x *LockGranted) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1561,7 @@ func (x *LockGranted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockGranted.ProtoReflect.Descriptor instead.
 func (*LockGranted) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{19}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LockGranted) GetName() string {
@@ -1439,7 +1586,7 @@ type LockReleased struct {
 
 func (x *LockReleased) Reset() {
 	*x = LockReleased{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1451,7 +1598,7 @@ func (x *LockReleased) String() string {
 func (*LockReleased) ProtoMessage() {}
 
 func (x *LockReleased) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1464,7 +1611,7 @@ func (x *LockReleased) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockReleased.ProtoReflect.Descriptor instead.
 func (*LockReleased) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{20}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{22}
 }
 
 type SessionClosed struct {
@@ -1475,7 +1622,7 @@ type SessionClosed struct {
 
 func (x *SessionClosed) Reset() {
 	*x = SessionClosed{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +1634,7 @@ func (x *SessionClosed) String() string {
 func (*SessionClosed) ProtoMessage() {}
 
 func (x *SessionClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +1647,7 @@ func (x *SessionClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionClosed.ProtoReflect.Descriptor instead.
 func (*SessionClosed) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{21}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{23}
 }
 
 type Error struct {
@@ -1515,7 +1662,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1527,7 +1674,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1540,7 +1687,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{22}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Error) GetReason() ErrorReason {
@@ -1575,7 +1722,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1587,7 +1734,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1600,7 +1747,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{23}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListSessionsRequest) GetSerializable() bool {
@@ -1623,7 +1770,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1782,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1795,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{24}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SessionInfo) GetId() uint64 {
@@ -1696,7 +1843,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +1855,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +1868,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{25}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
@@ -1750,7 +1897,7 @@ type LockStatusRequest struct {
 
 func (x *LockStatusRequest) Reset() {
 	*x = LockStatusRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1762,7 +1909,7 @@ func (x *LockStatusRequest) String() string {
 func (*LockStatusRequest) ProtoMessage() {}
 
 func (x *LockStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1775,7 +1922,7 @@ func (x *LockStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockStatusRequest.ProtoReflect.Descriptor instead.
 func (*LockStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{26}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LockStatusRequest) GetName() string {
@@ -1799,13 +1946,14 @@ type Holder struct {
 	Token           uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	GrantedRevision uint64                 `protobuf:"varint,4,opt,name=granted_revision,json=grantedRevision,proto3" json:"granted_revision,omitempty"`
 	Shared          bool                   `protobuf:"varint,5,opt,name=shared,proto3" json:"shared,omitempty"`
+	Value           []byte                 `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Holder) Reset() {
 	*x = Holder{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +1965,7 @@ func (x *Holder) String() string {
 func (*Holder) ProtoMessage() {}
 
 func (x *Holder) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +1978,7 @@ func (x *Holder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holder.ProtoReflect.Descriptor instead.
 func (*Holder) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{27}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Holder) GetOwner() string {
@@ -1868,6 +2016,13 @@ func (x *Holder) GetShared() bool {
 	return false
 }
 
+func (x *Holder) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 type Waiter struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Owner          string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
@@ -1880,7 +2035,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +2047,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +2060,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{28}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Waiter) GetOwner() string {
@@ -1954,7 +2109,7 @@ type LockStatusResponse struct {
 
 func (x *LockStatusResponse) Reset() {
 	*x = LockStatusResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2121,7 @@ func (x *LockStatusResponse) String() string {
 func (*LockStatusResponse) ProtoMessage() {}
 
 func (x *LockStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2134,7 @@ func (x *LockStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockStatusResponse.ProtoReflect.Descriptor instead.
 func (*LockStatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{29}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LockStatusResponse) GetName() string {
@@ -2043,7 +2198,7 @@ type LockHistoryRequest struct {
 
 func (x *LockHistoryRequest) Reset() {
 	*x = LockHistoryRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2055,7 +2210,7 @@ func (x *LockHistoryRequest) String() string {
 func (*LockHistoryRequest) ProtoMessage() {}
 
 func (x *LockHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2068,7 +2223,7 @@ func (x *LockHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHistoryRequest.ProtoReflect.Descriptor instead.
 func (*LockHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{30}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *LockHistoryRequest) GetName() string {
@@ -2100,7 +2255,7 @@ type GrantRecord struct {
 
 func (x *GrantRecord) Reset() {
 	*x = GrantRecord{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2112,7 +2267,7 @@ func (x *GrantRecord) String() string {
 func (*GrantRecord) ProtoMessage() {}
 
 func (x *GrantRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2125,7 +2280,7 @@ func (x *GrantRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRecord.ProtoReflect.Descriptor instead.
 func (*GrantRecord) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{31}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GrantRecord) GetOwner() string {
@@ -2181,7 +2336,7 @@ type LockHistoryResponse struct {
 
 func (x *LockHistoryResponse) Reset() {
 	*x = LockHistoryResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2193,7 +2348,7 @@ func (x *LockHistoryResponse) String() string {
 func (*LockHistoryResponse) ProtoMessage() {}
 
 func (x *LockHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2206,7 +2361,7 @@ func (x *LockHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHistoryResponse.ProtoReflect.Descriptor instead.
 func (*LockHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{32}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LockHistoryResponse) GetName() string {
@@ -2235,7 +2390,7 @@ type FencedPutRequest struct {
 
 func (x *FencedPutRequest) Reset() {
 	*x = FencedPutRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2247,7 +2402,7 @@ func (x *FencedPutRequest) String() string {
 func (*FencedPutRequest) ProtoMessage() {}
 
 func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2260,7 +2415,7 @@ func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutRequest.ProtoReflect.Descriptor instead.
 func (*FencedPutRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{33}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *FencedPutRequest) GetKey() string {
@@ -2306,7 +2461,7 @@ type FencedPutResponse struct {
 
 func (x *FencedPutResponse) Reset() {
 	*x = FencedPutResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2473,7 @@ func (x *FencedPutResponse) String() string {
 func (*FencedPutResponse) ProtoMessage() {}
 
 func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2486,7 @@ func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutResponse.ProtoReflect.Descriptor instead.
 func (*FencedPutResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{34}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FencedPutResponse) GetResult() PutResult {
@@ -2374,7 +2529,7 @@ type FencedGetRequest struct {
 
 func (x *FencedGetRequest) Reset() {
 	*x = FencedGetRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2541,7 @@ func (x *FencedGetRequest) String() string {
 func (*FencedGetRequest) ProtoMessage() {}
 
 func (x *FencedGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2554,7 @@ func (x *FencedGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedGetRequest.ProtoReflect.Descriptor instead.
 func (*FencedGetRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{35}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FencedGetRequest) GetKey() string {
@@ -2429,7 +2584,7 @@ type FencedGetResponse struct {
 
 func (x *FencedGetResponse) Reset() {
 	*x = FencedGetResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2596,7 @@ func (x *FencedGetResponse) String() string {
 func (*FencedGetResponse) ProtoMessage() {}
 
 func (x *FencedGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2609,7 @@ func (x *FencedGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedGetResponse.ProtoReflect.Descriptor instead.
 func (*FencedGetResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{36}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *FencedGetResponse) GetKey() string {
@@ -2492,6 +2647,127 @@ func (x *FencedGetResponse) GetModRevision() uint64 {
 	return 0
 }
 
+type ObserveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObserveRequest) Reset() {
+	*x = ObserveRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObserveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObserveRequest) ProtoMessage() {}
+
+func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
+func (*ObserveRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ObserveRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// LeaderEvent describes an election's leader: session 0 means none.
+type LeaderEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Owner         string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
+	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	Value         []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	Revision      uint64                 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaderEvent) Reset() {
+	*x = LeaderEvent{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaderEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaderEvent) ProtoMessage() {}
+
+func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaderEvent.ProtoReflect.Descriptor instead.
+func (*LeaderEvent) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *LeaderEvent) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *LeaderEvent) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *LeaderEvent) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *LeaderEvent) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *LeaderEvent) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2500,7 +2776,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2512,7 +2788,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2525,7 +2801,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{37}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{41}
 }
 
 type StatusResponse struct {
@@ -2542,7 +2818,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2554,7 +2830,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2567,7 +2843,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{38}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StatusResponse) GetNode() string {
@@ -2640,7 +2916,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x05force\x18\x03 \x01(\bR\x05force\";\n" +
 	"\x13MemberRemoveRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
-	"\x05force\x18\x02 \x01(\bR\x05force\"\xd8\x02\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\x90\x03\n" +
 	"\x0eSessionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12,\n" +
 	"\x04open\x18\x02 \x01(\v2\x16.tenure.v1.OpenSessionH\x00R\x04open\x125\n" +
@@ -2649,28 +2925,36 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\aacquire\x18\x04 \x01(\v2\x16.tenure.v1.AcquireLockH\x00R\aacquire\x122\n" +
 	"\arelease\x18\x05 \x01(\v2\x16.tenure.v1.ReleaseLockH\x00R\arelease\x122\n" +
 	"\x06cancel\x18\x06 \x01(\v2\x18.tenure.v1.CancelRequestH\x00R\x06cancel\x12/\n" +
-	"\x05close\x18\a \x01(\v2\x17.tenure.v1.CloseSessionH\x00R\x05closeB\x04\n" +
+	"\x05close\x18\a \x01(\v2\x17.tenure.v1.CloseSessionH\x00R\x05close\x126\n" +
+	"\bproclaim\x18\b \x01(\v2\x18.tenure.v1.ProclaimValueH\x00R\bproclaimB\x04\n" +
 	"\x02op\"Y\n" +
 	"\vOpenSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\"\v\n" +
-	"\tKeepAlive\"\xa3\x01\n" +
+	"\tKeepAlive\"\xd5\x01\n" +
 	"\vAcquireLock\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04wait\x18\x02 \x01(\bR\x04wait\x12\"\n" +
 	"\rlock_delay_ms\x18\x03 \x01(\x03R\vlockDelayMs\x12\x16\n" +
 	"\x06resume\x18\x04 \x01(\bR\x06resume\x12\x18\n" +
 	"\apermits\x18\x05 \x01(\rR\apermits\x12\x16\n" +
-	"\x06shared\x18\x06 \x01(\bR\x06shared\"7\n" +
+	"\x06shared\x18\x06 \x01(\bR\x06shared\x12\x1a\n" +
+	"\belection\x18\a \x01(\bR\belection\x12\x14\n" +
+	"\x05value\x18\b \x01(\fR\x05value\"O\n" +
+	"\rProclaimValue\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\"\x11\n" +
+	"\x0fValueProclaimed\"7\n" +
 	"\vReleaseLock\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\".\n" +
 	"\rCancelRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\"\x0e\n" +
-	"\fCloseSession\"\x88\x03\n" +
+	"\fCloseSession\"\xc6\x03\n" +
 	"\x0fSessionResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x122\n" +
 	"\x06opened\x18\x02 \x01(\v2\x18.tenure.v1.SessionOpenedH\x00R\x06opened\x12-\n" +
@@ -2679,7 +2963,10 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\agranted\x18\x05 \x01(\v2\x16.tenure.v1.LockGrantedH\x00R\agranted\x125\n" +
 	"\breleased\x18\x06 \x01(\v2\x17.tenure.v1.LockReleasedH\x00R\breleased\x122\n" +
 	"\x06closed\x18\a \x01(\v2\x18.tenure.v1.SessionClosedH\x00R\x06closed\x12(\n" +
-	"\x05error\x18\b \x01(\v2\x10.tenure.v1.ErrorH\x00R\x05errorB\b\n" +
+	"\x05error\x18\b \x01(\v2\x10.tenure.v1.ErrorH\x00R\x05error\x12<\n" +
+	"\n" +
+	"proclaimed\x18\t \x01(\v2\x1a.tenure.v1.ValueProclaimedH\x00R\n" +
+	"proclaimedB\b\n" +
 	"\x06result\"[\n" +
 	"\rSessionOpened\x12\x1d\n" +
 	"\n" +
@@ -2714,13 +3001,14 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\"K\n" +
 	"\x11LockStatusRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\"\n" +
-	"\fserializable\x18\x0f \x01(\bR\fserializable\"\x91\x01\n" +
+	"\fserializable\x18\x0f \x01(\bR\fserializable\"\xa7\x01\n" +
 	"\x06Holder\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12)\n" +
 	"\x10granted_revision\x18\x04 \x01(\x04R\x0fgrantedRevision\x12\x16\n" +
-	"\x06shared\x18\x05 \x01(\bR\x06shared\"y\n" +
+	"\x06shared\x18\x05 \x01(\bR\x06shared\x12\x14\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\"y\n" +
 	"\x06Waiter\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12'\n" +
@@ -2765,7 +3053,15 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05found\x18\x04 \x01(\bR\x05found\x12!\n" +
-	"\fmod_revision\x18\x05 \x01(\x04R\vmodRevision\"\x0f\n" +
+	"\fmod_revision\x18\x05 \x01(\x04R\vmodRevision\"$\n" +
+	"\x0eObserveRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x85\x01\n" +
+	"\vLeaderEvent\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x18\n" +
+	"\asession\x18\x02 \x01(\x04R\asession\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\fR\x05value\x12\x1a\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\"\x0f\n" +
 	"\rStatusRequest\"\xa9\x01\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
@@ -2790,7 +3086,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\tPutResult\x12\x1a\n" +
 	"\x16PUT_RESULT_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13PUT_RESULT_ACCEPTED\x10\x01\x12\x14\n" +
-	"\x10PUT_RESULT_STALE\x10\x022\x89\a\n" +
+	"\x10PUT_RESULT_STALE\x10\x022\xc9\a\n" +
 	"\x06Tenure\x12D\n" +
 	"\aSession\x12\x19.tenure.v1.SessionRequest\x1a\x1a.tenure.v1.SessionResponse(\x010\x01\x12O\n" +
 	"\fListSessions\x12\x1e.tenure.v1.ListSessionsRequest\x1a\x1f.tenure.v1.ListSessionsResponse\x12I\n" +
@@ -2799,7 +3095,8 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\vLockHistory\x12\x1d.tenure.v1.LockHistoryRequest\x1a\x1e.tenure.v1.LockHistoryResponse\x12F\n" +
 	"\tFencedPut\x12\x1b.tenure.v1.FencedPutRequest\x1a\x1c.tenure.v1.FencedPutResponse\x12F\n" +
 	"\tFencedGet\x12\x1b.tenure.v1.FencedGetRequest\x1a\x1c.tenure.v1.FencedGetResponse\x12=\n" +
-	"\x06Status\x12\x18.tenure.v1.StatusRequest\x1a\x19.tenure.v1.StatusResponse\x12I\n" +
+	"\x06Status\x12\x18.tenure.v1.StatusRequest\x1a\x19.tenure.v1.StatusResponse\x12>\n" +
+	"\aObserve\x12\x19.tenure.v1.ObserveRequest\x1a\x16.tenure.v1.LeaderEvent0\x01\x12I\n" +
 	"\n" +
 	"MemberList\x12\x1c.tenure.v1.MemberListRequest\x1a\x1d.tenure.v1.MemberListResponse\x12G\n" +
 	"\tMemberAdd\x12\x1b.tenure.v1.MemberAddRequest\x1a\x1d.tenure.v1.MemberListResponse\x12M\n" +
@@ -2820,7 +3117,7 @@ func file_api_tenurepb_tenure_proto_rawDescGZIP() []byte {
 }
 
 var file_api_tenurepb_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(ErrorReason)(0),                // 0: tenure.v1.ErrorReason
 	(PutResult)(0),                  // 1: tenure.v1.PutResult
@@ -2836,85 +3133,93 @@ var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(*OpenSession)(nil),             // 11: tenure.v1.OpenSession
 	(*KeepAlive)(nil),               // 12: tenure.v1.KeepAlive
 	(*AcquireLock)(nil),             // 13: tenure.v1.AcquireLock
-	(*ReleaseLock)(nil),             // 14: tenure.v1.ReleaseLock
-	(*CancelRequest)(nil),           // 15: tenure.v1.CancelRequest
-	(*CloseSession)(nil),            // 16: tenure.v1.CloseSession
-	(*SessionResponse)(nil),         // 17: tenure.v1.SessionResponse
-	(*SessionOpened)(nil),           // 18: tenure.v1.SessionOpened
-	(*KeepAliveAck)(nil),            // 19: tenure.v1.KeepAliveAck
-	(*LockQueued)(nil),              // 20: tenure.v1.LockQueued
-	(*LockGranted)(nil),             // 21: tenure.v1.LockGranted
-	(*LockReleased)(nil),            // 22: tenure.v1.LockReleased
-	(*SessionClosed)(nil),           // 23: tenure.v1.SessionClosed
-	(*Error)(nil),                   // 24: tenure.v1.Error
-	(*ListSessionsRequest)(nil),     // 25: tenure.v1.ListSessionsRequest
-	(*SessionInfo)(nil),             // 26: tenure.v1.SessionInfo
-	(*ListSessionsResponse)(nil),    // 27: tenure.v1.ListSessionsResponse
-	(*LockStatusRequest)(nil),       // 28: tenure.v1.LockStatusRequest
-	(*Holder)(nil),                  // 29: tenure.v1.Holder
-	(*Waiter)(nil),                  // 30: tenure.v1.Waiter
-	(*LockStatusResponse)(nil),      // 31: tenure.v1.LockStatusResponse
-	(*LockHistoryRequest)(nil),      // 32: tenure.v1.LockHistoryRequest
-	(*GrantRecord)(nil),             // 33: tenure.v1.GrantRecord
-	(*LockHistoryResponse)(nil),     // 34: tenure.v1.LockHistoryResponse
-	(*FencedPutRequest)(nil),        // 35: tenure.v1.FencedPutRequest
-	(*FencedPutResponse)(nil),       // 36: tenure.v1.FencedPutResponse
-	(*FencedGetRequest)(nil),        // 37: tenure.v1.FencedGetRequest
-	(*FencedGetResponse)(nil),       // 38: tenure.v1.FencedGetResponse
-	(*StatusRequest)(nil),           // 39: tenure.v1.StatusRequest
-	(*StatusResponse)(nil),          // 40: tenure.v1.StatusResponse
+	(*ProclaimValue)(nil),           // 14: tenure.v1.ProclaimValue
+	(*ValueProclaimed)(nil),         // 15: tenure.v1.ValueProclaimed
+	(*ReleaseLock)(nil),             // 16: tenure.v1.ReleaseLock
+	(*CancelRequest)(nil),           // 17: tenure.v1.CancelRequest
+	(*CloseSession)(nil),            // 18: tenure.v1.CloseSession
+	(*SessionResponse)(nil),         // 19: tenure.v1.SessionResponse
+	(*SessionOpened)(nil),           // 20: tenure.v1.SessionOpened
+	(*KeepAliveAck)(nil),            // 21: tenure.v1.KeepAliveAck
+	(*LockQueued)(nil),              // 22: tenure.v1.LockQueued
+	(*LockGranted)(nil),             // 23: tenure.v1.LockGranted
+	(*LockReleased)(nil),            // 24: tenure.v1.LockReleased
+	(*SessionClosed)(nil),           // 25: tenure.v1.SessionClosed
+	(*Error)(nil),                   // 26: tenure.v1.Error
+	(*ListSessionsRequest)(nil),     // 27: tenure.v1.ListSessionsRequest
+	(*SessionInfo)(nil),             // 28: tenure.v1.SessionInfo
+	(*ListSessionsResponse)(nil),    // 29: tenure.v1.ListSessionsResponse
+	(*LockStatusRequest)(nil),       // 30: tenure.v1.LockStatusRequest
+	(*Holder)(nil),                  // 31: tenure.v1.Holder
+	(*Waiter)(nil),                  // 32: tenure.v1.Waiter
+	(*LockStatusResponse)(nil),      // 33: tenure.v1.LockStatusResponse
+	(*LockHistoryRequest)(nil),      // 34: tenure.v1.LockHistoryRequest
+	(*GrantRecord)(nil),             // 35: tenure.v1.GrantRecord
+	(*LockHistoryResponse)(nil),     // 36: tenure.v1.LockHistoryResponse
+	(*FencedPutRequest)(nil),        // 37: tenure.v1.FencedPutRequest
+	(*FencedPutResponse)(nil),       // 38: tenure.v1.FencedPutResponse
+	(*FencedGetRequest)(nil),        // 39: tenure.v1.FencedGetRequest
+	(*FencedGetResponse)(nil),       // 40: tenure.v1.FencedGetResponse
+	(*ObserveRequest)(nil),          // 41: tenure.v1.ObserveRequest
+	(*LeaderEvent)(nil),             // 42: tenure.v1.LeaderEvent
+	(*StatusRequest)(nil),           // 43: tenure.v1.StatusRequest
+	(*StatusResponse)(nil),          // 44: tenure.v1.StatusResponse
 }
 var file_api_tenurepb_tenure_proto_depIdxs = []int32{
 	5,  // 0: tenure.v1.MemberListResponse.members:type_name -> tenure.v1.Member
 	11, // 1: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
 	12, // 2: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
 	13, // 3: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
-	14, // 4: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
-	15, // 5: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
-	16, // 6: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
-	18, // 7: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
-	19, // 8: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
-	20, // 9: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
-	21, // 10: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
-	22, // 11: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
-	23, // 12: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
-	24, // 13: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
-	0,  // 14: tenure.v1.Error.reason:type_name -> tenure.v1.ErrorReason
-	26, // 15: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
-	29, // 16: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
-	29, // 17: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
-	30, // 18: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
-	33, // 19: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
-	1,  // 20: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
-	10, // 21: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
-	25, // 22: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
-	28, // 23: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
-	32, // 24: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
-	35, // 25: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
-	37, // 26: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
-	39, // 27: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
-	6,  // 28: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
-	8,  // 29: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
-	9,  // 30: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
-	2,  // 31: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
-	3,  // 32: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
-	17, // 33: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
-	27, // 34: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
-	31, // 35: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
-	34, // 36: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
-	36, // 37: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
-	38, // 38: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
-	40, // 39: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
-	7,  // 40: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
-	7,  // 41: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
-	7,  // 42: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
-	3,  // 43: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
-	4,  // 44: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
-	33, // [33:45] is the sub-list for method output_type
-	21, // [21:33] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	16, // 4: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
+	17, // 5: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
+	18, // 6: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
+	14, // 7: tenure.v1.SessionRequest.proclaim:type_name -> tenure.v1.ProclaimValue
+	20, // 8: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
+	21, // 9: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
+	22, // 10: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
+	23, // 11: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
+	24, // 12: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
+	25, // 13: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
+	26, // 14: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
+	15, // 15: tenure.v1.SessionResponse.proclaimed:type_name -> tenure.v1.ValueProclaimed
+	0,  // 16: tenure.v1.Error.reason:type_name -> tenure.v1.ErrorReason
+	28, // 17: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
+	31, // 18: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
+	31, // 19: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
+	32, // 20: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
+	35, // 21: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
+	1,  // 22: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
+	10, // 23: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
+	27, // 24: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
+	30, // 25: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
+	34, // 26: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
+	37, // 27: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
+	39, // 28: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
+	43, // 29: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
+	41, // 30: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
+	6,  // 31: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
+	8,  // 32: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
+	9,  // 33: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
+	2,  // 34: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
+	3,  // 35: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
+	19, // 36: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
+	29, // 37: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
+	33, // 38: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
+	36, // 39: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
+	38, // 40: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
+	40, // 41: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
+	44, // 42: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
+	42, // 43: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
+	7,  // 44: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
+	7,  // 45: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
+	7,  // 46: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
+	3,  // 47: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
+	4,  // 48: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
+	36, // [36:49] is the sub-list for method output_type
+	23, // [23:36] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_api_tenurepb_tenure_proto_init() }
@@ -2929,8 +3234,9 @@ func file_api_tenurepb_tenure_proto_init() {
 		(*SessionRequest_Release)(nil),
 		(*SessionRequest_Cancel)(nil),
 		(*SessionRequest_Close)(nil),
+		(*SessionRequest_Proclaim)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[15].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[17].OneofWrappers = []any{
 		(*SessionResponse_Opened)(nil),
 		(*SessionResponse_Kept)(nil),
 		(*SessionResponse_Queued)(nil),
@@ -2938,6 +3244,7 @@ func file_api_tenurepb_tenure_proto_init() {
 		(*SessionResponse_Released)(nil),
 		(*SessionResponse_Closed)(nil),
 		(*SessionResponse_Error)(nil),
+		(*SessionResponse_Proclaimed)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2945,7 +3252,7 @@ func file_api_tenurepb_tenure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_tenurepb_tenure_proto_rawDesc), len(file_api_tenurepb_tenure_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   39,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,6 +30,7 @@ const (
 	Tenure_FencedPut_FullMethodName       = "/tenure.v1.Tenure/FencedPut"
 	Tenure_FencedGet_FullMethodName       = "/tenure.v1.Tenure/FencedGet"
 	Tenure_Status_FullMethodName          = "/tenure.v1.Tenure/Status"
+	Tenure_Observe_FullMethodName         = "/tenure.v1.Tenure/Observe"
 	Tenure_MemberList_FullMethodName      = "/tenure.v1.Tenure/MemberList"
 	Tenure_MemberAdd_FullMethodName       = "/tenure.v1.Tenure/MemberAdd"
 	Tenure_MemberRemove_FullMethodName    = "/tenure.v1.Tenure/MemberRemove"
@@ -56,6 +57,11 @@ type TenureClient interface {
 	FencedPut(ctx context.Context, in *FencedPutRequest, opts ...grpc.CallOption) (*FencedPutResponse, error)
 	FencedGet(ctx context.Context, in *FencedGetRequest, opts ...grpc.CallOption) (*FencedGetResponse, error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// Observe streams every change of an election's leader or value, in
+	// order, starting with the current one. The stream ends with an error
+	// (never silently): RESOURCE_EXHAUSTED when the observer fell too far
+	// behind, UNAVAILABLE when the node stops serving.
+	Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LeaderEvent], error)
 	// Cluster membership. Changes must be sent to the leader.
 	MemberList(ctx context.Context, in *MemberListRequest, opts ...grpc.CallOption) (*MemberListResponse, error)
 	MemberAdd(ctx context.Context, in *MemberAddRequest, opts ...grpc.CallOption) (*MemberListResponse, error)
@@ -150,6 +156,25 @@ func (c *tenureClient) Status(ctx context.Context, in *StatusRequest, opts ...gr
 	return out, nil
 }
 
+func (c *tenureClient) Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LeaderEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[1], Tenure_Observe_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ObserveRequest, LeaderEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Tenure_ObserveClient = grpc.ServerStreamingClient[LeaderEvent]
+
 func (c *tenureClient) MemberList(ctx context.Context, in *MemberListRequest, opts ...grpc.CallOption) (*MemberListResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(MemberListResponse)
@@ -182,7 +207,7 @@ func (c *tenureClient) MemberRemove(ctx context.Context, in *MemberRemoveRequest
 
 func (c *tenureClient) SnapshotSave(ctx context.Context, in *SnapshotSaveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[1], Tenure_SnapshotSave_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[2], Tenure_SnapshotSave_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +226,7 @@ type Tenure_SnapshotSaveClient = grpc.ServerStreamingClient[SnapshotChunk]
 
 func (c *tenureClient) SnapshotRestore(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, SnapshotRestoreResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[2], Tenure_SnapshotRestore_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[3], Tenure_SnapshotRestore_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -231,6 +256,11 @@ type TenureServer interface {
 	FencedPut(context.Context, *FencedPutRequest) (*FencedPutResponse, error)
 	FencedGet(context.Context, *FencedGetRequest) (*FencedGetResponse, error)
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// Observe streams every change of an election's leader or value, in
+	// order, starting with the current one. The stream ends with an error
+	// (never silently): RESOURCE_EXHAUSTED when the observer fell too far
+	// behind, UNAVAILABLE when the node stops serving.
+	Observe(*ObserveRequest, grpc.ServerStreamingServer[LeaderEvent]) error
 	// Cluster membership. Changes must be sent to the leader.
 	MemberList(context.Context, *MemberListRequest) (*MemberListResponse, error)
 	MemberAdd(context.Context, *MemberAddRequest) (*MemberListResponse, error)
@@ -272,6 +302,9 @@ func (UnimplementedTenureServer) FencedGet(context.Context, *FencedGetRequest) (
 }
 func (UnimplementedTenureServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedTenureServer) Observe(*ObserveRequest, grpc.ServerStreamingServer[LeaderEvent]) error {
+	return status.Error(codes.Unimplemented, "method Observe not implemented")
 }
 func (UnimplementedTenureServer) MemberList(context.Context, *MemberListRequest) (*MemberListResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method MemberList not implemented")
@@ -424,6 +457,17 @@ func _Tenure_Status_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Tenure_Observe_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ObserveRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(TenureServer).Observe(m, &grpc.GenericServerStream[ObserveRequest, LeaderEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Tenure_ObserveServer = grpc.ServerStreamingServer[LeaderEvent]
+
 func _Tenure_MemberList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(MemberListRequest)
 	if err := dec(in); err != nil {
@@ -546,6 +590,11 @@ var Tenure_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _Tenure_Session_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "Observe",
+			Handler:       _Tenure_Observe_Handler,
+			ServerStreams: true,
 		},
 		{
 			StreamName:    "SnapshotSave",

@@ -19,15 +19,46 @@ type Hub struct {
 	// grants counts EventGranted notifications delivered to waiters.
 	grants atomic.Uint64
 
-	// mu guards waits and streams.
-	mu      sync.Mutex
-	waits   map[waitKey]chan fsm.Event
-	streams map[uint64]map[*sessionStream]struct{}
+	// mu guards waits, streams and observers.
+	mu        sync.Mutex
+	waits     map[waitKey]chan fsm.Event
+	streams   map[uint64]map[*sessionStream]struct{}
+	observers map[string]map[*observer]struct{}
+}
+
+// observerBuffer is how many leader changes an observer may lag behind
+// before its stream is ended with an error.
+const observerBuffer = 1024
+
+type observer struct {
+	ch       chan fsm.Event
+	lost     chan struct{} // closed when ch overflowed
+	lostOnce sync.Once
+}
+
+func (h *Hub) observe(name string) *observer {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ob := &observer{ch: make(chan fsm.Event, observerBuffer), lost: make(chan struct{})}
+	if h.observers[name] == nil {
+		h.observers[name] = make(map[*observer]struct{})
+	}
+	h.observers[name][ob] = struct{}{}
+	return ob
+}
+
+func (h *Hub) unobserve(name string, ob *observer) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.observers[name], ob)
+	if len(h.observers[name]) == 0 {
+		delete(h.observers, name)
+	}
 }
 
 // NewHub returns an empty hub.
 func NewHub() *Hub {
-	return &Hub{waits: make(map[waitKey]chan fsm.Event), streams: make(map[uint64]map[*sessionStream]struct{})}
+	return &Hub{waits: make(map[waitKey]chan fsm.Event), streams: make(map[uint64]map[*sessionStream]struct{}), observers: make(map[string]map[*observer]struct{})}
 }
 
 // Sink receives the state machine's events; it never blocks.
@@ -52,6 +83,16 @@ func (h *Hub) Sink(e fsm.Event) {
 				h.grants.Add(^uint64(0)) // not delivered
 			}
 		}
+	case fsm.EventHolderChanged:
+		h.mu.Lock()
+		for ob := range h.observers[e.Name] {
+			select {
+			case ob.ch <- e:
+			default:
+				ob.lostOnce.Do(func() { close(ob.lost) })
+			}
+		}
+		h.mu.Unlock()
 	case fsm.EventSessionEnded:
 		h.mu.Lock()
 		var targets []*sessionStream

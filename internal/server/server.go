@@ -49,6 +49,8 @@ func cmdOf(op any) *fsmpb.Command {
 		return &fsmpb.Command{Op: &fsmpb.Command_Release{Release: o}}
 	case *fsmpb.FencedPut:
 		return &fsmpb.Command{Op: &fsmpb.Command_FencedPut{FencedPut: o}}
+	case *fsmpb.Proclaim:
+		return &fsmpb.Command{Op: &fsmpb.Command_Proclaim{Proclaim: o}}
 	}
 	panic(fmt.Sprintf("server: no command for %T", op))
 }
@@ -214,6 +216,8 @@ func (ss *sessionStream) serve() error {
 			})
 		case *pb.SessionRequest_Release:
 			ss.goHandle(func() { ss.release(id, op.Release) })
+		case *pb.SessionRequest_Proclaim:
+			ss.goHandle(func() { ss.proclaim(id, op.Proclaim) })
 		case *pb.SessionRequest_Cancel:
 			ss.mu.Lock()
 			if p := ss.pending[op.Cancel.GetRequestId()]; p != nil {
@@ -257,7 +261,7 @@ func (ss *sessionStream) acquire(ctx context.Context, id uint64, a *pb.AcquireLo
 		return
 	}
 	defer ss.srv.hub.unregister(key, ch)
-	res, err := ss.srv.propose(&fsmpb.Acquire{Session: ss.id, Name: a.GetName(), Wait: a.GetWait(), LockDelayMs: a.GetLockDelayMs(), Resume: a.GetResume(), Permits: a.GetPermits(), Shared: a.GetShared()})
+	res, err := ss.srv.propose(&fsmpb.Acquire{Session: ss.id, Name: a.GetName(), Wait: a.GetWait(), LockDelayMs: a.GetLockDelayMs(), Resume: a.GetResume(), Permits: a.GetPermits(), Shared: a.GetShared(), Election: a.GetElection(), Value: a.GetValue()})
 	if err != nil {
 		ss.sendErr(id, err)
 		return
@@ -311,6 +315,52 @@ func (ss *sessionStream) release(id uint64, r *pb.ReleaseLock) {
 
 // read runs fn on the state: after a linearizable barrier (the default),
 // or on this node's local, possibly stale, state when serializable.
+func (ss *sessionStream) proclaim(id uint64, p *pb.ProclaimValue) {
+	if _, err := ss.srv.propose(&fsmpb.Proclaim{Session: ss.id, Name: p.GetName(), Token: p.GetToken(), Value: p.GetValue()}); err != nil {
+		ss.sendErr(id, err)
+		return
+	}
+	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Proclaimed{Proclaimed: &pb.ValueProclaimed{}}})
+}
+
+// Observe implements pb.TenureServer.
+func (s *Server) Observe(req *pb.ObserveRequest, stream pb.Tenure_ObserveServer) error {
+	if err := fsm.ValidateName("election name", req.GetName()); err != nil {
+		return toStatus(err)
+	}
+	ob := s.hub.observe(req.GetName())
+	defer s.hub.unobserve(req.GetName(), ob)
+	ctx := stream.Context()
+	if err := s.node.LinearizableRead(ctx); err != nil {
+		return toStatus(err)
+	}
+	first := &pb.LeaderEvent{}
+	s.node.Read(func(st *fsm.State) {
+		first.Revision = st.Revision()
+		if h := st.Lock(req.GetName()).Holder; h != nil {
+			first.Owner, first.Session, first.Token, first.Value = h.Owner, h.Session, h.Token, h.Value
+		}
+	})
+	if err := stream.Send(first); err != nil {
+		return err
+	}
+	for {
+		select {
+		case e := <-ob.ch:
+			if e.Revision <= first.Revision {
+				continue // already reflected in the first answer
+			}
+			if err := stream.Send(&pb.LeaderEvent{Owner: e.Owner, Session: e.Session, Token: e.Token, Value: e.Value, Revision: e.Revision}); err != nil {
+				return err
+			}
+		case <-ob.lost:
+			return status.Errorf(codes.ResourceExhausted, "observer fell more than %d changes behind; observe again", observerBuffer)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 func (s *Server) read(ctx context.Context, serializable bool, fn func(*fsm.State)) error {
 	if !serializable {
 		if err := s.node.LinearizableRead(ctx); err != nil {
@@ -345,7 +395,7 @@ func (s *Server) LockStatus(ctx context.Context, req *pb.LockStatusRequest) (*pb
 		out.Delayed = v.Delayed
 		out.Permits = uint32(v.Permits)
 		for _, h := range v.Holders {
-			out.Holders = append(out.Holders, &pb.Holder{Owner: h.Owner, Session: h.Session, Token: h.Token, GrantedRevision: h.Token, Shared: h.Shared})
+			out.Holders = append(out.Holders, &pb.Holder{Owner: h.Owner, Session: h.Session, Token: h.Token, GrantedRevision: h.Token, Shared: h.Shared, Value: h.Value})
 		}
 		if len(out.Holders) > 0 {
 			out.Holder = out.Holders[0]

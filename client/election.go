@@ -1,0 +1,147 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	pb "github.com/tenure-io/tenure/api/tenurepb"
+)
+
+// Leader describes an election's leader. Session 0 means there is none.
+type Leader struct {
+	Owner    string
+	Session  uint64
+	Token    uint64
+	Value    []byte
+	Revision uint64
+}
+
+// Election is leader election on a name: the leader is the holder of the
+// name's lock, its token is the leader token (fencing), and it publishes a
+// value. Leadership follows the same ownership states as a lock hold: its
+// Context is cancelled the moment it becomes suspect.
+type Election struct {
+	m *Mutex
+}
+
+// Election returns a handle on the election called name.
+func (s *Session) Election(name string) (*Election, error) {
+	m, err := s.Mutex(name)
+	if err != nil {
+		return nil, err
+	}
+	return &Election{m: m}, nil
+}
+
+// Campaign waits (FIFO among candidates) until this session leads, then
+// returns the leadership as a Hold whose Token is the leader token. Resign
+// with the hold's Unlock.
+func (e *Election) Campaign(ctx context.Context, value []byte) (*Hold, error) {
+	return e.m.acquire(ctx, true, lockCall{election: true, value: value})
+}
+
+// Proclaim replaces the leader's value without giving up leadership. It
+// fails with ErrNotHeld if h no longer leads.
+func (e *Election) Proclaim(ctx context.Context, h *Hold, value []byte) error {
+	s := e.m.s
+	for {
+		if err := s.waitConnected(ctx); err != nil {
+			return err
+		}
+		c, err := s.start(&pb.SessionRequest{Op: &pb.SessionRequest_Proclaim{Proclaim: &pb.ProclaimValue{Name: e.m.name, Token: h.Token(), Value: value}}})
+		if errors.Is(err, errDisconnected) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		var r callResult
+		select {
+		case r = <-c.ch:
+		case <-ctx.Done():
+			s.finish(c)
+			return fmt.Errorf("%w: %v", ErrUnknownOutcome, ctx.Err())
+		}
+		s.finish(c)
+		if errors.Is(r.err, errDisconnected) {
+			continue // proclaiming the same value again is harmless
+		}
+		if r.err != nil {
+			return r.err
+		}
+		if pe := r.resp.GetError(); pe != nil {
+			err := fromProto(pe)
+			if retryable(err) {
+				s.streamBroken(c.st)
+				continue
+			}
+			return err
+		}
+		return nil
+	}
+}
+
+// Leader returns the current leader (linearizable read).
+func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	st, err := e.m.s.c.LockStatus(ctx, e.m.name)
+	if err != nil {
+		return Leader{}, err
+	}
+	h := st.GetHolder()
+	return Leader{Owner: h.GetOwner(), Session: h.GetSession(), Token: h.GetToken(), Value: h.GetValue(), Revision: st.GetRevision()}, nil
+}
+
+// Observation is a stream of an election's leaders.
+type Observation struct {
+	// C receives the current leader first, then every change of leader or
+	// value, in order. It is closed when the observation ends; Err then
+	// says why (never nil after the close, unless ctx was cancelled).
+	C   <-chan Leader
+	err error
+	end chan struct{}
+}
+
+// Err is the reason the observation ended: ctx.Err() when cancelled, or
+// the error that ended it. Call it after C is closed.
+func (o *Observation) Err() error {
+	<-o.end
+	return o.err
+}
+
+// Observe follows the election called name until ctx ends or an error
+// occurs (reported by Err: the stream never ends silently).
+func (c *Client) Observe(ctx context.Context, name string) (*Observation, error) {
+	_, api := c.pick()
+	stream, err := api.Observe(ctx, &pb.ObserveRequest{Name: name})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	ch := make(chan Leader, 16)
+	o := &Observation{C: ch, end: make(chan struct{})}
+	go func() {
+		defer close(o.end)
+		defer close(ch)
+		for {
+			ev, err := stream.Recv()
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					err = fmt.Errorf("%w: the server ended the observation", ErrUnavailable)
+				}
+				if ctx.Err() != nil {
+					err = ctx.Err()
+				}
+				o.err = fromStatus(err)
+				return
+			}
+			select {
+			case ch <- Leader{Owner: ev.GetOwner(), Session: ev.GetSession(), Token: ev.GetToken(), Value: ev.GetValue(), Revision: ev.GetRevision()}:
+			case <-ctx.Done():
+				o.err = ctx.Err()
+				return
+			}
+		}
+	}()
+	return o, nil
+}
