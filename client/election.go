@@ -38,8 +38,12 @@ func (s *Session) Election(name string) (*Election, error) {
 // Campaign waits (FIFO among candidates) until this session leads, then
 // returns the leadership as a Hold whose Token is the leader token. Resign
 // with the hold's Unlock.
-func (e *Election) Campaign(ctx context.Context, value []byte) (*Hold, error) {
-	return e.m.acquire(ctx, true, lockCall{election: true, value: value})
+func (e *Election) Campaign(ctx context.Context, value []byte, opts ...LockOption) (*Hold, error) {
+	lc := lockCall{election: true, value: value}
+	for _, o := range opts {
+		o(&lc)
+	}
+	return e.m.acquire(ctx, true, lc)
 }
 
 // Proclaim replaces the leader's value without giving up leadership. It

@@ -175,6 +175,7 @@ Exit codes: 0 ok, 1 error, 3 stale token, 4 lock not held, 5 timeout.
 		a.lockCommand(),
 		a.semCommand(),
 		a.rwlockCommand(),
+		a.electCommand(),
 		a.fenceCommand(),
 		a.sessionCommand(),
 		a.statusCommand(),

@@ -28,6 +28,8 @@ type lockFlags struct {
 	owner     string
 	permits   int  // 0: a mutex; >0: a semaphore of that many permits
 	shared    bool // a reader of a read-write lock
+	election  bool // campaign in the election NAME with value
+	value     string
 }
 
 // lockArgs checks NAME -- COMMAND [ARG...].
@@ -235,6 +237,17 @@ func (a *app) acquire(ctx context.Context, c *client.Client, name, owner string,
 			lock := m.Lock
 			if lf.shared {
 				lock = m.RLock
+			}
+			if lf.election {
+				e, eerr := s.Election(name)
+				if eerr != nil {
+					closeSession(s, cleanupTimeout)
+					rc <- result{err: eerr}
+					return
+				}
+				lock = func(ctx context.Context, opts ...client.LockOption) (*client.Hold, error) {
+					return e.Campaign(ctx, []byte(lf.value), opts...)
+				}
 			}
 			h, err = lock(wctx, client.OnQueued(func(pos int) {
 				fmt.Fprintf(a.streams.Err, "tenure: waiting for lock %s (position %d)\n", name, pos)

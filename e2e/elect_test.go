@@ -1,0 +1,83 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+type leaderLine struct {
+	Leader string `json:"leader"`
+	Value  string `json:"value"`
+	Token  uint64 `json:"token"`
+}
+
+// TestElectionFailoverOnSIGKILL: the leader's `tenure elect` is SIGKILLed;
+// after its session expires the other candidate leads with a larger token,
+// and an observer sees the whole sequence.
+func TestElectionFailoverOnSIGKILL(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	startServer(t, addr, filepath.Join(dir, "data"))
+	obs := start(t, "observer", addr, "elect", "sched", "--observe", "-o", "json")
+	candidate := func(name string) *proc {
+		script := fmt.Sprintf(`echo $$ > %[1]s/pid%[2]s; echo $TENURE_FENCE_TOKEN > %[1]s/tok%[2]s.tmp && mv %[1]s/tok%[2]s.tmp %[1]s/tok%[2]s; exec sleep 600`, dir, name)
+		return start(t, name, addr, "elect", "sched", "value-"+name, "--owner", name, "--ttl", "2s", "--", "sh", "-c", script)
+	}
+	token := func(name string) uint64 {
+		n, err := strconv.ParseUint(strings.TrimSpace(readFile(t, filepath.Join(dir, "tok"+name), 30*time.Second)), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	a := candidate("A")
+	tA := token("A")
+	candidate("B")
+	t.Cleanup(func() { // the commands our candidates started
+		for _, n := range []string{"A", "B"} {
+			if b, err := os.ReadFile(filepath.Join(dir, "pid"+n)); err == nil {
+				if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+	})
+	if err := a.cmd.Process.Kill(); err != nil { // SIGKILL: no release, no close
+		t.Fatal(err)
+	}
+	tB := token("B")
+	if tB <= tA {
+		t.Fatalf("new leader token %d not above %d", tB, tA)
+	}
+	var lines []leaderLine
+	poll(t, "the observer to report B", 30*time.Second, func() bool {
+		lines = lines[:0]
+		for _, s := range strings.Split(strings.TrimSpace(obs.stdout()), "\n") {
+			var l leaderLine
+			if json.Unmarshal([]byte(s), &l) == nil {
+				lines = append(lines, l)
+			}
+		}
+		return len(lines) > 0 && lines[len(lines)-1].Leader == "B"
+	})
+	var sawA, sawNone bool
+	for _, l := range lines {
+		switch {
+		case l.Leader == "A" && l.Token == tA && l.Value == "value-A":
+			sawA = true
+		case l.Leader == "" && sawA:
+			sawNone = true
+		}
+	}
+	last := lines[len(lines)-1]
+	if !sawA || !sawNone || last.Token != tB || last.Value != "value-B" {
+		t.Fatalf("observed %+v; want A (token %d), then none, then B (token %d)", lines, tA, tB)
+	}
+}
