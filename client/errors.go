@@ -35,6 +35,10 @@ var (
 	// ErrProgressDeadline: the progress watchdog let the session go because
 	// the work did not report progress in time.
 	ErrProgressDeadline = errors.New("tenure: no progress reported within the progress deadline")
+	// ErrLimit: the request would take the service past one of its limits
+	// (sessions, waiters per lock, ...); the message names it. Requests
+	// within the limits are still served.
+	ErrLimit = errors.New("tenure: limit reached")
 	// ErrClosed: the session or client was closed by its user.
 	ErrClosed = errors.New("tenure: closed")
 )
@@ -61,8 +65,10 @@ func fromReason(r pb.ErrorReason, code codes.Code, msg string) error {
 		s = ErrSessionExpired
 	case pb.ErrorReason_ERROR_REASON_BUSY:
 		s = ErrLocked
-	case pb.ErrorReason_ERROR_REASON_INVALID, pb.ErrorReason_ERROR_REASON_LIMIT:
+	case pb.ErrorReason_ERROR_REASON_INVALID:
 		s = ErrInvalid
+	case pb.ErrorReason_ERROR_REASON_LIMIT:
+		s = ErrLimit
 	case pb.ErrorReason_ERROR_REASON_NOT_LEADER:
 		s = ErrUnavailable
 	case pb.ErrorReason_ERROR_REASON_UNKNOWN_OUTCOME:
@@ -81,8 +87,10 @@ func fromReason(r pb.ErrorReason, code codes.Code, msg string) error {
 func fromCode(code codes.Code, msg string) error {
 	var s error
 	switch code {
-	case codes.InvalidArgument, codes.ResourceExhausted:
+	case codes.InvalidArgument:
 		s = ErrInvalid
+	case codes.ResourceExhausted:
+		s = ErrLimit
 	case codes.NotFound:
 		s = ErrSessionExpired
 	case codes.AlreadyExists:

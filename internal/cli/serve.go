@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tenure-io/tenure/internal/daemon"
+	"github.com/tenure-io/tenure/internal/server"
 )
 
 // serveOutput is `tenure serve -o json`'s ready line.
@@ -77,6 +78,8 @@ SIGTERM stops it cleanly (exit 0).`,
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "client API address (port 0 picks a free port)")
 	f.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this node's id")
 	f.StringVar(&cfg.LogStore, "log-store", "", "raft log engine: bolt or wal (default: the data dir's own, bolt for a new one)")
+	f.IntVar(&cfg.Limits.MaxSessions, "max-sessions", server.DefaultLimits().MaxSessions, "most live sessions; more are refused with RESOURCE_EXHAUSTED")
+	f.IntVar(&cfg.Limits.MaxWaiters, "max-waiters", server.DefaultLimits().MaxWaiters, "most queued acquires per lock; more are refused with RESOURCE_EXHAUSTED")
 	f.StringVar(&cfg.PeerListen, "peer-listen", "", "raft peer address (cluster mode), e.g. 127.0.0.1:7071")
 	f.StringVar(&cfg.PeerAdvertise, "peer-advertise", "", "peer address other members dial, if not --peer-listen (NAT, proxies)")
 	f.BoolVar(&cfg.UnsafeSkipFenceCheck, "unsafe-skip-fence-check", false, "accept every fenced write regardless of token (fault-injection tests only)")

@@ -35,6 +35,8 @@ type Config struct {
 	PeerListen string
 	// PeerAdvertise is the peer address others dial, if not PeerListen.
 	PeerAdvertise string
+	// Limits are the admission limits (zero fields: defaults).
+	Limits server.Limits
 	// PeerRoutes: see node.Config (fault-injection tests only).
 	PeerRoutes map[string]string
 	// UnsafeSkipFenceCheck: see node.Config (fault-injection tests only).
@@ -71,7 +73,7 @@ func Start(cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	gs := grpc.NewServer()
-	pb.RegisterTenureServer(gs, server.New(n, hub))
+	pb.RegisterTenureServer(gs, server.New(n, hub, cfg.Limits))
 	return &Daemon{Node: n, Hub: hub, lis: lis, gs: gs}, nil
 }
 

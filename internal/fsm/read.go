@@ -76,6 +76,28 @@ func (s *State) Sessions() []SessionView {
 	return out
 }
 
+// SessionCount is the number of live sessions.
+func (s *State) SessionCount() int { return len(s.sessions) }
+
+// WaiterCount is the number of queued acquires of name.
+func (s *State) WaiterCount(name string) int {
+	if l := s.locks[name]; l != nil {
+		return l.nwait
+	}
+	return 0
+}
+
+// Involved reports whether session holds or waits for name.
+func (s *State) Involved(session uint64, name string) bool {
+	ss := s.sessions[session]
+	if ss == nil {
+		return false
+	}
+	_, held := ss.held[name]
+	_, waits := ss.waits[name]
+	return held || waits
+}
+
 // Session returns one session's TTL, if it exists.
 func (s *State) Session(id uint64) (ttlMs int64, ok bool) {
 	ss, ok := s.sessions[id]

@@ -18,6 +18,8 @@ var errCancelled = errors.New("tenure: acquire cancelled")
 // classify is the one place where internal errors become wire errors.
 func classify(err error) (codes.Code, pb.ErrorReason) {
 	switch {
+	case errors.Is(err, ErrLimit):
+		return codes.ResourceExhausted, pb.ErrorReason_ERROR_REASON_LIMIT
 	case errors.Is(err, fsm.ErrInvalid), errors.Is(err, node.ErrSnapshotBehind):
 		return codes.InvalidArgument, pb.ErrorReason_ERROR_REASON_INVALID
 	case errors.Is(err, fsm.ErrSessionNotFound):

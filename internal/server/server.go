@@ -25,14 +25,15 @@ const cleanupTimeout = 10 * time.Second
 // Server serves the Tenure API. It is safe for concurrent use.
 type Server struct {
 	pb.UnimplementedTenureServer
-	node *node.Node
-	hub  *Hub
+	node   *node.Node
+	hub    *Hub
+	limits Limits
 }
 
 // New returns a server for n; hub must be the one whose Sink n delivers
 // events to.
-func New(n *node.Node, hub *Hub) *Server {
-	return &Server{node: n, hub: hub}
+func New(n *node.Node, hub *Hub, limits Limits) *Server {
+	return &Server{node: n, hub: hub, limits: limits.withDefaults()}
 }
 
 func cmdOf(op any) *fsmpb.Command {
@@ -76,6 +77,9 @@ func (s *Server) Session(stream pb.Tenure_SessionServer) error {
 	ss := &sessionStream{srv: s, stream: stream, pending: make(map[uint64]*pendingAcquire), ended: make(chan bool, 1), quit: make(chan struct{})}
 	if open.GetSessionId() == 0 {
 		if err := fsm.ValidateSession(open.GetOwner(), open.GetTtlMs()); err != nil {
+			return toStatus(err)
+		}
+		if err := s.admitSession(); err != nil {
 			return toStatus(err)
 		}
 		res, err := s.propose(&fsmpb.CreateSession{Owner: open.GetOwner(), TtlMs: open.GetTtlMs()})
@@ -255,6 +259,12 @@ func (ss *sessionStream) acquire(ctx context.Context, id uint64, a *pb.AcquireLo
 		return
 	}
 	key := waitKey{ss.id, a.GetName()}
+	if a.GetWait() && !ss.srv.involved(ss.id, a.GetName()) { // a resumed acquire adds no waiter
+		if err := ss.srv.admitWaiter(a.GetName()); err != nil {
+			ss.sendErr(id, err)
+			return
+		}
+	}
 	ch, ok := ss.srv.hub.register(key, a.GetResume())
 	if !ok {
 		ss.sendErr(id, fsm.ErrAlreadyHeld)

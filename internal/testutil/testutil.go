@@ -31,10 +31,19 @@ type Server struct {
 // stopped when the test ends.
 func Start(t testing.TB, dataDir string, clk clock.Clock) *Server {
 	t.Helper()
-	if dataDir == "" {
-		dataDir = t.TempDir()
+	return StartConfig(t, daemon.Config{DataDir: dataDir, Clock: clk})
+}
+
+// StartConfig is Start with more of the daemon's configuration; NodeID,
+// Listen and LogOutput are filled in.
+func StartConfig(t testing.TB, cfg daemon.Config) *Server {
+	t.Helper()
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
 	}
-	d, err := daemon.Start(daemon.Config{NodeID: "n1", DataDir: dataDir, Listen: "127.0.0.1:0", Clock: clk, LogOutput: tLogWriter{t}})
+	dataDir := cfg.DataDir
+	cfg.NodeID, cfg.Listen, cfg.LogOutput = "n1", "127.0.0.1:0", tLogWriter{t}
+	d, err := daemon.Start(cfg)
 	if err != nil {
 		t.Fatalf("start server: %v", err)
 	}

@@ -1,0 +1,64 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/tenure-io/tenure/internal/fsm"
+)
+
+// ErrLimit: a request would take the service past one of its configured
+// limits. The message names the limit, its value and the flag that sets it.
+var ErrLimit = errors.New("tenure: limit reached")
+
+// Limits are the admission limits the leader enforces before proposing:
+// the coordinator is not a database. Zero means the default. Requests
+// within the limits keep being served when a limit is reached.
+type Limits struct {
+	// MaxSessions bounds the number of live sessions (--max-sessions).
+	MaxSessions int
+	// MaxWaiters bounds the number of queued acquires per lock
+	// (--max-waiters).
+	MaxWaiters int
+}
+
+// DefaultLimits are the limits `tenure serve` runs with.
+func DefaultLimits() Limits { return Limits{MaxSessions: 100_000, MaxWaiters: 10_000} }
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
+	if l.MaxSessions <= 0 {
+		l.MaxSessions = d.MaxSessions
+	}
+	if l.MaxWaiters <= 0 {
+		l.MaxWaiters = d.MaxWaiters
+	}
+	return l
+}
+
+// admitSession refuses a new session past MaxSessions.
+func (s *Server) admitSession() error {
+	n := 0
+	s.node.Read(func(st *fsm.State) { n = st.SessionCount() })
+	if n >= s.limits.MaxSessions {
+		return fmt.Errorf("%w: %d sessions, the limit is %d (--max-sessions)", ErrLimit, n, s.limits.MaxSessions)
+	}
+	return nil
+}
+
+// involved reports whether session already holds or waits for name.
+func (s *Server) involved(session uint64, name string) bool {
+	in := false
+	s.node.Read(func(st *fsm.State) { in = st.Involved(session, name) })
+	return in
+}
+
+// admitWaiter refuses to queue one more acquire on name past MaxWaiters.
+func (s *Server) admitWaiter(name string) error {
+	n := 0
+	s.node.Read(func(st *fsm.State) { n = st.WaiterCount(name) })
+	if n >= s.limits.MaxWaiters {
+		return fmt.Errorf("%w: %q has %d waiters, the limit is %d (--max-waiters)", ErrLimit, name, n, s.limits.MaxWaiters)
+	}
+	return nil
+}
