@@ -305,7 +305,7 @@ func (n *Node) Run(ctx context.Context) error {
 // promote waits until every committed entry is applied, then hands the
 // sessions to the lessor with fresh TTLs.
 func (n *Node) promote(ctx context.Context) {
-	if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
+	if err := n.wait(n.raft.Barrier(n.cfg.ApplyTimeout)); err != nil {
 		return // leadership lost again; a new notification follows
 	}
 	n.lessor.Promote()
@@ -419,7 +419,7 @@ func (n *Node) batcher() {
 func (n *Node) answerer() {
 	defer n.wg.Done()
 	for in := range n.applying {
-		err := in.f.Error()
+		err := n.wait(in.f)
 		var res fsm.Result
 		if err == nil {
 			res = in.f.Response().(fsm.Result)
@@ -439,8 +439,30 @@ func (n *Node) answerer() {
 	}
 }
 
+// wait waits for a raft future. Raft does not answer a future whose entry
+// was already handed to its apply loop when it shuts down, so
+// the wait also ends when the node closes; the entry may or may not have
+// been committed then, and the answer says exactly that.
+func (n *Node) wait(f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-n.quit:
+		select {
+		case err := <-done:
+			return err
+		default:
+			return fmt.Errorf("%w: node shut down before the outcome was known", ErrUnknownOutcome)
+		}
+	}
+}
+
 func mapRaftErr(err error) error {
 	switch {
+	case errors.Is(err, ErrUnknownOutcome):
+		return err
 	case errors.Is(err, raft.ErrNotLeader):
 		return ErrNotLeader
 	case errors.Is(err, raft.ErrRaftShutdown):
@@ -458,7 +480,7 @@ func mapRaftErr(err error) error {
 // the state after it sees every write that completed before it began.
 func (n *Node) LinearizableRead(ctx context.Context) error {
 	commit := n.raft.CommitIndex()
-	if err := n.raft.VerifyLeader().Error(); err != nil {
+	if err := n.wait(n.raft.VerifyLeader()); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 			return ErrNotLeader
 		}
@@ -472,7 +494,7 @@ func (n *Node) LinearizableRead(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
 	}
-	return mapRaftErr(n.raft.Barrier(timeout).Error())
+	return mapRaftErr(n.wait(n.raft.Barrier(timeout)))
 }
 
 // Read runs fn on the local state (see LinearizableRead).

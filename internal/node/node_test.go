@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -102,5 +103,51 @@ func TestEngineDetected(t *testing.T) {
 	n2 := open(t, dir, "") // no engine named: the directory's own is used
 	if string(export(n2)) != string(before) {
 		t.Fatal("state lost when reopening without naming the engine")
+	}
+}
+
+// TestCloseAnswersEveryProposal: closing a node under a stream of
+// proposals answers every one of them (applied, closed or outcome unknown)
+// and Close itself returns; raft alone leaves a future that was already on
+// its way to the state machine unanswered at shutdown.
+func TestCloseAnswersEveryProposal(t *testing.T) {
+	for round := 0; round < 10; round++ {
+		n := open(t, t.TempDir(), "wal")
+		const workers = 16
+		answered := make(chan struct{}, workers)
+		started := make(chan struct{}, workers)
+		for w := 0; w < workers; w++ {
+			go func() {
+				defer func() { answered <- struct{}{} }()
+				for i := 1; ; i++ {
+					cmd := &fsmpb.Command{Op: &fsmpb.Command_FencedPut{FencedPut: &fsmpb.FencedPut{Key: fmt.Sprint("k", w), Token: uint64(i)}}}
+					_, err := n.Propose(context.Background(), cmd)
+					if i == 1 {
+						started <- struct{}{}
+					}
+					if err != nil {
+						return // closed, or outcome unknown
+					}
+				}
+			}()
+		}
+		for w := 0; w < workers; w++ {
+			<-started
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- n.Close() }()
+		deadline := time.After(30 * time.Second)
+		for w := 0; w < workers; w++ {
+			select {
+			case <-answered:
+			case <-deadline:
+				t.Fatalf("round %d: %d proposals never answered after Close", round, workers-w)
+			}
+		}
+		select {
+		case <-closed:
+		case <-deadline:
+			t.Fatalf("round %d: Close did not return", round)
+		}
 	}
 }
