@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 )
@@ -114,12 +115,23 @@ func (o *Observation) Err() error {
 	return o.err
 }
 
+// observeGiveUp is how long an observation keeps trying to reach some
+// endpoint before it ends with ErrUnavailable.
+const observeGiveUp = 30 * time.Second
+
 // Observe follows the election called name until ctx ends or an error
 // occurs (reported by Err: the stream never ends silently).
+//
+// When the node serving the observation dies or stops serving, the
+// observation moves to the next endpoint and goes on. The new node answers
+// with the current leader first; a leader that was already delivered is
+// not delivered twice, but changes made while no node was observed are
+// coalesced into that current leader (revisions still only grow). After
+// 30 s without any endpoint answering, it ends with ErrUnavailable.
 func (c *Client) Observe(ctx context.Context, name string) (*Observation, error) {
-	_, api := c.pick()
+	i, api := c.pick()
 	stream, err := api.Observe(ctx, &pb.ObserveRequest{Name: name})
-	if err != nil {
+	if err != nil && (!unavailable(err) || len(c.eps) == 1) {
 		return nil, fromStatus(err)
 	}
 	ch := make(chan Leader, 16)
@@ -127,25 +139,60 @@ func (c *Client) Observe(ctx context.Context, name string) (*Observation, error)
 	go func() {
 		defer close(o.end)
 		defer close(ch)
-		for {
-			ev, err := stream.Recv()
-			if err != nil {
-				if errors.Is(err, io.EOF) {
-					err = fmt.Errorf("%w: the server ended the observation", ErrUnavailable)
-				}
-				if ctx.Err() != nil {
-					err = ctx.Err()
-				}
-				o.err = fromStatus(err)
-				return
-			}
-			select {
-			case ch <- Leader{Owner: ev.GetOwner(), Session: ev.GetSession(), Token: ev.GetToken(), Value: ev.GetValue(), Revision: ev.GetRevision()}:
-			case <-ctx.Done():
-				o.err = ctx.Err()
-				return
-			}
-		}
+		o.err = c.observe(ctx, name, i, stream, err, ch)
 	}()
 	return o, nil
+}
+
+// observe delivers the events of stream (or of its successors on other
+// endpoints) to ch and returns the error that ends the observation.
+func (c *Client) observe(ctx context.Context, name string, i uint32, stream pb.Tenure_ObserveClient, err error, ch chan<- Leader) error {
+	var last uint64 // revision of the last delivered change
+	backoff := 20 * time.Millisecond
+	var failingSince time.Time
+	for {
+		if err == nil {
+			var ev *pb.LeaderEvent
+			if ev, err = stream.Recv(); err == nil {
+				failingSince = time.Time{}
+				backoff = 20 * time.Millisecond
+				if ev.GetRevision() <= last {
+					continue // already delivered before a fail-over
+				}
+				last = ev.GetRevision()
+				select {
+				case ch <- Leader{Owner: ev.GetOwner(), Session: ev.GetSession(), Token: ev.GetToken(), Value: ev.GetValue(), Revision: ev.GetRevision()}:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				continue
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, io.EOF) {
+			err = fmt.Errorf("%w: the server ended the observation", ErrUnavailable)
+		}
+		if !unavailable(err) || len(c.eps) == 1 {
+			return fromStatus(err)
+		}
+		if failingSince.IsZero() {
+			failingSince = time.Now()
+		} else if time.Since(failingSince) > observeGiveUp {
+			return fromStatus(err)
+		}
+		c.next(i)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+		var api pb.TenureClient
+		i, api = c.pick()
+		stream, err = api.Observe(ctx, &pb.ObserveRequest{Name: name})
+	}
 }

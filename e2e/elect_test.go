@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tenure-io/tenure/client"
 )
 
 type leaderLine struct {
@@ -79,5 +82,80 @@ func TestElectionFailoverOnSIGKILL(t *testing.T) {
 	last := lines[len(lines)-1]
 	if !sawA || !sawNone || last.Token != tB || last.Value != "value-B" {
 		t.Fatalf("observed %+v; want A (token %d), then none, then B (token %d)", lines, tA, tB)
+	}
+}
+
+// TestObserverFollowsAcrossNodeFailure: `tenure elect --observe` follows
+// an election through the leader node of three (observations are served by
+// the leader); that node is SIGKILLed. The observer moves to another node
+// by itself and reports the election leader's next value, instead of ending.
+func TestObserverFollowsAcrossNodeFailure(t *testing.T) {
+	ms := startCluster(t, 3)
+	obs := start(t, "observer", endpoints(ms), "elect", "jobs", "--observe", "-o", "json")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, endpoints(ms))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := c.NewSession(ctx, client.WithTTL(10*time.Second), client.WithOwner("A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := s.Election("jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := e.Campaign(ctx, []byte("v1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	observed := func() []leaderLine {
+		var lines []leaderLine
+		for _, s := range strings.Split(strings.TrimSpace(obs.stdout()), "\n") {
+			var l leaderLine
+			if json.Unmarshal([]byte(s), &l) == nil {
+				lines = append(lines, l)
+			}
+		}
+		return lines
+	}
+	lastIs := func(value string) func() bool {
+		return func() bool {
+			lines := observed()
+			return len(lines) > 0 && lines[len(lines)-1].Leader == "A" && lines[len(lines)-1].Value == value
+		}
+	}
+	poll(t, "the observer to report A=v1", 30*time.Second, lastIs("v1"))
+
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leader *member
+	for _, m := range ms {
+		if m.id == st.GetLeader() {
+			leader = m
+		}
+	}
+	if leader == nil {
+		t.Fatalf("no leader in %v", st)
+	}
+	if err := leader.p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-leader.p.done
+	if err := e.Proclaim(ctx, h, []byte("v2")); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the observer to report A=v2 after its node died", 30*time.Second, lastIs("v2"))
+	if obs.exited() {
+		t.Fatalf("observer ended: %s", obs.stderr())
+	}
+	for _, l := range observed() {
+		if l.Leader == "A" && l.Token != h.Token() {
+			t.Fatalf("observed token %d, the leader's is %d", l.Token, h.Token())
+		}
 	}
 }
