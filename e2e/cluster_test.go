@@ -64,7 +64,7 @@ func TestClusterLeaderKilledKeepsHoldsAndOrder(t *testing.T) {
 	}
 	defer c.Close()
 
-	holderSess, err := c.NewSession(ctx, client.WithTTL(6*time.Second), client.WithOwner("holder"))
+	holderSess, err := c.NewSession(ctx, client.WithTTL(10*time.Second), client.WithOwner("holder"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestClusterLeaderKilledKeepsHoldsAndOrder(t *testing.T) {
 	granted := make(chan grant, waiters)
 	errs := make(chan error, waiters)
 	for i := 0; i < waiters; i++ {
-		s, err := c.NewSession(ctx, client.WithTTL(6*time.Second), client.WithOwner(fmt.Sprintf("w%d", i)))
+		s, err := c.NewSession(ctx, client.WithTTL(10*time.Second), client.WithOwner(fmt.Sprintf("w%d", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
