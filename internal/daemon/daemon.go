@@ -44,6 +44,9 @@ type Config struct {
 	// BootstrapPeers: id → peer address of every initial voter (used only
 	// for a new data directory).
 	BootstrapPeers map[string]string
+	// LockHistory and RegisterOpMemory: see node.Config (0 keeps the
+	// cluster's setting).
+	LockHistory, RegisterOpMemory int
 }
 
 // DefaultConfig is what `tenure serve` runs with no flags.
@@ -63,7 +66,7 @@ type Daemon struct {
 // called; Ready() tells when it is leader with its state caught up.
 func Start(cfg Config) (*Daemon, error) {
 	hub := server.NewHub()
-	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, PeerAdvertise: cfg.PeerAdvertise, BootstrapPeers: cfg.BootstrapPeers, UnsafeSkipFenceCheck: cfg.UnsafeSkipFenceCheck, PeerRoutes: cfg.PeerRoutes}, hub.Sink)
+	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, PeerAdvertise: cfg.PeerAdvertise, BootstrapPeers: cfg.BootstrapPeers, UnsafeSkipFenceCheck: cfg.UnsafeSkipFenceCheck, PeerRoutes: cfg.PeerRoutes, LockHistory: cfg.LockHistory, RegisterOpMemory: cfg.RegisterOpMemory}, hub.Sink)
 	if err != nil {
 		return nil, err
 	}

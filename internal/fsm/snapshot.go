@@ -10,7 +10,7 @@ import (
 // Export returns the whole state with every list in a deterministic order:
 // equal states export to equal messages.
 func (s *State) Export() *fsmpb.Snapshot {
-	snap := &fsmpb.Snapshot{Revision: s.revision}
+	snap := &fsmpb.Snapshot{Revision: s.revision, Retention: &fsmpb.Retention{LockHistory: uint32(s.historyLimit), RegisterOpMemory: uint32(s.opMemory)}}
 	ids := make([]uint64, 0, len(s.sessions))
 	for id := range s.sessions {
 		ids = append(ids, id)
@@ -49,6 +49,17 @@ func (s *State) Export() *fsmpb.Snapshot {
 func Import(snap *fsmpb.Snapshot) (*State, error) {
 	s := NewState()
 	s.revision = snap.GetRevision()
+	if r := snap.GetRetention(); r != nil {
+		if err := ValidateRetention(int(r.GetLockHistory()), int(r.GetRegisterOpMemory())); err != nil {
+			return nil, fmt.Errorf("snapshot: %w", err)
+		}
+		if r.GetLockHistory() > 0 {
+			s.historyLimit = int(r.GetLockHistory())
+		}
+		if r.GetRegisterOpMemory() > 0 {
+			s.opMemory = int(r.GetRegisterOpMemory())
+		}
+	}
 	for _, ss := range snap.GetSessions() {
 		s.sessions[ss.GetId()] = &session{id: ss.GetId(), owner: ss.GetOwner(), ttlMs: ss.GetTtlMs(),
 			held: make(map[string]struct{}), waits: make(map[string]*waiter)}
@@ -87,7 +98,7 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 	for _, rs := range snap.GetRegisters() {
 		r := &register{value: rs.GetValue(), token: rs.GetToken(), modRev: rs.GetModRevision(), opIdx: make(map[string]int)}
 		for _, op := range rs.GetOps() {
-			r.remember(opRec{id: op.GetOperationId(), result: PutOutcome(op.GetResult()), token: op.GetToken()})
+			r.remember(opRec{id: op.GetOperationId(), result: PutOutcome(op.GetResult()), token: op.GetToken()}, s.opMemory)
 		}
 		s.registers[rs.GetKey()] = r
 	}

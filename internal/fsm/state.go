@@ -21,11 +21,15 @@ const (
 	MaxOpIDLen      = 256       // bytes
 	MaxLockDelayMs  = 60_000    // 1 min, as Chubby's upper bound
 	MaxPermits      = 10_000    // permits of one semaphore
-	// HistoryLimit is how many grant records each lock keeps.
-	HistoryLimit = 32
+	// HistoryLimit is how many grant records each lock keeps by default
+	// (SetRetention changes it, up to MaxHistoryLimit).
+	HistoryLimit    = 32
+	MaxHistoryLimit = 10_000
 	// OpMemory is how many recent operation ids each fenced register
-	// remembers; a replay of an id older than that is applied as new.
-	OpMemory = 128
+	// remembers by default; a replay of an id older than that is applied as
+	// new. SetRetention changes it, up to MaxOpMemory.
+	OpMemory    = 128
+	MaxOpMemory = 100_000
 )
 
 // Sentinel errors returned in Result.Err. The RPC layer maps each to one
@@ -190,18 +194,22 @@ type State struct {
 	// catches stale writes; never set it in production.
 	UnsafeSkipFenceCheck bool
 
-	revision  uint64
-	sessions  map[uint64]*session
-	locks     map[string]*lock
-	registers map[string]*register
+	revision     uint64
+	historyLimit int // grant records kept per lock
+	opMemory     int // operation ids remembered per fenced register
+	sessions     map[uint64]*session
+	locks        map[string]*lock
+	registers    map[string]*register
 }
 
 // NewState returns an empty state at revision 0.
 func NewState() *State {
 	return &State{
-		sessions:  make(map[uint64]*session),
-		locks:     make(map[string]*lock),
-		registers: make(map[string]*register),
+		historyLimit: HistoryLimit,
+		opMemory:     OpMemory,
+		sessions:     make(map[uint64]*session),
+		locks:        make(map[string]*lock),
+		registers:    make(map[string]*register),
 	}
 }
 
@@ -242,6 +250,8 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 		r = s.fencedPut(op.FencedPut)
 	case *fsmpb.Command_Proclaim:
 		r = s.proclaim(op.Proclaim, emit)
+	case *fsmpb.Command_SetRetention:
+		r = s.setRetention(op.SetRetention)
 	case *fsmpb.Command_Batch:
 		r.Batch = make([]Result, len(op.Batch.GetCommands()))
 		for i, c := range op.Batch.GetCommands() {
@@ -422,8 +432,8 @@ func (s *State) grant(l *lock, sess *session, acqRev uint64, delayMs int64, shar
 	}
 	sess.held[l.name] = struct{}{}
 	l.history = append(l.history, histRec{owner: sess.owner, session: sess.id, token: token, grantedRev: token, ended: "held"})
-	if len(l.history) > HistoryLimit {
-		l.history = append(l.history[:0], l.history[len(l.history)-HistoryLimit:]...)
+	if len(l.history) > s.historyLimit {
+		l.history = append(l.history[:0], l.history[len(l.history)-s.historyLimit:]...)
 	}
 	return g
 }
@@ -580,14 +590,16 @@ func (s *State) fencedPut(c *fsmpb.FencedPut) Result {
 		if out == PutStale {
 			s.bump()
 		}
-		reg.remember(opRec{id: opID, result: out, token: c.GetToken()})
+		reg.remember(opRec{id: opID, result: out, token: c.GetToken()}, s.opMemory)
 	}
 	return Result{Put: out, AcceptedToken: reg.token}
 }
 
-// remember records op in a ring of OpMemory slots, evicting the oldest.
-func (r *register) remember(op opRec) {
-	if len(r.ops) < OpMemory {
+// remember records op in a ring of capacity slots, evicting the oldest.
+// The ring is full or linear (oldest 0): retain keeps it so when the
+// capacity changes.
+func (r *register) remember(op opRec, capacity int) {
+	if len(r.ops) < capacity {
 		r.opIdx[op.id] = len(r.ops)
 		r.ops = append(r.ops, op)
 		return
@@ -595,7 +607,59 @@ func (r *register) remember(op opRec) {
 	delete(r.opIdx, r.ops[r.oldest].id)
 	r.ops[r.oldest] = op
 	r.opIdx[op.id] = r.oldest
-	r.oldest = (r.oldest + 1) % OpMemory
+	r.oldest = (r.oldest + 1) % len(r.ops)
+}
+
+// retain rewrites the ring linearly with at most the newest capacity ops.
+func (r *register) retain(capacity int) {
+	ops := r.opsInOrder()
+	if len(ops) > capacity {
+		ops = ops[len(ops)-capacity:]
+	}
+	r.ops, r.oldest = ops, 0
+	clear(r.opIdx)
+	for i, op := range ops {
+		r.opIdx[op.id] = i
+	}
+}
+
+// ValidateRetention checks the arguments of SetRetention (0 = unchanged).
+func ValidateRetention(lockHistory, opMemory int) error {
+	if lockHistory < 0 || lockHistory > MaxHistoryLimit {
+		return fmt.Errorf("%w: lock history %d is outside 1..%d", ErrInvalid, lockHistory, MaxHistoryLimit)
+	}
+	if opMemory < 0 || opMemory > MaxOpMemory {
+		return fmt.Errorf("%w: register operation memory %d is outside 1..%d", ErrInvalid, opMemory, MaxOpMemory)
+	}
+	return nil
+}
+
+// Retention is how much history the state keeps: grant records per lock
+// and operation ids per fenced register.
+func (s *State) Retention() (lockHistory, opMemory int) { return s.historyLimit, s.opMemory }
+
+func (s *State) setRetention(c *fsmpb.SetRetention) Result {
+	h, m := int(c.GetLockHistory()), int(c.GetRegisterOpMemory())
+	if err := ValidateRetention(h, m); err != nil {
+		return Result{Err: err}
+	}
+	s.bump()
+	if h > 0 && h != s.historyLimit {
+		s.historyLimit = h
+		for _, name := range sortedKeys(s.locks) {
+			l := s.locks[name]
+			if len(l.history) > h {
+				l.history = append(l.history[:0], l.history[len(l.history)-h:]...)
+			}
+		}
+	}
+	if m > 0 && m != s.opMemory {
+		s.opMemory = m
+		for _, key := range sortedKeys(s.registers) {
+			s.registers[key].retain(m)
+		}
+	}
+	return Result{}
 }
 
 // opsInOrder returns the remembered operations, oldest first.

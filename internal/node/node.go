@@ -79,6 +79,13 @@ type Config struct {
 	// Empty with a PeerAddr: the node bootstraps itself as a single voter
 	// that others may join.
 	BootstrapPeers map[string]string
+	// LockHistory and RegisterOpMemory, when positive, are the grant
+	// records kept per lock and the operation ids remembered per fenced
+	// register. They are cluster-wide, replicated settings: a node that
+	// becomes leader with a value that differs from the state's proposes
+	// it. Zero keeps the cluster's current setting (initially fsm's
+	// HistoryLimit and OpMemory).
+	LockHistory, RegisterOpMemory int
 }
 
 // DefaultConfig returns the defaults for a single durable node.
@@ -134,6 +141,9 @@ type Node struct {
 // state-machine event (after the lessor has seen it); it must not block.
 func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 	cfg.fill()
+	if err := fsm.ValidateRetention(cfg.LockHistory, cfg.RegisterOpMemory); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("node: creating data dir: %w", err)
 	}
@@ -309,7 +319,28 @@ func (n *Node) promote(ctx context.Context) {
 		return // leadership lost again; a new notification follows
 	}
 	n.lessor.Promote()
+	n.applyRetention(ctx)
 	n.readyOnce.Do(func() { close(n.ready) })
+}
+
+// applyRetention proposes this node's configured retention if it differs
+// from the replicated one.
+func (n *Node) applyRetention(ctx context.Context) {
+	var h, m int
+	n.fsm.Read(func(s *fsm.State) { h, m = s.Retention() })
+	want := &fsmpb.SetRetention{}
+	if n.cfg.LockHistory > 0 && n.cfg.LockHistory != h {
+		want.LockHistory = uint32(n.cfg.LockHistory)
+	}
+	if n.cfg.RegisterOpMemory > 0 && n.cfg.RegisterOpMemory != m {
+		want.RegisterOpMemory = uint32(n.cfg.RegisterOpMemory)
+	}
+	if want.LockHistory == 0 && want.RegisterOpMemory == 0 {
+		return
+	}
+	if _, err := n.Propose(ctx, &fsmpb.Command{Op: &fsmpb.Command_SetRetention{SetRetention: want}}); err != nil {
+		fmt.Fprintf(n.cfg.LogOutput, "tenure: setting retention (lock history %d, register op memory %d): %v\n", n.cfg.LockHistory, n.cfg.RegisterOpMemory, err)
+	}
 }
 
 // Ready is closed once this node serves: as leader with its state caught

@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"testing"
@@ -149,5 +150,54 @@ func TestCloseAnswersEveryProposal(t *testing.T) {
 		case <-deadline:
 			t.Fatalf("round %d: Close did not return", round)
 		}
+	}
+}
+
+func openConfig(t *testing.T, cfg node.Config) *node.Node {
+	t.Helper()
+	cfg.LogOutput = io.Discard
+	n, err := node.Open(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { n.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; n.Close() })
+	select {
+	case <-n.Ready():
+	case <-time.After(20 * time.Second):
+		t.Fatal("node not ready")
+	}
+	return n
+}
+
+// TestRetentionConfiguredOnPromotion: a node configured with a retention
+// puts it into the replicated state when it becomes leader (before it is
+// ready); a later start without the setting keeps the cluster's value;
+// out-of-range values are refused at start.
+func TestRetentionConfiguredOnPromotion(t *testing.T) {
+	dir := t.TempDir()
+	retention := func(n *node.Node) (h, m int) {
+		n.Read(func(s *fsm.State) { h, m = s.Retention() })
+		return
+	}
+	n := openConfig(t, node.Config{DataDir: dir, LockHistory: 5, RegisterOpMemory: 7})
+	if h, m := retention(n); h != 5 || m != 7 {
+		t.Fatalf("retention %d/%d, want 5/7", h, m)
+	}
+	n.Close()
+	n = openConfig(t, node.Config{DataDir: dir})
+	if h, m := retention(n); h != 5 || m != 7 {
+		t.Fatalf("retention after a restart without flags %d/%d, want 5/7", h, m)
+	}
+	n.Close()
+	n = openConfig(t, node.Config{DataDir: dir, LockHistory: 9})
+	if h, m := retention(n); h != 9 || m != 7 {
+		t.Fatalf("retention %d/%d, want 9/7", h, m)
+	}
+	n.Close()
+	if _, err := node.Open(node.Config{DataDir: t.TempDir(), LockHistory: fsm.MaxHistoryLimit + 1, LogOutput: io.Discard}, nil); !errors.Is(err, fsm.ErrInvalid) {
+		t.Fatalf("out-of-range lock history: %v", err)
 	}
 }
