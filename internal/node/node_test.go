@@ -17,20 +17,7 @@ import (
 
 func open(t *testing.T, dir, engine string) *node.Node {
 	t.Helper()
-	n, err := node.Open(node.Config{DataDir: dir, LogStore: engine, LogOutput: io.Discard}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { n.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done; n.Close() })
-	select {
-	case <-n.Ready():
-	case <-time.After(20 * time.Second):
-		t.Fatal("node not ready")
-	}
-	return n
+	return openConfig(t, node.Config{DataDir: dir, LogStore: engine})
 }
 
 func export(n *node.Node) []byte {
