@@ -20,10 +20,29 @@ type Limits struct {
 	// MaxWaiters bounds the number of queued acquires per lock
 	// (--max-waiters).
 	MaxWaiters int
+	// MaxNameBytes bounds lock, semaphore, election and fenced register
+	// names (--max-name-bytes; at most fsm.MaxNameLen).
+	MaxNameBytes int
+	// MaxRegisterValueBytes bounds a fenced register's value
+	// (--max-register-value-bytes; at most fsm.MaxValueLen).
+	MaxRegisterValueBytes int
 }
 
 // DefaultLimits are the limits `tenure serve` runs with.
-func DefaultLimits() Limits { return Limits{MaxSessions: 100_000, MaxWaiters: 10_000} }
+func DefaultLimits() Limits {
+	return Limits{MaxSessions: 100_000, MaxWaiters: 10_000, MaxNameBytes: fsm.MaxNameLen, MaxRegisterValueBytes: fsm.MaxValueLen}
+}
+
+// Validate reports a limit set beyond what the state machine accepts.
+func (l Limits) Validate() error {
+	if l.MaxNameBytes > fsm.MaxNameLen {
+		return fmt.Errorf("%w: --max-name-bytes %d is above the largest name the service stores, %d", fsm.ErrInvalid, l.MaxNameBytes, fsm.MaxNameLen)
+	}
+	if l.MaxRegisterValueBytes > fsm.MaxValueLen {
+		return fmt.Errorf("%w: --max-register-value-bytes %d is above the largest value the service stores, %d", fsm.ErrInvalid, l.MaxRegisterValueBytes, fsm.MaxValueLen)
+	}
+	return nil
+}
 
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits()
@@ -33,7 +52,25 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxWaiters <= 0 {
 		l.MaxWaiters = d.MaxWaiters
 	}
+	if l.MaxNameBytes <= 0 {
+		l.MaxNameBytes = d.MaxNameBytes
+	}
+	if l.MaxRegisterValueBytes <= 0 {
+		l.MaxRegisterValueBytes = d.MaxRegisterValueBytes
+	}
 	return l
+}
+
+// checkName validates a lock, semaphore, election or register name and
+// applies --max-name-bytes.
+func (s *Server) checkName(kind, name string) error {
+	if err := fsm.ValidateName(kind, name); err != nil {
+		return err
+	}
+	if len(name) > s.limits.MaxNameBytes {
+		return fmt.Errorf("%w: %s is %d bytes, the limit is %d (--max-name-bytes)", fsm.ErrInvalid, kind, len(name), s.limits.MaxNameBytes)
+	}
+	return nil
 }
 
 // admitSession refuses a new session past MaxSessions.

@@ -55,3 +55,34 @@ func TestLimitsRefuseClearlyAndKeepServing(t *testing.T) {
 		t.Fatalf("queued waiter: %v", err)
 	}
 }
+
+// TestSizeLimits: names and fenced values past the configured sizes are
+// refused as invalid with a message naming the flag; a limit above what
+// the state machine stores is refused at start.
+func TestSizeLimits(t *testing.T) {
+	srv := testutil.StartConfig(t, daemon.Config{Limits: server.Limits{MaxNameBytes: 8, MaxRegisterValueBytes: 4}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := testutil.Dial(t, srv.Addr())
+	s := testutil.Session(t, ctx, c)
+	long, _ := s.Mutex("123456789")
+	if _, err := long.Lock(ctx); !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), "--max-name-bytes") {
+		t.Fatalf("9-byte lock name: %v, want ErrInvalid naming --max-name-bytes", err)
+	}
+	ok, _ := s.Mutex("12345678")
+	if _, err := ok.Lock(ctx); err != nil {
+		t.Fatalf("8-byte lock name: %v", err)
+	}
+	if _, err := c.FencedPut(ctx, "k", []byte("12345"), 1, ""); !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), "--max-register-value-bytes") {
+		t.Fatalf("5-byte value: %v, want ErrInvalid naming --max-register-value-bytes", err)
+	}
+	if _, err := c.FencedPut(ctx, "123456789", []byte("1"), 1, ""); !errors.Is(err, client.ErrInvalid) {
+		t.Fatalf("9-byte register key: %v, want ErrInvalid", err)
+	}
+	if _, err := c.FencedPut(ctx, "k", []byte("1234"), 1, ""); err != nil {
+		t.Fatalf("4-byte value: %v", err)
+	}
+	if _, err := daemon.Start(daemon.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Limits: server.Limits{MaxNameBytes: 100_000}}); err == nil || !strings.Contains(err.Error(), "--max-name-bytes") {
+		t.Fatalf("start with --max-name-bytes 100000: %v", err)
+	}
+}

@@ -254,7 +254,7 @@ func (ss *sessionStream) withdrawing(p *pendingAcquire) bool {
 }
 
 func (ss *sessionStream) acquire(ctx context.Context, id uint64, a *pb.AcquireLock, p *pendingAcquire) {
-	if err := fsm.ValidateName("lock name", a.GetName()); err != nil {
+	if err := ss.srv.checkName("lock name", a.GetName()); err != nil {
 		ss.sendErr(id, err)
 		return
 	}
@@ -335,7 +335,7 @@ func (ss *sessionStream) proclaim(id uint64, p *pb.ProclaimValue) {
 
 // Observe implements pb.TenureServer.
 func (s *Server) Observe(req *pb.ObserveRequest, stream pb.Tenure_ObserveServer) error {
-	if err := fsm.ValidateName("election name", req.GetName()); err != nil {
+	if err := s.checkName("election name", req.GetName()); err != nil {
 		return toStatus(err)
 	}
 	ob := s.hub.observe(req.GetName())
@@ -434,6 +434,12 @@ func (s *Server) LockHistory(ctx context.Context, req *pb.LockHistoryRequest) (*
 // FencedPut implements pb.TenureServer. A stale token is a normal answer
 // (PUT_RESULT_STALE), not an error.
 func (s *Server) FencedPut(ctx context.Context, req *pb.FencedPutRequest) (*pb.FencedPutResponse, error) {
+	if err := s.checkName("register key", req.GetKey()); err != nil {
+		return nil, toStatus(err)
+	}
+	if n := len(req.GetValue()); n > s.limits.MaxRegisterValueBytes {
+		return nil, toStatus(fmt.Errorf("%w: value is %d bytes, the limit is %d (--max-register-value-bytes)", fsm.ErrInvalid, n, s.limits.MaxRegisterValueBytes))
+	}
 	res, err := s.node.Propose(ctx, cmdOf(&fsmpb.FencedPut{Key: req.GetKey(), Value: req.GetValue(), Token: req.GetToken(), OperationId: req.GetOperationId()}))
 	if err != nil {
 		return nil, toStatus(err)
