@@ -4007,8 +4007,9 @@ func (x *KVEvent) GetKv() *KeyValue {
 
 type KVWatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// events in revision order (key order within one revision). A revision
-	// is never split across responses.
+	// events in revision order; within one revision in the order applied (a
+	// transaction's op order, a prefix delete's key order). A revision is
+	// never split across responses.
 	Events []*KVEvent `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
 	// revision: every matching change up to and including this revision has
 	// been sent on this stream; resume from revision + 1.

@@ -20,10 +20,15 @@ type Limits struct {
 	// MaxWaiters bounds the number of queued acquires per lock
 	// (--max-waiters).
 	MaxWaiters int
+
+	// Key-value store and watch (kv.go, watch.go).
+	KV KVLimits
 }
 
 // DefaultLimits are the limits `tenure serve` runs with.
-func DefaultLimits() Limits { return Limits{MaxSessions: 100_000, MaxWaiters: 10_000} }
+func DefaultLimits() Limits {
+	return Limits{MaxSessions: 100_000, MaxWaiters: 10_000, KV: DefaultKVLimits()}
+}
 
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits()
@@ -33,6 +38,7 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxWaiters <= 0 {
 		l.MaxWaiters = d.MaxWaiters
 	}
+	l.KV = l.KV.withDefaults()
 	return l
 }
 

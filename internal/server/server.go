@@ -33,7 +33,9 @@ type Server struct {
 // New returns a server for n; hub must be the one whose Sink n delivers
 // events to.
 func New(n *node.Node, hub *Hub, limits Limits) *Server {
-	return &Server{node: n, hub: hub, limits: limits.withDefaults()}
+	s := &Server{node: n, hub: hub, limits: limits.withDefaults()}
+	s.configureKV()
+	return s
 }
 
 func cmdOf(op any) *fsmpb.Command {
