@@ -173,7 +173,8 @@ func (r *watchRing) seek(start uint64) (uint64, error) {
 // goes on to the end of a revision, so a transaction is never split).
 const watchScan = 4096
 
-// read returns the matching published events from cursor on: at most
+// read returns the matching published events from cursor on (next is
+// the first revision the watch still needs): at most
 // about watchScan looked at, ending at a revision boundary. through is the
 // revision up to which the watch is complete after these events; caughtUp
 // says whether the cursor reached the published end (then notify is the
@@ -182,7 +183,13 @@ func (r *watchRing) read(cursor uint64, next uint64, match func(*fsm.KV) bool) (
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if cursor < r.first {
-		return nil, cursor, 0, false, nil, r.compactedLocked(next)
+		// Evicted past the cursor. Only what the watch still needs counts:
+		// the evicted changes may all be older than next (a watch that
+		// starts in the future).
+		if r.compactRev >= next {
+			return nil, cursor, 0, false, nil, r.compactedLocked(next)
+		}
+		cursor = r.first
 	}
 	var lastRev uint64
 	scanned := 0
@@ -235,6 +242,12 @@ func (s *Server) KVWatch(req *pb.KVWatchRequest, stream pb.Tenure_KVWatchServer)
 	}
 	key, prefix := req.GetKey(), req.GetPrefix()
 	match := func(kv *fsm.KV) bool {
+		if kv.ModRevision < start {
+			// The cursor may sit before changes at or below the start:
+			// a future start, or changes not yet published when the
+			// current revision was read.
+			return false
+		}
 		if prefix {
 			return strings.HasPrefix(kv.Key, key)
 		}
