@@ -86,6 +86,12 @@ func WithSession(s *Session) PutOption {
 	return func(r *pb.KVPutRequest) { r.Session = id }
 }
 
+// WithSessionID is WithSession for a session known by its id (for
+// example one opened by another process).
+func WithSessionID(id uint64) PutOption {
+	return func(r *pb.KVPutRequest) { r.Session = id }
+}
+
 // Put writes key and returns the revision of the write.
 //
 // With several endpoints a put whose node stops answering is retried on

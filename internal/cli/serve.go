@@ -45,6 +45,9 @@ SIGTERM stops it cleanly (exit 0).`,
 			if addr, ok := cfg.BootstrapPeers[cfg.NodeID]; len(cfg.BootstrapPeers) > 0 && (!ok || addr != self) {
 				return fmt.Errorf("--bootstrap-peers must list this node as %s=%s", cfg.NodeID, self)
 			}
+			if err := cfg.Limits.KV.Validate(); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			cfg.LogOutput = a.streams.Err
@@ -80,6 +83,7 @@ SIGTERM stops it cleanly (exit 0).`,
 	f.StringVar(&cfg.LogStore, "log-store", "", "raft log engine: bolt or wal (default: the data dir's own, bolt for a new one)")
 	f.IntVar(&cfg.Limits.MaxSessions, "max-sessions", server.DefaultLimits().MaxSessions, "most live sessions; more are refused with RESOURCE_EXHAUSTED")
 	f.IntVar(&cfg.Limits.MaxWaiters, "max-waiters", server.DefaultLimits().MaxWaiters, "most queued acquires per lock; more are refused with RESOURCE_EXHAUSTED")
+	kvFlags(f, &cfg.Limits.KV)
 	f.StringVar(&cfg.PeerListen, "peer-listen", "", "raft peer address (cluster mode), e.g. 127.0.0.1:7071")
 	f.StringVar(&cfg.PeerAdvertise, "peer-advertise", "", "peer address other members dial, if not --peer-listen (NAT, proxies)")
 	f.BoolVar(&cfg.UnsafeSkipFenceCheck, "unsafe-skip-fence-check", false, "accept every fenced write regardless of token (fault-injection tests only)")
