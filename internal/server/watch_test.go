@@ -28,13 +28,13 @@ func TestWatchRingProperties(t *testing.T) {
 		rev := uint64(0)
 
 		type reader struct {
-			key     string
-			start   uint64
-			cursor  uint64
-			sent    uint64
-			got     []kvEvent
-			dead    error
-			epoch   int
+			key    string
+			start  uint64
+			cursor uint64
+			sent   uint64
+			got    []kvEvent
+			dead   error
+			epoch  int
 		}
 		var readers []*reader
 		match := func(key string) func(*fsm.KV) bool {
