@@ -229,11 +229,11 @@ func TestWatchSlowWatcherEndsCompacted(t *testing.T) {
 	}
 	big := []byte(strings.Repeat("x", 60<<10))
 	var wg sync.WaitGroup
-	for g := range 8 { // 24 MB: far more than the client and transport buffer
+	for g := range 8 { // 29 MB: more than the client (64 responses) and gRPC (at most 16 MB windows) buffer
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range 50 {
+			for range 60 {
 				if _, err := c.Put(ctx, fmt.Sprint("k", g), big); err != nil {
 					t.Error(err)
 					return
