@@ -82,7 +82,7 @@ addresses, small state): every key has a create revision, a mod revision
 and a version; transactions compare and write atomically; watches deliver
 every change from a revision on.`,
 	}
-	cmd.AddCommand(a.kvPutCommand(), a.kvGetCommand(), a.kvDelCommand(), a.kvTxnCommand(), a.kvWatchCommand())
+	cmd.AddCommand(a.kvPutCommand(), a.kvGetCommand(), a.kvDelCommand(), a.kvTxnCommand(), a.kvWatchCommand(), a.kvBenchCommand())
 	return cmd
 }
 
