@@ -326,6 +326,7 @@ const (
 	EventDelete EventType = 2
 )
 
+// String is "put" or "delete".
 func (t EventType) String() string {
 	if t == EventDelete {
 		return "delete"
@@ -417,17 +418,28 @@ func (c *Client) Watch(ctx context.Context, key string, opts ...WatchOption) (*W
 		}
 		return err
 	}
-	var cerr error
-	err := c.unary(ctx, func(api pb.TenureClient) error {
-		err := open(api)
-		if ce := compactedFrom(err); ce != nil {
-			cerr = ce
-			return nil
+	// Each node keeps its own history (a node restarted from a snapshot
+	// has less): a compacted answer sends us to the next endpoint, and
+	// counts as the answer only once every endpoint has given it.
+	var err error
+	for tries := 0; ; tries++ {
+		var cerr error
+		err = c.unary(ctx, func(api pb.TenureClient) error {
+			err := open(api)
+			if ce := compactedFrom(err); ce != nil {
+				cerr = ce
+				return nil
+			}
+			return err
+		})
+		if cerr == nil {
+			break
 		}
-		return err
-	})
-	if cerr != nil {
-		return nil, cerr
+		if tries+1 >= len(c.eps) {
+			return nil, cerr
+		}
+		i, _ := c.pick()
+		c.next(i)
 	}
 	if err != nil {
 		return nil, err
@@ -444,6 +456,7 @@ func (c *Client) Watch(ctx context.Context, key string, opts ...WatchOption) (*W
 
 func (c *Client) watchLoop(ctx context.Context, req *pb.KVWatchRequest, stream pb.Tenure_KVWatchClient, last uint64, ch chan<- WatchResponse) error {
 	backoff := 20 * time.Millisecond
+	compacted := 0 // consecutive compacted answers while reconnecting
 	for {
 		resp, err := stream.Recv()
 		if err == nil {
@@ -488,10 +501,15 @@ func (c *Client) watchLoop(ctx context.Context, req *pb.KVWatchRequest, stream p
 				first, err = stream.Recv()
 			}
 			if err == nil && first.GetCreated() {
+				compacted = 0
 				break
 			}
 			if ce := compactedFrom(err); ce != nil {
-				return ce
+				if compacted++; compacted >= len(c.eps) {
+					return ce
+				}
+				c.next(i) // another node may hold more history
+				continue
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tenure-io/tenure/client"
 )
 
 type kvEvent struct {
@@ -132,5 +135,111 @@ func TestWatchResumesAfterClientRestart(t *testing.T) {
 	tenureJSON(t, addr, 0, &kv, "kv", "get", "other")
 	if kv.Key != "other" || kv.Value != "x" || kv.CreateRevision == 0 || kv.ModRevision != kv.CreateRevision || kv.Version != 1 {
 		t.Fatalf("get: %+v", kv)
+	}
+}
+
+// TestWatchFollowsFailover: a Go client's watch on a 3-node cluster keeps
+// going when the node it streams from is SIGKILLed: it resumes on another
+// node after the last revision it delivered. What it delivers equals what
+// a watch started afterwards from revision 1 replays, and contains every
+// write that was acknowledged.
+func TestWatchFollowsFailover(t *testing.T) {
+	ms := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, endpoints(ms))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	w, err := c.Watch(ctx, "f/", client.WithPrefix(), client.WithStartRevision(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	watchedOn := c.Endpoint() // the node the watch streams from
+	var got []client.Event
+	collect := func(until uint64) {
+		t.Helper()
+		for len(got) == 0 || got[len(got)-1].KV.ModRevision < until {
+			select {
+			case r, ok := <-w.C:
+				if !ok {
+					t.Fatalf("watch ended: %v", w.Err())
+				}
+				got = append(got, r.Events...)
+			case <-ctx.Done():
+				t.Fatalf("watch stuck at %d of %d", len(got), until)
+			}
+		}
+	}
+	acked := map[uint64]bool{}
+	put := func(i int) uint64 {
+		rev, err := c.Put(ctx, fmt.Sprint("f/", i%4), []byte(fmt.Sprint(i)))
+		if err != nil {
+			t.Logf("put %d: %v (outcome unknown)", i, err)
+			return 0
+		}
+		acked[rev] = true
+		return rev
+	}
+	var last uint64
+	for i := range 10 {
+		last = put(i)
+	}
+	collect(last)
+	var victim *member
+	for _, m := range ms {
+		if m.addr == watchedOn {
+			victim = m
+		}
+	}
+	if victim == nil {
+		t.Fatalf("watch endpoint %s is no member", watchedOn)
+	}
+	victim.p.signal(syscall.SIGKILL)
+	victim.p.wait(10 * time.Second)
+	for i := 10; i < 30; i++ {
+		if rev := put(i); rev > 0 {
+			last = rev
+		}
+	}
+	collect(last)
+
+	// The reference: a fresh watch from revision 1 on a surviving node.
+	var alive []string
+	for _, m := range ms {
+		if m != victim {
+			alive = append(alive, m.addr)
+		}
+	}
+	rc, err := client.Dial(ctx, strings.Join(alive, ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	rw, err := rc.Watch(ctx, "f/", client.WithPrefix(), client.WithStartRevision(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []client.Event
+	for len(want) < len(got) {
+		select {
+		case r := <-rw.C:
+			want = append(want, r.Events...)
+		case <-ctx.Done():
+			t.Fatalf("reference watch stuck at %d of %d", len(want), len(got))
+		}
+	}
+	if !reflect.DeepEqual(got, want[:len(got)]) {
+		t.Fatalf("the watch that failed over delivered\n%v\nthe replay from revision 1 is\n%v", got, want)
+	}
+	seen := map[uint64]bool{}
+	for _, e := range got {
+		seen[e.KV.ModRevision] = true
+	}
+	for rev := range acked {
+		if !seen[rev] {
+			t.Errorf("acknowledged write at revision %d was not delivered", rev)
+		}
 	}
 }
