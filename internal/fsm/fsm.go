@@ -1,5 +1,6 @@
 // Package fsm is Tenure's replicated state machine: sessions, locks with
-// FIFO waiters, grant history and fenced registers.
+// FIFO waiters, grant history, fenced registers and a key-value store
+// (kv.go).
 //
 // # The raft contract
 //
