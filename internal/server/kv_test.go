@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/internal/daemon"
+	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/server"
 	"github.com/tenure-io/tenure/internal/testutil"
 )
@@ -427,4 +428,57 @@ func indexOf(s []string, x string) int {
 		}
 	}
 	return -1
+}
+
+// TestKVRestart: keys survive a restart; the watch history after a restart
+// covers the revisions after the latest snapshot (the log after it is
+// applied again), and older revisions answer compacted with the snapshot's
+// revision.
+func TestKVRestart(t *testing.T) {
+	dir := t.TempDir()
+	ctx := kvCtx(t)
+	srv := testutil.Start(t, dir, nil)
+	c := testutil.Dial(t, srv.Addr())
+	r1, _ := c.Put(ctx, "a", []byte("1"))
+	r2, _ := c.Put(ctx, "b", []byte("2"))
+	srv.Stop(t)
+
+	srv = testutil.Start(t, dir, nil)
+	c = testutil.Dial(t, srv.Addr())
+	got, err := c.Get(ctx, "a")
+	if err != nil || len(got.KVs) != 1 || string(got.KVs[0].Value) != "1" || got.KVs[0].ModRevision != r1 {
+		t.Fatalf("after restart: %+v %v", got, err)
+	}
+	w, err := c.Watch(ctx, "", client.WithPrefix(), client.WithStartRevision(1))
+	if err != nil {
+		t.Fatalf("watch from 1 after a restart without snapshot: %v", err)
+	}
+	if r := next(t, w); len(r.Events) != 2 || r.Events[0].KV.ModRevision != r1 || r.Events[1].KV.ModRevision != r2 {
+		t.Fatalf("replayed history: %+v", r)
+	}
+	if err := srv.Node.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	var snapRev uint64
+	srv.Node.Read(func(st *fsm.State) { snapRev = st.Revision() })
+	r3, _ := c.Put(ctx, "c", []byte("3"))
+	srv.Stop(t)
+
+	srv = testutil.Start(t, dir, nil)
+	c = testutil.Dial(t, srv.Addr())
+	_, err = c.Watch(ctx, "", client.WithPrefix(), client.WithStartRevision(1))
+	var ce *client.CompactedError
+	if !errors.As(err, &ce) || ce.CompactRevision != snapRev {
+		t.Fatalf("watch from 1 after a restart from a snapshot at %d: %v", snapRev, err)
+	}
+	w, err = c.Watch(ctx, "", client.WithPrefix(), client.WithStartRevision(ce.CompactRevision+1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := next(t, w); len(r.Events) != 1 || r.Events[0].KV.Key != "c" || r.Events[0].KV.ModRevision != r3 {
+		t.Fatalf("history after the snapshot: %+v", r)
+	}
+	if got, _ := c.Range(ctx, "", 0); len(got.KVs) != 3 {
+		t.Fatalf("keys after restart from a snapshot: %+v", got)
+	}
 }
