@@ -2970,15 +2970,20 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 }
 
 type StatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Leader        string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
-	Term          uint64                 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
-	Revision      uint64                 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
-	Voters        []string               `protobuf:"bytes,5,rep,name=voters,proto3" json:"voters,omitempty"`
-	AppliedIndex  uint64                 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Node         string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Leader       string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	Term         uint64                 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	Revision     uint64                 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	Voters       []string               `protobuf:"bytes,5,rep,name=voters,proto3" json:"voters,omitempty"`
+	AppliedIndex uint64                 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// This node's watch history: it holds the key changes after
+	// watch_compact_revision, watch_history_events of them (bounded by
+	// --watch-history); a watch from an older revision is compacted.
+	WatchCompactRevision uint64 `protobuf:"varint,60,opt,name=watch_compact_revision,json=watchCompactRevision,proto3" json:"watch_compact_revision,omitempty"`
+	WatchHistoryEvents   uint64 `protobuf:"varint,61,opt,name=watch_history_events,json=watchHistoryEvents,proto3" json:"watch_history_events,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -3049,6 +3054,20 @@ func (x *StatusResponse) GetVoters() []string {
 func (x *StatusResponse) GetAppliedIndex() uint64 {
 	if x != nil {
 		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetWatchCompactRevision() uint64 {
+	if x != nil {
+		return x.WatchCompactRevision
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetWatchHistoryEvents() uint64 {
+	if x != nil {
+		return x.WatchHistoryEvents
 	}
 	return 0
 }
@@ -4310,14 +4329,16 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12\x1a\n" +
 	"\brevision\x18\x05 \x01(\x04R\brevision\"\x0f\n" +
-	"\rStatusRequest\"\xa9\x01\n" +
+	"\rStatusRequest\"\x91\x02\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x12\n" +
 	"\x04term\x18\x03 \x01(\x04R\x04term\x12\x1a\n" +
 	"\brevision\x18\x04 \x01(\x04R\brevision\x12\x16\n" +
 	"\x06voters\x18\x05 \x03(\tR\x06voters\x12#\n" +
-	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\"\xb2\x01\n" +
+	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\x124\n" +
+	"\x16watch_compact_revision\x18< \x01(\x04R\x14watchCompactRevision\x120\n" +
+	"\x14watch_history_events\x18= \x01(\x04R\x12watchHistoryEvents\"\xb2\x01\n" +
 	"\bKeyValue\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12'\n" +

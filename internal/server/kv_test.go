@@ -198,6 +198,10 @@ func TestWatchCompacted(t *testing.T) {
 	if ce.CurrentRevision != last || ce.CompactRevision != last-10 || !strings.Contains(err.Error(), "--watch-history") {
 		t.Fatalf("compacted error %+v (%v); last write %d", ce, err, last)
 	}
+	// Status says the same.
+	if st, err := c.Status(ctx); err != nil || st.GetWatchCompactRevision() != last-10 || st.GetWatchHistoryEvents() != 10 {
+		t.Fatalf("status: %v %v", st, err)
+	}
 	// The oldest revision still held works.
 	w, err := c.Watch(ctx, "k", client.WithPrefix(), client.WithStartRevision(ce.CompactRevision+1))
 	if err != nil {

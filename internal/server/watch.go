@@ -215,6 +215,14 @@ func (r *watchRing) history() (compactRev, through uint64) {
 	return r.compactRev, r.through
 }
 
+// watchStatus adds the watch history's extent to a Status answer.
+func (s *Server) watchStatus(out *pb.StatusResponse) {
+	r := s.hub.kv
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out.WatchCompactRevision, out.WatchHistoryEvents = r.compactRev, uint64(r.count())
+}
+
 func kvToProto(kv *fsm.KV) *pb.KeyValue {
 	return &pb.KeyValue{Key: kv.Key, Value: kv.Value, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Session: kv.Session}
 }
