@@ -46,10 +46,20 @@ func (e *CompactedError) Error() string {
 // Unwrap makes errors.Is(err, ErrCompacted) hold.
 func (e *CompactedError) Unwrap() error { return ErrCompacted }
 
-// kvEvent is one key change in the history.
+// kvEvent is one key change in the history. wire is its API form, built
+// once and shared, read-only, by every watcher that sends it.
 type kvEvent struct {
-	put bool
-	kv  fsm.KV
+	put  bool
+	kv   fsm.KV
+	wire *pb.KVEvent
+}
+
+func newKVEvent(put bool, kv fsm.KV) kvEvent {
+	typ := pb.KVEventType_KV_EVENT_TYPE_DELETE
+	if put {
+		typ = pb.KVEventType_KV_EVENT_TYPE_PUT
+	}
+	return kvEvent{put: put, kv: kv, wire: &pb.KVEvent{Type: typ, Kv: kvToProto(&kv)}}
 }
 
 func (e *kvEvent) size() int { return len(e.kv.Key) + len(e.kv.Value) + 64 }
@@ -99,7 +109,7 @@ func (r *watchRing) feed(e fsm.Event) {
 	defer r.mu.Unlock()
 	switch e.Kind {
 	case fsm.EventKVPut, fsm.EventKVDelete:
-		r.appendLocked(kvEvent{put: e.Kind == fsm.EventKVPut, kv: *e.KV})
+		r.appendLocked(newKVEvent(e.Kind == fsm.EventKVPut, *e.KV))
 	case fsm.EventApplied:
 		r.through = max(r.through, e.Revision)
 		if r.published != r.next {
@@ -282,12 +292,7 @@ func (s *Server) watchLoop(ctx context.Context, stream pb.Tenure_KVWatchServer, 
 		if len(evs) > 0 {
 			resp := &pb.KVWatchResponse{Revision: max(through, sent), Events: make([]*pb.KVEvent, len(evs))}
 			for i := range evs {
-				e := &evs[i]
-				typ := pb.KVEventType_KV_EVENT_TYPE_DELETE
-				if e.put {
-					typ = pb.KVEventType_KV_EVENT_TYPE_PUT
-				}
-				resp.Events[i] = &pb.KVEvent{Type: typ, Kv: kvToProto(&e.kv)}
+				resp.Events[i] = evs[i].wire
 			}
 			if err := stream.Send(resp); err != nil {
 				return err

@@ -62,7 +62,7 @@ func TestWatchRingProperties(t *testing.T) {
 							kind, kv.Value = fsm.EventKVDelete, nil
 						}
 						r.feed(fsm.Event{Kind: kind, Revision: rev, KV: &kv})
-						history = append(history, kvEvent{put: kind == fsm.EventKVPut, kv: kv})
+						history = append(history, newKVEvent(kind == fsm.EventKVPut, kv))
 					}
 				}
 				r.feed(fsm.Event{Kind: fsm.EventApplied, Revision: rev})
@@ -131,7 +131,7 @@ func TestWatchRingProperties(t *testing.T) {
 						t.Fatalf("reader %q from %d got %d events, history has %d", rd.key, rd.start, len(rd.got), len(w))
 					}
 					for i := range rd.got {
-						if fmt.Sprint(rd.got[i]) != fmt.Sprint(w[i]) {
+						if rd.got[i].put != w[i].put || fmt.Sprint(rd.got[i].kv) != fmt.Sprint(w[i].kv) {
 							t.Fatalf("reader %q from %d: event %d is %v, want %v", rd.key, rd.start, i, rd.got[i], w[i])
 						}
 					}
