@@ -267,3 +267,50 @@ func (w *kvWorker) run(ctx context.Context) []kvOp {
 	}
 	return out
 }
+
+// TestKVModelCatchesAnomalies: the KV checker rejects a stale read, a CAS
+// that succeeded against the wrong value and a lost write, and accepts
+// writes of unknown outcome taking effect late or never.
+func TestKVModelCatchesAnomalies(t *testing.T) {
+	op := func(client int, kind, value, expect string, found, ok, unknown bool, call, ret int64) porcupine.Operation {
+		o := kvOp{client: client, kind: kind, value: value, expect: expect, found: found, ok: ok, unknown: unknown}
+		if unknown {
+			ret = math.MaxInt64
+		}
+		return porcupine.Operation{ClientId: client, Input: o, Call: call, Output: o, Return: ret}
+	}
+	for _, tc := range []struct {
+		name string
+		hist []porcupine.Operation
+		want porcupine.CheckResult
+	}{
+		{"stale read", []porcupine.Operation{
+			op(0, "put", "a", "", false, false, false, 0, 1),
+			op(0, "put", "b", "", false, false, false, 2, 3),
+			op(1, "get", "a", "", true, false, false, 4, 5),
+		}, porcupine.Illegal},
+		{"CAS against the wrong value", []porcupine.Operation{
+			op(0, "put", "a", "", false, false, false, 0, 1),
+			op(1, "cas", "c", "b", false, true, false, 2, 3),
+		}, porcupine.Illegal},
+		{"lost write", []porcupine.Operation{
+			op(0, "put", "a", "", false, false, false, 0, 1),
+			op(1, "get", "", "", false, false, false, 2, 3),
+		}, porcupine.Illegal},
+		{"unknown write taking effect late", []porcupine.Operation{
+			op(0, "put", "a", "", false, false, true, 0, 1),
+			op(1, "get", "", "", false, false, false, 2, 3),
+			op(1, "get", "a", "", true, false, false, 4, 5),
+		}, porcupine.Ok},
+		{"concurrent CAS, one wins", []porcupine.Operation{
+			op(0, "put", "a", "", false, false, false, 0, 1),
+			op(1, "cas", "b", "a", false, true, false, 2, 5),
+			op(2, "cas", "c", "a", false, false, false, 3, 4),
+			op(0, "get", "b", "", true, false, false, 6, 7),
+		}, porcupine.Ok},
+	} {
+		if got := porcupine.CheckOperationsTimeout(kvModel, tc.hist, 5*time.Second); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
