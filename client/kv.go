@@ -384,9 +384,10 @@ type Watcher struct {
 	end chan struct{}
 }
 
-// Err is why the watch ended: ctx.Err() when cancelled, a *CompactedError
-// (ErrCompacted) when the server no longer has the changes it needs, or
-// another error. Call it after C is closed; it blocks until then.
+// Err is why the watch ended: ctx.Err() when cancelled, ErrClosed when the
+// client was closed, a *CompactedError (ErrCompacted) when the server no
+// longer has the changes it needs, or another error. Call it after C is
+// closed; it blocks until then.
 func (w *Watcher) Err() error {
 	<-w.end
 	return w.err
@@ -488,6 +489,9 @@ func (c *Client) watchLoop(ctx context.Context, req *pb.KVWatchRequest, stream p
 		if ce := compactedFrom(err); ce != nil {
 			return ce
 		}
+		if status.Code(err) == codes.Canceled {
+			return fmt.Errorf("%w: the client was closed (%v)", ErrClosed, err)
+		}
 		if !errors.Is(err, io.EOF) && !unavailable(err) {
 			return fromStatus(err)
 		}
@@ -513,6 +517,9 @@ func (c *Client) watchLoop(ctx context.Context, req *pb.KVWatchRequest, stream p
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if status.Code(err) == codes.Canceled {
+				return fmt.Errorf("%w: the client was closed (%v)", ErrClosed, err)
 			}
 			if err != nil && !unavailable(err) && !errors.Is(err, io.EOF) {
 				return fromStatus(err)

@@ -486,3 +486,27 @@ func TestKVRestart(t *testing.T) {
 		t.Fatalf("keys after restart from a snapshot: %+v", got)
 	}
 }
+
+// TestWatchEndsWithItsClient: closing the client ends its watches with an
+// error (no goroutine left retrying on a closed connection).
+func TestWatchEndsWithItsClient(t *testing.T) {
+	srv := testutil.Start(t, "", nil)
+	ctx := kvCtx(t)
+	c, err := client.Dial(ctx, srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Watch(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	select {
+	case <-w.C:
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch still open 10s after its client closed")
+	}
+	if !errors.Is(w.Err(), client.ErrClosed) {
+		t.Fatalf("watch of a closed client ended with %v, want ErrClosed", w.Err())
+	}
+}
