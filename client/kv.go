@@ -143,9 +143,17 @@ func (c *Client) Get(ctx context.Context, key string) (RangeResult, error) {
 }
 
 // Range reads every key starting with prefix ("" is every key), in key
-// order, at most limit of them when limit > 0.
+// order, at most limit of them when limit > 0 (More then says whether
+// keys were left out).
 func (c *Client) Range(ctx context.Context, prefix string, limit int64) (RangeResult, error) {
 	return c.rangeReq(ctx, &pb.KVRangeRequest{Key: prefix, Prefix: true, Limit: limit})
+}
+
+// RangeFrom is Range starting at the key start (inclusive). To page
+// through a prefix, pass the last key received + "\x00" while More.
+// Each page is its own read, at its own revision.
+func (c *Client) RangeFrom(ctx context.Context, prefix, start string, limit int64) (RangeResult, error) {
+	return c.rangeReq(ctx, &pb.KVRangeRequest{Key: prefix, Prefix: true, Limit: limit, StartKey: start})
 }
 
 // DeleteResult is the answer of Delete and DeletePrefix.

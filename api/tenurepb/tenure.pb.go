@@ -3274,6 +3274,9 @@ type KVRangeRequest struct {
 	Prefix bool `protobuf:"varint,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	// limit: at most this many keys (0: no limit).
 	Limit int64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// start_key, with prefix: begin at this key (inclusive) instead of the
+	// prefix's first. To page, send the last key received + "\x00".
+	StartKey string `protobuf:"bytes,4,opt,name=start_key,json=startKey,proto3" json:"start_key,omitempty"`
 	// serializable: answer from this node's local state, which may be stale
 	// (no leader round trip). Default: linearizable.
 	Serializable  bool `protobuf:"varint,15,opt,name=serializable,proto3" json:"serializable,omitempty"`
@@ -3330,6 +3333,13 @@ func (x *KVRangeRequest) GetLimit() int64 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *KVRangeRequest) GetStartKey() string {
+	if x != nil {
+		return x.StartKey
+	}
+	return ""
 }
 
 func (x *KVRangeRequest) GetSerializable() bool {
@@ -4351,11 +4361,12 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x18\n" +
 	"\asession\x18\x03 \x01(\x04R\asession\"+\n" +
 	"\rKVPutResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x04R\brevision\"t\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\"\x91\x01\n" +
 	"\x0eKVRangeRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\"\n" +
+	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x1b\n" +
+	"\tstart_key\x18\x04 \x01(\tR\bstartKey\x12\"\n" +
 	"\fserializable\x18\x0f \x01(\bR\fserializable\"h\n" +
 	"\x0fKVRangeResponse\x12%\n" +
 	"\x03kvs\x18\x01 \x03(\v2\x13.tenure.v1.KeyValueR\x03kvs\x12\x12\n" +

@@ -121,6 +121,7 @@ func (a *app) kvGetCommand() *cobra.Command {
 	var (
 		prefix bool
 		limit  int64
+		after  string
 	)
 	cmd := &cobra.Command{
 		Use:   "get KEY",
@@ -132,12 +133,17 @@ a missing key is not an error: {"key":KEY,"found":false} and exit 0 (the
 text output says "not found").
 
 With --prefix: {"kvs":[{"key","value","create_revision","mod_revision",
-"version"},...],"more":bool,"revision":N}, keys in order, at most --limit.`,
+"version"},...],"more":bool,"revision":N}, keys in order, at most --limit.
+To page, repeat with --after set to the last key while "more" is true.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
 				if prefix {
-					r, err := c.Range(ctx, args[0], limit)
+					start := ""
+					if after != "" {
+						start = after + "\x00" // the first key after it
+					}
+					r, err := c.RangeFrom(ctx, args[0], start, limit)
 					if err != nil {
 						return err
 					}
@@ -169,6 +175,7 @@ With --prefix: {"kvs":[{"key","value","create_revision","mod_revision",
 	}
 	cmd.Flags().BoolVar(&prefix, "prefix", false, "read every key starting with KEY")
 	cmd.Flags().Int64Var(&limit, "limit", 0, "with --prefix: at most this many keys (0: all)")
+	cmd.Flags().StringVar(&after, "after", "", "with --prefix: only keys after this one (paging: the last key of the previous page)")
 	return cmd
 }
 

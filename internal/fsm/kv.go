@@ -158,6 +158,9 @@ func validateKVOps(ops []*fsmpb.KVOp) error {
 			err = ValidateKVKey(o.Delete.GetKey(), o.Delete.GetPrefix())
 		case *fsmpb.KVOp_Range:
 			err = ValidateKVKey(o.Range.GetKey(), o.Range.GetPrefix())
+			if err == nil && len(o.Range.GetStartKey()) > MaxNameLen {
+				err = fmt.Errorf("%w: start key is %d bytes, the limit is %d", ErrInvalid, len(o.Range.GetStartKey()), MaxNameLen)
+			}
 		default:
 			err = fmt.Errorf("%w: empty transaction op", ErrInvalid)
 		}
@@ -265,7 +268,11 @@ func (s *State) kvApplyTxn(t *fsmpb.KVTxn, emit EventSink) Result {
 		case *fsmpb.KVOp_Delete:
 			out.Ops[i].Deleted = s.kvDelete(o.Delete.GetKey(), o.Delete.GetPrefix(), &rev, emit)
 		case *fsmpb.KVOp_Range:
-			out.Ops[i].Range, out.Ops[i].More = s.KVRange(o.Range.GetKey(), o.Range.GetPrefix(), o.Range.GetLimit())
+			if o.Range.GetPrefix() && o.Range.GetStartKey() != "" {
+				out.Ops[i].Range, out.Ops[i].More = s.KVRangeFrom(o.Range.GetKey(), o.Range.GetStartKey(), o.Range.GetLimit())
+			} else {
+				out.Ops[i].Range, out.Ops[i].More = s.KVRange(o.Range.GetKey(), o.Range.GetPrefix(), o.Range.GetLimit())
+			}
 		}
 	}
 	return Result{KV: out}
@@ -388,8 +395,15 @@ func (s *State) KVRange(key string, prefix bool, limit int64) (kvs []KV, more bo
 		}
 		return kvs, false
 	}
-	s.kv.tree.AscendGreaterOrEqual(KV{Key: key}, func(kv KV) bool {
-		if !strings.HasPrefix(kv.Key, key) {
+	return s.KVRangeFrom(key, key, limit)
+}
+
+// KVRangeFrom is KVRange of prefix starting at the key start (inclusive;
+// a start before the prefix starts at the prefix): paging.
+func (s *State) KVRangeFrom(prefix, start string, limit int64) (kvs []KV, more bool) {
+	start = max(start, prefix)
+	s.kv.tree.AscendGreaterOrEqual(KV{Key: start}, func(kv KV) bool {
+		if !strings.HasPrefix(kv.Key, prefix) {
 			return false
 		}
 		if limit > 0 && int64(len(kvs)) == limit {

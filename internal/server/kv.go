@@ -168,10 +168,16 @@ func (s *Server) KVRange(ctx context.Context, req *pb.KVRangeRequest) (*pb.KVRan
 	if req.GetLimit() < 0 {
 		return nil, toStatus(fmt.Errorf("%w: negative limit", fsm.ErrInvalid))
 	}
+	if err := s.admitKey(req.GetStartKey()); err != nil {
+		return nil, toStatus(err)
+	}
 	out := &pb.KVRangeResponse{}
 	err := s.read(ctx, req.GetSerializable(), func(st *fsm.State) {
 		out.Revision = st.Revision()
 		kvs, more := st.KVRange(req.GetKey(), req.GetPrefix(), req.GetLimit())
+		if req.GetPrefix() && req.GetStartKey() != "" {
+			kvs, more = st.KVRangeFrom(req.GetKey(), req.GetStartKey(), req.GetLimit())
+		}
 		out.More = more
 		out.Kvs = make([]*pb.KeyValue, len(kvs))
 		for i := range kvs {
@@ -190,7 +196,7 @@ func txnOpsToFSM(ops []*pb.KVRequestOp) ([]*fsmpb.KVOp, error) {
 		case *pb.KVRequestOp_Delete:
 			out[i] = &fsmpb.KVOp{Op: &fsmpb.KVOp_Delete{Delete: &fsmpb.KVDelete{Key: o.Delete.GetKey(), Prefix: o.Delete.GetPrefix()}}}
 		case *pb.KVRequestOp_Range:
-			out[i] = &fsmpb.KVOp{Op: &fsmpb.KVOp_Range{Range: &fsmpb.KVRange{Key: o.Range.GetKey(), Prefix: o.Range.GetPrefix(), Limit: o.Range.GetLimit()}}}
+			out[i] = &fsmpb.KVOp{Op: &fsmpb.KVOp_Range{Range: &fsmpb.KVRange{Key: o.Range.GetKey(), Prefix: o.Range.GetPrefix(), Limit: o.Range.GetLimit(), StartKey: o.Range.GetStartKey()}}}
 		default:
 			return nil, fmt.Errorf("%w: transaction op %d is empty", fsm.ErrInvalid, i)
 		}

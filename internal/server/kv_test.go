@@ -510,3 +510,40 @@ func TestWatchEndsWithItsClient(t *testing.T) {
 		t.Fatalf("watch of a closed client ended with %v, want ErrClosed", w.Err())
 	}
 }
+
+// TestKVRangePaging: RangeFrom with a limit pages through a prefix, every
+// key once, in order.
+func TestKVRangePaging(t *testing.T) {
+	srv := testutil.Start(t, "", nil)
+	ctx := kvCtx(t)
+	c := testutil.Dial(t, srv.Addr())
+	var want []string
+	for i := range 10 {
+		k := fmt.Sprintf("p/%02d", i)
+		want = append(want, k)
+		c.Put(ctx, k, nil)
+	}
+	c.Put(ctx, "q", nil) // outside the prefix
+	var got []string
+	start := ""
+	for pages := 0; ; pages++ {
+		r, err := c.RangeFrom(ctx, "p/", start, 3)
+		if err != nil || pages > 4 {
+			t.Fatalf("page %d: %+v %v", pages, r, err)
+		}
+		for _, kv := range r.KVs {
+			got = append(got, kv.Key)
+		}
+		if !r.More {
+			break
+		}
+		start = r.KVs[len(r.KVs)-1].Key + "\x00"
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("paged %v, want %v", got, want)
+	}
+	// A start before the prefix starts at the prefix.
+	if r, _ := c.RangeFrom(ctx, "p/", "a", 1); len(r.KVs) != 1 || r.KVs[0].Key != "p/00" {
+		t.Fatalf("start before the prefix: %+v", r)
+	}
+}

@@ -1664,10 +1664,12 @@ func (x *KVDelete) GetPrefix() bool {
 // KVRange reads key, or every key starting with key when prefix (in key
 // order, at most limit when limit > 0). Used inside transactions.
 type KVRange struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Prefix        bool                   `protobuf:"varint,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
-	Limit         int64                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Key    string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Prefix bool                   `protobuf:"varint,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Limit  int64                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// start_key, with prefix: begin at this key instead of the prefix.
+	StartKey      string `protobuf:"bytes,4,opt,name=start_key,json=startKey,proto3" json:"start_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1721,6 +1723,13 @@ func (x *KVRange) GetLimit() int64 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *KVRange) GetStartKey() string {
+	if x != nil {
+		return x.StartKey
+	}
+	return ""
 }
 
 // KVCompare is one condition of a transaction. target and result carry
@@ -2169,11 +2178,12 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\asession\x18\x03 \x01(\x04R\asession\"4\n" +
 	"\bKVDelete\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
-	"\x06prefix\x18\x02 \x01(\bR\x06prefix\"I\n" +
+	"\x06prefix\x18\x02 \x01(\bR\x06prefix\"f\n" +
 	"\aKVRange\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\x03R\x05limit\"{\n" +
+	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x1b\n" +
+	"\tstart_key\x18\x04 \x01(\tR\bstartKey\"{\n" +
 	"\tKVCompare\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\rR\x06target\x12\x16\n" +
