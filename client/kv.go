@@ -62,11 +62,11 @@ type KeyValue struct {
 	Session uint64
 }
 
-func kvFromProto(kv *pb.KeyValue) KeyValue {
+func kvFromProto(kv *pb.KVKeyValue) KeyValue {
 	return KeyValue{Key: kv.GetKey(), Value: kv.GetValue(), CreateRevision: kv.GetCreateRevision(), ModRevision: kv.GetModRevision(), Version: kv.GetVersion(), Session: kv.GetSession()}
 }
 
-func kvsFromProto(kvs []*pb.KeyValue) []KeyValue {
+func kvsFromProto(kvs []*pb.KVKeyValue) []KeyValue {
 	out := make([]KeyValue, len(kvs))
 	for i, kv := range kvs {
 		out[i] = kvFromProto(kv)

@@ -3072,9 +3072,9 @@ func (x *StatusResponse) GetWatchHistoryEvents() uint64 {
 	return 0
 }
 
-// KeyValue is a key with its metadata. version counts the puts since the
+// KVKeyValue is a key with its metadata. version counts the puts since the
 // key was created (1 for a new key); a deleted key starts again at 1.
-type KeyValue struct {
+type KVKeyValue struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	Value []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
@@ -3089,20 +3089,20 @@ type KeyValue struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *KeyValue) Reset() {
-	*x = KeyValue{}
+func (x *KVKeyValue) Reset() {
+	*x = KVKeyValue{}
 	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *KeyValue) String() string {
+func (x *KVKeyValue) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*KeyValue) ProtoMessage() {}
+func (*KVKeyValue) ProtoMessage() {}
 
-func (x *KeyValue) ProtoReflect() protoreflect.Message {
+func (x *KVKeyValue) ProtoReflect() protoreflect.Message {
 	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -3114,47 +3114,47 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
-func (*KeyValue) Descriptor() ([]byte, []int) {
+// Deprecated: Use KVKeyValue.ProtoReflect.Descriptor instead.
+func (*KVKeyValue) Descriptor() ([]byte, []int) {
 	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{43}
 }
 
-func (x *KeyValue) GetKey() string {
+func (x *KVKeyValue) GetKey() string {
 	if x != nil {
 		return x.Key
 	}
 	return ""
 }
 
-func (x *KeyValue) GetValue() []byte {
+func (x *KVKeyValue) GetValue() []byte {
 	if x != nil {
 		return x.Value
 	}
 	return nil
 }
 
-func (x *KeyValue) GetCreateRevision() uint64 {
+func (x *KVKeyValue) GetCreateRevision() uint64 {
 	if x != nil {
 		return x.CreateRevision
 	}
 	return 0
 }
 
-func (x *KeyValue) GetModRevision() uint64 {
+func (x *KVKeyValue) GetModRevision() uint64 {
 	if x != nil {
 		return x.ModRevision
 	}
 	return 0
 }
 
-func (x *KeyValue) GetVersion() uint64 {
+func (x *KVKeyValue) GetVersion() uint64 {
 	if x != nil {
 		return x.Version
 	}
 	return 0
 }
 
-func (x *KeyValue) GetSession() uint64 {
+func (x *KVKeyValue) GetSession() uint64 {
 	if x != nil {
 		return x.Session
 	}
@@ -3352,7 +3352,7 @@ func (x *KVRangeRequest) GetSerializable() bool {
 type KVRangeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// kvs in key order.
-	Kvs []*KeyValue `protobuf:"bytes,1,rep,name=kvs,proto3" json:"kvs,omitempty"`
+	Kvs []*KVKeyValue `protobuf:"bytes,1,rep,name=kvs,proto3" json:"kvs,omitempty"`
 	// more: limit cut the answer short.
 	More          bool   `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
 	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
@@ -3390,7 +3390,7 @@ func (*KVRangeResponse) Descriptor() ([]byte, []int) {
 	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{47}
 }
 
-func (x *KVRangeResponse) GetKvs() []*KeyValue {
+func (x *KVRangeResponse) GetKvs() []*KVKeyValue {
 	if x != nil {
 		return x.Kvs
 	}
@@ -3985,7 +3985,7 @@ func (x *KVWatchRequest) GetStartRevision() uint64 {
 type KVEvent struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Type          KVEventType            `protobuf:"varint,1,opt,name=type,proto3,enum=tenure.v1.KVEventType" json:"type,omitempty"`
-	Kv            *KeyValue              `protobuf:"bytes,2,opt,name=kv,proto3" json:"kv,omitempty"`
+	Kv            *KVKeyValue            `protobuf:"bytes,2,opt,name=kv,proto3" json:"kv,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4027,7 +4027,7 @@ func (x *KVEvent) GetType() KVEventType {
 	return KVEventType_KV_EVENT_TYPE_UNSPECIFIED
 }
 
-func (x *KVEvent) GetKv() *KeyValue {
+func (x *KVEvent) GetKv() *KVKeyValue {
 	if x != nil {
 		return x.Kv
 	}
@@ -4348,8 +4348,9 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x06voters\x18\x05 \x03(\tR\x06voters\x12#\n" +
 	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\x124\n" +
 	"\x16watch_compact_revision\x18< \x01(\x04R\x14watchCompactRevision\x120\n" +
-	"\x14watch_history_events\x18= \x01(\x04R\x12watchHistoryEvents\"\xb2\x01\n" +
-	"\bKeyValue\x12\x10\n" +
+	"\x14watch_history_events\x18= \x01(\x04R\x12watchHistoryEvents\"\xb4\x01\n" +
+	"\n" +
+	"KVKeyValue\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12'\n" +
 	"\x0fcreate_revision\x18\x03 \x01(\x04R\x0ecreateRevision\x12!\n" +
@@ -4367,9 +4368,9 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x1b\n" +
 	"\tstart_key\x18\x04 \x01(\tR\bstartKey\x12\"\n" +
-	"\fserializable\x18\x0f \x01(\bR\fserializable\"h\n" +
-	"\x0fKVRangeResponse\x12%\n" +
-	"\x03kvs\x18\x01 \x03(\v2\x13.tenure.v1.KeyValueR\x03kvs\x12\x12\n" +
+	"\fserializable\x18\x0f \x01(\bR\fserializable\"j\n" +
+	"\x0fKVRangeResponse\x12'\n" +
+	"\x03kvs\x18\x01 \x03(\v2\x15.tenure.v1.KVKeyValueR\x03kvs\x12\x12\n" +
 	"\x04more\x18\x02 \x01(\bR\x04more\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x04R\brevision\";\n" +
 	"\x0fKVDeleteRequest\x12\x10\n" +
@@ -4405,10 +4406,10 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x0eKVWatchRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12%\n" +
-	"\x0estart_revision\x18\x03 \x01(\x04R\rstartRevision\"Z\n" +
+	"\x0estart_revision\x18\x03 \x01(\x04R\rstartRevision\"\\\n" +
 	"\aKVEvent\x12*\n" +
-	"\x04type\x18\x01 \x01(\x0e2\x16.tenure.v1.KVEventTypeR\x04type\x12#\n" +
-	"\x02kv\x18\x02 \x01(\v2\x13.tenure.v1.KeyValueR\x02kv\"\x8f\x01\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x16.tenure.v1.KVEventTypeR\x04type\x12%\n" +
+	"\x02kv\x18\x02 \x01(\v2\x15.tenure.v1.KVKeyValueR\x02kv\"\x8f\x01\n" +
 	"\x0fKVWatchResponse\x12*\n" +
 	"\x06events\x18\x01 \x03(\v2\x12.tenure.v1.KVEventR\x06events\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x18\n" +
@@ -4537,7 +4538,7 @@ var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(*LeaderEvent)(nil),             // 45: tenure.v1.LeaderEvent
 	(*StatusRequest)(nil),           // 46: tenure.v1.StatusRequest
 	(*StatusResponse)(nil),          // 47: tenure.v1.StatusResponse
-	(*KeyValue)(nil),                // 48: tenure.v1.KeyValue
+	(*KVKeyValue)(nil),              // 48: tenure.v1.KVKeyValue
 	(*KVPutRequest)(nil),            // 49: tenure.v1.KVPutRequest
 	(*KVPutResponse)(nil),           // 50: tenure.v1.KVPutResponse
 	(*KVRangeRequest)(nil),          // 51: tenure.v1.KVRangeRequest
@@ -4578,7 +4579,7 @@ var file_api_tenurepb_tenure_proto_depIdxs = []int32{
 	35, // 20: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
 	38, // 21: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
 	1,  // 22: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
-	48, // 23: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KeyValue
+	48, // 23: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
 	2,  // 24: tenure.v1.KVCompare.target:type_name -> tenure.v1.KVCompareTarget
 	3,  // 25: tenure.v1.KVCompare.result:type_name -> tenure.v1.KVCompareResult
 	51, // 26: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
@@ -4592,7 +4593,7 @@ var file_api_tenurepb_tenure_proto_depIdxs = []int32{
 	56, // 34: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
 	57, // 35: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
 	4,  // 36: tenure.v1.KVEvent.type:type_name -> tenure.v1.KVEventType
-	48, // 37: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KeyValue
+	48, // 37: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
 	61, // 38: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
 	13, // 39: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
 	30, // 40: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest

@@ -179,7 +179,7 @@ func (s *Server) KVRange(ctx context.Context, req *pb.KVRangeRequest) (*pb.KVRan
 			kvs, more = st.KVRangeFrom(req.GetKey(), req.GetStartKey(), req.GetLimit())
 		}
 		out.More = more
-		out.Kvs = make([]*pb.KeyValue, len(kvs))
+		out.Kvs = make([]*pb.KVKeyValue, len(kvs))
 		for i := range kvs {
 			out.Kvs[i] = kvToProto(&kvs[i])
 		}
@@ -272,7 +272,7 @@ func (s *Server) KVTxn(ctx context.Context, req *pb.KVTxnRequest) (*pb.KVTxnResp
 		case *pb.KVRequestOp_Delete:
 			out.Responses[i] = &pb.KVResponseOp{Op: &pb.KVResponseOp_Delete{Delete: &pb.KVDeleteResponse{Deleted: r.Deleted, Revision: res.Revision}}}
 		case *pb.KVRequestOp_Range:
-			rr := &pb.KVRangeResponse{More: r.More, Revision: res.Revision, Kvs: make([]*pb.KeyValue, len(r.Range))}
+			rr := &pb.KVRangeResponse{More: r.More, Revision: res.Revision, Kvs: make([]*pb.KVKeyValue, len(r.Range))}
 			for j := range r.Range {
 				rr.Kvs[j] = kvToProto(&r.Range[j])
 			}

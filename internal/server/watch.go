@@ -233,8 +233,8 @@ func (s *Server) watchStatus(out *pb.StatusResponse) {
 	out.WatchCompactRevision, out.WatchHistoryEvents = r.compactRev, uint64(r.count())
 }
 
-func kvToProto(kv *fsm.KV) *pb.KeyValue {
-	return &pb.KeyValue{Key: kv.Key, Value: kv.Value, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Session: kv.Session}
+func kvToProto(kv *fsm.KV) *pb.KVKeyValue {
+	return &pb.KVKeyValue{Key: kv.Key, Value: kv.Value, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Session: kv.Session}
 }
 
 // KVWatch implements pb.TenureServer.
