@@ -77,6 +77,8 @@ func fromReason(r pb.ErrorReason, code codes.Code, msg string) error {
 		s = ErrAlreadyHeld
 	case pb.ErrorReason_ERROR_REASON_CANCELLED:
 		s = ErrUnknownOutcome
+	case pb.ErrorReason_ERROR_REASON_COMPACTED:
+		s = ErrCompacted
 	default:
 		return fromCode(code, msg)
 	}
@@ -91,6 +93,8 @@ func fromCode(code codes.Code, msg string) error {
 		s = ErrInvalid
 	case codes.ResourceExhausted:
 		s = ErrLimit
+	case codes.OutOfRange:
+		s = ErrCompacted
 	case codes.NotFound:
 		s = ErrSessionExpired
 	case codes.AlreadyExists:

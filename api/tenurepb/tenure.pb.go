@@ -40,6 +40,8 @@ const (
 	ErrorReason_ERROR_REASON_ALREADY_HELD    ErrorReason = 8
 	ErrorReason_ERROR_REASON_CANCELLED       ErrorReason = 9
 	ErrorReason_ERROR_REASON_LIMIT           ErrorReason = 10
+	// COMPACTED: a watch asked for a revision the event history no longer has.
+	ErrorReason_ERROR_REASON_COMPACTED ErrorReason = 60
 )
 
 // Enum value maps for ErrorReason.
@@ -56,6 +58,7 @@ var (
 		8:  "ERROR_REASON_ALREADY_HELD",
 		9:  "ERROR_REASON_CANCELLED",
 		10: "ERROR_REASON_LIMIT",
+		60: "ERROR_REASON_COMPACTED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":     0,
@@ -69,6 +72,7 @@ var (
 		"ERROR_REASON_ALREADY_HELD":    8,
 		"ERROR_REASON_CANCELLED":       9,
 		"ERROR_REASON_LIMIT":           10,
+		"ERROR_REASON_COMPACTED":       60,
 	}
 )
 
@@ -146,6 +150,167 @@ func (x PutResult) Number() protoreflect.EnumNumber {
 // Deprecated: Use PutResult.Descriptor instead.
 func (PutResult) EnumDescriptor() ([]byte, []int) {
 	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{1}
+}
+
+type KVCompareTarget int32
+
+const (
+	KVCompareTarget_KV_COMPARE_TARGET_UNSPECIFIED KVCompareTarget = 0
+	KVCompareTarget_KV_COMPARE_TARGET_VALUE       KVCompareTarget = 1
+	// VERSION: 0 for a missing key, so version = 0 tests absence and
+	// version > 0 existence.
+	KVCompareTarget_KV_COMPARE_TARGET_VERSION         KVCompareTarget = 2
+	KVCompareTarget_KV_COMPARE_TARGET_CREATE_REVISION KVCompareTarget = 3
+	KVCompareTarget_KV_COMPARE_TARGET_MOD_REVISION    KVCompareTarget = 4
+)
+
+// Enum value maps for KVCompareTarget.
+var (
+	KVCompareTarget_name = map[int32]string{
+		0: "KV_COMPARE_TARGET_UNSPECIFIED",
+		1: "KV_COMPARE_TARGET_VALUE",
+		2: "KV_COMPARE_TARGET_VERSION",
+		3: "KV_COMPARE_TARGET_CREATE_REVISION",
+		4: "KV_COMPARE_TARGET_MOD_REVISION",
+	}
+	KVCompareTarget_value = map[string]int32{
+		"KV_COMPARE_TARGET_UNSPECIFIED":     0,
+		"KV_COMPARE_TARGET_VALUE":           1,
+		"KV_COMPARE_TARGET_VERSION":         2,
+		"KV_COMPARE_TARGET_CREATE_REVISION": 3,
+		"KV_COMPARE_TARGET_MOD_REVISION":    4,
+	}
+)
+
+func (x KVCompareTarget) Enum() *KVCompareTarget {
+	p := new(KVCompareTarget)
+	*p = x
+	return p
+}
+
+func (x KVCompareTarget) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KVCompareTarget) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_tenurepb_tenure_proto_enumTypes[2].Descriptor()
+}
+
+func (KVCompareTarget) Type() protoreflect.EnumType {
+	return &file_api_tenurepb_tenure_proto_enumTypes[2]
+}
+
+func (x KVCompareTarget) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KVCompareTarget.Descriptor instead.
+func (KVCompareTarget) EnumDescriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{2}
+}
+
+type KVCompareResult int32
+
+const (
+	KVCompareResult_KV_COMPARE_RESULT_UNSPECIFIED KVCompareResult = 0
+	KVCompareResult_KV_COMPARE_RESULT_EQUAL       KVCompareResult = 1
+	KVCompareResult_KV_COMPARE_RESULT_NOT_EQUAL   KVCompareResult = 2
+	KVCompareResult_KV_COMPARE_RESULT_GREATER     KVCompareResult = 3
+	KVCompareResult_KV_COMPARE_RESULT_LESS        KVCompareResult = 4
+)
+
+// Enum value maps for KVCompareResult.
+var (
+	KVCompareResult_name = map[int32]string{
+		0: "KV_COMPARE_RESULT_UNSPECIFIED",
+		1: "KV_COMPARE_RESULT_EQUAL",
+		2: "KV_COMPARE_RESULT_NOT_EQUAL",
+		3: "KV_COMPARE_RESULT_GREATER",
+		4: "KV_COMPARE_RESULT_LESS",
+	}
+	KVCompareResult_value = map[string]int32{
+		"KV_COMPARE_RESULT_UNSPECIFIED": 0,
+		"KV_COMPARE_RESULT_EQUAL":       1,
+		"KV_COMPARE_RESULT_NOT_EQUAL":   2,
+		"KV_COMPARE_RESULT_GREATER":     3,
+		"KV_COMPARE_RESULT_LESS":        4,
+	}
+)
+
+func (x KVCompareResult) Enum() *KVCompareResult {
+	p := new(KVCompareResult)
+	*p = x
+	return p
+}
+
+func (x KVCompareResult) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KVCompareResult) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_tenurepb_tenure_proto_enumTypes[3].Descriptor()
+}
+
+func (KVCompareResult) Type() protoreflect.EnumType {
+	return &file_api_tenurepb_tenure_proto_enumTypes[3]
+}
+
+func (x KVCompareResult) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KVCompareResult.Descriptor instead.
+func (KVCompareResult) EnumDescriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{3}
+}
+
+type KVEventType int32
+
+const (
+	KVEventType_KV_EVENT_TYPE_UNSPECIFIED KVEventType = 0
+	KVEventType_KV_EVENT_TYPE_PUT         KVEventType = 1
+	KVEventType_KV_EVENT_TYPE_DELETE      KVEventType = 2
+)
+
+// Enum value maps for KVEventType.
+var (
+	KVEventType_name = map[int32]string{
+		0: "KV_EVENT_TYPE_UNSPECIFIED",
+		1: "KV_EVENT_TYPE_PUT",
+		2: "KV_EVENT_TYPE_DELETE",
+	}
+	KVEventType_value = map[string]int32{
+		"KV_EVENT_TYPE_UNSPECIFIED": 0,
+		"KV_EVENT_TYPE_PUT":         1,
+		"KV_EVENT_TYPE_DELETE":      2,
+	}
+)
+
+func (x KVEventType) Enum() *KVEventType {
+	p := new(KVEventType)
+	*p = x
+	return p
+}
+
+func (x KVEventType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KVEventType) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_tenurepb_tenure_proto_enumTypes[4].Descriptor()
+}
+
+func (KVEventType) Type() protoreflect.EnumType {
+	return &file_api_tenurepb_tenure_proto_enumTypes[4]
+}
+
+func (x KVEventType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KVEventType.Descriptor instead.
+func (KVEventType) EnumDescriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{4}
 }
 
 type SnapshotSaveRequest struct {
@@ -2805,15 +2970,20 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 }
 
 type StatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Leader        string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
-	Term          uint64                 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
-	Revision      uint64                 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
-	Voters        []string               `protobuf:"bytes,5,rep,name=voters,proto3" json:"voters,omitempty"`
-	AppliedIndex  uint64                 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Node         string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Leader       string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	Term         uint64                 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	Revision     uint64                 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	Voters       []string               `protobuf:"bytes,5,rep,name=voters,proto3" json:"voters,omitempty"`
+	AppliedIndex uint64                 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// This node's watch history: it holds the key changes after
+	// watch_compact_revision, watch_history_events of them (bounded by
+	// --watch-history); a watch from an older revision is compacted.
+	WatchCompactRevision uint64 `protobuf:"varint,60,opt,name=watch_compact_revision,json=watchCompactRevision,proto3" json:"watch_compact_revision,omitempty"`
+	WatchHistoryEvents   uint64 `protobuf:"varint,61,opt,name=watch_history_events,json=watchHistoryEvents,proto3" json:"watch_history_events,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -2884,6 +3054,1113 @@ func (x *StatusResponse) GetVoters() []string {
 func (x *StatusResponse) GetAppliedIndex() uint64 {
 	if x != nil {
 		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetWatchCompactRevision() uint64 {
+	if x != nil {
+		return x.WatchCompactRevision
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetWatchHistoryEvents() uint64 {
+	if x != nil {
+		return x.WatchHistoryEvents
+	}
+	return 0
+}
+
+// KVKeyValue is a key with its metadata. version counts the puts since the
+// key was created (1 for a new key); a deleted key starts again at 1.
+type KVKeyValue struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// create_revision: the revision of the put that created the key.
+	CreateRevision uint64 `protobuf:"varint,3,opt,name=create_revision,json=createRevision,proto3" json:"create_revision,omitempty"`
+	// mod_revision: the revision of the last put.
+	ModRevision uint64 `protobuf:"varint,4,opt,name=mod_revision,json=modRevision,proto3" json:"mod_revision,omitempty"`
+	Version     uint64 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	// session: the session an ephemeral key is bound to (0: none).
+	Session       uint64 `protobuf:"varint,6,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVKeyValue) Reset() {
+	*x = KVKeyValue{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVKeyValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVKeyValue) ProtoMessage() {}
+
+func (x *KVKeyValue) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVKeyValue.ProtoReflect.Descriptor instead.
+func (*KVKeyValue) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *KVKeyValue) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KVKeyValue) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *KVKeyValue) GetCreateRevision() uint64 {
+	if x != nil {
+		return x.CreateRevision
+	}
+	return 0
+}
+
+func (x *KVKeyValue) GetModRevision() uint64 {
+	if x != nil {
+		return x.ModRevision
+	}
+	return 0
+}
+
+func (x *KVKeyValue) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *KVKeyValue) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+type KVPutRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// session: make the key ephemeral, deleted when this session ends. A
+	// session that no longer exists is refused (NOT_FOUND).
+	Session       uint64 `protobuf:"varint,3,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVPutRequest) Reset() {
+	*x = KVPutRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVPutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVPutRequest) ProtoMessage() {}
+
+func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
+func (*KVPutRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *KVPutRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KVPutRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *KVPutRequest) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+type KVPutResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVPutResponse) Reset() {
+	*x = KVPutResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVPutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVPutResponse) ProtoMessage() {}
+
+func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
+func (*KVPutResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *KVPutResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type KVRangeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// prefix: every key starting with key ("" is every key).
+	Prefix bool `protobuf:"varint,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// limit: at most this many keys (0: no limit).
+	Limit int64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// start_key, with prefix: begin at this key (inclusive) instead of the
+	// prefix's first. To page, send the last key received + "\x00".
+	StartKey string `protobuf:"bytes,4,opt,name=start_key,json=startKey,proto3" json:"start_key,omitempty"`
+	// serializable: answer from this node's local state, which may be stale
+	// (no leader round trip). Default: linearizable.
+	Serializable  bool `protobuf:"varint,15,opt,name=serializable,proto3" json:"serializable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVRangeRequest) Reset() {
+	*x = KVRangeRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVRangeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVRangeRequest) ProtoMessage() {}
+
+func (x *KVRangeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVRangeRequest.ProtoReflect.Descriptor instead.
+func (*KVRangeRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *KVRangeRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KVRangeRequest) GetPrefix() bool {
+	if x != nil {
+		return x.Prefix
+	}
+	return false
+}
+
+func (x *KVRangeRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *KVRangeRequest) GetStartKey() string {
+	if x != nil {
+		return x.StartKey
+	}
+	return ""
+}
+
+func (x *KVRangeRequest) GetSerializable() bool {
+	if x != nil {
+		return x.Serializable
+	}
+	return false
+}
+
+type KVRangeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kvs in key order.
+	Kvs []*KVKeyValue `protobuf:"bytes,1,rep,name=kvs,proto3" json:"kvs,omitempty"`
+	// more: limit cut the answer short.
+	More          bool   `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVRangeResponse) Reset() {
+	*x = KVRangeResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVRangeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVRangeResponse) ProtoMessage() {}
+
+func (x *KVRangeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVRangeResponse.ProtoReflect.Descriptor instead.
+func (*KVRangeResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *KVRangeResponse) GetKvs() []*KVKeyValue {
+	if x != nil {
+		return x.Kvs
+	}
+	return nil
+}
+
+func (x *KVRangeResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+func (x *KVRangeResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type KVDeleteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Prefix        bool                   `protobuf:"varint,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVDeleteRequest) Reset() {
+	*x = KVDeleteRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVDeleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVDeleteRequest) ProtoMessage() {}
+
+func (x *KVDeleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVDeleteRequest.ProtoReflect.Descriptor instead.
+func (*KVDeleteRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *KVDeleteRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KVDeleteRequest) GetPrefix() bool {
+	if x != nil {
+		return x.Prefix
+	}
+	return false
+}
+
+type KVDeleteResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Deleted int64                  `protobuf:"varint,1,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// revision: the service's revision after the call (a delete of nothing
+	// does not change it).
+	Revision      uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVDeleteResponse) Reset() {
+	*x = KVDeleteResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVDeleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVDeleteResponse) ProtoMessage() {}
+
+func (x *KVDeleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVDeleteResponse.ProtoReflect.Descriptor instead.
+func (*KVDeleteResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *KVDeleteResponse) GetDeleted() int64 {
+	if x != nil {
+		return x.Deleted
+	}
+	return 0
+}
+
+func (x *KVDeleteResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// KVCompare holds when target(key) result operand: value compares bytes
+// (a missing key fails every value compare), the others compare number
+// (a missing key has version and revisions 0).
+type KVCompare struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Target        KVCompareTarget        `protobuf:"varint,2,opt,name=target,proto3,enum=tenure.v1.KVCompareTarget" json:"target,omitempty"`
+	Result        KVCompareResult        `protobuf:"varint,3,opt,name=result,proto3,enum=tenure.v1.KVCompareResult" json:"result,omitempty"`
+	Value         []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	Number        uint64                 `protobuf:"varint,5,opt,name=number,proto3" json:"number,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVCompare) Reset() {
+	*x = KVCompare{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVCompare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVCompare) ProtoMessage() {}
+
+func (x *KVCompare) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVCompare.ProtoReflect.Descriptor instead.
+func (*KVCompare) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *KVCompare) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KVCompare) GetTarget() KVCompareTarget {
+	if x != nil {
+		return x.Target
+	}
+	return KVCompareTarget_KV_COMPARE_TARGET_UNSPECIFIED
+}
+
+func (x *KVCompare) GetResult() KVCompareResult {
+	if x != nil {
+		return x.Result
+	}
+	return KVCompareResult_KV_COMPARE_RESULT_UNSPECIFIED
+}
+
+func (x *KVCompare) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *KVCompare) GetNumber() uint64 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+type KVRequestOp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*KVRequestOp_Range
+	//	*KVRequestOp_Put
+	//	*KVRequestOp_Delete
+	Op            isKVRequestOp_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVRequestOp) Reset() {
+	*x = KVRequestOp{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVRequestOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVRequestOp) ProtoMessage() {}
+
+func (x *KVRequestOp) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVRequestOp.ProtoReflect.Descriptor instead.
+func (*KVRequestOp) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *KVRequestOp) GetOp() isKVRequestOp_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *KVRequestOp) GetRange() *KVRangeRequest {
+	if x != nil {
+		if x, ok := x.Op.(*KVRequestOp_Range); ok {
+			return x.Range
+		}
+	}
+	return nil
+}
+
+func (x *KVRequestOp) GetPut() *KVPutRequest {
+	if x != nil {
+		if x, ok := x.Op.(*KVRequestOp_Put); ok {
+			return x.Put
+		}
+	}
+	return nil
+}
+
+func (x *KVRequestOp) GetDelete() *KVDeleteRequest {
+	if x != nil {
+		if x, ok := x.Op.(*KVRequestOp_Delete); ok {
+			return x.Delete
+		}
+	}
+	return nil
+}
+
+type isKVRequestOp_Op interface {
+	isKVRequestOp_Op()
+}
+
+type KVRequestOp_Range struct {
+	Range *KVRangeRequest `protobuf:"bytes,1,opt,name=range,proto3,oneof"`
+}
+
+type KVRequestOp_Put struct {
+	Put *KVPutRequest `protobuf:"bytes,2,opt,name=put,proto3,oneof"`
+}
+
+type KVRequestOp_Delete struct {
+	Delete *KVDeleteRequest `protobuf:"bytes,3,opt,name=delete,proto3,oneof"`
+}
+
+func (*KVRequestOp_Range) isKVRequestOp_Op() {}
+
+func (*KVRequestOp_Put) isKVRequestOp_Op() {}
+
+func (*KVRequestOp_Delete) isKVRequestOp_Op() {}
+
+type KVResponseOp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*KVResponseOp_Range
+	//	*KVResponseOp_Put
+	//	*KVResponseOp_Delete
+	Op            isKVResponseOp_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVResponseOp) Reset() {
+	*x = KVResponseOp{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVResponseOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVResponseOp) ProtoMessage() {}
+
+func (x *KVResponseOp) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVResponseOp.ProtoReflect.Descriptor instead.
+func (*KVResponseOp) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *KVResponseOp) GetOp() isKVResponseOp_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *KVResponseOp) GetRange() *KVRangeResponse {
+	if x != nil {
+		if x, ok := x.Op.(*KVResponseOp_Range); ok {
+			return x.Range
+		}
+	}
+	return nil
+}
+
+func (x *KVResponseOp) GetPut() *KVPutResponse {
+	if x != nil {
+		if x, ok := x.Op.(*KVResponseOp_Put); ok {
+			return x.Put
+		}
+	}
+	return nil
+}
+
+func (x *KVResponseOp) GetDelete() *KVDeleteResponse {
+	if x != nil {
+		if x, ok := x.Op.(*KVResponseOp_Delete); ok {
+			return x.Delete
+		}
+	}
+	return nil
+}
+
+type isKVResponseOp_Op interface {
+	isKVResponseOp_Op()
+}
+
+type KVResponseOp_Range struct {
+	Range *KVRangeResponse `protobuf:"bytes,1,opt,name=range,proto3,oneof"`
+}
+
+type KVResponseOp_Put struct {
+	Put *KVPutResponse `protobuf:"bytes,2,opt,name=put,proto3,oneof"`
+}
+
+type KVResponseOp_Delete struct {
+	Delete *KVDeleteResponse `protobuf:"bytes,3,opt,name=delete,proto3,oneof"`
+}
+
+func (*KVResponseOp_Range) isKVResponseOp_Op() {}
+
+func (*KVResponseOp_Put) isKVResponseOp_Op() {}
+
+func (*KVResponseOp_Delete) isKVResponseOp_Op() {}
+
+type KVTxnRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Compare       []*KVCompare           `protobuf:"bytes,1,rep,name=compare,proto3" json:"compare,omitempty"`
+	Success       []*KVRequestOp         `protobuf:"bytes,2,rep,name=success,proto3" json:"success,omitempty"`
+	Failure       []*KVRequestOp         `protobuf:"bytes,3,rep,name=failure,proto3" json:"failure,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVTxnRequest) Reset() {
+	*x = KVTxnRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVTxnRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVTxnRequest) ProtoMessage() {}
+
+func (x *KVTxnRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVTxnRequest.ProtoReflect.Descriptor instead.
+func (*KVTxnRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *KVTxnRequest) GetCompare() []*KVCompare {
+	if x != nil {
+		return x.Compare
+	}
+	return nil
+}
+
+func (x *KVTxnRequest) GetSuccess() []*KVRequestOp {
+	if x != nil {
+		return x.Success
+	}
+	return nil
+}
+
+func (x *KVTxnRequest) GetFailure() []*KVRequestOp {
+	if x != nil {
+		return x.Failure
+	}
+	return nil
+}
+
+type KVTxnResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Succeeded bool                   `protobuf:"varint,1,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
+	// revision: the service's revision after the transaction; every write in
+	// it carries this one revision.
+	Revision uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// responses: one per op of the branch taken, in order. A range sees the
+	// writes before it in the same transaction.
+	Responses     []*KVResponseOp `protobuf:"bytes,3,rep,name=responses,proto3" json:"responses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVTxnResponse) Reset() {
+	*x = KVTxnResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVTxnResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVTxnResponse) ProtoMessage() {}
+
+func (x *KVTxnResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVTxnResponse.ProtoReflect.Descriptor instead.
+func (*KVTxnResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *KVTxnResponse) GetSucceeded() bool {
+	if x != nil {
+		return x.Succeeded
+	}
+	return false
+}
+
+func (x *KVTxnResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *KVTxnResponse) GetResponses() []*KVResponseOp {
+	if x != nil {
+		return x.Responses
+	}
+	return nil
+}
+
+type KVWatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// prefix: every key starting with key ("" is every key).
+	Prefix bool `protobuf:"varint,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// start_revision: the first revision to report (inclusive). 0 means
+	// changes after the current revision (read linearizably). To resume,
+	// send the last response's revision + 1.
+	StartRevision uint64 `protobuf:"varint,3,opt,name=start_revision,json=startRevision,proto3" json:"start_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVWatchRequest) Reset() {
+	*x = KVWatchRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVWatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVWatchRequest) ProtoMessage() {}
+
+func (x *KVWatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVWatchRequest.ProtoReflect.Descriptor instead.
+func (*KVWatchRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *KVWatchRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KVWatchRequest) GetPrefix() bool {
+	if x != nil {
+		return x.Prefix
+	}
+	return false
+}
+
+func (x *KVWatchRequest) GetStartRevision() uint64 {
+	if x != nil {
+		return x.StartRevision
+	}
+	return 0
+}
+
+// KVEvent is one change of one key. kv.mod_revision is the change's
+// revision; for a delete, kv holds only the key and that revision.
+type KVEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          KVEventType            `protobuf:"varint,1,opt,name=type,proto3,enum=tenure.v1.KVEventType" json:"type,omitempty"`
+	Kv            *KVKeyValue            `protobuf:"bytes,2,opt,name=kv,proto3" json:"kv,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVEvent) Reset() {
+	*x = KVEvent{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVEvent) ProtoMessage() {}
+
+func (x *KVEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVEvent.ProtoReflect.Descriptor instead.
+func (*KVEvent) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *KVEvent) GetType() KVEventType {
+	if x != nil {
+		return x.Type
+	}
+	return KVEventType_KV_EVENT_TYPE_UNSPECIFIED
+}
+
+func (x *KVEvent) GetKv() *KVKeyValue {
+	if x != nil {
+		return x.Kv
+	}
+	return nil
+}
+
+type KVWatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// events in revision order; within one revision in the order applied (a
+	// transaction's op order, a prefix delete's key order). A revision is
+	// never split across responses.
+	Events []*KVEvent `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// revision: every matching change up to and including this revision has
+	// been sent on this stream; resume from revision + 1.
+	Revision uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// created: the first response of a watch (no events).
+	Created bool `protobuf:"varint,3,opt,name=created,proto3" json:"created,omitempty"`
+	// progress: a progress notification on an idle watch (no events).
+	Progress      bool `protobuf:"varint,4,opt,name=progress,proto3" json:"progress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVWatchResponse) Reset() {
+	*x = KVWatchResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVWatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVWatchResponse) ProtoMessage() {}
+
+func (x *KVWatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVWatchResponse.ProtoReflect.Descriptor instead.
+func (*KVWatchResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *KVWatchResponse) GetEvents() []*KVEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *KVWatchResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *KVWatchResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+func (x *KVWatchResponse) GetProgress() bool {
+	if x != nil {
+		return x.Progress
+	}
+	return false
+}
+
+// KVCompacted is the detail of a watch's OUT_OF_RANGE error: the event
+// history no longer holds start_revision. Re-read the state (KVRange) and
+// watch again from that read's revision + 1.
+type KVCompacted struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// compact_revision: history is kept only for revisions after this one.
+	CompactRevision uint64 `protobuf:"varint,1,opt,name=compact_revision,json=compactRevision,proto3" json:"compact_revision,omitempty"`
+	CurrentRevision uint64 `protobuf:"varint,2,opt,name=current_revision,json=currentRevision,proto3" json:"current_revision,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *KVCompacted) Reset() {
+	*x = KVCompacted{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVCompacted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVCompacted) ProtoMessage() {}
+
+func (x *KVCompacted) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVCompacted.ProtoReflect.Descriptor instead.
+func (*KVCompacted) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *KVCompacted) GetCompactRevision() uint64 {
+	if x != nil {
+		return x.CompactRevision
+	}
+	return 0
+}
+
+func (x *KVCompacted) GetCurrentRevision() uint64 {
+	if x != nil {
+		return x.CurrentRevision
 	}
 	return 0
 }
@@ -3062,14 +4339,85 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12\x1a\n" +
 	"\brevision\x18\x05 \x01(\x04R\brevision\"\x0f\n" +
-	"\rStatusRequest\"\xa9\x01\n" +
+	"\rStatusRequest\"\x91\x02\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x12\n" +
 	"\x04term\x18\x03 \x01(\x04R\x04term\x12\x1a\n" +
 	"\brevision\x18\x04 \x01(\x04R\brevision\x12\x16\n" +
 	"\x06voters\x18\x05 \x03(\tR\x06voters\x12#\n" +
-	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex*\xc3\x02\n" +
+	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\x124\n" +
+	"\x16watch_compact_revision\x18< \x01(\x04R\x14watchCompactRevision\x120\n" +
+	"\x14watch_history_events\x18= \x01(\x04R\x12watchHistoryEvents\"\xb4\x01\n" +
+	"\n" +
+	"KVKeyValue\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12'\n" +
+	"\x0fcreate_revision\x18\x03 \x01(\x04R\x0ecreateRevision\x12!\n" +
+	"\fmod_revision\x18\x04 \x01(\x04R\vmodRevision\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\x12\x18\n" +
+	"\asession\x18\x06 \x01(\x04R\asession\"P\n" +
+	"\fKVPutRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x18\n" +
+	"\asession\x18\x03 \x01(\x04R\asession\"+\n" +
+	"\rKVPutResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\"\x91\x01\n" +
+	"\x0eKVRangeRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x1b\n" +
+	"\tstart_key\x18\x04 \x01(\tR\bstartKey\x12\"\n" +
+	"\fserializable\x18\x0f \x01(\bR\fserializable\"j\n" +
+	"\x0fKVRangeResponse\x12'\n" +
+	"\x03kvs\x18\x01 \x03(\v2\x15.tenure.v1.KVKeyValueR\x03kvs\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\";\n" +
+	"\x0fKVDeleteRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\bR\x06prefix\"H\n" +
+	"\x10KVDeleteResponse\x12\x18\n" +
+	"\adeleted\x18\x01 \x01(\x03R\adeleted\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"\xb3\x01\n" +
+	"\tKVCompare\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x122\n" +
+	"\x06target\x18\x02 \x01(\x0e2\x1a.tenure.v1.KVCompareTargetR\x06target\x122\n" +
+	"\x06result\x18\x03 \x01(\x0e2\x1a.tenure.v1.KVCompareResultR\x06result\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\fR\x05value\x12\x16\n" +
+	"\x06number\x18\x05 \x01(\x04R\x06number\"\xa9\x01\n" +
+	"\vKVRequestOp\x121\n" +
+	"\x05range\x18\x01 \x01(\v2\x19.tenure.v1.KVRangeRequestH\x00R\x05range\x12+\n" +
+	"\x03put\x18\x02 \x01(\v2\x17.tenure.v1.KVPutRequestH\x00R\x03put\x124\n" +
+	"\x06delete\x18\x03 \x01(\v2\x1a.tenure.v1.KVDeleteRequestH\x00R\x06deleteB\x04\n" +
+	"\x02op\"\xad\x01\n" +
+	"\fKVResponseOp\x122\n" +
+	"\x05range\x18\x01 \x01(\v2\x1a.tenure.v1.KVRangeResponseH\x00R\x05range\x12,\n" +
+	"\x03put\x18\x02 \x01(\v2\x18.tenure.v1.KVPutResponseH\x00R\x03put\x125\n" +
+	"\x06delete\x18\x03 \x01(\v2\x1b.tenure.v1.KVDeleteResponseH\x00R\x06deleteB\x04\n" +
+	"\x02op\"\xa2\x01\n" +
+	"\fKVTxnRequest\x12.\n" +
+	"\acompare\x18\x01 \x03(\v2\x14.tenure.v1.KVCompareR\acompare\x120\n" +
+	"\asuccess\x18\x02 \x03(\v2\x16.tenure.v1.KVRequestOpR\asuccess\x120\n" +
+	"\afailure\x18\x03 \x03(\v2\x16.tenure.v1.KVRequestOpR\afailure\"\x80\x01\n" +
+	"\rKVTxnResponse\x12\x1c\n" +
+	"\tsucceeded\x18\x01 \x01(\bR\tsucceeded\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x125\n" +
+	"\tresponses\x18\x03 \x03(\v2\x17.tenure.v1.KVResponseOpR\tresponses\"a\n" +
+	"\x0eKVWatchRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12%\n" +
+	"\x0estart_revision\x18\x03 \x01(\x04R\rstartRevision\"\\\n" +
+	"\aKVEvent\x12*\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x16.tenure.v1.KVEventTypeR\x04type\x12%\n" +
+	"\x02kv\x18\x02 \x01(\v2\x15.tenure.v1.KVKeyValueR\x02kv\"\x8f\x01\n" +
+	"\x0fKVWatchResponse\x12*\n" +
+	"\x06events\x18\x01 \x03(\v2\x12.tenure.v1.KVEventR\x06events\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x18\n" +
+	"\acreated\x18\x03 \x01(\bR\acreated\x12\x1a\n" +
+	"\bprogress\x18\x04 \x01(\bR\bprogress\"c\n" +
+	"\vKVCompacted\x12)\n" +
+	"\x10compact_revision\x18\x01 \x01(\x04R\x0fcompactRevision\x12)\n" +
+	"\x10current_revision\x18\x02 \x01(\x04R\x0fcurrentRevision*\xdf\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12ERROR_REASON_STALE\x10\x01\x12\x19\n" +
@@ -3082,11 +4430,29 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x19ERROR_REASON_ALREADY_HELD\x10\b\x12\x1a\n" +
 	"\x16ERROR_REASON_CANCELLED\x10\t\x12\x16\n" +
 	"\x12ERROR_REASON_LIMIT\x10\n" +
-	"*V\n" +
+	"\x12\x1a\n" +
+	"\x16ERROR_REASON_COMPACTED\x10<*V\n" +
 	"\tPutResult\x12\x1a\n" +
 	"\x16PUT_RESULT_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13PUT_RESULT_ACCEPTED\x10\x01\x12\x14\n" +
-	"\x10PUT_RESULT_STALE\x10\x022\xc9\a\n" +
+	"\x10PUT_RESULT_STALE\x10\x02*\xbb\x01\n" +
+	"\x0fKVCompareTarget\x12!\n" +
+	"\x1dKV_COMPARE_TARGET_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17KV_COMPARE_TARGET_VALUE\x10\x01\x12\x1d\n" +
+	"\x19KV_COMPARE_TARGET_VERSION\x10\x02\x12%\n" +
+	"!KV_COMPARE_TARGET_CREATE_REVISION\x10\x03\x12\"\n" +
+	"\x1eKV_COMPARE_TARGET_MOD_REVISION\x10\x04*\xad\x01\n" +
+	"\x0fKVCompareResult\x12!\n" +
+	"\x1dKV_COMPARE_RESULT_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17KV_COMPARE_RESULT_EQUAL\x10\x01\x12\x1f\n" +
+	"\x1bKV_COMPARE_RESULT_NOT_EQUAL\x10\x02\x12\x1d\n" +
+	"\x19KV_COMPARE_RESULT_GREATER\x10\x03\x12\x1a\n" +
+	"\x16KV_COMPARE_RESULT_LESS\x10\x04*]\n" +
+	"\vKVEventType\x12\x1d\n" +
+	"\x19KV_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11KV_EVENT_TYPE_PUT\x10\x01\x12\x18\n" +
+	"\x14KV_EVENT_TYPE_DELETE\x10\x022\x8c\n" +
+	"\n" +
 	"\x06Tenure\x12D\n" +
 	"\aSession\x12\x19.tenure.v1.SessionRequest\x1a\x1a.tenure.v1.SessionResponse(\x010\x01\x12O\n" +
 	"\fListSessions\x12\x1e.tenure.v1.ListSessionsRequest\x1a\x1f.tenure.v1.ListSessionsResponse\x12I\n" +
@@ -3102,7 +4468,12 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\tMemberAdd\x12\x1b.tenure.v1.MemberAddRequest\x1a\x1d.tenure.v1.MemberListResponse\x12M\n" +
 	"\fMemberRemove\x12\x1e.tenure.v1.MemberRemoveRequest\x1a\x1d.tenure.v1.MemberListResponse\x12J\n" +
 	"\fSnapshotSave\x12\x1e.tenure.v1.SnapshotSaveRequest\x1a\x18.tenure.v1.SnapshotChunk0\x01\x12Q\n" +
-	"\x0fSnapshotRestore\x12\x18.tenure.v1.SnapshotChunk\x1a\".tenure.v1.SnapshotRestoreResponse(\x01B*Z(github.com/tenure-io/tenure/api/tenurepbb\x06proto3"
+	"\x0fSnapshotRestore\x12\x18.tenure.v1.SnapshotChunk\x1a\".tenure.v1.SnapshotRestoreResponse(\x01\x12:\n" +
+	"\x05KVPut\x12\x17.tenure.v1.KVPutRequest\x1a\x18.tenure.v1.KVPutResponse\x12@\n" +
+	"\aKVRange\x12\x19.tenure.v1.KVRangeRequest\x1a\x1a.tenure.v1.KVRangeResponse\x12C\n" +
+	"\bKVDelete\x12\x1a.tenure.v1.KVDeleteRequest\x1a\x1b.tenure.v1.KVDeleteResponse\x12:\n" +
+	"\x05KVTxn\x12\x17.tenure.v1.KVTxnRequest\x1a\x18.tenure.v1.KVTxnResponse\x12B\n" +
+	"\aKVWatch\x12\x19.tenure.v1.KVWatchRequest\x1a\x1a.tenure.v1.KVWatchResponse0\x01B*Z(github.com/tenure-io/tenure/api/tenurepbb\x06proto3"
 
 var (
 	file_api_tenurepb_tenure_proto_rawDescOnce sync.Once
@@ -3116,110 +4487,155 @@ func file_api_tenurepb_tenure_proto_rawDescGZIP() []byte {
 	return file_api_tenurepb_tenure_proto_rawDescData
 }
 
-var file_api_tenurepb_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_api_tenurepb_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(ErrorReason)(0),                // 0: tenure.v1.ErrorReason
 	(PutResult)(0),                  // 1: tenure.v1.PutResult
-	(*SnapshotSaveRequest)(nil),     // 2: tenure.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),           // 3: tenure.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil), // 4: tenure.v1.SnapshotRestoreResponse
-	(*Member)(nil),                  // 5: tenure.v1.Member
-	(*MemberListRequest)(nil),       // 6: tenure.v1.MemberListRequest
-	(*MemberListResponse)(nil),      // 7: tenure.v1.MemberListResponse
-	(*MemberAddRequest)(nil),        // 8: tenure.v1.MemberAddRequest
-	(*MemberRemoveRequest)(nil),     // 9: tenure.v1.MemberRemoveRequest
-	(*SessionRequest)(nil),          // 10: tenure.v1.SessionRequest
-	(*OpenSession)(nil),             // 11: tenure.v1.OpenSession
-	(*KeepAlive)(nil),               // 12: tenure.v1.KeepAlive
-	(*AcquireLock)(nil),             // 13: tenure.v1.AcquireLock
-	(*ProclaimValue)(nil),           // 14: tenure.v1.ProclaimValue
-	(*ValueProclaimed)(nil),         // 15: tenure.v1.ValueProclaimed
-	(*ReleaseLock)(nil),             // 16: tenure.v1.ReleaseLock
-	(*CancelRequest)(nil),           // 17: tenure.v1.CancelRequest
-	(*CloseSession)(nil),            // 18: tenure.v1.CloseSession
-	(*SessionResponse)(nil),         // 19: tenure.v1.SessionResponse
-	(*SessionOpened)(nil),           // 20: tenure.v1.SessionOpened
-	(*KeepAliveAck)(nil),            // 21: tenure.v1.KeepAliveAck
-	(*LockQueued)(nil),              // 22: tenure.v1.LockQueued
-	(*LockGranted)(nil),             // 23: tenure.v1.LockGranted
-	(*LockReleased)(nil),            // 24: tenure.v1.LockReleased
-	(*SessionClosed)(nil),           // 25: tenure.v1.SessionClosed
-	(*Error)(nil),                   // 26: tenure.v1.Error
-	(*ListSessionsRequest)(nil),     // 27: tenure.v1.ListSessionsRequest
-	(*SessionInfo)(nil),             // 28: tenure.v1.SessionInfo
-	(*ListSessionsResponse)(nil),    // 29: tenure.v1.ListSessionsResponse
-	(*LockStatusRequest)(nil),       // 30: tenure.v1.LockStatusRequest
-	(*Holder)(nil),                  // 31: tenure.v1.Holder
-	(*Waiter)(nil),                  // 32: tenure.v1.Waiter
-	(*LockStatusResponse)(nil),      // 33: tenure.v1.LockStatusResponse
-	(*LockHistoryRequest)(nil),      // 34: tenure.v1.LockHistoryRequest
-	(*GrantRecord)(nil),             // 35: tenure.v1.GrantRecord
-	(*LockHistoryResponse)(nil),     // 36: tenure.v1.LockHistoryResponse
-	(*FencedPutRequest)(nil),        // 37: tenure.v1.FencedPutRequest
-	(*FencedPutResponse)(nil),       // 38: tenure.v1.FencedPutResponse
-	(*FencedGetRequest)(nil),        // 39: tenure.v1.FencedGetRequest
-	(*FencedGetResponse)(nil),       // 40: tenure.v1.FencedGetResponse
-	(*ObserveRequest)(nil),          // 41: tenure.v1.ObserveRequest
-	(*LeaderEvent)(nil),             // 42: tenure.v1.LeaderEvent
-	(*StatusRequest)(nil),           // 43: tenure.v1.StatusRequest
-	(*StatusResponse)(nil),          // 44: tenure.v1.StatusResponse
+	(KVCompareTarget)(0),            // 2: tenure.v1.KVCompareTarget
+	(KVCompareResult)(0),            // 3: tenure.v1.KVCompareResult
+	(KVEventType)(0),                // 4: tenure.v1.KVEventType
+	(*SnapshotSaveRequest)(nil),     // 5: tenure.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),           // 6: tenure.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil), // 7: tenure.v1.SnapshotRestoreResponse
+	(*Member)(nil),                  // 8: tenure.v1.Member
+	(*MemberListRequest)(nil),       // 9: tenure.v1.MemberListRequest
+	(*MemberListResponse)(nil),      // 10: tenure.v1.MemberListResponse
+	(*MemberAddRequest)(nil),        // 11: tenure.v1.MemberAddRequest
+	(*MemberRemoveRequest)(nil),     // 12: tenure.v1.MemberRemoveRequest
+	(*SessionRequest)(nil),          // 13: tenure.v1.SessionRequest
+	(*OpenSession)(nil),             // 14: tenure.v1.OpenSession
+	(*KeepAlive)(nil),               // 15: tenure.v1.KeepAlive
+	(*AcquireLock)(nil),             // 16: tenure.v1.AcquireLock
+	(*ProclaimValue)(nil),           // 17: tenure.v1.ProclaimValue
+	(*ValueProclaimed)(nil),         // 18: tenure.v1.ValueProclaimed
+	(*ReleaseLock)(nil),             // 19: tenure.v1.ReleaseLock
+	(*CancelRequest)(nil),           // 20: tenure.v1.CancelRequest
+	(*CloseSession)(nil),            // 21: tenure.v1.CloseSession
+	(*SessionResponse)(nil),         // 22: tenure.v1.SessionResponse
+	(*SessionOpened)(nil),           // 23: tenure.v1.SessionOpened
+	(*KeepAliveAck)(nil),            // 24: tenure.v1.KeepAliveAck
+	(*LockQueued)(nil),              // 25: tenure.v1.LockQueued
+	(*LockGranted)(nil),             // 26: tenure.v1.LockGranted
+	(*LockReleased)(nil),            // 27: tenure.v1.LockReleased
+	(*SessionClosed)(nil),           // 28: tenure.v1.SessionClosed
+	(*Error)(nil),                   // 29: tenure.v1.Error
+	(*ListSessionsRequest)(nil),     // 30: tenure.v1.ListSessionsRequest
+	(*SessionInfo)(nil),             // 31: tenure.v1.SessionInfo
+	(*ListSessionsResponse)(nil),    // 32: tenure.v1.ListSessionsResponse
+	(*LockStatusRequest)(nil),       // 33: tenure.v1.LockStatusRequest
+	(*Holder)(nil),                  // 34: tenure.v1.Holder
+	(*Waiter)(nil),                  // 35: tenure.v1.Waiter
+	(*LockStatusResponse)(nil),      // 36: tenure.v1.LockStatusResponse
+	(*LockHistoryRequest)(nil),      // 37: tenure.v1.LockHistoryRequest
+	(*GrantRecord)(nil),             // 38: tenure.v1.GrantRecord
+	(*LockHistoryResponse)(nil),     // 39: tenure.v1.LockHistoryResponse
+	(*FencedPutRequest)(nil),        // 40: tenure.v1.FencedPutRequest
+	(*FencedPutResponse)(nil),       // 41: tenure.v1.FencedPutResponse
+	(*FencedGetRequest)(nil),        // 42: tenure.v1.FencedGetRequest
+	(*FencedGetResponse)(nil),       // 43: tenure.v1.FencedGetResponse
+	(*ObserveRequest)(nil),          // 44: tenure.v1.ObserveRequest
+	(*LeaderEvent)(nil),             // 45: tenure.v1.LeaderEvent
+	(*StatusRequest)(nil),           // 46: tenure.v1.StatusRequest
+	(*StatusResponse)(nil),          // 47: tenure.v1.StatusResponse
+	(*KVKeyValue)(nil),              // 48: tenure.v1.KVKeyValue
+	(*KVPutRequest)(nil),            // 49: tenure.v1.KVPutRequest
+	(*KVPutResponse)(nil),           // 50: tenure.v1.KVPutResponse
+	(*KVRangeRequest)(nil),          // 51: tenure.v1.KVRangeRequest
+	(*KVRangeResponse)(nil),         // 52: tenure.v1.KVRangeResponse
+	(*KVDeleteRequest)(nil),         // 53: tenure.v1.KVDeleteRequest
+	(*KVDeleteResponse)(nil),        // 54: tenure.v1.KVDeleteResponse
+	(*KVCompare)(nil),               // 55: tenure.v1.KVCompare
+	(*KVRequestOp)(nil),             // 56: tenure.v1.KVRequestOp
+	(*KVResponseOp)(nil),            // 57: tenure.v1.KVResponseOp
+	(*KVTxnRequest)(nil),            // 58: tenure.v1.KVTxnRequest
+	(*KVTxnResponse)(nil),           // 59: tenure.v1.KVTxnResponse
+	(*KVWatchRequest)(nil),          // 60: tenure.v1.KVWatchRequest
+	(*KVEvent)(nil),                 // 61: tenure.v1.KVEvent
+	(*KVWatchResponse)(nil),         // 62: tenure.v1.KVWatchResponse
+	(*KVCompacted)(nil),             // 63: tenure.v1.KVCompacted
 }
 var file_api_tenurepb_tenure_proto_depIdxs = []int32{
-	5,  // 0: tenure.v1.MemberListResponse.members:type_name -> tenure.v1.Member
-	11, // 1: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
-	12, // 2: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
-	13, // 3: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
-	16, // 4: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
-	17, // 5: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
-	18, // 6: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
-	14, // 7: tenure.v1.SessionRequest.proclaim:type_name -> tenure.v1.ProclaimValue
-	20, // 8: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
-	21, // 9: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
-	22, // 10: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
-	23, // 11: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
-	24, // 12: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
-	25, // 13: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
-	26, // 14: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
-	15, // 15: tenure.v1.SessionResponse.proclaimed:type_name -> tenure.v1.ValueProclaimed
+	8,  // 0: tenure.v1.MemberListResponse.members:type_name -> tenure.v1.Member
+	14, // 1: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
+	15, // 2: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
+	16, // 3: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
+	19, // 4: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
+	20, // 5: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
+	21, // 6: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
+	17, // 7: tenure.v1.SessionRequest.proclaim:type_name -> tenure.v1.ProclaimValue
+	23, // 8: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
+	24, // 9: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
+	25, // 10: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
+	26, // 11: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
+	27, // 12: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
+	28, // 13: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
+	29, // 14: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
+	18, // 15: tenure.v1.SessionResponse.proclaimed:type_name -> tenure.v1.ValueProclaimed
 	0,  // 16: tenure.v1.Error.reason:type_name -> tenure.v1.ErrorReason
-	28, // 17: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
-	31, // 18: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
-	31, // 19: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
-	32, // 20: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
-	35, // 21: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
+	31, // 17: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
+	34, // 18: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
+	34, // 19: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
+	35, // 20: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
+	38, // 21: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
 	1,  // 22: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
-	10, // 23: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
-	27, // 24: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
-	30, // 25: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
-	34, // 26: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
-	37, // 27: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
-	39, // 28: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
-	43, // 29: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
-	41, // 30: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
-	6,  // 31: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
-	8,  // 32: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
-	9,  // 33: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
-	2,  // 34: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
-	3,  // 35: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
-	19, // 36: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
-	29, // 37: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
-	33, // 38: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
-	36, // 39: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
-	38, // 40: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
-	40, // 41: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
-	44, // 42: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
-	42, // 43: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
-	7,  // 44: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
-	7,  // 45: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
-	7,  // 46: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
-	3,  // 47: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
-	4,  // 48: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
-	36, // [36:49] is the sub-list for method output_type
-	23, // [23:36] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	48, // 23: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
+	2,  // 24: tenure.v1.KVCompare.target:type_name -> tenure.v1.KVCompareTarget
+	3,  // 25: tenure.v1.KVCompare.result:type_name -> tenure.v1.KVCompareResult
+	51, // 26: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
+	49, // 27: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
+	53, // 28: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
+	52, // 29: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
+	50, // 30: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
+	54, // 31: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
+	55, // 32: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
+	56, // 33: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
+	56, // 34: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
+	57, // 35: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
+	4,  // 36: tenure.v1.KVEvent.type:type_name -> tenure.v1.KVEventType
+	48, // 37: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
+	61, // 38: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
+	13, // 39: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
+	30, // 40: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
+	33, // 41: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
+	37, // 42: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
+	40, // 43: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
+	42, // 44: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
+	46, // 45: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
+	44, // 46: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
+	9,  // 47: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
+	11, // 48: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
+	12, // 49: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
+	5,  // 50: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
+	6,  // 51: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
+	49, // 52: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
+	51, // 53: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
+	53, // 54: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
+	58, // 55: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
+	60, // 56: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
+	22, // 57: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
+	32, // 58: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
+	36, // 59: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
+	39, // 60: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
+	41, // 61: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
+	43, // 62: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
+	47, // 63: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
+	45, // 64: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
+	10, // 65: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
+	10, // 66: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
+	10, // 67: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
+	6,  // 68: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
+	7,  // 69: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
+	50, // 70: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
+	52, // 71: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
+	54, // 72: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
+	59, // 73: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
+	62, // 74: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
+	57, // [57:75] is the sub-list for method output_type
+	39, // [39:57] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_api_tenurepb_tenure_proto_init() }
@@ -3246,13 +4662,23 @@ func file_api_tenurepb_tenure_proto_init() {
 		(*SessionResponse_Error)(nil),
 		(*SessionResponse_Proclaimed)(nil),
 	}
+	file_api_tenurepb_tenure_proto_msgTypes[51].OneofWrappers = []any{
+		(*KVRequestOp_Range)(nil),
+		(*KVRequestOp_Put)(nil),
+		(*KVRequestOp_Delete)(nil),
+	}
+	file_api_tenurepb_tenure_proto_msgTypes[52].OneofWrappers = []any{
+		(*KVResponseOp_Range)(nil),
+		(*KVResponseOp_Put)(nil),
+		(*KVResponseOp_Delete)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_tenurepb_tenure_proto_rawDesc), len(file_api_tenurepb_tenure_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   43,
+			NumEnums:      5,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

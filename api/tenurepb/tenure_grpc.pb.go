@@ -36,6 +36,11 @@ const (
 	Tenure_MemberRemove_FullMethodName    = "/tenure.v1.Tenure/MemberRemove"
 	Tenure_SnapshotSave_FullMethodName    = "/tenure.v1.Tenure/SnapshotSave"
 	Tenure_SnapshotRestore_FullMethodName = "/tenure.v1.Tenure/SnapshotRestore"
+	Tenure_KVPut_FullMethodName           = "/tenure.v1.Tenure/KVPut"
+	Tenure_KVRange_FullMethodName         = "/tenure.v1.Tenure/KVRange"
+	Tenure_KVDelete_FullMethodName        = "/tenure.v1.Tenure/KVDelete"
+	Tenure_KVTxn_FullMethodName           = "/tenure.v1.Tenure/KVTxn"
+	Tenure_KVWatch_FullMethodName         = "/tenure.v1.Tenure/KVWatch"
 )
 
 // TenureClient is the client API for Tenure service.
@@ -73,6 +78,23 @@ type TenureClient interface {
 	// (disaster recovery). It is refused when the cluster's revision is past
 	// the snapshot's, unless forced: tokens must never go backwards.
 	SnapshotRestore(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, SnapshotRestoreResponse], error)
+	// KV
+	// KVPut writes a key (optionally ephemeral: bound to a session and
+	// deleted when it ends).
+	KVPut(ctx context.Context, in *KVPutRequest, opts ...grpc.CallOption) (*KVPutResponse, error)
+	// KVRange reads a key or every key under a prefix (linearizable unless
+	// serializable).
+	KVRange(ctx context.Context, in *KVRangeRequest, opts ...grpc.CallOption) (*KVRangeResponse, error)
+	// KVDelete deletes a key or every key under a prefix.
+	KVDelete(ctx context.Context, in *KVDeleteRequest, opts ...grpc.CallOption) (*KVDeleteResponse, error)
+	// KVTxn: if every compare holds, apply success, else failure; atomically,
+	// at one revision.
+	KVTxn(ctx context.Context, in *KVTxnRequest, opts ...grpc.CallOption) (*KVTxnResponse, error)
+	// KVWatch streams every change of a key or prefix from start_revision on,
+	// in revision order. It ends only with an error: OUT_OF_RANGE (with a
+	// KVCompacted detail) when the revision is no longer in the server's
+	// event history, UNAVAILABLE when the node stops serving.
+	KVWatch(ctx context.Context, in *KVWatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[KVWatchResponse], error)
 }
 
 type tenureClient struct {
@@ -237,6 +259,65 @@ func (c *tenureClient) SnapshotRestore(ctx context.Context, opts ...grpc.CallOpt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Tenure_SnapshotRestoreClient = grpc.ClientStreamingClient[SnapshotChunk, SnapshotRestoreResponse]
 
+func (c *tenureClient) KVPut(ctx context.Context, in *KVPutRequest, opts ...grpc.CallOption) (*KVPutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KVPutResponse)
+	err := c.cc.Invoke(ctx, Tenure_KVPut_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) KVRange(ctx context.Context, in *KVRangeRequest, opts ...grpc.CallOption) (*KVRangeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KVRangeResponse)
+	err := c.cc.Invoke(ctx, Tenure_KVRange_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) KVDelete(ctx context.Context, in *KVDeleteRequest, opts ...grpc.CallOption) (*KVDeleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KVDeleteResponse)
+	err := c.cc.Invoke(ctx, Tenure_KVDelete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) KVTxn(ctx context.Context, in *KVTxnRequest, opts ...grpc.CallOption) (*KVTxnResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KVTxnResponse)
+	err := c.cc.Invoke(ctx, Tenure_KVTxn_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) KVWatch(ctx context.Context, in *KVWatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[KVWatchResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[4], Tenure_KVWatch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[KVWatchRequest, KVWatchResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Tenure_KVWatchClient = grpc.ServerStreamingClient[KVWatchResponse]
+
 // TenureServer is the server API for Tenure service.
 // All implementations must embed UnimplementedTenureServer
 // for forward compatibility.
@@ -272,6 +353,23 @@ type TenureServer interface {
 	// (disaster recovery). It is refused when the cluster's revision is past
 	// the snapshot's, unless forced: tokens must never go backwards.
 	SnapshotRestore(grpc.ClientStreamingServer[SnapshotChunk, SnapshotRestoreResponse]) error
+	// KV
+	// KVPut writes a key (optionally ephemeral: bound to a session and
+	// deleted when it ends).
+	KVPut(context.Context, *KVPutRequest) (*KVPutResponse, error)
+	// KVRange reads a key or every key under a prefix (linearizable unless
+	// serializable).
+	KVRange(context.Context, *KVRangeRequest) (*KVRangeResponse, error)
+	// KVDelete deletes a key or every key under a prefix.
+	KVDelete(context.Context, *KVDeleteRequest) (*KVDeleteResponse, error)
+	// KVTxn: if every compare holds, apply success, else failure; atomically,
+	// at one revision.
+	KVTxn(context.Context, *KVTxnRequest) (*KVTxnResponse, error)
+	// KVWatch streams every change of a key or prefix from start_revision on,
+	// in revision order. It ends only with an error: OUT_OF_RANGE (with a
+	// KVCompacted detail) when the revision is no longer in the server's
+	// event history, UNAVAILABLE when the node stops serving.
+	KVWatch(*KVWatchRequest, grpc.ServerStreamingServer[KVWatchResponse]) error
 	mustEmbedUnimplementedTenureServer()
 }
 
@@ -320,6 +418,21 @@ func (UnimplementedTenureServer) SnapshotSave(*SnapshotSaveRequest, grpc.ServerS
 }
 func (UnimplementedTenureServer) SnapshotRestore(grpc.ClientStreamingServer[SnapshotChunk, SnapshotRestoreResponse]) error {
 	return status.Error(codes.Unimplemented, "method SnapshotRestore not implemented")
+}
+func (UnimplementedTenureServer) KVPut(context.Context, *KVPutRequest) (*KVPutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method KVPut not implemented")
+}
+func (UnimplementedTenureServer) KVRange(context.Context, *KVRangeRequest) (*KVRangeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method KVRange not implemented")
+}
+func (UnimplementedTenureServer) KVDelete(context.Context, *KVDeleteRequest) (*KVDeleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method KVDelete not implemented")
+}
+func (UnimplementedTenureServer) KVTxn(context.Context, *KVTxnRequest) (*KVTxnResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method KVTxn not implemented")
+}
+func (UnimplementedTenureServer) KVWatch(*KVWatchRequest, grpc.ServerStreamingServer[KVWatchResponse]) error {
+	return status.Error(codes.Unimplemented, "method KVWatch not implemented")
 }
 func (UnimplementedTenureServer) mustEmbedUnimplementedTenureServer() {}
 func (UnimplementedTenureServer) testEmbeddedByValue()                {}
@@ -540,6 +653,89 @@ func _Tenure_SnapshotRestore_Handler(srv interface{}, stream grpc.ServerStream) 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Tenure_SnapshotRestoreServer = grpc.ClientStreamingServer[SnapshotChunk, SnapshotRestoreResponse]
 
+func _Tenure_KVPut_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KVPutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).KVPut(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_KVPut_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).KVPut(ctx, req.(*KVPutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_KVRange_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KVRangeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).KVRange(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_KVRange_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).KVRange(ctx, req.(*KVRangeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_KVDelete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KVDeleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).KVDelete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_KVDelete_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).KVDelete(ctx, req.(*KVDeleteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_KVTxn_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KVTxnRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).KVTxn(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_KVTxn_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).KVTxn(ctx, req.(*KVTxnRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_KVWatch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(KVWatchRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(TenureServer).KVWatch(m, &grpc.GenericServerStream[KVWatchRequest, KVWatchResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Tenure_KVWatchServer = grpc.ServerStreamingServer[KVWatchResponse]
+
 // Tenure_ServiceDesc is the grpc.ServiceDesc for Tenure service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -583,6 +779,22 @@ var Tenure_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "MemberRemove",
 			Handler:    _Tenure_MemberRemove_Handler,
 		},
+		{
+			MethodName: "KVPut",
+			Handler:    _Tenure_KVPut_Handler,
+		},
+		{
+			MethodName: "KVRange",
+			Handler:    _Tenure_KVRange_Handler,
+		},
+		{
+			MethodName: "KVDelete",
+			Handler:    _Tenure_KVDelete_Handler,
+		},
+		{
+			MethodName: "KVTxn",
+			Handler:    _Tenure_KVTxn_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -605,6 +817,11 @@ var Tenure_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "SnapshotRestore",
 			Handler:       _Tenure_SnapshotRestore_Handler,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "KVWatch",
+			Handler:       _Tenure_KVWatch_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "api/tenurepb/tenure.proto",

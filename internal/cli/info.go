@@ -71,6 +71,9 @@ type statusJSON struct {
 	Revision     uint64   `json:"revision"`
 	Voters       []string `json:"voters"`
 	AppliedIndex uint64   `json:"applied_index"`
+	// The node's watch history (docs/kv.md).
+	WatchCompactRevision uint64 `json:"watch_compact_revision"`
+	WatchHistoryEvents   uint64 `json:"watch_history_events"`
 }
 
 func (a *app) statusCommand() *cobra.Command {
@@ -79,7 +82,10 @@ func (a *app) statusCommand() *cobra.Command {
 		Short: "Show the server's view: node, leader, term, revision",
 		Long: `Show the server's view of the cluster.
 
-JSON: {"node","leader","term","revision","voters":[..],"applied_index"}.`,
+JSON: {"node","leader","term","revision","voters":[..],"applied_index",
+"watch_compact_revision","watch_history_events"}: the node's watch history
+holds watch_history_events key changes, every one after
+watch_compact_revision.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
@@ -87,9 +93,11 @@ JSON: {"node","leader","term","revision","voters":[..],"applied_index"}.`,
 				if err != nil {
 					return err
 				}
-				out := statusJSON{Node: st.GetNode(), Leader: st.GetLeader(), Term: st.GetTerm(), Revision: st.GetRevision(), Voters: nonNil(st.GetVoters()), AppliedIndex: st.GetAppliedIndex()}
+				out := statusJSON{Node: st.GetNode(), Leader: st.GetLeader(), Term: st.GetTerm(), Revision: st.GetRevision(), Voters: nonNil(st.GetVoters()), AppliedIndex: st.GetAppliedIndex(),
+					WatchCompactRevision: st.GetWatchCompactRevision(), WatchHistoryEvents: st.GetWatchHistoryEvents()}
 				return a.emit(out, func(w io.Writer) {
 					fmt.Fprintf(w, "node:     %s\nleader:   %s\nterm:     %d\nrevision: %d\nvoters:   %s\n", out.Node, out.Leader, out.Term, out.Revision, strings.Join(out.Voters, " "))
+					fmt.Fprintf(w, "watch:    %d key changes held, from revision %d\n", out.WatchHistoryEvents, out.WatchCompactRevision+1)
 				})
 			})
 		},

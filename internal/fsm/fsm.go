@@ -1,5 +1,6 @@
 // Package fsm is Tenure's replicated state machine: sessions, locks with
-// FIFO waiters, grant history and fenced registers.
+// FIFO waiters, grant history, fenced registers and a key-value store
+// (kv.go).
 //
 // # The raft contract
 //
@@ -28,6 +29,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/google/btree"
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
@@ -97,6 +99,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		}
 		out[i] = f.state.Apply(cmd, emit)
 	}
+	emit(Event{Kind: EventApplied, Revision: f.state.revision})
 	f.mu.Unlock()
 	for _, e := range events {
 		f.sink(e)
@@ -105,12 +108,14 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 }
 
 // Snapshot implements raft.FSM: it copies the state into a message that
-// Persist writes while Apply goes on.
+// Persist writes while Apply goes on. The key-value store is cloned
+// (copy-on-write, O(1)) and serialised by Persist, outside the lock.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	f.mu.RLock()
-	snap := f.state.Export()
-	f.mu.RUnlock()
-	return &fsmSnapshot{snap: snap}, nil
+	f.mu.Lock() // Clone marks the tree copy-on-write: not with readers
+	snap := f.state.exportCore()
+	kv := f.state.kv.tree.Clone()
+	f.mu.Unlock()
+	return &fsmSnapshot{snap: snap, kv: kv}, nil
 }
 
 // Restore implements raft.FSM.
@@ -132,12 +137,17 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	st.UnsafeSkipFenceCheck = f.unsafeSkip
 	f.state = st
 	f.mu.Unlock()
+	f.sink(Event{Kind: EventRestored, Revision: st.revision})
 	return nil
 }
 
-type fsmSnapshot struct{ snap *fsmpb.Snapshot }
+type fsmSnapshot struct {
+	snap *fsmpb.Snapshot
+	kv   *btree.BTreeG[KV]
+}
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	exportKV(s.snap, s.kv)
 	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(s.snap)
 	if err == nil {
 		_, err = sink.Write(data)

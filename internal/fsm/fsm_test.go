@@ -130,6 +130,8 @@ func TestFSMApplyBatch(t *testing.T) {
 			t.Fatalf("result %d: %+v, want %+v", i, got[i], wantResults[i])
 		}
 	}
+	// The batch's events, then the marker that ends it.
+	wantEvents = append(wantEvents, fsm.Event{Kind: fsm.EventApplied, Revision: 12})
 	if !reflect.DeepEqual(events, wantEvents) {
 		t.Fatalf("events\n got %+v\nwant %+v", events, wantEvents)
 	}
@@ -143,7 +145,7 @@ func TestFSMApplyBatch(t *testing.T) {
 	if !ok || r.Err != nil || r.Revision != 14 {
 		t.Fatalf("Apply: %+v", r)
 	}
-	if n := len(events); events[n-1].Kind != fsm.EventGranted || events[n-1].Session != 3 {
+	if n := len(events); events[n-2].Kind != fsm.EventGranted || events[n-2].Session != 3 || events[n-1].Kind != fsm.EventApplied {
 		t.Fatalf("Apply delivered %+v", events[len(wantEvents):])
 	}
 }
@@ -164,6 +166,8 @@ func TestFSMSnapshotRestore(t *testing.T) {
 	}
 	f.ApplyBatch(logs)
 	want := fsmExport(t, f)
+	var wantRev uint64
+	f.Read(func(s *fsm.State) { wantRev = s.Revision() })
 
 	snap, err := f.Snapshot()
 	if err != nil {
@@ -193,7 +197,8 @@ func TestFSMSnapshotRestore(t *testing.T) {
 	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.buf.Bytes()))); err != nil {
 		t.Fatalf("Restore: %v", err)
 	}
-	if len(events) != 0 {
+	// Restore emits only the restore marker (watch history restarts there).
+	if len(events) != 1 || events[0].Kind != fsm.EventRestored || events[0].Revision != wantRev {
 		t.Fatalf("Restore emitted %v", events)
 	}
 	if !bytes.Equal(fsmExport(t, g), want) {

@@ -10,6 +10,13 @@ import (
 // Export returns the whole state with every list in a deterministic order:
 // equal states export to equal messages.
 func (s *State) Export() *fsmpb.Snapshot {
+	snap := s.exportCore()
+	exportKV(snap, s.kv.tree)
+	return snap
+}
+
+// exportCore is Export without the keys of the key-value store.
+func (s *State) exportCore() *fsmpb.Snapshot {
 	snap := &fsmpb.Snapshot{Revision: s.revision, Retention: &fsmpb.Retention{LockHistory: uint32(s.historyLimit), RegisterOpMemory: uint32(s.opMemory)}}
 	ids := make([]uint64, 0, len(s.sessions))
 	for id := range s.sessions {
@@ -101,6 +108,9 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 			r.remember(opRec{id: op.GetOperationId(), result: PutOutcome(op.GetResult()), token: op.GetToken()}, s.opMemory)
 		}
 		s.registers[rs.GetKey()] = r
+	}
+	if err := s.importKV(snap); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

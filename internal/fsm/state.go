@@ -77,6 +77,9 @@ type Result struct {
 
 	// Batch: one result per command, in order.
 	Batch []Result
+
+	// KV: the result of a key-value command (kv.go).
+	KV *KVResult
 }
 
 // EventKind says what an Event reports.
@@ -119,6 +122,8 @@ type Event struct {
 	Owner           string
 	Value           []byte
 	Revision        uint64
+	// KV: the key of EventKVPut / EventKVDelete (kv.go).
+	KV *KV
 }
 
 type session struct {
@@ -200,6 +205,7 @@ type State struct {
 	sessions     map[uint64]*session
 	locks        map[string]*lock
 	registers    map[string]*register
+	kv           kvStore
 }
 
 // NewState returns an empty state at revision 0.
@@ -210,6 +216,7 @@ func NewState() *State {
 		sessions:     make(map[uint64]*session),
 		locks:        make(map[string]*lock),
 		registers:    make(map[string]*register),
+		kv:           newKVStore(),
 	}
 }
 
@@ -252,6 +259,12 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 		r = s.proclaim(op.Proclaim, emit)
 	case *fsmpb.Command_SetRetention:
 		r = s.setRetention(op.SetRetention)
+	case *fsmpb.Command_KvPut:
+		r = s.kvApplyPut(op.KvPut, emit)
+	case *fsmpb.Command_KvDelete:
+		r = s.kvApplyDelete(op.KvDelete, emit)
+	case *fsmpb.Command_KvTxn:
+		r = s.kvApplyTxn(op.KvTxn, emit)
 	case *fsmpb.Command_Batch:
 		r.Batch = make([]Result, len(op.Batch.GetCommands()))
 		for i, c := range op.Batch.GetCommands() {
@@ -346,6 +359,7 @@ func (s *State) endSession(id uint64, expired bool, emit EventSink) Result {
 		}
 		s.handOff(l, emit)
 	}
+	s.kvEndSession(id, emit)
 	delete(s.sessions, id)
 	emit(Event{Kind: EventSessionEnded, Session: id, Expired: expired})
 	return Result{}

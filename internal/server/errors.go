@@ -18,6 +18,8 @@ var errCancelled = errors.New("tenure: acquire cancelled")
 // classify is the one place where internal errors become wire errors.
 func classify(err error) (codes.Code, pb.ErrorReason) {
 	switch {
+	case errors.Is(err, ErrCompacted):
+		return codes.OutOfRange, pb.ErrorReason_ERROR_REASON_COMPACTED
 	case errors.Is(err, ErrLimit):
 		return codes.ResourceExhausted, pb.ErrorReason_ERROR_REASON_LIMIT
 	case errors.Is(err, fsm.ErrInvalid), errors.Is(err, node.ErrSnapshotBehind):
@@ -48,7 +50,14 @@ func toStatus(err error) error {
 		return nil
 	}
 	code, _ := classify(err)
-	return status.Error(code, err.Error())
+	st := status.New(code, err.Error())
+	var ce *CompactedError
+	if errors.As(err, &ce) { // the numbers a client needs to resume, typed
+		if d, derr := st.WithDetails(&pb.KVCompacted{CompactRevision: ce.CompactRevision, CurrentRevision: ce.CurrentRevision}); derr == nil {
+			st = d
+		}
+	}
+	return st.Err()
 }
 
 // toProto converts err for a Session stream response.

@@ -24,6 +24,9 @@ type Hub struct {
 	waits     map[waitKey]chan fsm.Event
 	streams   map[uint64]map[*sessionStream]struct{}
 	observers map[string]map[*observer]struct{}
+
+	// kv is the key-value event history that watches read (watch.go).
+	kv *watchRing
 }
 
 // observerBuffer is how many leader changes an observer may lag behind
@@ -58,12 +61,14 @@ func (h *Hub) unobserve(name string, ob *observer) {
 
 // NewHub returns an empty hub.
 func NewHub() *Hub {
-	return &Hub{waits: make(map[waitKey]chan fsm.Event), streams: make(map[uint64]map[*sessionStream]struct{}), observers: make(map[string]map[*observer]struct{})}
+	return &Hub{waits: make(map[waitKey]chan fsm.Event), streams: make(map[uint64]map[*sessionStream]struct{}), observers: make(map[string]map[*observer]struct{}), kv: newWatchRing(DefaultKVLimits().WatchHistory, DefaultKVLimits().WatchHistoryBytes)}
 }
 
 // Sink receives the state machine's events; it never blocks.
 func (h *Hub) Sink(e fsm.Event) {
 	switch e.Kind {
+	case fsm.EventKVPut, fsm.EventKVDelete, fsm.EventApplied, fsm.EventRestored:
+		h.kv.feed(e)
 	case fsm.EventGranted, fsm.EventWaitEnded:
 		h.mu.Lock()
 		ch := h.waits[waitKey{e.Session, e.Name}]

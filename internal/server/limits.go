@@ -26,11 +26,14 @@ type Limits struct {
 	// MaxRegisterValueBytes bounds a fenced register's value
 	// (--max-register-value-bytes; at most fsm.MaxValueLen).
 	MaxRegisterValueBytes int
+
+	// Key-value store and watch (kv.go, watch.go).
+	KV KVLimits
 }
 
 // DefaultLimits are the limits `tenure serve` runs with.
 func DefaultLimits() Limits {
-	return Limits{MaxSessions: 100_000, MaxWaiters: 10_000, MaxNameBytes: fsm.MaxNameLen, MaxRegisterValueBytes: fsm.MaxValueLen}
+	return Limits{MaxSessions: 100_000, MaxWaiters: 10_000, MaxNameBytes: fsm.MaxNameLen, MaxRegisterValueBytes: fsm.MaxValueLen, KV: DefaultKVLimits()}
 }
 
 // Validate reports a limit set beyond what the state machine accepts.
@@ -58,6 +61,7 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxRegisterValueBytes <= 0 {
 		l.MaxRegisterValueBytes = d.MaxRegisterValueBytes
 	}
+	l.KV = l.KV.withDefaults()
 	return l
 }
 

@@ -33,7 +33,9 @@ type Server struct {
 // New returns a server for n; hub must be the one whose Sink n delivers
 // events to.
 func New(n *node.Node, hub *Hub, limits Limits) *Server {
-	return &Server{node: n, hub: hub, limits: limits.withDefaults()}
+	s := &Server{node: n, hub: hub, limits: limits.withDefaults()}
+	s.configureKV()
+	return s
 }
 
 func cmdOf(op any) *fsmpb.Command {
@@ -463,5 +465,7 @@ func (s *Server) FencedGet(ctx context.Context, req *pb.FencedGetRequest) (*pb.F
 // Status implements pb.TenureServer.
 func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
 	st := s.node.Status()
-	return &pb.StatusResponse{Node: st.Node, Leader: st.Leader, Term: st.Term, Revision: st.Revision, Voters: st.Voters, AppliedIndex: st.AppliedIndex}, nil
+	out := &pb.StatusResponse{Node: st.Node, Leader: st.Leader, Term: st.Term, Revision: st.Revision, Voters: st.Voters, AppliedIndex: st.AppliedIndex}
+	s.watchStatus(out)
+	return out, nil
 }

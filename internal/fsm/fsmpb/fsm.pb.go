@@ -39,6 +39,9 @@ type Command struct {
 	//	*Command_Batch
 	//	*Command_Proclaim
 	//	*Command_SetRetention
+	//	*Command_KvPut
+	//	*Command_KvDelete
+	//	*Command_KvTxn
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -180,6 +183,33 @@ func (x *Command) GetSetRetention() *SetRetention {
 	return nil
 }
 
+func (x *Command) GetKvPut() *KVPut {
+	if x != nil {
+		if x, ok := x.Op.(*Command_KvPut); ok {
+			return x.KvPut
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetKvDelete() *KVDelete {
+	if x != nil {
+		if x, ok := x.Op.(*Command_KvDelete); ok {
+			return x.KvDelete
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetKvTxn() *KVTxn {
+	if x != nil {
+		if x, ok := x.Op.(*Command_KvTxn); ok {
+			return x.KvTxn
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -228,6 +258,19 @@ type Command_SetRetention struct {
 	SetRetention *SetRetention `protobuf:"bytes,60,opt,name=set_retention,json=setRetention,proto3,oneof"`
 }
 
+type Command_KvPut struct {
+	// Key-value store (kv.go).
+	KvPut *KVPut `protobuf:"bytes,40,opt,name=kv_put,json=kvPut,proto3,oneof"`
+}
+
+type Command_KvDelete struct {
+	KvDelete *KVDelete `protobuf:"bytes,41,opt,name=kv_delete,json=kvDelete,proto3,oneof"`
+}
+
+type Command_KvTxn struct {
+	KvTxn *KVTxn `protobuf:"bytes,42,opt,name=kv_txn,json=kvTxn,proto3,oneof"`
+}
+
 func (*Command_CreateSession) isCommand_Op() {}
 
 func (*Command_CloseSession) isCommand_Op() {}
@@ -249,6 +292,12 @@ func (*Command_Batch) isCommand_Op() {}
 func (*Command_Proclaim) isCommand_Op() {}
 
 func (*Command_SetRetention) isCommand_Op() {}
+
+func (*Command_KvPut) isCommand_Op() {}
+
+func (*Command_KvDelete) isCommand_Op() {}
+
+func (*Command_KvTxn) isCommand_Op() {}
 
 // SetRetention changes how much diagnostic history the state keeps: grant
 // records per lock and remembered operation ids per fenced register. 0
@@ -930,6 +979,8 @@ type Snapshot struct {
 	Sessions  []*SessionState        `protobuf:"bytes,2,rep,name=sessions,proto3" json:"sessions,omitempty"`
 	Locks     []*LockState           `protobuf:"bytes,3,rep,name=locks,proto3" json:"locks,omitempty"`
 	Registers []*RegisterState       `protobuf:"bytes,4,rep,name=registers,proto3" json:"registers,omitempty"`
+	// kv: every key, in key order.
+	Kv []*KVState `protobuf:"bytes,20,rep,name=kv,proto3" json:"kv,omitempty"`
 	// retention: absent in snapshots made before it was configurable
 	// (the defaults applied then).
 	Retention     *Retention `protobuf:"bytes,30,opt,name=retention,proto3" json:"retention,omitempty"`
@@ -991,6 +1042,13 @@ func (x *Snapshot) GetLocks() []*LockState {
 func (x *Snapshot) GetRegisters() []*RegisterState {
 	if x != nil {
 		return x.Registers
+	}
+	return nil
+}
+
+func (x *Snapshot) GetKv() []*KVState {
+	if x != nil {
+		return x.Kv
 	}
 	return nil
 }
@@ -1622,11 +1680,519 @@ func (x *RegisterState) GetOps() []*OpRecord {
 	return nil
 }
 
+// KVPut writes key. With a session the key is ephemeral: it is deleted
+// when that session ends.
+type KVPut struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Session       uint64                 `protobuf:"varint,3,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVPut) Reset() {
+	*x = KVPut{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVPut) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVPut) ProtoMessage() {}
+
+func (x *KVPut) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVPut.ProtoReflect.Descriptor instead.
+func (*KVPut) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *KVPut) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KVPut) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *KVPut) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+// KVDelete deletes key, or every key starting with key when prefix.
+type KVDelete struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Prefix        bool                   `protobuf:"varint,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVDelete) Reset() {
+	*x = KVDelete{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVDelete) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVDelete) ProtoMessage() {}
+
+func (x *KVDelete) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVDelete.ProtoReflect.Descriptor instead.
+func (*KVDelete) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *KVDelete) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KVDelete) GetPrefix() bool {
+	if x != nil {
+		return x.Prefix
+	}
+	return false
+}
+
+// KVRange reads key, or every key starting with key when prefix (in key
+// order, at most limit when limit > 0). Used inside transactions.
+type KVRange struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Key    string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Prefix bool                   `protobuf:"varint,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Limit  int64                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// start_key, with prefix: begin at this key instead of the prefix.
+	StartKey      string `protobuf:"bytes,4,opt,name=start_key,json=startKey,proto3" json:"start_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVRange) Reset() {
+	*x = KVRange{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVRange) ProtoMessage() {}
+
+func (x *KVRange) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVRange.ProtoReflect.Descriptor instead.
+func (*KVRange) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *KVRange) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KVRange) GetPrefix() bool {
+	if x != nil {
+		return x.Prefix
+	}
+	return false
+}
+
+func (x *KVRange) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *KVRange) GetStartKey() string {
+	if x != nil {
+		return x.StartKey
+	}
+	return ""
+}
+
+// KVCompare is one condition of a transaction. target and result carry
+// the numbers of the API's KVCompare enums.
+type KVCompare struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Target        uint32                 `protobuf:"varint,2,opt,name=target,proto3" json:"target,omitempty"`
+	Result        uint32                 `protobuf:"varint,3,opt,name=result,proto3" json:"result,omitempty"`
+	Value         []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	Number        uint64                 `protobuf:"varint,5,opt,name=number,proto3" json:"number,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVCompare) Reset() {
+	*x = KVCompare{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVCompare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVCompare) ProtoMessage() {}
+
+func (x *KVCompare) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVCompare.ProtoReflect.Descriptor instead.
+func (*KVCompare) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *KVCompare) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KVCompare) GetTarget() uint32 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+func (x *KVCompare) GetResult() uint32 {
+	if x != nil {
+		return x.Result
+	}
+	return 0
+}
+
+func (x *KVCompare) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *KVCompare) GetNumber() uint64 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+type KVOp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*KVOp_Put
+	//	*KVOp_Delete
+	//	*KVOp_Range
+	Op            isKVOp_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVOp) Reset() {
+	*x = KVOp{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVOp) ProtoMessage() {}
+
+func (x *KVOp) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVOp.ProtoReflect.Descriptor instead.
+func (*KVOp) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *KVOp) GetOp() isKVOp_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *KVOp) GetPut() *KVPut {
+	if x != nil {
+		if x, ok := x.Op.(*KVOp_Put); ok {
+			return x.Put
+		}
+	}
+	return nil
+}
+
+func (x *KVOp) GetDelete() *KVDelete {
+	if x != nil {
+		if x, ok := x.Op.(*KVOp_Delete); ok {
+			return x.Delete
+		}
+	}
+	return nil
+}
+
+func (x *KVOp) GetRange() *KVRange {
+	if x != nil {
+		if x, ok := x.Op.(*KVOp_Range); ok {
+			return x.Range
+		}
+	}
+	return nil
+}
+
+type isKVOp_Op interface {
+	isKVOp_Op()
+}
+
+type KVOp_Put struct {
+	Put *KVPut `protobuf:"bytes,1,opt,name=put,proto3,oneof"`
+}
+
+type KVOp_Delete struct {
+	Delete *KVDelete `protobuf:"bytes,2,opt,name=delete,proto3,oneof"`
+}
+
+type KVOp_Range struct {
+	Range *KVRange `protobuf:"bytes,3,opt,name=range,proto3,oneof"`
+}
+
+func (*KVOp_Put) isKVOp_Op() {}
+
+func (*KVOp_Delete) isKVOp_Op() {}
+
+func (*KVOp_Range) isKVOp_Op() {}
+
+// KVTxn applies success when every compare holds, else failure; all of it
+// at one revision.
+type KVTxn struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Compares      []*KVCompare           `protobuf:"bytes,1,rep,name=compares,proto3" json:"compares,omitempty"`
+	Success       []*KVOp                `protobuf:"bytes,2,rep,name=success,proto3" json:"success,omitempty"`
+	Failure       []*KVOp                `protobuf:"bytes,3,rep,name=failure,proto3" json:"failure,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVTxn) Reset() {
+	*x = KVTxn{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVTxn) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVTxn) ProtoMessage() {}
+
+func (x *KVTxn) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVTxn.ProtoReflect.Descriptor instead.
+func (*KVTxn) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *KVTxn) GetCompares() []*KVCompare {
+	if x != nil {
+		return x.Compares
+	}
+	return nil
+}
+
+func (x *KVTxn) GetSuccess() []*KVOp {
+	if x != nil {
+		return x.Success
+	}
+	return nil
+}
+
+func (x *KVTxn) GetFailure() []*KVOp {
+	if x != nil {
+		return x.Failure
+	}
+	return nil
+}
+
+type KVState struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Key            string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value          []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	CreateRevision uint64                 `protobuf:"varint,3,opt,name=create_revision,json=createRevision,proto3" json:"create_revision,omitempty"`
+	ModRevision    uint64                 `protobuf:"varint,4,opt,name=mod_revision,json=modRevision,proto3" json:"mod_revision,omitempty"`
+	Version        uint64                 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	Session        uint64                 `protobuf:"varint,6,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *KVState) Reset() {
+	*x = KVState{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVState) ProtoMessage() {}
+
+func (x *KVState) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVState.ProtoReflect.Descriptor instead.
+func (*KVState) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *KVState) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KVState) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *KVState) GetCreateRevision() uint64 {
+	if x != nil {
+		return x.CreateRevision
+	}
+	return 0
+}
+
+func (x *KVState) GetModRevision() uint64 {
+	if x != nil {
+		return x.ModRevision
+	}
+	return 0
+}
+
+func (x *KVState) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *KVState) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
 var File_internal_fsm_fsmpb_fsm_proto protoreflect.FileDescriptor
 
 const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xb9\x05\n" +
+	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xcf\x06\n" +
 	"\aCommand\x12E\n" +
 	"\x0ecreate_session\x18\x01 \x01(\v2\x1c.tenure.fsm.v1.CreateSessionH\x00R\rcreateSession\x12B\n" +
 	"\rclose_session\x18\x02 \x01(\v2\x1b.tenure.fsm.v1.CloseSessionH\x00R\fcloseSession\x12E\n" +
@@ -1640,7 +2206,10 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05batch\x18\t \x01(\v2\x14.tenure.fsm.v1.BatchH\x00R\x05batch\x125\n" +
 	"\bproclaim\x18\n" +
 	" \x01(\v2\x17.tenure.fsm.v1.ProclaimH\x00R\bproclaim\x12B\n" +
-	"\rset_retention\x18< \x01(\v2\x1b.tenure.fsm.v1.SetRetentionH\x00R\fsetRetentionB\x04\n" +
+	"\rset_retention\x18< \x01(\v2\x1b.tenure.fsm.v1.SetRetentionH\x00R\fsetRetention\x12-\n" +
+	"\x06kv_put\x18( \x01(\v2\x14.tenure.fsm.v1.KVPutH\x00R\x05kvPut\x126\n" +
+	"\tkv_delete\x18) \x01(\v2\x17.tenure.fsm.v1.KVDeleteH\x00R\bkvDelete\x12-\n" +
+	"\x06kv_txn\x18* \x01(\v2\x14.tenure.fsm.v1.KVTxnH\x00R\x05kvTxnB\x04\n" +
 	"\x02op\"_\n" +
 	"\fSetRetention\x12!\n" +
 	"\flock_history\x18\x01 \x01(\rR\vlockHistory\x12,\n" +
@@ -1686,12 +2255,13 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
-	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\x83\x02\n" +
+	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\xab\x02\n" +
 	"\bSnapshot\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x127\n" +
 	"\bsessions\x18\x02 \x03(\v2\x1b.tenure.fsm.v1.SessionStateR\bsessions\x12.\n" +
 	"\x05locks\x18\x03 \x03(\v2\x18.tenure.fsm.v1.LockStateR\x05locks\x12:\n" +
-	"\tregisters\x18\x04 \x03(\v2\x1c.tenure.fsm.v1.RegisterStateR\tregisters\x126\n" +
+	"\tregisters\x18\x04 \x03(\v2\x1c.tenure.fsm.v1.RegisterStateR\tregisters\x12&\n" +
+	"\x02kv\x18\x14 \x03(\v2\x16.tenure.fsm.v1.KVStateR\x02kv\x126\n" +
 	"\tretention\x18\x1e \x01(\v2\x18.tenure.fsm.v1.RetentionR\tretention\"\\\n" +
 	"\tRetention\x12!\n" +
 	"\flock_history\x18\x01 \x01(\rR\vlockHistory\x12,\n" +
@@ -1743,7 +2313,41 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
 	"\fmod_revision\x18\x04 \x01(\x04R\vmodRevision\x12)\n" +
-	"\x03ops\x18\x05 \x03(\v2\x17.tenure.fsm.v1.OpRecordR\x03opsB0Z.github.com/tenure-io/tenure/internal/fsm/fsmpbb\x06proto3"
+	"\x03ops\x18\x05 \x03(\v2\x17.tenure.fsm.v1.OpRecordR\x03ops\"I\n" +
+	"\x05KVPut\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x18\n" +
+	"\asession\x18\x03 \x01(\x04R\asession\"4\n" +
+	"\bKVDelete\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\bR\x06prefix\"f\n" +
+	"\aKVRange\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x1b\n" +
+	"\tstart_key\x18\x04 \x01(\tR\bstartKey\"{\n" +
+	"\tKVCompare\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06target\x18\x02 \x01(\rR\x06target\x12\x16\n" +
+	"\x06result\x18\x03 \x01(\rR\x06result\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\fR\x05value\x12\x16\n" +
+	"\x06number\x18\x05 \x01(\x04R\x06number\"\x99\x01\n" +
+	"\x04KVOp\x12(\n" +
+	"\x03put\x18\x01 \x01(\v2\x14.tenure.fsm.v1.KVPutH\x00R\x03put\x121\n" +
+	"\x06delete\x18\x02 \x01(\v2\x17.tenure.fsm.v1.KVDeleteH\x00R\x06delete\x12.\n" +
+	"\x05range\x18\x03 \x01(\v2\x16.tenure.fsm.v1.KVRangeH\x00R\x05rangeB\x04\n" +
+	"\x02op\"\x9b\x01\n" +
+	"\x05KVTxn\x124\n" +
+	"\bcompares\x18\x01 \x03(\v2\x18.tenure.fsm.v1.KVCompareR\bcompares\x12-\n" +
+	"\asuccess\x18\x02 \x03(\v2\x13.tenure.fsm.v1.KVOpR\asuccess\x12-\n" +
+	"\afailure\x18\x03 \x03(\v2\x13.tenure.fsm.v1.KVOpR\afailure\"\xb1\x01\n" +
+	"\aKVState\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12'\n" +
+	"\x0fcreate_revision\x18\x03 \x01(\x04R\x0ecreateRevision\x12!\n" +
+	"\fmod_revision\x18\x04 \x01(\x04R\vmodRevision\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\x12\x18\n" +
+	"\asession\x18\x06 \x01(\x04R\asessionB0Z.github.com/tenure-io/tenure/internal/fsm/fsmpbb\x06proto3"
 
 var (
 	file_internal_fsm_fsmpb_fsm_proto_rawDescOnce sync.Once
@@ -1757,7 +2361,7 @@ func file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_internal_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Command)(nil),       // 0: tenure.fsm.v1.Command
 	(*SetRetention)(nil),  // 1: tenure.fsm.v1.SetRetention
@@ -1780,6 +2384,13 @@ var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*LockState)(nil),     // 18: tenure.fsm.v1.LockState
 	(*OpRecord)(nil),      // 19: tenure.fsm.v1.OpRecord
 	(*RegisterState)(nil), // 20: tenure.fsm.v1.RegisterState
+	(*KVPut)(nil),         // 21: tenure.fsm.v1.KVPut
+	(*KVDelete)(nil),      // 22: tenure.fsm.v1.KVDelete
+	(*KVRange)(nil),       // 23: tenure.fsm.v1.KVRange
+	(*KVCompare)(nil),     // 24: tenure.fsm.v1.KVCompare
+	(*KVOp)(nil),          // 25: tenure.fsm.v1.KVOp
+	(*KVTxn)(nil),         // 26: tenure.fsm.v1.KVTxn
+	(*KVState)(nil),       // 27: tenure.fsm.v1.KVState
 }
 var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	3,  // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
@@ -1793,21 +2404,31 @@ var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	2,  // 8: tenure.fsm.v1.Command.batch:type_name -> tenure.fsm.v1.Batch
 	7,  // 9: tenure.fsm.v1.Command.proclaim:type_name -> tenure.fsm.v1.Proclaim
 	1,  // 10: tenure.fsm.v1.Command.set_retention:type_name -> tenure.fsm.v1.SetRetention
-	0,  // 11: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
-	14, // 12: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
-	18, // 13: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
-	20, // 14: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
-	13, // 15: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
-	15, // 16: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
-	15, // 17: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
-	16, // 18: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
-	17, // 19: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
-	19, // 20: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	21, // 11: tenure.fsm.v1.Command.kv_put:type_name -> tenure.fsm.v1.KVPut
+	22, // 12: tenure.fsm.v1.Command.kv_delete:type_name -> tenure.fsm.v1.KVDelete
+	26, // 13: tenure.fsm.v1.Command.kv_txn:type_name -> tenure.fsm.v1.KVTxn
+	0,  // 14: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
+	14, // 15: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
+	18, // 16: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
+	20, // 17: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
+	27, // 18: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
+	13, // 19: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
+	15, // 20: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
+	15, // 21: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
+	16, // 22: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
+	17, // 23: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
+	19, // 24: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
+	21, // 25: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
+	22, // 26: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
+	23, // 27: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
+	24, // 28: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
+	25, // 29: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
+	25, // 30: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_internal_fsm_fsmpb_fsm_proto_init() }
@@ -1827,6 +2448,14 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 		(*Command_Batch)(nil),
 		(*Command_Proclaim)(nil),
 		(*Command_SetRetention)(nil),
+		(*Command_KvPut)(nil),
+		(*Command_KvDelete)(nil),
+		(*Command_KvTxn)(nil),
+	}
+	file_internal_fsm_fsmpb_fsm_proto_msgTypes[25].OneofWrappers = []any{
+		(*KVOp_Put)(nil),
+		(*KVOp_Delete)(nil),
+		(*KVOp_Range)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1834,7 +2463,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_fsm_fsmpb_fsm_proto_rawDesc), len(file_internal_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Key-value benchmark: Tenure against etcd, both single-node on loopback,
+# both with their default durability (fsync on), both driven by the same
+# load (N clients on one connection, each on its own key): put, linearizable
+# get, and compare-and-swap txn.
+#
+#   bench/kv.sh                         # 16 clients, 5s per run
+#   CLIENTS=64 DURATION=10s bench/kv.sh
+#
+# Everything it builds, every data dir and every log lives in one temp dir
+# under /tmp, removed on exit. Only the processes this script started are
+# stopped, by PID.
+set -euo pipefail
+
+CLIENTS=${CLIENTS:-16}
+DURATION=${DURATION:-5s}
+OPS=${OPS:-"put get txn"}
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TMP=$(mktemp -d /tmp/tenure-kvbench.XXXXXX)
+PIDS=()
+
+log() { printf '[kv-bench] %s\n' "$*" >&2; }
+
+cleanup() {
+	local rc=$?
+	set +e
+	for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null; done
+	for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
+	rm -rf "$TMP"
+	exit "$rc"
+}
+trap cleanup EXIT
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+free_port() {
+	local p
+	for _ in $(seq 1 200); do
+		p=$((20000 + RANDOM % 30000))
+		if ! port_in_use "$p"; then echo "$p"; return 0; fi
+	done
+	return 1
+}
+
+log "building tenure, etcd and etcd-kv-bench"
+(cd "$ROOT" && go build -buildvcs=false -o "$TMP/tenure" ./cmd/tenure)
+(cd "$ROOT/bench/etcd" && GOWORK=off go build -buildvcs=false -o "$TMP/etcd-server" ./cmd/etcd-server)
+(cd "$ROOT/bench/etcd" && GOWORK=off go build -buildvcs=false -o "$TMP/etcd-kv-bench" ./cmd/etcd-kv-bench)
+
+TEP="127.0.0.1:$(free_port)"
+"$TMP/tenure" serve --data-dir "$TMP/tenure-data" --listen "$TEP" >"$TMP/tenure.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 1 300); do
+	"$TMP/tenure" --endpoint "$TEP" status >/dev/null 2>&1 && break
+	sleep 0.1
+done
+
+ECP=$(free_port)
+EPP=$(free_port)
+while [[ "$EPP" == "$ECP" ]]; do EPP=$(free_port); done
+EEP="127.0.0.1:$ECP"
+"$TMP/etcd-server" --name bench --data-dir "$TMP/etcd-data" \
+	--listen-client-urls "http://$EEP" --advertise-client-urls "http://$EEP" \
+	--listen-peer-urls "http://127.0.0.1:$EPP" --initial-advertise-peer-urls "http://127.0.0.1:$EPP" \
+	--initial-cluster "bench=http://127.0.0.1:$EPP" --initial-cluster-state new \
+	--log-level warn >"$TMP/etcd.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 1 300); do
+	port_in_use "$ECP" && break
+	sleep 0.1
+done
+sleep 1
+
+echo "Machine: $(nproc) cores, $(free -g | awk '/^Mem:/{print $2}') GiB RAM, $(uname -sr). $CLIENTS clients, $DURATION per run."
+echo
+echo "| op | tenure ops/s | etcd ops/s | tenure p50 / p99 ms | etcd p50 / p99 ms |"
+echo "|---|---|---|---|---|"
+for op in $OPS; do
+	t=$("$TMP/tenure" --endpoint "$TEP" kv bench --op "$op" --clients "$CLIENTS" --duration "$DURATION" -o json)
+	e=$("$TMP/etcd-kv-bench" --endpoints "$EEP" --op "$op" --clients "$CLIENTS" --duration "$DURATION")
+	f() { python3 -c "import json,sys; d=json.loads(sys.argv[1]); print(d['$2'] if isinstance(d['$2'], int) else round(d['$2'], 2))" "$1"; }
+	echo "| $op | $(f "$t" ops_per_sec) | $(f "$e" ops_per_sec) | $(f "$t" p50_ms) / $(f "$t" p99_ms) | $(f "$e" p50_ms) / $(f "$e" p99_ms) |"
+done
