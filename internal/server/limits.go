@@ -21,10 +21,10 @@ type Limits struct {
 	// (--max-waiters).
 	MaxWaiters int
 	// MaxNameBytes bounds lock, semaphore, election and fenced register
-	// names (--max-name-bytes; at most fsm.MaxNameLen).
+	// names (--max-name-len; at most fsm.MaxNameLen).
 	MaxNameBytes int
 	// MaxRegisterValueBytes bounds a fenced register's value
-	// (--max-register-value-bytes; at most fsm.MaxValueLen).
+	// (--max-register-value-len; at most fsm.MaxValueLen).
 	MaxRegisterValueBytes int
 
 	// Key-value store and watch (kv.go, watch.go).
@@ -39,10 +39,10 @@ func DefaultLimits() Limits {
 // Validate reports a limit set beyond what the state machine accepts.
 func (l Limits) Validate() error {
 	if l.MaxNameBytes > fsm.MaxNameLen {
-		return fmt.Errorf("%w: --max-name-bytes %d is above the largest name the service stores, %d", fsm.ErrInvalid, l.MaxNameBytes, fsm.MaxNameLen)
+		return fmt.Errorf("%w: --max-name-len %d is above the largest name the service stores, %d", fsm.ErrInvalid, l.MaxNameBytes, fsm.MaxNameLen)
 	}
 	if l.MaxRegisterValueBytes > fsm.MaxValueLen {
-		return fmt.Errorf("%w: --max-register-value-bytes %d is above the largest value the service stores, %d", fsm.ErrInvalid, l.MaxRegisterValueBytes, fsm.MaxValueLen)
+		return fmt.Errorf("%w: --max-register-value-len %d is above the largest value the service stores, %d", fsm.ErrInvalid, l.MaxRegisterValueBytes, fsm.MaxValueLen)
 	}
 	return nil
 }
@@ -66,13 +66,13 @@ func (l Limits) withDefaults() Limits {
 }
 
 // checkName validates a lock, semaphore, election or register name and
-// applies --max-name-bytes.
+// applies --max-name-len.
 func (s *Server) checkName(kind, name string) error {
 	if err := fsm.ValidateName(kind, name); err != nil {
 		return err
 	}
 	if len(name) > s.limits.MaxNameBytes {
-		return fmt.Errorf("%w: %s is %d bytes, the limit is %d (--max-name-bytes)", fsm.ErrInvalid, kind, len(name), s.limits.MaxNameBytes)
+		return fmt.Errorf("%w: %s is %d bytes, the limit is %d (--max-name-len)", fsm.ErrInvalid, kind, len(name), s.limits.MaxNameBytes)
 	}
 	return nil
 }

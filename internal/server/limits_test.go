@@ -66,15 +66,15 @@ func TestSizeLimits(t *testing.T) {
 	c := testutil.Dial(t, srv.Addr())
 	s := testutil.Session(t, ctx, c)
 	long, _ := s.Mutex("123456789")
-	if _, err := long.Lock(ctx); !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), "--max-name-bytes") {
-		t.Fatalf("9-byte lock name: %v, want ErrInvalid naming --max-name-bytes", err)
+	if _, err := long.Lock(ctx); !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), "--max-name-len") {
+		t.Fatalf("9-byte lock name: %v, want ErrInvalid naming --max-name-len", err)
 	}
 	ok, _ := s.Mutex("12345678")
 	if _, err := ok.Lock(ctx); err != nil {
 		t.Fatalf("8-byte lock name: %v", err)
 	}
-	if _, err := c.FencedPut(ctx, "k", []byte("12345"), 1, ""); !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), "--max-register-value-bytes") {
-		t.Fatalf("5-byte value: %v, want ErrInvalid naming --max-register-value-bytes", err)
+	if _, err := c.FencedPut(ctx, "k", []byte("12345"), 1, ""); !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), "--max-register-value-len") {
+		t.Fatalf("5-byte value: %v, want ErrInvalid naming --max-register-value-len", err)
 	}
 	if _, err := c.FencedPut(ctx, "123456789", []byte("1"), 1, ""); !errors.Is(err, client.ErrInvalid) {
 		t.Fatalf("9-byte register key: %v, want ErrInvalid", err)
@@ -82,7 +82,7 @@ func TestSizeLimits(t *testing.T) {
 	if _, err := c.FencedPut(ctx, "k", []byte("1234"), 1, ""); err != nil {
 		t.Fatalf("4-byte value: %v", err)
 	}
-	if _, err := daemon.Start(daemon.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Limits: server.Limits{MaxNameBytes: 100_000}}); err == nil || !strings.Contains(err.Error(), "--max-name-bytes") {
-		t.Fatalf("start with --max-name-bytes 100000: %v", err)
+	if _, err := daemon.Start(daemon.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Limits: server.Limits{MaxNameBytes: 100_000}}); err == nil || !strings.Contains(err.Error(), "--max-name-len") {
+		t.Fatalf("start with --max-name-len 100000: %v", err)
 	}
 }

@@ -440,7 +440,7 @@ func (s *Server) FencedPut(ctx context.Context, req *pb.FencedPutRequest) (*pb.F
 		return nil, toStatus(err)
 	}
 	if n := len(req.GetValue()); n > s.limits.MaxRegisterValueBytes {
-		return nil, toStatus(fmt.Errorf("%w: value is %d bytes, the limit is %d (--max-register-value-bytes)", fsm.ErrInvalid, n, s.limits.MaxRegisterValueBytes))
+		return nil, toStatus(fmt.Errorf("%w: value is %d bytes, the limit is %d (--max-register-value-len)", fsm.ErrInvalid, n, s.limits.MaxRegisterValueBytes))
 	}
 	res, err := s.node.Propose(ctx, cmdOf(&fsmpb.FencedPut{Key: req.GetKey(), Value: req.GetValue(), Token: req.GetToken(), OperationId: req.GetOperationId()}))
 	if err != nil {
