@@ -108,9 +108,22 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 // Persist writes while Apply goes on.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
-	snap := f.state.Export()
+	snap := f.state.ExportCore()
+	queues := f.state.CloneQueues() // O(1) per queue: serialised in Persist
 	f.mu.RUnlock()
-	return &fsmSnapshot{snap: snap}, nil
+	return &fsmSnapshot{snap: snap, queues: queues}, nil
+}
+
+// ConsistentExport returns the whole state like State.Export, holding the
+// state lock only to copy it (queues are cloned copy-on-write and
+// serialised after the lock is released).
+func (f *FSM) ConsistentExport() *fsmpb.Snapshot {
+	f.mu.RLock()
+	snap := f.state.ExportCore()
+	queues := f.state.CloneQueues()
+	f.mu.RUnlock()
+	snap.Queues = queues.Export()
+	return snap
 }
 
 // Restore implements raft.FSM.
@@ -135,9 +148,13 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-type fsmSnapshot struct{ snap *fsmpb.Snapshot }
+type fsmSnapshot struct {
+	snap   *fsmpb.Snapshot
+	queues QueueSnapshot
+}
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	s.snap.Queues = s.queues.Export()
 	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(s.snap)
 	if err == nil {
 		_, err = sink.Write(data)

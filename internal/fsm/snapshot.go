@@ -10,6 +10,14 @@ import (
 // Export returns the whole state with every list in a deterministic order:
 // equal states export to equal messages.
 func (s *State) Export() *fsmpb.Snapshot {
+	snap := s.ExportCore()
+	snap.Queues = s.CloneQueues().Export()
+	return snap
+}
+
+// ExportCore is Export without the queues, which may be large: FSM.Snapshot
+// clones them with CloneQueues under the lock and exports them later.
+func (s *State) ExportCore() *fsmpb.Snapshot {
 	snap := &fsmpb.Snapshot{Revision: s.revision}
 	ids := make([]uint64, 0, len(s.sessions))
 	for id := range s.sessions {
@@ -90,6 +98,9 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 			r.remember(opRec{id: op.GetOperationId(), result: PutOutcome(op.GetResult()), token: op.GetToken()})
 		}
 		s.registers[rs.GetKey()] = r
+	}
+	if err := s.importQueues(snap.GetQueues()); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

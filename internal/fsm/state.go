@@ -73,6 +73,9 @@ type Result struct {
 
 	// Batch: one result per command, in order.
 	Batch []Result
+
+	// Queue: the result of a queue command (see queue.go).
+	Queue *QueueResult
 }
 
 // EventKind says what an Event reports.
@@ -115,6 +118,8 @@ type Event struct {
 	Owner           string
 	Value           []byte
 	Revision        uint64
+	// Queue: the details of a queue event (see queue.go).
+	Queue *QueueEvent
 }
 
 type session struct {
@@ -194,6 +199,7 @@ type State struct {
 	sessions  map[uint64]*session
 	locks     map[string]*lock
 	registers map[string]*register
+	queues    queueSet // see queue.go
 }
 
 // NewState returns an empty state at revision 0.
@@ -252,7 +258,10 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 			r.Batch[i] = s.Apply(c, emit)
 		}
 	default:
-		r.Err = fmt.Errorf("%w: unknown command", ErrInvalid)
+		var ok bool
+		if r, ok = s.applyQueue(cmd, emit); !ok {
+			r.Err = fmt.Errorf("%w: unknown command", ErrInvalid)
+		}
 	}
 	r.Revision = s.revision
 	return r
@@ -336,6 +345,7 @@ func (s *State) endSession(id uint64, expired bool, emit EventSink) Result {
 		}
 		s.handOff(l, emit)
 	}
+	s.queueSessionEnded(id, emit)
 	delete(s.sessions, id)
 	emit(Event{Kind: EventSessionEnded, Session: id, Expired: expired})
 	return Result{}

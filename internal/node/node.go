@@ -591,10 +591,7 @@ func (n *Node) SaveSnapshot(ctx context.Context) ([]byte, error) {
 	if err := n.LinearizableRead(ctx); err != nil {
 		return nil, err
 	}
-	var data []byte
-	var err error
-	n.fsm.Read(func(s *fsm.State) { data, err = proto.MarshalOptions{Deterministic: true}.Marshal(s.Export()) })
-	return data, err
+	return proto.MarshalOptions{Deterministic: true}.Marshal(n.fsm.ConsistentExport())
 }
 
 // RestoreSnapshot replaces the replicated state with a saved one, through
