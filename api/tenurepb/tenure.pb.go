@@ -148,6 +148,57 @@ func (PutResult) EnumDescriptor() ([]byte, []int) {
 	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{1}
 }
 
+type QueueSettleResult int32
+
+const (
+	QueueSettleResult_QUEUE_SETTLE_RESULT_UNSPECIFIED QueueSettleResult = 0
+	QueueSettleResult_QUEUE_SETTLE_RESULT_OK          QueueSettleResult = 1
+	// STALE: the delivery token is not the item's current one (its lease
+	// ran out and it was redelivered, or it was settled already).
+	QueueSettleResult_QUEUE_SETTLE_RESULT_STALE QueueSettleResult = 2
+)
+
+// Enum value maps for QueueSettleResult.
+var (
+	QueueSettleResult_name = map[int32]string{
+		0: "QUEUE_SETTLE_RESULT_UNSPECIFIED",
+		1: "QUEUE_SETTLE_RESULT_OK",
+		2: "QUEUE_SETTLE_RESULT_STALE",
+	}
+	QueueSettleResult_value = map[string]int32{
+		"QUEUE_SETTLE_RESULT_UNSPECIFIED": 0,
+		"QUEUE_SETTLE_RESULT_OK":          1,
+		"QUEUE_SETTLE_RESULT_STALE":       2,
+	}
+)
+
+func (x QueueSettleResult) Enum() *QueueSettleResult {
+	p := new(QueueSettleResult)
+	*p = x
+	return p
+}
+
+func (x QueueSettleResult) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (QueueSettleResult) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_tenurepb_tenure_proto_enumTypes[2].Descriptor()
+}
+
+func (QueueSettleResult) Type() protoreflect.EnumType {
+	return &file_api_tenurepb_tenure_proto_enumTypes[2]
+}
+
+func (x QueueSettleResult) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use QueueSettleResult.Descriptor instead.
+func (QueueSettleResult) EnumDescriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{2}
+}
+
 type SnapshotSaveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2888,6 +2939,883 @@ func (x *StatusResponse) GetAppliedIndex() uint64 {
 	return 0
 }
 
+type QueueEnqueueRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Queue   string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Payload []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	// operation_id: a retried enqueue with the same id (among the queue's
+	// 10,000 most recent) answers the first item's id and adds nothing.
+	OperationId string `protobuf:"bytes,3,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// max_attempts: deliveries before an item is dead-lettered. Fixed by the
+	// queue's first enqueue (0: default 5); another value is refused.
+	MaxAttempts   uint32 `protobuf:"varint,4,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueEnqueueRequest) Reset() {
+	*x = QueueEnqueueRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueEnqueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueEnqueueRequest) ProtoMessage() {}
+
+func (x *QueueEnqueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueEnqueueRequest.ProtoReflect.Descriptor instead.
+func (*QueueEnqueueRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *QueueEnqueueRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueEnqueueRequest) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *QueueEnqueueRequest) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *QueueEnqueueRequest) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+type QueueEnqueueResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id of the item: the revision of its enqueue.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// duplicate: operation_id was seen before; nothing was added.
+	Duplicate     bool   `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueEnqueueResponse) Reset() {
+	*x = QueueEnqueueResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueEnqueueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueEnqueueResponse) ProtoMessage() {}
+
+func (x *QueueEnqueueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueEnqueueResponse.ProtoReflect.Descriptor instead.
+func (*QueueEnqueueResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *QueueEnqueueResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *QueueEnqueueResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+func (x *QueueEnqueueResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type QueueDequeueRequest struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Queue        string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	VisibilityMs int64                  `protobuf:"varint,2,opt,name=visibility_ms,json=visibilityMs,proto3" json:"visibility_ms,omitempty"`
+	// session: if not 0, the item goes back to the queue when this session
+	// ends (as well as when its visibility lease runs out).
+	Session uint64 `protobuf:"varint,3,opt,name=session,proto3" json:"session,omitempty"`
+	// wait: block until an item is available (or the deadline passes).
+	Wait          bool `protobuf:"varint,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDequeueRequest) Reset() {
+	*x = QueueDequeueRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDequeueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDequeueRequest) ProtoMessage() {}
+
+func (x *QueueDequeueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDequeueRequest.ProtoReflect.Descriptor instead.
+func (*QueueDequeueRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *QueueDequeueRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueDequeueRequest) GetVisibilityMs() int64 {
+	if x != nil {
+		return x.VisibilityMs
+	}
+	return 0
+}
+
+func (x *QueueDequeueRequest) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *QueueDequeueRequest) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
+}
+
+type QueueItem struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Payload []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	// delivery_token names this delivery; a later redelivery has a larger one.
+	DeliveryToken uint64 `protobuf:"varint,3,opt,name=delivery_token,json=deliveryToken,proto3" json:"delivery_token,omitempty"`
+	// attempt counts deliveries of this item, from 1.
+	Attempt       uint32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueItem) Reset() {
+	*x = QueueItem{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueItem) ProtoMessage() {}
+
+func (x *QueueItem) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueItem.ProtoReflect.Descriptor instead.
+func (*QueueItem) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *QueueItem) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *QueueItem) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *QueueItem) GetDeliveryToken() uint64 {
+	if x != nil {
+		return x.DeliveryToken
+	}
+	return 0
+}
+
+func (x *QueueItem) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+type QueueDequeueResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// item is unset when the queue was empty (without wait).
+	Item          *QueueItem `protobuf:"bytes,1,opt,name=item,proto3" json:"item,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDequeueResponse) Reset() {
+	*x = QueueDequeueResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDequeueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDequeueResponse) ProtoMessage() {}
+
+func (x *QueueDequeueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDequeueResponse.ProtoReflect.Descriptor instead.
+func (*QueueDequeueResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *QueueDequeueResponse) GetItem() *QueueItem {
+	if x != nil {
+		return x.Item
+	}
+	return nil
+}
+
+type QueueSettleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Id            uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	DeliveryToken uint64                 `protobuf:"varint,3,opt,name=delivery_token,json=deliveryToken,proto3" json:"delivery_token,omitempty"`
+	// visibility_ms: for QueueExtend only.
+	VisibilityMs  int64 `protobuf:"varint,4,opt,name=visibility_ms,json=visibilityMs,proto3" json:"visibility_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueSettleRequest) Reset() {
+	*x = QueueSettleRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueSettleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueSettleRequest) ProtoMessage() {}
+
+func (x *QueueSettleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueSettleRequest.ProtoReflect.Descriptor instead.
+func (*QueueSettleRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *QueueSettleRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueSettleRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *QueueSettleRequest) GetDeliveryToken() uint64 {
+	if x != nil {
+		return x.DeliveryToken
+	}
+	return 0
+}
+
+func (x *QueueSettleRequest) GetVisibilityMs() int64 {
+	if x != nil {
+		return x.VisibilityMs
+	}
+	return 0
+}
+
+type QueueSettleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        QueueSettleResult      `protobuf:"varint,1,opt,name=result,proto3,enum=tenure.v1.QueueSettleResult" json:"result,omitempty"`
+	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueSettleResponse) Reset() {
+	*x = QueueSettleResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueSettleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueSettleResponse) ProtoMessage() {}
+
+func (x *QueueSettleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueSettleResponse.ProtoReflect.Descriptor instead.
+func (*QueueSettleResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *QueueSettleResponse) GetResult() QueueSettleResult {
+	if x != nil {
+		return x.Result
+	}
+	return QueueSettleResult_QUEUE_SETTLE_RESULT_UNSPECIFIED
+}
+
+func (x *QueueSettleResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type QueueStatsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// serializable: answer from this node's local state, which may be stale.
+	Serializable  bool `protobuf:"varint,15,opt,name=serializable,proto3" json:"serializable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueStatsRequest) Reset() {
+	*x = QueueStatsRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueStatsRequest) ProtoMessage() {}
+
+func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
+func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *QueueStatsRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueStatsRequest) GetSerializable() bool {
+	if x != nil {
+		return x.Serializable
+	}
+	return false
+}
+
+type QueueStatsResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Queue       string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Queued      uint64                 `protobuf:"varint,2,opt,name=queued,proto3" json:"queued,omitempty"`
+	InFlight    uint64                 `protobuf:"varint,3,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	Dead        uint64                 `protobuf:"varint,4,opt,name=dead,proto3" json:"dead,omitempty"`
+	MaxAttempts uint32                 `protobuf:"varint,5,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// oldest_id: the oldest item queued or in flight (0: none);
+	// oldest_age_ms: how long ago this node applied its enqueue (an
+	// approximation, see docs/queue.md).
+	OldestId      uint64 `protobuf:"varint,6,opt,name=oldest_id,json=oldestId,proto3" json:"oldest_id,omitempty"`
+	OldestAgeMs   int64  `protobuf:"varint,7,opt,name=oldest_age_ms,json=oldestAgeMs,proto3" json:"oldest_age_ms,omitempty"`
+	Revision      uint64 `protobuf:"varint,8,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueStatsResponse) Reset() {
+	*x = QueueStatsResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueStatsResponse) ProtoMessage() {}
+
+func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
+func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *QueueStatsResponse) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueStatsResponse) GetQueued() uint64 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+func (x *QueueStatsResponse) GetInFlight() uint64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *QueueStatsResponse) GetDead() uint64 {
+	if x != nil {
+		return x.Dead
+	}
+	return 0
+}
+
+func (x *QueueStatsResponse) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *QueueStatsResponse) GetOldestId() uint64 {
+	if x != nil {
+		return x.OldestId
+	}
+	return 0
+}
+
+func (x *QueueStatsResponse) GetOldestAgeMs() int64 {
+	if x != nil {
+		return x.OldestAgeMs
+	}
+	return 0
+}
+
+func (x *QueueStatsResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type QueueDeadListRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// after_id: list items with larger ids (paging).
+	AfterId uint64 `protobuf:"varint,2,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
+	// limit: at most this many (default 100, at most 1000).
+	Limit         uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDeadListRequest) Reset() {
+	*x = QueueDeadListRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDeadListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDeadListRequest) ProtoMessage() {}
+
+func (x *QueueDeadListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDeadListRequest.ProtoReflect.Descriptor instead.
+func (*QueueDeadListRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *QueueDeadListRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueDeadListRequest) GetAfterId() uint64 {
+	if x != nil {
+		return x.AfterId
+	}
+	return 0
+}
+
+func (x *QueueDeadListRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type QueueDeadItem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Payload       []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	Attempts      uint32                 `protobuf:"varint,3,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDeadItem) Reset() {
+	*x = QueueDeadItem{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDeadItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDeadItem) ProtoMessage() {}
+
+func (x *QueueDeadItem) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDeadItem.ProtoReflect.Descriptor instead.
+func (*QueueDeadItem) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *QueueDeadItem) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *QueueDeadItem) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *QueueDeadItem) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+type QueueDeadListResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*QueueDeadItem       `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	Dead          uint64                 `protobuf:"varint,2,opt,name=dead,proto3" json:"dead,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDeadListResponse) Reset() {
+	*x = QueueDeadListResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDeadListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDeadListResponse) ProtoMessage() {}
+
+func (x *QueueDeadListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDeadListResponse.ProtoReflect.Descriptor instead.
+func (*QueueDeadListResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *QueueDeadListResponse) GetItems() []*QueueDeadItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *QueueDeadListResponse) GetDead() uint64 {
+	if x != nil {
+		return x.Dead
+	}
+	return 0
+}
+
+type QueueDeadRequeueRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// ids to requeue (at most 1000); empty: the oldest dead items, up to 1000.
+	Ids           []uint64 `protobuf:"varint,2,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDeadRequeueRequest) Reset() {
+	*x = QueueDeadRequeueRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDeadRequeueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDeadRequeueRequest) ProtoMessage() {}
+
+func (x *QueueDeadRequeueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDeadRequeueRequest.ProtoReflect.Descriptor instead.
+func (*QueueDeadRequeueRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *QueueDeadRequeueRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueDeadRequeueRequest) GetIds() []uint64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+type QueueDeadRequeueResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Requeued uint64                 `protobuf:"varint,1,opt,name=requeued,proto3" json:"requeued,omitempty"`
+	// remaining dead-lettered items.
+	Dead          uint64 `protobuf:"varint,2,opt,name=dead,proto3" json:"dead,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDeadRequeueResponse) Reset() {
+	*x = QueueDeadRequeueResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDeadRequeueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDeadRequeueResponse) ProtoMessage() {}
+
+func (x *QueueDeadRequeueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDeadRequeueResponse.ProtoReflect.Descriptor instead.
+func (*QueueDeadRequeueResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *QueueDeadRequeueResponse) GetRequeued() uint64 {
+	if x != nil {
+		return x.Requeued
+	}
+	return 0
+}
+
+func (x *QueueDeadRequeueResponse) GetDead() uint64 {
+	if x != nil {
+		return x.Dead
+	}
+	return 0
+}
+
 var File_api_tenurepb_tenure_proto protoreflect.FileDescriptor
 
 const file_api_tenurepb_tenure_proto_rawDesc = "" +
@@ -3069,7 +3997,65 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x04term\x18\x03 \x01(\x04R\x04term\x12\x1a\n" +
 	"\brevision\x18\x04 \x01(\x04R\brevision\x12\x16\n" +
 	"\x06voters\x18\x05 \x03(\tR\x06voters\x12#\n" +
-	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex*\xc3\x02\n" +
+	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\"\x8b\x01\n" +
+	"\x13QueueEnqueueRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12!\n" +
+	"\foperation_id\x18\x03 \x01(\tR\voperationId\x12!\n" +
+	"\fmax_attempts\x18\x04 \x01(\rR\vmaxAttempts\"`\n" +
+	"\x14QueueEnqueueResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1c\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\"~\n" +
+	"\x13QueueDequeueRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12#\n" +
+	"\rvisibility_ms\x18\x02 \x01(\x03R\fvisibilityMs\x12\x18\n" +
+	"\asession\x18\x03 \x01(\x04R\asession\x12\x12\n" +
+	"\x04wait\x18\x04 \x01(\bR\x04wait\"v\n" +
+	"\tQueueItem\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12%\n" +
+	"\x0edelivery_token\x18\x03 \x01(\x04R\rdeliveryToken\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\rR\aattempt\"@\n" +
+	"\x14QueueDequeueResponse\x12(\n" +
+	"\x04item\x18\x01 \x01(\v2\x14.tenure.v1.QueueItemR\x04item\"\x86\x01\n" +
+	"\x12QueueSettleRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\x12%\n" +
+	"\x0edelivery_token\x18\x03 \x01(\x04R\rdeliveryToken\x12#\n" +
+	"\rvisibility_ms\x18\x04 \x01(\x03R\fvisibilityMs\"g\n" +
+	"\x13QueueSettleResponse\x124\n" +
+	"\x06result\x18\x01 \x01(\x0e2\x1c.tenure.v1.QueueSettleResultR\x06result\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"M\n" +
+	"\x11QueueStatsRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\"\n" +
+	"\fserializable\x18\x0f \x01(\bR\fserializable\"\xf3\x01\n" +
+	"\x12QueueStatsResponse\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
+	"\x06queued\x18\x02 \x01(\x04R\x06queued\x12\x1b\n" +
+	"\tin_flight\x18\x03 \x01(\x04R\binFlight\x12\x12\n" +
+	"\x04dead\x18\x04 \x01(\x04R\x04dead\x12!\n" +
+	"\fmax_attempts\x18\x05 \x01(\rR\vmaxAttempts\x12\x1b\n" +
+	"\toldest_id\x18\x06 \x01(\x04R\boldestId\x12\"\n" +
+	"\roldest_age_ms\x18\a \x01(\x03R\voldestAgeMs\x12\x1a\n" +
+	"\brevision\x18\b \x01(\x04R\brevision\"]\n" +
+	"\x14QueueDeadListRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x19\n" +
+	"\bafter_id\x18\x02 \x01(\x04R\aafterId\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"U\n" +
+	"\rQueueDeadItem\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1a\n" +
+	"\battempts\x18\x03 \x01(\rR\battempts\"[\n" +
+	"\x15QueueDeadListResponse\x12.\n" +
+	"\x05items\x18\x01 \x03(\v2\x18.tenure.v1.QueueDeadItemR\x05items\x12\x12\n" +
+	"\x04dead\x18\x02 \x01(\x04R\x04dead\"A\n" +
+	"\x17QueueDeadRequeueRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x10\n" +
+	"\x03ids\x18\x02 \x03(\x04R\x03ids\"J\n" +
+	"\x18QueueDeadRequeueResponse\x12\x1a\n" +
+	"\brequeued\x18\x01 \x01(\x04R\brequeued\x12\x12\n" +
+	"\x04dead\x18\x02 \x01(\x04R\x04dead*\xc3\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12ERROR_REASON_STALE\x10\x01\x12\x19\n" +
@@ -3086,7 +4072,11 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\tPutResult\x12\x1a\n" +
 	"\x16PUT_RESULT_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13PUT_RESULT_ACCEPTED\x10\x01\x12\x14\n" +
-	"\x10PUT_RESULT_STALE\x10\x022\xc9\a\n" +
+	"\x10PUT_RESULT_STALE\x10\x02*s\n" +
+	"\x11QueueSettleResult\x12#\n" +
+	"\x1fQUEUE_SETTLE_RESULT_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16QUEUE_SETTLE_RESULT_OK\x10\x01\x12\x1d\n" +
+	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\xcc\f\n" +
 	"\x06Tenure\x12D\n" +
 	"\aSession\x12\x19.tenure.v1.SessionRequest\x1a\x1a.tenure.v1.SessionResponse(\x010\x01\x12O\n" +
 	"\fListSessions\x12\x1e.tenure.v1.ListSessionsRequest\x1a\x1f.tenure.v1.ListSessionsResponse\x12I\n" +
@@ -3102,7 +4092,16 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\tMemberAdd\x12\x1b.tenure.v1.MemberAddRequest\x1a\x1d.tenure.v1.MemberListResponse\x12M\n" +
 	"\fMemberRemove\x12\x1e.tenure.v1.MemberRemoveRequest\x1a\x1d.tenure.v1.MemberListResponse\x12J\n" +
 	"\fSnapshotSave\x12\x1e.tenure.v1.SnapshotSaveRequest\x1a\x18.tenure.v1.SnapshotChunk0\x01\x12Q\n" +
-	"\x0fSnapshotRestore\x12\x18.tenure.v1.SnapshotChunk\x1a\".tenure.v1.SnapshotRestoreResponse(\x01B*Z(github.com/tenure-io/tenure/api/tenurepbb\x06proto3"
+	"\x0fSnapshotRestore\x12\x18.tenure.v1.SnapshotChunk\x1a\".tenure.v1.SnapshotRestoreResponse(\x01\x12O\n" +
+	"\fQueueEnqueue\x12\x1e.tenure.v1.QueueEnqueueRequest\x1a\x1f.tenure.v1.QueueEnqueueResponse\x12O\n" +
+	"\fQueueDequeue\x12\x1e.tenure.v1.QueueDequeueRequest\x1a\x1f.tenure.v1.QueueDequeueResponse\x12I\n" +
+	"\bQueueAck\x12\x1d.tenure.v1.QueueSettleRequest\x1a\x1e.tenure.v1.QueueSettleResponse\x12J\n" +
+	"\tQueueNack\x12\x1d.tenure.v1.QueueSettleRequest\x1a\x1e.tenure.v1.QueueSettleResponse\x12L\n" +
+	"\vQueueExtend\x12\x1d.tenure.v1.QueueSettleRequest\x1a\x1e.tenure.v1.QueueSettleResponse\x12I\n" +
+	"\n" +
+	"QueueStats\x12\x1c.tenure.v1.QueueStatsRequest\x1a\x1d.tenure.v1.QueueStatsResponse\x12R\n" +
+	"\rQueueDeadList\x12\x1f.tenure.v1.QueueDeadListRequest\x1a .tenure.v1.QueueDeadListResponse\x12[\n" +
+	"\x10QueueDeadRequeue\x12\".tenure.v1.QueueDeadRequeueRequest\x1a#.tenure.v1.QueueDeadRequeueResponseB*Z(github.com/tenure-io/tenure/api/tenurepbb\x06proto3"
 
 var (
 	file_api_tenurepb_tenure_proto_rawDescOnce sync.Once
@@ -3116,110 +4115,144 @@ func file_api_tenurepb_tenure_proto_rawDescGZIP() []byte {
 	return file_api_tenurepb_tenure_proto_rawDescData
 }
 
-var file_api_tenurepb_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_api_tenurepb_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_api_tenurepb_tenure_proto_goTypes = []any{
-	(ErrorReason)(0),                // 0: tenure.v1.ErrorReason
-	(PutResult)(0),                  // 1: tenure.v1.PutResult
-	(*SnapshotSaveRequest)(nil),     // 2: tenure.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),           // 3: tenure.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil), // 4: tenure.v1.SnapshotRestoreResponse
-	(*Member)(nil),                  // 5: tenure.v1.Member
-	(*MemberListRequest)(nil),       // 6: tenure.v1.MemberListRequest
-	(*MemberListResponse)(nil),      // 7: tenure.v1.MemberListResponse
-	(*MemberAddRequest)(nil),        // 8: tenure.v1.MemberAddRequest
-	(*MemberRemoveRequest)(nil),     // 9: tenure.v1.MemberRemoveRequest
-	(*SessionRequest)(nil),          // 10: tenure.v1.SessionRequest
-	(*OpenSession)(nil),             // 11: tenure.v1.OpenSession
-	(*KeepAlive)(nil),               // 12: tenure.v1.KeepAlive
-	(*AcquireLock)(nil),             // 13: tenure.v1.AcquireLock
-	(*ProclaimValue)(nil),           // 14: tenure.v1.ProclaimValue
-	(*ValueProclaimed)(nil),         // 15: tenure.v1.ValueProclaimed
-	(*ReleaseLock)(nil),             // 16: tenure.v1.ReleaseLock
-	(*CancelRequest)(nil),           // 17: tenure.v1.CancelRequest
-	(*CloseSession)(nil),            // 18: tenure.v1.CloseSession
-	(*SessionResponse)(nil),         // 19: tenure.v1.SessionResponse
-	(*SessionOpened)(nil),           // 20: tenure.v1.SessionOpened
-	(*KeepAliveAck)(nil),            // 21: tenure.v1.KeepAliveAck
-	(*LockQueued)(nil),              // 22: tenure.v1.LockQueued
-	(*LockGranted)(nil),             // 23: tenure.v1.LockGranted
-	(*LockReleased)(nil),            // 24: tenure.v1.LockReleased
-	(*SessionClosed)(nil),           // 25: tenure.v1.SessionClosed
-	(*Error)(nil),                   // 26: tenure.v1.Error
-	(*ListSessionsRequest)(nil),     // 27: tenure.v1.ListSessionsRequest
-	(*SessionInfo)(nil),             // 28: tenure.v1.SessionInfo
-	(*ListSessionsResponse)(nil),    // 29: tenure.v1.ListSessionsResponse
-	(*LockStatusRequest)(nil),       // 30: tenure.v1.LockStatusRequest
-	(*Holder)(nil),                  // 31: tenure.v1.Holder
-	(*Waiter)(nil),                  // 32: tenure.v1.Waiter
-	(*LockStatusResponse)(nil),      // 33: tenure.v1.LockStatusResponse
-	(*LockHistoryRequest)(nil),      // 34: tenure.v1.LockHistoryRequest
-	(*GrantRecord)(nil),             // 35: tenure.v1.GrantRecord
-	(*LockHistoryResponse)(nil),     // 36: tenure.v1.LockHistoryResponse
-	(*FencedPutRequest)(nil),        // 37: tenure.v1.FencedPutRequest
-	(*FencedPutResponse)(nil),       // 38: tenure.v1.FencedPutResponse
-	(*FencedGetRequest)(nil),        // 39: tenure.v1.FencedGetRequest
-	(*FencedGetResponse)(nil),       // 40: tenure.v1.FencedGetResponse
-	(*ObserveRequest)(nil),          // 41: tenure.v1.ObserveRequest
-	(*LeaderEvent)(nil),             // 42: tenure.v1.LeaderEvent
-	(*StatusRequest)(nil),           // 43: tenure.v1.StatusRequest
-	(*StatusResponse)(nil),          // 44: tenure.v1.StatusResponse
+	(ErrorReason)(0),                 // 0: tenure.v1.ErrorReason
+	(PutResult)(0),                   // 1: tenure.v1.PutResult
+	(QueueSettleResult)(0),           // 2: tenure.v1.QueueSettleResult
+	(*SnapshotSaveRequest)(nil),      // 3: tenure.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),            // 4: tenure.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),  // 5: tenure.v1.SnapshotRestoreResponse
+	(*Member)(nil),                   // 6: tenure.v1.Member
+	(*MemberListRequest)(nil),        // 7: tenure.v1.MemberListRequest
+	(*MemberListResponse)(nil),       // 8: tenure.v1.MemberListResponse
+	(*MemberAddRequest)(nil),         // 9: tenure.v1.MemberAddRequest
+	(*MemberRemoveRequest)(nil),      // 10: tenure.v1.MemberRemoveRequest
+	(*SessionRequest)(nil),           // 11: tenure.v1.SessionRequest
+	(*OpenSession)(nil),              // 12: tenure.v1.OpenSession
+	(*KeepAlive)(nil),                // 13: tenure.v1.KeepAlive
+	(*AcquireLock)(nil),              // 14: tenure.v1.AcquireLock
+	(*ProclaimValue)(nil),            // 15: tenure.v1.ProclaimValue
+	(*ValueProclaimed)(nil),          // 16: tenure.v1.ValueProclaimed
+	(*ReleaseLock)(nil),              // 17: tenure.v1.ReleaseLock
+	(*CancelRequest)(nil),            // 18: tenure.v1.CancelRequest
+	(*CloseSession)(nil),             // 19: tenure.v1.CloseSession
+	(*SessionResponse)(nil),          // 20: tenure.v1.SessionResponse
+	(*SessionOpened)(nil),            // 21: tenure.v1.SessionOpened
+	(*KeepAliveAck)(nil),             // 22: tenure.v1.KeepAliveAck
+	(*LockQueued)(nil),               // 23: tenure.v1.LockQueued
+	(*LockGranted)(nil),              // 24: tenure.v1.LockGranted
+	(*LockReleased)(nil),             // 25: tenure.v1.LockReleased
+	(*SessionClosed)(nil),            // 26: tenure.v1.SessionClosed
+	(*Error)(nil),                    // 27: tenure.v1.Error
+	(*ListSessionsRequest)(nil),      // 28: tenure.v1.ListSessionsRequest
+	(*SessionInfo)(nil),              // 29: tenure.v1.SessionInfo
+	(*ListSessionsResponse)(nil),     // 30: tenure.v1.ListSessionsResponse
+	(*LockStatusRequest)(nil),        // 31: tenure.v1.LockStatusRequest
+	(*Holder)(nil),                   // 32: tenure.v1.Holder
+	(*Waiter)(nil),                   // 33: tenure.v1.Waiter
+	(*LockStatusResponse)(nil),       // 34: tenure.v1.LockStatusResponse
+	(*LockHistoryRequest)(nil),       // 35: tenure.v1.LockHistoryRequest
+	(*GrantRecord)(nil),              // 36: tenure.v1.GrantRecord
+	(*LockHistoryResponse)(nil),      // 37: tenure.v1.LockHistoryResponse
+	(*FencedPutRequest)(nil),         // 38: tenure.v1.FencedPutRequest
+	(*FencedPutResponse)(nil),        // 39: tenure.v1.FencedPutResponse
+	(*FencedGetRequest)(nil),         // 40: tenure.v1.FencedGetRequest
+	(*FencedGetResponse)(nil),        // 41: tenure.v1.FencedGetResponse
+	(*ObserveRequest)(nil),           // 42: tenure.v1.ObserveRequest
+	(*LeaderEvent)(nil),              // 43: tenure.v1.LeaderEvent
+	(*StatusRequest)(nil),            // 44: tenure.v1.StatusRequest
+	(*StatusResponse)(nil),           // 45: tenure.v1.StatusResponse
+	(*QueueEnqueueRequest)(nil),      // 46: tenure.v1.QueueEnqueueRequest
+	(*QueueEnqueueResponse)(nil),     // 47: tenure.v1.QueueEnqueueResponse
+	(*QueueDequeueRequest)(nil),      // 48: tenure.v1.QueueDequeueRequest
+	(*QueueItem)(nil),                // 49: tenure.v1.QueueItem
+	(*QueueDequeueResponse)(nil),     // 50: tenure.v1.QueueDequeueResponse
+	(*QueueSettleRequest)(nil),       // 51: tenure.v1.QueueSettleRequest
+	(*QueueSettleResponse)(nil),      // 52: tenure.v1.QueueSettleResponse
+	(*QueueStatsRequest)(nil),        // 53: tenure.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),       // 54: tenure.v1.QueueStatsResponse
+	(*QueueDeadListRequest)(nil),     // 55: tenure.v1.QueueDeadListRequest
+	(*QueueDeadItem)(nil),            // 56: tenure.v1.QueueDeadItem
+	(*QueueDeadListResponse)(nil),    // 57: tenure.v1.QueueDeadListResponse
+	(*QueueDeadRequeueRequest)(nil),  // 58: tenure.v1.QueueDeadRequeueRequest
+	(*QueueDeadRequeueResponse)(nil), // 59: tenure.v1.QueueDeadRequeueResponse
 }
 var file_api_tenurepb_tenure_proto_depIdxs = []int32{
-	5,  // 0: tenure.v1.MemberListResponse.members:type_name -> tenure.v1.Member
-	11, // 1: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
-	12, // 2: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
-	13, // 3: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
-	16, // 4: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
-	17, // 5: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
-	18, // 6: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
-	14, // 7: tenure.v1.SessionRequest.proclaim:type_name -> tenure.v1.ProclaimValue
-	20, // 8: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
-	21, // 9: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
-	22, // 10: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
-	23, // 11: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
-	24, // 12: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
-	25, // 13: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
-	26, // 14: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
-	15, // 15: tenure.v1.SessionResponse.proclaimed:type_name -> tenure.v1.ValueProclaimed
+	6,  // 0: tenure.v1.MemberListResponse.members:type_name -> tenure.v1.Member
+	12, // 1: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
+	13, // 2: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
+	14, // 3: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
+	17, // 4: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
+	18, // 5: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
+	19, // 6: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
+	15, // 7: tenure.v1.SessionRequest.proclaim:type_name -> tenure.v1.ProclaimValue
+	21, // 8: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
+	22, // 9: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
+	23, // 10: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
+	24, // 11: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
+	25, // 12: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
+	26, // 13: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
+	27, // 14: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
+	16, // 15: tenure.v1.SessionResponse.proclaimed:type_name -> tenure.v1.ValueProclaimed
 	0,  // 16: tenure.v1.Error.reason:type_name -> tenure.v1.ErrorReason
-	28, // 17: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
-	31, // 18: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
-	31, // 19: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
-	32, // 20: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
-	35, // 21: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
+	29, // 17: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
+	32, // 18: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
+	32, // 19: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
+	33, // 20: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
+	36, // 21: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
 	1,  // 22: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
-	10, // 23: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
-	27, // 24: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
-	30, // 25: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
-	34, // 26: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
-	37, // 27: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
-	39, // 28: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
-	43, // 29: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
-	41, // 30: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
-	6,  // 31: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
-	8,  // 32: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
-	9,  // 33: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
-	2,  // 34: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
-	3,  // 35: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
-	19, // 36: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
-	29, // 37: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
-	33, // 38: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
-	36, // 39: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
-	38, // 40: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
-	40, // 41: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
-	44, // 42: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
-	42, // 43: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
-	7,  // 44: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
-	7,  // 45: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
-	7,  // 46: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
-	3,  // 47: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
-	4,  // 48: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
-	36, // [36:49] is the sub-list for method output_type
-	23, // [23:36] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	49, // 23: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
+	2,  // 24: tenure.v1.QueueSettleResponse.result:type_name -> tenure.v1.QueueSettleResult
+	56, // 25: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
+	11, // 26: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
+	28, // 27: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
+	31, // 28: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
+	35, // 29: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
+	38, // 30: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
+	40, // 31: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
+	44, // 32: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
+	42, // 33: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
+	7,  // 34: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
+	9,  // 35: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
+	10, // 36: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
+	3,  // 37: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
+	4,  // 38: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
+	46, // 39: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
+	48, // 40: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
+	51, // 41: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
+	51, // 42: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
+	51, // 43: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
+	53, // 44: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
+	55, // 45: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
+	58, // 46: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
+	20, // 47: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
+	30, // 48: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
+	34, // 49: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
+	37, // 50: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
+	39, // 51: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
+	41, // 52: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
+	45, // 53: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
+	43, // 54: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
+	8,  // 55: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
+	8,  // 56: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
+	8,  // 57: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
+	4,  // 58: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
+	5,  // 59: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
+	47, // 60: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
+	50, // 61: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
+	52, // 62: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
+	52, // 63: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
+	52, // 64: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
+	54, // 65: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
+	57, // 66: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
+	59, // 67: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
+	47, // [47:68] is the sub-list for method output_type
+	26, // [26:47] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_api_tenurepb_tenure_proto_init() }
@@ -3251,8 +4284,8 @@ func file_api_tenurepb_tenure_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_tenurepb_tenure_proto_rawDesc), len(file_api_tenurepb_tenure_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   43,
+			NumEnums:      3,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -77,6 +77,8 @@ type QueueEvent struct {
 	Token        uint64
 	VisibilityMs int64
 	Ready        int
+	// Enqueue: the ready item was just enqueued (not returned).
+	Enqueue bool
 }
 
 // QueueResult is the queue part of a Result.
@@ -291,7 +293,7 @@ func (s *State) enqueue(c *fsmpb.QueueEnqueue, emit EventSink) Result {
 	if opID != "" {
 		q.ops.put(opID, id, 0)
 	}
-	emit(Event{Kind: EventQueueReady, Name: q.name, Queue: &QueueEvent{ID: id, Ready: 1}})
+	emit(Event{Kind: EventQueueReady, Name: q.name, Queue: &QueueEvent{ID: id, Ready: 1, Enqueue: true}})
 	return Result{Queue: &QueueResult{ID: id}}
 }
 

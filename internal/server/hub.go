@@ -3,6 +3,7 @@ package server
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tenure-io/tenure/internal/fsm"
 )
@@ -24,6 +25,9 @@ type Hub struct {
 	waits     map[waitKey]chan fsm.Event
 	streams   map[uint64]map[*sessionStream]struct{}
 	observers map[string]map[*observer]struct{}
+
+	// queues: waiting dequeues and enqueue ages (queue.go).
+	queues queueWaiters
 }
 
 // observerBuffer is how many leader changes an observer may lag behind
@@ -58,7 +62,9 @@ func (h *Hub) unobserve(name string, ob *observer) {
 
 // NewHub returns an empty hub.
 func NewHub() *Hub {
-	return &Hub{waits: make(map[waitKey]chan fsm.Event), streams: make(map[uint64]map[*sessionStream]struct{}), observers: make(map[string]map[*observer]struct{})}
+	h := &Hub{waits: make(map[waitKey]chan fsm.Event), streams: make(map[uint64]map[*sessionStream]struct{}), observers: make(map[string]map[*observer]struct{})}
+	h.queues.ages.start = time.Now()
+	return h
 }
 
 // Sink receives the state machine's events; it never blocks.
@@ -93,6 +99,8 @@ func (h *Hub) Sink(e fsm.Event) {
 			}
 		}
 		h.mu.Unlock()
+	case fsm.EventQueueReady:
+		h.queueEvent(e)
 	case fsm.EventSessionEnded:
 		h.mu.Lock()
 		var targets []*sessionStream

@@ -20,6 +20,14 @@ type Limits struct {
 	// MaxWaiters bounds the number of queued acquires per lock
 	// (--max-waiters).
 	MaxWaiters int
+	// MaxQueuePayload bounds a queue item's payload in bytes
+	// (--max-queue-payload; at most fsm.MaxQueuePayload).
+	MaxQueuePayload int
+	// MaxQueueLength bounds the items one queue stores, ready, in flight
+	// and dead (--max-queue-length).
+	MaxQueueLength int
+	// MaxQueues bounds the number of queues (--max-queues).
+	MaxQueues int
 }
 
 // DefaultLimits are the limits `tenure serve` runs with.
@@ -33,7 +41,7 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxWaiters <= 0 {
 		l.MaxWaiters = d.MaxWaiters
 	}
-	return l
+	return l.withQueueDefaults()
 }
 
 // admitSession refuses a new session past MaxSessions.
