@@ -173,10 +173,16 @@ func (q *Queue) settle(ctx context.Context, what string, id, token uint64, call 
 		return err
 	}
 	if resp.GetResult() == pb.QueueSettleResult_QUEUE_SETTLE_RESULT_STALE {
-		return fmt.Errorf("%w: %s of item %d of queue %s: delivery token %d is not current (the item was redelivered or settled)", ErrStale, what, id, q.name, token)
+		return &staleDelivery{fmt.Sprintf("tenure: stale delivery token: %s of item %d of queue %s with delivery token %d: not the current delivery (the lease ran out and the item was redelivered, or it was settled)", what, id, q.name, token)}
 	}
 	return nil
 }
+
+// staleDelivery is ErrStale for a delivery token.
+type staleDelivery struct{ msg string }
+
+func (e *staleDelivery) Error() string { return e.msg }
+func (e *staleDelivery) Unwrap() error { return ErrStale }
 
 // Ack deletes the item delivered under token. ErrStale means the delivery
 // is no longer current (its lease ran out and it may have been redelivered,

@@ -182,6 +182,7 @@ Exit codes: 0 ok, 1 error, 3 stale token, 4 lock not held, 5 timeout.
 		a.memberCommand(),
 		a.snapshotCommand(),
 		a.benchCommand(),
+		a.queueCommand(),
 	)
 	return root
 }

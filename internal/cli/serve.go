@@ -35,6 +35,9 @@ Prints one line on stdout once it serves (with -o json: {"serving","node",
 SIGTERM stops it cleanly (exit 0).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.Limits.Validate(); err != nil {
+				return err
+			}
 			if len(cfg.BootstrapPeers) > 0 && cfg.PeerListen == "" {
 				return errors.New("--bootstrap-peers needs --peer-listen")
 			}
@@ -80,6 +83,7 @@ SIGTERM stops it cleanly (exit 0).`,
 	f.StringVar(&cfg.LogStore, "log-store", "", "raft log engine: bolt or wal (default: the data dir's own, bolt for a new one)")
 	f.IntVar(&cfg.Limits.MaxSessions, "max-sessions", server.DefaultLimits().MaxSessions, "most live sessions; more are refused with RESOURCE_EXHAUSTED")
 	f.IntVar(&cfg.Limits.MaxWaiters, "max-waiters", server.DefaultLimits().MaxWaiters, "most queued acquires per lock; more are refused with RESOURCE_EXHAUSTED")
+	addQueueServeFlags(f, &cfg.Limits)
 	f.StringVar(&cfg.PeerListen, "peer-listen", "", "raft peer address (cluster mode), e.g. 127.0.0.1:7071")
 	f.StringVar(&cfg.PeerAdvertise, "peer-advertise", "", "peer address other members dial, if not --peer-listen (NAT, proxies)")
 	f.BoolVar(&cfg.UnsafeSkipFenceCheck, "unsafe-skip-fence-check", false, "accept every fenced write regardless of token (fault-injection tests only)")
