@@ -326,6 +326,9 @@ func (n *Node) Ready() <-chan struct{} { return n.ready }
 const (
 	maxBatch    = 1024
 	maxInflight = 1
+	// maxBatchBytes stops a batch from growing past a few large commands
+	// (queue payloads may be MiBs): one log entry stays bounded.
+	maxBatchBytes = 8 << 20
 )
 
 type proposal struct {
@@ -384,11 +387,13 @@ func (n *Node) batcher() {
 			return
 		}
 		batch := []*proposal{first}
+		size := proto.Size(first.cmd)
 	drain:
-		for len(batch) < maxBatch {
+		for len(batch) < maxBatch && size < maxBatchBytes {
 			select {
 			case p := <-n.proposals:
 				batch = append(batch, p)
+				size += proto.Size(p.cmd)
 			default:
 				break drain
 			}
