@@ -134,9 +134,7 @@ func (l *Lessor) dueQueue() ([]qtimer, time.Duration) {
 func (l *Lessor) expireQueue(ctx context.Context, due []qtimer) {
 	var wg sync.WaitGroup
 	for _, e := range due {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			cmd := &fsmpb.Command{Op: &fsmpb.Command_QueueExpire{QueueExpire: &fsmpb.QueueSettle{Queue: e.key.queue, Id: e.key.id, DeliveryToken: e.token}}}
 			if _, err := l.propose(ctx, cmd); err != nil && ctx.Err() == nil {
 				l.mu.Lock()
@@ -145,7 +143,7 @@ func (l *Lessor) expireQueue(ctx context.Context, due []qtimer) {
 				}
 				l.mu.Unlock()
 			}
-		}()
+		})
 	}
 	wg.Wait()
 }
