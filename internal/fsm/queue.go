@@ -504,14 +504,19 @@ type QueueItemView struct {
 }
 
 // DeadLetters lists up to limit dead-lettered items of name with ids above
-// after, by id.
-func (s *State) DeadLetters(name string, after uint64, limit int) []QueueItemView {
+// after, by id, stopping before the payloads pass maxBytes (but listing at
+// least one item).
+func (s *State) DeadLetters(name string, after uint64, limit, maxBytes int) []QueueItemView {
 	q := s.queues.byName[name]
 	if q == nil {
 		return nil
 	}
 	var out []QueueItemView
+	size := 0
 	q.dead.AscendGreaterOrEqual(qItem{id: after + 1}, func(it qItem) bool {
+		if size += len(it.payload); size > maxBytes && len(out) > 0 {
+			return false
+		}
 		out = append(out, QueueItemView{ID: it.id, Payload: append([]byte(nil), it.payload...), Attempts: it.attempts})
 		return len(out) < limit
 	})

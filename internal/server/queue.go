@@ -406,11 +406,7 @@ func (s *Server) QueueDeadList(ctx context.Context, req *pb.QueueDeadListRequest
 	out := &pb.QueueDeadListResponse{}
 	err := s.read(ctx, false, func(st *fsm.State) {
 		out.Dead = uint64(st.QueueStats(req.GetQueue()).Dead)
-		size := 0
-		for _, it := range st.DeadLetters(req.GetQueue(), req.GetAfterId(), limit) {
-			if size += len(it.Payload); size > deadListBytes && len(out.Items) > 0 {
-				break
-			}
+		for _, it := range st.DeadLetters(req.GetQueue(), req.GetAfterId(), limit, deadListBytes) {
 			out.Items = append(out.Items, &pb.QueueDeadItem{Id: it.ID, Payload: it.Payload, Attempts: it.Attempts})
 		}
 	})
