@@ -47,11 +47,16 @@ func qtimerLess(a, b qtimer) bool {
 type queueTimers struct {
 	byKey  map[qkey]qtimer
 	byTime *btree.BTreeG[qtimer]
+	// wakeAt is the earliest deadline when the loop last looked (zero:
+	// none). Only a deadline before it needs to wake the loop: a busy
+	// queue then costs the loop nothing between its own deadlines.
+	wakeAt time.Time
 }
 
 func (t *queueTimers) reset() {
 	t.byKey = make(map[qkey]qtimer)
 	t.byTime = btree.NewG(32, qtimerLess)
+	t.wakeAt = time.Time{}
 }
 
 func (t *queueTimers) arm(k qkey, token uint64, at time.Time) {
@@ -90,11 +95,16 @@ func (t *queueTimers) due(now time.Time) (out []qtimer, next time.Duration) {
 		}
 		if left := e.at.Sub(now); left > 0 {
 			next = left
-			break
+			t.wakeAt = e.at
+			return out, next
 		}
 		t.byTime.DeleteMin()
 		delete(t.byKey, e.key)
 		out = append(out, e)
+	}
+	t.wakeAt = time.Time{}
+	if e, ok := t.byTime.Min(); ok {
+		t.wakeAt = e.at
 	}
 	return out, next
 }
@@ -112,8 +122,12 @@ func (l *Lessor) promoteQueues(now time.Time, s *fsm.State) {
 func (l *Lessor) observeQueue(now time.Time, e fsm.Event) {
 	switch e.Kind {
 	case fsm.EventQueueLeased:
-		l.queue.arm(qkey{e.Name, e.Queue.ID}, e.Queue.Token, now.Add(time.Duration(e.Queue.VisibilityMs)*time.Millisecond))
-		l.poke()
+		at := now.Add(time.Duration(e.Queue.VisibilityMs) * time.Millisecond)
+		l.queue.arm(qkey{e.Name, e.Queue.ID}, e.Queue.Token, at)
+		if w := l.queue.wakeAt; w.IsZero() || at.Before(w) {
+			l.queue.wakeAt = at
+			l.poke()
+		}
 	case fsm.EventQueueSettled:
 		l.queue.disarm(qkey{e.Name, e.Queue.ID}, e.Queue.Token)
 	}

@@ -22,14 +22,12 @@ func TestQueueVisibilityExpiresOnlyAfterFullLease(t *testing.T) {
 	h.promote()
 	var id, tok, acked, ackedTok uint64
 	h.settle(func() { id, tok = h.enqueueDequeue("q", 5*time.Second) })
-	h.settle(func() { acked, ackedTok = h.enqueueDequeue("q", 5*time.Second) })
+	acked, ackedTok = h.enqueueDequeue("q", 5*time.Second) // not earlier: no wake-up
 	h.apply(&fsmpb.Command{Op: &fsmpb.Command_QueueAck{QueueAck: &fsmpb.QueueSettle{Queue: "q", Id: acked, DeliveryToken: ackedTok}}})
 	if got := h.step(4 * time.Second); len(got) != 0 {
 		t.Fatalf("proposed %v before the visibility ran out", got)
 	}
-	h.settle(func() {
-		h.apply(&fsmpb.Command{Op: &fsmpb.Command_QueueExtend{QueueExtend: &fsmpb.QueueExtend{Queue: "q", Id: id, DeliveryToken: tok, VisibilityMs: 3000}}})
-	})
+	h.apply(&fsmpb.Command{Op: &fsmpb.Command_QueueExtend{QueueExtend: &fsmpb.QueueExtend{Queue: "q", Id: id, DeliveryToken: tok, VisibilityMs: 3000}}})
 	if got := h.step(2 * time.Second); len(got) != 0 {
 		t.Fatalf("proposed %v although the lease was extended by 3s 2s ago", got)
 	}
@@ -54,5 +52,19 @@ func TestQueueVisibilityExpiresOnlyAfterFullLease(t *testing.T) {
 	}
 	if got := h.step(time.Hour); len(got) != 0 {
 		t.Fatalf("proposed %v after everything settled", got)
+	}
+}
+
+// TestQueueEarlierLeaseWakesTheLoop: a lease ending before every armed
+// deadline wakes the timer loop, which then expires it on time.
+func TestQueueEarlierLeaseWakesTheLoop(t *testing.T) {
+	h := newHarness(t)
+	h.promote()
+	h.settle(func() { h.enqueueDequeue("q", 10*time.Second) })
+	var id, tok uint64
+	h.settle(func() { id, tok = h.enqueueDequeue("q", time.Second) })
+	got := h.stepWant(1500*time.Millisecond, 1)
+	if len(got) != 1 || got[0].GetQueueExpire().GetId() != id || got[0].GetQueueExpire().GetDeliveryToken() != tok {
+		t.Fatalf("proposed %v, want QueueExpire(q, %d, %d)", got, id, tok)
 	}
 }
