@@ -83,9 +83,11 @@ type QueueEvent struct {
 
 // QueueResult is the queue part of a Result.
 type QueueResult struct {
-	// ID: the item enqueued (or, for a Duplicate, enqueued first) or
-	// delivered.
-	ID        uint64
+	// ID: the item enqueued (or, for a Duplicate, enqueued first),
+	// delivered or settled.
+	ID uint64
+	// Duplicate: an enqueue's operation id was seen before (nothing was
+	// added), or an ack repeated the token that already acked the item.
 	Duplicate bool
 	// Empty: a dequeue found no ready item.
 	Empty bool
