@@ -156,6 +156,10 @@ func (a *app) runQueueBench(ctx context.Context, bf benchQueueFlags) (benchQueue
 
 	rctx, cancel := context.WithTimeout(ctx, bf.duration)
 	defer cancel()
+	// over reports the end of the run. A call may fail with the run's own
+	// deadline a moment before rctx says so: that is not an error.
+	deadline, _ := rctx.Deadline()
+	over := func() bool { return rctx.Err() != nil || !time.Now().Before(deadline) }
 	var enqueued, acked atomic.Int64
 	// credit keeps the queue's length steady: a producer enqueues only
 	// while fewer than producers+consumers of its items wait unacked.
@@ -170,7 +174,7 @@ func (a *app) runQueueBench(ctx context.Context, bf benchQueueFlags) (benchQueue
 		l := &latencies{}
 		prod[i] = l
 		wg.Go(func() {
-			for rctx.Err() == nil {
+			for !over() {
 				select {
 				case <-credit:
 				case <-rctx.Done():
@@ -179,7 +183,7 @@ func (a *app) runQueueBench(ctx context.Context, bf benchQueueFlags) (benchQueue
 				t := time.Now()
 				if _, err := q.Enqueue(rctx, payload); err != nil {
 					credit <- struct{}{}
-					if rctx.Err() == nil {
+					if !over() {
 						l.errs++
 					}
 					continue
@@ -193,11 +197,11 @@ func (a *app) runQueueBench(ctx context.Context, bf benchQueueFlags) (benchQueue
 		l := &latencies{}
 		cons[i] = l
 		wg.Go(func() {
-			for rctx.Err() == nil {
+			for !over() {
 				t := time.Now()
 				d, err := q.Dequeue(rctx, bf.visibility)
 				if err != nil {
-					if rctx.Err() == nil {
+					if !over() {
 						l.errs++
 					}
 					continue
