@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -179,8 +180,11 @@ echo $? > %[1]s/a-code.tmp && mv %[1]s/a-code.tmp %[1]s/a-code`, dir)
 	}
 	for {
 		d, err := q.TryDequeue(ctx, time.Minute)
-		if err != nil {
+		if errors.Is(err, client.ErrQueueEmpty) {
 			break
+		}
+		if err != nil {
+			t.Fatal(err)
 		}
 		if err := q.Ack(ctx, d.ID, d.Token); err != nil {
 			t.Fatal(err)
@@ -276,6 +280,13 @@ func TestQueueNoAcknowledgedEnqueueLostOnKill9(t *testing.T) {
 	}
 
 	startServer(t, addr, dataDir)
+	// A new client: the old one's connection is in its reconnect backoff.
+	c2, err := client.Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	q = c2.Queue("crash")
 	st, err := q.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -284,8 +295,11 @@ func TestQueueNoAcknowledgedEnqueueLostOnKill9(t *testing.T) {
 	seen := make(map[uint64]bool)
 	for {
 		d, err := q.TryDequeue(ctx, time.Minute)
-		if err != nil {
+		if errors.Is(err, client.ErrQueueEmpty) {
 			break
+		}
+		if err != nil {
+			t.Fatal(err)
 		}
 		if d.ID <= last || seen[d.ID] {
 			t.Fatalf("item %d delivered after %d", d.ID, last)
