@@ -67,9 +67,10 @@ func (l Limits) withQueueDefaults() Limits {
 
 // queueWaiters holds, per queue, the FIFO of dequeue requests waiting for
 // an item. Waiting is not replicated: an item made ready wakes exactly one
-// waiter (the first), which then proposes its dequeue; one that loses the
-// race to another consumer waits again at its original place. It also
-// keeps the age samples of enqueues. Safe for concurrent use.
+// waiter (the first in line), taking it out of the line; it then proposes
+// its dequeue, and one that loses the race to another consumer goes back
+// to its original place. It also keeps the age samples of enqueues. Safe
+// for concurrent use.
 type queueWaiters struct {
 	wakeups atomic.Uint64
 
@@ -308,9 +309,15 @@ func (s *Server) QueueDequeue(ctx context.Context, req *pb.QueueDequeueRequest) 
 	if err := fsm.ValidateVisibility(vis); err != nil {
 		return nil, toStatus(err)
 	}
+	// The request is in its queue's line while it proposes and waits. A
+	// wake-up takes it out of the line; the proposal that follows runs out
+	// of line (so no second item is assigned to it meanwhile). If that one
+	// loses the race, the request goes back to its place and looks once
+	// more before it waits, so no item made ready in between is missed.
 	w := &s.hub.queues
 	qw := w.join(name)
 	defer w.leave(name, qw)
+	inLine := true
 	for {
 		res, err := s.proposeDetached(queueCmd(&fsmpb.QueueDequeue{Queue: name, Session: req.GetSession(), VisibilityMs: vis}))
 		if err != nil {
@@ -326,9 +333,14 @@ func (s *Server) QueueDequeue(ctx context.Context, req *pb.QueueDequeueRequest) 
 		if !req.GetWait() {
 			return &pb.QueueDequeueResponse{}, nil
 		}
+		if !inLine {
+			w.rejoin(name, qw)
+			inLine = true
+			continue
+		}
 		select {
 		case <-qw.wake:
-			w.rejoin(name, qw)
+			inLine = false
 		case <-ctx.Done():
 			return nil, toStatus(ctx.Err())
 		}

@@ -355,3 +355,78 @@ func TestQueueSurvivesSnapshotAndRestart(t *testing.T) {
 		t.Fatalf("dead letters %+v %v", dl, err)
 	}
 }
+
+// TestQueueWaitersSurviveLostRaces: consumers that are woken but lose the
+// item to consumers that do not wait keep their place and still get the
+// items that come later; no item is left queued while one of them waits.
+func TestQueueWaitersSurviveLostRaces(t *testing.T) {
+	const waiters, stealers, items = 4, 8, 200
+	srv := testutil.Start(t, "", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := testutil.Dial(t, srv.Addr())
+	q := c.Queue("race")
+	got := make(chan uint64, items+waiters)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	for range waiters {
+		go func() {
+			for {
+				d, err := q.Dequeue(wctx, time.Minute)
+				if err != nil {
+					return
+				}
+				_ = q.Ack(ctx, d.ID, d.Token)
+				got <- d.ID
+			}
+		}()
+	}
+	waitFor(t, "the consumers to wait", 10*time.Second, func() bool { return srv.Hub.QueueWaiting("race") == waiters })
+	sctx, stopStealing := context.WithCancel(ctx)
+	stolen := make(chan int, stealers)
+	for range stealers {
+		go func() {
+			n := 0
+			defer func() { stolen <- n }()
+			for sctx.Err() == nil {
+				if d, err := q.TryDequeue(sctx, time.Minute); err == nil {
+					_ = q.Ack(ctx, d.ID, d.Token)
+					n++
+				}
+			}
+		}()
+	}
+	for i := range items {
+		if _, err := q.Enqueue(ctx, []byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "every item to be taken", 30*time.Second, func() bool {
+		st, err := q.Stats(ctx)
+		return err == nil && st.Queued == 0 && st.InFlight == 0
+	})
+	stopStealing()
+	total := 0
+	for range stealers {
+		total += <-stolen
+	}
+	byWaiters := len(got)
+	if total+byWaiters != items {
+		t.Fatalf("%d items taken by stealers and %d by waiters, want %d in all", total, byWaiters, items)
+	}
+	// The waiters are all back in line: each new item reaches one of them.
+	waitFor(t, "the consumers to wait again", 10*time.Second, func() bool { return srv.Hub.QueueWaiting("race") == waiters })
+	for i := range waiters {
+		if _, err := q.Enqueue(ctx, []byte(fmt.Sprint("late", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range waiters {
+		select {
+		case <-got:
+		case <-ctx.Done():
+			t.Fatalf("only %d of %d late items reached the waiting consumers", i, waiters)
+		}
+	}
+	t.Logf("%d items went to consumers that did not wait, %d to waiting ones", total, byWaiters)
+}
