@@ -313,6 +313,57 @@ func (KVEventType) EnumDescriptor() ([]byte, []int) {
 	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{4}
 }
 
+type QueueSettleResult int32
+
+const (
+	QueueSettleResult_QUEUE_SETTLE_RESULT_UNSPECIFIED QueueSettleResult = 0
+	QueueSettleResult_QUEUE_SETTLE_RESULT_OK          QueueSettleResult = 1
+	// STALE: the delivery token is not the item's current one (its lease
+	// ran out and it was redelivered, or it was settled already).
+	QueueSettleResult_QUEUE_SETTLE_RESULT_STALE QueueSettleResult = 2
+)
+
+// Enum value maps for QueueSettleResult.
+var (
+	QueueSettleResult_name = map[int32]string{
+		0: "QUEUE_SETTLE_RESULT_UNSPECIFIED",
+		1: "QUEUE_SETTLE_RESULT_OK",
+		2: "QUEUE_SETTLE_RESULT_STALE",
+	}
+	QueueSettleResult_value = map[string]int32{
+		"QUEUE_SETTLE_RESULT_UNSPECIFIED": 0,
+		"QUEUE_SETTLE_RESULT_OK":          1,
+		"QUEUE_SETTLE_RESULT_STALE":       2,
+	}
+)
+
+func (x QueueSettleResult) Enum() *QueueSettleResult {
+	p := new(QueueSettleResult)
+	*p = x
+	return p
+}
+
+func (x QueueSettleResult) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (QueueSettleResult) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_tenurepb_tenure_proto_enumTypes[5].Descriptor()
+}
+
+func (QueueSettleResult) Type() protoreflect.EnumType {
+	return &file_api_tenurepb_tenure_proto_enumTypes[5]
+}
+
+func (x QueueSettleResult) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use QueueSettleResult.Descriptor instead.
+func (QueueSettleResult) EnumDescriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{5}
+}
+
 type SnapshotSaveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -4165,6 +4216,883 @@ func (x *KVCompacted) GetCurrentRevision() uint64 {
 	return 0
 }
 
+type QueueEnqueueRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Queue   string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Payload []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	// operation_id: a retried enqueue with the same id (among the queue's
+	// 10,000 most recent) answers the first item's id and adds nothing.
+	OperationId string `protobuf:"bytes,3,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// max_attempts: deliveries before an item is dead-lettered. Fixed by the
+	// queue's first enqueue (0: default 5); another value is refused.
+	MaxAttempts   uint32 `protobuf:"varint,4,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueEnqueueRequest) Reset() {
+	*x = QueueEnqueueRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueEnqueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueEnqueueRequest) ProtoMessage() {}
+
+func (x *QueueEnqueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueEnqueueRequest.ProtoReflect.Descriptor instead.
+func (*QueueEnqueueRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *QueueEnqueueRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueEnqueueRequest) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *QueueEnqueueRequest) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *QueueEnqueueRequest) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+type QueueEnqueueResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id of the item: the revision of its enqueue.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// duplicate: operation_id was seen before; nothing was added.
+	Duplicate     bool   `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueEnqueueResponse) Reset() {
+	*x = QueueEnqueueResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueEnqueueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueEnqueueResponse) ProtoMessage() {}
+
+func (x *QueueEnqueueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueEnqueueResponse.ProtoReflect.Descriptor instead.
+func (*QueueEnqueueResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *QueueEnqueueResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *QueueEnqueueResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+func (x *QueueEnqueueResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type QueueDequeueRequest struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Queue        string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	VisibilityMs int64                  `protobuf:"varint,2,opt,name=visibility_ms,json=visibilityMs,proto3" json:"visibility_ms,omitempty"`
+	// session: if not 0, the item goes back to the queue when this session
+	// ends (as well as when its visibility lease runs out).
+	Session uint64 `protobuf:"varint,3,opt,name=session,proto3" json:"session,omitempty"`
+	// wait: block until an item is available (or the deadline passes).
+	Wait          bool `protobuf:"varint,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDequeueRequest) Reset() {
+	*x = QueueDequeueRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDequeueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDequeueRequest) ProtoMessage() {}
+
+func (x *QueueDequeueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDequeueRequest.ProtoReflect.Descriptor instead.
+func (*QueueDequeueRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *QueueDequeueRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueDequeueRequest) GetVisibilityMs() int64 {
+	if x != nil {
+		return x.VisibilityMs
+	}
+	return 0
+}
+
+func (x *QueueDequeueRequest) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *QueueDequeueRequest) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
+}
+
+type QueueItem struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Payload []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	// delivery_token names this delivery; a later redelivery has a larger one.
+	DeliveryToken uint64 `protobuf:"varint,3,opt,name=delivery_token,json=deliveryToken,proto3" json:"delivery_token,omitempty"`
+	// attempt counts deliveries of this item, from 1.
+	Attempt       uint32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueItem) Reset() {
+	*x = QueueItem{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueItem) ProtoMessage() {}
+
+func (x *QueueItem) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueItem.ProtoReflect.Descriptor instead.
+func (*QueueItem) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *QueueItem) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *QueueItem) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *QueueItem) GetDeliveryToken() uint64 {
+	if x != nil {
+		return x.DeliveryToken
+	}
+	return 0
+}
+
+func (x *QueueItem) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+type QueueDequeueResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// item is unset when the queue was empty (without wait).
+	Item          *QueueItem `protobuf:"bytes,1,opt,name=item,proto3" json:"item,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDequeueResponse) Reset() {
+	*x = QueueDequeueResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDequeueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDequeueResponse) ProtoMessage() {}
+
+func (x *QueueDequeueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDequeueResponse.ProtoReflect.Descriptor instead.
+func (*QueueDequeueResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *QueueDequeueResponse) GetItem() *QueueItem {
+	if x != nil {
+		return x.Item
+	}
+	return nil
+}
+
+type QueueSettleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Id            uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	DeliveryToken uint64                 `protobuf:"varint,3,opt,name=delivery_token,json=deliveryToken,proto3" json:"delivery_token,omitempty"`
+	// visibility_ms: for QueueExtend only.
+	VisibilityMs  int64 `protobuf:"varint,4,opt,name=visibility_ms,json=visibilityMs,proto3" json:"visibility_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueSettleRequest) Reset() {
+	*x = QueueSettleRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueSettleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueSettleRequest) ProtoMessage() {}
+
+func (x *QueueSettleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueSettleRequest.ProtoReflect.Descriptor instead.
+func (*QueueSettleRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *QueueSettleRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueSettleRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *QueueSettleRequest) GetDeliveryToken() uint64 {
+	if x != nil {
+		return x.DeliveryToken
+	}
+	return 0
+}
+
+func (x *QueueSettleRequest) GetVisibilityMs() int64 {
+	if x != nil {
+		return x.VisibilityMs
+	}
+	return 0
+}
+
+type QueueSettleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        QueueSettleResult      `protobuf:"varint,1,opt,name=result,proto3,enum=tenure.v1.QueueSettleResult" json:"result,omitempty"`
+	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueSettleResponse) Reset() {
+	*x = QueueSettleResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueSettleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueSettleResponse) ProtoMessage() {}
+
+func (x *QueueSettleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueSettleResponse.ProtoReflect.Descriptor instead.
+func (*QueueSettleResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *QueueSettleResponse) GetResult() QueueSettleResult {
+	if x != nil {
+		return x.Result
+	}
+	return QueueSettleResult_QUEUE_SETTLE_RESULT_UNSPECIFIED
+}
+
+func (x *QueueSettleResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type QueueStatsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// serializable: answer from this node's local state, which may be stale.
+	Serializable  bool `protobuf:"varint,15,opt,name=serializable,proto3" json:"serializable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueStatsRequest) Reset() {
+	*x = QueueStatsRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueStatsRequest) ProtoMessage() {}
+
+func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
+func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *QueueStatsRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueStatsRequest) GetSerializable() bool {
+	if x != nil {
+		return x.Serializable
+	}
+	return false
+}
+
+type QueueStatsResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Queue       string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Queued      uint64                 `protobuf:"varint,2,opt,name=queued,proto3" json:"queued,omitempty"`
+	InFlight    uint64                 `protobuf:"varint,3,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	Dead        uint64                 `protobuf:"varint,4,opt,name=dead,proto3" json:"dead,omitempty"`
+	MaxAttempts uint32                 `protobuf:"varint,5,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// oldest_id: the oldest item queued or in flight (0: none);
+	// oldest_age_ms: how long ago this node applied its enqueue (an
+	// approximation, see docs/queue.md).
+	OldestId      uint64 `protobuf:"varint,6,opt,name=oldest_id,json=oldestId,proto3" json:"oldest_id,omitempty"`
+	OldestAgeMs   int64  `protobuf:"varint,7,opt,name=oldest_age_ms,json=oldestAgeMs,proto3" json:"oldest_age_ms,omitempty"`
+	Revision      uint64 `protobuf:"varint,8,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueStatsResponse) Reset() {
+	*x = QueueStatsResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueStatsResponse) ProtoMessage() {}
+
+func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
+func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *QueueStatsResponse) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueStatsResponse) GetQueued() uint64 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+func (x *QueueStatsResponse) GetInFlight() uint64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *QueueStatsResponse) GetDead() uint64 {
+	if x != nil {
+		return x.Dead
+	}
+	return 0
+}
+
+func (x *QueueStatsResponse) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *QueueStatsResponse) GetOldestId() uint64 {
+	if x != nil {
+		return x.OldestId
+	}
+	return 0
+}
+
+func (x *QueueStatsResponse) GetOldestAgeMs() int64 {
+	if x != nil {
+		return x.OldestAgeMs
+	}
+	return 0
+}
+
+func (x *QueueStatsResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type QueueDeadListRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// after_id: list items with larger ids (paging).
+	AfterId uint64 `protobuf:"varint,2,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
+	// limit: at most this many (default 100, at most 1000).
+	Limit         uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDeadListRequest) Reset() {
+	*x = QueueDeadListRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDeadListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDeadListRequest) ProtoMessage() {}
+
+func (x *QueueDeadListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDeadListRequest.ProtoReflect.Descriptor instead.
+func (*QueueDeadListRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *QueueDeadListRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueDeadListRequest) GetAfterId() uint64 {
+	if x != nil {
+		return x.AfterId
+	}
+	return 0
+}
+
+func (x *QueueDeadListRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type QueueDeadItem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Payload       []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	Attempts      uint32                 `protobuf:"varint,3,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDeadItem) Reset() {
+	*x = QueueDeadItem{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDeadItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDeadItem) ProtoMessage() {}
+
+func (x *QueueDeadItem) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDeadItem.ProtoReflect.Descriptor instead.
+func (*QueueDeadItem) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *QueueDeadItem) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *QueueDeadItem) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *QueueDeadItem) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+type QueueDeadListResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*QueueDeadItem       `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	Dead          uint64                 `protobuf:"varint,2,opt,name=dead,proto3" json:"dead,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDeadListResponse) Reset() {
+	*x = QueueDeadListResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDeadListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDeadListResponse) ProtoMessage() {}
+
+func (x *QueueDeadListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDeadListResponse.ProtoReflect.Descriptor instead.
+func (*QueueDeadListResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *QueueDeadListResponse) GetItems() []*QueueDeadItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *QueueDeadListResponse) GetDead() uint64 {
+	if x != nil {
+		return x.Dead
+	}
+	return 0
+}
+
+type QueueDeadRequeueRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// ids to requeue (at most 1000); empty: the oldest dead items, up to 1000.
+	Ids           []uint64 `protobuf:"varint,2,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDeadRequeueRequest) Reset() {
+	*x = QueueDeadRequeueRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDeadRequeueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDeadRequeueRequest) ProtoMessage() {}
+
+func (x *QueueDeadRequeueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDeadRequeueRequest.ProtoReflect.Descriptor instead.
+func (*QueueDeadRequeueRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *QueueDeadRequeueRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueDeadRequeueRequest) GetIds() []uint64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+type QueueDeadRequeueResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Requeued uint64                 `protobuf:"varint,1,opt,name=requeued,proto3" json:"requeued,omitempty"`
+	// remaining dead-lettered items.
+	Dead          uint64 `protobuf:"varint,2,opt,name=dead,proto3" json:"dead,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDeadRequeueResponse) Reset() {
+	*x = QueueDeadRequeueResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDeadRequeueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDeadRequeueResponse) ProtoMessage() {}
+
+func (x *QueueDeadRequeueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDeadRequeueResponse.ProtoReflect.Descriptor instead.
+func (*QueueDeadRequeueResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *QueueDeadRequeueResponse) GetRequeued() uint64 {
+	if x != nil {
+		return x.Requeued
+	}
+	return 0
+}
+
+func (x *QueueDeadRequeueResponse) GetDead() uint64 {
+	if x != nil {
+		return x.Dead
+	}
+	return 0
+}
+
 var File_api_tenurepb_tenure_proto protoreflect.FileDescriptor
 
 const file_api_tenurepb_tenure_proto_rawDesc = "" +
@@ -4417,7 +5345,65 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\bprogress\x18\x04 \x01(\bR\bprogress\"c\n" +
 	"\vKVCompacted\x12)\n" +
 	"\x10compact_revision\x18\x01 \x01(\x04R\x0fcompactRevision\x12)\n" +
-	"\x10current_revision\x18\x02 \x01(\x04R\x0fcurrentRevision*\xdf\x02\n" +
+	"\x10current_revision\x18\x02 \x01(\x04R\x0fcurrentRevision\"\x8b\x01\n" +
+	"\x13QueueEnqueueRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12!\n" +
+	"\foperation_id\x18\x03 \x01(\tR\voperationId\x12!\n" +
+	"\fmax_attempts\x18\x04 \x01(\rR\vmaxAttempts\"`\n" +
+	"\x14QueueEnqueueResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1c\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\"~\n" +
+	"\x13QueueDequeueRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12#\n" +
+	"\rvisibility_ms\x18\x02 \x01(\x03R\fvisibilityMs\x12\x18\n" +
+	"\asession\x18\x03 \x01(\x04R\asession\x12\x12\n" +
+	"\x04wait\x18\x04 \x01(\bR\x04wait\"v\n" +
+	"\tQueueItem\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12%\n" +
+	"\x0edelivery_token\x18\x03 \x01(\x04R\rdeliveryToken\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\rR\aattempt\"@\n" +
+	"\x14QueueDequeueResponse\x12(\n" +
+	"\x04item\x18\x01 \x01(\v2\x14.tenure.v1.QueueItemR\x04item\"\x86\x01\n" +
+	"\x12QueueSettleRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\x12%\n" +
+	"\x0edelivery_token\x18\x03 \x01(\x04R\rdeliveryToken\x12#\n" +
+	"\rvisibility_ms\x18\x04 \x01(\x03R\fvisibilityMs\"g\n" +
+	"\x13QueueSettleResponse\x124\n" +
+	"\x06result\x18\x01 \x01(\x0e2\x1c.tenure.v1.QueueSettleResultR\x06result\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"M\n" +
+	"\x11QueueStatsRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\"\n" +
+	"\fserializable\x18\x0f \x01(\bR\fserializable\"\xf3\x01\n" +
+	"\x12QueueStatsResponse\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
+	"\x06queued\x18\x02 \x01(\x04R\x06queued\x12\x1b\n" +
+	"\tin_flight\x18\x03 \x01(\x04R\binFlight\x12\x12\n" +
+	"\x04dead\x18\x04 \x01(\x04R\x04dead\x12!\n" +
+	"\fmax_attempts\x18\x05 \x01(\rR\vmaxAttempts\x12\x1b\n" +
+	"\toldest_id\x18\x06 \x01(\x04R\boldestId\x12\"\n" +
+	"\roldest_age_ms\x18\a \x01(\x03R\voldestAgeMs\x12\x1a\n" +
+	"\brevision\x18\b \x01(\x04R\brevision\"]\n" +
+	"\x14QueueDeadListRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x19\n" +
+	"\bafter_id\x18\x02 \x01(\x04R\aafterId\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"U\n" +
+	"\rQueueDeadItem\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1a\n" +
+	"\battempts\x18\x03 \x01(\rR\battempts\"[\n" +
+	"\x15QueueDeadListResponse\x12.\n" +
+	"\x05items\x18\x01 \x03(\v2\x18.tenure.v1.QueueDeadItemR\x05items\x12\x12\n" +
+	"\x04dead\x18\x02 \x01(\x04R\x04dead\"A\n" +
+	"\x17QueueDeadRequeueRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x10\n" +
+	"\x03ids\x18\x02 \x03(\x04R\x03ids\"J\n" +
+	"\x18QueueDeadRequeueResponse\x12\x1a\n" +
+	"\brequeued\x18\x01 \x01(\x04R\brequeued\x12\x12\n" +
+	"\x04dead\x18\x02 \x01(\x04R\x04dead*\xdf\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12ERROR_REASON_STALE\x10\x01\x12\x19\n" +
@@ -4451,8 +5437,11 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\vKVEventType\x12\x1d\n" +
 	"\x19KV_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11KV_EVENT_TYPE_PUT\x10\x01\x12\x18\n" +
-	"\x14KV_EVENT_TYPE_DELETE\x10\x022\x8c\n" +
-	"\n" +
+	"\x14KV_EVENT_TYPE_DELETE\x10\x02*s\n" +
+	"\x11QueueSettleResult\x12#\n" +
+	"\x1fQUEUE_SETTLE_RESULT_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16QUEUE_SETTLE_RESULT_OK\x10\x01\x12\x1d\n" +
+	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\x8f\x0f\n" +
 	"\x06Tenure\x12D\n" +
 	"\aSession\x12\x19.tenure.v1.SessionRequest\x1a\x1a.tenure.v1.SessionResponse(\x010\x01\x12O\n" +
 	"\fListSessions\x12\x1e.tenure.v1.ListSessionsRequest\x1a\x1f.tenure.v1.ListSessionsResponse\x12I\n" +
@@ -4473,7 +5462,16 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\aKVRange\x12\x19.tenure.v1.KVRangeRequest\x1a\x1a.tenure.v1.KVRangeResponse\x12C\n" +
 	"\bKVDelete\x12\x1a.tenure.v1.KVDeleteRequest\x1a\x1b.tenure.v1.KVDeleteResponse\x12:\n" +
 	"\x05KVTxn\x12\x17.tenure.v1.KVTxnRequest\x1a\x18.tenure.v1.KVTxnResponse\x12B\n" +
-	"\aKVWatch\x12\x19.tenure.v1.KVWatchRequest\x1a\x1a.tenure.v1.KVWatchResponse0\x01B*Z(github.com/tenure-io/tenure/api/tenurepbb\x06proto3"
+	"\aKVWatch\x12\x19.tenure.v1.KVWatchRequest\x1a\x1a.tenure.v1.KVWatchResponse0\x01\x12O\n" +
+	"\fQueueEnqueue\x12\x1e.tenure.v1.QueueEnqueueRequest\x1a\x1f.tenure.v1.QueueEnqueueResponse\x12O\n" +
+	"\fQueueDequeue\x12\x1e.tenure.v1.QueueDequeueRequest\x1a\x1f.tenure.v1.QueueDequeueResponse\x12I\n" +
+	"\bQueueAck\x12\x1d.tenure.v1.QueueSettleRequest\x1a\x1e.tenure.v1.QueueSettleResponse\x12J\n" +
+	"\tQueueNack\x12\x1d.tenure.v1.QueueSettleRequest\x1a\x1e.tenure.v1.QueueSettleResponse\x12L\n" +
+	"\vQueueExtend\x12\x1d.tenure.v1.QueueSettleRequest\x1a\x1e.tenure.v1.QueueSettleResponse\x12I\n" +
+	"\n" +
+	"QueueStats\x12\x1c.tenure.v1.QueueStatsRequest\x1a\x1d.tenure.v1.QueueStatsResponse\x12R\n" +
+	"\rQueueDeadList\x12\x1f.tenure.v1.QueueDeadListRequest\x1a .tenure.v1.QueueDeadListResponse\x12[\n" +
+	"\x10QueueDeadRequeue\x12\".tenure.v1.QueueDeadRequeueRequest\x1a#.tenure.v1.QueueDeadRequeueResponseB*Z(github.com/tenure-io/tenure/api/tenurepbb\x06proto3"
 
 var (
 	file_api_tenurepb_tenure_proto_rawDescOnce sync.Once
@@ -4487,155 +5485,189 @@ func file_api_tenurepb_tenure_proto_rawDescGZIP() []byte {
 	return file_api_tenurepb_tenure_proto_rawDescData
 }
 
-var file_api_tenurepb_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_api_tenurepb_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_api_tenurepb_tenure_proto_goTypes = []any{
-	(ErrorReason)(0),                // 0: tenure.v1.ErrorReason
-	(PutResult)(0),                  // 1: tenure.v1.PutResult
-	(KVCompareTarget)(0),            // 2: tenure.v1.KVCompareTarget
-	(KVCompareResult)(0),            // 3: tenure.v1.KVCompareResult
-	(KVEventType)(0),                // 4: tenure.v1.KVEventType
-	(*SnapshotSaveRequest)(nil),     // 5: tenure.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),           // 6: tenure.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil), // 7: tenure.v1.SnapshotRestoreResponse
-	(*Member)(nil),                  // 8: tenure.v1.Member
-	(*MemberListRequest)(nil),       // 9: tenure.v1.MemberListRequest
-	(*MemberListResponse)(nil),      // 10: tenure.v1.MemberListResponse
-	(*MemberAddRequest)(nil),        // 11: tenure.v1.MemberAddRequest
-	(*MemberRemoveRequest)(nil),     // 12: tenure.v1.MemberRemoveRequest
-	(*SessionRequest)(nil),          // 13: tenure.v1.SessionRequest
-	(*OpenSession)(nil),             // 14: tenure.v1.OpenSession
-	(*KeepAlive)(nil),               // 15: tenure.v1.KeepAlive
-	(*AcquireLock)(nil),             // 16: tenure.v1.AcquireLock
-	(*ProclaimValue)(nil),           // 17: tenure.v1.ProclaimValue
-	(*ValueProclaimed)(nil),         // 18: tenure.v1.ValueProclaimed
-	(*ReleaseLock)(nil),             // 19: tenure.v1.ReleaseLock
-	(*CancelRequest)(nil),           // 20: tenure.v1.CancelRequest
-	(*CloseSession)(nil),            // 21: tenure.v1.CloseSession
-	(*SessionResponse)(nil),         // 22: tenure.v1.SessionResponse
-	(*SessionOpened)(nil),           // 23: tenure.v1.SessionOpened
-	(*KeepAliveAck)(nil),            // 24: tenure.v1.KeepAliveAck
-	(*LockQueued)(nil),              // 25: tenure.v1.LockQueued
-	(*LockGranted)(nil),             // 26: tenure.v1.LockGranted
-	(*LockReleased)(nil),            // 27: tenure.v1.LockReleased
-	(*SessionClosed)(nil),           // 28: tenure.v1.SessionClosed
-	(*Error)(nil),                   // 29: tenure.v1.Error
-	(*ListSessionsRequest)(nil),     // 30: tenure.v1.ListSessionsRequest
-	(*SessionInfo)(nil),             // 31: tenure.v1.SessionInfo
-	(*ListSessionsResponse)(nil),    // 32: tenure.v1.ListSessionsResponse
-	(*LockStatusRequest)(nil),       // 33: tenure.v1.LockStatusRequest
-	(*Holder)(nil),                  // 34: tenure.v1.Holder
-	(*Waiter)(nil),                  // 35: tenure.v1.Waiter
-	(*LockStatusResponse)(nil),      // 36: tenure.v1.LockStatusResponse
-	(*LockHistoryRequest)(nil),      // 37: tenure.v1.LockHistoryRequest
-	(*GrantRecord)(nil),             // 38: tenure.v1.GrantRecord
-	(*LockHistoryResponse)(nil),     // 39: tenure.v1.LockHistoryResponse
-	(*FencedPutRequest)(nil),        // 40: tenure.v1.FencedPutRequest
-	(*FencedPutResponse)(nil),       // 41: tenure.v1.FencedPutResponse
-	(*FencedGetRequest)(nil),        // 42: tenure.v1.FencedGetRequest
-	(*FencedGetResponse)(nil),       // 43: tenure.v1.FencedGetResponse
-	(*ObserveRequest)(nil),          // 44: tenure.v1.ObserveRequest
-	(*LeaderEvent)(nil),             // 45: tenure.v1.LeaderEvent
-	(*StatusRequest)(nil),           // 46: tenure.v1.StatusRequest
-	(*StatusResponse)(nil),          // 47: tenure.v1.StatusResponse
-	(*KVKeyValue)(nil),              // 48: tenure.v1.KVKeyValue
-	(*KVPutRequest)(nil),            // 49: tenure.v1.KVPutRequest
-	(*KVPutResponse)(nil),           // 50: tenure.v1.KVPutResponse
-	(*KVRangeRequest)(nil),          // 51: tenure.v1.KVRangeRequest
-	(*KVRangeResponse)(nil),         // 52: tenure.v1.KVRangeResponse
-	(*KVDeleteRequest)(nil),         // 53: tenure.v1.KVDeleteRequest
-	(*KVDeleteResponse)(nil),        // 54: tenure.v1.KVDeleteResponse
-	(*KVCompare)(nil),               // 55: tenure.v1.KVCompare
-	(*KVRequestOp)(nil),             // 56: tenure.v1.KVRequestOp
-	(*KVResponseOp)(nil),            // 57: tenure.v1.KVResponseOp
-	(*KVTxnRequest)(nil),            // 58: tenure.v1.KVTxnRequest
-	(*KVTxnResponse)(nil),           // 59: tenure.v1.KVTxnResponse
-	(*KVWatchRequest)(nil),          // 60: tenure.v1.KVWatchRequest
-	(*KVEvent)(nil),                 // 61: tenure.v1.KVEvent
-	(*KVWatchResponse)(nil),         // 62: tenure.v1.KVWatchResponse
-	(*KVCompacted)(nil),             // 63: tenure.v1.KVCompacted
+	(ErrorReason)(0),                 // 0: tenure.v1.ErrorReason
+	(PutResult)(0),                   // 1: tenure.v1.PutResult
+	(KVCompareTarget)(0),             // 2: tenure.v1.KVCompareTarget
+	(KVCompareResult)(0),             // 3: tenure.v1.KVCompareResult
+	(KVEventType)(0),                 // 4: tenure.v1.KVEventType
+	(QueueSettleResult)(0),           // 5: tenure.v1.QueueSettleResult
+	(*SnapshotSaveRequest)(nil),      // 6: tenure.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),            // 7: tenure.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),  // 8: tenure.v1.SnapshotRestoreResponse
+	(*Member)(nil),                   // 9: tenure.v1.Member
+	(*MemberListRequest)(nil),        // 10: tenure.v1.MemberListRequest
+	(*MemberListResponse)(nil),       // 11: tenure.v1.MemberListResponse
+	(*MemberAddRequest)(nil),         // 12: tenure.v1.MemberAddRequest
+	(*MemberRemoveRequest)(nil),      // 13: tenure.v1.MemberRemoveRequest
+	(*SessionRequest)(nil),           // 14: tenure.v1.SessionRequest
+	(*OpenSession)(nil),              // 15: tenure.v1.OpenSession
+	(*KeepAlive)(nil),                // 16: tenure.v1.KeepAlive
+	(*AcquireLock)(nil),              // 17: tenure.v1.AcquireLock
+	(*ProclaimValue)(nil),            // 18: tenure.v1.ProclaimValue
+	(*ValueProclaimed)(nil),          // 19: tenure.v1.ValueProclaimed
+	(*ReleaseLock)(nil),              // 20: tenure.v1.ReleaseLock
+	(*CancelRequest)(nil),            // 21: tenure.v1.CancelRequest
+	(*CloseSession)(nil),             // 22: tenure.v1.CloseSession
+	(*SessionResponse)(nil),          // 23: tenure.v1.SessionResponse
+	(*SessionOpened)(nil),            // 24: tenure.v1.SessionOpened
+	(*KeepAliveAck)(nil),             // 25: tenure.v1.KeepAliveAck
+	(*LockQueued)(nil),               // 26: tenure.v1.LockQueued
+	(*LockGranted)(nil),              // 27: tenure.v1.LockGranted
+	(*LockReleased)(nil),             // 28: tenure.v1.LockReleased
+	(*SessionClosed)(nil),            // 29: tenure.v1.SessionClosed
+	(*Error)(nil),                    // 30: tenure.v1.Error
+	(*ListSessionsRequest)(nil),      // 31: tenure.v1.ListSessionsRequest
+	(*SessionInfo)(nil),              // 32: tenure.v1.SessionInfo
+	(*ListSessionsResponse)(nil),     // 33: tenure.v1.ListSessionsResponse
+	(*LockStatusRequest)(nil),        // 34: tenure.v1.LockStatusRequest
+	(*Holder)(nil),                   // 35: tenure.v1.Holder
+	(*Waiter)(nil),                   // 36: tenure.v1.Waiter
+	(*LockStatusResponse)(nil),       // 37: tenure.v1.LockStatusResponse
+	(*LockHistoryRequest)(nil),       // 38: tenure.v1.LockHistoryRequest
+	(*GrantRecord)(nil),              // 39: tenure.v1.GrantRecord
+	(*LockHistoryResponse)(nil),      // 40: tenure.v1.LockHistoryResponse
+	(*FencedPutRequest)(nil),         // 41: tenure.v1.FencedPutRequest
+	(*FencedPutResponse)(nil),        // 42: tenure.v1.FencedPutResponse
+	(*FencedGetRequest)(nil),         // 43: tenure.v1.FencedGetRequest
+	(*FencedGetResponse)(nil),        // 44: tenure.v1.FencedGetResponse
+	(*ObserveRequest)(nil),           // 45: tenure.v1.ObserveRequest
+	(*LeaderEvent)(nil),              // 46: tenure.v1.LeaderEvent
+	(*StatusRequest)(nil),            // 47: tenure.v1.StatusRequest
+	(*StatusResponse)(nil),           // 48: tenure.v1.StatusResponse
+	(*KVKeyValue)(nil),               // 49: tenure.v1.KVKeyValue
+	(*KVPutRequest)(nil),             // 50: tenure.v1.KVPutRequest
+	(*KVPutResponse)(nil),            // 51: tenure.v1.KVPutResponse
+	(*KVRangeRequest)(nil),           // 52: tenure.v1.KVRangeRequest
+	(*KVRangeResponse)(nil),          // 53: tenure.v1.KVRangeResponse
+	(*KVDeleteRequest)(nil),          // 54: tenure.v1.KVDeleteRequest
+	(*KVDeleteResponse)(nil),         // 55: tenure.v1.KVDeleteResponse
+	(*KVCompare)(nil),                // 56: tenure.v1.KVCompare
+	(*KVRequestOp)(nil),              // 57: tenure.v1.KVRequestOp
+	(*KVResponseOp)(nil),             // 58: tenure.v1.KVResponseOp
+	(*KVTxnRequest)(nil),             // 59: tenure.v1.KVTxnRequest
+	(*KVTxnResponse)(nil),            // 60: tenure.v1.KVTxnResponse
+	(*KVWatchRequest)(nil),           // 61: tenure.v1.KVWatchRequest
+	(*KVEvent)(nil),                  // 62: tenure.v1.KVEvent
+	(*KVWatchResponse)(nil),          // 63: tenure.v1.KVWatchResponse
+	(*KVCompacted)(nil),              // 64: tenure.v1.KVCompacted
+	(*QueueEnqueueRequest)(nil),      // 65: tenure.v1.QueueEnqueueRequest
+	(*QueueEnqueueResponse)(nil),     // 66: tenure.v1.QueueEnqueueResponse
+	(*QueueDequeueRequest)(nil),      // 67: tenure.v1.QueueDequeueRequest
+	(*QueueItem)(nil),                // 68: tenure.v1.QueueItem
+	(*QueueDequeueResponse)(nil),     // 69: tenure.v1.QueueDequeueResponse
+	(*QueueSettleRequest)(nil),       // 70: tenure.v1.QueueSettleRequest
+	(*QueueSettleResponse)(nil),      // 71: tenure.v1.QueueSettleResponse
+	(*QueueStatsRequest)(nil),        // 72: tenure.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),       // 73: tenure.v1.QueueStatsResponse
+	(*QueueDeadListRequest)(nil),     // 74: tenure.v1.QueueDeadListRequest
+	(*QueueDeadItem)(nil),            // 75: tenure.v1.QueueDeadItem
+	(*QueueDeadListResponse)(nil),    // 76: tenure.v1.QueueDeadListResponse
+	(*QueueDeadRequeueRequest)(nil),  // 77: tenure.v1.QueueDeadRequeueRequest
+	(*QueueDeadRequeueResponse)(nil), // 78: tenure.v1.QueueDeadRequeueResponse
 }
 var file_api_tenurepb_tenure_proto_depIdxs = []int32{
-	8,  // 0: tenure.v1.MemberListResponse.members:type_name -> tenure.v1.Member
-	14, // 1: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
-	15, // 2: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
-	16, // 3: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
-	19, // 4: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
-	20, // 5: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
-	21, // 6: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
-	17, // 7: tenure.v1.SessionRequest.proclaim:type_name -> tenure.v1.ProclaimValue
-	23, // 8: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
-	24, // 9: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
-	25, // 10: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
-	26, // 11: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
-	27, // 12: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
-	28, // 13: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
-	29, // 14: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
-	18, // 15: tenure.v1.SessionResponse.proclaimed:type_name -> tenure.v1.ValueProclaimed
+	9,  // 0: tenure.v1.MemberListResponse.members:type_name -> tenure.v1.Member
+	15, // 1: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
+	16, // 2: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
+	17, // 3: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
+	20, // 4: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
+	21, // 5: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
+	22, // 6: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
+	18, // 7: tenure.v1.SessionRequest.proclaim:type_name -> tenure.v1.ProclaimValue
+	24, // 8: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
+	25, // 9: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
+	26, // 10: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
+	27, // 11: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
+	28, // 12: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
+	29, // 13: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
+	30, // 14: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
+	19, // 15: tenure.v1.SessionResponse.proclaimed:type_name -> tenure.v1.ValueProclaimed
 	0,  // 16: tenure.v1.Error.reason:type_name -> tenure.v1.ErrorReason
-	31, // 17: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
-	34, // 18: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
-	34, // 19: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
-	35, // 20: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
-	38, // 21: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
+	32, // 17: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
+	35, // 18: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
+	35, // 19: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
+	36, // 20: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
+	39, // 21: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
 	1,  // 22: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
-	48, // 23: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
+	49, // 23: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
 	2,  // 24: tenure.v1.KVCompare.target:type_name -> tenure.v1.KVCompareTarget
 	3,  // 25: tenure.v1.KVCompare.result:type_name -> tenure.v1.KVCompareResult
-	51, // 26: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
-	49, // 27: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
-	53, // 28: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
-	52, // 29: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
-	50, // 30: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
-	54, // 31: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
-	55, // 32: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
-	56, // 33: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
-	56, // 34: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
-	57, // 35: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
+	52, // 26: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
+	50, // 27: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
+	54, // 28: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
+	53, // 29: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
+	51, // 30: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
+	55, // 31: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
+	56, // 32: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
+	57, // 33: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
+	57, // 34: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
+	58, // 35: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
 	4,  // 36: tenure.v1.KVEvent.type:type_name -> tenure.v1.KVEventType
-	48, // 37: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
-	61, // 38: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
-	13, // 39: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
-	30, // 40: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
-	33, // 41: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
-	37, // 42: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
-	40, // 43: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
-	42, // 44: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
-	46, // 45: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
-	44, // 46: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
-	9,  // 47: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
-	11, // 48: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
-	12, // 49: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
-	5,  // 50: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
-	6,  // 51: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
-	49, // 52: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
-	51, // 53: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
-	53, // 54: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
-	58, // 55: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
-	60, // 56: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
-	22, // 57: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
-	32, // 58: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
-	36, // 59: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
-	39, // 60: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
-	41, // 61: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
-	43, // 62: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
-	47, // 63: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
-	45, // 64: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
-	10, // 65: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
-	10, // 66: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
-	10, // 67: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
-	6,  // 68: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
-	7,  // 69: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
-	50, // 70: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
-	52, // 71: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
-	54, // 72: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
-	59, // 73: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
-	62, // 74: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
-	57, // [57:75] is the sub-list for method output_type
-	39, // [39:57] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	49, // 37: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
+	62, // 38: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
+	68, // 39: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
+	5,  // 40: tenure.v1.QueueSettleResponse.result:type_name -> tenure.v1.QueueSettleResult
+	75, // 41: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
+	14, // 42: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
+	31, // 43: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
+	34, // 44: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
+	38, // 45: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
+	41, // 46: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
+	43, // 47: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
+	47, // 48: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
+	45, // 49: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
+	10, // 50: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
+	12, // 51: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
+	13, // 52: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
+	6,  // 53: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
+	7,  // 54: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
+	50, // 55: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
+	52, // 56: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
+	54, // 57: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
+	59, // 58: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
+	61, // 59: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
+	65, // 60: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
+	67, // 61: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
+	70, // 62: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
+	70, // 63: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
+	70, // 64: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
+	72, // 65: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
+	74, // 66: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
+	77, // 67: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
+	23, // 68: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
+	33, // 69: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
+	37, // 70: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
+	40, // 71: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
+	42, // 72: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
+	44, // 73: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
+	48, // 74: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
+	46, // 75: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
+	11, // 76: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
+	11, // 77: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
+	11, // 78: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
+	7,  // 79: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
+	8,  // 80: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
+	51, // 81: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
+	53, // 82: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
+	55, // 83: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
+	60, // 84: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
+	63, // 85: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
+	66, // 86: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
+	69, // 87: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
+	71, // 88: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
+	71, // 89: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
+	71, // 90: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
+	73, // 91: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
+	76, // 92: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
+	78, // 93: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
+	68, // [68:94] is the sub-list for method output_type
+	42, // [42:68] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_api_tenurepb_tenure_proto_init() }
@@ -4677,8 +5709,8 @@ func file_api_tenurepb_tenure_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_tenurepb_tenure_proto_rawDesc), len(file_api_tenurepb_tenure_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   59,
+			NumEnums:      6,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

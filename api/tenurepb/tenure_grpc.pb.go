@@ -23,24 +23,32 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Tenure_Session_FullMethodName         = "/tenure.v1.Tenure/Session"
-	Tenure_ListSessions_FullMethodName    = "/tenure.v1.Tenure/ListSessions"
-	Tenure_LockStatus_FullMethodName      = "/tenure.v1.Tenure/LockStatus"
-	Tenure_LockHistory_FullMethodName     = "/tenure.v1.Tenure/LockHistory"
-	Tenure_FencedPut_FullMethodName       = "/tenure.v1.Tenure/FencedPut"
-	Tenure_FencedGet_FullMethodName       = "/tenure.v1.Tenure/FencedGet"
-	Tenure_Status_FullMethodName          = "/tenure.v1.Tenure/Status"
-	Tenure_Observe_FullMethodName         = "/tenure.v1.Tenure/Observe"
-	Tenure_MemberList_FullMethodName      = "/tenure.v1.Tenure/MemberList"
-	Tenure_MemberAdd_FullMethodName       = "/tenure.v1.Tenure/MemberAdd"
-	Tenure_MemberRemove_FullMethodName    = "/tenure.v1.Tenure/MemberRemove"
-	Tenure_SnapshotSave_FullMethodName    = "/tenure.v1.Tenure/SnapshotSave"
-	Tenure_SnapshotRestore_FullMethodName = "/tenure.v1.Tenure/SnapshotRestore"
-	Tenure_KVPut_FullMethodName           = "/tenure.v1.Tenure/KVPut"
-	Tenure_KVRange_FullMethodName         = "/tenure.v1.Tenure/KVRange"
-	Tenure_KVDelete_FullMethodName        = "/tenure.v1.Tenure/KVDelete"
-	Tenure_KVTxn_FullMethodName           = "/tenure.v1.Tenure/KVTxn"
-	Tenure_KVWatch_FullMethodName         = "/tenure.v1.Tenure/KVWatch"
+	Tenure_Session_FullMethodName          = "/tenure.v1.Tenure/Session"
+	Tenure_ListSessions_FullMethodName     = "/tenure.v1.Tenure/ListSessions"
+	Tenure_LockStatus_FullMethodName       = "/tenure.v1.Tenure/LockStatus"
+	Tenure_LockHistory_FullMethodName      = "/tenure.v1.Tenure/LockHistory"
+	Tenure_FencedPut_FullMethodName        = "/tenure.v1.Tenure/FencedPut"
+	Tenure_FencedGet_FullMethodName        = "/tenure.v1.Tenure/FencedGet"
+	Tenure_Status_FullMethodName           = "/tenure.v1.Tenure/Status"
+	Tenure_Observe_FullMethodName          = "/tenure.v1.Tenure/Observe"
+	Tenure_MemberList_FullMethodName       = "/tenure.v1.Tenure/MemberList"
+	Tenure_MemberAdd_FullMethodName        = "/tenure.v1.Tenure/MemberAdd"
+	Tenure_MemberRemove_FullMethodName     = "/tenure.v1.Tenure/MemberRemove"
+	Tenure_SnapshotSave_FullMethodName     = "/tenure.v1.Tenure/SnapshotSave"
+	Tenure_SnapshotRestore_FullMethodName  = "/tenure.v1.Tenure/SnapshotRestore"
+	Tenure_KVPut_FullMethodName            = "/tenure.v1.Tenure/KVPut"
+	Tenure_KVRange_FullMethodName          = "/tenure.v1.Tenure/KVRange"
+	Tenure_KVDelete_FullMethodName         = "/tenure.v1.Tenure/KVDelete"
+	Tenure_KVTxn_FullMethodName            = "/tenure.v1.Tenure/KVTxn"
+	Tenure_KVWatch_FullMethodName          = "/tenure.v1.Tenure/KVWatch"
+	Tenure_QueueEnqueue_FullMethodName     = "/tenure.v1.Tenure/QueueEnqueue"
+	Tenure_QueueDequeue_FullMethodName     = "/tenure.v1.Tenure/QueueDequeue"
+	Tenure_QueueAck_FullMethodName         = "/tenure.v1.Tenure/QueueAck"
+	Tenure_QueueNack_FullMethodName        = "/tenure.v1.Tenure/QueueNack"
+	Tenure_QueueExtend_FullMethodName      = "/tenure.v1.Tenure/QueueExtend"
+	Tenure_QueueStats_FullMethodName       = "/tenure.v1.Tenure/QueueStats"
+	Tenure_QueueDeadList_FullMethodName    = "/tenure.v1.Tenure/QueueDeadList"
+	Tenure_QueueDeadRequeue_FullMethodName = "/tenure.v1.Tenure/QueueDeadRequeue"
 )
 
 // TenureClient is the client API for Tenure service.
@@ -95,6 +103,28 @@ type TenureClient interface {
 	// KVCompacted detail) when the revision is no longer in the server's
 	// event history, UNAVAILABLE when the node stops serving.
 	KVWatch(ctx context.Context, in *KVWatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[KVWatchResponse], error)
+	// Queue
+	//
+	// A replicated FIFO queue: items are ordered by commit order, handed out
+	// under a visibility lease with a delivery token, and deleted by an ack
+	// naming that token. See docs/queue.md.
+	QueueEnqueue(ctx context.Context, in *QueueEnqueueRequest, opts ...grpc.CallOption) (*QueueEnqueueResponse, error)
+	// QueueDequeue hands out the oldest ready item. With wait it blocks until
+	// one is available or the call's deadline passes (DEADLINE_EXCEEDED);
+	// one waiting consumer is woken per item.
+	QueueDequeue(ctx context.Context, in *QueueDequeueRequest, opts ...grpc.CallOption) (*QueueDequeueResponse, error)
+	// QueueAck deletes a delivered item; a delivery token that is no longer
+	// current is answered QUEUE_SETTLE_RESULT_STALE, not an error.
+	QueueAck(ctx context.Context, in *QueueSettleRequest, opts ...grpc.CallOption) (*QueueSettleResponse, error)
+	// QueueNack returns a delivered item to its place in the queue at once.
+	QueueNack(ctx context.Context, in *QueueSettleRequest, opts ...grpc.CallOption) (*QueueSettleResponse, error)
+	// QueueExtend makes a delivery's visibility lease end visibility_ms from now.
+	QueueExtend(ctx context.Context, in *QueueSettleRequest, opts ...grpc.CallOption) (*QueueSettleResponse, error)
+	QueueStats(ctx context.Context, in *QueueStatsRequest, opts ...grpc.CallOption) (*QueueStatsResponse, error)
+	QueueDeadList(ctx context.Context, in *QueueDeadListRequest, opts ...grpc.CallOption) (*QueueDeadListResponse, error)
+	// QueueDeadRequeue moves dead-lettered items back to the queue (at their
+	// original place) with their attempts reset.
+	QueueDeadRequeue(ctx context.Context, in *QueueDeadRequeueRequest, opts ...grpc.CallOption) (*QueueDeadRequeueResponse, error)
 }
 
 type tenureClient struct {
@@ -318,6 +348,86 @@ func (c *tenureClient) KVWatch(ctx context.Context, in *KVWatchRequest, opts ...
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Tenure_KVWatchClient = grpc.ServerStreamingClient[KVWatchResponse]
 
+func (c *tenureClient) QueueEnqueue(ctx context.Context, in *QueueEnqueueRequest, opts ...grpc.CallOption) (*QueueEnqueueResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueEnqueueResponse)
+	err := c.cc.Invoke(ctx, Tenure_QueueEnqueue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) QueueDequeue(ctx context.Context, in *QueueDequeueRequest, opts ...grpc.CallOption) (*QueueDequeueResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueDequeueResponse)
+	err := c.cc.Invoke(ctx, Tenure_QueueDequeue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) QueueAck(ctx context.Context, in *QueueSettleRequest, opts ...grpc.CallOption) (*QueueSettleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueSettleResponse)
+	err := c.cc.Invoke(ctx, Tenure_QueueAck_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) QueueNack(ctx context.Context, in *QueueSettleRequest, opts ...grpc.CallOption) (*QueueSettleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueSettleResponse)
+	err := c.cc.Invoke(ctx, Tenure_QueueNack_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) QueueExtend(ctx context.Context, in *QueueSettleRequest, opts ...grpc.CallOption) (*QueueSettleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueSettleResponse)
+	err := c.cc.Invoke(ctx, Tenure_QueueExtend_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) QueueStats(ctx context.Context, in *QueueStatsRequest, opts ...grpc.CallOption) (*QueueStatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueStatsResponse)
+	err := c.cc.Invoke(ctx, Tenure_QueueStats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) QueueDeadList(ctx context.Context, in *QueueDeadListRequest, opts ...grpc.CallOption) (*QueueDeadListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueDeadListResponse)
+	err := c.cc.Invoke(ctx, Tenure_QueueDeadList_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) QueueDeadRequeue(ctx context.Context, in *QueueDeadRequeueRequest, opts ...grpc.CallOption) (*QueueDeadRequeueResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueDeadRequeueResponse)
+	err := c.cc.Invoke(ctx, Tenure_QueueDeadRequeue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TenureServer is the server API for Tenure service.
 // All implementations must embed UnimplementedTenureServer
 // for forward compatibility.
@@ -370,6 +480,28 @@ type TenureServer interface {
 	// KVCompacted detail) when the revision is no longer in the server's
 	// event history, UNAVAILABLE when the node stops serving.
 	KVWatch(*KVWatchRequest, grpc.ServerStreamingServer[KVWatchResponse]) error
+	// Queue
+	//
+	// A replicated FIFO queue: items are ordered by commit order, handed out
+	// under a visibility lease with a delivery token, and deleted by an ack
+	// naming that token. See docs/queue.md.
+	QueueEnqueue(context.Context, *QueueEnqueueRequest) (*QueueEnqueueResponse, error)
+	// QueueDequeue hands out the oldest ready item. With wait it blocks until
+	// one is available or the call's deadline passes (DEADLINE_EXCEEDED);
+	// one waiting consumer is woken per item.
+	QueueDequeue(context.Context, *QueueDequeueRequest) (*QueueDequeueResponse, error)
+	// QueueAck deletes a delivered item; a delivery token that is no longer
+	// current is answered QUEUE_SETTLE_RESULT_STALE, not an error.
+	QueueAck(context.Context, *QueueSettleRequest) (*QueueSettleResponse, error)
+	// QueueNack returns a delivered item to its place in the queue at once.
+	QueueNack(context.Context, *QueueSettleRequest) (*QueueSettleResponse, error)
+	// QueueExtend makes a delivery's visibility lease end visibility_ms from now.
+	QueueExtend(context.Context, *QueueSettleRequest) (*QueueSettleResponse, error)
+	QueueStats(context.Context, *QueueStatsRequest) (*QueueStatsResponse, error)
+	QueueDeadList(context.Context, *QueueDeadListRequest) (*QueueDeadListResponse, error)
+	// QueueDeadRequeue moves dead-lettered items back to the queue (at their
+	// original place) with their attempts reset.
+	QueueDeadRequeue(context.Context, *QueueDeadRequeueRequest) (*QueueDeadRequeueResponse, error)
 	mustEmbedUnimplementedTenureServer()
 }
 
@@ -433,6 +565,30 @@ func (UnimplementedTenureServer) KVTxn(context.Context, *KVTxnRequest) (*KVTxnRe
 }
 func (UnimplementedTenureServer) KVWatch(*KVWatchRequest, grpc.ServerStreamingServer[KVWatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method KVWatch not implemented")
+}
+func (UnimplementedTenureServer) QueueEnqueue(context.Context, *QueueEnqueueRequest) (*QueueEnqueueResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QueueEnqueue not implemented")
+}
+func (UnimplementedTenureServer) QueueDequeue(context.Context, *QueueDequeueRequest) (*QueueDequeueResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QueueDequeue not implemented")
+}
+func (UnimplementedTenureServer) QueueAck(context.Context, *QueueSettleRequest) (*QueueSettleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QueueAck not implemented")
+}
+func (UnimplementedTenureServer) QueueNack(context.Context, *QueueSettleRequest) (*QueueSettleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QueueNack not implemented")
+}
+func (UnimplementedTenureServer) QueueExtend(context.Context, *QueueSettleRequest) (*QueueSettleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QueueExtend not implemented")
+}
+func (UnimplementedTenureServer) QueueStats(context.Context, *QueueStatsRequest) (*QueueStatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QueueStats not implemented")
+}
+func (UnimplementedTenureServer) QueueDeadList(context.Context, *QueueDeadListRequest) (*QueueDeadListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QueueDeadList not implemented")
+}
+func (UnimplementedTenureServer) QueueDeadRequeue(context.Context, *QueueDeadRequeueRequest) (*QueueDeadRequeueResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QueueDeadRequeue not implemented")
 }
 func (UnimplementedTenureServer) mustEmbedUnimplementedTenureServer() {}
 func (UnimplementedTenureServer) testEmbeddedByValue()                {}
@@ -736,6 +892,150 @@ func _Tenure_KVWatch_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Tenure_KVWatchServer = grpc.ServerStreamingServer[KVWatchResponse]
 
+func _Tenure_QueueEnqueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueEnqueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).QueueEnqueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_QueueEnqueue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).QueueEnqueue(ctx, req.(*QueueEnqueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_QueueDequeue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueDequeueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).QueueDequeue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_QueueDequeue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).QueueDequeue(ctx, req.(*QueueDequeueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_QueueAck_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueSettleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).QueueAck(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_QueueAck_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).QueueAck(ctx, req.(*QueueSettleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_QueueNack_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueSettleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).QueueNack(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_QueueNack_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).QueueNack(ctx, req.(*QueueSettleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_QueueExtend_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueSettleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).QueueExtend(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_QueueExtend_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).QueueExtend(ctx, req.(*QueueSettleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_QueueStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueStatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).QueueStats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_QueueStats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).QueueStats(ctx, req.(*QueueStatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_QueueDeadList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueDeadListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).QueueDeadList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_QueueDeadList_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).QueueDeadList(ctx, req.(*QueueDeadListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_QueueDeadRequeue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueDeadRequeueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).QueueDeadRequeue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_QueueDeadRequeue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).QueueDeadRequeue(ctx, req.(*QueueDeadRequeueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Tenure_ServiceDesc is the grpc.ServiceDesc for Tenure service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -794,6 +1094,38 @@ var Tenure_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "KVTxn",
 			Handler:    _Tenure_KVTxn_Handler,
+		},
+		{
+			MethodName: "QueueEnqueue",
+			Handler:    _Tenure_QueueEnqueue_Handler,
+		},
+		{
+			MethodName: "QueueDequeue",
+			Handler:    _Tenure_QueueDequeue_Handler,
+		},
+		{
+			MethodName: "QueueAck",
+			Handler:    _Tenure_QueueAck_Handler,
+		},
+		{
+			MethodName: "QueueNack",
+			Handler:    _Tenure_QueueNack_Handler,
+		},
+		{
+			MethodName: "QueueExtend",
+			Handler:    _Tenure_QueueExtend_Handler,
+		},
+		{
+			MethodName: "QueueStats",
+			Handler:    _Tenure_QueueStats_Handler,
+		},
+		{
+			MethodName: "QueueDeadList",
+			Handler:    _Tenure_QueueDeadList_Handler,
+		},
+		{
+			MethodName: "QueueDeadRequeue",
+			Handler:    _Tenure_QueueDeadRequeue_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -105,6 +105,7 @@ grant.`,
 	f.DurationVar(&bf.duration, "duration", 5*time.Second, "how long to run")
 	f.DurationVar(&bf.ttl, "ttl", client.DefaultTTL, "session time to live")
 	f.StringVar(&bf.conns, "conns", connsShared, "shared (one connection for all clients) or per-client")
+	cmd.AddCommand(a.benchQueueCommand())
 	return cmd
 }
 

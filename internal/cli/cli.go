@@ -183,6 +183,7 @@ Exit codes: 0 ok, 1 error, 3 stale token, 4 lock not held, 5 timeout.
 		a.snapshotCommand(),
 		a.benchCommand(),
 		a.kvCommand(),
+		a.queueCommand(),
 	)
 	return root
 }

@@ -36,6 +36,9 @@ Prints one line on stdout once it serves (with -o json: {"serving","node",
 SIGTERM stops it cleanly (exit 0).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.Limits.Validate(); err != nil {
+				return err
+			}
 			if len(cfg.BootstrapPeers) > 0 && cfg.PeerListen == "" {
 				return errors.New("--bootstrap-peers needs --peer-listen")
 			}
@@ -45,9 +48,6 @@ SIGTERM stops it cleanly (exit 0).`,
 			}
 			if addr, ok := cfg.BootstrapPeers[cfg.NodeID]; len(cfg.BootstrapPeers) > 0 && (!ok || addr != self) {
 				return fmt.Errorf("--bootstrap-peers must list this node as %s=%s", cfg.NodeID, self)
-			}
-			if err := cfg.Limits.KV.Validate(); err != nil {
-				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -89,6 +89,7 @@ SIGTERM stops it cleanly (exit 0).`,
 	f.IntVar(&cfg.LockHistory, "lock-history", 0, fmt.Sprintf("grant records kept per lock, 1..%d (cluster-wide; 0 keeps the cluster's setting, initially %d)", fsm.MaxHistoryLimit, fsm.HistoryLimit))
 	f.IntVar(&cfg.RegisterOpMemory, "register-op-memory", 0, fmt.Sprintf("operation ids remembered per fenced register, 1..%d (cluster-wide; 0 keeps the cluster's setting, initially %d)", fsm.MaxOpMemory, fsm.OpMemory))
 	kvFlags(f, &cfg.Limits.KV)
+	addQueueServeFlags(f, &cfg.Limits)
 	f.StringVar(&cfg.PeerListen, "peer-listen", "", "raft peer address (cluster mode), e.g. 127.0.0.1:7071")
 	f.StringVar(&cfg.PeerAdvertise, "peer-advertise", "", "peer address other members dial, if not --peer-listen (NAT, proxies)")
 	f.BoolVar(&cfg.UnsafeSkipFenceCheck, "unsafe-skip-fence-check", false, "accept every fenced write regardless of token (fault-injection tests only)")

@@ -78,7 +78,7 @@ func Start(cfg Config) (*Daemon, error) {
 		n.Close()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(server.GRPCOptions()...)
 	pb.RegisterTenureServer(gs, server.New(n, hub, cfg.Limits))
 	return &Daemon{Node: n, Hub: hub, lis: lis, gs: gs}, nil
 }

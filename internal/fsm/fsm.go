@@ -111,11 +111,26 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 // Persist writes while Apply goes on. The key-value store is cloned
 // (copy-on-write, O(1)) and serialised by Persist, outside the lock.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	f.mu.Lock() // Clone marks the tree copy-on-write: not with readers
+	f.mu.Lock() // cloning marks the trees copy-on-write: not alongside readers
 	snap := f.state.exportCore()
 	kv := f.state.kv.tree.Clone()
+	queues := f.state.CloneQueues() // O(1) per queue: serialised in Persist
 	f.mu.Unlock()
-	return &fsmSnapshot{snap: snap, kv: kv}, nil
+	return &fsmSnapshot{snap: snap, kv: kv, queues: queues}, nil
+}
+
+// ConsistentExport returns the whole state like State.Export, holding the
+// state lock only to copy it (the key-value store and the queues are
+// cloned copy-on-write and serialised after the lock is released).
+func (f *FSM) ConsistentExport() *fsmpb.Snapshot {
+	f.mu.Lock()
+	snap := f.state.exportCore()
+	kv := f.state.kv.tree.Clone()
+	queues := f.state.CloneQueues()
+	f.mu.Unlock()
+	exportKV(snap, kv)
+	snap.Queues = queues.Export()
+	return snap
 }
 
 // Restore implements raft.FSM.
@@ -142,12 +157,14 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 }
 
 type fsmSnapshot struct {
-	snap *fsmpb.Snapshot
-	kv   *btree.BTreeG[KV]
+	snap   *fsmpb.Snapshot
+	kv     *btree.BTreeG[KV]
+	queues QueueSnapshot
 }
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	exportKV(s.snap, s.kv)
+	s.snap.Queues = s.queues.Export()
 	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(s.snap)
 	if err == nil {
 		_, err = sink.Write(data)

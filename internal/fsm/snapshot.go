@@ -12,10 +12,13 @@ import (
 func (s *State) Export() *fsmpb.Snapshot {
 	snap := s.exportCore()
 	exportKV(snap, s.kv.tree)
+	snap.Queues = s.CloneQueues().Export()
 	return snap
 }
 
-// exportCore is Export without the keys of the key-value store.
+// exportCore is Export without the keys of the key-value store and the
+// queues, which may be large: FSM.Snapshot clones those copy-on-write under
+// the lock and serialises them after it.
 func (s *State) exportCore() *fsmpb.Snapshot {
 	snap := &fsmpb.Snapshot{Revision: s.revision, Retention: &fsmpb.Retention{LockHistory: uint32(s.historyLimit), RegisterOpMemory: uint32(s.opMemory)}}
 	ids := make([]uint64, 0, len(s.sessions))
@@ -110,6 +113,9 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 		s.registers[rs.GetKey()] = r
 	}
 	if err := s.importKV(snap); err != nil {
+		return nil, err
+	}
+	if err := s.importQueues(snap.GetQueues()); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -80,6 +80,8 @@ type Result struct {
 
 	// KV: the result of a key-value command (kv.go).
 	KV *KVResult
+	// Queue: the result of a queue command (see queue.go).
+	Queue *QueueResult
 }
 
 // EventKind says what an Event reports.
@@ -124,6 +126,8 @@ type Event struct {
 	Revision        uint64
 	// KV: the key of EventKVPut / EventKVDelete (kv.go).
 	KV *KV
+	// Queue: the details of a queue event (see queue.go).
+	Queue *QueueEvent
 }
 
 type session struct {
@@ -206,6 +210,7 @@ type State struct {
 	locks        map[string]*lock
 	registers    map[string]*register
 	kv           kvStore
+	queues       queueSet // see queue.go
 }
 
 // NewState returns an empty state at revision 0.
@@ -275,7 +280,10 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 			r.Batch[i] = s.Apply(c, emit)
 		}
 	default:
-		r.Err = fmt.Errorf("%w: unknown command", ErrInvalid)
+		var ok bool
+		if r, ok = s.applyQueue(cmd, emit); !ok {
+			r.Err = fmt.Errorf("%w: unknown command", ErrInvalid)
+		}
 	}
 	r.Revision = s.revision
 	return r
@@ -360,6 +368,7 @@ func (s *State) endSession(id uint64, expired bool, emit EventSink) Result {
 		s.handOff(l, emit)
 	}
 	s.kvEndSession(id, emit)
+	s.queueSessionEnded(id, emit)
 	delete(s.sessions, id)
 	emit(Event{Kind: EventSessionEnded, Session: id, Expired: expired})
 	return Result{}

@@ -2,7 +2,8 @@
 // acts only on the leader: it keeps each session's deadline on the leader's
 // monotonic clock, extends it on keepalives (which never touch the log), and
 // when a deadline passes it proposes an ExpireSession entry. It does the same
-// for lock-delays, proposing EndLockDelay.
+// for lock-delays, proposing EndLockDelay, and for the visibility leases of
+// queue deliveries, proposing QueueExpire (queue.go).
 //
 // # Why a session never expires early
 //
@@ -58,6 +59,7 @@ type Lessor struct {
 	leader   bool
 	sessions map[uint64]*sessionEntry
 	delays   map[string]delayEntry
+	queue    queueTimers // visibility leases of queue deliveries (queue.go)
 }
 
 // New returns a lessor; it does nothing until Run is called and the node is
@@ -96,6 +98,7 @@ func (l *Lessor) Promote() {
 		for _, d := range s.Delays() {
 			l.delays[d.Name] = delayEntry{gen: d.Generation, at: now.Add(time.Duration(d.DelayMs) * time.Millisecond)}
 		}
+		l.promoteQueues(now, s)
 	})
 	l.poke()
 }
@@ -107,6 +110,7 @@ func (l *Lessor) Demote() {
 	l.leader = false
 	l.sessions = make(map[uint64]*sessionEntry)
 	l.delays = make(map[string]delayEntry)
+	l.queue.reset()
 }
 
 // IsLeader reports whether the lessor is acting as leader.
@@ -137,6 +141,8 @@ func (l *Lessor) Observe(e fsm.Event) {
 	case fsm.EventDelayStarted:
 		l.delays[e.Name] = delayEntry{gen: e.Generation, at: now.Add(time.Duration(e.DelayMs) * time.Millisecond)}
 		l.poke()
+	case fsm.EventQueueLeased, fsm.EventQueueSettled:
+		l.observeQueue(now, e)
 	}
 }
 
@@ -192,6 +198,8 @@ func (l *Lessor) due() (expire []uint64, ends []*fsmpb.EndLockDelay, next time.D
 func (l *Lessor) Run(ctx context.Context) error {
 	for {
 		expire, ends, next := l.due()
+		qdue, qnext := l.dueQueue()
+		next = min(next, qnext)
 		for _, id := range expire {
 			_, err := l.propose(ctx, &fsmpb.Command{Op: &fsmpb.Command_ExpireSession{ExpireSession: &fsmpb.ExpireSession{Session: id}}})
 			if err != nil && !errors.Is(err, fsm.ErrSessionNotFound) {
@@ -201,7 +209,8 @@ func (l *Lessor) Run(ctx context.Context) error {
 		for _, end := range ends {
 			_, _ = l.propose(ctx, &fsmpb.Command{Op: &fsmpb.Command_EndLockDelay{EndLockDelay: end}})
 		}
-		if len(expire)+len(ends) > 0 {
+		l.expireQueue(ctx, qdue)
+		if len(expire)+len(ends)+len(qdue) > 0 {
 			continue
 		}
 		t := l.clk.NewTimer(next)

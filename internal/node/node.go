@@ -357,6 +357,9 @@ func (n *Node) Ready() <-chan struct{} { return n.ready }
 const (
 	maxBatch    = 1024
 	maxInflight = 1
+	// maxBatchBytes stops a batch from growing past a few large commands
+	// (queue payloads may be MiBs): one log entry stays bounded.
+	maxBatchBytes = 8 << 20
 )
 
 type proposal struct {
@@ -415,11 +418,13 @@ func (n *Node) batcher() {
 			return
 		}
 		batch := []*proposal{first}
+		size := proto.Size(first.cmd)
 	drain:
-		for len(batch) < maxBatch {
+		for len(batch) < maxBatch && size < maxBatchBytes {
 			select {
 			case p := <-n.proposals:
 				batch = append(batch, p)
+				size += proto.Size(p.cmd)
 			default:
 				break drain
 			}
@@ -622,10 +627,7 @@ func (n *Node) SaveSnapshot(ctx context.Context) ([]byte, error) {
 	if err := n.LinearizableRead(ctx); err != nil {
 		return nil, err
 	}
-	var data []byte
-	var err error
-	n.fsm.Read(func(s *fsm.State) { data, err = proto.MarshalOptions{Deterministic: true}.Marshal(s.Export()) })
-	return data, err
+	return proto.MarshalOptions{Deterministic: true}.Marshal(n.fsm.ConsistentExport())
 }
 
 // RestoreSnapshot replaces the replicated state with a saved one, through

@@ -3,6 +3,7 @@ package server
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tenure-io/tenure/internal/fsm"
 )
@@ -27,6 +28,8 @@ type Hub struct {
 
 	// kv is the key-value event history that watches read (watch.go).
 	kv *watchRing
+	// queues: waiting dequeues and enqueue ages (queue.go).
+	queues queueWaiters
 }
 
 // observerBuffer is how many leader changes an observer may lag behind
@@ -61,7 +64,9 @@ func (h *Hub) unobserve(name string, ob *observer) {
 
 // NewHub returns an empty hub.
 func NewHub() *Hub {
-	return &Hub{waits: make(map[waitKey]chan fsm.Event), streams: make(map[uint64]map[*sessionStream]struct{}), observers: make(map[string]map[*observer]struct{}), kv: newWatchRing(DefaultKVLimits().WatchHistory, DefaultKVLimits().WatchHistoryBytes)}
+	h := &Hub{waits: make(map[waitKey]chan fsm.Event), streams: make(map[uint64]map[*sessionStream]struct{}), observers: make(map[string]map[*observer]struct{}), kv: newWatchRing(DefaultKVLimits().WatchHistory, DefaultKVLimits().WatchHistoryBytes)}
+	h.queues.ages.start = time.Now()
+	return h
 }
 
 // Sink receives the state machine's events; it never blocks.
@@ -98,6 +103,8 @@ func (h *Hub) Sink(e fsm.Event) {
 			}
 		}
 		h.mu.Unlock()
+	case fsm.EventQueueReady:
+		h.queueEvent(e)
 	case fsm.EventSessionEnded:
 		h.mu.Lock()
 		var targets []*sessionStream

@@ -29,6 +29,14 @@ type Limits struct {
 
 	// Key-value store and watch (kv.go, watch.go).
 	KV KVLimits
+	// MaxQueuePayload bounds a queue item's payload in bytes
+	// (--max-queue-payload; at most fsm.MaxQueuePayload).
+	MaxQueuePayload int
+	// MaxQueueLength bounds the items one queue stores, ready, in flight
+	// and dead (--max-queue-length).
+	MaxQueueLength int
+	// MaxQueues bounds the number of queues (--max-queues).
+	MaxQueues int
 }
 
 // DefaultLimits are the limits `tenure serve` runs with.
@@ -44,7 +52,10 @@ func (l Limits) Validate() error {
 	if l.MaxRegisterValueBytes > fsm.MaxValueLen {
 		return fmt.Errorf("%w: --max-register-value-len %d is above the largest value the service stores, %d", fsm.ErrInvalid, l.MaxRegisterValueBytes, fsm.MaxValueLen)
 	}
-	return nil
+	if err := l.KV.Validate(); err != nil {
+		return err
+	}
+	return l.validateQueue()
 }
 
 func (l Limits) withDefaults() Limits {
@@ -62,7 +73,7 @@ func (l Limits) withDefaults() Limits {
 		l.MaxRegisterValueBytes = d.MaxRegisterValueBytes
 	}
 	l.KV = l.KV.withDefaults()
-	return l
+	return l.withQueueDefaults()
 }
 
 // checkName validates a lock, semaphore, election or register name and

@@ -42,6 +42,13 @@ type Command struct {
 	//	*Command_KvPut
 	//	*Command_KvDelete
 	//	*Command_KvTxn
+	//	*Command_QueueEnqueue
+	//	*Command_QueueDequeue
+	//	*Command_QueueAck
+	//	*Command_QueueNack
+	//	*Command_QueueExtend
+	//	*Command_QueueExpire
+	//	*Command_QueueRequeueDead
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -210,6 +217,69 @@ func (x *Command) GetKvTxn() *KVTxn {
 	return nil
 }
 
+func (x *Command) GetQueueEnqueue() *QueueEnqueue {
+	if x != nil {
+		if x, ok := x.Op.(*Command_QueueEnqueue); ok {
+			return x.QueueEnqueue
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetQueueDequeue() *QueueDequeue {
+	if x != nil {
+		if x, ok := x.Op.(*Command_QueueDequeue); ok {
+			return x.QueueDequeue
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetQueueAck() *QueueSettle {
+	if x != nil {
+		if x, ok := x.Op.(*Command_QueueAck); ok {
+			return x.QueueAck
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetQueueNack() *QueueSettle {
+	if x != nil {
+		if x, ok := x.Op.(*Command_QueueNack); ok {
+			return x.QueueNack
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetQueueExtend() *QueueExtend {
+	if x != nil {
+		if x, ok := x.Op.(*Command_QueueExtend); ok {
+			return x.QueueExtend
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetQueueExpire() *QueueSettle {
+	if x != nil {
+		if x, ok := x.Op.(*Command_QueueExpire); ok {
+			return x.QueueExpire
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetQueueRequeueDead() *QueueRequeueDead {
+	if x != nil {
+		if x, ok := x.Op.(*Command_QueueRequeueDead); ok {
+			return x.QueueRequeueDead
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -271,6 +341,36 @@ type Command_KvTxn struct {
 	KvTxn *KVTxn `protobuf:"bytes,42,opt,name=kv_txn,json=kvTxn,proto3,oneof"`
 }
 
+type Command_QueueEnqueue struct {
+	// Queue: 20..39.
+	QueueEnqueue *QueueEnqueue `protobuf:"bytes,20,opt,name=queue_enqueue,json=queueEnqueue,proto3,oneof"`
+}
+
+type Command_QueueDequeue struct {
+	QueueDequeue *QueueDequeue `protobuf:"bytes,21,opt,name=queue_dequeue,json=queueDequeue,proto3,oneof"`
+}
+
+type Command_QueueAck struct {
+	QueueAck *QueueSettle `protobuf:"bytes,22,opt,name=queue_ack,json=queueAck,proto3,oneof"`
+}
+
+type Command_QueueNack struct {
+	QueueNack *QueueSettle `protobuf:"bytes,23,opt,name=queue_nack,json=queueNack,proto3,oneof"`
+}
+
+type Command_QueueExtend struct {
+	QueueExtend *QueueExtend `protobuf:"bytes,24,opt,name=queue_extend,json=queueExtend,proto3,oneof"`
+}
+
+type Command_QueueExpire struct {
+	// queue_expire is proposed only by the leader's timer loop.
+	QueueExpire *QueueSettle `protobuf:"bytes,25,opt,name=queue_expire,json=queueExpire,proto3,oneof"`
+}
+
+type Command_QueueRequeueDead struct {
+	QueueRequeueDead *QueueRequeueDead `protobuf:"bytes,26,opt,name=queue_requeue_dead,json=queueRequeueDead,proto3,oneof"`
+}
+
 func (*Command_CreateSession) isCommand_Op() {}
 
 func (*Command_CloseSession) isCommand_Op() {}
@@ -298,6 +398,20 @@ func (*Command_KvPut) isCommand_Op() {}
 func (*Command_KvDelete) isCommand_Op() {}
 
 func (*Command_KvTxn) isCommand_Op() {}
+
+func (*Command_QueueEnqueue) isCommand_Op() {}
+
+func (*Command_QueueDequeue) isCommand_Op() {}
+
+func (*Command_QueueAck) isCommand_Op() {}
+
+func (*Command_QueueNack) isCommand_Op() {}
+
+func (*Command_QueueExtend) isCommand_Op() {}
+
+func (*Command_QueueExpire) isCommand_Op() {}
+
+func (*Command_QueueRequeueDead) isCommand_Op() {}
 
 // SetRetention changes how much diagnostic history the state keeps: grant
 // records per lock and remembered operation ids per fenced register. 0
@@ -979,6 +1093,8 @@ type Snapshot struct {
 	Sessions  []*SessionState        `protobuf:"bytes,2,rep,name=sessions,proto3" json:"sessions,omitempty"`
 	Locks     []*LockState           `protobuf:"bytes,3,rep,name=locks,proto3" json:"locks,omitempty"`
 	Registers []*RegisterState       `protobuf:"bytes,4,rep,name=registers,proto3" json:"registers,omitempty"`
+	// queues by name (fields 10..19 belong to the queue).
+	Queues []*QueueState `protobuf:"bytes,10,rep,name=queues,proto3" json:"queues,omitempty"`
 	// kv: every key, in key order.
 	Kv []*KVState `protobuf:"bytes,20,rep,name=kv,proto3" json:"kv,omitempty"`
 	// retention: absent in snapshots made before it was configurable
@@ -1042,6 +1158,13 @@ func (x *Snapshot) GetLocks() []*LockState {
 func (x *Snapshot) GetRegisters() []*RegisterState {
 	if x != nil {
 		return x.Registers
+	}
+	return nil
+}
+
+func (x *Snapshot) GetQueues() []*QueueState {
+	if x != nil {
+		return x.Queues
 	}
 	return nil
 }
@@ -2188,11 +2311,579 @@ func (x *KVState) GetSession() uint64 {
 	return 0
 }
 
+// QueueEnqueue appends an item; its id is the revision of the enqueue.
+type QueueEnqueue struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Queue   string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Payload []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	// operation_id: a retried enqueue with the same id answers the first
+	// item's id and adds nothing.
+	OperationId string `protobuf:"bytes,3,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// max_attempts: deliveries before the item is dead-lettered; 0 means
+	// the queue's (default 5). Fixed by the queue's first enqueue.
+	MaxAttempts   uint32 `protobuf:"varint,4,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueEnqueue) Reset() {
+	*x = QueueEnqueue{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueEnqueue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueEnqueue) ProtoMessage() {}
+
+func (x *QueueEnqueue) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueEnqueue.ProtoReflect.Descriptor instead.
+func (*QueueEnqueue) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *QueueEnqueue) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueEnqueue) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *QueueEnqueue) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *QueueEnqueue) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+// QueueDequeue hands out the oldest ready item, if any.
+type QueueDequeue struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// session: if not 0, the item returns to the queue when it ends.
+	Session       uint64 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
+	VisibilityMs  int64  `protobuf:"varint,3,opt,name=visibility_ms,json=visibilityMs,proto3" json:"visibility_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDequeue) Reset() {
+	*x = QueueDequeue{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDequeue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDequeue) ProtoMessage() {}
+
+func (x *QueueDequeue) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDequeue.ProtoReflect.Descriptor instead.
+func (*QueueDequeue) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *QueueDequeue) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueDequeue) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *QueueDequeue) GetVisibilityMs() int64 {
+	if x != nil {
+		return x.VisibilityMs
+	}
+	return 0
+}
+
+// QueueSettle names one delivery: Ack, Nack and Expire act only if the
+// item is in flight under exactly this delivery token.
+type QueueSettle struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Id            uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	DeliveryToken uint64                 `protobuf:"varint,3,opt,name=delivery_token,json=deliveryToken,proto3" json:"delivery_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueSettle) Reset() {
+	*x = QueueSettle{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueSettle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueSettle) ProtoMessage() {}
+
+func (x *QueueSettle) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueSettle.ProtoReflect.Descriptor instead.
+func (*QueueSettle) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *QueueSettle) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueSettle) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *QueueSettle) GetDeliveryToken() uint64 {
+	if x != nil {
+		return x.DeliveryToken
+	}
+	return 0
+}
+
+type QueueExtend struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Id            uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	DeliveryToken uint64                 `protobuf:"varint,3,opt,name=delivery_token,json=deliveryToken,proto3" json:"delivery_token,omitempty"`
+	VisibilityMs  int64                  `protobuf:"varint,4,opt,name=visibility_ms,json=visibilityMs,proto3" json:"visibility_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueExtend) Reset() {
+	*x = QueueExtend{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueExtend) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueExtend) ProtoMessage() {}
+
+func (x *QueueExtend) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueExtend.ProtoReflect.Descriptor instead.
+func (*QueueExtend) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *QueueExtend) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueExtend) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *QueueExtend) GetDeliveryToken() uint64 {
+	if x != nil {
+		return x.DeliveryToken
+	}
+	return 0
+}
+
+func (x *QueueExtend) GetVisibilityMs() int64 {
+	if x != nil {
+		return x.VisibilityMs
+	}
+	return 0
+}
+
+// QueueRequeueDead moves dead-lettered items back to the ready queue with
+// their attempts reset: the listed ids, or the oldest limit items.
+type QueueRequeueDead struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Ids           []uint64               `protobuf:"varint,2,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	Limit         uint32                 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueRequeueDead) Reset() {
+	*x = QueueRequeueDead{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueRequeueDead) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueRequeueDead) ProtoMessage() {}
+
+func (x *QueueRequeueDead) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueRequeueDead.ProtoReflect.Descriptor instead.
+func (*QueueRequeueDead) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *QueueRequeueDead) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueRequeueDead) GetIds() []uint64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *QueueRequeueDead) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type QueueItemState struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Payload  []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	Attempts uint32                 `protobuf:"varint,3,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// In flight only: the delivery's token, visibility and session.
+	DeliveryToken uint64 `protobuf:"varint,4,opt,name=delivery_token,json=deliveryToken,proto3" json:"delivery_token,omitempty"`
+	VisibilityMs  int64  `protobuf:"varint,5,opt,name=visibility_ms,json=visibilityMs,proto3" json:"visibility_ms,omitempty"`
+	Session       uint64 `protobuf:"varint,6,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueItemState) Reset() {
+	*x = QueueItemState{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueItemState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueItemState) ProtoMessage() {}
+
+func (x *QueueItemState) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueItemState.ProtoReflect.Descriptor instead.
+func (*QueueItemState) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *QueueItemState) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *QueueItemState) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *QueueItemState) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *QueueItemState) GetDeliveryToken() uint64 {
+	if x != nil {
+		return x.DeliveryToken
+	}
+	return 0
+}
+
+func (x *QueueItemState) GetVisibilityMs() int64 {
+	if x != nil {
+		return x.VisibilityMs
+	}
+	return 0
+}
+
+func (x *QueueItemState) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+type QueueMemo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OperationId   string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	Id            uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueMemo) Reset() {
+	*x = QueueMemo{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueMemo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueMemo) ProtoMessage() {}
+
+func (x *QueueMemo) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueMemo.ProtoReflect.Descriptor instead.
+func (*QueueMemo) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *QueueMemo) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *QueueMemo) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *QueueMemo) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+type QueueState struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	MaxAttempts uint32                 `protobuf:"varint,2,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// ready, in_flight and dead, each by id.
+	Ready    []*QueueItemState `protobuf:"bytes,3,rep,name=ready,proto3" json:"ready,omitempty"`
+	InFlight []*QueueItemState `protobuf:"bytes,4,rep,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	Dead     []*QueueItemState `protobuf:"bytes,5,rep,name=dead,proto3" json:"dead,omitempty"`
+	// ops: remembered operation ids, oldest first.
+	Ops []*QueueMemo `protobuf:"bytes,6,rep,name=ops,proto3" json:"ops,omitempty"`
+	// acks: remembered acknowledgements (id, token), oldest first.
+	Acks          []*QueueMemo `protobuf:"bytes,7,rep,name=acks,proto3" json:"acks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueState) Reset() {
+	*x = QueueState{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueState) ProtoMessage() {}
+
+func (x *QueueState) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueState.ProtoReflect.Descriptor instead.
+func (*QueueState) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *QueueState) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *QueueState) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *QueueState) GetReady() []*QueueItemState {
+	if x != nil {
+		return x.Ready
+	}
+	return nil
+}
+
+func (x *QueueState) GetInFlight() []*QueueItemState {
+	if x != nil {
+		return x.InFlight
+	}
+	return nil
+}
+
+func (x *QueueState) GetDead() []*QueueItemState {
+	if x != nil {
+		return x.Dead
+	}
+	return nil
+}
+
+func (x *QueueState) GetOps() []*QueueMemo {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+func (x *QueueState) GetAcks() []*QueueMemo {
+	if x != nil {
+		return x.Acks
+	}
+	return nil
+}
+
 var File_internal_fsm_fsmpb_fsm_proto protoreflect.FileDescriptor
 
 const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xcf\x06\n" +
+	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xa2\n" +
+	"\n" +
 	"\aCommand\x12E\n" +
 	"\x0ecreate_session\x18\x01 \x01(\v2\x1c.tenure.fsm.v1.CreateSessionH\x00R\rcreateSession\x12B\n" +
 	"\rclose_session\x18\x02 \x01(\v2\x1b.tenure.fsm.v1.CloseSessionH\x00R\fcloseSession\x12E\n" +
@@ -2209,7 +2900,15 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\rset_retention\x18< \x01(\v2\x1b.tenure.fsm.v1.SetRetentionH\x00R\fsetRetention\x12-\n" +
 	"\x06kv_put\x18( \x01(\v2\x14.tenure.fsm.v1.KVPutH\x00R\x05kvPut\x126\n" +
 	"\tkv_delete\x18) \x01(\v2\x17.tenure.fsm.v1.KVDeleteH\x00R\bkvDelete\x12-\n" +
-	"\x06kv_txn\x18* \x01(\v2\x14.tenure.fsm.v1.KVTxnH\x00R\x05kvTxnB\x04\n" +
+	"\x06kv_txn\x18* \x01(\v2\x14.tenure.fsm.v1.KVTxnH\x00R\x05kvTxn\x12B\n" +
+	"\rqueue_enqueue\x18\x14 \x01(\v2\x1b.tenure.fsm.v1.QueueEnqueueH\x00R\fqueueEnqueue\x12B\n" +
+	"\rqueue_dequeue\x18\x15 \x01(\v2\x1b.tenure.fsm.v1.QueueDequeueH\x00R\fqueueDequeue\x129\n" +
+	"\tqueue_ack\x18\x16 \x01(\v2\x1a.tenure.fsm.v1.QueueSettleH\x00R\bqueueAck\x12;\n" +
+	"\n" +
+	"queue_nack\x18\x17 \x01(\v2\x1a.tenure.fsm.v1.QueueSettleH\x00R\tqueueNack\x12?\n" +
+	"\fqueue_extend\x18\x18 \x01(\v2\x1a.tenure.fsm.v1.QueueExtendH\x00R\vqueueExtend\x12?\n" +
+	"\fqueue_expire\x18\x19 \x01(\v2\x1a.tenure.fsm.v1.QueueSettleH\x00R\vqueueExpire\x12O\n" +
+	"\x12queue_requeue_dead\x18\x1a \x01(\v2\x1f.tenure.fsm.v1.QueueRequeueDeadH\x00R\x10queueRequeueDeadB\x04\n" +
 	"\x02op\"_\n" +
 	"\fSetRetention\x12!\n" +
 	"\flock_history\x18\x01 \x01(\rR\vlockHistory\x12,\n" +
@@ -2255,12 +2954,14 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
-	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\xab\x02\n" +
+	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\xde\x02\n" +
 	"\bSnapshot\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x127\n" +
 	"\bsessions\x18\x02 \x03(\v2\x1b.tenure.fsm.v1.SessionStateR\bsessions\x12.\n" +
 	"\x05locks\x18\x03 \x03(\v2\x18.tenure.fsm.v1.LockStateR\x05locks\x12:\n" +
-	"\tregisters\x18\x04 \x03(\v2\x1c.tenure.fsm.v1.RegisterStateR\tregisters\x12&\n" +
+	"\tregisters\x18\x04 \x03(\v2\x1c.tenure.fsm.v1.RegisterStateR\tregisters\x121\n" +
+	"\x06queues\x18\n" +
+	" \x03(\v2\x19.tenure.fsm.v1.QueueStateR\x06queues\x12&\n" +
 	"\x02kv\x18\x14 \x03(\v2\x16.tenure.fsm.v1.KVStateR\x02kv\x126\n" +
 	"\tretention\x18\x1e \x01(\v2\x18.tenure.fsm.v1.RetentionR\tretention\"\\\n" +
 	"\tRetention\x12!\n" +
@@ -2347,7 +3048,49 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x0fcreate_revision\x18\x03 \x01(\x04R\x0ecreateRevision\x12!\n" +
 	"\fmod_revision\x18\x04 \x01(\x04R\vmodRevision\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\x04R\aversion\x12\x18\n" +
-	"\asession\x18\x06 \x01(\x04R\asessionB0Z.github.com/tenure-io/tenure/internal/fsm/fsmpbb\x06proto3"
+	"\asession\x18\x06 \x01(\x04R\asession\"\x84\x01\n" +
+	"\fQueueEnqueue\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12!\n" +
+	"\foperation_id\x18\x03 \x01(\tR\voperationId\x12!\n" +
+	"\fmax_attempts\x18\x04 \x01(\rR\vmaxAttempts\"c\n" +
+	"\fQueueDequeue\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
+	"\asession\x18\x02 \x01(\x04R\asession\x12#\n" +
+	"\rvisibility_ms\x18\x03 \x01(\x03R\fvisibilityMs\"Z\n" +
+	"\vQueueSettle\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\x12%\n" +
+	"\x0edelivery_token\x18\x03 \x01(\x04R\rdeliveryToken\"\x7f\n" +
+	"\vQueueExtend\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\x12%\n" +
+	"\x0edelivery_token\x18\x03 \x01(\x04R\rdeliveryToken\x12#\n" +
+	"\rvisibility_ms\x18\x04 \x01(\x03R\fvisibilityMs\"P\n" +
+	"\x10QueueRequeueDead\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x10\n" +
+	"\x03ids\x18\x02 \x03(\x04R\x03ids\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"\xbc\x01\n" +
+	"\x0eQueueItemState\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1a\n" +
+	"\battempts\x18\x03 \x01(\rR\battempts\x12%\n" +
+	"\x0edelivery_token\x18\x04 \x01(\x04R\rdeliveryToken\x12#\n" +
+	"\rvisibility_ms\x18\x05 \x01(\x03R\fvisibilityMs\x12\x18\n" +
+	"\asession\x18\x06 \x01(\x04R\asession\"T\n" +
+	"\tQueueMemo\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\"\xc1\x02\n" +
+	"\n" +
+	"QueueState\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\fmax_attempts\x18\x02 \x01(\rR\vmaxAttempts\x123\n" +
+	"\x05ready\x18\x03 \x03(\v2\x1d.tenure.fsm.v1.QueueItemStateR\x05ready\x12:\n" +
+	"\tin_flight\x18\x04 \x03(\v2\x1d.tenure.fsm.v1.QueueItemStateR\binFlight\x121\n" +
+	"\x04dead\x18\x05 \x03(\v2\x1d.tenure.fsm.v1.QueueItemStateR\x04dead\x12*\n" +
+	"\x03ops\x18\x06 \x03(\v2\x18.tenure.fsm.v1.QueueMemoR\x03ops\x12,\n" +
+	"\x04acks\x18\a \x03(\v2\x18.tenure.fsm.v1.QueueMemoR\x04acksB0Z.github.com/tenure-io/tenure/internal/fsm/fsmpbb\x06proto3"
 
 var (
 	file_internal_fsm_fsmpb_fsm_proto_rawDescOnce sync.Once
@@ -2361,36 +3104,44 @@ func file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_internal_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
-	(*Command)(nil),       // 0: tenure.fsm.v1.Command
-	(*SetRetention)(nil),  // 1: tenure.fsm.v1.SetRetention
-	(*Batch)(nil),         // 2: tenure.fsm.v1.Batch
-	(*CreateSession)(nil), // 3: tenure.fsm.v1.CreateSession
-	(*CloseSession)(nil),  // 4: tenure.fsm.v1.CloseSession
-	(*ExpireSession)(nil), // 5: tenure.fsm.v1.ExpireSession
-	(*Acquire)(nil),       // 6: tenure.fsm.v1.Acquire
-	(*Proclaim)(nil),      // 7: tenure.fsm.v1.Proclaim
-	(*CancelAcquire)(nil), // 8: tenure.fsm.v1.CancelAcquire
-	(*Release)(nil),       // 9: tenure.fsm.v1.Release
-	(*EndLockDelay)(nil),  // 10: tenure.fsm.v1.EndLockDelay
-	(*FencedPut)(nil),     // 11: tenure.fsm.v1.FencedPut
-	(*Snapshot)(nil),      // 12: tenure.fsm.v1.Snapshot
-	(*Retention)(nil),     // 13: tenure.fsm.v1.Retention
-	(*SessionState)(nil),  // 14: tenure.fsm.v1.SessionState
-	(*GrantState)(nil),    // 15: tenure.fsm.v1.GrantState
-	(*WaiterState)(nil),   // 16: tenure.fsm.v1.WaiterState
-	(*HistoryRecord)(nil), // 17: tenure.fsm.v1.HistoryRecord
-	(*LockState)(nil),     // 18: tenure.fsm.v1.LockState
-	(*OpRecord)(nil),      // 19: tenure.fsm.v1.OpRecord
-	(*RegisterState)(nil), // 20: tenure.fsm.v1.RegisterState
-	(*KVPut)(nil),         // 21: tenure.fsm.v1.KVPut
-	(*KVDelete)(nil),      // 22: tenure.fsm.v1.KVDelete
-	(*KVRange)(nil),       // 23: tenure.fsm.v1.KVRange
-	(*KVCompare)(nil),     // 24: tenure.fsm.v1.KVCompare
-	(*KVOp)(nil),          // 25: tenure.fsm.v1.KVOp
-	(*KVTxn)(nil),         // 26: tenure.fsm.v1.KVTxn
-	(*KVState)(nil),       // 27: tenure.fsm.v1.KVState
+	(*Command)(nil),          // 0: tenure.fsm.v1.Command
+	(*SetRetention)(nil),     // 1: tenure.fsm.v1.SetRetention
+	(*Batch)(nil),            // 2: tenure.fsm.v1.Batch
+	(*CreateSession)(nil),    // 3: tenure.fsm.v1.CreateSession
+	(*CloseSession)(nil),     // 4: tenure.fsm.v1.CloseSession
+	(*ExpireSession)(nil),    // 5: tenure.fsm.v1.ExpireSession
+	(*Acquire)(nil),          // 6: tenure.fsm.v1.Acquire
+	(*Proclaim)(nil),         // 7: tenure.fsm.v1.Proclaim
+	(*CancelAcquire)(nil),    // 8: tenure.fsm.v1.CancelAcquire
+	(*Release)(nil),          // 9: tenure.fsm.v1.Release
+	(*EndLockDelay)(nil),     // 10: tenure.fsm.v1.EndLockDelay
+	(*FencedPut)(nil),        // 11: tenure.fsm.v1.FencedPut
+	(*Snapshot)(nil),         // 12: tenure.fsm.v1.Snapshot
+	(*Retention)(nil),        // 13: tenure.fsm.v1.Retention
+	(*SessionState)(nil),     // 14: tenure.fsm.v1.SessionState
+	(*GrantState)(nil),       // 15: tenure.fsm.v1.GrantState
+	(*WaiterState)(nil),      // 16: tenure.fsm.v1.WaiterState
+	(*HistoryRecord)(nil),    // 17: tenure.fsm.v1.HistoryRecord
+	(*LockState)(nil),        // 18: tenure.fsm.v1.LockState
+	(*OpRecord)(nil),         // 19: tenure.fsm.v1.OpRecord
+	(*RegisterState)(nil),    // 20: tenure.fsm.v1.RegisterState
+	(*KVPut)(nil),            // 21: tenure.fsm.v1.KVPut
+	(*KVDelete)(nil),         // 22: tenure.fsm.v1.KVDelete
+	(*KVRange)(nil),          // 23: tenure.fsm.v1.KVRange
+	(*KVCompare)(nil),        // 24: tenure.fsm.v1.KVCompare
+	(*KVOp)(nil),             // 25: tenure.fsm.v1.KVOp
+	(*KVTxn)(nil),            // 26: tenure.fsm.v1.KVTxn
+	(*KVState)(nil),          // 27: tenure.fsm.v1.KVState
+	(*QueueEnqueue)(nil),     // 28: tenure.fsm.v1.QueueEnqueue
+	(*QueueDequeue)(nil),     // 29: tenure.fsm.v1.QueueDequeue
+	(*QueueSettle)(nil),      // 30: tenure.fsm.v1.QueueSettle
+	(*QueueExtend)(nil),      // 31: tenure.fsm.v1.QueueExtend
+	(*QueueRequeueDead)(nil), // 32: tenure.fsm.v1.QueueRequeueDead
+	(*QueueItemState)(nil),   // 33: tenure.fsm.v1.QueueItemState
+	(*QueueMemo)(nil),        // 34: tenure.fsm.v1.QueueMemo
+	(*QueueState)(nil),       // 35: tenure.fsm.v1.QueueState
 }
 var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	3,  // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
@@ -2407,28 +3158,41 @@ var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	21, // 11: tenure.fsm.v1.Command.kv_put:type_name -> tenure.fsm.v1.KVPut
 	22, // 12: tenure.fsm.v1.Command.kv_delete:type_name -> tenure.fsm.v1.KVDelete
 	26, // 13: tenure.fsm.v1.Command.kv_txn:type_name -> tenure.fsm.v1.KVTxn
-	0,  // 14: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
-	14, // 15: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
-	18, // 16: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
-	20, // 17: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
-	27, // 18: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
-	13, // 19: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
-	15, // 20: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
-	15, // 21: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
-	16, // 22: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
-	17, // 23: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
-	19, // 24: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
-	21, // 25: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
-	22, // 26: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
-	23, // 27: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
-	24, // 28: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
-	25, // 29: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
-	25, // 30: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	28, // 14: tenure.fsm.v1.Command.queue_enqueue:type_name -> tenure.fsm.v1.QueueEnqueue
+	29, // 15: tenure.fsm.v1.Command.queue_dequeue:type_name -> tenure.fsm.v1.QueueDequeue
+	30, // 16: tenure.fsm.v1.Command.queue_ack:type_name -> tenure.fsm.v1.QueueSettle
+	30, // 17: tenure.fsm.v1.Command.queue_nack:type_name -> tenure.fsm.v1.QueueSettle
+	31, // 18: tenure.fsm.v1.Command.queue_extend:type_name -> tenure.fsm.v1.QueueExtend
+	30, // 19: tenure.fsm.v1.Command.queue_expire:type_name -> tenure.fsm.v1.QueueSettle
+	32, // 20: tenure.fsm.v1.Command.queue_requeue_dead:type_name -> tenure.fsm.v1.QueueRequeueDead
+	0,  // 21: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
+	14, // 22: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
+	18, // 23: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
+	20, // 24: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
+	35, // 25: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
+	27, // 26: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
+	13, // 27: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
+	15, // 28: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
+	15, // 29: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
+	16, // 30: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
+	17, // 31: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
+	19, // 32: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
+	21, // 33: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
+	22, // 34: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
+	23, // 35: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
+	24, // 36: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
+	25, // 37: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
+	25, // 38: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
+	33, // 39: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
+	33, // 40: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
+	33, // 41: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
+	34, // 42: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
+	34, // 43: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
+	44, // [44:44] is the sub-list for method output_type
+	44, // [44:44] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_internal_fsm_fsmpb_fsm_proto_init() }
@@ -2451,6 +3215,13 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 		(*Command_KvPut)(nil),
 		(*Command_KvDelete)(nil),
 		(*Command_KvTxn)(nil),
+		(*Command_QueueEnqueue)(nil),
+		(*Command_QueueDequeue)(nil),
+		(*Command_QueueAck)(nil),
+		(*Command_QueueNack)(nil),
+		(*Command_QueueExtend)(nil),
+		(*Command_QueueExpire)(nil),
+		(*Command_QueueRequeueDead)(nil),
 	}
 	file_internal_fsm_fsmpb_fsm_proto_msgTypes[25].OneofWrappers = []any{
 		(*KVOp_Put)(nil),
@@ -2463,7 +3234,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_fsm_fsmpb_fsm_proto_rawDesc), len(file_internal_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

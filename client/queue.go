@@ -1,0 +1,299 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/tenure-io/tenure/api/tenurepb"
+)
+
+// ErrQueueEmpty: TryDequeue found no ready item.
+var ErrQueueEmpty = errors.New("tenure: queue is empty")
+
+// maxRecv bounds a queue response (a payload is at most 4 MiB; a page of
+// dead letters at most 4 MiB of payloads plus one item).
+const maxRecv = 16 << 20
+
+// Queue is a handle on a named distributed queue: items are kept in commit
+// order, handed out under a visibility lease with a delivery token, and
+// deleted only by an ack naming that token. It holds no state and is safe
+// for concurrent use.
+type Queue struct {
+	c    *Client
+	name string
+}
+
+// Queue returns a handle on the named queue (which need not exist yet).
+func (c *Client) Queue(name string) *Queue { return &Queue{c: c, name: name} }
+
+// Name is the queue's name.
+func (q *Queue) Name() string { return q.name }
+
+// EnqueueOption configures Enqueue.
+type EnqueueOption func(*enqueueOptions) error
+
+type enqueueOptions struct {
+	opID        string
+	maxAttempts uint32
+}
+
+// WithOperationID makes the enqueue idempotent: a retry with the same id
+// (among the queue's 10,000 most recent) answers the first item's id with
+// Duplicate set, and adds nothing.
+func WithOperationID(id string) EnqueueOption {
+	return func(o *enqueueOptions) error {
+		if id == "" {
+			return fmt.Errorf("%w: empty operation id", ErrInvalid)
+		}
+		o.opID = id
+		return nil
+	}
+}
+
+// WithMaxAttempts sets how many deliveries an item gets before it is
+// dead-lettered. It is fixed by the queue's first enqueue (default 5); an
+// enqueue naming another number is refused with ErrInvalid.
+func WithMaxAttempts(n int) EnqueueOption {
+	return func(o *enqueueOptions) error {
+		if n < 1 {
+			return fmt.Errorf("%w: max attempts %d must be at least 1", ErrInvalid, n)
+		}
+		o.maxAttempts = uint32(n)
+		return nil
+	}
+}
+
+// Enqueued is the answer to Enqueue.
+type Enqueued struct {
+	// ID is the item's id: the revision of its enqueue.
+	ID uint64
+	// Duplicate: the operation id was seen before and nothing was added;
+	// ID is the first item's.
+	Duplicate bool
+	Revision  uint64
+}
+
+// Enqueue appends payload to the queue. Without WithOperationID a retry
+// after ErrUnknownOutcome may add the item twice.
+func (q *Queue) Enqueue(ctx context.Context, payload []byte, opts ...EnqueueOption) (Enqueued, error) {
+	var o enqueueOptions
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return Enqueued{}, err
+		}
+	}
+	var resp *pb.QueueEnqueueResponse
+	err := q.c.unary(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.QueueEnqueue(ctx, &pb.QueueEnqueueRequest{Queue: q.name, Payload: payload, OperationId: o.opID, MaxAttempts: o.maxAttempts})
+		return err
+	})
+	if err != nil {
+		return Enqueued{}, err
+	}
+	return Enqueued{ID: resp.GetId(), Duplicate: resp.GetDuplicate(), Revision: resp.GetRevision()}, nil
+}
+
+// Delivery is one item handed out by Dequeue. Settle it with Ack (done),
+// Nack (give it back now) or let its visibility lease run out.
+type Delivery struct {
+	Queue   string
+	ID      uint64
+	Payload []byte
+	// Token names this delivery; a redelivery of the item has a larger
+	// one, and only the current token acks.
+	Token uint64
+	// Attempt counts the item's deliveries, from 1.
+	Attempt int
+}
+
+// DequeueOption configures Dequeue.
+type DequeueOption func(*dequeueOptions) error
+
+type dequeueOptions struct{ session uint64 }
+
+// UnderSession ties the delivery to s: when s ends (closed or expired) the
+// item goes back to the queue, even before its visibility lease ends.
+func UnderSession(s *Session) DequeueOption {
+	return func(o *dequeueOptions) error {
+		if s == nil {
+			return fmt.Errorf("%w: nil session", ErrInvalid)
+		}
+		o.session = s.ID()
+		return nil
+	}
+}
+
+// Dequeue waits until an item is available and hands it out for
+// visibility (0: the server's default, 30 s): nobody else gets it until
+// the lease ends. It returns ctx's error when ctx ends first. Waiting
+// consumers are served in arrival order, one woken per item.
+func (q *Queue) Dequeue(ctx context.Context, visibility time.Duration, opts ...DequeueOption) (*Delivery, error) {
+	return q.dequeue(ctx, visibility, true, opts)
+}
+
+// TryDequeue is Dequeue without waiting: ErrQueueEmpty when no item is
+// ready.
+func (q *Queue) TryDequeue(ctx context.Context, visibility time.Duration, opts ...DequeueOption) (*Delivery, error) {
+	return q.dequeue(ctx, visibility, false, opts)
+}
+
+func (q *Queue) dequeue(ctx context.Context, visibility time.Duration, wait bool, opts []DequeueOption) (*Delivery, error) {
+	var o dequeueOptions
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	var resp *pb.QueueDequeueResponse
+	err := q.c.unary(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.QueueDequeue(ctx, &pb.QueueDequeueRequest{Queue: q.name, VisibilityMs: visibility.Milliseconds(), Session: o.session, Wait: wait}, grpc.MaxCallRecvMsgSize(maxRecv))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	it := resp.GetItem()
+	if it == nil {
+		return nil, fmt.Errorf("%w: %s", ErrQueueEmpty, q.name)
+	}
+	return &Delivery{Queue: q.name, ID: it.GetId(), Payload: it.GetPayload(), Token: it.GetDeliveryToken(), Attempt: int(it.GetAttempt())}, nil
+}
+
+func (q *Queue) settle(ctx context.Context, what string, id, token uint64, call func(pb.TenureClient, *pb.QueueSettleRequest) (*pb.QueueSettleResponse, error), vis time.Duration) error {
+	var resp *pb.QueueSettleResponse
+	err := q.c.unary(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = call(api, &pb.QueueSettleRequest{Queue: q.name, Id: id, DeliveryToken: token, VisibilityMs: vis.Milliseconds()})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if resp.GetResult() == pb.QueueSettleResult_QUEUE_SETTLE_RESULT_STALE {
+		return &staleDelivery{fmt.Sprintf("tenure: stale delivery token: %s of item %d of queue %s with delivery token %d: not the current delivery (the lease ran out and the item was redelivered, or it was settled)", what, id, q.name, token)}
+	}
+	return nil
+}
+
+// staleDelivery is ErrStale for a delivery token.
+type staleDelivery struct{ msg string }
+
+func (e *staleDelivery) Error() string { return e.msg }
+func (e *staleDelivery) Unwrap() error { return ErrStale }
+
+// Ack deletes the item delivered under token. ErrStale means the delivery
+// is no longer current (its lease ran out and it may have been redelivered,
+// or it was nacked): the ack did nothing. Repeating a successful ack with
+// the same token answers nil again (for the queue's 10,000 latest acks).
+func (q *Queue) Ack(ctx context.Context, id, token uint64) error {
+	return q.settle(ctx, "ack", id, token, func(api pb.TenureClient, r *pb.QueueSettleRequest) (*pb.QueueSettleResponse, error) {
+		return api.QueueAck(ctx, r)
+	}, 0)
+}
+
+// Nack gives the item back at once, at its original place in the queue
+// (or to the dead letters once it had its max attempts). ErrStale as Ack.
+func (q *Queue) Nack(ctx context.Context, id, token uint64) error {
+	return q.settle(ctx, "nack", id, token, func(api pb.TenureClient, r *pb.QueueSettleRequest) (*pb.QueueSettleResponse, error) {
+		return api.QueueNack(ctx, r)
+	}, 0)
+}
+
+// Extend makes the delivery's visibility lease end visibility from now.
+// ErrStale as Ack.
+func (q *Queue) Extend(ctx context.Context, id, token uint64, visibility time.Duration) error {
+	return q.settle(ctx, "extend", id, token, func(api pb.TenureClient, r *pb.QueueSettleRequest) (*pb.QueueSettleResponse, error) {
+		return api.QueueExtend(ctx, r)
+	}, visibility)
+}
+
+// QueueStats describes a queue.
+type QueueStats struct {
+	Queued, InFlight, Dead int
+	MaxAttempts            int
+	// OldestID is the oldest item queued or in flight (0: none); OldestAge
+	// is how long ago the server applied its enqueue (approximate: see
+	// docs/queue.md).
+	OldestID  uint64
+	OldestAge time.Duration
+	Revision  uint64
+}
+
+// Stats reports the queue's length, items in flight and dead letters.
+func (q *Queue) Stats(ctx context.Context) (QueueStats, error) {
+	var resp *pb.QueueStatsResponse
+	err := q.c.unary(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.QueueStats(ctx, &pb.QueueStatsRequest{Queue: q.name, Serializable: q.c.serializable})
+		return err
+	})
+	if err != nil {
+		return QueueStats{}, err
+	}
+	return QueueStats{Queued: int(resp.GetQueued()), InFlight: int(resp.GetInFlight()), Dead: int(resp.GetDead()), MaxAttempts: int(resp.GetMaxAttempts()), OldestID: resp.GetOldestId(), OldestAge: time.Duration(resp.GetOldestAgeMs()) * time.Millisecond, Revision: resp.GetRevision()}, nil
+}
+
+// DeadLetter is an item that had its max attempts.
+type DeadLetter struct {
+	ID       uint64
+	Payload  []byte
+	Attempts int
+}
+
+// DeadLetters lists up to limit dead-lettered items with ids above after,
+// oldest first (limit 0: 100; at most 1000 and 4 MiB of payloads a page).
+func (q *Queue) DeadLetters(ctx context.Context, after uint64, limit int) ([]DeadLetter, error) {
+	if limit < 0 {
+		return nil, fmt.Errorf("%w: negative limit", ErrInvalid)
+	}
+	var resp *pb.QueueDeadListResponse
+	err := q.c.unary(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.QueueDeadList(ctx, &pb.QueueDeadListRequest{Queue: q.name, AfterId: after, Limit: uint32(limit)}, grpc.MaxCallRecvMsgSize(maxRecv))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]DeadLetter, 0, len(resp.GetItems()))
+	for _, it := range resp.GetItems() {
+		out = append(out, DeadLetter{ID: it.GetId(), Payload: it.GetPayload(), Attempts: int(it.GetAttempts())})
+	}
+	return out, nil
+}
+
+// requeueBatch is how many dead letters one request moves at most.
+const requeueBatch = 1000
+
+// RequeueDead moves the listed dead-lettered items (none listed: all of
+// them, 1,000 per request) back to the queue at their original place,
+// with their attempts reset, and reports how many moved.
+func (q *Queue) RequeueDead(ctx context.Context, ids ...uint64) (int, error) {
+	total := 0
+	for {
+		batch := ids
+		if len(batch) > requeueBatch {
+			batch = batch[:requeueBatch]
+		}
+		var resp *pb.QueueDeadRequeueResponse
+		err := q.c.unary(ctx, func(api pb.TenureClient) (err error) {
+			resp, err = api.QueueDeadRequeue(ctx, &pb.QueueDeadRequeueRequest{Queue: q.name, Ids: batch})
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
+		total += int(resp.GetRequeued())
+		if len(ids) > 0 {
+			ids = ids[len(batch):]
+			if len(ids) == 0 {
+				return total, nil
+			}
+			continue
+		}
+		if resp.GetRequeued() == 0 || resp.GetDead() == 0 {
+			return total, nil
+		}
+	}
+}

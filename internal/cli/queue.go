@@ -1,0 +1,345 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/server"
+)
+
+// queuePushJSON is `tenure queue push -o json`.
+type queuePushJSON struct {
+	ID     uint64 `json:"id"`
+	Result string `json:"result"` // "enqueued" or "duplicate"
+}
+
+// queuePopJSON is `tenure queue pop -o json`.
+type queuePopJSON struct {
+	ID            uint64 `json:"id"`
+	Payload       string `json:"payload"`
+	DeliveryToken uint64 `json:"delivery_token"`
+	Attempt       int    `json:"attempt"`
+}
+
+// queueSettleJSON is `tenure queue ack|nack|extend -o json`.
+type queueSettleJSON struct {
+	Result string `json:"result"` // "acked", "nacked", "extended" or "stale"
+}
+
+// queueLenJSON is `tenure queue len -o json`.
+type queueLenJSON struct {
+	Queued      int    `json:"queued"`
+	InFlight    int    `json:"in_flight"`
+	Dead        int    `json:"dead"`
+	MaxAttempts int    `json:"max_attempts"`
+	OldestID    uint64 `json:"oldest_id"`
+	OldestAgeMs int64  `json:"oldest_age_ms"`
+}
+
+// queueDeadJSON is one item of `tenure queue dlq list -o json`.
+type queueDeadJSON struct {
+	ID       uint64 `json:"id"`
+	Payload  string `json:"payload"`
+	Attempts int    `json:"attempts"`
+}
+
+// queueDLQListJSON is `tenure queue dlq list -o json`.
+type queueDLQListJSON struct {
+	Queue string          `json:"queue"`
+	Items []queueDeadJSON `json:"items"`
+}
+
+// queueRequeueJSON is `tenure queue dlq requeue -o json`.
+type queueRequeueJSON struct {
+	Requeued int `json:"requeued"`
+}
+
+func (a *app) queueCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "queue",
+		Short: "Push to and pop from distributed queues",
+		Long: `A replicated FIFO queue. push appends an item (its id is the revision of the
+enqueue); pop hands out the oldest item under a visibility lease with a
+delivery token: nobody else gets it until the lease ends, and only an ack
+with that token deletes it. An item whose lease ran out, or that was
+nacked, goes back to its original place; after max attempts (default 5)
+it moves to the dead letters (queue dlq).`,
+	}
+	cmd.AddCommand(a.queuePushCommand(), a.queuePopCommand(), a.queueSettleCommand("ack"), a.queueSettleCommand("nack"), a.queueSettleCommand("extend"), a.queueLenCommand(), a.queueDLQCommand())
+	return cmd
+}
+
+func (a *app) queuePushCommand() *cobra.Command {
+	var (
+		opID        string
+		maxAttempts int
+	)
+	cmd := &cobra.Command{
+		Use:   "push QUEUE PAYLOAD [--op-id ID]",
+		Short: "Append an item (PAYLOAD - reads stdin)",
+		Long: `Append PAYLOAD to QUEUE ("-": read the payload from stdin).
+
+JSON: {"id":N,"result":"enqueued"|"duplicate"}. "duplicate" means --op-id
+was seen before (among the queue's 10,000 latest): nothing was added and
+id is the first item's.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			payload := []byte(args[1])
+			if args[1] == "-" {
+				var err error
+				if payload, err = io.ReadAll(a.streams.In); err != nil {
+					return err
+				}
+			}
+			var opts []client.EnqueueOption
+			if opID != "" {
+				opts = append(opts, client.WithOperationID(opID))
+			}
+			if cmd.Flags().Changed("max-attempts") {
+				opts = append(opts, client.WithMaxAttempts(maxAttempts))
+			}
+			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
+				r, err := c.Queue(args[0]).Enqueue(ctx, payload, opts...)
+				if err != nil {
+					return err
+				}
+				out := queuePushJSON{ID: r.ID, Result: "enqueued"}
+				if r.Duplicate {
+					out.Result = "duplicate"
+				}
+				return a.emit(out, func(w io.Writer) { fmt.Fprintf(w, "%s item %d\n", out.Result, out.ID) })
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opID, "op-id", "", "operation id: a retried push with the same id adds nothing")
+	f.IntVar(&maxAttempts, "max-attempts", 0, "deliveries before an item is dead-lettered; fixed by the queue's first push (default 5)")
+	return cmd
+}
+
+func (a *app) queuePopCommand() *cobra.Command {
+	var visibility, timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "pop QUEUE [--visibility D] [--timeout D]",
+		Short: "Take the oldest item under a visibility lease",
+		Long: `Wait for the oldest item of QUEUE and hand it out for --visibility: nobody
+else gets it until then. Ack it (tenure queue ack, from any process) with
+its delivery token before the lease ends, or it is delivered again.
+
+JSON: {"id":N,"payload":"...","delivery_token":N,"attempt":N}.
+
+Exit codes: 0 an item, 5 nothing arrived within --timeout, 1 other errors.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if timeout < 0 {
+				return errors.New("--timeout must not be negative")
+			}
+			ctx := cmd.Context()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			c, err := a.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			d, err := c.Queue(args[0]).Dequeue(ctx, visibility)
+			if errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("nothing arrived on queue %s within %v: %w", args[0], timeout, context.DeadlineExceeded)
+			}
+			if err != nil {
+				return a.describe(err)
+			}
+			out := queuePopJSON{ID: d.ID, Payload: string(d.Payload), DeliveryToken: d.Token, Attempt: d.Attempt}
+			return a.emit(out, func(w io.Writer) {
+				fmt.Fprintf(w, "item %d (delivery token %d, attempt %d)\n%s\n", out.ID, out.DeliveryToken, out.Attempt, out.Payload)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&visibility, "visibility", server.DefaultVisibility, "visibility lease: the item is delivered again if not acked within it")
+	f.DurationVar(&timeout, "timeout", 30*time.Second, "give up waiting after this long (0: wait forever); exit 5")
+	return cmd
+}
+
+func (a *app) queueSettleCommand(what string) *cobra.Command {
+	var (
+		token      uint64
+		visibility time.Duration
+	)
+	done := map[string]string{"ack": "acked", "nack": "nacked", "extend": "extended"}[what]
+	short := map[string]string{
+		"ack":    "Delete a delivered item (exit 3 if the delivery token is stale)",
+		"nack":   "Give a delivered item back to the queue at once",
+		"extend": "Extend a delivery's visibility lease",
+	}[what]
+	use := what + " QUEUE ID --delivery-token N"
+	if what == "extend" {
+		use += " --visibility D"
+	}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Long: short + `.
+
+JSON: {"result":"` + done + `"|"stale"}. "stale": the delivery token is not the
+item's current one (its lease ran out and it was delivered again, or it was
+already settled); nothing was done. An ack repeated with the same token
+answers "acked" again.
+
+Exit codes: 0 ` + done + `, 3 stale, 1 other errors.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("delivery-token") {
+				return errors.New("--delivery-token is required")
+			}
+			id, err := strconv.ParseUint(args[1], 10, 64)
+			if err != nil {
+				return fmt.Errorf("item id %q is not a number", args[1])
+			}
+			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
+				q := c.Queue(args[0])
+				switch what {
+				case "ack":
+					err = q.Ack(ctx, id, token)
+				case "nack":
+					err = q.Nack(ctx, id, token)
+				default:
+					err = q.Extend(ctx, id, token, visibility)
+				}
+				stale := errors.Is(err, client.ErrStale)
+				if err != nil && !stale {
+					return err
+				}
+				out := queueSettleJSON{Result: done}
+				if stale {
+					out.Result = "stale"
+				}
+				if perr := a.emit(out, func(w io.Writer) { fmt.Fprintf(w, "%s (item %d, delivery token %d)\n", out.Result, id, token) }); perr != nil {
+					return perr
+				}
+				return err
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.Uint64Var(&token, "delivery-token", 0, "the delivery token pop printed (required)")
+	if what == "extend" {
+		f.DurationVar(&visibility, "visibility", server.DefaultVisibility, "the lease ends this long from now")
+	}
+	return cmd
+}
+
+func (a *app) queueLenCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "len QUEUE",
+		Short: "Show how many items are queued, in flight and dead",
+		Long: `Show QUEUE's counts.
+
+JSON: {"queued":N,"in_flight":N,"dead":N,"max_attempts":N,"oldest_id":N,
+"oldest_age_ms":N}; oldest_* describe the oldest item queued or in flight
+(0 when none), its age measured on the serving node (see docs/queue.md).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
+				st, err := c.Queue(args[0]).Stats(ctx)
+				if err != nil {
+					return err
+				}
+				out := queueLenJSON{Queued: st.Queued, InFlight: st.InFlight, Dead: st.Dead, MaxAttempts: st.MaxAttempts, OldestID: st.OldestID, OldestAgeMs: st.OldestAge.Milliseconds()}
+				return a.emit(out, func(w io.Writer) {
+					fmt.Fprintf(w, "queued %d, in flight %d, dead %d", out.Queued, out.InFlight, out.Dead)
+					if out.OldestID != 0 {
+						fmt.Fprintf(w, ", oldest item %d is %v old", out.OldestID, st.OldestAge.Round(time.Millisecond))
+					}
+					fmt.Fprintln(w)
+				})
+			})
+		},
+	}
+}
+
+func (a *app) queueDLQCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dlq",
+		Short: "List and requeue dead-lettered items",
+	}
+	var (
+		after uint64
+		limit int
+	)
+	list := &cobra.Command{
+		Use:   "list QUEUE [--after ID] [--limit N]",
+		Short: "List dead-lettered items, oldest first",
+		Long: `List QUEUE's dead-lettered items with ids above --after, oldest first.
+
+JSON: {"queue":"...","items":[{"id":N,"payload":"...","attempts":N},...]}.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
+				items, err := c.Queue(args[0]).DeadLetters(ctx, after, limit)
+				if err != nil {
+					return err
+				}
+				out := queueDLQListJSON{Queue: args[0], Items: []queueDeadJSON{}}
+				for _, it := range items {
+					out.Items = append(out.Items, queueDeadJSON{ID: it.ID, Payload: string(it.Payload), Attempts: it.Attempts})
+				}
+				return a.emit(out, func(w io.Writer) {
+					for _, it := range out.Items {
+						fmt.Fprintf(w, "%d\t%d attempts\t%s\n", it.ID, it.Attempts, it.Payload)
+					}
+				})
+			})
+		},
+	}
+	lf := list.Flags()
+	lf.Uint64Var(&after, "after", 0, "list items with ids above this (paging)")
+	lf.IntVar(&limit, "limit", 100, "list at most this many (at most 1000)")
+	requeue := &cobra.Command{
+		Use:   "requeue QUEUE [ID...]",
+		Short: "Move dead-lettered items back to the queue (all, or the ids given)",
+		Long: `Move QUEUE's dead-lettered items (all of them, or the ids given) back to
+their original place in the queue, with their attempts reset.
+
+JSON: {"requeued":N}.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var ids []uint64
+			for _, s := range args[1:] {
+				id, err := strconv.ParseUint(s, 10, 64)
+				if err != nil {
+					return fmt.Errorf("item id %q is not a number", s)
+				}
+				ids = append(ids, id)
+			}
+			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
+				n, err := c.Queue(args[0]).RequeueDead(ctx, ids...)
+				if err != nil {
+					return err
+				}
+				out := queueRequeueJSON{Requeued: n}
+				return a.emit(out, func(w io.Writer) { fmt.Fprintf(w, "requeued %d\n", n) })
+			})
+		},
+	}
+	cmd.AddCommand(list, requeue)
+	return cmd
+}
+
+// addQueueServeFlags registers the queue's admission limits on serve.
+func addQueueServeFlags(f *pflag.FlagSet, l *server.Limits) {
+	f.IntVar(&l.MaxQueuePayload, "max-queue-payload", server.DefaultMaxQueuePayload, "largest queue item payload in bytes (at most 4 MiB); larger is refused with INVALID_ARGUMENT")
+	f.IntVar(&l.MaxQueueLength, "max-queue-length", server.DefaultMaxQueueLength, "most items one queue stores (queued, in flight and dead); more are refused with RESOURCE_EXHAUSTED")
+	f.IntVar(&l.MaxQueues, "max-queues", server.DefaultMaxQueues, "most queues; a new queue past it is refused with RESOURCE_EXHAUSTED")
+}

@@ -1,0 +1,619 @@
+package fsm
+
+// The distributed queue.
+//
+// An item's id is the revision of its enqueue, so ids are unique and grow
+// with commit order. Every queue keeps three B-trees ordered by id: ready
+// items, items in flight (handed out under a visibility lease) and
+// dead-lettered items. A dequeue takes the smallest ready id; an item that
+// comes back (nack, visibility expiry, its consumer's session ending) is
+// put back under its own id, so it is again ahead of everything enqueued
+// after it. Every step is O(log n) in the queue's length.
+//
+// A delivery's token is the revision at which the item was handed out: a
+// later redelivery has a larger one, so (queue, id, token) names exactly one
+// delivery. Ack, Nack, Extend and the leader's Expire act only when the item
+// is in flight under that exact token; anything else is stale.
+//
+// The trees are github.com/google/btree's copy-on-write BTreeG: a snapshot
+// clones them in O(1) under the state lock and serialises the clone while
+// Apply goes on. Items are stored by value and never modified in place, so
+// a clone never sees a later change.
+
+import (
+	"cmp"
+	"fmt"
+	"sort"
+
+	"github.com/google/btree"
+
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+)
+
+// Queue limits of the replicated contract. The server's configurable
+// admission limits (payload size, queue length, number of queues) must
+// stay within them.
+const (
+	// MaxQueuePayload is the hard ceiling of an item's payload, bytes.
+	MaxQueuePayload = 4 << 20
+	// DefaultMaxAttempts is how many deliveries an item gets before it is
+	// dead-lettered, unless its queue's first enqueue chose otherwise.
+	DefaultMaxAttempts = 5
+	// MaxQueueAttempts bounds a queue's max_attempts.
+	MaxQueueAttempts = 1000
+	// MinVisibilityMs and MaxVisibilityMs bound a delivery's visibility
+	// lease (100 ms .. 12 h).
+	MinVisibilityMs = 100
+	MaxVisibilityMs = 12 * 3600 * 1000
+	// QueueOpMemory is how many recent enqueue operation ids each queue
+	// remembers; an id older than that is enqueued as new.
+	QueueOpMemory = 10_000
+	// QueueAckMemory is how many recent acknowledgements each queue
+	// remembers, so that a repeated ack with the same token answers acked
+	// again; an older repeated ack is answered stale.
+	QueueAckMemory = 10_000
+	// MaxRequeueBatch bounds the dead-lettered items one requeue moves.
+	MaxRequeueBatch = 1000
+)
+
+// Queue event kinds; numbered apart from the other kinds.
+const (
+	// EventQueueReady: Queue.Ready items of queue Name became ready
+	// (enqueued, returned or requeued); one waiting consumer per item may
+	// be woken. Queue.ID is the (first) item's id.
+	EventQueueReady EventKind = 64 + iota
+	// EventQueueLeased: item Queue.ID of queue Name is in flight under
+	// Queue.Token for Queue.VisibilityMs from now (a delivery or an Extend);
+	// the leader arms its visibility timer.
+	EventQueueLeased
+	// EventQueueSettled: the delivery (Name, Queue.ID, Queue.Token) ended
+	// (acked, nacked, expired or its session ended); its timer is moot.
+	EventQueueSettled
+)
+
+// QueueEvent is the queue part of an Event.
+type QueueEvent struct {
+	ID           uint64
+	Token        uint64
+	VisibilityMs int64
+	Ready        int
+	// Enqueue: the ready item was just enqueued (not returned).
+	Enqueue bool
+}
+
+// QueueResult is the queue part of a Result.
+type QueueResult struct {
+	// ID: the item enqueued (or, for a Duplicate, enqueued first),
+	// delivered or settled.
+	ID uint64
+	// Duplicate: an enqueue's operation id was seen before (nothing was
+	// added), or an ack repeated the token that already acked the item.
+	Duplicate bool
+	// Empty: a dequeue found no ready item.
+	Empty bool
+	// Delivery: the token, payload and attempt number (from 1).
+	Token   uint64
+	Payload []byte
+	Attempt uint32
+	// Stale: an Ack/Nack/Extend named a delivery that is not current.
+	Stale bool
+	// Requeued: how many dead-lettered items a requeue moved.
+	Requeued int
+}
+
+type qItem struct {
+	id       uint64
+	payload  []byte
+	attempts uint32
+	// in flight only
+	token   uint64
+	visMs   int64
+	session uint64
+}
+
+func itemLess(a, b qItem) bool { return a.id < b.id }
+
+const btreeDegree = 32
+
+// memo is a bounded memory of recent keys (oldest evicted first), held in
+// two copy-on-write trees so that a snapshot clones it in O(1).
+type memo[K cmp.Ordered] struct {
+	byKey *btree.BTreeG[memoEntry[K]]
+	bySeq *btree.BTreeG[memoEntry[K]]
+	seq   uint64
+	limit int
+}
+
+type memoEntry[K cmp.Ordered] struct {
+	seq   uint64
+	key   K
+	id    uint64
+	token uint64
+}
+
+func newMemo[K cmp.Ordered](limit int) memo[K] {
+	return memo[K]{
+		byKey: btree.NewG(btreeDegree, func(a, b memoEntry[K]) bool { return a.key < b.key }),
+		bySeq: btree.NewG(btreeDegree, func(a, b memoEntry[K]) bool { return a.seq < b.seq }),
+		limit: limit,
+	}
+}
+
+func (m *memo[K]) get(k K) (memoEntry[K], bool) { return m.byKey.Get(memoEntry[K]{key: k}) }
+
+func (m *memo[K]) put(k K, id, token uint64) {
+	if old, ok := m.byKey.Get(memoEntry[K]{key: k}); ok {
+		m.bySeq.Delete(old)
+	}
+	m.seq++
+	e := memoEntry[K]{seq: m.seq, key: k, id: id, token: token}
+	m.byKey.ReplaceOrInsert(e)
+	m.bySeq.ReplaceOrInsert(e)
+	for m.bySeq.Len() > m.limit {
+		oldest, _ := m.bySeq.DeleteMin()
+		m.byKey.Delete(oldest)
+	}
+}
+
+func (m memo[K]) clone() memo[K] {
+	return memo[K]{byKey: m.byKey.Clone(), bySeq: m.bySeq.Clone(), seq: m.seq, limit: m.limit}
+}
+
+type queue struct {
+	name        string
+	maxAttempts uint32
+	ready       *btree.BTreeG[qItem]
+	inflight    *btree.BTreeG[qItem]
+	dead        *btree.BTreeG[qItem]
+	ops         memo[string]
+	acks        memo[uint64]
+}
+
+func newQueue(name string, maxAttempts uint32) *queue {
+	return &queue{
+		name: name, maxAttempts: maxAttempts,
+		ready:    btree.NewG(btreeDegree, itemLess),
+		inflight: btree.NewG(btreeDegree, itemLess),
+		dead:     btree.NewG(btreeDegree, itemLess),
+		ops:      newMemo[string](QueueOpMemory),
+		acks:     newMemo[uint64](QueueAckMemory),
+	}
+}
+
+func (q *queue) clone() *queue {
+	return &queue{name: q.name, maxAttempts: q.maxAttempts, ready: q.ready.Clone(), inflight: q.inflight.Clone(), dead: q.dead.Clone(), ops: q.ops.clone(), acks: q.acks.clone()}
+}
+
+func (q *queue) length() int { return q.ready.Len() + q.inflight.Len() + q.dead.Len() }
+
+// qref names an in-flight item held under a session.
+type qref struct {
+	queue string
+	id    uint64
+}
+
+// queueSet is the State's queues and, derived from their in-flight items,
+// which items each session holds.
+type queueSet struct {
+	byName  map[string]*queue
+	session map[uint64]map[qref]struct{}
+}
+
+func (qs *queueSet) init() {
+	if qs.byName == nil {
+		qs.byName = make(map[string]*queue)
+		qs.session = make(map[uint64]map[qref]struct{})
+	}
+}
+
+func (qs *queueSet) hold(session uint64, r qref) {
+	if session == 0 {
+		return
+	}
+	m := qs.session[session]
+	if m == nil {
+		m = make(map[qref]struct{})
+		qs.session[session] = m
+	}
+	m[r] = struct{}{}
+}
+
+func (qs *queueSet) unhold(session uint64, r qref) {
+	if session == 0 {
+		return
+	}
+	if m := qs.session[session]; m != nil {
+		delete(m, r)
+		if len(m) == 0 {
+			delete(qs.session, session)
+		}
+	}
+}
+
+// ValidateQueueName checks a queue's name.
+func ValidateQueueName(name string) error { return ValidateName("queue name", name) }
+
+// ValidateVisibility checks a visibility lease's length.
+func ValidateVisibility(ms int64) error {
+	if ms < MinVisibilityMs || ms > MaxVisibilityMs {
+		return fmt.Errorf("%w: visibility %dms is outside %dms..%dms", ErrInvalid, ms, MinVisibilityMs, MaxVisibilityMs)
+	}
+	return nil
+}
+
+// applyQueue executes one queue command; ok is false for other commands.
+func (s *State) applyQueue(cmd *fsmpb.Command, emit EventSink) (r Result, ok bool) {
+	s.queues.init()
+	switch op := cmd.GetOp().(type) {
+	case *fsmpb.Command_QueueEnqueue:
+		return s.enqueue(op.QueueEnqueue, emit), true
+	case *fsmpb.Command_QueueDequeue:
+		return s.dequeue(op.QueueDequeue, emit), true
+	case *fsmpb.Command_QueueAck:
+		return s.settle(op.QueueAck, settleAck, emit), true
+	case *fsmpb.Command_QueueNack:
+		return s.settle(op.QueueNack, settleNack, emit), true
+	case *fsmpb.Command_QueueExpire:
+		return s.settle(op.QueueExpire, settleExpire, emit), true
+	case *fsmpb.Command_QueueExtend:
+		return s.extend(op.QueueExtend, emit), true
+	case *fsmpb.Command_QueueRequeueDead:
+		return s.requeueDead(op.QueueRequeueDead, emit), true
+	}
+	return Result{}, false
+}
+
+func (s *State) enqueue(c *fsmpb.QueueEnqueue, emit EventSink) Result {
+	if err := ValidateQueueName(c.GetQueue()); err != nil {
+		return Result{Err: err}
+	}
+	if n := len(c.GetPayload()); n > MaxQueuePayload {
+		return Result{Err: fmt.Errorf("%w: payload is %d bytes, the limit is %d", ErrInvalid, n, MaxQueuePayload)}
+	}
+	if n := len(c.GetOperationId()); n > MaxOpIDLen {
+		return Result{Err: fmt.Errorf("%w: operation id is %d bytes, the limit is %d", ErrInvalid, n, MaxOpIDLen)}
+	}
+	if c.GetMaxAttempts() > MaxQueueAttempts {
+		return Result{Err: fmt.Errorf("%w: max attempts %d, the limit is %d", ErrInvalid, c.GetMaxAttempts(), MaxQueueAttempts)}
+	}
+	q := s.queues.byName[c.GetQueue()]
+	if q != nil && c.GetMaxAttempts() != 0 && c.GetMaxAttempts() != q.maxAttempts {
+		return Result{Err: fmt.Errorf("%w: queue %q has max attempts %d; this enqueue asks for %d", ErrInvalid, q.name, q.maxAttempts, c.GetMaxAttempts())}
+	}
+	opID := c.GetOperationId()
+	if q != nil && opID != "" {
+		if e, seen := q.ops.get(opID); seen {
+			return Result{Queue: &QueueResult{ID: e.id, Duplicate: true}}
+		}
+	}
+	if q == nil {
+		q = newQueue(c.GetQueue(), cmp.Or(c.GetMaxAttempts(), DefaultMaxAttempts))
+		s.queues.byName[q.name] = q
+	}
+	id := s.bump()
+	q.ready.ReplaceOrInsert(qItem{id: id, payload: append([]byte(nil), c.GetPayload()...)})
+	if opID != "" {
+		q.ops.put(opID, id, 0)
+	}
+	emit(Event{Kind: EventQueueReady, Name: q.name, Queue: &QueueEvent{ID: id, Ready: 1, Enqueue: true}})
+	return Result{Queue: &QueueResult{ID: id}}
+}
+
+func (s *State) dequeue(c *fsmpb.QueueDequeue, emit EventSink) Result {
+	if err := ValidateQueueName(c.GetQueue()); err != nil {
+		return Result{Err: err}
+	}
+	if err := ValidateVisibility(c.GetVisibilityMs()); err != nil {
+		return Result{Err: err}
+	}
+	if c.GetSession() != 0 {
+		if _, ok := s.sessions[c.GetSession()]; !ok {
+			return Result{Err: ErrSessionNotFound}
+		}
+	}
+	q := s.queues.byName[c.GetQueue()]
+	if q == nil || q.ready.Len() == 0 {
+		return Result{Queue: &QueueResult{Empty: true}}
+	}
+	it, _ := q.ready.DeleteMin()
+	it.token = s.bump()
+	it.attempts++
+	it.visMs = c.GetVisibilityMs()
+	it.session = c.GetSession()
+	q.inflight.ReplaceOrInsert(it)
+	s.queues.hold(it.session, qref{q.name, it.id})
+	emit(Event{Kind: EventQueueLeased, Name: q.name, Queue: &QueueEvent{ID: it.id, Token: it.token, VisibilityMs: it.visMs}})
+	return Result{Queue: &QueueResult{ID: it.id, Token: it.token, Payload: it.payload, Attempt: it.attempts}}
+}
+
+type settleKind uint8
+
+const (
+	settleAck settleKind = iota + 1
+	settleNack
+	settleExpire
+)
+
+// current returns the item in flight under exactly (id, token).
+func (s *State) current(name string, id, token uint64) (*queue, qItem, bool) {
+	q := s.queues.byName[name]
+	if q == nil || token == 0 {
+		return q, qItem{}, false
+	}
+	it, ok := q.inflight.Get(qItem{id: id})
+	if !ok || it.token != token {
+		return q, qItem{}, false
+	}
+	return q, it, true
+}
+
+func (s *State) settle(c *fsmpb.QueueSettle, kind settleKind, emit EventSink) Result {
+	q, it, ok := s.current(c.GetQueue(), c.GetId(), c.GetDeliveryToken())
+	if !ok {
+		if kind == settleAck && q != nil {
+			if e, seen := q.acks.get(c.GetId()); seen && e.token == c.GetDeliveryToken() {
+				return Result{Queue: &QueueResult{ID: c.GetId(), Duplicate: true}} // acked again: idempotent
+			}
+		}
+		return Result{Queue: &QueueResult{ID: c.GetId(), Stale: true}}
+	}
+	s.bump()
+	q.inflight.Delete(it)
+	s.queues.unhold(it.session, qref{q.name, it.id})
+	emit(Event{Kind: EventQueueSettled, Name: q.name, Queue: &QueueEvent{ID: it.id, Token: it.token}})
+	if kind == settleAck {
+		q.acks.put(it.id, it.id, it.token)
+		return Result{Queue: &QueueResult{ID: it.id}}
+	}
+	s.putBack(q, it, emit)
+	return Result{Queue: &QueueResult{ID: it.id}}
+}
+
+// putBack returns a delivered item to its place among the ready items, or
+// to the dead letters once it has had max attempts deliveries.
+func (s *State) putBack(q *queue, it qItem, emit EventSink) {
+	it.token, it.visMs, it.session = 0, 0, 0
+	if it.attempts >= q.maxAttempts {
+		q.dead.ReplaceOrInsert(it)
+		return
+	}
+	q.ready.ReplaceOrInsert(it)
+	emit(Event{Kind: EventQueueReady, Name: q.name, Queue: &QueueEvent{ID: it.id, Ready: 1}})
+}
+
+func (s *State) extend(c *fsmpb.QueueExtend, emit EventSink) Result {
+	if err := ValidateVisibility(c.GetVisibilityMs()); err != nil {
+		return Result{Err: err}
+	}
+	q, it, ok := s.current(c.GetQueue(), c.GetId(), c.GetDeliveryToken())
+	if !ok {
+		return Result{Queue: &QueueResult{ID: c.GetId(), Stale: true}}
+	}
+	s.bump()
+	it.visMs = c.GetVisibilityMs()
+	q.inflight.ReplaceOrInsert(it)
+	emit(Event{Kind: EventQueueLeased, Name: q.name, Queue: &QueueEvent{ID: it.id, Token: it.token, VisibilityMs: it.visMs}})
+	return Result{Queue: &QueueResult{ID: it.id}}
+}
+
+func (s *State) requeueDead(c *fsmpb.QueueRequeueDead, emit EventSink) Result {
+	if len(c.GetIds()) > MaxRequeueBatch || c.GetLimit() > MaxRequeueBatch {
+		return Result{Err: fmt.Errorf("%w: a requeue moves at most %d items", ErrInvalid, MaxRequeueBatch)}
+	}
+	q := s.queues.byName[c.GetQueue()]
+	if q == nil || q.dead.Len() == 0 {
+		return Result{Queue: &QueueResult{}}
+	}
+	var moved []qItem
+	if len(c.GetIds()) > 0 {
+		for _, id := range c.GetIds() {
+			if it, ok := q.dead.Delete(qItem{id: id}); ok {
+				moved = append(moved, it)
+			}
+		}
+	} else {
+		limit := int(cmp.Or(c.GetLimit(), MaxRequeueBatch))
+		for len(moved) < limit {
+			it, ok := q.dead.DeleteMin()
+			if !ok {
+				break
+			}
+			moved = append(moved, it)
+		}
+	}
+	if len(moved) == 0 {
+		return Result{Queue: &QueueResult{}}
+	}
+	s.bump()
+	for _, it := range moved {
+		it.attempts = 0
+		q.ready.ReplaceOrInsert(it)
+	}
+	emit(Event{Kind: EventQueueReady, Name: q.name, Queue: &QueueEvent{ID: moved[0].id, Ready: len(moved)}})
+	return Result{Queue: &QueueResult{Requeued: len(moved)}}
+}
+
+// queueSessionEnded returns every item the session holds in flight, in
+// (queue, id) order. Called by endSession after its bump.
+func (s *State) queueSessionEnded(session uint64, emit EventSink) {
+	held := s.queues.session[session]
+	if len(held) == 0 {
+		return
+	}
+	refs := make([]qref, 0, len(held))
+	for r := range held {
+		refs = append(refs, r)
+	}
+	sort.Slice(refs, func(i, j int) bool {
+		if refs[i].queue != refs[j].queue {
+			return refs[i].queue < refs[j].queue
+		}
+		return refs[i].id < refs[j].id
+	})
+	delete(s.queues.session, session)
+	for _, r := range refs {
+		q := s.queues.byName[r.queue]
+		it, _ := q.inflight.Delete(qItem{id: r.id})
+		emit(Event{Kind: EventQueueSettled, Name: q.name, Queue: &QueueEvent{ID: it.id, Token: it.token}})
+		s.putBack(q, it, emit)
+	}
+}
+
+// QueueStatsView describes a queue for readers.
+type QueueStatsView struct {
+	Exists      bool
+	Ready       int
+	InFlight    int
+	Dead        int
+	MaxAttempts uint32
+	// OldestID is the smallest id among ready and in-flight items (0: none).
+	OldestID uint64
+}
+
+// QueueStats describes the named queue; an unknown queue is empty.
+func (s *State) QueueStats(name string) QueueStatsView {
+	q := s.queues.byName[name]
+	if q == nil {
+		return QueueStatsView{MaxAttempts: DefaultMaxAttempts}
+	}
+	v := QueueStatsView{Exists: true, Ready: q.ready.Len(), InFlight: q.inflight.Len(), Dead: q.dead.Len(), MaxAttempts: q.maxAttempts}
+	if it, ok := q.ready.Min(); ok {
+		v.OldestID = it.id
+	}
+	if it, ok := q.inflight.Min(); ok && (v.OldestID == 0 || it.id < v.OldestID) {
+		v.OldestID = it.id
+	}
+	return v
+}
+
+// QueueCount is the number of queues.
+func (s *State) QueueCount() int { return len(s.queues.byName) }
+
+// QueueLen is the number of items the named queue stores: ready, in
+// flight and dead.
+func (s *State) QueueLen(name string) int {
+	if q := s.queues.byName[name]; q != nil {
+		return q.length()
+	}
+	return 0
+}
+
+// QueueItemView is one item of a queue.
+type QueueItemView struct {
+	ID       uint64
+	Payload  []byte
+	Attempts uint32
+}
+
+// DeadLetters lists up to limit dead-lettered items of name with ids above
+// after, by id, stopping before the payloads pass maxBytes (but listing at
+// least one item).
+func (s *State) DeadLetters(name string, after uint64, limit, maxBytes int) []QueueItemView {
+	q := s.queues.byName[name]
+	if q == nil {
+		return nil
+	}
+	var out []QueueItemView
+	size := 0
+	q.dead.AscendGreaterOrEqual(qItem{id: after + 1}, func(it qItem) bool {
+		if size += len(it.payload); size > maxBytes && len(out) > 0 {
+			return false
+		}
+		out = append(out, QueueItemView{ID: it.id, Payload: append([]byte(nil), it.payload...), Attempts: it.attempts})
+		return len(out) < limit
+	})
+	return out
+}
+
+// InFlightView is one delivery in flight.
+type InFlightView struct {
+	Queue        string
+	ID           uint64
+	Token        uint64
+	VisibilityMs int64
+}
+
+// InFlight calls fn for every delivery in flight, by queue name and id.
+func (s *State) InFlight(fn func(InFlightView)) {
+	for _, name := range sortedKeys(s.queues.byName) {
+		s.queues.byName[name].inflight.Ascend(func(it qItem) bool {
+			fn(InFlightView{Queue: name, ID: it.id, Token: it.token, VisibilityMs: it.visMs})
+			return true
+		})
+	}
+}
+
+// QueueSnapshot is a copy-on-write clone of every queue, taken in O(number
+// of queues) under the state lock; Export serialises it later, while Apply
+// goes on.
+type QueueSnapshot struct{ queues []*queue }
+
+// CloneQueues takes a QueueSnapshot. The caller holds the state lock.
+func (s *State) CloneQueues() QueueSnapshot {
+	var qs QueueSnapshot
+	for _, name := range sortedKeys(s.queues.byName) {
+		qs.queues = append(qs.queues, s.queues.byName[name].clone())
+	}
+	return qs
+}
+
+// Export serialises the cloned queues, by name. It needs no lock and may
+// run once, concurrently with Apply.
+func (qs QueueSnapshot) Export() []*fsmpb.QueueState {
+	out := make([]*fsmpb.QueueState, 0, len(qs.queues))
+	items := func(t *btree.BTreeG[qItem]) []*fsmpb.QueueItemState {
+		l := make([]*fsmpb.QueueItemState, 0, t.Len())
+		t.Ascend(func(it qItem) bool {
+			l = append(l, &fsmpb.QueueItemState{Id: it.id, Payload: it.payload, Attempts: it.attempts, DeliveryToken: it.token, VisibilityMs: it.visMs, Session: it.session})
+			return true
+		})
+		return l
+	}
+	for _, q := range qs.queues {
+		st := &fsmpb.QueueState{Name: q.name, MaxAttempts: q.maxAttempts, Ready: items(q.ready), InFlight: items(q.inflight), Dead: items(q.dead)}
+		q.ops.bySeq.Ascend(func(e memoEntry[string]) bool {
+			st.Ops = append(st.Ops, &fsmpb.QueueMemo{OperationId: e.key, Id: e.id})
+			return true
+		})
+		q.acks.bySeq.Ascend(func(e memoEntry[uint64]) bool {
+			st.Acks = append(st.Acks, &fsmpb.QueueMemo{Id: e.id, Token: e.token})
+			return true
+		})
+		out = append(out, st)
+	}
+	return out
+}
+
+// importQueues rebuilds the queues of a snapshot; sessions are already in.
+func (s *State) importQueues(states []*fsmpb.QueueState) error {
+	s.queues.init()
+	for _, st := range states {
+		if st.GetMaxAttempts() == 0 {
+			return fmt.Errorf("snapshot: queue %q has max attempts 0", st.GetName())
+		}
+		q := newQueue(st.GetName(), st.GetMaxAttempts())
+		for _, it := range st.GetReady() {
+			q.ready.ReplaceOrInsert(qItem{id: it.GetId(), payload: it.GetPayload(), attempts: it.GetAttempts()})
+		}
+		for _, it := range st.GetInFlight() {
+			if it.GetSession() != 0 {
+				if _, ok := s.sessions[it.GetSession()]; !ok {
+					return fmt.Errorf("snapshot: queue %q item %d held by unknown session %d", q.name, it.GetId(), it.GetSession())
+				}
+			}
+			q.inflight.ReplaceOrInsert(qItem{id: it.GetId(), payload: it.GetPayload(), attempts: it.GetAttempts(), token: it.GetDeliveryToken(), visMs: it.GetVisibilityMs(), session: it.GetSession()})
+			s.queues.hold(it.GetSession(), qref{q.name, it.GetId()})
+		}
+		for _, it := range st.GetDead() {
+			q.dead.ReplaceOrInsert(qItem{id: it.GetId(), payload: it.GetPayload(), attempts: it.GetAttempts()})
+		}
+		for _, m := range st.GetOps() {
+			q.ops.put(m.GetOperationId(), m.GetId(), 0)
+		}
+		for _, m := range st.GetAcks() {
+			q.acks.put(m.GetId(), m.GetId(), m.GetToken())
+		}
+		s.queues.byName[q.name] = q
+	}
+	return nil
+}

@@ -1,0 +1,440 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/btree"
+	"google.golang.org/grpc"
+
+	pb "github.com/tenure-io/tenure/api/tenurepb"
+	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+)
+
+// Queue defaults and bounds of the RPC layer.
+const (
+	// DefaultVisibility is a dequeue's visibility lease when the request
+	// names none.
+	DefaultVisibility = 30 * time.Second
+	// defaultDeadList and maxDeadList bound one page of dead letters;
+	// deadListBytes bounds its payloads (at least one item is listed).
+	defaultDeadList = 100
+	maxDeadList     = 1000
+	deadListBytes   = 4 << 20
+	// MaxMessageSize is the largest gRPC message the server accepts: the
+	// largest payload the state machine allows plus room for the rest.
+	MaxMessageSize = fsm.MaxQueuePayload + 64<<10
+)
+
+// GRPCOptions are the gRPC server options the queue needs (messages large
+// enough for the largest payload).
+func GRPCOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageSize)}
+}
+
+// DefaultQueueLimits are the queue's admission limits.
+const (
+	DefaultMaxQueuePayload = 1 << 20
+	DefaultMaxQueueLength  = 2_000_000
+	DefaultMaxQueues       = 10_000
+)
+
+// validateQueue checks the queue limits that have a hard ceiling.
+func (l Limits) validateQueue() error {
+	if l.MaxQueuePayload > fsm.MaxQueuePayload {
+		return fmt.Errorf("--max-queue-payload %d is above the ceiling of %d bytes", l.MaxQueuePayload, fsm.MaxQueuePayload)
+	}
+	return nil
+}
+
+func (l Limits) withQueueDefaults() Limits {
+	if l.MaxQueuePayload <= 0 {
+		l.MaxQueuePayload = DefaultMaxQueuePayload
+	}
+	l.MaxQueuePayload = min(l.MaxQueuePayload, fsm.MaxQueuePayload)
+	if l.MaxQueueLength <= 0 {
+		l.MaxQueueLength = DefaultMaxQueueLength
+	}
+	if l.MaxQueues <= 0 {
+		l.MaxQueues = DefaultMaxQueues
+	}
+	return l
+}
+
+// queueWaiters holds, per queue, the FIFO of dequeue requests waiting for
+// an item. Waiting is not replicated: an item made ready wakes exactly one
+// waiter (the first in line), taking it out of the line; it then proposes
+// its dequeue, and one that loses the race to another consumer goes back
+// to its original place. It also keeps the age samples of enqueues. Safe
+// for concurrent use.
+type queueWaiters struct {
+	wakeups atomic.Uint64
+
+	// mu guards the fields below.
+	mu      sync.Mutex
+	seq     uint64
+	byQueue map[string]*btree.BTreeG[*qwaiter]
+	ages    ageSamples
+}
+
+type qwaiter struct {
+	seq  uint64
+	wake chan struct{} // buffered 1; signalled once per removal by ready
+}
+
+func waiterLess(a, b *qwaiter) bool { return a.seq < b.seq }
+
+// join adds a new waiter at the end of name's line.
+func (w *queueWaiters) join(name string) *qwaiter {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.seq++
+	qw := &qwaiter{seq: w.seq, wake: make(chan struct{}, 1)}
+	w.insertLocked(name, qw)
+	return qw
+}
+
+func (w *queueWaiters) insertLocked(name string, qw *qwaiter) {
+	if w.byQueue == nil {
+		w.byQueue = make(map[string]*btree.BTreeG[*qwaiter])
+	}
+	t := w.byQueue[name]
+	if t == nil {
+		t = btree.NewG(16, waiterLess)
+		w.byQueue[name] = t
+	}
+	t.ReplaceOrInsert(qw)
+}
+
+// rejoin puts a woken waiter back at its original place.
+func (w *queueWaiters) rejoin(name string, qw *qwaiter) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.insertLocked(name, qw)
+}
+
+// leave removes qw; a wake-up it received but did not use goes on to the
+// next waiter, so that no item is left without one.
+func (w *queueWaiters) leave(name string, qw *qwaiter) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if t := w.byQueue[name]; t != nil {
+		t.Delete(qw)
+	}
+	select {
+	case <-qw.wake:
+		w.wakeLocked(name, 1)
+	default:
+	}
+	if t := w.byQueue[name]; t != nil && t.Len() == 0 {
+		delete(w.byQueue, name)
+	}
+}
+
+// ready wakes up to n waiters of name, first come first.
+func (w *queueWaiters) ready(name string, n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.wakeLocked(name, n)
+}
+
+func (w *queueWaiters) wakeLocked(name string, n int) {
+	t := w.byQueue[name]
+	for ; n > 0 && t != nil && t.Len() > 0; n-- {
+		qw, _ := t.DeleteMin()
+		w.wakeups.Add(1)
+		qw.wake <- struct{}{} // never blocks: one signal per removal
+	}
+}
+
+func (w *queueWaiters) waiting(name string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if t := w.byQueue[name]; t != nil {
+		return t.Len()
+	}
+	return 0
+}
+
+// ageSamples remembers when this node applied some enqueues: (item id,
+// local monotonic time), at most one sample per sampleEvery. The age of an
+// item is measured from the latest sample at or below its id, so it is
+// over-estimated by less than sampleEvery (coarser once the samples have
+// been thinned). Items applied before this process started count from its
+// start (an under-estimate). Guarded by queueWaiters.mu.
+type ageSamples struct {
+	start   time.Time
+	last    time.Time
+	samples *btree.BTreeG[ageSample]
+}
+
+type ageSample struct {
+	id uint64
+	at time.Time
+}
+
+const (
+	sampleEvery = 10 * time.Millisecond
+	maxSamples  = 1 << 16
+)
+
+func (a *ageSamples) record(id uint64, now time.Time) {
+	if a.samples == nil {
+		a.samples = btree.NewG(32, func(x, y ageSample) bool { return x.id < y.id })
+	}
+	if a.samples.Len() > 0 && now.Sub(a.last) < sampleEvery {
+		return
+	}
+	a.last = now
+	a.samples.ReplaceOrInsert(ageSample{id: id, at: now})
+	if a.samples.Len() > maxSamples { // thin out: keep every other sample
+		var drop []ageSample
+		i := 0
+		a.samples.Ascend(func(s ageSample) bool {
+			if i%2 == 1 {
+				drop = append(drop, s)
+			}
+			i++
+			return true
+		})
+		for _, s := range drop {
+			a.samples.Delete(s)
+		}
+	}
+}
+
+func (a *ageSamples) age(id uint64, now time.Time) time.Duration {
+	since := a.start
+	if a.samples != nil {
+		a.samples.DescendLessOrEqual(ageSample{id: id}, func(s ageSample) bool {
+			since = s.at
+			return false
+		})
+	}
+	return now.Sub(since)
+}
+
+// queueEvent takes the queue's events from the state machine (Hub.Sink).
+func (h *Hub) queueEvent(e fsm.Event) {
+	if e.Kind != fsm.EventQueueReady {
+		return
+	}
+	w := &h.queues
+	w.mu.Lock()
+	if e.Queue.Enqueue {
+		w.ages.record(e.Queue.ID, time.Now())
+	}
+	w.wakeLocked(e.Name, e.Queue.Ready)
+	w.mu.Unlock()
+}
+
+// QueueWakeups reports how many waiting dequeues have been woken by items
+// becoming ready: one per item at most, however many consumers wait.
+func (h *Hub) QueueWakeups() uint64 { return h.queues.wakeups.Load() }
+
+// QueueWaiting reports how many dequeues wait on the named queue.
+func (h *Hub) QueueWaiting(name string) int { return h.queues.waiting(name) }
+
+func queueCmd(op any) *fsmpb.Command {
+	switch o := op.(type) {
+	case *fsmpb.QueueEnqueue:
+		return &fsmpb.Command{Op: &fsmpb.Command_QueueEnqueue{QueueEnqueue: o}}
+	case *fsmpb.QueueDequeue:
+		return &fsmpb.Command{Op: &fsmpb.Command_QueueDequeue{QueueDequeue: o}}
+	case *fsmpb.QueueRequeueDead:
+		return &fsmpb.Command{Op: &fsmpb.Command_QueueRequeueDead{QueueRequeueDead: o}}
+	}
+	panic(fmt.Sprintf("server: no queue command for %T", op))
+}
+
+// proposeDetached commits cmd with a context detached from the client's
+// (see propose).
+func (s *Server) proposeDetached(cmd *fsmpb.Command) (fsm.Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	return s.node.Propose(ctx, cmd)
+}
+
+// admitEnqueue applies the queue's admission limits.
+func (s *Server) admitEnqueue(req *pb.QueueEnqueueRequest) error {
+	if err := fsm.ValidateQueueName(req.GetQueue()); err != nil {
+		return err
+	}
+	if n := len(req.GetPayload()); n > s.limits.MaxQueuePayload {
+		return fmt.Errorf("%w: payload is %d bytes, the limit is %d (--max-queue-payload)", fsm.ErrInvalid, n, s.limits.MaxQueuePayload)
+	}
+	var n, queues int
+	var exists bool
+	s.node.Read(func(st *fsm.State) {
+		n, queues, exists = st.QueueLen(req.GetQueue()), st.QueueCount(), st.QueueStats(req.GetQueue()).Exists
+	})
+	if n >= s.limits.MaxQueueLength {
+		return fmt.Errorf("%w: queue %q holds %d items, the limit is %d (--max-queue-length)", ErrLimit, req.GetQueue(), n, s.limits.MaxQueueLength)
+	}
+	if !exists && queues >= s.limits.MaxQueues {
+		return fmt.Errorf("%w: %d queues, the limit is %d (--max-queues)", ErrLimit, queues, s.limits.MaxQueues)
+	}
+	return nil
+}
+
+// QueueEnqueue implements pb.TenureServer.
+func (s *Server) QueueEnqueue(ctx context.Context, req *pb.QueueEnqueueRequest) (*pb.QueueEnqueueResponse, error) {
+	if err := s.admitEnqueue(req); err != nil {
+		return nil, toStatus(err)
+	}
+	res, err := s.node.Propose(ctx, queueCmd(&fsmpb.QueueEnqueue{Queue: req.GetQueue(), Payload: req.GetPayload(), OperationId: req.GetOperationId(), MaxAttempts: req.GetMaxAttempts()}))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.QueueEnqueueResponse{Id: res.Queue.ID, Duplicate: res.Queue.Duplicate, Revision: res.Revision}, nil
+}
+
+// QueueDequeue implements pb.TenureServer. A waiting dequeue sits in its
+// queue's line in the hub and proposes a dequeue each time it is woken. The
+// proposal itself is detached from the call: if the caller has gone when
+// an item comes back, the item is returned to the queue (nacked) at once.
+func (s *Server) QueueDequeue(ctx context.Context, req *pb.QueueDequeueRequest) (*pb.QueueDequeueResponse, error) {
+	name := req.GetQueue()
+	if err := fsm.ValidateQueueName(name); err != nil {
+		return nil, toStatus(err)
+	}
+	vis := req.GetVisibilityMs()
+	if vis == 0 {
+		vis = DefaultVisibility.Milliseconds()
+	}
+	if err := fsm.ValidateVisibility(vis); err != nil {
+		return nil, toStatus(err)
+	}
+	// The request is in its queue's line while it proposes and waits. A
+	// wake-up takes it out of the line; the proposal that follows runs out
+	// of line (so no second item is assigned to it meanwhile). If that one
+	// loses the race, the request goes back to its place and looks once
+	// more before it waits, so no item made ready in between is missed.
+	w := &s.hub.queues
+	qw := w.join(name)
+	defer w.leave(name, qw)
+	inLine := true
+	for {
+		res, err := s.proposeDetached(queueCmd(&fsmpb.QueueDequeue{Queue: name, Session: req.GetSession(), VisibilityMs: vis}))
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		if q := res.Queue; !q.Empty {
+			if ctx.Err() != nil {
+				_, _ = s.proposeDetached(&fsmpb.Command{Op: &fsmpb.Command_QueueNack{QueueNack: &fsmpb.QueueSettle{Queue: name, Id: q.ID, DeliveryToken: q.Token}}})
+				return nil, toStatus(ctx.Err())
+			}
+			return &pb.QueueDequeueResponse{Item: &pb.QueueItem{Id: q.ID, Payload: q.Payload, DeliveryToken: q.Token, Attempt: q.Attempt}}, nil
+		}
+		if !req.GetWait() {
+			return &pb.QueueDequeueResponse{}, nil
+		}
+		if !inLine {
+			w.rejoin(name, qw)
+			inLine = true
+			continue
+		}
+		select {
+		case <-qw.wake:
+			inLine = false
+		case <-ctx.Done():
+			return nil, toStatus(ctx.Err())
+		}
+	}
+}
+
+func (s *Server) settle(ctx context.Context, cmd *fsmpb.Command) (*pb.QueueSettleResponse, error) {
+	res, err := s.node.Propose(ctx, cmd)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &pb.QueueSettleResponse{Result: pb.QueueSettleResult_QUEUE_SETTLE_RESULT_OK, Revision: res.Revision}
+	if res.Queue.Stale {
+		out.Result = pb.QueueSettleResult_QUEUE_SETTLE_RESULT_STALE
+	}
+	return out, nil
+}
+
+func settleArgs(req *pb.QueueSettleRequest) *fsmpb.QueueSettle {
+	return &fsmpb.QueueSettle{Queue: req.GetQueue(), Id: req.GetId(), DeliveryToken: req.GetDeliveryToken()}
+}
+
+// QueueAck implements pb.TenureServer. An ack repeated with the same
+// token answers OK again (among the queue's 10,000 latest acks).
+func (s *Server) QueueAck(ctx context.Context, req *pb.QueueSettleRequest) (*pb.QueueSettleResponse, error) {
+	return s.settle(ctx, &fsmpb.Command{Op: &fsmpb.Command_QueueAck{QueueAck: settleArgs(req)}})
+}
+
+// QueueNack implements pb.TenureServer.
+func (s *Server) QueueNack(ctx context.Context, req *pb.QueueSettleRequest) (*pb.QueueSettleResponse, error) {
+	return s.settle(ctx, &fsmpb.Command{Op: &fsmpb.Command_QueueNack{QueueNack: settleArgs(req)}})
+}
+
+// QueueExtend implements pb.TenureServer.
+func (s *Server) QueueExtend(ctx context.Context, req *pb.QueueSettleRequest) (*pb.QueueSettleResponse, error) {
+	if err := fsm.ValidateVisibility(req.GetVisibilityMs()); err != nil {
+		return nil, toStatus(err)
+	}
+	return s.settle(ctx, &fsmpb.Command{Op: &fsmpb.Command_QueueExtend{QueueExtend: &fsmpb.QueueExtend{Queue: req.GetQueue(), Id: req.GetId(), DeliveryToken: req.GetDeliveryToken(), VisibilityMs: req.GetVisibilityMs()}}})
+}
+
+// QueueStats implements pb.TenureServer.
+func (s *Server) QueueStats(ctx context.Context, req *pb.QueueStatsRequest) (*pb.QueueStatsResponse, error) {
+	if err := fsm.ValidateQueueName(req.GetQueue()); err != nil {
+		return nil, toStatus(err)
+	}
+	out := &pb.QueueStatsResponse{Queue: req.GetQueue()}
+	err := s.read(ctx, req.GetSerializable(), func(st *fsm.State) {
+		v := st.QueueStats(req.GetQueue())
+		out.Queued, out.InFlight, out.Dead, out.MaxAttempts, out.OldestId = uint64(v.Ready), uint64(v.InFlight), uint64(v.Dead), v.MaxAttempts, v.OldestID
+		out.Revision = st.Revision()
+	})
+	if err != nil {
+		return nil, err
+	}
+	if out.OldestId != 0 {
+		w := &s.hub.queues
+		w.mu.Lock()
+		out.OldestAgeMs = w.ages.age(out.OldestId, time.Now()).Milliseconds()
+		w.mu.Unlock()
+	}
+	return out, nil
+}
+
+// QueueDeadList implements pb.TenureServer.
+func (s *Server) QueueDeadList(ctx context.Context, req *pb.QueueDeadListRequest) (*pb.QueueDeadListResponse, error) {
+	if err := fsm.ValidateQueueName(req.GetQueue()); err != nil {
+		return nil, toStatus(err)
+	}
+	limit := int(req.GetLimit())
+	if limit == 0 {
+		limit = defaultDeadList
+	}
+	limit = min(limit, maxDeadList)
+	out := &pb.QueueDeadListResponse{}
+	err := s.read(ctx, false, func(st *fsm.State) {
+		out.Dead = uint64(st.QueueStats(req.GetQueue()).Dead)
+		for _, it := range st.DeadLetters(req.GetQueue(), req.GetAfterId(), limit, deadListBytes) {
+			out.Items = append(out.Items, &pb.QueueDeadItem{Id: it.ID, Payload: it.Payload, Attempts: it.Attempts})
+		}
+	})
+	return out, err
+}
+
+// QueueDeadRequeue implements pb.TenureServer.
+func (s *Server) QueueDeadRequeue(ctx context.Context, req *pb.QueueDeadRequeueRequest) (*pb.QueueDeadRequeueResponse, error) {
+	if err := fsm.ValidateQueueName(req.GetQueue()); err != nil {
+		return nil, toStatus(err)
+	}
+	res, err := s.node.Propose(ctx, queueCmd(&fsmpb.QueueRequeueDead{Queue: req.GetQueue(), Ids: req.GetIds()}))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &pb.QueueDeadRequeueResponse{Requeued: uint64(res.Queue.Requeued)}
+	s.node.Read(func(st *fsm.State) { out.Dead = uint64(st.QueueStats(req.GetQueue()).Dead) })
+	return out, nil
+}
