@@ -14,13 +14,15 @@ import (
 	"time"
 )
 
-// TestNemesis runs the fenced-register workload on a 3-node cluster while
-// the nemesis pauses lock holders, kills and restarts nodes, restarts the
-// whole cluster and partitions the network; then it checks the history.
+// TestNemesis runs the fenced-register and queue workloads on a 3-node
+// cluster while the nemesis pauses lock holders, kills and restarts nodes,
+// restarts the whole cluster and partitions the network; then it checks
+// the histories.
 // -duration sets how long (default 30s).
 func TestNemesis(t *testing.T) {
 	res := runSuite(t, suiteConfig{
 		keys: 3, goPerKey: 2, readersPerKey: 1, procPerKey: 1,
+		queue:       true,
 		duration:    *flagDuration,
 		schedule:    fullSchedule,
 		maxFaults:   max(1, int(*flagDuration/time.Second)),
@@ -69,10 +71,12 @@ type suiteConfig struct {
 	// without the lock.
 	readersPerKey int
 	procPerKey    int // `tenure lock` process clients per register
-	duration      time.Duration
-	schedule      []string
-	maxFaults     int
-	broken        bool // --unsafe-skip-fence-check
+	// queue adds the queue workload (2 producers, 2 consumers).
+	queue     bool
+	duration  time.Duration
+	schedule  []string
+	maxFaults int
+	broken    bool // --unsafe-skip-fence-check
 	// stopEarly ends the workload shortly after the nemesis is done
 	// instead of at the end of duration.
 	stopEarly   bool
@@ -147,6 +151,15 @@ func runSuite(t *testing.T, cfg suiteConfig) suiteResult {
 			}
 			procs = append(procs, w)
 			wg.Go(func() { w.run(wctx) })
+		}
+	}
+	var qw *queueWorkload
+	if cfg.queue {
+		qw = newQueueWorkload(c.eps)
+		for i := 0; i < 2; i++ {
+			prnd, crnd := rand.New(rand.NewPCG(seed, uint64(900+i))), rand.New(rand.NewPCG(seed, uint64(950+i)))
+			wg.Go(func() { qw.produce(wctx, fmt.Sprintf("q%d", i), prnd) })
+			wg.Go(func() { qw.consume(wctx, crnd) })
 		}
 	}
 	workStart := time.Now()
@@ -236,12 +249,23 @@ func runSuite(t *testing.T, cfg suiteConfig) suiteResult {
 		rec.add(op)
 	}
 
+	if qw != nil {
+		dctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		if err := qw.drain(dctx, c.admin); err != nil {
+			t.Errorf("draining the queue: %v", err)
+		}
+		cancel()
+	}
+
 	ops, faults := rec.snapshot()
 	if err := writeHistory(histPath, ops, faults); err != nil {
 		t.Errorf("writing the history: %v", err)
 	}
 	checkStart := time.Now()
 	rep := check(ops, faults, keys, filepath.Dir(histPath), porcupineTimeout)
+	if qw != nil {
+		qw.check(&rep)
+	}
 	res := suiteResult{report: rep, ops: ops, faults: faults}
 	for _, o := range ops {
 		if o.Kind == kindPut && o.Outcome == outAccepted {
