@@ -84,7 +84,7 @@ SIGTERM stops it cleanly (exit 0).`,
 	f.StringVar(&cfg.LogStore, "log-store", "", "raft log engine: bolt or wal (default: the data dir's own, bolt for a new one)")
 	f.IntVar(&cfg.Limits.MaxSessions, "max-sessions", server.DefaultLimits().MaxSessions, "most live sessions; more are refused with RESOURCE_EXHAUSTED")
 	f.IntVar(&cfg.Limits.MaxWaiters, "max-waiters", server.DefaultLimits().MaxWaiters, "most queued acquires per lock; more are refused with RESOURCE_EXHAUSTED")
-	f.IntVar(&cfg.Limits.MaxNameBytes, "max-name-len", server.DefaultLimits().MaxNameBytes, "longest lock, semaphore, election or fenced register name, bytes")
+	f.IntVar(&cfg.Limits.MaxNameBytes, "max-name-len", server.DefaultLimits().MaxNameBytes, "longest lock, semaphore, election, queue or fenced register name, bytes")
 	f.IntVar(&cfg.Limits.MaxRegisterValueBytes, "max-register-value-len", server.DefaultLimits().MaxRegisterValueBytes, "largest fenced register value, bytes")
 	f.IntVar(&cfg.LockHistory, "lock-history", 0, fmt.Sprintf("grant records kept per lock, 1..%d (cluster-wide; 0 keeps the cluster's setting, initially %d)", fsm.MaxHistoryLimit, fsm.HistoryLimit))
 	f.IntVar(&cfg.RegisterOpMemory, "register-op-memory", 0, fmt.Sprintf("operation ids remembered per fenced register, 1..%d (cluster-wide; 0 keeps the cluster's setting, initially %d)", fsm.MaxOpMemory, fsm.OpMemory))

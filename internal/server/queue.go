@@ -261,7 +261,7 @@ func (s *Server) proposeDetached(cmd *fsmpb.Command) (fsm.Result, error) {
 
 // admitEnqueue applies the queue's admission limits.
 func (s *Server) admitEnqueue(req *pb.QueueEnqueueRequest) error {
-	if err := fsm.ValidateQueueName(req.GetQueue()); err != nil {
+	if err := s.checkName("queue name", req.GetQueue()); err != nil {
 		return err
 	}
 	if n := len(req.GetPayload()); n > s.limits.MaxQueuePayload {
