@@ -50,6 +50,26 @@ func endpoints(ms []*member) string {
 	return strings.Join(eps, ",")
 }
 
+// leaderOf returns the member c's status names as the leader, and the others.
+func leaderOf(t *testing.T, ctx context.Context, c *client.Client, ms []*member) (leader *member, others []*member) {
+	t.Helper()
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.id == st.GetLeader() {
+			leader = m
+		} else {
+			others = append(others, m)
+		}
+	}
+	if leader == nil {
+		t.Fatalf("no leader in %v", st)
+	}
+	return leader, others
+}
+
 // TestClusterLeaderKilledKeepsHoldsAndOrder: kill -9 the leader of a
 // 3-node cluster while a lock is held and 10 clients wait. A new leader
 // serves; the holder keeps its hold and token; the waiters are granted in
@@ -115,22 +135,7 @@ func TestClusterLeaderKilledKeepsHoldsAndOrder(t *testing.T) {
 		}
 	}
 
-	st, err := c.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var leader *member
-	var others []*member
-	for _, m := range ms {
-		if m.id == st.GetLeader() {
-			leader = m
-		} else {
-			others = append(others, m)
-		}
-	}
-	if leader == nil {
-		t.Fatalf("no leader in %v", st)
-	}
+	leader, others := leaderOf(t, ctx, c, ms)
 	killed := time.Now()
 	if err := leader.p.cmd.Process.Kill(); err != nil { // SIGKILL
 		t.Fatal(err)

@@ -64,6 +64,14 @@ func env(endpoint string) []string {
 
 func start(t *testing.T, name, endpoint string, args ...string) *proc {
 	t.Helper()
+	return startExec(t, name, endpoint, exec.Command(filepath.Join(binDir, "tenure"), args...))
+}
+
+// startExec starts cmd in a process group of its own, with tenure on its
+// PATH and its output in files; it is stopped (SIGTERM, then SIGKILL) when
+// the test ends.
+func startExec(t *testing.T, name, endpoint string, cmd *exec.Cmd) *proc {
+	t.Helper()
 	dir := t.TempDir()
 	p := &proc{t: t, name: name, outF: filepath.Join(dir, "stdout"), errF: filepath.Join(dir, "stderr"), done: make(chan struct{})}
 	stdout, err := os.Create(p.outF)
@@ -76,7 +84,7 @@ func start(t *testing.T, name, endpoint string, args ...string) *proc {
 		t.Fatal(err)
 	}
 	defer stderr.Close()
-	p.cmd = exec.Command(filepath.Join(binDir, "tenure"), args...)
+	p.cmd = cmd
 	p.cmd.Env = env(endpoint)
 	p.cmd.Stdout, p.cmd.Stderr = stdout, stderr
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

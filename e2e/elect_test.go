@@ -129,19 +129,7 @@ func TestObserverFollowsAcrossNodeFailure(t *testing.T) {
 	}
 	poll(t, "the observer to report A=v1", 30*time.Second, lastIs("v1"))
 
-	st, err := c.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var leader *member
-	for _, m := range ms {
-		if m.id == st.GetLeader() {
-			leader = m
-		}
-	}
-	if leader == nil {
-		t.Fatalf("no leader in %v", st)
-	}
+	leader, _ := leaderOf(t, ctx, c, ms)
 	if err := leader.p.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}

@@ -200,41 +200,7 @@ echo $? > %[1]s/a-code.tmp && mv %[1]s/a-code.tmp %[1]s/a-code`, dir)
 // tenure on its PATH; like start, it is stopped when the test ends.
 func startShell(t *testing.T, name, endpoint, script string) *proc {
 	t.Helper()
-	dir := t.TempDir()
-	p := &proc{t: t, name: name, outF: filepath.Join(dir, "stdout"), errF: filepath.Join(dir, "stderr"), done: make(chan struct{})}
-	stdout, err := os.Create(p.outF)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdout.Close()
-	stderr, err := os.Create(p.errF)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stderr.Close()
-	p.cmd = exec.Command("sh", "-c", script)
-	p.cmd.Env = env(endpoint)
-	p.cmd.Stdout, p.cmd.Stderr = stdout, stderr
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		p.status = exitStatus(p.cmd.ProcessState)
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		if !p.exited() {
-			p.signal(syscall.SIGKILL)
-			p.signal(syscall.SIGCONT)
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("%s stdout:\n%s\n%s stderr:\n%s", p.name, p.stdout(), p.name, p.stderr())
-		}
-	})
-	return p
+	return startExec(t, name, endpoint, exec.Command("sh", "-c", script))
 }
 
 // TestQueueNoAcknowledgedEnqueueLostOnKill9: producers enqueue as fast as
