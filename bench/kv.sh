@@ -51,7 +51,7 @@ TEP="127.0.0.1:$(free_port)"
 "$TMP/tenure" serve --data-dir "$TMP/tenure-data" --listen "$TEP" >"$TMP/tenure.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 1 300); do
-	"$TMP/tenure" --endpoint "$TEP" status >/dev/null 2>&1 && break
+	grep -q "serving on" "$TMP/tenure.log" 2>/dev/null && break # printed once it leads
 	sleep 0.1
 done
 

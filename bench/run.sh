@@ -124,14 +124,16 @@ if [[ "$SKIP_TENURE" != 1 ]]; then
 			cat "$TMP/tenure.log" >&2
 			exit 1
 		fi
-		if "$TMP/tenure" --endpoint "$TENURE_LISTEN" status >/dev/null 2>&1; then
+		# `serve` prints its ready line once it leads and serves (status
+		# would answer earlier, before there is a leader).
+		if grep -q "serving on" "$TMP/tenure.log" 2>/dev/null; then
 			ready=1
 			break
 		fi
 		sleep 0.1
 	done
 	if [[ $ready != 1 ]]; then
-		log "tenure did not answer status within 30s; log:"
+		log "tenure did not print its ready line within 30s; log:"
 		tail -n 50 "$TMP/tenure.log" >&2
 		exit 1
 	fi
