@@ -460,6 +460,8 @@ type SnapshotRestoreResponse struct {
 	Sessions      uint32                 `protobuf:"varint,2,opt,name=sessions,proto3" json:"sessions,omitempty"`
 	Locks         uint32                 `protobuf:"varint,3,opt,name=locks,proto3" json:"locks,omitempty"`
 	Registers     uint32                 `protobuf:"varint,4,opt,name=registers,proto3" json:"registers,omitempty"`
+	Queues        uint32                 `protobuf:"varint,5,opt,name=queues,proto3" json:"queues,omitempty"`
+	Keys          uint64                 `protobuf:"varint,6,opt,name=keys,proto3" json:"keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -518,6 +520,20 @@ func (x *SnapshotRestoreResponse) GetLocks() uint32 {
 func (x *SnapshotRestoreResponse) GetRegisters() uint32 {
 	if x != nil {
 		return x.Registers
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetQueues() uint32 {
+	if x != nil {
+		return x.Queues
+	}
+	return 0
+}
+
+func (x *SnapshotRestoreResponse) GetKeys() uint64 {
+	if x != nil {
+		return x.Keys
 	}
 	return 0
 }
@@ -5101,12 +5117,14 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x13SnapshotSaveRequest\"9\n" +
 	"\rSnapshotChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
-	"\x05force\x18\x02 \x01(\bR\x05force\"\x85\x01\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\xb1\x01\n" +
 	"\x17SnapshotRestoreResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x1a\n" +
 	"\bsessions\x18\x02 \x01(\rR\bsessions\x12\x14\n" +
 	"\x05locks\x18\x03 \x01(\rR\x05locks\x12\x1c\n" +
-	"\tregisters\x18\x04 \x01(\rR\tregisters\"c\n" +
+	"\tregisters\x18\x04 \x01(\rR\tregisters\x12\x16\n" +
+	"\x06queues\x18\x05 \x01(\rR\x06queues\x12\x12\n" +
+	"\x04keys\x18\x06 \x01(\x04R\x04keys\"c\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tpeer_addr\x18\x02 \x01(\tR\bpeerAddr\x12\x14\n" +

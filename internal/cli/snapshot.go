@@ -61,7 +61,7 @@ The restore is refused when the cluster's revision is already past the
 snapshot's: fencing tokens would be issued a second time. --force overrides
 that, for a cluster whose tokens no resource has seen.
 
-JSON: {"revision","sessions","locks","registers"}.`,
+JSON: {"revision","sessions","locks","registers","queues","keys"}.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f, err := os.Open(args[0])
@@ -79,9 +79,11 @@ JSON: {"revision","sessions","locks","registers"}.`,
 					Sessions  uint32 `json:"sessions"`
 					Locks     uint32 `json:"locks"`
 					Registers uint32 `json:"registers"`
-				}{resp.GetRevision(), resp.GetSessions(), resp.GetLocks(), resp.GetRegisters()}
+					Queues    uint32 `json:"queues"`
+					Keys      uint64 `json:"keys"`
+				}{resp.GetRevision(), resp.GetSessions(), resp.GetLocks(), resp.GetRegisters(), resp.GetQueues(), resp.GetKeys()}
 				return a.emit(out, func(w io.Writer) {
-					fmt.Fprintf(w, "restored revision %d: %d sessions, %d locks, %d registers\n", out.Revision, out.Sessions, out.Locks, out.Registers)
+					fmt.Fprintf(w, "restored revision %d: %d sessions, %d locks, %d registers, %d queues, %d keys\n", out.Revision, out.Sessions, out.Locks, out.Registers, out.Queues, out.Keys)
 				})
 			})
 		},

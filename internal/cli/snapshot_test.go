@@ -13,14 +13,17 @@ func TestSnapshotSaveRestoreAndMembers(t *testing.T) {
 	if put["result"] != "accepted" {
 		t.Fatalf("put: %v", put)
 	}
+	runJSON(t, old.Addr(), 0, "queue", "push", "jobs", "job-1")
+	runJSON(t, old.Addr(), 0, "kv", "put", "a", "1")
+	runJSON(t, old.Addr(), 0, "kv", "put", "b", "2")
 	file := filepath.Join(t.TempDir(), "backup.snap")
 	saved := runJSON(t, old.Addr(), 0, "snapshot", "save", file)
 	hasKeys(t, saved, map[string]string{"file": "string", "bytes": "number"})
 
 	fresh := testutil.Start(t, "", nil)
 	restored := runJSON(t, fresh.Addr(), 0, "snapshot", "restore", file)
-	hasKeys(t, restored, map[string]string{"revision": "number", "sessions": "number", "locks": "number", "registers": "number"})
-	if num(t, restored, "registers") != 1 {
+	hasKeys(t, restored, map[string]string{"revision": "number", "sessions": "number", "locks": "number", "registers": "number", "queues": "number", "keys": "number"})
+	if num(t, restored, "registers") != 1 || num(t, restored, "queues") != 1 || num(t, restored, "keys") != 2 {
 		t.Fatalf("restored %v", restored)
 	}
 	got := runJSON(t, fresh.Addr(), 0, "fence", "get", "reg")

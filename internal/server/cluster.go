@@ -135,5 +135,5 @@ func (s *Server) SnapshotRestore(stream pb.Tenure_SnapshotRestoreServer) error {
 	if err != nil {
 		return toStatus(err)
 	}
-	return stream.SendAndClose(&pb.SnapshotRestoreResponse{Revision: snap.GetRevision(), Sessions: uint32(len(snap.GetSessions())), Locks: uint32(len(snap.GetLocks())), Registers: uint32(len(snap.GetRegisters()))})
+	return stream.SendAndClose(&pb.SnapshotRestoreResponse{Revision: snap.GetRevision(), Sessions: uint32(len(snap.GetSessions())), Locks: uint32(len(snap.GetLocks())), Registers: uint32(len(snap.GetRegisters())), Queues: uint32(len(snap.GetQueues())), Keys: uint64(len(snap.GetKv()))})
 }
