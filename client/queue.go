@@ -220,6 +220,9 @@ type QueueStats struct {
 	OldestID  uint64
 	OldestAge time.Duration
 	Revision  uint64
+	// Waiting counts the dequeues blocked for an item on the node that
+	// answered (waiting consumers are not replicated).
+	Waiting int
 }
 
 // Stats reports the queue's length, items in flight and dead letters.
@@ -232,7 +235,7 @@ func (q *Queue) Stats(ctx context.Context) (QueueStats, error) {
 	if err != nil {
 		return QueueStats{}, err
 	}
-	return QueueStats{Queued: int(resp.GetQueued()), InFlight: int(resp.GetInFlight()), Dead: int(resp.GetDead()), MaxAttempts: int(resp.GetMaxAttempts()), OldestID: resp.GetOldestId(), OldestAge: time.Duration(resp.GetOldestAgeMs()) * time.Millisecond, Revision: resp.GetRevision()}, nil
+	return QueueStats{Queued: int(resp.GetQueued()), InFlight: int(resp.GetInFlight()), Dead: int(resp.GetDead()), MaxAttempts: int(resp.GetMaxAttempts()), OldestID: resp.GetOldestId(), OldestAge: time.Duration(resp.GetOldestAgeMs()) * time.Millisecond, Revision: resp.GetRevision(), Waiting: int(resp.GetWaiting())}, nil
 }
 
 // DeadLetter is an item that had its max attempts.

@@ -158,3 +158,77 @@ func TestFiveNodesTwoFollowersPartitioned(t *testing.T) {
 		t.Fatalf("register after heal: %+v %v", reg, err)
 	}
 }
+
+// TestQueueDequeueMovesOffADemotedLeader: a consumer waits in Dequeue on
+// the leader; the leader is cut off from its peers (the consumer's own
+// connection to it stays up) and steps down. The waiting dequeue moves to
+// the new leader by itself and receives the next item there, instead of
+// staying blocked on the old leader until its deadline.
+func TestQueueDequeueMovesOffADemotedLeader(t *testing.T) {
+	lc := startLinkedCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dial := func(ms []*member) *client.Client {
+		c, err := client.Dial(ctx, endpoints(ms))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	admin, consumer := dial(lc.ms), dial(lc.ms)
+	leader, _ := leaderOf(t, ctx, admin, lc.ms)
+	var li int
+	var majority []*member
+	var others []int
+	for i, m := range lc.ms {
+		if m == leader {
+			li = i
+		} else {
+			majority = append(majority, m)
+			others = append(others, i)
+		}
+	}
+
+	type result struct {
+		d   *client.Delivery
+		err error
+	}
+	got := make(chan result, 1)
+	dctx, dcancel := context.WithTimeout(ctx, 90*time.Second)
+	defer dcancel()
+	go func() {
+		d, err := consumer.Queue("jobs").Dequeue(dctx, 30*time.Second)
+		got <- result{d, err}
+	}()
+	poll(t, "the consumer to wait on the leader", 30*time.Second, func() bool {
+		st, err := admin.Queue("jobs").Stats(ctx)
+		return err == nil && st.Waiting == 1
+	})
+
+	lc.isolate([]int{li}, others, false)
+	defer lc.isolate([]int{li}, others, true)
+	producer := dial(majority)
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := producer.Queue("jobs").Enqueue(pctx, []byte("after the fail-over"))
+		pcancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the majority never took the enqueue: %v", err)
+		}
+	}
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("dequeue: %v", r.err)
+		}
+		if string(r.d.Payload) != "after the fail-over" {
+			t.Fatalf("dequeued %q", r.d.Payload)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the dequeue stayed blocked on the old leader")
+	}
+}

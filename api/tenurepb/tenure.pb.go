@@ -4736,9 +4736,11 @@ type QueueStatsResponse struct {
 	// oldest_id: the oldest item queued or in flight (0: none);
 	// oldest_age_ms: how long ago this node applied its enqueue (an
 	// approximation, see docs/queue.md).
-	OldestId      uint64 `protobuf:"varint,6,opt,name=oldest_id,json=oldestId,proto3" json:"oldest_id,omitempty"`
-	OldestAgeMs   int64  `protobuf:"varint,7,opt,name=oldest_age_ms,json=oldestAgeMs,proto3" json:"oldest_age_ms,omitempty"`
-	Revision      uint64 `protobuf:"varint,8,opt,name=revision,proto3" json:"revision,omitempty"`
+	OldestId    uint64 `protobuf:"varint,6,opt,name=oldest_id,json=oldestId,proto3" json:"oldest_id,omitempty"`
+	OldestAgeMs int64  `protobuf:"varint,7,opt,name=oldest_age_ms,json=oldestAgeMs,proto3" json:"oldest_age_ms,omitempty"`
+	Revision    uint64 `protobuf:"varint,8,opt,name=revision,proto3" json:"revision,omitempty"`
+	// waiting: dequeues blocked on the answering node for an item.
+	Waiting       uint64 `protobuf:"varint,9,opt,name=waiting,proto3" json:"waiting,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4825,6 +4827,13 @@ func (x *QueueStatsResponse) GetOldestAgeMs() int64 {
 func (x *QueueStatsResponse) GetRevision() uint64 {
 	if x != nil {
 		return x.Revision
+	}
+	return 0
+}
+
+func (x *QueueStatsResponse) GetWaiting() uint64 {
+	if x != nil {
+		return x.Waiting
 	}
 	return 0
 }
@@ -5395,7 +5404,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\"M\n" +
 	"\x11QueueStatsRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\"\n" +
-	"\fserializable\x18\x0f \x01(\bR\fserializable\"\xf3\x01\n" +
+	"\fserializable\x18\x0f \x01(\bR\fserializable\"\x8d\x02\n" +
 	"\x12QueueStatsResponse\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
 	"\x06queued\x18\x02 \x01(\x04R\x06queued\x12\x1b\n" +
@@ -5404,7 +5413,8 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\fmax_attempts\x18\x05 \x01(\rR\vmaxAttempts\x12\x1b\n" +
 	"\toldest_id\x18\x06 \x01(\x04R\boldestId\x12\"\n" +
 	"\roldest_age_ms\x18\a \x01(\x03R\voldestAgeMs\x12\x1a\n" +
-	"\brevision\x18\b \x01(\x04R\brevision\"]\n" +
+	"\brevision\x18\b \x01(\x04R\brevision\x12\x18\n" +
+	"\awaiting\x18\t \x01(\x04R\awaiting\"]\n" +
 	"\x14QueueDeadListRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x19\n" +
 	"\bafter_id\x18\x02 \x01(\x04R\aafterId\x12\x14\n" +

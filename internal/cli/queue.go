@@ -42,6 +42,7 @@ type queueLenJSON struct {
 	MaxAttempts int    `json:"max_attempts"`
 	OldestID    uint64 `json:"oldest_id"`
 	OldestAgeMs int64  `json:"oldest_age_ms"`
+	Waiting     int    `json:"waiting"`
 }
 
 // queueDeadJSON is one item of `tenure queue dlq list -o json`.
@@ -247,8 +248,9 @@ func (a *app) queueLenCommand() *cobra.Command {
 		Long: `Show QUEUE's counts.
 
 JSON: {"queued":N,"in_flight":N,"dead":N,"max_attempts":N,"oldest_id":N,
-"oldest_age_ms":N}; oldest_* describe the oldest item queued or in flight
-(0 when none), its age measured on the serving node (see docs/queue.md).`,
+"oldest_age_ms":N,"waiting":N}; oldest_* describe the oldest item queued or
+in flight (0 when none), its age measured on the serving node (see
+docs/queue.md); waiting counts the consumers blocked on the serving node.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
@@ -256,7 +258,7 @@ JSON: {"queued":N,"in_flight":N,"dead":N,"max_attempts":N,"oldest_id":N,
 				if err != nil {
 					return err
 				}
-				out := queueLenJSON{Queued: st.Queued, InFlight: st.InFlight, Dead: st.Dead, MaxAttempts: st.MaxAttempts, OldestID: st.OldestID, OldestAgeMs: st.OldestAge.Milliseconds()}
+				out := queueLenJSON{Queued: st.Queued, InFlight: st.InFlight, Dead: st.Dead, MaxAttempts: st.MaxAttempts, OldestID: st.OldestID, OldestAgeMs: st.OldestAge.Milliseconds(), Waiting: st.Waiting}
 				return a.emit(out, func(w io.Writer) {
 					fmt.Fprintf(w, "queued %d, in flight %d, dead %d", out.Queued, out.InFlight, out.Dead)
 					if out.OldestID != 0 {

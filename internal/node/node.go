@@ -132,6 +132,10 @@ type Node struct {
 	quit      chan struct{}
 	wg        sync.WaitGroup
 
+	// hooksMu guards onDemote.
+	hooksMu  sync.Mutex
+	onDemote []func()
+
 	readyOnce sync.Once
 	closeOnce sync.Once
 	closeErr  error
@@ -307,6 +311,12 @@ func (n *Node) Run(ctx context.Context) error {
 				n.promote(ctx)
 			} else {
 				n.lessor.Demote()
+				n.hooksMu.Lock()
+				hooks := n.onDemote
+				n.hooksMu.Unlock()
+				for _, fn := range hooks {
+					fn()
+				}
 			}
 		}
 	}
@@ -341,6 +351,14 @@ func (n *Node) applyRetention(ctx context.Context) {
 	if _, err := n.Propose(ctx, &fsmpb.Command{Op: &fsmpb.Command_SetRetention{SetRetention: want}}); err != nil {
 		fmt.Fprintf(n.cfg.LogOutput, "tenure: setting retention (lock history %d, register op memory %d): %v\n", n.cfg.LockHistory, n.cfg.RegisterOpMemory, err)
 	}
+}
+
+// OnDemote registers fn to run each time this node stops being the leader
+// (after the lessor has stopped timing sessions). fn must not block.
+func (n *Node) OnDemote(fn func()) {
+	n.hooksMu.Lock()
+	defer n.hooksMu.Unlock()
+	n.onDemote = append(n.onDemote, fn)
 }
 
 // Ready is closed once this node serves: as leader with its state caught

@@ -151,6 +151,17 @@ func (w *queueWaiters) wakeLocked(name string, n int) {
 	}
 }
 
+// wakeAll wakes every waiter of every queue: this node stopped leading, and
+// each waiter's next proposal is refused, which sends its client on to the
+// new leader instead of leaving it blocked here until its deadline.
+func (w *queueWaiters) wakeAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for name, t := range w.byQueue {
+		w.wakeLocked(name, t.Len())
+	}
+}
+
 func (w *queueWaiters) waiting(name string) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -396,6 +407,7 @@ func (s *Server) QueueStats(ctx context.Context, req *pb.QueueStatsRequest) (*pb
 	if err != nil {
 		return nil, err
 	}
+	out.Waiting = uint64(s.hub.queues.waiting(req.GetQueue()))
 	if out.OldestId != 0 {
 		w := &s.hub.queues
 		w.mu.Lock()

@@ -35,6 +35,7 @@ type Server struct {
 func New(n *node.Node, hub *Hub, limits Limits) *Server {
 	s := &Server{node: n, hub: hub, limits: limits.withDefaults()}
 	s.configureKV()
+	n.OnDemote(s.hub.queues.wakeAll) // blocked dequeues move to the new leader
 	return s
 }
 
