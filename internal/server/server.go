@@ -25,15 +25,16 @@ const cleanupTimeout = 10 * time.Second
 // Server serves the Tenure API. It is safe for concurrent use.
 type Server struct {
 	pb.UnimplementedTenureServer
-	node   *node.Node
-	hub    *Hub
-	limits Limits
+	node    *node.Node
+	hub     *Hub
+	limits  Limits
+	workers workers
 }
 
 // New returns a server for n; hub must be the one whose Sink n delivers
 // events to.
 func New(n *node.Node, hub *Hub, limits Limits) *Server {
-	s := &Server{node: n, hub: hub, limits: limits.withDefaults()}
+	s := &Server{node: n, hub: hub, limits: limits.withDefaults(), workers: workers{work: make(chan func())}}
 	s.configureKV()
 	n.OnDemote(s.hub.queues.wakeAll) // blocked dequeues move to the new leader
 	return s
@@ -173,10 +174,41 @@ func (ss *sessionStream) pushEnd() {
 
 func (ss *sessionStream) goHandle(fn func()) {
 	ss.wg.Add(1)
-	go func() {
+	ss.srv.workers.Go(func() {
 		defer ss.wg.Done()
 		fn()
-	}()
+	})
+}
+
+// workerIdle is how long an idle worker waits for more work before it ends.
+const workerIdle = 10 * time.Second
+
+// workers runs request handlers on goroutines kept for reuse: a request
+// does not pay for a new goroutine and for growing its stack again. There
+// is no bound: a handler that finds no idle worker gets a new one.
+type workers struct{ work chan func() }
+
+// Go runs fn on an idle worker, or on a new one.
+func (w *workers) Go(fn func()) {
+	select {
+	case w.work <- fn:
+	default:
+		go w.run(fn)
+	}
+}
+
+func (w *workers) run(fn func()) {
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		fn()
+		idle.Reset(workerIdle)
+		select {
+		case fn = <-w.work:
+		case <-idle.C:
+			return
+		}
+	}
 }
 
 // stop cancels every pending request and waits for their handlers.
