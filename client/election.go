@@ -38,13 +38,23 @@ func (s *Session) Election(name string) (*Election, error) {
 
 // Campaign waits (FIFO among candidates) until this session leads, then
 // returns the leadership as a Hold whose Token is the leader token. Resign
-// with the hold's Unlock.
+// (or the hold's Unlock) gives it up.
 func (e *Election) Campaign(ctx context.Context, value []byte, opts ...LockOption) (*Hold, error) {
 	lc := lockCall{election: true, value: value}
 	for _, o := range opts {
 		o(&lc)
 	}
 	return e.m.acquire(ctx, true, lc)
+}
+
+// Resign gives up the leadership h holds; the next candidate in line leads
+// with a larger token. Like Unlock, it answers ErrNotHeld when h no longer
+// leads (its token is dead already) and is harmless to retry.
+func (e *Election) Resign(ctx context.Context, h *Hold) error {
+	if h == nil {
+		return fmt.Errorf("%w: nil hold", ErrInvalid)
+	}
+	return h.Unlock(ctx)
 }
 
 // Proclaim replaces the leader's value without giving up leadership. It

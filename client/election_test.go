@@ -65,7 +65,7 @@ func TestElectionCampaignProclaimObserve(t *testing.T) {
 	if cur, err := eb.Leader(ctx); err != nil || cur.Owner != "a" || string(cur.Value) != "va2" {
 		t.Fatalf("Leader() = %+v %v", cur, err)
 	}
-	if err := ha.Unlock(ctx); err != nil { // resign
+	if err := ea.Resign(ctx, ha); err != nil {
 		t.Fatal(err)
 	}
 	if l := next(); l.Session != 0 {
@@ -77,6 +77,12 @@ func TestElectionCampaignProclaimObserve(t *testing.T) {
 	}
 	if err := ea.Proclaim(ctx, ha, []byte("late")); !errors.Is(err, client.ErrNotHeld) {
 		t.Fatalf("proclaim by the old leader: %v, want ErrNotHeld", err)
+	}
+	if err := ea.Resign(ctx, ha); err != nil && !errors.Is(err, client.ErrNotHeld) {
+		t.Fatalf("second resign of the old leadership: %v", err)
+	}
+	if cur, err := eb.Leader(ctx); err != nil || cur.Owner != "b" || cur.Token != hb.Token() {
+		t.Fatalf("a repeated resign by the old leader moved the leadership: %+v %v", cur, err)
 	}
 	ocancel()
 	for range obs.C {
