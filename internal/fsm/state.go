@@ -550,14 +550,24 @@ func (s *State) cancelAcquire(c *fsmpb.CancelAcquire, emit EventSink) Result {
 	return Result{Err: ErrNotHeld}
 }
 
-func (s *State) release(c *fsmpb.Release, emit EventSink) Result {
-	l := s.locks[c.GetName()]
-	sess := s.sessions[c.GetSession()]
+// heldGrant finds the grant named by the handle (session, token) on lock
+// name; nil unless that handle is a current holder.
+func (s *State) heldGrant(name string, session, token uint64) (*lock, *grant) {
+	l := s.locks[name]
+	sess := s.sessions[session]
 	if l == nil || sess == nil {
-		return Result{Err: ErrNotHeld}
+		return nil, nil
 	}
 	g := l.holderOf(sess)
-	if g == nil || g.token != c.GetToken() {
+	if g == nil || g.token != token {
+		return nil, nil
+	}
+	return l, g
+}
+
+func (s *State) release(c *fsmpb.Release, emit EventSink) Result {
+	l, g := s.heldGrant(c.GetName(), c.GetSession(), c.GetToken())
+	if g == nil {
 		return Result{Err: ErrNotHeld}
 	}
 	s.bump()
@@ -733,13 +743,8 @@ func (s *State) proclaim(c *fsmpb.Proclaim, emit EventSink) Result {
 	if len(c.GetValue()) > MaxValueLen {
 		return Result{Err: fmt.Errorf("%w: value is %d bytes, the limit is %d", ErrInvalid, len(c.GetValue()), MaxValueLen)}
 	}
-	l := s.locks[c.GetName()]
-	sess := s.sessions[c.GetSession()]
-	if l == nil || sess == nil {
-		return Result{Err: ErrNotHeld}
-	}
-	g := l.holderOf(sess)
-	if g == nil || g.token != c.GetToken() {
+	l, g := s.heldGrant(c.GetName(), c.GetSession(), c.GetToken())
+	if g == nil {
 		return Result{Err: ErrNotHeld}
 	}
 	s.bump()
