@@ -60,42 +60,15 @@ func (e *Election) Resign(ctx context.Context, h *Hold) error {
 // Proclaim replaces the leader's value without giving up leadership. It
 // fails with ErrNotHeld if h no longer leads.
 func (e *Election) Proclaim(ctx context.Context, h *Hold, value []byte) error {
-	s := e.m.s
-	for {
-		if err := s.waitConnected(ctx); err != nil {
-			return err
-		}
-		c, err := s.start(&pb.SessionRequest{Op: &pb.SessionRequest_Proclaim{Proclaim: &pb.ProclaimValue{Name: e.m.name, Token: h.Token(), Value: value}}})
-		if errors.Is(err, errDisconnected) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		var r callResult
-		select {
-		case r = <-c.ch:
-		case <-ctx.Done():
-			s.finish(c)
-			return fmt.Errorf("%w: %v", ErrUnknownOutcome, ctx.Err())
-		}
-		s.finish(c)
-		if errors.Is(r.err, errDisconnected) {
-			continue // proclaiming the same value again is harmless
-		}
-		if r.err != nil {
-			return r.err
-		}
-		if pe := r.resp.GetError(); pe != nil {
-			err := fromProto(pe)
-			if retryable(err) {
-				s.streamBroken(c.st)
-				continue
-			}
-			return err
-		}
-		return nil
+	// Proclaiming the same value again is harmless, so call may resend it.
+	resp, _, err := e.m.s.call(ctx, &pb.SessionRequest{Op: &pb.SessionRequest_Proclaim{Proclaim: &pb.ProclaimValue{Name: e.m.name, Token: h.Token(), Value: value}}})
+	if err != nil {
+		return err
 	}
+	if pe := resp.GetError(); pe != nil {
+		return fromProto(pe)
+	}
+	return nil
 }
 
 // Leader returns the current leader (linearizable read).

@@ -458,53 +458,24 @@ func (h *Hold) Unlock(ctx context.Context) error {
 		return fmt.Errorf("%w: %v", ErrNotHeld, err)
 	}
 	h.mu.Unlock()
-	s := h.s
-	sent := 0
-	for {
-		if err := s.waitConnected(ctx); err != nil {
-			return err
-		}
-		c, err := s.start(&pb.SessionRequest{Op: &pb.SessionRequest_Release{Release: &pb.ReleaseLock{Name: h.name, Token: h.token}}})
-		if errors.Is(err, errDisconnected) {
-			continue
+	resp, sent, err := h.s.call(ctx, &pb.SessionRequest{Op: &pb.SessionRequest_Release{Release: &pb.ReleaseLock{Name: h.name, Token: h.token}}})
+	if err != nil {
+		return err
+	}
+	if e := resp.GetError(); e != nil {
+		err := fromProto(e)
+		if errors.Is(err, ErrNotHeld) && sent > 1 {
+			// An earlier attempt reached the server before its stream
+			// broke: the grant is gone either way.
+			err = nil
 		}
 		if err != nil {
+			h.end(Lost, err)
 			return err
 		}
-		sent++
-		var r callResult
-		select {
-		case r = <-c.ch:
-		case <-ctx.Done():
-			s.finish(c)
-			return fmt.Errorf("%w: %v", ErrUnknownOutcome, ctx.Err())
-		}
-		s.finish(c)
-		if errors.Is(r.err, errDisconnected) {
-			continue
-		}
-		if r.err != nil {
-			return r.err
-		}
-		if e := r.resp.GetError(); e != nil {
-			err := fromProto(e)
-			if retryable(err) {
-				s.streamBroken(c.st) // not the leader (any more): find it
-				continue
-			}
-			if errors.Is(err, ErrNotHeld) && sent > 1 {
-				// An earlier attempt reached the server before its stream
-				// broke: the grant is gone either way.
-				err = nil
-			}
-			if err != nil {
-				h.end(Lost, err)
-				return err
-			}
-		}
-		h.end(Released, nil)
-		return nil
 	}
+	h.end(Released, nil)
+	return nil
 }
 
 func (h *Hold) end(st State, err error) {

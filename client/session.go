@@ -605,6 +605,45 @@ func (s *Session) waitConnected(ctx context.Context) error {
 }
 
 // start sends a request on the current stream.
+// call sends req on the session's stream and waits for its answer,
+// sending it again after a broken stream or a "not leader" answer (so the
+// request must be safe to repeat). sent counts the sends that reached a
+// stream. The answer may still carry a final error (resp.GetError()).
+func (s *Session) call(ctx context.Context, req *pb.SessionRequest) (resp *pb.SessionResponse, sent int, err error) {
+	for {
+		if err := s.waitConnected(ctx); err != nil {
+			return nil, sent, err
+		}
+		c, err := s.start(req)
+		if errors.Is(err, errDisconnected) {
+			continue
+		}
+		if err != nil {
+			return nil, sent, err
+		}
+		sent++
+		var r callResult
+		select {
+		case r = <-c.ch:
+		case <-ctx.Done():
+			s.finish(c)
+			return nil, sent, fmt.Errorf("%w: %v", ErrUnknownOutcome, ctx.Err())
+		}
+		s.finish(c)
+		if errors.Is(r.err, errDisconnected) {
+			continue
+		}
+		if r.err != nil {
+			return nil, sent, r.err
+		}
+		if e := r.resp.GetError(); e != nil && retryable(fromProto(e)) {
+			s.streamBroken(c.st) // not the leader (any more): find it
+			continue
+		}
+		return r.resp, sent, nil
+	}
+}
+
 func (s *Session) start(req *pb.SessionRequest) (*call, error) {
 	s.mu.Lock()
 	if s.state >= sessLost {
