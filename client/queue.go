@@ -131,6 +131,11 @@ func UnderSession(s *Session) DequeueOption {
 // visibility (0: the server's default, 30 s): nobody else gets it until
 // the lease ends. It returns ctx's error when ctx ends first. Waiting
 // consumers are served in arrival order, one woken per item.
+//
+// An attempt whose outcome is unknown (the node lost leadership while
+// committing it) does not end the wait: Dequeue asks again. If that attempt
+// did hand out an item, nobody holds it, and it is delivered again when
+// its visibility lease ends (at-least-once delivery).
 func (q *Queue) Dequeue(ctx context.Context, visibility time.Duration, opts ...DequeueOption) (*Delivery, error) {
 	return q.dequeue(ctx, visibility, true, opts)
 }
@@ -149,12 +154,18 @@ func (q *Queue) dequeue(ctx context.Context, visibility time.Duration, wait bool
 		}
 	}
 	var resp *pb.QueueDequeueResponse
-	err := q.c.unary(ctx, func(api pb.TenureClient) (err error) {
-		resp, err = api.QueueDequeue(ctx, &pb.QueueDequeueRequest{Queue: q.name, VisibilityMs: visibility.Milliseconds(), Session: o.session, Wait: wait}, grpc.MaxCallRecvMsgSize(maxRecv))
-		return err
-	})
-	if err != nil {
-		return nil, err
+	for {
+		err := q.c.unary(ctx, func(api pb.TenureClient) (err error) {
+			resp, err = api.QueueDequeue(ctx, &pb.QueueDequeueRequest{Queue: q.name, VisibilityMs: visibility.Milliseconds(), Session: o.session, Wait: wait}, grpc.MaxCallRecvMsgSize(maxRecv))
+			return err
+		})
+		if wait && errors.Is(err, ErrUnknownOutcome) && ctx.Err() == nil {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		break
 	}
 	it := resp.GetItem()
 	if it == nil {
