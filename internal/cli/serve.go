@@ -36,9 +36,6 @@ Prints one line on stdout once it serves (with -o json: {"serving","node",
 SIGTERM stops it cleanly (exit 0).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := cfg.Limits.Validate(); err != nil {
-				return err
-			}
 			if len(cfg.BootstrapPeers) > 0 && cfg.PeerListen == "" {
 				return errors.New("--bootstrap-peers needs --peer-listen")
 			}
