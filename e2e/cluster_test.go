@@ -78,11 +78,7 @@ func TestClusterLeaderKilledKeepsHoldsAndOrder(t *testing.T) {
 	ms := startCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := client.Dial(ctx, endpoints(ms))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dial(t, ctx, endpoints(ms))
 
 	holderSess, err := c.NewSession(ctx, client.WithTTL(10*time.Second), client.WithOwner("holder"))
 	if err != nil {
@@ -143,11 +139,7 @@ func TestClusterLeaderKilledKeepsHoldsAndOrder(t *testing.T) {
 	<-leader.p.done
 
 	// A new leader serves writes.
-	rest, err := client.Dial(ctx, endpoints(others))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rest.Close()
+	rest := dial(t, ctx, endpoints(others))
 	for {
 		wctx, wcancel := context.WithTimeout(ctx, time.Second)
 		_, err := rest.FencedPut(wctx, "probe", []byte("x"), 1, "")

@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tenure-io/tenure/client"
 )
 
 // binDir holds the tenure binary built by TestMain.
@@ -55,6 +58,18 @@ type proc struct {
 	errF   string
 	done   chan struct{}
 	status int
+}
+
+// dial connects a Go client to endpoints (comma-separated); it is closed
+// when the test ends.
+func dial(t *testing.T, ctx context.Context, endpoints string, opts ...client.Option) *client.Client {
+	t.Helper()
+	c, err := client.Dial(ctx, endpoints, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // env is the environment every tenure process runs with.

@@ -94,11 +94,7 @@ func TestObserverFollowsAcrossNodeFailure(t *testing.T) {
 	obs := start(t, "observer", endpoints(ms), "elect", "jobs", "--observe", "-o", "json")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := client.Dial(ctx, endpoints(ms))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dial(t, ctx, endpoints(ms))
 	s, err := c.NewSession(ctx, client.WithTTL(10*time.Second), client.WithOwner("A"))
 	if err != nil {
 		t.Fatal(err)

@@ -73,7 +73,7 @@ func nodeStatus(t *testing.T, ctx context.Context, addr string) (leader string, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer c.Close() // called in polling loops: not kept until the test ends
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	st, err := c.Status(sctx)
@@ -102,11 +102,7 @@ func TestFiveNodesTwoFollowersPartitioned(t *testing.T) {
 	for _, i := range majority {
 		majAddrs = append(majAddrs, lc.ms[i].addr)
 	}
-	c, err := client.Dial(ctx, strings.Join(majAddrs, ","))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dial(t, ctx, strings.Join(majAddrs, ","))
 
 	lc.isolate(minority, majority, false)
 	var last client.PutResult
@@ -128,19 +124,11 @@ func TestFiveNodesTwoFollowersPartitioned(t *testing.T) {
 	// A cut-off follower can still answer a serializable read, stale, but
 	// never a linearizable one.
 	cut := lc.ms[minority[0]].addr
-	stale, err := client.Dial(ctx, cut, client.WithSerializableReads())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stale.Close()
+	stale := dial(t, ctx, cut, client.WithSerializableReads())
 	if reg, err := stale.FencedGet(ctx, "reg"); err != nil || reg.Token >= 20 {
 		t.Fatalf("serializable read on a cut-off follower: %+v %v", reg, err)
 	}
-	strict, err := client.Dial(ctx, cut)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer strict.Close()
+	strict := dial(t, ctx, cut)
 	if reg, err := strict.FencedGet(ctx, "reg"); err == nil {
 		t.Fatalf("linearizable read on a cut-off follower answered %+v", reg)
 	}
@@ -168,15 +156,7 @@ func TestQueueDequeueMovesOffADemotedLeader(t *testing.T) {
 	lc := startLinkedCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dial := func(ms []*member) *client.Client {
-		c, err := client.Dial(ctx, endpoints(ms))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	admin, consumer := dial(lc.ms), dial(lc.ms)
+	admin, consumer := dial(t, ctx, endpoints(lc.ms)), dial(t, ctx, endpoints(lc.ms))
 	leader, _ := leaderOf(t, ctx, admin, lc.ms)
 	var li int
 	var majority []*member
@@ -208,7 +188,7 @@ func TestQueueDequeueMovesOffADemotedLeader(t *testing.T) {
 
 	lc.isolate([]int{li}, others, false)
 	defer lc.isolate([]int{li}, others, true)
-	producer := dial(majority)
+	producer := dial(t, ctx, endpoints(majority))
 	for {
 		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
 		_, err := producer.Queue("jobs").Enqueue(pctx, []byte("after the fail-over"))

@@ -166,11 +166,7 @@ echo $? > %[1]s/a-code.tmp && mv %[1]s/a-code.tmp %[1]s/a-code`, dir)
 	// Drain: exactly the unacked items, in enqueue order.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dial(t, ctx, addr)
 	q := c.Queue("jobs")
 	var got, want []uint64
 	for _, id := range ids {
@@ -214,11 +210,7 @@ func TestQueueNoAcknowledgedEnqueueLostOnKill9(t *testing.T) {
 	srv := startServer(t, addr, dataDir)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dial(t, ctx, addr)
 	q := c.Queue("crash")
 
 	const producers = 8
@@ -247,11 +239,7 @@ func TestQueueNoAcknowledgedEnqueueLostOnKill9(t *testing.T) {
 
 	startServer(t, addr, dataDir)
 	// A new client: the old one's connection is in its reconnect backoff.
-	c2, err := client.Dial(ctx, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c2.Close()
+	c2 := dial(t, ctx, addr)
 	q = c2.Queue("crash")
 	st, err := q.Stats(ctx)
 	if err != nil {

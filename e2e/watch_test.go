@@ -147,11 +147,7 @@ func TestWatchFollowsFailover(t *testing.T) {
 	ms := startCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := client.Dial(ctx, endpoints(ms))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dial(t, ctx, endpoints(ms))
 	w, err := c.Watch(ctx, "f/", client.WithPrefix(), client.WithStartRevision(1))
 	if err != nil {
 		t.Fatal(err)
@@ -212,11 +208,7 @@ func TestWatchFollowsFailover(t *testing.T) {
 			alive = append(alive, m.addr)
 		}
 	}
-	rc, err := client.Dial(ctx, strings.Join(alive, ","))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
+	rc := dial(t, ctx, strings.Join(alive, ","))
 	rw, err := rc.Watch(ctx, "f/", client.WithPrefix(), client.WithStartRevision(1))
 	if err != nil {
 		t.Fatal(err)
