@@ -534,7 +534,9 @@ func mapRaftErr(err error) error {
 // the state after it sees every write that completed before it began.
 func (n *Node) LinearizableRead(ctx context.Context) error {
 	commit := n.raft.CommitIndex()
-	if err := n.wait(n.raft.VerifyLeader()); err != nil {
+	// Not through wait: raft answers every verify future, also when it
+	// steps down or shuts down, and this is on every read's path.
+	if err := n.raft.VerifyLeader().Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 			return ErrNotLeader
 		}
