@@ -555,3 +555,14 @@ func TestBench(t *testing.T) {
 		return len(runJSON(t, srv.Addr(), 0, "session", "list")["sessions"].([]any)) == 0
 	})
 }
+
+// TestServeRefusesAnOutOfRangeGroupCommitWait: the flag is checked before
+// anything is opened, with one line naming the range.
+func TestServeRefusesAnOutOfRangeGroupCommitWait(t *testing.T) {
+	for _, v := range []string{"-1ms", "11ms"} {
+		r := run(t, "127.0.0.1:1", "serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--group-commit-wait", v)
+		if r.code != 1 || !strings.Contains(r.stderr, "--group-commit-wait must be 0..10ms") {
+			t.Fatalf("--group-commit-wait %s: exit %d, stderr %q", v, r.code, r.stderr)
+		}
+	}
+}

@@ -9,11 +9,13 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tenure-io/tenure/internal/daemon"
 	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/node"
 	"github.com/tenure-io/tenure/internal/server"
 )
 
@@ -24,8 +26,13 @@ type serveOutput struct {
 	DataDir string `json:"data_dir"`
 }
 
+// maxGroupCommitWait bounds --group-commit-wait: past a few milliseconds
+// the wait costs more than the write it saves.
+const maxGroupCommitWait = 10 * time.Millisecond
+
 func (a *app) serveCommand() *cobra.Command {
 	cfg := daemon.DefaultConfig()
+	var groupWait time.Duration
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a single-node Tenure server",
@@ -36,6 +43,14 @@ Prints one line on stdout once it serves (with -o json: {"serving","node",
 SIGTERM stops it cleanly (exit 0).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case groupWait < 0 || groupWait > maxGroupCommitWait:
+				return fmt.Errorf("--group-commit-wait must be 0..%s, not %s", maxGroupCommitWait, groupWait)
+			case groupWait == 0:
+				cfg.GroupCommitWait = -1 // never wait
+			default:
+				cfg.GroupCommitWait = groupWait
+			}
 			if len(cfg.BootstrapPeers) > 0 && cfg.PeerListen == "" {
 				return errors.New("--bootstrap-peers needs --peer-listen")
 			}
@@ -85,6 +100,7 @@ SIGTERM stops it cleanly (exit 0).`,
 	f.IntVar(&cfg.Limits.MaxRegisterValueBytes, "max-register-value-len", server.DefaultLimits().MaxRegisterValueBytes, "largest fenced register value, bytes")
 	f.IntVar(&cfg.LockHistory, "lock-history", 0, fmt.Sprintf("grant records kept per lock, 1..%d (cluster-wide; 0 keeps the cluster's setting, initially %d)", fsm.MaxHistoryLimit, fsm.HistoryLimit))
 	f.IntVar(&cfg.RegisterOpMemory, "register-op-memory", 0, fmt.Sprintf("operation ids remembered per fenced register, 1..%d (cluster-wide; 0 keeps the cluster's setting, initially %d)", fsm.MaxOpMemory, fsm.OpMemory))
+	f.DurationVar(&groupWait, "group-commit-wait", node.DefaultGroupCommitWait, fmt.Sprintf("longest a small batch of commands waits for more before it is written, 0..%s (0: never wait)", maxGroupCommitWait))
 	kvFlags(f, &cfg.Limits.KV)
 	addQueueServeFlags(f, &cfg.Limits)
 	f.StringVar(&cfg.PeerListen, "peer-listen", "", "raft peer address (cluster mode), e.g. 127.0.0.1:7071")

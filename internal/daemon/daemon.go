@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -47,6 +48,9 @@ type Config struct {
 	// LockHistory and RegisterOpMemory: see node.Config (0 keeps the
 	// cluster's setting).
 	LockHistory, RegisterOpMemory int
+	// GroupCommitWait: see node.Config (0 is the default wait, negative
+	// disables it).
+	GroupCommitWait time.Duration
 }
 
 // DefaultConfig is what `tenure serve` runs with no flags.
@@ -69,7 +73,7 @@ func Start(cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	hub := server.NewHub()
-	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, PeerAdvertise: cfg.PeerAdvertise, BootstrapPeers: cfg.BootstrapPeers, UnsafeSkipFenceCheck: cfg.UnsafeSkipFenceCheck, PeerRoutes: cfg.PeerRoutes, LockHistory: cfg.LockHistory, RegisterOpMemory: cfg.RegisterOpMemory}, hub.Sink)
+	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, PeerAdvertise: cfg.PeerAdvertise, BootstrapPeers: cfg.BootstrapPeers, UnsafeSkipFenceCheck: cfg.UnsafeSkipFenceCheck, PeerRoutes: cfg.PeerRoutes, LockHistory: cfg.LockHistory, RegisterOpMemory: cfg.RegisterOpMemory, GroupCommitWait: cfg.GroupCommitWait}, hub.Sink)
 	if err != nil {
 		return nil, err
 	}

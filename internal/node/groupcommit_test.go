@@ -1,0 +1,83 @@
+package node
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+)
+
+func openForGroupCommit(t *testing.T, wait time.Duration) *Node {
+	t.Helper()
+	n, err := Open(Config{DataDir: t.TempDir(), LogOutput: io.Discard, GroupCommitWait: wait}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { n.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; n.Close() })
+	select {
+	case <-n.Ready():
+	case <-time.After(20 * time.Second):
+		t.Fatal("node not ready")
+	}
+	return n
+}
+
+func put(key string) *fsmpb.Command {
+	return &fsmpb.Command{Op: &fsmpb.Command_FencedPut{FencedPut: &fsmpb.FencedPut{Key: key, Token: 1}}}
+}
+
+// TestGroupCommitWaitsForTheReturningProposer: after a batch of two, a
+// lone proposal waits for a second one, and both share one log entry
+// (one write), which is what halves a lock hand-off.
+func TestGroupCommitWaitsForTheReturningProposer(t *testing.T) {
+	n := openForGroupCommit(t, time.Minute) // the partner always comes in time
+	lingering := make(chan struct{}, 1)
+	n.lingerHook = func() { lingering <- struct{}{} }
+	n.lastBatch.Store(2)
+	before := n.raft.LastIndex()
+
+	first := make(chan error, 1)
+	go func() { _, err := n.Propose(context.Background(), put("a")); first <- err }()
+	select {
+	case <-lingering: // "a" was taken alone and waits for company
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lone proposal did not wait for company")
+	}
+	if _, err := n.Propose(context.Background(), put("b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if got := n.raft.LastIndex() - before; got != 1 {
+		t.Fatalf("two proposals took %d log entries, want 1", got)
+	}
+}
+
+// TestGroupCommitWaitIsBounded: a lone proposal whose partner never comes
+// is written once the wait ends; with the wait disabled, it never waits.
+func TestGroupCommitWaitIsBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		wait   time.Duration
+		linger bool
+	}{{"bounded", 20 * time.Millisecond, true}, {"disabled", -1, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := openForGroupCommit(t, tc.wait)
+			lingered := false
+			n.lingerHook = func() { lingered = true }
+			n.lastBatch.Store(2)
+			if _, err := n.Propose(context.Background(), put("a")); err != nil {
+				t.Fatal(err)
+			}
+			if lingered != tc.linger { // written by the batcher before it answered
+				t.Fatalf("waited for company: %v, want %v", lingered, tc.linger)
+			}
+		})
+	}
+}
