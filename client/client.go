@@ -108,7 +108,12 @@ func Dial(ctx context.Context, endpoints string, opts ...Option) (*Client, error
 		}
 	}
 	c := &Client{clk: o.clk, serializable: o.serializable}
-	gopts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, o.grpcOpts...)
+	gopts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// Fixed flow-control windows: no ping probes to size them (the
+		// server does the same, see its options).
+		grpc.WithInitialWindowSize(1 << 20), grpc.WithInitialConnWindowSize(1 << 24),
+	}, o.grpcOpts...)
 	for _, addr := range strings.Split(endpoints, ",") {
 		addr = strings.TrimSpace(addr)
 		if addr == "" {

@@ -33,7 +33,16 @@ const (
 // GRPCOptions are the gRPC server options the queue needs (messages large
 // enough for the largest payload).
 func GRPCOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageSize)}
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxMessageSize),
+		// Fixed flow-control windows (1 MiB per stream, 16 MiB per
+		// connection) instead of gRPC's dynamic ones: the dynamic window
+		// is sized by ping probes, about one per round trip on a busy
+		// connection, each a write and a wake-up on both ends, for windows
+		// this traffic of small messages never needs. The client does the
+		// same.
+		grpc.InitialWindowSize(1 << 20), grpc.InitialConnWindowSize(1 << 24),
+	}
 }
 
 // DefaultQueueLimits are the queue's admission limits.
