@@ -56,15 +56,37 @@ type endpoint struct {
 	addr string
 	conn *grpc.ClientConn
 	api  pb.TenureClient
+	// mux carries the sessions' streams; nil with WithStreamPerSession.
+	mux *sessionMux
+}
+
+// sessionConn starts a session stream that lasts until ctx ends.
+func (ep *endpoint) sessionConn(ctx context.Context) (sessionConn, error) {
+	if ep.mux == nil {
+		return ep.api.Session(ctx)
+	}
+	return ep.mux.open(ctx)
 }
 
 // Option configures Dial.
 type Option func(*dialOptions) error
 
 type dialOptions struct {
-	grpcOpts     []grpc.DialOption
-	clk          clock.Clock
-	serializable bool
+	grpcOpts      []grpc.DialOption
+	clk           clock.Clock
+	serializable  bool
+	streamPerSess bool
+}
+
+// WithStreamPerSession gives every session a Session RPC of its own
+// instead of sharing one Sessions RPC per endpoint among all sessions (the
+// default, which sends requests that are ready together in one message).
+// For servers without the Sessions RPC, and for comparing the two.
+func WithStreamPerSession() Option {
+	return func(o *dialOptions) error {
+		o.streamPerSess = true
+		return nil
+	}
 }
 
 // WithSerializableReads makes FencedGet, LockStatus, LockHistory and
@@ -124,7 +146,11 @@ func Dial(ctx context.Context, endpoints string, opts ...Option) (*Client, error
 			c.Close()
 			return nil, fmt.Errorf("%w: endpoint %q: %v", ErrInvalid, addr, err)
 		}
-		c.eps = append(c.eps, &endpoint{addr: addr, conn: conn, api: pb.NewTenureClient(conn)})
+		ep := &endpoint{addr: addr, conn: conn, api: pb.NewTenureClient(conn)}
+		if !o.streamPerSess {
+			ep.mux = &sessionMux{api: ep.api}
+		}
+		c.eps = append(c.eps, ep)
 	}
 	if len(c.eps) == 0 {
 		return nil, fmt.Errorf("%w: no endpoint given", ErrInvalid)
@@ -136,6 +162,9 @@ func Dial(ctx context.Context, endpoints string, opts ...Option) (*Client, error
 func (c *Client) Close() error {
 	var first error
 	for _, ep := range c.eps {
+		if ep.mux != nil {
+			ep.mux.close()
+		}
 		if err := ep.conn.Close(); err != nil && first == nil {
 			first = err
 		}

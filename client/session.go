@@ -90,7 +90,7 @@ const (
 )
 
 type stream struct {
-	cs     pb.Tenure_SessionClient
+	cs     sessionConn
 	cancel context.CancelFunc
 	// sendMu serialises Send.
 	sendMu sync.Mutex
@@ -262,19 +262,19 @@ func (s *Session) openAny(ctx context.Context, id uint64) (*stream, *pb.SessionO
 // open starts a stream on the endpoint in use and sends Open; it returns
 // when the server answered.
 func (s *Session) open(ctx context.Context, id uint64) (*stream, *pb.SessionOpened, time.Time, error) {
-	idx, api := s.c.pick()
-	st, opened, sentAt, err := s.openOn(ctx, api, id)
+	idx, _ := s.c.pick()
+	st, opened, sentAt, err := s.openOn(ctx, s.c.eps[idx], id)
 	if err != nil && unavailable(err) {
 		s.c.next(idx) // not reachable, or not the leader: try the next node
 	}
 	return st, opened, sentAt, err
 }
 
-func (s *Session) openOn(ctx context.Context, api pb.TenureClient, id uint64) (*stream, *pb.SessionOpened, time.Time, error) {
+func (s *Session) openOn(ctx context.Context, ep *endpoint, id uint64) (*stream, *pb.SessionOpened, time.Time, error) {
 	sctx, cancel := context.WithCancel(s.ctx)
 	stopAfter := context.AfterFunc(ctx, cancel)
 	defer stopAfter()
-	cs, err := api.Session(sctx)
+	cs, err := ep.sessionConn(sctx)
 	if err != nil {
 		cancel()
 		return nil, nil, time.Time{}, fromStatus(err)
@@ -310,6 +310,10 @@ func (s *Session) attachLocked(st *stream, sentAt time.Time) {
 	s.st = st
 	close(s.connected)
 	s.extendLocked(sentAt)
+	if pc, ok := st.cs.(pushConn); ok {
+		pc.push(s.dispatch, func(error) { s.streamBroken(st) })
+		return
+	}
 	s.goBG(func() { s.recvLoop(st) })
 }
 

@@ -24,6 +24,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Tenure_Session_FullMethodName          = "/tenure.v1.Tenure/Session"
+	Tenure_Sessions_FullMethodName         = "/tenure.v1.Tenure/Sessions"
 	Tenure_ListSessions_FullMethodName     = "/tenure.v1.Tenure/ListSessions"
 	Tenure_LockStatus_FullMethodName       = "/tenure.v1.Tenure/LockStatus"
 	Tenure_LockHistory_FullMethodName      = "/tenure.v1.Tenure/LockHistory"
@@ -64,6 +65,14 @@ type TenureClient interface {
 	// Breaking the stream does not end the session; requests still pending on
 	// the broken stream are cancelled.
 	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error)
+	// Sessions carries many Session streams over one gRPC stream: each frame
+	// names its session stream (an id the client picks, unique on this
+	// Sessions stream), and each stream behaves exactly as one Session RPC.
+	// Frames that are ready together travel in one message, so many
+	// sessions on one connection pay for one message where they would pay
+	// for one each. Breaking the Sessions stream breaks all of its session
+	// streams.
+	Sessions(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionFrames, SessionReplies], error)
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
 	LockStatus(ctx context.Context, in *LockStatusRequest, opts ...grpc.CallOption) (*LockStatusResponse, error)
 	LockHistory(ctx context.Context, in *LockHistoryRequest, opts ...grpc.CallOption) (*LockHistoryResponse, error)
@@ -148,6 +157,19 @@ func (c *tenureClient) Session(ctx context.Context, opts ...grpc.CallOption) (gr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Tenure_SessionClient = grpc.BidiStreamingClient[SessionRequest, SessionResponse]
 
+func (c *tenureClient) Sessions(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionFrames, SessionReplies], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[1], Tenure_Sessions_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SessionFrames, SessionReplies]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Tenure_SessionsClient = grpc.BidiStreamingClient[SessionFrames, SessionReplies]
+
 func (c *tenureClient) ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListSessionsResponse)
@@ -210,7 +232,7 @@ func (c *tenureClient) Status(ctx context.Context, in *StatusRequest, opts ...gr
 
 func (c *tenureClient) Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LeaderEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[1], Tenure_Observe_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[2], Tenure_Observe_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +281,7 @@ func (c *tenureClient) MemberRemove(ctx context.Context, in *MemberRemoveRequest
 
 func (c *tenureClient) SnapshotSave(ctx context.Context, in *SnapshotSaveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[2], Tenure_SnapshotSave_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[3], Tenure_SnapshotSave_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +300,7 @@ type Tenure_SnapshotSaveClient = grpc.ServerStreamingClient[SnapshotChunk]
 
 func (c *tenureClient) SnapshotRestore(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, SnapshotRestoreResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[3], Tenure_SnapshotRestore_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[4], Tenure_SnapshotRestore_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -331,7 +353,7 @@ func (c *tenureClient) KVTxn(ctx context.Context, in *KVTxnRequest, opts ...grpc
 
 func (c *tenureClient) KVWatch(ctx context.Context, in *KVWatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[KVWatchResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[4], Tenure_KVWatch_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[5], Tenure_KVWatch_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -441,6 +463,14 @@ type TenureServer interface {
 	// Breaking the stream does not end the session; requests still pending on
 	// the broken stream are cancelled.
 	Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error
+	// Sessions carries many Session streams over one gRPC stream: each frame
+	// names its session stream (an id the client picks, unique on this
+	// Sessions stream), and each stream behaves exactly as one Session RPC.
+	// Frames that are ready together travel in one message, so many
+	// sessions on one connection pay for one message where they would pay
+	// for one each. Breaking the Sessions stream breaks all of its session
+	// streams.
+	Sessions(grpc.BidiStreamingServer[SessionFrames, SessionReplies]) error
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
 	LockStatus(context.Context, *LockStatusRequest) (*LockStatusResponse, error)
 	LockHistory(context.Context, *LockHistoryRequest) (*LockHistoryResponse, error)
@@ -514,6 +544,9 @@ type UnimplementedTenureServer struct{}
 
 func (UnimplementedTenureServer) Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error {
 	return status.Error(codes.Unimplemented, "method Session not implemented")
+}
+func (UnimplementedTenureServer) Sessions(grpc.BidiStreamingServer[SessionFrames, SessionReplies]) error {
+	return status.Error(codes.Unimplemented, "method Sessions not implemented")
 }
 func (UnimplementedTenureServer) ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListSessions not implemented")
@@ -617,6 +650,13 @@ func _Tenure_Session_Handler(srv interface{}, stream grpc.ServerStream) error {
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Tenure_SessionServer = grpc.BidiStreamingServer[SessionRequest, SessionResponse]
+
+func _Tenure_Sessions_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(TenureServer).Sessions(&grpc.GenericServerStream[SessionFrames, SessionReplies]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Tenure_SessionsServer = grpc.BidiStreamingServer[SessionFrames, SessionReplies]
 
 func _Tenure_ListSessions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListSessionsRequest)
@@ -1132,6 +1172,12 @@ var Tenure_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Session",
 			Handler:       _Tenure_Session_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Sessions",
+			Handler:       _Tenure_Sessions_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},

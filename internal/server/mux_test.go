@@ -1,0 +1,141 @@
+package server_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/tenure-io/tenure/api/tenurepb"
+	"github.com/tenure-io/tenure/internal/testutil"
+)
+
+// sessionsRPC is a raw Sessions stream and what it has received so far.
+type sessionsRPC struct {
+	t   *testing.T
+	st  pb.Tenure_SessionsClient
+	got []*pb.SessionReply
+}
+
+func openSessionsRPC(t *testing.T, ctx context.Context, addr string) *sessionsRPC {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	st, err := pb.NewTenureClient(conn).Sessions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &sessionsRPC{t: t, st: st}
+}
+
+func (r *sessionsRPC) send(frames ...*pb.SessionFrame) {
+	r.t.Helper()
+	if err := r.st.Send(&pb.SessionFrames{Frames: frames}); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// await receives until it has a reply on stream that satisfies ok, and
+// returns it (replies on other streams are kept for later awaits).
+func (r *sessionsRPC) await(stream uint64, ok func(*pb.SessionReply) bool) *pb.SessionReply {
+	r.t.Helper()
+	for {
+		for i, rep := range r.got {
+			if rep.GetStream() == stream && ok(rep) {
+				r.got = append(r.got[:i], r.got[i+1:]...)
+				return rep
+			}
+		}
+		in, err := r.st.Recv()
+		if err != nil {
+			r.t.Fatalf("waiting on stream %d: %v", stream, err)
+		}
+		r.got = append(r.got, in.GetReplies()...)
+	}
+}
+
+func req(stream, id uint64, op any) *pb.SessionFrame {
+	r := &pb.SessionRequest{Id: id}
+	switch o := op.(type) {
+	case *pb.OpenSession:
+		r.Op = &pb.SessionRequest_Open{Open: o}
+	case *pb.AcquireLock:
+		r.Op = &pb.SessionRequest_Acquire{Acquire: o}
+	case *pb.ReleaseLock:
+		r.Op = &pb.SessionRequest_Release{Release: o}
+	case *pb.KeepAlive:
+		r.Op = &pb.SessionRequest_KeepAlive{KeepAlive: o}
+	case *pb.CloseSession:
+		r.Op = &pb.SessionRequest_Close{Close: o}
+	}
+	return &pb.SessionFrame{Stream: stream, Request: r}
+}
+
+func anyReply(*pb.SessionReply) bool { return true }
+
+// TestSessionsCarriesIndependentSessionStreams: session streams sharing one
+// Sessions RPC behave as Session RPCs of their own: each is opened, served
+// and ended on its own, and a malformed or abandoned one does not disturb
+// the others.
+func TestSessionsCarriesIndependentSessionStreams(t *testing.T) {
+	srv := testutil.Start(t, "", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := openSessionsRPC(t, ctx, srv.Addr())
+
+	// Two opens and a frame with neither request nor end, in one message.
+	r.send(req(1, 1, &pb.OpenSession{Owner: "a", TtlMs: 10_000}), req(2, 1, &pb.OpenSession{Owner: "b", TtlMs: 10_000}), &pb.SessionFrame{Stream: 3})
+	a := r.await(1, anyReply).GetResponse().GetOpened()
+	b := r.await(2, anyReply).GetResponse().GetOpened()
+	if a == nil || b == nil || a.GetSessionId() == b.GetSessionId() {
+		t.Fatalf("opened %v and %v, want two sessions", a, b)
+	}
+	if bad := r.await(3, anyReply); !bad.GetEnd() || codes.Code(bad.GetCode()) != codes.InvalidArgument {
+		t.Fatalf("malformed frame: %v, want the stream ended with INVALID_ARGUMENT", bad)
+	}
+
+	// Both want the same lock: one is granted, the other queued behind it.
+	r.send(req(1, 2, &pb.AcquireLock{Name: "L", Wait: true}), req(2, 2, &pb.AcquireLock{Name: "L", Wait: true}))
+	granted := r.await(1, anyReply).GetResponse().GetGranted()
+	if granted == nil {
+		t.Fatal("the first acquire was not granted")
+	}
+	if q := r.await(2, anyReply).GetResponse().GetQueued(); q == nil || q.GetPosition() != 1 {
+		t.Fatalf("the second acquire: %v, want queued at position 1", q)
+	}
+
+	// Stream 1 is abandoned: like a broken Session RPC, its session and
+	// hold stay. Stream 2 is still served.
+	r.send(&pb.SessionFrame{Stream: 1, End: true}, req(2, 3, &pb.KeepAlive{}))
+	if k := r.await(2, func(rep *pb.SessionReply) bool { return rep.GetResponse().GetKept() != nil }); k == nil {
+		t.Fatal("no keepalive answer")
+	}
+
+	// Session a, resumed on a new stream, releases; b gets the lock.
+	r.send(req(4, 1, &pb.OpenSession{SessionId: a.GetSessionId(), TtlMs: 10_000}))
+	if r.await(4, anyReply).GetResponse().GetOpened() == nil {
+		t.Fatal("resuming session a failed")
+	}
+	r.send(req(4, 2, &pb.ReleaseLock{Name: "L", Token: granted.GetToken()}))
+	if r.await(4, anyReply).GetResponse().GetReleased() == nil {
+		t.Fatal("release failed")
+	}
+	if g := r.await(2, func(rep *pb.SessionReply) bool { return rep.GetResponse().GetId() == 2 }).GetResponse().GetGranted(); g == nil || g.GetToken() <= granted.GetToken() {
+		t.Fatalf("b's grant: %v, want a larger token than %d", g, granted.GetToken())
+	}
+
+	// Closing b ends its stream normally, after the answer.
+	r.send(req(2, 4, &pb.CloseSession{}))
+	if r.await(2, anyReply).GetResponse().GetClosed() == nil {
+		t.Fatal("close was not answered")
+	}
+	if end := r.await(2, anyReply); !end.GetEnd() || end.GetCode() != 0 {
+		t.Fatalf("after close: %v, want a normal end", end)
+	}
+}
