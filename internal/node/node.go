@@ -421,6 +421,16 @@ const (
 type proposal struct {
 	cmd  *fsmpb.Command
 	done chan proposeResult
+	then func(fsm.Result, error) // instead of done: see ProposeAsync
+}
+
+// answer hands the outcome to the proposer.
+func (p *proposal) answer(r proposeResult) {
+	if p.then != nil {
+		p.then(r.res, r.err)
+		return
+	}
+	p.done <- r
 }
 
 type proposeResult struct {
@@ -456,10 +466,40 @@ func (n *Node) Propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, err
 	}
 }
 
+// ProposeAsync is Propose without waiting: then is called exactly once
+// with what Propose would have returned, on the goroutine that answers
+// every proposal, so it must be quick and must not block (hand anything
+// slow to another goroutine). Commands proposed one after another are
+// committed in that order.
+func (n *Node) ProposeAsync(cmd *fsmpb.Command, then func(fsm.Result, error)) {
+	p := &proposal{cmd: cmd, then: then}
+	select {
+	case <-n.quit:
+		then(fsm.Result{}, ErrClosed)
+		return
+	default:
+	}
+	select {
+	case n.proposals <- p:
+	case <-n.quit:
+		then(fsm.Result{}, ErrClosed)
+	}
+}
+
 // batcher turns queued proposals into log entries.
 func (n *Node) batcher() {
 	defer n.wg.Done()
 	defer close(n.applying)
+	defer func() { // the node is closing: nothing queued will be written
+		for {
+			select {
+			case p := <-n.proposals:
+				p.answer(proposeResult{err: ErrClosed})
+			default:
+				return
+			}
+		}
+	}()
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	lingers, lingerScore := 0, lingerMissCost // see lingerProbe
@@ -473,7 +513,7 @@ func (n *Node) batcher() {
 		select {
 		case n.slots <- struct{}{}: // wait for room; proposals pile up meanwhile
 		case <-n.quit:
-			first.done <- proposeResult{err: ErrClosed}
+			first.answer(proposeResult{err: ErrClosed})
 			return
 		}
 		batch := []*proposal{first}
@@ -529,7 +569,7 @@ func (n *Node) batcher() {
 		}
 		if err != nil {
 			for _, p := range batch {
-				p.done <- proposeResult{err: fmt.Errorf("node: encoding command: %w", err)}
+				p.answer(proposeResult{err: fmt.Errorf("node: encoding command: %w", err)})
 			}
 			<-n.slots
 			continue
@@ -552,12 +592,12 @@ func (n *Node) answerer() {
 		for i, p := range in.batch {
 			switch {
 			case err != nil:
-				p.done <- proposeResult{err: mapRaftErr(err)}
+				p.answer(proposeResult{err: mapRaftErr(err)})
 			case len(in.batch) == 1:
-				p.done <- proposeResult{res: res, err: res.Err}
+				p.answer(proposeResult{res: res, err: res.Err})
 			default:
 				r := res.Batch[i]
-				p.done <- proposeResult{res: r, err: r.Err}
+				p.answer(proposeResult{res: r, err: r.Err})
 			}
 		}
 	}

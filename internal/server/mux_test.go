@@ -100,12 +100,13 @@ func TestSessionsCarriesIndependentSessionStreams(t *testing.T) {
 		t.Fatalf("malformed frame: %v, want the stream ended with INVALID_ARGUMENT", bad)
 	}
 
-	// Both want the same lock: one is granted, the other queued behind it.
-	r.send(req(1, 2, &pb.AcquireLock{Name: "L", Wait: true}), req(2, 2, &pb.AcquireLock{Name: "L", Wait: true}))
+	// Both want the same lock: the first is granted, the second queued.
+	r.send(req(1, 2, &pb.AcquireLock{Name: "L", Wait: true}))
 	granted := r.await(1, anyReply).GetResponse().GetGranted()
 	if granted == nil {
 		t.Fatal("the first acquire was not granted")
 	}
+	r.send(req(2, 2, &pb.AcquireLock{Name: "L", Wait: true}))
 	if q := r.await(2, anyReply).GetResponse().GetQueued(); q == nil || q.GetPosition() != 1 {
 		t.Fatalf("the second acquire: %v, want queued at position 1", q)
 	}

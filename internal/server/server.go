@@ -78,7 +78,8 @@ func (s *Server) Session(stream pb.Tenure_SessionServer) error {
 	if open == nil {
 		return status.Error(codes.InvalidArgument, "the first message on a Session stream must be open")
 	}
-	ss := &sessionStream{srv: s, stream: stream, pending: make(map[uint64]*pendingAcquire), ended: make(chan bool, 1), quit: make(chan struct{})}
+	_, queues := stream.(*muxSessionStream)
+	ss := &sessionStream{srv: s, stream: stream, sendQueues: queues, pending: make(map[uint64]*pendingAcquire), ended: make(chan bool, 1), quit: make(chan struct{})}
 	if open.GetSessionId() == 0 {
 		if err := fsm.ValidateSession(open.GetOwner(), open.GetTtlMs()); err != nil {
 			return toStatus(err)
@@ -120,6 +121,10 @@ type sessionStream struct {
 
 	// sendMu serialises Send.
 	sendMu sync.Mutex
+	// sendQueues: Send only queues the response (a session stream of a
+	// Sessions RPC), so answers may be sent from any goroutine, also one
+	// that must not block.
+	sendQueues bool
 
 	// ended receives (expired) when the session ends; quit stops pushEnd.
 	ended    chan bool
@@ -244,6 +249,15 @@ func (ss *sessionStream) serve() error {
 			ss.mu.Lock()
 			ss.pending[id] = p
 			ss.mu.Unlock()
+			if ss.sendQueues {
+				ss.acquireAsync(actx, id, op.Acquire, p, func() {
+					cancel()
+					ss.mu.Lock()
+					delete(ss.pending, id)
+					ss.mu.Unlock()
+				})
+				continue
+			}
 			ss.goHandle(func() {
 				defer func() {
 					cancel()
@@ -254,6 +268,10 @@ func (ss *sessionStream) serve() error {
 				ss.acquire(actx, id, op.Acquire, p)
 			})
 		case *pb.SessionRequest_Release:
+			if ss.sendQueues {
+				ss.releaseAsync(id, op.Release)
+				continue
+			}
 			ss.goHandle(func() { ss.release(id, op.Release) })
 		case *pb.SessionRequest_Proclaim:
 			ss.goHandle(func() { ss.proclaim(id, op.Proclaim) })
@@ -289,24 +307,73 @@ func (ss *sessionStream) withdrawing(p *pendingAcquire) bool {
 }
 
 func (ss *sessionStream) acquire(ctx context.Context, id uint64, a *pb.AcquireLock, p *pendingAcquire) {
-	if err := ss.srv.checkName("lock name", a.GetName()); err != nil {
-		ss.sendErr(id, err)
+	ch, ok := ss.admitAcquire(id, a)
+	if !ok {
+		return
+	}
+	defer ss.srv.hub.unregister(waitKey{ss.id, a.GetName()}, ch)
+	res, err := ss.srv.propose(acquireCommand(ss.id, a))
+	ss.acquired(ctx, id, a, p, ch, res, err)
+}
+
+// acquireAsync is acquire without a goroutine of its own while nothing
+// blocks: the answer is sent from the node's answering goroutine, which
+// only a stream whose Send never blocks may do (sendQueues). Waiting in
+// line, and withdrawing a grant the client gave up on, go to a worker.
+// done runs once the acquisition is over.
+func (ss *sessionStream) acquireAsync(ctx context.Context, id uint64, a *pb.AcquireLock, p *pendingAcquire, done func()) {
+	ch, ok := ss.admitAcquire(id, a)
+	if !ok {
+		done()
 		return
 	}
 	key := waitKey{ss.id, a.GetName()}
+	ss.srv.node.ProposeAsync(cmdOf(acquireCommand(ss.id, a)), func(res fsm.Result, err error) {
+		if err == nil && (!res.Granted || ss.withdrawing(p)) {
+			// Not on ss.wg: the stream may already be stopping, and ctx
+			// ends this wait then.
+			ss.srv.workers.Go(func() {
+				defer done()
+				defer ss.srv.hub.unregister(key, ch)
+				ss.acquired(ctx, id, a, p, ch, res, err)
+			})
+			return
+		}
+		ss.srv.hub.unregister(key, ch)
+		ss.acquired(ctx, id, a, p, ch, res, err) // only sends
+		done()
+	})
+}
+
+func acquireCommand(session uint64, a *pb.AcquireLock) *fsmpb.Acquire {
+	return &fsmpb.Acquire{Session: session, Name: a.GetName(), Wait: a.GetWait(), LockDelayMs: a.GetLockDelayMs(), Resume: a.GetResume(), Permits: a.GetPermits(), Shared: a.GetShared(), Election: a.GetElection(), Value: a.GetValue()}
+}
+
+// admitAcquire checks an acquire request against the limits and takes its
+// slot in the hub, so that no grant for it can be missed; it answers the
+// request itself when it refuses it (ok false).
+func (ss *sessionStream) admitAcquire(id uint64, a *pb.AcquireLock) (ch chan fsm.Event, ok bool) {
+	if err := ss.srv.checkName("lock name", a.GetName()); err != nil {
+		ss.sendErr(id, err)
+		return nil, false
+	}
 	if a.GetWait() && !ss.srv.involved(ss.id, a.GetName()) { // a resumed acquire adds no waiter
 		if err := ss.srv.admitWaiter(a.GetName()); err != nil {
 			ss.sendErr(id, err)
-			return
+			return nil, false
 		}
 	}
-	ch, ok := ss.srv.hub.register(key, a.GetResume())
+	ch, ok = ss.srv.hub.register(waitKey{ss.id, a.GetName()}, a.GetResume())
 	if !ok {
 		ss.sendErr(id, fsm.ErrAlreadyHeld)
-		return
+		return nil, false
 	}
-	defer ss.srv.hub.unregister(key, ch)
-	res, err := ss.srv.propose(&fsmpb.Acquire{Session: ss.id, Name: a.GetName(), Wait: a.GetWait(), LockDelayMs: a.GetLockDelayMs(), Resume: a.GetResume(), Permits: a.GetPermits(), Shared: a.GetShared(), Election: a.GetElection(), Value: a.GetValue()})
+	return ch, true
+}
+
+// acquired answers an acquire request once its command is committed, and
+// for a queued one waits for the grant (or the end of the wait).
+func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireLock, p *pendingAcquire, ch chan fsm.Event, res fsm.Result, err error) {
 	if err != nil {
 		ss.sendErr(id, err)
 		return
@@ -348,6 +415,19 @@ func (ss *sessionStream) acquire(ctx context.Context, id uint64, a *pb.AcquireLo
 // granted meanwhile; the state machine decides which, atomically.
 func (ss *sessionStream) cancelAcquire(name string, acqRev uint64) {
 	_, _ = ss.srv.propose(&fsmpb.CancelAcquire{Session: ss.id, Name: name, AcquireRevision: acqRev})
+}
+
+// releaseAsync is release without a goroutine of its own: the answer is
+// sent from the node's answering goroutine, which only a stream whose
+// Send never blocks may do (sendQueues).
+func (ss *sessionStream) releaseAsync(id uint64, r *pb.ReleaseLock) {
+	ss.srv.node.ProposeAsync(cmdOf(&fsmpb.Release{Session: ss.id, Name: r.GetName(), Token: r.GetToken()}), func(_ fsm.Result, err error) {
+		if err != nil {
+			ss.sendErr(id, err)
+			return
+		}
+		ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Released{Released: &pb.LockReleased{}}})
+	})
 }
 
 func (ss *sessionStream) release(id uint64, r *pb.ReleaseLock) {
