@@ -2,10 +2,13 @@ package node
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"testing"
 	"time"
 
+	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 )
 
@@ -79,5 +82,44 @@ func TestGroupCommitWaitIsBounded(t *testing.T) {
 				t.Fatalf("waited for company: %v, want %v", lingered, tc.linger)
 			}
 		})
+	}
+}
+
+// TestProposeAsyncAnswersEveryCommandInOrder: every asynchronous proposal
+// gets exactly one answer, and commands proposed one after another are
+// committed in that order.
+func TestProposeAsyncAnswersEveryCommandInOrder(t *testing.T) {
+	n := openForGroupCommit(t, 0)
+	const count = 200
+	type answer struct {
+		i   int
+		rev uint64
+		err error
+	}
+	answers := make(chan answer, count)
+	for i := range count {
+		n.ProposeAsync(put(fmt.Sprintf("k%d", i)), func(res fsm.Result, err error) { answers <- answer{i, res.Revision, err} })
+	}
+	var last uint64
+	seen := make(map[int]bool)
+	for k := range count {
+		a := <-answers
+		if a.i != k {
+			t.Fatalf("answer %d is for proposal %d: not in the order proposed", k, a.i)
+		}
+		if a.err != nil || seen[a.i] {
+			t.Fatalf("proposal %d: err %v, answered before: %v", a.i, a.err, seen[a.i])
+		}
+		seen[a.i] = true
+		if a.rev <= last {
+			t.Fatalf("proposal %d committed at revision %d, after %d", a.i, a.rev, last)
+		}
+		last = a.rev
+	}
+	n.Close()
+	closed := make(chan error, 1)
+	n.ProposeAsync(put("late"), func(_ fsm.Result, err error) { closed <- err })
+	if err := <-closed; !errors.Is(err, ErrClosed) {
+		t.Fatalf("a proposal after close: %v, want ErrClosed", err)
 	}
 }
