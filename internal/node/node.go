@@ -441,6 +441,7 @@ type proposeResult struct {
 type inflight struct {
 	f     raft.ApplyFuture
 	batch []*proposal
+	data  []byte
 }
 
 // Propose commits cmd and returns the state machine's result. A state
@@ -556,17 +557,15 @@ func (n *Node) batcher() {
 				}
 			}
 		}
-		var data []byte
-		var err error
-		if len(batch) == 1 {
-			data, err = proto.Marshal(first.cmd)
-		} else {
+		cmd := first.cmd
+		if len(batch) > 1 {
 			b := &fsmpb.Batch{Commands: make([]*fsmpb.Command, len(batch))}
 			for i, p := range batch {
 				b.Commands[i] = p.cmd
 			}
-			data, err = proto.Marshal(&fsmpb.Command{Op: &fsmpb.Command_Batch{Batch: b}})
+			cmd = &fsmpb.Command{Op: &fsmpb.Command_Batch{Batch: b}}
 		}
+		data, err := proto.Marshal(cmd)
 		if err != nil {
 			for _, p := range batch {
 				p.answer(proposeResult{err: fmt.Errorf("node: encoding command: %w", err)})
@@ -574,7 +573,8 @@ func (n *Node) batcher() {
 			<-n.slots
 			continue
 		}
-		n.applying <- inflight{f: n.raft.Apply(data, n.cfg.ApplyTimeout), batch: batch}
+		n.fsm.Hint(data, cmd) // this node's apply need not decode what it just encoded
+		n.applying <- inflight{f: n.raft.Apply(data, n.cfg.ApplyTimeout), batch: batch, data: data}
 	}
 }
 
@@ -583,6 +583,7 @@ func (n *Node) answerer() {
 	defer n.wg.Done()
 	for in := range n.applying {
 		err := n.wait(in.f)
+		n.fsm.Unhint(in.data) // if the entry never reached the state machine
 		var res fsm.Result
 		if err == nil {
 			res = in.f.Response().(fsm.Result)
