@@ -191,16 +191,51 @@ type muxSessionStream struct {
 	cancel            context.CancelFunc
 	wake              chan struct{}
 
-	// mu guards inbox and failed.
-	mu     sync.Mutex
-	inbox  []*pb.SessionRequest
-	failed error
+	// mu guards the fields below; direct runs under it, so requests are
+	// handled one at a time, in order.
+	mu      sync.Mutex
+	inbox   []*pb.SessionRequest
+	failed  error
+	direct  func(*pb.SessionRequest) bool // see handleDirect
+	stopped bool                          // no request is handled any more
+}
+
+// handleDirect makes deliver hand every request, from now on and starting
+// with those not yet received, to fn on the delivering goroutine, until fn
+// returns false or stopDirect is called. Recv must not be used after it.
+func (vs *muxSessionStream) handleDirect(fn func(*pb.SessionRequest) bool) {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	vs.direct = fn
+	for len(vs.inbox) > 0 && !vs.stopped {
+		r := vs.inbox[0]
+		vs.inbox[0] = nil
+		vs.inbox = vs.inbox[1:]
+		vs.stopped = !fn(r)
+	}
+}
+
+// stopDirect stops handleDirect's handling; once it returns, no request is
+// being handled.
+func (vs *muxSessionStream) stopDirect() {
+	vs.mu.Lock()
+	vs.stopped = true
+	vs.mu.Unlock()
 }
 
 var _ pb.Tenure_SessionServer = (*muxSessionStream)(nil)
 
 func (vs *muxSessionStream) deliver(r *pb.SessionRequest) {
 	vs.mu.Lock()
+	switch {
+	case vs.stopped:
+		vs.mu.Unlock()
+		return
+	case vs.direct != nil:
+		vs.stopped = !vs.direct(r)
+		vs.mu.Unlock()
+		return
+	}
 	if len(vs.inbox) >= maxMuxBacklog {
 		vs.mu.Unlock()
 		vs.fail(status.Errorf(codes.ResourceExhausted, "more than %d requests sent on one session stream and not yet read", maxMuxBacklog))

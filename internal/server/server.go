@@ -229,74 +229,113 @@ func (ss *sessionStream) stop() {
 
 func (ss *sessionStream) serve() error {
 	ctx := ss.stream.Context()
+	if vs, ok := ss.stream.(*muxSessionStream); ok {
+		return ss.serveDirect(ctx, vs)
+	}
 	for {
 		req, err := ss.stream.Recv()
 		if err != nil {
 			return err
 		}
-		id := req.GetId()
-		switch op := req.GetOp().(type) {
-		case *pb.SessionRequest_KeepAlive:
-			ttl, err := ss.srv.node.KeepAlive(ss.id)
-			if err != nil {
-				ss.sendErr(id, err)
-				continue
-			}
-			ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Kept{Kept: &pb.KeepAliveAck{TtlMs: ttl.Milliseconds()}}})
-		case *pb.SessionRequest_Acquire:
-			actx, cancel := context.WithCancel(ctx)
-			p := &pendingAcquire{cancel: cancel}
-			ss.mu.Lock()
-			ss.pending[id] = p
-			ss.mu.Unlock()
-			if ss.sendQueues {
-				ss.acquireAsync(actx, id, op.Acquire, p, func() {
-					cancel()
-					ss.mu.Lock()
-					delete(ss.pending, id)
-					ss.mu.Unlock()
-				})
-				continue
-			}
-			ss.goHandle(func() {
-				defer func() {
-					cancel()
-					ss.mu.Lock()
-					delete(ss.pending, id)
-					ss.mu.Unlock()
-				}()
-				ss.acquire(actx, id, op.Acquire, p)
-			})
-		case *pb.SessionRequest_Release:
-			if ss.sendQueues {
-				ss.releaseAsync(id, op.Release)
-				continue
-			}
-			ss.goHandle(func() { ss.release(id, op.Release) })
-		case *pb.SessionRequest_Proclaim:
-			ss.goHandle(func() { ss.proclaim(id, op.Proclaim) })
-		case *pb.SessionRequest_Cancel:
-			ss.mu.Lock()
-			if p := ss.pending[op.Cancel.GetRequestId()]; p != nil {
-				p.withdraw = true
-				p.cancel()
-			}
-			ss.mu.Unlock()
-		case *pb.SessionRequest_Close:
-			ss.stop()
-			ss.srv.hub.detach(ss.id, ss) // the closer learns from the answer, not a push
-			if _, err := ss.srv.propose(&fsmpb.CloseSession{Session: ss.id}); err != nil {
-				ss.sendErr(id, err)
-				return nil
-			}
-			ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Closed{Closed: &pb.SessionClosed{}}})
-			return nil
-		case *pb.SessionRequest_Open:
-			ss.sendErr(id, fmt.Errorf("%w: the stream is already open", fsm.ErrInvalid))
-		default:
-			ss.sendErr(id, fmt.Errorf("%w: unknown request", fsm.ErrInvalid))
+		if ss.handle(ctx, req) {
+			return ss.close(req.GetId())
 		}
 	}
+}
+
+// serveDirect serves a session stream of a Sessions RPC: its requests are
+// handled as they arrive, on the goroutine that reads the Sessions RPC
+// (handle does not block), and this goroutine only waits for the end.
+func (ss *sessionStream) serveDirect(ctx context.Context, vs *muxSessionStream) error {
+	closing := make(chan uint64, 1)
+	vs.handleDirect(func(req *pb.SessionRequest) bool {
+		if ss.handle(ctx, req) {
+			closing <- req.GetId()
+			return false // nothing after close is served
+		}
+		return true
+	})
+	select {
+	case id := <-closing:
+		vs.stopDirect()
+		return ss.close(id)
+	case <-ctx.Done():
+		vs.stopDirect() // no request is being handled once this returns
+		return status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// handle serves one request without blocking (slow work goes to a
+// worker); it reports a close request, which the caller serves.
+func (ss *sessionStream) handle(ctx context.Context, req *pb.SessionRequest) (closing bool) {
+	id := req.GetId()
+	switch op := req.GetOp().(type) {
+	case *pb.SessionRequest_KeepAlive:
+		ttl, err := ss.srv.node.KeepAlive(ss.id)
+		if err != nil {
+			ss.sendErr(id, err)
+			return false
+		}
+		ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Kept{Kept: &pb.KeepAliveAck{TtlMs: ttl.Milliseconds()}}})
+	case *pb.SessionRequest_Acquire:
+		actx, cancel := context.WithCancel(ctx)
+		p := &pendingAcquire{cancel: cancel}
+		ss.mu.Lock()
+		ss.pending[id] = p
+		ss.mu.Unlock()
+		if ss.sendQueues {
+			ss.acquireAsync(actx, id, op.Acquire, p, func() {
+				cancel()
+				ss.mu.Lock()
+				delete(ss.pending, id)
+				ss.mu.Unlock()
+			})
+			return false
+		}
+		ss.goHandle(func() {
+			defer func() {
+				cancel()
+				ss.mu.Lock()
+				delete(ss.pending, id)
+				ss.mu.Unlock()
+			}()
+			ss.acquire(actx, id, op.Acquire, p)
+		})
+	case *pb.SessionRequest_Release:
+		if ss.sendQueues {
+			ss.releaseAsync(id, op.Release)
+			return false
+		}
+		ss.goHandle(func() { ss.release(id, op.Release) })
+	case *pb.SessionRequest_Proclaim:
+		ss.goHandle(func() { ss.proclaim(id, op.Proclaim) })
+	case *pb.SessionRequest_Cancel:
+		ss.mu.Lock()
+		if p := ss.pending[op.Cancel.GetRequestId()]; p != nil {
+			p.withdraw = true
+			p.cancel()
+		}
+		ss.mu.Unlock()
+	case *pb.SessionRequest_Close:
+		return true
+	case *pb.SessionRequest_Open:
+		ss.sendErr(id, fmt.Errorf("%w: the stream is already open", fsm.ErrInvalid))
+	default:
+		ss.sendErr(id, fmt.Errorf("%w: unknown request", fsm.ErrInvalid))
+	}
+	return false
+}
+
+// close ends the session for a close request and answers it.
+func (ss *sessionStream) close(id uint64) error {
+	ss.stop()
+	ss.srv.hub.detach(ss.id, ss) // the closer learns from the answer, not a push
+	if _, err := ss.srv.propose(&fsmpb.CloseSession{Session: ss.id}); err != nil {
+		ss.sendErr(id, err)
+		return nil
+	}
+	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Closed{Closed: &pb.SessionClosed{}}})
+	return nil
 }
 
 // withdrawing reports whether the client asked to cancel p.
