@@ -140,3 +140,37 @@ func TestSessionsCarriesIndependentSessionStreams(t *testing.T) {
 		t.Fatalf("after close: %v, want a normal end", end)
 	}
 }
+
+// TestSessionsServesPipelinedRequestsInOrder: requests sent right behind
+// the open, before it is answered, are all served, and a close ends the
+// stream after the answers of what came before it.
+func TestSessionsServesPipelinedRequestsInOrder(t *testing.T) {
+	srv := testutil.Start(t, "", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := openSessionsRPC(t, ctx, srv.Addr())
+	r.send(req(1, 1, &pb.OpenSession{Owner: "a", TtlMs: 10_000}), req(1, 2, &pb.AcquireLock{Name: "P", Wait: true}), req(1, 3, &pb.KeepAlive{}), req(1, 4, &pb.CloseSession{}), req(1, 5, &pb.KeepAlive{}))
+	if r.await(1, anyReply).GetResponse().GetOpened() == nil {
+		t.Fatal("the first answer is not the open's")
+	}
+	seen := map[uint64]*pb.SessionResponse{}
+	for {
+		rep := r.await(1, anyReply)
+		if rep.GetEnd() {
+			if rep.GetCode() != 0 {
+				t.Fatalf("the stream ended with code %d: %s", rep.GetCode(), rep.GetMessage())
+			}
+			break
+		}
+		seen[rep.GetResponse().GetId()] = rep.GetResponse()
+		if rep.GetResponse().GetClosed() != nil && (seen[2].GetGranted() == nil || seen[3].GetKept() == nil) {
+			t.Fatalf("closed before the acquire and the keepalive were answered: %v", seen)
+		}
+	}
+	if seen[4].GetClosed() == nil {
+		t.Fatalf("the close was not answered: %v", seen)
+	}
+	if _, ok := seen[5]; ok {
+		t.Fatal("a request sent after the close was served")
+	}
+}
