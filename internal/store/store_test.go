@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -66,5 +68,37 @@ func BenchmarkStoreLogs(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// TestDefaultEngine: a new directory gets raft-boltdb; a directory created
+// with raft-wal keeps it when no engine is named.
+func TestDefaultEngine(t *testing.T) {
+	fresh := t.TempDir()
+	s, err := store.Open(fresh, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, err := os.Stat(filepath.Join(fresh, "raft.db")); err != nil {
+		t.Fatalf("a new directory did not get the bolt engine: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(fresh, "wal")); err == nil {
+		t.Fatal("a new directory got a wal")
+	}
+
+	walDir := t.TempDir()
+	s, err = store.Open(walDir, "wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = store.Open(walDir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, err := os.Stat(filepath.Join(walDir, "raft.db")); err == nil {
+		t.Fatal("reopening a wal directory without naming the engine created a bolt file")
 	}
 }
