@@ -4,15 +4,18 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	raftwal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
+	"go.etcd.io/bbolt"
 )
 
 // LogCacheSize is how many recent log entries are kept in memory in front of
@@ -57,7 +60,18 @@ func Open(dir, engine string) (*Stores, error) {
 	var closer io.Closer
 	switch engine {
 	case "bolt":
-		bolt, err := raftboltdb.New(raftboltdb.Options{Path: boltPath})
+		bolt, err := raftboltdb.New(raftboltdb.Options{Path: boltPath, BoltOptions: &bbolt.Options{
+			Timeout: time.Second, // another process holding the file: fail, do not hang
+			// The free-page list is rebuilt by a scan on open instead of
+			// being written with every commit (as etcd does): one page
+			// less per append. The log stays small (it is truncated after
+			// every snapshot), so the scan is short.
+			NoFreelistSync: true,
+			FreelistType:   bbolt.FreelistMapType,
+		}})
+		if errors.Is(err, bbolt.ErrTimeout) {
+			return nil, fmt.Errorf("store: %s is locked by another process (is another tenure serve using this data directory?)", boltPath)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("store: opening %s: %w", boltPath, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -100,5 +101,20 @@ func TestDefaultEngine(t *testing.T) {
 	s.Close()
 	if _, err := os.Stat(filepath.Join(walDir, "raft.db")); err == nil {
 		t.Fatal("reopening a wal directory without naming the engine created a bolt file")
+	}
+}
+
+// TestBoltInUseIsRefusedQuickly: a second process (here, a second open) on
+// a bolt data directory gets a clear error instead of waiting forever.
+func TestBoltInUseIsRefusedQuickly(t *testing.T) {
+	dir := t.TempDir()
+	s, err := store.Open(dir, "bolt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, err = store.Open(dir, "bolt")
+	if err == nil || !strings.Contains(err.Error(), "locked by another process") {
+		t.Fatalf("second open: %v, want a locked error", err)
 	}
 }
