@@ -14,7 +14,15 @@ import (
 
 func openForGroupCommit(t *testing.T, wait time.Duration) *Node {
 	t.Helper()
-	n, err := Open(Config{DataDir: t.TempDir(), LogOutput: io.Discard, GroupCommitWait: wait}, nil)
+	return openRunning(t, Config{DataDir: t.TempDir(), GroupCommitWait: wait})
+}
+
+// openRunning opens a node with cfg (its log discarded), runs it until the
+// test ends and waits until it serves.
+func openRunning(t *testing.T, cfg Config) *Node {
+	t.Helper()
+	cfg.LogOutput = io.Discard
+	n, err := Open(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -142,21 +142,7 @@ func TestCloseAnswersEveryProposal(t *testing.T) {
 
 func openConfig(t *testing.T, cfg node.Config) *node.Node {
 	t.Helper()
-	cfg.LogOutput = io.Discard
-	n, err := node.Open(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { n.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done; n.Close() })
-	select {
-	case <-n.Ready():
-	case <-time.After(20 * time.Second):
-		t.Fatal("node not ready")
-	}
-	return n
+	return node.OpenRunning(t, cfg)
 }
 
 // TestRetentionConfiguredOnPromotion: a node configured with a retention

@@ -1,0 +1,4 @@
+package node
+
+// OpenRunning is openRunning for the external tests of this package.
+var OpenRunning = openRunning
