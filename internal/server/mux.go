@@ -25,7 +25,7 @@ const maxMuxBacklog = 4096
 // Sessions implements pb.TenureServer: every session stream it carries is
 // served by Session, exactly as if it were its own RPC.
 func (s *Server) Sessions(stream pb.Tenure_SessionsServer) error {
-	m := &muxServer{stream: stream, streams: make(map[uint64]*muxSessionStream), wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	m := &muxServer{stream: stream, streams: make(map[uint64]*muxSessionStream), wake: make(chan struct{}, 1), room: make(chan struct{}, 1), stop: make(chan struct{})}
 	sent := make(chan struct{})
 	go func() { defer close(sent); m.sendLoop() }()
 	var wg sync.WaitGroup
@@ -41,6 +41,12 @@ func (s *Server) Sessions(stream pb.Tenure_SessionsServer) error {
 		<-sent
 	}()
 	for {
+		// A client that sends without reading the answers is not read
+		// from either, as on a Session RPC: gRPC's flow control then
+		// holds it back, and the queue of answers stays bounded.
+		if err := m.waitRoom(stream.Context()); err != nil {
+			return err
+		}
 		in, err := stream.Recv()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
@@ -78,6 +84,7 @@ func (s *Server) Sessions(stream pb.Tenure_SessionsServer) error {
 type muxServer struct {
 	stream pb.Tenure_SessionsServer
 	wake   chan struct{} // replies were queued
+	room   chan struct{} // queued replies were taken for sending
 	stop   chan struct{} // closed when no more replies will be queued
 
 	// mu guards the fields below.
@@ -127,6 +134,28 @@ func (m *muxServer) send(r *pb.SessionReply) error {
 	return nil
 }
 
+// maxQueuedReplies is how many answers may wait to be sent on a Sessions
+// RPC before the server stops reading its requests.
+const maxQueuedReplies = 10_000
+
+// waitRoom returns once fewer than maxQueuedReplies answers wait to be
+// sent (or sending failed, so none will pile up), or when ctx ends.
+func (m *muxServer) waitRoom(ctx context.Context) error {
+	for {
+		m.mu.Lock()
+		ok := len(m.out) < maxQueuedReplies || m.sendErr != nil
+		m.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-m.room:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // maxRepliesBytes bounds one message of a Sessions RPC, far below the
 // client's default 4 MiB receive limit.
 const maxRepliesBytes = 1 << 20
@@ -158,6 +187,10 @@ func (m *muxServer) sendLoop() {
 		batch, rest := cutReplies(m.out)
 		m.out = rest
 		m.mu.Unlock()
+		select {
+		case m.room <- struct{}{}:
+		default:
+		}
 		if len(rest) > 0 {
 			stopping = false // send the rest first
 			select {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -31,5 +32,22 @@ func TestSessionStreamBacklogIsBounded(t *testing.T) {
 		if _, err := vs.Recv(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestSessionsStopsReadingWhileAnswersPileUp: with maxQueuedReplies
+// answers waiting to be sent, the server reads no further requests (it
+// waits, here until its context ends) until the sender has taken some.
+func TestSessionsStopsReadingWhileAnswersPileUp(t *testing.T) {
+	m := &muxServer{room: make(chan struct{}, 1)}
+	m.out = make([]*pb.SessionReply, maxQueuedReplies)
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := m.waitRoom(ended); !errors.Is(err, context.Canceled) {
+		t.Fatalf("with %d answers queued: %v, want it to wait (until its context ended)", maxQueuedReplies, err)
+	}
+	m.out = m.out[:maxQueuedReplies-1]
+	if err := m.waitRoom(context.Background()); err != nil {
+		t.Fatalf("with room: %v", err)
 	}
 }
