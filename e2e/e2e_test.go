@@ -21,6 +21,10 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/client"
+
+	// The tests run a tenure binary built from source; importing what it
+	// is made of makes Go's test cache see changes to it.
+	_ "github.com/tenure-io/tenure/internal/cli"
 )
 
 // binDir holds the tenure binary built by TestMain.

@@ -12,6 +12,10 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	// The tests run a tenure binary built from source; importing what it
+	// is made of makes Go's test cache see changes to it.
+	_ "github.com/tenure-io/tenure/internal/cli"
 )
 
 var (
