@@ -308,7 +308,13 @@ func (ms *muxStream) push(onResp func(*pb.SessionResponse), onEnd func(error)) {
 
 func (ms *muxStream) Context() context.Context { return ms.ctx }
 
+// Send queues r; it is encoded later, by the sender loop. A gRPC stream's
+// Send encodes before it returns, and callers count on that: a retried
+// request is the same message with a new id. So the frame takes a copy of
+// the top level (the id); the operation inside is never changed after a
+// send.
 func (ms *muxStream) Send(r *pb.SessionRequest) error {
+	r = &pb.SessionRequest{Id: r.GetId(), Op: r.Op}
 	if ms.ctx.Err() != nil || !ms.mc.send(&pb.SessionFrame{Stream: ms.id, Request: r}) {
 		return io.EOF // as a gRPC stream's Send: Recv tells why
 	}
