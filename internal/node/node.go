@@ -145,6 +145,10 @@ type Node struct {
 	quit      chan struct{}
 	wg        sync.WaitGroup
 
+	// readTerm is the term in which this node, as leader, has committed
+	// and applied an entry of its own (see LinearizableRead).
+	readTerm atomic.Uint64
+
 	// lastBatch is the size of the last batch answered (see lingerProbe).
 	lastBatch atomic.Int64
 	// lingerHook, if set (tests only), runs when the batcher starts to
@@ -344,9 +348,11 @@ func (n *Node) Run(ctx context.Context) error {
 // promote waits until every committed entry is applied, then hands the
 // sessions to the lessor with fresh TTLs.
 func (n *Node) promote(ctx context.Context) {
+	term := n.raft.CurrentTerm()
 	if err := n.wait(n.raft.Barrier(n.cfg.ApplyTimeout)); err != nil {
 		return // leadership lost again; a new notification follows
 	}
+	n.readTerm.Store(term)
 	n.lessor.Promote()
 	n.applyRetention(ctx)
 	n.readyOnce.Do(func() { close(n.ready) })
@@ -644,6 +650,24 @@ func mapRaftErr(err error) error {
 // leader and has applied everything committed before the call: a read of
 // the state after it sees every write that completed before it began.
 func (n *Node) LinearizableRead(ctx context.Context) error {
+	timeout := n.cfg.ApplyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	if term := n.raft.CurrentTerm(); n.readTerm.Load() != term {
+		// A new leader knows what earlier leaders committed only once an
+		// entry of its own term is committed; until then its commit index
+		// may miss writes that were already acknowledged. Commit one.
+		if err := n.wait(n.raft.Barrier(timeout)); err != nil {
+			if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+				return ErrNotLeader
+			}
+			return mapRaftErr(err)
+		}
+		if n.raft.CurrentTerm() == term {
+			n.readTerm.Store(term) // usually promote has done it already
+		}
+	}
 	commit := n.raft.CommitIndex()
 	// Not through wait: raft answers every verify future, also when it
 	// steps down or shuts down, and this is on every read's path.
@@ -657,10 +681,6 @@ func (n *Node) LinearizableRead(ctx context.Context) error {
 		return nil
 	}
 	// Rare: wait for the apply loop to catch up with a barrier.
-	timeout := n.cfg.ApplyTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
-	}
 	return mapRaftErr(n.wait(n.raft.Barrier(timeout)))
 }
 
