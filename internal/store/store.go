@@ -62,12 +62,6 @@ func Open(dir, engine string) (*Stores, error) {
 	case "bolt":
 		bolt, err := raftboltdb.New(raftboltdb.Options{Path: boltPath, BoltOptions: &bbolt.Options{
 			Timeout: time.Second, // another process holding the file: fail, do not hang
-			// The free-page list is rebuilt by a scan on open instead of
-			// being written with every commit (as etcd does): one page
-			// less per append. The log stays small (it is truncated after
-			// every snapshot), so the scan is short.
-			NoFreelistSync: true,
-			FreelistType:   bbolt.FreelistMapType,
 		}})
 		if errors.Is(err, bbolt.ErrTimeout) {
 			return nil, fmt.Errorf("store: %s is locked by another process (is another tenure serve using this data directory?)", boltPath)
