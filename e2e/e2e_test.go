@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -267,14 +268,22 @@ func readFile(t *testing.T, path string, d time.Duration) string {
 	return strings.TrimSpace(string(b))
 }
 
+// freeAddr picks a free loopback port below the kernel's ephemeral range
+// (32768 and up on Linux, 49152 and up on macOS), and away from the range
+// the fault suite picks from (20000..31999), since both may run at once:
+// a port from the ephemeral range could be given to some outgoing
+// connection between this check and the child process binding it.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 200 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 10000+rand.IntN(10000))
+		if l, err := net.Listen("tcp", addr); err == nil {
+			l.Close()
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatal("no free loopback port in 10000..19999")
+	return ""
 }
 
 // startServer runs `tenure serve` and waits for its ready line.
