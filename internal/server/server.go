@@ -302,13 +302,15 @@ func (ss *sessionStream) handle(ctx context.Context, req *pb.SessionRequest) (cl
 			ss.acquire(actx, id, op.Acquire, p)
 		})
 	case *pb.SessionRequest_Release:
-		if ss.sendQueues {
-			ss.releaseAsync(id, op.Release)
-			return false
-		}
-		ss.goHandle(func() { ss.release(id, op.Release) })
+		r := op.Release
+		ss.commit(&fsmpb.Release{Session: ss.id, Name: r.GetName(), Token: r.GetToken()}, func(_ fsm.Result, err error) {
+			ss.answer(id, err, &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Released{Released: &pb.LockReleased{}}})
+		})
 	case *pb.SessionRequest_Proclaim:
-		ss.goHandle(func() { ss.proclaim(id, op.Proclaim) })
+		p := op.Proclaim
+		ss.commit(&fsmpb.Proclaim{Session: ss.id, Name: p.GetName(), Token: p.GetToken(), Value: p.GetValue()}, func(_ fsm.Result, err error) {
+			ss.answer(id, err, &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Proclaimed{Proclaimed: &pb.ValueProclaimed{}}})
+		})
 	case *pb.SessionRequest_Cancel:
 		ss.mu.Lock()
 		if p := ss.pending[op.Cancel.GetRequestId()]; p != nil {
@@ -456,35 +458,25 @@ func (ss *sessionStream) cancelAcquire(name string, acqRev uint64) {
 	_, _ = ss.srv.propose(&fsmpb.CancelAcquire{Session: ss.id, Name: name, AcquireRevision: acqRev})
 }
 
-// releaseAsync is release without a goroutine of its own: the answer is
-// sent from the node's answering goroutine, which only a stream whose
-// Send never blocks may do (sendQueues).
-func (ss *sessionStream) releaseAsync(id uint64, r *pb.ReleaseLock) {
-	ss.srv.node.ProposeAsync(cmdOf(&fsmpb.Release{Session: ss.id, Name: r.GetName(), Token: r.GetToken()}), func(_ fsm.Result, err error) {
-		if err != nil {
-			ss.sendErr(id, err)
-			return
-		}
-		ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Released{Released: &pb.LockReleased{}}})
-	})
+// commit proposes op and hands the outcome to then. On a stream whose Send
+// only queues (sendQueues) then runs on the node's answering goroutine, with
+// no goroutine of the request's own; otherwise a worker waits for the
+// commit and runs then.
+func (ss *sessionStream) commit(op any, then func(fsm.Result, error)) {
+	if ss.sendQueues {
+		ss.srv.node.ProposeAsync(cmdOf(op), then)
+		return
+	}
+	ss.goHandle(func() { then(ss.srv.propose(op)) })
 }
 
-func (ss *sessionStream) release(id uint64, r *pb.ReleaseLock) {
-	if _, err := ss.srv.propose(&fsmpb.Release{Session: ss.id, Name: r.GetName(), Token: r.GetToken()}); err != nil {
+// answer sends ok, or the error if there is one.
+func (ss *sessionStream) answer(id uint64, err error, ok *pb.SessionResponse) {
+	if err != nil {
 		ss.sendErr(id, err)
 		return
 	}
-	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Released{Released: &pb.LockReleased{}}})
-}
-
-// read runs fn on the state: after a linearizable barrier (the default),
-// or on this node's local, possibly stale, state when serializable.
-func (ss *sessionStream) proclaim(id uint64, p *pb.ProclaimValue) {
-	if _, err := ss.srv.propose(&fsmpb.Proclaim{Session: ss.id, Name: p.GetName(), Token: p.GetToken(), Value: p.GetValue()}); err != nil {
-		ss.sendErr(id, err)
-		return
-	}
-	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Proclaimed{Proclaimed: &pb.ValueProclaimed{}}})
+	ss.send(ok)
 }
 
 // Observe implements pb.TenureServer.
@@ -525,6 +517,8 @@ func (s *Server) Observe(req *pb.ObserveRequest, stream pb.Tenure_ObserveServer)
 	}
 }
 
+// read runs fn on the state: after a linearizable barrier (the default),
+// or on this node's local, possibly stale, state when serializable.
 func (s *Server) read(ctx context.Context, serializable bool, fn func(*fsm.State)) error {
 	if !serializable {
 		if err := s.node.LinearizableRead(ctx); err != nil {
