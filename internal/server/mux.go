@@ -156,20 +156,18 @@ func (m *muxServer) waitRoom(ctx context.Context) error {
 	}
 }
 
-// maxRepliesBytes bounds one message of a Sessions RPC, far below the
-// client's default 4 MiB receive limit.
-const maxRepliesBytes = 1 << 20
+// maxRepliesPerMessage bounds one message of a Sessions RPC. A reply
+// carries at most a lock name (--max-name-len, at most 512 bytes) and an
+// error message, so 1,024 of them stay far below the client's default
+// 4 MiB receive limit, without measuring each one.
+const maxRepliesPerMessage = 1024
 
-// cutReplies splits queued replies into the next message (at least one, at
-// most about maxRepliesBytes) and the rest.
+// cutReplies splits queued replies into the next message and the rest.
 func cutReplies(out []*pb.SessionReply) (batch, rest []*pb.SessionReply) {
-	n := 0
-	for i, r := range out {
-		if n += proto.Size(r); n > maxRepliesBytes && i > 0 {
-			return out[:i], out[i:]
-		}
+	if len(out) <= maxRepliesPerMessage {
+		return out, nil
 	}
-	return out, nil
+	return out[:maxRepliesPerMessage], out[maxRepliesPerMessage:]
 }
 
 // sendLoop sends the queued replies, as few messages as possible: replies

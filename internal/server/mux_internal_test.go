@@ -51,3 +51,19 @@ func TestSessionsStopsReadingWhileAnswersPileUp(t *testing.T) {
 		t.Fatalf("with room: %v", err)
 	}
 }
+
+// TestRepliesAreCutIntoBoundedMessages: a long queue of replies leaves in
+// messages of at most maxRepliesPerMessage, in order.
+func TestRepliesAreCutIntoBoundedMessages(t *testing.T) {
+	out := make([]*pb.SessionReply, maxRepliesPerMessage+1)
+	for i := range out {
+		out[i] = &pb.SessionReply{Stream: uint64(i)}
+	}
+	batch, rest := cutReplies(out)
+	if len(batch) != maxRepliesPerMessage || len(rest) != 1 || rest[0].GetStream() != maxRepliesPerMessage {
+		t.Fatalf("cut into %d and %d", len(batch), len(rest))
+	}
+	if batch, rest = cutReplies(rest); len(batch) != 1 || rest != nil {
+		t.Fatalf("the rest cut into %d and %d", len(batch), len(rest))
+	}
+}
