@@ -523,14 +523,18 @@ func (n *Node) batcher() {
 			first.answer(proposeResult{err: ErrClosed})
 			return
 		}
-		batch := []*proposal{first}
-		size := proto.Size(first.cmd)
+		var batch []*proposal
+		size := 0
+		add := func(p *proposal) {
+			batch = append(batch, p)
+			size += proto.Size(p.cmd)
+		}
+		add(first)
 	drain:
 		for len(batch) < maxBatch && size < maxBatchBytes {
 			select {
 			case p := <-n.proposals:
-				batch = append(batch, p)
-				size += proto.Size(p.cmd)
+				add(p)
 			default:
 				break drain
 			}
@@ -547,8 +551,7 @@ func (n *Node) batcher() {
 				for len(batch) < want && size < maxBatchBytes {
 					select {
 					case p := <-n.proposals:
-						batch = append(batch, p)
-						size += proto.Size(p.cmd)
+						add(p)
 					case <-linger.C:
 						break wait
 					case <-n.quit:
