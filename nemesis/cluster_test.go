@@ -142,10 +142,13 @@ type cluster struct {
 	t      testing.TB
 	root   string
 	broken bool
-	nodes  []*node
-	links  map[[2]int]*link
-	eps    string         // the client addresses, comma-separated
-	admin  *client.Client // every endpoint: probes and final reads
+	// logStore is the --log-store every node starts with ("" for the
+	// default engine).
+	logStore string
+	nodes    []*node
+	links    map[[2]int]*link
+	eps      string         // the client addresses, comma-separated
+	admin    *client.Client // every endpoint: probes and final reads
 }
 
 // freeAddr picks a free loopback port below the kernel's ephemeral range
@@ -164,10 +167,11 @@ func freeAddr(t testing.TB) string {
 }
 
 // startCluster starts n nodes bootstrapped together and waits until they
-// serve. broken starts them with --unsafe-skip-fence-check.
-func startCluster(t testing.TB, n int, broken bool) *cluster {
+// serve. broken starts them with --unsafe-skip-fence-check; logStore names
+// their raft log engine ("" for the default).
+func startCluster(t testing.TB, n int, broken bool, logStore string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, root: t.TempDir(), broken: broken, links: make(map[[2]int]*link)}
+	c := &cluster{t: t, root: t.TempDir(), broken: broken, logStore: logStore, links: make(map[[2]int]*link)}
 	var eps []string
 	for i := 0; i < n; i++ {
 		nd := &node{i: i, id: fmt.Sprintf("n%d", i+1), addr: freeAddr(t), peer: freeAddr(t)}
@@ -246,6 +250,9 @@ func (c *cluster) start(nd *node) error {
 		"--data-dir", nd.dataDir, "--bootstrap-peers", strings.Join(peers, ","), "--peer-route", strings.Join(routes, ",")}
 	if c.broken {
 		args = append(args, "--unsafe-skip-fence-check")
+	}
+	if c.logStore != "" {
+		args = append(args, "--log-store", c.logStore)
 	}
 	p, err := startProc(fmt.Sprintf("%s#%d", nd.id, nd.gen), filepath.Join(nd.logDir, fmt.Sprintf("run-%d", nd.gen)), os.Environ(), args...)
 	if err != nil {

@@ -113,7 +113,7 @@ func runSuite(t *testing.T, cfg suiteConfig) suiteResult {
 		histPath = filepath.Join(dir, "history.jsonl")
 	}
 
-	c := startCluster(t, 3, cfg.broken)
+	c := startCluster(t, 3, cfg.broken, "")
 	startup := time.Since(began)
 	rec := newRecorder()
 	workDir := t.TempDir()

@@ -60,7 +60,8 @@ type Config struct {
 	// SnapshotThreshold is how many log entries trigger a snapshot.
 	// Default 16384.
 	SnapshotThreshold uint64
-	// LogStore names the storage engine: "bolt" (default) or "wal".
+	// LogStore names the storage engine: "wal" or "bolt"; "" is the data
+	// directory's own, or wal for a new one.
 	LogStore string
 	// PeerAddr is the raft peer address (TCP) this node binds and, unless
 	// PeerAdvertise is set, advertises. Empty: a standalone node.

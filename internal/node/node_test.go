@@ -82,9 +82,11 @@ func TestEngineMismatchRefused(t *testing.T) {
 	}
 }
 
+// TestEngineDetected: a directory made with the non-default engine (bolt)
+// reopens on it when no engine is named, with its state.
 func TestEngineDetected(t *testing.T) {
 	dir := t.TempDir()
-	n := open(t, dir, "wal")
+	n := open(t, dir, "bolt")
 	propose(t, n, &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: &fsmpb.CreateSession{Owner: "a", TtlMs: 60_000}}})
 	before := export(n)
 	n.Close()

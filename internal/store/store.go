@@ -1,6 +1,7 @@
 // Package store opens the raft log and stable store on local disk. It is the
-// one seam between Tenure and its storage engine: raft-boltdb (the default)
-// or raft-wal. Both fsync every append before raft counts it as stored.
+// one seam between Tenure and its storage engine: raft-wal (the default for
+// a new directory) or raft-boltdb. Both fsync every append before raft
+// counts it as stored.
 package store
 
 import (
@@ -16,6 +17,7 @@ import (
 	raftwal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
 	"go.etcd.io/bbolt"
+	"golang.org/x/sys/unix"
 )
 
 // LogCacheSize is how many recent log entries are kept in memory in front of
@@ -33,20 +35,55 @@ type Stores struct {
 }
 
 // Open opens (creating if needed) the stores under dir with the named
-// engine. "" means the engine the directory was created with, or bolt for a
-// new one; naming an engine other than the directory's is refused.
+// engine. "" means the engine the directory was created with, or wal for a
+// new one; naming an engine other than the directory's is refused. One
+// process at a time: while the stores are open, dir is locked (an advisory
+// lock on dir/LOCK, released by Close or by the process's end, kill -9
+// included), and a second Open fails at once with a "locked by another
+// process" error.
 func Open(dir, engine string) (*Stores, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("store: creating %s: %w", dir, err)
 	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	s, err := open(dir, engine)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	s.closer = closers{s.closer, lock}
+	return s, nil
+}
+
+// lockDir takes dir's advisory lock, without waiting.
+func lockDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, "LOCK")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("store: opening %s: %w", path, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("store: %s is locked by another process (is another tenure serve using this data directory?)", dir)
+		}
+		return nil, fmt.Errorf("store: locking %s: %w", path, err)
+	}
+	return f, nil
+}
+
+func open(dir, engine string) (*Stores, error) {
 	boltPath := filepath.Join(dir, "raft.db")
 	walDir := filepath.Join(dir, "wal")
 	_, boltErr := os.Stat(boltPath)
 	_, walErr := os.Stat(walDir)
 	if engine == "" {
-		engine = "bolt"
-		if walErr == nil {
-			engine = "wal"
+		engine = "wal"
+		if boltErr == nil {
+			engine = "bolt"
 		}
 	}
 	switch {

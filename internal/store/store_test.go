@@ -72,8 +72,8 @@ func BenchmarkStoreLogs(b *testing.B) {
 	}
 }
 
-// TestDefaultEngine: a new directory gets raft-boltdb; a directory created
-// with raft-wal keeps it when no engine is named.
+// TestDefaultEngine: a new directory gets raft-wal; a directory created
+// with raft-boltdb keeps it when no engine is named.
 func TestDefaultEngine(t *testing.T) {
 	fresh := t.TempDir()
 	s, err := store.Open(fresh, "")
@@ -81,40 +81,54 @@ func TestDefaultEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	if _, err := os.Stat(filepath.Join(fresh, "raft.db")); err != nil {
-		t.Fatalf("a new directory did not get the bolt engine: %v", err)
+	if fi, err := os.Stat(filepath.Join(fresh, "wal")); err != nil || !fi.IsDir() {
+		t.Fatalf("a new directory did not get the wal engine: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(fresh, "wal")); err == nil {
-		t.Fatal("a new directory got a wal")
+	if _, err := os.Stat(filepath.Join(fresh, "raft.db")); err == nil {
+		t.Fatal("a new directory got a bolt file")
 	}
 
-	walDir := t.TempDir()
-	s, err = store.Open(walDir, "wal")
+	boltDir := t.TempDir()
+	s, err = store.Open(boltDir, "bolt")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	s, err = store.Open(walDir, "")
+	s, err = store.Open(boltDir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	if _, err := os.Stat(filepath.Join(walDir, "raft.db")); err == nil {
-		t.Fatal("reopening a wal directory without naming the engine created a bolt file")
+	if _, err := os.Stat(filepath.Join(boltDir, "wal")); err == nil {
+		t.Fatal("reopening a bolt directory without naming the engine created a wal")
 	}
 }
 
-// TestBoltInUseIsRefusedQuickly: a second process (here, a second open) on
-// a bolt data directory gets a clear error instead of waiting forever.
-func TestBoltInUseIsRefusedQuickly(t *testing.T) {
-	dir := t.TempDir()
-	s, err := store.Open(dir, "bolt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	_, err = store.Open(dir, "bolt")
-	if err == nil || !strings.Contains(err.Error(), "locked by another process") {
-		t.Fatalf("second open: %v, want a locked error", err)
+// TestInUseIsRefusedQuickly: a second process (here, a second open) on a
+// data directory in use gets a clear error at once instead of waiting or
+// sharing the files, whatever the engine; once the first closes, the
+// directory opens again.
+func TestInUseIsRefusedQuickly(t *testing.T) {
+	for _, engine := range store.Engines {
+		t.Run(engine, func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := store.Open(dir, engine)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, second := range []string{engine, ""} {
+				if _, err := store.Open(dir, second); err == nil || !strings.Contains(err.Error(), "locked by another process") {
+					t.Fatalf("second open (engine %q): %v, want a locked error", second, err)
+				}
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s, err = store.Open(dir, "")
+			if err != nil {
+				t.Fatalf("open after close: %v", err)
+			}
+			s.Close()
+		})
 	}
 }
