@@ -380,8 +380,17 @@ func (ss *sessionStream) acquireAsync(ctx context.Context, id uint64, a *pb.Acqu
 			})
 			return
 		}
+		// Refused, or granted to a request nobody withdrew (when it was
+		// checked: a withdrawal from now on meets the grant in the client,
+		// which releases it). Only sends: this runs on the node's answering
+		// goroutine, where a proposal (as a withdrawal makes) would wait
+		// for its own answer.
 		ss.srv.hub.unregister(key, ch)
-		ss.acquired(ctx, id, a, p, ch, res, err) // only sends
+		if err != nil {
+			ss.sendErr(id, err)
+		} else {
+			ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Granted{Granted: &pb.LockGranted{Name: a.GetName(), Token: res.Token}}})
+		}
 		done()
 	})
 }
