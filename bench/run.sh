@@ -11,7 +11,7 @@
 #   DURATION       measurement window per run                 (default 10s)
 #   MODES          modes to run, in order                     (default "uncontended contended")
 #   TENURE_LISTEN  address for `tenure serve`                 (default 127.0.0.1:17070)
-#   TENURE_SERVE_FLAGS extra flags for `tenure serve` (e.g. "--log-store wal")
+#   TENURE_SERVE_FLAGS extra flags for `tenure serve` (e.g. "--log-store bolt")
 #   SKIP_TENURE=1  do not build, start or bench tenure
 #   KEEP_TMP=1     keep the temp dir (binaries, data, logs, raw JSON)
 #
