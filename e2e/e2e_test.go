@@ -553,3 +553,29 @@ func TestSignals(t *testing.T) {
 		t.Fatalf("lock still held: %+v", st)
 	}
 }
+
+// TestSecondServerOnDataDirRefused: a second `tenure serve` on a data
+// directory in use exits 1 at once with one line saying so (whatever its
+// other flags), and the first goes on serving.
+func TestSecondServerOnDataDirRefused(t *testing.T) {
+	dataDir := filepath.Join(t.TempDir(), "data")
+	addr := freeAddr(t)
+	startServer(t, addr, dataDir)
+	second := freeAddr(t)
+	r := tenure(t, second, "serve", "--listen", second, "--data-dir", dataDir)
+	if r.code != 1 {
+		t.Fatalf("second server on the same data dir exited %d, want 1; stderr %q", r.code, r.stderr)
+	}
+	lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "is locked by another process") {
+		t.Fatalf("second server's stderr %q, want one line saying the data dir is locked", r.stderr)
+	}
+	var st struct {
+		Node   string `json:"node"`
+		Leader string `json:"leader"`
+	}
+	tenureJSON(t, addr, 0, &st, "status")
+	if st.Node != "n1" || st.Leader != "n1" {
+		t.Fatalf("the first server, after the second was refused: status %+v, want node and leader n1", st)
+	}
+}
