@@ -12,7 +12,9 @@ import (
 	"github.com/tenure-io/tenure/internal/store"
 )
 
-func TestReopenKeepsLogAndStable(t *testing.T) {
+// withEachEngine runs fn in a subtest per engine, on stores newly opened
+// in a directory of their own.
+func withEachEngine(t *testing.T, fn func(t *testing.T, engine, dir string, s *store.Stores)) {
 	for _, engine := range store.Engines {
 		t.Run(engine, func(t *testing.T) {
 			dir := t.TempDir()
@@ -20,27 +22,33 @@ func TestReopenKeepsLogAndStable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Log.StoreLogs([]*raft.Log{{Index: 1, Term: 1, Data: []byte("a")}, {Index: 2, Term: 1, Data: []byte("b")}}); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Stable.SetUint64([]byte("term"), 7); err != nil {
-				t.Fatal(err)
-			}
-			s.Close()
-			s, err = store.Open(dir, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			var l raft.Log
-			if err := s.Log.GetLog(2, &l); err != nil || string(l.Data) != "b" {
-				t.Fatalf("log 2 after reopen: %q %v", l.Data, err)
-			}
-			if v, err := s.Stable.GetUint64([]byte("term")); err != nil || v != 7 {
-				t.Fatalf("term after reopen: %d %v", v, err)
-			}
+			fn(t, engine, dir, s)
 		})
 	}
+}
+
+func TestReopenKeepsLogAndStable(t *testing.T) {
+	withEachEngine(t, func(t *testing.T, _, dir string, s *store.Stores) {
+		if err := s.Log.StoreLogs([]*raft.Log{{Index: 1, Term: 1, Data: []byte("a")}, {Index: 2, Term: 1, Data: []byte("b")}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Stable.SetUint64([]byte("term"), 7); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		s, err := store.Open(dir, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		var l raft.Log
+		if err := s.Log.GetLog(2, &l); err != nil || string(l.Data) != "b" {
+			t.Fatalf("log 2 after reopen: %q %v", l.Data, err)
+		}
+		if v, err := s.Stable.GetUint64([]byte("term")); err != nil || v != 7 {
+			t.Fatalf("term after reopen: %d %v", v, err)
+		}
+	})
 }
 
 // BenchmarkStoreLogs measures one fsynced append of a batch of small
@@ -109,26 +117,19 @@ func TestDefaultEngine(t *testing.T) {
 // sharing the files, whatever the engine; once the first closes, the
 // directory opens again.
 func TestInUseIsRefusedQuickly(t *testing.T) {
-	for _, engine := range store.Engines {
-		t.Run(engine, func(t *testing.T) {
-			dir := t.TempDir()
-			s, err := store.Open(dir, engine)
-			if err != nil {
-				t.Fatal(err)
+	withEachEngine(t, func(t *testing.T, engine, dir string, s *store.Stores) {
+		for _, second := range []string{engine, ""} {
+			if _, err := store.Open(dir, second); err == nil || !strings.Contains(err.Error(), "locked by another process") {
+				t.Fatalf("second open (engine %q): %v, want a locked error", second, err)
 			}
-			for _, second := range []string{engine, ""} {
-				if _, err := store.Open(dir, second); err == nil || !strings.Contains(err.Error(), "locked by another process") {
-					t.Fatalf("second open (engine %q): %v, want a locked error", second, err)
-				}
-			}
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			s, err = store.Open(dir, "")
-			if err != nil {
-				t.Fatalf("open after close: %v", err)
-			}
-			s.Close()
-		})
-	}
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s, err := store.Open(dir, "")
+		if err != nil {
+			t.Fatalf("open after close: %v", err)
+		}
+		s.Close()
+	})
 }
