@@ -17,7 +17,6 @@ import (
 	raftwal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
 	"go.etcd.io/bbolt"
-	"golang.org/x/sys/unix"
 )
 
 // LogCacheSize is how many recent log entries are kept in memory in front of
@@ -56,23 +55,6 @@ func Open(dir, engine string) (*Stores, error) {
 	}
 	s.closer = closers{s.closer, lock}
 	return s, nil
-}
-
-// lockDir takes dir's advisory lock, without waiting.
-func lockDir(dir string) (*os.File, error) {
-	path := filepath.Join(dir, "LOCK")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o640)
-	if err != nil {
-		return nil, fmt.Errorf("store: opening %s: %w", path, err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("store: %s is locked by another process (is another tenure serve using this data directory?)", dir)
-		}
-		return nil, fmt.Errorf("store: locking %s: %w", path, err)
-	}
-	return f, nil
 }
 
 func open(dir, engine string) (*Stores, error) {
