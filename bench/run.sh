@@ -3,6 +3,7 @@
 # loopback, both with their default durability (fsync on).
 #
 #   bench/run.sh                      # 64 clients, 10s per run, both modes
+#   ROUNDS=5 DURATION=8s bench/run.sh # five alternating rounds, median ratios
 #   CLIENTS=16 DURATION=5s bench/run.sh
 #   SKIP_TENURE=1 bench/run.sh        # etcd half only
 #
@@ -10,6 +11,11 @@
 #   CLIENTS        concurrent lock clients per run            (default 64)
 #   DURATION       measurement window per run                 (default 10s)
 #   MODES          modes to run, in order                     (default "uncontended contended")
+#   ROUNDS         rounds of every mode against both systems  (default 1); with
+#                  more than one, the order of the two systems alternates
+#                  from round to round, the detailed table is round 1's,
+#                  and a table of every round's rates with the median
+#                  ratio per mode follows
 #   TENURE_LISTEN  address for `tenure serve`                 (default 127.0.0.1:17070)
 #   TENURE_SERVE_FLAGS extra flags for `tenure serve` (e.g. "--log-store bolt")
 #   SKIP_TENURE=1  do not build, start or bench tenure
@@ -23,6 +29,11 @@ set -euo pipefail
 CLIENTS=${CLIENTS:-64}
 DURATION=${DURATION:-10s}
 MODES=${MODES:-"uncontended contended"}
+ROUNDS=${ROUNDS:-1}
+if ! [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]]; then
+	echo "ROUNDS must be a positive integer, not '$ROUNDS'" >&2
+	exit 1
+fi
 TENURE_LISTEN=${TENURE_LISTEN:-127.0.0.1:17070}
 SKIP_TENURE=${SKIP_TENURE:-0}
 KEEP_TMP=${KEEP_TMP:-0}
@@ -182,27 +193,47 @@ if [[ $ready != 1 ]]; then
 fi
 
 # ---------------------------------------------------------------- run
-for mode in $MODES; do
-	if [[ "$SKIP_TENURE" != 1 ]]; then
-		log "tenure: mode=$mode clients=$CLIENTS duration=$DURATION"
-		"$TMP/tenure" bench --endpoint "$TENURE_LISTEN" --mode "$mode" --clients "$CLIENTS" \
-			--duration "$DURATION" -o json >"$TMP/tenure-$mode.out" 2>"$TMP/tenure-$mode.err" || {
-			log "tenure bench failed:"
-			cat "$TMP/tenure-$mode.err" >&2
-			exit 1
-		}
-		extract_json "$TMP/tenure-$mode.out" "$TMP/tenure-$mode.json"
-		sleep 1
-	fi
-	log "etcd:   mode=$mode clients=$CLIENTS duration=$DURATION"
-	"$TMP/etcd-bench" --endpoints "$ETCD_EP" --mode "$mode" --clients "$CLIENTS" \
-		--duration "$DURATION" -o json >"$TMP/etcd-$mode.out" 2>"$TMP/etcd-$mode.err" || {
-		log "etcd-bench failed:"
-		cat "$TMP/etcd-$mode.err" >&2
+# run_tenure MODE ROUND / run_etcd MODE ROUND: one measurement, its JSON in
+# $TMP/<system>-<mode>.r<round>.json.
+run_tenure() {
+	log "round $2 tenure: mode=$1 clients=$CLIENTS duration=$DURATION"
+	"$TMP/tenure" bench --endpoint "$TENURE_LISTEN" --mode "$1" --clients "$CLIENTS" \
+		--duration "$DURATION" -o json >"$TMP/tenure-$1.out" 2>"$TMP/tenure-$1.err" || {
+		log "tenure bench failed:"
+		cat "$TMP/tenure-$1.err" >&2
 		exit 1
 	}
-	extract_json "$TMP/etcd-$mode.out" "$TMP/etcd-$mode.json"
+	extract_json "$TMP/tenure-$1.out" "$TMP/tenure-$1.r$2.json"
 	sleep 1
+}
+run_etcd() {
+	log "round $2 etcd:   mode=$1 clients=$CLIENTS duration=$DURATION"
+	"$TMP/etcd-bench" --endpoints "$ETCD_EP" --mode "$1" --clients "$CLIENTS" \
+		--duration "$DURATION" -o json >"$TMP/etcd-$1.out" 2>"$TMP/etcd-$1.err" || {
+		log "etcd-bench failed:"
+		cat "$TMP/etcd-$1.err" >&2
+		exit 1
+	}
+	extract_json "$TMP/etcd-$1.out" "$TMP/etcd-$1.r$2.json"
+	sleep 1
+}
+for round in $(seq 1 "$ROUNDS"); do
+	for mode in $MODES; do
+		if [[ "$SKIP_TENURE" == 1 ]]; then
+			run_etcd "$mode" "$round"
+		elif ((round % 2 == 1)); then
+			run_tenure "$mode" "$round"
+			run_etcd "$mode" "$round"
+		else
+			run_etcd "$mode" "$round"
+			run_tenure "$mode" "$round"
+		fi
+	done
+done
+for mode in $MODES; do
+	for sys in tenure etcd; do
+		[[ -s "$TMP/$sys-$mode.r1.json" ]] && cp "$TMP/$sys-$mode.r1.json" "$TMP/$sys-$mode.json"
+	done
 done
 
 # ---------------------------------------------------------------- report
@@ -246,10 +277,44 @@ echo
 echo "Raw results:"
 echo
 echo '```'
-for mode in $MODES; do
-	for sys in tenure etcd; do
-		f="$TMP/$sys-$mode.json"
-		[[ -s "$f" ]] && tr -d '\n' <"$f" | tr -s ' ' && echo
+for round in $(seq 1 "$ROUNDS"); do
+	for mode in $MODES; do
+		for sys in tenure etcd; do
+			f="$TMP/$sys-$mode.r$round.json"
+			[[ -s "$f" ]] && tr -d '\n' <"$f" | tr -s ' ' && echo
+		done
 	done
 done
 echo '```'
+
+# ---------------------------------------------------------------- rounds
+if ((ROUNDS > 1)) && [[ "$SKIP_TENURE" != 1 ]]; then
+	rate_key() { if [[ "$1" == contended ]]; then echo handoffs_per_sec; else echo ops_per_sec; fi; }
+	rate_label() { if [[ "$1" == contended ]]; then echo hand-offs/s; else echo lock+unlock cycles/s; fi; }
+	echo
+	echo "### Every round ($ROUNDS; odd rounds ran Tenure first, even rounds etcd first)"
+	echo
+	echo "| round | mode | rate | tenure | etcd | tenure/etcd |"
+	echo "| ---: | --- | --- | ---: | ---: | ---: |"
+	for mode in $MODES; do
+		key=$(rate_key "$mode")
+		: >"$TMP/ratios-$mode"
+		for round in $(seq 1 "$ROUNDS"); do
+			t=$(json_field "$TMP/tenure-$mode.r$round.json" "$key")
+			e=$(json_field "$TMP/etcd-$mode.r$round.json" "$key")
+			echo "| $round | $mode | $(rate_label "$mode") | $(fmt "$t") | $(fmt "$e") | $(ratio "$t" "$e") |"
+			awk -v a="$t" -v b="$e" 'BEGIN{ if (b > 0) printf "%.4f\n", a / b }' >>"$TMP/ratios-$mode"
+		done
+	done
+	echo
+	for mode in $MODES; do
+		sort -n "$TMP/ratios-$mode" | awk -v m="$mode" '
+			{ r[NR] = $1 }
+			END {
+				if (NR == 0) exit
+				med = (NR % 2) ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2
+				n5 = 0; for (i = 1; i <= NR; i++) if (r[i] >= 5) n5++
+				printf "%s: median ratio %.2fx (min %.2fx, max %.2fx); %d of %d rounds at or above 5x\n", m, med, r[1], r[NR], n5, NR
+			}'
+	done
+fi
