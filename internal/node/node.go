@@ -662,11 +662,8 @@ func (n *Node) LinearizableRead(ctx context.Context) error {
 		// A new leader knows what earlier leaders committed only once an
 		// entry of its own term is committed; until then its commit index
 		// may miss writes that were already acknowledged. Commit one.
-		if err := n.wait(n.raft.Barrier(timeout)); err != nil {
-			if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-				return ErrNotLeader
-			}
-			return mapRaftErr(err)
+		if err := mapReadErr(n.wait(n.raft.Barrier(timeout))); err != nil {
+			return err
 		}
 		if n.raft.CurrentTerm() == term {
 			n.readTerm.Store(term) // usually promote has done it already
@@ -675,17 +672,27 @@ func (n *Node) LinearizableRead(ctx context.Context) error {
 	commit := n.raft.CommitIndex()
 	// Not through wait: raft answers every verify future, also when it
 	// steps down or shuts down, and this is on every read's path.
-	if err := n.raft.VerifyLeader().Error(); err != nil {
-		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-			return ErrNotLeader
-		}
-		return mapRaftErr(err)
+	if err := mapReadErr(n.raft.VerifyLeader().Error()); err != nil {
+		return err
 	}
 	if n.raft.AppliedIndex() >= commit {
 		return nil
 	}
 	// Rare: wait for the apply loop to catch up with a barrier.
-	return mapRaftErr(n.wait(n.raft.Barrier(timeout)))
+	return mapReadErr(n.wait(n.raft.Barrier(timeout)))
+}
+
+// mapReadErr is mapRaftErr for a read's leadership check: a read changes
+// nothing, so losing leadership meanwhile leaves no outcome unknown; the
+// reader should just ask the leader.
+func mapReadErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost):
+		return ErrNotLeader
+	}
+	return mapRaftErr(err)
 }
 
 // Read runs fn on the local state (see LinearizableRead).
