@@ -151,6 +151,10 @@ func (ss *sessionStream) send(r *pb.SessionResponse) {
 	_ = ss.stream.Send(r) // a broken stream is noticed by Recv
 }
 
+func (ss *sessionStream) sendGranted(id uint64, name string, token uint64) {
+	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Granted{Granted: &pb.LockGranted{Name: name, Token: token}}})
+}
+
 func (ss *sessionStream) sendErr(id uint64, err error) {
 	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Error{Error: toProto(err)}})
 }
@@ -283,22 +287,18 @@ func (ss *sessionStream) handle(ctx context.Context, req *pb.SessionRequest) (cl
 		ss.mu.Lock()
 		ss.pending[id] = p
 		ss.mu.Unlock()
+		done := func() {
+			cancel()
+			ss.mu.Lock()
+			delete(ss.pending, id)
+			ss.mu.Unlock()
+		}
 		if ss.sendQueues {
-			ss.acquireAsync(actx, id, op.Acquire, p, func() {
-				cancel()
-				ss.mu.Lock()
-				delete(ss.pending, id)
-				ss.mu.Unlock()
-			})
+			ss.acquireAsync(actx, id, op.Acquire, p, done)
 			return false
 		}
 		ss.goHandle(func() {
-			defer func() {
-				cancel()
-				ss.mu.Lock()
-				delete(ss.pending, id)
-				ss.mu.Unlock()
-			}()
+			defer done()
 			ss.acquire(actx, id, op.Acquire, p)
 		})
 	case *pb.SessionRequest_Release:
@@ -389,7 +389,7 @@ func (ss *sessionStream) acquireAsync(ctx context.Context, id uint64, a *pb.Acqu
 		if err != nil {
 			ss.sendErr(id, err)
 		} else {
-			ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Granted{Granted: &pb.LockGranted{Name: a.GetName(), Token: res.Token}}})
+			ss.sendGranted(id, a.GetName(), res.Token)
 		}
 		done()
 	})
@@ -434,7 +434,7 @@ func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireL
 			ss.sendErr(id, errCancelled)
 			return
 		}
-		ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Granted{Granted: &pb.LockGranted{Name: a.GetName(), Token: res.Token}}})
+		ss.sendGranted(id, a.GetName(), res.Token)
 		return
 	}
 	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Queued{Queued: &pb.LockQueued{Position: res.Position, QueuedRevision: res.AcquireRevision}}})
@@ -445,7 +445,7 @@ func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireL
 				continue
 			}
 			if e.Kind == fsm.EventGranted {
-				ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Granted{Granted: &pb.LockGranted{Name: a.GetName(), Token: e.Token}}})
+				ss.sendGranted(id, a.GetName(), e.Token)
 				return
 			}
 			ss.sendErr(id, fsm.ErrSessionNotFound)
