@@ -199,16 +199,17 @@ func (mc *muxConn) poke() {
 // default 4 MiB receive limit.
 const maxBatchBytes = 1 << 20
 
-// cutBatch splits queued items into the next message (at least one item,
-// at most about maxBatchBytes) and the rest.
-func cutBatch[T any](items []T, size func(T) int) (batch, rest []T) {
+// cutFrames splits queued frames into the next message (at least one
+// frame, at most maxBatchBytes unless that one frame is larger) and the
+// rest. Frames are measured: a request may carry a value of many KiB.
+func cutFrames(frames []*pb.SessionFrame) (batch, rest []*pb.SessionFrame) {
 	n := 0
-	for i, it := range items {
-		if n += size(it); n > maxBatchBytes && i > 0 {
-			return items[:i], items[i:]
+	for i, f := range frames {
+		if n += proto.Size(f); n > maxBatchBytes && i > 0 {
+			return frames[:i], frames[i:]
 		}
 	}
-	return items, nil
+	return frames, nil
 }
 
 // sendLoop sends the queued frames, as few messages as possible: frames
@@ -222,7 +223,7 @@ func (mc *muxConn) sendLoop() {
 		}
 		runtime.Gosched() // let the other senders that were woken with us queue too
 		mc.mu.Lock()
-		batch, rest := cutBatch(mc.out, func(f *pb.SessionFrame) int { return proto.Size(f) })
+		batch, rest := cutFrames(mc.out)
 		mc.out = rest
 		mc.mu.Unlock()
 		if len(rest) > 0 {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 )
@@ -46,5 +47,39 @@ func TestMuxSendKeepsTheRequestAsSent(t *testing.T) {
 	got := (<-f.sent).GetFrames()
 	if len(got) != 1 || got[0].GetRequest().GetId() != 7 {
 		t.Fatalf("sent %v, want the request with id 7", got)
+	}
+}
+
+// TestCutFramesBoundsAMessage: queued frames go out in messages of at most
+// maxBatchBytes, in order, every frame exactly once; a frame larger than
+// the bound goes alone.
+func TestCutFramesBoundsAMessage(t *testing.T) {
+	frame := func(n int) *pb.SessionFrame {
+		return &pb.SessionFrame{Stream: 1, Request: &pb.SessionRequest{Op: &pb.SessionRequest_Proclaim{Proclaim: &pb.ProclaimValue{Name: "l", Value: make([]byte, n)}}}}
+	}
+	var out []*pb.SessionFrame
+	for range 5 {
+		out = append(out, frame(maxBatchBytes/3))
+	}
+	out = append(out, frame(maxBatchBytes+1), frame(10))
+	var got []*pb.SessionFrame
+	for rest := out; len(rest) > 0; {
+		var batch []*pb.SessionFrame
+		batch, rest = cutFrames(rest)
+		if len(batch) == 0 {
+			t.Fatal("an empty message")
+		}
+		if size := proto.Size(&pb.SessionFrames{Frames: batch}); len(batch) > 1 && size > maxBatchBytes+64 {
+			t.Fatalf("a message of %d frames and %d bytes, bound %d", len(batch), size, maxBatchBytes)
+		}
+		got = append(got, batch...)
+	}
+	if len(got) != len(out) {
+		t.Fatalf("%d frames sent, %d queued", len(got), len(out))
+	}
+	for i := range out {
+		if got[i] != out[i] {
+			t.Fatalf("frame %d out of order", i)
+		}
 	}
 }
