@@ -239,11 +239,17 @@ func (vs *muxSessionStream) handleDirect(fn func(*pb.SessionRequest) bool) {
 	defer vs.mu.Unlock()
 	vs.direct = fn
 	for len(vs.inbox) > 0 && !vs.stopped {
-		r := vs.inbox[0]
-		vs.inbox[0] = nil
-		vs.inbox = vs.inbox[1:]
-		vs.stopped = !fn(r)
+		vs.stopped = !fn(vs.popLocked())
 	}
+}
+
+// popLocked takes the oldest received request; vs.mu is held and the
+// inbox is not empty.
+func (vs *muxSessionStream) popLocked() *pb.SessionRequest {
+	r := vs.inbox[0]
+	vs.inbox[0] = nil
+	vs.inbox = vs.inbox[1:]
+	return r
 }
 
 // stopDirect stops handleDirect's handling; once it returns, no request is
@@ -298,9 +304,7 @@ func (vs *muxSessionStream) Recv() (*pb.SessionRequest, error) {
 	for {
 		vs.mu.Lock()
 		if len(vs.inbox) > 0 {
-			r := vs.inbox[0]
-			vs.inbox[0] = nil
-			vs.inbox = vs.inbox[1:]
+			r := vs.popLocked()
 			vs.mu.Unlock()
 			return r, nil
 		}
