@@ -16,6 +16,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/store"
 )
 
 // TestNemesisKV drives puts, linearizable gets and compare-and-swap
@@ -29,7 +30,7 @@ import (
 // an append and a follower cutting its log's tail on rejoining are where
 // an engine's crash safety shows.
 func TestNemesisKV(t *testing.T) {
-	for _, engine := range []string{"wal", "bolt"} {
+	for _, engine := range store.Engines {
 		t.Run(engine, func(t *testing.T) { nemesisKV(t, engine) })
 	}
 }
