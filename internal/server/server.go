@@ -434,6 +434,7 @@ func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireL
 			ss.sendErr(id, errCancelled)
 			return
 		}
+		ss.srv.hub.unregister(waitKey{ss.id, a.GetName()}, ch) // before answering, as below
 		ss.sendGranted(id, a.GetName(), res.Token)
 		return
 	}
@@ -444,6 +445,9 @@ func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireL
 			if e.AcquireRevision != res.AcquireRevision {
 				continue
 			}
+			// Free the slot before answering: the client may ask for
+			// this lock again as soon as it has the answer.
+			ss.srv.hub.unregister(waitKey{ss.id, a.GetName()}, ch)
 			if e.Kind == fsm.EventGranted {
 				ss.sendGranted(id, a.GetName(), e.Token)
 				return
