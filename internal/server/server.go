@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -450,6 +451,9 @@ func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireL
 			ss.srv.hub.unregister(waitKey{ss.id, a.GetName()}, ch)
 			if e.Kind == fsm.EventGranted {
 				ss.sendGranted(id, a.GetName(), e.Token)
+				if hook := grantSentHook.Load(); hook != nil {
+					(*hook)()
+				}
 				return
 			}
 			ss.sendErr(id, fsm.ErrSessionNotFound)
@@ -464,6 +468,10 @@ func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireL
 		}
 	}
 }
+
+// grantSentHook, when a test sets it, runs after a request that waited in
+// line has sent its grant.
+var grantSentHook atomic.Pointer[func()]
 
 // cancelAcquire withdraws a queued acquisition, or releases it if it was
 // granted meanwhile; the state machine decides which, atomically.
