@@ -1,10 +1,10 @@
 package server
 
-// SetGrantSentHook sets grantSentHook (nil removes it).
-func SetGrantSentHook(fn func()) {
+// SetAcquireAnsweredHook sets acquireAnsweredHook (nil removes it).
+func SetAcquireAnsweredHook(fn func()) {
 	if fn == nil {
-		grantSentHook.Store(nil)
+		acquireAnsweredHook.Store(nil)
 		return
 	}
-	grantSentHook.Store(&fn)
+	acquireAnsweredHook.Store(&fn)
 }

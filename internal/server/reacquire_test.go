@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,21 +11,28 @@ import (
 	"github.com/tenure-io/tenure/internal/testutil"
 )
 
-// TestReacquireRightAfterAWaitedGrant: a client that waited in line for a
-// lock may release it and ask for it again (a fresh acquire, not a resumed
-// one) the moment the grant arrives, even while the server's goroutine
-// that sent the grant has not run again (the hook holds it there): the new
-// acquire is granted, not refused as a duplicate of the finished one.
-func TestReacquireRightAfterAWaitedGrant(t *testing.T) {
+// holdNextAcquireAnswer makes the next acquire answer the server sends
+// after arm is called hold the goroutine that sent it until the test's
+// server has stopped.
+func holdNextAcquireAnswer(t *testing.T) (arm func()) {
 	proceed := make(chan struct{})
-	server.SetGrantSentHook(func() { <-proceed })
-	t.Cleanup(func() { server.SetGrantSentHook(nil) }) // runs after the server stops
-	srv := testutil.Start(t, "", nil)
-	t.Cleanup(func() { close(proceed) }) // runs before the server stops
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	r := openSessionsRPC(t, ctx, srv.Addr())
+	var armed atomic.Bool
+	server.SetAcquireAnsweredHook(func() {
+		if armed.CompareAndSwap(true, false) {
+			<-proceed
+		}
+	})
+	t.Cleanup(func() { // after the server stops
+		close(proceed)
+		server.SetAcquireAnsweredHook(nil)
+	})
+	return func() { armed.Store(true) }
+}
 
+// queueBehindA opens sessions a and b on stream 1 and 2 of r; a holds lock
+// L and b waits for it with request 2. It returns a's grant.
+func queueBehindA(t *testing.T, r *sessionsRPC) *pb.LockGranted {
+	t.Helper()
 	r.send(req(1, 1, &pb.OpenSession{Owner: "a", TtlMs: 60_000}), req(2, 1, &pb.OpenSession{Owner: "b", TtlMs: 60_000}))
 	if r.await(1, anyReply).GetResponse().GetOpened() == nil || r.await(2, anyReply).GetResponse().GetOpened() == nil {
 		t.Fatal("opening the sessions failed")
@@ -38,6 +46,23 @@ func TestReacquireRightAfterAWaitedGrant(t *testing.T) {
 	if r.await(2, anyReply).GetResponse().GetQueued() == nil {
 		t.Fatal("b's acquire was not queued")
 	}
+	return ga
+}
+
+// TestReacquireRightAfterAWaitedGrant: a client that waited in line for a
+// lock may release it and ask for it again (a fresh acquire, not a resumed
+// one) the moment the grant arrives, even while the server's goroutine
+// that sent the grant has not run again (the hook holds it there): the new
+// acquire is granted, not refused as a duplicate of the finished one.
+func TestReacquireRightAfterAWaitedGrant(t *testing.T) {
+	arm := holdNextAcquireAnswer(t)
+	srv := testutil.Start(t, "", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := openSessionsRPC(t, ctx, srv.Addr())
+	ga := queueBehindA(t, r)
+
+	arm()
 	r.send(req(1, 3, &pb.ReleaseLock{Name: "L", Token: ga.GetToken()}))
 	gb := r.await(2, func(rep *pb.SessionReply) bool { return rep.GetResponse().GetId() == 2 }).GetResponse().GetGranted()
 	if gb == nil {
@@ -51,5 +76,26 @@ func TestReacquireRightAfterAWaitedGrant(t *testing.T) {
 	resp := r.await(2, anyReply).GetResponse()
 	if g := resp.GetGranted(); g == nil || g.GetToken() <= gb.GetToken() {
 		t.Fatalf("b acquiring again right after its waited grant: %v, want granted with a token above %d", resp, gb.GetToken())
+	}
+}
+
+// TestReacquireRightAfterAWithdrawnWait: the same for a wait the client
+// withdrew: once it has the "cancelled" answer it may queue again at once.
+func TestReacquireRightAfterAWithdrawnWait(t *testing.T) {
+	arm := holdNextAcquireAnswer(t)
+	srv := testutil.Start(t, "", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := openSessionsRPC(t, ctx, srv.Addr())
+	queueBehindA(t, r)
+
+	arm()
+	r.send(&pb.SessionFrame{Stream: 2, Request: &pb.SessionRequest{Id: 3, Op: &pb.SessionRequest_Cancel{Cancel: &pb.CancelRequest{RequestId: 2}}}})
+	if e := r.await(2, anyReply).GetResponse(); e.GetId() != 2 || e.GetError() == nil {
+		t.Fatalf("withdrawing b's wait: %v, want an error answer to request 2", e)
+	}
+	r.send(req(2, 4, &pb.AcquireLock{Name: "L", Wait: true}))
+	if resp := r.await(2, anyReply).GetResponse(); resp.GetQueued() == nil {
+		t.Fatalf("b queuing again right after withdrawing: %v, want queued", resp)
 	}
 }

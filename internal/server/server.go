@@ -152,12 +152,16 @@ func (ss *sessionStream) send(r *pb.SessionResponse) {
 	_ = ss.stream.Send(r) // a broken stream is noticed by Recv
 }
 
-func (ss *sessionStream) sendGranted(id uint64, name string, token uint64) {
-	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Granted{Granted: &pb.LockGranted{Name: name, Token: token}}})
+func granted(id uint64, name string, token uint64) *pb.SessionResponse {
+	return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Granted{Granted: &pb.LockGranted{Name: name, Token: token}}}
+}
+
+func errResponse(id uint64, err error) *pb.SessionResponse {
+	return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Error{Error: toProto(err)}}
 }
 
 func (ss *sessionStream) sendErr(id uint64, err error) {
-	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Error{Error: toProto(err)}})
+	ss.send(errResponse(id, err))
 }
 
 // sessionEnded is called from the state machine's apply path: it must
@@ -353,9 +357,8 @@ func (ss *sessionStream) acquire(ctx context.Context, id uint64, a *pb.AcquireLo
 	if !ok {
 		return
 	}
-	defer ss.srv.hub.unregister(waitKey{ss.id, a.GetName()}, ch)
 	res, err := ss.srv.propose(acquireCommand(ss.id, a))
-	ss.acquired(ctx, id, a, p, ch, res, err)
+	ss.finishAcquire(waitKey{ss.id, a.GetName()}, ch, ss.acquired(ctx, id, a, p, ch, res, err))
 }
 
 // acquireAsync is acquire without a goroutine of its own while nothing
@@ -376,8 +379,7 @@ func (ss *sessionStream) acquireAsync(ctx context.Context, id uint64, a *pb.Acqu
 			// ends this wait then.
 			ss.srv.workers.Go(func() {
 				defer done()
-				defer ss.srv.hub.unregister(key, ch)
-				ss.acquired(ctx, id, a, p, ch, res, err)
+				ss.finishAcquire(key, ch, ss.acquired(ctx, id, a, p, ch, res, err))
 			})
 			return
 		}
@@ -386,11 +388,10 @@ func (ss *sessionStream) acquireAsync(ctx context.Context, id uint64, a *pb.Acqu
 		// which releases it). Only sends: this runs on the node's answering
 		// goroutine, where a proposal (as a withdrawal makes) would wait
 		// for its own answer.
-		ss.srv.hub.unregister(key, ch)
 		if err != nil {
-			ss.sendErr(id, err)
+			ss.finishAcquire(key, ch, errResponse(id, err))
 		} else {
-			ss.sendGranted(id, a.GetName(), res.Token)
+			ss.finishAcquire(key, ch, granted(id, a.GetName(), res.Token))
 		}
 		done()
 	})
@@ -422,22 +423,20 @@ func (ss *sessionStream) admitAcquire(id uint64, a *pb.AcquireLock) (ch chan fsm
 	return ch, true
 }
 
-// acquired answers an acquire request once its command is committed, and
-// for a queued one waits for the grant (or the end of the wait).
-func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireLock, p *pendingAcquire, ch chan fsm.Event, res fsm.Result, err error) {
+// acquired returns an acquire request's final answer once its command is
+// committed; for a queued one it sends "queued" and waits for the grant
+// (or the end of the wait). Nil: no answer, the stream broke and the place
+// in line is kept for a resume.
+func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireLock, p *pendingAcquire, ch chan fsm.Event, res fsm.Result, err error) *pb.SessionResponse {
 	if err != nil {
-		ss.sendErr(id, err)
-		return
+		return errResponse(id, err)
 	}
 	if res.Granted {
 		if ss.withdrawing(p) { // the client gave up while we committed
 			ss.cancelAcquire(a.GetName(), res.AcquireRevision)
-			ss.sendErr(id, errCancelled)
-			return
+			return errResponse(id, errCancelled)
 		}
-		ss.srv.hub.unregister(waitKey{ss.id, a.GetName()}, ch) // before answering, as below
-		ss.sendGranted(id, a.GetName(), res.Token)
-		return
+		return granted(id, a.GetName(), res.Token)
 	}
 	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Queued{Queued: &pb.LockQueued{Position: res.Position, QueuedRevision: res.AcquireRevision}}})
 	for {
@@ -446,32 +445,38 @@ func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireL
 			if e.AcquireRevision != res.AcquireRevision {
 				continue
 			}
-			// Free the slot before answering: the client may ask for
-			// this lock again as soon as it has the answer.
-			ss.srv.hub.unregister(waitKey{ss.id, a.GetName()}, ch)
 			if e.Kind == fsm.EventGranted {
-				ss.sendGranted(id, a.GetName(), e.Token)
-				if hook := grantSentHook.Load(); hook != nil {
-					(*hook)()
-				}
-				return
+				return granted(id, a.GetName(), e.Token)
 			}
-			ss.sendErr(id, fsm.ErrSessionNotFound)
-			return
+			return errResponse(id, fsm.ErrSessionNotFound)
 		case <-ctx.Done():
 			if !ss.withdrawing(p) {
-				return // the stream broke: the place in line is kept for a resume
+				return nil // the stream broke: the place in line is kept for a resume
 			}
 			ss.cancelAcquire(a.GetName(), res.AcquireRevision)
-			ss.sendErr(id, errCancelled)
-			return
+			return errResponse(id, errCancelled)
 		}
 	}
 }
 
-// grantSentHook, when a test sets it, runs after a request that waited in
-// line has sent its grant.
-var grantSentHook atomic.Pointer[func()]
+// finishAcquire ends an acquire request: it frees the request's slot in the
+// hub, then sends its final answer, if any. In that order: the client may
+// ask for the same lock again as soon as it has the answer, and a slot
+// still taken would refuse it as a duplicate.
+func (ss *sessionStream) finishAcquire(key waitKey, ch chan fsm.Event, resp *pb.SessionResponse) {
+	ss.srv.hub.unregister(key, ch)
+	if resp == nil {
+		return
+	}
+	ss.send(resp)
+	if hook := acquireAnsweredHook.Load(); hook != nil {
+		(*hook)()
+	}
+}
+
+// acquireAnsweredHook, when a test sets it, runs after finishAcquire has
+// sent an answer.
+var acquireAnsweredHook atomic.Pointer[func()]
 
 // cancelAcquire withdraws a queued acquisition, or releases it if it was
 // granted meanwhile; the state machine decides which, atomically.
