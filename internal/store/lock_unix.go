@@ -22,7 +22,7 @@ func lockDir(dir string) (io.Closer, error) {
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("store: %s is locked by another process (is another tenure serve using this data directory?)", dir)
+			return nil, errLocked(dir)
 		}
 		return nil, fmt.Errorf("store: locking %s: %w", path, err)
 	}

@@ -57,6 +57,11 @@ func Open(dir, engine string) (*Stores, error) {
 	return s, nil
 }
 
+// errLocked says that another process holds path's lock.
+func errLocked(path string) error {
+	return fmt.Errorf("store: %s is locked by another process (is another tenure serve using this data directory?)", path)
+}
+
 func open(dir, engine string) (*Stores, error) {
 	boltPath := filepath.Join(dir, "raft.db")
 	walDir := filepath.Join(dir, "wal")
@@ -83,7 +88,7 @@ func open(dir, engine string) (*Stores, error) {
 			Timeout: time.Second, // another process holding the file: fail, do not hang
 		}})
 		if errors.Is(err, bbolt.ErrTimeout) {
-			return nil, fmt.Errorf("store: %s is locked by another process (is another tenure serve using this data directory?)", boltPath)
+			return nil, errLocked(boltPath)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("store: opening %s: %w", boltPath, err)
