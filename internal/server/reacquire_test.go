@@ -29,16 +29,22 @@ func holdNextAcquireAnswer(t *testing.T) (arm func()) {
 	return func() { armed.Store(true) }
 }
 
-// queueBehindA opens sessions a and b on stream 1 and 2 of r; a holds lock
-// L and b waits for it with request 2. It returns a's grant.
-func queueBehindA(t *testing.T, r *sessionsRPC) *pb.LockGranted {
+// queueBehindA starts a server and a Sessions RPC r on it, with sessions a
+// and b on streams 1 and 2: a holds lock L and b waits for it with request
+// 2. It returns holdNextAcquireAnswer's arm, r and a's grant.
+func queueBehindA(t *testing.T) (arm func(), r *sessionsRPC, ga *pb.LockGranted) {
 	t.Helper()
+	arm = holdNextAcquireAnswer(t)
+	srv := testutil.Start(t, "", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	r = openSessionsRPC(t, ctx, srv.Addr())
 	r.send(req(1, 1, &pb.OpenSession{Owner: "a", TtlMs: 60_000}), req(2, 1, &pb.OpenSession{Owner: "b", TtlMs: 60_000}))
 	if r.await(1, anyReply).GetResponse().GetOpened() == nil || r.await(2, anyReply).GetResponse().GetOpened() == nil {
 		t.Fatal("opening the sessions failed")
 	}
 	r.send(req(1, 2, &pb.AcquireLock{Name: "L", Wait: true}))
-	ga := r.await(1, anyReply).GetResponse().GetGranted()
+	ga = r.await(1, anyReply).GetResponse().GetGranted()
 	if ga == nil {
 		t.Fatal("a's acquire was not granted")
 	}
@@ -46,7 +52,7 @@ func queueBehindA(t *testing.T, r *sessionsRPC) *pb.LockGranted {
 	if r.await(2, anyReply).GetResponse().GetQueued() == nil {
 		t.Fatal("b's acquire was not queued")
 	}
-	return ga
+	return arm, r, ga
 }
 
 // TestReacquireRightAfterAWaitedGrant: a client that waited in line for a
@@ -55,12 +61,7 @@ func queueBehindA(t *testing.T, r *sessionsRPC) *pb.LockGranted {
 // that sent the grant has not run again (the hook holds it there): the new
 // acquire is granted, not refused as a duplicate of the finished one.
 func TestReacquireRightAfterAWaitedGrant(t *testing.T) {
-	arm := holdNextAcquireAnswer(t)
-	srv := testutil.Start(t, "", nil)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	r := openSessionsRPC(t, ctx, srv.Addr())
-	ga := queueBehindA(t, r)
+	arm, r, ga := queueBehindA(t)
 
 	arm()
 	r.send(req(1, 3, &pb.ReleaseLock{Name: "L", Token: ga.GetToken()}))
@@ -82,12 +83,7 @@ func TestReacquireRightAfterAWaitedGrant(t *testing.T) {
 // TestReacquireRightAfterAWithdrawnWait: the same for a wait the client
 // withdrew: once it has the "cancelled" answer it may queue again at once.
 func TestReacquireRightAfterAWithdrawnWait(t *testing.T) {
-	arm := holdNextAcquireAnswer(t)
-	srv := testutil.Start(t, "", nil)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	r := openSessionsRPC(t, ctx, srv.Addr())
-	queueBehindA(t, r)
+	arm, r, _ := queueBehindA(t)
 
 	arm()
 	r.send(&pb.SessionFrame{Stream: 2, Request: &pb.SessionRequest{Id: 3, Op: &pb.SessionRequest_Cancel{Cancel: &pb.CancelRequest{RequestId: 2}}}})
