@@ -1325,8 +1325,12 @@ type AcquireLock struct {
 	Shared bool `protobuf:"varint,6,opt,name=shared,proto3" json:"shared,omitempty"`
 	// election: the name is an election; value is this candidate's value,
 	// published while it leads. Observe reports every change.
-	Election      bool   `protobuf:"varint,7,opt,name=election,proto3" json:"election,omitempty"`
-	Value         []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
+	Election bool   `protobuf:"varint,7,opt,name=election,proto3" json:"election,omitempty"`
+	Value    []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
+	// quiet: when the session has to wait, do not answer "queued"; the only
+	// answer is the final one (granted, or an error). For a client that does
+	// not show the queue position: it saves a message per wait.
+	Quiet         bool `protobuf:"varint,9,opt,name=quiet,proto3" json:"quiet,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1415,6 +1419,13 @@ func (x *AcquireLock) GetValue() []byte {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *AcquireLock) GetQuiet() bool {
+	if x != nil {
+		return x.Quiet
+	}
+	return false
 }
 
 // ProclaimValue replaces the leader's value without losing leadership.
@@ -5412,7 +5423,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\"\v\n" +
-	"\tKeepAlive\"\xd5\x01\n" +
+	"\tKeepAlive\"\xeb\x01\n" +
 	"\vAcquireLock\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04wait\x18\x02 \x01(\bR\x04wait\x12\"\n" +
@@ -5421,7 +5432,8 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\apermits\x18\x05 \x01(\rR\apermits\x12\x16\n" +
 	"\x06shared\x18\x06 \x01(\bR\x06shared\x12\x1a\n" +
 	"\belection\x18\a \x01(\bR\belection\x12\x14\n" +
-	"\x05value\x18\b \x01(\fR\x05value\"O\n" +
+	"\x05value\x18\b \x01(\fR\x05value\x12\x14\n" +
+	"\x05quiet\x18\t \x01(\bR\x05quiet\"O\n" +
 	"\rProclaimValue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x14\n" +

@@ -95,3 +95,27 @@ func TestReacquireRightAfterAWithdrawnWait(t *testing.T) {
 		t.Fatalf("b queuing again right after withdrawing: %v, want queued", resp)
 	}
 }
+
+// TestQuietAcquireIsAnsweredOnlyWithTheGrant: a quiet acquire that has to
+// wait gets no "queued" answer; its one answer is the grant.
+func TestQuietAcquireIsAnsweredOnlyWithTheGrant(t *testing.T) {
+	srv := testutil.Start(t, "", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := openSessionsRPC(t, ctx, srv.Addr())
+	r.send(req(1, 1, &pb.OpenSession{Owner: "a", TtlMs: 60_000}), req(2, 1, &pb.OpenSession{Owner: "b", TtlMs: 60_000}))
+	if r.await(1, anyReply).GetResponse().GetOpened() == nil || r.await(2, anyReply).GetResponse().GetOpened() == nil {
+		t.Fatal("opening the sessions failed")
+	}
+	r.send(req(1, 2, &pb.AcquireLock{Name: "L", Wait: true}))
+	ga := r.await(1, anyReply).GetResponse().GetGranted()
+	if ga == nil {
+		t.Fatal("a's acquire was not granted")
+	}
+	// In one message, handled in order: b queues behind a, then a releases.
+	r.send(req(2, 2, &pb.AcquireLock{Name: "L", Wait: true, Quiet: true}), req(1, 3, &pb.ReleaseLock{Name: "L", Token: ga.GetToken()}))
+	resp := r.await(2, anyReply).GetResponse()
+	if g := resp.GetGranted(); resp.GetId() != 2 || g == nil || g.GetToken() <= ga.GetToken() {
+		t.Fatalf("b's quiet acquire was first answered with %v, want its grant (token above %d)", resp, ga.GetToken())
+	}
+}

@@ -424,8 +424,8 @@ func (ss *sessionStream) admitAcquire(id uint64, a *pb.AcquireLock) (ch chan fsm
 }
 
 // acquired returns an acquire request's final answer once its command is
-// committed; for a queued one it sends "queued" and waits for the grant
-// (or the end of the wait). Nil: no answer, the stream broke and the place
+// committed; for a queued one it sends "queued" (unless the request is
+// quiet) and waits for the grant (or the end of the wait). Nil: no answer, the stream broke and the place
 // in line is kept for a resume.
 func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireLock, p *pendingAcquire, ch chan fsm.Event, res fsm.Result, err error) *pb.SessionResponse {
 	if err != nil {
@@ -438,7 +438,9 @@ func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireL
 		}
 		return granted(id, a.GetName(), res.Token)
 	}
-	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Queued{Queued: &pb.LockQueued{Position: res.Position, QueuedRevision: res.AcquireRevision}}})
+	if !a.GetQuiet() {
+		ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Queued{Queued: &pb.LockQueued{Position: res.Position, QueuedRevision: res.AcquireRevision}}})
+	}
 	for {
 		select {
 		case e := <-ch:
