@@ -425,8 +425,8 @@ func (ss *sessionStream) admitAcquire(id uint64, a *pb.AcquireLock) (ch chan fsm
 
 // acquired returns an acquire request's final answer once its command is
 // committed; for a queued one it sends "queued" (unless the request is
-// quiet) and waits for the grant (or the end of the wait). Nil: no answer, the stream broke and the place
-// in line is kept for a resume.
+// quiet) and waits for the grant (or the end of the wait). Nil: no answer,
+// the stream broke and the place in line is kept for a resume.
 func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireLock, p *pendingAcquire, ch chan fsm.Event, res fsm.Result, err error) *pb.SessionResponse {
 	if err != nil {
 		return errResponse(id, err)
