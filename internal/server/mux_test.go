@@ -20,9 +20,14 @@ type sessionsRPC struct {
 	got []*pb.SessionReply
 }
 
-func openSessionsRPC(t *testing.T, ctx context.Context, addr string) *sessionsRPC {
+// startSessionsRPC starts a server and opens a Sessions RPC on it; both
+// end with the test.
+func startSessionsRPC(t *testing.T) *sessionsRPC {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	srv := testutil.Start(t, "", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	conn, err := grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,10 +89,7 @@ func anyReply(*pb.SessionReply) bool { return true }
 // and ended on its own, and a malformed or abandoned one does not disturb
 // the others.
 func TestSessionsCarriesIndependentSessionStreams(t *testing.T) {
-	srv := testutil.Start(t, "", nil)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	r := openSessionsRPC(t, ctx, srv.Addr())
+	r := startSessionsRPC(t)
 
 	// Two opens and a frame with neither request nor end, in one message.
 	r.send(req(1, 1, &pb.OpenSession{Owner: "a", TtlMs: 10_000}), req(2, 1, &pb.OpenSession{Owner: "b", TtlMs: 10_000}), &pb.SessionFrame{Stream: 3})
@@ -145,10 +147,7 @@ func TestSessionsCarriesIndependentSessionStreams(t *testing.T) {
 // the open, before it is answered, are all served, and a close ends the
 // stream after the answers of what came before it.
 func TestSessionsServesPipelinedRequestsInOrder(t *testing.T) {
-	srv := testutil.Start(t, "", nil)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	r := openSessionsRPC(t, ctx, srv.Addr())
+	r := startSessionsRPC(t)
 	r.send(req(1, 1, &pb.OpenSession{Owner: "a", TtlMs: 10_000}), req(1, 2, &pb.AcquireLock{Name: "P", Wait: true}), req(1, 3, &pb.KeepAlive{}), req(1, 4, &pb.CloseSession{}), req(1, 5, &pb.KeepAlive{}))
 	if r.await(1, anyReply).GetResponse().GetOpened() == nil {
 		t.Fatal("the first answer is not the open's")

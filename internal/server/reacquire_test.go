@@ -1,14 +1,11 @@
 package server_test
 
 import (
-	"context"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/internal/server"
-	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 // holdNextAcquireAnswer makes the next acquire answer the server sends
@@ -29,16 +26,12 @@ func holdNextAcquireAnswer(t *testing.T) (arm func()) {
 	return func() { armed.Store(true) }
 }
 
-// queueBehindA starts a server and a Sessions RPC r on it, with sessions a
-// and b on streams 1 and 2: a holds lock L and b waits for it with request
-// 2. It returns holdNextAcquireAnswer's arm, r and a's grant.
-func queueBehindA(t *testing.T) (arm func(), r *sessionsRPC, ga *pb.LockGranted) {
+// aHoldsL starts a server and a Sessions RPC r on it, with sessions a and
+// b on streams 1 and 2, a holding lock L with request 2. It returns r and
+// a's grant.
+func aHoldsL(t *testing.T) (r *sessionsRPC, ga *pb.LockGranted) {
 	t.Helper()
-	arm = holdNextAcquireAnswer(t)
-	srv := testutil.Start(t, "", nil)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	r = openSessionsRPC(t, ctx, srv.Addr())
+	r = startSessionsRPC(t)
 	r.send(req(1, 1, &pb.OpenSession{Owner: "a", TtlMs: 60_000}), req(2, 1, &pb.OpenSession{Owner: "b", TtlMs: 60_000}))
 	if r.await(1, anyReply).GetResponse().GetOpened() == nil || r.await(2, anyReply).GetResponse().GetOpened() == nil {
 		t.Fatal("opening the sessions failed")
@@ -48,6 +41,15 @@ func queueBehindA(t *testing.T) (arm func(), r *sessionsRPC, ga *pb.LockGranted)
 	if ga == nil {
 		t.Fatal("a's acquire was not granted")
 	}
+	return r, ga
+}
+
+// queueBehindA is aHoldsL with b waiting for L with request 2. It returns
+// holdNextAcquireAnswer's arm, r and a's grant.
+func queueBehindA(t *testing.T) (arm func(), r *sessionsRPC, ga *pb.LockGranted) {
+	t.Helper()
+	arm = holdNextAcquireAnswer(t)
+	r, ga = aHoldsL(t)
 	r.send(req(2, 2, &pb.AcquireLock{Name: "L", Wait: true}))
 	if r.await(2, anyReply).GetResponse().GetQueued() == nil {
 		t.Fatal("b's acquire was not queued")
@@ -99,19 +101,7 @@ func TestReacquireRightAfterAWithdrawnWait(t *testing.T) {
 // TestQuietAcquireIsAnsweredOnlyWithTheGrant: a quiet acquire that has to
 // wait gets no "queued" answer; its one answer is the grant.
 func TestQuietAcquireIsAnsweredOnlyWithTheGrant(t *testing.T) {
-	srv := testutil.Start(t, "", nil)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	r := openSessionsRPC(t, ctx, srv.Addr())
-	r.send(req(1, 1, &pb.OpenSession{Owner: "a", TtlMs: 60_000}), req(2, 1, &pb.OpenSession{Owner: "b", TtlMs: 60_000}))
-	if r.await(1, anyReply).GetResponse().GetOpened() == nil || r.await(2, anyReply).GetResponse().GetOpened() == nil {
-		t.Fatal("opening the sessions failed")
-	}
-	r.send(req(1, 2, &pb.AcquireLock{Name: "L", Wait: true}))
-	ga := r.await(1, anyReply).GetResponse().GetGranted()
-	if ga == nil {
-		t.Fatal("a's acquire was not granted")
-	}
+	r, ga := aHoldsL(t)
 	// In one message, handled in order: b queues behind a, then a releases.
 	r.send(req(2, 2, &pb.AcquireLock{Name: "L", Wait: true, Quiet: true}), req(1, 3, &pb.ReleaseLock{Name: "L", Token: ga.GetToken()}))
 	resp := r.await(2, anyReply).GetResponse()
