@@ -123,7 +123,8 @@ type lockCall struct {
 }
 
 // OnQueued calls fn with the 1-based queue position when the request has
-// to wait.
+// to wait. Without it the server is asked not to send the position at all
+// (a quiet acquire): one message less per wait.
 func OnQueued(fn func(position int)) LockOption {
 	return func(c *lockCall) { c.onQueued = fn }
 }
