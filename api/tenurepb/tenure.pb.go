@@ -364,6 +364,259 @@ func (QueueSettleResult) EnumDescriptor() ([]byte, []int) {
 	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{5}
 }
 
+// ClusterLimits are the replicated admission limits; docs/limits.md lists
+// each with its default. A request that would pass one is refused with
+// RESOURCE_EXHAUSTED naming it.
+type ClusterLimits struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	MaxSessions uint64                 `protobuf:"varint,1,opt,name=max_sessions,json=maxSessions,proto3" json:"max_sessions,omitempty"`
+	// max_waiters: queued acquires per lock.
+	MaxWaiters       uint64 `protobuf:"varint,2,opt,name=max_waiters,json=maxWaiters,proto3" json:"max_waiters,omitempty"`
+	MaxTotalWaiters  uint64 `protobuf:"varint,3,opt,name=max_total_waiters,json=maxTotalWaiters,proto3" json:"max_total_waiters,omitempty"`
+	MaxLocks         uint64 `protobuf:"varint,4,opt,name=max_locks,json=maxLocks,proto3" json:"max_locks,omitempty"`
+	MaxRegisters     uint64 `protobuf:"varint,5,opt,name=max_registers,json=maxRegisters,proto3" json:"max_registers,omitempty"`
+	MaxRegisterBytes uint64 `protobuf:"varint,6,opt,name=max_register_bytes,json=maxRegisterBytes,proto3" json:"max_register_bytes,omitempty"`
+	MaxQueues        uint64 `protobuf:"varint,7,opt,name=max_queues,json=maxQueues,proto3" json:"max_queues,omitempty"`
+	MaxQueueLength   uint64 `protobuf:"varint,8,opt,name=max_queue_length,json=maxQueueLength,proto3" json:"max_queue_length,omitempty"`
+	MaxKeys          uint64 `protobuf:"varint,9,opt,name=max_keys,json=maxKeys,proto3" json:"max_keys,omitempty"`
+	MaxKvBytes       uint64 `protobuf:"varint,10,opt,name=max_kv_bytes,json=maxKvBytes,proto3" json:"max_kv_bytes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ClusterLimits) Reset() {
+	*x = ClusterLimits{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterLimits) ProtoMessage() {}
+
+func (x *ClusterLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterLimits.ProtoReflect.Descriptor instead.
+func (*ClusterLimits) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ClusterLimits) GetMaxSessions() uint64 {
+	if x != nil {
+		return x.MaxSessions
+	}
+	return 0
+}
+
+func (x *ClusterLimits) GetMaxWaiters() uint64 {
+	if x != nil {
+		return x.MaxWaiters
+	}
+	return 0
+}
+
+func (x *ClusterLimits) GetMaxTotalWaiters() uint64 {
+	if x != nil {
+		return x.MaxTotalWaiters
+	}
+	return 0
+}
+
+func (x *ClusterLimits) GetMaxLocks() uint64 {
+	if x != nil {
+		return x.MaxLocks
+	}
+	return 0
+}
+
+func (x *ClusterLimits) GetMaxRegisters() uint64 {
+	if x != nil {
+		return x.MaxRegisters
+	}
+	return 0
+}
+
+func (x *ClusterLimits) GetMaxRegisterBytes() uint64 {
+	if x != nil {
+		return x.MaxRegisterBytes
+	}
+	return 0
+}
+
+func (x *ClusterLimits) GetMaxQueues() uint64 {
+	if x != nil {
+		return x.MaxQueues
+	}
+	return 0
+}
+
+func (x *ClusterLimits) GetMaxQueueLength() uint64 {
+	if x != nil {
+		return x.MaxQueueLength
+	}
+	return 0
+}
+
+func (x *ClusterLimits) GetMaxKeys() uint64 {
+	if x != nil {
+		return x.MaxKeys
+	}
+	return 0
+}
+
+func (x *ClusterLimits) GetMaxKvBytes() uint64 {
+	if x != nil {
+		return x.MaxKvBytes
+	}
+	return 0
+}
+
+type GetLimitsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLimitsRequest) Reset() {
+	*x = GetLimitsRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLimitsRequest) ProtoMessage() {}
+
+func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLimitsRequest.ProtoReflect.Descriptor instead.
+func (*GetLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{1}
+}
+
+type SetLimitsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// limits: fields left 0 keep their value.
+	Limits        *ClusterLimits `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLimitsRequest) Reset() {
+	*x = SetLimitsRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLimitsRequest) ProtoMessage() {}
+
+func (x *SetLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLimitsRequest.ProtoReflect.Descriptor instead.
+func (*SetLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SetLimitsRequest) GetLimits() *ClusterLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+type LimitsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Limits        *ClusterLimits         `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
+	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LimitsResponse) Reset() {
+	*x = LimitsResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LimitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LimitsResponse) ProtoMessage() {}
+
+func (x *LimitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LimitsResponse.ProtoReflect.Descriptor instead.
+func (*LimitsResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LimitsResponse) GetLimits() *ClusterLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *LimitsResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 type SnapshotSaveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -372,7 +625,7 @@ type SnapshotSaveRequest struct {
 
 func (x *SnapshotSaveRequest) Reset() {
 	*x = SnapshotSaveRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[0]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -384,7 +637,7 @@ func (x *SnapshotSaveRequest) String() string {
 func (*SnapshotSaveRequest) ProtoMessage() {}
 
 func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[0]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -397,7 +650,7 @@ func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{0}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{4}
 }
 
 type SnapshotChunk struct {
@@ -412,7 +665,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[1]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -424,7 +677,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[1]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -437,7 +690,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{1}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -468,7 +721,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[2]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -480,7 +733,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[2]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -493,7 +746,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{2}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SnapshotRestoreResponse) GetRevision() uint64 {
@@ -550,7 +803,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[3]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -562,7 +815,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[3]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -575,7 +828,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{3}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Member) GetId() string {
@@ -614,7 +867,7 @@ type MemberListRequest struct {
 
 func (x *MemberListRequest) Reset() {
 	*x = MemberListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[4]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +879,7 @@ func (x *MemberListRequest) String() string {
 func (*MemberListRequest) ProtoMessage() {}
 
 func (x *MemberListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[4]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +892,7 @@ func (x *MemberListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberListRequest.ProtoReflect.Descriptor instead.
 func (*MemberListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{4}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{8}
 }
 
 type MemberListResponse struct {
@@ -651,7 +904,7 @@ type MemberListResponse struct {
 
 func (x *MemberListResponse) Reset() {
 	*x = MemberListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[5]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +916,7 @@ func (x *MemberListResponse) String() string {
 func (*MemberListResponse) ProtoMessage() {}
 
 func (x *MemberListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[5]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +929,7 @@ func (x *MemberListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberListResponse.ProtoReflect.Descriptor instead.
 func (*MemberListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{5}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MemberListResponse) GetMembers() []*Member {
@@ -698,7 +951,7 @@ type MemberAddRequest struct {
 
 func (x *MemberAddRequest) Reset() {
 	*x = MemberAddRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[6]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +963,7 @@ func (x *MemberAddRequest) String() string {
 func (*MemberAddRequest) ProtoMessage() {}
 
 func (x *MemberAddRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[6]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +976,7 @@ func (x *MemberAddRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberAddRequest.ProtoReflect.Descriptor instead.
 func (*MemberAddRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{6}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MemberAddRequest) GetId() string {
@@ -757,7 +1010,7 @@ type MemberRemoveRequest struct {
 
 func (x *MemberRemoveRequest) Reset() {
 	*x = MemberRemoveRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[7]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +1022,7 @@ func (x *MemberRemoveRequest) String() string {
 func (*MemberRemoveRequest) ProtoMessage() {}
 
 func (x *MemberRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[7]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +1035,7 @@ func (x *MemberRemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRemoveRequest.ProtoReflect.Descriptor instead.
 func (*MemberRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{7}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MemberRemoveRequest) GetId() string {
@@ -809,7 +1062,7 @@ type SessionFrames struct {
 
 func (x *SessionFrames) Reset() {
 	*x = SessionFrames{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[8]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -821,7 +1074,7 @@ func (x *SessionFrames) String() string {
 func (*SessionFrames) ProtoMessage() {}
 
 func (x *SessionFrames) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[8]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -834,7 +1087,7 @@ func (x *SessionFrames) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionFrames.ProtoReflect.Descriptor instead.
 func (*SessionFrames) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{8}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SessionFrames) GetFrames() []*SessionFrame {
@@ -859,7 +1112,7 @@ type SessionFrame struct {
 
 func (x *SessionFrame) Reset() {
 	*x = SessionFrame{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[9]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +1124,7 @@ func (x *SessionFrame) String() string {
 func (*SessionFrame) ProtoMessage() {}
 
 func (x *SessionFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[9]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,7 +1137,7 @@ func (x *SessionFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionFrame.ProtoReflect.Descriptor instead.
 func (*SessionFrame) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{9}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SessionFrame) GetStream() uint64 {
@@ -918,7 +1171,7 @@ type SessionReplies struct {
 
 func (x *SessionReplies) Reset() {
 	*x = SessionReplies{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[10]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1183,7 @@ func (x *SessionReplies) String() string {
 func (*SessionReplies) ProtoMessage() {}
 
 func (x *SessionReplies) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[10]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1196,7 @@ func (x *SessionReplies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReplies.ProtoReflect.Descriptor instead.
 func (*SessionReplies) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{10}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SessionReplies) GetReplies() []*SessionReply {
@@ -969,7 +1222,7 @@ type SessionReply struct {
 
 func (x *SessionReply) Reset() {
 	*x = SessionReply{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[11]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1234,7 @@ func (x *SessionReply) String() string {
 func (*SessionReply) ProtoMessage() {}
 
 func (x *SessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[11]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1247,7 @@ func (x *SessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReply.ProtoReflect.Descriptor instead.
 func (*SessionReply) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{11}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SessionReply) GetStream() uint64 {
@@ -1052,7 +1305,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1317,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1330,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{12}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SessionRequest) GetId() uint64 {
@@ -1216,7 +1469,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1481,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1494,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{13}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *OpenSession) GetSessionId() uint64 {
@@ -1273,7 +1526,7 @@ type KeepAlive struct {
 
 func (x *KeepAlive) Reset() {
 	*x = KeepAlive{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1538,7 @@ func (x *KeepAlive) String() string {
 func (*KeepAlive) ProtoMessage() {}
 
 func (x *KeepAlive) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1551,7 @@ func (x *KeepAlive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAlive.ProtoReflect.Descriptor instead.
 func (*KeepAlive) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{14}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{18}
 }
 
 type AcquireLock struct {
@@ -1337,7 +1590,7 @@ type AcquireLock struct {
 
 func (x *AcquireLock) Reset() {
 	*x = AcquireLock{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1349,7 +1602,7 @@ func (x *AcquireLock) String() string {
 func (*AcquireLock) ProtoMessage() {}
 
 func (x *AcquireLock) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1362,7 +1615,7 @@ func (x *AcquireLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireLock.ProtoReflect.Descriptor instead.
 func (*AcquireLock) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{15}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AcquireLock) GetName() string {
@@ -1440,7 +1693,7 @@ type ProclaimValue struct {
 
 func (x *ProclaimValue) Reset() {
 	*x = ProclaimValue{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1452,7 +1705,7 @@ func (x *ProclaimValue) String() string {
 func (*ProclaimValue) ProtoMessage() {}
 
 func (x *ProclaimValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1465,7 +1718,7 @@ func (x *ProclaimValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProclaimValue.ProtoReflect.Descriptor instead.
 func (*ProclaimValue) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{16}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ProclaimValue) GetName() string {
@@ -1497,7 +1750,7 @@ type ValueProclaimed struct {
 
 func (x *ValueProclaimed) Reset() {
 	*x = ValueProclaimed{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1762,7 @@ func (x *ValueProclaimed) String() string {
 func (*ValueProclaimed) ProtoMessage() {}
 
 func (x *ValueProclaimed) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1775,7 @@ func (x *ValueProclaimed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValueProclaimed.ProtoReflect.Descriptor instead.
 func (*ValueProclaimed) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{17}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{21}
 }
 
 type ReleaseLock struct {
@@ -1535,7 +1788,7 @@ type ReleaseLock struct {
 
 func (x *ReleaseLock) Reset() {
 	*x = ReleaseLock{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1800,7 @@ func (x *ReleaseLock) String() string {
 func (*ReleaseLock) ProtoMessage() {}
 
 func (x *ReleaseLock) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1813,7 @@ func (x *ReleaseLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLock.ProtoReflect.Descriptor instead.
 func (*ReleaseLock) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{18}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReleaseLock) GetName() string {
@@ -1588,7 +1841,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1600,7 +1853,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1613,7 +1866,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{19}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CancelRequest) GetRequestId() uint64 {
@@ -1631,7 +1884,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +1896,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +1909,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{20}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{24}
 }
 
 type SessionResponse struct {
@@ -1679,7 +1932,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1944,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1957,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{21}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SessionResponse) GetId() uint64 {
@@ -1856,7 +2109,7 @@ type SessionOpened struct {
 
 func (x *SessionOpened) Reset() {
 	*x = SessionOpened{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +2121,7 @@ func (x *SessionOpened) String() string {
 func (*SessionOpened) ProtoMessage() {}
 
 func (x *SessionOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +2134,7 @@ func (x *SessionOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionOpened.ProtoReflect.Descriptor instead.
 func (*SessionOpened) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{22}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SessionOpened) GetSessionId() uint64 {
@@ -1914,7 +2167,7 @@ type KeepAliveAck struct {
 
 func (x *KeepAliveAck) Reset() {
 	*x = KeepAliveAck{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1926,7 +2179,7 @@ func (x *KeepAliveAck) String() string {
 func (*KeepAliveAck) ProtoMessage() {}
 
 func (x *KeepAliveAck) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1939,7 +2192,7 @@ func (x *KeepAliveAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveAck.ProtoReflect.Descriptor instead.
 func (*KeepAliveAck) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{23}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *KeepAliveAck) GetTtlMs() int64 {
@@ -1960,7 +2213,7 @@ type LockQueued struct {
 
 func (x *LockQueued) Reset() {
 	*x = LockQueued{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2225,7 @@ func (x *LockQueued) String() string {
 func (*LockQueued) ProtoMessage() {}
 
 func (x *LockQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2238,7 @@ func (x *LockQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockQueued.ProtoReflect.Descriptor instead.
 func (*LockQueued) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{24}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LockQueued) GetPosition() uint32 {
@@ -2012,7 +2265,7 @@ type LockGranted struct {
 
 func (x *LockGranted) Reset() {
 	*x = LockGranted{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2277,7 @@ func (x *LockGranted) String() string {
 func (*LockGranted) ProtoMessage() {}
 
 func (x *LockGranted) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2290,7 @@ func (x *LockGranted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockGranted.ProtoReflect.Descriptor instead.
 func (*LockGranted) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{25}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LockGranted) GetName() string {
@@ -2062,7 +2315,7 @@ type LockReleased struct {
 
 func (x *LockReleased) Reset() {
 	*x = LockReleased{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2074,7 +2327,7 @@ func (x *LockReleased) String() string {
 func (*LockReleased) ProtoMessage() {}
 
 func (x *LockReleased) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2087,7 +2340,7 @@ func (x *LockReleased) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockReleased.ProtoReflect.Descriptor instead.
 func (*LockReleased) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{26}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{30}
 }
 
 type SessionClosed struct {
@@ -2098,7 +2351,7 @@ type SessionClosed struct {
 
 func (x *SessionClosed) Reset() {
 	*x = SessionClosed{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2110,7 +2363,7 @@ func (x *SessionClosed) String() string {
 func (*SessionClosed) ProtoMessage() {}
 
 func (x *SessionClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2123,7 +2376,7 @@ func (x *SessionClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionClosed.ProtoReflect.Descriptor instead.
 func (*SessionClosed) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{27}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{31}
 }
 
 type Error struct {
@@ -2138,7 +2391,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2150,7 +2403,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2163,7 +2416,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{28}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Error) GetReason() ErrorReason {
@@ -2198,7 +2451,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2210,7 +2463,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2223,7 +2476,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{29}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListSessionsRequest) GetSerializable() bool {
@@ -2246,7 +2499,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2511,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2524,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{30}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SessionInfo) GetId() uint64 {
@@ -2319,7 +2572,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2331,7 +2584,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2344,7 +2597,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{31}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
@@ -2373,7 +2626,7 @@ type LockStatusRequest struct {
 
 func (x *LockStatusRequest) Reset() {
 	*x = LockStatusRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2638,7 @@ func (x *LockStatusRequest) String() string {
 func (*LockStatusRequest) ProtoMessage() {}
 
 func (x *LockStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2651,7 @@ func (x *LockStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockStatusRequest.ProtoReflect.Descriptor instead.
 func (*LockStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{32}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *LockStatusRequest) GetName() string {
@@ -2429,7 +2682,7 @@ type Holder struct {
 
 func (x *Holder) Reset() {
 	*x = Holder{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2694,7 @@ func (x *Holder) String() string {
 func (*Holder) ProtoMessage() {}
 
 func (x *Holder) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2707,7 @@ func (x *Holder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holder.ProtoReflect.Descriptor instead.
 func (*Holder) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{33}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Holder) GetOwner() string {
@@ -2511,7 +2764,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2523,7 +2776,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2536,7 +2789,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{34}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Waiter) GetOwner() string {
@@ -2585,7 +2838,7 @@ type LockStatusResponse struct {
 
 func (x *LockStatusResponse) Reset() {
 	*x = LockStatusResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2597,7 +2850,7 @@ func (x *LockStatusResponse) String() string {
 func (*LockStatusResponse) ProtoMessage() {}
 
 func (x *LockStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2610,7 +2863,7 @@ func (x *LockStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockStatusResponse.ProtoReflect.Descriptor instead.
 func (*LockStatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{35}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *LockStatusResponse) GetName() string {
@@ -2674,7 +2927,7 @@ type LockHistoryRequest struct {
 
 func (x *LockHistoryRequest) Reset() {
 	*x = LockHistoryRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2686,7 +2939,7 @@ func (x *LockHistoryRequest) String() string {
 func (*LockHistoryRequest) ProtoMessage() {}
 
 func (x *LockHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2699,7 +2952,7 @@ func (x *LockHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHistoryRequest.ProtoReflect.Descriptor instead.
 func (*LockHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{36}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *LockHistoryRequest) GetName() string {
@@ -2731,7 +2984,7 @@ type GrantRecord struct {
 
 func (x *GrantRecord) Reset() {
 	*x = GrantRecord{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2743,7 +2996,7 @@ func (x *GrantRecord) String() string {
 func (*GrantRecord) ProtoMessage() {}
 
 func (x *GrantRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2756,7 +3009,7 @@ func (x *GrantRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRecord.ProtoReflect.Descriptor instead.
 func (*GrantRecord) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{37}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GrantRecord) GetOwner() string {
@@ -2812,7 +3065,7 @@ type LockHistoryResponse struct {
 
 func (x *LockHistoryResponse) Reset() {
 	*x = LockHistoryResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2824,7 +3077,7 @@ func (x *LockHistoryResponse) String() string {
 func (*LockHistoryResponse) ProtoMessage() {}
 
 func (x *LockHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2837,7 +3090,7 @@ func (x *LockHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHistoryResponse.ProtoReflect.Descriptor instead.
 func (*LockHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{38}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *LockHistoryResponse) GetName() string {
@@ -2866,7 +3119,7 @@ type FencedPutRequest struct {
 
 func (x *FencedPutRequest) Reset() {
 	*x = FencedPutRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2878,7 +3131,7 @@ func (x *FencedPutRequest) String() string {
 func (*FencedPutRequest) ProtoMessage() {}
 
 func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2891,7 +3144,7 @@ func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutRequest.ProtoReflect.Descriptor instead.
 func (*FencedPutRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{39}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FencedPutRequest) GetKey() string {
@@ -2937,7 +3190,7 @@ type FencedPutResponse struct {
 
 func (x *FencedPutResponse) Reset() {
 	*x = FencedPutResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2949,7 +3202,7 @@ func (x *FencedPutResponse) String() string {
 func (*FencedPutResponse) ProtoMessage() {}
 
 func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2962,7 +3215,7 @@ func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutResponse.ProtoReflect.Descriptor instead.
 func (*FencedPutResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{40}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FencedPutResponse) GetResult() PutResult {
@@ -3005,7 +3258,7 @@ type FencedGetRequest struct {
 
 func (x *FencedGetRequest) Reset() {
 	*x = FencedGetRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3017,7 +3270,7 @@ func (x *FencedGetRequest) String() string {
 func (*FencedGetRequest) ProtoMessage() {}
 
 func (x *FencedGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3030,7 +3283,7 @@ func (x *FencedGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedGetRequest.ProtoReflect.Descriptor instead.
 func (*FencedGetRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{41}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FencedGetRequest) GetKey() string {
@@ -3060,7 +3313,7 @@ type FencedGetResponse struct {
 
 func (x *FencedGetResponse) Reset() {
 	*x = FencedGetResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3072,7 +3325,7 @@ func (x *FencedGetResponse) String() string {
 func (*FencedGetResponse) ProtoMessage() {}
 
 func (x *FencedGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3085,7 +3338,7 @@ func (x *FencedGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedGetResponse.ProtoReflect.Descriptor instead.
 func (*FencedGetResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{42}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *FencedGetResponse) GetKey() string {
@@ -3132,7 +3385,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3144,7 +3397,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3157,7 +3410,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{43}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ObserveRequest) GetName() string {
@@ -3181,7 +3434,7 @@ type LeaderEvent struct {
 
 func (x *LeaderEvent) Reset() {
 	*x = LeaderEvent{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3193,7 +3446,7 @@ func (x *LeaderEvent) String() string {
 func (*LeaderEvent) ProtoMessage() {}
 
 func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3206,7 +3459,7 @@ func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderEvent.ProtoReflect.Descriptor instead.
 func (*LeaderEvent) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{44}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *LeaderEvent) GetOwner() string {
@@ -3252,7 +3505,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3264,7 +3517,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3277,7 +3530,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{45}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{49}
 }
 
 type StatusResponse struct {
@@ -3299,7 +3552,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3311,7 +3564,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3324,7 +3577,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{46}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *StatusResponse) GetNode() string {
@@ -3402,7 +3655,7 @@ type KVKeyValue struct {
 
 func (x *KVKeyValue) Reset() {
 	*x = KVKeyValue{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3414,7 +3667,7 @@ func (x *KVKeyValue) String() string {
 func (*KVKeyValue) ProtoMessage() {}
 
 func (x *KVKeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3427,7 +3680,7 @@ func (x *KVKeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeyValue.ProtoReflect.Descriptor instead.
 func (*KVKeyValue) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{47}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *KVKeyValue) GetKey() string {
@@ -3485,7 +3738,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3497,7 +3750,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3510,7 +3763,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{48}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -3543,7 +3796,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3555,7 +3808,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3568,7 +3821,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{49}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *KVPutResponse) GetRevision() uint64 {
@@ -3597,7 +3850,7 @@ type KVRangeRequest struct {
 
 func (x *KVRangeRequest) Reset() {
 	*x = KVRangeRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3609,7 +3862,7 @@ func (x *KVRangeRequest) String() string {
 func (*KVRangeRequest) ProtoMessage() {}
 
 func (x *KVRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3622,7 +3875,7 @@ func (x *KVRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRangeRequest.ProtoReflect.Descriptor instead.
 func (*KVRangeRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{50}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *KVRangeRequest) GetKey() string {
@@ -3673,7 +3926,7 @@ type KVRangeResponse struct {
 
 func (x *KVRangeResponse) Reset() {
 	*x = KVRangeResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3685,7 +3938,7 @@ func (x *KVRangeResponse) String() string {
 func (*KVRangeResponse) ProtoMessage() {}
 
 func (x *KVRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3698,7 +3951,7 @@ func (x *KVRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRangeResponse.ProtoReflect.Descriptor instead.
 func (*KVRangeResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{51}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *KVRangeResponse) GetKvs() []*KVKeyValue {
@@ -3732,7 +3985,7 @@ type KVDeleteRequest struct {
 
 func (x *KVDeleteRequest) Reset() {
 	*x = KVDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3744,7 +3997,7 @@ func (x *KVDeleteRequest) String() string {
 func (*KVDeleteRequest) ProtoMessage() {}
 
 func (x *KVDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3757,7 +4010,7 @@ func (x *KVDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KVDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{52}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *KVDeleteRequest) GetKey() string {
@@ -3786,7 +4039,7 @@ type KVDeleteResponse struct {
 
 func (x *KVDeleteResponse) Reset() {
 	*x = KVDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3798,7 +4051,7 @@ func (x *KVDeleteResponse) String() string {
 func (*KVDeleteResponse) ProtoMessage() {}
 
 func (x *KVDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3811,7 +4064,7 @@ func (x *KVDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDeleteResponse.ProtoReflect.Descriptor instead.
 func (*KVDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{53}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *KVDeleteResponse) GetDeleted() int64 {
@@ -3844,7 +4097,7 @@ type KVCompare struct {
 
 func (x *KVCompare) Reset() {
 	*x = KVCompare{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3856,7 +4109,7 @@ func (x *KVCompare) String() string {
 func (*KVCompare) ProtoMessage() {}
 
 func (x *KVCompare) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3869,7 +4122,7 @@ func (x *KVCompare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompare.ProtoReflect.Descriptor instead.
 func (*KVCompare) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{54}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *KVCompare) GetKey() string {
@@ -3921,7 +4174,7 @@ type KVRequestOp struct {
 
 func (x *KVRequestOp) Reset() {
 	*x = KVRequestOp{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3933,7 +4186,7 @@ func (x *KVRequestOp) String() string {
 func (*KVRequestOp) ProtoMessage() {}
 
 func (x *KVRequestOp) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3946,7 +4199,7 @@ func (x *KVRequestOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRequestOp.ProtoReflect.Descriptor instead.
 func (*KVRequestOp) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{55}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *KVRequestOp) GetOp() isKVRequestOp_Op {
@@ -4019,7 +4272,7 @@ type KVResponseOp struct {
 
 func (x *KVResponseOp) Reset() {
 	*x = KVResponseOp{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4031,7 +4284,7 @@ func (x *KVResponseOp) String() string {
 func (*KVResponseOp) ProtoMessage() {}
 
 func (x *KVResponseOp) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4044,7 +4297,7 @@ func (x *KVResponseOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVResponseOp.ProtoReflect.Descriptor instead.
 func (*KVResponseOp) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{56}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *KVResponseOp) GetOp() isKVResponseOp_Op {
@@ -4114,7 +4367,7 @@ type KVTxnRequest struct {
 
 func (x *KVTxnRequest) Reset() {
 	*x = KVTxnRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4126,7 +4379,7 @@ func (x *KVTxnRequest) String() string {
 func (*KVTxnRequest) ProtoMessage() {}
 
 func (x *KVTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4139,7 +4392,7 @@ func (x *KVTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxnRequest.ProtoReflect.Descriptor instead.
 func (*KVTxnRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{57}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *KVTxnRequest) GetCompare() []*KVCompare {
@@ -4178,7 +4431,7 @@ type KVTxnResponse struct {
 
 func (x *KVTxnResponse) Reset() {
 	*x = KVTxnResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4190,7 +4443,7 @@ func (x *KVTxnResponse) String() string {
 func (*KVTxnResponse) ProtoMessage() {}
 
 func (x *KVTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4203,7 +4456,7 @@ func (x *KVTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxnResponse.ProtoReflect.Descriptor instead.
 func (*KVTxnResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{58}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *KVTxnResponse) GetSucceeded() bool {
@@ -4242,7 +4495,7 @@ type KVWatchRequest struct {
 
 func (x *KVWatchRequest) Reset() {
 	*x = KVWatchRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4254,7 +4507,7 @@ func (x *KVWatchRequest) String() string {
 func (*KVWatchRequest) ProtoMessage() {}
 
 func (x *KVWatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4267,7 +4520,7 @@ func (x *KVWatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVWatchRequest.ProtoReflect.Descriptor instead.
 func (*KVWatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{59}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *KVWatchRequest) GetKey() string {
@@ -4303,7 +4556,7 @@ type KVEvent struct {
 
 func (x *KVEvent) Reset() {
 	*x = KVEvent{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4315,7 +4568,7 @@ func (x *KVEvent) String() string {
 func (*KVEvent) ProtoMessage() {}
 
 func (x *KVEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4328,7 +4581,7 @@ func (x *KVEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEvent.ProtoReflect.Descriptor instead.
 func (*KVEvent) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{60}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *KVEvent) GetType() KVEventType {
@@ -4364,7 +4617,7 @@ type KVWatchResponse struct {
 
 func (x *KVWatchResponse) Reset() {
 	*x = KVWatchResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4376,7 +4629,7 @@ func (x *KVWatchResponse) String() string {
 func (*KVWatchResponse) ProtoMessage() {}
 
 func (x *KVWatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4389,7 +4642,7 @@ func (x *KVWatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVWatchResponse.ProtoReflect.Descriptor instead.
 func (*KVWatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{61}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *KVWatchResponse) GetEvents() []*KVEvent {
@@ -4434,7 +4687,7 @@ type KVCompacted struct {
 
 func (x *KVCompacted) Reset() {
 	*x = KVCompacted{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4446,7 +4699,7 @@ func (x *KVCompacted) String() string {
 func (*KVCompacted) ProtoMessage() {}
 
 func (x *KVCompacted) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4459,7 +4712,7 @@ func (x *KVCompacted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompacted.ProtoReflect.Descriptor instead.
 func (*KVCompacted) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{62}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *KVCompacted) GetCompactRevision() uint64 {
@@ -4492,7 +4745,7 @@ type QueueEnqueueRequest struct {
 
 func (x *QueueEnqueueRequest) Reset() {
 	*x = QueueEnqueueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4504,7 +4757,7 @@ func (x *QueueEnqueueRequest) String() string {
 func (*QueueEnqueueRequest) ProtoMessage() {}
 
 func (x *QueueEnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4517,7 +4770,7 @@ func (x *QueueEnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueRequest.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{63}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *QueueEnqueueRequest) GetQueue() string {
@@ -4561,7 +4814,7 @@ type QueueEnqueueResponse struct {
 
 func (x *QueueEnqueueResponse) Reset() {
 	*x = QueueEnqueueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4573,7 +4826,7 @@ func (x *QueueEnqueueResponse) String() string {
 func (*QueueEnqueueResponse) ProtoMessage() {}
 
 func (x *QueueEnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4586,7 +4839,7 @@ func (x *QueueEnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueResponse.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{64}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *QueueEnqueueResponse) GetId() uint64 {
@@ -4625,7 +4878,7 @@ type QueueDequeueRequest struct {
 
 func (x *QueueDequeueRequest) Reset() {
 	*x = QueueDequeueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4637,7 +4890,7 @@ func (x *QueueDequeueRequest) String() string {
 func (*QueueDequeueRequest) ProtoMessage() {}
 
 func (x *QueueDequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4650,7 +4903,7 @@ func (x *QueueDequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueRequest.ProtoReflect.Descriptor instead.
 func (*QueueDequeueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{65}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *QueueDequeueRequest) GetQueue() string {
@@ -4695,7 +4948,7 @@ type QueueItem struct {
 
 func (x *QueueItem) Reset() {
 	*x = QueueItem{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4707,7 +4960,7 @@ func (x *QueueItem) String() string {
 func (*QueueItem) ProtoMessage() {}
 
 func (x *QueueItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4720,7 +4973,7 @@ func (x *QueueItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItem.ProtoReflect.Descriptor instead.
 func (*QueueItem) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{66}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *QueueItem) GetId() uint64 {
@@ -4761,7 +5014,7 @@ type QueueDequeueResponse struct {
 
 func (x *QueueDequeueResponse) Reset() {
 	*x = QueueDequeueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4773,7 +5026,7 @@ func (x *QueueDequeueResponse) String() string {
 func (*QueueDequeueResponse) ProtoMessage() {}
 
 func (x *QueueDequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4786,7 +5039,7 @@ func (x *QueueDequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueResponse.ProtoReflect.Descriptor instead.
 func (*QueueDequeueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{67}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *QueueDequeueResponse) GetItem() *QueueItem {
@@ -4809,7 +5062,7 @@ type QueueSettleRequest struct {
 
 func (x *QueueSettleRequest) Reset() {
 	*x = QueueSettleRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4821,7 +5074,7 @@ func (x *QueueSettleRequest) String() string {
 func (*QueueSettleRequest) ProtoMessage() {}
 
 func (x *QueueSettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4834,7 +5087,7 @@ func (x *QueueSettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleRequest.ProtoReflect.Descriptor instead.
 func (*QueueSettleRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{68}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *QueueSettleRequest) GetQueue() string {
@@ -4875,7 +5128,7 @@ type QueueSettleResponse struct {
 
 func (x *QueueSettleResponse) Reset() {
 	*x = QueueSettleResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4887,7 +5140,7 @@ func (x *QueueSettleResponse) String() string {
 func (*QueueSettleResponse) ProtoMessage() {}
 
 func (x *QueueSettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4900,7 +5153,7 @@ func (x *QueueSettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleResponse.ProtoReflect.Descriptor instead.
 func (*QueueSettleResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{69}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *QueueSettleResponse) GetResult() QueueSettleResult {
@@ -4928,7 +5181,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4940,7 +5193,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4953,7 +5206,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{70}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *QueueStatsRequest) GetQueue() string {
@@ -4991,7 +5244,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5003,7 +5256,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5016,7 +5269,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{71}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *QueueStatsResponse) GetQueue() string {
@@ -5095,7 +5348,7 @@ type QueueDeadListRequest struct {
 
 func (x *QueueDeadListRequest) Reset() {
 	*x = QueueDeadListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5107,7 +5360,7 @@ func (x *QueueDeadListRequest) String() string {
 func (*QueueDeadListRequest) ProtoMessage() {}
 
 func (x *QueueDeadListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5120,7 +5373,7 @@ func (x *QueueDeadListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadListRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeadListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{72}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *QueueDeadListRequest) GetQueue() string {
@@ -5155,7 +5408,7 @@ type QueueDeadItem struct {
 
 func (x *QueueDeadItem) Reset() {
 	*x = QueueDeadItem{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5167,7 +5420,7 @@ func (x *QueueDeadItem) String() string {
 func (*QueueDeadItem) ProtoMessage() {}
 
 func (x *QueueDeadItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5180,7 +5433,7 @@ func (x *QueueDeadItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadItem.ProtoReflect.Descriptor instead.
 func (*QueueDeadItem) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{73}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *QueueDeadItem) GetId() uint64 {
@@ -5214,7 +5467,7 @@ type QueueDeadListResponse struct {
 
 func (x *QueueDeadListResponse) Reset() {
 	*x = QueueDeadListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5226,7 +5479,7 @@ func (x *QueueDeadListResponse) String() string {
 func (*QueueDeadListResponse) ProtoMessage() {}
 
 func (x *QueueDeadListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5239,7 +5492,7 @@ func (x *QueueDeadListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadListResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeadListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{74}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *QueueDeadListResponse) GetItems() []*QueueDeadItem {
@@ -5267,7 +5520,7 @@ type QueueDeadRequeueRequest struct {
 
 func (x *QueueDeadRequeueRequest) Reset() {
 	*x = QueueDeadRequeueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5279,7 +5532,7 @@ func (x *QueueDeadRequeueRequest) String() string {
 func (*QueueDeadRequeueRequest) ProtoMessage() {}
 
 func (x *QueueDeadRequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5292,7 +5545,7 @@ func (x *QueueDeadRequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadRequeueRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeadRequeueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{75}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *QueueDeadRequeueRequest) GetQueue() string {
@@ -5320,7 +5573,7 @@ type QueueDeadRequeueResponse struct {
 
 func (x *QueueDeadRequeueResponse) Reset() {
 	*x = QueueDeadRequeueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5332,7 +5585,7 @@ func (x *QueueDeadRequeueResponse) String() string {
 func (*QueueDeadRequeueResponse) ProtoMessage() {}
 
 func (x *QueueDeadRequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5345,7 +5598,7 @@ func (x *QueueDeadRequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadRequeueResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeadRequeueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{76}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *QueueDeadRequeueResponse) GetRequeued() uint64 {
@@ -5366,7 +5619,28 @@ var File_api_tenurepb_tenure_proto protoreflect.FileDescriptor
 
 const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\n" +
-	"\x19api/tenurepb/tenure.proto\x12\ttenure.v1\"\x15\n" +
+	"\x19api/tenurepb/tenure.proto\x12\ttenure.v1\"\xf5\x02\n" +
+	"\rClusterLimits\x12!\n" +
+	"\fmax_sessions\x18\x01 \x01(\x04R\vmaxSessions\x12\x1f\n" +
+	"\vmax_waiters\x18\x02 \x01(\x04R\n" +
+	"maxWaiters\x12*\n" +
+	"\x11max_total_waiters\x18\x03 \x01(\x04R\x0fmaxTotalWaiters\x12\x1b\n" +
+	"\tmax_locks\x18\x04 \x01(\x04R\bmaxLocks\x12#\n" +
+	"\rmax_registers\x18\x05 \x01(\x04R\fmaxRegisters\x12,\n" +
+	"\x12max_register_bytes\x18\x06 \x01(\x04R\x10maxRegisterBytes\x12\x1d\n" +
+	"\n" +
+	"max_queues\x18\a \x01(\x04R\tmaxQueues\x12(\n" +
+	"\x10max_queue_length\x18\b \x01(\x04R\x0emaxQueueLength\x12\x19\n" +
+	"\bmax_keys\x18\t \x01(\x04R\amaxKeys\x12 \n" +
+	"\fmax_kv_bytes\x18\n" +
+	" \x01(\x04R\n" +
+	"maxKvBytes\"\x12\n" +
+	"\x10GetLimitsRequest\"D\n" +
+	"\x10SetLimitsRequest\x120\n" +
+	"\x06limits\x18\x01 \x01(\v2\x18.tenure.v1.ClusterLimitsR\x06limits\"^\n" +
+	"\x0eLimitsResponse\x120\n" +
+	"\x06limits\x18\x01 \x01(\v2\x18.tenure.v1.ClusterLimitsR\x06limits\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"\x15\n" +
 	"\x13SnapshotSaveRequest\"9\n" +
 	"\rSnapshotChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
@@ -5728,7 +6002,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x11QueueSettleResult\x12#\n" +
 	"\x1fQUEUE_SETTLE_RESULT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16QUEUE_SETTLE_RESULT_OK\x10\x01\x12\x1d\n" +
-	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\xd4\x0f\n" +
+	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\xde\x10\n" +
 	"\x06Tenure\x12D\n" +
 	"\aSession\x12\x19.tenure.v1.SessionRequest\x1a\x1a.tenure.v1.SessionResponse(\x010\x01\x12C\n" +
 	"\bSessions\x12\x18.tenure.v1.SessionFrames\x1a\x19.tenure.v1.SessionReplies(\x010\x01\x12O\n" +
@@ -5759,7 +6033,9 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\n" +
 	"QueueStats\x12\x1c.tenure.v1.QueueStatsRequest\x1a\x1d.tenure.v1.QueueStatsResponse\x12R\n" +
 	"\rQueueDeadList\x12\x1f.tenure.v1.QueueDeadListRequest\x1a .tenure.v1.QueueDeadListResponse\x12[\n" +
-	"\x10QueueDeadRequeue\x12\".tenure.v1.QueueDeadRequeueRequest\x1a#.tenure.v1.QueueDeadRequeueResponseB*Z(github.com/tenure-io/tenure/api/tenurepbb\x06proto3"
+	"\x10QueueDeadRequeue\x12\".tenure.v1.QueueDeadRequeueRequest\x1a#.tenure.v1.QueueDeadRequeueResponse\x12C\n" +
+	"\tGetLimits\x12\x1b.tenure.v1.GetLimitsRequest\x1a\x19.tenure.v1.LimitsResponse\x12C\n" +
+	"\tSetLimits\x12\x1b.tenure.v1.SetLimitsRequest\x1a\x19.tenure.v1.LimitsResponseB*Z(github.com/tenure-io/tenure/api/tenurepbb\x06proto3"
 
 var (
 	file_api_tenurepb_tenure_proto_rawDescOnce sync.Once
@@ -5774,7 +6050,7 @@ func file_api_tenurepb_tenure_proto_rawDescGZIP() []byte {
 }
 
 var file_api_tenurepb_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
+var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
 var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(ErrorReason)(0),                 // 0: tenure.v1.ErrorReason
 	(PutResult)(0),                   // 1: tenure.v1.PutResult
@@ -5782,190 +6058,200 @@ var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(KVCompareResult)(0),             // 3: tenure.v1.KVCompareResult
 	(KVEventType)(0),                 // 4: tenure.v1.KVEventType
 	(QueueSettleResult)(0),           // 5: tenure.v1.QueueSettleResult
-	(*SnapshotSaveRequest)(nil),      // 6: tenure.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),            // 7: tenure.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil),  // 8: tenure.v1.SnapshotRestoreResponse
-	(*Member)(nil),                   // 9: tenure.v1.Member
-	(*MemberListRequest)(nil),        // 10: tenure.v1.MemberListRequest
-	(*MemberListResponse)(nil),       // 11: tenure.v1.MemberListResponse
-	(*MemberAddRequest)(nil),         // 12: tenure.v1.MemberAddRequest
-	(*MemberRemoveRequest)(nil),      // 13: tenure.v1.MemberRemoveRequest
-	(*SessionFrames)(nil),            // 14: tenure.v1.SessionFrames
-	(*SessionFrame)(nil),             // 15: tenure.v1.SessionFrame
-	(*SessionReplies)(nil),           // 16: tenure.v1.SessionReplies
-	(*SessionReply)(nil),             // 17: tenure.v1.SessionReply
-	(*SessionRequest)(nil),           // 18: tenure.v1.SessionRequest
-	(*OpenSession)(nil),              // 19: tenure.v1.OpenSession
-	(*KeepAlive)(nil),                // 20: tenure.v1.KeepAlive
-	(*AcquireLock)(nil),              // 21: tenure.v1.AcquireLock
-	(*ProclaimValue)(nil),            // 22: tenure.v1.ProclaimValue
-	(*ValueProclaimed)(nil),          // 23: tenure.v1.ValueProclaimed
-	(*ReleaseLock)(nil),              // 24: tenure.v1.ReleaseLock
-	(*CancelRequest)(nil),            // 25: tenure.v1.CancelRequest
-	(*CloseSession)(nil),             // 26: tenure.v1.CloseSession
-	(*SessionResponse)(nil),          // 27: tenure.v1.SessionResponse
-	(*SessionOpened)(nil),            // 28: tenure.v1.SessionOpened
-	(*KeepAliveAck)(nil),             // 29: tenure.v1.KeepAliveAck
-	(*LockQueued)(nil),               // 30: tenure.v1.LockQueued
-	(*LockGranted)(nil),              // 31: tenure.v1.LockGranted
-	(*LockReleased)(nil),             // 32: tenure.v1.LockReleased
-	(*SessionClosed)(nil),            // 33: tenure.v1.SessionClosed
-	(*Error)(nil),                    // 34: tenure.v1.Error
-	(*ListSessionsRequest)(nil),      // 35: tenure.v1.ListSessionsRequest
-	(*SessionInfo)(nil),              // 36: tenure.v1.SessionInfo
-	(*ListSessionsResponse)(nil),     // 37: tenure.v1.ListSessionsResponse
-	(*LockStatusRequest)(nil),        // 38: tenure.v1.LockStatusRequest
-	(*Holder)(nil),                   // 39: tenure.v1.Holder
-	(*Waiter)(nil),                   // 40: tenure.v1.Waiter
-	(*LockStatusResponse)(nil),       // 41: tenure.v1.LockStatusResponse
-	(*LockHistoryRequest)(nil),       // 42: tenure.v1.LockHistoryRequest
-	(*GrantRecord)(nil),              // 43: tenure.v1.GrantRecord
-	(*LockHistoryResponse)(nil),      // 44: tenure.v1.LockHistoryResponse
-	(*FencedPutRequest)(nil),         // 45: tenure.v1.FencedPutRequest
-	(*FencedPutResponse)(nil),        // 46: tenure.v1.FencedPutResponse
-	(*FencedGetRequest)(nil),         // 47: tenure.v1.FencedGetRequest
-	(*FencedGetResponse)(nil),        // 48: tenure.v1.FencedGetResponse
-	(*ObserveRequest)(nil),           // 49: tenure.v1.ObserveRequest
-	(*LeaderEvent)(nil),              // 50: tenure.v1.LeaderEvent
-	(*StatusRequest)(nil),            // 51: tenure.v1.StatusRequest
-	(*StatusResponse)(nil),           // 52: tenure.v1.StatusResponse
-	(*KVKeyValue)(nil),               // 53: tenure.v1.KVKeyValue
-	(*KVPutRequest)(nil),             // 54: tenure.v1.KVPutRequest
-	(*KVPutResponse)(nil),            // 55: tenure.v1.KVPutResponse
-	(*KVRangeRequest)(nil),           // 56: tenure.v1.KVRangeRequest
-	(*KVRangeResponse)(nil),          // 57: tenure.v1.KVRangeResponse
-	(*KVDeleteRequest)(nil),          // 58: tenure.v1.KVDeleteRequest
-	(*KVDeleteResponse)(nil),         // 59: tenure.v1.KVDeleteResponse
-	(*KVCompare)(nil),                // 60: tenure.v1.KVCompare
-	(*KVRequestOp)(nil),              // 61: tenure.v1.KVRequestOp
-	(*KVResponseOp)(nil),             // 62: tenure.v1.KVResponseOp
-	(*KVTxnRequest)(nil),             // 63: tenure.v1.KVTxnRequest
-	(*KVTxnResponse)(nil),            // 64: tenure.v1.KVTxnResponse
-	(*KVWatchRequest)(nil),           // 65: tenure.v1.KVWatchRequest
-	(*KVEvent)(nil),                  // 66: tenure.v1.KVEvent
-	(*KVWatchResponse)(nil),          // 67: tenure.v1.KVWatchResponse
-	(*KVCompacted)(nil),              // 68: tenure.v1.KVCompacted
-	(*QueueEnqueueRequest)(nil),      // 69: tenure.v1.QueueEnqueueRequest
-	(*QueueEnqueueResponse)(nil),     // 70: tenure.v1.QueueEnqueueResponse
-	(*QueueDequeueRequest)(nil),      // 71: tenure.v1.QueueDequeueRequest
-	(*QueueItem)(nil),                // 72: tenure.v1.QueueItem
-	(*QueueDequeueResponse)(nil),     // 73: tenure.v1.QueueDequeueResponse
-	(*QueueSettleRequest)(nil),       // 74: tenure.v1.QueueSettleRequest
-	(*QueueSettleResponse)(nil),      // 75: tenure.v1.QueueSettleResponse
-	(*QueueStatsRequest)(nil),        // 76: tenure.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),       // 77: tenure.v1.QueueStatsResponse
-	(*QueueDeadListRequest)(nil),     // 78: tenure.v1.QueueDeadListRequest
-	(*QueueDeadItem)(nil),            // 79: tenure.v1.QueueDeadItem
-	(*QueueDeadListResponse)(nil),    // 80: tenure.v1.QueueDeadListResponse
-	(*QueueDeadRequeueRequest)(nil),  // 81: tenure.v1.QueueDeadRequeueRequest
-	(*QueueDeadRequeueResponse)(nil), // 82: tenure.v1.QueueDeadRequeueResponse
+	(*ClusterLimits)(nil),            // 6: tenure.v1.ClusterLimits
+	(*GetLimitsRequest)(nil),         // 7: tenure.v1.GetLimitsRequest
+	(*SetLimitsRequest)(nil),         // 8: tenure.v1.SetLimitsRequest
+	(*LimitsResponse)(nil),           // 9: tenure.v1.LimitsResponse
+	(*SnapshotSaveRequest)(nil),      // 10: tenure.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),            // 11: tenure.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),  // 12: tenure.v1.SnapshotRestoreResponse
+	(*Member)(nil),                   // 13: tenure.v1.Member
+	(*MemberListRequest)(nil),        // 14: tenure.v1.MemberListRequest
+	(*MemberListResponse)(nil),       // 15: tenure.v1.MemberListResponse
+	(*MemberAddRequest)(nil),         // 16: tenure.v1.MemberAddRequest
+	(*MemberRemoveRequest)(nil),      // 17: tenure.v1.MemberRemoveRequest
+	(*SessionFrames)(nil),            // 18: tenure.v1.SessionFrames
+	(*SessionFrame)(nil),             // 19: tenure.v1.SessionFrame
+	(*SessionReplies)(nil),           // 20: tenure.v1.SessionReplies
+	(*SessionReply)(nil),             // 21: tenure.v1.SessionReply
+	(*SessionRequest)(nil),           // 22: tenure.v1.SessionRequest
+	(*OpenSession)(nil),              // 23: tenure.v1.OpenSession
+	(*KeepAlive)(nil),                // 24: tenure.v1.KeepAlive
+	(*AcquireLock)(nil),              // 25: tenure.v1.AcquireLock
+	(*ProclaimValue)(nil),            // 26: tenure.v1.ProclaimValue
+	(*ValueProclaimed)(nil),          // 27: tenure.v1.ValueProclaimed
+	(*ReleaseLock)(nil),              // 28: tenure.v1.ReleaseLock
+	(*CancelRequest)(nil),            // 29: tenure.v1.CancelRequest
+	(*CloseSession)(nil),             // 30: tenure.v1.CloseSession
+	(*SessionResponse)(nil),          // 31: tenure.v1.SessionResponse
+	(*SessionOpened)(nil),            // 32: tenure.v1.SessionOpened
+	(*KeepAliveAck)(nil),             // 33: tenure.v1.KeepAliveAck
+	(*LockQueued)(nil),               // 34: tenure.v1.LockQueued
+	(*LockGranted)(nil),              // 35: tenure.v1.LockGranted
+	(*LockReleased)(nil),             // 36: tenure.v1.LockReleased
+	(*SessionClosed)(nil),            // 37: tenure.v1.SessionClosed
+	(*Error)(nil),                    // 38: tenure.v1.Error
+	(*ListSessionsRequest)(nil),      // 39: tenure.v1.ListSessionsRequest
+	(*SessionInfo)(nil),              // 40: tenure.v1.SessionInfo
+	(*ListSessionsResponse)(nil),     // 41: tenure.v1.ListSessionsResponse
+	(*LockStatusRequest)(nil),        // 42: tenure.v1.LockStatusRequest
+	(*Holder)(nil),                   // 43: tenure.v1.Holder
+	(*Waiter)(nil),                   // 44: tenure.v1.Waiter
+	(*LockStatusResponse)(nil),       // 45: tenure.v1.LockStatusResponse
+	(*LockHistoryRequest)(nil),       // 46: tenure.v1.LockHistoryRequest
+	(*GrantRecord)(nil),              // 47: tenure.v1.GrantRecord
+	(*LockHistoryResponse)(nil),      // 48: tenure.v1.LockHistoryResponse
+	(*FencedPutRequest)(nil),         // 49: tenure.v1.FencedPutRequest
+	(*FencedPutResponse)(nil),        // 50: tenure.v1.FencedPutResponse
+	(*FencedGetRequest)(nil),         // 51: tenure.v1.FencedGetRequest
+	(*FencedGetResponse)(nil),        // 52: tenure.v1.FencedGetResponse
+	(*ObserveRequest)(nil),           // 53: tenure.v1.ObserveRequest
+	(*LeaderEvent)(nil),              // 54: tenure.v1.LeaderEvent
+	(*StatusRequest)(nil),            // 55: tenure.v1.StatusRequest
+	(*StatusResponse)(nil),           // 56: tenure.v1.StatusResponse
+	(*KVKeyValue)(nil),               // 57: tenure.v1.KVKeyValue
+	(*KVPutRequest)(nil),             // 58: tenure.v1.KVPutRequest
+	(*KVPutResponse)(nil),            // 59: tenure.v1.KVPutResponse
+	(*KVRangeRequest)(nil),           // 60: tenure.v1.KVRangeRequest
+	(*KVRangeResponse)(nil),          // 61: tenure.v1.KVRangeResponse
+	(*KVDeleteRequest)(nil),          // 62: tenure.v1.KVDeleteRequest
+	(*KVDeleteResponse)(nil),         // 63: tenure.v1.KVDeleteResponse
+	(*KVCompare)(nil),                // 64: tenure.v1.KVCompare
+	(*KVRequestOp)(nil),              // 65: tenure.v1.KVRequestOp
+	(*KVResponseOp)(nil),             // 66: tenure.v1.KVResponseOp
+	(*KVTxnRequest)(nil),             // 67: tenure.v1.KVTxnRequest
+	(*KVTxnResponse)(nil),            // 68: tenure.v1.KVTxnResponse
+	(*KVWatchRequest)(nil),           // 69: tenure.v1.KVWatchRequest
+	(*KVEvent)(nil),                  // 70: tenure.v1.KVEvent
+	(*KVWatchResponse)(nil),          // 71: tenure.v1.KVWatchResponse
+	(*KVCompacted)(nil),              // 72: tenure.v1.KVCompacted
+	(*QueueEnqueueRequest)(nil),      // 73: tenure.v1.QueueEnqueueRequest
+	(*QueueEnqueueResponse)(nil),     // 74: tenure.v1.QueueEnqueueResponse
+	(*QueueDequeueRequest)(nil),      // 75: tenure.v1.QueueDequeueRequest
+	(*QueueItem)(nil),                // 76: tenure.v1.QueueItem
+	(*QueueDequeueResponse)(nil),     // 77: tenure.v1.QueueDequeueResponse
+	(*QueueSettleRequest)(nil),       // 78: tenure.v1.QueueSettleRequest
+	(*QueueSettleResponse)(nil),      // 79: tenure.v1.QueueSettleResponse
+	(*QueueStatsRequest)(nil),        // 80: tenure.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),       // 81: tenure.v1.QueueStatsResponse
+	(*QueueDeadListRequest)(nil),     // 82: tenure.v1.QueueDeadListRequest
+	(*QueueDeadItem)(nil),            // 83: tenure.v1.QueueDeadItem
+	(*QueueDeadListResponse)(nil),    // 84: tenure.v1.QueueDeadListResponse
+	(*QueueDeadRequeueRequest)(nil),  // 85: tenure.v1.QueueDeadRequeueRequest
+	(*QueueDeadRequeueResponse)(nil), // 86: tenure.v1.QueueDeadRequeueResponse
 }
 var file_api_tenurepb_tenure_proto_depIdxs = []int32{
-	9,  // 0: tenure.v1.MemberListResponse.members:type_name -> tenure.v1.Member
-	15, // 1: tenure.v1.SessionFrames.frames:type_name -> tenure.v1.SessionFrame
-	18, // 2: tenure.v1.SessionFrame.request:type_name -> tenure.v1.SessionRequest
-	17, // 3: tenure.v1.SessionReplies.replies:type_name -> tenure.v1.SessionReply
-	27, // 4: tenure.v1.SessionReply.response:type_name -> tenure.v1.SessionResponse
-	19, // 5: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
-	20, // 6: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
-	21, // 7: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
-	24, // 8: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
-	25, // 9: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
-	26, // 10: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
-	22, // 11: tenure.v1.SessionRequest.proclaim:type_name -> tenure.v1.ProclaimValue
-	28, // 12: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
-	29, // 13: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
-	30, // 14: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
-	31, // 15: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
-	32, // 16: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
-	33, // 17: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
-	34, // 18: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
-	23, // 19: tenure.v1.SessionResponse.proclaimed:type_name -> tenure.v1.ValueProclaimed
-	0,  // 20: tenure.v1.Error.reason:type_name -> tenure.v1.ErrorReason
-	36, // 21: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
-	39, // 22: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
-	39, // 23: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
-	40, // 24: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
-	43, // 25: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
-	1,  // 26: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
-	53, // 27: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
-	2,  // 28: tenure.v1.KVCompare.target:type_name -> tenure.v1.KVCompareTarget
-	3,  // 29: tenure.v1.KVCompare.result:type_name -> tenure.v1.KVCompareResult
-	56, // 30: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
-	54, // 31: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
-	58, // 32: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
-	57, // 33: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
-	55, // 34: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
-	59, // 35: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
-	60, // 36: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
-	61, // 37: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
-	61, // 38: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
-	62, // 39: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
-	4,  // 40: tenure.v1.KVEvent.type:type_name -> tenure.v1.KVEventType
-	53, // 41: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
-	66, // 42: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
-	72, // 43: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
-	5,  // 44: tenure.v1.QueueSettleResponse.result:type_name -> tenure.v1.QueueSettleResult
-	79, // 45: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
-	18, // 46: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
-	14, // 47: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
-	35, // 48: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
-	38, // 49: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
-	42, // 50: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
-	45, // 51: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
-	47, // 52: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
-	51, // 53: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
-	49, // 54: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
-	10, // 55: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
-	12, // 56: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
-	13, // 57: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
-	6,  // 58: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
-	7,  // 59: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
-	54, // 60: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
-	56, // 61: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
-	58, // 62: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
-	63, // 63: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
-	65, // 64: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
-	69, // 65: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
-	71, // 66: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
-	74, // 67: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
-	74, // 68: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
-	74, // 69: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
-	76, // 70: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
-	78, // 71: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
-	81, // 72: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
-	27, // 73: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
-	16, // 74: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
-	37, // 75: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
-	41, // 76: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
-	44, // 77: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
-	46, // 78: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
-	48, // 79: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
-	52, // 80: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
-	50, // 81: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
-	11, // 82: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
-	11, // 83: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
-	11, // 84: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
-	7,  // 85: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
-	8,  // 86: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
-	55, // 87: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
-	57, // 88: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
-	59, // 89: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
-	64, // 90: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
-	67, // 91: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
-	70, // 92: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
-	73, // 93: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
-	75, // 94: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
-	75, // 95: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
-	75, // 96: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
-	77, // 97: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
-	80, // 98: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
-	82, // 99: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
-	73, // [73:100] is the sub-list for method output_type
-	46, // [46:73] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	6,  // 0: tenure.v1.SetLimitsRequest.limits:type_name -> tenure.v1.ClusterLimits
+	6,  // 1: tenure.v1.LimitsResponse.limits:type_name -> tenure.v1.ClusterLimits
+	13, // 2: tenure.v1.MemberListResponse.members:type_name -> tenure.v1.Member
+	19, // 3: tenure.v1.SessionFrames.frames:type_name -> tenure.v1.SessionFrame
+	22, // 4: tenure.v1.SessionFrame.request:type_name -> tenure.v1.SessionRequest
+	21, // 5: tenure.v1.SessionReplies.replies:type_name -> tenure.v1.SessionReply
+	31, // 6: tenure.v1.SessionReply.response:type_name -> tenure.v1.SessionResponse
+	23, // 7: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
+	24, // 8: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
+	25, // 9: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
+	28, // 10: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
+	29, // 11: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
+	30, // 12: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
+	26, // 13: tenure.v1.SessionRequest.proclaim:type_name -> tenure.v1.ProclaimValue
+	32, // 14: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
+	33, // 15: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
+	34, // 16: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
+	35, // 17: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
+	36, // 18: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
+	37, // 19: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
+	38, // 20: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
+	27, // 21: tenure.v1.SessionResponse.proclaimed:type_name -> tenure.v1.ValueProclaimed
+	0,  // 22: tenure.v1.Error.reason:type_name -> tenure.v1.ErrorReason
+	40, // 23: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
+	43, // 24: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
+	43, // 25: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
+	44, // 26: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
+	47, // 27: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
+	1,  // 28: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
+	57, // 29: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
+	2,  // 30: tenure.v1.KVCompare.target:type_name -> tenure.v1.KVCompareTarget
+	3,  // 31: tenure.v1.KVCompare.result:type_name -> tenure.v1.KVCompareResult
+	60, // 32: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
+	58, // 33: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
+	62, // 34: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
+	61, // 35: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
+	59, // 36: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
+	63, // 37: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
+	64, // 38: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
+	65, // 39: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
+	65, // 40: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
+	66, // 41: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
+	4,  // 42: tenure.v1.KVEvent.type:type_name -> tenure.v1.KVEventType
+	57, // 43: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
+	70, // 44: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
+	76, // 45: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
+	5,  // 46: tenure.v1.QueueSettleResponse.result:type_name -> tenure.v1.QueueSettleResult
+	83, // 47: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
+	22, // 48: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
+	18, // 49: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
+	39, // 50: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
+	42, // 51: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
+	46, // 52: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
+	49, // 53: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
+	51, // 54: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
+	55, // 55: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
+	53, // 56: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
+	14, // 57: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
+	16, // 58: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
+	17, // 59: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
+	10, // 60: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
+	11, // 61: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
+	58, // 62: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
+	60, // 63: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
+	62, // 64: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
+	67, // 65: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
+	69, // 66: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
+	73, // 67: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
+	75, // 68: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
+	78, // 69: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
+	78, // 70: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
+	78, // 71: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
+	80, // 72: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
+	82, // 73: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
+	85, // 74: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
+	7,  // 75: tenure.v1.Tenure.GetLimits:input_type -> tenure.v1.GetLimitsRequest
+	8,  // 76: tenure.v1.Tenure.SetLimits:input_type -> tenure.v1.SetLimitsRequest
+	31, // 77: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
+	20, // 78: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
+	41, // 79: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
+	45, // 80: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
+	48, // 81: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
+	50, // 82: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
+	52, // 83: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
+	56, // 84: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
+	54, // 85: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
+	15, // 86: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
+	15, // 87: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
+	15, // 88: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
+	11, // 89: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
+	12, // 90: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
+	59, // 91: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
+	61, // 92: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
+	63, // 93: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
+	68, // 94: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
+	71, // 95: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
+	74, // 96: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
+	77, // 97: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
+	79, // 98: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
+	79, // 99: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
+	79, // 100: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
+	81, // 101: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
+	84, // 102: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
+	86, // 103: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
+	9,  // 104: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
+	9,  // 105: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
+	77, // [77:106] is the sub-list for method output_type
+	48, // [48:77] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_api_tenurepb_tenure_proto_init() }
@@ -5973,7 +6259,7 @@ func file_api_tenurepb_tenure_proto_init() {
 	if File_api_tenurepb_tenure_proto != nil {
 		return
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[12].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[16].OneofWrappers = []any{
 		(*SessionRequest_Open)(nil),
 		(*SessionRequest_KeepAlive)(nil),
 		(*SessionRequest_Acquire)(nil),
@@ -5982,7 +6268,7 @@ func file_api_tenurepb_tenure_proto_init() {
 		(*SessionRequest_Close)(nil),
 		(*SessionRequest_Proclaim)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[21].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[25].OneofWrappers = []any{
 		(*SessionResponse_Opened)(nil),
 		(*SessionResponse_Kept)(nil),
 		(*SessionResponse_Queued)(nil),
@@ -5992,12 +6278,12 @@ func file_api_tenurepb_tenure_proto_init() {
 		(*SessionResponse_Error)(nil),
 		(*SessionResponse_Proclaimed)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[55].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[59].OneofWrappers = []any{
 		(*KVRequestOp_Range)(nil),
 		(*KVRequestOp_Put)(nil),
 		(*KVRequestOp_Delete)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[56].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[60].OneofWrappers = []any{
 		(*KVResponseOp_Range)(nil),
 		(*KVResponseOp_Put)(nil),
 		(*KVResponseOp_Delete)(nil),
@@ -6008,7 +6294,7 @@ func file_api_tenurepb_tenure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_tenurepb_tenure_proto_rawDesc), len(file_api_tenurepb_tenure_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   77,
+			NumMessages:   81,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -50,6 +50,8 @@ const (
 	Tenure_QueueStats_FullMethodName       = "/tenure.v1.Tenure/QueueStats"
 	Tenure_QueueDeadList_FullMethodName    = "/tenure.v1.Tenure/QueueDeadList"
 	Tenure_QueueDeadRequeue_FullMethodName = "/tenure.v1.Tenure/QueueDeadRequeue"
+	Tenure_GetLimits_FullMethodName        = "/tenure.v1.Tenure/GetLimits"
+	Tenure_SetLimits_FullMethodName        = "/tenure.v1.Tenure/SetLimits"
 )
 
 // TenureClient is the client API for Tenure service.
@@ -134,6 +136,13 @@ type TenureClient interface {
 	// QueueDeadRequeue moves dead-lettered items back to the queue (at their
 	// original place) with their attempts reset.
 	QueueDeadRequeue(ctx context.Context, in *QueueDeadRequeueRequest, opts ...grpc.CallOption) (*QueueDeadRequeueResponse, error)
+	// Limits
+	//
+	// GetLimits reads the cluster's replicated admission limits
+	// (linearizable). SetLimits changes them through the log: every replica
+	// enforces the same values where commands are applied.
+	GetLimits(ctx context.Context, in *GetLimitsRequest, opts ...grpc.CallOption) (*LimitsResponse, error)
+	SetLimits(ctx context.Context, in *SetLimitsRequest, opts ...grpc.CallOption) (*LimitsResponse, error)
 }
 
 type tenureClient struct {
@@ -450,6 +459,26 @@ func (c *tenureClient) QueueDeadRequeue(ctx context.Context, in *QueueDeadRequeu
 	return out, nil
 }
 
+func (c *tenureClient) GetLimits(ctx context.Context, in *GetLimitsRequest, opts ...grpc.CallOption) (*LimitsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LimitsResponse)
+	err := c.cc.Invoke(ctx, Tenure_GetLimits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) SetLimits(ctx context.Context, in *SetLimitsRequest, opts ...grpc.CallOption) (*LimitsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LimitsResponse)
+	err := c.cc.Invoke(ctx, Tenure_SetLimits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TenureServer is the server API for Tenure service.
 // All implementations must embed UnimplementedTenureServer
 // for forward compatibility.
@@ -532,6 +561,13 @@ type TenureServer interface {
 	// QueueDeadRequeue moves dead-lettered items back to the queue (at their
 	// original place) with their attempts reset.
 	QueueDeadRequeue(context.Context, *QueueDeadRequeueRequest) (*QueueDeadRequeueResponse, error)
+	// Limits
+	//
+	// GetLimits reads the cluster's replicated admission limits
+	// (linearizable). SetLimits changes them through the log: every replica
+	// enforces the same values where commands are applied.
+	GetLimits(context.Context, *GetLimitsRequest) (*LimitsResponse, error)
+	SetLimits(context.Context, *SetLimitsRequest) (*LimitsResponse, error)
 	mustEmbedUnimplementedTenureServer()
 }
 
@@ -622,6 +658,12 @@ func (UnimplementedTenureServer) QueueDeadList(context.Context, *QueueDeadListRe
 }
 func (UnimplementedTenureServer) QueueDeadRequeue(context.Context, *QueueDeadRequeueRequest) (*QueueDeadRequeueResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method QueueDeadRequeue not implemented")
+}
+func (UnimplementedTenureServer) GetLimits(context.Context, *GetLimitsRequest) (*LimitsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetLimits not implemented")
+}
+func (UnimplementedTenureServer) SetLimits(context.Context, *SetLimitsRequest) (*LimitsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetLimits not implemented")
 }
 func (UnimplementedTenureServer) mustEmbedUnimplementedTenureServer() {}
 func (UnimplementedTenureServer) testEmbeddedByValue()                {}
@@ -1076,6 +1118,42 @@ func _Tenure_QueueDeadRequeue_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Tenure_GetLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetLimitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).GetLimits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_GetLimits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).GetLimits(ctx, req.(*GetLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_SetLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetLimitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).SetLimits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_SetLimits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).SetLimits(ctx, req.(*SetLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Tenure_ServiceDesc is the grpc.ServiceDesc for Tenure service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1166,6 +1244,14 @@ var Tenure_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "QueueDeadRequeue",
 			Handler:    _Tenure_QueueDeadRequeue_Handler,
+		},
+		{
+			MethodName: "GetLimits",
+			Handler:    _Tenure_GetLimits_Handler,
+		},
+		{
+			MethodName: "SetLimits",
+			Handler:    _Tenure_SetLimits_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

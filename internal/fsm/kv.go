@@ -96,6 +96,7 @@ func kvLess(a, b KV) bool { return a.Key < b.Key }
 type kvStore struct {
 	tree      *btree.BTreeG[KV]
 	ephemeral map[uint64]map[string]struct{}
+	bytes     uint64 // of every key and value (max-kv-bytes)
 }
 
 func newKVStore() kvStore {
@@ -223,6 +224,9 @@ func (s *State) kvApplyPut(p *fsmpb.KVPut, emit EventSink) Result {
 			return Result{Err: ErrSessionNotFound}
 		}
 	}
+	if err := s.admitKVPuts([]*fsmpb.KVPut{p}); err != nil {
+		return Result{Err: err}
+	}
 	s.kvPut(p, s.bump(), emit)
 	return Result{KV: &KVResult{}}
 }
@@ -259,6 +263,15 @@ func (s *State) kvApplyTxn(t *fsmpb.KVTxn, emit EventSink) Result {
 			}
 		}
 	}
+	var puts []*fsmpb.KVPut
+	for _, op := range ops {
+		if p := op.GetPut(); p != nil {
+			puts = append(puts, p)
+		}
+	}
+	if err := s.admitKVPuts(puts); err != nil {
+		return Result{Err: err}
+	}
 	out := &KVResult{Succeeded: ok, Ops: make([]KVOpResult, len(ops))}
 	rev := revisionOnce{s: s}
 	for i, op := range ops {
@@ -276,6 +289,39 @@ func (s *State) kvApplyTxn(t *fsmpb.KVTxn, emit EventSink) Result {
 		}
 	}
 	return Result{KV: out}
+}
+
+// admitKVPuts applies max-keys and max-kv-bytes to puts applied in order
+// (a transaction's branch): the keys they would create and the bytes they
+// would add. Deletes in the same transaction are not counted as freeing
+// room, so the check errs on the side of refusing.
+func (s *State) admitKVPuts(puts []*fsmpb.KVPut) error {
+	var newKeys, grow uint64
+	size := make(map[string]int, len(puts)) // key -> value size after the puts so far
+	for _, p := range puts {
+		before, seen := size[p.GetKey()]
+		if !seen {
+			if old, ok := s.kv.tree.Get(KV{Key: p.GetKey()}); ok {
+				before, seen = len(old.Value), true
+			}
+		}
+		if !seen {
+			newKeys++
+			grow += uint64(len(p.GetKey()) + len(p.GetValue()))
+		} else if n := len(p.GetValue()); n > before {
+			grow += uint64(n - before)
+		}
+		size[p.GetKey()] = len(p.GetValue())
+	}
+	if newKeys > 0 {
+		if err := overLimit("max-keys", s.limits.MaxKeys, "keys", uint64(s.kv.tree.Len()), newKeys); err != nil {
+			return err
+		}
+	}
+	if grow > 0 {
+		return overLimit("max-kv-bytes", s.limits.MaxKVBytes, "bytes in the key-value store", s.kv.bytes, grow)
+	}
+	return nil
 }
 
 func (s *State) kvCompare(c *fsmpb.KVCompare) bool {
@@ -326,7 +372,9 @@ func (s *State) kvPut(p *fsmpb.KVPut, rev uint64, emit EventSink) {
 		if old.Session != kv.Session {
 			s.kv.unbind(old.Session, kv.Key)
 		}
+		s.kv.bytes -= uint64(len(old.Key) + len(old.Value))
 	}
+	s.kv.bytes += uint64(len(kv.Key) + len(kv.Value))
 	if kv.Session != 0 {
 		s.kv.bind(kv.Session, kv.Key)
 	}
@@ -358,6 +406,7 @@ func (s *State) kvDelete(key string, prefix bool, rev *revisionOnce, emit EventS
 func (s *State) kvRemove(kv KV, rev uint64, emit EventSink) {
 	s.kv.tree.Delete(kv)
 	s.kv.unbind(kv.Session, kv.Key)
+	s.kv.bytes -= uint64(len(kv.Key) + len(kv.Value))
 	emit(Event{Kind: EventKVDelete, Name: kv.Key, Revision: rev, KV: &KV{Key: kv.Key, ModRevision: rev}})
 }
 
@@ -442,6 +491,7 @@ func (s *State) importKV(snap *fsmpb.Snapshot) error {
 			s.kv.bind(kv.Session, kv.Key)
 		}
 		s.kv.tree.ReplaceOrInsert(kv)
+		s.kv.bytes += uint64(len(kv.Key) + len(kv.Value))
 	}
 	return nil
 }

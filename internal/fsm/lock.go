@@ -87,6 +87,31 @@ func (s *State) acquire(c *fsmpb.Acquire, emit EventSink) Result {
 		return Result{Err: ErrAlreadyHeld}
 	}
 	l := s.locks[name]
+	if l != nil && l.permits != permits {
+		kind := "semaphore"
+		if l.permits == 1 {
+			kind = "mutex"
+		}
+		return Result{Err: fmt.Errorf("%w: %q is a %s with %d permit(s); this acquire asks for %d", ErrInvalid, name, kind, l.permits, permits)}
+	}
+	free := l == nil || (l.head == nil && l.admits(c.GetShared()))
+	if !free && !c.GetWait() {
+		return Result{Err: ErrBusy}
+	}
+	if l == nil {
+		if err := overLimit("max-locks", s.limits.MaxLocks, "locks in use", uint64(len(s.locks)), 1); err != nil {
+			return Result{Err: err}
+		}
+	}
+	if !free {
+		if err := overLimit("max-waiters", s.limits.MaxWaiters, fmt.Sprintf("waiters on %q", name), uint64(l.nwait), 1); err != nil {
+			return Result{Err: err}
+		}
+		if err := overLimit("max-total-waiters", s.limits.MaxTotalWaiters, "waiters on all locks", s.waiting, 1); err != nil {
+			return Result{Err: err}
+		}
+	}
+	// Admitted: only now does the acquire change the lock.
 	if l == nil {
 		l = &lock{name: name, permits: permits}
 		s.locks[name] = l
@@ -94,27 +119,15 @@ func (s *State) acquire(c *fsmpb.Acquire, emit EventSink) Result {
 	if c.GetElection() {
 		l.election = true
 	}
-	if l.permits != permits {
-		kind := "semaphore"
-		if l.permits == 1 {
-			kind = "mutex"
-		}
-		return Result{Err: fmt.Errorf("%w: %q is a %s with %d permit(s); this acquire asks for %d", ErrInvalid, name, kind, l.permits, permits)}
-	}
-	if l.head == nil && l.admits(c.GetShared()) {
-		rev := s.bump()
+	rev := s.bump()
+	if free {
 		g := s.grant(l, sess, rev, c.GetLockDelayMs(), c.GetShared())
 		g.value = append([]byte(nil), c.GetValue()...)
 		s.holderChanged(l, emit)
 		return Result{Granted: true, Token: rev, AcquireRevision: rev}
 	}
-	if !c.GetWait() {
-		return Result{Err: ErrBusy}
-	}
-	rev := s.bump()
 	w := &waiter{sess: sess, acqRev: rev, delayMs: c.GetLockDelayMs(), shared: c.GetShared(), value: append([]byte(nil), c.GetValue()...)}
-	l.push(w)
-	sess.waits[name] = w
+	s.addWaiter(l, w)
 	return Result{Queued: true, Position: uint32(l.nwait), AcquireRevision: rev}
 }
 
@@ -188,8 +201,7 @@ func (s *State) endGrant(l *lock, g *grant, how string, emit EventSink) {
 func (s *State) handOff(l *lock, emit EventSink) {
 	for l.head != nil && l.admits(l.head.shared) {
 		w := l.head
-		l.unlink(w)
-		delete(w.sess.waits, l.name)
+		s.removeWaiter(l, w)
 		s.bump()
 		g := s.grant(l, w.sess, w.acqRev, w.delayMs, w.shared)
 		g.value = w.value
@@ -208,8 +220,10 @@ func (s *State) cancelAcquire(c *fsmpb.CancelAcquire, emit EventSink) Result {
 	name := c.GetName()
 	if w, ok := sess.waits[name]; ok && w.acqRev == c.GetAcquireRevision() {
 		s.bump()
-		s.locks[name].unlink(w)
-		delete(sess.waits, name)
+		l := s.locks[name]
+		s.removeWaiter(l, w)
+		s.handOff(l, emit) // a writer that left the head may have held back readers
+		s.forget(l)
 		return Result{}
 	}
 	if l := s.locks[name]; l != nil {
@@ -217,6 +231,7 @@ func (s *State) cancelAcquire(c *fsmpb.CancelAcquire, emit EventSink) Result {
 			s.bump()
 			s.endGrant(l, g, "released", emit)
 			s.handOff(l, emit)
+			s.forget(l)
 			return Result{}
 		}
 	}
@@ -246,6 +261,7 @@ func (s *State) release(c *fsmpb.Release, emit EventSink) Result {
 	s.bump()
 	s.endGrant(l, g, "released", emit)
 	s.handOff(l, emit)
+	s.forget(l)
 	return Result{}
 }
 
@@ -258,10 +274,12 @@ func (s *State) endLockDelay(c *fsmpb.EndLockDelay, emit EventSink) Result {
 	l.delayed = false
 	l.delayMs = 0
 	s.handOff(l, emit)
+	s.forget(l)
 	return Result{}
 }
 
-func (l *lock) push(w *waiter) {
+// addWaiter queues w at the tail of l.
+func (s *State) addWaiter(l *lock, w *waiter) {
 	w.prev = l.tail
 	if l.tail != nil {
 		l.tail.next = w
@@ -270,9 +288,12 @@ func (l *lock) push(w *waiter) {
 	}
 	l.tail = w
 	l.nwait++
+	s.waiting++
+	w.sess.waits[l.name] = w
 }
 
-func (l *lock) unlink(w *waiter) {
+// removeWaiter takes w out of l's queue, wherever it is: O(1).
+func (s *State) removeWaiter(l *lock, w *waiter) {
 	if w.prev != nil {
 		w.prev.next = w.next
 	} else {
@@ -285,6 +306,20 @@ func (l *lock) unlink(w *waiter) {
 	}
 	w.prev, w.next = nil, nil
 	l.nwait--
+	s.waiting--
+	delete(w.sess.waits, l.name)
+}
+
+// forget removes l once nothing keeps it (no holder, no waiter, no
+// lock-delay), so that the state shrinks when names are no longer used
+// and a name's permits are fixed only while it is in use. Its grant
+// records move to the history of removed locks.
+func (s *State) forget(l *lock) {
+	if len(l.holders) > 0 || l.head != nil || l.delayed {
+		return
+	}
+	s.past.add(l.name, l.history)
+	delete(s.locks, l.name)
 }
 
 // holderChanged reports l's first holder (an election's leader) and value.

@@ -197,6 +197,8 @@ type qref struct {
 type queueSet struct {
 	byName  map[string]*queue
 	session map[uint64]map[qref]struct{}
+	// nonEmpty counts the queues holding at least one item (max-queues).
+	nonEmpty int
 }
 
 func (qs *queueSet) init() {
@@ -286,9 +288,19 @@ func (s *State) enqueue(c *fsmpb.QueueEnqueue, emit EventSink) Result {
 			return Result{Queue: &QueueResult{ID: e.id, Duplicate: true}}
 		}
 	}
+	if q == nil || q.length() == 0 {
+		if err := overLimit("max-queues", s.limits.MaxQueues, "queues holding items", uint64(s.queues.nonEmpty), 1); err != nil {
+			return Result{Err: err}
+		}
+	} else if err := overLimit("max-queue-length", s.limits.MaxQueueLength, fmt.Sprintf("items in queue %q", q.name), uint64(q.length()), 1); err != nil {
+		return Result{Err: err}
+	}
 	if q == nil {
 		q = newQueue(c.GetQueue(), cmp.Or(c.GetMaxAttempts(), DefaultMaxAttempts))
 		s.queues.byName[q.name] = q
+	}
+	if q.length() == 0 {
+		s.queues.nonEmpty++
 	}
 	id := s.bump()
 	q.ready.ReplaceOrInsert(qItem{id: id, payload: append([]byte(nil), c.GetPayload()...)})
@@ -363,6 +375,9 @@ func (s *State) settle(c *fsmpb.QueueSettle, kind settleKind, emit EventSink) Re
 	emit(Event{Kind: EventQueueSettled, Name: q.name, Queue: &QueueEvent{ID: it.id, Token: it.token}})
 	if kind == settleAck {
 		q.acks.put(it.id, it.id, it.token)
+		if q.length() == 0 {
+			s.queues.nonEmpty--
+		}
 		return Result{Queue: &QueueResult{ID: it.id}}
 	}
 	s.putBack(q, it, emit)
@@ -614,6 +629,9 @@ func (s *State) importQueues(states []*fsmpb.QueueState) error {
 			q.acks.put(m.GetId(), m.GetId(), m.GetToken())
 		}
 		s.queues.byName[q.name] = q
+		if q.length() > 0 {
+			s.queues.nonEmpty++
+		}
 	}
 	return nil
 }

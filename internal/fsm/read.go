@@ -128,18 +128,30 @@ func (s *State) Lock(name string) LockView {
 	return v
 }
 
-// History returns the lock's grant records, oldest first.
+// History returns the lock's newest grant records (at most the lock
+// history setting), oldest first: those kept of its earlier lives (before
+// it was removed once unused), then its own.
 func (s *State) History(name string) []GrantView {
-	l := s.locks[name]
-	if l == nil {
+	recs := s.past.of(name)
+	if l := s.locks[name]; l != nil {
+		recs = append(recs, l.history...)
+	}
+	if len(recs) > s.historyLimit {
+		recs = recs[len(recs)-s.historyLimit:]
+	}
+	if len(recs) == 0 {
 		return nil
 	}
-	out := make([]GrantView, len(l.history))
-	for i, h := range l.history {
+	out := make([]GrantView, len(recs))
+	for i, h := range recs {
 		out[i] = GrantView{Owner: h.owner, Session: h.session, Token: h.token, GrantedRevision: h.grantedRev, Ended: h.ended, EndedRevision: h.endedRev}
 	}
 	return out
 }
+
+// LockCount is the number of locks in use (with a holder, a waiter or a
+// lock-delay); unused locks are removed.
+func (s *State) LockCount() int { return len(s.locks) }
 
 // Register returns a fenced register.
 func (s *State) Register(key string) RegisterView {

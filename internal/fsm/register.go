@@ -35,20 +35,29 @@ func (s *State) fencedPut(c *fsmpb.FencedPut) Result {
 		return Result{Err: fmt.Errorf("%w: operation id is %d bytes, the limit is %d", ErrInvalid, len(c.GetOperationId()), MaxOpIDLen)}
 	}
 	reg := s.registers[c.GetKey()]
-	if reg == nil {
-		reg = &register{opIdx: make(map[string]int)}
-		s.registers[c.GetKey()] = reg
-	}
 	opID := c.GetOperationId()
-	if opID != "" {
+	if reg != nil && opID != "" {
 		if i, seen := reg.opIdx[opID]; seen {
 			return Result{Put: reg.ops[i].result, Duplicate: true, AcceptedToken: reg.token}
 		}
 	}
+	accept := reg == nil || c.GetToken() >= reg.token || s.UnsafeSkipFenceCheck
+	if accept {
+		if err := s.admitRegisterWrite(reg, c.GetKey(), len(c.GetValue())); err != nil {
+			return Result{Err: err}
+		}
+	}
+	if reg == nil {
+		reg = &register{opIdx: make(map[string]int)}
+		s.registers[c.GetKey()] = reg
+		s.registerBytes += uint64(len(c.GetKey()))
+	}
 	out := PutStale
-	if c.GetToken() >= reg.token || s.UnsafeSkipFenceCheck {
+	if accept {
 		out = PutAccepted
 		reg.modRev = s.bump()
+		s.registerBytes += uint64(len(c.GetValue()))
+		s.registerBytes -= uint64(len(reg.value))
 		reg.value = append([]byte(nil), c.GetValue()...)
 		reg.token = c.GetToken()
 	}
@@ -59,6 +68,23 @@ func (s *State) fencedPut(c *fsmpb.FencedPut) Result {
 		reg.remember(opRec{id: opID, result: out, token: c.GetToken()}, s.opMemory)
 	}
 	return Result{Put: out, AcceptedToken: reg.token}
+}
+
+// admitRegisterWrite applies max-registers and max-register-bytes to an
+// accepted write of n value bytes to reg (nil: a new register at key).
+func (s *State) admitRegisterWrite(reg *register, key string, n int) error {
+	add := uint64(n)
+	if reg == nil {
+		if err := overLimit("max-registers", s.limits.MaxRegisters, "fenced registers", uint64(len(s.registers)), 1); err != nil {
+			return err
+		}
+		add += uint64(len(key))
+	} else if n <= len(reg.value) {
+		return nil // a write that does not grow is always admitted
+	} else {
+		add -= uint64(len(reg.value))
+	}
+	return overLimit("max-register-bytes", s.limits.MaxRegisterBytes, "bytes in fenced registers", s.registerBytes, add)
 }
 
 // remember records op in a ring of capacity slots, evicting the oldest.

@@ -29,6 +29,9 @@ func (s *State) createSession(c *fsmpb.CreateSession, emit EventSink) Result {
 	if err := ValidateSession(c.GetOwner(), c.GetTtlMs()); err != nil {
 		return Result{Err: err}
 	}
+	if err := overLimit("max-sessions", s.limits.MaxSessions, "live sessions", uint64(len(s.sessions)), 1); err != nil {
+		return Result{Err: err}
+	}
 	id := s.bump()
 	s.sessions[id] = &session{
 		id: id, owner: c.GetOwner(), ttlMs: c.GetTtlMs(),
@@ -48,9 +51,11 @@ func (s *State) endSession(id uint64, expired bool, emit EventSink) Result {
 	s.bump()
 	for _, name := range sortedKeys(sess.waits) {
 		w := sess.waits[name]
-		s.locks[name].unlink(w)
-		delete(sess.waits, name)
+		l := s.locks[name]
+		s.removeWaiter(l, w)
 		emit(Event{Kind: EventWaitEnded, Session: id, Name: name, AcquireRevision: w.acqRev, Expired: expired})
+		s.handOff(l, emit) // a writer that left the head may have held back readers
+		s.forget(l)
 	}
 	ended := "released"
 	if expired {
@@ -63,12 +68,13 @@ func (s *State) endSession(id uint64, expired bool, emit EventSink) Result {
 		s.endGrant(l, g, ended, emit)
 		if expired && delayMs > 0 {
 			l.delayed = true
-			l.delayGen++
+			l.delayGen = s.revision // unique, even across a removal of the lock
 			l.delayMs = delayMs
 			emit(Event{Kind: EventDelayStarted, Name: name, DelayMs: delayMs, Generation: l.delayGen})
 			continue
 		}
 		s.handOff(l, emit)
+		s.forget(l)
 	}
 	s.kvEndSession(id, emit)
 	s.queueSessionEnded(id, emit)

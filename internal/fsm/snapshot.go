@@ -20,7 +20,7 @@ func (s *State) Export() *fsmpb.Snapshot {
 // queues, which may be large: FSM.Snapshot clones those copy-on-write under
 // the lock and serialises them after it.
 func (s *State) exportCore() *fsmpb.Snapshot {
-	snap := &fsmpb.Snapshot{Revision: s.revision, Retention: &fsmpb.Retention{LockHistory: uint32(s.historyLimit), RegisterOpMemory: uint32(s.opMemory)}}
+	snap := &fsmpb.Snapshot{Revision: s.revision, Retention: &fsmpb.Retention{LockHistory: uint32(s.historyLimit), RegisterOpMemory: uint32(s.opMemory)}, Limits: LimitsToProto(s.limits)}
 	ids := make([]uint64, 0, len(s.sessions))
 	for id := range s.sessions {
 		ids = append(ids, id)
@@ -40,10 +40,13 @@ func (s *State) exportCore() *fsmpb.Snapshot {
 			ls.Waiters = append(ls.Waiters, &fsmpb.WaiterState{Session: w.sess.id, AcquireRevision: w.acqRev, LockDelayMs: w.delayMs, Shared: w.shared, Value: w.value})
 		}
 		for _, h := range l.history {
-			ls.History = append(ls.History, &fsmpb.HistoryRecord{Owner: h.owner, Session: h.session, Token: h.token, GrantedRevision: h.grantedRev, Ended: h.ended, EndedRevision: h.endedRev})
+			ls.History = append(ls.History, histToProto("", h))
 		}
 		snap.Locks = append(snap.Locks, ls)
 	}
+	s.past.each(func(r pastRec) {
+		snap.RemovedLockHistory = append(snap.RemovedLockHistory, histToProto(r.name, r.histRec))
+	})
 	for _, key := range sortedKeys(s.registers) {
 		r := s.registers[key]
 		rs := &fsmpb.RegisterState{Key: key, Value: r.value, Token: r.token, ModRevision: r.modRev}
@@ -70,6 +73,7 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 			s.opMemory = int(r.GetRegisterOpMemory())
 		}
 	}
+	s.limits = s.limits.Merge(LimitsFromProto(snap.GetLimits()))
 	for _, ss := range snap.GetSessions() {
 		s.sessions[ss.GetId()] = &session{id: ss.GetId(), owner: ss.GetOwner(), ttlMs: ss.GetTtlMs(),
 			held: make(map[string]struct{}), waits: make(map[string]*waiter)}
@@ -96,14 +100,16 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 			if sess == nil {
 				return nil, fmt.Errorf("snapshot: lock %q awaited by unknown session %d", l.name, ws.GetSession())
 			}
-			w := &waiter{sess: sess, acqRev: ws.GetAcquireRevision(), delayMs: ws.GetLockDelayMs(), shared: ws.GetShared(), value: ws.GetValue()}
-			l.push(w)
-			sess.waits[l.name] = w
+			s.addWaiter(l, &waiter{sess: sess, acqRev: ws.GetAcquireRevision(), delayMs: ws.GetLockDelayMs(), shared: ws.GetShared(), value: ws.GetValue()})
 		}
 		for _, h := range ls.GetHistory() {
-			l.history = append(l.history, histRec{owner: h.GetOwner(), session: h.GetSession(), token: h.GetToken(), grantedRev: h.GetGrantedRevision(), ended: h.GetEnded(), endedRev: h.GetEndedRevision()})
+			l.history = append(l.history, histFromProto(h))
 		}
 		s.locks[l.name] = l
+		s.forget(l) // written before unused locks were removed
+	}
+	for _, h := range snap.GetRemovedLockHistory() {
+		s.past.add(h.GetName(), []histRec{histFromProto(h)})
 	}
 	for _, rs := range snap.GetRegisters() {
 		r := &register{value: rs.GetValue(), token: rs.GetToken(), modRev: rs.GetModRevision(), opIdx: make(map[string]int)}
@@ -111,6 +117,7 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 			r.remember(opRec{id: op.GetOperationId(), result: PutOutcome(op.GetResult()), token: op.GetToken()}, s.opMemory)
 		}
 		s.registers[rs.GetKey()] = r
+		s.registerBytes += uint64(len(rs.GetKey()) + len(r.value))
 	}
 	if err := s.importKV(snap); err != nil {
 		return nil, err
@@ -119,4 +126,12 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+func histToProto(name string, h histRec) *fsmpb.HistoryRecord {
+	return &fsmpb.HistoryRecord{Name: name, Owner: h.owner, Session: h.session, Token: h.token, GrantedRevision: h.grantedRev, Ended: h.ended, EndedRevision: h.endedRev}
+}
+
+func histFromProto(h *fsmpb.HistoryRecord) histRec {
+	return histRec{owner: h.GetOwner(), session: h.GetSession(), token: h.GetToken(), grantedRev: h.GetGrantedRevision(), ended: h.GetEnded(), endedRev: h.GetEndedRevision()}
 }

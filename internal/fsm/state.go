@@ -139,14 +139,18 @@ type State struct {
 	// catches stale writes; never set it in production.
 	UnsafeSkipFenceCheck bool
 
-	revision     uint64
-	historyLimit int // grant records kept per lock
-	opMemory     int // operation ids remembered per fenced register
-	sessions     map[uint64]*session
-	locks        map[string]*lock
-	registers    map[string]*register
-	kv           kvStore
-	queues       queueSet // see queue.go
+	revision      uint64
+	historyLimit  int // grant records kept per lock
+	opMemory      int // operation ids remembered per fenced register
+	limits        Limits
+	waiting       uint64 // queued acquires on all locks (max-total-waiters)
+	sessions      map[uint64]*session
+	locks         map[string]*lock
+	past          pastHistory // grant records of removed locks (history.go)
+	registers     map[string]*register
+	registerBytes uint64 // keys and values of all registers (max-register-bytes)
+	kv            kvStore
+	queues        queueSet // see queue.go
 }
 
 // NewState returns an empty state at revision 0.
@@ -154,6 +158,7 @@ func NewState() *State {
 	return &State{
 		historyLimit: HistoryLimit,
 		opMemory:     OpMemory,
+		limits:       DefaultLimits(),
 		sessions:     make(map[uint64]*session),
 		locks:        make(map[string]*lock),
 		registers:    make(map[string]*register),
@@ -200,6 +205,8 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 		r = s.proclaim(op.Proclaim, emit)
 	case *fsmpb.Command_SetRetention:
 		r = s.setRetention(op.SetRetention)
+	case *fsmpb.Command_SetLimits:
+		r = s.setLimits(op.SetLimits)
 	case *fsmpb.Command_KvPut:
 		r = s.kvApplyPut(op.KvPut, emit)
 	case *fsmpb.Command_KvDelete:

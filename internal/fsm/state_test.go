@@ -415,9 +415,10 @@ func TestLockDelay(t *testing.T) {
 		m.acquire(a, "l", 5_000)
 		rb := m.queue(b, "l", 0)
 
-		_, evs := m.ok(cmdExpire(a))
+		exp, evs := m.ok(cmdExpire(a))
+		gen := exp.Revision // a delay's generation is the revision that started it
 		want := []fsm.Event{
-			{Kind: fsm.EventDelayStarted, Name: "l", DelayMs: 5_000, Generation: 1},
+			{Kind: fsm.EventDelayStarted, Name: "l", DelayMs: 5_000, Generation: gen},
 			{Kind: fsm.EventSessionEnded, Session: a, Expired: true},
 		}
 		if fmt.Sprint(evs) != fmt.Sprint(want) {
@@ -427,7 +428,7 @@ func TestLockDelay(t *testing.T) {
 		if v := m.s.Lock("l"); !v.Delayed {
 			t.Fatal("lock not delayed")
 		}
-		if d := m.s.Delays(); fmt.Sprint(d) != fmt.Sprint([]fsm.DelayView{{Name: "l", DelayMs: 5_000, Generation: 1}}) {
+		if d := m.s.Delays(); fmt.Sprint(d) != fmt.Sprint([]fsm.DelayView{{Name: "l", DelayMs: 5_000, Generation: gen}}) {
 			t.Fatalf("delays %+v", d)
 		}
 		// While delayed nobody gets the lock: a try is busy, a wait queues.
@@ -437,16 +438,16 @@ func TestLockDelay(t *testing.T) {
 			t.Fatalf("queued at %d, want 2", rc.Position)
 		}
 		// A wrong generation is a harmless no-op.
-		for _, gen := range []uint64{0, 2} {
+		for _, wrong := range []uint64{0, gen - 1, gen + 1} {
 			before := exportBytes(t, m.s)
-			r, evs := m.apply(cmdEndDelay("l", gen))
+			r, evs := m.apply(cmdEndDelay("l", wrong))
 			if r.Err != nil || len(evs) != 0 || !bytes.Equal(before, exportBytes(t, m.s)) {
-				t.Fatalf("EndLockDelay gen %d: %+v %v, state changed: %v", gen, r, evs, !bytes.Equal(before, exportBytes(t, m.s)))
+				t.Fatalf("EndLockDelay gen %d: %+v %v, state changed: %v", wrong, r, evs, !bytes.Equal(before, exportBytes(t, m.s)))
 			}
 		}
 		m.wantHolder("l", 0, 0)
 		// The right generation hands off to the first waiter.
-		r, evs := m.ok(cmdEndDelay("l", 1))
+		r, evs := m.ok(cmdEndDelay("l", gen))
 		want = []fsm.Event{{Kind: fsm.EventGranted, Session: b, Name: "l", Token: r.Revision, AcquireRevision: rb.AcquireRevision}}
 		if fmt.Sprint(evs) != fmt.Sprint(want) {
 			t.Fatalf("end-delay events %+v, want %+v", evs, want)
@@ -457,7 +458,7 @@ func TestLockDelay(t *testing.T) {
 		}
 		// Repeating it is a no-op.
 		before := exportBytes(t, m.s)
-		if r, evs := m.apply(cmdEndDelay("l", 1)); r.Err != nil || len(evs) != 0 || !bytes.Equal(before, exportBytes(t, m.s)) {
+		if r, evs := m.apply(cmdEndDelay("l", gen)); r.Err != nil || len(evs) != 0 || !bytes.Equal(before, exportBytes(t, m.s)) {
 			t.Fatalf("repeated EndLockDelay: %+v %v", r, evs)
 		}
 	})
@@ -466,19 +467,23 @@ func TestLockDelay(t *testing.T) {
 		m := newMachine(t)
 		a, b := m.session("a"), m.session("b")
 		m.acquire(a, "l", 1_000)
-		m.ok(cmdExpire(a))
+		first, _ := m.ok(cmdExpire(a))
 		m.failsWith(cmdAcquire(b, "l", false, 0), fsm.ErrBusy)
-		_, evs := m.ok(cmdEndDelay("l", 1))
+		_, evs := m.ok(cmdEndDelay("l", first.Revision))
 		if len(evs) != 0 {
 			t.Fatalf("events %v", evs)
 		}
+		if m.s.LockCount() != 0 {
+			t.Fatal("a lock with no holder, waiter or delay is kept")
+		}
 		m.acquire(b, "l", 1_000)
-		// A second expiry starts generation 2; generation 1 no longer ends it.
-		m.ok(cmdExpire(b))
-		if d := m.s.Delays(); len(d) != 1 || d[0].Generation != 2 {
+		// A second expiry starts a new generation (even though the lock was
+		// removed and created again in between); the first no longer ends it.
+		second, _ := m.ok(cmdExpire(b))
+		if d := m.s.Delays(); len(d) != 1 || d[0].Generation != second.Revision || second.Revision <= first.Revision {
 			t.Fatalf("delays %+v", d)
 		}
-		m.apply(cmdEndDelay("l", 1))
+		m.apply(cmdEndDelay("l", first.Revision))
 		if !m.s.Lock("l").Delayed {
 			t.Fatal("stale generation ended the delay")
 		}
@@ -642,7 +647,7 @@ func TestGrantHistory(t *testing.T) {
 	}
 
 	// Bounded by HistoryLimit, keeping the newest.
-	m.ok(cmdEndDelay("l", 1))
+	m.ok(cmdEndDelay("l", exp.Revision))
 	var toks []uint64
 	for i := 0; i < fsm.HistoryLimit+5; i++ {
 		tok := m.acquire(a, "l", 0)

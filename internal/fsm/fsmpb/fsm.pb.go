@@ -39,6 +39,7 @@ type Command struct {
 	//	*Command_Batch
 	//	*Command_Proclaim
 	//	*Command_SetRetention
+	//	*Command_SetLimits
 	//	*Command_KvPut
 	//	*Command_KvDelete
 	//	*Command_KvTxn
@@ -190,6 +191,15 @@ func (x *Command) GetSetRetention() *SetRetention {
 	return nil
 }
 
+func (x *Command) GetSetLimits() *SetLimits {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetLimits); ok {
+			return x.SetLimits
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetKvPut() *KVPut {
 	if x != nil {
 		if x, ok := x.Op.(*Command_KvPut); ok {
@@ -328,6 +338,10 @@ type Command_SetRetention struct {
 	SetRetention *SetRetention `protobuf:"bytes,60,opt,name=set_retention,json=setRetention,proto3,oneof"`
 }
 
+type Command_SetLimits struct {
+	SetLimits *SetLimits `protobuf:"bytes,61,opt,name=set_limits,json=setLimits,proto3,oneof"`
+}
+
 type Command_KvPut struct {
 	// Key-value store (kv.go).
 	KvPut *KVPut `protobuf:"bytes,40,opt,name=kv_put,json=kvPut,proto3,oneof"`
@@ -392,6 +406,8 @@ func (*Command_Batch) isCommand_Op() {}
 func (*Command_Proclaim) isCommand_Op() {}
 
 func (*Command_SetRetention) isCommand_Op() {}
+
+func (*Command_SetLimits) isCommand_Op() {}
 
 func (*Command_KvPut) isCommand_Op() {}
 
@@ -469,6 +485,171 @@ func (x *SetRetention) GetRegisterOpMemory() uint32 {
 	return 0
 }
 
+// Limits are the replicated admission limits (see fsm.LimitSpecs): the
+// state machine refuses a command that would take the state past one.
+type Limits struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	MaxSessions      uint64                 `protobuf:"varint,1,opt,name=max_sessions,json=maxSessions,proto3" json:"max_sessions,omitempty"`
+	MaxWaiters       uint64                 `protobuf:"varint,2,opt,name=max_waiters,json=maxWaiters,proto3" json:"max_waiters,omitempty"`
+	MaxTotalWaiters  uint64                 `protobuf:"varint,3,opt,name=max_total_waiters,json=maxTotalWaiters,proto3" json:"max_total_waiters,omitempty"`
+	MaxLocks         uint64                 `protobuf:"varint,4,opt,name=max_locks,json=maxLocks,proto3" json:"max_locks,omitempty"`
+	MaxRegisters     uint64                 `protobuf:"varint,5,opt,name=max_registers,json=maxRegisters,proto3" json:"max_registers,omitempty"`
+	MaxRegisterBytes uint64                 `protobuf:"varint,6,opt,name=max_register_bytes,json=maxRegisterBytes,proto3" json:"max_register_bytes,omitempty"`
+	MaxQueues        uint64                 `protobuf:"varint,7,opt,name=max_queues,json=maxQueues,proto3" json:"max_queues,omitempty"`
+	MaxQueueLength   uint64                 `protobuf:"varint,8,opt,name=max_queue_length,json=maxQueueLength,proto3" json:"max_queue_length,omitempty"`
+	MaxKeys          uint64                 `protobuf:"varint,9,opt,name=max_keys,json=maxKeys,proto3" json:"max_keys,omitempty"`
+	MaxKvBytes       uint64                 `protobuf:"varint,10,opt,name=max_kv_bytes,json=maxKvBytes,proto3" json:"max_kv_bytes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Limits) Reset() {
+	*x = Limits{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Limits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Limits) ProtoMessage() {}
+
+func (x *Limits) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Limits.ProtoReflect.Descriptor instead.
+func (*Limits) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Limits) GetMaxSessions() uint64 {
+	if x != nil {
+		return x.MaxSessions
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxWaiters() uint64 {
+	if x != nil {
+		return x.MaxWaiters
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxTotalWaiters() uint64 {
+	if x != nil {
+		return x.MaxTotalWaiters
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxLocks() uint64 {
+	if x != nil {
+		return x.MaxLocks
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxRegisters() uint64 {
+	if x != nil {
+		return x.MaxRegisters
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxRegisterBytes() uint64 {
+	if x != nil {
+		return x.MaxRegisterBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxQueues() uint64 {
+	if x != nil {
+		return x.MaxQueues
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxQueueLength() uint64 {
+	if x != nil {
+		return x.MaxQueueLength
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxKeys() uint64 {
+	if x != nil {
+		return x.MaxKeys
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxKvBytes() uint64 {
+	if x != nil {
+		return x.MaxKvBytes
+	}
+	return 0
+}
+
+// SetLimits changes the replicated admission limits; a field left 0 keeps
+// its value. A limit lowered below what the state holds refuses new
+// growth only: nothing stored is removed.
+type SetLimits struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Limits        *Limits                `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLimits) Reset() {
+	*x = SetLimits{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLimits) ProtoMessage() {}
+
+func (x *SetLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLimits.ProtoReflect.Descriptor instead.
+func (*SetLimits) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SetLimits) GetLimits() *Limits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
 // Batch is several commands committed as one log entry and applied in
 // order, each with its own result. Batches do not nest.
 type Batch struct {
@@ -480,7 +661,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +673,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +686,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Batch) GetCommands() []*Command {
@@ -525,7 +706,7 @@ type CreateSession struct {
 
 func (x *CreateSession) Reset() {
 	*x = CreateSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -537,7 +718,7 @@ func (x *CreateSession) String() string {
 func (*CreateSession) ProtoMessage() {}
 
 func (x *CreateSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -550,7 +731,7 @@ func (x *CreateSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSession.ProtoReflect.Descriptor instead.
 func (*CreateSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateSession) GetOwner() string {
@@ -576,7 +757,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -588,7 +769,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -601,7 +782,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CloseSession) GetSession() uint64 {
@@ -621,7 +802,7 @@ type ExpireSession struct {
 
 func (x *ExpireSession) Reset() {
 	*x = ExpireSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -633,7 +814,7 @@ func (x *ExpireSession) String() string {
 func (*ExpireSession) ProtoMessage() {}
 
 func (x *ExpireSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -646,7 +827,7 @@ func (x *ExpireSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireSession.ProtoReflect.Descriptor instead.
 func (*ExpireSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ExpireSession) GetSession() uint64 {
@@ -682,7 +863,7 @@ type Acquire struct {
 
 func (x *Acquire) Reset() {
 	*x = Acquire{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -694,7 +875,7 @@ func (x *Acquire) String() string {
 func (*Acquire) ProtoMessage() {}
 
 func (x *Acquire) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -707,7 +888,7 @@ func (x *Acquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Acquire.ProtoReflect.Descriptor instead.
 func (*Acquire) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Acquire) GetSession() uint64 {
@@ -787,7 +968,7 @@ type Proclaim struct {
 
 func (x *Proclaim) Reset() {
 	*x = Proclaim{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -799,7 +980,7 @@ func (x *Proclaim) String() string {
 func (*Proclaim) ProtoMessage() {}
 
 func (x *Proclaim) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -812,7 +993,7 @@ func (x *Proclaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proclaim.ProtoReflect.Descriptor instead.
 func (*Proclaim) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Proclaim) GetSession() uint64 {
@@ -856,7 +1037,7 @@ type CancelAcquire struct {
 
 func (x *CancelAcquire) Reset() {
 	*x = CancelAcquire{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +1049,7 @@ func (x *CancelAcquire) String() string {
 func (*CancelAcquire) ProtoMessage() {}
 
 func (x *CancelAcquire) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +1062,7 @@ func (x *CancelAcquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelAcquire.ProtoReflect.Descriptor instead.
 func (*CancelAcquire) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CancelAcquire) GetSession() uint64 {
@@ -916,7 +1097,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1109,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1122,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Release) GetSession() uint64 {
@@ -976,7 +1157,7 @@ type EndLockDelay struct {
 
 func (x *EndLockDelay) Reset() {
 	*x = EndLockDelay{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1169,7 @@ func (x *EndLockDelay) String() string {
 func (*EndLockDelay) ProtoMessage() {}
 
 func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1182,7 @@ func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndLockDelay.ProtoReflect.Descriptor instead.
 func (*EndLockDelay) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *EndLockDelay) GetName() string {
@@ -1030,7 +1211,7 @@ type FencedPut struct {
 
 func (x *FencedPut) Reset() {
 	*x = FencedPut{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1223,7 @@ func (x *FencedPut) String() string {
 func (*FencedPut) ProtoMessage() {}
 
 func (x *FencedPut) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1236,7 @@ func (x *FencedPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPut.ProtoReflect.Descriptor instead.
 func (*FencedPut) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FencedPut) GetKey() string {
@@ -1099,14 +1280,20 @@ type Snapshot struct {
 	Kv []*KVState `protobuf:"bytes,20,rep,name=kv,proto3" json:"kv,omitempty"`
 	// retention: absent in snapshots made before it was configurable
 	// (the defaults applied then).
-	Retention     *Retention `protobuf:"bytes,30,opt,name=retention,proto3" json:"retention,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Retention *Retention `protobuf:"bytes,30,opt,name=retention,proto3" json:"retention,omitempty"`
+	// limits: absent in snapshots made before they were replicated (the
+	// defaults apply).
+	Limits *Limits `protobuf:"bytes,31,opt,name=limits,proto3" json:"limits,omitempty"`
+	// removed_lock_history: grant records of locks that were removed once
+	// unused, oldest first (bounded: fsm.RemovedHistoryLimit).
+	RemovedLockHistory []*HistoryRecord `protobuf:"bytes,32,rep,name=removed_lock_history,json=removedLockHistory,proto3" json:"removed_lock_history,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1305,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1318,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Snapshot) GetRevision() uint64 {
@@ -1183,6 +1370,20 @@ func (x *Snapshot) GetRetention() *Retention {
 	return nil
 }
 
+func (x *Snapshot) GetLimits() *Limits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *Snapshot) GetRemovedLockHistory() []*HistoryRecord {
+	if x != nil {
+		return x.RemovedLockHistory
+	}
+	return nil
+}
+
 type Retention struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	LockHistory      uint32                 `protobuf:"varint,1,opt,name=lock_history,json=lockHistory,proto3" json:"lock_history,omitempty"`
@@ -1193,7 +1394,7 @@ type Retention struct {
 
 func (x *Retention) Reset() {
 	*x = Retention{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1406,7 @@ func (x *Retention) String() string {
 func (*Retention) ProtoMessage() {}
 
 func (x *Retention) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1419,7 @@ func (x *Retention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retention.ProtoReflect.Descriptor instead.
 func (*Retention) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Retention) GetLockHistory() uint32 {
@@ -1246,7 +1447,7 @@ type SessionState struct {
 
 func (x *SessionState) Reset() {
 	*x = SessionState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1258,7 +1459,7 @@ func (x *SessionState) String() string {
 func (*SessionState) ProtoMessage() {}
 
 func (x *SessionState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1271,7 +1472,7 @@ func (x *SessionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionState.ProtoReflect.Descriptor instead.
 func (*SessionState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SessionState) GetId() uint64 {
@@ -1311,7 +1512,7 @@ type GrantState struct {
 
 func (x *GrantState) Reset() {
 	*x = GrantState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1524,7 @@ func (x *GrantState) String() string {
 func (*GrantState) ProtoMessage() {}
 
 func (x *GrantState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1537,7 @@ func (x *GrantState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantState.ProtoReflect.Descriptor instead.
 func (*GrantState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GrantState) GetSession() uint64 {
@@ -1401,7 +1602,7 @@ type WaiterState struct {
 
 func (x *WaiterState) Reset() {
 	*x = WaiterState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1614,7 @@ func (x *WaiterState) String() string {
 func (*WaiterState) ProtoMessage() {}
 
 func (x *WaiterState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +1627,7 @@ func (x *WaiterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaiterState.ProtoReflect.Descriptor instead.
 func (*WaiterState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WaiterState) GetSession() uint64 {
@@ -1472,13 +1673,15 @@ type HistoryRecord struct {
 	GrantedRevision uint64                 `protobuf:"varint,4,opt,name=granted_revision,json=grantedRevision,proto3" json:"granted_revision,omitempty"`
 	Ended           string                 `protobuf:"bytes,5,opt,name=ended,proto3" json:"ended,omitempty"`
 	EndedRevision   uint64                 `protobuf:"varint,6,opt,name=ended_revision,json=endedRevision,proto3" json:"ended_revision,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// name: the lock's, in Snapshot.removed_lock_history only.
+	Name          string `protobuf:"bytes,7,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HistoryRecord) Reset() {
 	*x = HistoryRecord{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1490,7 +1693,7 @@ func (x *HistoryRecord) String() string {
 func (*HistoryRecord) ProtoMessage() {}
 
 func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1503,7 +1706,7 @@ func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRecord.ProtoReflect.Descriptor instead.
 func (*HistoryRecord) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HistoryRecord) GetOwner() string {
@@ -1548,6 +1751,13 @@ func (x *HistoryRecord) GetEndedRevision() uint64 {
 	return 0
 }
 
+func (x *HistoryRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 type LockState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1568,7 +1778,7 @@ type LockState struct {
 
 func (x *LockState) Reset() {
 	*x = LockState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1790,7 @@ func (x *LockState) String() string {
 func (*LockState) ProtoMessage() {}
 
 func (x *LockState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1803,7 @@ func (x *LockState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockState.ProtoReflect.Descriptor instead.
 func (*LockState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LockState) GetName() string {
@@ -1677,7 +1887,7 @@ type OpRecord struct {
 
 func (x *OpRecord) Reset() {
 	*x = OpRecord{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1689,7 +1899,7 @@ func (x *OpRecord) String() string {
 func (*OpRecord) ProtoMessage() {}
 
 func (x *OpRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1702,7 +1912,7 @@ func (x *OpRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpRecord.ProtoReflect.Descriptor instead.
 func (*OpRecord) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *OpRecord) GetOperationId() string {
@@ -1740,7 +1950,7 @@ type RegisterState struct {
 
 func (x *RegisterState) Reset() {
 	*x = RegisterState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1752,7 +1962,7 @@ func (x *RegisterState) String() string {
 func (*RegisterState) ProtoMessage() {}
 
 func (x *RegisterState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1765,7 +1975,7 @@ func (x *RegisterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterState.ProtoReflect.Descriptor instead.
 func (*RegisterState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RegisterState) GetKey() string {
@@ -1816,7 +2026,7 @@ type KVPut struct {
 
 func (x *KVPut) Reset() {
 	*x = KVPut{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +2038,7 @@ func (x *KVPut) String() string {
 func (*KVPut) ProtoMessage() {}
 
 func (x *KVPut) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +2051,7 @@ func (x *KVPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPut.ProtoReflect.Descriptor instead.
 func (*KVPut) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *KVPut) GetKey() string {
@@ -1876,7 +2086,7 @@ type KVDelete struct {
 
 func (x *KVDelete) Reset() {
 	*x = KVDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1888,7 +2098,7 @@ func (x *KVDelete) String() string {
 func (*KVDelete) ProtoMessage() {}
 
 func (x *KVDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1901,7 +2111,7 @@ func (x *KVDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelete.ProtoReflect.Descriptor instead.
 func (*KVDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *KVDelete) GetKey() string {
@@ -1933,7 +2143,7 @@ type KVRange struct {
 
 func (x *KVRange) Reset() {
 	*x = KVRange{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1945,7 +2155,7 @@ func (x *KVRange) String() string {
 func (*KVRange) ProtoMessage() {}
 
 func (x *KVRange) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1958,7 +2168,7 @@ func (x *KVRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRange.ProtoReflect.Descriptor instead.
 func (*KVRange) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *KVRange) GetKey() string {
@@ -2004,7 +2214,7 @@ type KVCompare struct {
 
 func (x *KVCompare) Reset() {
 	*x = KVCompare{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2016,7 +2226,7 @@ func (x *KVCompare) String() string {
 func (*KVCompare) ProtoMessage() {}
 
 func (x *KVCompare) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2029,7 +2239,7 @@ func (x *KVCompare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompare.ProtoReflect.Descriptor instead.
 func (*KVCompare) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *KVCompare) GetKey() string {
@@ -2081,7 +2291,7 @@ type KVOp struct {
 
 func (x *KVOp) Reset() {
 	*x = KVOp{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2303,7 @@ func (x *KVOp) String() string {
 func (*KVOp) ProtoMessage() {}
 
 func (x *KVOp) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2316,7 @@ func (x *KVOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVOp.ProtoReflect.Descriptor instead.
 func (*KVOp) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *KVOp) GetOp() isKVOp_Op {
@@ -2178,7 +2388,7 @@ type KVTxn struct {
 
 func (x *KVTxn) Reset() {
 	*x = KVTxn{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2190,7 +2400,7 @@ func (x *KVTxn) String() string {
 func (*KVTxn) ProtoMessage() {}
 
 func (x *KVTxn) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2203,7 +2413,7 @@ func (x *KVTxn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxn.ProtoReflect.Descriptor instead.
 func (*KVTxn) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *KVTxn) GetCompares() []*KVCompare {
@@ -2241,7 +2451,7 @@ type KVState struct {
 
 func (x *KVState) Reset() {
 	*x = KVState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2463,7 @@ func (x *KVState) String() string {
 func (*KVState) ProtoMessage() {}
 
 func (x *KVState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2476,7 @@ func (x *KVState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVState.ProtoReflect.Descriptor instead.
 func (*KVState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *KVState) GetKey() string {
@@ -2328,7 +2538,7 @@ type QueueEnqueue struct {
 
 func (x *QueueEnqueue) Reset() {
 	*x = QueueEnqueue{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2340,7 +2550,7 @@ func (x *QueueEnqueue) String() string {
 func (*QueueEnqueue) ProtoMessage() {}
 
 func (x *QueueEnqueue) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2353,7 +2563,7 @@ func (x *QueueEnqueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueue.ProtoReflect.Descriptor instead.
 func (*QueueEnqueue) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *QueueEnqueue) GetQueue() string {
@@ -2397,7 +2607,7 @@ type QueueDequeue struct {
 
 func (x *QueueDequeue) Reset() {
 	*x = QueueDequeue{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2409,7 +2619,7 @@ func (x *QueueDequeue) String() string {
 func (*QueueDequeue) ProtoMessage() {}
 
 func (x *QueueDequeue) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2422,7 +2632,7 @@ func (x *QueueDequeue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeue.ProtoReflect.Descriptor instead.
 func (*QueueDequeue) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *QueueDequeue) GetQueue() string {
@@ -2459,7 +2669,7 @@ type QueueSettle struct {
 
 func (x *QueueSettle) Reset() {
 	*x = QueueSettle{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2471,7 +2681,7 @@ func (x *QueueSettle) String() string {
 func (*QueueSettle) ProtoMessage() {}
 
 func (x *QueueSettle) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2484,7 +2694,7 @@ func (x *QueueSettle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettle.ProtoReflect.Descriptor instead.
 func (*QueueSettle) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *QueueSettle) GetQueue() string {
@@ -2520,7 +2730,7 @@ type QueueExtend struct {
 
 func (x *QueueExtend) Reset() {
 	*x = QueueExtend{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2532,7 +2742,7 @@ func (x *QueueExtend) String() string {
 func (*QueueExtend) ProtoMessage() {}
 
 func (x *QueueExtend) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2545,7 +2755,7 @@ func (x *QueueExtend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueExtend.ProtoReflect.Descriptor instead.
 func (*QueueExtend) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *QueueExtend) GetQueue() string {
@@ -2589,7 +2799,7 @@ type QueueRequeueDead struct {
 
 func (x *QueueRequeueDead) Reset() {
 	*x = QueueRequeueDead{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2601,7 +2811,7 @@ func (x *QueueRequeueDead) String() string {
 func (*QueueRequeueDead) ProtoMessage() {}
 
 func (x *QueueRequeueDead) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2614,7 +2824,7 @@ func (x *QueueRequeueDead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRequeueDead.ProtoReflect.Descriptor instead.
 func (*QueueRequeueDead) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *QueueRequeueDead) GetQueue() string {
@@ -2653,7 +2863,7 @@ type QueueItemState struct {
 
 func (x *QueueItemState) Reset() {
 	*x = QueueItemState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2665,7 +2875,7 @@ func (x *QueueItemState) String() string {
 func (*QueueItemState) ProtoMessage() {}
 
 func (x *QueueItemState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2678,7 +2888,7 @@ func (x *QueueItemState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItemState.ProtoReflect.Descriptor instead.
 func (*QueueItemState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *QueueItemState) GetId() uint64 {
@@ -2734,7 +2944,7 @@ type QueueMemo struct {
 
 func (x *QueueMemo) Reset() {
 	*x = QueueMemo{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2746,7 +2956,7 @@ func (x *QueueMemo) String() string {
 func (*QueueMemo) ProtoMessage() {}
 
 func (x *QueueMemo) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2759,7 +2969,7 @@ func (x *QueueMemo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueMemo.ProtoReflect.Descriptor instead.
 func (*QueueMemo) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *QueueMemo) GetOperationId() string {
@@ -2801,7 +3011,7 @@ type QueueState struct {
 
 func (x *QueueState) Reset() {
 	*x = QueueState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2813,7 +3023,7 @@ func (x *QueueState) String() string {
 func (*QueueState) ProtoMessage() {}
 
 func (x *QueueState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2826,7 +3036,7 @@ func (x *QueueState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueState.ProtoReflect.Descriptor instead.
 func (*QueueState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *QueueState) GetName() string {
@@ -2882,7 +3092,7 @@ var File_internal_fsm_fsmpb_fsm_proto protoreflect.FileDescriptor
 
 const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xa2\n" +
+	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xdd\n" +
 	"\n" +
 	"\aCommand\x12E\n" +
 	"\x0ecreate_session\x18\x01 \x01(\v2\x1c.tenure.fsm.v1.CreateSessionH\x00R\rcreateSession\x12B\n" +
@@ -2897,7 +3107,9 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05batch\x18\t \x01(\v2\x14.tenure.fsm.v1.BatchH\x00R\x05batch\x125\n" +
 	"\bproclaim\x18\n" +
 	" \x01(\v2\x17.tenure.fsm.v1.ProclaimH\x00R\bproclaim\x12B\n" +
-	"\rset_retention\x18< \x01(\v2\x1b.tenure.fsm.v1.SetRetentionH\x00R\fsetRetention\x12-\n" +
+	"\rset_retention\x18< \x01(\v2\x1b.tenure.fsm.v1.SetRetentionH\x00R\fsetRetention\x129\n" +
+	"\n" +
+	"set_limits\x18= \x01(\v2\x18.tenure.fsm.v1.SetLimitsH\x00R\tsetLimits\x12-\n" +
 	"\x06kv_put\x18( \x01(\v2\x14.tenure.fsm.v1.KVPutH\x00R\x05kvPut\x126\n" +
 	"\tkv_delete\x18) \x01(\v2\x17.tenure.fsm.v1.KVDeleteH\x00R\bkvDelete\x12-\n" +
 	"\x06kv_txn\x18* \x01(\v2\x14.tenure.fsm.v1.KVTxnH\x00R\x05kvTxn\x12B\n" +
@@ -2912,7 +3124,24 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x02op\"_\n" +
 	"\fSetRetention\x12!\n" +
 	"\flock_history\x18\x01 \x01(\rR\vlockHistory\x12,\n" +
-	"\x12register_op_memory\x18\x02 \x01(\rR\x10registerOpMemory\";\n" +
+	"\x12register_op_memory\x18\x02 \x01(\rR\x10registerOpMemory\"\xee\x02\n" +
+	"\x06Limits\x12!\n" +
+	"\fmax_sessions\x18\x01 \x01(\x04R\vmaxSessions\x12\x1f\n" +
+	"\vmax_waiters\x18\x02 \x01(\x04R\n" +
+	"maxWaiters\x12*\n" +
+	"\x11max_total_waiters\x18\x03 \x01(\x04R\x0fmaxTotalWaiters\x12\x1b\n" +
+	"\tmax_locks\x18\x04 \x01(\x04R\bmaxLocks\x12#\n" +
+	"\rmax_registers\x18\x05 \x01(\x04R\fmaxRegisters\x12,\n" +
+	"\x12max_register_bytes\x18\x06 \x01(\x04R\x10maxRegisterBytes\x12\x1d\n" +
+	"\n" +
+	"max_queues\x18\a \x01(\x04R\tmaxQueues\x12(\n" +
+	"\x10max_queue_length\x18\b \x01(\x04R\x0emaxQueueLength\x12\x19\n" +
+	"\bmax_keys\x18\t \x01(\x04R\amaxKeys\x12 \n" +
+	"\fmax_kv_bytes\x18\n" +
+	" \x01(\x04R\n" +
+	"maxKvBytes\":\n" +
+	"\tSetLimits\x12-\n" +
+	"\x06limits\x18\x01 \x01(\v2\x15.tenure.fsm.v1.LimitsR\x06limits\";\n" +
 	"\x05Batch\x122\n" +
 	"\bcommands\x18\x01 \x03(\v2\x16.tenure.fsm.v1.CommandR\bcommands\"<\n" +
 	"\rCreateSession\x12\x14\n" +
@@ -2954,7 +3183,7 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
-	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\xde\x02\n" +
+	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\xdd\x03\n" +
 	"\bSnapshot\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x127\n" +
 	"\bsessions\x18\x02 \x03(\v2\x1b.tenure.fsm.v1.SessionStateR\bsessions\x12.\n" +
@@ -2963,7 +3192,9 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x06queues\x18\n" +
 	" \x03(\v2\x19.tenure.fsm.v1.QueueStateR\x06queues\x12&\n" +
 	"\x02kv\x18\x14 \x03(\v2\x16.tenure.fsm.v1.KVStateR\x02kv\x126\n" +
-	"\tretention\x18\x1e \x01(\v2\x18.tenure.fsm.v1.RetentionR\tretention\"\\\n" +
+	"\tretention\x18\x1e \x01(\v2\x18.tenure.fsm.v1.RetentionR\tretention\x12-\n" +
+	"\x06limits\x18\x1f \x01(\v2\x15.tenure.fsm.v1.LimitsR\x06limits\x12N\n" +
+	"\x14removed_lock_history\x18  \x03(\v2\x1c.tenure.fsm.v1.HistoryRecordR\x12removedLockHistory\"\\\n" +
 	"\tRetention\x12!\n" +
 	"\flock_history\x18\x01 \x01(\rR\vlockHistory\x12,\n" +
 	"\x12register_op_memory\x18\x02 \x01(\rR\x10registerOpMemory\"K\n" +
@@ -2985,14 +3216,15 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x10acquire_revision\x18\x02 \x01(\x04R\x0facquireRevision\x12\"\n" +
 	"\rlock_delay_ms\x18\x03 \x01(\x03R\vlockDelayMs\x12\x16\n" +
 	"\x06shared\x18\x04 \x01(\bR\x06shared\x12\x14\n" +
-	"\x05value\x18\x05 \x01(\fR\x05value\"\xbd\x01\n" +
+	"\x05value\x18\x05 \x01(\fR\x05value\"\xd1\x01\n" +
 	"\rHistoryRecord\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12)\n" +
 	"\x10granted_revision\x18\x04 \x01(\x04R\x0fgrantedRevision\x12\x14\n" +
 	"\x05ended\x18\x05 \x01(\tR\x05ended\x12%\n" +
-	"\x0eended_revision\x18\x06 \x01(\x04R\rendedRevision\"\x8b\x03\n" +
+	"\x0eended_revision\x18\x06 \x01(\x04R\rendedRevision\x12\x12\n" +
+	"\x04name\x18\a \x01(\tR\x04name\"\x8b\x03\n" +
 	"\tLockState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06holder\x18\x02 \x01(\v2\x19.tenure.fsm.v1.GrantStateR\x06holder\x123\n" +
@@ -3104,95 +3336,101 @@ func file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_internal_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Command)(nil),          // 0: tenure.fsm.v1.Command
 	(*SetRetention)(nil),     // 1: tenure.fsm.v1.SetRetention
-	(*Batch)(nil),            // 2: tenure.fsm.v1.Batch
-	(*CreateSession)(nil),    // 3: tenure.fsm.v1.CreateSession
-	(*CloseSession)(nil),     // 4: tenure.fsm.v1.CloseSession
-	(*ExpireSession)(nil),    // 5: tenure.fsm.v1.ExpireSession
-	(*Acquire)(nil),          // 6: tenure.fsm.v1.Acquire
-	(*Proclaim)(nil),         // 7: tenure.fsm.v1.Proclaim
-	(*CancelAcquire)(nil),    // 8: tenure.fsm.v1.CancelAcquire
-	(*Release)(nil),          // 9: tenure.fsm.v1.Release
-	(*EndLockDelay)(nil),     // 10: tenure.fsm.v1.EndLockDelay
-	(*FencedPut)(nil),        // 11: tenure.fsm.v1.FencedPut
-	(*Snapshot)(nil),         // 12: tenure.fsm.v1.Snapshot
-	(*Retention)(nil),        // 13: tenure.fsm.v1.Retention
-	(*SessionState)(nil),     // 14: tenure.fsm.v1.SessionState
-	(*GrantState)(nil),       // 15: tenure.fsm.v1.GrantState
-	(*WaiterState)(nil),      // 16: tenure.fsm.v1.WaiterState
-	(*HistoryRecord)(nil),    // 17: tenure.fsm.v1.HistoryRecord
-	(*LockState)(nil),        // 18: tenure.fsm.v1.LockState
-	(*OpRecord)(nil),         // 19: tenure.fsm.v1.OpRecord
-	(*RegisterState)(nil),    // 20: tenure.fsm.v1.RegisterState
-	(*KVPut)(nil),            // 21: tenure.fsm.v1.KVPut
-	(*KVDelete)(nil),         // 22: tenure.fsm.v1.KVDelete
-	(*KVRange)(nil),          // 23: tenure.fsm.v1.KVRange
-	(*KVCompare)(nil),        // 24: tenure.fsm.v1.KVCompare
-	(*KVOp)(nil),             // 25: tenure.fsm.v1.KVOp
-	(*KVTxn)(nil),            // 26: tenure.fsm.v1.KVTxn
-	(*KVState)(nil),          // 27: tenure.fsm.v1.KVState
-	(*QueueEnqueue)(nil),     // 28: tenure.fsm.v1.QueueEnqueue
-	(*QueueDequeue)(nil),     // 29: tenure.fsm.v1.QueueDequeue
-	(*QueueSettle)(nil),      // 30: tenure.fsm.v1.QueueSettle
-	(*QueueExtend)(nil),      // 31: tenure.fsm.v1.QueueExtend
-	(*QueueRequeueDead)(nil), // 32: tenure.fsm.v1.QueueRequeueDead
-	(*QueueItemState)(nil),   // 33: tenure.fsm.v1.QueueItemState
-	(*QueueMemo)(nil),        // 34: tenure.fsm.v1.QueueMemo
-	(*QueueState)(nil),       // 35: tenure.fsm.v1.QueueState
+	(*Limits)(nil),           // 2: tenure.fsm.v1.Limits
+	(*SetLimits)(nil),        // 3: tenure.fsm.v1.SetLimits
+	(*Batch)(nil),            // 4: tenure.fsm.v1.Batch
+	(*CreateSession)(nil),    // 5: tenure.fsm.v1.CreateSession
+	(*CloseSession)(nil),     // 6: tenure.fsm.v1.CloseSession
+	(*ExpireSession)(nil),    // 7: tenure.fsm.v1.ExpireSession
+	(*Acquire)(nil),          // 8: tenure.fsm.v1.Acquire
+	(*Proclaim)(nil),         // 9: tenure.fsm.v1.Proclaim
+	(*CancelAcquire)(nil),    // 10: tenure.fsm.v1.CancelAcquire
+	(*Release)(nil),          // 11: tenure.fsm.v1.Release
+	(*EndLockDelay)(nil),     // 12: tenure.fsm.v1.EndLockDelay
+	(*FencedPut)(nil),        // 13: tenure.fsm.v1.FencedPut
+	(*Snapshot)(nil),         // 14: tenure.fsm.v1.Snapshot
+	(*Retention)(nil),        // 15: tenure.fsm.v1.Retention
+	(*SessionState)(nil),     // 16: tenure.fsm.v1.SessionState
+	(*GrantState)(nil),       // 17: tenure.fsm.v1.GrantState
+	(*WaiterState)(nil),      // 18: tenure.fsm.v1.WaiterState
+	(*HistoryRecord)(nil),    // 19: tenure.fsm.v1.HistoryRecord
+	(*LockState)(nil),        // 20: tenure.fsm.v1.LockState
+	(*OpRecord)(nil),         // 21: tenure.fsm.v1.OpRecord
+	(*RegisterState)(nil),    // 22: tenure.fsm.v1.RegisterState
+	(*KVPut)(nil),            // 23: tenure.fsm.v1.KVPut
+	(*KVDelete)(nil),         // 24: tenure.fsm.v1.KVDelete
+	(*KVRange)(nil),          // 25: tenure.fsm.v1.KVRange
+	(*KVCompare)(nil),        // 26: tenure.fsm.v1.KVCompare
+	(*KVOp)(nil),             // 27: tenure.fsm.v1.KVOp
+	(*KVTxn)(nil),            // 28: tenure.fsm.v1.KVTxn
+	(*KVState)(nil),          // 29: tenure.fsm.v1.KVState
+	(*QueueEnqueue)(nil),     // 30: tenure.fsm.v1.QueueEnqueue
+	(*QueueDequeue)(nil),     // 31: tenure.fsm.v1.QueueDequeue
+	(*QueueSettle)(nil),      // 32: tenure.fsm.v1.QueueSettle
+	(*QueueExtend)(nil),      // 33: tenure.fsm.v1.QueueExtend
+	(*QueueRequeueDead)(nil), // 34: tenure.fsm.v1.QueueRequeueDead
+	(*QueueItemState)(nil),   // 35: tenure.fsm.v1.QueueItemState
+	(*QueueMemo)(nil),        // 36: tenure.fsm.v1.QueueMemo
+	(*QueueState)(nil),       // 37: tenure.fsm.v1.QueueState
 }
 var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
-	3,  // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
-	4,  // 1: tenure.fsm.v1.Command.close_session:type_name -> tenure.fsm.v1.CloseSession
-	5,  // 2: tenure.fsm.v1.Command.expire_session:type_name -> tenure.fsm.v1.ExpireSession
-	6,  // 3: tenure.fsm.v1.Command.acquire:type_name -> tenure.fsm.v1.Acquire
-	8,  // 4: tenure.fsm.v1.Command.cancel_acquire:type_name -> tenure.fsm.v1.CancelAcquire
-	9,  // 5: tenure.fsm.v1.Command.release:type_name -> tenure.fsm.v1.Release
-	10, // 6: tenure.fsm.v1.Command.end_lock_delay:type_name -> tenure.fsm.v1.EndLockDelay
-	11, // 7: tenure.fsm.v1.Command.fenced_put:type_name -> tenure.fsm.v1.FencedPut
-	2,  // 8: tenure.fsm.v1.Command.batch:type_name -> tenure.fsm.v1.Batch
-	7,  // 9: tenure.fsm.v1.Command.proclaim:type_name -> tenure.fsm.v1.Proclaim
+	5,  // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
+	6,  // 1: tenure.fsm.v1.Command.close_session:type_name -> tenure.fsm.v1.CloseSession
+	7,  // 2: tenure.fsm.v1.Command.expire_session:type_name -> tenure.fsm.v1.ExpireSession
+	8,  // 3: tenure.fsm.v1.Command.acquire:type_name -> tenure.fsm.v1.Acquire
+	10, // 4: tenure.fsm.v1.Command.cancel_acquire:type_name -> tenure.fsm.v1.CancelAcquire
+	11, // 5: tenure.fsm.v1.Command.release:type_name -> tenure.fsm.v1.Release
+	12, // 6: tenure.fsm.v1.Command.end_lock_delay:type_name -> tenure.fsm.v1.EndLockDelay
+	13, // 7: tenure.fsm.v1.Command.fenced_put:type_name -> tenure.fsm.v1.FencedPut
+	4,  // 8: tenure.fsm.v1.Command.batch:type_name -> tenure.fsm.v1.Batch
+	9,  // 9: tenure.fsm.v1.Command.proclaim:type_name -> tenure.fsm.v1.Proclaim
 	1,  // 10: tenure.fsm.v1.Command.set_retention:type_name -> tenure.fsm.v1.SetRetention
-	21, // 11: tenure.fsm.v1.Command.kv_put:type_name -> tenure.fsm.v1.KVPut
-	22, // 12: tenure.fsm.v1.Command.kv_delete:type_name -> tenure.fsm.v1.KVDelete
-	26, // 13: tenure.fsm.v1.Command.kv_txn:type_name -> tenure.fsm.v1.KVTxn
-	28, // 14: tenure.fsm.v1.Command.queue_enqueue:type_name -> tenure.fsm.v1.QueueEnqueue
-	29, // 15: tenure.fsm.v1.Command.queue_dequeue:type_name -> tenure.fsm.v1.QueueDequeue
-	30, // 16: tenure.fsm.v1.Command.queue_ack:type_name -> tenure.fsm.v1.QueueSettle
-	30, // 17: tenure.fsm.v1.Command.queue_nack:type_name -> tenure.fsm.v1.QueueSettle
-	31, // 18: tenure.fsm.v1.Command.queue_extend:type_name -> tenure.fsm.v1.QueueExtend
-	30, // 19: tenure.fsm.v1.Command.queue_expire:type_name -> tenure.fsm.v1.QueueSettle
-	32, // 20: tenure.fsm.v1.Command.queue_requeue_dead:type_name -> tenure.fsm.v1.QueueRequeueDead
-	0,  // 21: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
-	14, // 22: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
-	18, // 23: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
-	20, // 24: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
-	35, // 25: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
-	27, // 26: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
-	13, // 27: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
-	15, // 28: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
-	15, // 29: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
-	16, // 30: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
-	17, // 31: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
-	19, // 32: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
-	21, // 33: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
-	22, // 34: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
-	23, // 35: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
-	24, // 36: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
-	25, // 37: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
-	25, // 38: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
-	33, // 39: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
-	33, // 40: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
-	33, // 41: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
-	34, // 42: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
-	34, // 43: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
-	44, // [44:44] is the sub-list for method output_type
-	44, // [44:44] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	3,  // 11: tenure.fsm.v1.Command.set_limits:type_name -> tenure.fsm.v1.SetLimits
+	23, // 12: tenure.fsm.v1.Command.kv_put:type_name -> tenure.fsm.v1.KVPut
+	24, // 13: tenure.fsm.v1.Command.kv_delete:type_name -> tenure.fsm.v1.KVDelete
+	28, // 14: tenure.fsm.v1.Command.kv_txn:type_name -> tenure.fsm.v1.KVTxn
+	30, // 15: tenure.fsm.v1.Command.queue_enqueue:type_name -> tenure.fsm.v1.QueueEnqueue
+	31, // 16: tenure.fsm.v1.Command.queue_dequeue:type_name -> tenure.fsm.v1.QueueDequeue
+	32, // 17: tenure.fsm.v1.Command.queue_ack:type_name -> tenure.fsm.v1.QueueSettle
+	32, // 18: tenure.fsm.v1.Command.queue_nack:type_name -> tenure.fsm.v1.QueueSettle
+	33, // 19: tenure.fsm.v1.Command.queue_extend:type_name -> tenure.fsm.v1.QueueExtend
+	32, // 20: tenure.fsm.v1.Command.queue_expire:type_name -> tenure.fsm.v1.QueueSettle
+	34, // 21: tenure.fsm.v1.Command.queue_requeue_dead:type_name -> tenure.fsm.v1.QueueRequeueDead
+	2,  // 22: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
+	0,  // 23: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
+	16, // 24: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
+	20, // 25: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
+	22, // 26: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
+	37, // 27: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
+	29, // 28: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
+	15, // 29: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
+	2,  // 30: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
+	19, // 31: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
+	17, // 32: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
+	17, // 33: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
+	18, // 34: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
+	19, // 35: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
+	21, // 36: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
+	23, // 37: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
+	24, // 38: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
+	25, // 39: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
+	26, // 40: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
+	27, // 41: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
+	27, // 42: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
+	35, // 43: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
+	35, // 44: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
+	35, // 45: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
+	36, // 46: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
+	36, // 47: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
+	48, // [48:48] is the sub-list for method output_type
+	48, // [48:48] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_internal_fsm_fsmpb_fsm_proto_init() }
@@ -3212,6 +3450,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 		(*Command_Batch)(nil),
 		(*Command_Proclaim)(nil),
 		(*Command_SetRetention)(nil),
+		(*Command_SetLimits)(nil),
 		(*Command_KvPut)(nil),
 		(*Command_KvDelete)(nil),
 		(*Command_KvTxn)(nil),
@@ -3223,7 +3462,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 		(*Command_QueueExpire)(nil),
 		(*Command_QueueRequeueDead)(nil),
 	}
-	file_internal_fsm_fsmpb_fsm_proto_msgTypes[25].OneofWrappers = []any{
+	file_internal_fsm_fsmpb_fsm_proto_msgTypes[27].OneofWrappers = []any{
 		(*KVOp_Put)(nil),
 		(*KVOp_Delete)(nil),
 		(*KVOp_Range)(nil),
@@ -3234,7 +3473,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_fsm_fsmpb_fsm_proto_rawDesc), len(file_internal_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   36,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
