@@ -353,6 +353,28 @@ func (c *Client) RemoveMember(ctx context.Context, id string, force bool) (*pb.M
 	return resp, err
 }
 
+// Limits reads the cluster's replicated admission limits.
+func (c *Client) Limits(ctx context.Context) (*pb.LimitsResponse, error) {
+	var resp *pb.LimitsResponse
+	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.GetLimits(ctx, &pb.GetLimitsRequest{})
+		return err
+	})
+	return resp, err
+}
+
+// SetLimits changes the cluster's replicated admission limits: the fields
+// of change that are not 0 (the others keep their values). It returns the
+// limits in force afterwards.
+func (c *Client) SetLimits(ctx context.Context, change *pb.ClusterLimits) (*pb.LimitsResponse, error) {
+	var resp *pb.LimitsResponse
+	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.SetLimits(ctx, &pb.SetLimitsRequest{Limits: change})
+		return err
+	})
+	return resp, err
+}
+
 // sessionTimeout bounds a keepalive round trip when nothing else does.
 const sessionTimeout = 5 * time.Second
 

@@ -184,6 +184,7 @@ Exit codes: 0 ok, 1 error, 3 stale token, 4 lock not held, 5 timeout.
 		a.benchCommand(),
 		a.kvCommand(),
 		a.queueCommand(),
+		a.limitsCommand(),
 	)
 	return root
 }

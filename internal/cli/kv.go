@@ -509,9 +509,10 @@ func kvFlags(f *pflag.FlagSet, l *server.KVLimits) {
 	d := server.DefaultKVLimits()
 	f.IntVar(&l.MaxKeyLen, "max-key-len", d.MaxKeyLen, "longest key, bytes (INVALID_ARGUMENT past it)")
 	f.IntVar(&l.MaxValueLen, "max-value-len", d.MaxValueLen, "largest value, bytes, at most 1 MiB (INVALID_ARGUMENT past it)")
-	f.IntVar(&l.MaxKeys, "max-keys", d.MaxKeys, "most keys; a put creating one more is refused with RESOURCE_EXHAUSTED")
 	f.IntVar(&l.MaxTxnOps, "max-txn-ops", d.MaxTxnOps, "most compares plus ops in one transaction (INVALID_ARGUMENT past it)")
 	f.IntVar(&l.WatchHistory, "watch-history", d.WatchHistory, "key changes kept in memory for watches; older revisions answer OUT_OF_RANGE (compacted)")
 	f.IntVar(&l.WatchHistoryBytes, "watch-history-bytes", d.WatchHistoryBytes, "bytes of key changes kept for watches")
 	f.DurationVar(&l.WatchProgressInterval, "watch-progress-interval", d.WatchProgressInterval, "how often an idle watch is told the current revision")
+	f.IntVar(&l.MaxWatches, "max-watches", d.MaxWatches, "most watch streams (kv watch, observe) open on this node (RESOURCE_EXHAUSTED past it)")
+	f.IntVar(&l.MaxWatchesPerConnection, "max-watches-per-connection", d.MaxWatchesPerConnection, "most watch streams open on one client connection (RESOURCE_EXHAUSTED past it)")
 }

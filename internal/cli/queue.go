@@ -342,6 +342,4 @@ JSON: {"requeued":N}.`,
 // addQueueServeFlags registers the queue's admission limits on serve.
 func addQueueServeFlags(f *pflag.FlagSet, l *server.Limits) {
 	f.IntVar(&l.MaxQueuePayload, "max-queue-payload", server.DefaultMaxQueuePayload, "largest queue item payload in bytes (at most 4 MiB); larger is refused with INVALID_ARGUMENT")
-	f.IntVar(&l.MaxQueueLength, "max-queue-length", server.DefaultMaxQueueLength, "most items one queue stores (queued, in flight and dead); more are refused with RESOURCE_EXHAUSTED")
-	f.IntVar(&l.MaxQueues, "max-queues", server.DefaultMaxQueues, "most queues; a new queue past it is refused with RESOURCE_EXHAUSTED")
 }

@@ -61,6 +61,7 @@ SIGTERM stops it cleanly (exit 0).`,
 			if addr, ok := cfg.BootstrapPeers[cfg.NodeID]; len(cfg.BootstrapPeers) > 0 && (!ok || addr != self) {
 				return fmt.Errorf("--bootstrap-peers must list this node as %s=%s", cfg.NodeID, self)
 			}
+			cfg.ClusterLimits = changedLimits(cmd.Flags(), cfg.ClusterLimits)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			cfg.LogOutput = a.streams.Err
@@ -94,8 +95,7 @@ SIGTERM stops it cleanly (exit 0).`,
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "client API address (port 0 picks a free port)")
 	f.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this node's id")
 	f.StringVar(&cfg.LogStore, "log-store", "", "raft log engine: wal or bolt (default: the data dir's own, wal for a new one)")
-	f.IntVar(&cfg.Limits.MaxSessions, "max-sessions", server.DefaultLimits().MaxSessions, "most live sessions; more are refused with RESOURCE_EXHAUSTED")
-	f.IntVar(&cfg.Limits.MaxWaiters, "max-waiters", server.DefaultLimits().MaxWaiters, "most queued acquires per lock; more are refused with RESOURCE_EXHAUSTED")
+	clusterLimitFlags(f, &cfg.ClusterLimits, "when this node leads, set the cluster's limit on ")
 	f.IntVar(&cfg.Limits.MaxNameBytes, "max-name-len", server.DefaultLimits().MaxNameBytes, "longest lock, semaphore, election, queue or fenced register name, bytes")
 	f.IntVar(&cfg.Limits.MaxRegisterValueBytes, "max-register-value-len", server.DefaultLimits().MaxRegisterValueBytes, "largest fenced register value, bytes")
 	f.IntVar(&cfg.LockHistory, "lock-history", 0, fmt.Sprintf("grant records kept per lock, 1..%d (cluster-wide; 0 keeps the cluster's setting, initially %d)", fsm.MaxHistoryLimit, fsm.HistoryLimit))

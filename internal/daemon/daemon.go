@@ -15,6 +15,7 @@ import (
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/internal/clock"
+	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/node"
 	"github.com/tenure-io/tenure/internal/server"
 )
@@ -37,8 +38,11 @@ type Config struct {
 	PeerListen string
 	// PeerAdvertise is the peer address others dial, if not PeerListen.
 	PeerAdvertise string
-	// Limits are the admission limits (zero fields: defaults).
+	// Limits are this node's own admission limits (zero fields: defaults).
 	Limits server.Limits
+	// ClusterLimits: the replicated limits this node proposes when it
+	// leads (zero fields keep the cluster's); see node.Config.Limits.
+	ClusterLimits fsm.Limits
 	// PeerRoutes: see node.Config (fault-injection tests only).
 	PeerRoutes map[string]string
 	// UnsafeSkipFenceCheck: see node.Config (fault-injection tests only).
@@ -74,7 +78,7 @@ func Start(cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	hub := server.NewHub()
-	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, PeerAdvertise: cfg.PeerAdvertise, BootstrapPeers: cfg.BootstrapPeers, UnsafeSkipFenceCheck: cfg.UnsafeSkipFenceCheck, PeerRoutes: cfg.PeerRoutes, LockHistory: cfg.LockHistory, RegisterOpMemory: cfg.RegisterOpMemory, GroupCommitWait: cfg.GroupCommitWait}, hub.Sink)
+	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, PeerAdvertise: cfg.PeerAdvertise, BootstrapPeers: cfg.BootstrapPeers, UnsafeSkipFenceCheck: cfg.UnsafeSkipFenceCheck, PeerRoutes: cfg.PeerRoutes, LockHistory: cfg.LockHistory, RegisterOpMemory: cfg.RegisterOpMemory, Limits: cfg.ClusterLimits, GroupCommitWait: cfg.GroupCommitWait}, hub.Sink)
 	if err != nil {
 		return nil, err
 	}

@@ -88,6 +88,11 @@ type Config struct {
 	// it. Zero keeps the cluster's current setting (initially fsm's
 	// HistoryLimit and OpMemory).
 	LockHistory, RegisterOpMemory int
+	// Limits, where non-zero, are the replicated admission limits this
+	// node proposes when it becomes leader and the state's differ (like
+	// LockHistory). Zero fields keep the cluster's current values; a
+	// running cluster's limits are changed with SetLimits.
+	Limits fsm.Limits
 	// GroupCommitWait is the longest a batch smaller than the previous
 	// one waits for more proposals before it is written (see lingerProbe).
 	// Zero means DefaultGroupCommitWait; negative disables the wait.
@@ -355,15 +360,19 @@ func (n *Node) promote(ctx context.Context) {
 	}
 	n.readTerm.Store(term)
 	n.lessor.Promote()
-	n.applyRetention(ctx)
+	n.applySettings(ctx)
 	n.readyOnce.Do(func() { close(n.ready) })
 }
 
-// applyRetention proposes this node's configured retention if it differs
-// from the replicated one.
-func (n *Node) applyRetention(ctx context.Context) {
+// applySettings proposes this node's configured retention and limits
+// where they differ from the replicated ones.
+func (n *Node) applySettings(ctx context.Context) {
 	var h, m int
-	n.fsm.Read(func(s *fsm.State) { h, m = s.Retention() })
+	var limits fsm.Limits
+	n.fsm.Read(func(s *fsm.State) {
+		h, m = s.Retention()
+		limits = s.Limits()
+	})
 	want := &fsmpb.SetRetention{}
 	if n.cfg.LockHistory > 0 && n.cfg.LockHistory != h {
 		want.LockHistory = uint32(n.cfg.LockHistory)
@@ -371,12 +380,28 @@ func (n *Node) applyRetention(ctx context.Context) {
 	if n.cfg.RegisterOpMemory > 0 && n.cfg.RegisterOpMemory != m {
 		want.RegisterOpMemory = uint32(n.cfg.RegisterOpMemory)
 	}
-	if want.LockHistory == 0 && want.RegisterOpMemory == 0 {
-		return
+	if want.LockHistory != 0 || want.RegisterOpMemory != 0 {
+		if _, err := n.Propose(ctx, &fsmpb.Command{Op: &fsmpb.Command_SetRetention{SetRetention: want}}); err != nil {
+			fmt.Fprintf(n.cfg.LogOutput, "tenure: setting retention (lock history %d, register op memory %d): %v\n", n.cfg.LockHistory, n.cfg.RegisterOpMemory, err)
+		}
 	}
-	if _, err := n.Propose(ctx, &fsmpb.Command{Op: &fsmpb.Command_SetRetention{SetRetention: want}}); err != nil {
-		fmt.Fprintf(n.cfg.LogOutput, "tenure: setting retention (lock history %d, register op memory %d): %v\n", n.cfg.LockHistory, n.cfg.RegisterOpMemory, err)
+	if merged := limits.Merge(n.cfg.Limits); merged != limits {
+		if _, err := n.SetLimits(ctx, n.cfg.Limits); err != nil {
+			fmt.Fprintf(n.cfg.LogOutput, "tenure: setting limits: %v\n", err)
+		}
 	}
+}
+
+// SetLimits commits a change of the replicated admission limits (zero
+// fields keep their value) and returns the limits in force after it.
+func (n *Node) SetLimits(ctx context.Context, change fsm.Limits) (fsm.Limits, error) {
+	cmd := &fsmpb.Command{Op: &fsmpb.Command_SetLimits{SetLimits: &fsmpb.SetLimits{Limits: fsm.LimitsToProto(change)}}}
+	if _, err := n.Propose(ctx, cmd); err != nil {
+		return fsm.Limits{}, err
+	}
+	var out fsm.Limits
+	n.fsm.Read(func(s *fsm.State) { out = s.Limits() })
+	return out, nil
 }
 
 // OnDemote registers fn to run each time this node stops being the leader

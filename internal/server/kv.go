@@ -19,9 +19,6 @@ type KVLimits struct {
 	// MaxValueLen bounds a value, bytes (--max-value-len; at most
 	// fsm.MaxKVValueLen).
 	MaxValueLen int
-	// MaxKeys bounds the number of keys (--max-keys): a put creating a key
-	// past it is refused; overwrites and deletes go on.
-	MaxKeys int
 	// MaxTxnOps bounds a transaction's compares plus the ops of its
 	// branches (--max-txn-ops; at most fsm.MaxTxnOps).
 	MaxTxnOps int
@@ -33,6 +30,10 @@ type KVLimits struct {
 	// WatchProgressInterval is how often an idle watch is told the current
 	// revision (--watch-progress-interval).
 	WatchProgressInterval time.Duration
+	// MaxWatches bounds the watch streams (KVWatch and Observe) open on
+	// this node (--max-watches); MaxWatchesPerConnection bounds them per
+	// client connection (--max-watches-per-connection).
+	MaxWatches, MaxWatchesPerConnection int
 }
 
 // DefaultKVLimits are the key-value limits `tenure serve` runs with.
@@ -40,11 +41,13 @@ func DefaultKVLimits() KVLimits {
 	return KVLimits{
 		MaxKeyLen:             fsm.MaxNameLen,
 		MaxValueLen:           64 << 10,
-		MaxKeys:               1_000_000,
 		MaxTxnOps:             128,
 		WatchHistory:          100_000,
 		WatchHistoryBytes:     128 << 20,
 		WatchProgressInterval: 10 * time.Second,
+
+		MaxWatches:              DefaultMaxWatches,
+		MaxWatchesPerConnection: DefaultMaxWatchesPerConnection,
 	}
 }
 
@@ -71,10 +74,11 @@ func (l KVLimits) withDefaults() KVLimits {
 	}
 	fill(&l.MaxKeyLen, d.MaxKeyLen, fsm.MaxNameLen)
 	fill(&l.MaxValueLen, d.MaxValueLen, fsm.MaxKVValueLen)
-	fill(&l.MaxKeys, d.MaxKeys, int(^uint(0)>>1))
 	fill(&l.MaxTxnOps, d.MaxTxnOps, fsm.MaxTxnOps)
 	fill(&l.WatchHistory, d.WatchHistory, int(^uint(0)>>1))
 	fill(&l.WatchHistoryBytes, d.WatchHistoryBytes, int(^uint(0)>>1))
+	fill(&l.MaxWatches, d.MaxWatches, int(^uint(0)>>1))
+	fill(&l.MaxWatchesPerConnection, d.MaxWatchesPerConnection, int(^uint(0)>>1))
 	if l.WatchProgressInterval <= 0 {
 		l.WatchProgressInterval = d.WatchProgressInterval
 	}
@@ -84,6 +88,7 @@ func (l KVLimits) withDefaults() KVLimits {
 // configureKV applies the limits to the hub's watch history.
 func (s *Server) configureKV() {
 	s.hub.kv.configure(s.limits.KV.WatchHistory, s.limits.KV.WatchHistoryBytes)
+	s.watches = watchSlots{maxTotal: s.limits.KV.MaxWatches, maxPerConn: s.limits.KV.MaxWatchesPerConnection}
 }
 
 func (s *Server) admitKey(key string) error {
@@ -103,28 +108,6 @@ func (s *Server) admitPut(p *pb.KVPutRequest) error {
 	return nil
 }
 
-// admitNewKeys refuses writes that would create keys past MaxKeys.
-func (s *Server) admitNewKeys(keys []string) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	n, added := 0, 0
-	s.node.Read(func(st *fsm.State) {
-		n = st.KVCount()
-		seen := make(map[string]bool, len(keys))
-		for _, k := range keys {
-			if _, ok := st.KVGet(k); !ok && !seen[k] {
-				seen[k] = true
-				added++
-			}
-		}
-	})
-	if added > 0 && n+added > s.limits.KV.MaxKeys {
-		return fmt.Errorf("%w: %d keys, the limit is %d (--max-keys)", ErrLimit, n, s.limits.KV.MaxKeys)
-	}
-	return nil
-}
-
 func (s *Server) proposeKV(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
 	res, err := s.node.Propose(ctx, cmd)
 	if err == nil {
@@ -136,9 +119,6 @@ func (s *Server) proposeKV(ctx context.Context, cmd *fsmpb.Command) (fsm.Result,
 // KVPut implements pb.TenureServer.
 func (s *Server) KVPut(ctx context.Context, req *pb.KVPutRequest) (*pb.KVPutResponse, error) {
 	if err := s.admitPut(req); err != nil {
-		return nil, toStatus(err)
-	}
-	if err := s.admitNewKeys([]string{req.GetKey()}); err != nil {
 		return nil, toStatus(err)
 	}
 	res, err := s.proposeKV(ctx, &fsmpb.Command{Op: &fsmpb.Command_KvPut{KvPut: &fsmpb.KVPut{Key: req.GetKey(), Value: req.GetValue(), Session: req.GetSession()}}})
@@ -204,8 +184,8 @@ func txnOpsToFSM(ops []*pb.KVRequestOp) ([]*fsmpb.KVOp, error) {
 	return out, nil
 }
 
-// admitTxn checks a transaction against the limits: sizes, op count, and
-// the keys either branch could create.
+// admitTxn checks a transaction against the size limits of this node (the
+// state machine applies the limits on keys and bytes).
 func (s *Server) admitTxn(req *pb.KVTxnRequest) error {
 	n := len(req.GetCompare()) + len(req.GetSuccess()) + len(req.GetFailure())
 	if n > s.limits.KV.MaxTxnOps {
@@ -216,7 +196,6 @@ func (s *Server) admitTxn(req *pb.KVTxnRequest) error {
 			return err
 		}
 	}
-	var puts []string
 	for _, branch := range [][]*pb.KVRequestOp{req.GetSuccess(), req.GetFailure()} {
 		for _, op := range branch {
 			switch {
@@ -224,7 +203,6 @@ func (s *Server) admitTxn(req *pb.KVTxnRequest) error {
 				if err := s.admitPut(op.GetPut()); err != nil {
 					return err
 				}
-				puts = append(puts, op.GetPut().GetKey())
 			case op.GetDelete() != nil:
 				if err := s.admitKey(op.GetDelete().GetKey()); err != nil {
 					return err
@@ -236,7 +214,7 @@ func (s *Server) admitTxn(req *pb.KVTxnRequest) error {
 			}
 		}
 	}
-	return s.admitNewKeys(puts)
+	return nil
 }
 
 // KVTxn implements pb.TenureServer.

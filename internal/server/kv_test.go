@@ -128,7 +128,7 @@ func TestKVEphemeralKeyGoesWithItsSession(t *testing.T) {
 // TestKVLimits: past a limit the error names it; everything within the
 // limits is still served.
 func TestKVLimits(t *testing.T) {
-	srv := testutil.StartConfig(t, daemon.Config{Limits: server.Limits{KV: server.KVLimits{MaxKeyLen: 8, MaxValueLen: 10, MaxKeys: 2, MaxTxnOps: 3}}})
+	srv := testutil.StartConfig(t, daemon.Config{Limits: server.Limits{KV: server.KVLimits{MaxKeyLen: 8, MaxValueLen: 10, MaxTxnOps: 3}}, ClusterLimits: fsm.Limits{MaxKeys: 2}})
 	ctx := kvCtx(t)
 	c := testutil.Dial(t, srv.Addr())
 	for _, tc := range []struct {

@@ -1,25 +1,26 @@
 package server
 
 import (
-	"errors"
+	"context"
 	"fmt"
 
+	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/internal/fsm"
 )
 
-// ErrLimit: a request would take the service past one of its configured
-// limits. The message names the limit, its value and the flag that sets it.
-var ErrLimit = errors.New("tenure: limit reached")
+// ErrLimit: a request would take the service past one of its limits. The
+// message names the limit, its value and how to raise it. The replicated
+// limits are enforced by the state machine (fsm.ErrLimit is this error);
+// the per-node ones here, before a command is proposed.
+var ErrLimit = fsm.ErrLimit
 
-// Limits are the admission limits the leader enforces before proposing:
-// the coordinator is not a database. Zero means the default. Requests
-// within the limits keep being served when a limit is reached.
+// Limits are the admission limits of one node, checked before a command
+// is proposed: the sizes of single requests, which no concurrent request
+// can race past. The limits on how much the state holds (sessions,
+// waiters, locks, registers, queues, keys and their bytes) are replicated
+// settings enforced where commands are applied (fsm.Limits). Zero means
+// the default.
 type Limits struct {
-	// MaxSessions bounds the number of live sessions (--max-sessions).
-	MaxSessions int
-	// MaxWaiters bounds the number of queued acquires per lock
-	// (--max-waiters).
-	MaxWaiters int
 	// MaxNameBytes bounds lock, semaphore, election and fenced register
 	// names (--max-name-len; at most fsm.MaxNameLen).
 	MaxNameBytes int
@@ -32,16 +33,11 @@ type Limits struct {
 	// MaxQueuePayload bounds a queue item's payload in bytes
 	// (--max-queue-payload; at most fsm.MaxQueuePayload).
 	MaxQueuePayload int
-	// MaxQueueLength bounds the items one queue stores, ready, in flight
-	// and dead (--max-queue-length).
-	MaxQueueLength int
-	// MaxQueues bounds the number of queues (--max-queues).
-	MaxQueues int
 }
 
 // DefaultLimits are the limits `tenure serve` runs with.
 func DefaultLimits() Limits {
-	return Limits{MaxSessions: 100_000, MaxWaiters: 10_000, MaxNameBytes: fsm.MaxNameLen, MaxRegisterValueBytes: fsm.MaxValueLen, KV: DefaultKVLimits()}
+	return Limits{MaxNameBytes: fsm.MaxNameLen, MaxRegisterValueBytes: fsm.MaxValueLen, KV: DefaultKVLimits()}
 }
 
 // Validate reports a limit set beyond what the state machine accepts.
@@ -60,12 +56,6 @@ func (l Limits) Validate() error {
 
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits()
-	if l.MaxSessions <= 0 {
-		l.MaxSessions = d.MaxSessions
-	}
-	if l.MaxWaiters <= 0 {
-		l.MaxWaiters = d.MaxWaiters
-	}
 	if l.MaxNameBytes <= 0 {
 		l.MaxNameBytes = d.MaxNameBytes
 	}
@@ -88,29 +78,28 @@ func (s *Server) checkName(kind, name string) error {
 	return nil
 }
 
-// admitSession refuses a new session past MaxSessions.
-func (s *Server) admitSession() error {
-	n := 0
-	s.node.Read(func(st *fsm.State) { n = st.SessionCount() })
-	if n >= s.limits.MaxSessions {
-		return fmt.Errorf("%w: %d sessions, the limit is %d (--max-sessions)", ErrLimit, n, s.limits.MaxSessions)
-	}
-	return nil
+// GetLimits implements pb.TenureServer.
+func (s *Server) GetLimits(ctx context.Context, _ *pb.GetLimitsRequest) (*pb.LimitsResponse, error) {
+	out := &pb.LimitsResponse{Limits: &pb.ClusterLimits{}}
+	err := s.read(ctx, false, func(st *fsm.State) {
+		fsm.LimitsToMessage(st.Limits(), out.Limits)
+		out.Revision = st.Revision()
+	})
+	return out, err
 }
 
-// involved reports whether session already holds or waits for name.
-func (s *Server) involved(session uint64, name string) bool {
-	in := false
-	s.node.Read(func(st *fsm.State) { in = st.Involved(session, name) })
-	return in
-}
-
-// admitWaiter refuses to queue one more acquire on name past MaxWaiters.
-func (s *Server) admitWaiter(name string) error {
-	n := 0
-	s.node.Read(func(st *fsm.State) { n = st.WaiterCount(name) })
-	if n >= s.limits.MaxWaiters {
-		return fmt.Errorf("%w: %q has %d waiters, the limit is %d (--max-waiters)", ErrLimit, name, n, s.limits.MaxWaiters)
+// SetLimits implements pb.TenureServer.
+func (s *Server) SetLimits(ctx context.Context, req *pb.SetLimitsRequest) (*pb.LimitsResponse, error) {
+	change := fsm.LimitsFromMessage(req.GetLimits())
+	if change.IsZero() {
+		return nil, toStatus(fmt.Errorf("%w: no limit given to set", fsm.ErrInvalid))
 	}
-	return nil
+	limits, err := s.node.SetLimits(ctx, change)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &pb.LimitsResponse{Limits: &pb.ClusterLimits{}}
+	fsm.LimitsToMessage(limits, out.Limits)
+	s.node.Read(func(st *fsm.State) { out.Revision = st.Revision() })
+	return out, nil
 }

@@ -48,8 +48,6 @@ func GRPCOptions() []grpc.ServerOption {
 // DefaultQueueLimits are the queue's admission limits.
 const (
 	DefaultMaxQueuePayload = 1 << 20
-	DefaultMaxQueueLength  = 2_000_000
-	DefaultMaxQueues       = 10_000
 )
 
 // validateQueue checks the queue limits that have a hard ceiling.
@@ -65,12 +63,6 @@ func (l Limits) withQueueDefaults() Limits {
 		l.MaxQueuePayload = DefaultMaxQueuePayload
 	}
 	l.MaxQueuePayload = min(l.MaxQueuePayload, fsm.MaxQueuePayload)
-	if l.MaxQueueLength <= 0 {
-		l.MaxQueueLength = DefaultMaxQueueLength
-	}
-	if l.MaxQueues <= 0 {
-		l.MaxQueues = DefaultMaxQueues
-	}
 	return l
 }
 
@@ -286,17 +278,6 @@ func (s *Server) admitEnqueue(req *pb.QueueEnqueueRequest) error {
 	}
 	if n := len(req.GetPayload()); n > s.limits.MaxQueuePayload {
 		return fmt.Errorf("%w: payload is %d bytes, the limit is %d (--max-queue-payload)", fsm.ErrInvalid, n, s.limits.MaxQueuePayload)
-	}
-	var n, queues int
-	var exists bool
-	s.node.Read(func(st *fsm.State) {
-		n, queues, exists = st.QueueLen(req.GetQueue()), st.QueueCount(), st.QueueStats(req.GetQueue()).Exists
-	})
-	if n >= s.limits.MaxQueueLength {
-		return fmt.Errorf("%w: queue %q holds %d items, the limit is %d (--max-queue-length)", ErrLimit, req.GetQueue(), n, s.limits.MaxQueueLength)
-	}
-	if !exists && queues >= s.limits.MaxQueues {
-		return fmt.Errorf("%w: %d queues, the limit is %d (--max-queues)", ErrLimit, queues, s.limits.MaxQueues)
 	}
 	return nil
 }

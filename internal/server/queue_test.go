@@ -11,6 +11,7 @@ import (
 	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/internal/clock"
 	"github.com/tenure-io/tenure/internal/daemon"
+	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/server"
 	"github.com/tenure-io/tenure/internal/testutil"
 )
@@ -223,7 +224,7 @@ func TestQueueDeadLetters(t *testing.T) {
 // TestQueueLimits: past a queue limit a request gets a clear error naming
 // the limit; everything within the limits goes on.
 func TestQueueLimits(t *testing.T) {
-	srv := testutil.StartConfig(t, daemon.Config{Limits: server.Limits{MaxQueuePayload: 10, MaxQueueLength: 2, MaxQueues: 2}})
+	srv := testutil.StartConfig(t, daemon.Config{Limits: server.Limits{MaxQueuePayload: 10}, ClusterLimits: fsm.Limits{MaxQueueLength: 2, MaxQueues: 2}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := testutil.Dial(t, srv.Addr())

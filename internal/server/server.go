@@ -30,6 +30,7 @@ type Server struct {
 	hub     *Hub
 	limits  Limits
 	workers workers
+	watches watchSlots // open KVWatch and Observe streams (watchlimit.go)
 }
 
 // New returns a server for n; hub must be the one whose Sink n delivers
@@ -83,9 +84,6 @@ func (s *Server) Session(stream pb.Tenure_SessionServer) error {
 	ss := &sessionStream{srv: s, stream: stream, sendQueues: queues, pending: make(map[uint64]*pendingAcquire), ended: make(chan bool, 1), quit: make(chan struct{})}
 	if open.GetSessionId() == 0 {
 		if err := fsm.ValidateSession(open.GetOwner(), open.GetTtlMs()); err != nil {
-			return toStatus(err)
-		}
-		if err := s.admitSession(); err != nil {
 			return toStatus(err)
 		}
 		res, err := s.propose(&fsmpb.CreateSession{Owner: open.GetOwner(), TtlMs: open.GetTtlMs()})
@@ -409,12 +407,6 @@ func (ss *sessionStream) admitAcquire(id uint64, a *pb.AcquireLock) (ch chan fsm
 		ss.sendErr(id, err)
 		return nil, false
 	}
-	if a.GetWait() && !ss.srv.involved(ss.id, a.GetName()) { // a resumed acquire adds no waiter
-		if err := ss.srv.admitWaiter(a.GetName()); err != nil {
-			ss.sendErr(id, err)
-			return nil, false
-		}
-	}
 	ch, ok = ss.srv.hub.register(waitKey{ss.id, a.GetName()}, a.GetResume())
 	if !ok {
 		ss.sendErr(id, fsm.ErrAlreadyHeld)
@@ -512,6 +504,11 @@ func (s *Server) Observe(req *pb.ObserveRequest, stream pb.Tenure_ObserveServer)
 	if err := s.checkName("election name", req.GetName()); err != nil {
 		return toStatus(err)
 	}
+	release, err := s.watches.take(stream.Context())
+	if err != nil {
+		return toStatus(err)
+	}
+	defer release()
 	ob := s.hub.observe(req.GetName())
 	defer s.hub.unobserve(req.GetName(), ob)
 	ctx := stream.Context()

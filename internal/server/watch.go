@@ -246,6 +246,11 @@ func (s *Server) KVWatch(req *pb.KVWatchRequest, stream pb.Tenure_KVWatchServer)
 		return toStatus(err)
 	}
 	ctx := stream.Context()
+	release, err := s.watches.take(ctx)
+	if err != nil {
+		return toStatus(err)
+	}
+	defer release()
 	start := req.GetStartRevision()
 	if start == 0 {
 		if err := s.node.LinearizableRead(ctx); err != nil {
