@@ -39,6 +39,11 @@ var (
 	// (sessions, waiters per lock, ...); the message names it. Requests
 	// within the limits are still served.
 	ErrLimit = errors.New("tenure: limit reached")
+	// ErrPermissionDenied: the request acted on a session or a delivery
+	// without the capability the server issued for it (the session's
+	// secret, the delivery's receipt), or with a wrong one. Nothing was
+	// changed.
+	ErrPermissionDenied = errors.New("tenure: permission denied")
 	// ErrClosed: the session or client was closed by its user.
 	ErrClosed = errors.New("tenure: closed")
 )
@@ -79,6 +84,8 @@ func fromReason(r pb.ErrorReason, code codes.Code, msg string) error {
 		s = ErrUnknownOutcome
 	case pb.ErrorReason_ERROR_REASON_COMPACTED:
 		s = ErrCompacted
+	case pb.ErrorReason_ERROR_REASON_PERMISSION_DENIED:
+		s = ErrPermissionDenied
 	default:
 		return fromCode(code, msg)
 	}
@@ -99,6 +106,8 @@ func fromCode(code codes.Code, msg string) error {
 		s = ErrSessionExpired
 	case codes.AlreadyExists:
 		s = ErrAlreadyHeld
+	case codes.PermissionDenied:
+		s = ErrPermissionDenied
 	case codes.Unavailable:
 		s = ErrUnavailable
 	case codes.Unknown:

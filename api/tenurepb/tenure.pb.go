@@ -40,6 +40,9 @@ const (
 	ErrorReason_ERROR_REASON_ALREADY_HELD    ErrorReason = 8
 	ErrorReason_ERROR_REASON_CANCELLED       ErrorReason = 9
 	ErrorReason_ERROR_REASON_LIMIT           ErrorReason = 10
+	// PERMISSION_DENIED: the request lacks the capability (session secret,
+	// delivery receipt) the service issued for the object it acts on.
+	ErrorReason_ERROR_REASON_PERMISSION_DENIED ErrorReason = 11
 	// COMPACTED: a watch asked for a revision the event history no longer has.
 	ErrorReason_ERROR_REASON_COMPACTED ErrorReason = 60
 )
@@ -58,21 +61,23 @@ var (
 		8:  "ERROR_REASON_ALREADY_HELD",
 		9:  "ERROR_REASON_CANCELLED",
 		10: "ERROR_REASON_LIMIT",
+		11: "ERROR_REASON_PERMISSION_DENIED",
 		60: "ERROR_REASON_COMPACTED",
 	}
 	ErrorReason_value = map[string]int32{
-		"ERROR_REASON_UNSPECIFIED":     0,
-		"ERROR_REASON_STALE":           1,
-		"ERROR_REASON_NOT_HELD":        2,
-		"ERROR_REASON_SESSION_EXPIRED": 3,
-		"ERROR_REASON_BUSY":            4,
-		"ERROR_REASON_INVALID":         5,
-		"ERROR_REASON_NOT_LEADER":      6,
-		"ERROR_REASON_UNKNOWN_OUTCOME": 7,
-		"ERROR_REASON_ALREADY_HELD":    8,
-		"ERROR_REASON_CANCELLED":       9,
-		"ERROR_REASON_LIMIT":           10,
-		"ERROR_REASON_COMPACTED":       60,
+		"ERROR_REASON_UNSPECIFIED":       0,
+		"ERROR_REASON_STALE":             1,
+		"ERROR_REASON_NOT_HELD":          2,
+		"ERROR_REASON_SESSION_EXPIRED":   3,
+		"ERROR_REASON_BUSY":              4,
+		"ERROR_REASON_INVALID":           5,
+		"ERROR_REASON_NOT_LEADER":        6,
+		"ERROR_REASON_UNKNOWN_OUTCOME":   7,
+		"ERROR_REASON_ALREADY_HELD":      8,
+		"ERROR_REASON_CANCELLED":         9,
+		"ERROR_REASON_LIMIT":             10,
+		"ERROR_REASON_PERMISSION_DENIED": 11,
+		"ERROR_REASON_COMPACTED":         60,
 	}
 )
 
@@ -5964,7 +5969,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x03ids\x18\x02 \x03(\x04R\x03ids\"J\n" +
 	"\x18QueueDeadRequeueResponse\x12\x1a\n" +
 	"\brequeued\x18\x01 \x01(\x04R\brequeued\x12\x12\n" +
-	"\x04dead\x18\x02 \x01(\x04R\x04dead*\xdf\x02\n" +
+	"\x04dead\x18\x02 \x01(\x04R\x04dead*\x83\x03\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12ERROR_REASON_STALE\x10\x01\x12\x19\n" +
@@ -5977,7 +5982,8 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x19ERROR_REASON_ALREADY_HELD\x10\b\x12\x1a\n" +
 	"\x16ERROR_REASON_CANCELLED\x10\t\x12\x16\n" +
 	"\x12ERROR_REASON_LIMIT\x10\n" +
-	"\x12\x1a\n" +
+	"\x12\"\n" +
+	"\x1eERROR_REASON_PERMISSION_DENIED\x10\v\x12\x1a\n" +
 	"\x16ERROR_REASON_COMPACTED\x10<*V\n" +
 	"\tPutResult\x12\x1a\n" +
 	"\x16PUT_RESULT_UNSPECIFIED\x10\x00\x12\x17\n" +

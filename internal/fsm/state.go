@@ -45,6 +45,10 @@ var (
 	ErrNotHeld = errors.New("tenure: lock not held by this handle")
 	// ErrAlreadyHeld: the session already holds or waits for this lock.
 	ErrAlreadyHeld = errors.New("tenure: session already holds or waits for this lock")
+	// ErrPermissionDenied: the request acts on an object (a session, a
+	// delivery) without the capability the service issued for it, or with
+	// a wrong one. Nothing was changed.
+	ErrPermissionDenied = errors.New("tenure: permission denied")
 )
 
 // PutOutcome is what a FencedPut did.

@@ -24,6 +24,8 @@ func classify(err error) (codes.Code, pb.ErrorReason) {
 		return codes.ResourceExhausted, pb.ErrorReason_ERROR_REASON_LIMIT
 	case errors.Is(err, fsm.ErrInvalid), errors.Is(err, node.ErrSnapshotBehind):
 		return codes.InvalidArgument, pb.ErrorReason_ERROR_REASON_INVALID
+	case errors.Is(err, fsm.ErrPermissionDenied):
+		return codes.PermissionDenied, pb.ErrorReason_ERROR_REASON_PERMISSION_DENIED
 	case errors.Is(err, fsm.ErrSessionNotFound):
 		return codes.NotFound, pb.ErrorReason_ERROR_REASON_SESSION_EXPIRED
 	case errors.Is(err, fsm.ErrBusy):
