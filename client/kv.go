@@ -82,14 +82,14 @@ type PutOption func(*pb.KVPutRequest)
 // already ended fails with ErrSessionExpired. A later put without this
 // option makes the key persistent again.
 func WithSession(s *Session) PutOption {
-	id := s.ID()
-	return func(r *pb.KVPutRequest) { r.Session = id }
+	return WithSessionCredentials(s.ID(), s.Secret())
 }
 
-// WithSessionID is WithSession for a session known by its id (for
-// example one opened by another process).
-func WithSessionID(id uint64) PutOption {
-	return func(r *pb.KVPutRequest) { r.Session = id }
+// WithSessionCredentials is WithSession for a session known by its id and
+// secret (for example one opened by another process, which passed both:
+// see Session.Secret). A wrong secret is refused with ErrPermissionDenied.
+func WithSessionCredentials(id uint64, secret []byte) PutOption {
+	return func(r *pb.KVPutRequest) { r.Session, r.SessionSecret = id, secret }
 }
 
 // Put writes key and returns the revision of the write.

@@ -113,7 +113,10 @@ type Delivery struct {
 // DequeueOption configures Dequeue.
 type DequeueOption func(*dequeueOptions) error
 
-type dequeueOptions struct{ session uint64 }
+type dequeueOptions struct {
+	session uint64
+	secret  []byte
+}
 
 // UnderSession ties the delivery to s: when s ends (closed or expired) the
 // item goes back to the queue, even before its visibility lease ends.
@@ -122,7 +125,7 @@ func UnderSession(s *Session) DequeueOption {
 		if s == nil {
 			return fmt.Errorf("%w: nil session", ErrInvalid)
 		}
-		o.session = s.ID()
+		o.session, o.secret = s.ID(), s.Secret()
 		return nil
 	}
 }
@@ -156,7 +159,7 @@ func (q *Queue) dequeue(ctx context.Context, visibility time.Duration, wait bool
 	var resp *pb.QueueDequeueResponse
 	for {
 		err := q.c.unary(ctx, func(api pb.TenureClient) (err error) {
-			resp, err = api.QueueDequeue(ctx, &pb.QueueDequeueRequest{Queue: q.name, VisibilityMs: visibility.Milliseconds(), Session: o.session, Wait: wait}, grpc.MaxCallRecvMsgSize(maxRecv))
+			resp, err = api.QueueDequeue(ctx, &pb.QueueDequeueRequest{Queue: q.name, VisibilityMs: visibility.Milliseconds(), Session: o.session, SessionSecret: o.secret, Wait: wait}, grpc.MaxCallRecvMsgSize(maxRecv))
 			return err
 		})
 		if wait && errors.Is(err, ErrUnknownOutcome) && ctx.Err() == nil {

@@ -123,16 +123,19 @@ type call struct {
 // When the safe deadline passes or the server reports the session gone,
 // every hold is Lost for good and Done is closed.
 type Session struct {
-	c     *Client
-	clk   clock.Clock
-	cfg   sessionConfig
-	id    uint64
-	ctx   context.Context
-	stop  context.CancelFunc
-	wg    sync.WaitGroup
-	wake  chan struct{}
-	done  chan struct{}
-	owner string
+	c   *Client
+	clk clock.Clock
+	cfg sessionConfig
+	id  uint64
+	// secret is the session's capability (see Secret); set once by
+	// NewSession.
+	secret []byte
+	ctx    context.Context
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
+	wake   chan struct{}
+	done   chan struct{}
+	owner  string
 
 	// mu guards everything below. Lock order: Session.mu before Hold.mu.
 	mu           sync.Mutex
@@ -174,7 +177,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 		stop()
 		return nil, err
 	}
-	s.id = opened.GetSessionId()
+	s.id, s.secret = opened.GetSessionId(), opened.GetSecret()
 	s.mu.Lock()
 	s.lastProgress = s.clk.Now()
 	s.attachLocked(st, sentAt)
@@ -183,8 +186,19 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	return s, nil
 }
 
-// ID is the session's id on the server (the lease id of its grants).
+// ID is the session's id on the server (the lease id of its grants). It
+// is public: it shows in status and history. Acting as the session needs
+// its Secret as well.
 func (s *Session) ID() uint64 { return s.id }
+
+// Secret is the session's capability: the server issued it when the
+// session was created, keeps only a hash, and refuses every use of the
+// session (resuming it, keys bound to it, dequeues tied to it) without it
+// (ErrPermissionDenied). The client presents it by itself; give it only to
+// a process you trust to act as this session (tenure lock passes it to its
+// command as TENURE_SESSION_SECRET), for example with
+// WithSessionCredentials. The slice must not be modified.
+func (s *Session) Secret() []byte { return s.secret }
 
 // TTL is the session's time to live.
 func (s *Session) TTL() time.Duration { return s.cfg.ttl }
@@ -280,7 +294,11 @@ func (s *Session) openOn(ctx context.Context, ep *endpoint, id uint64) (*stream,
 		return nil, nil, time.Time{}, fromStatus(err)
 	}
 	sentAt := s.clk.Now()
-	if err := cs.Send(&pb.SessionRequest{Op: &pb.SessionRequest_Open{Open: &pb.OpenSession{SessionId: id, TtlMs: s.cfg.ttl.Milliseconds(), Owner: s.cfg.owner}}}); err != nil {
+	open := &pb.OpenSession{SessionId: id, TtlMs: s.cfg.ttl.Milliseconds(), Owner: s.cfg.owner}
+	if id != 0 {
+		open.Secret = s.secret
+	}
+	if err := cs.Send(&pb.SessionRequest{Op: &pb.SessionRequest_Open{Open: open}}); err != nil {
 		cancel()
 		_, rerr := cs.Recv()
 		return nil, nil, time.Time{}, fromStatus(rerr)

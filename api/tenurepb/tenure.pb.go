@@ -1462,12 +1462,17 @@ func (*SessionRequest_Close) isSessionRequest_Op() {}
 func (*SessionRequest_Proclaim) isSessionRequest_Op() {}
 
 // OpenSession must be the first message on a Session stream. With
-// session_id 0 it creates a session; otherwise it resumes that session.
+// session_id 0 it creates a session; otherwise it resumes that session,
+// which needs the session's secret (PERMISSION_DENIED without it: the
+// stream is not opened and nothing changes). Every request on the stream
+// then acts as that session.
 type OpenSession struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	TtlMs         int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
-	Owner         string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	TtlMs     int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	Owner     string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	// secret: the session's secret, as SessionOpened gave it (resume only).
+	Secret        []byte `protobuf:"bytes,4,opt,name=secret,proto3" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1521,6 +1526,13 @@ func (x *OpenSession) GetOwner() string {
 		return x.Owner
 	}
 	return ""
+}
+
+func (x *OpenSession) GetSecret() []byte {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
 }
 
 type KeepAlive struct {
@@ -2104,10 +2116,15 @@ func (*SessionResponse_Error) isSessionResponse_Result() {}
 func (*SessionResponse_Proclaimed) isSessionResponse_Result() {}
 
 type SessionOpened struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	TtlMs         int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
-	Owner         string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	TtlMs     int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	Owner     string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	// secret: on creation only, the session's capability: 16 random bytes
+	// that every later use of the session from another stream or call
+	// must present (resume, ephemeral keys, dequeues tied to it). The
+	// server keeps only a hash. The id is public; the secret is not.
+	Secret        []byte `protobuf:"bytes,4,opt,name=secret,proto3" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2161,6 +2178,13 @@ func (x *SessionOpened) GetOwner() string {
 		return x.Owner
 	}
 	return ""
+}
+
+func (x *SessionOpened) GetSecret() []byte {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
 }
 
 type KeepAliveAck struct {
@@ -3736,7 +3760,10 @@ type KVPutRequest struct {
 	Value []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
 	// session: make the key ephemeral, deleted when this session ends. A
 	// session that no longer exists is refused (NOT_FOUND).
-	Session       uint64 `protobuf:"varint,3,opt,name=session,proto3" json:"session,omitempty"`
+	Session uint64 `protobuf:"varint,3,opt,name=session,proto3" json:"session,omitempty"`
+	// session_secret: the session's secret; without the right one a put
+	// bound to a session is refused (PERMISSION_DENIED).
+	SessionSecret []byte `protobuf:"bytes,4,opt,name=session_secret,json=sessionSecret,proto3" json:"session_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3790,6 +3817,13 @@ func (x *KVPutRequest) GetSession() uint64 {
 		return x.Session
 	}
 	return 0
+}
+
+func (x *KVPutRequest) GetSessionSecret() []byte {
+	if x != nil {
+		return x.SessionSecret
+	}
+	return nil
 }
 
 type KVPutResponse struct {
@@ -4876,7 +4910,10 @@ type QueueDequeueRequest struct {
 	// ends (as well as when its visibility lease runs out).
 	Session uint64 `protobuf:"varint,3,opt,name=session,proto3" json:"session,omitempty"`
 	// wait: block until an item is available (or the deadline passes).
-	Wait          bool `protobuf:"varint,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait bool `protobuf:"varint,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	// session_secret: the session's secret (PERMISSION_DENIED without the
+	// right one).
+	SessionSecret []byte `protobuf:"bytes,5,opt,name=session_secret,json=sessionSecret,proto3" json:"session_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4937,6 +4974,13 @@ func (x *QueueDequeueRequest) GetWait() bool {
 		return x.Wait
 	}
 	return false
+}
+
+func (x *QueueDequeueRequest) GetSessionSecret() []byte {
+	if x != nil {
+		return x.SessionSecret
+	}
+	return nil
 }
 
 type QueueItem struct {
@@ -5696,12 +5740,13 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x06cancel\x18\x06 \x01(\v2\x18.tenure.v1.CancelRequestH\x00R\x06cancel\x12/\n" +
 	"\x05close\x18\a \x01(\v2\x17.tenure.v1.CloseSessionH\x00R\x05close\x126\n" +
 	"\bproclaim\x18\b \x01(\v2\x18.tenure.v1.ProclaimValueH\x00R\bproclaimB\x04\n" +
-	"\x02op\"Y\n" +
+	"\x02op\"q\n" +
 	"\vOpenSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x14\n" +
-	"\x05owner\x18\x03 \x01(\tR\x05owner\"\v\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\x16\n" +
+	"\x06secret\x18\x04 \x01(\fR\x06secret\"\v\n" +
 	"\tKeepAlive\"\xeb\x01\n" +
 	"\vAcquireLock\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -5737,12 +5782,13 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\n" +
 	"proclaimed\x18\t \x01(\v2\x1a.tenure.v1.ValueProclaimedH\x00R\n" +
 	"proclaimedB\b\n" +
-	"\x06result\"[\n" +
+	"\x06result\"s\n" +
 	"\rSessionOpened\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x14\n" +
-	"\x05owner\x18\x03 \x01(\tR\x05owner\"%\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\x16\n" +
+	"\x06secret\x18\x04 \x01(\fR\x06secret\"%\n" +
 	"\fKeepAliveAck\x12\x15\n" +
 	"\x06ttl_ms\x18\x01 \x01(\x03R\x05ttlMs\"Q\n" +
 	"\n" +
@@ -5849,11 +5895,12 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x0fcreate_revision\x18\x03 \x01(\x04R\x0ecreateRevision\x12!\n" +
 	"\fmod_revision\x18\x04 \x01(\x04R\vmodRevision\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\x04R\aversion\x12\x18\n" +
-	"\asession\x18\x06 \x01(\x04R\asession\"P\n" +
+	"\asession\x18\x06 \x01(\x04R\asession\"w\n" +
 	"\fKVPutRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x18\n" +
-	"\asession\x18\x03 \x01(\x04R\asession\"+\n" +
+	"\asession\x18\x03 \x01(\x04R\asession\x12%\n" +
+	"\x0esession_secret\x18\x04 \x01(\fR\rsessionSecret\"+\n" +
 	"\rKVPutResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\"\x91\x01\n" +
 	"\x0eKVRangeRequest\x12\x10\n" +
@@ -5919,12 +5966,13 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x14QueueEnqueueResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x04R\brevision\"~\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\"\xa5\x01\n" +
 	"\x13QueueDequeueRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12#\n" +
 	"\rvisibility_ms\x18\x02 \x01(\x03R\fvisibilityMs\x12\x18\n" +
 	"\asession\x18\x03 \x01(\x04R\asession\x12\x12\n" +
-	"\x04wait\x18\x04 \x01(\bR\x04wait\"v\n" +
+	"\x04wait\x18\x04 \x01(\bR\x04wait\x12%\n" +
+	"\x0esession_secret\x18\x05 \x01(\fR\rsessionSecret\"v\n" +
 	"\tQueueItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12%\n" +

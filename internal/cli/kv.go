@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -87,13 +88,19 @@ every change from a revision on.`,
 }
 
 func (a *app) kvPutCommand() *cobra.Command {
-	var session uint64
+	var (
+		session   uint64
+		secretHex string
+	)
 	cmd := &cobra.Command{
 		Use:   "put KEY VALUE",
 		Short: "Write a key",
 		Long: `Write VALUE to KEY.
 
 With --session ID the key is ephemeral: deleted when that session ends.
+Binding a key to a session needs the session's secret: --session-secret
+HEX, or TENURE_SESSION_SECRET when --session is TENURE_SESSION (as in a
+command run by tenure lock); a wrong one is refused (exit 1).
 
 JSON: {"revision":N}, the revision of the write.`,
 		Args: cobra.ExactArgs(2),
@@ -101,7 +108,11 @@ JSON: {"revision":N}, the revision of the write.`,
 			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
 				var opts []client.PutOption
 				if session != 0 {
-					opts = append(opts, client.WithSessionID(session))
+					secret, err := sessionSecret(session, secretHex)
+					if err != nil {
+						return err
+					}
+					opts = append(opts, client.WithSessionCredentials(session, secret))
 				}
 				rev, err := c.Put(ctx, args[0], []byte(args[1]), opts...)
 				if err != nil {
@@ -114,6 +125,7 @@ JSON: {"revision":N}, the revision of the write.`,
 		},
 	}
 	cmd.Flags().Uint64Var(&session, "session", 0, "bind the key to this session id (deleted when the session ends)")
+	cmd.Flags().StringVar(&secretHex, "session-secret", "", "the session's secret, hex (default: TENURE_SESSION_SECRET if --session is TENURE_SESSION)")
 	return cmd
 }
 
@@ -515,4 +527,20 @@ func kvFlags(f *pflag.FlagSet, l *server.KVLimits) {
 	f.DurationVar(&l.WatchProgressInterval, "watch-progress-interval", d.WatchProgressInterval, "how often an idle watch is told the current revision")
 	f.IntVar(&l.MaxWatches, "max-watches", d.MaxWatches, "most watch streams (kv watch, observe) open on this node (RESOURCE_EXHAUSTED past it)")
 	f.IntVar(&l.MaxWatchesPerConnection, "max-watches-per-connection", d.MaxWatchesPerConnection, "most watch streams open on one client connection (RESOURCE_EXHAUSTED past it)")
+}
+
+// sessionSecret is the secret of session id: from the flag, or from the
+// environment tenure lock gives its command when id is that session.
+func sessionSecret(id uint64, flag string) ([]byte, error) {
+	if flag == "" && os.Getenv("TENURE_SESSION") == strconv.FormatUint(id, 10) {
+		flag = os.Getenv("TENURE_SESSION_SECRET")
+	}
+	if flag == "" {
+		return nil, fmt.Errorf("binding a key to session %d needs its secret: --session-secret HEX (or run under tenure lock, which sets TENURE_SESSION_SECRET)", id)
+	}
+	secret, err := hex.DecodeString(flag)
+	if err != nil {
+		return nil, fmt.Errorf("--session-secret is not hex: %v", err)
+	}
+	return secret, nil
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -74,6 +75,9 @@ stdout and stderr passed through and these variables set:
   TENURE_LOCK         the lock's name
   TENURE_FENCE_TOKEN  the grant's fencing token: pass it with every effect
   TENURE_SESSION      the session id
+  TENURE_SESSION_SECRET  the session's secret (hex), which acting as the
+                      session needs (e.g. tenure kv put --session): keep
+                      it to this command
   TENURE_ENDPOINT     the server address tenure used
 
 When COMMAND exits the lock is released and tenure exits with COMMAND's
@@ -139,6 +143,7 @@ func (a *app) runLock(ctx context.Context, name string, argv []string, lf lockFl
 		"TENURE_LOCK="+name,
 		"TENURE_FENCE_TOKEN="+strconv.FormatUint(h.Token(), 10),
 		"TENURE_SESSION="+strconv.FormatUint(sess.ID(), 10),
+		"TENURE_SESSION_SECRET="+hex.EncodeToString(sess.Secret()),
 		"TENURE_ENDPOINT="+a.endpoint,
 	)
 	ch, err := startChild(argv, env, a.streams)

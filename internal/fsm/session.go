@@ -1,17 +1,45 @@
 package fsm
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
 	"fmt"
 
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 )
 
 type session struct {
-	id    uint64
-	owner string
-	ttlMs int64
-	held  map[string]struct{}
-	waits map[string]*waiter
+	id         uint64
+	owner      string
+	ttlMs      int64
+	secretHash []byte // HashSecret of the session's secret; nil: none (made before secrets)
+	held       map[string]struct{}
+	waits      map[string]*waiter
+}
+
+// SecretBytes is the size of a session secret (128 random bits).
+const SecretBytes = 16
+
+// HashSecret is what the state keeps of a secret: its SHA-256. The
+// proposer draws the secret, gives it to the client and puts only the
+// hash in the log.
+func HashSecret(secret []byte) []byte {
+	h := sha256.Sum256(secret)
+	return h[:]
+}
+
+// CheckSession verifies that secret is session id's: ErrSessionNotFound
+// if the session does not exist, ErrPermissionDenied if the secret is
+// missing or wrong (a session made before secrets existed accepts none).
+func (s *State) CheckSession(id uint64, secret []byte) error {
+	ss, ok := s.sessions[id]
+	if !ok {
+		return fmt.Errorf("%w: session %d", ErrSessionNotFound, id)
+	}
+	if len(ss.secretHash) == 0 || len(secret) == 0 || subtle.ConstantTimeCompare(ss.secretHash, HashSecret(secret)) != 1 {
+		return fmt.Errorf("%w: session %d: the session's secret is missing or wrong (only the client that created a session can use it)", ErrPermissionDenied, id)
+	}
+	return nil
 }
 
 // ValidateSession checks the arguments of CreateSession.
@@ -33,8 +61,11 @@ func (s *State) createSession(c *fsmpb.CreateSession, emit EventSink) Result {
 		return Result{Err: err}
 	}
 	id := s.bump()
+	if n := len(c.GetSecretHash()); n != 0 && n != sha256.Size {
+		return Result{Err: fmt.Errorf("%w: a secret hash is %d bytes, not %d", ErrInvalid, n, sha256.Size)}
+	}
 	s.sessions[id] = &session{
-		id: id, owner: c.GetOwner(), ttlMs: c.GetTtlMs(),
+		id: id, owner: c.GetOwner(), ttlMs: c.GetTtlMs(), secretHash: append([]byte(nil), c.GetSecretHash()...),
 		held: make(map[string]struct{}), waits: make(map[string]*waiter),
 	}
 	emit(Event{Kind: EventSessionCreated, Session: id, TTLMs: c.GetTtlMs()})

@@ -28,7 +28,7 @@ func (s *State) exportCore() *fsmpb.Snapshot {
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for _, id := range ids {
 		ss := s.sessions[id]
-		snap.Sessions = append(snap.Sessions, &fsmpb.SessionState{Id: id, Owner: ss.owner, TtlMs: ss.ttlMs})
+		snap.Sessions = append(snap.Sessions, &fsmpb.SessionState{Id: id, Owner: ss.owner, TtlMs: ss.ttlMs, SecretHash: ss.secretHash})
 	}
 	for _, name := range sortedKeys(s.locks) {
 		l := s.locks[name]
@@ -75,7 +75,7 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 	}
 	s.limits = s.limits.Merge(LimitsFromProto(snap.GetLimits()))
 	for _, ss := range snap.GetSessions() {
-		s.sessions[ss.GetId()] = &session{id: ss.GetId(), owner: ss.GetOwner(), ttlMs: ss.GetTtlMs(),
+		s.sessions[ss.GetId()] = &session{id: ss.GetId(), owner: ss.GetOwner(), ttlMs: ss.GetTtlMs(), secretHash: ss.GetSecretHash(),
 			held: make(map[string]struct{}), waits: make(map[string]*waiter)}
 	}
 	for _, ls := range snap.GetLocks() {

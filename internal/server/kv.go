@@ -105,6 +105,9 @@ func (s *Server) admitPut(p *pb.KVPutRequest) error {
 	if len(p.GetValue()) > s.limits.KV.MaxValueLen {
 		return fmt.Errorf("%w: value is %d bytes, the limit is %d (--max-value-len)", fsm.ErrInvalid, len(p.GetValue()), s.limits.KV.MaxValueLen)
 	}
+	if p.GetSession() != 0 {
+		return s.checkSession(p.GetSession(), p.GetSessionSecret())
+	}
 	return nil
 }
 

@@ -120,8 +120,14 @@ func TestSessionsCarriesIndependentSessionStreams(t *testing.T) {
 		t.Fatal("no keepalive answer")
 	}
 
-	// Session a, resumed on a new stream, releases; b gets the lock.
-	r.send(req(4, 1, &pb.OpenSession{SessionId: a.GetSessionId(), TtlMs: 10_000}))
+	// Session a cannot be resumed without its secret: the stream ends
+	// with PERMISSION_DENIED, and nothing changes.
+	r.send(req(5, 1, &pb.OpenSession{SessionId: a.GetSessionId(), TtlMs: 10_000}))
+	if bad := r.await(5, anyReply); !bad.GetEnd() || codes.Code(bad.GetCode()) != codes.PermissionDenied {
+		t.Fatalf("resume without the secret: %v, want the stream ended with PERMISSION_DENIED", bad)
+	}
+	// Session a, resumed on a new stream with its secret, releases; b gets the lock.
+	r.send(req(4, 1, &pb.OpenSession{SessionId: a.GetSessionId(), TtlMs: 10_000, Secret: a.GetSecret()}))
 	if r.await(4, anyReply).GetResponse().GetOpened() == nil {
 		t.Fatal("resuming session a failed")
 	}

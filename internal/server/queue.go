@@ -310,6 +310,11 @@ func (s *Server) QueueDequeue(ctx context.Context, req *pb.QueueDequeueRequest) 
 	if err := fsm.ValidateVisibility(vis); err != nil {
 		return nil, toStatus(err)
 	}
+	if req.GetSession() != 0 {
+		if err := s.checkSession(req.GetSession(), req.GetSessionSecret()); err != nil {
+			return nil, toStatus(err)
+		}
+	}
 	// The request is in its queue's line while it proposes and waits. A
 	// wake-up takes it out of the line; the proposal that follows runs out
 	// of line (so no second item is assigned to it meanwhile). If that one

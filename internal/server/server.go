@@ -3,6 +3,7 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -82,16 +83,25 @@ func (s *Server) Session(stream pb.Tenure_SessionServer) error {
 	}
 	_, queues := stream.(*muxSessionStream)
 	ss := &sessionStream{srv: s, stream: stream, sendQueues: queues, pending: make(map[uint64]*pendingAcquire), ended: make(chan bool, 1), quit: make(chan struct{})}
+	var secret []byte // only for a new session: the client learns it once
 	if open.GetSessionId() == 0 {
 		if err := fsm.ValidateSession(open.GetOwner(), open.GetTtlMs()); err != nil {
 			return toStatus(err)
 		}
-		res, err := s.propose(&fsmpb.CreateSession{Owner: open.GetOwner(), TtlMs: open.GetTtlMs()})
+		secret = make([]byte, fsm.SecretBytes)
+		if _, err := rand.Read(secret); err != nil {
+			return status.Errorf(codes.Internal, "drawing a session secret: %v", err)
+		}
+		res, err := s.propose(&fsmpb.CreateSession{Owner: open.GetOwner(), TtlMs: open.GetTtlMs(), SecretHash: fsm.HashSecret(secret)})
 		if err != nil {
 			return toStatus(err)
 		}
 		ss.id, ss.ttlMs = res.Session, open.GetTtlMs()
 	} else {
+		// The capability first: a wrong secret must not even renew.
+		if err := s.checkSession(open.GetSessionId(), open.GetSecret()); err != nil {
+			return toStatus(err)
+		}
 		ttl, err := s.node.KeepAlive(open.GetSessionId())
 		if err != nil {
 			return toStatus(err)
@@ -101,7 +111,7 @@ func (s *Server) Session(stream pb.Tenure_SessionServer) error {
 	s.hub.attach(ss.id, ss)
 	defer s.hub.detach(ss.id, ss)
 	ss.goHandle(ss.pushEnd)
-	ss.send(&pb.SessionResponse{Id: first.GetId(), Result: &pb.SessionResponse_Opened{Opened: &pb.SessionOpened{SessionId: ss.id, TtlMs: ss.ttlMs, Owner: open.GetOwner()}}})
+	ss.send(&pb.SessionResponse{Id: first.GetId(), Result: &pb.SessionResponse_Opened{Opened: &pb.SessionOpened{SessionId: ss.id, TtlMs: ss.ttlMs, Owner: open.GetOwner(), Secret: secret}}})
 	err = ss.serve()
 	ss.stop()
 	if errors.Is(err, io.EOF) {
@@ -110,7 +120,19 @@ func (s *Server) Session(stream pb.Tenure_SessionServer) error {
 	return err
 }
 
-// sessionStream is one client stream attached to a session.
+// checkSession verifies that secret is session id's capability; the
+// secret never changes and ids are never reused, so a check before a
+// proposal stays true when the command is applied (the session may have
+// ended by then, which the state machine answers).
+func (s *Server) checkSession(id uint64, secret []byte) error {
+	var err error
+	s.node.Read(func(st *fsm.State) { err = st.CheckSession(id, secret) })
+	return err
+}
+
+// sessionStream is one client stream attached to a session. Every request
+// on it acts as that session: the stream proved the session's secret when
+// it was opened.
 type sessionStream struct {
 	srv    *Server
 	stream pb.Tenure_SessionServer

@@ -697,9 +697,13 @@ func (x *Batch) GetCommands() []*Command {
 }
 
 type CreateSession struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Owner         string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
-	TtlMs         int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Owner string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	TtlMs int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// secret_hash: fsm.HashSecret of the session's secret, drawn by the
+	// proposer and given only to the client. The secret itself is never in
+	// the log or the state.
+	SecretHash    []byte `protobuf:"bytes,3,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -746,6 +750,13 @@ func (x *CreateSession) GetTtlMs() int64 {
 		return x.TtlMs
 	}
 	return 0
+}
+
+func (x *CreateSession) GetSecretHash() []byte {
+	if x != nil {
+		return x.SecretHash
+	}
+	return nil
 }
 
 type CloseSession struct {
@@ -1441,6 +1452,7 @@ type SessionState struct {
 	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
 	TtlMs         int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	SecretHash    []byte                 `protobuf:"bytes,4,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1494,6 +1506,13 @@ func (x *SessionState) GetTtlMs() int64 {
 		return x.TtlMs
 	}
 	return 0
+}
+
+func (x *SessionState) GetSecretHash() []byte {
+	if x != nil {
+		return x.SecretHash
+	}
+	return nil
 }
 
 type GrantState struct {
@@ -3143,10 +3162,12 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\tSetLimits\x12-\n" +
 	"\x06limits\x18\x01 \x01(\v2\x15.tenure.fsm.v1.LimitsR\x06limits\";\n" +
 	"\x05Batch\x122\n" +
-	"\bcommands\x18\x01 \x03(\v2\x16.tenure.fsm.v1.CommandR\bcommands\"<\n" +
+	"\bcommands\x18\x01 \x03(\v2\x16.tenure.fsm.v1.CommandR\bcommands\"]\n" +
 	"\rCreateSession\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x15\n" +
-	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"(\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x1f\n" +
+	"\vsecret_hash\x18\x03 \x01(\fR\n" +
+	"secretHash\"(\n" +
 	"\fCloseSession\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\")\n" +
 	"\rExpireSession\x12\x18\n" +
@@ -3197,11 +3218,13 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x14removed_lock_history\x18  \x03(\v2\x1c.tenure.fsm.v1.HistoryRecordR\x12removedLockHistory\"\\\n" +
 	"\tRetention\x12!\n" +
 	"\flock_history\x18\x01 \x01(\rR\vlockHistory\x12,\n" +
-	"\x12register_op_memory\x18\x02 \x01(\rR\x10registerOpMemory\"K\n" +
+	"\x12register_op_memory\x18\x02 \x01(\rR\x10registerOpMemory\"l\n" +
 	"\fSessionState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
-	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\"\xcf\x01\n" +
+	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12\x1f\n" +
+	"\vsecret_hash\x18\x04 \x01(\fR\n" +
+	"secretHash\"\xcf\x01\n" +
 	"\n" +
 	"GrantState\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x14\n" +
