@@ -131,6 +131,7 @@ func (c *Client) Observe(ctx context.Context, name string) (*Observation, error)
 // endpoints) to ch and returns the error that ends the observation.
 func (c *Client) observe(ctx context.Context, name string, i uint32, stream pb.Tenure_ObserveClient, err error, ch chan<- Leader) error {
 	var last uint64 // revision of the last delivered change
+	delivered := false
 	backoff := 20 * time.Millisecond
 	var failingSince time.Time
 	for {
@@ -139,10 +140,10 @@ func (c *Client) observe(ctx context.Context, name string, i uint32, stream pb.T
 			if ev, err = stream.Recv(); err == nil {
 				failingSince = time.Time{}
 				backoff = 20 * time.Millisecond
-				if ev.GetRevision() <= last {
+				if delivered && ev.GetRevision() <= last {
 					continue // already delivered before a fail-over
 				}
-				last = ev.GetRevision()
+				last, delivered = ev.GetRevision(), true
 				select {
 				case ch <- Leader{Owner: ev.GetOwner(), Session: ev.GetSession(), Token: ev.GetToken(), Value: ev.GetValue(), Revision: ev.GetRevision()}:
 				case <-ctx.Done():

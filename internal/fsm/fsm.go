@@ -132,7 +132,8 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	return f.ApplyBatch([]*raft.Log{l})[0]
 }
 
-// ApplyBatch implements raft.BatchingFSM. Each command returns a Result.
+// ApplyBatch implements raft.BatchingFSM. Each entry's response is a
+// *Result, which the proposer reads with TakeResult.
 func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := make([]interface{}, len(logs))
 	var events []Event
@@ -140,21 +141,24 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	cmd := &fsmpb.Command{}
 	f.mu.Lock()
 	for i, l := range logs {
-		if l.Type != raft.LogCommand {
-			out[i] = Result{Revision: f.state.revision}
-			continue
+		var r Result
+		switch {
+		case l.Type != raft.LogCommand:
+			r = Result{Revision: f.state.revision}
+		default:
+			c := f.takeHint(l.Data)
+			if c == nil {
+				cmd.Reset()
+				if err := proto.Unmarshal(l.Data, cmd); err != nil {
+					// A corrupt entry is applied as a no-op by every replica alike.
+					r = Result{Err: fmt.Errorf("%w: undecodable log entry %d: %v", ErrInvalid, l.Index, err), Revision: f.state.revision}
+					break
+				}
+				c = cmd
+			}
+			r = f.state.Apply(c, emit)
 		}
-		if c := f.takeHint(l.Data); c != nil {
-			out[i] = f.state.Apply(c, emit)
-			continue
-		}
-		cmd.Reset()
-		if err := proto.Unmarshal(l.Data, cmd); err != nil {
-			// A corrupt entry is applied as a no-op by every replica alike.
-			out[i] = Result{Err: fmt.Errorf("%w: undecodable log entry %d: %v", ErrInvalid, l.Index, err), Revision: f.state.revision}
-			continue
-		}
-		out[i] = f.state.Apply(cmd, emit)
+		out[i] = &r
 	}
 	emit(Event{Kind: EventApplied, Revision: f.state.revision})
 	f.mu.Unlock()
@@ -162,6 +166,20 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		f.sink(e)
 	}
 	return out
+}
+
+// TakeResult returns the Result of a response of Apply or ApplyBatch and
+// clears it. Raft keeps each entry's future, response included, for as
+// long as the entry is in its log cache; clearing the response keeps
+// what that pins small (a batch's results can be large).
+func TakeResult(resp interface{}) Result {
+	p, ok := resp.(*Result)
+	if !ok || p == nil {
+		return Result{Err: fmt.Errorf("fsm: unexpected response %T", resp)}
+	}
+	r := *p
+	*p = Result{}
+	return r
 }
 
 // Snapshot implements raft.FSM: it copies the state into a message that

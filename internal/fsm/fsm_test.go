@@ -108,9 +108,12 @@ func TestFSMApplyBatch(t *testing.T) {
 	}
 	var got []fsm.Result
 	for i, o := range out {
-		r, ok := o.(fsm.Result)
-		if !ok {
-			t.Fatalf("result %d is %T, want fsm.Result", i, o)
+		if _, ok := o.(*fsm.Result); !ok {
+			t.Fatalf("result %d is %T, want *fsm.Result", i, o)
+		}
+		r := fsm.TakeResult(o)
+		if !reflect.DeepEqual(*o.(*fsm.Result), fsm.Result{}) {
+			t.Fatalf("TakeResult left %+v", o)
 		}
 		switch i {
 		case 3:
@@ -141,8 +144,8 @@ func TestFSMApplyBatch(t *testing.T) {
 
 	// Apply is ApplyBatch of one.
 	batchEnd = 14
-	r, ok := f.Apply(logOf(t, 12, cmdRelease(2, "x", 8))).(fsm.Result)
-	if !ok || r.Err != nil || r.Revision != 14 {
+	r := fsm.TakeResult(f.Apply(logOf(t, 12, cmdRelease(2, "x", 8))))
+	if r.Err != nil || r.Revision != 14 {
 		t.Fatalf("Apply: %+v", r)
 	}
 	if n := len(events); events[n-2].Kind != fsm.EventGranted || events[n-2].Session != 3 || events[n-1].Kind != fsm.EventApplied {
@@ -153,7 +156,7 @@ func TestFSMApplyBatch(t *testing.T) {
 func TestFSMNilSink(t *testing.T) {
 	f := fsm.New(nil)
 	out := f.ApplyBatch([]*raft.Log{logOf(t, 1, cmdCreate("a", 10_000))})
-	if r := out[0].(fsm.Result); r.Err != nil || r.Session != 1 {
+	if r := fsm.TakeResult(out[0]); r.Err != nil || r.Session != 1 {
 		t.Fatalf("%+v", r)
 	}
 }
@@ -290,7 +293,7 @@ func TestFSMPersistConcurrentWithApply(t *testing.T) {
 	idx := uint64(len(logs))
 	for i := 0; i < 200; i++ {
 		idx++
-		r := f.Apply(logOf(t, idx, cmdPut("k", string(rune('a'+i%26)), uint64(7+i), ""))).(fsm.Result)
+		r := fsm.TakeResult(f.Apply(logOf(t, idx, cmdPut("k", string(rune('a'+i%26)), uint64(7+i), ""))))
 		if r.Err != nil {
 			t.Fatal(r.Err)
 		}

@@ -35,11 +35,11 @@ func TestHintedApplyEqualsDecodedApply(t *testing.T) {
 		}
 		l := &raft.Log{Index: uint64(i + 1), Type: raft.LogCommand, Data: data}
 		hinted.Hint(data, c)
-		rh := hinted.Apply(l).(Result)
+		rh := TakeResult(hinted.Apply(l))
 		if len(hinted.hints) != 0 {
 			t.Fatalf("command %d: the hint was not used", i)
 		}
-		rd := decoded.Apply(&raft.Log{Index: l.Index, Type: raft.LogCommand, Data: bytes.Clone(data)}).(Result)
+		rd := TakeResult(decoded.Apply(&raft.Log{Index: l.Index, Type: raft.LogCommand, Data: bytes.Clone(data)}))
 		if rh.Revision != rd.Revision || rh.Token != rd.Token || rh.Granted != rd.Granted || (rh.Err == nil) != (rd.Err == nil) {
 			t.Fatalf("command %d: hinted result %+v, decoded %+v", i, rh, rd)
 		}

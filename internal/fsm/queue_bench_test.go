@@ -31,7 +31,7 @@ func fillQueue(b *testing.B, f *fsm.FSM, n int) {
 
 func applyOne(f *fsm.FSM, cmd *fsmpb.Command) fsm.Result {
 	data, _ := proto.Marshal(cmd)
-	return f.Apply(&raft.Log{Type: raft.LogCommand, Data: data}).(fsm.Result)
+	return fsm.TakeResult(f.Apply(&raft.Log{Type: raft.LogCommand, Data: data}))
 }
 
 // BenchmarkQueueCycle is the state machine's cost of one enqueue, one

@@ -259,7 +259,7 @@ func TestQueueSnapshotIsPointInTime(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return f.Apply(&raft.Log{Type: raft.LogCommand, Data: data}).(fsm.Result)
+		return fsm.TakeResult(f.Apply(&raft.Log{Type: raft.LogCommand, Data: data}))
 	}
 	for i := range 500 {
 		apply(enqueueCmd(fmt.Sprintf("q%d", i%3), fmt.Sprint(i), fmt.Sprint("op", i), 0))

@@ -621,7 +621,7 @@ func (n *Node) answerer() {
 		n.fsm.Unhint(in.data) // if the entry never reached the state machine
 		var res fsm.Result
 		if err == nil {
-			res = in.f.Response().(fsm.Result)
+			res = fsm.TakeResult(in.f.Response())
 		}
 		n.lastBatch.Store(int64(len(in.batch)))
 		<-n.slots

@@ -179,9 +179,11 @@ func TestWatchLimits(t *testing.T) {
 	if _, err := c1.Watch(wctx, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c1.Observe(ctx, "e"); err != nil {
+	o, err := c1.Observe(ctx, "e")
+	if err != nil {
 		t.Fatal(err)
 	}
+	<-o.C // the server has taken the observation's slot once it answers
 	if _, err := c1.Watch(ctx, "b"); !errors.Is(err, client.ErrLimit) || !strings.Contains(err.Error(), "--max-watches-per-connection") {
 		t.Fatalf("third watch on one connection: %v", err)
 	}

@@ -236,6 +236,7 @@ func (w *workers) run(fn func()) {
 	defer idle.Stop()
 	for {
 		fn()
+		fn = nil // an idle worker must not keep the finished request alive
 		idle.Reset(workerIdle)
 		select {
 		case fn = <-w.work:
