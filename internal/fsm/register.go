@@ -160,7 +160,7 @@ func (s *State) fencedDelete(c *fsmpb.FencedDelete) Result {
 	s.bump()
 	token := w.token
 	if reg != nil {
-		token = max(token, reg.token) // above it unless the fence check is off
+		token = max(token, reg.token) // w.token is at least reg.token, unless the fence check is off
 		s.registerBytes -= uint64(len(w.key) + len(reg.value))
 		delete(s.registers, w.key)
 	}

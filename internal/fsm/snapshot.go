@@ -125,6 +125,9 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 	}
 	s.deleted.floor = snap.GetRegisterFloor()
 	for _, d := range snap.GetDeletedRegisters() {
+		if err := ValidateName("deleted register key", d.GetKey()); err != nil {
+			return nil, fmt.Errorf("snapshot: %w", err)
+		}
 		s.deleted.record(d.GetKey(), d.GetToken())
 	}
 	if err := s.importKV(snap); err != nil {
