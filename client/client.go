@@ -220,7 +220,7 @@ func (c *Client) unary(ctx context.Context, fn func(pb.TenureClient) error) erro
 	}
 }
 
-// PutResult is the answer of a fenced register write.
+// PutResult is the answer of a fenced register write or delete.
 type PutResult struct {
 	// Accepted is true when the write was applied (now or, for a
 	// Duplicate, the first time this operation id was seen).
@@ -228,34 +228,142 @@ type PutResult struct {
 	// Duplicate is true when the operation id had been seen before:
 	// nothing was applied by this call.
 	Duplicate bool
-	// Token is the register's accepted token after the call.
+	// Token is the register's accepted token after the call; after a
+	// FencedDelete, or for a register that does not exist, the token a
+	// write to the key must reach.
 	Token uint64
 	// Revision is the service's revision after the call.
 	Revision uint64
 }
 
+// FenceOption configures one fenced write (FencedPut, FencedDelete).
+type FenceOption func(*fenceOptions) error
+
+type fenceOptions struct{ lock string }
+
+// WithLock names the lock whose grant carried the token. The write is then
+// accepted only while the token is a current grant of that lock (any of
+// its holders, for a semaphore or a read-write lock), in addition to the
+// register's own check: a holder whose grant has ended is stale even if no
+// newer holder has written yet. An empty name is an error.
+func WithLock(name string) FenceOption {
+	return func(o *fenceOptions) error {
+		if name == "" {
+			return fmt.Errorf("%w: WithLock: the lock name is empty", ErrInvalid)
+		}
+		o.lock = name
+		return nil
+	}
+}
+
+func applyFenceOptions(opts []FenceOption) (fenceOptions, error) {
+	var o fenceOptions
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+// UnissuedTokenError is the ErrInvalid of a fenced write whose token the
+// service never issued: tokens are the service's revisions at their
+// grants, and this one is above its revision. Nothing was stored.
+type UnissuedTokenError struct {
+	// Token is the refused token.
+	Token uint64
+	// Revision is the service's revision when it refused the write.
+	Revision uint64
+	msg      string
+}
+
+func (e *UnissuedTokenError) Error() string { return e.msg }
+
+// Unwrap makes errors.Is(err, ErrInvalid) hold.
+func (e *UnissuedTokenError) Unwrap() error { return ErrInvalid }
+
+// fencedCall runs a fenced write's RPC: it returns the call's error as
+// unary does, and as an *UnissuedTokenError when the service says the
+// token was never issued.
+func (c *Client) fencedCall(ctx context.Context, call func(api pb.TenureClient) error) error {
+	var raw error
+	err := c.unary(ctx, func(api pb.TenureClient) error {
+		raw = call(api)
+		return raw
+	})
+	if st, ok := status.FromError(raw); ok && errors.Is(err, ErrInvalid) {
+		for _, d := range st.Details() {
+			if u, ok := d.(*pb.UnissuedToken); ok {
+				return &UnissuedTokenError{Token: u.GetToken(), Revision: u.GetRevision(), msg: st.Message()}
+			}
+		}
+	}
+	return err
+}
+
+// fencedResult turns a fenced write's answer into a PutResult, and a stale
+// one into an error matching ErrStale.
+func fencedResult(result pb.PutResult, duplicate bool, accepted, revision, token uint64, lock string) (PutResult, error) {
+	r := PutResult{Accepted: result == pb.PutResult_PUT_RESULT_ACCEPTED, Duplicate: duplicate, Token: accepted, Revision: revision}
+	switch {
+	case r.Accepted || r.Duplicate:
+		return r, nil
+	case token < accepted:
+		return r, fmt.Errorf("%w: token %d is below the accepted token %d", ErrStale, token, accepted)
+	default:
+		return r, fmt.Errorf("%w: token %d is not a current grant of lock %q", ErrStale, token, lock)
+	}
+}
+
 // FencedPut writes value to the register key iff token is at least the
-// highest token the register has accepted. A lower token returns the result
-// and an error matching ErrStale; the register is unchanged. Replaying an
-// operationID returns the first result and applies nothing.
+// highest token the register has accepted (after a FencedDelete of key:
+// at least the delete's token). A lower token returns the result and an
+// error matching ErrStale; the register is unchanged. Replaying an
+// operationID returns the first result and applies nothing. A token the
+// service never issued (above its revision) is refused with an
+// *UnissuedTokenError (ErrInvalid), and nothing is stored. WithLock adds
+// the lock's check.
 //
 // With several endpoints, a write whose node stops answering is retried on
 // the next one, so it may be applied twice; with an operationID the retry
 // is recognised (Duplicate). Always pass one when that matters.
-func (c *Client) FencedPut(ctx context.Context, key string, value []byte, token uint64, operationID string) (PutResult, error) {
+func (c *Client) FencedPut(ctx context.Context, key string, value []byte, token uint64, operationID string, opts ...FenceOption) (PutResult, error) {
+	o, err := applyFenceOptions(opts)
+	if err != nil {
+		return PutResult{}, err
+	}
 	var resp *pb.FencedPutResponse
-	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
-		resp, err = api.FencedPut(ctx, &pb.FencedPutRequest{Key: key, Value: value, Token: token, OperationId: operationID})
+	err = c.fencedCall(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.FencedPut(ctx, &pb.FencedPutRequest{Key: key, Value: value, Token: token, OperationId: operationID, Lock: o.lock})
 		return err
 	})
 	if err != nil {
 		return PutResult{}, err
 	}
-	r := PutResult{Accepted: resp.GetResult() == pb.PutResult_PUT_RESULT_ACCEPTED, Duplicate: resp.GetDuplicate(), Token: resp.GetToken(), Revision: resp.GetRevision()}
-	if !r.Accepted && !r.Duplicate {
-		return r, fmt.Errorf("%w: token %d is below the accepted token %d", ErrStale, token, r.Token)
+	return fencedResult(resp.GetResult(), resp.GetDuplicate(), resp.GetToken(), resp.GetRevision(), token, o.lock)
+}
+
+// FencedDelete removes the register key, with the checks and answers of
+// FencedPut (the token against the register's, WithLock, operationID, a
+// token never issued). Token is the key's accepted token after the call:
+// the service remembers it, so a later write to key needs at least this
+// token (see docs/fencing.md for how long). The register's operation ids
+// are removed with it. Deleting a register that does not exist is
+// accepted, and raises the key's token all the same.
+func (c *Client) FencedDelete(ctx context.Context, key string, token uint64, operationID string, opts ...FenceOption) (PutResult, error) {
+	o, err := applyFenceOptions(opts)
+	if err != nil {
+		return PutResult{}, err
 	}
-	return r, nil
+	var resp *pb.FencedDeleteResponse
+	err = c.fencedCall(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.FencedDelete(ctx, &pb.FencedDeleteRequest{Key: key, Token: token, OperationId: operationID, Lock: o.lock})
+		return err
+	})
+	if err != nil {
+		return PutResult{}, err
+	}
+	return fencedResult(resp.GetResult(), resp.GetDuplicate(), resp.GetToken(), resp.GetRevision(), token, o.lock)
 }
 
 // Register is a fenced register's content.

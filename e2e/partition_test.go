@@ -104,6 +104,11 @@ func TestFiveNodesTwoFollowersPartitioned(t *testing.T) {
 	}
 	c := dial(t, ctx, strings.Join(majAddrs, ","))
 
+	// One change first, so that the tokens 1..20 below are issued (a
+	// fenced write's token may not be above the revision).
+	if _, err := c.Put(ctx, "start", nil); err != nil {
+		t.Fatal(err)
+	}
 	lc.isolate(minority, majority, false)
 	var last client.PutResult
 	for i := 1; i <= 20; i++ {

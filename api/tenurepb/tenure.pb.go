@@ -3136,12 +3136,21 @@ func (x *LockHistoryResponse) GetGrants() []*GrantRecord {
 	return nil
 }
 
+// FencedPutRequest writes a register iff token is at least its accepted
+// token. A token above the service's revision was never issued: the call
+// fails with INVALID_ARGUMENT and an UnissuedToken detail, and nothing is
+// stored.
 type FencedPutRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
-	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	OperationId   string                 `protobuf:"bytes,4,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Key         string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value       []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Token       uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	OperationId string                 `protobuf:"bytes,4,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// lock: the lock whose grant carried token. When set, the write is also
+	// stale unless token is a current grant of that lock (any of its
+	// holders): a holder whose grant ended is refused before a newer holder
+	// has written.
+	Lock          string `protobuf:"bytes,5,opt,name=lock,proto3" json:"lock,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3200,6 +3209,13 @@ func (x *FencedPutRequest) GetToken() uint64 {
 func (x *FencedPutRequest) GetOperationId() string {
 	if x != nil {
 		return x.OperationId
+	}
+	return ""
+}
+
+func (x *FencedPutRequest) GetLock() string {
+	if x != nil {
+		return x.Lock
 	}
 	return ""
 }
@@ -3275,6 +3291,204 @@ func (x *FencedPutResponse) GetRevision() uint64 {
 	return 0
 }
 
+// FencedDeleteRequest removes a register, with the checks of a
+// FencedPutRequest (token, lock, operation id).
+type FencedDeleteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	Lock          string                 `protobuf:"bytes,3,opt,name=lock,proto3" json:"lock,omitempty"`
+	OperationId   string                 `protobuf:"bytes,4,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FencedDeleteRequest) Reset() {
+	*x = FencedDeleteRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FencedDeleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FencedDeleteRequest) ProtoMessage() {}
+
+func (x *FencedDeleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FencedDeleteRequest.ProtoReflect.Descriptor instead.
+func (*FencedDeleteRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *FencedDeleteRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *FencedDeleteRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *FencedDeleteRequest) GetLock() string {
+	if x != nil {
+		return x.Lock
+	}
+	return ""
+}
+
+func (x *FencedDeleteRequest) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+type FencedDeleteResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// result of the first application of this operation id.
+	Result PutResult `protobuf:"varint,1,opt,name=result,proto3,enum=tenure.v1.PutResult" json:"result,omitempty"`
+	// duplicate is true when operation_id was seen before: nothing was applied.
+	Duplicate bool `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	// token is the key's accepted token after the call: a later write to the
+	// key needs at least this token.
+	Token         uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	Revision      uint64 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FencedDeleteResponse) Reset() {
+	*x = FencedDeleteResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FencedDeleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FencedDeleteResponse) ProtoMessage() {}
+
+func (x *FencedDeleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FencedDeleteResponse.ProtoReflect.Descriptor instead.
+func (*FencedDeleteResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *FencedDeleteResponse) GetResult() PutResult {
+	if x != nil {
+		return x.Result
+	}
+	return PutResult_PUT_RESULT_UNSPECIFIED
+}
+
+func (x *FencedDeleteResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+func (x *FencedDeleteResponse) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *FencedDeleteResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// UnissuedToken is the detail of the INVALID_ARGUMENT answer to a fenced
+// write whose token no grant can have carried: tokens are revisions, and
+// this one is above the service's revision.
+type UnissuedToken struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Token uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
+	// revision: the service's revision when it refused the write.
+	Revision      uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnissuedToken) Reset() {
+	*x = UnissuedToken{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnissuedToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnissuedToken) ProtoMessage() {}
+
+func (x *UnissuedToken) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnissuedToken.ProtoReflect.Descriptor instead.
+func (*UnissuedToken) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *UnissuedToken) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *UnissuedToken) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 type FencedGetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -3287,7 +3501,7 @@ type FencedGetRequest struct {
 
 func (x *FencedGetRequest) Reset() {
 	*x = FencedGetRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3299,7 +3513,7 @@ func (x *FencedGetRequest) String() string {
 func (*FencedGetRequest) ProtoMessage() {}
 
 func (x *FencedGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3312,7 +3526,7 @@ func (x *FencedGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedGetRequest.ProtoReflect.Descriptor instead.
 func (*FencedGetRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{45}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FencedGetRequest) GetKey() string {
@@ -3342,7 +3556,7 @@ type FencedGetResponse struct {
 
 func (x *FencedGetResponse) Reset() {
 	*x = FencedGetResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3354,7 +3568,7 @@ func (x *FencedGetResponse) String() string {
 func (*FencedGetResponse) ProtoMessage() {}
 
 func (x *FencedGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3367,7 +3581,7 @@ func (x *FencedGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedGetResponse.ProtoReflect.Descriptor instead.
 func (*FencedGetResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{46}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *FencedGetResponse) GetKey() string {
@@ -3414,7 +3628,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3426,7 +3640,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3439,7 +3653,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{47}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ObserveRequest) GetName() string {
@@ -3463,7 +3677,7 @@ type LeaderEvent struct {
 
 func (x *LeaderEvent) Reset() {
 	*x = LeaderEvent{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3475,7 +3689,7 @@ func (x *LeaderEvent) String() string {
 func (*LeaderEvent) ProtoMessage() {}
 
 func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3488,7 +3702,7 @@ func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderEvent.ProtoReflect.Descriptor instead.
 func (*LeaderEvent) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{48}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *LeaderEvent) GetOwner() string {
@@ -3534,7 +3748,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3546,7 +3760,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3559,7 +3773,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{49}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{52}
 }
 
 type StatusResponse struct {
@@ -3581,7 +3795,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3593,7 +3807,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3606,7 +3820,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{50}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *StatusResponse) GetNode() string {
@@ -3684,7 +3898,7 @@ type KVKeyValue struct {
 
 func (x *KVKeyValue) Reset() {
 	*x = KVKeyValue{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3696,7 +3910,7 @@ func (x *KVKeyValue) String() string {
 func (*KVKeyValue) ProtoMessage() {}
 
 func (x *KVKeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3709,7 +3923,7 @@ func (x *KVKeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeyValue.ProtoReflect.Descriptor instead.
 func (*KVKeyValue) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{51}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *KVKeyValue) GetKey() string {
@@ -3770,7 +3984,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3782,7 +3996,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3795,7 +4009,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{52}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -3835,7 +4049,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3847,7 +4061,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3860,7 +4074,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{53}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *KVPutResponse) GetRevision() uint64 {
@@ -3889,7 +4103,7 @@ type KVRangeRequest struct {
 
 func (x *KVRangeRequest) Reset() {
 	*x = KVRangeRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3901,7 +4115,7 @@ func (x *KVRangeRequest) String() string {
 func (*KVRangeRequest) ProtoMessage() {}
 
 func (x *KVRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3914,7 +4128,7 @@ func (x *KVRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRangeRequest.ProtoReflect.Descriptor instead.
 func (*KVRangeRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{54}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *KVRangeRequest) GetKey() string {
@@ -3965,7 +4179,7 @@ type KVRangeResponse struct {
 
 func (x *KVRangeResponse) Reset() {
 	*x = KVRangeResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3977,7 +4191,7 @@ func (x *KVRangeResponse) String() string {
 func (*KVRangeResponse) ProtoMessage() {}
 
 func (x *KVRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3990,7 +4204,7 @@ func (x *KVRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRangeResponse.ProtoReflect.Descriptor instead.
 func (*KVRangeResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{55}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *KVRangeResponse) GetKvs() []*KVKeyValue {
@@ -4024,7 +4238,7 @@ type KVDeleteRequest struct {
 
 func (x *KVDeleteRequest) Reset() {
 	*x = KVDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4036,7 +4250,7 @@ func (x *KVDeleteRequest) String() string {
 func (*KVDeleteRequest) ProtoMessage() {}
 
 func (x *KVDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4049,7 +4263,7 @@ func (x *KVDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KVDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{56}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *KVDeleteRequest) GetKey() string {
@@ -4078,7 +4292,7 @@ type KVDeleteResponse struct {
 
 func (x *KVDeleteResponse) Reset() {
 	*x = KVDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4090,7 +4304,7 @@ func (x *KVDeleteResponse) String() string {
 func (*KVDeleteResponse) ProtoMessage() {}
 
 func (x *KVDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4103,7 +4317,7 @@ func (x *KVDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDeleteResponse.ProtoReflect.Descriptor instead.
 func (*KVDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{57}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *KVDeleteResponse) GetDeleted() int64 {
@@ -4136,7 +4350,7 @@ type KVCompare struct {
 
 func (x *KVCompare) Reset() {
 	*x = KVCompare{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4148,7 +4362,7 @@ func (x *KVCompare) String() string {
 func (*KVCompare) ProtoMessage() {}
 
 func (x *KVCompare) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4161,7 +4375,7 @@ func (x *KVCompare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompare.ProtoReflect.Descriptor instead.
 func (*KVCompare) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{58}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *KVCompare) GetKey() string {
@@ -4213,7 +4427,7 @@ type KVRequestOp struct {
 
 func (x *KVRequestOp) Reset() {
 	*x = KVRequestOp{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4225,7 +4439,7 @@ func (x *KVRequestOp) String() string {
 func (*KVRequestOp) ProtoMessage() {}
 
 func (x *KVRequestOp) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4238,7 +4452,7 @@ func (x *KVRequestOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRequestOp.ProtoReflect.Descriptor instead.
 func (*KVRequestOp) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{59}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *KVRequestOp) GetOp() isKVRequestOp_Op {
@@ -4311,7 +4525,7 @@ type KVResponseOp struct {
 
 func (x *KVResponseOp) Reset() {
 	*x = KVResponseOp{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4323,7 +4537,7 @@ func (x *KVResponseOp) String() string {
 func (*KVResponseOp) ProtoMessage() {}
 
 func (x *KVResponseOp) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4336,7 +4550,7 @@ func (x *KVResponseOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVResponseOp.ProtoReflect.Descriptor instead.
 func (*KVResponseOp) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{60}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *KVResponseOp) GetOp() isKVResponseOp_Op {
@@ -4406,7 +4620,7 @@ type KVTxnRequest struct {
 
 func (x *KVTxnRequest) Reset() {
 	*x = KVTxnRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4418,7 +4632,7 @@ func (x *KVTxnRequest) String() string {
 func (*KVTxnRequest) ProtoMessage() {}
 
 func (x *KVTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4431,7 +4645,7 @@ func (x *KVTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxnRequest.ProtoReflect.Descriptor instead.
 func (*KVTxnRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{61}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *KVTxnRequest) GetCompare() []*KVCompare {
@@ -4470,7 +4684,7 @@ type KVTxnResponse struct {
 
 func (x *KVTxnResponse) Reset() {
 	*x = KVTxnResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4482,7 +4696,7 @@ func (x *KVTxnResponse) String() string {
 func (*KVTxnResponse) ProtoMessage() {}
 
 func (x *KVTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4495,7 +4709,7 @@ func (x *KVTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxnResponse.ProtoReflect.Descriptor instead.
 func (*KVTxnResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{62}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *KVTxnResponse) GetSucceeded() bool {
@@ -4534,7 +4748,7 @@ type KVWatchRequest struct {
 
 func (x *KVWatchRequest) Reset() {
 	*x = KVWatchRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4546,7 +4760,7 @@ func (x *KVWatchRequest) String() string {
 func (*KVWatchRequest) ProtoMessage() {}
 
 func (x *KVWatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4559,7 +4773,7 @@ func (x *KVWatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVWatchRequest.ProtoReflect.Descriptor instead.
 func (*KVWatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{63}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *KVWatchRequest) GetKey() string {
@@ -4595,7 +4809,7 @@ type KVEvent struct {
 
 func (x *KVEvent) Reset() {
 	*x = KVEvent{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4607,7 +4821,7 @@ func (x *KVEvent) String() string {
 func (*KVEvent) ProtoMessage() {}
 
 func (x *KVEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4620,7 +4834,7 @@ func (x *KVEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEvent.ProtoReflect.Descriptor instead.
 func (*KVEvent) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{64}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *KVEvent) GetType() KVEventType {
@@ -4656,7 +4870,7 @@ type KVWatchResponse struct {
 
 func (x *KVWatchResponse) Reset() {
 	*x = KVWatchResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4668,7 +4882,7 @@ func (x *KVWatchResponse) String() string {
 func (*KVWatchResponse) ProtoMessage() {}
 
 func (x *KVWatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4681,7 +4895,7 @@ func (x *KVWatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVWatchResponse.ProtoReflect.Descriptor instead.
 func (*KVWatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{65}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *KVWatchResponse) GetEvents() []*KVEvent {
@@ -4726,7 +4940,7 @@ type KVCompacted struct {
 
 func (x *KVCompacted) Reset() {
 	*x = KVCompacted{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4738,7 +4952,7 @@ func (x *KVCompacted) String() string {
 func (*KVCompacted) ProtoMessage() {}
 
 func (x *KVCompacted) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4751,7 +4965,7 @@ func (x *KVCompacted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompacted.ProtoReflect.Descriptor instead.
 func (*KVCompacted) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{66}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *KVCompacted) GetCompactRevision() uint64 {
@@ -4784,7 +4998,7 @@ type QueueEnqueueRequest struct {
 
 func (x *QueueEnqueueRequest) Reset() {
 	*x = QueueEnqueueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4796,7 +5010,7 @@ func (x *QueueEnqueueRequest) String() string {
 func (*QueueEnqueueRequest) ProtoMessage() {}
 
 func (x *QueueEnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4809,7 +5023,7 @@ func (x *QueueEnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueRequest.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{67}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *QueueEnqueueRequest) GetQueue() string {
@@ -4853,7 +5067,7 @@ type QueueEnqueueResponse struct {
 
 func (x *QueueEnqueueResponse) Reset() {
 	*x = QueueEnqueueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4865,7 +5079,7 @@ func (x *QueueEnqueueResponse) String() string {
 func (*QueueEnqueueResponse) ProtoMessage() {}
 
 func (x *QueueEnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4878,7 +5092,7 @@ func (x *QueueEnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueResponse.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{68}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *QueueEnqueueResponse) GetId() uint64 {
@@ -4920,7 +5134,7 @@ type QueueDequeueRequest struct {
 
 func (x *QueueDequeueRequest) Reset() {
 	*x = QueueDequeueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4932,7 +5146,7 @@ func (x *QueueDequeueRequest) String() string {
 func (*QueueDequeueRequest) ProtoMessage() {}
 
 func (x *QueueDequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4945,7 +5159,7 @@ func (x *QueueDequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueRequest.ProtoReflect.Descriptor instead.
 func (*QueueDequeueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{69}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *QueueDequeueRequest) GetQueue() string {
@@ -4997,7 +5211,7 @@ type QueueItem struct {
 
 func (x *QueueItem) Reset() {
 	*x = QueueItem{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5009,7 +5223,7 @@ func (x *QueueItem) String() string {
 func (*QueueItem) ProtoMessage() {}
 
 func (x *QueueItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5022,7 +5236,7 @@ func (x *QueueItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItem.ProtoReflect.Descriptor instead.
 func (*QueueItem) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{70}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *QueueItem) GetId() uint64 {
@@ -5063,7 +5277,7 @@ type QueueDequeueResponse struct {
 
 func (x *QueueDequeueResponse) Reset() {
 	*x = QueueDequeueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5075,7 +5289,7 @@ func (x *QueueDequeueResponse) String() string {
 func (*QueueDequeueResponse) ProtoMessage() {}
 
 func (x *QueueDequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5088,7 +5302,7 @@ func (x *QueueDequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueResponse.ProtoReflect.Descriptor instead.
 func (*QueueDequeueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{71}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *QueueDequeueResponse) GetItem() *QueueItem {
@@ -5111,7 +5325,7 @@ type QueueSettleRequest struct {
 
 func (x *QueueSettleRequest) Reset() {
 	*x = QueueSettleRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5123,7 +5337,7 @@ func (x *QueueSettleRequest) String() string {
 func (*QueueSettleRequest) ProtoMessage() {}
 
 func (x *QueueSettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5136,7 +5350,7 @@ func (x *QueueSettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleRequest.ProtoReflect.Descriptor instead.
 func (*QueueSettleRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{72}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *QueueSettleRequest) GetQueue() string {
@@ -5177,7 +5391,7 @@ type QueueSettleResponse struct {
 
 func (x *QueueSettleResponse) Reset() {
 	*x = QueueSettleResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5189,7 +5403,7 @@ func (x *QueueSettleResponse) String() string {
 func (*QueueSettleResponse) ProtoMessage() {}
 
 func (x *QueueSettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5202,7 +5416,7 @@ func (x *QueueSettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleResponse.ProtoReflect.Descriptor instead.
 func (*QueueSettleResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{73}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *QueueSettleResponse) GetResult() QueueSettleResult {
@@ -5230,7 +5444,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5242,7 +5456,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5255,7 +5469,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{74}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *QueueStatsRequest) GetQueue() string {
@@ -5293,7 +5507,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5305,7 +5519,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5318,7 +5532,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{75}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *QueueStatsResponse) GetQueue() string {
@@ -5397,7 +5611,7 @@ type QueueDeadListRequest struct {
 
 func (x *QueueDeadListRequest) Reset() {
 	*x = QueueDeadListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5409,7 +5623,7 @@ func (x *QueueDeadListRequest) String() string {
 func (*QueueDeadListRequest) ProtoMessage() {}
 
 func (x *QueueDeadListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5422,7 +5636,7 @@ func (x *QueueDeadListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadListRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeadListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{76}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *QueueDeadListRequest) GetQueue() string {
@@ -5457,7 +5671,7 @@ type QueueDeadItem struct {
 
 func (x *QueueDeadItem) Reset() {
 	*x = QueueDeadItem{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5469,7 +5683,7 @@ func (x *QueueDeadItem) String() string {
 func (*QueueDeadItem) ProtoMessage() {}
 
 func (x *QueueDeadItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5482,7 +5696,7 @@ func (x *QueueDeadItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadItem.ProtoReflect.Descriptor instead.
 func (*QueueDeadItem) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{77}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *QueueDeadItem) GetId() uint64 {
@@ -5516,7 +5730,7 @@ type QueueDeadListResponse struct {
 
 func (x *QueueDeadListResponse) Reset() {
 	*x = QueueDeadListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5528,7 +5742,7 @@ func (x *QueueDeadListResponse) String() string {
 func (*QueueDeadListResponse) ProtoMessage() {}
 
 func (x *QueueDeadListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5541,7 +5755,7 @@ func (x *QueueDeadListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadListResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeadListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{78}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *QueueDeadListResponse) GetItems() []*QueueDeadItem {
@@ -5569,7 +5783,7 @@ type QueueDeadRequeueRequest struct {
 
 func (x *QueueDeadRequeueRequest) Reset() {
 	*x = QueueDeadRequeueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5581,7 +5795,7 @@ func (x *QueueDeadRequeueRequest) String() string {
 func (*QueueDeadRequeueRequest) ProtoMessage() {}
 
 func (x *QueueDeadRequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5594,7 +5808,7 @@ func (x *QueueDeadRequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadRequeueRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeadRequeueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{79}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *QueueDeadRequeueRequest) GetQueue() string {
@@ -5622,7 +5836,7 @@ type QueueDeadRequeueResponse struct {
 
 func (x *QueueDeadRequeueResponse) Reset() {
 	*x = QueueDeadRequeueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5634,7 +5848,7 @@ func (x *QueueDeadRequeueResponse) String() string {
 func (*QueueDeadRequeueResponse) ProtoMessage() {}
 
 func (x *QueueDeadRequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5647,7 +5861,7 @@ func (x *QueueDeadRequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadRequeueResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeadRequeueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{80}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *QueueDeadRequeueResponse) GetRequeued() uint64 {
@@ -5850,17 +6064,31 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x0eended_revision\x18\x06 \x01(\x04R\rendedRevision\"Y\n" +
 	"\x13LockHistoryResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
-	"\x06grants\x18\x02 \x03(\v2\x16.tenure.v1.GrantRecordR\x06grants\"s\n" +
+	"\x06grants\x18\x02 \x03(\v2\x16.tenure.v1.GrantRecordR\x06grants\"\x87\x01\n" +
 	"\x10FencedPutRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
-	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\x91\x01\n" +
+	"\foperation_id\x18\x04 \x01(\tR\voperationId\x12\x12\n" +
+	"\x04lock\x18\x05 \x01(\tR\x04lock\"\x91\x01\n" +
 	"\x11FencedPutResponse\x12,\n" +
 	"\x06result\x18\x01 \x01(\x0e2\x14.tenure.v1.PutResultR\x06result\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x1a\n" +
-	"\brevision\x18\x04 \x01(\x04R\brevision\"H\n" +
+	"\brevision\x18\x04 \x01(\x04R\brevision\"t\n" +
+	"\x13FencedDeleteRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x12\n" +
+	"\x04lock\x18\x03 \x01(\tR\x04lock\x12!\n" +
+	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\x94\x01\n" +
+	"\x14FencedDeleteResponse\x12,\n" +
+	"\x06result\x18\x01 \x01(\x0e2\x14.tenure.v1.PutResultR\x06result\x12\x1c\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x1a\n" +
+	"\brevision\x18\x04 \x01(\x04R\brevision\"A\n" +
+	"\rUnissuedToken\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\x04R\x05token\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"H\n" +
 	"\x10FencedGetRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\"\n" +
 	"\fserializable\x18\x0f \x01(\bR\fserializable\"\x8a\x01\n" +
@@ -6056,7 +6284,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x11QueueSettleResult\x12#\n" +
 	"\x1fQUEUE_SETTLE_RESULT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16QUEUE_SETTLE_RESULT_OK\x10\x01\x12\x1d\n" +
-	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\xde\x10\n" +
+	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\xaf\x11\n" +
 	"\x06Tenure\x12D\n" +
 	"\aSession\x12\x19.tenure.v1.SessionRequest\x1a\x1a.tenure.v1.SessionResponse(\x010\x01\x12C\n" +
 	"\bSessions\x12\x18.tenure.v1.SessionFrames\x1a\x19.tenure.v1.SessionReplies(\x010\x01\x12O\n" +
@@ -6065,7 +6293,8 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"LockStatus\x12\x1c.tenure.v1.LockStatusRequest\x1a\x1d.tenure.v1.LockStatusResponse\x12L\n" +
 	"\vLockHistory\x12\x1d.tenure.v1.LockHistoryRequest\x1a\x1e.tenure.v1.LockHistoryResponse\x12F\n" +
 	"\tFencedPut\x12\x1b.tenure.v1.FencedPutRequest\x1a\x1c.tenure.v1.FencedPutResponse\x12F\n" +
-	"\tFencedGet\x12\x1b.tenure.v1.FencedGetRequest\x1a\x1c.tenure.v1.FencedGetResponse\x12=\n" +
+	"\tFencedGet\x12\x1b.tenure.v1.FencedGetRequest\x1a\x1c.tenure.v1.FencedGetResponse\x12O\n" +
+	"\fFencedDelete\x12\x1e.tenure.v1.FencedDeleteRequest\x1a\x1f.tenure.v1.FencedDeleteResponse\x12=\n" +
 	"\x06Status\x12\x18.tenure.v1.StatusRequest\x1a\x19.tenure.v1.StatusResponse\x12>\n" +
 	"\aObserve\x12\x19.tenure.v1.ObserveRequest\x1a\x16.tenure.v1.LeaderEvent0\x01\x12I\n" +
 	"\n" +
@@ -6104,7 +6333,7 @@ func file_api_tenurepb_tenure_proto_rawDescGZIP() []byte {
 }
 
 var file_api_tenurepb_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
+var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
 var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(ErrorReason)(0),                 // 0: tenure.v1.ErrorReason
 	(PutResult)(0),                   // 1: tenure.v1.PutResult
@@ -6157,42 +6386,45 @@ var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(*LockHistoryResponse)(nil),      // 48: tenure.v1.LockHistoryResponse
 	(*FencedPutRequest)(nil),         // 49: tenure.v1.FencedPutRequest
 	(*FencedPutResponse)(nil),        // 50: tenure.v1.FencedPutResponse
-	(*FencedGetRequest)(nil),         // 51: tenure.v1.FencedGetRequest
-	(*FencedGetResponse)(nil),        // 52: tenure.v1.FencedGetResponse
-	(*ObserveRequest)(nil),           // 53: tenure.v1.ObserveRequest
-	(*LeaderEvent)(nil),              // 54: tenure.v1.LeaderEvent
-	(*StatusRequest)(nil),            // 55: tenure.v1.StatusRequest
-	(*StatusResponse)(nil),           // 56: tenure.v1.StatusResponse
-	(*KVKeyValue)(nil),               // 57: tenure.v1.KVKeyValue
-	(*KVPutRequest)(nil),             // 58: tenure.v1.KVPutRequest
-	(*KVPutResponse)(nil),            // 59: tenure.v1.KVPutResponse
-	(*KVRangeRequest)(nil),           // 60: tenure.v1.KVRangeRequest
-	(*KVRangeResponse)(nil),          // 61: tenure.v1.KVRangeResponse
-	(*KVDeleteRequest)(nil),          // 62: tenure.v1.KVDeleteRequest
-	(*KVDeleteResponse)(nil),         // 63: tenure.v1.KVDeleteResponse
-	(*KVCompare)(nil),                // 64: tenure.v1.KVCompare
-	(*KVRequestOp)(nil),              // 65: tenure.v1.KVRequestOp
-	(*KVResponseOp)(nil),             // 66: tenure.v1.KVResponseOp
-	(*KVTxnRequest)(nil),             // 67: tenure.v1.KVTxnRequest
-	(*KVTxnResponse)(nil),            // 68: tenure.v1.KVTxnResponse
-	(*KVWatchRequest)(nil),           // 69: tenure.v1.KVWatchRequest
-	(*KVEvent)(nil),                  // 70: tenure.v1.KVEvent
-	(*KVWatchResponse)(nil),          // 71: tenure.v1.KVWatchResponse
-	(*KVCompacted)(nil),              // 72: tenure.v1.KVCompacted
-	(*QueueEnqueueRequest)(nil),      // 73: tenure.v1.QueueEnqueueRequest
-	(*QueueEnqueueResponse)(nil),     // 74: tenure.v1.QueueEnqueueResponse
-	(*QueueDequeueRequest)(nil),      // 75: tenure.v1.QueueDequeueRequest
-	(*QueueItem)(nil),                // 76: tenure.v1.QueueItem
-	(*QueueDequeueResponse)(nil),     // 77: tenure.v1.QueueDequeueResponse
-	(*QueueSettleRequest)(nil),       // 78: tenure.v1.QueueSettleRequest
-	(*QueueSettleResponse)(nil),      // 79: tenure.v1.QueueSettleResponse
-	(*QueueStatsRequest)(nil),        // 80: tenure.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),       // 81: tenure.v1.QueueStatsResponse
-	(*QueueDeadListRequest)(nil),     // 82: tenure.v1.QueueDeadListRequest
-	(*QueueDeadItem)(nil),            // 83: tenure.v1.QueueDeadItem
-	(*QueueDeadListResponse)(nil),    // 84: tenure.v1.QueueDeadListResponse
-	(*QueueDeadRequeueRequest)(nil),  // 85: tenure.v1.QueueDeadRequeueRequest
-	(*QueueDeadRequeueResponse)(nil), // 86: tenure.v1.QueueDeadRequeueResponse
+	(*FencedDeleteRequest)(nil),      // 51: tenure.v1.FencedDeleteRequest
+	(*FencedDeleteResponse)(nil),     // 52: tenure.v1.FencedDeleteResponse
+	(*UnissuedToken)(nil),            // 53: tenure.v1.UnissuedToken
+	(*FencedGetRequest)(nil),         // 54: tenure.v1.FencedGetRequest
+	(*FencedGetResponse)(nil),        // 55: tenure.v1.FencedGetResponse
+	(*ObserveRequest)(nil),           // 56: tenure.v1.ObserveRequest
+	(*LeaderEvent)(nil),              // 57: tenure.v1.LeaderEvent
+	(*StatusRequest)(nil),            // 58: tenure.v1.StatusRequest
+	(*StatusResponse)(nil),           // 59: tenure.v1.StatusResponse
+	(*KVKeyValue)(nil),               // 60: tenure.v1.KVKeyValue
+	(*KVPutRequest)(nil),             // 61: tenure.v1.KVPutRequest
+	(*KVPutResponse)(nil),            // 62: tenure.v1.KVPutResponse
+	(*KVRangeRequest)(nil),           // 63: tenure.v1.KVRangeRequest
+	(*KVRangeResponse)(nil),          // 64: tenure.v1.KVRangeResponse
+	(*KVDeleteRequest)(nil),          // 65: tenure.v1.KVDeleteRequest
+	(*KVDeleteResponse)(nil),         // 66: tenure.v1.KVDeleteResponse
+	(*KVCompare)(nil),                // 67: tenure.v1.KVCompare
+	(*KVRequestOp)(nil),              // 68: tenure.v1.KVRequestOp
+	(*KVResponseOp)(nil),             // 69: tenure.v1.KVResponseOp
+	(*KVTxnRequest)(nil),             // 70: tenure.v1.KVTxnRequest
+	(*KVTxnResponse)(nil),            // 71: tenure.v1.KVTxnResponse
+	(*KVWatchRequest)(nil),           // 72: tenure.v1.KVWatchRequest
+	(*KVEvent)(nil),                  // 73: tenure.v1.KVEvent
+	(*KVWatchResponse)(nil),          // 74: tenure.v1.KVWatchResponse
+	(*KVCompacted)(nil),              // 75: tenure.v1.KVCompacted
+	(*QueueEnqueueRequest)(nil),      // 76: tenure.v1.QueueEnqueueRequest
+	(*QueueEnqueueResponse)(nil),     // 77: tenure.v1.QueueEnqueueResponse
+	(*QueueDequeueRequest)(nil),      // 78: tenure.v1.QueueDequeueRequest
+	(*QueueItem)(nil),                // 79: tenure.v1.QueueItem
+	(*QueueDequeueResponse)(nil),     // 80: tenure.v1.QueueDequeueResponse
+	(*QueueSettleRequest)(nil),       // 81: tenure.v1.QueueSettleRequest
+	(*QueueSettleResponse)(nil),      // 82: tenure.v1.QueueSettleResponse
+	(*QueueStatsRequest)(nil),        // 83: tenure.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),       // 84: tenure.v1.QueueStatsResponse
+	(*QueueDeadListRequest)(nil),     // 85: tenure.v1.QueueDeadListRequest
+	(*QueueDeadItem)(nil),            // 86: tenure.v1.QueueDeadItem
+	(*QueueDeadListResponse)(nil),    // 87: tenure.v1.QueueDeadListResponse
+	(*QueueDeadRequeueRequest)(nil),  // 88: tenure.v1.QueueDeadRequeueRequest
+	(*QueueDeadRequeueResponse)(nil), // 89: tenure.v1.QueueDeadRequeueResponse
 }
 var file_api_tenurepb_tenure_proto_depIdxs = []int32{
 	6,  // 0: tenure.v1.SetLimitsRequest.limits:type_name -> tenure.v1.ClusterLimits
@@ -6224,88 +6456,91 @@ var file_api_tenurepb_tenure_proto_depIdxs = []int32{
 	44, // 26: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
 	47, // 27: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
 	1,  // 28: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
-	57, // 29: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
-	2,  // 30: tenure.v1.KVCompare.target:type_name -> tenure.v1.KVCompareTarget
-	3,  // 31: tenure.v1.KVCompare.result:type_name -> tenure.v1.KVCompareResult
-	60, // 32: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
-	58, // 33: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
-	62, // 34: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
-	61, // 35: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
-	59, // 36: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
-	63, // 37: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
-	64, // 38: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
-	65, // 39: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
-	65, // 40: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
-	66, // 41: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
-	4,  // 42: tenure.v1.KVEvent.type:type_name -> tenure.v1.KVEventType
-	57, // 43: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
-	70, // 44: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
-	76, // 45: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
-	5,  // 46: tenure.v1.QueueSettleResponse.result:type_name -> tenure.v1.QueueSettleResult
-	83, // 47: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
-	22, // 48: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
-	18, // 49: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
-	39, // 50: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
-	42, // 51: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
-	46, // 52: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
-	49, // 53: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
-	51, // 54: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
-	55, // 55: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
-	53, // 56: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
-	14, // 57: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
-	16, // 58: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
-	17, // 59: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
-	10, // 60: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
-	11, // 61: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
-	58, // 62: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
-	60, // 63: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
-	62, // 64: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
-	67, // 65: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
-	69, // 66: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
-	73, // 67: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
-	75, // 68: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
-	78, // 69: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
-	78, // 70: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
-	78, // 71: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
-	80, // 72: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
-	82, // 73: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
-	85, // 74: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
-	7,  // 75: tenure.v1.Tenure.GetLimits:input_type -> tenure.v1.GetLimitsRequest
-	8,  // 76: tenure.v1.Tenure.SetLimits:input_type -> tenure.v1.SetLimitsRequest
-	31, // 77: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
-	20, // 78: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
-	41, // 79: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
-	45, // 80: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
-	48, // 81: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
-	50, // 82: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
-	52, // 83: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
-	56, // 84: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
-	54, // 85: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
-	15, // 86: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
-	15, // 87: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
-	15, // 88: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
-	11, // 89: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
-	12, // 90: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
-	59, // 91: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
-	61, // 92: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
-	63, // 93: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
-	68, // 94: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
-	71, // 95: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
-	74, // 96: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
-	77, // 97: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
-	79, // 98: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
-	79, // 99: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
-	79, // 100: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
-	81, // 101: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
-	84, // 102: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
-	86, // 103: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
-	9,  // 104: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
-	9,  // 105: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
-	77, // [77:106] is the sub-list for method output_type
-	48, // [48:77] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	1,  // 29: tenure.v1.FencedDeleteResponse.result:type_name -> tenure.v1.PutResult
+	60, // 30: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
+	2,  // 31: tenure.v1.KVCompare.target:type_name -> tenure.v1.KVCompareTarget
+	3,  // 32: tenure.v1.KVCompare.result:type_name -> tenure.v1.KVCompareResult
+	63, // 33: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
+	61, // 34: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
+	65, // 35: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
+	64, // 36: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
+	62, // 37: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
+	66, // 38: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
+	67, // 39: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
+	68, // 40: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
+	68, // 41: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
+	69, // 42: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
+	4,  // 43: tenure.v1.KVEvent.type:type_name -> tenure.v1.KVEventType
+	60, // 44: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
+	73, // 45: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
+	79, // 46: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
+	5,  // 47: tenure.v1.QueueSettleResponse.result:type_name -> tenure.v1.QueueSettleResult
+	86, // 48: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
+	22, // 49: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
+	18, // 50: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
+	39, // 51: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
+	42, // 52: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
+	46, // 53: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
+	49, // 54: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
+	54, // 55: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
+	51, // 56: tenure.v1.Tenure.FencedDelete:input_type -> tenure.v1.FencedDeleteRequest
+	58, // 57: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
+	56, // 58: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
+	14, // 59: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
+	16, // 60: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
+	17, // 61: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
+	10, // 62: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
+	11, // 63: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
+	61, // 64: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
+	63, // 65: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
+	65, // 66: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
+	70, // 67: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
+	72, // 68: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
+	76, // 69: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
+	78, // 70: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
+	81, // 71: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
+	81, // 72: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
+	81, // 73: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
+	83, // 74: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
+	85, // 75: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
+	88, // 76: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
+	7,  // 77: tenure.v1.Tenure.GetLimits:input_type -> tenure.v1.GetLimitsRequest
+	8,  // 78: tenure.v1.Tenure.SetLimits:input_type -> tenure.v1.SetLimitsRequest
+	31, // 79: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
+	20, // 80: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
+	41, // 81: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
+	45, // 82: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
+	48, // 83: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
+	50, // 84: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
+	55, // 85: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
+	52, // 86: tenure.v1.Tenure.FencedDelete:output_type -> tenure.v1.FencedDeleteResponse
+	59, // 87: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
+	57, // 88: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
+	15, // 89: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
+	15, // 90: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
+	15, // 91: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
+	11, // 92: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
+	12, // 93: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
+	62, // 94: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
+	64, // 95: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
+	66, // 96: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
+	71, // 97: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
+	74, // 98: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
+	77, // 99: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
+	80, // 100: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
+	82, // 101: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
+	82, // 102: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
+	82, // 103: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
+	84, // 104: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
+	87, // 105: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
+	89, // 106: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
+	9,  // 107: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
+	9,  // 108: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
+	79, // [79:109] is the sub-list for method output_type
+	49, // [49:79] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_api_tenurepb_tenure_proto_init() }
@@ -6332,12 +6567,12 @@ func file_api_tenurepb_tenure_proto_init() {
 		(*SessionResponse_Error)(nil),
 		(*SessionResponse_Proclaimed)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[59].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[62].OneofWrappers = []any{
 		(*KVRequestOp_Range)(nil),
 		(*KVRequestOp_Put)(nil),
 		(*KVRequestOp_Delete)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[60].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[63].OneofWrappers = []any{
 		(*KVResponseOp_Range)(nil),
 		(*KVResponseOp_Put)(nil),
 		(*KVResponseOp_Delete)(nil),
@@ -6348,7 +6583,7 @@ func file_api_tenurepb_tenure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_tenurepb_tenure_proto_rawDesc), len(file_api_tenurepb_tenure_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   81,
+			NumMessages:   84,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

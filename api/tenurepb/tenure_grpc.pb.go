@@ -30,6 +30,7 @@ const (
 	Tenure_LockHistory_FullMethodName      = "/tenure.v1.Tenure/LockHistory"
 	Tenure_FencedPut_FullMethodName        = "/tenure.v1.Tenure/FencedPut"
 	Tenure_FencedGet_FullMethodName        = "/tenure.v1.Tenure/FencedGet"
+	Tenure_FencedDelete_FullMethodName     = "/tenure.v1.Tenure/FencedDelete"
 	Tenure_Status_FullMethodName           = "/tenure.v1.Tenure/Status"
 	Tenure_Observe_FullMethodName          = "/tenure.v1.Tenure/Observe"
 	Tenure_MemberList_FullMethodName       = "/tenure.v1.Tenure/MemberList"
@@ -80,6 +81,10 @@ type TenureClient interface {
 	LockHistory(ctx context.Context, in *LockHistoryRequest, opts ...grpc.CallOption) (*LockHistoryResponse, error)
 	FencedPut(ctx context.Context, in *FencedPutRequest, opts ...grpc.CallOption) (*FencedPutResponse, error)
 	FencedGet(ctx context.Context, in *FencedGetRequest, opts ...grpc.CallOption) (*FencedGetResponse, error)
+	// FencedDelete removes a fenced register; it passes the same checks as a
+	// FencedPut, and the register's token is remembered after it (see
+	// docs/fencing.md), so an older token cannot write the key again.
+	FencedDelete(ctx context.Context, in *FencedDeleteRequest, opts ...grpc.CallOption) (*FencedDeleteResponse, error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	// Observe streams every change of an election's leader or value, in
 	// order, starting with the current one. The stream ends with an error
@@ -223,6 +228,16 @@ func (c *tenureClient) FencedGet(ctx context.Context, in *FencedGetRequest, opts
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(FencedGetResponse)
 	err := c.cc.Invoke(ctx, Tenure_FencedGet_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) FencedDelete(ctx context.Context, in *FencedDeleteRequest, opts ...grpc.CallOption) (*FencedDeleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FencedDeleteResponse)
+	err := c.cc.Invoke(ctx, Tenure_FencedDelete_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -505,6 +520,10 @@ type TenureServer interface {
 	LockHistory(context.Context, *LockHistoryRequest) (*LockHistoryResponse, error)
 	FencedPut(context.Context, *FencedPutRequest) (*FencedPutResponse, error)
 	FencedGet(context.Context, *FencedGetRequest) (*FencedGetResponse, error)
+	// FencedDelete removes a fenced register; it passes the same checks as a
+	// FencedPut, and the register's token is remembered after it (see
+	// docs/fencing.md), so an older token cannot write the key again.
+	FencedDelete(context.Context, *FencedDeleteRequest) (*FencedDeleteResponse, error)
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	// Observe streams every change of an election's leader or value, in
 	// order, starting with the current one. The stream ends with an error
@@ -598,6 +617,9 @@ func (UnimplementedTenureServer) FencedPut(context.Context, *FencedPutRequest) (
 }
 func (UnimplementedTenureServer) FencedGet(context.Context, *FencedGetRequest) (*FencedGetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method FencedGet not implemented")
+}
+func (UnimplementedTenureServer) FencedDelete(context.Context, *FencedDeleteRequest) (*FencedDeleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FencedDelete not implemented")
 }
 func (UnimplementedTenureServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
@@ -786,6 +808,24 @@ func _Tenure_FencedGet_Handler(srv interface{}, ctx context.Context, dec func(in
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(TenureServer).FencedGet(ctx, req.(*FencedGetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_FencedDelete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FencedDeleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).FencedDelete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_FencedDelete_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).FencedDelete(ctx, req.(*FencedDeleteRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1180,6 +1220,10 @@ var Tenure_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "FencedGet",
 			Handler:    _Tenure_FencedGet_Handler,
+		},
+		{
+			MethodName: "FencedDelete",
+			Handler:    _Tenure_FencedDelete_Handler,
 		},
 		{
 			MethodName: "Status",

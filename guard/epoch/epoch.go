@@ -128,7 +128,7 @@ func ParseName(name string) (uint64, bool) {
 
 // Registers is the part of *client.Client this package uses.
 type Registers interface {
-	FencedPut(ctx context.Context, key string, value []byte, token uint64, operationID string) (client.PutResult, error)
+	FencedPut(ctx context.Context, key string, value []byte, token uint64, operationID string, opts ...client.FenceOption) (client.PutResult, error)
 	FencedGet(ctx context.Context, key string) (client.Register, error)
 }
 

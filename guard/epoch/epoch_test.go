@@ -209,7 +209,7 @@ type fakeRegs struct {
 	regs map[string]client.Register
 }
 
-func (f *fakeRegs) FencedPut(_ context.Context, key string, value []byte, token uint64, _ string) (client.PutResult, error) {
+func (f *fakeRegs) FencedPut(_ context.Context, key string, value []byte, token uint64, _ string, _ ...client.FenceOption) (client.PutResult, error) {
 	r := f.regs[key]
 	if token < r.Token {
 		return client.PutResult{Token: r.Token}, client.ErrStale

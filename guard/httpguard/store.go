@@ -10,7 +10,7 @@ import (
 
 // Registers is the part of *client.Client that RegisterStore uses.
 type Registers interface {
-	FencedPut(ctx context.Context, key string, value []byte, token uint64, operationID string) (client.PutResult, error)
+	FencedPut(ctx context.Context, key string, value []byte, token uint64, operationID string, opts ...client.FenceOption) (client.PutResult, error)
 }
 
 // DefaultRegisterPrefix is prepended to resource keys to name registers.

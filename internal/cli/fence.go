@@ -11,14 +11,17 @@ import (
 	"github.com/tenure-io/tenure/client"
 )
 
-// Results of `tenure fence put`.
+// Results of `tenure fence put` and `tenure fence delete`.
 const (
 	putAccepted  = "accepted"
 	putStale     = "stale"
 	putDuplicate = "duplicate"
+	putInvalid   = "invalid" // the token was never issued
 )
 
-// fencePutJSON is `tenure fence put -o json`.
+// fencePutJSON is `tenure fence put -o json` and `tenure fence delete -o
+// json`. For "invalid", token is the refused token and revision the
+// service's when it refused it.
 type fencePutJSON struct {
 	Result   string `json:"result"`
 	Token    uint64 `json:"token"`
@@ -42,57 +45,134 @@ func (a *app) fenceCommand() *cobra.Command {
 a write is applied only if its token is at least the highest token the
 register has accepted.`,
 	}
-	cmd.AddCommand(a.fencePutCommand(), a.fenceGetCommand())
+	cmd.AddCommand(a.fencePutCommand(), a.fenceDeleteCommand(), a.fenceGetCommand())
 	return cmd
 }
 
+// fenceFlags are the flags of a fenced write.
+type fenceFlags struct {
+	token uint64
+	opID  string
+	lock  string
+}
+
+func (ff *fenceFlags) add(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.Uint64Var(&ff.token, "token", 0, "fencing token of the write (required)")
+	f.StringVar(&ff.opID, "op-id", "", "operation id: a replay with the same id applies nothing")
+	f.StringVar(&ff.lock, "lock", "", "the lock whose grant carried the token: the write then also needs that grant to be current")
+}
+
+// options checks the flags and returns the client's options for them.
+func (ff *fenceFlags) options(cmd *cobra.Command) ([]client.FenceOption, error) {
+	if !cmd.Flags().Changed("token") {
+		return nil, errors.New("--token is required")
+	}
+	if cmd.Flags().Changed("lock") {
+		if ff.lock == "" {
+			return nil, errors.New("--lock must not be empty")
+		}
+		return []client.FenceOption{client.WithLock(ff.lock)}, nil
+	}
+	return nil, nil
+}
+
+// emitFenced prints the outcome of a fenced write (what names the key in
+// the text line) and returns the error that sets the exit code: nil for
+// accepted and duplicate, ErrStale (3) for stale, the error (1) for an
+// invalid token or anything else.
+func (a *app) emitFenced(what string, r client.PutResult, err error) error {
+	var ue *client.UnissuedTokenError
+	stale := errors.Is(err, client.ErrStale)
+	out := fencePutJSON{Result: putAccepted, Token: r.Token, Revision: r.Revision}
+	switch {
+	case errors.As(err, &ue):
+		out = fencePutJSON{Result: putInvalid, Token: ue.Token, Revision: ue.Revision}
+	case err != nil && !stale:
+		return err
+	case r.Duplicate:
+		out.Result = putDuplicate
+	case stale:
+		out.Result = putStale
+	}
+	if perr := a.emit(out, func(w io.Writer) {
+		if out.Result == putInvalid {
+			fmt.Fprintf(w, "%s (%s: token %d was never issued; the revision is %d)\n", out.Result, what, out.Token, out.Revision)
+			return
+		}
+		fmt.Fprintf(w, "%s (%s token %d)\n", out.Result, what, out.Token)
+	}); perr != nil {
+		return perr
+	}
+	return err
+}
+
 func (a *app) fencePutCommand() *cobra.Command {
-	var (
-		token uint64
-		opID  string
-	)
+	var ff fenceFlags
 	cmd := &cobra.Command{
-		Use:   "put KEY VALUE --token N [--op-id ID]",
+		Use:   "put KEY VALUE --token N [--lock NAME] [--op-id ID]",
 		Short: "Write a register if the token is not stale",
 		Long: `Write VALUE to the register KEY if --token is at least the highest token the
-register has accepted.
+register has accepted (after a delete of KEY: at least the delete's token).
+With --lock, the token must also be a current grant of that lock (any of its
+holders): a holder whose grant has ended is stale even before a newer holder
+writes. docs/fencing.md says when to name the lock.
 
-JSON: {"result":"accepted"|"stale"|"duplicate","token":N,"revision":N} where
-token is the register's accepted token after the call. "duplicate" means
---op-id was seen before: nothing was applied, and the first outcome stands.
+JSON: {"result":"accepted"|"stale"|"duplicate"|"invalid","token":N,"revision":N}
+where token is the register's accepted token after the call. "duplicate"
+means --op-id was seen before: nothing was applied, and the first outcome
+stands. "invalid" means the token was never issued (it is above the
+service's revision): nothing was stored; token is then the refused token and
+revision the service's.
 
-Exit codes: 0 accepted or duplicate, 3 stale, 1 other errors.`,
+Exit codes: 0 accepted or duplicate, 3 stale, 1 invalid and other errors.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !cmd.Flags().Changed("token") {
-				return errors.New("--token is required")
+			opts, err := ff.options(cmd)
+			if err != nil {
+				return err
 			}
 			key, value := args[0], args[1]
 			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
-				r, err := c.FencedPut(ctx, key, []byte(value), token, opID)
-				stale := errors.Is(err, client.ErrStale)
-				if err != nil && !stale {
-					return err
-				}
-				out := fencePutJSON{Result: putAccepted, Token: r.Token, Revision: r.Revision}
-				switch {
-				case r.Duplicate:
-					out.Result = putDuplicate
-				case stale:
-					out.Result = putStale
-				}
-				if perr := a.emit(out, func(w io.Writer) {
-					fmt.Fprintf(w, "%s (register %s token %d)\n", out.Result, key, out.Token)
-				}); perr != nil {
-					return perr
-				}
-				return err
+				r, err := c.FencedPut(ctx, key, []byte(value), ff.token, ff.opID, opts...)
+				return a.emitFenced("register "+key, r, err)
 			})
 		},
 	}
-	f := cmd.Flags()
-	f.Uint64Var(&token, "token", 0, "fencing token of the write (required)")
-	f.StringVar(&opID, "op-id", "", "operation id: a replay with the same id applies nothing")
+	ff.add(cmd)
+	return cmd
+}
+
+func (a *app) fenceDeleteCommand() *cobra.Command {
+	var ff fenceFlags
+	cmd := &cobra.Command{
+		Use:   "delete KEY --token N [--lock NAME] [--op-id ID]",
+		Short: "Delete a register if the token is not stale",
+		Long: `Delete the register KEY, with the checks of "tenure fence put": --token at
+least the register's accepted token, --lock, --op-id, a token never issued.
+The key keeps the delete's token: a later write to KEY needs at least that
+token (docs/fencing.md says for how long). Deleting a register that does not
+exist is accepted and raises the key's token all the same.
+
+JSON: {"result":"accepted"|"stale"|"duplicate"|"invalid","token":N,"revision":N}
+where token is the key's accepted token after the call; see "tenure fence
+put".
+
+Exit codes: 0 accepted or duplicate, 3 stale, 1 invalid and other errors.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts, err := ff.options(cmd)
+			if err != nil {
+				return err
+			}
+			key := args[0]
+			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
+				r, err := c.FencedDelete(ctx, key, ff.token, ff.opID, opts...)
+				return a.emitFenced("register "+key, r, err)
+			})
+		},
+	}
+	ff.add(cmd)
 	return cmd
 }
 

@@ -21,7 +21,10 @@
 // A new leader has every committed entry (raft's leader completeness), so it
 // continues from the same revision. No token is ever issued from anything
 // but the applied log, so tokens are unique and strictly increasing across
-// restarts and leader changes.
+// restarts and leader changes. It follows that a token above the current
+// revision was never issued: a fenced write carrying one is refused
+// (UnissuedTokenError) and stores nothing, so a made-up token cannot lock
+// honest holders out of a register.
 package fsm
 
 import (

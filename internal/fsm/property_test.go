@@ -19,8 +19,10 @@ import (
 // The property test drives State with random command sequences over a few
 // sessions, lock names and register keys, and keeps a small model of what the
 // state must look like: the FIFO queue and holder of every lock, the live
-// sessions, the highest token issued and each register's accepted token and
-// remembered operation ids. Every step is also applied to a copy of the state
+// sessions, the highest token issued and each register's accepted token
+// (kept after a fenced delete), whether it exists and its remembered
+// operation ids. Fenced writes sometimes name a lock, or carry a token that
+// was never issued. Every step is also applied to a copy of the state
 // restored from a snapshot taken just before it.
 //
 // The default run (100 checks) takes about 10 s under -race. For a longer
@@ -54,9 +56,10 @@ type propModel struct {
 	acqRevs  map[uint64][]uint64 // session -> acquire revisions it received
 	tokens   []uint64            // every token issued, in order
 	maxToken uint64
-	queues   map[string][]acq // lock -> waiters in grant order
-	holders  map[string]acq   // lock -> holder
-	regToken map[string]uint64
+	queues   map[string][]acq                     // lock -> waiters in grant order
+	holders  map[string]acq                       // lock -> holder
+	regToken map[string]uint64                    // key -> token a write must reach
+	regFound map[string]bool                      // key -> the register exists
 	regSeen  map[string]uint64                    // accepted token last seen by check
 	regOps   map[string][]string                  // key -> remembered op ids, oldest first
 	opResult map[string]map[string]fsm.PutOutcome // key -> op id -> first outcome
@@ -71,6 +74,7 @@ func newPropModel() *propModel {
 		queues:   make(map[string][]acq),
 		holders:  make(map[string]acq),
 		regToken: make(map[string]uint64),
+		regFound: make(map[string]bool),
 		regSeen:  make(map[string]uint64),
 		regOps:   make(map[string][]string),
 		opResult: make(map[string]map[string]fsm.PutOutcome),
@@ -104,7 +108,9 @@ func TestStateProperties(t *testing.T) {
 			"ReleaseAnyHandle": m.releaseAny,
 			"CancelAcquire":    m.cancel,
 			"EndLockDelay":     m.endLockDelay,
-			"FencedPut":        m.fencedPut,
+			"FencedPut":        func(t *rapid.T) { m.fencedWrite(t, false) },
+			"FencedPut2":       func(t *rapid.T) { m.fencedWrite(t, false) },
+			"FencedDelete":     func(t *rapid.T) { m.fencedWrite(t, true) },
 			"":                 m.check,
 		}
 		for range propRounds {
@@ -236,46 +242,72 @@ func (m *propModel) endLockDelay(t *rapid.T) {
 	}
 }
 
-func (m *propModel) fencedPut(t *rapid.T) {
+// fencedWrite is a fenced put, or a delete, with a token drawn near the
+// register's, the highest issued and the revision, sometimes naming a lock.
+func (m *propModel) fencedWrite(t *rapid.T, del bool) {
 	key := rapid.SampledFrom(propKeys).Draw(t, "key")
 	cur := m.regToken[key]
-	token := rapid.SampledFrom([]uint64{0, 1, cur, cur + 1, m.maxToken, m.maxToken + 1}).Draw(t, "token")
+	found := m.regFound[key]
+	rev := m.st.Revision()
+	choices := []uint64{0, 1, cur, cur + 1, m.maxToken, m.maxToken + 1, rev, rev + 1}
+	for _, name := range propNames {
+		if h, held := m.holders[name]; held {
+			choices = append(choices, h.token)
+		}
+	}
+	token := rapid.SampledFrom(choices).Draw(t, "token")
 	if cur > 1 && rapid.Bool().Draw(t, "below") {
 		token = cur - 1
 	}
+	lock := rapid.SampledFrom(append([]string{"", ""}, propNames...)).Draw(t, "lock")
 	opID := rapid.SampledFrom(propOpIDs).Draw(t, "opID")
 	value := rapid.SampledFrom(propValues).Draw(t, "value")
 
-	r, _ := m.step(t, cmdPut(key, value, token, opID))
-	if token == 0 {
+	cmd := cmdPutLock(key, value, token, lock, opID)
+	if del {
+		cmd = cmdDelete(key, token, lock, opID)
+	}
+	r, _ := m.step(t, cmd)
+	var ue *fsm.UnissuedTokenError
+	switch {
+	case token == 0:
 		if !errors.Is(r.Err, fsm.ErrInvalid) {
-			t.Fatalf("put with token 0: %v", r.Err)
+			t.Fatalf("%v: %v, want invalid", cmd, r.Err)
 		}
 		return
+	case token > rev:
+		if !errors.As(r.Err, &ue) || ue.Token != token || ue.Revision != rev {
+			t.Fatalf("%v at revision %d: %v, want an unissued token", cmd, rev, r.Err)
+		}
+		return
+	case r.Err != nil:
+		t.Fatalf("%v: %v", cmd, r.Err)
 	}
-	if r.Err != nil {
-		t.Fatalf("put %q token %d op %q: %v", key, token, opID, r.Err)
-	}
-	if first, dup := m.opResult[key][opID]; opID != "" && dup {
+	if first, dup := m.opResult[key][opID]; opID != "" && found && dup {
 		if !r.Duplicate || r.Put != first || r.AcceptedToken != cur {
 			t.Fatalf("replay of %q on %q: %+v, want duplicate %v accepted %d", opID, key, r, first, cur)
 		}
 		return
 	}
 	want := fsm.PutStale
-	if token >= cur {
+	if h, held := m.holders[lock]; token >= cur && (lock == "" || held && h.token == token) {
 		want = fsm.PutAccepted
 	}
 	if r.Duplicate || r.Put != want {
-		t.Fatalf("put %q token %d (accepted %d) op %q: %+v, want %v", key, token, cur, opID, r, want)
+		t.Fatalf("%v (accepted %d, holders %+v): %+v, want %v", cmd, cur, m.holders, r, want)
 	}
 	if want == fsm.PutAccepted {
 		m.regToken[key] = token
+		m.regFound[key] = !del
 	}
 	if r.AcceptedToken != m.regToken[key] {
-		t.Fatalf("put %q: accepted token %d, want %d", key, r.AcceptedToken, m.regToken[key])
+		t.Fatalf("%v: accepted token %d, want %d", cmd, r.AcceptedToken, m.regToken[key])
 	}
-	if opID != "" {
+	switch {
+	case !m.regFound[key]: // deleted, or stale on no register: no operation ids
+		delete(m.opResult, key)
+		delete(m.regOps, key)
+	case opID != "":
 		if m.opResult[key] == nil {
 			m.opResult[key] = make(map[string]fsm.PutOutcome)
 		}
@@ -594,12 +626,14 @@ func (m *propModel) check(t *rapid.T) {
 
 	for _, key := range propKeys {
 		reg := m.st.Register(key)
-		if reg.Token < m.regSeen[key] {
+		if reg.Found && reg.Token < m.regSeen[key] { // across deletes too
 			t.Fatalf("register %q accepted token went back from %d to %d", key, m.regSeen[key], reg.Token)
 		}
-		m.regSeen[key] = reg.Token
-		if reg.Token != m.regToken[key] || reg.Found != (m.regToken[key] != 0) {
-			t.Fatalf("register %q %+v, model token %d", key, reg, m.regToken[key])
+		if reg.Found {
+			m.regSeen[key] = reg.Token
+		}
+		if reg.Found != m.regFound[key] || (reg.Found && reg.Token != m.regToken[key]) {
+			t.Fatalf("register %q %+v, model token %d found %v", key, reg, m.regToken[key], m.regFound[key])
 		}
 	}
 }

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"sort"
 
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 )
@@ -21,53 +22,150 @@ type register struct {
 	opIdx  map[string]int // operation id -> slot in ops
 }
 
+// UnissuedTokenError is the ErrInvalid of a fenced write whose token is
+// above the state's revision. A token is the revision at its grant, so no
+// grant can have carried it; the write is refused and changes nothing.
+type UnissuedTokenError struct {
+	Token    uint64
+	Revision uint64 // the state's revision when the write was refused
+}
+
+func (e *UnissuedTokenError) Error() string {
+	return fmt.Sprintf("%v: token %d was never issued (the current revision is %d)", ErrInvalid, e.Token, e.Revision)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalid) hold.
+func (e *UnissuedTokenError) Unwrap() error { return ErrInvalid }
+
+// fencedWrite is what a fenced put and a fenced delete have in common.
+type fencedWrite struct {
+	key   string
+	token uint64
+	lock  string // if set, token must be a current grant of this lock
+	opID  string
+}
+
+// checkFenced makes every check a fenced write (put or delete) goes
+// through before it may change anything, in this order: its arguments,
+// that its token was issued, a replayed operation id, then the fence. It
+// returns the key's register (nil: none) and either the final result
+// (done: an error or a duplicate, and nothing may change) or the outcome
+// the write has: PutAccepted or PutStale.
+func (s *State) checkFenced(w fencedWrite) (reg *register, out PutOutcome, final Result, done bool) {
+	if err := ValidateName("register key", w.key); err != nil {
+		return nil, 0, Result{Err: err}, true
+	}
+	if w.token == 0 {
+		return nil, 0, Result{Err: fmt.Errorf("%w: fence token must be positive", ErrInvalid)}, true
+	}
+	if len(w.opID) > MaxOpIDLen {
+		return nil, 0, Result{Err: fmt.Errorf("%w: operation id is %d bytes, the limit is %d", ErrInvalid, len(w.opID), MaxOpIDLen)}, true
+	}
+	if w.lock != "" {
+		if err := ValidateName("lock name", w.lock); err != nil {
+			return nil, 0, Result{Err: err}, true
+		}
+	}
+	if w.token > s.revision {
+		return nil, 0, Result{Err: &UnissuedTokenError{Token: w.token, Revision: s.revision}}, true
+	}
+	reg = s.registers[w.key]
+	if reg != nil && w.opID != "" {
+		if i, seen := reg.opIdx[w.opID]; seen {
+			return reg, 0, Result{Put: reg.ops[i].result, Duplicate: true, AcceptedToken: reg.token}, true
+		}
+	}
+	pass := w.token >= s.fenceOf(w.key, reg) && (w.lock == "" || s.isGrant(w.lock, w.token))
+	if pass || s.UnsafeSkipFenceCheck {
+		return reg, PutAccepted, Result{}, false
+	}
+	return reg, PutStale, Result{}, false
+}
+
+// fenceOf is the token a write to key must reach: its register's accepted
+// token, or for a key without one its remembered delete's and the floor.
+func (s *State) fenceOf(key string, reg *register) uint64 {
+	if reg != nil {
+		return reg.token
+	}
+	return s.deleted.fence(key)
+}
+
+// isGrant reports whether token is a current grant of lock name (any of
+// its holders). Holders are in grant order, so their tokens increase.
+func (s *State) isGrant(name string, token uint64) bool {
+	l := s.locks[name]
+	if l == nil {
+		return false
+	}
+	i := sort.Search(len(l.holders), func(i int) bool { return l.holders[i].token >= token })
+	return i < len(l.holders) && l.holders[i].token == token
+}
+
+// staleFenced answers a stale fenced write. It changes nothing, except
+// that an operation id on an existing register is remembered with its
+// outcome, so that its replay answers stale too.
+func (s *State) staleFenced(w fencedWrite, reg *register) Result {
+	if reg != nil && w.opID != "" {
+		s.bump()
+		reg.remember(opRec{id: w.opID, result: PutStale, token: w.token}, s.opMemory)
+	}
+	return Result{Put: PutStale, AcceptedToken: s.fenceOf(w.key, reg)}
+}
+
 func (s *State) fencedPut(c *fsmpb.FencedPut) Result {
-	if err := ValidateName("register key", c.GetKey()); err != nil {
-		return Result{Err: err}
-	}
-	if c.GetToken() == 0 {
-		return Result{Err: fmt.Errorf("%w: fence token must be positive", ErrInvalid)}
-	}
 	if len(c.GetValue()) > MaxValueLen {
 		return Result{Err: fmt.Errorf("%w: value is %d bytes, the limit is %d", ErrInvalid, len(c.GetValue()), MaxValueLen)}
 	}
-	if len(c.GetOperationId()) > MaxOpIDLen {
-		return Result{Err: fmt.Errorf("%w: operation id is %d bytes, the limit is %d", ErrInvalid, len(c.GetOperationId()), MaxOpIDLen)}
+	w := fencedWrite{key: c.GetKey(), token: c.GetToken(), lock: c.GetLock(), opID: c.GetOperationId()}
+	reg, out, final, done := s.checkFenced(w)
+	if done {
+		return final
 	}
-	reg := s.registers[c.GetKey()]
-	opID := c.GetOperationId()
-	if reg != nil && opID != "" {
-		if i, seen := reg.opIdx[opID]; seen {
-			return Result{Put: reg.ops[i].result, Duplicate: true, AcceptedToken: reg.token}
-		}
+	if out == PutStale {
+		return s.staleFenced(w, reg)
 	}
-	accept := reg == nil || c.GetToken() >= reg.token || s.UnsafeSkipFenceCheck
-	if accept {
-		if err := s.admitRegisterWrite(reg, c.GetKey(), len(c.GetValue())); err != nil {
-			return Result{Err: err}
-		}
+	if err := s.admitRegisterWrite(reg, w.key, len(c.GetValue())); err != nil {
+		return Result{Err: err}
 	}
 	if reg == nil {
 		reg = &register{opIdx: make(map[string]int)}
-		s.registers[c.GetKey()] = reg
-		s.registerBytes += uint64(len(c.GetKey()))
+		s.registers[w.key] = reg
+		s.registerBytes += uint64(len(w.key))
+		s.deleted.forget(w.key) // the register's token now fences the key
 	}
-	out := PutStale
-	if accept {
-		out = PutAccepted
-		reg.modRev = s.bump()
-		s.registerBytes += uint64(len(c.GetValue()))
-		s.registerBytes -= uint64(len(reg.value))
-		reg.value = append([]byte(nil), c.GetValue()...)
-		reg.token = c.GetToken()
+	reg.modRev = s.bump()
+	s.registerBytes += uint64(len(c.GetValue()))
+	s.registerBytes -= uint64(len(reg.value))
+	reg.value = append([]byte(nil), c.GetValue()...)
+	reg.token = w.token
+	if w.opID != "" {
+		reg.remember(opRec{id: w.opID, result: PutAccepted, token: w.token}, s.opMemory)
 	}
-	if opID != "" {
-		if out == PutStale {
-			s.bump()
-		}
-		reg.remember(opRec{id: opID, result: out, token: c.GetToken()}, s.opMemory)
+	return Result{Put: PutAccepted, AcceptedToken: reg.token}
+}
+
+// fencedDelete removes a register with the checks of a fenced put. The
+// key's token is remembered (deletedRegs), so that a later write needs at
+// least the delete's token; the register's operation ids go with it.
+func (s *State) fencedDelete(c *fsmpb.FencedDelete) Result {
+	w := fencedWrite{key: c.GetKey(), token: c.GetToken(), lock: c.GetLock(), opID: c.GetOperationId()}
+	reg, out, final, done := s.checkFenced(w)
+	if done {
+		return final
 	}
-	return Result{Put: out, AcceptedToken: reg.token}
+	if out == PutStale {
+		return s.staleFenced(w, reg)
+	}
+	s.bump()
+	token := w.token
+	if reg != nil {
+		token = max(token, reg.token) // w.token is at least reg.token, unless the fence check is off
+		s.registerBytes -= uint64(len(w.key) + len(reg.value))
+		delete(s.registers, w.key)
+	}
+	s.deleted.record(w.key, token)
+	return Result{Put: PutAccepted, AcceptedToken: s.deleted.fence(w.key)}
 }
 
 // admitRegisterWrite applies max-registers and max-register-bytes to an

@@ -64,7 +64,7 @@ func TestSetRetentionLockHistory(t *testing.T) {
 // operation ids of the configured number, in order, across shrinking,
 // growing and a snapshot.
 func TestSetRetentionOpMemory(t *testing.T) {
-	m := newMachine(t)
+	m := newMachineAt(t, 100) // tokens up to 100 are issued
 	put := func(i int) fsm.Result {
 		r, _ := m.apply(cmdPut("k", "v", uint64(i), fmt.Sprint("op", i)))
 		return r

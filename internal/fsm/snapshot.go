@@ -55,6 +55,10 @@ func (s *State) exportCore() *fsmpb.Snapshot {
 		}
 		snap.Registers = append(snap.Registers, rs)
 	}
+	s.deleted.each(func(key string, token uint64) {
+		snap.DeletedRegisters = append(snap.DeletedRegisters, &fsmpb.DeletedRegister{Key: key, Token: token})
+	})
+	snap.RegisterFloor = s.deleted.floor
 	return snap
 }
 
@@ -118,6 +122,13 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 		}
 		s.registers[rs.GetKey()] = r
 		s.registerBytes += uint64(len(rs.GetKey()) + len(r.value))
+	}
+	s.deleted.floor = snap.GetRegisterFloor()
+	for _, d := range snap.GetDeletedRegisters() {
+		if err := ValidateName("deleted register key", d.GetKey()); err != nil {
+			return nil, fmt.Errorf("snapshot: %w", err)
+		}
+		s.deleted.record(d.GetKey(), d.GetToken())
 	}
 	if err := s.importKV(snap); err != nil {
 		return nil, err

@@ -152,7 +152,8 @@ type State struct {
 	locks         map[string]*lock
 	past          pastHistory // grant records of removed locks (history.go)
 	registers     map[string]*register
-	registerBytes uint64 // keys and values of all registers (max-register-bytes)
+	registerBytes uint64      // keys and values of all registers (max-register-bytes)
+	deleted       deletedRegs // recent fenced deletes and the register floor (deleted.go)
 	kv            kvStore
 	queues        queueSet // see queue.go
 }
@@ -205,6 +206,8 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 		r = s.endLockDelay(op.EndLockDelay, emit)
 	case *fsmpb.Command_FencedPut:
 		r = s.fencedPut(op.FencedPut)
+	case *fsmpb.Command_FencedDelete:
+		r = s.fencedDelete(op.FencedDelete)
 	case *fsmpb.Command_Proclaim:
 		r = s.proclaim(op.Proclaim, emit)
 	case *fsmpb.Command_SetRetention:

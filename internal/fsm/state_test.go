@@ -701,8 +701,9 @@ func TestFencedPut(t *testing.T) {
 		}
 	})
 
+	// Every token below is issued: the state starts at revision 1000.
 	t.Run("token order", func(t *testing.T) {
-		m := newMachine(t)
+		m := newMachineAt(t, 1000)
 		steps := []struct {
 			token    uint64
 			value    string
@@ -740,7 +741,7 @@ func TestFencedPut(t *testing.T) {
 	})
 
 	t.Run("the stored value is a copy", func(t *testing.T) {
-		m := newMachine(t)
+		m := newMachineAt(t, 1000)
 		cmd := cmdPut("k", "abc", 1, "")
 		m.ok(cmd)
 		cmd.GetFencedPut().Value[0] = 'X'
@@ -752,7 +753,7 @@ func TestFencedPut(t *testing.T) {
 	})
 
 	t.Run("duplicate operation", func(t *testing.T) {
-		m := newMachine(t)
+		m := newMachineAt(t, 1000)
 		first, _ := m.ok(cmdPut("k", "one", 5, "op-1"))
 		if first.Put != fsm.PutAccepted || first.Duplicate {
 			t.Fatalf("first put %+v", first)
@@ -794,7 +795,7 @@ func TestFencedPut(t *testing.T) {
 	})
 
 	t.Run("op memory is bounded", func(t *testing.T) {
-		m := newMachine(t)
+		m := newMachineAt(t, 1000)
 		m.ok(cmdPut("k", "v0", 1, "op-0"))
 		for i := 1; i < fsm.OpMemory; i++ {
 			m.ok(cmdPut("k", fmt.Sprint("v", i), 1, fmt.Sprint("op-", i)))
@@ -823,7 +824,7 @@ func TestFencedPut(t *testing.T) {
 	})
 
 	t.Run("puts without op id are never duplicates", func(t *testing.T) {
-		m := newMachine(t)
+		m := newMachineAt(t, 1000)
 		m.ok(cmdPut("k", "a", 3, ""))
 		r, _ := m.ok(cmdPut("k", "b", 3, ""))
 		if r.Duplicate || string(m.s.Register("k").Value) != "b" {
@@ -924,7 +925,10 @@ func TestResumeReattachesWithoutChange(t *testing.T) {
 // TestUnsafeSkipFenceCheck: the fault-injection switch really lets a stale
 // write through (so the suite's checker has something to catch).
 func TestUnsafeSkipFenceCheck(t *testing.T) {
-	s := fsm.NewState()
+	s, err := fsm.Import(&fsmpb.Snapshot{Revision: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
 	s.UnsafeSkipFenceCheck = true
 	s.Apply(cmdPut("k", "new", 42, ""), nil)
 	r := s.Apply(cmdPut("k", "late", 41, ""), nil)

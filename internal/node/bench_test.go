@@ -30,7 +30,7 @@ func BenchmarkProposeSequential(b *testing.B) {
 			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				cmd := &fsmpb.Command{Op: &fsmpb.Command_FencedPut{FencedPut: &fsmpb.FencedPut{Key: "k", Token: uint64(i + 1)}}}
+				cmd := &fsmpb.Command{Op: &fsmpb.Command_KvPut{KvPut: &fsmpb.KVPut{Key: "k"}}}
 				if _, err := n.Propose(ctx, cmd); err != nil {
 					b.Fatal(err)
 				}

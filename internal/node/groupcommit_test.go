@@ -38,8 +38,10 @@ func openRunning(t *testing.T, cfg Config) *Node {
 	return n
 }
 
+// put is a command that is valid in any state (a fenced put's token must
+// have been issued).
 func put(key string) *fsmpb.Command {
-	return &fsmpb.Command{Op: &fsmpb.Command_FencedPut{FencedPut: &fsmpb.FencedPut{Key: key, Token: 1}}}
+	return &fsmpb.Command{Op: &fsmpb.Command_KvPut{KvPut: &fsmpb.KVPut{Key: key}}}
 }
 
 // TestGroupCommitWaitsForTheReturningProposer: after a batch of two, a

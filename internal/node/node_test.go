@@ -110,7 +110,7 @@ func TestCloseAnswersEveryProposal(t *testing.T) {
 			go func() {
 				defer func() { answered <- struct{}{} }()
 				for i := 1; ; i++ {
-					cmd := &fsmpb.Command{Op: &fsmpb.Command_FencedPut{FencedPut: &fsmpb.FencedPut{Key: fmt.Sprint("k", w), Token: uint64(i)}}}
+					cmd := &fsmpb.Command{Op: &fsmpb.Command_KvPut{KvPut: &fsmpb.KVPut{Key: fmt.Sprint("k", w)}}}
 					_, err := n.Propose(context.Background(), cmd)
 					if i == 1 {
 						started <- struct{}{}

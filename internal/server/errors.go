@@ -59,6 +59,12 @@ func toStatus(err error) error {
 			st = d
 		}
 	}
+	var ue *fsm.UnissuedTokenError
+	if errors.As(err, &ue) {
+		if d, derr := st.WithDetails(&pb.UnissuedToken{Token: ue.Token, Revision: ue.Revision}); derr == nil {
+			st = d
+		}
+	}
 	return st.Err()
 }
 

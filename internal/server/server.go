@@ -57,6 +57,8 @@ func cmdOf(op any) *fsmpb.Command {
 		return &fsmpb.Command{Op: &fsmpb.Command_Release{Release: o}}
 	case *fsmpb.FencedPut:
 		return &fsmpb.Command{Op: &fsmpb.Command_FencedPut{FencedPut: o}}
+	case *fsmpb.FencedDelete:
+		return &fsmpb.Command{Op: &fsmpb.Command_FencedDelete{FencedDelete: o}}
 	case *fsmpb.Proclaim:
 		return &fsmpb.Command{Op: &fsmpb.Command_Proclaim{Proclaim: o}}
 	}
@@ -628,19 +630,44 @@ func (s *Server) LockHistory(ctx context.Context, req *pb.LockHistoryRequest) (*
 }
 
 // FencedPut implements pb.TenureServer. A stale token is a normal answer
-// (PUT_RESULT_STALE), not an error.
+// (PUT_RESULT_STALE), not an error; a token that was never issued is
+// INVALID_ARGUMENT with an UnissuedToken detail.
 func (s *Server) FencedPut(ctx context.Context, req *pb.FencedPutRequest) (*pb.FencedPutResponse, error) {
-	if err := s.checkName("register key", req.GetKey()); err != nil {
+	if err := s.checkFenced(req.GetKey(), req.GetLock()); err != nil {
 		return nil, toStatus(err)
 	}
 	if n := len(req.GetValue()); n > s.limits.MaxRegisterValueBytes {
 		return nil, toStatus(fmt.Errorf("%w: value is %d bytes, the limit is %d (--max-register-value-len)", fsm.ErrInvalid, n, s.limits.MaxRegisterValueBytes))
 	}
-	res, err := s.node.Propose(ctx, cmdOf(&fsmpb.FencedPut{Key: req.GetKey(), Value: req.GetValue(), Token: req.GetToken(), OperationId: req.GetOperationId()}))
+	res, err := s.node.Propose(ctx, cmdOf(&fsmpb.FencedPut{Key: req.GetKey(), Value: req.GetValue(), Token: req.GetToken(), OperationId: req.GetOperationId(), Lock: req.GetLock()}))
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	return &pb.FencedPutResponse{Result: pb.PutResult(res.Put), Duplicate: res.Duplicate, Token: res.AcceptedToken, Revision: res.Revision}, nil
+}
+
+// FencedDelete implements pb.TenureServer, with the answers of FencedPut.
+func (s *Server) FencedDelete(ctx context.Context, req *pb.FencedDeleteRequest) (*pb.FencedDeleteResponse, error) {
+	if err := s.checkFenced(req.GetKey(), req.GetLock()); err != nil {
+		return nil, toStatus(err)
+	}
+	res, err := s.node.Propose(ctx, cmdOf(&fsmpb.FencedDelete{Key: req.GetKey(), Token: req.GetToken(), Lock: req.GetLock(), OperationId: req.GetOperationId()}))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.FencedDeleteResponse{Result: pb.PutResult(res.Put), Duplicate: res.Duplicate, Token: res.AcceptedToken, Revision: res.Revision}, nil
+}
+
+// checkFenced checks the names of a fenced write: its register key and,
+// if it names one, its lock.
+func (s *Server) checkFenced(key, lock string) error {
+	if err := s.checkName("register key", key); err != nil {
+		return err
+	}
+	if lock != "" {
+		return s.checkName("lock name", lock)
+	}
+	return nil
 }
 
 // FencedGet implements pb.TenureServer.
