@@ -42,8 +42,9 @@ type enqueueOptions struct {
 }
 
 // WithOperationID makes the enqueue idempotent: a retry with the same id
-// (among the queue's 10,000 most recent) answers the first item's id with
-// Duplicate set, and adds nothing.
+// (among the queue's 10,000 most recent; a queue that was emptied keeps
+// them until 1,000 newer queues were emptied, a deleted one forgets them)
+// answers the first item's id with Duplicate set, and adds nothing.
 func WithOperationID(id string) EnqueueOption {
 	return func(o *enqueueOptions) error {
 		if id == "" {
