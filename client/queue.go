@@ -19,9 +19,9 @@ var ErrQueueEmpty = errors.New("tenure: queue is empty")
 const maxRecv = 16 << 20
 
 // Queue is a handle on a named distributed queue: items are kept in commit
-// order, handed out under a visibility lease with a delivery token, and
-// deleted only by an ack naming that token. It holds no state and is safe
-// for concurrent use.
+// order, handed out under a visibility lease with a delivery token and a
+// receipt, and deleted only by an ack presenting both. It holds no state
+// and is safe for concurrent use.
 type Queue struct {
 	c    *Client
 	name string
@@ -42,8 +42,9 @@ type enqueueOptions struct {
 }
 
 // WithOperationID makes the enqueue idempotent: a retry with the same id
-// (among the queue's 10,000 most recent) answers the first item's id with
-// Duplicate set, and adds nothing.
+// (among the queue's 10,000 most recent; a queue that was emptied keeps
+// them until 1,000 newer queues were emptied, a deleted one forgets them)
+// answers the first item's id with Duplicate set, and adds nothing.
 func WithOperationID(id string) EnqueueOption {
 	return func(o *enqueueOptions) error {
 		if id == "" {
@@ -98,7 +99,9 @@ func (q *Queue) Enqueue(ctx context.Context, payload []byte, opts ...EnqueueOpti
 }
 
 // Delivery is one item handed out by Dequeue. Settle it with Ack (done),
-// Nack (give it back now) or let its visibility lease run out.
+// Nack (give it back now) or let its visibility lease run out. Another
+// process may settle it if it is given ID, Token and Receipt (e.g. from
+// `tenure queue pop -o json`).
 type Delivery struct {
 	Queue   string
 	ID      uint64
@@ -106,6 +109,12 @@ type Delivery struct {
 	// Token names this delivery; a redelivery of the item has a larger
 	// one, and only the current token acks.
 	Token uint64
+	// Receipt is the delivery's capability: random bytes the server drew
+	// for this delivery and gave to this consumer alone (it keeps only a
+	// hash). Ack, Nack and Extend must present it; without it, or with
+	// another, they fail with ErrPermissionDenied. Keep it secret like a
+	// password: whoever has it can settle the delivery.
+	Receipt []byte
 	// Attempt counts the item's deliveries, from 1.
 	Attempt int
 }
@@ -174,20 +183,26 @@ func (q *Queue) dequeue(ctx context.Context, visibility time.Duration, wait bool
 	if it == nil {
 		return nil, fmt.Errorf("%w: %s", ErrQueueEmpty, q.name)
 	}
-	return &Delivery{Queue: q.name, ID: it.GetId(), Payload: it.GetPayload(), Token: it.GetDeliveryToken(), Attempt: int(it.GetAttempt())}, nil
+	return &Delivery{Queue: q.name, ID: it.GetId(), Payload: it.GetPayload(), Token: it.GetDeliveryToken(), Receipt: it.GetReceipt(), Attempt: int(it.GetAttempt())}, nil
 }
 
-func (q *Queue) settle(ctx context.Context, what string, id, token uint64, call func(pb.TenureClient, *pb.QueueSettleRequest) (*pb.QueueSettleResponse, error), vis time.Duration) error {
+func (q *Queue) settle(ctx context.Context, what string, d *Delivery, call func(pb.TenureClient, *pb.QueueSettleRequest) (*pb.QueueSettleResponse, error), vis time.Duration) error {
+	if d == nil {
+		return fmt.Errorf("%w: %s of a nil delivery", ErrInvalid, what)
+	}
+	if d.Queue != "" && d.Queue != q.name {
+		return fmt.Errorf("%w: %s on queue %s of a delivery of queue %s", ErrInvalid, what, q.name, d.Queue)
+	}
 	var resp *pb.QueueSettleResponse
 	err := q.c.unary(ctx, func(api pb.TenureClient) (err error) {
-		resp, err = call(api, &pb.QueueSettleRequest{Queue: q.name, Id: id, DeliveryToken: token, VisibilityMs: vis.Milliseconds()})
+		resp, err = call(api, &pb.QueueSettleRequest{Queue: q.name, Id: d.ID, DeliveryToken: d.Token, Receipt: d.Receipt, VisibilityMs: vis.Milliseconds()})
 		return err
 	})
 	if err != nil {
 		return err
 	}
 	if resp.GetResult() == pb.QueueSettleResult_QUEUE_SETTLE_RESULT_STALE {
-		return &staleDelivery{fmt.Sprintf("tenure: stale delivery token: %s of item %d of queue %s with delivery token %d: not the current delivery (the lease ran out and the item was redelivered, or it was settled)", what, id, q.name, token)}
+		return &staleDelivery{fmt.Sprintf("tenure: stale delivery token: %s of item %d of queue %s with delivery token %d: not the current delivery (the lease ran out and the item was redelivered, or it was settled)", what, d.ID, q.name, d.Token)}
 	}
 	return nil
 }
@@ -198,30 +213,75 @@ type staleDelivery struct{ msg string }
 func (e *staleDelivery) Error() string { return e.msg }
 func (e *staleDelivery) Unwrap() error { return ErrStale }
 
-// Ack deletes the item delivered under token. ErrStale means the delivery
-// is no longer current (its lease ran out and it may have been redelivered,
-// or it was nacked): the ack did nothing. Repeating a successful ack with
-// the same token answers nil again (for the queue's 10,000 latest acks).
-func (q *Queue) Ack(ctx context.Context, id, token uint64) error {
-	return q.settle(ctx, "ack", id, token, func(api pb.TenureClient, r *pb.QueueSettleRequest) (*pb.QueueSettleResponse, error) {
+// Ack deletes the item of delivery d (its ID, Token and Receipt are sent;
+// d.Queue, if set, must be this queue). ErrStale means the delivery is no
+// longer current (its lease ran out and it may have been redelivered, or it
+// was nacked): the ack did nothing. ErrPermissionDenied means d.Receipt is
+// not the delivery's: nothing was done. Repeating a successful ack answers
+// nil again (for the queue's 10,000 latest acks).
+func (q *Queue) Ack(ctx context.Context, d *Delivery) error {
+	return q.settle(ctx, "ack", d, func(api pb.TenureClient, r *pb.QueueSettleRequest) (*pb.QueueSettleResponse, error) {
 		return api.QueueAck(ctx, r)
 	}, 0)
 }
 
-// Nack gives the item back at once, at its original place in the queue
-// (or to the dead letters once it had its max attempts). ErrStale as Ack.
-func (q *Queue) Nack(ctx context.Context, id, token uint64) error {
-	return q.settle(ctx, "nack", id, token, func(api pb.TenureClient, r *pb.QueueSettleRequest) (*pb.QueueSettleResponse, error) {
+// Nack gives the item of delivery d back at once, at its original place in
+// the queue (or to the dead letters once it had its max attempts).
+// ErrStale and ErrPermissionDenied as Ack.
+func (q *Queue) Nack(ctx context.Context, d *Delivery) error {
+	return q.settle(ctx, "nack", d, func(api pb.TenureClient, r *pb.QueueSettleRequest) (*pb.QueueSettleResponse, error) {
 		return api.QueueNack(ctx, r)
 	}, 0)
 }
 
-// Extend makes the delivery's visibility lease end visibility from now.
-// ErrStale as Ack.
-func (q *Queue) Extend(ctx context.Context, id, token uint64, visibility time.Duration) error {
-	return q.settle(ctx, "extend", id, token, func(api pb.TenureClient, r *pb.QueueSettleRequest) (*pb.QueueSettleResponse, error) {
+// Extend makes delivery d's visibility lease end visibility from now.
+// ErrStale and ErrPermissionDenied as Ack.
+func (q *Queue) Extend(ctx context.Context, d *Delivery, visibility time.Duration) error {
+	return q.settle(ctx, "extend", d, func(api pb.TenureClient, r *pb.QueueSettleRequest) (*pb.QueueSettleResponse, error) {
 		return api.QueueExtend(ctx, r)
 	}, visibility)
+}
+
+// Purge removes every item of the queue (queued, in flight and dead) and
+// reports how many. The queue keeps its max attempts and its remembered
+// operation ids and acks. Deliveries in flight end: their acks are
+// ErrStale. Purging an empty or unknown queue does nothing.
+func (q *Queue) Purge(ctx context.Context) (int, error) {
+	var resp *pb.QueuePurgeResponse
+	err := q.c.unary(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.QueuePurge(ctx, &pb.QueuePurgeRequest{Queue: q.name})
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return int(resp.GetPurged()), nil
+}
+
+// QueueDeleted is the answer to Delete.
+type QueueDeleted struct {
+	// Deleted: the queue existed (false: nothing was done).
+	Deleted bool
+	// Items: how many items it held (queued, in flight and dead).
+	Items    int
+	Revision uint64
+}
+
+// Delete removes the queue entirely: its items (queued, in flight and
+// dead), its max attempts and its remembered operation ids and acks. A
+// later enqueue creates it anew (and a retried operation id is enqueued
+// again). Deliveries in flight end: their acks are ErrStale. Consumers
+// waiting in Dequeue keep waiting.
+func (q *Queue) Delete(ctx context.Context) (QueueDeleted, error) {
+	var resp *pb.QueueDeleteResponse
+	err := q.c.unary(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.QueueDelete(ctx, &pb.QueueDeleteRequest{Queue: q.name})
+		return err
+	})
+	if err != nil {
+		return QueueDeleted{}, err
+	}
+	return QueueDeleted{Deleted: resp.GetDeleted(), Items: int(resp.GetItems()), Revision: resp.GetRevision()}, nil
 }
 
 // QueueStats describes a queue.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -28,6 +29,13 @@ type queuePopOut struct {
 	Payload       string `json:"payload"`
 	DeliveryToken uint64 `json:"delivery_token"`
 	Attempt       int    `json:"attempt"`
+	Receipt       string `json:"receipt"`
+}
+
+// settleArgs are the arguments of `tenure queue WHAT jobs ID
+// --delivery-token N --receipt HEX` for p.
+func settleArgs(what string, p queuePopOut) []string {
+	return []string{"queue", what, "jobs", strconv.FormatUint(p.ID, 10), "--delivery-token", strconv.FormatUint(p.DeliveryToken, 10), "--receipt", p.Receipt}
 }
 
 type queueLenOut struct {
@@ -44,7 +52,9 @@ type queueSettleOut struct {
 // is then frozen (SIGSTOP) past its visibility lease loses the item to
 // another consumer, which gets it with a larger delivery token at its
 // original place in the queue; the frozen consumer's late ack, once it
-// thaws, is answered stale (exit 3). Then the server is killed with
+// thaws, is answered stale (exit 3). Another process that knows the item
+// id and delivery token but not the receipt cannot settle a delivery
+// (exit 1, permission denied). Then the server is killed with
 // SIGKILL and restarted: every acknowledged enqueue that was not acked is
 // still there (queued or in flight), acked ones never come back, and
 // retried enqueues stay duplicates.
@@ -69,8 +79,8 @@ func TestQueueRedeliveryAfterPauseAndCrash(t *testing.T) {
 	// tell it what to ack, and records its ack's answer and exit code.
 	script := fmt.Sprintf(`tenure queue pop jobs --visibility 2s -o json > %[1]s/a-pop.tmp && mv %[1]s/a-pop.tmp %[1]s/a-pop.json || exit 9
 while [ ! -s %[1]s/a-go ]; do sleep 0.05; done
-read ID TOK < %[1]s/a-go
-tenure queue ack jobs "$ID" --delivery-token "$TOK" -o json > %[1]s/a-ack.json
+read ID TOK RCPT < %[1]s/a-go
+tenure queue ack jobs "$ID" --delivery-token "$TOK" --receipt "$RCPT" -o json > %[1]s/a-ack.json
 echo $? > %[1]s/a-code.tmp && mv %[1]s/a-code.tmp %[1]s/a-code`, dir)
 	a := startShell(t, "consumer A", addr, script)
 	var popA queuePopOut
@@ -82,7 +92,7 @@ echo $? > %[1]s/a-code.tmp && mv %[1]s/a-code.tmp %[1]s/a-code`, dir)
 	}
 	a.signal(syscall.SIGSTOP)
 	frozen := time.Now()
-	if err := os.WriteFile(filepath.Join(dir, "a-go"), fmt.Appendf(nil, "%d %d\n", popA.ID, popA.DeliveryToken), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "a-go"), fmt.Appendf(nil, "%d %d %s\n", popA.ID, popA.DeliveryToken, popA.Receipt), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
@@ -93,7 +103,16 @@ echo $? > %[1]s/a-code.tmp && mv %[1]s/a-code.tmp %[1]s/a-code`, dir)
 		t.Fatalf("pop during A's lease got %+v, want item %d", next, ids[1])
 	}
 	var settled queueSettleOut
-	tenureJSON(t, addr, 0, &settled, "queue", "nack", "jobs", strconv.FormatUint(next.ID, 10), "--delivery-token", strconv.FormatUint(next.DeliveryToken, 10))
+	// A stranger with the id and token guesses the receipt: refused.
+	stranger := next
+	stranger.Receipt = "00112233445566778899aabbccddeeff"
+	for _, what := range []string{"ack", "nack", "extend"} {
+		if r := tenure(t, addr, settleArgs(what, stranger)...); r.code != 1 || !strings.HasPrefix(r.stderr, "tenure: permission denied: ") {
+			t.Fatalf("%s by a stranger: exit %d, stderr %q; want exit 1, permission denied", what, r.code, r.stderr)
+		}
+	}
+	// The consumer's own nack still finds its delivery current.
+	tenureJSON(t, addr, 0, &settled, settleArgs("nack", next)...)
 	if settled.Result != "nacked" {
 		t.Fatalf("nack: %+v", settled)
 	}
@@ -110,7 +129,7 @@ echo $? > %[1]s/a-code.tmp && mv %[1]s/a-code.tmp %[1]s/a-code`, dir)
 	if popB.ID != popA.ID || popB.DeliveryToken <= popA.DeliveryToken || popB.Attempt != 2 {
 		t.Fatalf("B popped %+v after A's %+v", popB, popA)
 	}
-	tenureJSON(t, addr, 0, &settled, "queue", "ack", "jobs", strconv.FormatUint(popB.ID, 10), "--delivery-token", strconv.FormatUint(popB.DeliveryToken, 10))
+	tenureJSON(t, addr, 0, &settled, settleArgs("ack", popB)...)
 	if settled.Result != "acked" {
 		t.Fatalf("B's ack: %+v", settled)
 	}
@@ -132,7 +151,7 @@ echo $? > %[1]s/a-code.tmp && mv %[1]s/a-code.tmp %[1]s/a-code`, dir)
 	for range 5 {
 		var p queuePopOut
 		tenureJSON(t, addr, 0, &p, "queue", "pop", "jobs", "--timeout", "5s")
-		tenureJSON(t, addr, 0, &settled, "queue", "ack", "jobs", strconv.FormatUint(p.ID, 10), "--delivery-token", strconv.FormatUint(p.DeliveryToken, 10))
+		tenureJSON(t, addr, 0, &settled, settleArgs("ack", p)...)
 		acked[p.ID] = true
 	}
 	var inFlight []queuePopOut
@@ -157,7 +176,7 @@ echo $? > %[1]s/a-code.tmp && mv %[1]s/a-code.tmp %[1]s/a-code`, dir)
 	}
 	// The deliveries in flight survived with their tokens: nack them.
 	for _, p := range inFlight {
-		tenureJSON(t, addr, 0, &settled, "queue", "nack", "jobs", strconv.FormatUint(p.ID, 10), "--delivery-token", strconv.FormatUint(p.DeliveryToken, 10))
+		tenureJSON(t, addr, 0, &settled, settleArgs("nack", p)...)
 		if settled.Result != "nacked" {
 			t.Fatalf("nack of %+v after the restart: %+v", p, settled)
 		}
@@ -182,7 +201,7 @@ echo $? > %[1]s/a-code.tmp && mv %[1]s/a-code.tmp %[1]s/a-code`, dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := q.Ack(ctx, d.ID, d.Token); err != nil {
+		if err := q.Ack(ctx, d); err != nil {
 			t.Fatal(err)
 		}
 		got = append(got, d.ID)
@@ -260,7 +279,7 @@ func TestQueueNoAcknowledgedEnqueueLostOnKill9(t *testing.T) {
 		}
 		last = d.ID
 		seen[d.ID] = true
-		if err := q.Ack(ctx, d.ID, d.Token); err != nil {
+		if err := q.Ack(ctx, d); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -71,7 +71,8 @@ type suiteConfig struct {
 	// without the lock.
 	readersPerKey int
 	procPerKey    int // `tenure lock` process clients per register
-	// queue adds the queue workload (2 producers, 2 consumers).
+	// queue adds the queue workload (2 producers, 2 consumers, 1 hostile
+	// client).
 	queue     bool
 	duration  time.Duration
 	schedule  []string
@@ -161,6 +162,8 @@ func runSuite(t *testing.T, cfg suiteConfig) suiteResult {
 			wg.Go(func() { qw.produce(wctx, fmt.Sprintf("q%d", i), prnd) })
 			wg.Go(func() { qw.consume(wctx, crnd) })
 		}
+		hrnd := rand.New(rand.NewPCG(seed, 990))
+		wg.Go(func() { qw.steal(wctx, hrnd) })
 	}
 	workStart := time.Now()
 	workEnd := workStart.Add(cfg.duration)

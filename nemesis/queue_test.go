@@ -28,12 +28,18 @@ import (
 //     larger delivery token and a larger attempt number than the one
 //     before, and an item whose ack was confirmed is never delivered again;
 //   - enqueue is idempotent: an operation id maps to one item, whose
-//     payload is delivered unchanged.
+//     payload is delivered unchanged;
+//   - deliveries belong to their consumer: a hostile client that knows
+//     the id and delivery token of the latest delivery (more than an
+//     adversary has, who would guess them) but not its receipt tries to
+//     ack, nack or extend it with a receipt of its own; no attempt may
+//     succeed.
 const (
 	checkQueueLost      = "queue-lost"
 	checkQueueDuplicate = "queue-duplicate"
 	checkQueueAckLost   = "queue-ack-lost"
 	checkQueueIdentity  = "queue-identity"
+	checkQueueForeign   = "queue-foreign-settle"
 
 	queueName       = "nemesis-queue"
 	queueVisibility = 1500 * time.Millisecond
@@ -60,6 +66,15 @@ type queueWorkload struct {
 	staleAcks  int
 	abandoned  int
 	dead       map[uint64]bool
+	latest     *client.Delivery // the latest delivery, for the hostile client
+	// The hostile client's attempts (hostile: it ran): accepted (each an
+	// anomaly), refused for the receipt, stale, and failed otherwise
+	// (faults).
+	hostile         bool
+	foreignAccepted []string
+	foreignDenied   int
+	foreignStale    int
+	foreignFailed   int
 }
 
 func newQueueWorkload(eps string) *queueWorkload {
@@ -108,11 +123,66 @@ func (w *queueWorkload) delivered(d *client.Delivery) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.deliveries[d.ID] = append(w.deliveries[d.ID], queueDelivery{token: d.Token, attempt: d.Attempt, payload: string(d.Payload)})
+	w.latest = d
+}
+
+// steal is the hostile client (see the checks above). It runs until ctx
+// ends.
+func (w *queueWorkload) steal(ctx context.Context, rnd *rand.Rand) {
+	c, err := client.Dial(ctx, w.eps)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	q := c.Queue(queueName)
+	w.mu.Lock()
+	w.hostile = true
+	w.mu.Unlock()
+	for ctx.Err() == nil {
+		w.mu.Lock()
+		d := w.latest
+		w.mu.Unlock()
+		if d == nil {
+			pace(ctx, 50*time.Millisecond)
+			continue
+		}
+		fake := &client.Delivery{Queue: queueName, ID: d.ID, Token: d.Token}
+		if rnd.IntN(4) > 0 { // else no receipt at all
+			fake.Receipt = make([]byte, len(d.Receipt))
+			for i := range fake.Receipt {
+				fake.Receipt[i] = byte(rnd.UintN(256))
+			}
+		}
+		what := []string{"ack", "nack", "extend"}[rnd.IntN(3)]
+		cctx, cancel := context.WithTimeout(ctx, queueCallLimit)
+		switch what {
+		case "ack":
+			err = q.Ack(cctx, fake)
+		case "nack":
+			err = q.Nack(cctx, fake)
+		default:
+			err = q.Extend(cctx, fake, time.Minute)
+		}
+		cancel()
+		w.mu.Lock()
+		switch {
+		case err == nil:
+			w.foreignAccepted = append(w.foreignAccepted, fmt.Sprintf("%s of item %d under delivery token %d with receipt %x", what, d.ID, d.Token, fake.Receipt))
+		case errors.Is(err, client.ErrPermissionDenied):
+			w.foreignDenied++
+		case errors.Is(err, client.ErrStale):
+			w.foreignStale++
+		default:
+			w.foreignFailed++
+		}
+		w.mu.Unlock()
+		pace(ctx, time.Duration(10+rnd.IntN(30))*time.Millisecond)
+	}
 }
 
 func (w *queueWorkload) ack(ctx context.Context, q *client.Queue, d *client.Delivery) {
 	cctx, cancel := context.WithTimeout(ctx, queueCallLimit)
-	err := q.Ack(cctx, d.ID, d.Token)
+	err := q.Ack(cctx, d)
 	cancel()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -237,6 +307,12 @@ func (w *queueWorkload) check(r *report) {
 			r.anomaly(checkQueueAckLost, "item %d delivered under token %d after its ack under token %d was confirmed", id, ds[len(ds)-1].token, tok)
 		}
 	}
+	for _, a := range w.foreignAccepted {
+		r.anomaly(checkQueueForeign, "a client without the receipt was accepted: %s", a)
+	}
+	if w.hostile && w.foreignDenied == 0 {
+		r.anomaly(checkQueueForeign, "the hostile client was never refused for its receipt: it did not reach a current delivery (%d stale, %d failed)", w.foreignStale, w.foreignFailed)
+	}
 	seen := make(map[uint64]string)
 	for _, payload := range sortedKeys(w.enqueued) {
 		id := w.enqueued[payload]
@@ -247,6 +323,8 @@ func (w *queueWorkload) check(r *report) {
 	}
 	r.line("queue: %d acknowledged enqueues (%d unknown), %d deliveries of %d items (%d redelivered), %d confirmed acks, %d stale acks, %d abandoned deliveries, %d dead letters",
 		len(w.enqueued), w.unknown, deliveries, len(ids), redelivered, len(w.acked), w.staleAcks, w.abandoned, len(w.dead))
+	r.line("queue: hostile client: %d settles without the receipt accepted, %d refused (permission denied), %d stale, %d failed otherwise",
+		len(w.foreignAccepted), w.foreignDenied, w.foreignStale, w.foreignFailed)
 }
 
 // TestQueueChecker: the queue checks report each kind of anomaly they
@@ -279,6 +357,8 @@ func TestQueueChecker(t *testing.T) {
 		{"delivered after a confirmed ack", func(w *queueWorkload) { w.acked[10] = 20 }, checkQueueAckLost},
 		{"payload changed", func(w *queueWorkload) { w.deliveries[11][0].payload = "x" }, checkQueueIdentity},
 		{"one item for two enqueues", func(w *queueWorkload) { w.enqueued["c"] = 11 }, checkQueueIdentity},
+		{"foreign settle accepted", func(w *queueWorkload) { w.foreignAccepted = append(w.foreignAccepted, "ack of item 11") }, checkQueueForeign},
+		{"hostile client never refused", func(w *queueWorkload) { w.hostile, w.foreignStale = true, 5 }, checkQueueForeign},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

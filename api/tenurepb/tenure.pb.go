@@ -5204,7 +5204,11 @@ type QueueItem struct {
 	// delivery_token names this delivery; a later redelivery has a larger one.
 	DeliveryToken uint64 `protobuf:"varint,3,opt,name=delivery_token,json=deliveryToken,proto3" json:"delivery_token,omitempty"`
 	// attempt counts deliveries of this item, from 1.
-	Attempt       uint32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Attempt uint32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// receipt: the delivery's capability, random bytes drawn by the server
+	// for this delivery and given to this consumer only (the server keeps a
+	// hash). Ack, Nack and Extend must present it.
+	Receipt       []byte `protobuf:"bytes,5,opt,name=receipt,proto3" json:"receipt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5267,6 +5271,13 @@ func (x *QueueItem) GetAttempt() uint32 {
 	return 0
 }
 
+func (x *QueueItem) GetReceipt() []byte {
+	if x != nil {
+		return x.Receipt
+	}
+	return nil
+}
+
 type QueueDequeueResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// item is unset when the queue was empty (without wait).
@@ -5318,7 +5329,10 @@ type QueueSettleRequest struct {
 	Id            uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
 	DeliveryToken uint64                 `protobuf:"varint,3,opt,name=delivery_token,json=deliveryToken,proto3" json:"delivery_token,omitempty"`
 	// visibility_ms: for QueueExtend only.
-	VisibilityMs  int64 `protobuf:"varint,4,opt,name=visibility_ms,json=visibilityMs,proto3" json:"visibility_ms,omitempty"`
+	VisibilityMs int64 `protobuf:"varint,4,opt,name=visibility_ms,json=visibilityMs,proto3" json:"visibility_ms,omitempty"`
+	// receipt: the delivery's receipt (QueueItem.receipt). Missing or wrong
+	// for the current delivery: PERMISSION_DENIED, nothing changed.
+	Receipt       []byte `protobuf:"bytes,5,opt,name=receipt,proto3" json:"receipt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5379,6 +5393,13 @@ func (x *QueueSettleRequest) GetVisibilityMs() int64 {
 		return x.VisibilityMs
 	}
 	return 0
+}
+
+func (x *QueueSettleRequest) GetReceipt() []byte {
+	if x != nil {
+		return x.Receipt
+	}
+	return nil
 }
 
 type QueueSettleResponse struct {
@@ -5878,6 +5899,209 @@ func (x *QueueDeadRequeueResponse) GetDead() uint64 {
 	return 0
 }
 
+type QueueDeleteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDeleteRequest) Reset() {
+	*x = QueueDeleteRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDeleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDeleteRequest) ProtoMessage() {}
+
+func (x *QueueDeleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDeleteRequest.ProtoReflect.Descriptor instead.
+func (*QueueDeleteRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{84}
+}
+
+func (x *QueueDeleteRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+type QueueDeleteResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// deleted: the queue existed (false: nothing was done).
+	Deleted bool `protobuf:"varint,1,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// items: how many items it held (ready, in flight and dead).
+	Items         uint64 `protobuf:"varint,2,opt,name=items,proto3" json:"items,omitempty"`
+	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDeleteResponse) Reset() {
+	*x = QueueDeleteResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDeleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDeleteResponse) ProtoMessage() {}
+
+func (x *QueueDeleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDeleteResponse.ProtoReflect.Descriptor instead.
+func (*QueueDeleteResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *QueueDeleteResponse) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
+func (x *QueueDeleteResponse) GetItems() uint64 {
+	if x != nil {
+		return x.Items
+	}
+	return 0
+}
+
+func (x *QueueDeleteResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type QueuePurgeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuePurgeRequest) Reset() {
+	*x = QueuePurgeRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuePurgeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuePurgeRequest) ProtoMessage() {}
+
+func (x *QueuePurgeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuePurgeRequest.ProtoReflect.Descriptor instead.
+func (*QueuePurgeRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *QueuePurgeRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+type QueuePurgeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// purged: how many items were removed (ready, in flight and dead).
+	Purged        uint64 `protobuf:"varint,1,opt,name=purged,proto3" json:"purged,omitempty"`
+	Revision      uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuePurgeResponse) Reset() {
+	*x = QueuePurgeResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuePurgeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuePurgeResponse) ProtoMessage() {}
+
+func (x *QueuePurgeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuePurgeResponse.ProtoReflect.Descriptor instead.
+func (*QueuePurgeResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *QueuePurgeResponse) GetPurged() uint64 {
+	if x != nil {
+		return x.Purged
+	}
+	return 0
+}
+
+func (x *QueuePurgeResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 var File_api_tenurepb_tenure_proto protoreflect.FileDescriptor
 
 const file_api_tenurepb_tenure_proto_rawDesc = "" +
@@ -6200,19 +6424,21 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\rvisibility_ms\x18\x02 \x01(\x03R\fvisibilityMs\x12\x18\n" +
 	"\asession\x18\x03 \x01(\x04R\asession\x12\x12\n" +
 	"\x04wait\x18\x04 \x01(\bR\x04wait\x12%\n" +
-	"\x0esession_secret\x18\x05 \x01(\fR\rsessionSecret\"v\n" +
+	"\x0esession_secret\x18\x05 \x01(\fR\rsessionSecret\"\x90\x01\n" +
 	"\tQueueItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12%\n" +
 	"\x0edelivery_token\x18\x03 \x01(\x04R\rdeliveryToken\x12\x18\n" +
-	"\aattempt\x18\x04 \x01(\rR\aattempt\"@\n" +
+	"\aattempt\x18\x04 \x01(\rR\aattempt\x12\x18\n" +
+	"\areceipt\x18\x05 \x01(\fR\areceipt\"@\n" +
 	"\x14QueueDequeueResponse\x12(\n" +
-	"\x04item\x18\x01 \x01(\v2\x14.tenure.v1.QueueItemR\x04item\"\x86\x01\n" +
+	"\x04item\x18\x01 \x01(\v2\x14.tenure.v1.QueueItemR\x04item\"\xa0\x01\n" +
 	"\x12QueueSettleRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12%\n" +
 	"\x0edelivery_token\x18\x03 \x01(\x04R\rdeliveryToken\x12#\n" +
-	"\rvisibility_ms\x18\x04 \x01(\x03R\fvisibilityMs\"g\n" +
+	"\rvisibility_ms\x18\x04 \x01(\x03R\fvisibilityMs\x12\x18\n" +
+	"\areceipt\x18\x05 \x01(\fR\areceipt\"g\n" +
 	"\x13QueueSettleResponse\x124\n" +
 	"\x06result\x18\x01 \x01(\x0e2\x1c.tenure.v1.QueueSettleResultR\x06result\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\"M\n" +
@@ -6245,7 +6471,18 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x03ids\x18\x02 \x03(\x04R\x03ids\"J\n" +
 	"\x18QueueDeadRequeueResponse\x12\x1a\n" +
 	"\brequeued\x18\x01 \x01(\x04R\brequeued\x12\x12\n" +
-	"\x04dead\x18\x02 \x01(\x04R\x04dead*\x83\x03\n" +
+	"\x04dead\x18\x02 \x01(\x04R\x04dead\"*\n" +
+	"\x12QueueDeleteRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\"a\n" +
+	"\x13QueueDeleteResponse\x12\x18\n" +
+	"\adeleted\x18\x01 \x01(\bR\adeleted\x12\x14\n" +
+	"\x05items\x18\x02 \x01(\x04R\x05items\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\")\n" +
+	"\x11QueuePurgeRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\"H\n" +
+	"\x12QueuePurgeResponse\x12\x16\n" +
+	"\x06purged\x18\x01 \x01(\x04R\x06purged\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision*\x83\x03\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12ERROR_REASON_STALE\x10\x01\x12\x19\n" +
@@ -6284,7 +6521,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x11QueueSettleResult\x12#\n" +
 	"\x1fQUEUE_SETTLE_RESULT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16QUEUE_SETTLE_RESULT_OK\x10\x01\x12\x1d\n" +
-	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\xaf\x11\n" +
+	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\xc8\x12\n" +
 	"\x06Tenure\x12D\n" +
 	"\aSession\x12\x19.tenure.v1.SessionRequest\x1a\x1a.tenure.v1.SessionResponse(\x010\x01\x12C\n" +
 	"\bSessions\x12\x18.tenure.v1.SessionFrames\x1a\x19.tenure.v1.SessionReplies(\x010\x01\x12O\n" +
@@ -6316,7 +6553,10 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\n" +
 	"QueueStats\x12\x1c.tenure.v1.QueueStatsRequest\x1a\x1d.tenure.v1.QueueStatsResponse\x12R\n" +
 	"\rQueueDeadList\x12\x1f.tenure.v1.QueueDeadListRequest\x1a .tenure.v1.QueueDeadListResponse\x12[\n" +
-	"\x10QueueDeadRequeue\x12\".tenure.v1.QueueDeadRequeueRequest\x1a#.tenure.v1.QueueDeadRequeueResponse\x12C\n" +
+	"\x10QueueDeadRequeue\x12\".tenure.v1.QueueDeadRequeueRequest\x1a#.tenure.v1.QueueDeadRequeueResponse\x12L\n" +
+	"\vQueueDelete\x12\x1d.tenure.v1.QueueDeleteRequest\x1a\x1e.tenure.v1.QueueDeleteResponse\x12I\n" +
+	"\n" +
+	"QueuePurge\x12\x1c.tenure.v1.QueuePurgeRequest\x1a\x1d.tenure.v1.QueuePurgeResponse\x12C\n" +
 	"\tGetLimits\x12\x1b.tenure.v1.GetLimitsRequest\x1a\x19.tenure.v1.LimitsResponse\x12C\n" +
 	"\tSetLimits\x12\x1b.tenure.v1.SetLimitsRequest\x1a\x19.tenure.v1.LimitsResponseB*Z(github.com/tenure-io/tenure/api/tenurepbb\x06proto3"
 
@@ -6333,7 +6573,7 @@ func file_api_tenurepb_tenure_proto_rawDescGZIP() []byte {
 }
 
 var file_api_tenurepb_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
+var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
 var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(ErrorReason)(0),                 // 0: tenure.v1.ErrorReason
 	(PutResult)(0),                   // 1: tenure.v1.PutResult
@@ -6425,6 +6665,10 @@ var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(*QueueDeadListResponse)(nil),    // 87: tenure.v1.QueueDeadListResponse
 	(*QueueDeadRequeueRequest)(nil),  // 88: tenure.v1.QueueDeadRequeueRequest
 	(*QueueDeadRequeueResponse)(nil), // 89: tenure.v1.QueueDeadRequeueResponse
+	(*QueueDeleteRequest)(nil),       // 90: tenure.v1.QueueDeleteRequest
+	(*QueueDeleteResponse)(nil),      // 91: tenure.v1.QueueDeleteResponse
+	(*QueuePurgeRequest)(nil),        // 92: tenure.v1.QueuePurgeRequest
+	(*QueuePurgeResponse)(nil),       // 93: tenure.v1.QueuePurgeResponse
 }
 var file_api_tenurepb_tenure_proto_depIdxs = []int32{
 	6,  // 0: tenure.v1.SetLimitsRequest.limits:type_name -> tenure.v1.ClusterLimits
@@ -6504,40 +6748,44 @@ var file_api_tenurepb_tenure_proto_depIdxs = []int32{
 	83, // 74: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
 	85, // 75: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
 	88, // 76: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
-	7,  // 77: tenure.v1.Tenure.GetLimits:input_type -> tenure.v1.GetLimitsRequest
-	8,  // 78: tenure.v1.Tenure.SetLimits:input_type -> tenure.v1.SetLimitsRequest
-	31, // 79: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
-	20, // 80: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
-	41, // 81: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
-	45, // 82: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
-	48, // 83: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
-	50, // 84: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
-	55, // 85: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
-	52, // 86: tenure.v1.Tenure.FencedDelete:output_type -> tenure.v1.FencedDeleteResponse
-	59, // 87: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
-	57, // 88: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
-	15, // 89: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
-	15, // 90: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
-	15, // 91: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
-	11, // 92: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
-	12, // 93: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
-	62, // 94: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
-	64, // 95: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
-	66, // 96: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
-	71, // 97: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
-	74, // 98: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
-	77, // 99: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
-	80, // 100: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
-	82, // 101: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
-	82, // 102: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
-	82, // 103: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
-	84, // 104: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
-	87, // 105: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
-	89, // 106: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
-	9,  // 107: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
-	9,  // 108: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
-	79, // [79:109] is the sub-list for method output_type
-	49, // [49:79] is the sub-list for method input_type
+	90, // 77: tenure.v1.Tenure.QueueDelete:input_type -> tenure.v1.QueueDeleteRequest
+	92, // 78: tenure.v1.Tenure.QueuePurge:input_type -> tenure.v1.QueuePurgeRequest
+	7,  // 79: tenure.v1.Tenure.GetLimits:input_type -> tenure.v1.GetLimitsRequest
+	8,  // 80: tenure.v1.Tenure.SetLimits:input_type -> tenure.v1.SetLimitsRequest
+	31, // 81: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
+	20, // 82: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
+	41, // 83: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
+	45, // 84: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
+	48, // 85: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
+	50, // 86: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
+	55, // 87: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
+	52, // 88: tenure.v1.Tenure.FencedDelete:output_type -> tenure.v1.FencedDeleteResponse
+	59, // 89: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
+	57, // 90: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
+	15, // 91: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
+	15, // 92: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
+	15, // 93: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
+	11, // 94: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
+	12, // 95: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
+	62, // 96: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
+	64, // 97: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
+	66, // 98: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
+	71, // 99: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
+	74, // 100: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
+	77, // 101: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
+	80, // 102: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
+	82, // 103: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
+	82, // 104: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
+	82, // 105: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
+	84, // 106: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
+	87, // 107: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
+	89, // 108: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
+	91, // 109: tenure.v1.Tenure.QueueDelete:output_type -> tenure.v1.QueueDeleteResponse
+	93, // 110: tenure.v1.Tenure.QueuePurge:output_type -> tenure.v1.QueuePurgeResponse
+	9,  // 111: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
+	9,  // 112: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
+	81, // [81:113] is the sub-list for method output_type
+	49, // [49:81] is the sub-list for method input_type
 	49, // [49:49] is the sub-list for extension type_name
 	49, // [49:49] is the sub-list for extension extendee
 	0,  // [0:49] is the sub-list for field type_name
@@ -6583,7 +6831,7 @@ func file_api_tenurepb_tenure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_tenurepb_tenure_proto_rawDesc), len(file_api_tenurepb_tenure_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   84,
+			NumMessages:   88,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

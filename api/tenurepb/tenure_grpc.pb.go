@@ -51,6 +51,8 @@ const (
 	Tenure_QueueStats_FullMethodName       = "/tenure.v1.Tenure/QueueStats"
 	Tenure_QueueDeadList_FullMethodName    = "/tenure.v1.Tenure/QueueDeadList"
 	Tenure_QueueDeadRequeue_FullMethodName = "/tenure.v1.Tenure/QueueDeadRequeue"
+	Tenure_QueueDelete_FullMethodName      = "/tenure.v1.Tenure/QueueDelete"
+	Tenure_QueuePurge_FullMethodName       = "/tenure.v1.Tenure/QueuePurge"
 	Tenure_GetLimits_FullMethodName        = "/tenure.v1.Tenure/GetLimits"
 	Tenure_SetLimits_FullMethodName        = "/tenure.v1.Tenure/SetLimits"
 )
@@ -130,7 +132,9 @@ type TenureClient interface {
 	// one waiting consumer is woken per item.
 	QueueDequeue(ctx context.Context, in *QueueDequeueRequest, opts ...grpc.CallOption) (*QueueDequeueResponse, error)
 	// QueueAck deletes a delivered item; a delivery token that is no longer
-	// current is answered QUEUE_SETTLE_RESULT_STALE, not an error.
+	// current is answered QUEUE_SETTLE_RESULT_STALE, not an error. Ack, Nack
+	// and Extend must present the delivery's receipt: a missing or wrong one
+	// is PERMISSION_DENIED and changes nothing.
 	QueueAck(ctx context.Context, in *QueueSettleRequest, opts ...grpc.CallOption) (*QueueSettleResponse, error)
 	// QueueNack returns a delivered item to its place in the queue at once.
 	QueueNack(ctx context.Context, in *QueueSettleRequest, opts ...grpc.CallOption) (*QueueSettleResponse, error)
@@ -141,6 +145,13 @@ type TenureClient interface {
 	// QueueDeadRequeue moves dead-lettered items back to the queue (at their
 	// original place) with their attempts reset.
 	QueueDeadRequeue(ctx context.Context, in *QueueDeadRequeueRequest, opts ...grpc.CallOption) (*QueueDeadRequeueResponse, error)
+	// QueueDelete removes a queue entirely: its items (ready, in flight and
+	// dead) and its remembered operation ids and acks. Deliveries in flight
+	// end (their acks answer stale); waiting consumers keep waiting.
+	QueueDelete(ctx context.Context, in *QueueDeleteRequest, opts ...grpc.CallOption) (*QueueDeleteResponse, error)
+	// QueuePurge removes every item of a queue (ready, in flight and dead)
+	// and keeps its max attempts and remembered operation ids and acks.
+	QueuePurge(ctx context.Context, in *QueuePurgeRequest, opts ...grpc.CallOption) (*QueuePurgeResponse, error)
 	// Limits
 	//
 	// GetLimits reads the cluster's replicated admission limits
@@ -474,6 +485,26 @@ func (c *tenureClient) QueueDeadRequeue(ctx context.Context, in *QueueDeadRequeu
 	return out, nil
 }
 
+func (c *tenureClient) QueueDelete(ctx context.Context, in *QueueDeleteRequest, opts ...grpc.CallOption) (*QueueDeleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueDeleteResponse)
+	err := c.cc.Invoke(ctx, Tenure_QueueDelete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) QueuePurge(ctx context.Context, in *QueuePurgeRequest, opts ...grpc.CallOption) (*QueuePurgeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueuePurgeResponse)
+	err := c.cc.Invoke(ctx, Tenure_QueuePurge_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *tenureClient) GetLimits(ctx context.Context, in *GetLimitsRequest, opts ...grpc.CallOption) (*LimitsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(LimitsResponse)
@@ -569,7 +600,9 @@ type TenureServer interface {
 	// one waiting consumer is woken per item.
 	QueueDequeue(context.Context, *QueueDequeueRequest) (*QueueDequeueResponse, error)
 	// QueueAck deletes a delivered item; a delivery token that is no longer
-	// current is answered QUEUE_SETTLE_RESULT_STALE, not an error.
+	// current is answered QUEUE_SETTLE_RESULT_STALE, not an error. Ack, Nack
+	// and Extend must present the delivery's receipt: a missing or wrong one
+	// is PERMISSION_DENIED and changes nothing.
 	QueueAck(context.Context, *QueueSettleRequest) (*QueueSettleResponse, error)
 	// QueueNack returns a delivered item to its place in the queue at once.
 	QueueNack(context.Context, *QueueSettleRequest) (*QueueSettleResponse, error)
@@ -580,6 +613,13 @@ type TenureServer interface {
 	// QueueDeadRequeue moves dead-lettered items back to the queue (at their
 	// original place) with their attempts reset.
 	QueueDeadRequeue(context.Context, *QueueDeadRequeueRequest) (*QueueDeadRequeueResponse, error)
+	// QueueDelete removes a queue entirely: its items (ready, in flight and
+	// dead) and its remembered operation ids and acks. Deliveries in flight
+	// end (their acks answer stale); waiting consumers keep waiting.
+	QueueDelete(context.Context, *QueueDeleteRequest) (*QueueDeleteResponse, error)
+	// QueuePurge removes every item of a queue (ready, in flight and dead)
+	// and keeps its max attempts and remembered operation ids and acks.
+	QueuePurge(context.Context, *QueuePurgeRequest) (*QueuePurgeResponse, error)
 	// Limits
 	//
 	// GetLimits reads the cluster's replicated admission limits
@@ -680,6 +720,12 @@ func (UnimplementedTenureServer) QueueDeadList(context.Context, *QueueDeadListRe
 }
 func (UnimplementedTenureServer) QueueDeadRequeue(context.Context, *QueueDeadRequeueRequest) (*QueueDeadRequeueResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method QueueDeadRequeue not implemented")
+}
+func (UnimplementedTenureServer) QueueDelete(context.Context, *QueueDeleteRequest) (*QueueDeleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QueueDelete not implemented")
+}
+func (UnimplementedTenureServer) QueuePurge(context.Context, *QueuePurgeRequest) (*QueuePurgeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QueuePurge not implemented")
 }
 func (UnimplementedTenureServer) GetLimits(context.Context, *GetLimitsRequest) (*LimitsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetLimits not implemented")
@@ -1158,6 +1204,42 @@ func _Tenure_QueueDeadRequeue_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Tenure_QueueDelete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueDeleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).QueueDelete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_QueueDelete_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).QueueDelete(ctx, req.(*QueueDeleteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_QueuePurge_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueuePurgeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).QueuePurge(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_QueuePurge_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).QueuePurge(ctx, req.(*QueuePurgeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Tenure_GetLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetLimitsRequest)
 	if err := dec(in); err != nil {
@@ -1288,6 +1370,14 @@ var Tenure_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "QueueDeadRequeue",
 			Handler:    _Tenure_QueueDeadRequeue_Handler,
+		},
+		{
+			MethodName: "QueueDelete",
+			Handler:    _Tenure_QueueDelete_Handler,
+		},
+		{
+			MethodName: "QueuePurge",
+			Handler:    _Tenure_QueuePurge_Handler,
 		},
 		{
 			MethodName: "GetLimits",

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +28,7 @@ type queuePopJSON struct {
 	Payload       string `json:"payload"`
 	DeliveryToken uint64 `json:"delivery_token"`
 	Attempt       int    `json:"attempt"`
+	Receipt       string `json:"receipt"` // hex
 }
 
 // queueSettleJSON is `tenure queue ack|nack|extend -o json`.
@@ -63,18 +65,30 @@ type queueRequeueJSON struct {
 	Requeued int `json:"requeued"`
 }
 
+// queueDeleteJSON is `tenure queue delete -o json`.
+type queueDeleteJSON struct {
+	Deleted bool `json:"deleted"`
+	Items   int  `json:"items"`
+}
+
+// queuePurgeJSON is `tenure queue purge -o json`.
+type queuePurgeJSON struct {
+	Purged int `json:"purged"`
+}
+
 func (a *app) queueCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "queue",
 		Short: "Push to and pop from distributed queues",
 		Long: `A replicated FIFO queue. push appends an item (its id is the revision of the
 enqueue); pop hands out the oldest item under a visibility lease with a
-delivery token: nobody else gets it until the lease ends, and only an ack
-with that token deletes it. An item whose lease ran out, or that was
-nacked, goes back to its original place; after max attempts (default 5)
-it moves to the dead letters (queue dlq).`,
+delivery token and a receipt: nobody else gets it until the lease ends,
+and only an ack with that token and receipt deletes it. An item whose
+lease ran out, or that was nacked, goes back to its original place; after
+max attempts (default 5) it moves to the dead letters (queue dlq). purge
+removes a queue's items, delete the queue itself.`,
 	}
-	cmd.AddCommand(a.queuePushCommand(), a.queuePopCommand(), a.queueSettleCommand("ack"), a.queueSettleCommand("nack"), a.queueSettleCommand("extend"), a.queueLenCommand(), a.queueDLQCommand())
+	cmd.AddCommand(a.queuePushCommand(), a.queuePopCommand(), a.queueSettleCommand("ack"), a.queueSettleCommand("nack"), a.queueSettleCommand("extend"), a.queueLenCommand(), a.queueDLQCommand(), a.queuePurgeCommand(), a.queueDeleteCommand())
 	return cmd
 }
 
@@ -89,7 +103,8 @@ func (a *app) queuePushCommand() *cobra.Command {
 		Long: `Append PAYLOAD to QUEUE ("-": read the payload from stdin).
 
 JSON: {"id":N,"result":"enqueued"|"duplicate"}. "duplicate" means --op-id
-was seen before (among the queue's 10,000 latest): nothing was added and
+was seen before (among the queue's 10,000 latest; a queue that was emptied
+keeps them until 1,000 newer queues were emptied): nothing was added and
 id is the first item's.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -133,9 +148,11 @@ func (a *app) queuePopCommand() *cobra.Command {
 		Short: "Take the oldest item under a visibility lease",
 		Long: `Wait for the oldest item of QUEUE and hand it out for --visibility: nobody
 else gets it until then. Ack it (tenure queue ack, from any process) with
-its delivery token before the lease ends, or it is delivered again.
+its delivery token and receipt before the lease ends, or it is delivered
+again. The receipt is this delivery's capability: whoever has it can ack,
+nack or extend the delivery, nobody else can. Keep it secret.
 
-JSON: {"id":N,"payload":"...","delivery_token":N,"attempt":N}.
+JSON: {"id":N,"payload":"...","delivery_token":N,"attempt":N,"receipt":"HEX"}.
 
 Exit codes: 0 an item, 5 nothing arrived within --timeout, 1 other errors.`,
 		Args: cobra.ExactArgs(1),
@@ -161,9 +178,9 @@ Exit codes: 0 an item, 5 nothing arrived within --timeout, 1 other errors.`,
 			if err != nil {
 				return a.describe(err)
 			}
-			out := queuePopJSON{ID: d.ID, Payload: string(d.Payload), DeliveryToken: d.Token, Attempt: d.Attempt}
+			out := queuePopJSON{ID: d.ID, Payload: string(d.Payload), DeliveryToken: d.Token, Attempt: d.Attempt, Receipt: hex.EncodeToString(d.Receipt)}
 			return a.emit(out, func(w io.Writer) {
-				fmt.Fprintf(w, "item %d (delivery token %d, attempt %d)\n%s\n", out.ID, out.DeliveryToken, out.Attempt, out.Payload)
+				fmt.Fprintf(w, "item %d (delivery token %d, receipt %s, attempt %d)\n%s\n", out.ID, out.DeliveryToken, out.Receipt, out.Attempt, out.Payload)
 			})
 		},
 	}
@@ -176,6 +193,7 @@ Exit codes: 0 an item, 5 nothing arrived within --timeout, 1 other errors.`,
 func (a *app) queueSettleCommand(what string) *cobra.Command {
 	var (
 		token      uint64
+		receipt    string
 		visibility time.Duration
 	)
 	done := map[string]string{"ack": "acked", "nack": "nacked", "extend": "extended"}[what]
@@ -184,7 +202,7 @@ func (a *app) queueSettleCommand(what string) *cobra.Command {
 		"nack":   "Give a delivered item back to the queue at once",
 		"extend": "Extend a delivery's visibility lease",
 	}[what]
-	use := what + " QUEUE ID --delivery-token N"
+	use := what + " QUEUE ID --delivery-token N --receipt HEX"
 	if what == "extend" {
 		use += " --visibility D"
 	}
@@ -193,30 +211,43 @@ func (a *app) queueSettleCommand(what string) *cobra.Command {
 		Short: short,
 		Long: short + `.
 
+--delivery-token and --receipt are the ones pop printed: only the consumer
+given the receipt can settle its delivery. A missing or wrong receipt for
+the item's current delivery is refused (PERMISSION_DENIED, exit 1) and
+changes nothing.
+
 JSON: {"result":"` + done + `"|"stale"}. "stale": the delivery token is not the
 item's current one (its lease ran out and it was delivered again, or it was
-already settled); nothing was done. An ack repeated with the same token
-answers "acked" again.
+already settled); nothing was done. An ack repeated with the same token and
+receipt answers "acked" again.
 
-Exit codes: 0 ` + done + `, 3 stale, 1 other errors.`,
+Exit codes: 0 ` + done + `, 3 stale, 1 other errors (permission denied among them).`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !cmd.Flags().Changed("delivery-token") {
 				return errors.New("--delivery-token is required")
 			}
+			if receipt == "" {
+				return errors.New("--receipt is required (the receipt pop printed)")
+			}
+			rb, err := hex.DecodeString(receipt)
+			if err != nil {
+				return fmt.Errorf("--receipt %q is not hexadecimal", receipt)
+			}
 			id, err := strconv.ParseUint(args[1], 10, 64)
 			if err != nil {
 				return fmt.Errorf("item id %q is not a number", args[1])
 			}
+			d := &client.Delivery{Queue: args[0], ID: id, Token: token, Receipt: rb}
 			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
 				q := c.Queue(args[0])
 				switch what {
 				case "ack":
-					err = q.Ack(ctx, id, token)
+					err = q.Ack(ctx, d)
 				case "nack":
-					err = q.Nack(ctx, id, token)
+					err = q.Nack(ctx, d)
 				default:
-					err = q.Extend(ctx, id, token, visibility)
+					err = q.Extend(ctx, d, visibility)
 				}
 				stale := errors.Is(err, client.ErrStale)
 				if err != nil && !stale {
@@ -235,6 +266,7 @@ Exit codes: 0 ` + done + `, 3 stale, 1 other errors.`,
 	}
 	f := cmd.Flags()
 	f.Uint64Var(&token, "delivery-token", 0, "the delivery token pop printed (required)")
+	f.StringVar(&receipt, "receipt", "", "the receipt pop printed, hexadecimal (required)")
 	if what == "extend" {
 		f.DurationVar(&visibility, "visibility", server.DefaultVisibility, "the lease ends this long from now")
 	}
@@ -337,6 +369,61 @@ JSON: {"requeued":N}.`,
 	}
 	cmd.AddCommand(list, requeue)
 	return cmd
+}
+
+func (a *app) queuePurgeCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "purge QUEUE",
+		Short: "Remove every item of a queue, keeping the queue",
+		Long: `Remove every item of QUEUE: queued, in flight and dead. The queue keeps its
+max attempts and its remembered operation ids and acks (a push retried
+with a remembered --op-id is still "duplicate"). Deliveries in flight end:
+their acks answer "stale". Purging an empty or unknown queue does nothing.
+
+JSON: {"purged":N}: how many items were removed.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
+				n, err := c.Queue(args[0]).Purge(ctx)
+				if err != nil {
+					return err
+				}
+				return a.emit(queuePurgeJSON{Purged: n}, func(w io.Writer) { fmt.Fprintf(w, "purged %d\n", n) })
+			})
+		},
+	}
+}
+
+func (a *app) queueDeleteCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete QUEUE",
+		Short: "Delete a queue entirely",
+		Long: `Delete QUEUE entirely: its items (queued, in flight and dead), its max
+attempts and its remembered operation ids and acks. A later push creates it
+anew (and a push retried with an old --op-id is enqueued again).
+Deliveries in flight end: their acks answer "stale". Consumers waiting in
+pop keep waiting.
+
+JSON: {"deleted":true|false,"items":N}: whether the queue existed, and how
+many items it held.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
+				r, err := c.Queue(args[0]).Delete(ctx)
+				if err != nil {
+					return err
+				}
+				out := queueDeleteJSON{Deleted: r.Deleted, Items: r.Items}
+				return a.emit(out, func(w io.Writer) {
+					if !out.Deleted {
+						fmt.Fprintf(w, "no queue %s\n", args[0])
+						return
+					}
+					fmt.Fprintf(w, "deleted queue %s (%d items)\n", args[0], out.Items)
+				})
+			})
+		},
+	}
 }
 
 // addQueueServeFlags registers the queue's admission limits on serve.

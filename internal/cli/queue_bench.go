@@ -209,7 +209,7 @@ func (a *app) runQueueBench(ctx context.Context, bf benchQueueFlags) (benchQueue
 				l.deq = append(l.deq, time.Since(t))
 				t = time.Now()
 				actx, acancel := context.WithTimeout(context.Background(), cleanupTimeout)
-				err = q.Ack(actx, d.ID, d.Token)
+				err = q.Ack(actx, d)
 				acancel()
 				if err != nil {
 					l.errs++

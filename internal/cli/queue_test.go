@@ -9,8 +9,9 @@ import (
 )
 
 // TestQueueCommandsJSON checks the queue commands' JSON contract and exit
-// codes: push (and its duplicate), pop, ack (and stale), nack, len, the
-// dead letters, and pop's timeout.
+// codes: push (and its duplicate), pop, ack (and stale, and a missing or
+// wrong receipt), nack, len, the dead letters, purge, delete, and pop's
+// timeout.
 func TestQueueCommandsJSON(t *testing.T) {
 	srv := testutil.Start(t, "", nil)
 	addr := srv.Addr()
@@ -23,21 +24,44 @@ func TestQueueCommandsJSON(t *testing.T) {
 		t.Fatalf("retried push: %v", dup)
 	}
 	pop := runJSON(t, addr, 0, "queue", "pop", "q", "--visibility", "1m")
-	hasKeys(t, pop, map[string]string{"id": "number", "payload": "string", "delivery_token": "number", "attempt": "number"})
-	if pop["payload"] != "hello" || num(t, pop, "attempt") != 1 || num(t, pop, "id") != num(t, push, "id") {
+	hasKeys(t, pop, map[string]string{"id": "number", "payload": "string", "delivery_token": "number", "attempt": "number", "receipt": "string"})
+	if pop["payload"] != "hello" || num(t, pop, "attempt") != 1 || num(t, pop, "id") != num(t, push, "id") || len(pop["receipt"].(string)) != 32 {
 		t.Fatalf("pop: %v", pop)
 	}
-	id, tok := fmt.Sprint(num(t, pop, "id")), fmt.Sprint(num(t, pop, "delivery_token"))
+	id, tok, rcpt := fmt.Sprint(num(t, pop, "id")), fmt.Sprint(num(t, pop, "delivery_token")), pop["receipt"].(string)
 	ql := runJSON(t, addr, 0, "queue", "len", "q")
 	hasKeys(t, ql, map[string]string{"queued": "number", "in_flight": "number", "dead": "number", "oldest_age_ms": "number"})
 	if num(t, ql, "queued") != 0 || num(t, ql, "in_flight") != 1 || num(t, ql, "dead") != 0 {
 		t.Fatalf("len: %v", ql)
 	}
-	if r := runJSON(t, addr, 3, "queue", "ack", "q", id, "--delivery-token", fmt.Sprint(num(t, pop, "delivery_token")+1)); r["result"] != "stale" {
+	if r := runJSON(t, addr, 3, "queue", "ack", "q", id, "--delivery-token", fmt.Sprint(num(t, pop, "delivery_token")+1), "--receipt", rcpt); r["result"] != "stale" {
 		t.Fatalf("ack with a wrong token: %v", r)
 	}
+	// Another process with the right id and token but not the receipt.
+	wrong := "00" + rcpt[2:]
+	if rcpt[:2] == "00" {
+		wrong = "01" + rcpt[2:]
+	}
+	for _, what := range []string{"ack", "nack", "extend"} {
+		r := run(t, addr, "queue", what, "q", id, "--delivery-token", tok, "--receipt", wrong, "-o", "json")
+		if r.code != ExitError || r.stdout != "" || strings.Count(r.stderr, "\n") != 1 || !strings.HasPrefix(r.stderr, "tenure: permission denied: "+what+" of item "+id) {
+			t.Fatalf("%s with a wrong receipt: %+v", what, r)
+		}
+		if r := run(t, addr, "queue", what, "q", id, "--delivery-token", tok); r.code != ExitError || r.stderr != "tenure: --receipt is required (the receipt pop printed)\n" {
+			t.Fatalf("%s without a receipt: %+v", what, r)
+		}
+	}
+	if r := run(t, addr, "queue", "ack", "q", id, "--delivery-token", tok, "--receipt", "xyz"); r.code != ExitError || !strings.Contains(r.stderr, "is not hexadecimal") {
+		t.Fatalf("ack with a receipt that is not hex: %+v", r)
+	}
+	if ql := runJSON(t, addr, 0, "queue", "len", "q"); num(t, ql, "in_flight") != 1 {
+		t.Fatalf("len after the refused attempts: %v", ql)
+	}
+	if r := runJSON(t, addr, 0, "queue", "extend", "q", id, "--delivery-token", tok, "--receipt", rcpt, "--visibility", "2m"); r["result"] != "extended" {
+		t.Fatalf("extend: %v", r)
+	}
 	// One attempt: the nacked item goes to the dead letters.
-	if r := runJSON(t, addr, 0, "queue", "nack", "q", id, "--delivery-token", tok); r["result"] != "nacked" {
+	if r := runJSON(t, addr, 0, "queue", "nack", "q", id, "--delivery-token", tok, "--receipt", rcpt); r["result"] != "nacked" {
 		t.Fatalf("nack: %v", r)
 	}
 	dl := runJSON(t, addr, 0, "queue", "dlq", "list", "q")
@@ -49,7 +73,7 @@ func TestQueueCommandsJSON(t *testing.T) {
 		t.Fatalf("dlq requeue: %v", r)
 	}
 	pop = runJSON(t, addr, 0, "queue", "pop", "q")
-	if r := runJSON(t, addr, 0, "queue", "ack", "q", fmt.Sprint(num(t, pop, "id")), "--delivery-token", fmt.Sprint(num(t, pop, "delivery_token"))); r["result"] != "acked" {
+	if r := runJSON(t, addr, 0, "queue", "ack", "q", fmt.Sprint(num(t, pop, "id")), "--delivery-token", fmt.Sprint(num(t, pop, "delivery_token")), "--receipt", pop["receipt"].(string)); r["result"] != "acked" {
 		t.Fatalf("ack: %v", r)
 	}
 	r := run(t, addr, "queue", "pop", "q", "--timeout", "200ms", "-o", "json")
@@ -59,5 +83,28 @@ func TestQueueCommandsJSON(t *testing.T) {
 	r = run(t, addr, "queue", "ack", "q", "1")
 	if r.code != ExitError || !strings.Contains(r.stderr, "--delivery-token is required") {
 		t.Fatalf("ack without a token: %+v", r)
+	}
+
+	runJSON(t, addr, 0, "queue", "push", "q", "a")
+	runJSON(t, addr, 0, "queue", "push", "q", "b", "--op-id", "b")
+	runJSON(t, addr, 0, "queue", "pop", "q")
+	purged := runJSON(t, addr, 0, "queue", "purge", "q")
+	hasKeys(t, purged, map[string]string{"purged": "number"})
+	if num(t, purged, "purged") != 2 {
+		t.Fatalf("purge: %v", purged)
+	}
+	if dup := runJSON(t, addr, 0, "queue", "push", "q", "b", "--op-id", "b"); dup["result"] != "duplicate" {
+		t.Fatalf("push retried after the purge: %v", dup)
+	}
+	del := runJSON(t, addr, 0, "queue", "delete", "q")
+	hasKeys(t, del, map[string]string{"deleted": "bool", "items": "number"})
+	if del["deleted"] != true || num(t, del, "items") != 0 {
+		t.Fatalf("delete: %v", del)
+	}
+	if del := runJSON(t, addr, 0, "queue", "delete", "q"); del["deleted"] != false {
+		t.Fatalf("delete of a deleted queue: %v", del)
+	}
+	if again := runJSON(t, addr, 0, "queue", "push", "q", "b", "--op-id", "b"); again["result"] != "enqueued" {
+		t.Fatalf("push after the delete: %v", again)
 	}
 }

@@ -15,6 +15,18 @@ package fsm
 // delivery. Ack, Nack, Extend and the leader's Expire act only when the item
 // is in flight under that exact token; anything else is stale.
 //
+// Tokens are easy to guess, so a delivery also has a receipt: random bytes
+// the proposing server drew and gave to the consumer alone. The log and the
+// state keep only its SHA-256 (with the item in flight, and with a
+// remembered ack). Ack, Nack and Extend carry the hash of the receipt they
+// were given; for the current delivery (or a remembered ack) any other hash
+// is ErrPermissionDenied and changes nothing. The leader's Expire carries
+// none and needs none.
+//
+// A queue that holds no item keeps its max attempts and memories until
+// MaxEmptyQueues queues emptied after it; then it is removed (queueSet.empty
+// orders the empty queues by the revision at which they became empty).
+//
 // The trees are github.com/google/btree's copy-on-write BTreeG: a snapshot
 // clones them in O(1) under the state lock and serialises the clone while
 // Apply goes on. Items are stored by value and never modified in place, so
@@ -22,6 +34,7 @@ package fsm
 
 import (
 	"cmp"
+	"crypto/sha256"
 	"fmt"
 	"sort"
 
@@ -54,6 +67,10 @@ const (
 	QueueAckMemory = 10_000
 	// MaxRequeueBatch bounds the dead-lettered items one requeue moves.
 	MaxRequeueBatch = 1000
+	// MaxEmptyQueues is how many queues without items the state keeps
+	// (with their operation ids, acks and max attempts): the newest
+	// emptied, by the revision at which they became empty.
+	MaxEmptyQueues = 1000
 )
 
 // Queue event kinds; numbered apart from the other kinds.
@@ -99,6 +116,10 @@ type QueueResult struct {
 	Stale bool
 	// Requeued: how many dead-lettered items a requeue moved.
 	Requeued int
+	// Deleted: a delete found the queue (and removed it).
+	Deleted bool
+	// Removed: how many items a delete or purge removed.
+	Removed int
 }
 
 type qItem struct {
@@ -109,6 +130,7 @@ type qItem struct {
 	token   uint64
 	visMs   int64
 	session uint64
+	receipt string // SHA-256 of the delivery's receipt
 }
 
 func itemLess(a, b qItem) bool { return a.id < b.id }
@@ -125,10 +147,11 @@ type memo[K cmp.Ordered] struct {
 }
 
 type memoEntry[K cmp.Ordered] struct {
-	seq   uint64
-	key   K
-	id    uint64
-	token uint64
+	seq     uint64
+	key     K
+	id      uint64
+	token   uint64
+	receipt string // acks: the acking delivery's receipt hash
 }
 
 func newMemo[K cmp.Ordered](limit int) memo[K] {
@@ -141,12 +164,12 @@ func newMemo[K cmp.Ordered](limit int) memo[K] {
 
 func (m *memo[K]) get(k K) (memoEntry[K], bool) { return m.byKey.Get(memoEntry[K]{key: k}) }
 
-func (m *memo[K]) put(k K, id, token uint64) {
+func (m *memo[K]) put(k K, id, token uint64, receipt string) {
 	if old, ok := m.byKey.Get(memoEntry[K]{key: k}); ok {
 		m.bySeq.Delete(old)
 	}
 	m.seq++
-	e := memoEntry[K]{seq: m.seq, key: k, id: id, token: token}
+	e := memoEntry[K]{seq: m.seq, key: k, id: id, token: token, receipt: receipt}
 	m.byKey.ReplaceOrInsert(e)
 	m.bySeq.ReplaceOrInsert(e)
 	for m.bySeq.Len() > m.limit {
@@ -167,6 +190,9 @@ type queue struct {
 	dead        *btree.BTreeG[qItem]
 	ops         memo[string]
 	acks        memo[uint64]
+	// emptySince is the revision at which the queue last became empty
+	// (its key in queueSet.empty while it holds no item).
+	emptySince uint64
 }
 
 func newQueue(name string, maxAttempts uint32) *queue {
@@ -181,7 +207,7 @@ func newQueue(name string, maxAttempts uint32) *queue {
 }
 
 func (q *queue) clone() *queue {
-	return &queue{name: q.name, maxAttempts: q.maxAttempts, ready: q.ready.Clone(), inflight: q.inflight.Clone(), dead: q.dead.Clone(), ops: q.ops.clone(), acks: q.acks.clone()}
+	return &queue{name: q.name, maxAttempts: q.maxAttempts, ready: q.ready.Clone(), inflight: q.inflight.Clone(), dead: q.dead.Clone(), ops: q.ops.clone(), acks: q.acks.clone(), emptySince: q.emptySince}
 }
 
 func (q *queue) length() int { return q.ready.Len() + q.inflight.Len() + q.dead.Len() }
@@ -199,13 +225,63 @@ type queueSet struct {
 	session map[uint64]map[qref]struct{}
 	// nonEmpty counts the queues holding at least one item (max-queues).
 	nonEmpty int
+	// empty holds every queue without items, oldest emptied first.
+	empty *btree.BTreeG[emptyRef]
+}
+
+// emptyRef orders the empty queues by the revision at which they became
+// empty (ties, only from snapshots written before it was recorded, by name).
+type emptyRef struct {
+	since uint64
+	name  string
+}
+
+func emptyLess(a, b emptyRef) bool {
+	if a.since != b.since {
+		return a.since < b.since
+	}
+	return a.name < b.name
 }
 
 func (qs *queueSet) init() {
 	if qs.byName == nil {
 		qs.byName = make(map[string]*queue)
 		qs.session = make(map[uint64]map[qref]struct{})
+		qs.empty = btree.NewG(btreeDegree, emptyLess)
 	}
+}
+
+// resized keeps the counters right after q's length changed from had: the
+// queues holding items (max-queues) and the bounded set of empty ones. A
+// queue that became empty is the newest empty one (at the current
+// revision); the oldest beyond MaxEmptyQueues are removed.
+func (s *State) queueResized(q *queue, had int) {
+	qs := &s.queues
+	switch now := q.length(); {
+	case had == 0 && now > 0:
+		qs.nonEmpty++
+		qs.empty.Delete(emptyRef{q.emptySince, q.name})
+		q.emptySince = 0
+	case had > 0 && now == 0:
+		qs.nonEmpty--
+		q.emptySince = s.revision
+		qs.empty.ReplaceOrInsert(emptyRef{q.emptySince, q.name})
+		qs.trimEmpty()
+	}
+}
+
+// trimEmpty removes the oldest empty queues beyond MaxEmptyQueues.
+func (qs *queueSet) trimEmpty() {
+	for qs.empty.Len() > MaxEmptyQueues {
+		oldest, _ := qs.empty.DeleteMin()
+		delete(qs.byName, oldest.name)
+	}
+}
+
+// ReceiptHash is what the log and the state keep of a delivery's receipt.
+func ReceiptHash(receipt []byte) []byte {
+	h := sha256.Sum256(receipt)
+	return h[:]
 }
 
 func (qs *queueSet) hold(session uint64, r qref) {
@@ -261,6 +337,10 @@ func (s *State) applyQueue(cmd *fsmpb.Command, emit EventSink) (r Result, ok boo
 		return s.extend(op.QueueExtend, emit), true
 	case *fsmpb.Command_QueueRequeueDead:
 		return s.requeueDead(op.QueueRequeueDead, emit), true
+	case *fsmpb.Command_QueuePurge:
+		return s.purgeQueue(op.QueuePurge.GetQueue(), emit), true
+	case *fsmpb.Command_QueueDelete:
+		return s.deleteQueue(op.QueueDelete.GetQueue(), emit), true
 	}
 	return Result{}, false
 }
@@ -299,13 +379,12 @@ func (s *State) enqueue(c *fsmpb.QueueEnqueue, emit EventSink) Result {
 		q = newQueue(c.GetQueue(), cmp.Or(c.GetMaxAttempts(), DefaultMaxAttempts))
 		s.queues.byName[q.name] = q
 	}
-	if q.length() == 0 {
-		s.queues.nonEmpty++
-	}
 	id := s.bump()
+	had := q.length()
 	q.ready.ReplaceOrInsert(qItem{id: id, payload: append([]byte(nil), c.GetPayload()...)})
+	s.queueResized(q, had)
 	if opID != "" {
-		q.ops.put(opID, id, 0)
+		q.ops.put(opID, id, 0, "")
 	}
 	emit(Event{Kind: EventQueueReady, Name: q.name, Queue: &QueueEvent{ID: id, Ready: 1, Enqueue: true}})
 	return Result{Queue: &QueueResult{ID: id}}
@@ -317,6 +396,12 @@ func (s *State) dequeue(c *fsmpb.QueueDequeue, emit EventSink) Result {
 	}
 	if err := ValidateVisibility(c.GetVisibilityMs()); err != nil {
 		return Result{Err: err}
+	}
+	// An empty hash is a dequeue logged before receipts existed: its
+	// delivery is settled only by commands that carry none either, which
+	// the server never proposes (it hashes whatever it is given).
+	if n := len(c.GetReceiptHash()); n != 0 && n != sha256.Size {
+		return Result{Err: fmt.Errorf("%w: receipt hash is %d bytes, want %d", ErrInvalid, n, sha256.Size)}
 	}
 	if c.GetSession() != 0 {
 		if _, ok := s.sessions[c.GetSession()]; !ok {
@@ -332,6 +417,7 @@ func (s *State) dequeue(c *fsmpb.QueueDequeue, emit EventSink) Result {
 	it.attempts++
 	it.visMs = c.GetVisibilityMs()
 	it.session = c.GetSession()
+	it.receipt = string(c.GetReceiptHash())
 	q.inflight.ReplaceOrInsert(it)
 	s.queues.hold(it.session, qref{q.name, it.id})
 	emit(Event{Kind: EventQueueLeased, Name: q.name, Queue: &QueueEvent{ID: it.id, Token: it.token, VisibilityMs: it.visMs}})
@@ -359,25 +445,38 @@ func (s *State) current(name string, id, token uint64) (*queue, qItem, bool) {
 	return q, it, true
 }
 
+// notYours is the refusal of a settle whose receipt hash is not the
+// delivery's.
+func notYours(what string, q *queue, id, token uint64) Result {
+	return Result{Err: fmt.Errorf("%w: %s of item %d of queue %q with delivery token %d: the receipt is not the one that delivery was handed out with (ack, nack and extend must present the delivery's receipt)", ErrPermissionDenied, what, id, q.name, token)}
+}
+
+var settleNames = map[settleKind]string{settleAck: "ack", settleNack: "nack", settleExpire: "expire"}
+
 func (s *State) settle(c *fsmpb.QueueSettle, kind settleKind, emit EventSink) Result {
 	q, it, ok := s.current(c.GetQueue(), c.GetId(), c.GetDeliveryToken())
 	if !ok {
 		if kind == settleAck && q != nil {
 			if e, seen := q.acks.get(c.GetId()); seen && e.token == c.GetDeliveryToken() {
+				if e.receipt != string(c.GetReceiptHash()) {
+					return notYours("ack", q, c.GetId(), c.GetDeliveryToken())
+				}
 				return Result{Queue: &QueueResult{ID: c.GetId(), Duplicate: true}} // acked again: idempotent
 			}
 		}
 		return Result{Queue: &QueueResult{ID: c.GetId(), Stale: true}}
 	}
+	if kind != settleExpire && it.receipt != string(c.GetReceiptHash()) {
+		return notYours(settleNames[kind], q, it.id, it.token)
+	}
 	s.bump()
+	had := q.length()
 	q.inflight.Delete(it)
 	s.queues.unhold(it.session, qref{q.name, it.id})
 	emit(Event{Kind: EventQueueSettled, Name: q.name, Queue: &QueueEvent{ID: it.id, Token: it.token}})
 	if kind == settleAck {
-		q.acks.put(it.id, it.id, it.token)
-		if q.length() == 0 {
-			s.queues.nonEmpty--
-		}
+		q.acks.put(it.id, it.id, it.token, it.receipt)
+		s.queueResized(q, had)
 		return Result{Queue: &QueueResult{ID: it.id}}
 	}
 	s.putBack(q, it, emit)
@@ -387,7 +486,7 @@ func (s *State) settle(c *fsmpb.QueueSettle, kind settleKind, emit EventSink) Re
 // putBack returns a delivered item to its place among the ready items, or
 // to the dead letters once it has had max attempts deliveries.
 func (s *State) putBack(q *queue, it qItem, emit EventSink) {
-	it.token, it.visMs, it.session = 0, 0, 0
+	it.token, it.visMs, it.session, it.receipt = 0, 0, 0, ""
 	if it.attempts >= q.maxAttempts {
 		q.dead.ReplaceOrInsert(it)
 		return
@@ -403,6 +502,9 @@ func (s *State) extend(c *fsmpb.QueueExtend, emit EventSink) Result {
 	q, it, ok := s.current(c.GetQueue(), c.GetId(), c.GetDeliveryToken())
 	if !ok {
 		return Result{Queue: &QueueResult{ID: c.GetId(), Stale: true}}
+	}
+	if it.receipt != string(c.GetReceiptHash()) {
+		return notYours("extend", q, it.id, it.token)
 	}
 	s.bump()
 	it.visMs = c.GetVisibilityMs()
@@ -579,19 +681,19 @@ func (qs QueueSnapshot) Export() []*fsmpb.QueueState {
 	items := func(t *btree.BTreeG[qItem]) []*fsmpb.QueueItemState {
 		l := make([]*fsmpb.QueueItemState, 0, t.Len())
 		t.Ascend(func(it qItem) bool {
-			l = append(l, &fsmpb.QueueItemState{Id: it.id, Payload: it.payload, Attempts: it.attempts, DeliveryToken: it.token, VisibilityMs: it.visMs, Session: it.session})
+			l = append(l, &fsmpb.QueueItemState{Id: it.id, Payload: it.payload, Attempts: it.attempts, DeliveryToken: it.token, VisibilityMs: it.visMs, Session: it.session, ReceiptHash: []byte(it.receipt)})
 			return true
 		})
 		return l
 	}
 	for _, q := range qs.queues {
-		st := &fsmpb.QueueState{Name: q.name, MaxAttempts: q.maxAttempts, Ready: items(q.ready), InFlight: items(q.inflight), Dead: items(q.dead)}
+		st := &fsmpb.QueueState{Name: q.name, MaxAttempts: q.maxAttempts, Ready: items(q.ready), InFlight: items(q.inflight), Dead: items(q.dead), EmptySince: q.emptySince}
 		q.ops.bySeq.Ascend(func(e memoEntry[string]) bool {
 			st.Ops = append(st.Ops, &fsmpb.QueueMemo{OperationId: e.key, Id: e.id})
 			return true
 		})
 		q.acks.bySeq.Ascend(func(e memoEntry[uint64]) bool {
-			st.Acks = append(st.Acks, &fsmpb.QueueMemo{Id: e.id, Token: e.token})
+			st.Acks = append(st.Acks, &fsmpb.QueueMemo{Id: e.id, Token: e.token, ReceiptHash: []byte(e.receipt)})
 			return true
 		})
 		out = append(out, st)
@@ -616,22 +718,26 @@ func (s *State) importQueues(states []*fsmpb.QueueState) error {
 					return fmt.Errorf("snapshot: queue %q item %d held by unknown session %d", q.name, it.GetId(), it.GetSession())
 				}
 			}
-			q.inflight.ReplaceOrInsert(qItem{id: it.GetId(), payload: it.GetPayload(), attempts: it.GetAttempts(), token: it.GetDeliveryToken(), visMs: it.GetVisibilityMs(), session: it.GetSession()})
+			q.inflight.ReplaceOrInsert(qItem{id: it.GetId(), payload: it.GetPayload(), attempts: it.GetAttempts(), token: it.GetDeliveryToken(), visMs: it.GetVisibilityMs(), session: it.GetSession(), receipt: string(it.GetReceiptHash())})
 			s.queues.hold(it.GetSession(), qref{q.name, it.GetId()})
 		}
 		for _, it := range st.GetDead() {
 			q.dead.ReplaceOrInsert(qItem{id: it.GetId(), payload: it.GetPayload(), attempts: it.GetAttempts()})
 		}
 		for _, m := range st.GetOps() {
-			q.ops.put(m.GetOperationId(), m.GetId(), 0)
+			q.ops.put(m.GetOperationId(), m.GetId(), 0, "")
 		}
 		for _, m := range st.GetAcks() {
-			q.acks.put(m.GetId(), m.GetId(), m.GetToken())
+			q.acks.put(m.GetId(), m.GetId(), m.GetToken(), string(m.GetReceiptHash()))
 		}
 		s.queues.byName[q.name] = q
 		if q.length() > 0 {
 			s.queues.nonEmpty++
+		} else {
+			q.emptySince = st.GetEmptySince()
+			s.queues.empty.ReplaceOrInsert(emptyRef{q.emptySince, q.name})
 		}
 	}
+	s.queues.trimEmpty() // a snapshot written before empty queues were bounded
 	return nil
 }

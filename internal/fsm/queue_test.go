@@ -2,10 +2,12 @@ package fsm_test
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -20,24 +22,47 @@ func enqueueCmd(q, payload, opID string, maxAttempts uint32) *fsmpb.Command {
 	return &fsmpb.Command{Op: &fsmpb.Command_QueueEnqueue{QueueEnqueue: &fsmpb.QueueEnqueue{Queue: q, Payload: []byte(payload), OperationId: opID, MaxAttempts: maxAttempts}}}
 }
 
+// testReceipt is the receipt of every delivery the helpers below hand
+// out and settle; the receipt tests name theirs.
+const testReceipt = "consumer"
+
+// receiptHash is what the server puts in the log for receipt r.
+func receiptHash(r string) []byte {
+	h := sha256.Sum256([]byte(r))
+	return h[:]
+}
+
 func dequeueCmd(q string, session uint64) *fsmpb.Command {
-	return &fsmpb.Command{Op: &fsmpb.Command_QueueDequeue{QueueDequeue: &fsmpb.QueueDequeue{Queue: q, Session: session, VisibilityMs: 30_000}}}
+	return dequeueWith(q, session, testReceipt)
 }
 
-func ackCmd(q string, id, token uint64) *fsmpb.Command {
-	return &fsmpb.Command{Op: &fsmpb.Command_QueueAck{QueueAck: &fsmpb.QueueSettle{Queue: q, Id: id, DeliveryToken: token}}}
+func dequeueWith(q string, session uint64, receipt string) *fsmpb.Command {
+	return &fsmpb.Command{Op: &fsmpb.Command_QueueDequeue{QueueDequeue: &fsmpb.QueueDequeue{Queue: q, Session: session, VisibilityMs: 30_000, ReceiptHash: receiptHash(receipt)}}}
 }
 
-func nackCmd(q string, id, token uint64) *fsmpb.Command {
-	return &fsmpb.Command{Op: &fsmpb.Command_QueueNack{QueueNack: &fsmpb.QueueSettle{Queue: q, Id: id, DeliveryToken: token}}}
+func ackCmd(q string, id, token uint64) *fsmpb.Command { return ackWith(q, id, token, testReceipt) }
+
+func ackWith(q string, id, token uint64, receipt string) *fsmpb.Command {
+	return &fsmpb.Command{Op: &fsmpb.Command_QueueAck{QueueAck: &fsmpb.QueueSettle{Queue: q, Id: id, DeliveryToken: token, ReceiptHash: receiptHash(receipt)}}}
 }
 
+func nackCmd(q string, id, token uint64) *fsmpb.Command { return nackWith(q, id, token, testReceipt) }
+
+func nackWith(q string, id, token uint64, receipt string) *fsmpb.Command {
+	return &fsmpb.Command{Op: &fsmpb.Command_QueueNack{QueueNack: &fsmpb.QueueSettle{Queue: q, Id: id, DeliveryToken: token, ReceiptHash: receiptHash(receipt)}}}
+}
+
+// expireCmd is the leader's visibility expiry: it carries no receipt.
 func expireCmd(q string, id, token uint64) *fsmpb.Command {
 	return &fsmpb.Command{Op: &fsmpb.Command_QueueExpire{QueueExpire: &fsmpb.QueueSettle{Queue: q, Id: id, DeliveryToken: token}}}
 }
 
 func extendCmd(q string, id, token uint64, ms int64) *fsmpb.Command {
-	return &fsmpb.Command{Op: &fsmpb.Command_QueueExtend{QueueExtend: &fsmpb.QueueExtend{Queue: q, Id: id, DeliveryToken: token, VisibilityMs: ms}}}
+	return extendWith(q, id, token, ms, testReceipt)
+}
+
+func extendWith(q string, id, token uint64, ms int64, receipt string) *fsmpb.Command {
+	return &fsmpb.Command{Op: &fsmpb.Command_QueueExtend{QueueExtend: &fsmpb.QueueExtend{Queue: q, Id: id, DeliveryToken: token, VisibilityMs: ms, ReceiptHash: receiptHash(receipt)}}}
 }
 
 func requeueCmd(q string, ids ...uint64) *fsmpb.Command {
@@ -301,8 +326,11 @@ func TestQueueSnapshotIsPointInTime(t *testing.T) {
 // before it is acked or dead-lettered), that a dequeue hands out the oldest
 // ready item (redelivered items back at their original place), that only
 // the current delivery token settles a delivery, that an operation id is
-// enqueued once, and that delivery tokens only grow. Every few steps the
-// state is replaced by its own snapshot, restored.
+// enqueued once, that delivery tokens only grow, that only the
+// delivery's receipt settles it (a wrong one is refused and changes
+// nothing), and that purge and delete remove exactly a queue's items
+// (delete also its memories). Every few steps the state is replaced by its
+// own snapshot, restored.
 
 type qmState uint8
 
@@ -311,6 +339,8 @@ const (
 	qmInFlight
 	qmDead
 	qmAcked
+	// qmGone: purged or deleted.
+	qmGone
 )
 
 type qmItem struct {
@@ -321,6 +351,9 @@ type qmItem struct {
 	token    uint64   // current delivery, or the acking one
 	tokens   []uint64 // every delivery token, in order
 	session  uint64
+	receipt  string // of the current delivery, or the acking one
+	// forgotten: the item's queue was deleted after it was acked.
+	forgotten bool
 }
 
 type queueModel struct {
@@ -333,7 +366,10 @@ type queueModel struct {
 	maxToken uint64
 }
 
-var qmQueues = []string{"q1", "q2"}
+var (
+	qmQueues   = []string{"q1", "q2"}
+	qmReceipts = []string{"r1", "r2", "r3"}
+)
 
 func (m *queueModel) byState(q string, want qmState) []uint64 {
 	var out []uint64
@@ -379,7 +415,7 @@ func (m *queueModel) check(t *rapid.T) {
 			}
 			for _, it := range c.have {
 				mi := m.items[it.GetId()]
-				if it.GetAttempts() != mi.attempts || (c.state == qmInFlight && (it.GetDeliveryToken() != mi.token || it.GetSession() != mi.session)) {
+				if it.GetAttempts() != mi.attempts || (c.state == qmInFlight && (it.GetDeliveryToken() != mi.token || it.GetSession() != mi.session || !bytes.Equal(it.GetReceiptHash(), receiptHash(mi.receipt)))) {
 					t.Fatalf("queue %s item %d: state %v, model %+v", q, it.GetId(), it, mi)
 				}
 			}
@@ -414,6 +450,19 @@ func TestQueueProperties(t *testing.T) {
 			choices := append([]uint64{0, it.token + 1}, it.tokens...)
 			return rapid.SampledFrom(choices).Draw(t, "token")
 		}
+		// pickReceipt prefers the delivery's own receipt.
+		pickReceipt := func(t *rapid.T, it *qmItem) string {
+			if rapid.IntRange(0, 3).Draw(t, "other receipt") > 0 {
+				return it.receipt
+			}
+			return rapid.SampledFrom(append([]string{""}, qmReceipts...)).Draw(t, "receipt")
+		}
+		// denied checks that r refused the command for its receipt.
+		denied := func(t *rapid.T, what string, r fsm.Result) {
+			if !errors.Is(r.Err, fsm.ErrPermissionDenied) {
+				t.Fatalf("%s with a wrong receipt: %+v %v, want permission denied", what, r.Queue, r.Err)
+			}
+		}
 		actions := map[string]func(*rapid.T){
 			"enqueue": func(t *rapid.T) {
 				q := rapid.SampledFrom(qmQueues).Draw(t, "queue")
@@ -444,7 +493,8 @@ func TestQueueProperties(t *testing.T) {
 				if len(m.live) > 0 && rapid.Bool().Draw(t, "under session") {
 					sess = rapid.SampledFrom(m.live).Draw(t, "session")
 				}
-				r := m.st.Apply(dequeueCmd(q, sess), nil)
+				rc := rapid.SampledFrom(qmReceipts).Draw(t, "receipt")
+				r := m.st.Apply(dequeueWith(q, sess, rc), nil)
 				if r.Err != nil {
 					t.Fatal(r.Err)
 				}
@@ -460,52 +510,65 @@ func TestQueueProperties(t *testing.T) {
 					t.Fatalf("dequeue %s: %+v, want item %d attempt %d token above %d", q, r.Queue, it.id, it.attempts+1, m.maxToken)
 				}
 				m.maxToken = r.Queue.Token
-				it.state, it.attempts, it.token, it.session = qmInFlight, it.attempts+1, r.Queue.Token, sess
+				it.state, it.attempts, it.token, it.session, it.receipt = qmInFlight, it.attempts+1, r.Queue.Token, sess, rc
 				it.tokens = append(it.tokens, r.Queue.Token)
 			},
 			"ack": func(t *rapid.T) {
 				it := pickItem(t)
-				tok := pickToken(t, it)
-				r := m.st.Apply(ackCmd(it.queue, it.id, tok), nil)
+				tok, rc := pickToken(t, it), pickReceipt(t, it)
+				r := m.st.Apply(ackWith(it.queue, it.id, tok, rc), nil)
 				switch {
+				case it.state == qmInFlight && tok == it.token && tok != 0 && rc != it.receipt:
+					denied(t, "ack", r)
 				case it.state == qmInFlight && tok == it.token && tok != 0:
-					if r.Queue.Stale || r.Queue.Duplicate {
-						t.Fatalf("ack of the current delivery: %+v", r.Queue)
+					if r.Err != nil || r.Queue.Stale || r.Queue.Duplicate {
+						t.Fatalf("ack of the current delivery: %+v %v", r.Queue, r.Err)
 					}
 					it.state, it.session = qmAcked, 0
-				case it.state == qmAcked && tok == it.token:
-					if !r.Queue.Duplicate {
-						t.Fatalf("repeated ack: %+v", r.Queue)
+				case it.state == qmAcked && !it.forgotten && tok == it.token && rc != it.receipt:
+					denied(t, "repeated ack", r)
+				case it.state == qmAcked && !it.forgotten && tok == it.token:
+					if r.Err != nil || !r.Queue.Duplicate {
+						t.Fatalf("repeated ack: %+v %v", r.Queue, r.Err)
 					}
 				default:
-					if !r.Queue.Stale {
-						t.Fatalf("ack of %+v with token %d: %+v, want stale", it, tok, r.Queue)
+					if r.Err != nil || !r.Queue.Stale {
+						t.Fatalf("ack of %+v with token %d: %+v %v, want stale", it, tok, r.Queue, r.Err)
 					}
 				}
 			},
 			"nack or expire": func(t *rapid.T) {
 				it := pickItem(t)
-				tok := pickToken(t, it)
-				cmd := nackCmd(it.queue, it.id, tok)
-				if rapid.Bool().Draw(t, "expire") {
+				tok, rc := pickToken(t, it), pickReceipt(t, it)
+				cmd, expire := nackWith(it.queue, it.id, tok, rc), rapid.Bool().Draw(t, "expire")
+				if expire { // the leader's expiry needs no receipt
 					cmd = expireCmd(it.queue, it.id, tok)
 				}
 				r := m.st.Apply(cmd, nil)
-				if it.state == qmInFlight && tok == it.token && tok != 0 {
-					if r.Queue.Stale {
-						t.Fatalf("%v of the current delivery: stale", cmd)
+				switch {
+				case it.state == qmInFlight && tok == it.token && tok != 0 && !expire && rc != it.receipt:
+					denied(t, "nack", r)
+				case it.state == qmInFlight && tok == it.token && tok != 0:
+					if r.Err != nil || r.Queue.Stale {
+						t.Fatalf("%v of the current delivery: %+v %v", cmd, r.Queue, r.Err)
 					}
 					m.putBack(it)
-				} else if !r.Queue.Stale {
-					t.Fatalf("%v of %+v: %+v, want stale", cmd, it, r.Queue)
+				default:
+					if r.Err != nil || !r.Queue.Stale {
+						t.Fatalf("%v of %+v: %+v %v, want stale", cmd, it, r.Queue, r.Err)
+					}
 				}
 			},
 			"extend": func(t *rapid.T) {
 				it := pickItem(t)
-				tok := pickToken(t, it)
-				r := m.st.Apply(extendCmd(it.queue, it.id, tok, 5000), nil)
-				if want := !(it.state == qmInFlight && tok == it.token && tok != 0); r.Queue.Stale != want {
-					t.Fatalf("extend of %+v with %d: %+v", it, tok, r.Queue)
+				tok, rc := pickToken(t, it), pickReceipt(t, it)
+				r := m.st.Apply(extendWith(it.queue, it.id, tok, 5000, rc), nil)
+				current := it.state == qmInFlight && tok == it.token && tok != 0
+				switch {
+				case current && rc != it.receipt:
+					denied(t, "extend", r)
+				case r.Err != nil || r.Queue.Stale == current:
+					t.Fatalf("extend of %+v with %d: %+v %v", it, tok, r.Queue, r.Err)
 				}
 			},
 			"session": func(t *rapid.T) {
@@ -535,6 +598,40 @@ func TestQueueProperties(t *testing.T) {
 				}
 				for _, id := range dead {
 					m.items[id].state, m.items[id].attempts = qmReady, 0
+				}
+			},
+			"purge or delete": func(t *rapid.T) {
+				q := rapid.SampledFrom(qmQueues).Draw(t, "queue")
+				del := rapid.Bool().Draw(t, "delete")
+				cmd := &fsmpb.Command{Op: &fsmpb.Command_QueuePurge{QueuePurge: &fsmpb.QueuePurge{Queue: q}}}
+				if del {
+					cmd = &fsmpb.Command{Op: &fsmpb.Command_QueueDelete{QueueDelete: &fsmpb.QueueDelete{Queue: q}}}
+				}
+				r := m.st.Apply(cmd, nil)
+				want := 0
+				for _, id := range m.ids {
+					it := m.items[id]
+					if it.queue != q {
+						continue
+					}
+					switch it.state {
+					case qmReady, qmInFlight, qmDead:
+						want++
+						it.state, it.session = qmGone, 0
+					case qmAcked:
+						it.forgotten = it.forgotten || del
+					}
+				}
+				if r.Err != nil || r.Queue.Removed != want {
+					t.Fatalf("%v: %+v %v, want %d items removed", cmd, r.Queue, r.Err, want)
+				}
+				if del {
+					for key := range m.ops {
+						if strings.HasPrefix(key, q+"/") {
+							delete(m.ops, key)
+						}
+					}
+					m.maxAtt[q] = fsm.DefaultMaxAttempts // the next enqueue creates it anew
 				}
 			},
 			"snapshot and restore": func(t *rapid.T) {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -28,7 +29,17 @@ const (
 	// MaxMessageSize is the largest gRPC message the server accepts: the
 	// largest payload the state machine allows plus room for the rest.
 	MaxMessageSize = fsm.MaxQueuePayload + 64<<10
+	// receiptBytes is the length of a delivery's receipt (128 random bits).
+	receiptBytes = 16
 )
+
+// newReceipt draws a delivery's receipt. The log and the state only ever
+// see its hash (fsm.ReceiptHash); the consumer alone gets the receipt.
+func newReceipt() []byte {
+	b := make([]byte, receiptBytes)
+	rand.Read(b) // never fails (crypto/rand)
+	return b
+}
 
 // GRPCOptions are the gRPC server options the queue needs (messages large
 // enough for the largest payload).
@@ -259,6 +270,10 @@ func queueCmd(op any) *fsmpb.Command {
 		return &fsmpb.Command{Op: &fsmpb.Command_QueueDequeue{QueueDequeue: o}}
 	case *fsmpb.QueueRequeueDead:
 		return &fsmpb.Command{Op: &fsmpb.Command_QueueRequeueDead{QueueRequeueDead: o}}
+	case *fsmpb.QueuePurge:
+		return &fsmpb.Command{Op: &fsmpb.Command_QueuePurge{QueuePurge: o}}
+	case *fsmpb.QueueDelete:
+		return &fsmpb.Command{Op: &fsmpb.Command_QueueDelete{QueueDelete: o}}
 	}
 	panic(fmt.Sprintf("server: no queue command for %T", op))
 }
@@ -298,6 +313,8 @@ func (s *Server) QueueEnqueue(ctx context.Context, req *pb.QueueEnqueueRequest) 
 // queue's line in the hub and proposes a dequeue each time it is woken. The
 // proposal itself is detached from the call: if the caller has gone when
 // an item comes back, the item is returned to the queue (nacked) at once.
+// Each proposal carries the hash of a fresh receipt; the answer carries
+// the receipt itself.
 func (s *Server) QueueDequeue(ctx context.Context, req *pb.QueueDequeueRequest) (*pb.QueueDequeueResponse, error) {
 	name := req.GetQueue()
 	if err := fsm.ValidateQueueName(name); err != nil {
@@ -325,16 +342,18 @@ func (s *Server) QueueDequeue(ctx context.Context, req *pb.QueueDequeueRequest) 
 	defer w.leave(name, qw)
 	inLine := true
 	for {
-		res, err := s.proposeDetached(queueCmd(&fsmpb.QueueDequeue{Queue: name, Session: req.GetSession(), VisibilityMs: vis}))
+		receipt := newReceipt()
+		hash := fsm.ReceiptHash(receipt)
+		res, err := s.proposeDetached(queueCmd(&fsmpb.QueueDequeue{Queue: name, Session: req.GetSession(), VisibilityMs: vis, ReceiptHash: hash}))
 		if err != nil {
 			return nil, toStatus(err)
 		}
 		if q := res.Queue; !q.Empty {
 			if ctx.Err() != nil {
-				_, _ = s.proposeDetached(&fsmpb.Command{Op: &fsmpb.Command_QueueNack{QueueNack: &fsmpb.QueueSettle{Queue: name, Id: q.ID, DeliveryToken: q.Token}}})
+				_, _ = s.proposeDetached(&fsmpb.Command{Op: &fsmpb.Command_QueueNack{QueueNack: &fsmpb.QueueSettle{Queue: name, Id: q.ID, DeliveryToken: q.Token, ReceiptHash: hash}}})
 				return nil, toStatus(ctx.Err())
 			}
-			return &pb.QueueDequeueResponse{Item: &pb.QueueItem{Id: q.ID, Payload: q.Payload, DeliveryToken: q.Token, Attempt: q.Attempt}}, nil
+			return &pb.QueueDequeueResponse{Item: &pb.QueueItem{Id: q.ID, Payload: q.Payload, DeliveryToken: q.Token, Attempt: q.Attempt, Receipt: receipt}}, nil
 		}
 		if !req.GetWait() {
 			return &pb.QueueDequeueResponse{}, nil
@@ -365,12 +384,16 @@ func (s *Server) settle(ctx context.Context, cmd *fsmpb.Command) (*pb.QueueSettl
 	return out, nil
 }
 
+// settleArgs is the settle command of req. The receipt is hashed whatever
+// it is (a missing one too): the state machine compares the hash with the
+// delivery's, and a mismatch is PERMISSION_DENIED.
 func settleArgs(req *pb.QueueSettleRequest) *fsmpb.QueueSettle {
-	return &fsmpb.QueueSettle{Queue: req.GetQueue(), Id: req.GetId(), DeliveryToken: req.GetDeliveryToken()}
+	return &fsmpb.QueueSettle{Queue: req.GetQueue(), Id: req.GetId(), DeliveryToken: req.GetDeliveryToken(), ReceiptHash: fsm.ReceiptHash(req.GetReceipt())}
 }
 
 // QueueAck implements pb.TenureServer. An ack repeated with the same
-// token answers OK again (among the queue's 10,000 latest acks).
+// token and receipt answers OK again (among the queue's 10,000 latest
+// acks).
 func (s *Server) QueueAck(ctx context.Context, req *pb.QueueSettleRequest) (*pb.QueueSettleResponse, error) {
 	return s.settle(ctx, &fsmpb.Command{Op: &fsmpb.Command_QueueAck{QueueAck: settleArgs(req)}})
 }
@@ -385,7 +408,31 @@ func (s *Server) QueueExtend(ctx context.Context, req *pb.QueueSettleRequest) (*
 	if err := fsm.ValidateVisibility(req.GetVisibilityMs()); err != nil {
 		return nil, toStatus(err)
 	}
-	return s.settle(ctx, &fsmpb.Command{Op: &fsmpb.Command_QueueExtend{QueueExtend: &fsmpb.QueueExtend{Queue: req.GetQueue(), Id: req.GetId(), DeliveryToken: req.GetDeliveryToken(), VisibilityMs: req.GetVisibilityMs()}}})
+	return s.settle(ctx, &fsmpb.Command{Op: &fsmpb.Command_QueueExtend{QueueExtend: &fsmpb.QueueExtend{Queue: req.GetQueue(), Id: req.GetId(), DeliveryToken: req.GetDeliveryToken(), VisibilityMs: req.GetVisibilityMs(), ReceiptHash: fsm.ReceiptHash(req.GetReceipt())}}})
+}
+
+// QueuePurge implements pb.TenureServer.
+func (s *Server) QueuePurge(ctx context.Context, req *pb.QueuePurgeRequest) (*pb.QueuePurgeResponse, error) {
+	if err := fsm.ValidateQueueName(req.GetQueue()); err != nil {
+		return nil, toStatus(err)
+	}
+	res, err := s.node.Propose(ctx, queueCmd(&fsmpb.QueuePurge{Queue: req.GetQueue()}))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.QueuePurgeResponse{Purged: uint64(res.Queue.Removed), Revision: res.Revision}, nil
+}
+
+// QueueDelete implements pb.TenureServer.
+func (s *Server) QueueDelete(ctx context.Context, req *pb.QueueDeleteRequest) (*pb.QueueDeleteResponse, error) {
+	if err := fsm.ValidateQueueName(req.GetQueue()); err != nil {
+		return nil, toStatus(err)
+	}
+	res, err := s.node.Propose(ctx, queueCmd(&fsmpb.QueueDelete{Queue: req.GetQueue()}))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.QueueDeleteResponse{Deleted: res.Queue.Deleted, Items: uint64(res.Queue.Removed), Revision: res.Revision}, nil
 }
 
 // QueueStats implements pb.TenureServer.

@@ -128,16 +128,16 @@ func TestQueueRedeliveryAndStaleAck(t *testing.T) {
 	if err != nil || second.ID != e.ID || second.Token <= first.Token || second.Attempt != 2 {
 		t.Fatalf("redelivery: %+v %v after %+v", second, err, first)
 	}
-	if err := q.Ack(ctx, first.ID, first.Token); !errors.Is(err, client.ErrStale) {
+	if err := q.Ack(ctx, first); !errors.Is(err, client.ErrStale) {
 		t.Fatalf("late ack with the first token: %v, want ErrStale", err)
 	}
-	if err := q.Extend(ctx, first.ID, first.Token, time.Minute); !errors.Is(err, client.ErrStale) {
+	if err := q.Extend(ctx, first, time.Minute); !errors.Is(err, client.ErrStale) {
 		t.Fatalf("extend with the first token: %v, want ErrStale", err)
 	}
-	if err := q.Ack(ctx, second.ID, second.Token); err != nil {
+	if err := q.Ack(ctx, second); err != nil {
 		t.Fatalf("ack of the current delivery: %v", err)
 	}
-	if err := q.Ack(ctx, second.ID, second.Token); err != nil {
+	if err := q.Ack(ctx, second); err != nil {
 		t.Fatalf("repeated ack: %v", err)
 	}
 	if st, err := q.Stats(ctx); err != nil || st.Queued+st.InFlight+st.Dead != 0 {
@@ -171,7 +171,7 @@ func TestQueueSessionEndReturnsItem(t *testing.T) {
 	if err != nil || again.ID != d.ID || again.Attempt != 2 {
 		t.Fatalf("after the session ended: %+v %v", again, err)
 	}
-	if err := q.Nack(ctx, d.ID, d.Token); !errors.Is(err, client.ErrStale) {
+	if err := q.Nack(ctx, d); !errors.Is(err, client.ErrStale) {
 		t.Fatalf("nack under the ended session's delivery: %v", err)
 	}
 }
@@ -196,7 +196,7 @@ func TestQueueDeadLetters(t *testing.T) {
 		if err != nil || d.ID != poison.ID {
 			t.Fatalf("delivery %+v %v", d, err)
 		}
-		if err := q.Nack(ctx, d.ID, d.Token); err != nil {
+		if err := q.Nack(ctx, d); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -252,7 +252,7 @@ func TestQueueLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Ack(ctx, d.ID, d.Token); err != nil {
+	if err := a.Ack(ctx, d); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.Enqueue(ctx, []byte("ok")); err != nil {
@@ -302,7 +302,7 @@ func TestQueueSurvivesSnapshotAndRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Nack(ctx, poison.ID, poison.Token); err != nil { // one attempt: dead
+	if err := q.Nack(ctx, poison); err != nil { // one attempt: dead
 		t.Fatal(err)
 	}
 	held, err := q.Dequeue(ctx, 5*time.Second)
@@ -317,7 +317,7 @@ func TestQueueSurvivesSnapshotAndRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Ack(ctx, acked.ID, acked.Token); err != nil {
+	if err := q.Ack(ctx, acked); err != nil {
 		t.Fatal(err)
 	}
 	before, err := q.Stats(ctx)
@@ -339,7 +339,7 @@ func TestQueueSurvivesSnapshotAndRestart(t *testing.T) {
 	if dup, err := q.Enqueue(ctx, nil, client.WithOperationID("op0")); err != nil || !dup.Duplicate || dup.ID != poison.ID {
 		t.Fatalf("op id after the restart: %+v %v", dup, err)
 	}
-	if err := q.Ack(ctx, acked.ID, acked.Token); err != nil {
+	if err := q.Ack(ctx, acked); err != nil {
 		t.Fatalf("repeated ack after the restart: %v", err)
 	}
 	// The delivery in flight is re-armed with its full lease by the new
@@ -350,7 +350,7 @@ func TestQueueSurvivesSnapshotAndRestart(t *testing.T) {
 		st, err := q.Stats(ctx)
 		return err == nil && st.InFlight == 0
 	})
-	if err := q.Ack(ctx, held.ID, held.Token); !errors.Is(err, client.ErrStale) {
+	if err := q.Ack(ctx, held); !errors.Is(err, client.ErrStale) {
 		t.Fatalf("ack after the lease ran out: %v", err)
 	}
 	dl, err := q.DeadLetters(ctx, 0, 0)
@@ -379,7 +379,7 @@ func TestQueueWaitersSurviveLostRaces(t *testing.T) {
 				if err != nil {
 					return
 				}
-				_ = q.Ack(ctx, d.ID, d.Token)
+				_ = q.Ack(ctx, d)
 				got <- d.ID
 			}
 		}()
@@ -393,7 +393,7 @@ func TestQueueWaitersSurviveLostRaces(t *testing.T) {
 			defer func() { stolen <- n }()
 			for sctx.Err() == nil {
 				if d, err := q.TryDequeue(sctx, time.Minute); err == nil {
-					_ = q.Ack(ctx, d.ID, d.Token)
+					_ = q.Ack(ctx, d)
 					n++
 				}
 			}

@@ -51,6 +51,8 @@ type Command struct {
 	//	*Command_QueueExtend
 	//	*Command_QueueExpire
 	//	*Command_QueueRequeueDead
+	//	*Command_QueueDelete
+	//	*Command_QueuePurge
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -300,6 +302,24 @@ func (x *Command) GetQueueRequeueDead() *QueueRequeueDead {
 	return nil
 }
 
+func (x *Command) GetQueueDelete() *QueueDelete {
+	if x != nil {
+		if x, ok := x.Op.(*Command_QueueDelete); ok {
+			return x.QueueDelete
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetQueuePurge() *QueuePurge {
+	if x != nil {
+		if x, ok := x.Op.(*Command_QueuePurge); ok {
+			return x.QueuePurge
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -400,6 +420,14 @@ type Command_QueueRequeueDead struct {
 	QueueRequeueDead *QueueRequeueDead `protobuf:"bytes,26,opt,name=queue_requeue_dead,json=queueRequeueDead,proto3,oneof"`
 }
 
+type Command_QueueDelete struct {
+	QueueDelete *QueueDelete `protobuf:"bytes,27,opt,name=queue_delete,json=queueDelete,proto3,oneof"`
+}
+
+type Command_QueuePurge struct {
+	QueuePurge *QueuePurge `protobuf:"bytes,28,opt,name=queue_purge,json=queuePurge,proto3,oneof"`
+}
+
 func (*Command_CreateSession) isCommand_Op() {}
 
 func (*Command_CloseSession) isCommand_Op() {}
@@ -445,6 +473,10 @@ func (*Command_QueueExtend) isCommand_Op() {}
 func (*Command_QueueExpire) isCommand_Op() {}
 
 func (*Command_QueueRequeueDead) isCommand_Op() {}
+
+func (*Command_QueueDelete) isCommand_Op() {}
+
+func (*Command_QueuePurge) isCommand_Op() {}
 
 // SetRetention changes how much diagnostic history the state keeps: grant
 // records per lock and remembered operation ids per fenced register. 0
@@ -2786,8 +2818,12 @@ type QueueDequeue struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
 	// session: if not 0, the item returns to the queue when it ends.
-	Session       uint64 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
-	VisibilityMs  int64  `protobuf:"varint,3,opt,name=visibility_ms,json=visibilityMs,proto3" json:"visibility_ms,omitempty"`
+	Session      uint64 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
+	VisibilityMs int64  `protobuf:"varint,3,opt,name=visibility_ms,json=visibilityMs,proto3" json:"visibility_ms,omitempty"`
+	// receipt_hash: SHA-256 of the delivery's receipt, random bytes the
+	// proposer drew and returns to the consumer only. The log and the state
+	// keep nothing but this hash.
+	ReceiptHash   []byte `protobuf:"bytes,4,opt,name=receipt_hash,json=receiptHash,proto3" json:"receipt_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2843,6 +2879,13 @@ func (x *QueueDequeue) GetVisibilityMs() int64 {
 	return 0
 }
 
+func (x *QueueDequeue) GetReceiptHash() []byte {
+	if x != nil {
+		return x.ReceiptHash
+	}
+	return nil
+}
+
 // QueueSettle names one delivery: Ack, Nack and Expire act only if the
 // item is in flight under exactly this delivery token.
 type QueueSettle struct {
@@ -2850,6 +2893,10 @@ type QueueSettle struct {
 	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
 	Id            uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
 	DeliveryToken uint64                 `protobuf:"varint,3,opt,name=delivery_token,json=deliveryToken,proto3" json:"delivery_token,omitempty"`
+	// receipt_hash: SHA-256 of the receipt the request presented; Ack and
+	// Nack act only if it equals the delivery's. Expire (the leader's
+	// visibility timer) carries none.
+	ReceiptHash   []byte `protobuf:"bytes,4,opt,name=receipt_hash,json=receiptHash,proto3" json:"receipt_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2905,12 +2952,21 @@ func (x *QueueSettle) GetDeliveryToken() uint64 {
 	return 0
 }
 
+func (x *QueueSettle) GetReceiptHash() []byte {
+	if x != nil {
+		return x.ReceiptHash
+	}
+	return nil
+}
+
 type QueueExtend struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
 	Id            uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
 	DeliveryToken uint64                 `protobuf:"varint,3,opt,name=delivery_token,json=deliveryToken,proto3" json:"delivery_token,omitempty"`
 	VisibilityMs  int64                  `protobuf:"varint,4,opt,name=visibility_ms,json=visibilityMs,proto3" json:"visibility_ms,omitempty"`
+	// receipt_hash: as QueueSettle's.
+	ReceiptHash   []byte `protobuf:"bytes,5,opt,name=receipt_hash,json=receiptHash,proto3" json:"receipt_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2973,6 +3029,105 @@ func (x *QueueExtend) GetVisibilityMs() int64 {
 	return 0
 }
 
+func (x *QueueExtend) GetReceiptHash() []byte {
+	if x != nil {
+		return x.ReceiptHash
+	}
+	return nil
+}
+
+// QueueDelete removes a queue entirely: its items (ready, in flight and
+// dead) and its remembered operation ids and acks.
+type QueueDelete struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDelete) Reset() {
+	*x = QueueDelete{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDelete) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDelete) ProtoMessage() {}
+
+func (x *QueueDelete) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDelete.ProtoReflect.Descriptor instead.
+func (*QueueDelete) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *QueueDelete) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+// QueuePurge removes every item of a queue (ready, in flight and dead) and
+// keeps the queue: its max attempts and remembered operation ids and acks.
+type QueuePurge struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuePurge) Reset() {
+	*x = QueuePurge{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuePurge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuePurge) ProtoMessage() {}
+
+func (x *QueuePurge) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuePurge.ProtoReflect.Descriptor instead.
+func (*QueuePurge) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *QueuePurge) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
 // QueueRequeueDead moves dead-lettered items back to the ready queue with
 // their attempts reset: the listed ids, or the oldest limit items.
 type QueueRequeueDead struct {
@@ -2986,7 +3141,7 @@ type QueueRequeueDead struct {
 
 func (x *QueueRequeueDead) Reset() {
 	*x = QueueRequeueDead{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2998,7 +3153,7 @@ func (x *QueueRequeueDead) String() string {
 func (*QueueRequeueDead) ProtoMessage() {}
 
 func (x *QueueRequeueDead) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3011,7 +3166,7 @@ func (x *QueueRequeueDead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRequeueDead.ProtoReflect.Descriptor instead.
 func (*QueueRequeueDead) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *QueueRequeueDead) GetQueue() string {
@@ -3040,17 +3195,19 @@ type QueueItemState struct {
 	Id       uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	Payload  []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
 	Attempts uint32                 `protobuf:"varint,3,opt,name=attempts,proto3" json:"attempts,omitempty"`
-	// In flight only: the delivery's token, visibility and session.
+	// In flight only: the delivery's token, visibility, session and the
+	// SHA-256 of its receipt.
 	DeliveryToken uint64 `protobuf:"varint,4,opt,name=delivery_token,json=deliveryToken,proto3" json:"delivery_token,omitempty"`
 	VisibilityMs  int64  `protobuf:"varint,5,opt,name=visibility_ms,json=visibilityMs,proto3" json:"visibility_ms,omitempty"`
 	Session       uint64 `protobuf:"varint,6,opt,name=session,proto3" json:"session,omitempty"`
+	ReceiptHash   []byte `protobuf:"bytes,7,opt,name=receipt_hash,json=receiptHash,proto3" json:"receipt_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueItemState) Reset() {
 	*x = QueueItemState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3062,7 +3219,7 @@ func (x *QueueItemState) String() string {
 func (*QueueItemState) ProtoMessage() {}
 
 func (x *QueueItemState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3075,7 +3232,7 @@ func (x *QueueItemState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItemState.ProtoReflect.Descriptor instead.
 func (*QueueItemState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *QueueItemState) GetId() uint64 {
@@ -3120,18 +3277,27 @@ func (x *QueueItemState) GetSession() uint64 {
 	return 0
 }
 
+func (x *QueueItemState) GetReceiptHash() []byte {
+	if x != nil {
+		return x.ReceiptHash
+	}
+	return nil
+}
+
 type QueueMemo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	OperationId   string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
-	Id            uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
-	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	OperationId string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	Id          uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	Token       uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// receipt_hash: of an ack, the acking delivery's receipt hash.
+	ReceiptHash   []byte `protobuf:"bytes,4,opt,name=receipt_hash,json=receiptHash,proto3" json:"receipt_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueMemo) Reset() {
 	*x = QueueMemo{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3143,7 +3309,7 @@ func (x *QueueMemo) String() string {
 func (*QueueMemo) ProtoMessage() {}
 
 func (x *QueueMemo) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3156,7 +3322,7 @@ func (x *QueueMemo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueMemo.ProtoReflect.Descriptor instead.
 func (*QueueMemo) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *QueueMemo) GetOperationId() string {
@@ -3180,6 +3346,13 @@ func (x *QueueMemo) GetToken() uint64 {
 	return 0
 }
 
+func (x *QueueMemo) GetReceiptHash() []byte {
+	if x != nil {
+		return x.ReceiptHash
+	}
+	return nil
+}
+
 type QueueState struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -3190,15 +3363,20 @@ type QueueState struct {
 	Dead     []*QueueItemState `protobuf:"bytes,5,rep,name=dead,proto3" json:"dead,omitempty"`
 	// ops: remembered operation ids, oldest first.
 	Ops []*QueueMemo `protobuf:"bytes,6,rep,name=ops,proto3" json:"ops,omitempty"`
-	// acks: remembered acknowledgements (id, token), oldest first.
-	Acks          []*QueueMemo `protobuf:"bytes,7,rep,name=acks,proto3" json:"acks,omitempty"`
+	// acks: remembered acknowledgements (id, token, receipt hash), oldest
+	// first.
+	Acks []*QueueMemo `protobuf:"bytes,7,rep,name=acks,proto3" json:"acks,omitempty"`
+	// empty_since: the revision at which the queue last became empty (0
+	// while it holds items). The newest fsm.MaxEmptyQueues empty queues are
+	// kept.
+	EmptySince    uint64 `protobuf:"varint,8,opt,name=empty_since,json=emptySince,proto3" json:"empty_since,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueState) Reset() {
 	*x = QueueState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3210,7 +3388,7 @@ func (x *QueueState) String() string {
 func (*QueueState) ProtoMessage() {}
 
 func (x *QueueState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3223,7 +3401,7 @@ func (x *QueueState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueState.ProtoReflect.Descriptor instead.
 func (*QueueState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *QueueState) GetName() string {
@@ -3275,11 +3453,18 @@ func (x *QueueState) GetAcks() []*QueueMemo {
 	return nil
 }
 
+func (x *QueueState) GetEmptySince() uint64 {
+	if x != nil {
+		return x.EmptySince
+	}
+	return 0
+}
+
 var File_internal_fsm_fsmpb_fsm_proto protoreflect.FileDescriptor
 
 const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xa1\v\n" +
+	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xa0\f\n" +
 	"\aCommand\x12E\n" +
 	"\x0ecreate_session\x18\x01 \x01(\v2\x1c.tenure.fsm.v1.CreateSessionH\x00R\rcreateSession\x12B\n" +
 	"\rclose_session\x18\x02 \x01(\v2\x1b.tenure.fsm.v1.CloseSessionH\x00R\fcloseSession\x12E\n" +
@@ -3307,7 +3492,10 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"queue_nack\x18\x17 \x01(\v2\x1a.tenure.fsm.v1.QueueSettleH\x00R\tqueueNack\x12?\n" +
 	"\fqueue_extend\x18\x18 \x01(\v2\x1a.tenure.fsm.v1.QueueExtendH\x00R\vqueueExtend\x12?\n" +
 	"\fqueue_expire\x18\x19 \x01(\v2\x1a.tenure.fsm.v1.QueueSettleH\x00R\vqueueExpire\x12O\n" +
-	"\x12queue_requeue_dead\x18\x1a \x01(\v2\x1f.tenure.fsm.v1.QueueRequeueDeadH\x00R\x10queueRequeueDeadB\x04\n" +
+	"\x12queue_requeue_dead\x18\x1a \x01(\v2\x1f.tenure.fsm.v1.QueueRequeueDeadH\x00R\x10queueRequeueDead\x12?\n" +
+	"\fqueue_delete\x18\x1b \x01(\v2\x1a.tenure.fsm.v1.QueueDeleteH\x00R\vqueueDelete\x12<\n" +
+	"\vqueue_purge\x18\x1c \x01(\v2\x19.tenure.fsm.v1.QueuePurgeH\x00R\n" +
+	"queuePurgeB\x04\n" +
 	"\x02op\"_\n" +
 	"\fSetRetention\x12!\n" +
 	"\flock_history\x18\x01 \x01(\rR\vlockHistory\x12,\n" +
@@ -3487,35 +3675,45 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12!\n" +
 	"\foperation_id\x18\x03 \x01(\tR\voperationId\x12!\n" +
-	"\fmax_attempts\x18\x04 \x01(\rR\vmaxAttempts\"c\n" +
+	"\fmax_attempts\x18\x04 \x01(\rR\vmaxAttempts\"\x86\x01\n" +
 	"\fQueueDequeue\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12#\n" +
-	"\rvisibility_ms\x18\x03 \x01(\x03R\fvisibilityMs\"Z\n" +
+	"\rvisibility_ms\x18\x03 \x01(\x03R\fvisibilityMs\x12!\n" +
+	"\freceipt_hash\x18\x04 \x01(\fR\vreceiptHash\"}\n" +
 	"\vQueueSettle\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12%\n" +
-	"\x0edelivery_token\x18\x03 \x01(\x04R\rdeliveryToken\"\x7f\n" +
+	"\x0edelivery_token\x18\x03 \x01(\x04R\rdeliveryToken\x12!\n" +
+	"\freceipt_hash\x18\x04 \x01(\fR\vreceiptHash\"\xa2\x01\n" +
 	"\vQueueExtend\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12%\n" +
 	"\x0edelivery_token\x18\x03 \x01(\x04R\rdeliveryToken\x12#\n" +
-	"\rvisibility_ms\x18\x04 \x01(\x03R\fvisibilityMs\"P\n" +
+	"\rvisibility_ms\x18\x04 \x01(\x03R\fvisibilityMs\x12!\n" +
+	"\freceipt_hash\x18\x05 \x01(\fR\vreceiptHash\"#\n" +
+	"\vQueueDelete\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\"\"\n" +
+	"\n" +
+	"QueuePurge\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\"P\n" +
 	"\x10QueueRequeueDead\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x10\n" +
 	"\x03ids\x18\x02 \x03(\x04R\x03ids\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\rR\x05limit\"\xbc\x01\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"\xdf\x01\n" +
 	"\x0eQueueItemState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1a\n" +
 	"\battempts\x18\x03 \x01(\rR\battempts\x12%\n" +
 	"\x0edelivery_token\x18\x04 \x01(\x04R\rdeliveryToken\x12#\n" +
 	"\rvisibility_ms\x18\x05 \x01(\x03R\fvisibilityMs\x12\x18\n" +
-	"\asession\x18\x06 \x01(\x04R\asession\"T\n" +
+	"\asession\x18\x06 \x01(\x04R\asession\x12!\n" +
+	"\freceipt_hash\x18\a \x01(\fR\vreceiptHash\"w\n" +
 	"\tQueueMemo\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\"\xc1\x02\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
+	"\freceipt_hash\x18\x04 \x01(\fR\vreceiptHash\"\xe2\x02\n" +
 	"\n" +
 	"QueueState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
@@ -3524,7 +3722,9 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\tin_flight\x18\x04 \x03(\v2\x1d.tenure.fsm.v1.QueueItemStateR\binFlight\x121\n" +
 	"\x04dead\x18\x05 \x03(\v2\x1d.tenure.fsm.v1.QueueItemStateR\x04dead\x12*\n" +
 	"\x03ops\x18\x06 \x03(\v2\x18.tenure.fsm.v1.QueueMemoR\x03ops\x12,\n" +
-	"\x04acks\x18\a \x03(\v2\x18.tenure.fsm.v1.QueueMemoR\x04acksB0Z.github.com/tenure-io/tenure/internal/fsm/fsmpbb\x06proto3"
+	"\x04acks\x18\a \x03(\v2\x18.tenure.fsm.v1.QueueMemoR\x04acks\x12\x1f\n" +
+	"\vempty_since\x18\b \x01(\x04R\n" +
+	"emptySinceB0Z.github.com/tenure-io/tenure/internal/fsm/fsmpbb\x06proto3"
 
 var (
 	file_internal_fsm_fsmpb_fsm_proto_rawDescOnce sync.Once
@@ -3538,7 +3738,7 @@ func file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_internal_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Command)(nil),          // 0: tenure.fsm.v1.Command
 	(*SetRetention)(nil),     // 1: tenure.fsm.v1.SetRetention
@@ -3576,10 +3776,12 @@ var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*QueueDequeue)(nil),     // 33: tenure.fsm.v1.QueueDequeue
 	(*QueueSettle)(nil),      // 34: tenure.fsm.v1.QueueSettle
 	(*QueueExtend)(nil),      // 35: tenure.fsm.v1.QueueExtend
-	(*QueueRequeueDead)(nil), // 36: tenure.fsm.v1.QueueRequeueDead
-	(*QueueItemState)(nil),   // 37: tenure.fsm.v1.QueueItemState
-	(*QueueMemo)(nil),        // 38: tenure.fsm.v1.QueueMemo
-	(*QueueState)(nil),       // 39: tenure.fsm.v1.QueueState
+	(*QueueDelete)(nil),      // 36: tenure.fsm.v1.QueueDelete
+	(*QueuePurge)(nil),       // 37: tenure.fsm.v1.QueuePurge
+	(*QueueRequeueDead)(nil), // 38: tenure.fsm.v1.QueueRequeueDead
+	(*QueueItemState)(nil),   // 39: tenure.fsm.v1.QueueItemState
+	(*QueueMemo)(nil),        // 40: tenure.fsm.v1.QueueMemo
+	(*QueueState)(nil),       // 41: tenure.fsm.v1.QueueState
 }
 var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	5,  // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
@@ -3604,39 +3806,41 @@ var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	34, // 19: tenure.fsm.v1.Command.queue_nack:type_name -> tenure.fsm.v1.QueueSettle
 	35, // 20: tenure.fsm.v1.Command.queue_extend:type_name -> tenure.fsm.v1.QueueExtend
 	34, // 21: tenure.fsm.v1.Command.queue_expire:type_name -> tenure.fsm.v1.QueueSettle
-	36, // 22: tenure.fsm.v1.Command.queue_requeue_dead:type_name -> tenure.fsm.v1.QueueRequeueDead
-	2,  // 23: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
-	0,  // 24: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
-	18, // 25: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
-	22, // 26: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
-	24, // 27: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
-	39, // 28: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
-	31, // 29: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
-	17, // 30: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
-	2,  // 31: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
-	21, // 32: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
-	16, // 33: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
-	19, // 34: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
-	19, // 35: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
-	20, // 36: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
-	21, // 37: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
-	23, // 38: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
-	25, // 39: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
-	26, // 40: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
-	27, // 41: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
-	28, // 42: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
-	29, // 43: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
-	29, // 44: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
-	37, // 45: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
-	37, // 46: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
-	37, // 47: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
-	38, // 48: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
-	38, // 49: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
-	50, // [50:50] is the sub-list for method output_type
-	50, // [50:50] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	38, // 22: tenure.fsm.v1.Command.queue_requeue_dead:type_name -> tenure.fsm.v1.QueueRequeueDead
+	36, // 23: tenure.fsm.v1.Command.queue_delete:type_name -> tenure.fsm.v1.QueueDelete
+	37, // 24: tenure.fsm.v1.Command.queue_purge:type_name -> tenure.fsm.v1.QueuePurge
+	2,  // 25: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
+	0,  // 26: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
+	18, // 27: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
+	22, // 28: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
+	24, // 29: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
+	41, // 30: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
+	31, // 31: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
+	17, // 32: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
+	2,  // 33: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
+	21, // 34: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
+	16, // 35: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
+	19, // 36: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
+	19, // 37: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
+	20, // 38: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
+	21, // 39: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
+	23, // 40: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
+	25, // 41: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
+	26, // 42: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
+	27, // 43: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
+	28, // 44: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
+	29, // 45: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
+	29, // 46: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
+	39, // 47: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
+	39, // 48: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
+	39, // 49: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
+	40, // 50: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
+	40, // 51: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_internal_fsm_fsmpb_fsm_proto_init() }
@@ -3668,6 +3872,8 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 		(*Command_QueueExtend)(nil),
 		(*Command_QueueExpire)(nil),
 		(*Command_QueueRequeueDead)(nil),
+		(*Command_QueueDelete)(nil),
+		(*Command_QueuePurge)(nil),
 	}
 	file_internal_fsm_fsmpb_fsm_proto_msgTypes[29].OneofWrappers = []any{
 		(*KVOp_Put)(nil),
@@ -3680,7 +3886,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_fsm_fsmpb_fsm_proto_rawDesc), len(file_internal_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   40,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
