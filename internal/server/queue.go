@@ -30,11 +30,13 @@ const (
 	MaxMessageSize = fsm.MaxQueuePayload + 64<<10
 )
 
-// GRPCOptions are the gRPC server options the queue needs (messages large
-// enough for the largest payload).
+// GRPCOptions are the gRPC server options the service needs: messages
+// large enough for the largest queue payload, and the codec that lets
+// Register decode requests itself (wire.go).
 func GRPCOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageSize),
+		grpc.ForceServerCodecV2(newCodec()),
 		// Fixed flow-control windows (1 MiB per stream, 16 MiB per
 		// connection) instead of gRPC's dynamic ones: the dynamic window
 		// is sized by ping probes, about one per round trip on a busy
