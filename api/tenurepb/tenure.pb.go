@@ -2189,6 +2189,11 @@ func (x *Error) GetMessage() string {
 
 type ListSessionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// after_id: list the sessions with larger ids (paging: the last id of
+	// the previous page).
+	AfterId uint64 `protobuf:"varint,1,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
+	// limit: at most this many sessions (0 or above 10,000: 10,000).
+	Limit uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
 	// serializable: answer from this node's local state, which may be stale
 	// (no leader round trip). Default: linearizable.
 	Serializable  bool `protobuf:"varint,15,opt,name=serializable,proto3" json:"serializable,omitempty"`
@@ -2226,6 +2231,20 @@ func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
 	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{29}
 }
 
+func (x *ListSessionsRequest) GetAfterId() uint64 {
+	if x != nil {
+		return x.AfterId
+	}
+	return 0
+}
+
+func (x *ListSessionsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 func (x *ListSessionsRequest) GetSerializable() bool {
 	if x != nil {
 		return x.Serializable
@@ -2234,12 +2253,16 @@ func (x *ListSessionsRequest) GetSerializable() bool {
 }
 
 type SessionInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
-	TtlMs         int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
-	Held          []string               `protobuf:"bytes,4,rep,name=held,proto3" json:"held,omitempty"`
-	Waiting       []string               `protobuf:"bytes,5,rep,name=waiting,proto3" json:"waiting,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Owner string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	TtlMs int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// held and waiting name the locks by name, at most 1,000 of each;
+	// held_count and waiting_count count them all.
+	Held          []string `protobuf:"bytes,4,rep,name=held,proto3" json:"held,omitempty"`
+	Waiting       []string `protobuf:"bytes,5,rep,name=waiting,proto3" json:"waiting,omitempty"`
+	HeldCount     uint32   `protobuf:"varint,6,opt,name=held_count,json=heldCount,proto3" json:"held_count,omitempty"`
+	WaitingCount  uint32   `protobuf:"varint,7,opt,name=waiting_count,json=waitingCount,proto3" json:"waiting_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2309,10 +2332,27 @@ func (x *SessionInfo) GetWaiting() []string {
 	return nil
 }
 
+func (x *SessionInfo) GetHeldCount() uint32 {
+	if x != nil {
+		return x.HeldCount
+	}
+	return 0
+}
+
+func (x *SessionInfo) GetWaitingCount() uint32 {
+	if x != nil {
+		return x.WaitingCount
+	}
+	return 0
+}
+
 type ListSessionsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sessions      []*SessionInfo         `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
-	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sessions by id.
+	Sessions []*SessionInfo `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	Revision uint64         `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// more: sessions were left out; ask again with after_id = the last id.
+	More          bool `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2361,9 +2401,25 @@ func (x *ListSessionsResponse) GetRevision() uint64 {
 	return 0
 }
 
+func (x *ListSessionsResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
 type LockStatusRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// holders_after: list the holders whose token is above this (paging:
+	// the last token of the previous page; 2^64-1 lists none).
+	HoldersAfter uint64 `protobuf:"varint,2,opt,name=holders_after,json=holdersAfter,proto3" json:"holders_after,omitempty"`
+	// waiters_after: list the waiters whose queued_revision is above this
+	// (paging: the last one of the previous page; 2^64-1 lists none).
+	WaitersAfter uint64 `protobuf:"varint,3,opt,name=waiters_after,json=waitersAfter,proto3" json:"waiters_after,omitempty"`
+	// limit: at most this many holders, and this many waiters (0 or above
+	// 10,000: 10,000).
+	Limit uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	// serializable: answer from this node's local state, which may be stale
 	// (no leader round trip). Default: linearizable.
 	Serializable  bool `protobuf:"varint,15,opt,name=serializable,proto3" json:"serializable,omitempty"`
@@ -2406,6 +2462,27 @@ func (x *LockStatusRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *LockStatusRequest) GetHoldersAfter() uint64 {
+	if x != nil {
+		return x.HoldersAfter
+	}
+	return 0
+}
+
+func (x *LockStatusRequest) GetWaitersAfter() uint64 {
+	if x != nil {
+		return x.WaitersAfter
+	}
+	return 0
+}
+
+func (x *LockStatusRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
 }
 
 func (x *LockStatusRequest) GetSerializable() bool {
@@ -2576,9 +2653,16 @@ type LockStatusResponse struct {
 	Holders []*Holder `protobuf:"bytes,6,rep,name=holders,proto3" json:"holders,omitempty"`
 	Permits uint32    `protobuf:"varint,7,opt,name=permits,proto3" json:"permits,omitempty"`
 	// waiters in grant order: the first is granted next.
-	Waiters       []*Waiter `protobuf:"bytes,3,rep,name=waiters,proto3" json:"waiters,omitempty"`
-	Delayed       bool      `protobuf:"varint,4,opt,name=delayed,proto3" json:"delayed,omitempty"`
-	Revision      uint64    `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	Waiters  []*Waiter `protobuf:"bytes,3,rep,name=waiters,proto3" json:"waiters,omitempty"`
+	Delayed  bool      `protobuf:"varint,4,opt,name=delayed,proto3" json:"delayed,omitempty"`
+	Revision uint64    `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	// more_holders, more_waiters: holders or waiters were left out of this
+	// page; ask again from the last one listed.
+	MoreHolders bool `protobuf:"varint,8,opt,name=more_holders,json=moreHolders,proto3" json:"more_holders,omitempty"`
+	MoreWaiters bool `protobuf:"varint,9,opt,name=more_waiters,json=moreWaiters,proto3" json:"more_waiters,omitempty"`
+	// holder_count, waiter_count: all of them, listed or not.
+	HolderCount   uint32 `protobuf:"varint,10,opt,name=holder_count,json=holderCount,proto3" json:"holder_count,omitempty"`
+	WaiterCount   uint32 `protobuf:"varint,11,opt,name=waiter_count,json=waiterCount,proto3" json:"waiter_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2662,6 +2746,249 @@ func (x *LockStatusResponse) GetRevision() uint64 {
 	return 0
 }
 
+func (x *LockStatusResponse) GetMoreHolders() bool {
+	if x != nil {
+		return x.MoreHolders
+	}
+	return false
+}
+
+func (x *LockStatusResponse) GetMoreWaiters() bool {
+	if x != nil {
+		return x.MoreWaiters
+	}
+	return false
+}
+
+func (x *LockStatusResponse) GetHolderCount() uint32 {
+	if x != nil {
+		return x.HolderCount
+	}
+	return 0
+}
+
+func (x *LockStatusResponse) GetWaiterCount() uint32 {
+	if x != nil {
+		return x.WaiterCount
+	}
+	return 0
+}
+
+type ListLocksRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// prefix: only the names that start with it ("" is every lock).
+	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// after: list the names after this one (paging: the last name of the
+	// previous page).
+	After string `protobuf:"bytes,2,opt,name=after,proto3" json:"after,omitempty"`
+	// limit: at most this many locks (0 or above 10,000: 10,000).
+	Limit uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// serializable: answer from this node's local state, which may be stale
+	// (no leader round trip). Default: linearizable.
+	Serializable  bool `protobuf:"varint,15,opt,name=serializable,proto3" json:"serializable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLocksRequest) Reset() {
+	*x = ListLocksRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLocksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLocksRequest) ProtoMessage() {}
+
+func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
+func (*ListLocksRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ListLocksRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ListLocksRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+func (x *ListLocksRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListLocksRequest) GetSerializable() bool {
+	if x != nil {
+		return x.Serializable
+	}
+	return false
+}
+
+// LockSummary is a lock (mutex, semaphore, read-write lock or election)
+// in a listing.
+type LockSummary struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Permits uint32                 `protobuf:"varint,2,opt,name=permits,proto3" json:"permits,omitempty"`
+	// holders, waiters: how many.
+	Holders       uint32 `protobuf:"varint,3,opt,name=holders,proto3" json:"holders,omitempty"`
+	Waiters       uint32 `protobuf:"varint,4,opt,name=waiters,proto3" json:"waiters,omitempty"`
+	Delayed       bool   `protobuf:"varint,5,opt,name=delayed,proto3" json:"delayed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockSummary) Reset() {
+	*x = LockSummary{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockSummary) ProtoMessage() {}
+
+func (x *LockSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockSummary.ProtoReflect.Descriptor instead.
+func (*LockSummary) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *LockSummary) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LockSummary) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+func (x *LockSummary) GetHolders() uint32 {
+	if x != nil {
+		return x.Holders
+	}
+	return 0
+}
+
+func (x *LockSummary) GetWaiters() uint32 {
+	if x != nil {
+		return x.Waiters
+	}
+	return 0
+}
+
+func (x *LockSummary) GetDelayed() bool {
+	if x != nil {
+		return x.Delayed
+	}
+	return false
+}
+
+type ListLocksResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// locks by name.
+	Locks []*LockSummary `protobuf:"bytes,1,rep,name=locks,proto3" json:"locks,omitempty"`
+	// more: locks were left out; ask again with after = the last name.
+	More          bool   `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLocksResponse) Reset() {
+	*x = ListLocksResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLocksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLocksResponse) ProtoMessage() {}
+
+func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
+func (*ListLocksResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ListLocksResponse) GetLocks() []*LockSummary {
+	if x != nil {
+		return x.Locks
+	}
+	return nil
+}
+
+func (x *ListLocksResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+func (x *ListLocksResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 type LockHistoryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2674,7 +3001,7 @@ type LockHistoryRequest struct {
 
 func (x *LockHistoryRequest) Reset() {
 	*x = LockHistoryRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2686,7 +3013,7 @@ func (x *LockHistoryRequest) String() string {
 func (*LockHistoryRequest) ProtoMessage() {}
 
 func (x *LockHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2699,7 +3026,7 @@ func (x *LockHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHistoryRequest.ProtoReflect.Descriptor instead.
 func (*LockHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{36}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *LockHistoryRequest) GetName() string {
@@ -2731,7 +3058,7 @@ type GrantRecord struct {
 
 func (x *GrantRecord) Reset() {
 	*x = GrantRecord{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2743,7 +3070,7 @@ func (x *GrantRecord) String() string {
 func (*GrantRecord) ProtoMessage() {}
 
 func (x *GrantRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2756,7 +3083,7 @@ func (x *GrantRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRecord.ProtoReflect.Descriptor instead.
 func (*GrantRecord) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{37}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GrantRecord) GetOwner() string {
@@ -2812,7 +3139,7 @@ type LockHistoryResponse struct {
 
 func (x *LockHistoryResponse) Reset() {
 	*x = LockHistoryResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2824,7 +3151,7 @@ func (x *LockHistoryResponse) String() string {
 func (*LockHistoryResponse) ProtoMessage() {}
 
 func (x *LockHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2837,7 +3164,7 @@ func (x *LockHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHistoryResponse.ProtoReflect.Descriptor instead.
 func (*LockHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{38}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *LockHistoryResponse) GetName() string {
@@ -2866,7 +3193,7 @@ type FencedPutRequest struct {
 
 func (x *FencedPutRequest) Reset() {
 	*x = FencedPutRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2878,7 +3205,7 @@ func (x *FencedPutRequest) String() string {
 func (*FencedPutRequest) ProtoMessage() {}
 
 func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2891,7 +3218,7 @@ func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutRequest.ProtoReflect.Descriptor instead.
 func (*FencedPutRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{39}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *FencedPutRequest) GetKey() string {
@@ -2937,7 +3264,7 @@ type FencedPutResponse struct {
 
 func (x *FencedPutResponse) Reset() {
 	*x = FencedPutResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2949,7 +3276,7 @@ func (x *FencedPutResponse) String() string {
 func (*FencedPutResponse) ProtoMessage() {}
 
 func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2962,7 +3289,7 @@ func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutResponse.ProtoReflect.Descriptor instead.
 func (*FencedPutResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{40}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FencedPutResponse) GetResult() PutResult {
@@ -3005,7 +3332,7 @@ type FencedGetRequest struct {
 
 func (x *FencedGetRequest) Reset() {
 	*x = FencedGetRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3017,7 +3344,7 @@ func (x *FencedGetRequest) String() string {
 func (*FencedGetRequest) ProtoMessage() {}
 
 func (x *FencedGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3030,7 +3357,7 @@ func (x *FencedGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedGetRequest.ProtoReflect.Descriptor instead.
 func (*FencedGetRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{41}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FencedGetRequest) GetKey() string {
@@ -3060,7 +3387,7 @@ type FencedGetResponse struct {
 
 func (x *FencedGetResponse) Reset() {
 	*x = FencedGetResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3072,7 +3399,7 @@ func (x *FencedGetResponse) String() string {
 func (*FencedGetResponse) ProtoMessage() {}
 
 func (x *FencedGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3085,7 +3412,7 @@ func (x *FencedGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedGetResponse.ProtoReflect.Descriptor instead.
 func (*FencedGetResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{42}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FencedGetResponse) GetKey() string {
@@ -3132,7 +3459,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3144,7 +3471,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3157,7 +3484,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{43}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ObserveRequest) GetName() string {
@@ -3181,7 +3508,7 @@ type LeaderEvent struct {
 
 func (x *LeaderEvent) Reset() {
 	*x = LeaderEvent{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3193,7 +3520,7 @@ func (x *LeaderEvent) String() string {
 func (*LeaderEvent) ProtoMessage() {}
 
 func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3206,7 +3533,7 @@ func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderEvent.ProtoReflect.Descriptor instead.
 func (*LeaderEvent) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{44}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *LeaderEvent) GetOwner() string {
@@ -3252,7 +3579,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3264,7 +3591,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3277,7 +3604,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{45}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{48}
 }
 
 type StatusResponse struct {
@@ -3299,7 +3626,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3311,7 +3638,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3324,7 +3651,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{46}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StatusResponse) GetNode() string {
@@ -3402,7 +3729,7 @@ type KVKeyValue struct {
 
 func (x *KVKeyValue) Reset() {
 	*x = KVKeyValue{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3414,7 +3741,7 @@ func (x *KVKeyValue) String() string {
 func (*KVKeyValue) ProtoMessage() {}
 
 func (x *KVKeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3427,7 +3754,7 @@ func (x *KVKeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeyValue.ProtoReflect.Descriptor instead.
 func (*KVKeyValue) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{47}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *KVKeyValue) GetKey() string {
@@ -3485,7 +3812,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3497,7 +3824,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3510,7 +3837,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{48}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -3543,7 +3870,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3555,7 +3882,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3568,7 +3895,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{49}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *KVPutResponse) GetRevision() uint64 {
@@ -3583,7 +3910,9 @@ type KVRangeRequest struct {
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// prefix: every key starting with key ("" is every key).
 	Prefix bool `protobuf:"varint,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
-	// limit: at most this many keys (0: no limit).
+	// limit: at most this many keys (0 or above 10,000: 10,000). A page
+	// also stops before 2 MiB (but holds at least one key); more then says
+	// that keys were left out.
 	Limit int64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	// start_key, with prefix: begin at this key (inclusive) instead of the
 	// prefix's first. To page, send the last key received + "\x00".
@@ -3597,7 +3926,7 @@ type KVRangeRequest struct {
 
 func (x *KVRangeRequest) Reset() {
 	*x = KVRangeRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3609,7 +3938,7 @@ func (x *KVRangeRequest) String() string {
 func (*KVRangeRequest) ProtoMessage() {}
 
 func (x *KVRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3622,7 +3951,7 @@ func (x *KVRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRangeRequest.ProtoReflect.Descriptor instead.
 func (*KVRangeRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{50}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *KVRangeRequest) GetKey() string {
@@ -3664,7 +3993,7 @@ type KVRangeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// kvs in key order.
 	Kvs []*KVKeyValue `protobuf:"bytes,1,rep,name=kvs,proto3" json:"kvs,omitempty"`
-	// more: limit cut the answer short.
+	// more: the limit or the page size cut the answer short.
 	More          bool   `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
 	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -3673,7 +4002,7 @@ type KVRangeResponse struct {
 
 func (x *KVRangeResponse) Reset() {
 	*x = KVRangeResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3685,7 +4014,7 @@ func (x *KVRangeResponse) String() string {
 func (*KVRangeResponse) ProtoMessage() {}
 
 func (x *KVRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3698,7 +4027,7 @@ func (x *KVRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRangeResponse.ProtoReflect.Descriptor instead.
 func (*KVRangeResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{51}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *KVRangeResponse) GetKvs() []*KVKeyValue {
@@ -3732,7 +4061,7 @@ type KVDeleteRequest struct {
 
 func (x *KVDeleteRequest) Reset() {
 	*x = KVDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3744,7 +4073,7 @@ func (x *KVDeleteRequest) String() string {
 func (*KVDeleteRequest) ProtoMessage() {}
 
 func (x *KVDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3757,7 +4086,7 @@ func (x *KVDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KVDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{52}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *KVDeleteRequest) GetKey() string {
@@ -3786,7 +4115,7 @@ type KVDeleteResponse struct {
 
 func (x *KVDeleteResponse) Reset() {
 	*x = KVDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3798,7 +4127,7 @@ func (x *KVDeleteResponse) String() string {
 func (*KVDeleteResponse) ProtoMessage() {}
 
 func (x *KVDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3811,7 +4140,7 @@ func (x *KVDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDeleteResponse.ProtoReflect.Descriptor instead.
 func (*KVDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{53}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *KVDeleteResponse) GetDeleted() int64 {
@@ -3844,7 +4173,7 @@ type KVCompare struct {
 
 func (x *KVCompare) Reset() {
 	*x = KVCompare{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3856,7 +4185,7 @@ func (x *KVCompare) String() string {
 func (*KVCompare) ProtoMessage() {}
 
 func (x *KVCompare) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3869,7 +4198,7 @@ func (x *KVCompare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompare.ProtoReflect.Descriptor instead.
 func (*KVCompare) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{54}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *KVCompare) GetKey() string {
@@ -3921,7 +4250,7 @@ type KVRequestOp struct {
 
 func (x *KVRequestOp) Reset() {
 	*x = KVRequestOp{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3933,7 +4262,7 @@ func (x *KVRequestOp) String() string {
 func (*KVRequestOp) ProtoMessage() {}
 
 func (x *KVRequestOp) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3946,7 +4275,7 @@ func (x *KVRequestOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRequestOp.ProtoReflect.Descriptor instead.
 func (*KVRequestOp) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{55}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *KVRequestOp) GetOp() isKVRequestOp_Op {
@@ -4019,7 +4348,7 @@ type KVResponseOp struct {
 
 func (x *KVResponseOp) Reset() {
 	*x = KVResponseOp{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4031,7 +4360,7 @@ func (x *KVResponseOp) String() string {
 func (*KVResponseOp) ProtoMessage() {}
 
 func (x *KVResponseOp) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4044,7 +4373,7 @@ func (x *KVResponseOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVResponseOp.ProtoReflect.Descriptor instead.
 func (*KVResponseOp) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{56}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *KVResponseOp) GetOp() isKVResponseOp_Op {
@@ -4114,7 +4443,7 @@ type KVTxnRequest struct {
 
 func (x *KVTxnRequest) Reset() {
 	*x = KVTxnRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4126,7 +4455,7 @@ func (x *KVTxnRequest) String() string {
 func (*KVTxnRequest) ProtoMessage() {}
 
 func (x *KVTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4139,7 +4468,7 @@ func (x *KVTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxnRequest.ProtoReflect.Descriptor instead.
 func (*KVTxnRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{57}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *KVTxnRequest) GetCompare() []*KVCompare {
@@ -4178,7 +4507,7 @@ type KVTxnResponse struct {
 
 func (x *KVTxnResponse) Reset() {
 	*x = KVTxnResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4190,7 +4519,7 @@ func (x *KVTxnResponse) String() string {
 func (*KVTxnResponse) ProtoMessage() {}
 
 func (x *KVTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4203,7 +4532,7 @@ func (x *KVTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxnResponse.ProtoReflect.Descriptor instead.
 func (*KVTxnResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{58}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *KVTxnResponse) GetSucceeded() bool {
@@ -4242,7 +4571,7 @@ type KVWatchRequest struct {
 
 func (x *KVWatchRequest) Reset() {
 	*x = KVWatchRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4254,7 +4583,7 @@ func (x *KVWatchRequest) String() string {
 func (*KVWatchRequest) ProtoMessage() {}
 
 func (x *KVWatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4267,7 +4596,7 @@ func (x *KVWatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVWatchRequest.ProtoReflect.Descriptor instead.
 func (*KVWatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{59}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *KVWatchRequest) GetKey() string {
@@ -4303,7 +4632,7 @@ type KVEvent struct {
 
 func (x *KVEvent) Reset() {
 	*x = KVEvent{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4315,7 +4644,7 @@ func (x *KVEvent) String() string {
 func (*KVEvent) ProtoMessage() {}
 
 func (x *KVEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4328,7 +4657,7 @@ func (x *KVEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEvent.ProtoReflect.Descriptor instead.
 func (*KVEvent) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{60}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *KVEvent) GetType() KVEventType {
@@ -4364,7 +4693,7 @@ type KVWatchResponse struct {
 
 func (x *KVWatchResponse) Reset() {
 	*x = KVWatchResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4376,7 +4705,7 @@ func (x *KVWatchResponse) String() string {
 func (*KVWatchResponse) ProtoMessage() {}
 
 func (x *KVWatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4389,7 +4718,7 @@ func (x *KVWatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVWatchResponse.ProtoReflect.Descriptor instead.
 func (*KVWatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{61}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *KVWatchResponse) GetEvents() []*KVEvent {
@@ -4434,7 +4763,7 @@ type KVCompacted struct {
 
 func (x *KVCompacted) Reset() {
 	*x = KVCompacted{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4446,7 +4775,7 @@ func (x *KVCompacted) String() string {
 func (*KVCompacted) ProtoMessage() {}
 
 func (x *KVCompacted) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4459,7 +4788,7 @@ func (x *KVCompacted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompacted.ProtoReflect.Descriptor instead.
 func (*KVCompacted) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{62}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *KVCompacted) GetCompactRevision() uint64 {
@@ -4492,7 +4821,7 @@ type QueueEnqueueRequest struct {
 
 func (x *QueueEnqueueRequest) Reset() {
 	*x = QueueEnqueueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4504,7 +4833,7 @@ func (x *QueueEnqueueRequest) String() string {
 func (*QueueEnqueueRequest) ProtoMessage() {}
 
 func (x *QueueEnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4517,7 +4846,7 @@ func (x *QueueEnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueRequest.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{63}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *QueueEnqueueRequest) GetQueue() string {
@@ -4561,7 +4890,7 @@ type QueueEnqueueResponse struct {
 
 func (x *QueueEnqueueResponse) Reset() {
 	*x = QueueEnqueueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4573,7 +4902,7 @@ func (x *QueueEnqueueResponse) String() string {
 func (*QueueEnqueueResponse) ProtoMessage() {}
 
 func (x *QueueEnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4586,7 +4915,7 @@ func (x *QueueEnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueResponse.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{64}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *QueueEnqueueResponse) GetId() uint64 {
@@ -4625,7 +4954,7 @@ type QueueDequeueRequest struct {
 
 func (x *QueueDequeueRequest) Reset() {
 	*x = QueueDequeueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4637,7 +4966,7 @@ func (x *QueueDequeueRequest) String() string {
 func (*QueueDequeueRequest) ProtoMessage() {}
 
 func (x *QueueDequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4650,7 +4979,7 @@ func (x *QueueDequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueRequest.ProtoReflect.Descriptor instead.
 func (*QueueDequeueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{65}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *QueueDequeueRequest) GetQueue() string {
@@ -4695,7 +5024,7 @@ type QueueItem struct {
 
 func (x *QueueItem) Reset() {
 	*x = QueueItem{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4707,7 +5036,7 @@ func (x *QueueItem) String() string {
 func (*QueueItem) ProtoMessage() {}
 
 func (x *QueueItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4720,7 +5049,7 @@ func (x *QueueItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItem.ProtoReflect.Descriptor instead.
 func (*QueueItem) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{66}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *QueueItem) GetId() uint64 {
@@ -4761,7 +5090,7 @@ type QueueDequeueResponse struct {
 
 func (x *QueueDequeueResponse) Reset() {
 	*x = QueueDequeueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4773,7 +5102,7 @@ func (x *QueueDequeueResponse) String() string {
 func (*QueueDequeueResponse) ProtoMessage() {}
 
 func (x *QueueDequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4786,7 +5115,7 @@ func (x *QueueDequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueResponse.ProtoReflect.Descriptor instead.
 func (*QueueDequeueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{67}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *QueueDequeueResponse) GetItem() *QueueItem {
@@ -4809,7 +5138,7 @@ type QueueSettleRequest struct {
 
 func (x *QueueSettleRequest) Reset() {
 	*x = QueueSettleRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4821,7 +5150,7 @@ func (x *QueueSettleRequest) String() string {
 func (*QueueSettleRequest) ProtoMessage() {}
 
 func (x *QueueSettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4834,7 +5163,7 @@ func (x *QueueSettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleRequest.ProtoReflect.Descriptor instead.
 func (*QueueSettleRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{68}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *QueueSettleRequest) GetQueue() string {
@@ -4875,7 +5204,7 @@ type QueueSettleResponse struct {
 
 func (x *QueueSettleResponse) Reset() {
 	*x = QueueSettleResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4887,7 +5216,7 @@ func (x *QueueSettleResponse) String() string {
 func (*QueueSettleResponse) ProtoMessage() {}
 
 func (x *QueueSettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4900,7 +5229,7 @@ func (x *QueueSettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleResponse.ProtoReflect.Descriptor instead.
 func (*QueueSettleResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{69}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *QueueSettleResponse) GetResult() QueueSettleResult {
@@ -4928,7 +5257,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4940,7 +5269,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4953,7 +5282,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{70}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *QueueStatsRequest) GetQueue() string {
@@ -4991,7 +5320,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5003,7 +5332,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5016,7 +5345,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{71}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *QueueStatsResponse) GetQueue() string {
@@ -5087,7 +5416,8 @@ type QueueDeadListRequest struct {
 	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
 	// after_id: list items with larger ids (paging).
 	AfterId uint64 `protobuf:"varint,2,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
-	// limit: at most this many (default 100, at most 1000).
+	// limit: at most this many (default 100, at most 1000). A page also
+	// stops before 2 MiB (but holds at least one item).
 	Limit         uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -5095,7 +5425,7 @@ type QueueDeadListRequest struct {
 
 func (x *QueueDeadListRequest) Reset() {
 	*x = QueueDeadListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5107,7 +5437,7 @@ func (x *QueueDeadListRequest) String() string {
 func (*QueueDeadListRequest) ProtoMessage() {}
 
 func (x *QueueDeadListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5120,7 +5450,7 @@ func (x *QueueDeadListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadListRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeadListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{72}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *QueueDeadListRequest) GetQueue() string {
@@ -5155,7 +5485,7 @@ type QueueDeadItem struct {
 
 func (x *QueueDeadItem) Reset() {
 	*x = QueueDeadItem{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5167,7 +5497,7 @@ func (x *QueueDeadItem) String() string {
 func (*QueueDeadItem) ProtoMessage() {}
 
 func (x *QueueDeadItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5180,7 +5510,7 @@ func (x *QueueDeadItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadItem.ProtoReflect.Descriptor instead.
 func (*QueueDeadItem) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{73}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *QueueDeadItem) GetId() uint64 {
@@ -5205,16 +5535,19 @@ func (x *QueueDeadItem) GetAttempts() uint32 {
 }
 
 type QueueDeadListResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Items         []*QueueDeadItem       `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
-	Dead          uint64                 `protobuf:"varint,2,opt,name=dead,proto3" json:"dead,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// items by id.
+	Items []*QueueDeadItem `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	Dead  uint64           `protobuf:"varint,2,opt,name=dead,proto3" json:"dead,omitempty"`
+	// more: items were left out; ask again with after_id = the last id.
+	More          bool `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueDeadListResponse) Reset() {
 	*x = QueueDeadListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5226,7 +5559,7 @@ func (x *QueueDeadListResponse) String() string {
 func (*QueueDeadListResponse) ProtoMessage() {}
 
 func (x *QueueDeadListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5239,7 +5572,7 @@ func (x *QueueDeadListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadListResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeadListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{74}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *QueueDeadListResponse) GetItems() []*QueueDeadItem {
@@ -5256,6 +5589,13 @@ func (x *QueueDeadListResponse) GetDead() uint64 {
 	return 0
 }
 
+func (x *QueueDeadListResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
 type QueueDeadRequeueRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
@@ -5267,7 +5607,7 @@ type QueueDeadRequeueRequest struct {
 
 func (x *QueueDeadRequeueRequest) Reset() {
 	*x = QueueDeadRequeueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5279,7 +5619,7 @@ func (x *QueueDeadRequeueRequest) String() string {
 func (*QueueDeadRequeueRequest) ProtoMessage() {}
 
 func (x *QueueDeadRequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5292,7 +5632,7 @@ func (x *QueueDeadRequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadRequeueRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeadRequeueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{75}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *QueueDeadRequeueRequest) GetQueue() string {
@@ -5320,7 +5660,7 @@ type QueueDeadRequeueResponse struct {
 
 func (x *QueueDeadRequeueResponse) Reset() {
 	*x = QueueDeadRequeueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5332,7 +5672,7 @@ func (x *QueueDeadRequeueResponse) String() string {
 func (*QueueDeadRequeueResponse) ProtoMessage() {}
 
 func (x *QueueDeadRequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5345,7 +5685,7 @@ func (x *QueueDeadRequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadRequeueResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeadRequeueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{76}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *QueueDeadRequeueResponse) GetRequeued() uint64 {
@@ -5478,20 +5818,29 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x05Error\x12.\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x16.tenure.v1.ErrorReasonR\x06reason\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"9\n" +
-	"\x13ListSessionsRequest\x12\"\n" +
-	"\fserializable\x18\x0f \x01(\bR\fserializable\"x\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"j\n" +
+	"\x13ListSessionsRequest\x12\x19\n" +
+	"\bafter_id\x18\x01 \x01(\x04R\aafterId\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\x12\"\n" +
+	"\fserializable\x18\x0f \x01(\bR\fserializable\"\xbc\x01\n" +
 	"\vSessionInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12\x12\n" +
 	"\x04held\x18\x04 \x03(\tR\x04held\x12\x18\n" +
-	"\awaiting\x18\x05 \x03(\tR\awaiting\"f\n" +
+	"\awaiting\x18\x05 \x03(\tR\awaiting\x12\x1d\n" +
+	"\n" +
+	"held_count\x18\x06 \x01(\rR\theldCount\x12#\n" +
+	"\rwaiting_count\x18\a \x01(\rR\fwaitingCount\"z\n" +
 	"\x14ListSessionsResponse\x122\n" +
 	"\bsessions\x18\x01 \x03(\v2\x16.tenure.v1.SessionInfoR\bsessions\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"K\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x12\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\"\xab\x01\n" +
 	"\x11LockStatusRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\"\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
+	"\rholders_after\x18\x02 \x01(\x04R\fholdersAfter\x12#\n" +
+	"\rwaiters_after\x18\x03 \x01(\x04R\fwaitersAfter\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\x12\"\n" +
 	"\fserializable\x18\x0f \x01(\bR\fserializable\"\xa7\x01\n" +
 	"\x06Holder\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x18\n" +
@@ -5504,7 +5853,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12'\n" +
 	"\x0fqueued_revision\x18\x03 \x01(\x04R\x0equeuedRevision\x12\x16\n" +
-	"\x06shared\x18\x04 \x01(\bR\x06shared\"\xfd\x01\n" +
+	"\x06shared\x18\x04 \x01(\bR\x06shared\"\x89\x03\n" +
 	"\x12LockStatusResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x06holder\x18\x02 \x01(\v2\x11.tenure.v1.HolderR\x06holder\x12+\n" +
@@ -5512,7 +5861,27 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\apermits\x18\a \x01(\rR\apermits\x12+\n" +
 	"\awaiters\x18\x03 \x03(\v2\x11.tenure.v1.WaiterR\awaiters\x12\x18\n" +
 	"\adelayed\x18\x04 \x01(\bR\adelayed\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x04R\brevision\"L\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\x12!\n" +
+	"\fmore_holders\x18\b \x01(\bR\vmoreHolders\x12!\n" +
+	"\fmore_waiters\x18\t \x01(\bR\vmoreWaiters\x12!\n" +
+	"\fholder_count\x18\n" +
+	" \x01(\rR\vholderCount\x12!\n" +
+	"\fwaiter_count\x18\v \x01(\rR\vwaiterCount\"z\n" +
+	"\x10ListLocksRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
+	"\x05after\x18\x02 \x01(\tR\x05after\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\x12\"\n" +
+	"\fserializable\x18\x0f \x01(\bR\fserializable\"\x89\x01\n" +
+	"\vLockSummary\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\apermits\x18\x02 \x01(\rR\apermits\x12\x18\n" +
+	"\aholders\x18\x03 \x01(\rR\aholders\x12\x18\n" +
+	"\awaiters\x18\x04 \x01(\rR\awaiters\x12\x18\n" +
+	"\adelayed\x18\x05 \x01(\bR\adelayed\"q\n" +
+	"\x11ListLocksResponse\x12,\n" +
+	"\x05locks\x18\x01 \x03(\v2\x16.tenure.v1.LockSummaryR\x05locks\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\"L\n" +
 	"\x12LockHistoryRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\"\n" +
 	"\fserializable\x18\x0f \x01(\bR\fserializable\"\xbb\x01\n" +
@@ -5681,10 +6050,11 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\rQueueDeadItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1a\n" +
-	"\battempts\x18\x03 \x01(\rR\battempts\"[\n" +
+	"\battempts\x18\x03 \x01(\rR\battempts\"o\n" +
 	"\x15QueueDeadListResponse\x12.\n" +
 	"\x05items\x18\x01 \x03(\v2\x18.tenure.v1.QueueDeadItemR\x05items\x12\x12\n" +
-	"\x04dead\x18\x02 \x01(\x04R\x04dead\"A\n" +
+	"\x04dead\x18\x02 \x01(\x04R\x04dead\x12\x12\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\"A\n" +
 	"\x17QueueDeadRequeueRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x10\n" +
 	"\x03ids\x18\x02 \x03(\x04R\x03ids\"J\n" +
@@ -5728,13 +6098,14 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x11QueueSettleResult\x12#\n" +
 	"\x1fQUEUE_SETTLE_RESULT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16QUEUE_SETTLE_RESULT_OK\x10\x01\x12\x1d\n" +
-	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\xd4\x0f\n" +
+	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\x9c\x10\n" +
 	"\x06Tenure\x12D\n" +
 	"\aSession\x12\x19.tenure.v1.SessionRequest\x1a\x1a.tenure.v1.SessionResponse(\x010\x01\x12C\n" +
 	"\bSessions\x12\x18.tenure.v1.SessionFrames\x1a\x19.tenure.v1.SessionReplies(\x010\x01\x12O\n" +
 	"\fListSessions\x12\x1e.tenure.v1.ListSessionsRequest\x1a\x1f.tenure.v1.ListSessionsResponse\x12I\n" +
 	"\n" +
-	"LockStatus\x12\x1c.tenure.v1.LockStatusRequest\x1a\x1d.tenure.v1.LockStatusResponse\x12L\n" +
+	"LockStatus\x12\x1c.tenure.v1.LockStatusRequest\x1a\x1d.tenure.v1.LockStatusResponse\x12F\n" +
+	"\tListLocks\x12\x1b.tenure.v1.ListLocksRequest\x1a\x1c.tenure.v1.ListLocksResponse\x12L\n" +
 	"\vLockHistory\x12\x1d.tenure.v1.LockHistoryRequest\x1a\x1e.tenure.v1.LockHistoryResponse\x12F\n" +
 	"\tFencedPut\x12\x1b.tenure.v1.FencedPutRequest\x1a\x1c.tenure.v1.FencedPutResponse\x12F\n" +
 	"\tFencedGet\x12\x1b.tenure.v1.FencedGetRequest\x1a\x1c.tenure.v1.FencedGetResponse\x12=\n" +
@@ -5774,7 +6145,7 @@ func file_api_tenurepb_tenure_proto_rawDescGZIP() []byte {
 }
 
 var file_api_tenurepb_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
+var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
 var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(ErrorReason)(0),                 // 0: tenure.v1.ErrorReason
 	(PutResult)(0),                   // 1: tenure.v1.PutResult
@@ -5818,47 +6189,50 @@ var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(*Holder)(nil),                   // 39: tenure.v1.Holder
 	(*Waiter)(nil),                   // 40: tenure.v1.Waiter
 	(*LockStatusResponse)(nil),       // 41: tenure.v1.LockStatusResponse
-	(*LockHistoryRequest)(nil),       // 42: tenure.v1.LockHistoryRequest
-	(*GrantRecord)(nil),              // 43: tenure.v1.GrantRecord
-	(*LockHistoryResponse)(nil),      // 44: tenure.v1.LockHistoryResponse
-	(*FencedPutRequest)(nil),         // 45: tenure.v1.FencedPutRequest
-	(*FencedPutResponse)(nil),        // 46: tenure.v1.FencedPutResponse
-	(*FencedGetRequest)(nil),         // 47: tenure.v1.FencedGetRequest
-	(*FencedGetResponse)(nil),        // 48: tenure.v1.FencedGetResponse
-	(*ObserveRequest)(nil),           // 49: tenure.v1.ObserveRequest
-	(*LeaderEvent)(nil),              // 50: tenure.v1.LeaderEvent
-	(*StatusRequest)(nil),            // 51: tenure.v1.StatusRequest
-	(*StatusResponse)(nil),           // 52: tenure.v1.StatusResponse
-	(*KVKeyValue)(nil),               // 53: tenure.v1.KVKeyValue
-	(*KVPutRequest)(nil),             // 54: tenure.v1.KVPutRequest
-	(*KVPutResponse)(nil),            // 55: tenure.v1.KVPutResponse
-	(*KVRangeRequest)(nil),           // 56: tenure.v1.KVRangeRequest
-	(*KVRangeResponse)(nil),          // 57: tenure.v1.KVRangeResponse
-	(*KVDeleteRequest)(nil),          // 58: tenure.v1.KVDeleteRequest
-	(*KVDeleteResponse)(nil),         // 59: tenure.v1.KVDeleteResponse
-	(*KVCompare)(nil),                // 60: tenure.v1.KVCompare
-	(*KVRequestOp)(nil),              // 61: tenure.v1.KVRequestOp
-	(*KVResponseOp)(nil),             // 62: tenure.v1.KVResponseOp
-	(*KVTxnRequest)(nil),             // 63: tenure.v1.KVTxnRequest
-	(*KVTxnResponse)(nil),            // 64: tenure.v1.KVTxnResponse
-	(*KVWatchRequest)(nil),           // 65: tenure.v1.KVWatchRequest
-	(*KVEvent)(nil),                  // 66: tenure.v1.KVEvent
-	(*KVWatchResponse)(nil),          // 67: tenure.v1.KVWatchResponse
-	(*KVCompacted)(nil),              // 68: tenure.v1.KVCompacted
-	(*QueueEnqueueRequest)(nil),      // 69: tenure.v1.QueueEnqueueRequest
-	(*QueueEnqueueResponse)(nil),     // 70: tenure.v1.QueueEnqueueResponse
-	(*QueueDequeueRequest)(nil),      // 71: tenure.v1.QueueDequeueRequest
-	(*QueueItem)(nil),                // 72: tenure.v1.QueueItem
-	(*QueueDequeueResponse)(nil),     // 73: tenure.v1.QueueDequeueResponse
-	(*QueueSettleRequest)(nil),       // 74: tenure.v1.QueueSettleRequest
-	(*QueueSettleResponse)(nil),      // 75: tenure.v1.QueueSettleResponse
-	(*QueueStatsRequest)(nil),        // 76: tenure.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),       // 77: tenure.v1.QueueStatsResponse
-	(*QueueDeadListRequest)(nil),     // 78: tenure.v1.QueueDeadListRequest
-	(*QueueDeadItem)(nil),            // 79: tenure.v1.QueueDeadItem
-	(*QueueDeadListResponse)(nil),    // 80: tenure.v1.QueueDeadListResponse
-	(*QueueDeadRequeueRequest)(nil),  // 81: tenure.v1.QueueDeadRequeueRequest
-	(*QueueDeadRequeueResponse)(nil), // 82: tenure.v1.QueueDeadRequeueResponse
+	(*ListLocksRequest)(nil),         // 42: tenure.v1.ListLocksRequest
+	(*LockSummary)(nil),              // 43: tenure.v1.LockSummary
+	(*ListLocksResponse)(nil),        // 44: tenure.v1.ListLocksResponse
+	(*LockHistoryRequest)(nil),       // 45: tenure.v1.LockHistoryRequest
+	(*GrantRecord)(nil),              // 46: tenure.v1.GrantRecord
+	(*LockHistoryResponse)(nil),      // 47: tenure.v1.LockHistoryResponse
+	(*FencedPutRequest)(nil),         // 48: tenure.v1.FencedPutRequest
+	(*FencedPutResponse)(nil),        // 49: tenure.v1.FencedPutResponse
+	(*FencedGetRequest)(nil),         // 50: tenure.v1.FencedGetRequest
+	(*FencedGetResponse)(nil),        // 51: tenure.v1.FencedGetResponse
+	(*ObserveRequest)(nil),           // 52: tenure.v1.ObserveRequest
+	(*LeaderEvent)(nil),              // 53: tenure.v1.LeaderEvent
+	(*StatusRequest)(nil),            // 54: tenure.v1.StatusRequest
+	(*StatusResponse)(nil),           // 55: tenure.v1.StatusResponse
+	(*KVKeyValue)(nil),               // 56: tenure.v1.KVKeyValue
+	(*KVPutRequest)(nil),             // 57: tenure.v1.KVPutRequest
+	(*KVPutResponse)(nil),            // 58: tenure.v1.KVPutResponse
+	(*KVRangeRequest)(nil),           // 59: tenure.v1.KVRangeRequest
+	(*KVRangeResponse)(nil),          // 60: tenure.v1.KVRangeResponse
+	(*KVDeleteRequest)(nil),          // 61: tenure.v1.KVDeleteRequest
+	(*KVDeleteResponse)(nil),         // 62: tenure.v1.KVDeleteResponse
+	(*KVCompare)(nil),                // 63: tenure.v1.KVCompare
+	(*KVRequestOp)(nil),              // 64: tenure.v1.KVRequestOp
+	(*KVResponseOp)(nil),             // 65: tenure.v1.KVResponseOp
+	(*KVTxnRequest)(nil),             // 66: tenure.v1.KVTxnRequest
+	(*KVTxnResponse)(nil),            // 67: tenure.v1.KVTxnResponse
+	(*KVWatchRequest)(nil),           // 68: tenure.v1.KVWatchRequest
+	(*KVEvent)(nil),                  // 69: tenure.v1.KVEvent
+	(*KVWatchResponse)(nil),          // 70: tenure.v1.KVWatchResponse
+	(*KVCompacted)(nil),              // 71: tenure.v1.KVCompacted
+	(*QueueEnqueueRequest)(nil),      // 72: tenure.v1.QueueEnqueueRequest
+	(*QueueEnqueueResponse)(nil),     // 73: tenure.v1.QueueEnqueueResponse
+	(*QueueDequeueRequest)(nil),      // 74: tenure.v1.QueueDequeueRequest
+	(*QueueItem)(nil),                // 75: tenure.v1.QueueItem
+	(*QueueDequeueResponse)(nil),     // 76: tenure.v1.QueueDequeueResponse
+	(*QueueSettleRequest)(nil),       // 77: tenure.v1.QueueSettleRequest
+	(*QueueSettleResponse)(nil),      // 78: tenure.v1.QueueSettleResponse
+	(*QueueStatsRequest)(nil),        // 79: tenure.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),       // 80: tenure.v1.QueueStatsResponse
+	(*QueueDeadListRequest)(nil),     // 81: tenure.v1.QueueDeadListRequest
+	(*QueueDeadItem)(nil),            // 82: tenure.v1.QueueDeadItem
+	(*QueueDeadListResponse)(nil),    // 83: tenure.v1.QueueDeadListResponse
+	(*QueueDeadRequeueRequest)(nil),  // 84: tenure.v1.QueueDeadRequeueRequest
+	(*QueueDeadRequeueResponse)(nil), // 85: tenure.v1.QueueDeadRequeueResponse
 }
 var file_api_tenurepb_tenure_proto_depIdxs = []int32{
 	9,  // 0: tenure.v1.MemberListResponse.members:type_name -> tenure.v1.Member
@@ -5886,86 +6260,89 @@ var file_api_tenurepb_tenure_proto_depIdxs = []int32{
 	39, // 22: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
 	39, // 23: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
 	40, // 24: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
-	43, // 25: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
-	1,  // 26: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
-	53, // 27: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
-	2,  // 28: tenure.v1.KVCompare.target:type_name -> tenure.v1.KVCompareTarget
-	3,  // 29: tenure.v1.KVCompare.result:type_name -> tenure.v1.KVCompareResult
-	56, // 30: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
-	54, // 31: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
-	58, // 32: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
-	57, // 33: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
-	55, // 34: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
-	59, // 35: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
-	60, // 36: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
-	61, // 37: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
-	61, // 38: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
-	62, // 39: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
-	4,  // 40: tenure.v1.KVEvent.type:type_name -> tenure.v1.KVEventType
-	53, // 41: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
-	66, // 42: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
-	72, // 43: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
-	5,  // 44: tenure.v1.QueueSettleResponse.result:type_name -> tenure.v1.QueueSettleResult
-	79, // 45: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
-	18, // 46: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
-	14, // 47: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
-	35, // 48: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
-	38, // 49: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
-	42, // 50: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
-	45, // 51: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
-	47, // 52: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
-	51, // 53: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
-	49, // 54: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
-	10, // 55: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
-	12, // 56: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
-	13, // 57: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
-	6,  // 58: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
-	7,  // 59: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
-	54, // 60: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
-	56, // 61: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
-	58, // 62: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
-	63, // 63: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
-	65, // 64: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
-	69, // 65: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
-	71, // 66: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
-	74, // 67: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
-	74, // 68: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
-	74, // 69: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
-	76, // 70: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
-	78, // 71: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
-	81, // 72: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
-	27, // 73: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
-	16, // 74: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
-	37, // 75: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
-	41, // 76: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
-	44, // 77: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
-	46, // 78: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
-	48, // 79: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
-	52, // 80: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
-	50, // 81: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
-	11, // 82: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
-	11, // 83: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
-	11, // 84: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
-	7,  // 85: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
-	8,  // 86: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
-	55, // 87: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
-	57, // 88: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
-	59, // 89: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
-	64, // 90: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
-	67, // 91: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
-	70, // 92: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
-	73, // 93: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
-	75, // 94: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
-	75, // 95: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
-	75, // 96: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
-	77, // 97: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
-	80, // 98: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
-	82, // 99: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
-	73, // [73:100] is the sub-list for method output_type
-	46, // [46:73] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	43, // 25: tenure.v1.ListLocksResponse.locks:type_name -> tenure.v1.LockSummary
+	46, // 26: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
+	1,  // 27: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
+	56, // 28: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
+	2,  // 29: tenure.v1.KVCompare.target:type_name -> tenure.v1.KVCompareTarget
+	3,  // 30: tenure.v1.KVCompare.result:type_name -> tenure.v1.KVCompareResult
+	59, // 31: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
+	57, // 32: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
+	61, // 33: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
+	60, // 34: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
+	58, // 35: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
+	62, // 36: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
+	63, // 37: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
+	64, // 38: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
+	64, // 39: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
+	65, // 40: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
+	4,  // 41: tenure.v1.KVEvent.type:type_name -> tenure.v1.KVEventType
+	56, // 42: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
+	69, // 43: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
+	75, // 44: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
+	5,  // 45: tenure.v1.QueueSettleResponse.result:type_name -> tenure.v1.QueueSettleResult
+	82, // 46: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
+	18, // 47: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
+	14, // 48: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
+	35, // 49: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
+	38, // 50: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
+	42, // 51: tenure.v1.Tenure.ListLocks:input_type -> tenure.v1.ListLocksRequest
+	45, // 52: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
+	48, // 53: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
+	50, // 54: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
+	54, // 55: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
+	52, // 56: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
+	10, // 57: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
+	12, // 58: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
+	13, // 59: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
+	6,  // 60: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
+	7,  // 61: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
+	57, // 62: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
+	59, // 63: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
+	61, // 64: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
+	66, // 65: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
+	68, // 66: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
+	72, // 67: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
+	74, // 68: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
+	77, // 69: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
+	77, // 70: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
+	77, // 71: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
+	79, // 72: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
+	81, // 73: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
+	84, // 74: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
+	27, // 75: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
+	16, // 76: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
+	37, // 77: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
+	41, // 78: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
+	44, // 79: tenure.v1.Tenure.ListLocks:output_type -> tenure.v1.ListLocksResponse
+	47, // 80: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
+	49, // 81: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
+	51, // 82: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
+	55, // 83: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
+	53, // 84: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
+	11, // 85: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
+	11, // 86: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
+	11, // 87: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
+	7,  // 88: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
+	8,  // 89: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
+	58, // 90: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
+	60, // 91: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
+	62, // 92: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
+	67, // 93: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
+	70, // 94: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
+	73, // 95: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
+	76, // 96: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
+	78, // 97: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
+	78, // 98: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
+	78, // 99: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
+	80, // 100: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
+	83, // 101: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
+	85, // 102: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
+	75, // [75:103] is the sub-list for method output_type
+	47, // [47:75] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_api_tenurepb_tenure_proto_init() }
@@ -5992,12 +6369,12 @@ func file_api_tenurepb_tenure_proto_init() {
 		(*SessionResponse_Error)(nil),
 		(*SessionResponse_Proclaimed)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[55].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[58].OneofWrappers = []any{
 		(*KVRequestOp_Range)(nil),
 		(*KVRequestOp_Put)(nil),
 		(*KVRequestOp_Delete)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[56].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[59].OneofWrappers = []any{
 		(*KVResponseOp_Range)(nil),
 		(*KVResponseOp_Put)(nil),
 		(*KVResponseOp_Delete)(nil),
@@ -6008,7 +6385,7 @@ func file_api_tenurepb_tenure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_tenurepb_tenure_proto_rawDesc), len(file_api_tenurepb_tenure_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   77,
+			NumMessages:   80,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -89,7 +89,7 @@ func (s *State) acquire(c *fsmpb.Acquire, emit EventSink) Result {
 	l := s.locks[name]
 	if l == nil {
 		l = &lock{name: name, permits: permits}
-		s.locks[name] = l
+		s.addLock(l)
 	}
 	if c.GetElection() {
 		l.election = true

@@ -30,10 +30,10 @@ func (s *State) createSession(c *fsmpb.CreateSession, emit EventSink) Result {
 		return Result{Err: err}
 	}
 	id := s.bump()
-	s.sessions[id] = &session{
+	s.addSession(&session{
 		id: id, owner: c.GetOwner(), ttlMs: c.GetTtlMs(),
 		held: make(map[string]struct{}), waits: make(map[string]*waiter),
-	}
+	})
 	emit(Event{Kind: EventSessionCreated, Session: id, TTLMs: c.GetTtlMs()})
 	return Result{Session: id}
 }
@@ -72,7 +72,7 @@ func (s *State) endSession(id uint64, expired bool, emit EventSink) Result {
 	}
 	s.kvEndSession(id, emit)
 	s.queueSessionEnded(id, emit)
-	delete(s.sessions, id)
+	s.removeSession(sess)
 	emit(Event{Kind: EventSessionEnded, Session: id, Expired: expired})
 	return Result{}
 }

@@ -71,8 +71,8 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 		}
 	}
 	for _, ss := range snap.GetSessions() {
-		s.sessions[ss.GetId()] = &session{id: ss.GetId(), owner: ss.GetOwner(), ttlMs: ss.GetTtlMs(),
-			held: make(map[string]struct{}), waits: make(map[string]*waiter)}
+		s.addSession(&session{id: ss.GetId(), owner: ss.GetOwner(), ttlMs: ss.GetTtlMs(),
+			held: make(map[string]struct{}), waits: make(map[string]*waiter)})
 	}
 	for _, ls := range snap.GetLocks() {
 		l := &lock{name: ls.GetName(), delayed: ls.GetDelayed(), delayGen: ls.GetDelayGeneration(), delayMs: ls.GetDelayMs(), permits: int(max(ls.GetPermits(), 1)), election: ls.GetElection()}
@@ -103,7 +103,7 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 		for _, h := range ls.GetHistory() {
 			l.history = append(l.history, histRec{owner: h.GetOwner(), session: h.GetSession(), token: h.GetToken(), grantedRev: h.GetGrantedRevision(), ended: h.GetEnded(), endedRev: h.GetEndedRevision()})
 		}
-		s.locks[l.name] = l
+		s.addLock(l)
 	}
 	for _, rs := range snap.GetRegisters() {
 		r := &register{value: rs.GetValue(), token: rs.GetToken(), modRev: rs.GetModRevision(), opIdx: make(map[string]int)}

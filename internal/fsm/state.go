@@ -6,6 +6,8 @@ import (
 	"sort"
 	"unicode/utf8"
 
+	"github.com/google/btree"
+
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 )
 
@@ -142,8 +144,12 @@ type State struct {
 	revision     uint64
 	historyLimit int // grant records kept per lock
 	opMemory     int // operation ids remembered per fenced register
+	// sessions and locks are each indexed by an ordered tree too; they
+	// change only through addSession, removeSession and addLock (index.go).
 	sessions     map[uint64]*session
+	sessionOrder *btree.BTreeG[*session]
 	locks        map[string]*lock
+	lockOrder    *btree.BTreeG[*lock]
 	registers    map[string]*register
 	kv           kvStore
 	queues       queueSet // see queue.go
@@ -155,7 +161,9 @@ func NewState() *State {
 		historyLimit: HistoryLimit,
 		opMemory:     OpMemory,
 		sessions:     make(map[uint64]*session),
+		sessionOrder: newSessionOrder(),
 		locks:        make(map[string]*lock),
+		lockOrder:    newLockOrder(),
 		registers:    make(map[string]*register),
 		kv:           newKVStore(),
 	}
