@@ -521,8 +521,9 @@ func (s *Server) Observe(req *pb.ObserveRequest, stream pb.Tenure_ObserveServer)
 	first := &pb.LeaderEvent{}
 	s.node.Read(func(st *fsm.State) {
 		first.Revision = st.Revision()
-		if h := st.Lock(req.GetName()).Holder; h != nil {
+		for h := range st.LockHolders(req.GetName(), 0) { // the first: the leader
 			first.Owner, first.Session, first.Token, first.Value = h.Owner, h.Session, h.Token, h.Value
+			break
 		}
 	})
 	if err := stream.Send(first); err != nil {
