@@ -323,8 +323,13 @@ func (c *Client) LockStatus(ctx context.Context, name string) (*pb.LockStatusRes
 		case len(hs)+len(ws) == 0:
 			return nil, errEmptyPage
 		}
-		req.HoldersAfter = math.MaxUint64 // no more holders
-		if resp.GetMoreHolders() {
+		// Each list goes on after its last item listed; a list that is
+		// over is skipped (2^64-1); one this page had no room for starts
+		// again where it was.
+		switch {
+		case !resp.GetMoreHolders():
+			req.HoldersAfter = math.MaxUint64
+		case len(hs) > 0:
 			req.HoldersAfter = hs[len(hs)-1].GetToken()
 		}
 		switch {

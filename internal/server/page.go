@@ -30,8 +30,9 @@ const (
 // under its limit and the page under maxPageBytes. A page may hold several
 // lists (a lock's holders, then its waiters), which share the bytes.
 type pager struct {
-	limit, items int // of the list being paged
-	bytes        int // of the whole page
+	limit, items int  // of the list being paged
+	bytes        int  // of the whole page
+	any          bool // the page holds an item
 	more         bool
 }
 
@@ -48,14 +49,18 @@ func (p *pager) list(limit int64) {
 // does not fit, more is set and the list is over.
 func (p *pager) take(m proto.Message) bool {
 	size := proto.Size(m) + 8 // the field's tag and length
-	if p.items == p.limit || (p.bytes > 0 && p.bytes+size > maxPageBytes) {
+	if p.items == p.limit || (p.any && p.bytes+size > maxPageBytes) {
 		p.more = true
 		return false
 	}
 	p.items++
 	p.bytes += size
+	p.any = true
 	return true
 }
+
+// charge counts m, a field of the page outside its lists, in its bytes.
+func (p *pager) charge(m proto.Message) { p.bytes += proto.Size(m) }
 
 // ListSessions implements pb.TenureServer.
 func (s *Server) ListSessions(ctx context.Context, req *pb.ListSessionsRequest) (*pb.ListSessionsResponse, error) {
@@ -109,6 +114,7 @@ func (s *Server) LockStatus(ctx context.Context, req *pb.LockStatusRequest) (*pb
 		out.HolderCount, out.WaiterCount = uint32(sum.Holders), uint32(sum.Waiters)
 		for h := range st.LockHolders(req.GetName(), 0) {
 			out.Holder = holderToProto(h) // the first, on every page
+			p.charge(out.Holder)
 			break
 		}
 		p.list(int64(req.GetLimit()))

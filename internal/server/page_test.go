@@ -422,3 +422,62 @@ func TestDeadLettersPages(t *testing.T) {
 		}
 	}
 }
+
+// TestLockStatusPagesShareTheBytes: holders with large values fill most
+// of the page, and waiters the rest; the next page goes on with both
+// where they were, and the Go client lists them all.
+func TestLockStatusPagesShareTheBytes(t *testing.T) {
+	srv := testutil.Start(t, "", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a := api(t, srv.Addr())
+	value := make([]byte, 60<<10)
+	acquire := func(wait bool) uint64 {
+		st, err := a.Session(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		owner := ""
+		if wait {
+			owner = strings.Repeat("w", 256)
+		}
+		st.Send(&pb.SessionRequest{Id: 1, Op: &pb.SessionRequest_Open{Open: &pb.OpenSession{TtlMs: 600_000, Owner: owner}}})
+		st.Send(&pb.SessionRequest{Id: 2, Op: &pb.SessionRequest_Acquire{Acquire: &pb.AcquireLock{Name: "sem", Permits: 40, Value: value, Wait: wait}}})
+		opened, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := st.Recv(); err != nil || (r.GetGranted() == nil) == !wait {
+			t.Fatalf("acquire (wait %v): %v %v", wait, r, err)
+		}
+		return opened.GetOpened().GetSessionId()
+	}
+	var holders, waiters []uint64
+	for range 40 {
+		holders = append(holders, acquire(false))
+	}
+	for range 100 {
+		waiters = append(waiters, acquire(true))
+	}
+	first, err := a.LockStatus(ctx, &pb.LockStatusRequest{Name: "sem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !first.GetMoreHolders() || !first.GetMoreWaiters() || len(first.GetWaiters()) == 0 || proto.Size(first) > pageBytes {
+		t.Fatalf("first page: %d holders, %d waiters, %d bytes, more %v %v", len(first.GetHolders()), len(first.GetWaiters()), proto.Size(first), first.GetMoreHolders(), first.GetMoreWaiters())
+	}
+	st, err := testutil.Dial(t, srv.Addr()).LockStatus(ctx, "sem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gotH, gotW []uint64
+	for _, h := range st.GetHolders() {
+		gotH = append(gotH, h.GetSession())
+	}
+	for _, w := range st.GetWaiters() {
+		gotW = append(gotW, w.GetSession())
+	}
+	if !slices.Equal(gotH, holders) || !slices.Equal(gotW, waiters) {
+		t.Fatalf("client: holders %v waiters %v, want %v %v", gotH, gotW, holders, waiters)
+	}
+}
