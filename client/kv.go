@@ -286,6 +286,8 @@ func OpGet(key string) Op {
 }
 
 // OpRange reads the keys under prefix (at most limit when limit > 0).
+// Unlike Range it is not paged: the whole answer of a transaction is one
+// message, so give it a limit when the prefix may hold many keys.
 func OpRange(prefix string, limit int64) Op {
 	return Op{&pb.KVRequestOp{Op: &pb.KVRequestOp_Range{Range: &pb.KVRangeRequest{Key: prefix, Prefix: true, Limit: limit}}}}
 }

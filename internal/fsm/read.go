@@ -199,7 +199,7 @@ func (s *State) Locks(prefix, after string) iter.Seq[LockSummary] {
 
 // LockHolders yields the named lock's holders whose tokens are above
 // after, in grant order (which is token order). Finding the first costs
-// O(log n).
+// O(log n). It must be consumed under the state's lock.
 func (s *State) LockHolders(name string, after uint64) iter.Seq[HolderView] {
 	return func(yield func(HolderView) bool) {
 		l := s.locks[name]
@@ -218,7 +218,8 @@ func (s *State) LockHolders(name string, after uint64) iter.Seq[HolderView] {
 // LockWaiters yields the named lock's waiters queued after the revision
 // after, in grant order (which is the order of their queued revisions).
 // Finding the first walks the line from its head: O(waiters ahead of it),
-// bounded by the waiters a lock may have.
+// bounded by the waiters a lock may have. It must be consumed under the
+// state's lock.
 func (s *State) LockWaiters(name string, after uint64) iter.Seq[WaiterView] {
 	return func(yield func(WaiterView) bool) {
 		l := s.locks[name]
