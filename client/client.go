@@ -16,6 +16,16 @@
 // keepalive was sent: a hold is safe until sent + TTL − drift margin, and the
 // session renews every TTL/3.
 //
+// # Listings
+//
+// Listings (Sessions, Locks, LockStatus, Range, Queue.DeadLetters) come
+// from the server in pages, so that no answer outgrows a receive limit;
+// the client follows them. Each page is a read of its own: a listing of
+// more than one page is not one snapshot. An item that exists from the
+// start of the call to its end is listed exactly once; one created or
+// removed meanwhile may or may not be. The revision reported is the first
+// page's.
+//
 // This package imports no server code.
 package client
 
@@ -24,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -388,14 +399,84 @@ func (c *Client) FencedGet(ctx context.Context, key string) (Register, error) {
 	return Register{Key: resp.GetKey(), Value: resp.GetValue(), Token: resp.GetToken(), Found: resp.GetFound(), ModRevision: resp.GetModRevision()}, nil
 }
 
-// LockStatus describes a lock: holder, waiters in grant order.
+// errEmptyPage: the server said more follows but listed nothing.
+var errEmptyPage = errors.New("tenure: the server answered a page with nothing in it but more to come")
+
+// LockStatus describes a lock: its holders and its waiters, each in grant
+// order (following the server's pages; the fields other than Holders and
+// Waiters are the first page's).
 func (c *Client) LockStatus(ctx context.Context, name string) (*pb.LockStatusResponse, error) {
-	var resp *pb.LockStatusResponse
-	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
-		resp, err = api.LockStatus(ctx, &pb.LockStatusRequest{Name: name, Serializable: c.serializable})
-		return err
-	})
-	return resp, err
+	req := &pb.LockStatusRequest{Name: name, Serializable: c.serializable}
+	var out *pb.LockStatusResponse
+	for {
+		var resp *pb.LockStatusResponse
+		err := c.unary(ctx, func(api pb.TenureClient) (err error) {
+			resp, err = api.LockStatus(ctx, req)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if out == nil {
+			out = resp
+		} else {
+			out.Holders = append(out.Holders, resp.GetHolders()...)
+			out.Waiters = append(out.Waiters, resp.GetWaiters()...)
+		}
+		hs, ws := resp.GetHolders(), resp.GetWaiters()
+		switch {
+		case !resp.GetMoreHolders() && !resp.GetMoreWaiters():
+			out.MoreHolders, out.MoreWaiters = false, false
+			return out, nil
+		case len(hs)+len(ws) == 0:
+			return nil, errEmptyPage
+		}
+		// Each list goes on after its last item listed; a list that is
+		// over is skipped (2^64-1); one this page had no room for starts
+		// again where it was.
+		switch {
+		case !resp.GetMoreHolders():
+			req.HoldersAfter = math.MaxUint64
+		case len(hs) > 0:
+			req.HoldersAfter = hs[len(hs)-1].GetToken()
+		}
+		switch {
+		case !resp.GetMoreWaiters():
+			req.WaitersAfter = math.MaxUint64
+		case len(ws) > 0:
+			req.WaitersAfter = ws[len(ws)-1].GetQueuedRevision()
+		}
+	}
+}
+
+// Locks lists the locks (mutexes, semaphores, read-write locks and
+// elections) whose names start with prefix ("" is every lock), by name,
+// each with its permits, how many hold it and wait for it, and whether a
+// lock-delay holds it back (following the server's pages).
+func (c *Client) Locks(ctx context.Context, prefix string) (*pb.ListLocksResponse, error) {
+	req := &pb.ListLocksRequest{Prefix: prefix, Serializable: c.serializable}
+	out := &pb.ListLocksResponse{}
+	for first := true; ; first = false {
+		var resp *pb.ListLocksResponse
+		err := c.unary(ctx, func(api pb.TenureClient) (err error) {
+			resp, err = api.ListLocks(ctx, req)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if first {
+			out.Revision = resp.GetRevision()
+		}
+		out.Locks = append(out.Locks, resp.GetLocks()...)
+		if !resp.GetMore() {
+			return out, nil
+		}
+		if len(resp.GetLocks()) == 0 {
+			return nil, errEmptyPage
+		}
+		req.After = resp.GetLocks()[len(resp.GetLocks())-1].GetName()
+	}
 }
 
 // LockHistory returns a lock's recent grants, oldest first.
@@ -408,14 +489,33 @@ func (c *Client) LockHistory(ctx context.Context, name string) (*pb.LockHistoryR
 	return resp, err
 }
 
-// Sessions lists the live sessions.
+// Sessions lists the live sessions by id (following the server's pages).
+// A session names at most 1,000 of the locks it holds, and of those it
+// waits for; HeldCount and WaitingCount count them all.
 func (c *Client) Sessions(ctx context.Context) (*pb.ListSessionsResponse, error) {
-	var resp *pb.ListSessionsResponse
-	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
-		resp, err = api.ListSessions(ctx, &pb.ListSessionsRequest{Serializable: c.serializable})
-		return err
-	})
-	return resp, err
+	req := &pb.ListSessionsRequest{Serializable: c.serializable}
+	out := &pb.ListSessionsResponse{}
+	for first := true; ; first = false {
+		var resp *pb.ListSessionsResponse
+		err := c.unary(ctx, func(api pb.TenureClient) (err error) {
+			resp, err = api.ListSessions(ctx, req)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if first {
+			out.Revision = resp.GetRevision()
+		}
+		out.Sessions = append(out.Sessions, resp.GetSessions()...)
+		if !resp.GetMore() {
+			return out, nil
+		}
+		if len(resp.GetSessions()) == 0 {
+			return nil, errEmptyPage
+		}
+		req.AfterId = resp.GetSessions()[len(resp.GetSessions())-1].GetId()
+	}
 }
 
 // Status reports the view of the first node that answers: its id, the

@@ -119,7 +119,8 @@ type RangeResult struct {
 	KVs []KeyValue
 	// More: the limit cut the answer short.
 	More bool
-	// Revision is the service's revision the read reflects.
+	// Revision is the service's revision the read reflects: for a Range
+	// of several pages, the first page's (see Range).
 	Revision uint64
 }
 
@@ -145,15 +146,44 @@ func (c *Client) Get(ctx context.Context, key string) (RangeResult, error) {
 // Range reads every key starting with prefix ("" is every key), in key
 // order, at most limit of them when limit > 0 (More then says whether
 // keys were left out).
+//
+// The server answers in pages (at most 10,000 keys and 2 MiB each), which
+// Range follows until it has limit keys or the last one. Each page is a
+// read of its own: a Range of more than one page is not one snapshot.
+// Revision is the first page's: a key that did not change during the call
+// is as it was at Revision, and a Watch from Revision + 1 misses no change
+// (it may repeat some that later pages already reflect).
 func (c *Client) Range(ctx context.Context, prefix string, limit int64) (RangeResult, error) {
-	return c.rangeReq(ctx, &pb.KVRangeRequest{Key: prefix, Prefix: true, Limit: limit})
+	return c.RangeFrom(ctx, prefix, "", limit)
 }
 
 // RangeFrom is Range starting at the key start (inclusive). To page
-// through a prefix, pass the last key received + "\x00" while More.
-// Each page is its own read, at its own revision.
+// through a prefix with a limit, pass the last key received + "\x00"
+// while More; each call is a read of its own, at its own revision.
 func (c *Client) RangeFrom(ctx context.Context, prefix, start string, limit int64) (RangeResult, error) {
-	return c.rangeReq(ctx, &pb.KVRangeRequest{Key: prefix, Prefix: true, Limit: limit, StartKey: start})
+	var out RangeResult
+	for first := true; ; first = false {
+		req := &pb.KVRangeRequest{Key: prefix, Prefix: true, StartKey: start}
+		if limit > 0 {
+			req.Limit = limit - int64(len(out.KVs))
+		}
+		page, err := c.rangeReq(ctx, req)
+		if err != nil {
+			return RangeResult{}, err
+		}
+		if first {
+			out.Revision = page.Revision
+		}
+		out.KVs = append(out.KVs, page.KVs...)
+		out.More = page.More
+		if !page.More || (limit > 0 && int64(len(out.KVs)) >= limit) {
+			return out, nil
+		}
+		if len(page.KVs) == 0 {
+			return RangeResult{}, errEmptyPage
+		}
+		start = page.KVs[len(page.KVs)-1].Key + "\x00"
+	}
 }
 
 // DeleteResult is the answer of Delete and DeletePrefix.
@@ -256,6 +286,8 @@ func OpGet(key string) Op {
 }
 
 // OpRange reads the keys under prefix (at most limit when limit > 0).
+// Unlike Range it is not paged: the whole answer of a transaction is one
+// message, so give it a limit when the prefix may hold many keys.
 func OpRange(prefix string, limit int64) Op {
 	return Op{&pb.KVRequestOp{Op: &pb.KVRequestOp_Range{Range: &pb.KVRangeRequest{Key: prefix, Prefix: true, Limit: limit}}}}
 }

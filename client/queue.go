@@ -15,7 +15,7 @@ import (
 var ErrQueueEmpty = errors.New("tenure: queue is empty")
 
 // maxRecv bounds a queue response (a payload is at most 4 MiB; a page of
-// dead letters at most 4 MiB of payloads plus one item).
+// dead letters at most 2 MiB, or one item).
 const maxRecv = 16 << 20
 
 // Queue is a handle on a named distributed queue: items are kept in commit
@@ -319,25 +319,43 @@ type DeadLetter struct {
 	Attempts int
 }
 
-// DeadLetters lists up to limit dead-lettered items with ids above after,
-// oldest first (limit 0: 100; at most 1000 and 4 MiB of payloads a page).
+// deadPage is the most dead letters the server lists in one page.
+const deadPage = 1000
+
+// DeadLetters lists up to limit (0: all) dead-lettered items with ids
+// above after, oldest first. The server answers in pages (at most 1,000
+// items and 2 MiB each, or one larger item), which DeadLetters follows
+// until it has limit items or the last one (see Listings in the package
+// documentation).
 func (q *Queue) DeadLetters(ctx context.Context, after uint64, limit int) ([]DeadLetter, error) {
 	if limit < 0 {
 		return nil, fmt.Errorf("%w: negative limit", ErrInvalid)
 	}
-	var resp *pb.QueueDeadListResponse
-	err := q.c.unary(ctx, func(api pb.TenureClient) (err error) {
-		resp, err = api.QueueDeadList(ctx, &pb.QueueDeadListRequest{Queue: q.name, AfterId: after, Limit: uint32(limit)}, grpc.MaxCallRecvMsgSize(maxRecv))
-		return err
-	})
-	if err != nil {
-		return nil, err
+	var out []DeadLetter
+	for {
+		n := deadPage
+		if limit > 0 {
+			n = min(n, limit-len(out))
+		}
+		var resp *pb.QueueDeadListResponse
+		err := q.c.unary(ctx, func(api pb.TenureClient) (err error) {
+			resp, err = api.QueueDeadList(ctx, &pb.QueueDeadListRequest{Queue: q.name, AfterId: after, Limit: uint32(n)}, grpc.MaxCallRecvMsgSize(maxRecv))
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range resp.GetItems() {
+			out = append(out, DeadLetter{ID: it.GetId(), Payload: it.GetPayload(), Attempts: int(it.GetAttempts())})
+		}
+		if !resp.GetMore() || (limit > 0 && len(out) >= limit) {
+			return out, nil
+		}
+		if len(resp.GetItems()) == 0 {
+			return nil, errEmptyPage
+		}
+		after = out[len(out)-1].ID
 	}
-	out := make([]DeadLetter, 0, len(resp.GetItems()))
-	for _, it := range resp.GetItems() {
-		out = append(out, DeadLetter{ID: it.GetId(), Payload: it.GetPayload(), Attempts: int(it.GetAttempts())})
-	}
-	return out, nil
 }
 
 // requeueBatch is how many dead letters one request moves at most.

@@ -2471,6 +2471,11 @@ func (x *Error) GetMessage() string {
 
 type ListSessionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// after_id: list the sessions with larger ids (paging: the last id of
+	// the previous page).
+	AfterId uint64 `protobuf:"varint,1,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
+	// limit: at most this many sessions (0 or above 10,000: 10,000).
+	Limit uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
 	// serializable: answer from this node's local state, which may be stale
 	// (no leader round trip). Default: linearizable.
 	Serializable  bool `protobuf:"varint,15,opt,name=serializable,proto3" json:"serializable,omitempty"`
@@ -2508,6 +2513,20 @@ func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
 	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{33}
 }
 
+func (x *ListSessionsRequest) GetAfterId() uint64 {
+	if x != nil {
+		return x.AfterId
+	}
+	return 0
+}
+
+func (x *ListSessionsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 func (x *ListSessionsRequest) GetSerializable() bool {
 	if x != nil {
 		return x.Serializable
@@ -2516,12 +2535,16 @@ func (x *ListSessionsRequest) GetSerializable() bool {
 }
 
 type SessionInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
-	TtlMs         int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
-	Held          []string               `protobuf:"bytes,4,rep,name=held,proto3" json:"held,omitempty"`
-	Waiting       []string               `protobuf:"bytes,5,rep,name=waiting,proto3" json:"waiting,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Owner string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	TtlMs int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// held and waiting name the locks by name, at most 1,000 of each;
+	// held_count and waiting_count count them all.
+	Held          []string `protobuf:"bytes,4,rep,name=held,proto3" json:"held,omitempty"`
+	Waiting       []string `protobuf:"bytes,5,rep,name=waiting,proto3" json:"waiting,omitempty"`
+	HeldCount     uint32   `protobuf:"varint,6,opt,name=held_count,json=heldCount,proto3" json:"held_count,omitempty"`
+	WaitingCount  uint32   `protobuf:"varint,7,opt,name=waiting_count,json=waitingCount,proto3" json:"waiting_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2591,10 +2614,27 @@ func (x *SessionInfo) GetWaiting() []string {
 	return nil
 }
 
+func (x *SessionInfo) GetHeldCount() uint32 {
+	if x != nil {
+		return x.HeldCount
+	}
+	return 0
+}
+
+func (x *SessionInfo) GetWaitingCount() uint32 {
+	if x != nil {
+		return x.WaitingCount
+	}
+	return 0
+}
+
 type ListSessionsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sessions      []*SessionInfo         `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
-	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sessions by id.
+	Sessions []*SessionInfo `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	Revision uint64         `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// more: sessions were left out; ask again with after_id = the last id.
+	More          bool `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2643,9 +2683,25 @@ func (x *ListSessionsResponse) GetRevision() uint64 {
 	return 0
 }
 
+func (x *ListSessionsResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
 type LockStatusRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// holders_after: list the holders whose token is above this (paging:
+	// the last token of the previous page; 2^64-1 lists none).
+	HoldersAfter uint64 `protobuf:"varint,2,opt,name=holders_after,json=holdersAfter,proto3" json:"holders_after,omitempty"`
+	// waiters_after: list the waiters whose queued_revision is above this
+	// (paging: the last one of the previous page; 2^64-1 lists none).
+	WaitersAfter uint64 `protobuf:"varint,3,opt,name=waiters_after,json=waitersAfter,proto3" json:"waiters_after,omitempty"`
+	// limit: at most this many holders, and this many waiters (0 or above
+	// 10,000: 10,000).
+	Limit uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	// serializable: answer from this node's local state, which may be stale
 	// (no leader round trip). Default: linearizable.
 	Serializable  bool `protobuf:"varint,15,opt,name=serializable,proto3" json:"serializable,omitempty"`
@@ -2688,6 +2744,27 @@ func (x *LockStatusRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *LockStatusRequest) GetHoldersAfter() uint64 {
+	if x != nil {
+		return x.HoldersAfter
+	}
+	return 0
+}
+
+func (x *LockStatusRequest) GetWaitersAfter() uint64 {
+	if x != nil {
+		return x.WaitersAfter
+	}
+	return 0
+}
+
+func (x *LockStatusRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
 }
 
 func (x *LockStatusRequest) GetSerializable() bool {
@@ -2858,9 +2935,16 @@ type LockStatusResponse struct {
 	Holders []*Holder `protobuf:"bytes,6,rep,name=holders,proto3" json:"holders,omitempty"`
 	Permits uint32    `protobuf:"varint,7,opt,name=permits,proto3" json:"permits,omitempty"`
 	// waiters in grant order: the first is granted next.
-	Waiters       []*Waiter `protobuf:"bytes,3,rep,name=waiters,proto3" json:"waiters,omitempty"`
-	Delayed       bool      `protobuf:"varint,4,opt,name=delayed,proto3" json:"delayed,omitempty"`
-	Revision      uint64    `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	Waiters  []*Waiter `protobuf:"bytes,3,rep,name=waiters,proto3" json:"waiters,omitempty"`
+	Delayed  bool      `protobuf:"varint,4,opt,name=delayed,proto3" json:"delayed,omitempty"`
+	Revision uint64    `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	// more_holders, more_waiters: holders or waiters were left out of this
+	// page; ask again from the last one listed.
+	MoreHolders bool `protobuf:"varint,8,opt,name=more_holders,json=moreHolders,proto3" json:"more_holders,omitempty"`
+	MoreWaiters bool `protobuf:"varint,9,opt,name=more_waiters,json=moreWaiters,proto3" json:"more_waiters,omitempty"`
+	// holder_count, waiter_count: all of them, listed or not.
+	HolderCount   uint32 `protobuf:"varint,10,opt,name=holder_count,json=holderCount,proto3" json:"holder_count,omitempty"`
+	WaiterCount   uint32 `protobuf:"varint,11,opt,name=waiter_count,json=waiterCount,proto3" json:"waiter_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2944,6 +3028,249 @@ func (x *LockStatusResponse) GetRevision() uint64 {
 	return 0
 }
 
+func (x *LockStatusResponse) GetMoreHolders() bool {
+	if x != nil {
+		return x.MoreHolders
+	}
+	return false
+}
+
+func (x *LockStatusResponse) GetMoreWaiters() bool {
+	if x != nil {
+		return x.MoreWaiters
+	}
+	return false
+}
+
+func (x *LockStatusResponse) GetHolderCount() uint32 {
+	if x != nil {
+		return x.HolderCount
+	}
+	return 0
+}
+
+func (x *LockStatusResponse) GetWaiterCount() uint32 {
+	if x != nil {
+		return x.WaiterCount
+	}
+	return 0
+}
+
+type ListLocksRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// prefix: only the names that start with it ("" is every lock).
+	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// after: list the names after this one (paging: the last name of the
+	// previous page).
+	After string `protobuf:"bytes,2,opt,name=after,proto3" json:"after,omitempty"`
+	// limit: at most this many locks (0 or above 10,000: 10,000).
+	Limit uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// serializable: answer from this node's local state, which may be stale
+	// (no leader round trip). Default: linearizable.
+	Serializable  bool `protobuf:"varint,15,opt,name=serializable,proto3" json:"serializable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLocksRequest) Reset() {
+	*x = ListLocksRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLocksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLocksRequest) ProtoMessage() {}
+
+func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
+func (*ListLocksRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ListLocksRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ListLocksRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+func (x *ListLocksRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListLocksRequest) GetSerializable() bool {
+	if x != nil {
+		return x.Serializable
+	}
+	return false
+}
+
+// LockSummary is a lock (mutex, semaphore, read-write lock or election)
+// in a listing.
+type LockSummary struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Permits uint32                 `protobuf:"varint,2,opt,name=permits,proto3" json:"permits,omitempty"`
+	// holders, waiters: how many.
+	Holders       uint32 `protobuf:"varint,3,opt,name=holders,proto3" json:"holders,omitempty"`
+	Waiters       uint32 `protobuf:"varint,4,opt,name=waiters,proto3" json:"waiters,omitempty"`
+	Delayed       bool   `protobuf:"varint,5,opt,name=delayed,proto3" json:"delayed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockSummary) Reset() {
+	*x = LockSummary{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockSummary) ProtoMessage() {}
+
+func (x *LockSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockSummary.ProtoReflect.Descriptor instead.
+func (*LockSummary) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *LockSummary) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LockSummary) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+func (x *LockSummary) GetHolders() uint32 {
+	if x != nil {
+		return x.Holders
+	}
+	return 0
+}
+
+func (x *LockSummary) GetWaiters() uint32 {
+	if x != nil {
+		return x.Waiters
+	}
+	return 0
+}
+
+func (x *LockSummary) GetDelayed() bool {
+	if x != nil {
+		return x.Delayed
+	}
+	return false
+}
+
+type ListLocksResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// locks by name.
+	Locks []*LockSummary `protobuf:"bytes,1,rep,name=locks,proto3" json:"locks,omitempty"`
+	// more: locks were left out; ask again with after = the last name.
+	More          bool   `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLocksResponse) Reset() {
+	*x = ListLocksResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLocksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLocksResponse) ProtoMessage() {}
+
+func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
+func (*ListLocksResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ListLocksResponse) GetLocks() []*LockSummary {
+	if x != nil {
+		return x.Locks
+	}
+	return nil
+}
+
+func (x *ListLocksResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+func (x *ListLocksResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 type LockHistoryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2956,7 +3283,7 @@ type LockHistoryRequest struct {
 
 func (x *LockHistoryRequest) Reset() {
 	*x = LockHistoryRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2968,7 +3295,7 @@ func (x *LockHistoryRequest) String() string {
 func (*LockHistoryRequest) ProtoMessage() {}
 
 func (x *LockHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2981,7 +3308,7 @@ func (x *LockHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHistoryRequest.ProtoReflect.Descriptor instead.
 func (*LockHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{40}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *LockHistoryRequest) GetName() string {
@@ -3013,7 +3340,7 @@ type GrantRecord struct {
 
 func (x *GrantRecord) Reset() {
 	*x = GrantRecord{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3025,7 +3352,7 @@ func (x *GrantRecord) String() string {
 func (*GrantRecord) ProtoMessage() {}
 
 func (x *GrantRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3038,7 +3365,7 @@ func (x *GrantRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRecord.ProtoReflect.Descriptor instead.
 func (*GrantRecord) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{41}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GrantRecord) GetOwner() string {
@@ -3094,7 +3421,7 @@ type LockHistoryResponse struct {
 
 func (x *LockHistoryResponse) Reset() {
 	*x = LockHistoryResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3106,7 +3433,7 @@ func (x *LockHistoryResponse) String() string {
 func (*LockHistoryResponse) ProtoMessage() {}
 
 func (x *LockHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3119,7 +3446,7 @@ func (x *LockHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHistoryResponse.ProtoReflect.Descriptor instead.
 func (*LockHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{42}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *LockHistoryResponse) GetName() string {
@@ -3157,7 +3484,7 @@ type FencedPutRequest struct {
 
 func (x *FencedPutRequest) Reset() {
 	*x = FencedPutRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3169,7 +3496,7 @@ func (x *FencedPutRequest) String() string {
 func (*FencedPutRequest) ProtoMessage() {}
 
 func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3182,7 +3509,7 @@ func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutRequest.ProtoReflect.Descriptor instead.
 func (*FencedPutRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{43}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *FencedPutRequest) GetKey() string {
@@ -3235,7 +3562,7 @@ type FencedPutResponse struct {
 
 func (x *FencedPutResponse) Reset() {
 	*x = FencedPutResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3247,7 +3574,7 @@ func (x *FencedPutResponse) String() string {
 func (*FencedPutResponse) ProtoMessage() {}
 
 func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3260,7 +3587,7 @@ func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutResponse.ProtoReflect.Descriptor instead.
 func (*FencedPutResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{44}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FencedPutResponse) GetResult() PutResult {
@@ -3305,7 +3632,7 @@ type FencedDeleteRequest struct {
 
 func (x *FencedDeleteRequest) Reset() {
 	*x = FencedDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3317,7 +3644,7 @@ func (x *FencedDeleteRequest) String() string {
 func (*FencedDeleteRequest) ProtoMessage() {}
 
 func (x *FencedDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3330,7 +3657,7 @@ func (x *FencedDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDeleteRequest.ProtoReflect.Descriptor instead.
 func (*FencedDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{45}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FencedDeleteRequest) GetKey() string {
@@ -3377,7 +3704,7 @@ type FencedDeleteResponse struct {
 
 func (x *FencedDeleteResponse) Reset() {
 	*x = FencedDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3389,7 +3716,7 @@ func (x *FencedDeleteResponse) String() string {
 func (*FencedDeleteResponse) ProtoMessage() {}
 
 func (x *FencedDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3402,7 +3729,7 @@ func (x *FencedDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDeleteResponse.ProtoReflect.Descriptor instead.
 func (*FencedDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{46}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *FencedDeleteResponse) GetResult() PutResult {
@@ -3447,7 +3774,7 @@ type UnissuedToken struct {
 
 func (x *UnissuedToken) Reset() {
 	*x = UnissuedToken{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3459,7 +3786,7 @@ func (x *UnissuedToken) String() string {
 func (*UnissuedToken) ProtoMessage() {}
 
 func (x *UnissuedToken) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3472,7 +3799,7 @@ func (x *UnissuedToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnissuedToken.ProtoReflect.Descriptor instead.
 func (*UnissuedToken) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{47}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *UnissuedToken) GetToken() uint64 {
@@ -3501,7 +3828,7 @@ type FencedGetRequest struct {
 
 func (x *FencedGetRequest) Reset() {
 	*x = FencedGetRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3513,7 +3840,7 @@ func (x *FencedGetRequest) String() string {
 func (*FencedGetRequest) ProtoMessage() {}
 
 func (x *FencedGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3526,7 +3853,7 @@ func (x *FencedGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedGetRequest.ProtoReflect.Descriptor instead.
 func (*FencedGetRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{48}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *FencedGetRequest) GetKey() string {
@@ -3556,7 +3883,7 @@ type FencedGetResponse struct {
 
 func (x *FencedGetResponse) Reset() {
 	*x = FencedGetResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3568,7 +3895,7 @@ func (x *FencedGetResponse) String() string {
 func (*FencedGetResponse) ProtoMessage() {}
 
 func (x *FencedGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3581,7 +3908,7 @@ func (x *FencedGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedGetResponse.ProtoReflect.Descriptor instead.
 func (*FencedGetResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{49}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *FencedGetResponse) GetKey() string {
@@ -3628,7 +3955,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3640,7 +3967,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3653,7 +3980,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{50}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ObserveRequest) GetName() string {
@@ -3677,7 +4004,7 @@ type LeaderEvent struct {
 
 func (x *LeaderEvent) Reset() {
 	*x = LeaderEvent{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3689,7 +4016,7 @@ func (x *LeaderEvent) String() string {
 func (*LeaderEvent) ProtoMessage() {}
 
 func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3702,7 +4029,7 @@ func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderEvent.ProtoReflect.Descriptor instead.
 func (*LeaderEvent) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{51}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *LeaderEvent) GetOwner() string {
@@ -3748,7 +4075,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3760,7 +4087,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3773,7 +4100,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{52}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{55}
 }
 
 type StatusResponse struct {
@@ -3795,7 +4122,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3807,7 +4134,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3820,7 +4147,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{53}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *StatusResponse) GetNode() string {
@@ -3898,7 +4225,7 @@ type KVKeyValue struct {
 
 func (x *KVKeyValue) Reset() {
 	*x = KVKeyValue{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3910,7 +4237,7 @@ func (x *KVKeyValue) String() string {
 func (*KVKeyValue) ProtoMessage() {}
 
 func (x *KVKeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3923,7 +4250,7 @@ func (x *KVKeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeyValue.ProtoReflect.Descriptor instead.
 func (*KVKeyValue) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{54}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *KVKeyValue) GetKey() string {
@@ -3984,7 +4311,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3996,7 +4323,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4009,7 +4336,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{55}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -4049,7 +4376,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4061,7 +4388,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4074,7 +4401,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{56}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *KVPutResponse) GetRevision() uint64 {
@@ -4089,7 +4416,9 @@ type KVRangeRequest struct {
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// prefix: every key starting with key ("" is every key).
 	Prefix bool `protobuf:"varint,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
-	// limit: at most this many keys (0: no limit).
+	// limit: at most this many keys (0 or above 10,000: 10,000). A page
+	// also stops before 2 MiB (but holds at least one key); more then says
+	// that keys were left out.
 	Limit int64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	// start_key, with prefix: begin at this key (inclusive) instead of the
 	// prefix's first. To page, send the last key received + "\x00".
@@ -4103,7 +4432,7 @@ type KVRangeRequest struct {
 
 func (x *KVRangeRequest) Reset() {
 	*x = KVRangeRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4115,7 +4444,7 @@ func (x *KVRangeRequest) String() string {
 func (*KVRangeRequest) ProtoMessage() {}
 
 func (x *KVRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4128,7 +4457,7 @@ func (x *KVRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRangeRequest.ProtoReflect.Descriptor instead.
 func (*KVRangeRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{57}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *KVRangeRequest) GetKey() string {
@@ -4170,7 +4499,7 @@ type KVRangeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// kvs in key order.
 	Kvs []*KVKeyValue `protobuf:"bytes,1,rep,name=kvs,proto3" json:"kvs,omitempty"`
-	// more: limit cut the answer short.
+	// more: the limit or the page size cut the answer short.
 	More          bool   `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
 	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -4179,7 +4508,7 @@ type KVRangeResponse struct {
 
 func (x *KVRangeResponse) Reset() {
 	*x = KVRangeResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4191,7 +4520,7 @@ func (x *KVRangeResponse) String() string {
 func (*KVRangeResponse) ProtoMessage() {}
 
 func (x *KVRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4204,7 +4533,7 @@ func (x *KVRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRangeResponse.ProtoReflect.Descriptor instead.
 func (*KVRangeResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{58}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *KVRangeResponse) GetKvs() []*KVKeyValue {
@@ -4238,7 +4567,7 @@ type KVDeleteRequest struct {
 
 func (x *KVDeleteRequest) Reset() {
 	*x = KVDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4250,7 +4579,7 @@ func (x *KVDeleteRequest) String() string {
 func (*KVDeleteRequest) ProtoMessage() {}
 
 func (x *KVDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4263,7 +4592,7 @@ func (x *KVDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KVDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{59}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *KVDeleteRequest) GetKey() string {
@@ -4292,7 +4621,7 @@ type KVDeleteResponse struct {
 
 func (x *KVDeleteResponse) Reset() {
 	*x = KVDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4304,7 +4633,7 @@ func (x *KVDeleteResponse) String() string {
 func (*KVDeleteResponse) ProtoMessage() {}
 
 func (x *KVDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4317,7 +4646,7 @@ func (x *KVDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDeleteResponse.ProtoReflect.Descriptor instead.
 func (*KVDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{60}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *KVDeleteResponse) GetDeleted() int64 {
@@ -4350,7 +4679,7 @@ type KVCompare struct {
 
 func (x *KVCompare) Reset() {
 	*x = KVCompare{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4362,7 +4691,7 @@ func (x *KVCompare) String() string {
 func (*KVCompare) ProtoMessage() {}
 
 func (x *KVCompare) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4375,7 +4704,7 @@ func (x *KVCompare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompare.ProtoReflect.Descriptor instead.
 func (*KVCompare) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{61}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *KVCompare) GetKey() string {
@@ -4427,7 +4756,7 @@ type KVRequestOp struct {
 
 func (x *KVRequestOp) Reset() {
 	*x = KVRequestOp{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4439,7 +4768,7 @@ func (x *KVRequestOp) String() string {
 func (*KVRequestOp) ProtoMessage() {}
 
 func (x *KVRequestOp) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4452,7 +4781,7 @@ func (x *KVRequestOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRequestOp.ProtoReflect.Descriptor instead.
 func (*KVRequestOp) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{62}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *KVRequestOp) GetOp() isKVRequestOp_Op {
@@ -4525,7 +4854,7 @@ type KVResponseOp struct {
 
 func (x *KVResponseOp) Reset() {
 	*x = KVResponseOp{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4537,7 +4866,7 @@ func (x *KVResponseOp) String() string {
 func (*KVResponseOp) ProtoMessage() {}
 
 func (x *KVResponseOp) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4550,7 +4879,7 @@ func (x *KVResponseOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVResponseOp.ProtoReflect.Descriptor instead.
 func (*KVResponseOp) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{63}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *KVResponseOp) GetOp() isKVResponseOp_Op {
@@ -4620,7 +4949,7 @@ type KVTxnRequest struct {
 
 func (x *KVTxnRequest) Reset() {
 	*x = KVTxnRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4632,7 +4961,7 @@ func (x *KVTxnRequest) String() string {
 func (*KVTxnRequest) ProtoMessage() {}
 
 func (x *KVTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4645,7 +4974,7 @@ func (x *KVTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxnRequest.ProtoReflect.Descriptor instead.
 func (*KVTxnRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{64}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *KVTxnRequest) GetCompare() []*KVCompare {
@@ -4684,7 +5013,7 @@ type KVTxnResponse struct {
 
 func (x *KVTxnResponse) Reset() {
 	*x = KVTxnResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4696,7 +5025,7 @@ func (x *KVTxnResponse) String() string {
 func (*KVTxnResponse) ProtoMessage() {}
 
 func (x *KVTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4709,7 +5038,7 @@ func (x *KVTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxnResponse.ProtoReflect.Descriptor instead.
 func (*KVTxnResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{65}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *KVTxnResponse) GetSucceeded() bool {
@@ -4748,7 +5077,7 @@ type KVWatchRequest struct {
 
 func (x *KVWatchRequest) Reset() {
 	*x = KVWatchRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4760,7 +5089,7 @@ func (x *KVWatchRequest) String() string {
 func (*KVWatchRequest) ProtoMessage() {}
 
 func (x *KVWatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4773,7 +5102,7 @@ func (x *KVWatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVWatchRequest.ProtoReflect.Descriptor instead.
 func (*KVWatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{66}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *KVWatchRequest) GetKey() string {
@@ -4809,7 +5138,7 @@ type KVEvent struct {
 
 func (x *KVEvent) Reset() {
 	*x = KVEvent{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4821,7 +5150,7 @@ func (x *KVEvent) String() string {
 func (*KVEvent) ProtoMessage() {}
 
 func (x *KVEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4834,7 +5163,7 @@ func (x *KVEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEvent.ProtoReflect.Descriptor instead.
 func (*KVEvent) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{67}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *KVEvent) GetType() KVEventType {
@@ -4870,7 +5199,7 @@ type KVWatchResponse struct {
 
 func (x *KVWatchResponse) Reset() {
 	*x = KVWatchResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4882,7 +5211,7 @@ func (x *KVWatchResponse) String() string {
 func (*KVWatchResponse) ProtoMessage() {}
 
 func (x *KVWatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4895,7 +5224,7 @@ func (x *KVWatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVWatchResponse.ProtoReflect.Descriptor instead.
 func (*KVWatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{68}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *KVWatchResponse) GetEvents() []*KVEvent {
@@ -4940,7 +5269,7 @@ type KVCompacted struct {
 
 func (x *KVCompacted) Reset() {
 	*x = KVCompacted{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4952,7 +5281,7 @@ func (x *KVCompacted) String() string {
 func (*KVCompacted) ProtoMessage() {}
 
 func (x *KVCompacted) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4965,7 +5294,7 @@ func (x *KVCompacted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompacted.ProtoReflect.Descriptor instead.
 func (*KVCompacted) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{69}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *KVCompacted) GetCompactRevision() uint64 {
@@ -4998,7 +5327,7 @@ type QueueEnqueueRequest struct {
 
 func (x *QueueEnqueueRequest) Reset() {
 	*x = QueueEnqueueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5010,7 +5339,7 @@ func (x *QueueEnqueueRequest) String() string {
 func (*QueueEnqueueRequest) ProtoMessage() {}
 
 func (x *QueueEnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5023,7 +5352,7 @@ func (x *QueueEnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueRequest.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{70}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *QueueEnqueueRequest) GetQueue() string {
@@ -5067,7 +5396,7 @@ type QueueEnqueueResponse struct {
 
 func (x *QueueEnqueueResponse) Reset() {
 	*x = QueueEnqueueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5079,7 +5408,7 @@ func (x *QueueEnqueueResponse) String() string {
 func (*QueueEnqueueResponse) ProtoMessage() {}
 
 func (x *QueueEnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5092,7 +5421,7 @@ func (x *QueueEnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueResponse.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{71}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *QueueEnqueueResponse) GetId() uint64 {
@@ -5134,7 +5463,7 @@ type QueueDequeueRequest struct {
 
 func (x *QueueDequeueRequest) Reset() {
 	*x = QueueDequeueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5146,7 +5475,7 @@ func (x *QueueDequeueRequest) String() string {
 func (*QueueDequeueRequest) ProtoMessage() {}
 
 func (x *QueueDequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5159,7 +5488,7 @@ func (x *QueueDequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueRequest.ProtoReflect.Descriptor instead.
 func (*QueueDequeueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{72}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *QueueDequeueRequest) GetQueue() string {
@@ -5215,7 +5544,7 @@ type QueueItem struct {
 
 func (x *QueueItem) Reset() {
 	*x = QueueItem{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5227,7 +5556,7 @@ func (x *QueueItem) String() string {
 func (*QueueItem) ProtoMessage() {}
 
 func (x *QueueItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5240,7 +5569,7 @@ func (x *QueueItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItem.ProtoReflect.Descriptor instead.
 func (*QueueItem) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{73}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *QueueItem) GetId() uint64 {
@@ -5288,7 +5617,7 @@ type QueueDequeueResponse struct {
 
 func (x *QueueDequeueResponse) Reset() {
 	*x = QueueDequeueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5300,7 +5629,7 @@ func (x *QueueDequeueResponse) String() string {
 func (*QueueDequeueResponse) ProtoMessage() {}
 
 func (x *QueueDequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5313,7 +5642,7 @@ func (x *QueueDequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueResponse.ProtoReflect.Descriptor instead.
 func (*QueueDequeueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{74}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *QueueDequeueResponse) GetItem() *QueueItem {
@@ -5339,7 +5668,7 @@ type QueueSettleRequest struct {
 
 func (x *QueueSettleRequest) Reset() {
 	*x = QueueSettleRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5351,7 +5680,7 @@ func (x *QueueSettleRequest) String() string {
 func (*QueueSettleRequest) ProtoMessage() {}
 
 func (x *QueueSettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5364,7 +5693,7 @@ func (x *QueueSettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleRequest.ProtoReflect.Descriptor instead.
 func (*QueueSettleRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{75}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *QueueSettleRequest) GetQueue() string {
@@ -5412,7 +5741,7 @@ type QueueSettleResponse struct {
 
 func (x *QueueSettleResponse) Reset() {
 	*x = QueueSettleResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5424,7 +5753,7 @@ func (x *QueueSettleResponse) String() string {
 func (*QueueSettleResponse) ProtoMessage() {}
 
 func (x *QueueSettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5437,7 +5766,7 @@ func (x *QueueSettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleResponse.ProtoReflect.Descriptor instead.
 func (*QueueSettleResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{76}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *QueueSettleResponse) GetResult() QueueSettleResult {
@@ -5465,7 +5794,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5477,7 +5806,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5490,7 +5819,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{77}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *QueueStatsRequest) GetQueue() string {
@@ -5528,7 +5857,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5540,7 +5869,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5553,7 +5882,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{78}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *QueueStatsResponse) GetQueue() string {
@@ -5624,7 +5953,8 @@ type QueueDeadListRequest struct {
 	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
 	// after_id: list items with larger ids (paging).
 	AfterId uint64 `protobuf:"varint,2,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
-	// limit: at most this many (default 100, at most 1000).
+	// limit: at most this many (default 100, at most 1000). A page also
+	// stops before 2 MiB (but holds at least one item).
 	Limit         uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -5632,7 +5962,7 @@ type QueueDeadListRequest struct {
 
 func (x *QueueDeadListRequest) Reset() {
 	*x = QueueDeadListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5644,7 +5974,7 @@ func (x *QueueDeadListRequest) String() string {
 func (*QueueDeadListRequest) ProtoMessage() {}
 
 func (x *QueueDeadListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5657,7 +5987,7 @@ func (x *QueueDeadListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadListRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeadListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{79}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *QueueDeadListRequest) GetQueue() string {
@@ -5692,7 +6022,7 @@ type QueueDeadItem struct {
 
 func (x *QueueDeadItem) Reset() {
 	*x = QueueDeadItem{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5704,7 +6034,7 @@ func (x *QueueDeadItem) String() string {
 func (*QueueDeadItem) ProtoMessage() {}
 
 func (x *QueueDeadItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5717,7 +6047,7 @@ func (x *QueueDeadItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadItem.ProtoReflect.Descriptor instead.
 func (*QueueDeadItem) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{80}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *QueueDeadItem) GetId() uint64 {
@@ -5742,16 +6072,19 @@ func (x *QueueDeadItem) GetAttempts() uint32 {
 }
 
 type QueueDeadListResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Items         []*QueueDeadItem       `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
-	Dead          uint64                 `protobuf:"varint,2,opt,name=dead,proto3" json:"dead,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// items by id.
+	Items []*QueueDeadItem `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	Dead  uint64           `protobuf:"varint,2,opt,name=dead,proto3" json:"dead,omitempty"`
+	// more: items were left out; ask again with after_id = the last id.
+	More          bool `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueDeadListResponse) Reset() {
 	*x = QueueDeadListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5763,7 +6096,7 @@ func (x *QueueDeadListResponse) String() string {
 func (*QueueDeadListResponse) ProtoMessage() {}
 
 func (x *QueueDeadListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5776,7 +6109,7 @@ func (x *QueueDeadListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadListResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeadListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{81}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *QueueDeadListResponse) GetItems() []*QueueDeadItem {
@@ -5793,6 +6126,13 @@ func (x *QueueDeadListResponse) GetDead() uint64 {
 	return 0
 }
 
+func (x *QueueDeadListResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
 type QueueDeadRequeueRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
@@ -5804,7 +6144,7 @@ type QueueDeadRequeueRequest struct {
 
 func (x *QueueDeadRequeueRequest) Reset() {
 	*x = QueueDeadRequeueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5816,7 +6156,7 @@ func (x *QueueDeadRequeueRequest) String() string {
 func (*QueueDeadRequeueRequest) ProtoMessage() {}
 
 func (x *QueueDeadRequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5829,7 +6169,7 @@ func (x *QueueDeadRequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadRequeueRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeadRequeueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{82}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *QueueDeadRequeueRequest) GetQueue() string {
@@ -5857,7 +6197,7 @@ type QueueDeadRequeueResponse struct {
 
 func (x *QueueDeadRequeueResponse) Reset() {
 	*x = QueueDeadRequeueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5869,7 +6209,7 @@ func (x *QueueDeadRequeueResponse) String() string {
 func (*QueueDeadRequeueResponse) ProtoMessage() {}
 
 func (x *QueueDeadRequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5882,7 +6222,7 @@ func (x *QueueDeadRequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadRequeueResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeadRequeueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{83}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *QueueDeadRequeueResponse) GetRequeued() uint64 {
@@ -5908,7 +6248,7 @@ type QueueDeleteRequest struct {
 
 func (x *QueueDeleteRequest) Reset() {
 	*x = QueueDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5920,7 +6260,7 @@ func (x *QueueDeleteRequest) String() string {
 func (*QueueDeleteRequest) ProtoMessage() {}
 
 func (x *QueueDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5933,7 +6273,7 @@ func (x *QueueDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeleteRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{84}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *QueueDeleteRequest) GetQueue() string {
@@ -5956,7 +6296,7 @@ type QueueDeleteResponse struct {
 
 func (x *QueueDeleteResponse) Reset() {
 	*x = QueueDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5968,7 +6308,7 @@ func (x *QueueDeleteResponse) String() string {
 func (*QueueDeleteResponse) ProtoMessage() {}
 
 func (x *QueueDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5981,7 +6321,7 @@ func (x *QueueDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeleteResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{85}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *QueueDeleteResponse) GetDeleted() bool {
@@ -6014,7 +6354,7 @@ type QueuePurgeRequest struct {
 
 func (x *QueuePurgeRequest) Reset() {
 	*x = QueuePurgeRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6026,7 +6366,7 @@ func (x *QueuePurgeRequest) String() string {
 func (*QueuePurgeRequest) ProtoMessage() {}
 
 func (x *QueuePurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6039,7 +6379,7 @@ func (x *QueuePurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePurgeRequest.ProtoReflect.Descriptor instead.
 func (*QueuePurgeRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{86}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *QueuePurgeRequest) GetQueue() string {
@@ -6060,7 +6400,7 @@ type QueuePurgeResponse struct {
 
 func (x *QueuePurgeResponse) Reset() {
 	*x = QueuePurgeResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6072,7 +6412,7 @@ func (x *QueuePurgeResponse) String() string {
 func (*QueuePurgeResponse) ProtoMessage() {}
 
 func (x *QueuePurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6085,7 +6425,7 @@ func (x *QueuePurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePurgeResponse.ProtoReflect.Descriptor instead.
 func (*QueuePurgeResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{87}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *QueuePurgeResponse) GetPurged() uint64 {
@@ -6241,20 +6581,29 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x05Error\x12.\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x16.tenure.v1.ErrorReasonR\x06reason\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"9\n" +
-	"\x13ListSessionsRequest\x12\"\n" +
-	"\fserializable\x18\x0f \x01(\bR\fserializable\"x\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"j\n" +
+	"\x13ListSessionsRequest\x12\x19\n" +
+	"\bafter_id\x18\x01 \x01(\x04R\aafterId\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\x12\"\n" +
+	"\fserializable\x18\x0f \x01(\bR\fserializable\"\xbc\x01\n" +
 	"\vSessionInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12\x12\n" +
 	"\x04held\x18\x04 \x03(\tR\x04held\x12\x18\n" +
-	"\awaiting\x18\x05 \x03(\tR\awaiting\"f\n" +
+	"\awaiting\x18\x05 \x03(\tR\awaiting\x12\x1d\n" +
+	"\n" +
+	"held_count\x18\x06 \x01(\rR\theldCount\x12#\n" +
+	"\rwaiting_count\x18\a \x01(\rR\fwaitingCount\"z\n" +
 	"\x14ListSessionsResponse\x122\n" +
 	"\bsessions\x18\x01 \x03(\v2\x16.tenure.v1.SessionInfoR\bsessions\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"K\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x12\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\"\xab\x01\n" +
 	"\x11LockStatusRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\"\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
+	"\rholders_after\x18\x02 \x01(\x04R\fholdersAfter\x12#\n" +
+	"\rwaiters_after\x18\x03 \x01(\x04R\fwaitersAfter\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\x12\"\n" +
 	"\fserializable\x18\x0f \x01(\bR\fserializable\"\xa7\x01\n" +
 	"\x06Holder\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x18\n" +
@@ -6267,7 +6616,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12'\n" +
 	"\x0fqueued_revision\x18\x03 \x01(\x04R\x0equeuedRevision\x12\x16\n" +
-	"\x06shared\x18\x04 \x01(\bR\x06shared\"\xfd\x01\n" +
+	"\x06shared\x18\x04 \x01(\bR\x06shared\"\x89\x03\n" +
 	"\x12LockStatusResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x06holder\x18\x02 \x01(\v2\x11.tenure.v1.HolderR\x06holder\x12+\n" +
@@ -6275,7 +6624,27 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\apermits\x18\a \x01(\rR\apermits\x12+\n" +
 	"\awaiters\x18\x03 \x03(\v2\x11.tenure.v1.WaiterR\awaiters\x12\x18\n" +
 	"\adelayed\x18\x04 \x01(\bR\adelayed\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x04R\brevision\"L\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\x12!\n" +
+	"\fmore_holders\x18\b \x01(\bR\vmoreHolders\x12!\n" +
+	"\fmore_waiters\x18\t \x01(\bR\vmoreWaiters\x12!\n" +
+	"\fholder_count\x18\n" +
+	" \x01(\rR\vholderCount\x12!\n" +
+	"\fwaiter_count\x18\v \x01(\rR\vwaiterCount\"z\n" +
+	"\x10ListLocksRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
+	"\x05after\x18\x02 \x01(\tR\x05after\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\x12\"\n" +
+	"\fserializable\x18\x0f \x01(\bR\fserializable\"\x89\x01\n" +
+	"\vLockSummary\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\apermits\x18\x02 \x01(\rR\apermits\x12\x18\n" +
+	"\aholders\x18\x03 \x01(\rR\aholders\x12\x18\n" +
+	"\awaiters\x18\x04 \x01(\rR\awaiters\x12\x18\n" +
+	"\adelayed\x18\x05 \x01(\bR\adelayed\"q\n" +
+	"\x11ListLocksResponse\x12,\n" +
+	"\x05locks\x18\x01 \x03(\v2\x16.tenure.v1.LockSummaryR\x05locks\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\"L\n" +
 	"\x12LockHistoryRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\"\n" +
 	"\fserializable\x18\x0f \x01(\bR\fserializable\"\xbb\x01\n" +
@@ -6462,10 +6831,11 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\rQueueDeadItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1a\n" +
-	"\battempts\x18\x03 \x01(\rR\battempts\"[\n" +
+	"\battempts\x18\x03 \x01(\rR\battempts\"o\n" +
 	"\x15QueueDeadListResponse\x12.\n" +
 	"\x05items\x18\x01 \x03(\v2\x18.tenure.v1.QueueDeadItemR\x05items\x12\x12\n" +
-	"\x04dead\x18\x02 \x01(\x04R\x04dead\"A\n" +
+	"\x04dead\x18\x02 \x01(\x04R\x04dead\x12\x12\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\"A\n" +
 	"\x17QueueDeadRequeueRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x10\n" +
 	"\x03ids\x18\x02 \x03(\x04R\x03ids\"J\n" +
@@ -6521,13 +6891,14 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x11QueueSettleResult\x12#\n" +
 	"\x1fQUEUE_SETTLE_RESULT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16QUEUE_SETTLE_RESULT_OK\x10\x01\x12\x1d\n" +
-	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\xc8\x12\n" +
+	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\x90\x13\n" +
 	"\x06Tenure\x12D\n" +
 	"\aSession\x12\x19.tenure.v1.SessionRequest\x1a\x1a.tenure.v1.SessionResponse(\x010\x01\x12C\n" +
 	"\bSessions\x12\x18.tenure.v1.SessionFrames\x1a\x19.tenure.v1.SessionReplies(\x010\x01\x12O\n" +
 	"\fListSessions\x12\x1e.tenure.v1.ListSessionsRequest\x1a\x1f.tenure.v1.ListSessionsResponse\x12I\n" +
 	"\n" +
-	"LockStatus\x12\x1c.tenure.v1.LockStatusRequest\x1a\x1d.tenure.v1.LockStatusResponse\x12L\n" +
+	"LockStatus\x12\x1c.tenure.v1.LockStatusRequest\x1a\x1d.tenure.v1.LockStatusResponse\x12F\n" +
+	"\tListLocks\x12\x1b.tenure.v1.ListLocksRequest\x1a\x1c.tenure.v1.ListLocksResponse\x12L\n" +
 	"\vLockHistory\x12\x1d.tenure.v1.LockHistoryRequest\x1a\x1e.tenure.v1.LockHistoryResponse\x12F\n" +
 	"\tFencedPut\x12\x1b.tenure.v1.FencedPutRequest\x1a\x1c.tenure.v1.FencedPutResponse\x12F\n" +
 	"\tFencedGet\x12\x1b.tenure.v1.FencedGetRequest\x1a\x1c.tenure.v1.FencedGetResponse\x12O\n" +
@@ -6573,7 +6944,7 @@ func file_api_tenurepb_tenure_proto_rawDescGZIP() []byte {
 }
 
 var file_api_tenurepb_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
+var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
 var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(ErrorReason)(0),                 // 0: tenure.v1.ErrorReason
 	(PutResult)(0),                   // 1: tenure.v1.PutResult
@@ -6621,54 +6992,57 @@ var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(*Holder)(nil),                   // 43: tenure.v1.Holder
 	(*Waiter)(nil),                   // 44: tenure.v1.Waiter
 	(*LockStatusResponse)(nil),       // 45: tenure.v1.LockStatusResponse
-	(*LockHistoryRequest)(nil),       // 46: tenure.v1.LockHistoryRequest
-	(*GrantRecord)(nil),              // 47: tenure.v1.GrantRecord
-	(*LockHistoryResponse)(nil),      // 48: tenure.v1.LockHistoryResponse
-	(*FencedPutRequest)(nil),         // 49: tenure.v1.FencedPutRequest
-	(*FencedPutResponse)(nil),        // 50: tenure.v1.FencedPutResponse
-	(*FencedDeleteRequest)(nil),      // 51: tenure.v1.FencedDeleteRequest
-	(*FencedDeleteResponse)(nil),     // 52: tenure.v1.FencedDeleteResponse
-	(*UnissuedToken)(nil),            // 53: tenure.v1.UnissuedToken
-	(*FencedGetRequest)(nil),         // 54: tenure.v1.FencedGetRequest
-	(*FencedGetResponse)(nil),        // 55: tenure.v1.FencedGetResponse
-	(*ObserveRequest)(nil),           // 56: tenure.v1.ObserveRequest
-	(*LeaderEvent)(nil),              // 57: tenure.v1.LeaderEvent
-	(*StatusRequest)(nil),            // 58: tenure.v1.StatusRequest
-	(*StatusResponse)(nil),           // 59: tenure.v1.StatusResponse
-	(*KVKeyValue)(nil),               // 60: tenure.v1.KVKeyValue
-	(*KVPutRequest)(nil),             // 61: tenure.v1.KVPutRequest
-	(*KVPutResponse)(nil),            // 62: tenure.v1.KVPutResponse
-	(*KVRangeRequest)(nil),           // 63: tenure.v1.KVRangeRequest
-	(*KVRangeResponse)(nil),          // 64: tenure.v1.KVRangeResponse
-	(*KVDeleteRequest)(nil),          // 65: tenure.v1.KVDeleteRequest
-	(*KVDeleteResponse)(nil),         // 66: tenure.v1.KVDeleteResponse
-	(*KVCompare)(nil),                // 67: tenure.v1.KVCompare
-	(*KVRequestOp)(nil),              // 68: tenure.v1.KVRequestOp
-	(*KVResponseOp)(nil),             // 69: tenure.v1.KVResponseOp
-	(*KVTxnRequest)(nil),             // 70: tenure.v1.KVTxnRequest
-	(*KVTxnResponse)(nil),            // 71: tenure.v1.KVTxnResponse
-	(*KVWatchRequest)(nil),           // 72: tenure.v1.KVWatchRequest
-	(*KVEvent)(nil),                  // 73: tenure.v1.KVEvent
-	(*KVWatchResponse)(nil),          // 74: tenure.v1.KVWatchResponse
-	(*KVCompacted)(nil),              // 75: tenure.v1.KVCompacted
-	(*QueueEnqueueRequest)(nil),      // 76: tenure.v1.QueueEnqueueRequest
-	(*QueueEnqueueResponse)(nil),     // 77: tenure.v1.QueueEnqueueResponse
-	(*QueueDequeueRequest)(nil),      // 78: tenure.v1.QueueDequeueRequest
-	(*QueueItem)(nil),                // 79: tenure.v1.QueueItem
-	(*QueueDequeueResponse)(nil),     // 80: tenure.v1.QueueDequeueResponse
-	(*QueueSettleRequest)(nil),       // 81: tenure.v1.QueueSettleRequest
-	(*QueueSettleResponse)(nil),      // 82: tenure.v1.QueueSettleResponse
-	(*QueueStatsRequest)(nil),        // 83: tenure.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),       // 84: tenure.v1.QueueStatsResponse
-	(*QueueDeadListRequest)(nil),     // 85: tenure.v1.QueueDeadListRequest
-	(*QueueDeadItem)(nil),            // 86: tenure.v1.QueueDeadItem
-	(*QueueDeadListResponse)(nil),    // 87: tenure.v1.QueueDeadListResponse
-	(*QueueDeadRequeueRequest)(nil),  // 88: tenure.v1.QueueDeadRequeueRequest
-	(*QueueDeadRequeueResponse)(nil), // 89: tenure.v1.QueueDeadRequeueResponse
-	(*QueueDeleteRequest)(nil),       // 90: tenure.v1.QueueDeleteRequest
-	(*QueueDeleteResponse)(nil),      // 91: tenure.v1.QueueDeleteResponse
-	(*QueuePurgeRequest)(nil),        // 92: tenure.v1.QueuePurgeRequest
-	(*QueuePurgeResponse)(nil),       // 93: tenure.v1.QueuePurgeResponse
+	(*ListLocksRequest)(nil),         // 46: tenure.v1.ListLocksRequest
+	(*LockSummary)(nil),              // 47: tenure.v1.LockSummary
+	(*ListLocksResponse)(nil),        // 48: tenure.v1.ListLocksResponse
+	(*LockHistoryRequest)(nil),       // 49: tenure.v1.LockHistoryRequest
+	(*GrantRecord)(nil),              // 50: tenure.v1.GrantRecord
+	(*LockHistoryResponse)(nil),      // 51: tenure.v1.LockHistoryResponse
+	(*FencedPutRequest)(nil),         // 52: tenure.v1.FencedPutRequest
+	(*FencedPutResponse)(nil),        // 53: tenure.v1.FencedPutResponse
+	(*FencedDeleteRequest)(nil),      // 54: tenure.v1.FencedDeleteRequest
+	(*FencedDeleteResponse)(nil),     // 55: tenure.v1.FencedDeleteResponse
+	(*UnissuedToken)(nil),            // 56: tenure.v1.UnissuedToken
+	(*FencedGetRequest)(nil),         // 57: tenure.v1.FencedGetRequest
+	(*FencedGetResponse)(nil),        // 58: tenure.v1.FencedGetResponse
+	(*ObserveRequest)(nil),           // 59: tenure.v1.ObserveRequest
+	(*LeaderEvent)(nil),              // 60: tenure.v1.LeaderEvent
+	(*StatusRequest)(nil),            // 61: tenure.v1.StatusRequest
+	(*StatusResponse)(nil),           // 62: tenure.v1.StatusResponse
+	(*KVKeyValue)(nil),               // 63: tenure.v1.KVKeyValue
+	(*KVPutRequest)(nil),             // 64: tenure.v1.KVPutRequest
+	(*KVPutResponse)(nil),            // 65: tenure.v1.KVPutResponse
+	(*KVRangeRequest)(nil),           // 66: tenure.v1.KVRangeRequest
+	(*KVRangeResponse)(nil),          // 67: tenure.v1.KVRangeResponse
+	(*KVDeleteRequest)(nil),          // 68: tenure.v1.KVDeleteRequest
+	(*KVDeleteResponse)(nil),         // 69: tenure.v1.KVDeleteResponse
+	(*KVCompare)(nil),                // 70: tenure.v1.KVCompare
+	(*KVRequestOp)(nil),              // 71: tenure.v1.KVRequestOp
+	(*KVResponseOp)(nil),             // 72: tenure.v1.KVResponseOp
+	(*KVTxnRequest)(nil),             // 73: tenure.v1.KVTxnRequest
+	(*KVTxnResponse)(nil),            // 74: tenure.v1.KVTxnResponse
+	(*KVWatchRequest)(nil),           // 75: tenure.v1.KVWatchRequest
+	(*KVEvent)(nil),                  // 76: tenure.v1.KVEvent
+	(*KVWatchResponse)(nil),          // 77: tenure.v1.KVWatchResponse
+	(*KVCompacted)(nil),              // 78: tenure.v1.KVCompacted
+	(*QueueEnqueueRequest)(nil),      // 79: tenure.v1.QueueEnqueueRequest
+	(*QueueEnqueueResponse)(nil),     // 80: tenure.v1.QueueEnqueueResponse
+	(*QueueDequeueRequest)(nil),      // 81: tenure.v1.QueueDequeueRequest
+	(*QueueItem)(nil),                // 82: tenure.v1.QueueItem
+	(*QueueDequeueResponse)(nil),     // 83: tenure.v1.QueueDequeueResponse
+	(*QueueSettleRequest)(nil),       // 84: tenure.v1.QueueSettleRequest
+	(*QueueSettleResponse)(nil),      // 85: tenure.v1.QueueSettleResponse
+	(*QueueStatsRequest)(nil),        // 86: tenure.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),       // 87: tenure.v1.QueueStatsResponse
+	(*QueueDeadListRequest)(nil),     // 88: tenure.v1.QueueDeadListRequest
+	(*QueueDeadItem)(nil),            // 89: tenure.v1.QueueDeadItem
+	(*QueueDeadListResponse)(nil),    // 90: tenure.v1.QueueDeadListResponse
+	(*QueueDeadRequeueRequest)(nil),  // 91: tenure.v1.QueueDeadRequeueRequest
+	(*QueueDeadRequeueResponse)(nil), // 92: tenure.v1.QueueDeadRequeueResponse
+	(*QueueDeleteRequest)(nil),       // 93: tenure.v1.QueueDeleteRequest
+	(*QueueDeleteResponse)(nil),      // 94: tenure.v1.QueueDeleteResponse
+	(*QueuePurgeRequest)(nil),        // 95: tenure.v1.QueuePurgeRequest
+	(*QueuePurgeResponse)(nil),       // 96: tenure.v1.QueuePurgeResponse
 }
 var file_api_tenurepb_tenure_proto_depIdxs = []int32{
 	6,  // 0: tenure.v1.SetLimitsRequest.limits:type_name -> tenure.v1.ClusterLimits
@@ -6698,97 +7072,100 @@ var file_api_tenurepb_tenure_proto_depIdxs = []int32{
 	43, // 24: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
 	43, // 25: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
 	44, // 26: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
-	47, // 27: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
-	1,  // 28: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
-	1,  // 29: tenure.v1.FencedDeleteResponse.result:type_name -> tenure.v1.PutResult
-	60, // 30: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
-	2,  // 31: tenure.v1.KVCompare.target:type_name -> tenure.v1.KVCompareTarget
-	3,  // 32: tenure.v1.KVCompare.result:type_name -> tenure.v1.KVCompareResult
-	63, // 33: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
-	61, // 34: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
-	65, // 35: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
-	64, // 36: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
-	62, // 37: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
-	66, // 38: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
-	67, // 39: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
-	68, // 40: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
-	68, // 41: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
-	69, // 42: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
-	4,  // 43: tenure.v1.KVEvent.type:type_name -> tenure.v1.KVEventType
-	60, // 44: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
-	73, // 45: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
-	79, // 46: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
-	5,  // 47: tenure.v1.QueueSettleResponse.result:type_name -> tenure.v1.QueueSettleResult
-	86, // 48: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
-	22, // 49: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
-	18, // 50: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
-	39, // 51: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
-	42, // 52: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
-	46, // 53: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
-	49, // 54: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
-	54, // 55: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
-	51, // 56: tenure.v1.Tenure.FencedDelete:input_type -> tenure.v1.FencedDeleteRequest
-	58, // 57: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
-	56, // 58: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
-	14, // 59: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
-	16, // 60: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
-	17, // 61: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
-	10, // 62: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
-	11, // 63: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
-	61, // 64: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
-	63, // 65: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
-	65, // 66: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
-	70, // 67: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
-	72, // 68: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
-	76, // 69: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
-	78, // 70: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
-	81, // 71: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
-	81, // 72: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
-	81, // 73: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
-	83, // 74: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
-	85, // 75: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
-	88, // 76: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
-	90, // 77: tenure.v1.Tenure.QueueDelete:input_type -> tenure.v1.QueueDeleteRequest
-	92, // 78: tenure.v1.Tenure.QueuePurge:input_type -> tenure.v1.QueuePurgeRequest
-	7,  // 79: tenure.v1.Tenure.GetLimits:input_type -> tenure.v1.GetLimitsRequest
-	8,  // 80: tenure.v1.Tenure.SetLimits:input_type -> tenure.v1.SetLimitsRequest
-	31, // 81: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
-	20, // 82: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
-	41, // 83: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
-	45, // 84: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
-	48, // 85: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
-	50, // 86: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
-	55, // 87: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
-	52, // 88: tenure.v1.Tenure.FencedDelete:output_type -> tenure.v1.FencedDeleteResponse
-	59, // 89: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
-	57, // 90: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
-	15, // 91: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
-	15, // 92: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
-	15, // 93: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
-	11, // 94: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
-	12, // 95: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
-	62, // 96: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
-	64, // 97: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
-	66, // 98: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
-	71, // 99: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
-	74, // 100: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
-	77, // 101: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
-	80, // 102: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
-	82, // 103: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
-	82, // 104: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
-	82, // 105: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
-	84, // 106: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
-	87, // 107: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
-	89, // 108: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
-	91, // 109: tenure.v1.Tenure.QueueDelete:output_type -> tenure.v1.QueueDeleteResponse
-	93, // 110: tenure.v1.Tenure.QueuePurge:output_type -> tenure.v1.QueuePurgeResponse
-	9,  // 111: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
-	9,  // 112: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
-	81, // [81:113] is the sub-list for method output_type
-	49, // [49:81] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	47, // 27: tenure.v1.ListLocksResponse.locks:type_name -> tenure.v1.LockSummary
+	50, // 28: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
+	1,  // 29: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
+	1,  // 30: tenure.v1.FencedDeleteResponse.result:type_name -> tenure.v1.PutResult
+	63, // 31: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
+	2,  // 32: tenure.v1.KVCompare.target:type_name -> tenure.v1.KVCompareTarget
+	3,  // 33: tenure.v1.KVCompare.result:type_name -> tenure.v1.KVCompareResult
+	66, // 34: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
+	64, // 35: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
+	68, // 36: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
+	67, // 37: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
+	65, // 38: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
+	69, // 39: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
+	70, // 40: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
+	71, // 41: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
+	71, // 42: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
+	72, // 43: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
+	4,  // 44: tenure.v1.KVEvent.type:type_name -> tenure.v1.KVEventType
+	63, // 45: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
+	76, // 46: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
+	82, // 47: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
+	5,  // 48: tenure.v1.QueueSettleResponse.result:type_name -> tenure.v1.QueueSettleResult
+	89, // 49: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
+	22, // 50: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
+	18, // 51: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
+	39, // 52: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
+	42, // 53: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
+	46, // 54: tenure.v1.Tenure.ListLocks:input_type -> tenure.v1.ListLocksRequest
+	49, // 55: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
+	52, // 56: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
+	57, // 57: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
+	54, // 58: tenure.v1.Tenure.FencedDelete:input_type -> tenure.v1.FencedDeleteRequest
+	61, // 59: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
+	59, // 60: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
+	14, // 61: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
+	16, // 62: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
+	17, // 63: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
+	10, // 64: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
+	11, // 65: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
+	64, // 66: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
+	66, // 67: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
+	68, // 68: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
+	73, // 69: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
+	75, // 70: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
+	79, // 71: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
+	81, // 72: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
+	84, // 73: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
+	84, // 74: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
+	84, // 75: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
+	86, // 76: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
+	88, // 77: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
+	91, // 78: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
+	93, // 79: tenure.v1.Tenure.QueueDelete:input_type -> tenure.v1.QueueDeleteRequest
+	95, // 80: tenure.v1.Tenure.QueuePurge:input_type -> tenure.v1.QueuePurgeRequest
+	7,  // 81: tenure.v1.Tenure.GetLimits:input_type -> tenure.v1.GetLimitsRequest
+	8,  // 82: tenure.v1.Tenure.SetLimits:input_type -> tenure.v1.SetLimitsRequest
+	31, // 83: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
+	20, // 84: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
+	41, // 85: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
+	45, // 86: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
+	48, // 87: tenure.v1.Tenure.ListLocks:output_type -> tenure.v1.ListLocksResponse
+	51, // 88: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
+	53, // 89: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
+	58, // 90: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
+	55, // 91: tenure.v1.Tenure.FencedDelete:output_type -> tenure.v1.FencedDeleteResponse
+	62, // 92: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
+	60, // 93: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
+	15, // 94: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
+	15, // 95: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
+	15, // 96: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
+	11, // 97: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
+	12, // 98: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
+	65, // 99: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
+	67, // 100: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
+	69, // 101: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
+	74, // 102: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
+	77, // 103: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
+	80, // 104: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
+	83, // 105: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
+	85, // 106: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
+	85, // 107: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
+	85, // 108: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
+	87, // 109: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
+	90, // 110: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
+	92, // 111: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
+	94, // 112: tenure.v1.Tenure.QueueDelete:output_type -> tenure.v1.QueueDeleteResponse
+	96, // 113: tenure.v1.Tenure.QueuePurge:output_type -> tenure.v1.QueuePurgeResponse
+	9,  // 114: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
+	9,  // 115: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
+	83, // [83:116] is the sub-list for method output_type
+	50, // [50:83] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_api_tenurepb_tenure_proto_init() }
@@ -6815,12 +7192,12 @@ func file_api_tenurepb_tenure_proto_init() {
 		(*SessionResponse_Error)(nil),
 		(*SessionResponse_Proclaimed)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[62].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[65].OneofWrappers = []any{
 		(*KVRequestOp_Range)(nil),
 		(*KVRequestOp_Put)(nil),
 		(*KVRequestOp_Delete)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[63].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[66].OneofWrappers = []any{
 		(*KVResponseOp_Range)(nil),
 		(*KVResponseOp_Put)(nil),
 		(*KVResponseOp_Delete)(nil),
@@ -6831,7 +7208,7 @@ func file_api_tenurepb_tenure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_tenurepb_tenure_proto_rawDesc), len(file_api_tenurepb_tenure_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   88,
+			NumMessages:   91,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

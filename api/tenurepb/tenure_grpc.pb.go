@@ -27,6 +27,7 @@ const (
 	Tenure_Sessions_FullMethodName         = "/tenure.v1.Tenure/Sessions"
 	Tenure_ListSessions_FullMethodName     = "/tenure.v1.Tenure/ListSessions"
 	Tenure_LockStatus_FullMethodName       = "/tenure.v1.Tenure/LockStatus"
+	Tenure_ListLocks_FullMethodName        = "/tenure.v1.Tenure/ListLocks"
 	Tenure_LockHistory_FullMethodName      = "/tenure.v1.Tenure/LockHistory"
 	Tenure_FencedPut_FullMethodName        = "/tenure.v1.Tenure/FencedPut"
 	Tenure_FencedGet_FullMethodName        = "/tenure.v1.Tenure/FencedGet"
@@ -78,8 +79,13 @@ type TenureClient interface {
 	// for one each. Breaking the Sessions stream breaks all of its session
 	// streams.
 	Sessions(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionFrames, SessionReplies], error)
+	// ListSessions lists the live sessions by id, one page at a time.
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
+	// LockStatus describes a lock; its holders and waiters come one page
+	// at a time.
 	LockStatus(ctx context.Context, in *LockStatusRequest, opts ...grpc.CallOption) (*LockStatusResponse, error)
+	// ListLocks lists the locks (of every kind) by name, one page at a time.
+	ListLocks(ctx context.Context, in *ListLocksRequest, opts ...grpc.CallOption) (*ListLocksResponse, error)
 	LockHistory(ctx context.Context, in *LockHistoryRequest, opts ...grpc.CallOption) (*LockHistoryResponse, error)
 	FencedPut(ctx context.Context, in *FencedPutRequest, opts ...grpc.CallOption) (*FencedPutResponse, error)
 	FencedGet(ctx context.Context, in *FencedGetRequest, opts ...grpc.CallOption) (*FencedGetResponse, error)
@@ -209,6 +215,16 @@ func (c *tenureClient) LockStatus(ctx context.Context, in *LockStatusRequest, op
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(LockStatusResponse)
 	err := c.cc.Invoke(ctx, Tenure_LockStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) ListLocks(ctx context.Context, in *ListLocksRequest, opts ...grpc.CallOption) (*ListLocksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListLocksResponse)
+	err := c.cc.Invoke(ctx, Tenure_ListLocks_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -546,8 +562,13 @@ type TenureServer interface {
 	// for one each. Breaking the Sessions stream breaks all of its session
 	// streams.
 	Sessions(grpc.BidiStreamingServer[SessionFrames, SessionReplies]) error
+	// ListSessions lists the live sessions by id, one page at a time.
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
+	// LockStatus describes a lock; its holders and waiters come one page
+	// at a time.
 	LockStatus(context.Context, *LockStatusRequest) (*LockStatusResponse, error)
+	// ListLocks lists the locks (of every kind) by name, one page at a time.
+	ListLocks(context.Context, *ListLocksRequest) (*ListLocksResponse, error)
 	LockHistory(context.Context, *LockHistoryRequest) (*LockHistoryResponse, error)
 	FencedPut(context.Context, *FencedPutRequest) (*FencedPutResponse, error)
 	FencedGet(context.Context, *FencedGetRequest) (*FencedGetResponse, error)
@@ -648,6 +669,9 @@ func (UnimplementedTenureServer) ListSessions(context.Context, *ListSessionsRequ
 }
 func (UnimplementedTenureServer) LockStatus(context.Context, *LockStatusRequest) (*LockStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method LockStatus not implemented")
+}
+func (UnimplementedTenureServer) ListLocks(context.Context, *ListLocksRequest) (*ListLocksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListLocks not implemented")
 }
 func (UnimplementedTenureServer) LockHistory(context.Context, *LockHistoryRequest) (*LockHistoryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method LockHistory not implemented")
@@ -800,6 +824,24 @@ func _Tenure_LockStatus_Handler(srv interface{}, ctx context.Context, dec func(i
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(TenureServer).LockStatus(ctx, req.(*LockStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_ListLocks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListLocksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).ListLocks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_ListLocks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).ListLocks(ctx, req.(*ListLocksRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1290,6 +1332,10 @@ var Tenure_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "LockStatus",
 			Handler:    _Tenure_LockStatus_Handler,
+		},
+		{
+			MethodName: "ListLocks",
+			Handler:    _Tenure_ListLocks_Handler,
 		},
 		{
 			MethodName: "LockHistory",

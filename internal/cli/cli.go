@@ -217,9 +217,23 @@ func (a *app) dial(ctx context.Context) (*client.Client, error) {
 	return nil, fmt.Errorf("--consistency must be linearizable or serializable, not %q", a.consistency)
 }
 
+// listTimeout bounds a listing that follows the server's pages (each page
+// is a request; a million sessions are a hundred pages).
+const listTimeout = 2 * time.Minute
+
 // unary runs fn with a connected client under the request timeout.
 func (a *app) unary(cmd *cobra.Command, fn func(ctx context.Context, c *client.Client) error) error {
-	ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
+	return a.call(cmd, requestTimeout, fn)
+}
+
+// listing runs fn, which reads a listing in pages, under listTimeout.
+func (a *app) listing(cmd *cobra.Command, fn func(ctx context.Context, c *client.Client) error) error {
+	return a.call(cmd, listTimeout, fn)
+}
+
+// call runs fn with a connected client under timeout.
+func (a *app) call(cmd *cobra.Command, timeout time.Duration, fn func(ctx context.Context, c *client.Client) error) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 	defer cancel()
 	c, err := a.dial(ctx)
 	if err != nil {

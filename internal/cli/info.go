@@ -13,11 +13,13 @@ import (
 
 // sessionJSON is one live session.
 type sessionJSON struct {
-	ID      uint64   `json:"id"`
-	Owner   string   `json:"owner"`
-	TTLMs   int64    `json:"ttl_ms"`
-	Held    []string `json:"held"`
-	Waiting []string `json:"waiting"`
+	ID           uint64   `json:"id"`
+	Owner        string   `json:"owner"`
+	TTLMs        int64    `json:"ttl_ms"`
+	Held         []string `json:"held"`
+	Waiting      []string `json:"waiting"`
+	HeldCount    uint32   `json:"held_count"`
+	WaitingCount uint32   `json:"waiting_count"`
 }
 
 // sessionListJSON is `tenure session list -o json`.
@@ -34,27 +36,35 @@ func (a *app) sessionCommand() *cobra.Command {
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list",
 		Short: "List the live sessions",
-		Long: `List the live sessions with the locks each holds and waits for.
+		Long: `List the live sessions, by id, with the locks each holds and waits for
+(at most 1,000 names of each; held_count and waiting_count count them all).
 
-JSON: {"sessions":[{"id","owner","ttl_ms","held":[..],"waiting":[..]}],"revision"}.`,
+The server answers in pages, which are read one after the other: with
+more sessions than one page holds, the list is not one snapshot, and
+"revision" is the first page's. A session that lives through the whole
+listing is listed exactly once.
+
+JSON: {"sessions":[{"id","owner","ttl_ms","held":[..],"waiting":[..],
+"held_count","waiting_count"}],"revision"}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
+			return a.listing(cmd, func(ctx context.Context, c *client.Client) error {
 				resp, err := c.Sessions(ctx)
 				if err != nil {
 					return err
 				}
-				out := sessionListJSON{Sessions: []sessionJSON{}, Revision: resp.GetRevision()}
+				out := sessionListJSON{Sessions: make([]sessionJSON, 0, len(resp.GetSessions())), Revision: resp.GetRevision()}
 				for _, s := range resp.GetSessions() {
 					out.Sessions = append(out.Sessions, sessionJSON{
 						ID: s.GetId(), Owner: s.GetOwner(), TTLMs: s.GetTtlMs(),
 						Held: nonNil(s.GetHeld()), Waiting: nonNil(s.GetWaiting()),
+						HeldCount: s.GetHeldCount(), WaitingCount: s.GetWaitingCount(),
 					})
 				}
 				return a.emit(out, func(w io.Writer) {
 					fmt.Fprintf(w, "%d sessions\n", len(out.Sessions))
 					for _, s := range out.Sessions {
-						fmt.Fprintf(w, "  %d  %s  ttl %dms  held [%s]  waiting [%s]\n", s.ID, s.Owner, s.TTLMs, strings.Join(s.Held, " "), strings.Join(s.Waiting, " "))
+						fmt.Fprintf(w, "  %d  %s  ttl %dms  held [%s]  waiting [%s]\n", s.ID, s.Owner, s.TTLMs, names(s.Held, s.HeldCount), names(s.Waiting, s.WaitingCount))
 					}
 				})
 			})
@@ -102,6 +112,15 @@ watch_compact_revision.`,
 			})
 		},
 	}
+}
+
+// names joins the names listed, saying how many more there are.
+func names(listed []string, count uint32) string {
+	s := strings.Join(listed, " ")
+	if n := int(count) - len(listed); n > 0 {
+		s += fmt.Sprintf(" ...%d more", n)
+	}
+	return s
 }
 
 func nonNil(s []string) []string {

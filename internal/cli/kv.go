@@ -145,11 +145,19 @@ a missing key is not an error: {"key":KEY,"found":false} and exit 0 (the
 text output says "not found").
 
 With --prefix: {"kvs":[{"key","value","create_revision","mod_revision",
-"version"},...],"more":bool,"revision":N}, keys in order, at most --limit.
-To page, repeat with --after set to the last key while "more" is true.`,
+"version"},...],"more":bool,"revision":N}, keys in order, all of them or
+at most --limit. To page, repeat with --after set to the last key while
+"more" is true. The server answers in pages (at most 10,000 keys and
+2 MiB each), which are read one after the other: an answer of several
+pages is not one snapshot, and "revision" is the first page's (a watch
+from revision + 1 misses no change).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
+			call := a.unary
+			if prefix {
+				call = a.listing
+			}
+			return call(cmd, func(ctx context.Context, c *client.Client) error {
 				if prefix {
 					start := ""
 					if after != "" {

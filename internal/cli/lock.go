@@ -94,11 +94,12 @@ Exit codes: COMMAND's status; 5 if --timeout passed while waiting; 128+N
 if signal N interrupted the wait; 1 on other errors. -o does not apply:
 stdout belongs to COMMAND.
 
-"status" and "history" are subcommands, so they cannot be used as lock
-names with this form.`,
+"status", "history" and "list" are subcommands, so they cannot be used
+as lock names with this form.`,
 		Example: `  tenure lock backup --ttl 10s -- ./backup.sh
   tenure lock status backup -o json
-  tenure lock history backup -o json`,
+  tenure lock history backup -o json
+  tenure lock list --prefix shard- -o json`,
 		Args: lockArgs("tenure lock NAME [flags] -- COMMAND [ARG...]", "lock"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if lf.timeout < 0 || lf.killGrace < 0 {
@@ -108,7 +109,7 @@ names with this form.`,
 		},
 	}
 	lockRunFlags(cmd, &lf)
-	cmd.AddCommand(a.lockStatusCommand(), a.lockHistoryCommand())
+	cmd.AddCommand(a.lockStatusCommand(), a.lockHistoryCommand(), a.lockListCommand())
 	return cmd
 }
 
@@ -337,10 +338,12 @@ func (a *app) lockStatusCommand() *cobra.Command {
 
 JSON: {"name","holder":{"owner","session","token"}|null,"waiters":N,
 "waiter_order":[{"owner","session","queued_revision"}],"delayed","revision"}.
-waiter_order is in grant order: the first is granted next.`,
+waiter_order is in grant order: the first is granted next. The server
+lists the waiters in pages, read one after the other: "revision" is the
+first page's.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
+			return a.listing(cmd, func(ctx context.Context, c *client.Client) error {
 				st, err := c.LockStatus(ctx, args[0])
 				if err != nil {
 					return err
@@ -370,6 +373,63 @@ waiter_order is in grant order: the first is granted next.`,
 			})
 		},
 	}
+}
+
+// lockSummaryJSON is one lock of `tenure lock list -o json`.
+type lockSummaryJSON struct {
+	Name    string `json:"name"`
+	Permits uint32 `json:"permits"`
+	Holders uint32 `json:"holders"`
+	Waiters uint32 `json:"waiters"`
+	Delayed bool   `json:"delayed"`
+}
+
+// lockListJSON is `tenure lock list -o json`.
+type lockListJSON struct {
+	Locks    []lockSummaryJSON `json:"locks"`
+	Revision uint64            `json:"revision"`
+}
+
+func (a *app) lockListCommand() *cobra.Command {
+	var prefix string
+	cmd := &cobra.Command{
+		Use:   "list [--prefix P]",
+		Short: "List the locks, by name",
+		Long: `List the locks (mutexes, semaphores, read-write locks and elections) whose
+names start with --prefix, by name: permits, how many hold and wait for
+each, and whether a lock-delay holds it back.
+
+The server answers in pages, which are read one after the other: with
+more locks than one page holds, the list is not one snapshot, and
+"revision" is the first page's.
+
+JSON: {"locks":[{"name","permits","holders","waiters","delayed"}],"revision"}.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.listing(cmd, func(ctx context.Context, c *client.Client) error {
+				resp, err := c.Locks(ctx, prefix)
+				if err != nil {
+					return err
+				}
+				out := lockListJSON{Locks: make([]lockSummaryJSON, 0, len(resp.GetLocks())), Revision: resp.GetRevision()}
+				for _, l := range resp.GetLocks() {
+					out.Locks = append(out.Locks, lockSummaryJSON{Name: l.GetName(), Permits: l.GetPermits(), Holders: l.GetHolders(), Waiters: l.GetWaiters(), Delayed: l.GetDelayed()})
+				}
+				return a.emit(out, func(w io.Writer) {
+					fmt.Fprintf(w, "%d locks\n", len(out.Locks))
+					for _, l := range out.Locks {
+						delayed := ""
+						if l.Delayed {
+							delayed = "  delayed"
+						}
+						fmt.Fprintf(w, "  %s  %d/%d held  %d waiting%s\n", l.Name, l.Holders, l.Permits, l.Waiters, delayed)
+					}
+				})
+			})
+		},
+	}
+	cmd.Flags().StringVar(&prefix, "prefix", "", "only the locks whose names start with this")
+	return cmd
 }
 
 // grantJSON is one grant in a lock's history.

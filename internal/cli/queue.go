@@ -315,12 +315,14 @@ func (a *app) queueDLQCommand() *cobra.Command {
 	list := &cobra.Command{
 		Use:   "list QUEUE [--after ID] [--limit N]",
 		Short: "List dead-lettered items, oldest first",
-		Long: `List QUEUE's dead-lettered items with ids above --after, oldest first.
+		Long: `List QUEUE's dead-lettered items with ids above --after, oldest first:
+all of them, or at most --limit. The server answers in pages (at most
+1,000 items and 2 MiB each), which are read one after the other.
 
 JSON: {"queue":"...","items":[{"id":N,"payload":"...","attempts":N},...]}.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
+			return a.listing(cmd, func(ctx context.Context, c *client.Client) error {
 				items, err := c.Queue(args[0]).DeadLetters(ctx, after, limit)
 				if err != nil {
 					return err
@@ -339,7 +341,7 @@ JSON: {"queue":"...","items":[{"id":N,"payload":"...","attempts":N},...]}.`,
 	}
 	lf := list.Flags()
 	lf.Uint64Var(&after, "after", 0, "list items with ids above this (paging)")
-	lf.IntVar(&limit, "limit", 100, "list at most this many (at most 1000)")
+	lf.IntVar(&limit, "limit", 0, "list at most this many (0: all)")
 	requeue := &cobra.Command{
 		Use:   "requeue QUEUE [ID...]",
 		Short: "Move dead-lettered items back to the queue (all, or the ids given)",

@@ -13,7 +13,6 @@ import (
 
 	"google.golang.org/grpc"
 
-	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/internal/clock"
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/node"
@@ -88,7 +87,7 @@ func Start(cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	gs := grpc.NewServer(server.GRPCOptions()...)
-	pb.RegisterTenureServer(gs, server.New(n, hub, cfg.Limits))
+	server.Register(gs, server.New(n, hub, cfg.Limits))
 	return &Daemon{Node: n, Hub: hub, lis: lis, gs: gs}, nil
 }
 

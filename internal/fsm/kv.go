@@ -9,6 +9,7 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"iter"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -450,19 +451,25 @@ func (s *State) KVRange(key string, prefix bool, limit int64) (kvs []KV, more bo
 // KVRangeFrom is KVRange of prefix starting at the key start (inclusive;
 // a start before the prefix starts at the prefix): paging.
 func (s *State) KVRangeFrom(prefix, start string, limit int64) (kvs []KV, more bool) {
-	start = max(start, prefix)
-	s.kv.tree.AscendGreaterOrEqual(KV{Key: start}, func(kv KV) bool {
-		if !strings.HasPrefix(kv.Key, prefix) {
-			return false
-		}
+	for kv := range s.KVFrom(prefix, start) {
 		if limit > 0 && int64(len(kvs)) == limit {
-			more = true
-			return false
+			return kvs, true
 		}
 		kvs = append(kvs, kv)
-		return true
-	})
-	return kvs, more
+	}
+	return kvs, false
+}
+
+// KVFrom yields the keys starting with prefix from the key start on
+// (inclusive; a start before the prefix starts at the prefix), in key
+// order: finding the first costs O(log n). The KVs share their values with
+// the state: read only. It must be consumed under the state's lock.
+func (s *State) KVFrom(prefix, start string) iter.Seq[KV] {
+	return func(yield func(KV) bool) {
+		s.kv.tree.AscendGreaterOrEqual(KV{Key: max(start, prefix)}, func(kv KV) bool {
+			return strings.HasPrefix(kv.Key, prefix) && yield(kv)
+		})
+	}
 }
 
 // KVCount is the number of keys.

@@ -114,7 +114,7 @@ func (s *State) acquire(c *fsmpb.Acquire, emit EventSink) Result {
 	// Admitted: only now does the acquire change the lock.
 	if l == nil {
 		l = &lock{name: name, permits: permits}
-		s.locks[name] = l
+		s.addLock(l)
 	}
 	if c.GetElection() {
 		l.election = true
@@ -319,7 +319,7 @@ func (s *State) forget(l *lock) {
 		return
 	}
 	s.past.add(l.name, l.history)
-	delete(s.locks, l.name)
+	s.removeLock(l)
 }
 
 // holderChanged reports l's first holder (an election's leader) and value.

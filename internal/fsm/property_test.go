@@ -542,6 +542,9 @@ func (m *propModel) observe(t *rapid.T, cmd *fsmpb.Command, r fsm.Result, evs []
 // check runs after every step: the state agrees with the model and with
 // itself.
 func (m *propModel) check(t *rapid.T) {
+	if err := m.st.CheckIndexes(); err != nil {
+		t.Fatal(err)
+	}
 	var live []uint64
 	for id := range m.live {
 		live = append(live, id)

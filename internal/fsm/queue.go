@@ -36,6 +36,8 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"fmt"
+	"iter"
+	"math"
 	"sort"
 
 	"github.com/google/btree"
@@ -622,24 +624,19 @@ type QueueItemView struct {
 	Attempts uint32
 }
 
-// DeadLetters lists up to limit dead-lettered items of name with ids above
-// after, by id, stopping before the payloads pass maxBytes (but listing at
-// least one item).
-func (s *State) DeadLetters(name string, after uint64, limit, maxBytes int) []QueueItemView {
-	q := s.queues.byName[name]
-	if q == nil {
-		return nil
-	}
-	var out []QueueItemView
-	size := 0
-	q.dead.AscendGreaterOrEqual(qItem{id: after + 1}, func(it qItem) bool {
-		if size += len(it.payload); size > maxBytes && len(out) > 0 {
-			return false
+// DeadLetters yields the dead-lettered items of name with ids above after,
+// by id (finding the first costs O(log n)). The payloads are shared with
+// the state: read only. It must be consumed under the state's lock.
+func (s *State) DeadLetters(name string, after uint64) iter.Seq[QueueItemView] {
+	return func(yield func(QueueItemView) bool) {
+		q := s.queues.byName[name]
+		if q == nil || after == math.MaxUint64 {
+			return
 		}
-		out = append(out, QueueItemView{ID: it.id, Payload: append([]byte(nil), it.payload...), Attempts: it.attempts})
-		return len(out) < limit
-	})
-	return out
+		q.dead.AscendGreaterOrEqual(qItem{id: after + 1}, func(it qItem) bool {
+			return yield(QueueItemView{ID: it.id, Payload: it.payload, Attempts: it.attempts})
+		})
+	}
 }
 
 // InFlightView is one delivery in flight.

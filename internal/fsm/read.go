@@ -1,14 +1,23 @@
 package fsm
 
-import "sort"
+import (
+	"iter"
+	"math"
+	"sort"
+	"strings"
+)
 
 // SessionView describes one session for readers.
 type SessionView struct {
-	ID      uint64
-	Owner   string
-	TTLMs   int64
-	Held    []string
-	Waiting []string
+	ID    uint64
+	Owner string
+	TTLMs int64
+	// Held and Waiting name locks, by name (see SessionsAfter);
+	// HeldCount and WaitingCount count them all.
+	Held         []string
+	Waiting      []string
+	HeldCount    int
+	WaitingCount int
 }
 
 // HolderView describes a lock's current grant.
@@ -65,15 +74,39 @@ type DelayView struct {
 	Generation uint64
 }
 
-// Sessions lists sessions by id.
+// Sessions lists every session by id.
 func (s *State) Sessions() []SessionView {
 	out := make([]SessionView, 0, len(s.sessions))
-	for _, ss := range s.sessions {
-		v := SessionView{ID: ss.id, Owner: ss.owner, TTLMs: ss.ttlMs, Held: sortedKeys(ss.held), Waiting: sortedKeys(ss.waits)}
+	for v := range s.SessionsAfter(0, -1) {
 		out = append(out, v)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
+}
+
+// SessionsAfter yields the sessions with ids above after, by id, each
+// with at most maxNames (-1: all) of the locks it holds and of those it
+// waits for, the first by name; HeldCount and WaitingCount count them all.
+// Finding the first costs O(log n), each session O(k log k) for its k
+// locks. It must be consumed under the state's lock.
+func (s *State) SessionsAfter(after uint64, maxNames int) iter.Seq[SessionView] {
+	return func(yield func(SessionView) bool) {
+		if after == math.MaxUint64 {
+			return
+		}
+		s.sessionOrder.AscendGreaterOrEqual(&session{id: after + 1}, func(ss *session) bool {
+			v := SessionView{ID: ss.id, Owner: ss.owner, TTLMs: ss.ttlMs, Held: firstKeys(ss.held, maxNames), Waiting: firstKeys(ss.waits, maxNames), HeldCount: len(ss.held), WaitingCount: len(ss.waits)}
+			return yield(v)
+		})
+	}
+}
+
+// firstKeys returns m's first n keys (-1: all), in order.
+func firstKeys[V any](m map[string]V, n int) []string {
+	keys := sortedKeys(m)
+	if n >= 0 && len(keys) > n {
+		keys = keys[:n:n]
+	}
+	return keys
 }
 
 // SessionCount is the number of live sessions.
@@ -126,6 +159,83 @@ func (s *State) Lock(name string) LockView {
 		v.Waiters = append(v.Waiters, WaiterView{Owner: w.sess.owner, Session: w.sess.id, AcquireRevision: w.acqRev, Shared: w.shared})
 	}
 	return v
+}
+
+// LockSummary is a lock in a listing.
+type LockSummary struct {
+	Name    string
+	Permits int
+	Holders int
+	Waiters int
+	Delayed bool
+}
+
+func (l *lock) summary() LockSummary {
+	return LockSummary{Name: l.name, Permits: l.permits, Holders: len(l.holders), Waiters: l.nwait, Delayed: l.delayed}
+}
+
+// LockSummary describes the named lock in brief; an unknown lock is free.
+func (s *State) LockSummary(name string) LockSummary {
+	if l := s.locks[name]; l != nil {
+		return l.summary()
+	}
+	return LockSummary{Name: name, Permits: 1}
+}
+
+// Locks yields the locks whose names start with prefix and come after the
+// name after, by name. Finding the first costs O(log n), each next one
+// O(1). It must be consumed under the state's lock.
+func (s *State) Locks(prefix, after string) iter.Seq[LockSummary] {
+	return func(yield func(LockSummary) bool) {
+		from := max(prefix, after+"\x00") // the first name after "after"
+		if after == "" {
+			from = prefix
+		}
+		s.lockOrder.AscendGreaterOrEqual(&lock{name: from}, func(l *lock) bool {
+			return strings.HasPrefix(l.name, prefix) && yield(l.summary())
+		})
+	}
+}
+
+// LockHolders yields the named lock's holders whose tokens are above
+// after, in grant order (which is token order). Finding the first costs
+// O(log n). It must be consumed under the state's lock.
+func (s *State) LockHolders(name string, after uint64) iter.Seq[HolderView] {
+	return func(yield func(HolderView) bool) {
+		l := s.locks[name]
+		if l == nil {
+			return
+		}
+		i := sort.Search(len(l.holders), func(i int) bool { return l.holders[i].token > after })
+		for _, g := range l.holders[i:] {
+			if !yield(HolderView{Owner: g.sess.owner, Session: g.sess.id, Token: g.token, AcquireRevision: g.acqRev, Shared: g.shared, Value: append([]byte(nil), g.value...)}) {
+				return
+			}
+		}
+	}
+}
+
+// LockWaiters yields the named lock's waiters queued after the revision
+// after, in grant order (which is the order of their queued revisions).
+// Finding the first walks the line from its head: O(waiters ahead of it),
+// bounded by the waiters a lock may have. It must be consumed under the
+// state's lock.
+func (s *State) LockWaiters(name string, after uint64) iter.Seq[WaiterView] {
+	return func(yield func(WaiterView) bool) {
+		l := s.locks[name]
+		if l == nil {
+			return
+		}
+		w := l.head
+		for w != nil && w.acqRev <= after {
+			w = w.next
+		}
+		for ; w != nil; w = w.next {
+			if !yield(WaiterView{Owner: w.sess.owner, Session: w.sess.id, AcquireRevision: w.acqRev, Shared: w.shared}) {
+				return
+			}
+		}
+	}
 }
 
 // History returns the lock's newest grant records (at most the lock

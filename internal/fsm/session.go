@@ -64,10 +64,10 @@ func (s *State) createSession(c *fsmpb.CreateSession, emit EventSink) Result {
 	if n := len(c.GetSecretHash()); n != 0 && n != sha256.Size {
 		return Result{Err: fmt.Errorf("%w: a secret hash is %d bytes, not %d", ErrInvalid, n, sha256.Size)}
 	}
-	s.sessions[id] = &session{
+	s.addSession(&session{
 		id: id, owner: c.GetOwner(), ttlMs: c.GetTtlMs(), secretHash: append([]byte(nil), c.GetSecretHash()...),
 		held: make(map[string]struct{}), waits: make(map[string]*waiter),
-	}
+	})
 	emit(Event{Kind: EventSessionCreated, Session: id, TTLMs: c.GetTtlMs()})
 	return Result{Session: id}
 }
@@ -109,7 +109,7 @@ func (s *State) endSession(id uint64, expired bool, emit EventSink) Result {
 	}
 	s.kvEndSession(id, emit)
 	s.queueSessionEnded(id, emit)
-	delete(s.sessions, id)
+	s.removeSession(sess)
 	emit(Event{Kind: EventSessionEnded, Session: id, Expired: expired})
 	return Result{}
 }

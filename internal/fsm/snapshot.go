@@ -79,8 +79,8 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 	}
 	s.limits = s.limits.Merge(LimitsFromProto(snap.GetLimits()))
 	for _, ss := range snap.GetSessions() {
-		s.sessions[ss.GetId()] = &session{id: ss.GetId(), owner: ss.GetOwner(), ttlMs: ss.GetTtlMs(), secretHash: ss.GetSecretHash(),
-			held: make(map[string]struct{}), waits: make(map[string]*waiter)}
+		s.addSession(&session{id: ss.GetId(), owner: ss.GetOwner(), ttlMs: ss.GetTtlMs(), secretHash: ss.GetSecretHash(),
+			held: make(map[string]struct{}), waits: make(map[string]*waiter)})
 	}
 	for _, ls := range snap.GetLocks() {
 		l := &lock{name: ls.GetName(), delayed: ls.GetDelayed(), delayGen: ls.GetDelayGeneration(), delayMs: ls.GetDelayMs(), permits: int(max(ls.GetPermits(), 1)), election: ls.GetElection()}
@@ -109,7 +109,7 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 		for _, h := range ls.GetHistory() {
 			l.history = append(l.history, histFromProto(h))
 		}
-		s.locks[l.name] = l
+		s.addLock(l)
 		s.forget(l) // written before unused locks were removed
 	}
 	for _, h := range snap.GetRemovedLockHistory() {

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"unicode/utf8"
 
+	"github.com/google/btree"
+
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 )
 
@@ -143,13 +145,18 @@ type State struct {
 	// catches stale writes; never set it in production.
 	UnsafeSkipFenceCheck bool
 
-	revision      uint64
-	historyLimit  int // grant records kept per lock
-	opMemory      int // operation ids remembered per fenced register
-	limits        Limits
-	waiting       uint64 // queued acquires on all locks (max-total-waiters)
+	revision     uint64
+	historyLimit int // grant records kept per lock
+	opMemory     int // operation ids remembered per fenced register
+	limits       Limits
+	waiting      uint64 // queued acquires on all locks (max-total-waiters)
+	// sessions and locks are each indexed by an ordered tree too; they
+	// change only through addSession, removeSession, addLock and
+	// removeLock (index.go).
 	sessions      map[uint64]*session
+	sessionOrder  *btree.BTreeG[*session]
 	locks         map[string]*lock
+	lockOrder     *btree.BTreeG[*lock]
 	past          pastHistory // grant records of removed locks (history.go)
 	registers     map[string]*register
 	registerBytes uint64      // keys and values of all registers (max-register-bytes)
@@ -165,7 +172,9 @@ func NewState() *State {
 		opMemory:     OpMemory,
 		limits:       DefaultLimits(),
 		sessions:     make(map[uint64]*session),
+		sessionOrder: newSessionOrder(),
 		locks:        make(map[string]*lock),
+		lockOrder:    newLockOrder(),
 		registers:    make(map[string]*register),
 		kv:           newKVStore(),
 	}

@@ -155,18 +155,25 @@ func (s *Server) KVRange(ctx context.Context, req *pb.KVRangeRequest) (*pb.KVRan
 		return nil, toStatus(err)
 	}
 	out := &pb.KVRangeResponse{}
+	var p pager
+	p.list(req.GetLimit())
 	err := s.read(ctx, req.GetSerializable(), func(st *fsm.State) {
 		out.Revision = st.Revision()
-		kvs, more := st.KVRange(req.GetKey(), req.GetPrefix(), req.GetLimit())
-		if req.GetPrefix() && req.GetStartKey() != "" {
-			kvs, more = st.KVRangeFrom(req.GetKey(), req.GetStartKey(), req.GetLimit())
+		if !req.GetPrefix() {
+			if kv, ok := st.KVGet(req.GetKey()); ok {
+				out.Kvs = []*pb.KVKeyValue{kvToProto(&kv)}
+			}
+			return
 		}
-		out.More = more
-		out.Kvs = make([]*pb.KVKeyValue, len(kvs))
-		for i := range kvs {
-			out.Kvs[i] = kvToProto(&kvs[i])
+		for kv := range st.KVFrom(req.GetKey(), req.GetStartKey()) {
+			pkv := kvToProto(&kv)
+			if !p.take(pkv) {
+				break
+			}
+			out.Kvs = append(out.Kvs, pkv)
 		}
 	})
+	out.More = p.more
 	return out, err
 }
 

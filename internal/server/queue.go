@@ -21,11 +21,10 @@ const (
 	// DefaultVisibility is a dequeue's visibility lease when the request
 	// names none.
 	DefaultVisibility = 30 * time.Second
-	// defaultDeadList and maxDeadList bound one page of dead letters;
-	// deadListBytes bounds its payloads (at least one item is listed).
+	// defaultDeadList and maxDeadList bound one page of dead letters (a
+	// page also stops before maxPageBytes, page.go).
 	defaultDeadList = 100
 	maxDeadList     = 1000
-	deadListBytes   = 4 << 20
 	// MaxMessageSize is the largest gRPC message the server accepts: the
 	// largest payload the state machine allows plus room for the rest.
 	MaxMessageSize = fsm.MaxQueuePayload + 64<<10
@@ -41,11 +40,13 @@ func newReceipt() []byte {
 	return b
 }
 
-// GRPCOptions are the gRPC server options the queue needs (messages large
-// enough for the largest payload).
+// GRPCOptions are the gRPC server options the service needs: messages
+// large enough for the largest queue payload, and the codec that lets
+// Register decode requests itself (wire.go).
 func GRPCOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageSize),
+		grpc.ForceServerCodecV2(newCodec()),
 		// Fixed flow-control windows (1 MiB per stream, 16 MiB per
 		// connection) instead of gRPC's dynamic ones: the dynamic window
 		// is sized by ping probes, about one per round trip on a busy
@@ -468,14 +469,20 @@ func (s *Server) QueueDeadList(ctx context.Context, req *pb.QueueDeadListRequest
 	if limit == 0 {
 		limit = defaultDeadList
 	}
-	limit = min(limit, maxDeadList)
+	var p pager
+	p.list(int64(min(limit, maxDeadList)))
 	out := &pb.QueueDeadListResponse{}
 	err := s.read(ctx, false, func(st *fsm.State) {
 		out.Dead = uint64(st.QueueStats(req.GetQueue()).Dead)
-		for _, it := range st.DeadLetters(req.GetQueue(), req.GetAfterId(), limit, deadListBytes) {
-			out.Items = append(out.Items, &pb.QueueDeadItem{Id: it.ID, Payload: it.Payload, Attempts: it.Attempts})
+		for it := range st.DeadLetters(req.GetQueue(), req.GetAfterId()) {
+			item := &pb.QueueDeadItem{Id: it.ID, Payload: it.Payload, Attempts: it.Attempts}
+			if !p.take(item) {
+				break
+			}
+			out.Items = append(out.Items, item)
 		}
 	})
+	out.More = p.more
 	return out, err
 }
 

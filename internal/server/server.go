@@ -543,8 +543,9 @@ func (s *Server) Observe(req *pb.ObserveRequest, stream pb.Tenure_ObserveServer)
 	first := &pb.LeaderEvent{}
 	s.node.Read(func(st *fsm.State) {
 		first.Revision = st.Revision()
-		if h := st.Lock(req.GetName()).Holder; h != nil {
+		for h := range st.LockHolders(req.GetName(), 0) { // the first: the leader
 			first.Owner, first.Session, first.Token, first.Value = h.Owner, h.Session, h.Token, h.Value
+			break
 		}
 	})
 	if err := stream.Send(first); err != nil {
@@ -577,42 +578,6 @@ func (s *Server) read(ctx context.Context, serializable bool, fn func(*fsm.State
 	}
 	s.node.Read(fn)
 	return nil
-}
-
-// ListSessions implements pb.TenureServer.
-func (s *Server) ListSessions(ctx context.Context, req *pb.ListSessionsRequest) (*pb.ListSessionsResponse, error) {
-	out := &pb.ListSessionsResponse{}
-	err := s.read(ctx, req.GetSerializable(), func(st *fsm.State) {
-		out.Revision = st.Revision()
-		for _, v := range st.Sessions() {
-			out.Sessions = append(out.Sessions, &pb.SessionInfo{Id: v.ID, Owner: v.Owner, TtlMs: v.TTLMs, Held: v.Held, Waiting: v.Waiting})
-		}
-	})
-	return out, err
-}
-
-// LockStatus implements pb.TenureServer.
-func (s *Server) LockStatus(ctx context.Context, req *pb.LockStatusRequest) (*pb.LockStatusResponse, error) {
-	if err := fsm.ValidateName("lock name", req.GetName()); err != nil {
-		return nil, toStatus(err)
-	}
-	out := &pb.LockStatusResponse{Name: req.GetName()}
-	err := s.read(ctx, req.GetSerializable(), func(st *fsm.State) {
-		out.Revision = st.Revision()
-		v := st.Lock(req.GetName())
-		out.Delayed = v.Delayed
-		out.Permits = uint32(v.Permits)
-		for _, h := range v.Holders {
-			out.Holders = append(out.Holders, &pb.Holder{Owner: h.Owner, Session: h.Session, Token: h.Token, GrantedRevision: h.Token, Shared: h.Shared, Value: h.Value})
-		}
-		if len(out.Holders) > 0 {
-			out.Holder = out.Holders[0]
-		}
-		for _, w := range v.Waiters {
-			out.Waiters = append(out.Waiters, &pb.Waiter{Owner: w.Owner, Session: w.Session, QueuedRevision: w.AcquireRevision, Shared: w.Shared})
-		}
-	})
-	return out, err
 }
 
 // LockHistory implements pb.TenureServer.

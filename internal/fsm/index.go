@@ -1,0 +1,41 @@
+package fsm
+
+import "github.com/google/btree"
+
+// Sessions and locks are each kept twice: in a map, for lookups, and in a
+// B-tree ordered by id or by name, for the listings that come in pages
+// (read.go): a page is found in O(log n) and read in O(page), where
+// sorting the map would cost O(n log n) for every page. The two change
+// together, only through the helpers below.
+
+func newSessionOrder() *btree.BTreeG[*session] {
+	return btree.NewG(32, func(a, b *session) bool { return a.id < b.id })
+}
+
+func newLockOrder() *btree.BTreeG[*lock] {
+	return btree.NewG(32, func(a, b *lock) bool { return a.name < b.name })
+}
+
+// addSession adds a new session.
+func (s *State) addSession(ss *session) {
+	s.sessions[ss.id] = ss
+	s.sessionOrder.ReplaceOrInsert(ss)
+}
+
+// removeSession removes a session.
+func (s *State) removeSession(ss *session) {
+	delete(s.sessions, ss.id)
+	s.sessionOrder.Delete(ss)
+}
+
+// addLock adds a new lock.
+func (s *State) addLock(l *lock) {
+	s.locks[l.name] = l
+	s.lockOrder.ReplaceOrInsert(l)
+}
+
+// removeLock removes an unused lock (see forget).
+func (s *State) removeLock(l *lock) {
+	delete(s.locks, l.name)
+	s.lockOrder.Delete(l)
+}

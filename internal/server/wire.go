@@ -1,0 +1,172 @@
+package server
+
+// Requests are decoded here, not by gRPC: a request that is not a valid
+// message of its type (malformed wire data, a string field that is not
+// valid UTF-8) is answered INVALID_ARGUMENT with a message saying what is
+// wrong, on every RPC, unary and streaming, and reaches no handler. gRPC
+// itself answers INTERNAL for every error of its codec.
+//
+// How: the server's codec (GRPCOptions) hands a request to a *wireMessage
+// as its bytes, undecoded, and Register wraps each handler of the service
+// so that it receives its requests through such a wireMessage and decodes
+// them itself. A message gRPC is asked to decode into any other type is
+// decoded by the codec as usual (and a failure stays INTERNAL): nothing
+// partly decoded is ever handed to a handler.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	pb "github.com/tenure-io/tenure/api/tenurepb"
+	"github.com/tenure-io/tenure/internal/fsm"
+)
+
+// Register registers srv on gs with the strict decoding of requests. gs
+// must have been made with GRPCOptions.
+func Register(gs *grpc.Server, srv *Server) {
+	pb.RegisterTenureServer(strictRegistrar{gs}, srv)
+}
+
+// strictRegistrar registers services whose handlers decode their requests
+// with decodeStrict.
+type strictRegistrar struct{ grpc.ServiceRegistrar }
+
+// RegisterService implements grpc.ServiceRegistrar.
+func (r strictRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
+	d := *desc
+	d.Methods = make([]grpc.MethodDesc, len(desc.Methods))
+	for i, m := range desc.Methods {
+		handler := m.Handler
+		m.Handler = func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+			return handler(srv, ctx, func(v any) error { return decodeStrict(dec, v) }, interceptor)
+		}
+		d.Methods[i] = m
+	}
+	d.Streams = make([]grpc.StreamDesc, len(desc.Streams))
+	for i, s := range desc.Streams {
+		handler := s.Handler
+		s.Handler = func(srv any, stream grpc.ServerStream) error {
+			return handler(srv, strictStream{stream})
+		}
+		d.Streams[i] = s
+	}
+	r.ServiceRegistrar.RegisterService(&d, impl)
+}
+
+// strictStream decodes every message it receives with decodeStrict.
+type strictStream struct{ grpc.ServerStream }
+
+// RecvMsg implements grpc.ServerStream.
+func (s strictStream) RecvMsg(v any) error { return decodeStrict(s.ServerStream.RecvMsg, v) }
+
+// wireMessage holds a received message's bytes (see codec).
+type wireMessage struct{ data mem.BufferSlice }
+
+func (w *wireMessage) free() {
+	w.data.Free()
+	w.data = nil
+}
+
+// decodeStrict receives one message with recv and decodes it into v.
+func decodeStrict(recv func(any) error, v any) error {
+	var w wireMessage
+	defer w.free()
+	if err := recv(&w); err != nil {
+		return err
+	}
+	m, ok := v.(proto.Message)
+	if !ok {
+		return fmt.Errorf("server: cannot decode a request into %T", v) // a programming error: INTERNAL
+	}
+	buf := w.data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	if err := proto.Unmarshal(buf.ReadOnlyData(), m); err != nil {
+		proto.Reset(m)
+		return toStatus(fmt.Errorf("%w: the request is not a valid %s message: %s", fsm.ErrInvalid, m.ProtoReflect().Descriptor().FullName(), explain(m.ProtoReflect().Descriptor(), buf.ReadOnlyData(), err)))
+	}
+	return nil
+}
+
+// explain says what is wrong with b, which failed to decode as md with
+// err: which string field is not valid UTF-8, or else err's own words.
+func explain(md protoreflect.MessageDescriptor, b []byte, err error) string {
+	if path := badString(md, b, ""); path != "" {
+		return "field " + path + " is not valid UTF-8"
+	}
+	return strings.TrimPrefix(err.Error(), "proto: ")
+}
+
+// badString returns the path (as "frames[0].request.acquire.name") of the
+// first string field of b, a message md on the wire, that is not valid
+// UTF-8; "" if there is none or b is not well formed.
+func badString(md protoreflect.MessageDescriptor, b []byte, prefix string) string {
+	seen := make(map[protowire.Number]int)
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		fd := md.Fields().ByNumber(num)
+		if fd == nil || typ != protowire.BytesType || (fd.Kind() != protoreflect.StringKind && fd.Kind() != protoreflect.MessageKind) {
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return ""
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		path := prefix + string(fd.Name())
+		if fd.IsList() || fd.IsMap() {
+			path = fmt.Sprintf("%s[%d]", path, seen[num])
+			seen[num]++
+		}
+		if fd.Kind() == protoreflect.StringKind {
+			if !utf8.Valid(v) {
+				return path
+			}
+			continue
+		}
+		if p := badString(fd.Message(), v, path+"."); p != "" {
+			return p
+		}
+	}
+	return ""
+}
+
+// codec is the server's codec: protobuf, except that a *wireMessage
+// receives the message's bytes undecoded.
+type codec struct{ proto encoding.CodecV2 }
+
+func newCodec() codec { return codec{proto: encoding.GetCodecV2(grpcproto.Name)} }
+
+// Marshal implements encoding.CodecV2.
+func (c codec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+
+// Unmarshal implements encoding.CodecV2.
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if w, ok := v.(*wireMessage); ok {
+		w.free() // a second message for a unary request: gRPC refuses it
+		data.Ref()
+		w.data = data
+		return nil
+	}
+	return c.proto.Unmarshal(data, v)
+}
+
+// Name implements encoding.CodecV2.
+func (codec) Name() string { return grpcproto.Name }
