@@ -21,7 +21,8 @@
 // A new leader has every committed entry (raft's leader completeness), so it
 // continues from the same revision. No token is ever issued from anything
 // but the applied log, so tokens are unique and strictly increasing across
-// restarts and leader changes.
+// restarts and leader changes. A restore never lowers the revision either,
+// and its fence floor keeps tokens issued before it stale (fencefloor.go).
 package fsm
 
 import (

@@ -22,6 +22,9 @@ type register struct {
 }
 
 func (s *State) fencedPut(c *fsmpb.FencedPut) Result {
+	if r, stale := s.belowFenceFloor(c.GetKey(), c.GetToken()); stale {
+		return r
+	}
 	if err := ValidateName("register key", c.GetKey()); err != nil {
 		return Result{Err: err}
 	}

@@ -147,6 +147,8 @@ type State struct {
 	registers    map[string]*register
 	kv           kvStore
 	queues       queueSet // see queue.go
+
+	fenceFloor uint64 // fenced writes at or below it are stale (fencefloor.go)
 }
 
 // NewState returns an empty state at revision 0.

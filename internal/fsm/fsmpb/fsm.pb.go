@@ -1099,7 +1099,11 @@ type Snapshot struct {
 	Kv []*KVState `protobuf:"bytes,20,rep,name=kv,proto3" json:"kv,omitempty"`
 	// retention: absent in snapshots made before it was configurable
 	// (the defaults applied then).
-	Retention     *Retention `protobuf:"bytes,30,opt,name=retention,proto3" json:"retention,omitempty"`
+	Retention *Retention `protobuf:"bytes,30,opt,name=retention,proto3" json:"retention,omitempty"`
+	// fence_floor: fenced writes with a token at or below it are stale.
+	// A restore sets it to the revision the cluster had reached before, so
+	// that tokens issued then never become valid again (0: no floor).
+	FenceFloor    uint64 `protobuf:"varint,40,opt,name=fence_floor,json=fenceFloor,proto3" json:"fence_floor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1181,6 +1185,13 @@ func (x *Snapshot) GetRetention() *Retention {
 		return x.Retention
 	}
 	return nil
+}
+
+func (x *Snapshot) GetFenceFloor() uint64 {
+	if x != nil {
+		return x.FenceFloor
+	}
+	return 0
 }
 
 type Retention struct {
@@ -2954,7 +2965,7 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
-	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\xde\x02\n" +
+	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\xff\x02\n" +
 	"\bSnapshot\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x127\n" +
 	"\bsessions\x18\x02 \x03(\v2\x1b.tenure.fsm.v1.SessionStateR\bsessions\x12.\n" +
@@ -2963,7 +2974,9 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x06queues\x18\n" +
 	" \x03(\v2\x19.tenure.fsm.v1.QueueStateR\x06queues\x12&\n" +
 	"\x02kv\x18\x14 \x03(\v2\x16.tenure.fsm.v1.KVStateR\x02kv\x126\n" +
-	"\tretention\x18\x1e \x01(\v2\x18.tenure.fsm.v1.RetentionR\tretention\"\\\n" +
+	"\tretention\x18\x1e \x01(\v2\x18.tenure.fsm.v1.RetentionR\tretention\x12\x1f\n" +
+	"\vfence_floor\x18( \x01(\x04R\n" +
+	"fenceFloor\"\\\n" +
 	"\tRetention\x12!\n" +
 	"\flock_history\x18\x01 \x01(\rR\vlockHistory\x12,\n" +
 	"\x12register_op_memory\x18\x02 \x01(\rR\x10registerOpMemory\"K\n" +
