@@ -8,10 +8,12 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+	"github.com/tenure-io/tenure/internal/server"
 )
 
 func (a *app) snapshotCommand() *cobra.Command {
@@ -132,4 +134,11 @@ func raiseRevision(data []byte, rev uint64) ([]byte, error) {
 	snap.Revision = max(snap.GetRevision(), rev)
 	snap.FenceFloor = max(snap.GetFenceFloor(), rev)
 	return proto.MarshalOptions{Deterministic: true}.Marshal(snap)
+}
+
+// restoreServeFlags adds serve's restore limits (per node).
+func restoreServeFlags(f *pflag.FlagSet, l *server.RestoreLimits) {
+	d := server.DefaultRestoreLimits()
+	f.IntVar(&l.MaxStreams, "max-restore-streams", d.MaxStreams, "most snapshot restore streams this node accepts at once; more are refused with RESOURCE_EXHAUSTED")
+	f.Int64Var(&l.MaxBytes, "max-restore-bytes", d.MaxBytes, "most bytes the open restore streams hold together on this node; a stream passing it is refused with RESOURCE_EXHAUSTED")
 }

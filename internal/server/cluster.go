@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/internal/fsm"
@@ -108,12 +109,76 @@ func (s *Server) SnapshotSave(_ *pb.SnapshotSaveRequest, stream pb.Tenure_Snapsh
 	return nil
 }
 
-// maxSnapshot bounds what a restore accepts.
-const maxSnapshot = 1 << 30
+// RestoreLimits bound the snapshot restores one node accepts at once. A
+// restore stream is held in memory until it is complete, so these bound
+// that memory; they are per node, not replicated.
+type RestoreLimits struct {
+	// MaxStreams bounds the restore streams open at once
+	// (--max-restore-streams).
+	MaxStreams int
+	// MaxBytes bounds the bytes all open restore streams hold together
+	// (--max-restore-bytes); a stream that would pass it is refused at
+	// that chunk.
+	MaxBytes int64
+}
+
+// DefaultRestoreLimits are the restore limits `tenure serve` runs with.
+func DefaultRestoreLimits() RestoreLimits { return RestoreLimits{MaxStreams: 1, MaxBytes: 1 << 30} }
+
+func (l RestoreLimits) withDefaults() RestoreLimits {
+	d := DefaultRestoreLimits()
+	if l.MaxStreams <= 0 {
+		l.MaxStreams = d.MaxStreams
+	}
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = d.MaxBytes
+	}
+	return l
+}
+
+// restoreGate admits restore streams within RestoreLimits; the zero value
+// has nothing admitted. It is safe for concurrent use.
+type restoreGate struct {
+	streams atomic.Int64 // open streams admitted
+	bytes   atomic.Int64 // bytes reserved by them
+}
+
+// enter admits one more stream, or refuses past max.
+func (g *restoreGate) enter(max int) error {
+	if g.streams.Add(1) > int64(max) {
+		g.streams.Add(-1)
+		return fmt.Errorf("%w: a snapshot restore is already running on this node; the limit is %d concurrent restore streams (--max-restore-streams)", ErrLimit, max)
+	}
+	return nil
+}
+
+func (g *restoreGate) leave() { g.streams.Add(-1) }
+
+// reserve reserves n more bytes, or refuses if the streams together would
+// hold more than max.
+func (g *restoreGate) reserve(n, max int64) error {
+	for {
+		cur := g.bytes.Load()
+		if cur+n > max {
+			return fmt.Errorf("%w: restore streams on this node would hold more than %d bytes (--max-restore-bytes)", ErrLimit, max)
+		}
+		if g.bytes.CompareAndSwap(cur, cur+n) {
+			return nil
+		}
+	}
+}
+
+func (g *restoreGate) release(n int64) { g.bytes.Add(-n) }
 
 // SnapshotRestore implements pb.TenureServer.
 func (s *Server) SnapshotRestore(stream pb.Tenure_SnapshotRestoreServer) error {
+	lim := s.limits.Restore
+	if err := s.restores.enter(lim.MaxStreams); err != nil {
+		return toStatus(err)
+	}
+	defer s.restores.leave()
 	var data []byte
+	defer func() { s.restores.release(int64(len(data))) }()
 	force := false
 	for first := true; ; first = false {
 		c, err := stream.Recv()
@@ -126,8 +191,8 @@ func (s *Server) SnapshotRestore(stream pb.Tenure_SnapshotRestoreServer) error {
 		if first {
 			force = c.GetForce()
 		}
-		if len(data)+len(c.GetData()) > maxSnapshot {
-			return toStatus(fmt.Errorf("%w: snapshot larger than %d bytes", fsm.ErrInvalid, maxSnapshot))
+		if err := s.restores.reserve(int64(len(c.GetData())), lim.MaxBytes); err != nil {
+			return toStatus(err)
 		}
 		data = append(data, c.GetData()...)
 	}

@@ -37,6 +37,8 @@ type Limits struct {
 	MaxQueueLength int
 	// MaxQueues bounds the number of queues (--max-queues).
 	MaxQueues int
+	// Restore bounds the snapshot restore streams (cluster.go).
+	Restore RestoreLimits
 }
 
 // DefaultLimits are the limits `tenure serve` runs with.
@@ -73,6 +75,7 @@ func (l Limits) withDefaults() Limits {
 		l.MaxRegisterValueBytes = d.MaxRegisterValueBytes
 	}
 	l.KV = l.KV.withDefaults()
+	l.Restore = l.Restore.withDefaults()
 	return l.withQueueDefaults()
 }
 

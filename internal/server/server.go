@@ -30,6 +30,8 @@ type Server struct {
 	hub     *Hub
 	limits  Limits
 	workers workers
+	// restores admits restore streams within limits.Restore (cluster.go).
+	restores restoreGate
 }
 
 // New returns a server for n; hub must be the one whose Sink n delivers
