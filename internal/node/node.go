@@ -146,6 +146,7 @@ type Node struct {
 	applying  chan inflight
 	quit      chan struct{}
 	wg        sync.WaitGroup
+	probes    sync.WaitGroup // RPCs to peers in flight (membership.go)
 
 	// readTerm is the term in which this node, as leader, has committed
 	// and applied an entry of its own (see LinearizableRead).
@@ -244,6 +245,10 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 	rc.MaxAppendEntries = 256
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
 	rc.TrailingLogs = 10240
+	// A member removed from the configuration stays up as a follower that
+	// answers "not the leader" (and can be added again); raft's default
+	// shuts raft down under the running node, whose proposals then hang.
+	rc.ShutdownOnRemove = false
 	// Failure detection: a follower that hears nothing from the leader for
 	// HeartbeatTimeout (randomised up to twice that) starts an election.
 	// 500 ms keeps fail-over near one second on loopback while tolerating
@@ -751,45 +756,6 @@ func (n *Node) Status() Status {
 	return st
 }
 
-// Member is one server of the raft configuration.
-type Member struct {
-	ID       string
-	PeerAddr string
-	Voter    bool
-	Leader   bool
-}
-
-// Members lists the raft configuration.
-func (n *Node) Members() ([]Member, error) {
-	f := n.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return nil, mapRaftErr(err)
-	}
-	_, leader := n.raft.LeaderWithID()
-	var out []Member
-	for _, s := range f.Configuration().Servers {
-		out = append(out, Member{ID: string(s.ID), PeerAddr: string(s.Address), Voter: s.Suffrage == raft.Voter, Leader: s.ID == leader})
-	}
-	return out, nil
-}
-
-// AddVoter adds (or updates) a voting member; only the leader can.
-func (n *Node) AddVoter(ctx context.Context, id, peerAddr string) error {
-	return mapConfErr(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(peerAddr), 0, n.timeout(ctx)).Error())
-}
-
-// RemoveServer removes a member; only the leader can.
-func (n *Node) RemoveServer(ctx context.Context, id string) error {
-	return mapConfErr(n.raft.RemoveServer(raft.ServerID(id), 0, n.timeout(ctx)).Error())
-}
-
-func mapConfErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	return mapRaftErr(err)
-}
-
 func (n *Node) timeout(ctx context.Context) time.Duration {
 	if dl, ok := ctx.Deadline(); ok {
 		return time.Until(dl)
@@ -889,6 +855,7 @@ func (n *Node) Close() error {
 		if c, ok := n.trans.(io.Closer); ok {
 			c.Close()
 		}
+		n.probes.Wait()
 		if err := n.stores.Close(); err != nil && n.closeErr == nil {
 			n.closeErr = err
 		}

@@ -34,9 +34,19 @@ func voters(ms []node.Member) int {
 	return n
 }
 
+// majority is the quorum of n voters.
+func majority(n int) int { return n/2 + 1 }
+
 // evenRefusal explains why an even number of voters is refused.
 func evenRefusal(after int) error {
 	return fmt.Errorf("%w: the change leaves %d voters; an even number tolerates no more failures than one fewer voter but needs a larger quorum (use --force to do it anyway)", fsm.ErrInvalid, after)
+}
+
+// quorumRefusal explains why a change that would leave too few reachable
+// voters is refused; --force does not override it.
+func quorumRefusal(change string, reachable, before, after int) error {
+	need := max(majority(before), majority(after))
+	return fmt.Errorf("%w: %s would leave %d reachable voters of %d, and %d are needed (a majority of the %d voters before the change and of the %d after); bring the unreachable voters back first", fsm.ErrInvalid, change, reachable, after, need, before, after)
 }
 
 // MemberList implements pb.TenureServer.
@@ -44,50 +54,100 @@ func (s *Server) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*pb.M
 	return s.members()
 }
 
-// MemberAdd implements pb.TenureServer.
+// MemberAdd implements pb.TenureServer. The new voter's peer must answer
+// first; the change is refused if the reachable voters, the new one
+// included, would be fewer than a majority of the voters before or after
+// it. It then joins as a non-voter and is promoted once it has caught up
+// (node.AddVoter). Force only allows an even number of voters.
 func (s *Server) MemberAdd(ctx context.Context, req *pb.MemberAddRequest) (*pb.MemberListResponse, error) {
-	if req.GetId() == "" || req.GetPeerAddr() == "" {
+	id, addr := req.GetId(), req.GetPeerAddr()
+	if id == "" || addr == "" {
 		return nil, toStatus(fmt.Errorf("%w: member add needs an id and a peer address", fsm.ErrInvalid))
 	}
-	ms, err := s.node.Members()
+	ms, index, err := s.node.Configuration()
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	after := voters(ms) + 1
+	up, err := s.node.Reachable(ctx, ms)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.node.ProbePeer(ctx, id, addr); err != nil {
+		return nil, toStatus(memberErr(err, fmt.Sprintf("start its server with --peer-listen %s (and no --bootstrap-peers) first", addr)))
+	}
+	before := voters(ms)
+	after, reachable := before+1, len(up)+1
 	for _, m := range ms {
-		if m.ID == req.GetId() && m.Voter {
+		if m.ID == id && m.Voter {
 			after--
+			if up[id] {
+				reachable--
+			}
 		}
+	}
+	if reachable < majority(before) || reachable < majority(after) {
+		return nil, toStatus(quorumRefusal("adding "+id, reachable, before, after))
 	}
 	if after%2 == 0 && !req.GetForce() {
 		return nil, toStatus(evenRefusal(after))
 	}
-	if err := s.node.AddVoter(ctx, req.GetId(), req.GetPeerAddr()); err != nil {
+	if err := s.node.AddVoter(ctx, id, addr, index); err != nil {
+		return nil, toStatus(memberErr(err, ""))
+	}
+	return s.members()
+}
+
+// MemberRemove implements pb.TenureServer. Removing a voter is refused if
+// the reachable voters left would be fewer than a majority of the voters
+// before the change. Force only allows an even number of voters.
+func (s *Server) MemberRemove(ctx context.Context, req *pb.MemberRemoveRequest) (*pb.MemberListResponse, error) {
+	id := req.GetId()
+	ms, index, err := s.node.Configuration()
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	var target *node.Member
+	for i := range ms {
+		if ms[i].ID == id {
+			target = &ms[i]
+		}
+	}
+	if target == nil {
+		return nil, toStatus(fmt.Errorf("%w: no member %q", fsm.ErrInvalid, id))
+	}
+	if target.Voter {
+		up, err := s.node.Reachable(ctx, ms)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		before := voters(ms)
+		after, reachable := before-1, len(up)
+		if up[id] {
+			reachable--
+		}
+		if reachable < majority(before) {
+			return nil, toStatus(quorumRefusal("removing "+id, reachable, before, after))
+		}
+		if after%2 == 0 && after > 0 && !req.GetForce() {
+			return nil, toStatus(evenRefusal(after))
+		}
+	}
+	if err := s.node.RemoveServer(ctx, id, index); err != nil {
 		return nil, toStatus(err)
 	}
 	return s.members()
 }
 
-// MemberRemove implements pb.TenureServer.
-func (s *Server) MemberRemove(ctx context.Context, req *pb.MemberRemoveRequest) (*pb.MemberListResponse, error) {
-	ms, err := s.node.Members()
-	if err != nil {
-		return nil, toStatus(err)
+// memberErr makes a probe or catch-up failure an INVALID_ARGUMENT that
+// says what to do.
+func memberErr(err error, todo string) error {
+	switch {
+	case errors.Is(err, node.ErrPeerUnreachable):
+		return fmt.Errorf("%w: %v; %s", fsm.ErrInvalid, err, todo)
+	case errors.Is(err, node.ErrStandalone), errors.Is(err, node.ErrCatchingUp):
+		return fmt.Errorf("%w: %v", fsm.ErrInvalid, err)
 	}
-	found := false
-	for _, m := range ms {
-		found = found || m.ID == req.GetId()
-	}
-	if !found {
-		return nil, toStatus(fmt.Errorf("%w: no member %q", fsm.ErrInvalid, req.GetId()))
-	}
-	if after := voters(ms) - 1; after%2 == 0 && after > 0 && !req.GetForce() {
-		return nil, toStatus(evenRefusal(after))
-	}
-	if err := s.node.RemoveServer(ctx, req.GetId()); err != nil {
-		return nil, toStatus(err)
-	}
-	return s.members()
+	return err
 }
 
 // snapshotChunk is the size of the pieces a snapshot is streamed in.
