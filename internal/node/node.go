@@ -814,6 +814,9 @@ func (n *Node) RestoreSnapshot(ctx context.Context, data []byte, force bool) (*f
 			return nil, ErrClosed
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err // a timeout of 0 would mean none to raft
+	}
 	if err := mapReadErr(n.wait(n.raft.Barrier(n.timeout(ctx)))); err != nil {
 		return nil, err
 	}

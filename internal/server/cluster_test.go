@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -279,4 +280,74 @@ func TestMemberAddJoinsAndCatchesUp(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // polling n4's applied state
 	}
 	wantWrites(t, ctx, c)
+}
+
+// TestForcedRestoreInACluster: a forced restore of an older snapshot on a
+// 3-node cluster continues above the revision the cluster had reached, on
+// every replica alike (the leader rewrites the snapshot before raft
+// replicates it), and a token issued before it is stale afterwards.
+func TestForcedRestoreInACluster(t *testing.T) {
+	ms := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := clusterClient(t, ms)
+	s := testutil.Session(t, ctx, c)
+	mu, _ := s.Mutex("job")
+	lockOnce := func() uint64 {
+		h, err := mu.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return h.Token()
+	}
+	lockOnce()
+	var old bytes.Buffer
+	if _, err := c.SaveSnapshot(ctx, &old); err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	for i := 0; i < 10; i++ {
+		last = lockOnce()
+	}
+	put, err := c.FencedPut(ctx, "ledger", []byte("v"), last, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.RestoreSnapshot(ctx, bytes.NewReader(old.Bytes()), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetRevision() < put.Revision {
+		t.Fatalf("restored at revision %d, the cluster was at %d", resp.GetRevision(), put.Revision)
+	}
+	s2 := testutil.Session(t, ctx, c)
+	m2, _ := s2.Mutex("job")
+	h, err := m2.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Token() <= put.Revision {
+		t.Fatalf("token %d after the restore; the cluster had reached revision %d", h.Token(), put.Revision)
+	}
+	if _, err := c.FencedPut(ctx, "ledger", []byte("v2"), last, ""); !errors.Is(err, client.ErrStale) {
+		t.Fatalf("put with pre-restore token %d: %v, want stale", last, err)
+	}
+	// Every replica reaches the same revision and fence floor.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var revs, floors []uint64
+		for _, m := range ms {
+			m.d.Node.Read(func(st *fsm.State) { revs, floors = append(revs, st.Revision()), append(floors, st.FenceFloor()) })
+		}
+		if revs[0] == revs[1] && revs[1] == revs[2] && floors[0] == floors[1] && floors[1] == floors[2] && floors[0] >= put.Revision {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replicas at revisions %v, fence floors %v (the cluster was at %d)", revs, floors, put.Revision)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the replicas' applied state
+	}
 }
