@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync/atomic"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
@@ -43,10 +44,18 @@ func evenRefusal(after int) error {
 }
 
 // quorumRefusal explains why a change that would leave too few reachable
-// voters is refused; --force does not override it.
-func quorumRefusal(change string, reachable, before, after int) error {
-	need := max(majority(before), majority(after))
-	return fmt.Errorf("%w: %s would leave %d reachable voters of %d, and %d are needed (a majority of the %d voters before the change and of the %d after); bring the unreachable voters back first", fsm.ErrInvalid, change, reachable, after, need, before, after)
+// voters is refused; --force does not override it. down is how many
+// voters do not answer now.
+func quorumRefusal(change string, reachable, after, need, before, down int) error {
+	why := fmt.Sprintf("a majority of the %d voters before the change", before)
+	if need > majority(before) {
+		why = fmt.Sprintf("a majority of the %d voters after it", after)
+	}
+	msg := fmt.Sprintf("%s would leave %d reachable voters of %d, but %d must stay reachable (%s)", change, reachable, after, need, why)
+	if down > 0 {
+		msg += fmt.Sprintf("; %d voters do not answer now", down)
+	}
+	return fmt.Errorf("%w: %s", fsm.ErrInvalid, msg)
 }
 
 // MemberList implements pb.TenureServer.
@@ -85,8 +94,8 @@ func (s *Server) MemberAdd(ctx context.Context, req *pb.MemberAddRequest) (*pb.M
 			}
 		}
 	}
-	if reachable < majority(before) || reachable < majority(after) {
-		return nil, toStatus(quorumRefusal("adding "+id, reachable, before, after))
+	if need := max(majority(before), majority(after)); reachable < need {
+		return nil, toStatus(quorumRefusal("adding "+id, reachable, after, need, before, before-len(up)))
 	}
 	if after%2 == 0 && !req.GetForce() {
 		return nil, toStatus(evenRefusal(after))
@@ -126,7 +135,7 @@ func (s *Server) MemberRemove(ctx context.Context, req *pb.MemberRemoveRequest) 
 			reachable--
 		}
 		if reachable < majority(before) {
-			return nil, toStatus(quorumRefusal("removing "+id, reachable, before, after))
+			return nil, toStatus(quorumRefusal("removing "+id, reachable, after, majority(before), before, before-len(up)))
 		}
 		if after%2 == 0 && after > 0 && !req.GetForce() {
 			return nil, toStatus(evenRefusal(after))
@@ -141,11 +150,12 @@ func (s *Server) MemberRemove(ctx context.Context, req *pb.MemberRemoveRequest) 
 // memberErr makes a probe or catch-up failure an INVALID_ARGUMENT that
 // says what to do.
 func memberErr(err error, todo string) error {
+	msg := strings.TrimPrefix(err.Error(), "tenure: ") // one prefix on the line
 	switch {
 	case errors.Is(err, node.ErrPeerUnreachable):
-		return fmt.Errorf("%w: %v; %s", fsm.ErrInvalid, err, todo)
+		return fmt.Errorf("%w: %s; %s", fsm.ErrInvalid, msg, todo)
 	case errors.Is(err, node.ErrStandalone), errors.Is(err, node.ErrCatchingUp):
-		return fmt.Errorf("%w: %v", fsm.ErrInvalid, err)
+		return fmt.Errorf("%w: %s", fsm.ErrInvalid, msg)
 	}
 	return err
 }

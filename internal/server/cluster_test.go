@@ -210,6 +210,7 @@ func TestMemberRemoveKeepsAReachableMajority(t *testing.T) {
 		if !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), "reachable voters") {
 			t.Fatalf("removing %s of %v with force: %v, want a refusal", id, voters, err)
 		}
+		t.Logf("refused: %v", err)
 	}
 	if after, _ := voterIDs(t, ctx, c); len(after) != 2 {
 		t.Fatalf("voters after the refused removals: %v", after)
