@@ -617,9 +617,10 @@ func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer) (int64, error) {
 	return n, err
 }
 
-// RestoreSnapshot replaces the state of a new cluster with a snapshot read
-// from r (disaster recovery). The server refuses when its revision is past
-// the snapshot's (tokens would be issued again), unless force.
+// RestoreSnapshot replaces the state with a snapshot read from r (disaster
+// recovery). The revision never goes back: the restored state continues
+// above the cluster's, and tokens issued before the restore stay stale.
+// A snapshot older than the cluster's state is refused unless force.
 func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader, force bool) (*pb.SnapshotRestoreResponse, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {

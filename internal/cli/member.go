@@ -50,9 +50,16 @@ func (a *app) memberCommand() *cobra.Command {
 
 JSON: {"members":[{"id","peer_addr","voter","leader"}]}.
 
+A change is refused, --force or not, if it would leave fewer reachable
+voters than a majority of the voters before it (for an add, also of the
+voters after it); the leader asks every voter first. A new voter's peer
+address must answer before anything changes: it joins as a non-voter and
+becomes a voter once it holds the whole log (if it is still catching up
+when the request ends it stays a non-voter; add it again later).
+
 A change that leaves an even number of voters is refused unless --force:
 an even number tolerates no more failures than one voter fewer, yet needs
-a larger quorum.`,
+a larger quorum. --force overrides only that.`,
 	}
 	var force bool
 	add := &cobra.Command{
@@ -69,10 +76,10 @@ a larger quorum.`,
 			})
 		},
 	}
-	add.Flags().BoolVar(&force, "force", false, "allow an even number of voters")
+	add.Flags().BoolVar(&force, "force", false, "allow an even number of voters (nothing else)")
 	remove := &cobra.Command{
 		Use:   "remove ID",
-		Short: "Remove a member",
+		Short: "Remove a member (refused if the reachable voters left would be no majority)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
@@ -84,7 +91,7 @@ a larger quorum.`,
 			})
 		},
 	}
-	remove.Flags().BoolVar(&force, "force", false, "allow an even number of voters")
+	remove.Flags().BoolVar(&force, "force", false, "allow an even number of voters (nothing else)")
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the members",

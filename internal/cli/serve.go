@@ -103,6 +103,7 @@ SIGTERM stops it cleanly (exit 0).`,
 	f.DurationVar(&groupWait, "group-commit-wait", node.DefaultGroupCommitWait, fmt.Sprintf("longest a small batch of commands waits for more before it is written, 0..%s (0: never wait)", maxGroupCommitWait))
 	kvFlags(f, &cfg.Limits.KV)
 	addQueueServeFlags(f, &cfg.Limits)
+	restoreServeFlags(f, &cfg.Limits.Restore)
 	f.StringVar(&cfg.PeerListen, "peer-listen", "", "raft peer address (cluster mode), e.g. 127.0.0.1:7071")
 	f.StringVar(&cfg.PeerAdvertise, "peer-advertise", "", "peer address other members dial, if not --peer-listen (NAT, proxies)")
 	f.BoolVar(&cfg.UnsafeSkipFenceCheck, "unsafe-skip-fence-check", false, "accept every fenced write regardless of token (fault-injection tests only)")

@@ -1,20 +1,25 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+	"github.com/tenure-io/tenure/internal/server"
 )
 
 func (a *app) snapshotCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "snapshot",
-		Short: "Back up the whole state, or restore it into a new cluster",
+		Short: "Back up the whole state, or restore it without lowering the revision",
 	}
 	save := &cobra.Command{
 		Use:   "save FILE",
@@ -51,17 +56,31 @@ func (a *app) snapshotCommand() *cobra.Command {
 		},
 	}
 	var force bool
+	var above uint64
 	restore := &cobra.Command{
 		Use:   "restore FILE",
-		Short: "Replace the state of a new cluster with a saved snapshot",
-		Long: `Replace the state of a NEW cluster with the snapshot in FILE (disaster
-recovery). Start the new cluster first, then run this against it.
+		Short: "Replace the whole state with a saved snapshot, never lowering the revision",
+		Long: `Replace the whole state with the snapshot in FILE (disaster recovery).
 
-The restore is refused when the cluster's revision is already past the
-snapshot's: fencing tokens would be issued a second time. --force overrides
-that, for a cluster whose tokens no resource has seen.
+A restore never moves the revision, and so the fencing tokens, backwards:
+the restored state continues above the highest of the snapshot's
+revision, the cluster's current one and the highest the leader has
+recorded. Every token issued before the restore stays stale at every
+fenced register (also at registers the snapshot does not have), and holds
+restored from the snapshot keep their old tokens, so their holders should
+acquire again before writing.
 
-JSON: {"revision","sessions","locks","registers","queues","keys"}.`,
+A snapshot older than the cluster's state is refused unless --force: it
+would bring back older values, drop newer registers, keys, locks and
+sessions.
+
+--above-revision N restores onto an EMPTY data directory after the old
+one was lost: N is the revision it had reached (the number a node names
+when it refuses to start on a damaged log). The state then continues
+above N and tokens up to N stay stale.
+
+JSON: {"revision","sessions","locks","registers","queues","keys"}, with the
+revision the restored state continues from.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f, err := os.Open(args[0])
@@ -69,8 +88,19 @@ JSON: {"revision","sessions","locks","registers","queues","keys"}.`,
 				return err
 			}
 			defer f.Close()
+			var snap io.Reader = f
+			if above > 0 {
+				data, err := io.ReadAll(f)
+				if err == nil {
+					data, err = raiseRevision(data, above)
+				}
+				if err != nil {
+					return fmt.Errorf("%s: %w", args[0], err)
+				}
+				snap = bytes.NewReader(data)
+			}
 			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
-				resp, err := c.RestoreSnapshot(ctx, f, force)
+				resp, err := c.RestoreSnapshot(ctx, snap, force)
 				if err != nil {
 					return err
 				}
@@ -88,7 +118,27 @@ JSON: {"revision","sessions","locks","registers","queues","keys"}.`,
 			})
 		},
 	}
-	restore.Flags().BoolVar(&force, "force", false, "restore even if the cluster's revision is past the snapshot's")
+	restore.Flags().BoolVar(&force, "force", false, "restore even though the snapshot is older than the cluster's state (the revision still never goes back)")
+	restore.Flags().Uint64Var(&above, "above-revision", 0, "continue above this revision, and keep tokens up to it stale (the revision of a lost data directory)")
 	cmd.AddCommand(save, restore)
 	return cmd
+}
+
+// raiseRevision returns the snapshot in data with its revision and fence
+// floor raised to at least rev.
+func raiseRevision(data []byte, rev uint64) ([]byte, error) {
+	snap := &fsmpb.Snapshot{}
+	if err := proto.Unmarshal(data, snap); err != nil {
+		return nil, fmt.Errorf("not a Tenure snapshot: %w", err)
+	}
+	snap.Revision = max(snap.GetRevision(), rev)
+	snap.FenceFloor = max(snap.GetFenceFloor(), rev)
+	return proto.MarshalOptions{Deterministic: true}.Marshal(snap)
+}
+
+// restoreServeFlags adds serve's restore limits (per node).
+func restoreServeFlags(f *pflag.FlagSet, l *server.RestoreLimits) {
+	d := server.DefaultRestoreLimits()
+	f.IntVar(&l.MaxStreams, "max-restore-streams", d.MaxStreams, "most snapshot restore streams this node accepts at once; more are refused with RESOURCE_EXHAUSTED")
+	f.Int64Var(&l.MaxBytes, "max-restore-bytes", d.MaxBytes, "most bytes the open restore streams hold together on this node; a stream passing it is refused with RESOURCE_EXHAUSTED")
 }

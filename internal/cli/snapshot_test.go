@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tenure-io/tenure/internal/testutil"
@@ -45,5 +47,79 @@ func TestSnapshotSaveRestoreAndMembers(t *testing.T) {
 	// A second voter would make two: refused without --force.
 	if r := run(t, fresh.Addr(), "member", "add", "n2", "127.0.0.1:1"); r.code != 1 {
 		t.Fatalf("member add to an even count: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// lockToken takes lock name with `tenure lock` and returns the token its
+// command saw.
+func lockToken(t *testing.T, addr, name string) uint64 {
+	t.Helper()
+	r := run(t, addr, "lock", name, "--", "sh", "-c", `echo "$TENURE_FENCE_TOKEN"`)
+	if r.code != 0 {
+		t.Fatalf("lock %s: exit %d, stderr %q", name, r.code, r.stderr)
+	}
+	var tok uint64
+	if _, err := fmt.Sscan(r.stdout, &tok); err != nil {
+		t.Fatalf("token %q: %v", r.stdout, err)
+	}
+	return tok
+}
+
+// TestForcedRestoreOfOlderSnapshotKeepsTokensGrowing: `snapshot restore
+// --force` of a snapshot older than the server's state does not move the
+// revision back: the next grant's token is above every token issued
+// before, and a pre-restore token is stale also on a register created
+// after the snapshot. The JSON keeps its fields.
+func TestForcedRestoreOfOlderSnapshotKeepsTokensGrowing(t *testing.T) {
+	srv := testutil.Start(t, "", nil)
+	addr := srv.Addr()
+	for i := 0; i < 3; i++ {
+		lockToken(t, addr, "job")
+	}
+	file := filepath.Join(t.TempDir(), "old.snap")
+	runJSON(t, addr, 0, "snapshot", "save", file)
+	var last uint64
+	for i := 0; i < 10; i++ {
+		last = lockToken(t, addr, "job")
+	}
+	put := runJSON(t, addr, 0, "fence", "put", "ledger", "v", "--token", fmt.Sprint(last))
+	before := num(t, put, "revision")
+
+	if r := run(t, addr, "snapshot", "restore", file); r.code != ExitError || !strings.Contains(r.stderr, "--force") {
+		t.Fatalf("restore of an older snapshot without --force: exit %d, stderr %q", r.code, r.stderr)
+	}
+	restored := runJSON(t, addr, 0, "snapshot", "restore", "--force", file)
+	hasKeys(t, restored, map[string]string{"revision": "number", "sessions": "number", "locks": "number", "registers": "number", "queues": "number", "keys": "number"})
+	if num(t, restored, "revision") < before {
+		t.Fatalf("restored revision %d, the server was at %d", num(t, restored, "revision"), before)
+	}
+	if tok := lockToken(t, addr, "job"); tok <= last || tok <= before {
+		t.Fatalf("token %d after the restore; %d was issued before it (revision %d)", tok, last, before)
+	}
+	if r := run(t, addr, "fence", "put", "ledger", "v2", "--token", fmt.Sprint(last)); r.code != ExitStale {
+		t.Fatalf("put with a pre-restore token: exit %d, stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestRestoreAboveRevision: restoring a backup onto an empty server with
+// --above-revision N continues above N (the revision a lost data
+// directory had reached), and tokens up to N are stale.
+func TestRestoreAboveRevision(t *testing.T) {
+	old := testutil.Start(t, "", nil)
+	lockToken(t, old.Addr(), "job")
+	file := filepath.Join(t.TempDir(), "backup.snap")
+	runJSON(t, old.Addr(), 0, "snapshot", "save", file)
+
+	fresh := testutil.Start(t, "", nil)
+	const lost = 5000
+	restored := runJSON(t, fresh.Addr(), 0, "snapshot", "restore", "--above-revision", fmt.Sprint(lost), file)
+	if num(t, restored, "revision") < lost {
+		t.Fatalf("restored revision %d, want at least %d", num(t, restored, "revision"), lost)
+	}
+	if tok := lockToken(t, fresh.Addr(), "job"); tok <= lost {
+		t.Fatalf("token %d after a restore above %d", tok, lost)
+	}
+	if r := run(t, fresh.Addr(), "fence", "put", "reg", "v", "--token", fmt.Sprint(lost)); r.code != ExitStale {
+		t.Fatalf("put with token %d: exit %d, stderr %q", lost, r.code, r.stderr)
 	}
 }

@@ -25,6 +25,8 @@
 // revision was never issued: a fenced write carrying one is refused
 // (UnissuedTokenError) and stores nothing, so a made-up token cannot lock
 // honest holders out of a register.
+// A restore never lowers the revision either, and its fence floor keeps
+// tokens issued before it stale (fencefloor.go).
 package fsm
 
 import (

@@ -47,7 +47,9 @@ type fencedWrite struct {
 
 // checkFenced makes every check a fenced write (put or delete) goes
 // through before it may change anything, in this order: its arguments,
-// that its token was issued, a replayed operation id, then the fence. It
+// that its token was issued, a replayed operation id, then the fence (the
+// fence floor a restore set, the register's token or its deleted key's,
+// and the grant of the named lock). It
 // returns the key's register (nil: none) and either the final result
 // (done: an error or a duplicate, and nothing may change) or the outcome
 // the write has: PutAccepted or PutStale.
@@ -75,7 +77,7 @@ func (s *State) checkFenced(w fencedWrite) (reg *register, out PutOutcome, final
 			return reg, 0, Result{Put: reg.ops[i].result, Duplicate: true, AcceptedToken: reg.token}, true
 		}
 	}
-	pass := w.token >= s.fenceOf(w.key, reg) && (w.lock == "" || s.isGrant(w.lock, w.token))
+	pass := w.token > s.fenceFloor && w.token >= s.fenceOf(w.key, reg) && (w.lock == "" || s.isGrant(w.lock, w.token))
 	if pass || s.UnsafeSkipFenceCheck {
 		return reg, PutAccepted, Result{}, false
 	}

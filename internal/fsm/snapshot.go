@@ -20,7 +20,7 @@ func (s *State) Export() *fsmpb.Snapshot {
 // queues, which may be large: FSM.Snapshot clones those copy-on-write under
 // the lock and serialises them after it.
 func (s *State) exportCore() *fsmpb.Snapshot {
-	snap := &fsmpb.Snapshot{Revision: s.revision, Retention: &fsmpb.Retention{LockHistory: uint32(s.historyLimit), RegisterOpMemory: uint32(s.opMemory)}, Limits: LimitsToProto(s.limits)}
+	snap := &fsmpb.Snapshot{Revision: s.revision, FenceFloor: s.fenceFloor, Retention: &fsmpb.Retention{LockHistory: uint32(s.historyLimit), RegisterOpMemory: uint32(s.opMemory)}, Limits: LimitsToProto(s.limits)}
 	ids := make([]uint64, 0, len(s.sessions))
 	for id := range s.sessions {
 		ids = append(ids, id)
@@ -66,6 +66,10 @@ func (s *State) exportCore() *fsmpb.Snapshot {
 func Import(snap *fsmpb.Snapshot) (*State, error) {
 	s := NewState()
 	s.revision = snap.GetRevision()
+	if err := checkFenceFloor(snap.GetFenceFloor(), s.revision); err != nil {
+		return nil, err
+	}
+	s.fenceFloor = snap.GetFenceFloor()
 	if r := snap.GetRetention(); r != nil {
 		if err := ValidateRetention(int(r.GetLockHistory()), int(r.GetRegisterOpMemory())); err != nil {
 			return nil, fmt.Errorf("snapshot: %w", err)

@@ -163,6 +163,8 @@ type State struct {
 	deleted       deletedRegs // recent fenced deletes and the register floor (deleted.go)
 	kv            kvStore
 	queues        queueSet // see queue.go
+
+	fenceFloor uint64 // fenced writes at or below it are stale (fencefloor.go)
 }
 
 // NewState returns an empty state at revision 0.

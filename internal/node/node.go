@@ -142,6 +142,7 @@ type Node struct {
 	lessor *lessor.Lessor
 	stores *store.Stores
 	trans  raft.Transport
+	rec    *recorder
 	leadCh chan bool
 	ready  chan struct{}
 
@@ -150,6 +151,7 @@ type Node struct {
 	applying  chan inflight
 	quit      chan struct{}
 	wg        sync.WaitGroup
+	probes    sync.WaitGroup // RPCs to peers in flight (membership.go)
 
 	// readTerm is the term in which this node, as leader, has committed
 	// and applied an entry of its own (see LinearizableRead).
@@ -207,6 +209,10 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 		stores.Close()
 		return nil, fmt.Errorf("node: snapshot store: %w", err)
 	}
+	if n.rec, err = openRecord(filepath.Join(cfg.DataDir, "raft", recordFile), stores.Log, snaps, cfg.LogOutput); err != nil {
+		stores.Close()
+		return nil, err
+	}
 	var addr raft.ServerAddress
 	var trans raft.Transport
 	if cfg.PeerAddr == "" {
@@ -244,6 +250,10 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 	rc.MaxAppendEntries = 256
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
 	rc.TrailingLogs = 10240
+	// A member removed from the configuration stays up as a follower that
+	// answers "not the leader" (and can be added again); raft's default
+	// shuts raft down under the running node, whose proposals then hang.
+	rc.ShutdownOnRemove = false
 	// Failure detection: a follower that hears nothing from the leader for
 	// HeartbeatTimeout (randomised up to twice that) starts an election.
 	// 500 ms keeps fail-over near one second on loopback while tolerating
@@ -281,15 +291,16 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 			return nil, fmt.Errorf("node: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, n.fsm, stores.Log, stores.Stable, snaps, trans)
+	r, err := raft.NewRaft(rc, recordingFSM{n.fsm, n.rec}, stores.Log, stores.Stable, snaps, trans)
 	if err != nil {
 		stores.Close()
 		return nil, fmt.Errorf("node: starting raft: %w", err)
 	}
 	n.raft = r
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.batcher()
 	go n.answerer()
+	go func() { defer n.wg.Done(); n.rec.run(n.quit) }()
 	return n, nil
 }
 
@@ -313,7 +324,10 @@ func sortedIDs(m map[string]string) []string {
 	return ids
 }
 
-// Run follows leadership changes and runs the lessor until ctx ends.
+// Run follows leadership changes and runs the lessor until ctx ends. It
+// returns early, with an error saying what to do, if this node becomes
+// leader and finds its state below the revision it recorded (see
+// record.go): it must not serve then.
 func (n *Node) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	lctx, cancel := context.WithCancel(ctx)
@@ -321,7 +335,9 @@ func (n *Node) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = n.lessor.Run(lctx) }()
 	if n.raft.State() == raft.Leader {
-		n.promote(ctx)
+		if err := n.promote(ctx); err != nil {
+			return err
+		}
 	}
 	// A follower is ready once it knows a leader to send clients to.
 	poll := time.NewTicker(20 * time.Millisecond)
@@ -337,7 +353,9 @@ func (n *Node) Run(ctx context.Context) error {
 			return ctx.Err()
 		case isLeader := <-n.leadCh:
 			if isLeader {
-				n.promote(ctx)
+				if err := n.promote(ctx); err != nil {
+					return err
+				}
 			} else {
 				n.lessor.Demote()
 				n.hooksMu.Lock()
@@ -352,16 +370,21 @@ func (n *Node) Run(ctx context.Context) error {
 }
 
 // promote waits until every committed entry is applied, then hands the
-// sessions to the lessor with fresh TTLs.
-func (n *Node) promote(ctx context.Context) {
+// sessions to the lessor with fresh TTLs. It fails if the state is then
+// below the recorded revision.
+func (n *Node) promote(ctx context.Context) error {
 	term := n.raft.CurrentTerm()
 	if err := n.wait(n.raft.Barrier(n.cfg.ApplyTimeout)); err != nil {
-		return // leadership lost again; a new notification follows
+		return nil // leadership lost again; a new notification follows
+	}
+	if err := n.checkRevisionCoversRecord(); err != nil {
+		return err
 	}
 	n.readTerm.Store(term)
 	n.lessor.Promote()
 	n.applySettings(ctx)
 	n.readyOnce.Do(func() { close(n.ready) })
+	return nil
 }
 
 // applySettings proposes this node's configured retention and limits
@@ -758,45 +781,6 @@ func (n *Node) Status() Status {
 	return st
 }
 
-// Member is one server of the raft configuration.
-type Member struct {
-	ID       string
-	PeerAddr string
-	Voter    bool
-	Leader   bool
-}
-
-// Members lists the raft configuration.
-func (n *Node) Members() ([]Member, error) {
-	f := n.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return nil, mapRaftErr(err)
-	}
-	_, leader := n.raft.LeaderWithID()
-	var out []Member
-	for _, s := range f.Configuration().Servers {
-		out = append(out, Member{ID: string(s.ID), PeerAddr: string(s.Address), Voter: s.Suffrage == raft.Voter, Leader: s.ID == leader})
-	}
-	return out, nil
-}
-
-// AddVoter adds (or updates) a voting member; only the leader can.
-func (n *Node) AddVoter(ctx context.Context, id, peerAddr string) error {
-	return mapConfErr(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(peerAddr), 0, n.timeout(ctx)).Error())
-}
-
-// RemoveServer removes a member; only the leader can.
-func (n *Node) RemoveServer(ctx context.Context, id string) error {
-	return mapConfErr(n.raft.RemoveServer(raft.ServerID(id), 0, n.timeout(ctx)).Error())
-}
-
-func mapConfErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	return mapRaftErr(err)
-}
-
 func (n *Node) timeout(ctx context.Context) time.Duration {
 	if dl, ok := ctx.Deadline(); ok {
 		return time.Until(dl)
@@ -804,8 +788,8 @@ func (n *Node) timeout(ctx context.Context) time.Duration {
 	return n.cfg.ApplyTimeout
 }
 
-// ErrSnapshotBehind: a restore would move the revision (and so the
-// fencing tokens) backwards.
+// ErrSnapshotBehind: a restore without force of a snapshot older than the
+// cluster's state.
 var ErrSnapshotBehind = errors.New("tenure: snapshot is older than this cluster's state")
 
 // SaveSnapshot returns a consistent copy of the whole state, read on the
@@ -818,10 +802,17 @@ func (n *Node) SaveSnapshot(ctx context.Context) ([]byte, error) {
 }
 
 // RestoreSnapshot replaces the replicated state with a saved one, through
-// raft (the leader installs it and followers receive it as a snapshot).
-// For disaster recovery into a new cluster: it is refused when the
-// current revision is past the snapshot's, unless force. Sessions in the
-// snapshot start a fresh TTL.
+// raft (the leader installs it and followers receive it as a snapshot),
+// and returns the state as restored. Sessions in the snapshot start a
+// fresh TTL.
+//
+// A restore never lowers the revision, so tokens never go backwards: the
+// restored state continues above the highest of the snapshot's revision,
+// the cluster's (read on the leader after a barrier, with no command
+// admitted until the restore is done) and this node's applied record. Its
+// fence floor is set to the revision before the restore, so every token
+// issued until then is stale at every fenced register. A snapshot older
+// than the cluster's state is refused (ErrSnapshotBehind) unless force.
 func (n *Node) RestoreSnapshot(ctx context.Context, data []byte, force bool) (*fsmpb.Snapshot, error) {
 	snap := &fsmpb.Snapshot{}
 	if err := proto.Unmarshal(data, snap); err != nil {
@@ -830,14 +821,48 @@ func (n *Node) RestoreSnapshot(ctx context.Context, data []byte, force bool) (*f
 	if _, err := fsm.Import(snap); err != nil {
 		return nil, fmt.Errorf("%w: %v", fsm.ErrInvalid, err)
 	}
+	// Take every batcher slot: no command enters raft from here until the
+	// restore is installed, so the revision read below is the last one
+	// before the restore.
+	held := 0
+	defer func() {
+		for ; held > 0; held-- {
+			<-n.slots
+		}
+	}()
+	for ; held < maxInflight; held++ {
+		select {
+		case n.slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-n.quit:
+			return nil, ErrClosed
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err // a timeout of 0 would mean none to raft
+	}
+	if err := mapReadErr(n.wait(n.raft.Barrier(n.timeout(ctx)))); err != nil {
+		return nil, err
+	}
 	var cur uint64
 	n.fsm.Read(func(s *fsm.State) { cur = s.Revision() })
-	if cur > snap.GetRevision() && !force {
-		return nil, fmt.Errorf("%w: cluster at revision %d, snapshot at %d (restoring would reissue tokens; use --force only on a cluster whose tokens nobody has used)", ErrSnapshotBehind, cur, snap.GetRevision())
+	floor := max(cur, n.rec.record().Revision)
+	if snap.GetRevision() < floor && !force {
+		return nil, fmt.Errorf("%w: the cluster is at revision %d, the snapshot at %d; with --force the restored state continues above revision %d and every token issued so far stays stale", ErrSnapshotBehind, floor, snap.GetRevision(), floor)
+	}
+	snap.Revision = max(snap.GetRevision(), floor)
+	snap.FenceFloor = max(snap.GetFenceFloor(), floor)
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(snap)
+	if err != nil {
+		return nil, fmt.Errorf("node: encoding the snapshot: %w", err)
 	}
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: int64(len(data))}
 	if err := n.raft.Restore(meta, bytes.NewReader(data), n.timeout(ctx)); err != nil {
 		return nil, mapRaftErr(err)
+	}
+	for ; held > 0; held-- {
+		<-n.slots
 	}
 	n.lessor.Promote()
 	return snap, nil
@@ -852,9 +877,13 @@ func (n *Node) Close() error {
 		n.closeErr = n.raft.Shutdown().Error() // pending futures fail now
 		close(n.quit)
 		n.wg.Wait()
+		if err := n.rec.flush(); err != nil && n.closeErr == nil {
+			n.closeErr = err
+		}
 		if c, ok := n.trans.(io.Closer); ok {
 			c.Close()
 		}
+		n.probes.Wait()
 		if err := n.stores.Close(); err != nil && n.closeErr == nil {
 			n.closeErr = err
 		}

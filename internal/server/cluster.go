@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
+	"sync/atomic"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/internal/fsm"
@@ -33,9 +35,27 @@ func voters(ms []node.Member) int {
 	return n
 }
 
+// majority is the quorum of n voters.
+func majority(n int) int { return n/2 + 1 }
+
 // evenRefusal explains why an even number of voters is refused.
 func evenRefusal(after int) error {
 	return fmt.Errorf("%w: the change leaves %d voters; an even number tolerates no more failures than one fewer voter but needs a larger quorum (use --force to do it anyway)", fsm.ErrInvalid, after)
+}
+
+// quorumRefusal explains why a change that would leave too few reachable
+// voters is refused; --force does not override it. down is how many
+// voters do not answer now.
+func quorumRefusal(change string, reachable, after, need, before, down int) error {
+	why := fmt.Sprintf("a majority of the %d voters before the change", before)
+	if need > majority(before) {
+		why = fmt.Sprintf("a majority of the %d voters after it", after)
+	}
+	msg := fmt.Sprintf("%s would leave %d reachable voters of %d, but %d must stay reachable (%s)", change, reachable, after, need, why)
+	if down > 0 {
+		msg += fmt.Sprintf("; %d voters do not answer now", down)
+	}
+	return fmt.Errorf("%w: %s", fsm.ErrInvalid, msg)
 }
 
 // MemberList implements pb.TenureServer.
@@ -43,50 +63,101 @@ func (s *Server) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*pb.M
 	return s.members()
 }
 
-// MemberAdd implements pb.TenureServer.
+// MemberAdd implements pb.TenureServer. The new voter's peer must answer
+// first; the change is refused if the reachable voters, the new one
+// included, would be fewer than a majority of the voters before or after
+// it. It then joins as a non-voter and is promoted once it has caught up
+// (node.AddVoter). Force only allows an even number of voters.
 func (s *Server) MemberAdd(ctx context.Context, req *pb.MemberAddRequest) (*pb.MemberListResponse, error) {
-	if req.GetId() == "" || req.GetPeerAddr() == "" {
+	id, addr := req.GetId(), req.GetPeerAddr()
+	if id == "" || addr == "" {
 		return nil, toStatus(fmt.Errorf("%w: member add needs an id and a peer address", fsm.ErrInvalid))
 	}
-	ms, err := s.node.Members()
+	ms, index, err := s.node.Configuration()
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	after := voters(ms) + 1
+	up, err := s.node.Reachable(ctx, ms)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.node.ProbePeer(ctx, id, addr); err != nil {
+		return nil, toStatus(memberErr(err, fmt.Sprintf("start its server with --peer-listen %s (and no --bootstrap-peers) first", addr)))
+	}
+	before := voters(ms)
+	after, reachable := before+1, len(up)+1
 	for _, m := range ms {
-		if m.ID == req.GetId() && m.Voter {
+		if m.ID == id && m.Voter {
 			after--
+			if up[id] {
+				reachable--
+			}
 		}
+	}
+	if need := max(majority(before), majority(after)); reachable < need {
+		return nil, toStatus(quorumRefusal("adding "+id, reachable, after, need, before, before-len(up)))
 	}
 	if after%2 == 0 && !req.GetForce() {
 		return nil, toStatus(evenRefusal(after))
 	}
-	if err := s.node.AddVoter(ctx, req.GetId(), req.GetPeerAddr()); err != nil {
+	if err := s.node.AddVoter(ctx, id, addr, index); err != nil {
+		return nil, toStatus(memberErr(err, ""))
+	}
+	return s.members()
+}
+
+// MemberRemove implements pb.TenureServer. Removing a voter is refused if
+// the reachable voters left would be fewer than a majority of the voters
+// before the change. Force only allows an even number of voters.
+func (s *Server) MemberRemove(ctx context.Context, req *pb.MemberRemoveRequest) (*pb.MemberListResponse, error) {
+	id := req.GetId()
+	ms, index, err := s.node.Configuration()
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	var target *node.Member
+	for i := range ms {
+		if ms[i].ID == id {
+			target = &ms[i]
+		}
+	}
+	if target == nil {
+		return nil, toStatus(fmt.Errorf("%w: no member %q", fsm.ErrInvalid, id))
+	}
+	if target.Voter {
+		up, err := s.node.Reachable(ctx, ms)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		before := voters(ms)
+		after, reachable := before-1, len(up)
+		if up[id] {
+			reachable--
+		}
+		if reachable < majority(before) {
+			return nil, toStatus(quorumRefusal("removing "+id, reachable, after, majority(before), before, before-len(up)))
+		}
+		if after%2 == 0 && after > 0 && !req.GetForce() {
+			return nil, toStatus(evenRefusal(after))
+		}
+	}
+	if err := s.node.RemoveServer(ctx, id, index); err != nil {
 		return nil, toStatus(err)
 	}
 	return s.members()
 }
 
-// MemberRemove implements pb.TenureServer.
-func (s *Server) MemberRemove(ctx context.Context, req *pb.MemberRemoveRequest) (*pb.MemberListResponse, error) {
-	ms, err := s.node.Members()
-	if err != nil {
-		return nil, toStatus(err)
+// memberErr makes a probe or catch-up failure an INVALID_ARGUMENT that
+// says what to do.
+func memberErr(err error, todo string) error {
+	msg := strings.TrimPrefix(err.Error(), "tenure: ") // one prefix on the line
+	switch {
+	case errors.Is(err, node.ErrPeerUnreachable):
+		return fmt.Errorf("%w: %s; %s", fsm.ErrInvalid, msg, todo)
+	case errors.Is(err, node.ErrStandalone), errors.Is(err, node.ErrCatchingUp):
+		return fmt.Errorf("%w: %s", fsm.ErrInvalid, msg)
 	}
-	found := false
-	for _, m := range ms {
-		found = found || m.ID == req.GetId()
-	}
-	if !found {
-		return nil, toStatus(fmt.Errorf("%w: no member %q", fsm.ErrInvalid, req.GetId()))
-	}
-	if after := voters(ms) - 1; after%2 == 0 && after > 0 && !req.GetForce() {
-		return nil, toStatus(evenRefusal(after))
-	}
-	if err := s.node.RemoveServer(ctx, req.GetId()); err != nil {
-		return nil, toStatus(err)
-	}
-	return s.members()
+	return err
 }
 
 // snapshotChunk is the size of the pieces a snapshot is streamed in.
@@ -108,12 +179,76 @@ func (s *Server) SnapshotSave(_ *pb.SnapshotSaveRequest, stream pb.Tenure_Snapsh
 	return nil
 }
 
-// maxSnapshot bounds what a restore accepts.
-const maxSnapshot = 1 << 30
+// RestoreLimits bound the snapshot restores one node accepts at once. A
+// restore stream is held in memory until it is complete, so these bound
+// that memory; they are per node, not replicated.
+type RestoreLimits struct {
+	// MaxStreams bounds the restore streams open at once
+	// (--max-restore-streams).
+	MaxStreams int
+	// MaxBytes bounds the bytes all open restore streams hold together
+	// (--max-restore-bytes); a stream that would pass it is refused at
+	// that chunk.
+	MaxBytes int64
+}
+
+// DefaultRestoreLimits are the restore limits `tenure serve` runs with.
+func DefaultRestoreLimits() RestoreLimits { return RestoreLimits{MaxStreams: 1, MaxBytes: 1 << 30} }
+
+func (l RestoreLimits) withDefaults() RestoreLimits {
+	d := DefaultRestoreLimits()
+	if l.MaxStreams <= 0 {
+		l.MaxStreams = d.MaxStreams
+	}
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = d.MaxBytes
+	}
+	return l
+}
+
+// restoreGate admits restore streams within RestoreLimits; the zero value
+// has nothing admitted. It is safe for concurrent use.
+type restoreGate struct {
+	streams atomic.Int64 // open streams admitted
+	bytes   atomic.Int64 // bytes reserved by them
+}
+
+// enter admits one more stream, or refuses past max.
+func (g *restoreGate) enter(max int) error {
+	if g.streams.Add(1) > int64(max) {
+		g.streams.Add(-1)
+		return fmt.Errorf("%w: a snapshot restore is already running on this node; the limit is %d concurrent restore streams (--max-restore-streams)", ErrLimit, max)
+	}
+	return nil
+}
+
+func (g *restoreGate) leave() { g.streams.Add(-1) }
+
+// reserve reserves n more bytes, or refuses if the streams together would
+// hold more than max.
+func (g *restoreGate) reserve(n, max int64) error {
+	for {
+		cur := g.bytes.Load()
+		if cur+n > max {
+			return fmt.Errorf("%w: restore streams on this node would hold more than %d bytes (--max-restore-bytes)", ErrLimit, max)
+		}
+		if g.bytes.CompareAndSwap(cur, cur+n) {
+			return nil
+		}
+	}
+}
+
+func (g *restoreGate) release(n int64) { g.bytes.Add(-n) }
 
 // SnapshotRestore implements pb.TenureServer.
 func (s *Server) SnapshotRestore(stream pb.Tenure_SnapshotRestoreServer) error {
+	lim := s.limits.Restore
+	if err := s.restores.enter(lim.MaxStreams); err != nil {
+		return toStatus(err)
+	}
+	defer s.restores.leave()
 	var data []byte
+	defer func() { s.restores.release(int64(len(data))) }()
 	force := false
 	for first := true; ; first = false {
 		c, err := stream.Recv()
@@ -126,8 +261,8 @@ func (s *Server) SnapshotRestore(stream pb.Tenure_SnapshotRestoreServer) error {
 		if first {
 			force = c.GetForce()
 		}
-		if len(data)+len(c.GetData()) > maxSnapshot {
-			return toStatus(fmt.Errorf("%w: snapshot larger than %d bytes", fsm.ErrInvalid, maxSnapshot))
+		if err := s.restores.reserve(int64(len(c.GetData())), lim.MaxBytes); err != nil {
+			return toStatus(err)
 		}
 		data = append(data, c.GetData()...)
 	}

@@ -33,6 +33,8 @@ type Limits struct {
 	// MaxQueuePayload bounds a queue item's payload in bytes
 	// (--max-queue-payload; at most fsm.MaxQueuePayload).
 	MaxQueuePayload int
+	// Restore bounds the snapshot restore streams (cluster.go).
+	Restore RestoreLimits
 }
 
 // DefaultLimits are the limits `tenure serve` runs with.
@@ -63,6 +65,7 @@ func (l Limits) withDefaults() Limits {
 		l.MaxRegisterValueBytes = d.MaxRegisterValueBytes
 	}
 	l.KV = l.KV.withDefaults()
+	l.Restore = l.Restore.withDefaults()
 	return l.withQueueDefaults()
 }
 

@@ -32,6 +32,8 @@ type Server struct {
 	limits  Limits
 	workers workers
 	watches watchSlots // open KVWatch and Observe streams (watchlimit.go)
+	// restores admits restore streams within limits.Restore (cluster.go).
+	restores restoreGate
 }
 
 // New returns a server for n; hub must be the one whose Sink n delivers

@@ -1419,6 +1419,10 @@ type Snapshot struct {
 	// retention: absent in snapshots made before it was configurable
 	// (the defaults applied then).
 	Retention *Retention `protobuf:"bytes,30,opt,name=retention,proto3" json:"retention,omitempty"`
+	// fence_floor: fenced writes with a token at or below it are stale.
+	// A restore sets it to the revision the cluster had reached before, so
+	// that tokens issued then never become valid again (0: no floor).
+	FenceFloor uint64 `protobuf:"varint,40,opt,name=fence_floor,json=fenceFloor,proto3" json:"fence_floor,omitempty"`
 	// limits: absent in snapshots made before they were replicated (the
 	// defaults apply).
 	Limits *Limits `protobuf:"bytes,31,opt,name=limits,proto3" json:"limits,omitempty"`
@@ -1513,6 +1517,13 @@ func (x *Snapshot) GetRetention() *Retention {
 		return x.Retention
 	}
 	return nil
+}
+
+func (x *Snapshot) GetFenceFloor() uint64 {
+	if x != nil {
+		return x.FenceFloor
+	}
+	return 0
 }
 
 func (x *Snapshot) GetLimits() *Limits {
@@ -3566,7 +3577,7 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x12\n" +
 	"\x04lock\x18\x03 \x01(\tR\x04lock\x12!\n" +
-	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\xd1\x04\n" +
+	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\xf2\x04\n" +
 	"\bSnapshot\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x127\n" +
 	"\bsessions\x18\x02 \x03(\v2\x1b.tenure.fsm.v1.SessionStateR\bsessions\x12.\n" +
@@ -3575,7 +3586,9 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x06queues\x18\n" +
 	" \x03(\v2\x19.tenure.fsm.v1.QueueStateR\x06queues\x12&\n" +
 	"\x02kv\x18\x14 \x03(\v2\x16.tenure.fsm.v1.KVStateR\x02kv\x126\n" +
-	"\tretention\x18\x1e \x01(\v2\x18.tenure.fsm.v1.RetentionR\tretention\x12-\n" +
+	"\tretention\x18\x1e \x01(\v2\x18.tenure.fsm.v1.RetentionR\tretention\x12\x1f\n" +
+	"\vfence_floor\x18( \x01(\x04R\n" +
+	"fenceFloor\x12-\n" +
 	"\x06limits\x18\x1f \x01(\v2\x15.tenure.fsm.v1.LimitsR\x06limits\x12N\n" +
 	"\x14removed_lock_history\x18  \x03(\v2\x1c.tenure.fsm.v1.HistoryRecordR\x12removedLockHistory\x12K\n" +
 	"\x11deleted_registers\x182 \x03(\v2\x1e.tenure.fsm.v1.DeletedRegisterR\x10deletedRegisters\x12%\n" +
