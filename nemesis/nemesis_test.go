@@ -23,6 +23,7 @@ func TestNemesis(t *testing.T) {
 	res := runSuite(t, suiteConfig{
 		keys: 3, goPerKey: 2, readersPerKey: 1, procPerKey: 1,
 		queue:       true,
+		hostile:     true,
 		duration:    *flagDuration,
 		schedule:    fullSchedule,
 		maxFaults:   max(1, int(*flagDuration/time.Second)),
@@ -73,7 +74,9 @@ type suiteConfig struct {
 	procPerKey    int // `tenure lock` process clients per register
 	// queue adds the queue workload (2 producers, 2 consumers, 1 hostile
 	// client).
-	queue     bool
+	queue bool
+	// hostile adds the hostile client (hostile_test.go).
+	hostile   bool
 	duration  time.Duration
 	schedule  []string
 	maxFaults int
@@ -164,6 +167,12 @@ func runSuite(t *testing.T, cfg suiteConfig) suiteResult {
 		}
 		hrnd := rand.New(rand.NewPCG(seed, 990))
 		wg.Go(func() { qw.steal(wctx, hrnd) })
+	}
+	var hc *hostileClient
+	if cfg.hostile {
+		hc = newHostileClient(c.eps, keys, "nemesis-lock-0")
+		hrnd := rand.New(rand.NewPCG(seed, 995))
+		wg.Go(func() { hc.run(wctx, hrnd) })
 	}
 	workStart := time.Now()
 	workEnd := workStart.Add(cfg.duration)
@@ -268,6 +277,9 @@ func runSuite(t *testing.T, cfg suiteConfig) suiteResult {
 	rep := check(ops, faults, keys, filepath.Dir(histPath), porcupineTimeout)
 	if qw != nil {
 		qw.check(&rep)
+	}
+	if hc != nil {
+		hc.check(&rep)
 	}
 	res := suiteResult{report: rep, ops: ops, faults: faults}
 	for _, o := range ops {
