@@ -5,27 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/internal/testutil"
 )
-
-// rawAPI is the plain gRPC API, as a hostile client with no Tenure client
-// library would use it.
-func rawAPI(t *testing.T, addr string) pb.TenureClient {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return pb.NewTenureClient(conn)
-}
 
 // openRaw opens a Session stream with open and returns the stream and the
 // first answer's error (nil when it was opened).
@@ -64,7 +50,7 @@ func TestSessionNeedsItsSecret(t *testing.T) {
 		t.Fatalf("session secret of %d bytes, want at least 16 (128 bits)", len(victim.Secret()))
 	}
 
-	api := rawAPI(t, srv.Addr())
+	api := testutil.API(t, srv.Addr())
 	wrong := append([]byte(nil), victim.Secret()...)
 	wrong[0] ^= 1
 	for name, secret := range map[string][]byte{"no secret": nil, "wrong secret": wrong} {
@@ -116,7 +102,7 @@ func TestCrashedClientsSessionCannotBeKeptAlive(t *testing.T) {
 	srv := testutil.Start(t, "", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	api := rawAPI(t, srv.Addr())
+	api := testutil.API(t, srv.Addr())
 	cctx, crash := context.WithCancel(ctx)
 	st, opened, err := openRaw(cctx, api, &pb.OpenSession{Owner: "crashes", TtlMs: 1000})
 	if err != nil || len(opened.GetSecret()) < 16 {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
@@ -21,16 +20,6 @@ import (
 // pageBytes is the most a page may carry (the server's maxPageBytes) plus
 // the response's own fields.
 const pageBytes = 2<<20 + 1024
-
-func api(t *testing.T, addr string) pb.TenureClient {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return pb.NewTenureClient(conn)
-}
 
 // longNames returns n lock names of about 500 bytes under prefix.
 func longNames(prefix string, n int) []string {
@@ -69,7 +58,7 @@ func TestListSessionsPagesWhileSessionsComeAndGo(t *testing.T) {
 		churned <- nil
 	}()
 
-	a := api(t, srv.Addr())
+	a := testutil.API(t, srv.Addr())
 	var ids []uint64
 	var after uint64
 	pages := 0
@@ -125,7 +114,7 @@ func TestListingsStopAt2MiB(t *testing.T) {
 		sessions = append(sessions, testutil.HoldMany(t, srv.Addr(), "holder", time.Hour, n))
 		names = append(names, n...)
 	}
-	a := api(t, srv.Addr())
+	a := testutil.API(t, srv.Addr())
 
 	first, err := a.ListSessions(ctx, &pb.ListSessionsRequest{})
 	if err != nil {
@@ -185,7 +174,7 @@ func TestListLocksPages(t *testing.T) {
 		names = append(names, fmt.Sprintf("a/%03d", i))
 	}
 	testutil.HoldMany(t, srv.Addr(), "h", time.Hour, append(slices.Clone(names), "b", "a", "a0"))
-	a := api(t, srv.Addr())
+	a := testutil.API(t, srv.Addr())
 	var got []string
 	after := ""
 	for {
@@ -236,7 +225,7 @@ func TestLockStatusPages(t *testing.T) {
 		waiters = append(waiters, s.ID())
 	}
 
-	a := api(t, srv.Addr())
+	a := testutil.API(t, srv.Addr())
 	var gotH, gotW []uint64
 	req := &pb.LockStatusRequest{Name: "sem", Limit: 4}
 	for {
@@ -294,7 +283,7 @@ func TestLockStatusWith10000Waiters(t *testing.T) {
 	holder := testutil.HoldMany(t, srv.Addr(), owner, time.Hour, []string{"hot"})
 	ids := testutil.OpenWaiters(t, srv.Addr(), owner, time.Hour, 10_000, "hot")
 
-	first, err := api(t, srv.Addr()).LockStatus(ctx, &pb.LockStatusRequest{Name: "hot"})
+	first, err := testutil.API(t, srv.Addr()).LockStatus(ctx, &pb.LockStatusRequest{Name: "hot"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +319,7 @@ func TestKVRangePages(t *testing.T) {
 		}
 		keys = append(keys, k)
 	}
-	first, err := api(t, srv.Addr()).KVRange(ctx, &pb.KVRangeRequest{Key: "big/", Prefix: true})
+	first, err := testutil.API(t, srv.Addr()).KVRange(ctx, &pb.KVRangeRequest{Key: "big/", Prefix: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +354,7 @@ func TestKVRangePages(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	page, err := api(t, srv.Addr()).KVRange(ctx, &pb.KVRangeRequest{Key: "small/", Prefix: true, Limit: 20_000})
+	page, err := testutil.API(t, srv.Addr()).KVRange(ctx, &pb.KVRangeRequest{Key: "small/", Prefix: true, Limit: 20_000})
 	if err != nil || len(page.GetKvs()) != 10_000 || !page.GetMore() {
 		t.Fatalf("a page of limit 20,000: %d keys, more %v, %v", len(page.GetKvs()), page.GetMore(), err)
 	}
@@ -397,7 +386,7 @@ func TestDeadLettersPages(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	first, err := api(t, srv.Addr()).QueueDeadList(ctx, &pb.QueueDeadListRequest{Queue: "q", Limit: 1000}, grpc.MaxCallRecvMsgSize(16<<20))
+	first, err := testutil.API(t, srv.Addr()).QueueDeadList(ctx, &pb.QueueDeadListRequest{Queue: "q", Limit: 1000}, grpc.MaxCallRecvMsgSize(16<<20))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,7 +419,7 @@ func TestLockStatusPagesShareTheBytes(t *testing.T) {
 	srv := testutil.Start(t, "", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	a := api(t, srv.Addr())
+	a := testutil.API(t, srv.Addr())
 	value := make([]byte, 60<<10)
 	acquire := func(wait bool) uint64 {
 		st, err := a.Session(ctx)

@@ -41,7 +41,7 @@ func TestQueueForeignSettleIsDenied(t *testing.T) {
 	if len(d.Receipt) < 16 {
 		t.Fatalf("the delivery's receipt has %d bytes, want at least 16", len(d.Receipt))
 	}
-	raw := rawAPI(t, srv.Addr())
+	raw := testutil.API(t, srv.Addr())
 	inFlight := func(what string) {
 		t.Helper()
 		st, err := q.Stats(ctx)

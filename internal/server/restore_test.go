@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
@@ -18,16 +16,6 @@ import (
 	"github.com/tenure-io/tenure/internal/server"
 	"github.com/tenure-io/tenure/internal/testutil"
 )
-
-func rawClient(t *testing.T, addr string) pb.TenureClient {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return pb.NewTenureClient(conn)
-}
 
 // sendUntilRefused sends chunks of size bytes, up to total, and returns
 // how many bytes were sent before the server ended the stream, and the
@@ -56,7 +44,7 @@ func sendUntilRefused(t *testing.T, stream pb.Tenure_SnapshotRestoreClient, size
 func TestRestoreStreamsBounded(t *testing.T) {
 	const limit = 4 << 20
 	srv := testutil.StartConfig(t, daemon.Config{Limits: server.Limits{Restore: server.RestoreLimits{MaxBytes: limit}}})
-	api := rawClient(t, srv.Addr())
+	api := testutil.API(t, srv.Addr())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 

@@ -5,6 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/client"
 )
 
@@ -32,4 +36,17 @@ func Session(t testing.TB, ctx context.Context, c *client.Client, opts ...client
 		_ = s.Close(cctx)
 	})
 	return s
+}
+
+// API is the plain gRPC API at addr, with no Tenure client library: what a
+// hostile or foreign client has. The connection is closed when the test
+// ends.
+func API(t testing.TB, addr string) pb.TenureClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return pb.NewTenureClient(conn)
 }
