@@ -32,7 +32,10 @@ const maxGroupCommitWait = 10 * time.Millisecond
 
 func (a *app) serveCommand() *cobra.Command {
 	cfg := daemon.DefaultConfig()
-	var groupWait time.Duration
+	var (
+		groupWait  time.Duration
+		configFile string
+	)
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a single-node Tenure server",
@@ -40,9 +43,17 @@ func (a *app) serveCommand() *cobra.Command {
 
 Prints one line on stdout once it serves (with -o json: {"serving","node",
 "data_dir"}); the storage and consensus log goes to stderr. SIGINT or
-SIGTERM stops it cleanly (exit 0).`,
+SIGTERM stops it cleanly (exit 0).
+
+--config FILE reads flag values from a YAML file whose keys are the flag
+names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if configFile != "" {
+				if err := applyConfigFile(cmd.Flags(), configFile); err != nil {
+					return err
+				}
+			}
 			switch {
 			case groupWait < 0 || groupWait > maxGroupCommitWait:
 				return fmt.Errorf("--group-commit-wait must be 0..%s, not %s", maxGroupCommitWait, groupWait)
@@ -91,6 +102,7 @@ SIGTERM stops it cleanly (exit 0).`,
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&configFile, "config", "", "YAML file of flag values (keys are flag names, e.g. data-dir: /var/lib/tenure); flags given on the command line win")
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory holding the server's state")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "client API address (port 0 picks a free port)")
 	f.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this node's id")
