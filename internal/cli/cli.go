@@ -6,7 +6,10 @@
 //
 // With -o json every command prints exactly one JSON object on stdout; the
 // field names are documented on each command and are parsed by other tools.
-// Errors are one line on stderr starting with "tenure: ". Exit codes:
+// Errors are one line on stderr starting with "tenure: "; with -o json a
+// command that fails before printing its answer also prints
+// {"error":{"code":"...","message":"..."}} on stdout (codes: ErrorCode).
+// Exit codes:
 //
 //	0 ok
 //	1 error
@@ -70,6 +73,8 @@ func Run(ctx context.Context, args []string, s Streams) int {
 	if s.Err == nil {
 		s.Err = io.Discard
 	}
+	out := &countingWriter{w: s.Out}
+	s.Out = out
 	a := &app{streams: s}
 	root := a.rootCommand()
 	root.SetArgs(args)
@@ -82,9 +87,98 @@ func Run(ctx context.Context, args []string, s Streams) int {
 	}
 	var ee *exitError
 	if !errors.As(err, &ee) || ee.err != nil {
-		fmt.Fprintln(s.Err, errorLine(err))
+		line := errorLine(err)
+		fmt.Fprintln(s.Err, line)
+		if (a.json() || wantsJSON(args)) && out.n == 0 { // one JSON object on stdout, also for a failure
+			b, _ := json.Marshal(errorJSON{Error: errorBody{Code: ErrorCode(err), Message: strings.TrimPrefix(line, "tenure: ")}})
+			fmt.Fprintf(s.Out, "%s\n", b)
+		}
 	}
 	return ExitCode(err)
+}
+
+// errorJSON is what a command prints on stdout with -o json when it fails
+// before printing its own answer: {"error":{"code":"...","message":"..."}}.
+type errorJSON struct {
+	Error errorBody `json:"error"`
+}
+
+type errorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// ErrorCode names the kind of a failure in JSON output (a public
+// contract, like the exit codes): stale, not_held, timeout,
+// invalid_argument, resource_exhausted, permission_denied, unavailable,
+// session_expired, unknown_outcome, locked, already_held, cancelled, or
+// error for anything else.
+func ErrorCode(err error) string {
+	switch {
+	case errors.Is(err, client.ErrStale):
+		return "stale"
+	case errors.Is(err, client.ErrNotHeld):
+		return "not_held"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, client.ErrInvalid), errors.Is(err, errUsage):
+		return "invalid_argument"
+	case errors.Is(err, client.ErrLimit):
+		return "resource_exhausted"
+	case errors.Is(err, client.ErrPermissionDenied):
+		return "permission_denied"
+	case errors.Is(err, client.ErrUnavailable):
+		return "unavailable"
+	case errors.Is(err, client.ErrSessionExpired):
+		return "session_expired"
+	case errors.Is(err, client.ErrUnknownOutcome):
+		return "unknown_outcome"
+	case errors.Is(err, client.ErrLocked):
+		return "locked"
+	case errors.Is(err, client.ErrAlreadyHeld):
+		return "already_held"
+	case errors.Is(err, context.Canceled):
+		return "cancelled"
+	}
+	return "error"
+}
+
+// wantsJSON reports whether args ask for -o json, for a command line that
+// failed before its flags were parsed.
+func wantsJSON(args []string) bool {
+	for i, a := range args {
+		switch {
+		case a == "--":
+			return false
+		case a == "-ojson", a == "--output=json", a == "-o=json":
+			return true
+		case (a == "-o" || a == "--output") && i+1 < len(args) && args[i+1] == "json":
+			return true
+		}
+	}
+	return false
+}
+
+// errUsage marks a command line that cannot be parsed.
+var errUsage = errors.New("usage")
+
+// usageError is a flag error: its text, and errors.Is(err, errUsage).
+type usageError struct{ err error }
+
+func (e usageError) Error() string        { return e.err.Error() }
+func (e usageError) Is(target error) bool { return target == errUsage }
+func (e usageError) Unwrap() error        { return e.err }
+
+// countingWriter counts what is written through it.
+type countingWriter struct {
+	w io.Writer
+	n int
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += n
+	return n, err
 }
 
 // ExitCode maps an error to the process exit code; this is the only place
@@ -167,7 +261,7 @@ Exit codes: 0 ok, 1 error, 3 stale token, 4 lock not held, 5 timeout.
 	pf.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	pf.StringVar(&a.consistency, "consistency", "linearizable", "reads: linearizable (through the leader) or serializable (local to the node, may be stale)")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		return fmt.Errorf("%w (see '%s --help')", err, cmd.CommandPath())
+		return fmt.Errorf("%w (see '%s --help')", usageError{err}, cmd.CommandPath())
 	})
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(

@@ -202,8 +202,11 @@ func TestUsageErrors(t *testing.T) {
 
 func TestUnreachableServer(t *testing.T) {
 	r := run(t, "127.0.0.1:1", "status", "-o", "json")
-	if r.code != ExitError || r.stdout != "" || !strings.Contains(r.stderr, "cannot reach 127.0.0.1:1") {
+	if r.code != ExitError || !strings.Contains(r.stderr, "cannot reach 127.0.0.1:1") {
 		t.Fatalf("got %+v", r)
+	}
+	if e, _ := decodeOne(t, r.stdout)["error"].(map[string]any); e["code"] != "unavailable" {
+		t.Fatalf("stdout %q, want an unavailable error", r.stdout)
 	}
 }
 
@@ -563,6 +566,41 @@ func TestServeRefusesAnOutOfRangeGroupCommitWait(t *testing.T) {
 		r := run(t, "127.0.0.1:1", "serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--group-commit-wait", v)
 		if r.code != 1 || !strings.Contains(r.stderr, "--group-commit-wait must be 0..10ms") {
 			t.Fatalf("--group-commit-wait %s: exit %d, stderr %q", v, r.code, r.stderr)
+		}
+	}
+}
+
+// TestJSONErrors: with -o json every failure prints one JSON object on
+// stdout, {"error":{"code","message"}}, with the documented exit code; a
+// command that printed its own answer (a stale write) prints only that.
+func TestJSONErrors(t *testing.T) {
+	srv := testutil.Start(t, "", nil)
+	for _, tc := range []struct {
+		args []string
+		code int
+		kind string
+	}{
+		{[]string{"fence", "put", "k", "v", "--token", "999999999"}, ExitError, ""}, // its own answer: result invalid
+		{[]string{"kv", "put", "k", "v", "--session", "7"}, ExitError, "error"},
+		{[]string{"lock", "status", ""}, ExitError, "invalid_argument"},
+		{[]string{"limits", "set", "--max-keys", "x"}, ExitError, "invalid_argument"},
+		{[]string{"queue", "pop", "empty", "--timeout", "50ms"}, ExitTimeout, "timeout"},
+	} {
+		r := run(t, srv.Addr(), append(tc.args, "-o", "json")...)
+		if r.code != tc.code {
+			t.Errorf("%v: exit %d, want %d (stderr %q)", tc.args, r.code, tc.code, r.stderr)
+			continue
+		}
+		m := decodeOne(t, r.stdout)
+		if tc.kind == "" {
+			if _, isErr := m["error"]; isErr {
+				t.Errorf("%v: printed an error object besides its own answer: %v", tc.args, m)
+			}
+			continue
+		}
+		e, ok := m["error"].(map[string]any)
+		if !ok || e["code"] != tc.kind || e["message"] == "" {
+			t.Errorf("%v: stdout %v, want an error of code %q with a message", tc.args, m, tc.kind)
 		}
 	}
 }

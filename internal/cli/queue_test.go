@@ -44,8 +44,11 @@ func TestQueueCommandsJSON(t *testing.T) {
 	}
 	for _, what := range []string{"ack", "nack", "extend"} {
 		r := run(t, addr, "queue", what, "q", id, "--delivery-token", tok, "--receipt", wrong, "-o", "json")
-		if r.code != ExitError || r.stdout != "" || strings.Count(r.stderr, "\n") != 1 || !strings.HasPrefix(r.stderr, "tenure: permission denied: "+what+" of item "+id) {
+		if r.code != ExitError || strings.Count(r.stderr, "\n") != 1 || !strings.HasPrefix(r.stderr, "tenure: permission denied: "+what+" of item "+id) {
 			t.Fatalf("%s with a wrong receipt: %+v", what, r)
+		}
+		if e, _ := decodeOne(t, r.stdout)["error"].(map[string]any); e["code"] != "permission_denied" {
+			t.Fatalf("%s with a wrong receipt: stdout %q", what, r.stdout)
 		}
 		if r := run(t, addr, "queue", what, "q", id, "--delivery-token", tok); r.code != ExitError || r.stderr != "tenure: --receipt is required (the receipt pop printed)\n" {
 			t.Fatalf("%s without a receipt: %+v", what, r)
@@ -77,8 +80,11 @@ func TestQueueCommandsJSON(t *testing.T) {
 		t.Fatalf("ack: %v", r)
 	}
 	r := run(t, addr, "queue", "pop", "q", "--timeout", "200ms", "-o", "json")
-	if r.code != ExitTimeout || r.stdout != "" || !strings.HasPrefix(r.stderr, "tenure: nothing arrived on queue q within 200ms") {
+	if r.code != ExitTimeout || !strings.HasPrefix(r.stderr, "tenure: nothing arrived on queue q within 200ms") {
 		t.Fatalf("pop of an empty queue: %+v", r)
+	}
+	if e, _ := decodeOne(t, r.stdout)["error"].(map[string]any); e["code"] != "timeout" {
+		t.Fatalf("pop of an empty queue: stdout %q", r.stdout)
 	}
 	r = run(t, addr, "queue", "ack", "q", "1")
 	if r.code != ExitError || !strings.Contains(r.stderr, "--delivery-token is required") {
