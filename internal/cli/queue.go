@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/server"
 )
 
@@ -160,6 +161,9 @@ Exit codes: 0 an item, 5 nothing arrived within --timeout, 1 other errors.`,
 			if timeout < 0 {
 				return errors.New("--timeout must not be negative")
 			}
+			if err := checkVisibility(visibility); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			if timeout > 0 {
 				var cancel context.CancelFunc
@@ -226,6 +230,11 @@ Exit codes: 0 ` + done + `, 3 stale, 1 other errors (permission denied among the
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !cmd.Flags().Changed("delivery-token") {
 				return errors.New("--delivery-token is required")
+			}
+			if what == "extend" {
+				if err := checkVisibility(visibility); err != nil {
+					return err
+				}
 			}
 			if receipt == "" {
 				return errors.New("--receipt is required (the receipt pop printed)")
@@ -431,4 +440,13 @@ many items it held.`,
 // addQueueServeFlags registers the queue's admission limits on serve.
 func addQueueServeFlags(f *pflag.FlagSet, l *server.Limits) {
 	f.IntVar(&l.MaxQueuePayload, "max-queue-payload", server.DefaultMaxQueuePayload, "largest queue item payload in bytes (at most 4 MiB); larger is refused with INVALID_ARGUMENT")
+}
+
+// checkVisibility refuses a visibility lease the service does not accept
+// (0 included: it would silently mean the server's default).
+func checkVisibility(d time.Duration) error {
+	if d < fsm.MinVisibilityMs*time.Millisecond || d > fsm.MaxVisibilityMs*time.Millisecond {
+		return fmt.Errorf("--visibility %v is outside %v..%v", d, fsm.MinVisibilityMs*time.Millisecond, time.Duration(fsm.MaxVisibilityMs)*time.Millisecond)
+	}
+	return nil
 }

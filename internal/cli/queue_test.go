@@ -114,3 +114,17 @@ func TestQueueCommandsJSON(t *testing.T) {
 		t.Fatalf("push after the delete: %v", again)
 	}
 }
+
+func TestQueueVisibilityValidated(t *testing.T) {
+	srv := testutil.Start(t, "", nil)
+	for _, args := range [][]string{
+		{"queue", "pop", "q", "--visibility", "0s"},
+		{"queue", "pop", "q", "--visibility", "13h"},
+		{"queue", "extend", "q", "1", "--delivery-token", "2", "--receipt", "00", "--visibility", "0s"},
+	} {
+		r := run(t, srv.Addr(), args...)
+		if r.code != ExitError || !strings.Contains(r.stderr, "--visibility") || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("%v: exit %d, stderr %q; want exit 1 naming --visibility", args, r.code, r.stderr)
+		}
+	}
+}

@@ -124,6 +124,9 @@ func (s *Server) MemberRemove(ctx context.Context, req *pb.MemberRemoveRequest) 
 	if target == nil {
 		return nil, toStatus(fmt.Errorf("%w: no member %q", fsm.ErrInvalid, id))
 	}
+	if target.Voter && voters(ms) == 1 {
+		return nil, toStatus(fmt.Errorf("%w: %s is the cluster's only voter; a cluster needs at least one (to retire it, stop the node instead)", fsm.ErrInvalid, id))
+	}
 	if target.Voter {
 		up, err := s.node.Reachable(ctx, ms)
 		if err != nil {

@@ -352,3 +352,18 @@ func TestForcedRestoreInACluster(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // polling the replicas' applied state
 	}
 }
+
+// TestRemoveLastVoterRefused: a single node's only voter cannot be
+// removed; the refusal says so plainly.
+func TestRemoveLastVoterRefused(t *testing.T) {
+	srv := testutil.Start(t, "", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := testutil.Dial(t, srv.Addr())
+	if _, err := c.RemoveMember(ctx, "n1", true); !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), "only voter") {
+		t.Fatalf("removing the last voter: %v", err)
+	}
+	if st, err := c.Status(ctx); err != nil || len(st.GetVoters()) != 1 {
+		t.Fatalf("status after the refusal: %v %v", st, err)
+	}
+}
