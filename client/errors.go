@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -129,6 +131,14 @@ func fromStatus(err error) error {
 	st, ok := status.FromError(err)
 	if !ok {
 		return err
+	}
+	if st.Code() == codes.ResourceExhausted {
+		var got, max int
+		if _, serr := fmt.Sscanf(st.Message()[strings.Index(st.Message(), "(")+1:], "%d vs. %d)", &got, &max); serr == nil && strings.Contains(st.Message(), "larger than max") {
+			// gRPC's own message limit, hit before the service could name
+			// the limit of the value or payload in it.
+			return &wireError{sentinel: ErrInvalid, msg: fmt.Sprintf("tenure: invalid argument: a message of %d bytes is larger than the %d bytes accepted; values, payloads and answers are limited (docs/limits.md: --max-value-len, --max-register-value-len, --max-queue-payload)", got, max)}
+		}
 	}
 	return fromCode(st.Code(), st.Message())
 }

@@ -108,11 +108,15 @@ func (a *app) emitFenced(what string, r client.PutResult, err error) error {
 }
 
 func (a *app) fencePutCommand() *cobra.Command {
-	var ff fenceFlags
+	var (
+		ff  fenceFlags
+		val valueArg
+	)
 	cmd := &cobra.Command{
-		Use:   "put KEY VALUE --token N [--lock NAME] [--op-id ID]",
+		Use:   "put KEY VALUE|-|--file F --token N [--lock NAME] [--op-id ID]",
 		Short: "Write a register if the token is not stale",
-		Long: `Write VALUE to the register KEY if --token is at least the highest token the
+		Long: `Write VALUE ("-": read it from stdin; --file F: from a file) to the
+register KEY if --token is at least the highest token the
 register has accepted (after a delete of KEY: at least the delete's token).
 With --lock, the token must also be a current grant of that lock (any of its
 holders): a holder whose grant has ended is stale even before a newer holder
@@ -126,20 +130,25 @@ service's revision): nothing was stored; token is then the refused token and
 revision the service's.
 
 Exit codes: 0 accepted or duplicate, 3 stale, 1 invalid and other errors.`,
-		Args: cobra.ExactArgs(2),
+		Args: func(cmd *cobra.Command, args []string) error { return val.args(cmd, args) },
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, err := ff.options(cmd)
 			if err != nil {
 				return err
 			}
-			key, value := args[0], args[1]
+			key := args[0]
+			value, err := val.read(args, a.streams.In)
+			if err != nil {
+				return err
+			}
 			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
-				r, err := c.FencedPut(ctx, key, []byte(value), ff.token, ff.opID, opts...)
+				r, err := c.FencedPut(ctx, key, value, ff.token, ff.opID, opts...)
 				return a.emitFenced("register "+key, r, err)
 			})
 		},
 	}
 	ff.add(cmd)
+	val.add(cmd)
 	return cmd
 }
 

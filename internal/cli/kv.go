@@ -91,11 +91,12 @@ func (a *app) kvPutCommand() *cobra.Command {
 	var (
 		session   uint64
 		secretHex string
+		val       valueArg
 	)
 	cmd := &cobra.Command{
-		Use:   "put KEY VALUE",
+		Use:   "put KEY VALUE|-|--file F",
 		Short: "Write a key",
-		Long: `Write VALUE to KEY.
+		Long: `Write VALUE to KEY ("-": read the value from stdin; --file F: from a file).
 
 With --session ID the key is ephemeral: deleted when that session ends.
 Binding a key to a session needs the session's secret: --session-secret
@@ -103,8 +104,12 @@ HEX, or TENURE_SESSION_SECRET when --session is TENURE_SESSION (as in a
 command run by tenure lock); a wrong one is refused (exit 1).
 
 JSON: {"revision":N}, the revision of the write.`,
-		Args: cobra.ExactArgs(2),
+		Args: func(cmd *cobra.Command, args []string) error { return val.args(cmd, args) },
 		RunE: func(cmd *cobra.Command, args []string) error {
+			value, err := val.read(args, a.streams.In)
+			if err != nil {
+				return err
+			}
 			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
 				var opts []client.PutOption
 				if session != 0 {
@@ -114,7 +119,7 @@ JSON: {"revision":N}, the revision of the write.`,
 					}
 					opts = append(opts, client.WithSessionCredentials(session, secret))
 				}
-				rev, err := c.Put(ctx, args[0], []byte(args[1]), opts...)
+				rev, err := c.Put(ctx, args[0], value, opts...)
 				if err != nil {
 					return err
 				}
@@ -126,6 +131,7 @@ JSON: {"revision":N}, the revision of the write.`,
 	}
 	cmd.Flags().Uint64Var(&session, "session", 0, "bind the key to this session id (deleted when the session ends)")
 	cmd.Flags().StringVar(&secretHex, "session-secret", "", "the session's secret, hex (default: TENURE_SESSION_SECRET if --session is TENURE_SESSION)")
+	val.add(cmd)
 	return cmd
 }
 

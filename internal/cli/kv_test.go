@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +89,45 @@ func TestKVTxnScriptErrors(t *testing.T) {
 		_, _, _, _, err := parseTxn(strings.NewReader(tc.script))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want an error containing %q", tc.script, err, tc.want)
+		}
+	}
+}
+
+// TestValuesFromStdinAndFiles: kv put and fence put read the value from
+// stdin ("-") or --file, and a value too large for the service is refused
+// with the limits named, not gRPC's own words.
+func TestValuesFromStdinAndFiles(t *testing.T) {
+	srv := testutil.Start(t, "", nil)
+	addr := srv.Addr()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	file := filepath.Join(t.TempDir(), "v")
+	if err := os.WriteFile(file, []byte("from a file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb syncBuffer
+	if code := Run(ctx, []string{"--endpoint", addr, "kv", "put", "a", "-"}, Streams{In: strings.NewReader("from stdin"), Out: &out, Err: &errb}); code != 0 {
+		t.Fatalf("kv put -: exit %d %s", code, errb.String())
+	}
+	if r := run(t, addr, "kv", "put", "b", "--file", file); r.code != 0 {
+		t.Fatalf("kv put --file: %+v", r)
+	}
+	for key, want := range map[string]string{"a": "from stdin", "b": "from a file"} {
+		if m := runJSON(t, addr, 0, "kv", "get", key); m["value"] != want {
+			t.Errorf("%s = %v, want %q", key, m["value"], want)
+		}
+	}
+	if r := run(t, addr, "kv", "put", "c", "v", "--file", file); r.code != ExitError || !strings.Contains(r.stderr, "only KEY") {
+		t.Errorf("both VALUE and --file: %+v", r)
+	}
+	big := filepath.Join(t.TempDir(), "big")
+	if err := os.WriteFile(big, make([]byte, 10<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"kv", "put", "big", "--file", big}, {"fence", "put", "big", "--file", big, "--token", "1"}} {
+		r := run(t, addr, args...)
+		if r.code != ExitError || strings.Contains(r.stderr, "grpc:") || !strings.Contains(r.stderr, "--max-") {
+			t.Errorf("%v: exit %d, stderr %q; want the limit named", args, r.code, r.stderr)
 		}
 	}
 }
