@@ -447,7 +447,8 @@ func TestLockTimeout(t *testing.T) {
 }
 
 // TestLockStopsCommandOnSuspect cuts the CLI off from the server while its
-// command runs: the command must be stopped, and tenure must say why.
+// command runs, with --on-suspect stop: the command must be stopped, and
+// tenure must say why.
 func TestLockStopsCommandOnSuspect(t *testing.T) {
 	srv := testutil.Start(t, "", nil)
 	px := testutil.StartProxy(t, srv.Addr())
@@ -462,7 +463,7 @@ func TestLockStopsCommandOnSuspect(t *testing.T) {
 		// The child ignores SIGTERM, so only the SIGKILL after the grace
 		// stops it.
 		script := fmt.Sprintf(`trap "" TERM; touch %s; sleep 20; touch %s`, started, finished)
-		done <- Run(ctx, []string{"--endpoint", px.Addr(), "lock", "res", "--ttl", "1s", "--kill-grace", "300ms", "--", "sh", "-c", script}, Streams{Out: &out, Err: &errb})
+		done <- Run(ctx, []string{"--endpoint", px.Addr(), "lock", "res", "--ttl", "1s", "--kill-grace", "300ms", "--on-suspect", "stop", "--", "sh", "-c", script}, Streams{Out: &out, Err: &errb})
 	}()
 	waitFor(t, "the command to start", 10*time.Second, func() bool {
 		_, err := os.Stat(started)
@@ -602,5 +603,68 @@ func TestJSONErrors(t *testing.T) {
 		if !ok || e["code"] != tc.kind || e["message"] == "" {
 			t.Errorf("%v: stdout %v, want an error of code %q with a message", tc.args, m, tc.kind)
 		}
+	}
+}
+
+// procState is the state letter of process pid ('T' when stopped).
+func procState(pid string) byte {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
+}
+
+// TestLockPausesCommandWhileSuspect: with the default --on-suspect pause,
+// a command whose ownership becomes unproven (renewals go unanswered) is
+// SIGSTOPped at once, and SIGCONTed when the hold is confirmed again with
+// the same token; it then runs to its end and tenure exits with its
+// status.
+func TestLockPausesCommandWhileSuspect(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("needs /proc to see the command's state: " + err.Error())
+	}
+	srv := testutil.Start(t, "", nil)
+	px := testutil.StartProxy(t, srv.Addr())
+	dir := t.TempDir()
+	pidFile, finished := filepath.Join(dir, "pid"), filepath.Join(dir, "finished")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		script := fmt.Sprintf(`echo $$ > %s.tmp && mv %s.tmp %s; for i in $(seq 16); do sleep 0.5; done; touch %s`, pidFile, pidFile, pidFile, finished)
+		done <- Run(ctx, []string{"--endpoint", px.Addr(), "lock", "res", "--ttl", "6s", "--", "sh", "-c", script}, Streams{Out: &out, Err: &errb})
+	}()
+	var pid string
+	waitFor(t, "the command to start", 10*time.Second, func() bool {
+		b, err := os.ReadFile(pidFile)
+		pid = strings.TrimSpace(string(b))
+		return err == nil && pid != ""
+	})
+	px.Pause(true, true) // renewals go unanswered: suspect after a third of the TTL
+	waitFor(t, "the command to be paused", 10*time.Second, func() bool { return procState(pid) == 'T' || len(done) > 0 })
+	if len(done) > 0 {
+		t.Fatalf("tenure lock ended: %d %q", <-done, errb.String())
+	}
+	px.Resume()
+	waitFor(t, "the command to be resumed", 10*time.Second, func() bool { return procState(pid) != 'T' })
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d, want 0 (stderr %q)", code, errb.String())
+		}
+	case <-ctx.Done():
+		t.Fatalf("tenure lock did not finish (stderr %q)", errb.String())
+	}
+	if _, err := os.Stat(finished); err != nil {
+		t.Fatal("the command did not run to its end")
+	}
+	if !strings.Contains(errb.String(), "command paused") || !strings.Contains(errb.String(), "command resumed") {
+		t.Fatalf("stderr %q, want the pause and the resume said", errb.String())
 	}
 }

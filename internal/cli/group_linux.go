@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"os"
 	"strconv"
+	"syscall"
 )
+
+// setDeathSignal makes the child get SIGKILL when its parent dies.
+func setDeathSignal(attr *syscall.SysProcAttr) { attr.Pdeathsig = syscall.SIGKILL }
 
 // groupAlive reports whether a process of group pgid is still running.
 // Zombies do not count: they are gone, only not yet reaped by their new

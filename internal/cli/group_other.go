@@ -9,3 +9,7 @@ func groupAlive(pgid int) bool {
 	err := syscall.Kill(-pgid, 0)
 	return err == nil || err == syscall.EPERM
 }
+
+// setDeathSignal does nothing here: only Linux and FreeBSD have a death
+// signal, and this build covers other systems too.
+func setDeathSignal(*syscall.SysProcAttr) {}

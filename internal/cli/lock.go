@@ -18,8 +18,12 @@ import (
 )
 
 // cleanupTimeout bounds releasing a lock and closing a session once the
-// command is over.
-const cleanupTimeout = 5 * time.Second
+// command is over; lostCloseWait bounds closing it after ownership was
+// lost (the server may well be out of reach then).
+const (
+	cleanupTimeout = 5 * time.Second
+	lostCloseWait  = 300 * time.Millisecond
+)
 
 type lockFlags struct {
 	ttl       time.Duration
@@ -31,6 +35,18 @@ type lockFlags struct {
 	shared    bool // a reader of a read-write lock
 	election  bool // campaign in the election NAME with value
 	value     string
+	onSuspect string // "pause" or "stop"
+}
+
+// check validates the flags every lock runner shares.
+func (lf lockFlags) check() error {
+	if lf.timeout < 0 || lf.killGrace < 0 {
+		return errors.New("--timeout and --kill-grace must not be negative")
+	}
+	if lf.onSuspect != "pause" && lf.onSuspect != "stop" {
+		return fmt.Errorf("--on-suspect must be pause or stop, not %q", lf.onSuspect)
+	}
+	return nil
 }
 
 // lockArgs checks NAME -- COMMAND [ARG...].
@@ -57,6 +73,7 @@ func lockRunFlags(cmd *cobra.Command, lf *lockFlags) {
 	f.DurationVar(&lf.ttl, "ttl", client.DefaultTTL, "session time to live (1s..1h)")
 	f.DurationVar(&lf.timeout, "timeout", 30*time.Second, "give up waiting after this long (0: wait forever); exit 5")
 	f.DurationVar(&lf.killGrace, "kill-grace", 5*time.Second, "after ownership is lost, wait this long between SIGTERM and SIGKILL")
+	f.StringVar(&lf.onSuspect, "on-suspect", "pause", "when ownership becomes unproven: pause (SIGSTOP the command, SIGCONT once the hold is confirmed again, stop it if lost) or stop (SIGTERM at once)")
 	f.DurationVar(&lf.lockDelay, "lock-delay", 0, "if this grant ends by expiry, keep the name from others this long (0..1m)")
 	f.StringVar(&lf.owner, "owner", "", "owner shown in status and history (default hostname:pid)")
 }
@@ -84,11 +101,19 @@ When COMMAND exits the lock is released and tenure exits with COMMAND's
 status (128+N if signal N killed it). SIGINT and SIGTERM are forwarded to
 COMMAND.
 
-If ownership can no longer be proven while COMMAND runs (the session's
-renewal is overdue, the connection broke, or the session expired),
-COMMAND is sent SIGTERM at once and SIGKILL after --kill-grace, and
-tenure exits 1 saying so. Without a terminal, COMMAND runs in a process
-group of its own and signals go to the whole group.
+If ownership can no longer be proven while COMMAND runs (a renewal is
+overdue or the connection broke: the hold is suspect), COMMAND is paused at
+once (SIGSTOP): it cannot act while ownership is unproven. When the hold is
+confirmed again (the same session and token, e.g. after a fail-over to
+another member) it is resumed (SIGCONT). When the hold is lost (the session
+expired), COMMAND is sent SIGTERM (and SIGCONT) and SIGKILL after
+--kill-grace, and tenure exits 1 saying so. --on-suspect stop stops
+COMMAND at the first suspicion instead. Without a terminal, COMMAND runs in
+a process group of its own and signals go to the whole group.
+
+tenure exits as soon as COMMAND has. On Linux COMMAND is killed if tenure
+itself dies (even by SIGKILL); processes COMMAND started are not (exec the
+last one, or trap). On other systems COMMAND runs on without the lock.
 
 Exit codes: COMMAND's status; 5 if --timeout passed while waiting; 128+N
 if signal N interrupted the wait; 1 on other errors. -o does not apply:
@@ -102,9 +127,6 @@ as lock names with this form.`,
   tenure lock list --prefix shard- -o json`,
 		Args: lockArgs("tenure lock NAME [flags] -- COMMAND [ARG...]", "lock"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if lf.timeout < 0 || lf.killGrace < 0 {
-				return errors.New("--timeout and --kill-grace must not be negative")
-			}
 			return a.runLock(cmd.Context(), args[0], args[1:], lf)
 		},
 	}
@@ -115,6 +137,9 @@ as lock names with this form.`,
 
 // runLock acquires the lock, runs argv under it and releases it.
 func (a *app) runLock(ctx context.Context, name string, argv []string, lf lockFlags) error {
+	if err := lf.check(); err != nil {
+		return err
+	}
 	sigc := make(chan os.Signal, 8)
 	signal.Notify(sigc, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigc)
@@ -134,8 +159,10 @@ func (a *app) runLock(ctx context.Context, name string, argv []string, lf lockFl
 		return err
 	}
 	// A session cut off from the server must not hold up the exit for
-	// long: closing it is a courtesy that frees the lock before its TTL.
-	defer closeSession(sess, min(cleanupTimeout, lf.ttl))
+	// long: closing it is a courtesy that frees the lock before its TTL,
+	// and after ownership was lost it gets a moment only.
+	closeWait := min(cleanupTimeout, lf.ttl)
+	defer func() { closeSession(sess, closeWait) }()
 	if h.Context().Err() != nil {
 		return fmt.Errorf("lost ownership of lock %s (%s) before the command started", name, h.State())
 	}
@@ -152,13 +179,13 @@ func (a *app) runLock(ctx context.Context, name string, argv []string, lf lockFl
 		release(h)
 		return err
 	}
-	waitc := make(chan error, 1)
-	go func() { waitc <- ch.cmd.Wait() }()
+	waitc := ch.done
 
-	lost := h.Context().Done()
+	changes := h.Changes()
 	cancelled := ctx.Done()
 	var (
 		reason    string // why the command was stopped; "" while held
+		paused    bool   // SIGSTOPped while the hold is suspect (--on-suspect pause)
 		killc     <-chan time.Time
 		killAt    time.Time
 		killTimer *time.Timer
@@ -182,6 +209,7 @@ func (a *app) runLock(ctx context.Context, name string, argv []string, lf lockFl
 		case <-waitc:
 			if reason != "" {
 				ch.reapGroup(killAt)
+				closeWait = min(closeWait, lostCloseWait)
 				return fmt.Errorf("lost ownership of lock %s (%s): stopped command", name, reason)
 			}
 			if err := release(h); err != nil {
@@ -191,11 +219,32 @@ func (a *app) runLock(ctx context.Context, name string, argv []string, lf lockFl
 				return &exitError{code: code}
 			}
 			return nil
-		case <-lost:
-			lost = nil
-			reason = h.State().String()
-			ch.stop()
-			armKill()
+		case st, ok := <-changes:
+			if !ok {
+				changes = nil
+				st = h.State()
+			}
+			if reason != "" {
+				break
+			}
+			switch {
+			case st == client.Suspect && lf.onSuspect == "pause":
+				if !paused {
+					ch.signal(syscall.SIGSTOP) // it must not act while ownership is unproven
+					paused = true
+					fmt.Fprintf(a.streams.Err, "tenure: ownership of lock %s is unproven (suspect): command paused\n", name)
+				}
+			case st == client.Held:
+				if paused {
+					ch.signal(syscall.SIGCONT)
+					paused = false
+					fmt.Fprintf(a.streams.Err, "tenure: lock %s confirmed again (token %d): command resumed\n", name, h.Token())
+				}
+			default: // suspect with --on-suspect stop, lost, released
+				reason = st.String()
+				ch.stop() // SIGTERM, and SIGCONT if it was paused
+				armKill()
+			}
 		case <-killc:
 			killc = nil
 			ch.signal(syscall.SIGKILL)

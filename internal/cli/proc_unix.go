@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -20,20 +21,39 @@ import (
 // then go to the child process alone. Otherwise the child leads a process
 // group of its own and every signal goes to the whole group, so that the
 // processes a shell script started are stopped with it.
+//
+// On Linux the child is killed (SIGKILL) if tenure dies first, even by
+// kill -9 (PR_SET_PDEATHSIG), so it never runs on without the lock; the
+// processes it started itself are not covered (a script that must not
+// outlive it should exec its last command, or trap). Elsewhere a child
+// whose tenure died is re-parented and runs on.
 type child struct {
 	cmd   *exec.Cmd
 	group bool
+	done  chan error // receives cmd.Wait's result once the child exited
 }
 
 func startChild(argv, env []string, s Streams) (*child, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = s.In, s.Out, s.Err
-	c := &child{cmd: cmd, group: !inForeground(s.In)}
-	if c.group {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	}
-	if err := cmd.Start(); err != nil {
+	c := &child{cmd: cmd, group: !inForeground(s.In), done: make(chan error, 1)}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: c.group}
+	setDeathSignal(cmd.SysProcAttr)
+	started := make(chan error, 1)
+	go func() {
+		// The death signal is tied to the thread that forked the child:
+		// keep that thread until the child is gone.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		c.done <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -29,9 +29,6 @@ Signals, the suspect rule and exit codes are those of 'tenure lock';
 			if read == write {
 				return errors.New("say --read or --write (exactly one)")
 			}
-			if lf.timeout < 0 || lf.killGrace < 0 {
-				return errors.New("--timeout and --kill-grace must not be negative")
-			}
 			lf.shared = read
 			return a.runLock(cmd.Context(), args[0], args[1:], lf)
 		},

@@ -32,9 +32,6 @@ and exit codes are those of 'tenure lock'.
 			if lf.permits < 1 {
 				return errors.New("--limit N (at least 1) is required")
 			}
-			if lf.timeout < 0 || lf.killGrace < 0 {
-				return errors.New("--timeout and --kill-grace must not be negative")
-			}
 			return a.runLock(cmd.Context(), args[0], args[1:], lf)
 		},
 	}
