@@ -34,7 +34,10 @@ import (
 // The state machine checks every entry again as it applies it, and the
 // applied record (record.go) catches a log that ends too early. Once
 // serving, an entry or snapshot that fails is never applied: the state
-// machine stops (fsm.FSM.Err) and Run returns the error.
+// machine stops (fsm.FSM.Err) and Run returns the error. A node also
+// refuses to store a command entry that fails its checksum (checkedAppends),
+// so that a leader whose disk damaged an old entry cannot hand it to a
+// follower that is catching up: the follower stays behind, and says why.
 
 // snapshotsDir is where raft's file snapshot store keeps its snapshots.
 func snapshotsDir(dataDir string) string { return filepath.Join(dataDir, "snapshots", "snapshots") }
@@ -147,4 +150,28 @@ func checkLog(stores *store.Stores, snap uint64) (err error) {
 // entryError is the one line for a damaged log entry.
 func entryError(stores *store.Stores, index uint64, what string) error {
 	return fmt.Errorf("node: raft log entry %d in %s %s: the log is damaged; %s", index, stores.FileOf(index), what, store.Remedy)
+}
+
+// checkedAppends is the log as raft sees it: an append of a command entry
+// that fails its checksum is refused before it is stored.
+type checkedAppends struct{ raft.LogStore }
+
+func (c checkedAppends) StoreLog(l *raft.Log) error { return c.StoreLogs([]*raft.Log{l}) }
+
+func (c checkedAppends) StoreLogs(logs []*raft.Log) error {
+	for _, l := range logs {
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		if err := fsm.CheckEntry(l.Data); err != nil {
+			return fmt.Errorf("node: refusing to store log entry %d, which %s (damaged on the leader's disk or on the way?)", l.Index, err)
+		}
+	}
+	return c.LogStore.StoreLogs(logs)
+}
+
+// IsMonotonic implements raft.MonotonicLogStore as the store does.
+func (c checkedAppends) IsMonotonic() bool {
+	m, ok := c.LogStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
 }

@@ -344,8 +344,9 @@ func TestMissingRecordRefusedAndReset(t *testing.T) {
 }
 
 // TestCorruptEntryWhileServingStopsRun: an entry that reaches the state
-// machine corrupt (here, from the network) is not applied: Run returns one
-// line naming the entry and what to do, and the state keeps its revision.
+// machine corrupt (read back damaged after the start's check) is not
+// applied: Run returns one line naming the entry and what to do, the state
+// keeps its revision, and proposals are no longer answered as applied.
 func TestCorruptEntryWhileServingStopsRun(t *testing.T) {
 	dir := t.TempDir()
 	n, err := Open(Config{DataDir: dir, LogOutput: io.Discard}, nil)
@@ -361,12 +362,9 @@ func TestCorruptEntryWhileServingStopsRun(t *testing.T) {
 	rev := fill(t, n, 3)
 	bad, _ := fsm.EncodeEntry(put("x"), 0)
 	bad[len(bad)-1] ^= 0xff
-	// As raft hands the state machine an entry it received.
-	f := n.raft.Apply(bad, time.Second)
-	if err := f.Error(); err != nil {
-		t.Fatal(err)
-	}
-	if r := fsm.TakeResult(f.Response()); !errors.Is(r.Err, fsm.ErrCorrupt) {
+	// As raft hands the state machine an entry it read back.
+	out := recordingFSM{n.fsm, n.rec}.ApplyBatch([]*raft.Log{{Index: n.raft.LastIndex() + 1, Type: raft.LogCommand, Data: bad}})
+	if r := fsm.TakeResult(out[0]); !errors.Is(r.Err, fsm.ErrCorrupt) {
 		t.Fatalf("the corrupt entry's result: %+v", r)
 	}
 	select {
@@ -382,8 +380,29 @@ func TestCorruptEntryWhileServingStopsRun(t *testing.T) {
 	if now != rev {
 		t.Fatalf("revision %d after the corrupt entry, want %d", now, rev)
 	}
-	if _, err := n.Propose(context.Background(), put("y")); !errors.Is(err, ErrUnknownOutcome) && !errors.Is(err, ErrClosed) {
+	if _, err := n.Propose(context.Background(), put("y")); !errors.Is(err, ErrUnknownOutcome) {
 		t.Fatalf("a proposal after the stop: %v", err)
+	}
+}
+
+// TestDamagedEntryNotStored: a command entry that fails its checksum is
+// refused before it is stored (a follower catching up from a leader whose
+// disk damaged it stays behind rather than store it).
+func TestDamagedEntryNotStored(t *testing.T) {
+	mem := raft.NewInmemStore()
+	logs := checkedAppends{mem}
+	good, _ := fsm.EncodeEntry(put("x"), 0)
+	bad := append([]byte(nil), good...)
+	bad[len(bad)-1] ^= 1
+	err := logs.StoreLogs([]*raft.Log{{Index: 1, Type: raft.LogCommand, Data: good}, {Index: 2, Type: raft.LogCommand, Data: bad}})
+	if err == nil || !strings.Contains(err.Error(), "log entry 2") {
+		t.Fatalf("storing a damaged entry: %v", err)
+	}
+	if last, _ := mem.LastIndex(); last != 0 {
+		t.Fatalf("entries stored up to %d", last)
+	}
+	if err := logs.StoreLogs([]*raft.Log{{Index: 1, Type: raft.LogCommand, Data: good}, {Index: 2, Type: raft.LogNoop}}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -423,4 +442,56 @@ func exportState(t *testing.T, n *Node) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// BenchmarkCheckLog: what the start's check of the whole log costs for a
+// full log (SnapshotThreshold 16,384 entries + TrailingLogs 10,240), per
+// engine and entry size (one small command; a batch of 64 of them; 64 KiB
+// values). One iteration is one check of the whole log.
+func BenchmarkCheckLog(b *testing.B) {
+	const entries = 16384 + 10240
+	for _, engine := range []string{"bolt", "wal"} {
+		for _, size := range []struct {
+			name string
+			cmd  *fsmpb.Command
+		}{
+			{"small", put("key-0000")},
+			{"batch64", func() *fsmpb.Command {
+				batch := &fsmpb.Batch{}
+				for i := 0; i < 64; i++ {
+					batch.Commands = append(batch.Commands, put(fmt.Sprintf("key-%04d", i)))
+				}
+				return &fsmpb.Command{Op: &fsmpb.Command_Batch{Batch: batch}}
+			}()},
+			{"64KiB", putValue("key", 64<<10)},
+		} {
+			b.Run(engine+"/"+size.name, func(b *testing.B) {
+				s, err := store.Open(b.TempDir(), engine, io.Discard)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				data, err := fsm.EncodeEntry(size.cmd, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i := uint64(1); i <= entries; i += 256 {
+					var logs []*raft.Log
+					for j := i; j < i+256 && j <= entries; j++ {
+						logs = append(logs, &raft.Log{Index: j, Term: 1, Type: raft.LogCommand, Data: data})
+					}
+					if err := s.Log.StoreLogs(logs); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.SetBytes(int64(len(data)) * entries)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if err := checkLog(s, 0); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
 }

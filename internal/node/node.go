@@ -317,7 +317,7 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 			return nil, fmt.Errorf("node: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, recordingFSM{n.fsm, n.rec}, stores.Log, stores.Stable, snaps, trans)
+	r, err := raft.NewRaft(rc, recordingFSM{n.fsm, n.rec}, checkedAppends{stores.Log}, stores.Stable, snaps, trans)
 	if err != nil {
 		stores.Close()
 		if ferr := n.fsm.Err(); ferr != nil && newest != nil { // the newest snapshot did not decode

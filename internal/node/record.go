@@ -297,9 +297,11 @@ func (f recordingFSM) Apply(l *raft.Log) interface{} {
 // ApplyBatch implements raft.BatchingFSM.
 func (f recordingFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := f.FSM.ApplyBatch(logs)
-	if len(out) > 0 {
-		if res, ok := out[len(out)-1].(*fsm.Result); ok {
-			f.rec.observe(logs[len(logs)-1].Index, res.Revision)
+	// The last entry applied: none from a corrupt one on (see fsm.FSM.Err).
+	for i := len(out) - 1; i >= 0; i-- {
+		if res, ok := out[i].(*fsm.Result); ok && !errors.Is(res.Err, fsm.ErrCorrupt) {
+			f.rec.observe(logs[i].Index, res.Revision)
+			break
 		}
 	}
 	return out

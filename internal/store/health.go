@@ -57,13 +57,14 @@ func (h *health) wrote(op int, err error) error {
 		h.failed[op] = nil
 		return nil
 	}
-	cause := err
+	cause, full := err, isFull(err)
 	if errors.Is(err, raftwal.ErrSealed) && h.background != nil {
 		// The segment filled up and the next one could not be created;
 		// raft-wal refuses every append from then on.
 		cause = fmt.Errorf("%w (the next log segment could not be created: %v; the wal engine appends again only after a restart)", err, h.background)
+		full = isFull(h.background)
 	}
-	if isFull(cause) {
+	if full {
 		err = fmt.Errorf("%w: %s: %v", ErrFull, opNames[op], cause)
 	} else {
 		err = fmt.Errorf("store: %s: %w", opNames[op], cause)

@@ -208,3 +208,22 @@ func TestFileOf(t *testing.T) {
 		}
 	})
 }
+
+// TestDamagedWALMetaRefused: raft-wal's metadata database overwritten is
+// one line naming the directory and what to do.
+func TestDamagedWALMetaRefused(t *testing.T) {
+	dir := t.TempDir()
+	s, err := store.Open(dir, "wal", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	meta := filepath.Join(dir, "wal", "wal-meta.db")
+	if err := os.WriteFile(meta, []byte(strings.Repeat("garbage ", 2048)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = store.Open(dir, "", io.Discard)
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "wal")) || !strings.Contains(err.Error(), "rebuild this member") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("open with damaged wal metadata: %v", err)
+	}
+}
