@@ -109,7 +109,7 @@ func TestStorageFull(t *testing.T) {
 			fillFS(t, ballast)
 
 			// Full: every refusal is RESOURCE_EXHAUSTED, and they keep coming.
-			refusals := 0
+			refusals, refusal := 0, ""
 			for i := 0; refusals < 10; i++ {
 				if i > 3000 {
 					t.Fatalf("%d writes and only %d refusals on a full disk", i, refusals)
@@ -119,6 +119,7 @@ func TestStorageFull(t *testing.T) {
 					continue // it fitted
 				}
 				refusals++
+				refusal = err.Error()
 				if st := status.Convert(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "storage full on node n1") {
 					t.Fatalf("write on a full disk: %v, want RESOURCE_EXHAUSTED storage full on node n1", err)
 				}
@@ -204,7 +205,7 @@ func TestStorageFull(t *testing.T) {
 					t.Fatalf("acknowledged key %s lost after the restart", key)
 				}
 			}
-			t.Logf("%s: %d writes acknowledged, %d refused while full", tc.engine, len(acked), refusals)
+			t.Logf("%s: %d writes acknowledged, %d refused while full, such as: %s", tc.engine, len(acked), refusals, refusal)
 		})
 	}
 }

@@ -12,8 +12,25 @@ import (
 )
 
 // ErrFull: the file system holding the stores has no space (or quota)
-// left, so a write failed. Nothing of that write was stored.
+// left, so a write failed. Nothing of that write was stored. Failures
+// that wrap it are *WriteError.
 var ErrFull = errors.New("store: no space left")
+
+// WriteError is a failed write to the stores: what was being written and
+// why it failed. It matches ErrFull (errors.Is) when Full.
+type WriteError struct {
+	Op   string // "appending to the log", ...
+	Err  error
+	Full bool
+}
+
+func (e *WriteError) Error() string { return e.Op + ": " + e.Err.Error() }
+
+// Unwrap returns the engine's error.
+func (e *WriteError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrFull and the file system was full.
+func (e *WriteError) Is(target error) bool { return e.Full && target == ErrFull }
 
 // The kinds of write, each with its own health: during a full disk a small
 // write (a term) may still fit where an append does not, and must not make
@@ -64,13 +81,9 @@ func (h *health) wrote(op int, err error) error {
 		cause = fmt.Errorf("%w (the next log segment could not be created: %v; the wal engine appends again only after a restart)", err, h.background)
 		full = isFull(h.background)
 	}
-	if full {
-		err = fmt.Errorf("%w: %s: %v", ErrFull, opNames[op], cause)
-	} else {
-		err = fmt.Errorf("store: %s: %w", opNames[op], cause)
-	}
-	h.failed[op] = err
-	return err
+	werr := &WriteError{Op: opNames[op], Err: cause, Full: full}
+	h.failed[op] = werr
+	return werr
 }
 
 // isFull reports whether err says that the file system is full.
