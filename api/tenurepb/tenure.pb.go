@@ -4111,6 +4111,12 @@ type StatusResponse struct {
 	Revision     uint64                 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
 	Voters       []string               `protobuf:"bytes,5,rep,name=voters,proto3" json:"voters,omitempty"`
 	AppliedIndex uint64                 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// storage_error: why this node's last write to its disk failed ("storage
+	// full on node X: ..." when the disk is full); empty when it succeeded.
+	// While the disk is full and no other node leads, writes and reads are
+	// refused with RESOURCE_EXHAUSTED; the node takes them again by itself
+	// once a write succeeds (with the wal log store, after a restart).
+	StorageError string `protobuf:"bytes,7,opt,name=storage_error,json=storageError,proto3" json:"storage_error,omitempty"`
 	// This node's watch history: it holds the key changes after
 	// watch_compact_revision, watch_history_events of them (bounded by
 	// --watch-history); a watch from an older revision is compacted.
@@ -4190,6 +4196,13 @@ func (x *StatusResponse) GetAppliedIndex() uint64 {
 		return x.AppliedIndex
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetStorageError() string {
+	if x != nil {
+		return x.StorageError
+	}
+	return ""
 }
 
 func (x *StatusResponse) GetWatchCompactRevision() uint64 {
@@ -6699,14 +6712,15 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12\x1a\n" +
 	"\brevision\x18\x05 \x01(\x04R\brevision\"\x0f\n" +
-	"\rStatusRequest\"\x91\x02\n" +
+	"\rStatusRequest\"\xb6\x02\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x12\n" +
 	"\x04term\x18\x03 \x01(\x04R\x04term\x12\x1a\n" +
 	"\brevision\x18\x04 \x01(\x04R\brevision\x12\x16\n" +
 	"\x06voters\x18\x05 \x03(\tR\x06voters\x12#\n" +
-	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\x124\n" +
+	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\x12#\n" +
+	"\rstorage_error\x18\a \x01(\tR\fstorageError\x124\n" +
 	"\x16watch_compact_revision\x18< \x01(\x04R\x14watchCompactRevision\x120\n" +
 	"\x14watch_history_events\x18= \x01(\x04R\x12watchHistoryEvents\"\xb4\x01\n" +
 	"\n" +

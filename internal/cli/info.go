@@ -84,6 +84,9 @@ type statusJSON struct {
 	// The node's watch history (docs/kv.md).
 	WatchCompactRevision uint64 `json:"watch_compact_revision"`
 	WatchHistoryEvents   uint64 `json:"watch_history_events"`
+	// StorageError: why the node's last write to its disk failed; "" when
+	// it succeeded.
+	StorageError string `json:"storage_error"`
 }
 
 func (a *app) statusCommand() *cobra.Command {
@@ -93,9 +96,10 @@ func (a *app) statusCommand() *cobra.Command {
 		Long: `Show the server's view of the cluster.
 
 JSON: {"node","leader","term","revision","voters":[..],"applied_index",
-"watch_compact_revision","watch_history_events"}: the node's watch history
-holds watch_history_events key changes, every one after
-watch_compact_revision.`,
+"watch_compact_revision","watch_history_events","storage_error"}: the
+node's watch history holds watch_history_events key changes, every one
+after watch_compact_revision; storage_error is why the node's last write to
+its disk failed ("storage full on node X: ..."), "" when it succeeded.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
@@ -104,10 +108,15 @@ watch_compact_revision.`,
 					return err
 				}
 				out := statusJSON{Node: st.GetNode(), Leader: st.GetLeader(), Term: st.GetTerm(), Revision: st.GetRevision(), Voters: nonNil(st.GetVoters()), AppliedIndex: st.GetAppliedIndex(),
-					WatchCompactRevision: st.GetWatchCompactRevision(), WatchHistoryEvents: st.GetWatchHistoryEvents()}
+					WatchCompactRevision: st.GetWatchCompactRevision(), WatchHistoryEvents: st.GetWatchHistoryEvents(), StorageError: st.GetStorageError()}
 				return a.emit(out, func(w io.Writer) {
 					fmt.Fprintf(w, "node:     %s\nleader:   %s\nterm:     %d\nrevision: %d\nvoters:   %s\n", out.Node, out.Leader, out.Term, out.Revision, strings.Join(out.Voters, " "))
 					fmt.Fprintf(w, "watch:    %d key changes held, from revision %d\n", out.WatchHistoryEvents, out.WatchCompactRevision+1)
+					storage := "ok"
+					if out.StorageError != "" {
+						storage = out.StorageError
+					}
+					fmt.Fprintf(w, "storage:  %s\n", storage)
 				})
 			})
 		},

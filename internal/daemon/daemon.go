@@ -30,8 +30,8 @@ type Config struct {
 	Clock clock.Clock
 	// LogOutput receives the storage and consensus log; nil means stderr.
 	LogOutput io.Writer
-	// LogStore names the raft log engine: "wal" or "bolt"; "" is the data
-	// directory's own, or wal for a new one.
+	// LogStore names the raft log engine: "bolt" or "wal"; "" is the data
+	// directory's own, or bolt for a new one.
 	LogStore string
 	// PeerListen is the raft peer address; empty for a standalone node.
 	PeerListen string

@@ -30,6 +30,7 @@
 package fsm
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -47,10 +48,20 @@ import (
 type FSM struct {
 	sink EventSink
 
-	// mu guards state and unsafeSkip.
+	// mu guards state, unsafeSkip, framed and fatal.
 	mu         sync.RWMutex
 	state      *State
 	unsafeSkip bool
+	// framed: an entry in the framed format has been applied, so a bare
+	// one after it is damaged (see entry.go).
+	framed bool
+	// fatal is the first corrupt entry or snapshot met; from then on
+	// nothing is applied, snapshotted or restored (see Err).
+	fatal error
+
+	// failed is closed when fatal is set.
+	failed     chan struct{}
+	failedOnce sync.Once
 
 	// hintMu guards hints: commands this node proposed, by the first byte
 	// of their encoding (see Hint).
@@ -112,7 +123,32 @@ func New(sink EventSink) *FSM {
 	if sink == nil {
 		sink = func(Event) {}
 	}
-	return &FSM{sink: sink, state: NewState()}
+	return &FSM{sink: sink, state: NewState(), failed: make(chan struct{})}
+}
+
+// Err returns the error that stopped the state machine: the first log
+// entry that failed its checksum or did not decode, or the first snapshot
+// that did not decode (both wrap ErrCorrupt). It is nil while the state
+// machine runs. Once it is set, ApplyBatch applies nothing (every entry's
+// Result carries the error), Snapshot and Restore fail, and the state stays
+// as it was before the bad entry: the node must stop.
+func (f *FSM) Err() error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.fatal
+}
+
+// Failed is closed when Err becomes non-nil.
+func (f *FSM) Failed() <-chan struct{} { return f.failed }
+
+// failLocked records err as the fatal error, unless there is one already,
+// and returns the fatal error. f.mu must be held for writing.
+func (f *FSM) failLocked(err error) error {
+	if f.fatal == nil {
+		f.fatal = err
+		f.failedOnce.Do(func() { close(f.failed) })
+	}
+	return f.fatal
 }
 
 // SetUnsafeSkipFenceCheck turns off the fenced registers' token check (see
@@ -138,7 +174,9 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 }
 
 // ApplyBatch implements raft.BatchingFSM. Each entry's response is a
-// *Result, which the proposer reads with TakeResult.
+// *Result, which the proposer reads with TakeResult. An entry that fails
+// its checksum or does not decode is not applied, and neither is anything
+// after it: the state machine stops (see Err).
 func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := make([]interface{}, len(logs))
 	var events []Event
@@ -148,19 +186,25 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	for i, l := range logs {
 		var r Result
 		switch {
+		case f.fatal != nil:
+			r = Result{Err: f.fatal, Revision: f.state.revision}
 		case l.Type != raft.LogCommand:
 			r = Result{Revision: f.state.revision}
 		default:
 			c := f.takeHint(l.Data)
 			if c == nil {
 				cmd.Reset()
-				if err := proto.Unmarshal(l.Data, cmd); err != nil {
-					// A corrupt entry is applied as a no-op by every replica alike.
-					r = Result{Err: fmt.Errorf("%w: undecodable log entry %d: %v", ErrInvalid, l.Index, err), Revision: f.state.revision}
+				err := DecodeEntry(l.Data, cmd)
+				if err == nil && f.framed && !Framed(l.Data) {
+					err = errors.New("is not framed, yet follows framed entries (its first byte is damaged)")
+				}
+				if err != nil {
+					r = Result{Err: f.failLocked(&CorruptEntryError{Index: l.Index, Reason: err.Error()}), Revision: f.state.revision}
 					break
 				}
 				c = cmd
 			}
+			f.framed = f.framed || Framed(l.Data)
 			r = f.state.Apply(c, emit)
 		}
 		out[i] = &r
@@ -192,6 +236,13 @@ func TakeResult(resp interface{}) Result {
 // (copy-on-write, O(1)) and serialised by Persist, outside the lock.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.Lock() // cloning marks the trees copy-on-write: not alongside readers
+	if f.fatal != nil {
+		// The state lacks the corrupt entry: a snapshot of it would let
+		// raft drop the log that still holds the truth.
+		err := f.fatal
+		f.mu.Unlock()
+		return nil, fmt.Errorf("fsm: no snapshot of a stopped state machine: %w", err)
+	}
 	snap := f.state.exportCore()
 	kv := f.state.kv.tree.Clone()
 	queues := f.state.CloneQueues() // O(1) per queue: serialised in Persist
@@ -213,20 +264,23 @@ func (f *FSM) ConsistentExport() *fsmpb.Snapshot {
 	return snap
 }
 
-// Restore implements raft.FSM.
+// Restore implements raft.FSM. A snapshot that does not decode stops the
+// state machine (see Err) rather than let raft fall back to an older one.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
+	if err := f.Err(); err != nil {
+		return fmt.Errorf("fsm: no restore into a stopped state machine: %w", err)
+	}
 	data, err := io.ReadAll(rc)
 	if err != nil {
 		return fmt.Errorf("fsm: reading snapshot: %w", err)
 	}
 	snap := &fsmpb.Snapshot{}
-	if err := proto.Unmarshal(data, snap); err != nil {
-		return fmt.Errorf("fsm: decoding snapshot: %w", err)
-	}
-	st, err := Import(snap)
+	st, err := decodeSnapshot(data, snap)
 	if err != nil {
-		return err
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.failLocked(fmt.Errorf("%w: the snapshot does not decode: %v", ErrCorrupt, err))
 	}
 	f.mu.Lock()
 	st.UnsafeSkipFenceCheck = f.unsafeSkip
@@ -234,6 +288,14 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.mu.Unlock()
 	f.sink(Event{Kind: EventRestored, Revision: st.revision})
 	return nil
+}
+
+// decodeSnapshot decodes and imports a snapshot's bytes.
+func decodeSnapshot(data []byte, snap *fsmpb.Snapshot) (*State, error) {
+	if err := proto.Unmarshal(data, snap); err != nil {
+		return nil, err
+	}
+	return Import(snap)
 }
 
 type fsmSnapshot struct {

@@ -42,6 +42,12 @@ var (
 	ErrUnknownOutcome = errors.New("tenure: outcome unknown")
 	// ErrClosed: the node is shutting down.
 	ErrClosed = errors.New("tenure: node is shutting down")
+	// ErrStorageFull: this node could not write to its disk for want of
+	// space, and no other node leads. The command was not committed (raft
+	// stores an entry on the leader before it sends it anywhere); it may
+	// be retried once there is room. The node takes writes again by itself
+	// once a write succeeds (with the wal engine, only after a restart).
+	ErrStorageFull = errors.New("tenure: storage full")
 )
 
 // Config configures a node. Zero values mean the defaults.
@@ -60,8 +66,8 @@ type Config struct {
 	// SnapshotThreshold is how many log entries trigger a snapshot.
 	// Default 16384.
 	SnapshotThreshold uint64
-	// LogStore names the storage engine: "wal" or "bolt"; "" is the data
-	// directory's own, or wal for a new one.
+	// LogStore names the storage engine: "bolt" or "wal"; "" is the data
+	// directory's own, or store.DefaultEngine (bolt) for a new one.
 	LogStore string
 	// PeerAddr is the raft peer address (TCP) this node binds and, unless
 	// PeerAdvertise is set, advertises. Empty: a standalone node.
@@ -141,6 +147,7 @@ type Node struct {
 	fsm    *fsm.FSM
 	lessor *lessor.Lessor
 	stores *store.Stores
+	snaps  raft.SnapshotStore
 	trans  raft.Transport
 	rec    *recorder
 	leadCh chan bool
@@ -198,7 +205,7 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 	}
 	n.lessor = lessor.New(cfg.Clock, n.Propose, n.fsm.Read)
 
-	stores, err := store.Open(filepath.Join(cfg.DataDir, "raft"), cfg.LogStore)
+	stores, err := store.Open(filepath.Join(cfg.DataDir, "raft"), cfg.LogStore, cfg.LogOutput)
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +216,26 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 		stores.Close()
 		return nil, fmt.Errorf("node: snapshot store: %w", err)
 	}
-	if n.rec, err = openRecord(filepath.Join(cfg.DataDir, "raft", recordFile), stores.Log, snaps, cfg.LogOutput); err != nil {
+	n.snaps = snaps
+	// The data directory's integrity (integrity.go), before raft reads it.
+	newest, err := checkSnapshots(cfg.DataDir, snaps)
+	if err != nil {
+		stores.Close()
+		return nil, err
+	}
+	if n.rec, err = openRecord(filepath.Join(cfg.DataDir, "raft", recordFile), stores.Log, stores.Stable, snaps, cfg.LogOutput); err != nil {
+		stores.Close()
+		return nil, err
+	}
+	var snapIndex uint64
+	if newest != nil {
+		snapIndex = newest.Index
+	}
+	if err := checkLog(stores, snapIndex); err != nil {
+		stores.Close()
+		return nil, err
+	}
+	if err := n.rec.startRecord(stores.Stable); err != nil {
 		stores.Close()
 		return nil, err
 	}
@@ -291,9 +317,12 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 			return nil, fmt.Errorf("node: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, recordingFSM{n.fsm, n.rec}, stores.Log, stores.Stable, snaps, trans)
+	r, err := raft.NewRaft(rc, recordingFSM{n.fsm, n.rec}, checkedAppends{stores.Log}, stores.Stable, snaps, trans)
 	if err != nil {
 		stores.Close()
+		if ferr := n.fsm.Err(); ferr != nil && newest != nil { // the newest snapshot did not decode
+			return nil, fmt.Errorf("node: snapshot %s (index %d) is damaged: %v; %s", filepath.Join(snapshotsDir(cfg.DataDir), newest.ID), newest.Index, ferr, store.Remedy)
+		}
 		return nil, fmt.Errorf("node: starting raft: %w", err)
 	}
 	n.raft = r
@@ -327,13 +356,18 @@ func sortedIDs(m map[string]string) []string {
 // Run follows leadership changes and runs the lessor until ctx ends. It
 // returns early, with an error saying what to do, if this node becomes
 // leader and finds its state below the revision it recorded (see
-// record.go): it must not serve then.
+// record.go), or if the state machine meets a log entry or snapshot that
+// fails its checksum or does not decode (integrity.go): it must not serve
+// then.
 func (n *Node) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	lctx, cancel := context.WithCancel(ctx)
 	defer func() { cancel(); wg.Wait() }()
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = n.lessor.Run(lctx) }()
+	if n.fsm.Err() != nil {
+		return n.stopped()
+	}
 	if n.raft.State() == raft.Leader {
 		if err := n.promote(ctx); err != nil {
 			return err
@@ -351,6 +385,8 @@ func (n *Node) Run(ctx context.Context) error {
 			}
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-n.fsm.Failed():
+			return n.stopped()
 		case isLeader := <-n.leadCh:
 			if isLeader {
 				if err := n.promote(ctx); err != nil {
@@ -367,6 +403,17 @@ func (n *Node) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// stopped is the error for a state machine that met a corrupt entry or
+// snapshot while serving: one line naming the file and what to do.
+func (n *Node) stopped() error {
+	err := n.fsm.Err()
+	var ce *fsm.CorruptEntryError
+	if errors.As(err, &ce) {
+		return entryError(n.stores, ce.Index, ce.Reason)
+	}
+	return fmt.Errorf("node: the state machine of %s stopped: %v; %s", n.cfg.DataDir, err, store.Remedy)
 }
 
 // promote waits until every committed entry is applied, then hands the
@@ -623,7 +670,8 @@ func (n *Node) batcher() {
 			}
 			cmd = &fsmpb.Command{Op: &fsmpb.Command_Batch{Batch: b}}
 		}
-		data, err := proto.Marshal(cmd)
+		// Each command's tag and length (and the batch's) come on top.
+		data, err := fsm.EncodeEntry(cmd, size+16*len(batch)+16)
 		if err != nil {
 			for _, p := range batch {
 				p.answer(proposeResult{err: fmt.Errorf("node: encoding command: %w", err)})
@@ -648,10 +696,17 @@ func (n *Node) answerer() {
 		}
 		n.lastBatch.Store(int64(len(in.batch)))
 		<-n.slots
+		if err != nil {
+			err = n.mapApplyErr(err)
+		}
 		for i, p := range in.batch {
 			switch {
 			case err != nil:
-				p.answer(proposeResult{err: mapRaftErr(err)})
+				p.answer(proposeResult{err: err})
+			case errors.Is(res.Err, fsm.ErrCorrupt):
+				// Committed, but this node's state machine stopped before
+				// it (see Run): other replicas apply it.
+				p.answer(proposeResult{err: fmt.Errorf("%w: %v", ErrUnknownOutcome, res.Err)})
 			case len(in.batch) == 1:
 				p.answer(proposeResult{res: res, err: res.Err})
 			default:
@@ -682,6 +737,52 @@ func (n *Node) wait(f raft.Future) error {
 	}
 }
 
+// mapApplyErr is mapRaftErr for a command's future, which fails with an
+// error that is none of raft's own only when the leader could not store
+// the entry (and then sent it nowhere): with the disk full, that is
+// ErrStorageFull, and so is "not the leader" while the disk is full and no
+// other node leads (raft steps down after a failed append; the client has
+// nowhere better to go).
+func (n *Node) mapApplyErr(err error) error {
+	full := n.storageFull()
+	if full == nil {
+		return mapRaftErr(err)
+	}
+	switch {
+	case errors.Is(err, ErrUnknownOutcome), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown),
+		errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrAbortedByRestore):
+		return mapRaftErr(err)
+	case errors.Is(err, raft.ErrNotLeader):
+		if _, leader := n.raft.LeaderWithID(); leader != "" && string(leader) != n.cfg.NodeID {
+			return ErrNotLeader
+		}
+	}
+	return full
+}
+
+// storageFull returns ErrStorageFull, saying why, while this node's last
+// write failed for want of space; nil otherwise.
+func (n *Node) storageFull() error {
+	if f := n.stores.Failure(); errors.Is(f, store.ErrFull) {
+		return fmt.Errorf("%w on node %s: %v", ErrStorageFull, n.cfg.NodeID, f)
+	}
+	return nil
+}
+
+// mapReadStorageErr is ErrStorageFull for a read refused as "not the
+// leader" while the disk is full and no other node leads.
+func (n *Node) mapReadStorageErr(err error) error {
+	if !errors.Is(err, ErrNotLeader) {
+		return err
+	}
+	if full := n.storageFull(); full != nil {
+		if _, leader := n.raft.LeaderWithID(); leader == "" || string(leader) == n.cfg.NodeID {
+			return full
+		}
+	}
+	return err
+}
+
 func mapRaftErr(err error) error {
 	switch {
 	case errors.Is(err, ErrUnknownOutcome):
@@ -701,7 +802,8 @@ func mapRaftErr(err error) error {
 // LinearizableRead returns once this node has confirmed it is still the
 // leader and has applied everything committed before the call: a read of
 // the state after it sees every write that completed before it began.
-func (n *Node) LinearizableRead(ctx context.Context) error {
+func (n *Node) LinearizableRead(ctx context.Context) (err error) {
+	defer func() { err = n.mapReadStorageErr(err) }()
 	timeout := n.cfg.ApplyTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
@@ -762,6 +864,10 @@ type Status struct {
 	Revision     uint64
 	AppliedIndex uint64
 	Voters       []string
+	// StorageError is why this node's last write to its disk failed
+	// (ErrStorageFull's message when the disk is full); "" when it
+	// succeeded.
+	StorageError string
 }
 
 // Status reports raft's view and the state's revision.
@@ -778,6 +884,11 @@ func (n *Node) Status() Status {
 		}
 	}
 	n.fsm.Read(func(s *fsm.State) { st.Revision = s.Revision() })
+	if full := n.storageFull(); full != nil {
+		st.StorageError = full.Error()
+	} else if f := n.stores.Failure(); f != nil {
+		st.StorageError = fmt.Sprintf("tenure: storage failing on node %s: %v", n.cfg.NodeID, f)
+	}
 	return st
 }
 
@@ -877,7 +988,7 @@ func (n *Node) Close() error {
 		n.closeErr = n.raft.Shutdown().Error() // pending futures fail now
 		close(n.quit)
 		n.wg.Wait()
-		if err := n.rec.flush(); err != nil && n.closeErr == nil {
+		if err := n.rec.flushClean(n.stores.Log, n.snaps); err != nil && n.closeErr == nil {
 			n.closeErr = err
 		}
 		if c, ok := n.trans.(io.Closer); ok {

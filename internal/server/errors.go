@@ -22,6 +22,8 @@ func classify(err error) (codes.Code, pb.ErrorReason) {
 		return codes.OutOfRange, pb.ErrorReason_ERROR_REASON_COMPACTED
 	case errors.Is(err, ErrLimit):
 		return codes.ResourceExhausted, pb.ErrorReason_ERROR_REASON_LIMIT
+	case errors.Is(err, node.ErrStorageFull):
+		return codes.ResourceExhausted, pb.ErrorReason_ERROR_REASON_UNSPECIFIED
 	case errors.Is(err, fsm.ErrInvalid), errors.Is(err, node.ErrSnapshotBehind):
 		return codes.InvalidArgument, pb.ErrorReason_ERROR_REASON_INVALID
 	case errors.Is(err, fsm.ErrPermissionDenied):

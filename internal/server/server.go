@@ -653,7 +653,7 @@ func (s *Server) FencedGet(ctx context.Context, req *pb.FencedGetRequest) (*pb.F
 // Status implements pb.TenureServer.
 func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
 	st := s.node.Status()
-	out := &pb.StatusResponse{Node: st.Node, Leader: st.Leader, Term: st.Term, Revision: st.Revision, Voters: st.Voters, AppliedIndex: st.AppliedIndex}
+	out := &pb.StatusResponse{Node: st.Node, Leader: st.Leader, Term: st.Term, Revision: st.Revision, Voters: st.Voters, AppliedIndex: st.AppliedIndex, StorageError: st.StorageError}
 	s.watchStatus(out)
 	return out, nil
 }

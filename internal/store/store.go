@@ -1,17 +1,24 @@
 // Package store opens the raft log and stable store on local disk. It is the
-// one seam between Tenure and its storage engine: raft-wal (the default for
-// a new directory) or raft-boltdb. Both fsync every append before raft
+// one seam between Tenure and its storage engine: raft-boltdb (the default
+// for a new directory) or raft-wal. Both fsync every append before raft
 // counts it as stored.
+//
+// The stores keep track of their writes' health (Failure): a write that
+// fails, most often because the file system is full, is remembered until a
+// later write succeeds.
 package store
 
 import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	raftwal "github.com/hashicorp/raft-wal"
@@ -26,21 +33,41 @@ const LogCacheSize = 1024
 // Engines lists the storage engines Open accepts.
 var Engines = []string{"bolt", "wal"}
 
+// DefaultEngine is the engine of a new data directory. raft-wal is faster,
+// but v0.4.1 cannot append again, without a restart and sometimes not even
+// after one, once it failed to start its next segment file (for example on
+// a full disk); raft-boltdb fails the write and takes the next one once
+// there is room again.
+const DefaultEngine = "bolt"
+
 // Stores is an open log store and stable store.
 type Stores struct {
-	Log    raft.LogStore
+	// Log is the raft log, behind a cache of the newest entries.
+	Log raft.LogStore
+	// Stable is raft's stable store (terms and votes).
 	Stable raft.StableStore
+	// Engine is the engine in use, "bolt" or "wal".
+	Engine string
+	// Dir is the directory Open was given.
+	Dir string
+
+	health *health
 	closer io.Closer
 }
 
 // Open opens (creating if needed) the stores under dir with the named
-// engine. "" means the engine the directory was created with, or wal for a
-// new one; naming an engine other than the directory's is refused. One
-// process at a time: while the stores are open, dir is locked (an advisory
-// lock on dir/LOCK, released by Close or by the process's end, kill -9
-// included), and a second Open fails at once with a "locked by another
-// process" error.
-func Open(dir, engine string) (*Stores, error) {
+// engine. "" means the engine the directory was created with, or
+// DefaultEngine for a new one; naming an engine other than the directory's
+// is refused. One process at a time: while the stores are open, dir is
+// locked (an advisory lock on dir/LOCK, released by Close or by the
+// process's end, kill -9 included), and a second Open fails at once with a
+// "locked by another process" error. The engine's own messages go to
+// logOutput (nil: stderr). Missing or damaged metadata is an error that
+// names the file, never a panic.
+func Open(dir, engine string, logOutput io.Writer) (*Stores, error) {
+	if logOutput == nil {
+		logOutput = os.Stderr
+	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("store: creating %s: %w", dir, err)
 	}
@@ -48,7 +75,7 @@ func Open(dir, engine string) (*Stores, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := open(dir, engine)
+	s, err := open(dir, engine, logOutput)
 	if err != nil {
 		lock.Close()
 		return nil, err
@@ -62,15 +89,22 @@ func errLocked(path string) error {
 	return fmt.Errorf("store: %s is locked by another process (is another tenure serve using this data directory?)", path)
 }
 
-func open(dir, engine string) (*Stores, error) {
+// Remedy is what to do about a damaged data directory, for the end of an
+// error message.
+const Remedy = "restore from a backup onto an empty data directory (tenure snapshot restore --above-revision R FILE, R the revision in raft/applied) or rebuild this member from its peers (wipe its data directory and add it again)"
+
+func open(dir, engine string, logOutput io.Writer) (s *Stores, err error) {
 	boltPath := filepath.Join(dir, "raft.db")
 	walDir := filepath.Join(dir, "wal")
 	_, boltErr := os.Stat(boltPath)
 	_, walErr := os.Stat(walDir)
 	if engine == "" {
-		engine = "wal"
-		if boltErr == nil {
+		engine = DefaultEngine
+		switch {
+		case boltErr == nil:
 			engine = "bolt"
+		case walErr == nil:
+			engine = "wal"
 		}
 	}
 	switch {
@@ -79,6 +113,14 @@ func open(dir, engine string) (*Stores, error) {
 	case engine == "wal" && boltErr == nil:
 		return nil, fmt.Errorf("store: %s was created with the bolt engine; open it with --log-store bolt", dir)
 	}
+	// A damaged bolt file can make bbolt panic rather than fail; a panic
+	// while opening is a damaged file too.
+	defer func() {
+		if p := recover(); p != nil {
+			s, err = nil, fmt.Errorf("store: opening %s: %v: the file is damaged; %s", dir, p, Remedy)
+		}
+	}()
+	h := &health{}
 	var log raft.LogStore
 	var stable raft.StableStore
 	var closer io.Closer
@@ -90,6 +132,9 @@ func open(dir, engine string) (*Stores, error) {
 		if errors.Is(err, bbolt.ErrTimeout) {
 			return nil, errLocked(boltPath)
 		}
+		if errors.Is(err, bbolt.ErrInvalid) || errors.Is(err, bbolt.ErrChecksum) || errors.Is(err, bbolt.ErrVersionMismatch) {
+			return nil, fmt.Errorf("store: %s is damaged (%v); %s", boltPath, err, Remedy)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("store: opening %s: %w", boltPath, err)
 		}
@@ -98,25 +143,68 @@ func open(dir, engine string) (*Stores, error) {
 		if err := os.MkdirAll(walDir, 0o750); err != nil {
 			return nil, fmt.Errorf("store: creating %s: %w", walDir, err)
 		}
+		if err := checkWALMeta(walDir); err != nil {
+			return nil, err
+		}
 		// raft-wal's Close leaves its metadata database open, so the store
 		// owns it and closes it after the log.
 		meta := &metadb.BoltMetaDB{}
-		w, err := raftwal.Open(walDir, raftwal.WithMetaStore(meta))
+		w, err := raftwal.Open(walDir, raftwal.WithMetaStore(meta), raftwal.WithLogger(h.walLogger(logOutput)))
 		if err != nil {
 			meta.Close()
-			return nil, fmt.Errorf("store: opening %s: %w", walDir, err)
+			return nil, fmt.Errorf("store: opening %s: %v: the log or its metadata is damaged; %s", walDir, err, Remedy)
 		}
 		log, stable, closer = w, w, closers{w, meta}
 	default:
 		return nil, fmt.Errorf("store: unknown engine %q (want bolt or wal)", engine)
 	}
-	cache, err := raft.NewLogCache(LogCacheSize, log)
+	c := &checked{LogStore: log, stable: stable, health: h}
+	cache, err := raft.NewLogCache(LogCacheSize, c)
 	if err != nil {
 		closer.Close()
 		return nil, fmt.Errorf("store: log cache: %w", err)
 	}
-	return &Stores{Log: cache, Stable: stable, closer: closer}, nil
+	return &Stores{Log: cache, Stable: checkedStable{c}, Engine: engine, Dir: dir, health: h, closer: closer}, nil
 }
+
+// checkWALMeta refuses a wal directory whose segment files lost their
+// metadata database: raft-wal would start a new, empty log over them.
+func checkWALMeta(walDir string) error {
+	metaPath := filepath.Join(walDir, metadb.FileName)
+	if _, err := os.Stat(metaPath); err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return nil // present (or unreadable: raft-wal says why)
+	}
+	segs, _ := filepath.Glob(filepath.Join(walDir, "*.wal"))
+	if len(segs) == 0 {
+		return nil // a new log
+	}
+	return fmt.Errorf("store: %s is missing, but %s holds %d log segment files: the log's metadata is lost; %s", metaPath, walDir, len(segs), Remedy)
+}
+
+// FileOf names the file that holds log entry index: the bolt database, or
+// the raft-wal segment whose first index is the highest at or below it.
+func (s *Stores) FileOf(index uint64) string {
+	if s.Engine == "bolt" {
+		return filepath.Join(s.Dir, "raft.db")
+	}
+	walDir := filepath.Join(s.Dir, "wal")
+	segs, _ := filepath.Glob(filepath.Join(walDir, "*.wal"))
+	sort.Strings(segs) // names start with the first index, zero-padded
+	file := walDir
+	for _, seg := range segs {
+		var base, id uint64
+		if _, err := fmt.Sscanf(filepath.Base(seg), "%020d-%016x.wal", &base, &id); err == nil && base <= index {
+			file = seg
+		}
+	}
+	return file
+}
+
+// Failure returns the error of the last write to the stores (an append,
+// a deletion, a term or vote) if it failed, or nil if it succeeded. A
+// failure wraps ErrFull when the file system has no space (or quota) left.
+// It is safe for concurrent use.
+func (s *Stores) Failure() error { return s.health.failure() }
 
 type closers []io.Closer
 
@@ -132,3 +220,29 @@ func (cs closers) Close() error {
 
 // Close closes the underlying files.
 func (s *Stores) Close() error { return s.closer.Close() }
+
+// walLogger is raft-wal's logger: its messages go to out (warnings and
+// errors), and the errors it reports are kept, since raft-wal starts a new
+// segment in the background and only logs why that failed.
+func (h *health) walLogger(out io.Writer) hclog.Logger {
+	l := hclog.NewInterceptLogger(&hclog.LoggerOptions{Name: "wal", Level: hclog.Warn, Output: out})
+	l.RegisterSink(h)
+	return l
+}
+
+// Accept implements hclog.SinkAdapter: it keeps the last error raft-wal
+// logged.
+func (h *health) Accept(_ string, level hclog.Level, _ string, args ...interface{}) {
+	if level < hclog.Error {
+		return
+	}
+	for _, a := range args {
+		if err, ok := a.(error); ok {
+			h.mu.Lock()
+			h.background = err
+			h.mu.Unlock()
+		}
+	}
+}
+
+var _ hclog.SinkAdapter = (*health)(nil)

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,7 +19,7 @@ func withEachEngine(t *testing.T, fn func(t *testing.T, engine, dir string, s *s
 	for _, engine := range store.Engines {
 		t.Run(engine, func(t *testing.T) {
 			dir := t.TempDir()
-			s, err := store.Open(dir, engine)
+			s, err := store.Open(dir, engine, io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -36,7 +37,7 @@ func TestReopenKeepsLogAndStable(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.Close()
-		s, err := store.Open(dir, "")
+		s, err := store.Open(dir, "", io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,7 +58,7 @@ func BenchmarkStoreLogs(b *testing.B) {
 	for _, engine := range store.Engines {
 		for _, n := range []int{1, 64} {
 			b.Run(fmt.Sprintf("%s/batch=%d", engine, n), func(b *testing.B) {
-				s, err := store.Open(b.TempDir(), engine)
+				s, err := store.Open(b.TempDir(), engine, io.Discard)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -80,35 +81,41 @@ func BenchmarkStoreLogs(b *testing.B) {
 	}
 }
 
-// TestDefaultEngine: a new directory gets raft-wal; a directory created
-// with raft-boltdb keeps it when no engine is named.
+// TestDefaultEngine: a new directory gets raft-boltdb; a directory created
+// with raft-wal keeps it when no engine is named.
 func TestDefaultEngine(t *testing.T) {
 	fresh := t.TempDir()
-	s, err := store.Open(fresh, "")
+	s, err := store.Open(fresh, "", io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Close()
-	if fi, err := os.Stat(filepath.Join(fresh, "wal")); err != nil || !fi.IsDir() {
-		t.Fatalf("a new directory did not get the wal engine: %v", err)
+	if s.Engine != "bolt" {
+		t.Fatalf("a new directory got engine %q", s.Engine)
 	}
-	if _, err := os.Stat(filepath.Join(fresh, "raft.db")); err == nil {
-		t.Fatal("a new directory got a bolt file")
+	s.Close()
+	if _, err := os.Stat(filepath.Join(fresh, "raft.db")); err != nil {
+		t.Fatalf("a new directory did not get the bolt engine: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(fresh, "wal")); err == nil {
+		t.Fatal("a new directory got a wal")
 	}
 
-	boltDir := t.TempDir()
-	s, err = store.Open(boltDir, "bolt")
+	walDir := t.TempDir()
+	s, err = store.Open(walDir, "wal", io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	s, err = store.Open(boltDir, "")
+	s, err = store.Open(walDir, "", io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if s.Engine != "wal" {
+		t.Fatalf("a wal directory reopened with engine %q", s.Engine)
+	}
 	s.Close()
-	if _, err := os.Stat(filepath.Join(boltDir, "wal")); err == nil {
-		t.Fatal("reopening a bolt directory without naming the engine created a wal")
+	if _, err := os.Stat(filepath.Join(walDir, "raft.db")); err == nil {
+		t.Fatal("reopening a wal directory without naming the engine created a bolt file")
 	}
 }
 
@@ -119,17 +126,104 @@ func TestDefaultEngine(t *testing.T) {
 func TestInUseIsRefusedQuickly(t *testing.T) {
 	withEachEngine(t, func(t *testing.T, engine, dir string, s *store.Stores) {
 		for _, second := range []string{engine, ""} {
-			if _, err := store.Open(dir, second); err == nil || !strings.Contains(err.Error(), "locked by another process") {
+			if _, err := store.Open(dir, second, io.Discard); err == nil || !strings.Contains(err.Error(), "locked by another process") {
 				t.Fatalf("second open (engine %q): %v, want a locked error", second, err)
 			}
 		}
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
-		s, err := store.Open(dir, "")
+		s, err := store.Open(dir, "", io.Discard)
 		if err != nil {
 			t.Fatalf("open after close: %v", err)
 		}
 		s.Close()
 	})
+}
+
+// TestMissingWALMetaRefused: a wal directory whose metadata database is
+// gone, with its segment files still there, is refused with one line
+// naming the file (raft-wal alone fails with "file exists", or would
+// start an empty log over the old segments).
+func TestMissingWALMetaRefused(t *testing.T) {
+	dir := t.TempDir()
+	s, err := store.Open(dir, "wal", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Log.StoreLogs([]*raft.Log{{Index: 1, Term: 1, Data: []byte("a")}}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	meta := filepath.Join(dir, "wal", "wal-meta.db")
+	if err := os.Remove(meta); err != nil {
+		t.Fatal(err)
+	}
+	_, err = store.Open(dir, "", io.Discard)
+	if err == nil || !strings.Contains(err.Error(), meta+" is missing") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("open without the wal metadata: %v", err)
+	}
+}
+
+// TestDamagedBoltRefused: a bolt file that is not a database any more is
+// refused with one line naming it and what to do.
+func TestDamagedBoltRefused(t *testing.T) {
+	dir := t.TempDir()
+	s, err := store.Open(dir, "bolt", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	path := filepath.Join(dir, "raft.db")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 8192 && i < len(b); i++ { // both meta pages
+		b[i] ^= 0x5a
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = store.Open(dir, "", io.Discard)
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "rebuild this member") {
+		t.Fatalf("open of a damaged bolt file: %v", err)
+	}
+}
+
+// TestFileOf: an entry's file is the bolt database, or the wal segment
+// that starts at or below its index.
+func TestFileOf(t *testing.T) {
+	withEachEngine(t, func(t *testing.T, engine, dir string, s *store.Stores) {
+		defer s.Close()
+		if err := s.Log.StoreLogs([]*raft.Log{{Index: 1, Term: 1, Data: []byte("a")}}); err != nil {
+			t.Fatal(err)
+		}
+		want := filepath.Join(dir, "raft.db")
+		if engine == "wal" {
+			want = filepath.Join(dir, "wal", "00000000000000000001-0000000000000000.wal")
+		}
+		if got := s.FileOf(1); got != want {
+			t.Fatalf("FileOf(1) = %s, want %s", got, want)
+		}
+	})
+}
+
+// TestDamagedWALMetaRefused: raft-wal's metadata database overwritten is
+// one line naming the directory and what to do.
+func TestDamagedWALMetaRefused(t *testing.T) {
+	dir := t.TempDir()
+	s, err := store.Open(dir, "wal", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	meta := filepath.Join(dir, "wal", "wal-meta.db")
+	if err := os.WriteFile(meta, []byte(strings.Repeat("garbage ", 2048)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = store.Open(dir, "", io.Discard)
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "wal")) || !strings.Contains(err.Error(), "rebuild this member") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("open with damaged wal metadata: %v", err)
+	}
 }

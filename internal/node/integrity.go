@@ -1,0 +1,177 @@
+package node
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+	"github.com/tenure-io/tenure/internal/store"
+)
+
+// Storage integrity
+//
+// Before raft starts, Open checks the data directory so that damage stops
+// the start with one line (naming the file, the index and what to do)
+// instead of a panic inside raft, a silent fall-back to an older snapshot,
+// or a state that quietly lacks entries:
+//
+//   - every snapshot directory has its meta.json, and the newest snapshot's
+//     state file matches the checksum in it (raft would otherwise skip to
+//     an older snapshot, whose log may be gone);
+//   - the log and the newest snapshot leave no gap: the log starts at or
+//     before the entry after the snapshot;
+//   - every log entry from the first to the last reads back, carries its
+//     own index, has a known type, and its command passes its checksum
+//     (entries written before the checksum existed must decode).
+//
+// The state machine checks every entry again as it applies it, and the
+// applied record (record.go) catches a log that ends too early. Once
+// serving, an entry or snapshot that fails is never applied: the state
+// machine stops (fsm.FSM.Err) and Run returns the error. A node also
+// refuses to store a command entry that fails its checksum (checkedAppends),
+// so that a leader whose disk damaged an old entry cannot hand it to a
+// follower that is catching up: the follower stays behind, and says why.
+
+// snapshotsDir is where raft's file snapshot store keeps its snapshots.
+func snapshotsDir(dataDir string) string { return filepath.Join(dataDir, "snapshots", "snapshots") }
+
+// checkSnapshots checks the snapshot directories and the newest snapshot's
+// checksum, and returns the newest snapshot's metadata (nil if none).
+func checkSnapshots(dataDir string, snaps *raft.FileSnapshotStore) (*raft.SnapshotMeta, error) {
+	dir := snapshotsDir(dataDir)
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("node: reading %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasSuffix(e.Name(), ".tmp") { // .tmp: unfinished, raft ignores it
+			continue
+		}
+		// raft skips a snapshot whose meta.json it cannot read, and falls
+		// back to an older one (or none) whose log may be gone.
+		meta := filepath.Join(dir, e.Name(), "meta.json")
+		b, err := os.ReadFile(meta)
+		var m raft.SnapshotMeta
+		if err == nil {
+			err = json.Unmarshal(b, &m)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("node: snapshot %s has no readable meta.json (%v): the snapshot is damaged; %s", filepath.Join(dir, e.Name()), err, store.Remedy)
+		}
+	}
+	metas, err := snaps.List()
+	if err != nil {
+		return nil, fmt.Errorf("node: listing snapshots in %s: %w", dir, err)
+	}
+	if len(metas) == 0 {
+		return nil, nil
+	}
+	newest := metas[0]
+	_, rc, err := snaps.Open(newest.ID) // reads the whole state file to check its CRC-64
+	if err != nil {
+		return nil, fmt.Errorf("node: snapshot %s (index %d) is damaged: %v; %s", filepath.Join(dir, newest.ID), newest.Index, err, store.Remedy)
+	}
+	rc.Close()
+	return newest, nil
+}
+
+// checkLog reads every entry of the log and checks it (see above); snap is
+// the newest snapshot's index (0: none).
+func checkLog(stores *store.Stores, snap uint64) (err error) {
+	first, err := stores.Log.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("node: reading the first index of the raft log in %s: %v; %s", stores.Dir, err, store.Remedy)
+	}
+	last, err := stores.Log.LastIndex()
+	if err != nil {
+		return fmt.Errorf("node: reading the last index of the raft log in %s: %v; %s", stores.Dir, err, store.Remedy)
+	}
+	if last == 0 {
+		return nil
+	}
+	if first > snap+1 {
+		return fmt.Errorf("node: the raft log in %s starts at index %d, but the newest snapshot ends at index %d: entries %d to %d are missing (a snapshot was lost?); %s", stores.Dir, first, snap, snap+1, first-1, store.Remedy)
+	}
+	index := first
+	// A damaged bolt file can make bbolt panic rather than fail.
+	defer func() {
+		if p := recover(); p != nil {
+			err = entryError(stores, index, fmt.Sprintf("cannot be read (%v)", p))
+		}
+	}()
+	var l raft.Log
+	framed := false
+	for ; index <= last; index++ {
+		l = raft.Log{}
+		if err := stores.Log.GetLog(index, &l); err != nil {
+			if errors.Is(err, raft.ErrLogNotFound) && index <= snap {
+				// raft-boltdb leaves a gap where a restored snapshot sits;
+				// entries a snapshot covers are never applied again.
+				continue
+			}
+			return entryError(stores, index, fmt.Sprintf("cannot be read (%v)", err))
+		}
+		if l.Index != index {
+			return entryError(stores, index, fmt.Sprintf("holds entry %d", l.Index))
+		}
+		switch l.Type {
+		case raft.LogCommand:
+			if err := fsm.CheckEntry(l.Data); err != nil {
+				return entryError(stores, index, err.Error())
+			}
+			if fsm.Framed(l.Data) {
+				framed = true
+				break
+			}
+			if framed {
+				return entryError(stores, index, "is not framed, yet follows framed entries (its first byte is damaged)")
+			}
+			if err := fsm.DecodeEntry(l.Data, new(fsmpb.Command)); err != nil {
+				return entryError(stores, index, err.Error())
+			}
+		case raft.LogNoop, raft.LogBarrier, raft.LogConfiguration, raft.LogAddPeerDeprecated, raft.LogRemovePeerDeprecated:
+			if fsm.Framed(l.Data) && fsm.CheckEntry(l.Data) == nil {
+				return entryError(stores, index, fmt.Sprintf("holds a command but says it is a %v (its type is damaged)", l.Type))
+			}
+		default:
+			return entryError(stores, index, fmt.Sprintf("has an unknown type %d (it is damaged)", l.Type))
+		}
+	}
+	return nil
+}
+
+// entryError is the one line for a damaged log entry.
+func entryError(stores *store.Stores, index uint64, what string) error {
+	return fmt.Errorf("node: raft log entry %d in %s %s: the log is damaged; %s", index, stores.FileOf(index), what, store.Remedy)
+}
+
+// checkedAppends is the log as raft sees it: an append of a command entry
+// that fails its checksum is refused before it is stored.
+type checkedAppends struct{ raft.LogStore }
+
+func (c checkedAppends) StoreLog(l *raft.Log) error { return c.StoreLogs([]*raft.Log{l}) }
+
+func (c checkedAppends) StoreLogs(logs []*raft.Log) error {
+	for _, l := range logs {
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		if err := fsm.CheckEntry(l.Data); err != nil {
+			return fmt.Errorf("node: refusing to store log entry %d, which %s (damaged on the leader's disk or on the way?)", l.Index, err)
+		}
+	}
+	return c.LogStore.StoreLogs(logs)
+}
+
+// IsMonotonic implements raft.MonotonicLogStore as the store does.
+func (c checkedAppends) IsMonotonic() bool {
+	m, ok := c.LogStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
+}

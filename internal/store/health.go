@@ -1,0 +1,151 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	raftwal "github.com/hashicorp/raft-wal"
+)
+
+// ErrFull: the file system holding the stores has no space (or quota)
+// left, so a write failed. Nothing of that write was stored. Failures
+// that wrap it are *WriteError.
+var ErrFull = errors.New("store: no space left")
+
+// WriteError is a failed write to the stores: what was being written and
+// why it failed. It matches ErrFull (errors.Is) when Full.
+type WriteError struct {
+	Op   string // "appending to the log", ...
+	Err  error
+	Full bool
+}
+
+func (e *WriteError) Error() string { return e.Op + ": " + e.Err.Error() }
+
+// Unwrap returns the engine's error.
+func (e *WriteError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrFull and the file system was full.
+func (e *WriteError) Is(target error) bool { return e.Full && target == ErrFull }
+
+// The kinds of write, each with its own health: during a full disk a small
+// write (a term) may still fit where an append does not, and must not make
+// the appends look healthy.
+const (
+	opAppend = iota
+	opStable
+	opDelete
+	numOps
+)
+
+var opNames = [numOps]string{"appending to the log", "writing raft's stable store", "deleting from the log"}
+
+// health remembers, per kind of write, whether the last one failed.
+type health struct {
+	mu sync.Mutex
+	// failed holds each kind's last error, nil after a successful write.
+	failed [numOps]error
+	// background is the last error raft-wal logged (it starts new
+	// segments in the background, and only logs why that failed).
+	background error
+}
+
+// failure returns the first standing failure, appends first.
+func (h *health) failure() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, err := range h.failed {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wrote records a write's outcome and returns the error to give raft.
+func (h *health) wrote(op int, err error) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err == nil {
+		h.failed[op] = nil
+		return nil
+	}
+	cause, full := err, isFull(err)
+	if errors.Is(err, raftwal.ErrSealed) && h.background != nil {
+		// The segment filled up and the next one could not be created;
+		// raft-wal refuses every append from then on.
+		cause = fmt.Errorf("%w (the next log segment could not be created: %v; the wal engine appends again only after a restart)", err, h.background)
+		full = isFull(h.background)
+	}
+	werr := &WriteError{Op: opNames[op], Err: cause, Full: full}
+	h.failed[op] = werr
+	return werr
+}
+
+// isFull reports whether err says that the file system is full.
+func isFull(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// checked is the engine's log and stable store with every write's outcome
+// recorded in health. Reads pass through.
+type checked struct {
+	raft.LogStore
+	stable raft.StableStore
+	health *health
+}
+
+func (c *checked) StoreLog(l *raft.Log) error {
+	return c.health.wrote(opAppend, c.LogStore.StoreLog(l))
+}
+
+func (c *checked) StoreLogs(logs []*raft.Log) error {
+	return c.health.wrote(opAppend, c.LogStore.StoreLogs(logs))
+}
+
+func (c *checked) DeleteRange(min, max uint64) error {
+	return c.health.wrote(opDelete, c.LogStore.DeleteRange(min, max))
+}
+
+// IsMonotonic implements raft.MonotonicLogStore for an engine that does
+// (raft-wal): raft then removes the whole log after installing a snapshot.
+func (c *checked) IsMonotonic() bool {
+	m, ok := c.LogStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
+}
+
+var _ raft.MonotonicLogStore = (*checked)(nil)
+
+// checkedStable is the stable store side of checked.
+type checkedStable struct{ c *checked }
+
+func (s checkedStable) Set(key, val []byte) error {
+	return s.c.health.wrote(opStable, s.c.stable.Set(key, val))
+}
+
+// Get returns nil for a missing key, whatever the engine (raft accepts
+// that as well as raft-boltdb's "not found").
+func (s checkedStable) Get(key []byte) ([]byte, error) {
+	v, err := s.c.stable.Get(key)
+	if errors.Is(err, raftboltdb.ErrKeyNotFound) {
+		return nil, nil
+	}
+	return v, err
+}
+
+func (s checkedStable) SetUint64(key []byte, val uint64) error {
+	return s.c.health.wrote(opStable, s.c.stable.SetUint64(key, val))
+}
+
+// GetUint64 returns 0 for a missing key, whatever the engine.
+func (s checkedStable) GetUint64(key []byte) (uint64, error) {
+	v, err := s.c.stable.GetUint64(key)
+	if errors.Is(err, raftboltdb.ErrKeyNotFound) {
+		return 0, nil
+	}
+	return v, err
+}
