@@ -81,7 +81,7 @@ func TestStorageFull(t *testing.T) {
 			mnt := smallFS(t, tc.fsSize)
 			cfg := daemon.Config{DataDir: filepath.Join(mnt, "data"), LogStore: tc.engine}
 			srv := testutil.StartConfig(t, cfg)
-			api := rawAPI(t, srv.Addr())
+			api := testutil.API(t, srv.Addr())
 			value := bytes.Repeat([]byte{'v'}, tc.value)
 			acked := map[string]bool{}
 			put := func(key string) error {
@@ -166,7 +166,7 @@ func TestStorageFull(t *testing.T) {
 				}
 				srv.Stop(t)
 				srv = testutil.StartConfig(t, cfg)
-				api = rawAPI(t, srv.Addr())
+				api = testutil.API(t, srv.Addr())
 			}
 			// Serves again, without a restart for bolt.
 			deadline := time.Now().Add(20 * time.Second)
@@ -195,7 +195,7 @@ func TestStorageFull(t *testing.T) {
 			// Every acknowledged write is there after a restart.
 			srv.Stop(t)
 			srv = testutil.StartConfig(t, cfg)
-			api = rawAPI(t, srv.Addr())
+			api = testutil.API(t, srv.Addr())
 			for key := range acked {
 				resp, err := api.KVRange(context.Background(), &pb.KVRangeRequest{Key: key})
 				if err != nil {
