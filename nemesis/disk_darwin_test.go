@@ -10,3 +10,5 @@ func canMountDisks() error { return errors.New("not Linux") }
 func mountDisk(string, int64) error { return canMountDisks() }
 
 func unmountDisk(string) error { return nil }
+
+func fillDisk(string) (int64, error) { return 0, canMountDisks() }

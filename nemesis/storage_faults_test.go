@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/tenure-io/tenure/client"
@@ -33,10 +32,13 @@ const (
 )
 
 const (
-	// diskSize is each node's own file system: room for raft-wal's
-	// preallocated segments (two at a rollover, more until a snapshot lets
-	// raft drop old ones) and two snapshots.
-	diskSize = 512 << 20
+	// diskSize is each node's own file system (a sparse image: the host's
+	// disk holds what the node writes). Every disk-full adds a segment of
+	// about 64 MiB to every node's log, which is compacted only after a
+	// snapshot, and raft takes one at the earliest 2 minutes after a start:
+	// nodes restarted as often as here never do. 8 GiB lasts well over an
+	// hour of the full schedule.
+	diskSize = 8 << 30
 	// walSegmentSize is raft-wal's segment size (its default): a node
 	// needs new space on its disk for the log once the tail segment has
 	// taken this much.
@@ -87,8 +89,8 @@ func (nm *nemesis) diskFull() (*Fault, error) {
 		return nil, fmt.Errorf("reading %s's log: %w", target.id, err)
 	}
 	grow := nm.growLog(room + 4<<20)
-	for _, e := range grow.diskErrs {
-		f.Anomalies = append(f.Anomalies, anomaly{checkDiskAnswer, fmt.Sprintf("a write was answered %s while %s's disk was full; a write the full disk refused must be RESOURCE_EXHAUSTED", e, target.id)})
+	for _, e := range sortedKeys(grow.diskErrs) {
+		f.Anomalies = append(f.Anomalies, anomaly{checkDiskAnswer, fmt.Sprintf("%d writes were answered %s while %s's disk was full; a write the full disk refused must be RESOURCE_EXHAUSTED", grow.diskErrs[e], e, target.id)})
 	}
 	pace(context.Background(), diskFullHold)
 	_, leaderThen, _, serr := nm.c.statusOf(target)
@@ -117,39 +119,14 @@ func (nm *nemesis) diskFull() (*Fault, error) {
 	return f, nil
 }
 
-// fillDisk writes zeros to path until its file system is full and
-// returns how many bytes it took.
-func fillDisk(path string) (int64, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	var n int64
-	for _, chunk := range []int{1 << 20, 4 << 10, 512} {
-		buf := make([]byte, chunk)
-		for {
-			m, err := f.Write(buf)
-			n += int64(m)
-			if errors.Is(err, syscall.ENOSPC) {
-				break
-			}
-			if err != nil {
-				return n, err
-			}
-		}
-	}
-	return n, nil
-}
-
 // growResult is what growLog wrote and what the cluster answered.
 type growResult struct {
 	bytes    int64
 	ok, fail int
 	errs     map[string]int // failures by gRPC code and message
 	// diskErrs: failures that name the full disk but are not
-	// RESOURCE_EXHAUSTED (the first few).
-	diskErrs []string
+	// RESOURCE_EXHAUSTED, by code and message.
+	diskErrs map[string]int
 }
 
 func (g growResult) String() string {
@@ -167,7 +144,7 @@ func (g growResult) String() string {
 // growLog writes about want bytes to the log through the cluster, within
 // fillBudget.
 func (nm *nemesis) growLog(want int64) growResult {
-	g := growResult{errs: make(map[string]int)}
+	g := growResult{errs: make(map[string]int), diskErrs: make(map[string]int)}
 	val := make([]byte, fillValue)
 	deadline := time.Now().Add(fillBudget)
 	for g.bytes < want && time.Now().Before(deadline) {
@@ -185,8 +162,8 @@ func (nm *nemesis) growLog(want int64) growResult {
 				msg = msg[:200] + "…"
 			}
 			g.errs[msg]++
-			if strings.Contains(err.Error(), "no space left on device") && !errors.Is(err, client.ErrLimit) && len(g.diskErrs) < 3 {
-				g.diskErrs = append(g.diskErrs, msg)
+			if strings.Contains(err.Error(), "no space left on device") && !errors.Is(err, client.ErrLimit) {
+				g.diskErrs[msg]++
 			}
 			pace(context.Background(), 100*time.Millisecond)
 			continue
