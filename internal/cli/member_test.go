@@ -73,13 +73,14 @@ func (s *serving) waitServing(t *testing.T) string {
 	return readyLine.FindStringSubmatch(s.out.String())[1]
 }
 
-// TestMemberRebuild: a member whose data directory is lost is started
-// again on an empty one with --join, which bootstraps nothing (it has no
-// configuration and does not lead itself), and `tenure member rebuild`
-// run against the others removes its old entry and adds it back through
-// the add path: it ends a voter holding the state written before it was
-// lost, and the cluster has three voters again. Running it again on the
-// healthy member changes nothing but the entry.
+// TestMemberRebuild: `tenure member rebuild` run for a member that lost
+// its data and is still down removes its old entry, and its add is refused
+// with one line saying to run it again. Started again on an empty data dir
+// with --join, the member bootstraps nothing (it has no configuration and
+// does not lead itself); the rebuild run again adds it through the add
+// path: it ends a voter holding the state written before it was lost, and
+// the cluster has three voters again. Run once more on the healthy member,
+// it removes and adds it again and nothing is lost.
 func TestMemberRebuild(t *testing.T) {
 	root := t.TempDir()
 	ids := []string{"n1", "n2", "n3"}
@@ -109,6 +110,15 @@ func TestMemberRebuild(t *testing.T) {
 	}
 	if err := os.RemoveAll(dataDir("n3")); err != nil {
 		t.Fatal(err)
+	}
+	// Run before n3 is back: its old entry is removed, the add is refused
+	// (its peer does not answer) and the error says to run it again.
+	r := run(t, others, "member", "rebuild", "n3", peers["n3"])
+	if r.code != 1 || !strings.Contains(r.stderr, "its old entry is removed; run member rebuild again once it answers") {
+		t.Fatalf("rebuild of a member that is down: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if m := runJSON(t, others, 0, "member", "list"); len(m["members"].([]any)) != 2 {
+		t.Fatalf("after the refused add: %v", m)
 	}
 	n3addr := freeLoopback(t)
 	n3 := startServe(t, "--node-id", "n3", "--listen", n3addr, "--peer-listen", peers["n3"], "--data-dir", dataDir("n3"), "--join")
