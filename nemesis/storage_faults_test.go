@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tenure-io/tenure/client"
@@ -43,11 +44,12 @@ const (
 	// needs new space on its disk for the log once the tail segment has
 	// taken this much.
 	walSegmentSize = 64 << 20
-	// Log growth during disk-full: transactions of fillKeys puts of
-	// fillValue bytes (under the KV value limit), about 1 MiB per entry,
-	// on the same keys each time, so the state stays small.
-	fillKeys  = 16
-	fillValue = 60 << 10
+	// Log growth during disk-full: fillWriters writers of transactions of
+	// fillKeys puts of fillValue bytes (under the KV value limit), about 1
+	// MiB per entry, on the same keys each time, so the state stays small.
+	fillKeys    = 16
+	fillValue   = 60 << 10
+	fillWriters = 4
 	// diskFullHold is how long the disk stays full once the log has
 	// needed space.
 	diskFullHold = time.Second
@@ -141,36 +143,52 @@ func (g growResult) String() string {
 	return s
 }
 
-// growLog writes about want bytes to the log through the cluster, within
-// fillBudget.
+// growLog writes about want bytes to the log through the cluster, from
+// fillWriters writers at once, within fillBudget.
 func (nm *nemesis) growLog(want int64) growResult {
 	g := growResult{errs: make(map[string]int), diskErrs: make(map[string]int)}
+	var mu sync.Mutex // guards g
 	val := make([]byte, fillValue)
 	deadline := time.Now().Add(fillBudget)
-	for g.bytes < want && time.Now().Before(deadline) {
-		var ops []client.Op
-		for k := range fillKeys {
-			ops = append(ops, client.OpPut(fmt.Sprint("nemesis-fill-", k), val))
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err := nm.c.admin.Txn(ctx, nil, ops, nil)
-		cancel()
-		if err != nil {
-			g.fail++
-			msg := codeOf(err) + " " + err.Error()
-			if len(msg) > 200 {
-				msg = msg[:200] + "…"
+	var wg sync.WaitGroup
+	for w := range fillWriters {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				mu.Lock()
+				done := g.bytes >= want
+				mu.Unlock()
+				if done {
+					return
+				}
+				var ops []client.Op
+				for k := range fillKeys {
+					ops = append(ops, client.OpPut(fmt.Sprintf("nemesis-fill-%d-%d", w, k), val))
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_, err := nm.c.admin.Txn(ctx, nil, ops, nil)
+				cancel()
+				mu.Lock()
+				if err == nil {
+					g.ok++
+					g.bytes += fillKeys * fillValue
+					mu.Unlock()
+					continue
+				}
+				g.fail++
+				msg := codeOf(err) + " " + err.Error()
+				if len(msg) > 200 {
+					msg = msg[:200] + "…"
+				}
+				g.errs[msg]++
+				if strings.Contains(err.Error(), "no space left on device") && !errors.Is(err, client.ErrLimit) {
+					g.diskErrs[msg]++
+				}
+				mu.Unlock()
+				pace(context.Background(), 100*time.Millisecond)
 			}
-			g.errs[msg]++
-			if strings.Contains(err.Error(), "no space left on device") && !errors.Is(err, client.ErrLimit) {
-				g.diskErrs[msg]++
-			}
-			pace(context.Background(), 100*time.Millisecond)
-			continue
-		}
-		g.ok++
-		g.bytes += fillKeys * fillValue
+		})
 	}
+	wg.Wait()
 	return g
 }
 
