@@ -185,3 +185,46 @@ func TestServeJoinFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestMemberAddAfterThePeerRestarted: the leader's pooled connection to
+// a peer it probed before the peer restarted is stale; the next add must
+// still reach the restarted peer. (An add refused after its probe, here
+// for an even number of voters, leaves such a connection behind.)
+func TestMemberAddAfterThePeerRestarted(t *testing.T) {
+	root := t.TempDir()
+	ids := []string{"n1", "n2", "n3"}
+	var boot []string
+	peers := make(map[string]string)
+	for _, id := range append(ids, "n4") {
+		peers[id] = freeLoopback(t)
+	}
+	for _, id := range ids {
+		boot = append(boot, id+"="+peers[id])
+	}
+	nodes := make([]*serving, 0, len(ids))
+	for _, id := range ids {
+		nodes = append(nodes, startServe(t, "--node-id", id, "--listen", "127.0.0.1:0", "--peer-listen", peers[id],
+			"--data-dir", filepath.Join(root, id), "--bootstrap-peers", strings.Join(boot, ",")))
+	}
+	var eps []string
+	for _, s := range nodes {
+		eps = append(eps, s.waitServing(t))
+	}
+	cluster := strings.Join(eps, ",")
+	join := func() *serving {
+		s := startServe(t, "--node-id", "n4", "--listen", "127.0.0.1:0", "--peer-listen", peers["n4"], "--data-dir", filepath.Join(root, "n4"), "--join")
+		waitFor(t, "n4's waiting line", 30*time.Second, func() bool { return strings.Contains(s.errb.String(), "waits to be added") })
+		return s
+	}
+	n4 := join()
+	if r := run(t, cluster, "member", "add", "n4", peers["n4"]); r.code != 1 || !strings.Contains(r.stderr, "--force") {
+		t.Fatalf("add to an even count: exit %d, stderr %q", r.code, r.stderr)
+	}
+	n4.stop()
+	<-n4.done
+	join()
+	m := runJSON(t, cluster, 0, "member", "add", "n4", peers["n4"], "--force")
+	if len(m["members"].([]any)) != 4 {
+		t.Fatalf("members after the add: %v", m)
+	}
+}
