@@ -288,7 +288,7 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 			stores.Close()
 			return nil, errors.New("node: joining a cluster needs a peer address and no bootstrap peers")
 		}
-		fmt.Fprintf(cfg.LogOutput, "tenure: node %s has no state and waits to be added to a cluster (tenure member rebuild %s %s)\n", cfg.NodeID, cfg.NodeID, addr)
+		fmt.Fprintf(cfg.LogOutput, "tenure: node %s has no state and waits to be added to a cluster: run tenure member add %s %s against it (member rebuild for a member that lost its data)\n", cfg.NodeID, cfg.NodeID, addr)
 	default:
 		boot := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: rc.LocalID, Address: addr}}}
 		if len(cfg.BootstrapPeers) > 0 {
