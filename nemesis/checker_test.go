@@ -26,8 +26,8 @@ const (
 
 // anomaly is one violated property.
 type anomaly struct {
-	Check string
-	Msg   string
+	Check string `json:"check"`
+	Msg   string `json:"msg"`
 }
 
 // report is the checker's verdict.
@@ -64,7 +64,79 @@ func check(ops []Op, faults []Fault, keys []string, vizDir string, porcupineTime
 		checkRegister(key, ops, &r, vizDir, porcupineTimeout)
 	}
 	checkLateWrites(ops, faults, &r)
+	checkFaultFindings(faults, &r)
+	checkHoldsAcross(ops, faults, &r)
 	return r
+}
+
+// checkFaultFindings reports what the faults themselves found wrong, and
+// how many of each kind that checks something ran clean.
+func checkFaultFindings(faults []Fault, r *report) {
+	clean := make(map[string]int)
+	for _, f := range faults {
+		for _, a := range f.Anomalies {
+			r.anomaly(a.Check, "%s of %s at %s: %s", f.Kind, f.Target, at(f.Start), a.Msg)
+		}
+		if len(f.Anomalies) == 0 && (f.Kind == faultCorrupt || f.Kind == faultDiskFull) {
+			clean[f.Kind]++
+		}
+	}
+	if n := clean[faultCorrupt]; n > 0 {
+		r.line("%s: %d times the node refused its corrupted log with one line, and was rebuilt from its peers and caught up", faultCorrupt, n)
+	}
+	if n := clean[faultDiskFull]; n > 0 {
+		r.line("%s: %d times the node caught up by itself once its disk had room again", faultDiskFull, n)
+	}
+}
+
+// checkHoldsAcross reports, for the faults that freeze or silence a
+// server, how the in-process clients' holds that began before the fault
+// and were released after it began ended: kept, or lost (the session
+// expired meanwhile). Lost holds are no anomaly (a lease cannot promise
+// them), but a client that notices a silent server in time keeps them.
+func checkHoldsAcross(ops []Op, faults []Fault, r *report) {
+	type hold struct {
+		acquired, released int64
+		lost               bool
+	}
+	var holds []hold
+	open := make(map[string]int64) // client+token → acquired
+	for _, o := range ops {
+		if !strings.HasPrefix(o.Client, "g") {
+			continue // `tenure lock` processes exit on a lost hold
+		}
+		k := fmt.Sprint(o.Client, "/", o.Token)
+		switch {
+		case o.Kind == kindAcquire && o.Outcome == outOK:
+			open[k] = o.Complete
+		case o.Kind == kindRelease:
+			if a, ok := open[k]; ok {
+				holds = append(holds, hold{a, o.Invoke, o.Outcome != outOK})
+				delete(open, k)
+			}
+		}
+	}
+	for _, kind := range []string{faultPauseLeader, faultPauseFollow, faultBlackhole} {
+		n, kept, lost := 0, 0, 0
+		for _, f := range faults {
+			if f.Kind != kind {
+				continue
+			}
+			n++
+			for _, h := range holds {
+				if h.acquired < f.Start && h.released > f.Start {
+					if h.lost {
+						lost++
+					} else {
+						kept++
+					}
+				}
+			}
+		}
+		if n > 0 {
+			r.line("holds across %s (%d faults): %d kept, %d lost or not confirmed", kind, n, kept, lost)
+		}
+	}
 }
 
 func at(ns int64) string { return fmt.Sprintf("%.3fs", secs(ns)) }

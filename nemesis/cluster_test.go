@@ -130,25 +130,48 @@ type node struct {
 	i               int
 	id, addr, peer  string
 	dataDir, logDir string
-	p               *proc
-	gen             int // incarnations started so far
-	status          *client.Client
-	lastErr         string
+	// disk is the mount point of the node's own size-limited file system,
+	// which holds dataDir ("" without one).
+	disk string
+	// api is the proxy in front of the client API that the workload dials.
+	api *clientProxy
+	// join: start with --join instead of --bootstrap-peers (a member
+	// rebuilt from its peers; both are ignored once the data dir exists).
+	join    bool
+	p       *proc
+	gen     int // incarnations started so far
+	status  *client.Client
+	lastErr string
 }
 
-// cluster is a 3-node cluster of real processes with a link proxy on
-// every directed peer link.
-type cluster struct {
-	t      testing.TB
-	root   string
-	broken bool
+// clusterConfig describes a cluster to start.
+type clusterConfig struct {
+	n      int
+	broken bool // --unsafe-skip-fence-check
 	// logStore is the --log-store every node starts with ("" for the
 	// default engine).
 	logStore string
-	nodes    []*node
-	links    map[[2]int]*link
-	eps      string         // the client addresses, comma-separated
-	admin    *client.Client // every endpoint: probes and final reads
+	// disks gives every node's data directory a size-limited file system
+	// of its own (for disk-full), if the test may mount one.
+	disks bool
+}
+
+// cluster is a 3-node cluster of real processes with a link proxy on
+// every directed peer link and one in front of every node's client API.
+type cluster struct {
+	t     testing.TB
+	root  string
+	cfg   clusterConfig
+	nodes []*node
+	links map[[2]int]*link
+	// disks: every node has its own file system (cfg.disks, and the test
+	// could mount them).
+	disks bool
+	// eps is the client addresses the workload dials, through the client
+	// proxies; direct the nodes' own client addresses, which the nemesis
+	// and admin use.
+	eps, direct string
+	admin       *client.Client // every endpoint, directly: probes and final reads
 }
 
 // freeAddr picks a free loopback port below the kernel's ephemeral range
@@ -166,21 +189,39 @@ func freeAddr(t testing.TB) string {
 	return ""
 }
 
-// startCluster starts n nodes bootstrapped together and waits until they
-// serve. broken starts them with --unsafe-skip-fence-check; logStore names
-// their raft log engine ("" for the default).
-func startCluster(t testing.TB, n int, broken bool, logStore string) *cluster {
+// startCluster starts cfg.n nodes bootstrapped together and waits until
+// they serve.
+func startCluster(t testing.TB, cfg clusterConfig) *cluster {
 	t.Helper()
-	c := &cluster{t: t, root: t.TempDir(), broken: broken, logStore: logStore, links: make(map[[2]int]*link)}
-	var eps []string
-	for i := 0; i < n; i++ {
-		nd := &node{i: i, id: fmt.Sprintf("n%d", i+1), addr: freeAddr(t), peer: freeAddr(t)}
-		nd.dataDir = filepath.Join(c.root, nd.id, "data")
-		nd.logDir = filepath.Join(c.root, nd.id)
-		c.nodes = append(c.nodes, nd)
-		eps = append(eps, nd.addr)
+	c := &cluster{t: t, root: t.TempDir(), cfg: cfg, links: make(map[[2]int]*link)}
+	t.Cleanup(c.close)
+	if cfg.disks {
+		if err := canMountDisks(); err != nil {
+			t.Logf("nemesis: %v: the nodes' data dirs stay on the test's file system and disk-full is left out", err)
+		} else {
+			c.disks = true
+		}
 	}
-	c.eps = strings.Join(eps, ",")
+	var eps, direct []string
+	for i := 0; i < cfg.n; i++ {
+		nd := &node{i: i, id: fmt.Sprintf("n%d", i+1), addr: freeAddr(t), peer: freeAddr(t)}
+		nd.logDir = filepath.Join(c.root, nd.id)
+		nd.dataDir = filepath.Join(c.root, nd.id, "data")
+		if c.disks {
+			nd.disk = filepath.Join(c.root, nd.id, "disk")
+			if err := mountDisk(nd.disk, diskSize); err != nil {
+				t.Fatalf("%s: %v", nd.id, err)
+			}
+			nd.dataDir = filepath.Join(nd.disk, "data")
+		}
+		var err error
+		if nd.api, err = newClientProxy(nd.addr); err != nil {
+			t.Fatal(err)
+		}
+		c.nodes = append(c.nodes, nd)
+		eps, direct = append(eps, nd.api.Addr()), append(direct, nd.addr)
+	}
+	c.eps, c.direct = strings.Join(eps, ","), strings.Join(direct, ",")
 	for i := range c.nodes {
 		for j := range c.nodes {
 			if i == j {
@@ -195,7 +236,7 @@ func startCluster(t testing.TB, n int, broken bool, logStore string) *cluster {
 	}
 	ctx := context.Background()
 	var err error
-	if c.admin, err = client.Dial(ctx, c.eps); err != nil {
+	if c.admin, err = client.Dial(ctx, c.direct); err != nil {
 		t.Fatal(err)
 	}
 	for _, nd := range c.nodes {
@@ -203,7 +244,6 @@ func startCluster(t testing.TB, n int, broken bool, logStore string) *cluster {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(c.close)
 	if err := c.startAll(c.nodes); err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +253,8 @@ func startCluster(t testing.TB, n int, broken bool, logStore string) *cluster {
 	return c
 }
 
-// close stops every node and link; on failure it logs the nodes' stderr.
+// close stops every node, link and proxy and unmounts the nodes' file
+// systems; on failure it logs the nodes' stderr.
 func (c *cluster) close() {
 	for _, nd := range c.nodes {
 		if nd.p != nil {
@@ -225,6 +266,14 @@ func (c *cluster) close() {
 		}
 		if nd.status != nil {
 			nd.status.Close()
+		}
+		if nd.api != nil {
+			nd.api.Close()
+		}
+		if nd.disk != "" {
+			if err := unmountDisk(nd.disk); err != nil {
+				c.t.Errorf("%s: %v", nd.id, err)
+			}
 		}
 	}
 	for _, l := range c.links {
@@ -246,13 +295,21 @@ func (c *cluster) start(nd *node) error {
 			routes = append(routes, o.id+"="+c.links[[2]int{nd.i, o.i}].Addr())
 		}
 	}
+	// Its own address too: raft looks it up for every RPC it sends, and
+	// warns of each lookup the routes cannot answer.
+	routes = append(routes, nd.id+"="+nd.peer)
 	args := []string{tenureBin, "serve", "--node-id", nd.id, "--listen", nd.addr, "--peer-listen", nd.peer,
-		"--data-dir", nd.dataDir, "--bootstrap-peers", strings.Join(peers, ","), "--peer-route", strings.Join(routes, ",")}
-	if c.broken {
+		"--data-dir", nd.dataDir, "--peer-route", strings.Join(routes, ",")}
+	if nd.join {
+		args = append(args, "--join")
+	} else {
+		args = append(args, "--bootstrap-peers", strings.Join(peers, ","))
+	}
+	if c.cfg.broken {
 		args = append(args, "--unsafe-skip-fence-check")
 	}
-	if c.logStore != "" {
-		args = append(args, "--log-store", c.logStore)
+	if c.cfg.logStore != "" {
+		args = append(args, "--log-store", c.cfg.logStore)
 	}
 	p, err := startProc(fmt.Sprintf("%s#%d", nd.id, nd.gen), filepath.Join(nd.logDir, fmt.Sprintf("run-%d", nd.gen)), os.Environ(), args...)
 	if err != nil {

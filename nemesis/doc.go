@@ -1,12 +1,14 @@
 // Package nemesis is Tenure's fault-injection suite. Its tests start a
 // 3-node cluster of real `tenure serve` processes on loopback, with a TCP
-// proxy on every directed peer link, drive lock-and-write workloads from
-// in-process Go clients and from `tenure lock` processes, and meanwhile
-// inject faults: SIGSTOP of a lock holder for longer than its TTL, kill -9
-// of the leader or of a follower and restart, restart of the whole
-// cluster, and network partitions. Every client operation is recorded with
-// its invocation and completion times; the history is written as JSON
-// lines and checked:
+// proxy on every directed peer link and in front of every node's client
+// API, drive lock-and-write workloads from in-process Go clients and from
+// `tenure lock` processes, and meanwhile inject faults: SIGSTOP of a lock
+// holder for longer than its TTL, kill -9 of the leader or of a follower
+// and restart, restart of the whole cluster, network partitions, SIGSTOP
+// of a server, client connections that go silent, a full disk, and a log
+// corrupted on disk (the node must refuse it, and is rebuilt from its
+// peers). Every client operation is recorded with its invocation and
+// completion times; the history is written as JSON lines and checked:
 //
 //   - fenced registers: no write with a token below an accepted one is
 //     accepted, accepted tokens strictly increase in commit (revision)

@@ -22,12 +22,30 @@ const (
 	faultPartNode     = "partition-node"    // isolate a follower, heal
 	faultOneWay       = "partition-one-way" // the leader cannot reach a follower; the follower still reaches it
 	faultRestartAll   = "restart-cluster"   // kill -9 every node, restart them all
+	faultPauseLeader  = "pause-leader"      // SIGSTOP the leader's server, short or past the election timeout
+	faultPauseFollow  = "pause-follower"    // SIGSTOP a follower's server, likewise
+	faultBlackhole    = "blackhole-client"  // client connections to the leader go silent, without closing
+	faultDiskFull     = "disk-full"         // one node's file system fills up while its log grows
+	faultCorrupt      = "corrupt-restart"   // a follower restarted on a corrupted log must refuse; rebuilt from its peers
 )
 
-// fullSchedule is the order TestNemesis injects faults in, cycling.
+// fullSchedule is the order TestNemesis injects faults in, cycling. The
+// CI run (30 s) gets through eleven or twelve: the network and process
+// faults, then the long server pauses and a blackhole; the storage faults
+// come last, and TestNemesisRealFaults runs every kind after the first
+// eight in CI.
 var fullSchedule = []string{
 	faultPause, faultKillLeader, faultPartLeader, faultRestartAll,
 	faultKillFollower, faultPartNode, faultPause, faultOneWay,
+	faultPauseLeader, faultPauseFollow, faultBlackhole, faultPauseLeader,
+	faultPauseFollow, faultDiskFull, faultCorrupt,
+}
+
+// realSchedule is TestNemesisRealFaults's: each of the faults a server
+// meets outside the network, both pause lengths of each pause.
+var realSchedule = []string{
+	faultPauseLeader, faultBlackhole, faultDiskFull, faultPauseFollow,
+	faultCorrupt, faultPauseLeader, faultPauseFollow,
 }
 
 // Fault timing.
@@ -38,6 +56,16 @@ const (
 	// minPause is the shortest freeze of a holder: longer than the TTL of
 	// the `tenure lock` clients.
 	minPause = procTTL + 500*time.Millisecond
+	// Pauses of a server (SIGSTOP): the short one stays below raft's
+	// heartbeat timeout (500 ms, internal/node), so nobody campaigns: a
+	// stall; the long one outlasts the randomised election timeout (up to
+	// 1 s), so the others elect a leader, and stays below the in-process
+	// clients' session TTL (goTTL). The first pause of each kind is long.
+	pauseShort = 400 * time.Millisecond
+	pauseLong  = 1500 * time.Millisecond
+	// blackholeHold outlasts goTTL: a client that does not leave a silent
+	// endpoint loses its session.
+	blackholeHold = 3 * time.Second
 )
 
 // nemesis injects faults, one at a time, into processes and links the
@@ -49,15 +77,20 @@ type nemesis struct {
 	rnd      *rand.Rand
 	logf     func(format string, args ...any)
 	nextProc int
+	injected map[string]int // faults injected so far, by kind
 }
 
 // run injects faults from schedule (cycling) until ctx ends or max faults
 // were injected. After each fault it waits for the cluster to serve
 // again; a cluster that does not recover is an error.
 func (nm *nemesis) run(ctx context.Context, schedule []string, max int) error {
+	if nm.injected == nil {
+		nm.injected = make(map[string]int)
+	}
 	for i := 0; i < max && ctx.Err() == nil; i++ {
 		kind := schedule[i%len(schedule)]
 		f, err := nm.inject(kind)
+		nm.injected[kind]++
 		if f != nil {
 			nm.rec.addFault(*f)
 			nm.logf("fault %-17s %6.2fs..%6.2fs %s", f.Kind, secs(f.Start), secs(f.End), f.Note)
@@ -91,6 +124,16 @@ func (nm *nemesis) inject(kind string) (*Fault, error) {
 		return nm.oneWay()
 	case faultRestartAll:
 		return nm.restartAll()
+	case faultPauseLeader:
+		return nm.pauseServer(true)
+	case faultPauseFollow:
+		return nm.pauseServer(false)
+	case faultBlackhole:
+		return nm.blackhole()
+	case faultDiskFull:
+		return nm.diskFull()
+	case faultCorrupt:
+		return nm.corruptRestart()
 	}
 	return nil, fmt.Errorf("unknown fault %q", kind)
 }
@@ -189,6 +232,7 @@ func (nm *nemesis) killLeader() (*Fault, error) {
 		return f, fmt.Errorf("no new leader after killing %s: %w", l.id, lerr)
 	}
 	f.Note = fmt.Sprintf("killed leader %s; %s led after %.2fs; restarted", l.id, nl.id, secs(failover))
+	f.Failover = failover
 	return f, nil
 }
 
@@ -235,6 +279,7 @@ func (nm *nemesis) partitionLeader() (*Fault, error) {
 		return f, fmt.Errorf("majority without leader: %w", lerr)
 	}
 	f.Note = fmt.Sprintf("isolated leader %s; majority elected %s after %.2fs; healed", l.id, nl.id, secs(elected))
+	f.Failover = elected
 	return f, nil
 }
 
@@ -291,4 +336,75 @@ func (nm *nemesis) restartAll() (*Fault, error) {
 	f := &Fault{Kind: faultRestartAll, Target: "all", Start: start, End: nm.rec.now()}
 	f.Note = fmt.Sprintf("killed all %d nodes; all serving again after %.2fs", len(nm.c.nodes), secs(f.End-f.Start))
 	return f, errors.Join(errs...)
+}
+
+// pauseServer freezes the leader's (or a follower's) server process with
+// SIGSTOP, alternately for pauseLong and pauseShort, then thaws it. For
+// the leader it notes when another node led meanwhile (the failover).
+func (nm *nemesis) pauseServer(leader bool) (*Fault, error) {
+	l, err := nm.c.waitLeader(nil, 10*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("no leader: %w", err)
+	}
+	kind, target := faultPauseLeader, l
+	if !leader {
+		fs := nm.c.others(l)
+		kind, target = faultPauseFollow, fs[nm.rnd.IntN(len(fs))]
+	}
+	d := pauseLong
+	if nm.injected[kind]%2 == 1 {
+		d = pauseShort
+	}
+	start := nm.rec.now()
+	until := time.Now().Add(d)
+	target.p.signal(syscall.SIGSTOP) // the server leads its own process group
+	defer target.p.signal(syscall.SIGCONT)
+	var nl *node
+	var led int64
+	if leader {
+		_ = pollUntil(time.Until(until), func() (bool, error) {
+			nl = nm.c.leader(nm.c.others(target))
+			return nl != nil, nil
+		})
+		led = nm.rec.now() - start
+	}
+	pace(context.Background(), time.Until(until))
+	target.p.signal(syscall.SIGCONT)
+	f := &Fault{Kind: kind, Target: target.id, Start: start, End: nm.rec.now()}
+	role := "follower"
+	if leader {
+		role = "leader"
+	}
+	f.Note = fmt.Sprintf("stopped %s %s for %v", role, target.id, d)
+	switch {
+	case leader && nl != nil:
+		f.Note += fmt.Sprintf("; %s led after %.2fs", nl.id, secs(led))
+		f.Failover = led
+	case leader:
+		f.Note += "; no other node led meanwhile"
+	default:
+		f.Note += fmt.Sprintf(" (leader %s)", l.id)
+	}
+	return f, nil
+}
+
+// blackhole makes the client proxy in front of the leader stop forwarding,
+// without closing any connection, for blackholeHold, then heals it.
+func (nm *nemesis) blackhole() (*Fault, error) {
+	l, err := nm.c.waitLeader(nil, 10*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("no leader: %w", err)
+	}
+	start := nm.rec.now()
+	l.api.Blackhole()
+	defer l.api.Heal()
+	pace(context.Background(), blackholeHold)
+	l.api.Heal()
+	f := &Fault{Kind: faultBlackhole, Target: l.id, Start: start, End: nm.rec.now()}
+	still := "still leads"
+	if nl := nm.c.leader(nil); nl != l {
+		still = "no longer leads"
+	}
+	f.Note = fmt.Sprintf("silenced client connections to leader %s for %v (it %s); healed", l.id, blackholeHold, still)
+	return f, nil
 }

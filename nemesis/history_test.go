@@ -77,6 +77,12 @@ type Fault struct {
 	Client string `json:"client,omitempty"`
 	Key    string `json:"key,omitempty"`
 	Token  uint64 `json:"token,omitempty"`
+	// Failover: kill-leader, partition-leader, pause-leader: how long
+	// after the fault began another node said it led (0: none did).
+	Failover int64 `json:"failover_ns,omitempty"`
+	// Anomalies: what the fault itself found wrong (a node that started
+	// on a corrupted log, or stayed stuck after its disk had room again).
+	Anomalies []anomaly `json:"anomalies,omitempty"`
 }
 
 // recorder collects the history. It is safe for concurrent use.

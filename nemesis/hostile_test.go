@@ -115,6 +115,13 @@ func (h *hostileClient) run(ctx context.Context, rnd *rand.Rand) {
 		case hostileResume:
 			h.resume(cctx, c, api, rnd)
 		case hostileRelease:
+			if own != nil {
+				select {
+				case <-own.Done(): // expired (a fault outlasted its TTL): open another
+					own = nil
+				default:
+				}
+			}
 			if own == nil {
 				if s, err := c.NewSession(cctx, client.WithOwner("hostile"), client.WithTTL(2*time.Second)); err == nil {
 					own = s

@@ -44,7 +44,7 @@ func nemesisKV(t *testing.T, logStore string) {
 		// seconds even with writes of unknown outcome in them.
 		checkTimeout = 15 * time.Second
 	)
-	c := startCluster(t, 3, false, logStore)
+	c := startCluster(t, clusterConfig{n: 3, logStore: logStore})
 	rec := newRecorder()
 	seed := *flagSeed
 	if seed == 0 {

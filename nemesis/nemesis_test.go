@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -40,6 +41,42 @@ func TestNemesis(t *testing.T) {
 		t.Errorf("no fault was injected")
 	}
 }
+
+// TestNemesisRealFaults runs the same workloads through the faults a
+// server meets outside the network, each at least once: its process
+// frozen (leader and follower, shorter than the election timeout and
+// longer), its clients' connections gone silent, its disk full, its log
+// corrupted (it must refuse to start, and is rebuilt from its peers).
+func TestNemesisRealFaults(t *testing.T) {
+	res := runSuite(t, suiteConfig{
+		keys: 3, goPerKey: 2, readersPerKey: 1, procPerKey: 1,
+		queue:     true,
+		hostile:   true,
+		duration:  realDuration,
+		schedule:  realSchedule,
+		maxFaults: len(realSchedule),
+		stopEarly: true,
+		seed:      *flagSeed,
+	})
+	for _, a := range res.report.anomalies {
+		t.Errorf("anomaly [%s] %s", a.Check, a.Msg)
+	}
+	if res.accepted == 0 {
+		t.Errorf("no write was accepted: the workload did not run")
+	}
+	injected := make(map[string]bool)
+	for _, f := range res.faults {
+		injected[f.Kind] = true
+	}
+	for _, kind := range realSchedule {
+		if !injected[kind] && (kind != faultDiskFull || res.disks) {
+			t.Errorf("no %s fault was injected", kind)
+		}
+	}
+}
+
+// realDuration is how long TestNemesisRealFaults may run its faults.
+const realDuration = 40 * time.Second
 
 // TestNemesisCatchesBrokenFencing proves the checker can fail: against a
 // cluster whose registers accept every token, a holder frozen past its TTL
@@ -94,6 +131,7 @@ type suiteResult struct {
 	ops      []Op
 	faults   []Fault
 	accepted int
+	disks    bool // the nodes had file systems of their own (disk-full could run)
 }
 
 // Workload parameters.
@@ -117,7 +155,10 @@ func runSuite(t *testing.T, cfg suiteConfig) suiteResult {
 		histPath = filepath.Join(dir, "history.jsonl")
 	}
 
-	c := startCluster(t, 3, cfg.broken, "")
+	c := startCluster(t, clusterConfig{n: 3, broken: cfg.broken, disks: slices.Contains(cfg.schedule, faultDiskFull)})
+	if !c.disks {
+		cfg.schedule = slices.DeleteFunc(slices.Clone(cfg.schedule), func(k string) bool { return k == faultDiskFull })
+	}
 	startup := time.Since(began)
 	rec := newRecorder()
 	workDir := t.TempDir()
@@ -281,7 +322,7 @@ func runSuite(t *testing.T, cfg suiteConfig) suiteResult {
 	if hc != nil {
 		hc.check(&rep)
 	}
-	res := suiteResult{report: rep, ops: ops, faults: faults}
+	res := suiteResult{report: rep, ops: ops, faults: faults, disks: c.disks}
 	for _, o := range ops {
 		if o.Kind == kindPut && o.Outcome == outAccepted {
 			res.accepted++
@@ -335,8 +376,19 @@ func summary(cfg suiteConfig, seed uint64, ops []Op, faults []Fault, rep report,
 		byKind[f.Kind]++
 	}
 	fmt.Fprintf(&b, "faults injected: %d\n", len(faults))
+	failovers := make(map[string][]int64)
+	for _, f := range faults {
+		if f.Failover > 0 {
+			failovers[f.Kind] = append(failovers[f.Kind], f.Failover)
+		}
+	}
 	for _, k := range sortedKeys(byKind) {
-		fmt.Fprintf(&b, "  %-17s %d\n", k, byKind[k])
+		fmt.Fprintf(&b, "  %-17s %d", k, byKind[k])
+		if fo := failovers[k]; len(fo) > 0 {
+			slices.Sort(fo)
+			fmt.Fprintf(&b, "  (another node led after %.2fs min, %.2fs median, %.2fs max; %d of %d)", secs(fo[0]), secs(fo[len(fo)/2]), secs(fo[len(fo)-1]), len(fo), byKind[k])
+		}
+		fmt.Fprintln(&b)
 	}
 	fmt.Fprintf(&b, "checks:\n")
 	for _, l := range rep.lines {

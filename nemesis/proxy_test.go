@@ -131,3 +131,176 @@ func (l *link) drop(a, b net.Conn) {
 	delete(l.conns, b)
 	l.mu.Unlock()
 }
+
+// clientProxy stands in front of one node's client API: the workload's
+// clients dial it. Blackhole makes it stop forwarding in both directions
+// without closing anything, the way a network path that drops every
+// packet looks to both ends: calls and keepalives sent meanwhile get no
+// answer and no error, and connections opened meanwhile get no handshake.
+// Heal resumes forwarding, bytes held back included (TCP would retransmit
+// them), in order.
+type clientProxy struct {
+	lis    net.Listener
+	target string
+	wg     sync.WaitGroup
+	done   chan struct{} // closed by Close
+
+	// mu guards the fields below.
+	mu     sync.Mutex
+	hole   chan struct{} // non-nil while blackholed; closed by Heal
+	closed bool
+	conns  map[net.Conn]struct{}
+}
+
+func newClientProxy(target string) (*clientProxy, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &clientProxy{lis: lis, target: target, done: make(chan struct{}), conns: make(map[net.Conn]struct{})}
+	p.wg.Add(1)
+	go p.serve()
+	return p, nil
+}
+
+// Addr is the address clients dial.
+func (p *clientProxy) Addr() string { return p.lis.Addr().String() }
+
+// Blackhole stops forwarding until Heal.
+func (p *clientProxy) Blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hole == nil {
+		p.hole = make(chan struct{})
+	}
+}
+
+// Heal forwards again.
+func (p *clientProxy) Heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hole != nil {
+		close(p.hole)
+		p.hole = nil
+	}
+}
+
+// Close closes every connection and waits for the proxy's goroutines; it
+// is idempotent.
+func (p *clientProxy) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	close(p.done)
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.lis.Close()
+	p.wg.Wait()
+}
+
+// pass waits while the proxy is blackholed; false once it is closed.
+func (p *clientProxy) pass() bool {
+	for {
+		p.mu.Lock()
+		hole, closed := p.hole, p.closed
+		p.mu.Unlock()
+		if closed {
+			return false
+		}
+		if hole == nil {
+			return true
+		}
+		select {
+		case <-hole:
+		case <-p.done:
+			return false
+		}
+	}
+}
+
+func (p *clientProxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *clientProxy) drop(cs ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+		delete(p.conns, c)
+	}
+}
+
+func (p *clientProxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.lis.Accept()
+		if err != nil {
+			return
+		}
+		if !p.track(c) {
+			c.Close()
+			return
+		}
+		p.wg.Add(1)
+		go p.handle(c)
+	}
+}
+
+func (p *clientProxy) handle(c net.Conn) {
+	defer p.wg.Done()
+	if !p.pass() { // a connection opened into the hole waits for the heal
+		p.drop(c)
+		return
+	}
+	s, err := net.DialTimeout("tcp", p.target, 2*time.Second)
+	if err != nil {
+		p.drop(c)
+		return
+	}
+	if !p.track(s) {
+		p.drop(c, s)
+		return
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.pump(s, c)
+		p.drop(c, s)
+	}()
+	p.pump(c, s)
+	p.drop(c, s)
+}
+
+// pump copies src to dst, holding bytes back while blackholed, until
+// either side fails or the proxy closes.
+func (p *clientProxy) pump(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for p.pass() {
+		n, err := src.Read(buf)
+		// Bytes read just as the hole opened are held back too.
+		if n > 0 && (!p.pass() || writeAll(dst, buf[:n]) != nil) {
+			return
+		}
+		if err != nil {
+			p.pass() // and so is a close
+			return
+		}
+	}
+}
+
+func writeAll(w io.Writer, b []byte) error {
+	_, err := w.Write(b)
+	return err
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -64,7 +66,7 @@ a larger quorum. --force overrides only that.`,
 	var force bool
 	add := &cobra.Command{
 		Use:   "add ID PEER_ADDR",
-		Short: "Add a voter (start its server with --peer-listen PEER_ADDR and no --bootstrap-peers first)",
+		Short: "Add a voter (start its server with --peer-listen PEER_ADDR --join first)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
@@ -106,6 +108,79 @@ a larger quorum. --force overrides only that.`,
 			})
 		},
 	}
-	cmd.AddCommand(list, add, remove)
+	var rebuildTimeout time.Duration
+	rebuild := &cobra.Command{
+		Use:   "rebuild ID PEER_ADDR",
+		Short: "Rebuild a member whose data was lost from its peers (start it with --peer-listen PEER_ADDR --join on an empty data dir first)",
+		Long: `Rebuild member ID, whose data directory was lost or damaged, from the
+other members. First move its data directory aside and start it again on an
+empty one with "tenure serve --node-id ID --peer-listen PEER_ADDR --join".
+Then run this against the cluster: it removes ID's old entry from the
+configuration (a voter that has forgotten its log and its vote must not
+count for a quorum), then adds it back the way "member add" does: as a
+non-voter that receives the log and is made a voter only once it holds all
+of it. The number of voters ends where it began.
+
+Running it again after an interruption is safe: a member that is already a
+non-voter is not removed again but promoted once it has caught up.
+
+JSON: {"members":[{"id","peer_addr","voter","leader"}]}, after the change.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.call(cmd, rebuildTimeout, func(ctx context.Context, c *client.Client) error {
+				resp, err := rebuildMember(ctx, c, args[0], args[1], force)
+				if err != nil {
+					return err
+				}
+				return a.emitMembers(resp)
+			})
+		},
+	}
+	rebuild.Flags().BoolVar(&force, "force", false, "allow an even number of voters when ID was not a voter before (nothing else)")
+	rebuild.Flags().DurationVar(&rebuildTimeout, "timeout", 5*time.Minute, "how long the member may take to receive the log")
+	cmd.AddCommand(list, add, remove, rebuild)
 	return cmd
 }
+
+// rebuildMember removes voter id from the configuration, if it is one,
+// and adds it back at peerAddr through the add path: a non-voter first,
+// promoted once it holds the log. The removal passes force because the add
+// restores the number of voters; force applies to the add only when id was
+// not a voter.
+func rebuildMember(ctx context.Context, c *client.Client, id, peerAddr string, force bool) (*pb.MemberListResponse, error) {
+	ms, err := c.Members(ctx)
+	if err != nil {
+		return nil, err
+	}
+	removed := false
+	for _, m := range ms.GetMembers() {
+		if m.GetId() != id || !m.GetVoter() {
+			continue
+		}
+		if _, err := c.RemoveMember(ctx, id, true); err != nil {
+			return nil, stepError{"removing " + id + "'s old entry", err}
+		}
+		removed, force = true, true
+	}
+	resp, err := c.AddMember(ctx, id, peerAddr, force)
+	if err != nil {
+		step := "adding " + id + " at " + peerAddr
+		if removed {
+			step += " (its old entry is removed; run member rebuild again once it answers)"
+		}
+		return nil, stepError{step, err}
+	}
+	return resp, nil
+}
+
+// stepError names the step of a command that failed; errors.Is sees err.
+type stepError struct {
+	step string
+	err  error
+}
+
+func (e stepError) Error() string {
+	return e.step + ": " + strings.TrimPrefix(e.err.Error(), "tenure: ")
+}
+
+func (e stepError) Unwrap() error { return e.err }

@@ -45,6 +45,13 @@ Prints one line on stdout once it serves (with -o json: {"serving","node",
 "data_dir"}); the storage and consensus log goes to stderr. SIGINT or
 SIGTERM stops it cleanly (exit 0).
 
+Cluster mode: --peer-listen. A new data directory bootstraps the voters of
+--bootstrap-peers, or this node alone; with --join it bootstraps nothing and
+waits (printing its ready line only then) until the cluster's leader adds
+it: run "tenure member add ID PEER_ADDR", or "tenure member rebuild ID
+PEER_ADDR" for a member whose data directory was lost or damaged.
+
+
 --config FILE reads flag values from a YAML file whose keys are the flag
 names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 		Args: cobra.NoArgs,
@@ -64,6 +71,9 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 			}
 			if len(cfg.BootstrapPeers) > 0 && cfg.PeerListen == "" {
 				return errors.New("--bootstrap-peers needs --peer-listen")
+			}
+			if cfg.Join && (cfg.PeerListen == "" || len(cfg.BootstrapPeers) > 0) {
+				return errors.New("--join needs --peer-listen and no --bootstrap-peers")
 			}
 			self := cfg.PeerListen
 			if cfg.PeerAdvertise != "" {
@@ -122,6 +132,7 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 	_ = f.MarkHidden("unsafe-skip-fence-check")
 	f.Var(peersFlag{&cfg.PeerRoutes}, "peer-route", "dial these peers at these addresses instead: id=addr,... (fault-injection tests)")
 	_ = f.MarkHidden("peer-route")
+	f.BoolVar(&cfg.Join, "join", false, "with a new data dir, bootstrap nothing and wait to be added to a cluster (tenure member add or member rebuild); ignored once the data dir exists")
 	f.Var(peersFlag{&cfg.BootstrapPeers}, "bootstrap-peers", "initial voters as id=peer-addr,... (the same list on every initial member; ignored once the data dir exists)")
 	return cmd
 }

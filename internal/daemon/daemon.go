@@ -49,6 +49,9 @@ type Config struct {
 	// BootstrapPeers: id → peer address of every initial voter (used only
 	// for a new data directory).
 	BootstrapPeers map[string]string
+	// Join: a new data directory waits to be added to a cluster instead of
+	// bootstrapping (see node.Config.Join).
+	Join bool
 	// LockHistory and RegisterOpMemory: see node.Config (0 keeps the
 	// cluster's setting).
 	LockHistory, RegisterOpMemory int
@@ -77,7 +80,7 @@ func Start(cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	hub := server.NewHub()
-	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, PeerAdvertise: cfg.PeerAdvertise, BootstrapPeers: cfg.BootstrapPeers, UnsafeSkipFenceCheck: cfg.UnsafeSkipFenceCheck, PeerRoutes: cfg.PeerRoutes, LockHistory: cfg.LockHistory, RegisterOpMemory: cfg.RegisterOpMemory, Limits: cfg.ClusterLimits, GroupCommitWait: cfg.GroupCommitWait}, hub.Sink)
+	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, PeerAdvertise: cfg.PeerAdvertise, BootstrapPeers: cfg.BootstrapPeers, Join: cfg.Join, UnsafeSkipFenceCheck: cfg.UnsafeSkipFenceCheck, PeerRoutes: cfg.PeerRoutes, LockHistory: cfg.LockHistory, RegisterOpMemory: cfg.RegisterOpMemory, Limits: cfg.ClusterLimits, GroupCommitWait: cfg.GroupCommitWait}, hub.Sink)
 	if err != nil {
 		return nil, err
 	}

@@ -108,7 +108,17 @@ func (n *Node) call(ctx context.Context, id, addr string, rpc func() error) erro
 	c.Close()
 	done := make(chan error, 1)
 	n.probes.Add(1)
-	go func() { defer n.probes.Done(); done <- rpc() }()
+	go func() {
+		defer n.probes.Done()
+		err := rpc()
+		if err != nil && ctx.Err() == nil {
+			// The transport pools connections: one to a peer that has
+			// restarted since fails once (EOF) and is dropped, and the
+			// next RPC dials afresh.
+			err = rpc()
+		}
+		done <- err
+	}()
 	select {
 	case err := <-done:
 		if err != nil {

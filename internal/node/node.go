@@ -84,9 +84,16 @@ type Config struct {
 	UnsafeSkipFenceCheck bool
 	// BootstrapPeers maps node id → peer address for every initial voter.
 	// Used only when the data directory is new; later starts ignore it.
-	// Empty with a PeerAddr: the node bootstraps itself as a single voter
-	// that others may join.
+	// Empty with a PeerAddr (and no Join): the node bootstraps itself as
+	// a single voter that others may join.
 	BootstrapPeers map[string]string
+	// Join: a new data directory is not bootstrapped at all; the node waits,
+	// with an empty log, until a cluster's leader adds it (tenure member
+	// add, or member rebuild for a member whose data was lost). Needs a
+	// PeerAddr and no BootstrapPeers; later starts ignore it. A node that
+	// bootstrapped itself instead would have a log of its own, which
+	// joining a cluster could not reconcile with the cluster's.
+	Join bool
 	// LockHistory and RegisterOpMemory, when positive, are the grant
 	// records kept per lock and the operation ids remembered per fenced
 	// register. They are cluster-wide, replicated settings: a node that
@@ -300,7 +307,15 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 		stores.Close()
 		return nil, fmt.Errorf("node: reading state: %w", err)
 	}
-	if !existing {
+	switch {
+	case existing:
+	case cfg.Join:
+		if cfg.PeerAddr == "" || len(cfg.BootstrapPeers) > 0 {
+			stores.Close()
+			return nil, errors.New("node: joining a cluster needs a peer address and no bootstrap peers")
+		}
+		fmt.Fprintf(cfg.LogOutput, "tenure: node %s has no state and waits to be added to a cluster: run tenure member add %s %s against it (member rebuild for a member that lost its data)\n", cfg.NodeID, cfg.NodeID, addr)
+	default:
 		boot := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: rc.LocalID, Address: addr}}}
 		if len(cfg.BootstrapPeers) > 0 {
 			if _, self := cfg.BootstrapPeers[cfg.NodeID]; !self {

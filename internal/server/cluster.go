@@ -82,7 +82,7 @@ func (s *Server) MemberAdd(ctx context.Context, req *pb.MemberAddRequest) (*pb.M
 		return nil, toStatus(err)
 	}
 	if err := s.node.ProbePeer(ctx, id, addr); err != nil {
-		return nil, toStatus(memberErr(err, fmt.Sprintf("start its server with --peer-listen %s (and no --bootstrap-peers) first", addr)))
+		return nil, toStatus(memberErr(err, fmt.Sprintf("start its server with --peer-listen %s --join first", addr)))
 	}
 	before := voters(ms)
 	after, reachable := before+1, len(up)+1
