@@ -3,6 +3,7 @@
 package nemesis
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -17,6 +18,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"go.etcd.io/bbolt"
 
 	"github.com/tenure-io/tenure/client"
 )
@@ -278,6 +281,9 @@ func walSegmentRoom(dataDir string) (int64, error) {
 // time), chosen in the later half of the newest raft-wal segment that
 // holds one. It says what it did.
 func corruptLog(dataDir string, rnd *rand.Rand) (string, error) {
+	if db := filepath.Join(dataDir, "raft", "raft.db"); fileExists(db) {
+		return corruptBolt(db, rnd)
+	}
 	segs, err := walSegments(dataDir)
 	if err != nil {
 		return "", err
@@ -306,6 +312,65 @@ func corruptLog(dataDir string, rnd *rand.Rand) (string, error) {
 			at, filepath.Base(segs[i]), k+1, len(big), fr.len), nil
 	}
 	return "", fmt.Errorf("no raft-wal segment under %s holds an entry of 96 bytes or more", dataDir)
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// corruptBolt flips 16 bytes in the middle of one log entry of 96 bytes or
+// more of a raft-boltdb file, at every place the file holds that entry (a
+// page freed by an earlier write may hold an old copy), as a disk that
+// damages a page would.
+func corruptBolt(path string, rnd *rand.Rand) (string, error) {
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
+	if err != nil {
+		return "", err
+	}
+	var big [][]byte
+	err = db.View(func(tx *bbolt.Tx) error {
+		b := tx.Bucket([]byte("logs"))
+		if b == nil {
+			return errors.New("no logs bucket")
+		}
+		return b.ForEach(func(_, v []byte) error {
+			if len(v) >= 96 {
+				big = append(big, append([]byte(nil), v...))
+			}
+			return nil
+		})
+	})
+	db.Close()
+	if err != nil {
+		return "", err
+	}
+	if len(big) == 0 {
+		return "", fmt.Errorf("%s holds no entry of 96 bytes or more", path)
+	}
+	entry := big[len(big)/2+rnd.IntN((len(big)+1)/2)]
+	file, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	var at []int64
+	for off := 0; ; {
+		i := bytes.Index(file[off:], entry)
+		if i < 0 {
+			break
+		}
+		at = append(at, int64(off+i+len(entry)/2-8))
+		off += i + len(entry)
+	}
+	if len(at) == 0 {
+		return "", fmt.Errorf("entry not found in %s (it spans pages)", path)
+	}
+	for _, a := range at {
+		if err := flipBytes(path, a, 16); err != nil {
+			return "", err
+		}
+	}
+	return fmt.Sprintf("flipped 16 bytes in the middle of a %d-byte entry of %s (%d copies in the file)", len(entry), filepath.Base(path), len(at)), nil
 }
 
 // flipBytes inverts n bytes of path at offset and syncs the file.

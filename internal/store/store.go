@@ -91,7 +91,7 @@ func errLocked(path string) error {
 
 // Remedy is what to do about a damaged data directory, for the end of an
 // error message.
-const Remedy = "restore from a backup onto an empty data directory (tenure snapshot restore --above-revision R FILE, R the revision in raft/applied) or rebuild this member from its peers (wipe its data directory and add it again)"
+const Remedy = "restore from a backup onto an empty data directory (tenure snapshot restore --above-revision R FILE, R the revision in raft/applied) or rebuild this member from its peers (wipe its data directory, start it with serve --join, then run tenure member rebuild ID PEER_ADDR)"
 
 func open(dir, engine string, logOutput io.Writer) (s *Stores, err error) {
 	boltPath := filepath.Join(dir, "raft.db")
