@@ -14,7 +14,9 @@
 //
 // The client counts its lease on the monotonic clock from the moment each
 // keepalive was sent: a hold is safe until sent + TTL − drift margin, and the
-// session renews every TTL/3.
+// session renews every TTL/3. A renewal not confirmed within TTL/3 makes
+// the holds suspect and, with several endpoints, moves the session to the
+// next one, where it resumes.
 //
 // # Listings
 //

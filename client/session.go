@@ -119,7 +119,9 @@ type call struct {
 // by itself. It is safe for concurrent use.
 //
 // When the session cannot confirm a renewal in time, or its connection
-// breaks, every hold becomes Suspect (its Context is cancelled). When the
+// breaks, every hold becomes Suspect (its Context is cancelled); with
+// several endpoints, a renewal not confirmed within TTL/3 also makes it
+// resume on the next endpoint, as a broken connection does. When the
 // server confirms a renewal before the safe deadline, holds are Held again.
 // When the safe deadline passes or the server reports the session gone,
 // every hold is Lost for good and Done is closed.

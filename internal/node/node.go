@@ -729,16 +729,20 @@ func (n *Node) closing() bool {
 // shutdownField caches, per future type, where its ShutdownCh is.
 var shutdownField sync.Map // reflect.Type → []int (nil: none)
 
-// endOnClose makes raft future f's Error return ErrRaftShutdown once quit
-// is closed. Raft's futures embed a deferError whose Error waits on an
-// exported ShutdownCh as well as on the answer; raft sets it only on the
-// futures of its own snapshots, and leaves it nil (never ready) on those of
-// Apply, Barrier and VerifyLeader. Setting it before anyone waits races
-// with nothing: raft itself never reads it. It reports false for a future
-// without that field: raft's errorFuture, which is answered already.
+// endOnClose makes raft future f's Error return by the time quit is
+// closed, and reports whether it could. Raft's futures embed a deferError
+// whose Error waits on an exported ShutdownCh as well as on the answer;
+// raft sets it only on the futures of its own snapshots, and leaves it nil
+// (never ready) on those of Apply, Barrier and VerifyLeader: endOnClose
+// sets it to quit (raft itself never reads it, so this races with
+// nothing), and Error then returns ErrRaftShutdown once quit is closed.
+// raft's errorFuture, a value, is answered already.
 func endOnClose(f raft.Future, quit chan struct{}) bool {
 	v := reflect.ValueOf(f)
-	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+	if v.Kind() != reflect.Pointer {
+		return true // errorFuture
+	}
+	if v.IsNil() || v.Elem().Kind() != reflect.Struct {
 		return false
 	}
 	t := v.Type()
