@@ -308,13 +308,16 @@ func (m *Mutex) cancelAndSettle(c *call) bool {
 				return !errors.Is(r.err, errDisconnected)
 			}
 			if g := r.resp.GetGranted(); g != nil {
-				h := s.newHold(m.name, g.GetToken())
+				// A grant that raced with the cancellation: release it.
+				// If that may not have happened, the next attempt finds
+				// the grant again (or nothing).
 				ctx, cancel := context.WithTimeout(s.ctx, sessionTimeout)
-				err := h.Unlock(ctx)
+				resp, _, err := s.call(ctx, &pb.SessionRequest{Op: &pb.SessionRequest_Release{Release: &pb.ReleaseLock{Name: m.name, Token: g.GetToken()}}})
 				cancel()
-				// Not released (it may be): the next attempt finds the
-				// grant again, or nothing.
-				return err == nil || errors.Is(err, ErrNotHeld) || !retryable(err) && !errors.Is(err, context.DeadlineExceeded)
+				if err == nil && resp.GetError() != nil {
+					err = fromProto(resp.GetError())
+				}
+				return err == nil || !retryable(err) // ErrNotHeld: released already
 			}
 			if r.resp.GetQueued() != nil {
 				continue

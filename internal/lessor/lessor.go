@@ -338,11 +338,13 @@ func (l *Lessor) proposeDue(ctx context.Context, expire []uint64, ends []*fsmpb.
 const retryBackoff = 100 * time.Millisecond
 
 // retryExpiry re-arms a session whose expiry could not be proposed (for
-// example a timeout); if leadership was lost, Demote has cleared it anyway.
+// example a timeout). Only the entry the expiry was proposed for: if
+// leadership was lost, Demote has cleared it, and a Promote since has
+// given the session a fresh TTL that a late failure must not cut short.
 func (l *Lessor) retryExpiry(id uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e, ok := l.sessions[id]; ok {
+	if e, ok := l.sessions[id]; ok && e.expiring {
 		e.expiring = false
 		e.deadline = l.clk.Now().Add(retryBackoff)
 		l.armLocked(e.deadline)
@@ -352,7 +354,8 @@ func (l *Lessor) retryExpiry(id uint64) {
 // delayEnded settles the lock-delay entry of a proposed EndLockDelay: it
 // is done with once the proposal committed; after a failure (the outcome
 // may be unknown) it is proposed again after a short backoff. An entry of
-// a newer delay of the lock is left alone.
+// a newer delay of the lock, or one a Promote since restarted in full, is
+// left alone.
 func (l *Lessor) delayEnded(end *fsmpb.EndLockDelay, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -362,6 +365,9 @@ func (l *Lessor) delayEnded(end *fsmpb.EndLockDelay, err error) {
 	}
 	if err == nil {
 		delete(l.delays, end.GetName())
+		return
+	}
+	if !d.ending {
 		return
 	}
 	d.ending = false

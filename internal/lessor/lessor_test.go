@@ -328,3 +328,33 @@ func TestStallIsNotChargedToSessions(t *testing.T) {
 		t.Fatalf("proposed %v, want ExpireSession(%d)", got, a)
 	}
 }
+
+// TestFailedExpiryKeepsANewLeadershipsTTL: an expiry proposal that fails
+// because leadership was lost must not, when it returns after this node
+// leads again, cut short the fresh TTL the new leadership gave.
+func TestFailedExpiryKeepsANewLeadershipsTTL(t *testing.T) {
+	h := newHarness(t)
+	h.promote()
+	id := h.session(2 * time.Second)
+	first := true
+	h.mu.Lock()
+	h.refuse = func(cmd *fsmpb.Command) error {
+		if cmd.GetExpireSession() != nil && first {
+			first = false
+			h.l.Demote()
+			h.l.Promote(0) // leads again before the failure comes back
+			return errors.New("leadership lost")
+		}
+		return nil
+	}
+	h.mu.Unlock()
+	if got := h.stepWant(2*time.Second, 1); len(got) != 1 || got[0].GetExpireSession().GetSession() != id {
+		t.Fatalf("proposed %v, want ExpireSession(%d) (which fails)", got, id)
+	}
+	if got := h.step(1800 * time.Millisecond); len(got) != 0 {
+		t.Fatalf("proposed %v within the new leadership's fresh TTL", got)
+	}
+	if got := h.stepWant(400*time.Millisecond, 1); len(got) != 1 || got[0].GetExpireSession().GetSession() != id {
+		t.Fatalf("proposed %v, want ExpireSession(%d) after the fresh TTL", got, id)
+	}
+}
