@@ -14,7 +14,9 @@
 //
 // The client counts its lease on the monotonic clock from the moment each
 // keepalive was sent: a hold is safe until sent + TTL − drift margin, and the
-// session renews every TTL/3.
+// session renews every TTL/3. A renewal not confirmed within TTL/3 makes
+// the holds suspect and, with several endpoints, moves the session to the
+// next one, where it resumes.
 //
 // # Listings
 //
@@ -44,6 +46,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/internal/clock"
@@ -51,6 +54,14 @@ import (
 
 // DefaultEndpoint is where `tenure serve` listens by default.
 const DefaultEndpoint = "127.0.0.1:7070"
+
+// gRPC keepalive of the client's connections (see Dial). 10 s is the
+// shortest interval gRPC allows a client; the server permits pings every
+// 5 s.
+const (
+	keepaliveTime    = 10 * time.Second
+	keepaliveTimeout = 5 * time.Second
+)
 
 // Client is a connection to a Tenure service: one server or the members of
 // a cluster. Writes and linearizable reads must reach the leader; a node
@@ -146,6 +157,12 @@ func Dial(ctx context.Context, endpoints string, opts ...Option) (*Client, error
 		// Fixed flow-control windows: no ping probes to size them (the
 		// server does the same, see its options).
 		grpc.WithInitialWindowSize(1 << 20), grpc.WithInitialConnWindowSize(1 << 24),
+		// A connection that receives nothing for keepaliveTime while a
+		// call is open is pinged, and closed if the ping is not answered
+		// within keepaliveTimeout: calls on a node that went silent fail
+		// (UNAVAILABLE) and move to the next endpoint. Sessions notice
+		// sooner by themselves (no renewal confirmed within TTL/3).
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
 	}, o.grpcOpts...)
 	for _, addr := range strings.Split(endpoints, ",") {
 		addr = strings.TrimSpace(addr)

@@ -255,7 +255,9 @@ func (m *Mutex) await(ctx context.Context, c *call, lc lockCall) (*Hold, error) 
 // abandon withdraws a pending acquire. The server answers every acquire
 // exactly once more (granted or cancelled); a grant that raced with the
 // cancellation is released here, so no lock is left held by nobody. If the
-// connection breaks meanwhile, withdraw finishes the job after reconnecting.
+// withdrawal is not settled (the connection broke, the node could not
+// commit it, no answer came), withdraw finishes the job on the stream the
+// session has next.
 func (m *Mutex) abandon(c *call) {
 	if m.cancelAndSettle(c) {
 		m.s.unreserve(m.name)
@@ -265,7 +267,8 @@ func (m *Mutex) abandon(c *call) {
 }
 
 // withdraw re-attaches to this session's acquisition of the lock (if any)
-// and cancels it, releasing a grant that came meanwhile.
+// and cancels it, releasing a grant that came meanwhile, until that is
+// settled or the session is over.
 func (m *Mutex) withdraw() {
 	s := m.s
 	defer s.unreserve(m.name)
@@ -284,7 +287,12 @@ func (m *Mutex) withdraw() {
 }
 
 // cancelAndSettle sends Cancel for c and waits for the acquire's final
-// answer, releasing a grant. It reports false if the connection broke first.
+// answer, releasing a grant. It reports whether the acquisition is
+// settled: withdrawn, released, or gone with the session. It is not when
+// the stream broke first, when the node answered that it could not commit
+// the withdrawal (not the leader, outcome unknown), or when no answer came
+// within sessionTimeout; the stream is then given up (the session moves
+// to a node that answers), and the caller withdraws again.
 func (m *Mutex) cancelAndSettle(c *call) bool {
 	s := m.s
 	defer s.finish(c)
@@ -300,18 +308,28 @@ func (m *Mutex) cancelAndSettle(c *call) bool {
 				return !errors.Is(r.err, errDisconnected)
 			}
 			if g := r.resp.GetGranted(); g != nil {
-				h := s.newHold(m.name, g.GetToken())
+				// A grant that raced with the cancellation: release it.
+				// If that may not have happened, the next attempt finds
+				// the grant again (or nothing).
 				ctx, cancel := context.WithTimeout(s.ctx, sessionTimeout)
-				_ = h.Unlock(ctx)
+				resp, _, err := s.call(ctx, &pb.SessionRequest{Op: &pb.SessionRequest_Release{Release: &pb.ReleaseLock{Name: m.name, Token: g.GetToken()}}})
 				cancel()
-				return true
+				if err == nil && resp.GetError() != nil {
+					err = fromProto(resp.GetError())
+				}
+				return err == nil || !retryable(err) // ErrNotHeld: released already
 			}
 			if r.resp.GetQueued() != nil {
 				continue
 			}
+			if e := r.resp.GetError(); e != nil && retryable(fromProto(e)) {
+				s.streamBroken(c.st) // this node cannot commit it: find the leader
+				return false
+			}
 			return true
 		case <-t.C():
-			return true
+			s.streamBroken(c.st)
+			return false
 		case <-s.ctx.Done():
 			return true
 		}

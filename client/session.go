@@ -91,6 +91,7 @@ const (
 
 type stream struct {
 	cs     sessionConn
+	ep     uint32 // the index of its endpoint
 	cancel context.CancelFunc
 	// sendMu serialises Send.
 	sendMu sync.Mutex
@@ -118,7 +119,9 @@ type call struct {
 // by itself. It is safe for concurrent use.
 //
 // When the session cannot confirm a renewal in time, or its connection
-// breaks, every hold becomes Suspect (its Context is cancelled). When the
+// breaks, every hold becomes Suspect (its Context is cancelled); with
+// several endpoints, a renewal not confirmed within TTL/3 also makes it
+// resume on the next endpoint, as a broken connection does. When the
 // server confirms a renewal before the safe deadline, holds are Held again.
 // When the safe deadline passes or the server reports the session gone,
 // every hold is Lost for good and Done is closed.
@@ -278,8 +281,11 @@ func (s *Session) openAny(ctx context.Context, id uint64) (*stream, *pb.SessionO
 func (s *Session) open(ctx context.Context, id uint64) (*stream, *pb.SessionOpened, time.Time, error) {
 	idx, _ := s.c.pick()
 	st, opened, sentAt, err := s.openOn(ctx, s.c.eps[idx], id)
-	if err != nil && unavailable(err) {
-		s.c.next(idx) // not reachable, or not the leader: try the next node
+	if err != nil && (unavailable(err) || ctx.Err() != nil) {
+		s.c.next(idx) // not reachable, not the leader, or silent: try the next node
+	}
+	if st != nil {
+		st.ep = idx
 	}
 	return st, opened, sentAt, err
 }
@@ -493,12 +499,20 @@ func (s *Session) keeper() {
 		}
 		var kaStream *stream
 		var kaID uint64
-		if s.st != nil && !now.Before(nextRenew) {
-			for _, sent := range s.kaSent {
-				if now.Sub(sent) >= renewEvery && s.state == sessAlive {
-					s.setStateLocked(sessSuspect, nil) // a renewal was not confirmed in time
-				}
+		if s.st != nil && !now.Before(nextRenew) && s.silentLocked(now, renewEvery) {
+			// A renewal was not confirmed in time: the node, or the way
+			// to it, has stopped answering without breaking the stream.
+			// Suspect, and with other endpoints, move on as for a broken
+			// stream: the session resumes on the next.
+			if s.state == sessAlive {
+				s.setStateLocked(sessSuspect, nil)
 			}
+			if st := s.st; len(s.c.eps) > 1 {
+				s.c.next(st.ep)
+				s.streamBrokenLocked(st)
+			}
+		}
+		if s.st != nil && !now.Before(nextRenew) {
 			s.nextID++
 			kaID = s.nextID
 			s.kaSent[kaID] = now
@@ -552,18 +566,40 @@ func (s *Session) keeper() {
 	}
 }
 
-// reconnect opens a new stream resuming this session.
+// silentLocked reports whether a keepalive sent at least d before now is
+// still unconfirmed.
+func (s *Session) silentLocked(now time.Time, d time.Duration) bool {
+	for _, sent := range s.kaSent {
+		if now.Sub(sent) >= d {
+			return true
+		}
+	}
+	return false
+}
+
+// reconnect opens a new stream resuming this session, trying each
+// endpoint once. With several, a node that does not answer within TTL/3
+// is passed over for the next, so that a silent one cannot use up the
+// time left before the safe deadline.
 func (s *Session) reconnect() {
 	s.mu.Lock()
 	left := s.safeUntil.Sub(s.clk.Now())
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(s.ctx, min(left, sessionTimeout))
 	defer cancel()
+	attempt := sessionTimeout
+	if len(s.c.eps) > 1 {
+		attempt = s.cfg.ttl / 3
+	}
 	var st *stream
 	var sentAt time.Time
 	var err error
 	for range s.c.eps {
-		if st, _, sentAt, err = s.open(ctx, s.id); err == nil || !unavailable(err) {
+		actx, acancel := context.WithTimeout(ctx, attempt)
+		st, _, sentAt, err = s.open(actx, s.id)
+		silent := actx.Err() != nil
+		acancel()
+		if err == nil || ctx.Err() != nil || !unavailable(err) && !silent {
 			break
 		}
 	}

@@ -141,7 +141,7 @@ func TestLostWhenServerExpiresSession(t *testing.T) {
 	}
 	px.Pause(true, false) // the server hears nothing more from this client
 	for i := 0; i < 200 && h.State() != client.Lost; i++ {
-		srvClock.Advance(time.Second)
+		testutil.Elapse(t, srvClock, time.Second)
 		select {
 		case <-h.Done():
 		case <-time.After(20 * time.Millisecond):

@@ -8,12 +8,23 @@
 // # Why a session never expires early
 //
 // A deadline exists only on the node that is leader now. When a node gains
-// leadership it gives every session a fresh, full TTL counted from that
-// moment, so time that passed under an earlier leader (or while no leader
-// existed) is never charged to a client. A client counts its own safe
-// deadline from when it *sent* its last confirmed keepalive, which is no
-// later than when the leader received it; so the client's deadline always
-// falls before the server's, by at least its drift margin.
+// leadership it gives every session a fresh TTL, plus an allowance the
+// caller chooses, counted from that moment, so time that passed under an
+// earlier leader (or while no leader existed) is never charged to a
+// client. A client counts its own safe deadline from when it *sent* its
+// last confirmed keepalive, which is no later than when the leader
+// received it; so the client's deadline always falls before the server's,
+// by at least its drift margin. (Which keepalives a leader may confirm at
+// all is the node's concern: see node.KeepAlive.)
+//
+// Nor is a client charged for time in which the leader itself did not run.
+// While it leads, the lessor's loop wakes at least every stallTick; when it
+// (or a keepalive) finds that more than StallGap passed since the lessor
+// last ran, the process was stopped, starved or its clock jumped, and
+// keepalives that arrived meanwhile may still wait, unread, in its
+// sockets. Every deadline then moves later by that gap before anything is
+// found due, so those keepalives are read with as much time left as they
+// would have had without the stall.
 package lessor
 
 import (
@@ -43,9 +54,23 @@ type sessionEntry struct {
 }
 
 type delayEntry struct {
-	gen uint64
-	at  time.Time
+	gen    uint64
+	at     time.Time
+	ending bool // an EndLockDelay has been proposed
 }
+
+// StallGap is the longest the lessor may go without running, while it
+// leads, before it takes the gap for a stall of its process and charges no
+// deadline for it (see the package doc). Its loop wakes every stallTick, so
+// a gap this long is far beyond scheduling delays.
+const StallGap = 250 * time.Millisecond
+
+// stallTick is how often the loop wakes, at least, while leading.
+const stallTick = 100 * time.Millisecond
+
+// maxExpiries bounds the session expiries, and the lock-delay ends,
+// proposed in one round.
+const maxExpiries = 1024
 
 // Lessor tracks deadlines. It is safe for concurrent use.
 type Lessor struct {
@@ -58,8 +83,14 @@ type Lessor struct {
 	mu       sync.Mutex
 	leader   bool
 	sessions map[uint64]*sessionEntry
-	delays   map[string]delayEntry
+	delays   map[string]*delayEntry
 	queue    queueTimers // visibility leases of queue deliveries (queue.go)
+	// seen is when the lessor last ran while leading (its loop or a
+	// keepalive); see beatLocked.
+	seen time.Time
+	// scanAt: no session or lock-delay deadline passes before it (zero:
+	// scan at the next wake-up).
+	scanAt time.Time
 }
 
 // New returns a lessor; it does nothing until Run is called and the node is
@@ -69,7 +100,7 @@ func New(clk clock.Clock, propose Proposer, read StateReader) *Lessor {
 		clk: clk, propose: propose, read: read,
 		wake:     make(chan struct{}, 1),
 		sessions: make(map[uint64]*sessionEntry),
-		delays:   make(map[string]delayEntry),
+		delays:   make(map[string]*delayEntry),
 	}
 }
 
@@ -81,22 +112,25 @@ func (l *Lessor) poke() {
 }
 
 // Promote is called when this node has become leader and has applied every
-// committed entry. Every session gets a fresh full TTL and every lock-delay
-// starts again in full: nothing expires early because leadership moved.
-func (l *Lessor) Promote() {
+// committed entry. Every session gets a fresh TTL plus allowance, and every
+// lock-delay starts again in full: nothing expires early because leadership
+// moved. The allowance covers keepalives that an earlier leader may have
+// confirmed up to the moment this one took over (see node.KeepAlive).
+func (l *Lessor) Promote(allowance time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clk.Now()
 	l.leader = true
+	l.seen, l.scanAt = now, time.Time{}
 	l.sessions = make(map[uint64]*sessionEntry)
-	l.delays = make(map[string]delayEntry)
+	l.delays = make(map[string]*delayEntry)
 	l.read(func(s *fsm.State) {
 		for _, sv := range s.Sessions() {
 			ttl := time.Duration(sv.TTLMs) * time.Millisecond
-			l.sessions[sv.ID] = &sessionEntry{ttl: ttl, deadline: now.Add(ttl)}
+			l.sessions[sv.ID] = &sessionEntry{ttl: ttl, deadline: now.Add(ttl + allowance)}
 		}
 		for _, d := range s.Delays() {
-			l.delays[d.Name] = delayEntry{gen: d.Generation, at: now.Add(time.Duration(d.DelayMs) * time.Millisecond)}
+			l.delays[d.Name] = &delayEntry{gen: d.Generation, at: now.Add(time.Duration(d.DelayMs) * time.Millisecond)}
 		}
 		l.promoteQueues(now, s)
 	})
@@ -109,7 +143,7 @@ func (l *Lessor) Demote() {
 	defer l.mu.Unlock()
 	l.leader = false
 	l.sessions = make(map[uint64]*sessionEntry)
-	l.delays = make(map[string]delayEntry)
+	l.delays = make(map[string]*delayEntry)
 	l.queue.reset()
 }
 
@@ -135,15 +169,53 @@ func (l *Lessor) Observe(e fsm.Event) {
 	case fsm.EventSessionCreated:
 		ttl := time.Duration(e.TTLMs) * time.Millisecond
 		l.sessions[e.Session] = &sessionEntry{ttl: ttl, deadline: now.Add(ttl)}
-		l.poke()
+		l.armLocked(now.Add(ttl))
 	case fsm.EventSessionEnded:
 		delete(l.sessions, e.Session)
 	case fsm.EventDelayStarted:
-		l.delays[e.Name] = delayEntry{gen: e.Generation, at: now.Add(time.Duration(e.DelayMs) * time.Millisecond)}
-		l.poke()
+		at := now.Add(time.Duration(e.DelayMs) * time.Millisecond)
+		l.delays[e.Name] = &delayEntry{gen: e.Generation, at: at}
+		l.armLocked(at)
 	case fsm.EventQueueLeased, fsm.EventQueueSettled:
 		l.observeQueue(now, e)
 	}
+}
+
+// armLocked makes the loop look at the deadlines again by at.
+func (l *Lessor) armLocked(at time.Time) {
+	if at.Before(l.scanAt) {
+		l.scanAt = at
+	}
+	l.poke()
+}
+
+// beatLocked notes that the lessor runs at now, while leading. A gap of
+// more than StallGap since it last ran is a stall of the process (see the
+// package doc): every deadline moves later by the gap.
+func (l *Lessor) beatLocked(now time.Time) {
+	if !l.leader {
+		return
+	}
+	if gap := now.Sub(l.seen); gap > StallGap {
+		l.shiftLocked(gap)
+	}
+	if now.After(l.seen) {
+		l.seen = now
+	}
+}
+
+// shiftLocked moves every deadline d later.
+func (l *Lessor) shiftLocked(d time.Duration) {
+	for _, e := range l.sessions {
+		e.deadline = e.deadline.Add(d)
+	}
+	for _, e := range l.delays {
+		e.at = e.at.Add(d)
+	}
+	if !l.scanAt.IsZero() {
+		l.scanAt = l.scanAt.Add(d)
+	}
+	l.queue.shift(d)
 }
 
 // KeepAlive extends a session's deadline to now + TTL and returns the TTL.
@@ -155,11 +227,13 @@ func (l *Lessor) KeepAlive(id uint64) (time.Duration, error) {
 	if !l.leader {
 		return 0, ErrNotLeader
 	}
+	now := l.clk.Now()
+	l.beatLocked(now) // a stall first: this keepalive may be one it held up
 	e, ok := l.sessions[id]
 	if !ok || e.expiring {
 		return 0, fsm.ErrSessionNotFound
 	}
-	e.deadline = l.clk.Now().Add(e.ttl)
+	e.deadline = now.Add(e.ttl)
 	return e.ttl, nil
 }
 
@@ -167,31 +241,47 @@ func (l *Lessor) KeepAlive(id uint64) (time.Duration, error) {
 func (l *Lessor) due() (expire []uint64, ends []*fsmpb.EndLockDelay, next time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	next = time.Hour
 	if !l.leader {
-		return nil, nil, next
+		return nil, nil, time.Hour
 	}
 	now := l.clk.Now()
+	l.beatLocked(now)
+	if now.Before(l.scanAt) {
+		return nil, nil, min(stallTick, l.scanAt.Sub(now))
+	}
+	earliest := time.Hour
 	for id, e := range l.sessions {
 		if e.expiring {
 			continue
 		}
 		if left := e.deadline.Sub(now); left > 0 {
-			next = min(next, left)
+			earliest = min(earliest, left)
+			continue
+		}
+		if len(expire) == maxExpiries {
+			earliest = 0 // the rest in the next round
 			continue
 		}
 		e.expiring = true
 		expire = append(expire, id)
 	}
 	for name, d := range l.delays {
-		if left := d.at.Sub(now); left > 0 {
-			next = min(next, left)
+		if d.ending {
 			continue
 		}
-		delete(l.delays, name)
+		if left := d.at.Sub(now); left > 0 {
+			earliest = min(earliest, left)
+			continue
+		}
+		if len(ends) == maxExpiries {
+			earliest = 0
+			continue
+		}
+		d.ending = true
 		ends = append(ends, &fsmpb.EndLockDelay{Name: name, Generation: d.gen})
 	}
-	return expire, ends, next
+	l.scanAt = now.Add(earliest)
+	return expire, ends, min(stallTick, earliest)
 }
 
 // Run proposes expiries until ctx ends.
@@ -200,17 +290,8 @@ func (l *Lessor) Run(ctx context.Context) error {
 		expire, ends, next := l.due()
 		qdue, qnext := l.dueQueue()
 		next = min(next, qnext)
-		for _, id := range expire {
-			_, err := l.propose(ctx, &fsmpb.Command{Op: &fsmpb.Command_ExpireSession{ExpireSession: &fsmpb.ExpireSession{Session: id}}})
-			if err != nil && !errors.Is(err, fsm.ErrSessionNotFound) {
-				l.retryExpiry(id)
-			}
-		}
-		for _, end := range ends {
-			_, _ = l.propose(ctx, &fsmpb.Command{Op: &fsmpb.Command_EndLockDelay{EndLockDelay: end}})
-		}
-		l.expireQueue(ctx, qdue)
 		if len(expire)+len(ends)+len(qdue) > 0 {
+			l.proposeDue(ctx, expire, ends, qdue)
 			continue
 		}
 		t := l.clk.NewTimer(next)
@@ -225,17 +306,71 @@ func (l *Lessor) Run(ctx context.Context) error {
 	}
 }
 
+// proposeDue proposes the expiries and lock-delay ends that are due, all
+// at once (the node batches them into few log entries), and re-arms, after
+// a short backoff, those whose proposal failed.
+func (l *Lessor) proposeDue(ctx context.Context, expire []uint64, ends []*fsmpb.EndLockDelay, qdue []qtimer) {
+	var wg sync.WaitGroup
+	for _, id := range expire {
+		wg.Go(func() {
+			_, err := l.propose(ctx, &fsmpb.Command{Op: &fsmpb.Command_ExpireSession{ExpireSession: &fsmpb.ExpireSession{Session: id}}})
+			if err != nil && !errors.Is(err, fsm.ErrSessionNotFound) {
+				l.retryExpiry(id)
+			}
+		})
+	}
+	for _, end := range ends {
+		wg.Go(func() {
+			// The state machine ignores an EndLockDelay of another
+			// generation, so a repeated one is harmless.
+			_, err := l.propose(ctx, &fsmpb.Command{Op: &fsmpb.Command_EndLockDelay{EndLockDelay: end}})
+			l.delayEnded(end, err)
+		})
+	}
+	for _, e := range qdue {
+		wg.Go(func() { l.expireDelivery(ctx, e) })
+	}
+	wg.Wait()
+}
+
 // retryBackoff is how long the lessor waits before proposing an expiry
 // again after a failed proposal.
 const retryBackoff = 100 * time.Millisecond
 
 // retryExpiry re-arms a session whose expiry could not be proposed (for
-// example a timeout); if leadership was lost, Demote has cleared it anyway.
+// example a timeout). Only the entry the expiry was proposed for: if
+// leadership was lost, Demote has cleared it, and a Promote since has
+// given the session a fresh TTL that a late failure must not cut short.
 func (l *Lessor) retryExpiry(id uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e, ok := l.sessions[id]; ok {
+	if e, ok := l.sessions[id]; ok && e.expiring {
 		e.expiring = false
 		e.deadline = l.clk.Now().Add(retryBackoff)
+		l.armLocked(e.deadline)
 	}
+}
+
+// delayEnded settles the lock-delay entry of a proposed EndLockDelay: it
+// is done with once the proposal committed; after a failure (the outcome
+// may be unknown) it is proposed again after a short backoff. An entry of
+// a newer delay of the lock, or one a Promote since restarted in full, is
+// left alone.
+func (l *Lessor) delayEnded(end *fsmpb.EndLockDelay, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d, ok := l.delays[end.GetName()]
+	if !ok || d.gen != end.GetGeneration() {
+		return
+	}
+	if err == nil {
+		delete(l.delays, end.GetName())
+		return
+	}
+	if !d.ending {
+		return
+	}
+	d.ending = false
+	d.at = l.clk.Now().Add(retryBackoff)
+	l.armLocked(d.at)
 }

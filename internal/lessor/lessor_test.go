@@ -2,6 +2,7 @@ package lessor_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -21,11 +22,22 @@ type harness struct {
 	mu       sync.Mutex
 	st       *fsm.State
 	proposed chan *fsmpb.Command
+	// refuse, if set, decides which proposals fail (not applied).
+	refuse func(*fsmpb.Command) error
 }
 
 func newHarness(t *testing.T) *harness {
 	h := &harness{t: t, clk: clock.NewFake(), st: fsm.NewState(), proposed: make(chan *fsmpb.Command, 16)}
 	propose := func(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
+		h.mu.Lock()
+		refuse := h.refuse
+		h.mu.Unlock()
+		if refuse != nil {
+			if err := refuse(cmd); err != nil {
+				h.proposed <- cmd
+				return fsm.Result{}, err
+			}
+		}
 		r := h.apply(cmd)
 		h.proposed <- cmd
 		return r, r.Err
@@ -68,7 +80,7 @@ func (h *harness) settle(fn func()) {
 	}
 }
 
-func (h *harness) promote() { h.settle(h.l.Promote) }
+func (h *harness) promote() { h.settle(func() { h.l.Promote(0) }) }
 
 func (h *harness) session(ttl time.Duration) uint64 {
 	if h.l.IsLeader() {
@@ -83,8 +95,27 @@ func (h *harness) session0(ttl time.Duration) uint64 {
 	return h.apply(&fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: &fsmpb.CreateSession{Owner: "o", TtlMs: ttl.Milliseconds()}}}).Session
 }
 
-// step advances the clock by d and reports what the lessor proposed.
+// stepSize is how far step moves the clock at a time: less than
+// lessor.StallGap, so that the lessor sees time pass while it runs, not a
+// stall of its process.
+const stepSize = 200 * time.Millisecond
+
+// step lets d pass while the lessor runs (in steps of stepSize) and
+// reports what it proposed.
 func (h *harness) step(d time.Duration) []*fsmpb.Command {
+	h.t.Helper()
+	var got []*fsmpb.Command
+	for d > 0 {
+		inc := min(d, stepSize)
+		got = append(got, h.jump(inc)...)
+		d -= inc
+	}
+	return got
+}
+
+// jump moves the clock by d at once, as the lessor's process sees a stall
+// of d (SIGSTOP, a paused VM), and reports what the lessor proposed.
+func (h *harness) jump(d time.Duration) []*fsmpb.Command {
 	h.t.Helper()
 	armed := h.clk.TimerCreated()
 	if h.clk.Advance(d) == 0 {
@@ -149,6 +180,32 @@ func TestExpiryOnlyAfterFullTTLOnLeader(t *testing.T) {
 	}
 }
 
+// TestPromoteAllowance: a new leader gives every session its TTL plus the
+// allowance it is promoted with; a keepalive then renews to TTL alone.
+func TestPromoteAllowance(t *testing.T) {
+	h := newHarness(t)
+	a := h.session(3 * time.Second)
+	b := h.session(3 * time.Second)
+	h.settle(func() { h.l.Promote(500 * time.Millisecond) })
+	if got := h.step(3400 * time.Millisecond); len(got) != 0 {
+		t.Fatalf("proposed %v within TTL plus allowance", got)
+	}
+	if _, err := h.l.KeepAlive(b); err != nil {
+		t.Fatal(err)
+	}
+	got := h.stepWant(200*time.Millisecond, 1)
+	if len(got) != 1 || got[0].GetExpireSession().GetSession() != a {
+		t.Fatalf("proposed %v, want ExpireSession(%d) at TTL plus allowance", got, a)
+	}
+	if got := h.step(2600 * time.Millisecond); len(got) != 0 {
+		t.Fatalf("proposed %v before b's renewed TTL ran out", got)
+	}
+	got = h.stepWant(400*time.Millisecond, 1)
+	if len(got) != 1 || got[0].GetExpireSession().GetSession() != b {
+		t.Fatalf("proposed %v, want ExpireSession(%d)", got, b)
+	}
+}
+
 func TestKeepAliveRefusedOnFollowerAndForUnknown(t *testing.T) {
 	h := newHarness(t)
 	id := h.session(5 * time.Second)
@@ -170,11 +227,11 @@ func TestLockDelayEndsAfterDelayAndRestartsOnNewLeader(t *testing.T) {
 	h.promote()
 	id := h.session(2 * time.Second)
 	h.apply(&fsmpb.Command{Op: &fsmpb.Command_Acquire{Acquire: &fsmpb.Acquire{Session: id, Name: "l", LockDelayMs: 5000}}})
-	got := h.stepWant(3*time.Second, 1)
+	got := h.stepWant(2*time.Second, 1)
 	if len(got) != 1 || got[0].GetExpireSession() == nil {
 		t.Fatalf("proposed %v, want the expiry", got)
 	}
-	if got := h.step(4 * time.Second); len(got) != 0 {
+	if got := h.step(4800 * time.Millisecond); len(got) != 0 {
 		t.Fatalf("proposed %v before the 5s lock-delay ended", got)
 	}
 	h.l.Demote()
@@ -191,5 +248,113 @@ func TestLockDelayEndsAfterDelayAndRestartsOnNewLeader(t *testing.T) {
 	h.mu.Unlock()
 	if delayed {
 		t.Fatal("lock still delayed")
+	}
+}
+
+// TestLockDelayEndRetriedAfterFailedProposal: an EndLockDelay whose
+// proposal fails (a timeout, an outcome unknown) is proposed again after a
+// short backoff, so one failure does not keep the lock delayed until the
+// next leader change.
+func TestLockDelayEndRetriedAfterFailedProposal(t *testing.T) {
+	h := newHarness(t)
+	h.promote()
+	id := h.session(2 * time.Second)
+	h.apply(&fsmpb.Command{Op: &fsmpb.Command_Acquire{Acquire: &fsmpb.Acquire{Session: id, Name: "l", LockDelayMs: 1000}}})
+	if got := h.stepWant(2*time.Second, 1); len(got) != 1 || got[0].GetExpireSession() == nil {
+		t.Fatalf("proposed %v, want the expiry", got)
+	}
+	failures := 0
+	h.mu.Lock()
+	h.refuse = func(cmd *fsmpb.Command) error {
+		if cmd.GetEndLockDelay() != nil && failures == 0 {
+			failures++
+			return errors.New("outcome unknown")
+		}
+		return nil
+	}
+	h.mu.Unlock()
+	if got := h.step(800 * time.Millisecond); len(got) != 0 {
+		t.Fatalf("proposed %v before the 1s lock-delay ended", got)
+	}
+	// The first EndLockDelay fails; the second, a moment later, is applied.
+	got := h.stepWant(time.Second, 2)
+	if len(got) != 2 || got[0].GetEndLockDelay().GetName() != "l" || got[1].GetEndLockDelay().GetName() != "l" {
+		t.Fatalf("proposed %v, want EndLockDelay(l) twice", got)
+	}
+	h.mu.Lock()
+	delayed := h.st.Lock("l").Delayed
+	h.mu.Unlock()
+	if delayed {
+		t.Fatal("lock still delayed after the retried EndLockDelay")
+	}
+	if got := h.step(10 * time.Second); len(got) != 0 {
+		t.Fatalf("proposed %v after the delay ended", got)
+	}
+}
+
+// TestStallIsNotChargedToSessions: when the lessor finds that its process
+// did not run for a while (the clock jumped past its timer: SIGSTOP, a
+// paused VM, starvation), it charges no session for that time, so a
+// keepalive that arrived meanwhile and is read only now still counts.
+// Time that passes while it runs counts as before.
+func TestStallIsNotChargedToSessions(t *testing.T) {
+	h := newHarness(t)
+	h.promote()
+	a := h.session(3 * time.Second)
+	b := h.session(3 * time.Second)
+	if got := h.step(2 * time.Second); len(got) != 0 {
+		t.Fatalf("proposed %v before the TTL ran out", got)
+	}
+	if got := h.jump(8 * time.Second); len(got) != 0 {
+		t.Fatalf("proposed %v on resuming from a stall of 8s", got)
+	}
+	if _, err := h.l.KeepAlive(a); err != nil {
+		t.Fatalf("keepalive read after the stall: %v", err)
+	}
+	// b had 1s left when the stall began, and still has.
+	if got := h.step(800 * time.Millisecond); len(got) != 0 {
+		t.Fatalf("proposed %v although b has 1s left after the stall", got)
+	}
+	got := h.stepWant(400*time.Millisecond, 1)
+	if len(got) != 1 || got[0].GetExpireSession().GetSession() != b {
+		t.Fatalf("proposed %v, want ExpireSession(%d)", got, b)
+	}
+	// a was renewed on resuming: 3s from then.
+	if got := h.step(1600 * time.Millisecond); len(got) != 0 {
+		t.Fatalf("proposed %v before a's renewed TTL ran out", got)
+	}
+	got = h.stepWant(400*time.Millisecond, 1)
+	if len(got) != 1 || got[0].GetExpireSession().GetSession() != a {
+		t.Fatalf("proposed %v, want ExpireSession(%d)", got, a)
+	}
+}
+
+// TestFailedExpiryKeepsANewLeadershipsTTL: an expiry proposal that fails
+// because leadership was lost must not, when it returns after this node
+// leads again, cut short the fresh TTL the new leadership gave.
+func TestFailedExpiryKeepsANewLeadershipsTTL(t *testing.T) {
+	h := newHarness(t)
+	h.promote()
+	id := h.session(2 * time.Second)
+	first := true
+	h.mu.Lock()
+	h.refuse = func(cmd *fsmpb.Command) error {
+		if cmd.GetExpireSession() != nil && first {
+			first = false
+			h.l.Demote()
+			h.l.Promote(0) // leads again before the failure comes back
+			return errors.New("leadership lost")
+		}
+		return nil
+	}
+	h.mu.Unlock()
+	if got := h.stepWant(2*time.Second, 1); len(got) != 1 || got[0].GetExpireSession().GetSession() != id {
+		t.Fatalf("proposed %v, want ExpireSession(%d) (which fails)", got, id)
+	}
+	if got := h.step(1800 * time.Millisecond); len(got) != 0 {
+		t.Fatalf("proposed %v within the new leadership's fresh TTL", got)
+	}
+	if got := h.stepWant(400*time.Millisecond, 1); len(got) != 1 || got[0].GetExpireSession().GetSession() != id {
+		t.Fatalf("proposed %v, want ExpireSession(%d) after the fresh TTL", got, id)
 	}
 }

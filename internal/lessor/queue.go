@@ -13,7 +13,6 @@ package lessor
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/google/btree"
@@ -75,6 +74,24 @@ func (t *queueTimers) disarm(k qkey, token uint64) {
 	if old, ok := t.byKey[k]; ok && old.token == token {
 		delete(t.byKey, k)
 		t.byTime.Delete(old)
+	}
+}
+
+// shift moves every deadline d later.
+func (t *queueTimers) shift(d time.Duration) {
+	if t.byTime == nil {
+		return
+	}
+	old := t.byTime
+	t.byTime = btree.NewG(32, qtimerLess)
+	old.Ascend(func(e qtimer) bool {
+		e.at = e.at.Add(d)
+		t.byKey[e.key] = e
+		t.byTime.ReplaceOrInsert(e)
+		return true
+	})
+	if !t.wakeAt.IsZero() {
+		t.wakeAt = t.wakeAt.Add(d)
 	}
 }
 
@@ -142,22 +159,15 @@ func (l *Lessor) dueQueue() ([]qtimer, time.Duration) {
 	return l.queue.due(l.clk.Now())
 }
 
-// expireQueue proposes the expiries concurrently (the node batches them
-// into few log entries) and re-arms, after a short backoff, those whose
-// proposal failed.
-func (l *Lessor) expireQueue(ctx context.Context, due []qtimer) {
-	var wg sync.WaitGroup
-	for _, e := range due {
-		wg.Go(func() {
-			cmd := &fsmpb.Command{Op: &fsmpb.Command_QueueExpire{QueueExpire: &fsmpb.QueueSettle{Queue: e.key.queue, Id: e.key.id, DeliveryToken: e.token}}}
-			if _, err := l.propose(ctx, cmd); err != nil && ctx.Err() == nil {
-				l.mu.Lock()
-				if _, rearmed := l.queue.byKey[e.key]; l.leader && !rearmed {
-					l.queue.arm(e.key, e.token, l.clk.Now().Add(retryBackoff))
-				}
-				l.mu.Unlock()
-			}
-		})
+// expireDelivery proposes the expiry of one delivery and re-arms it,
+// after a short backoff, if the proposal failed.
+func (l *Lessor) expireDelivery(ctx context.Context, e qtimer) {
+	cmd := &fsmpb.Command{Op: &fsmpb.Command_QueueExpire{QueueExpire: &fsmpb.QueueSettle{Queue: e.key.queue, Id: e.key.id, DeliveryToken: e.token}}}
+	if _, err := l.propose(ctx, cmd); err != nil && ctx.Err() == nil {
+		l.mu.Lock()
+		if _, rearmed := l.queue.byKey[e.key]; l.leader && !rearmed {
+			l.queue.arm(e.key, e.token, l.clk.Now().Add(retryBackoff))
+		}
+		l.mu.Unlock()
 	}
-	wg.Wait()
 }

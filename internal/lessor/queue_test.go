@@ -50,7 +50,7 @@ func TestQueueVisibilityExpiresOnlyAfterFullLease(t *testing.T) {
 	if st.Ready != 1 || st.InFlight != 0 {
 		t.Fatalf("queue after the expiry: %+v", st)
 	}
-	if got := h.step(time.Hour); len(got) != 0 {
+	if got := h.step(time.Minute); len(got) != 0 {
 		t.Fatalf("proposed %v after everything settled", got)
 	}
 }

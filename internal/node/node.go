@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -170,6 +171,9 @@ type Node struct {
 	// readTerm is the term in which this node, as leader, has committed
 	// and applied an entry of its own (see LinearizableRead).
 	readTerm atomic.Uint64
+
+	// lease is until when this node may confirm keepalives (see KeepAlive).
+	lease leaderLease
 
 	// lastBatch is the size of the last batch answered (see lingerProbe).
 	lastBatch atomic.Int64
@@ -432,18 +436,19 @@ func (n *Node) stopped() error {
 }
 
 // promote waits until every committed entry is applied, then hands the
-// sessions to the lessor with fresh TTLs. It fails if the state is then
-// below the recorded revision.
+// sessions to the lessor with fresh TTLs plus promoteAllowance. It fails if
+// the state is then below the recorded revision.
 func (n *Node) promote(ctx context.Context) error {
-	term := n.raft.CurrentTerm()
-	if err := n.wait(n.raft.Barrier(n.cfg.ApplyTimeout)); err != nil {
-		return nil // leadership lost again; a new notification follows
+	term, began := n.raft.CurrentTerm(), n.cfg.Clock.Now()
+	if err := n.wait(ctx, n.raft.Barrier(n.cfg.ApplyTimeout)); err != nil {
+		return nil // leadership lost again (or the node stops); a new notification follows
 	}
 	if err := n.checkRevisionCoversRecord(); err != nil {
 		return err
 	}
 	n.readTerm.Store(term)
-	n.lessor.Promote()
+	n.lease.confirmed(n, term, began) // the barrier is a confirmation too
+	n.lessor.Promote(promoteAllowance)
 	n.applySettings(ctx)
 	n.readyOnce.Do(func() { close(n.ready) })
 	return nil
@@ -703,7 +708,7 @@ func (n *Node) batcher() {
 func (n *Node) answerer() {
 	defer n.wg.Done()
 	for in := range n.applying {
-		err := n.wait(in.f)
+		err := n.settle(in.f)
 		n.fsm.Unhint(in.data) // if the entry never reached the state machine
 		var res fsm.Result
 		if err == nil {
@@ -732,11 +737,26 @@ func (n *Node) answerer() {
 	}
 }
 
-// wait waits for a raft future. Raft does not answer a future whose entry
-// was already handed to its apply loop when it shuts down, so
-// the wait also ends when the node closes; the entry may or may not have
-// been committed then, and the answer says exactly that.
-func (n *Node) wait(f raft.Future) error {
+// settle waits for a raft future's answer. Raft does not answer every
+// future when it shuts down (those still queued for its leader loop or its
+// state machine: hashicorp/raft#498), so the wait also ends when the node
+// closes; the entry may or may not have been committed then, and the
+// answer says exactly that. No goroutine is left waiting after Close.
+func (n *Node) settle(f raft.Future) error {
+	if !endOnClose(f, n.quit) {
+		return n.settleSlow(f)
+	}
+	err := f.Error()
+	if errors.Is(err, raft.ErrRaftShutdown) && n.closing() {
+		return fmt.Errorf("%w: node shut down before the outcome was known", ErrUnknownOutcome)
+	}
+	return err
+}
+
+// settleSlow is settle for a future endOnClose cannot reach: its waiter
+// goroutine ends when raft answers, which it may never do after Close.
+// Raft's own futures never take this path (TestCloseLeavesNoWaitingGoroutine).
+func (n *Node) settleSlow(f raft.Future) error {
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
 	select {
@@ -798,6 +818,70 @@ func (n *Node) mapReadStorageErr(err error) error {
 	return err
 }
 
+// wait is settle that also ends, with ctx's error, when ctx does.
+func (n *Node) wait(ctx context.Context, f raft.Future) error {
+	if ctx.Done() == nil {
+		return n.settle(f)
+	}
+	done := make(chan error, 1)
+	go func() { done <- n.settle(f) }() // ends with the answer, or at Close
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (n *Node) closing() bool {
+	select {
+	case <-n.quit:
+		return true
+	default:
+		return false
+	}
+}
+
+// shutdownField caches, per future type, where its ShutdownCh is.
+var shutdownField sync.Map // reflect.Type → []int (nil: none)
+
+// endOnClose makes raft future f's Error return by the time quit is
+// closed, and reports whether it could. Raft's futures embed a deferError
+// whose Error waits on an exported ShutdownCh as well as on the answer;
+// raft sets it only on the futures of its own snapshots, and leaves it nil
+// (never ready) on those of Apply, Barrier and VerifyLeader: endOnClose
+// sets it to quit (raft itself never reads it, so this races with
+// nothing), and Error then returns ErrRaftShutdown once quit is closed.
+// raft's errorFuture, a value, is answered already.
+func endOnClose(f raft.Future, quit chan struct{}) bool {
+	v := reflect.ValueOf(f)
+	if v.Kind() != reflect.Pointer {
+		return true // errorFuture
+	}
+	if v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return false
+	}
+	t := v.Type()
+	idx, ok := shutdownField.Load(t)
+	if !ok {
+		var path []int
+		if sf, found := t.Elem().FieldByName("ShutdownCh"); found && sf.Type == reflect.TypeOf(quit) {
+			path = sf.Index
+		}
+		idx, _ = shutdownField.LoadOrStore(t, path)
+	}
+	path := idx.([]int)
+	if path == nil {
+		return false
+	}
+	field := v.Elem().FieldByIndex(path)
+	if !field.CanSet() {
+		return false
+	}
+	field.Set(reflect.ValueOf(quit))
+	return true
+}
+
 func mapRaftErr(err error) error {
 	switch {
 	case errors.Is(err, ErrUnknownOutcome):
@@ -816,18 +900,22 @@ func mapRaftErr(err error) error {
 
 // LinearizableRead returns once this node has confirmed it is still the
 // leader and has applied everything committed before the call: a read of
-// the state after it sees every write that completed before it began.
+// the state after it sees every write that completed before it began. A
+// context that has already ended is refused with its error.
 func (n *Node) LinearizableRead(ctx context.Context) (err error) {
 	defer func() { err = n.mapReadStorageErr(err) }()
-	timeout := n.cfg.ApplyTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	timeout := n.timeout(ctx)
+	if timeout <= 0 {
+		return context.DeadlineExceeded // 0 would mean no timeout to raft
 	}
 	if term := n.raft.CurrentTerm(); n.readTerm.Load() != term {
 		// A new leader knows what earlier leaders committed only once an
 		// entry of its own term is committed; until then its commit index
 		// may miss writes that were already acknowledged. Commit one.
-		if err := mapReadErr(n.wait(n.raft.Barrier(timeout))); err != nil {
+		if err := mapReadErr(n.wait(ctx, n.raft.Barrier(timeout))); err != nil {
 			return err
 		}
 		if n.raft.CurrentTerm() == term {
@@ -835,16 +923,17 @@ func (n *Node) LinearizableRead(ctx context.Context) (err error) {
 		}
 	}
 	commit := n.raft.CommitIndex()
-	// Not through wait: raft answers every verify future, also when it
-	// steps down or shuts down, and this is on every read's path.
-	if err := mapReadErr(n.raft.VerifyLeader().Error()); err != nil {
+	// Not bounded by ctx: raft answers every verify future when it steps
+	// down, the node's Close ends the rest, and this is on every read's
+	// path (no goroutine).
+	if err := mapReadErr(n.settle(n.raft.VerifyLeader())); err != nil {
 		return err
 	}
 	if n.raft.AppliedIndex() >= commit {
 		return nil
 	}
 	// Rare: wait for the apply loop to catch up with a barrier.
-	return mapReadErr(n.wait(n.raft.Barrier(timeout)))
+	return mapReadErr(n.wait(ctx, n.raft.Barrier(timeout)))
 }
 
 // mapReadErr is mapRaftErr for a read's leadership check: a read changes
@@ -863,14 +952,138 @@ func mapReadErr(err error) error {
 // Read runs fn on the local state (see LinearizableRead).
 func (n *Node) Read(fn func(*fsm.State)) { n.fsm.Read(fn) }
 
-// KeepAlive extends a session on the leader; keepalives never enter the log.
-func (n *Node) KeepAlive(id uint64) (time.Duration, error) {
+// Confirming keepalives. A keepalive confirmed by a node that is no longer
+// the only leader would let its client count on a deadline the new leader
+// does not keep (docs/architecture.md, safety argument 2). So a leader
+// confirms keepalives only within keepAliveLease of the start of a round
+// that committed an entry of its current term (a raft barrier, created
+// after the round began). Every voter of the majority that stored it had
+// not voted in a later term when it did (it would have refused the entry),
+// and any later leader is elected by a majority that includes one of
+// them: so it is elected, and promotes its sessions, after the round
+// began. Its promotion gives every session TTL + promoteAllowance, more
+// than keepAliveLease, so every keepalive this node confirms, sent before
+// it confirmed it, falls within the new leader's deadline. This holds
+// whatever raft's timeouts, and however long this node was paused.
+//
+// raft's VerifyLeader would not do: the replies that confirm it may answer
+// heartbeats or appends sent before it was called (replication.go
+// notifyAll), which on a node resuming from a pause can be replies from
+// before the pause, waiting in its sockets.
+const (
+	// keepAliveLease is how long one confirmation of leadership lets the
+	// leader confirm keepalives. A round costs one small log entry, so a
+	// leader that confirms keepalives all the time adds two a second.
+	keepAliveLease = 500 * time.Millisecond
+	// promoteAllowance is added to every session's TTL when a node becomes
+	// leader: at least keepAliveLease, twice that for clock-rate drift.
+	promoteAllowance = 2 * keepAliveLease
+	// leaseRounds bounds the rounds one keepalive waits for (each round
+	// that ended too late to be of use starts another).
+	leaseRounds = 3
+)
+
+// leaderLease records when leadership was last confirmed.
+type leaderLease struct {
+	// mu guards the fields below.
+	mu    sync.Mutex
+	term  uint64
+	until time.Time   // keepalives may be confirmed before it, in term
+	round *leaseRound // the confirmation under way, or nil
+}
+
+type leaseRound struct {
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+// held reports whether leadership is confirmed now, in the current term.
+func (l *leaderLease) held(n *Node) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.heldLocked(n)
+}
+
+func (l *leaderLease) heldLocked(n *Node) bool {
+	return l.term == n.raft.CurrentTerm() && n.cfg.Clock.Now().Before(l.until)
+}
+
+// confirmed records that an entry of term, created after began, was
+// committed.
+func (l *leaderLease) confirmed(n *Node, term uint64, began time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n.raft.CurrentTerm() != term {
+		return
+	}
+	if until := began.Add(keepAliveLease); l.term != term || until.After(l.until) {
+		l.term, l.until = term, until
+	}
+}
+
+// confirm returns nil once leadership is confirmed now (see KeepAlive). A
+// caller that finds no round under way runs one itself; the others wait
+// for it.
+func (l *leaderLease) confirm(ctx context.Context, n *Node) error {
+	for range leaseRounds {
+		l.mu.Lock()
+		if l.heldLocked(n) {
+			l.mu.Unlock()
+			return nil
+		}
+		r := l.round
+		if r == nil {
+			r = &leaseRound{done: make(chan struct{})}
+			l.round = r
+			l.mu.Unlock()
+			term, began := n.raft.CurrentTerm(), n.cfg.Clock.Now()
+			r.err = mapReadErr(n.settle(n.raft.Barrier(n.cfg.ApplyTimeout)))
+			if r.err == nil {
+				l.confirmed(n, term, began)
+			}
+			l.mu.Lock()
+			l.round = nil
+			l.mu.Unlock()
+			close(r.done)
+		} else {
+			l.mu.Unlock()
+			select {
+			case <-r.done:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if r.err != nil {
+			return r.err
+		}
+	}
+	return fmt.Errorf("%w: leadership could not be confirmed in time", ErrNotLeader)
+}
+
+// KeepAlive extends a session on the leader and returns its TTL;
+// keepalives never enter the log. It confirms a keepalive only while this
+// node's leadership is confirmed (see keepAliveLease): when its last
+// confirmation is older, it first commits a barrier, which ctx may cut
+// short. It fails with ErrNotLeader on a node that is not the leader, or
+// no longer is, and fsm.ErrSessionNotFound for a session that is unknown
+// or being expired.
+func (n *Node) KeepAlive(ctx context.Context, id uint64) (time.Duration, error) {
+	if !n.lessor.IsLeader() {
+		return 0, ErrNotLeader
+	}
+	if err := n.lease.confirm(ctx, n); err != nil {
+		return 0, err
+	}
 	ttl, err := n.lessor.KeepAlive(id)
 	if errors.Is(err, lessor.ErrNotLeader) {
 		return 0, ErrNotLeader
 	}
 	return ttl, err
 }
+
+// LeadershipConfirmed reports whether KeepAlive would answer now without
+// committing a barrier first.
+func (n *Node) LeadershipConfirmed() bool { return n.lease.held(n) }
 
 // Status describes this node.
 type Status struct {
@@ -968,7 +1181,7 @@ func (n *Node) RestoreSnapshot(ctx context.Context, data []byte, force bool) (*f
 	if err := ctx.Err(); err != nil {
 		return nil, err // a timeout of 0 would mean none to raft
 	}
-	if err := mapReadErr(n.wait(n.raft.Barrier(n.timeout(ctx)))); err != nil {
+	if err := mapReadErr(n.wait(ctx, n.raft.Barrier(n.timeout(ctx)))); err != nil {
 		return nil, err
 	}
 	var cur uint64
@@ -990,7 +1203,7 @@ func (n *Node) RestoreSnapshot(ctx context.Context, data []byte, force bool) (*f
 	for ; held > 0; held-- {
 		<-n.slots
 	}
-	n.lessor.Promote()
+	n.lessor.Promote(0)
 	return snap, nil
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/btree"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/internal/fsm"
@@ -54,6 +55,10 @@ func GRPCOptions() []grpc.ServerOption {
 		// this traffic of small messages never needs. The client does the
 		// same.
 		grpc.InitialWindowSize(1 << 20), grpc.InitialConnWindowSize(1 << 24),
+		// The Go client pings a connection that has been silent for 10 s
+		// while a call is open (client.Dial); gRPC's default policy would
+		// close it for pinging more often than every 5 minutes.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second}),
 	}
 }
 

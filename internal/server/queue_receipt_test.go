@@ -213,7 +213,7 @@ func TestQueuePurgeAndDelete(t *testing.T) {
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	clk.Advance(time.Hour)
+	testutil.Elapse(t, clk, 2*time.Minute)
 	if st, err := q.Stats(ctx); err != nil || st.Queued+st.InFlight+st.Dead != 0 {
 		t.Fatalf("after the session ended and the leases would have: %+v %v", st, err)
 	}

@@ -120,7 +120,7 @@ func TestQueueRedeliveryAndStaleAck(t *testing.T) {
 		t.Fatalf("the item is invisible during its lease, got %v", err)
 	}
 	waitFor(t, "the visibility lease to run out", 10*time.Second, func() bool {
-		clk.Advance(2 * time.Second)
+		testutil.Elapse(t, clk, 2*time.Second)
 		st, err := q.Stats(ctx)
 		return err == nil && st.Queued == 1
 	})
@@ -346,7 +346,7 @@ func TestQueueSurvivesSnapshotAndRestart(t *testing.T) {
 	// leader: advancing past it returns the item (to the dead letters, as
 	// it had its one attempt).
 	waitFor(t, "the re-armed lease to run out", 10*time.Second, func() bool {
-		clk.Advance(6 * time.Second)
+		testutil.Elapse(t, clk, 6*time.Second)
 		st, err := q.Stats(ctx)
 		return err == nil && st.InFlight == 0
 	})

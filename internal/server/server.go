@@ -106,7 +106,7 @@ func (s *Server) Session(stream pb.Tenure_SessionServer) error {
 		if err := s.checkSession(open.GetSessionId(), open.GetSecret()); err != nil {
 			return toStatus(err)
 		}
-		ttl, err := s.node.KeepAlive(open.GetSessionId())
+		ttl, err := s.node.KeepAlive(stream.Context(), open.GetSessionId())
 		if err != nil {
 			return toStatus(err)
 		}
@@ -305,12 +305,11 @@ func (ss *sessionStream) handle(ctx context.Context, req *pb.SessionRequest) (cl
 	id := req.GetId()
 	switch op := req.GetOp().(type) {
 	case *pb.SessionRequest_KeepAlive:
-		ttl, err := ss.srv.node.KeepAlive(ss.id)
-		if err != nil {
-			ss.sendErr(id, err)
+		if ss.srv.node.LeadershipConfirmed() {
+			ss.keepAlive(ctx, id) // answered at once
 			return false
 		}
-		ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Kept{Kept: &pb.KeepAliveAck{TtlMs: ttl.Milliseconds()}}})
+		ss.goHandle(func() { ss.keepAlive(ctx, id) }) // after a barrier
 	case *pb.SessionRequest_Acquire:
 		actx, cancel := context.WithCancel(ctx)
 		p := &pendingAcquire{cancel: cancel}
@@ -356,6 +355,17 @@ func (ss *sessionStream) handle(ctx context.Context, req *pb.SessionRequest) (cl
 		ss.sendErr(id, fmt.Errorf("%w: unknown request", fsm.ErrInvalid))
 	}
 	return false
+}
+
+// keepAlive renews the session and answers request id. The node confirms
+// a renewal only while its leadership is confirmed (node.KeepAlive).
+func (ss *sessionStream) keepAlive(ctx context.Context, id uint64) {
+	ttl, err := ss.srv.node.KeepAlive(ctx, ss.id)
+	if err != nil {
+		ss.sendErr(id, err)
+		return
+	}
+	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Kept{Kept: &pb.KeepAliveAck{TtlMs: ttl.Milliseconds()}}})
 }
 
 // close ends the session for a close request and answers it.
@@ -452,8 +462,7 @@ func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireL
 	}
 	if res.Granted {
 		if ss.withdrawing(p) { // the client gave up while we committed
-			ss.cancelAcquire(a.GetName(), res.AcquireRevision)
-			return errResponse(id, errCancelled)
+			return errResponse(id, ss.cancelAcquire(a.GetName(), res.AcquireRevision))
 		}
 		return granted(id, a.GetName(), res.Token)
 	}
@@ -474,8 +483,7 @@ func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireL
 			if !ss.withdrawing(p) {
 				return nil // the stream broke: the place in line is kept for a resume
 			}
-			ss.cancelAcquire(a.GetName(), res.AcquireRevision)
-			return errResponse(id, errCancelled)
+			return errResponse(id, ss.cancelAcquire(a.GetName(), res.AcquireRevision))
 		}
 	}
 }
@@ -500,9 +508,16 @@ func (ss *sessionStream) finishAcquire(key waitKey, ch chan fsm.Event, resp *pb.
 var acquireAnsweredHook atomic.Pointer[func()]
 
 // cancelAcquire withdraws a queued acquisition, or releases it if it was
-// granted meanwhile; the state machine decides which, atomically.
-func (ss *sessionStream) cancelAcquire(name string, acqRev uint64) {
-	_, _ = ss.srv.propose(&fsmpb.CancelAcquire{Session: ss.id, Name: name, AcquireRevision: acqRev})
+// granted meanwhile; the state machine decides which, atomically. It
+// returns the answer for the withdrawn request: errCancelled once the
+// withdrawal is committed, else why it was not (not the leader, outcome
+// unknown, the session ended), so that the client does not take an
+// acquisition for withdrawn while it may still be queued.
+func (ss *sessionStream) cancelAcquire(name string, acqRev uint64) error {
+	if _, err := ss.srv.propose(&fsmpb.CancelAcquire{Session: ss.id, Name: name, AcquireRevision: acqRev}); err != nil {
+		return err
+	}
+	return errCancelled
 }
 
 // commit proposes op and hands the outcome to then. On a stream whose Send
