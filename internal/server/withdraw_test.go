@@ -36,7 +36,14 @@ func TestWithdrawNotCommittedIsRetried(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { s.Close(context.Background()) })
+		t.Cleanup(func() {
+			// Bounded: the restarted followers are stopped first (cleanups
+			// run last first), and a close the cluster cannot commit would
+			// otherwise wait for the minute-long TTL.
+			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			s.Close(cctx)
+		})
 		return s
 	}
 	lock := func(s *client.Session) *client.Mutex {
