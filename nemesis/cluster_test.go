@@ -246,7 +246,7 @@ func (c *cluster) start(nd *node) error {
 			routes = append(routes, o.id+"="+c.links[[2]int{nd.i, o.i}].Addr())
 		}
 	}
-	args := []string{tenureBin, "serve", "--node-id", nd.id, "--listen", nd.addr, "--peer-listen", nd.peer,
+	args := []string{tenureBin, "serve", "--http-listen", "127.0.0.1:0", "--node-id", nd.id, "--listen", nd.addr, "--peer-listen", nd.peer,
 		"--data-dir", nd.dataDir, "--bootstrap-peers", strings.Join(peers, ","), "--peer-route", strings.Join(routes, ",")}
 	if c.broken {
 		args = append(args, "--unsafe-skip-fence-check")
