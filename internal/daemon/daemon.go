@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tenure-io/tenure/internal/clock"
+	"github.com/tenure-io/tenure/internal/dashboard"
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/metrics"
 	"github.com/tenure-io/tenure/internal/node"
@@ -115,7 +116,7 @@ func Start(cfg Config) (*Daemon, error) {
 	hub.Metrics().SetSource(func() metrics.Sample { return srv.Sample(queues) })
 	d := &Daemon{Node: n, Hub: hub, lis: lis, gs: gs}
 	if cfg.HTTPListen != "" {
-		if err := d.listenHTTP(cfg.HTTPListen, cfg.Pprof); err != nil {
+		if err := d.listenHTTP(cfg.HTTPListen, cfg.Pprof, dashboard.Handler(srv.Dashboard())); err != nil {
 			lis.Close()
 			n.Close()
 			return nil, err

@@ -20,6 +20,7 @@ import (
 //	                committed and its storage accepts a write; else 503
 //	                with the reason
 //	/debug/pprof/   Go's profiles, only with Config.Pprof
+//	/               the dashboard (internal/dashboard)
 //
 // It is plain HTTP on the address given (loopback by default).
 
@@ -30,8 +31,9 @@ const DefaultHTTPListen = "127.0.0.1:7071"
 // streams are closed after it.
 const httpShutdownTimeout = 2 * time.Second
 
-func (d *Daemon) httpHandler(pprofOn bool) http.Handler {
+func (d *Daemon) httpHandler(pprofOn bool, dash http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("/", dash)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.Hub.Metrics().Registry(), promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -57,14 +59,14 @@ func (d *Daemon) httpHandler(pprofOn bool) http.Handler {
 	return mux
 }
 
-// listenHTTP opens the HTTP listener.
-func (d *Daemon) listenHTTP(addr string, pprofOn bool) error {
+// listenHTTP opens the HTTP listener, with the dashboard dash at /.
+func (d *Daemon) listenHTTP(addr string, pprofOn bool, dash http.Handler) error {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("http listen on %s: %w", addr, err)
 	}
 	d.httpLis = lis
-	d.httpSrv = &http.Server{Handler: d.httpHandler(pprofOn), ReadHeaderTimeout: 10 * time.Second}
+	d.httpSrv = &http.Server{Handler: d.httpHandler(pprofOn, dash), ReadHeaderTimeout: 10 * time.Second}
 	return nil
 }
 

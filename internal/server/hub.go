@@ -33,6 +33,8 @@ type Hub struct {
 	queues queueWaiters
 	// clock dates revisions (revclock.go).
 	clock *revisionClock
+	// changes tells the dashboard the state changed (dashboard.go).
+	changes changeFeed
 	// metrics are this process's (internal/metrics).
 	metrics *metrics.Metrics
 }
@@ -84,9 +86,11 @@ func (h *Hub) Sink(e fsm.Event) {
 	case fsm.EventApplied:
 		h.clock.applied(e.Revision, time.Now())
 		h.kv.feed(e)
+		h.changes.publish(e.Revision)
 	case fsm.EventRestored:
 		h.clock.restored(e.Revision)
 		h.kv.feed(e)
+		h.changes.publish(e.Revision)
 	case fsm.EventKVPut, fsm.EventKVDelete:
 		h.kv.feed(e)
 	case fsm.EventGranted, fsm.EventWaitEnded:
