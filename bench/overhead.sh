@@ -42,19 +42,19 @@ mkdir "$TMP/base-src"
 (cd "$ROOT" && git archive "$BASE") | tar -x -C "$TMP/base-src"
 (cd "$TMP/base-src" && go build -buildvcs=false -o "$TMP/base" ./cmd/tenure)
 
-port() { echo $((20000 + RANDOM % 30000)); }
-
 # run BUILD ROUND: one measurement on a fresh server of BUILD; prints the rate.
 run() {
-	local bin="$TMP/$1" addr="127.0.0.1:$(port)" data="$TMP/data-$1-$2" extra=()
+	local bin="$TMP/$1" data="$TMP/data-$1-$2" out="$TMP/serve-$1-$2.out" addr="" extra=()
 	if "$bin" serve --help 2>&1 | grep -q -- --http-listen; then extra=(--http-listen 127.0.0.1:0); fi
-	"$bin" serve --data-dir "$data" --listen "$addr" "${extra[@]}" >"$TMP/serve.out" 2>"$TMP/serve.err" &
+	"$bin" serve --data-dir "$data" --listen 127.0.0.1:0 "${extra[@]}" >"$out" 2>"$out.err" &
 	PID=$!
 	for _ in $(seq 1 300); do
-		grep -q "serving on" "$TMP/serve.out" 2>/dev/null && break
-		kill -0 "$PID" 2>/dev/null || { cat "$TMP/serve.err" >&2; exit 1; }
+		addr=$(sed -n 's/^tenure: serving on \([0-9.:]*\) .*/\1/p' "$out" 2>/dev/null)
+		[[ -n "$addr" ]] && break
+		kill -0 "$PID" 2>/dev/null || { cat "$out.err" >&2; exit 1; }
 		sleep 0.1
 	done
+	[[ -n "$addr" ]] || { log "the server did not start"; exit 1; }
 	"$TMP/new" bench --endpoint "$addr" --mode "$MODE" --clients "$CLIENTS" --duration "$DURATION" -o json >"$TMP/bench.json"
 	kill "$PID"
 	wait "$PID" 2>/dev/null || true
