@@ -115,3 +115,19 @@ func TestVersionAndStatusWait(t *testing.T) {
 		t.Fatalf("status --wait with no server: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+// TestServeRefusesBadLogFlags: an unknown log format or level is one
+// line, before anything is opened.
+func TestServeRefusesBadLogFlags(t *testing.T) {
+	for _, tc := range []struct{ flag, value, want string }{
+		{"--log-format", "xml", `unknown log format "xml"`},
+		{"--log-level", "loud", `unknown log level "loud"`},
+		{"--metrics-queues", "-1", "--metrics-queues must not be negative"},
+	} {
+		dir := t.TempDir()
+		r := run(t, "127.0.0.1:1", "serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "", tc.flag, tc.value)
+		if r.code != 1 || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, tc.want) {
+			t.Fatalf("%s %s: exit %d, stderr %q", tc.flag, tc.value, r.code, r.stderr)
+		}
+	}
+}

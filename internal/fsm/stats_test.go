@@ -1,7 +1,11 @@
 package fsm_test
 
 import (
+	"bytes"
+	"io"
 	"testing"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
@@ -95,5 +99,37 @@ func TestLockKinds(t *testing.T) {
 		if got := fsm.LockKind(tc.permits, tc.shared, tc.election); got != tc.want {
 			t.Errorf("LockKind(%d, %v, %v) = %q, want %q", tc.permits, tc.shared, tc.election, got, tc.want)
 		}
+	}
+}
+
+// TestFSMRestoreKeepsCounters: the counts are this process's: a restore
+// replaces the state but not what was counted before it.
+func TestFSMRestoreKeepsCounters(t *testing.T) {
+	f := fsm.New(nil)
+	var logs []*raft.Log
+	for i, cmd := range script() {
+		logs = append(logs, logOf(t, uint64(i+1), cmd))
+	}
+	f.ApplyBatch(logs)
+	var before fsm.Counters
+	f.Read(func(s *fsm.State) { before = s.Counters() })
+	if before.Grants == 0 {
+		t.Fatalf("the script granted nothing: %+v", before)
+	}
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Restore(io.NopCloser(bytes.NewReader(sink.buf.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	var after fsm.Counters
+	f.Read(func(s *fsm.State) { after = s.Counters() })
+	if after != before {
+		t.Fatalf("counters after a restore %+v, before %+v", after, before)
 	}
 }

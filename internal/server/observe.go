@@ -2,6 +2,7 @@ package server
 
 import (
 	"sort"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -55,10 +56,49 @@ func (s *Server) Sample(maxQueues int) metrics.Sample {
 
 // refused logs, at warn, a request refused for a limit or for rights
 // (RESOURCE_EXHAUSTED, PERMISSION_DENIED); other answers are not logged.
+// At most maxRefusalLogs a second are logged: a client that keeps being
+// refused cannot flood the log; the next record says how many were not.
 func (s *Server) refused(method string, code codes.Code, msg string) {
-	if code == codes.ResourceExhausted || code == codes.PermissionDenied {
+	if code != codes.ResourceExhausted && code != codes.PermissionDenied {
+		return
+	}
+	log, dropped := s.refusals.admit(time.Now())
+	if dropped > 0 {
+		s.log.Warn("request refusals not logged", "count", dropped)
+	}
+	if log {
 		s.log.Warn("request refused", "method", method, "code", code.String(), "err", msg)
 	}
+}
+
+// maxRefusalLogs bounds the refusals logged per second.
+const maxRefusalLogs = 10
+
+// refusalBudget admits maxRefusalLogs records a second. Safe for
+// concurrent use.
+type refusalBudget struct {
+	// mu guards the fields below.
+	mu      sync.Mutex
+	second  time.Time // start of the current second
+	logged  int
+	dropped int
+}
+
+// admit reports whether a refusal at now may be logged, and how many were
+// left out before it (to be said once).
+func (b *refusalBudget) admit(now time.Time) (log bool, dropped int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if now.Sub(b.second) >= time.Second {
+		b.second, b.logged = now, 0
+		dropped, b.dropped = b.dropped, 0
+	}
+	if b.logged >= maxRefusalLogs {
+		b.dropped++
+		return false, dropped
+	}
+	b.logged++
+	return true, dropped
 }
 
 // healthStatus fills in a status answer's readiness, commit index and

@@ -36,6 +36,8 @@ type Server struct {
 	watches watchSlots // open KVWatch and Observe streams (watchlimit.go)
 	// restores admits restore streams within limits.Restore (cluster.go).
 	restores restoreGate
+	// refusals bounds the refusals logged (observe.go).
+	refusals refusalBudget
 }
 
 // New returns a server for n; hub must be the one whose Sink n delivers
