@@ -32,7 +32,7 @@ BOOT="n1=${PEER[1]},n2=${PEER[2]},n3=${PEER[3]}"
 EPS="${ADDR[1]},${ADDR[2]},${ADDR[3]}"
 declare -A PID_OF
 for i in 1 2 3; do
-	"$T" serve --node-id n$i --listen "${ADDR[$i]}" --peer-listen "${PEER[$i]}" --data-dir "$TMP/n$i" \
+	"$T" serve --http-listen 127.0.0.1:0 --node-id n$i --listen "${ADDR[$i]}" --peer-listen "${PEER[$i]}" --data-dir "$TMP/n$i" \
 		--bootstrap-peers "$BOOT" ${TENURE_SERVE_FLAGS:-} >"$TMP/n$i.out" 2>"$TMP/n$i.err" &
 	PIDS+=($!)
 	PID_OF[n$i]=$!

@@ -48,7 +48,7 @@ log "building tenure, etcd and etcd-kv-bench"
 (cd "$ROOT/bench/etcd" && GOWORK=off go build -buildvcs=false -o "$TMP/etcd-kv-bench" ./cmd/etcd-kv-bench)
 
 TEP="127.0.0.1:$(free_port)"
-"$TMP/tenure" serve --data-dir "$TMP/tenure-data" --listen "$TEP" >"$TMP/tenure.log" 2>&1 &
+"$TMP/tenure" serve --http-listen 127.0.0.1:0 --data-dir "$TMP/tenure-data" --listen "$TEP" >"$TMP/tenure.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 1 300); do
 	grep -q "serving on" "$TMP/tenure.log" 2>/dev/null && break # printed once it leads

@@ -125,7 +125,7 @@ if [[ "$SKIP_TENURE" != 1 ]]; then
 		exit 1
 	fi
 	log "starting tenure serve on $TENURE_LISTEN"
-	"$TMP/tenure" serve --data-dir "$TMP/tenure-data" --listen "$TENURE_LISTEN" ${TENURE_SERVE_FLAGS:-} >"$TMP/tenure.log" 2>&1 &
+	"$TMP/tenure" serve --http-listen 127.0.0.1:0 --data-dir "$TMP/tenure-data" --listen "$TENURE_LISTEN" ${TENURE_SERVE_FLAGS:-} >"$TMP/tenure.log" 2>&1 &
 	PIDS+=($!)
 	tpid=$!
 	ready=0

@@ -468,12 +468,22 @@ func (c *Client) LockStatus(ctx context.Context, name string) (*pb.LockStatusRes
 
 // Locks lists the locks (mutexes, semaphores, read-write locks and
 // elections) whose names start with prefix ("" is every lock), by name,
-// each with its permits, how many hold it and wait for it, and whether a
-// lock-delay holds it back (following the server's pages).
+// each with its kind, permits, first holders, how many hold it and wait
+// for it, and the lock-delay that holds it back (following the server's
+// pages).
 func (c *Client) Locks(ctx context.Context, prefix string) (*pb.ListLocksResponse, error) {
-	req := &pb.ListLocksRequest{Prefix: prefix, Serializable: c.serializable}
+	return c.LocksFrom(ctx, prefix, "", 0)
+}
+
+// LocksFrom is Locks for the names after after, at most limit of them (0:
+// all); More says that names were left out (go on after the last one).
+func (c *Client) LocksFrom(ctx context.Context, prefix, after string, limit int) (*pb.ListLocksResponse, error) {
+	req := &pb.ListLocksRequest{Prefix: prefix, After: after, Serializable: c.serializable}
 	out := &pb.ListLocksResponse{}
 	for first := true; ; first = false {
+		if limit > 0 {
+			req.Limit = uint32(min(limit-len(out.Locks), math.MaxUint32))
+		}
 		var resp *pb.ListLocksResponse
 		err := c.unary(ctx, func(api pb.TenureClient) (err error) {
 			resp, err = api.ListLocks(ctx, req)
@@ -487,6 +497,10 @@ func (c *Client) Locks(ctx context.Context, prefix string) (*pb.ListLocksRespons
 		}
 		out.Locks = append(out.Locks, resp.GetLocks()...)
 		if !resp.GetMore() {
+			return out, nil
+		}
+		if limit > 0 && len(out.Locks) >= limit {
+			out.More = true
 			return out, nil
 		}
 		if len(resp.GetLocks()) == 0 {

@@ -188,7 +188,7 @@ func TestAdversaryTokensAndRestores(t *testing.T) {
 // RESOURCE_EXHAUSTED naming the limit, and session list still works.
 func TestAdversaryCannotRacePastLimits(t *testing.T) {
 	addr := freeAddr(t)
-	p := start(t, "server", addr, "serve", "--listen", addr, "--data-dir", t.TempDir(), "--max-sessions", "30", "--max-waiters", "5")
+	p := start(t, "server", addr, "serve", "--http-listen", "127.0.0.1:0", "--listen", addr, "--data-dir", t.TempDir(), "--max-sessions", "30", "--max-waiters", "5")
 	poll(t, "the server's ready line", 30*time.Second, func() bool { return strings.HasPrefix(p.stdout(), "tenure: serving on") })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -263,7 +263,7 @@ func TestAdversaryCannotRacePastLimits(t *testing.T) {
 func TestAdversaryStateShrinks(t *testing.T) {
 	addr, dir := freeAddr(t), t.TempDir()
 	serve := func() *proc {
-		p := start(t, "server", addr, "serve", "--listen", addr, "--data-dir", dir, "--max-queues", "3")
+		p := start(t, "server", addr, "serve", "--http-listen", "127.0.0.1:0", "--listen", addr, "--data-dir", dir, "--max-queues", "3")
 		poll(t, "the server's ready line", 30*time.Second, func() bool { return strings.HasPrefix(p.stdout(), "tenure: serving on") })
 		return p
 	}

@@ -28,7 +28,7 @@ func startCluster(t *testing.T, n int) []*member {
 	}
 	root := t.TempDir()
 	for _, m := range ms {
-		m.p = start(t, m.id, m.addr, "serve", "--node-id", m.id, "--listen", m.addr, "--peer-listen", m.peer,
+		m.p = start(t, m.id, m.addr, "serve", "--http-listen", "127.0.0.1:0", "--node-id", m.id, "--listen", m.addr, "--peer-listen", m.peer,
 			"--data-dir", filepath.Join(root, m.id), "--bootstrap-peers", strings.Join(peers, ","))
 	}
 	for _, m := range ms {

@@ -289,7 +289,7 @@ func freeAddr(t *testing.T) string {
 // startServer runs `tenure serve` and waits for its ready line.
 func startServer(t *testing.T, addr, dataDir string) *proc {
 	t.Helper()
-	p := start(t, "server", addr, "serve", "--listen", addr, "--data-dir", dataDir)
+	p := start(t, "server", addr, "serve", "--http-listen", "127.0.0.1:0", "--listen", addr, "--data-dir", dataDir)
 	want := fmt.Sprintf("tenure: serving on %s (node n1, data %s)\n", addr, dataDir)
 	poll(t, "the server's ready line", 30*time.Second, func() bool {
 		if p.exited() {
@@ -562,7 +562,7 @@ func TestSecondServerOnDataDirRefused(t *testing.T) {
 	addr := freeAddr(t)
 	startServer(t, addr, dataDir)
 	second := freeAddr(t)
-	r := tenure(t, second, "serve", "--listen", second, "--data-dir", dataDir)
+	r := tenure(t, second, "serve", "--http-listen", "127.0.0.1:0", "--listen", second, "--data-dir", dataDir)
 	if r.code != 1 {
 		t.Fatalf("second server on the same data dir exited %d, want 1; stderr %q", r.code, r.stderr)
 	}

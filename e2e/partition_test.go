@@ -38,7 +38,7 @@ func startLinkedCluster(t *testing.T, n int) *linkedCluster {
 			lc.links[[2]int{i, j}] = px
 			routes = append(routes, o.id+"="+px.Addr())
 		}
-		m.p = start(t, m.id, m.addr, "serve", "--node-id", m.id, "--listen", m.addr, "--peer-listen", m.peer,
+		m.p = start(t, m.id, m.addr, "serve", "--http-listen", "127.0.0.1:0", "--node-id", m.id, "--listen", m.addr, "--peer-listen", m.peer,
 			"--data-dir", filepath.Join(root, m.id), "--bootstrap-peers", strings.Join(peers, ","),
 			"--peer-route", strings.Join(routes, ","))
 	}

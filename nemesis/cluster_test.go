@@ -298,7 +298,7 @@ func (c *cluster) start(nd *node) error {
 	// Its own address too: raft looks it up for every RPC it sends, and
 	// warns of each lookup the routes cannot answer.
 	routes = append(routes, nd.id+"="+nd.peer)
-	args := []string{tenureBin, "serve", "--node-id", nd.id, "--listen", nd.addr, "--peer-listen", nd.peer,
+	args := []string{tenureBin, "serve", "--http-listen", "127.0.0.1:0", "--node-id", nd.id, "--listen", nd.addr, "--peer-listen", nd.peer,
 		"--data-dir", nd.dataDir, "--peer-route", strings.Join(routes, ",")}
 	if nd.join {
 		args = append(args, "--join")

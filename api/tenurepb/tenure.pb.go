@@ -2541,10 +2541,15 @@ type SessionInfo struct {
 	TtlMs int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	// held and waiting name the locks by name, at most 1,000 of each;
 	// held_count and waiting_count count them all.
-	Held          []string `protobuf:"bytes,4,rep,name=held,proto3" json:"held,omitempty"`
-	Waiting       []string `protobuf:"bytes,5,rep,name=waiting,proto3" json:"waiting,omitempty"`
-	HeldCount     uint32   `protobuf:"varint,6,opt,name=held_count,json=heldCount,proto3" json:"held_count,omitempty"`
-	WaitingCount  uint32   `protobuf:"varint,7,opt,name=waiting_count,json=waitingCount,proto3" json:"waiting_count,omitempty"`
+	Held         []string `protobuf:"bytes,4,rep,name=held,proto3" json:"held,omitempty"`
+	Waiting      []string `protobuf:"bytes,5,rep,name=waiting,proto3" json:"waiting,omitempty"`
+	HeldCount    uint32   `protobuf:"varint,6,opt,name=held_count,json=heldCount,proto3" json:"held_count,omitempty"`
+	WaitingCount uint32   `protobuf:"varint,7,opt,name=waiting_count,json=waitingCount,proto3" json:"waiting_count,omitempty"`
+	// time_left_ms: how long the session has before it expires unless a
+	// keepalive arrives, on the leader's clock; -1 when the answer comes
+	// from a follower (which keeps no deadlines) or the leader does not
+	// time the session yet.
+	TimeLeftMs    int64 `protobuf:"varint,8,opt,name=time_left_ms,json=timeLeftMs,proto3" json:"time_left_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2624,6 +2629,13 @@ func (x *SessionInfo) GetHeldCount() uint32 {
 func (x *SessionInfo) GetWaitingCount() uint32 {
 	if x != nil {
 		return x.WaitingCount
+	}
+	return 0
+}
+
+func (x *SessionInfo) GetTimeLeftMs() int64 {
+	if x != nil {
+		return x.TimeLeftMs
 	}
 	return 0
 }
@@ -3137,9 +3149,17 @@ type LockSummary struct {
 	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Permits uint32                 `protobuf:"varint,2,opt,name=permits,proto3" json:"permits,omitempty"`
 	// holders, waiters: how many.
-	Holders       uint32 `protobuf:"varint,3,opt,name=holders,proto3" json:"holders,omitempty"`
-	Waiters       uint32 `protobuf:"varint,4,opt,name=waiters,proto3" json:"waiters,omitempty"`
-	Delayed       bool   `protobuf:"varint,5,opt,name=delayed,proto3" json:"delayed,omitempty"`
+	Holders uint32 `protobuf:"varint,3,opt,name=holders,proto3" json:"holders,omitempty"`
+	Waiters uint32 `protobuf:"varint,4,opt,name=waiters,proto3" json:"waiters,omitempty"`
+	Delayed bool   `protobuf:"varint,5,opt,name=delayed,proto3" json:"delayed,omitempty"`
+	// kind: "mutex", "semaphore" (more than one permit), "rwlock" (while a
+	// reader holds or waits) or "election".
+	Kind string `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"`
+	// delay_ms: the lock-delay holding the lock back (0: none).
+	DelayMs int64 `protobuf:"varint,7,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	// first_holders: the first holders in grant order, at most 100 (holders
+	// counts them all; LockStatus lists every one).
+	FirstHolders  []*Holder `protobuf:"bytes,8,rep,name=first_holders,json=firstHolders,proto3" json:"first_holders,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3207,6 +3227,27 @@ func (x *LockSummary) GetDelayed() bool {
 		return x.Delayed
 	}
 	return false
+}
+
+func (x *LockSummary) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *LockSummary) GetDelayMs() int64 {
+	if x != nil {
+		return x.DelayMs
+	}
+	return 0
+}
+
+func (x *LockSummary) GetFirstHolders() []*Holder {
+	if x != nil {
+		return x.FirstHolders
+	}
+	return nil
 }
 
 type ListLocksResponse struct {
@@ -4117,6 +4158,15 @@ type StatusResponse struct {
 	// refused with RESOURCE_EXHAUSTED; the node takes them again by itself
 	// once a write succeeds (with the wal log store, after a restart).
 	StorageError string `protobuf:"bytes,7,opt,name=storage_error,json=storageError,proto3" json:"storage_error,omitempty"`
+	// commit_index: the highest log index this node knows is committed.
+	CommitIndex uint64 `protobuf:"varint,11,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	// ready: this node knows a leader, has applied everything committed and
+	// its storage accepts a write (what /readyz answers); not_ready says why
+	// not.
+	Ready    bool   `protobuf:"varint,8,opt,name=ready,proto3" json:"ready,omitempty"`
+	NotReady string `protobuf:"bytes,9,opt,name=not_ready,json=notReady,proto3" json:"not_ready,omitempty"`
+	// version: the server's version.
+	Version string `protobuf:"bytes,10,opt,name=version,proto3" json:"version,omitempty"`
 	// This node's watch history: it holds the key changes after
 	// watch_compact_revision, watch_history_events of them (bounded by
 	// --watch-history); a watch from an older revision is compacted.
@@ -4201,6 +4251,34 @@ func (x *StatusResponse) GetAppliedIndex() uint64 {
 func (x *StatusResponse) GetStorageError() string {
 	if x != nil {
 		return x.StorageError
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *StatusResponse) GetNotReady() string {
+	if x != nil {
+		return x.NotReady
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
 	}
 	return ""
 }
@@ -6598,7 +6676,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x13ListSessionsRequest\x12\x19\n" +
 	"\bafter_id\x18\x01 \x01(\x04R\aafterId\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\x12\"\n" +
-	"\fserializable\x18\x0f \x01(\bR\fserializable\"\xbc\x01\n" +
+	"\fserializable\x18\x0f \x01(\bR\fserializable\"\xde\x01\n" +
 	"\vSessionInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
@@ -6607,7 +6685,9 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\awaiting\x18\x05 \x03(\tR\awaiting\x12\x1d\n" +
 	"\n" +
 	"held_count\x18\x06 \x01(\rR\theldCount\x12#\n" +
-	"\rwaiting_count\x18\a \x01(\rR\fwaitingCount\"z\n" +
+	"\rwaiting_count\x18\a \x01(\rR\fwaitingCount\x12 \n" +
+	"\ftime_left_ms\x18\b \x01(\x03R\n" +
+	"timeLeftMs\"z\n" +
 	"\x14ListSessionsResponse\x122\n" +
 	"\bsessions\x18\x01 \x03(\v2\x16.tenure.v1.SessionInfoR\bsessions\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x12\n" +
@@ -6647,13 +6727,16 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
 	"\x05after\x18\x02 \x01(\tR\x05after\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\rR\x05limit\x12\"\n" +
-	"\fserializable\x18\x0f \x01(\bR\fserializable\"\x89\x01\n" +
+	"\fserializable\x18\x0f \x01(\bR\fserializable\"\xf0\x01\n" +
 	"\vLockSummary\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\apermits\x18\x02 \x01(\rR\apermits\x12\x18\n" +
 	"\aholders\x18\x03 \x01(\rR\aholders\x12\x18\n" +
 	"\awaiters\x18\x04 \x01(\rR\awaiters\x12\x18\n" +
-	"\adelayed\x18\x05 \x01(\bR\adelayed\"q\n" +
+	"\adelayed\x18\x05 \x01(\bR\adelayed\x12\x12\n" +
+	"\x04kind\x18\x06 \x01(\tR\x04kind\x12\x19\n" +
+	"\bdelay_ms\x18\a \x01(\x03R\adelayMs\x126\n" +
+	"\rfirst_holders\x18\b \x03(\v2\x11.tenure.v1.HolderR\ffirstHolders\"q\n" +
 	"\x11ListLocksResponse\x12,\n" +
 	"\x05locks\x18\x01 \x03(\v2\x16.tenure.v1.LockSummaryR\x05locks\x12\x12\n" +
 	"\x04more\x18\x02 \x01(\bR\x04more\x12\x1a\n" +
@@ -6712,7 +6795,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12\x1a\n" +
 	"\brevision\x18\x05 \x01(\x04R\brevision\"\x0f\n" +
-	"\rStatusRequest\"\xb6\x02\n" +
+	"\rStatusRequest\"\xa6\x03\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x12\n" +
@@ -6720,7 +6803,12 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\brevision\x18\x04 \x01(\x04R\brevision\x12\x16\n" +
 	"\x06voters\x18\x05 \x03(\tR\x06voters\x12#\n" +
 	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\x12#\n" +
-	"\rstorage_error\x18\a \x01(\tR\fstorageError\x124\n" +
+	"\rstorage_error\x18\a \x01(\tR\fstorageError\x12!\n" +
+	"\fcommit_index\x18\v \x01(\x04R\vcommitIndex\x12\x14\n" +
+	"\x05ready\x18\b \x01(\bR\x05ready\x12\x1b\n" +
+	"\tnot_ready\x18\t \x01(\tR\bnotReady\x12\x18\n" +
+	"\aversion\x18\n" +
+	" \x01(\tR\aversion\x124\n" +
 	"\x16watch_compact_revision\x18< \x01(\x04R\x14watchCompactRevision\x120\n" +
 	"\x14watch_history_events\x18= \x01(\x04R\x12watchHistoryEvents\"\xb4\x01\n" +
 	"\n" +
@@ -7086,100 +7174,101 @@ var file_api_tenurepb_tenure_proto_depIdxs = []int32{
 	43, // 24: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
 	43, // 25: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
 	44, // 26: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
-	47, // 27: tenure.v1.ListLocksResponse.locks:type_name -> tenure.v1.LockSummary
-	50, // 28: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
-	1,  // 29: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
-	1,  // 30: tenure.v1.FencedDeleteResponse.result:type_name -> tenure.v1.PutResult
-	63, // 31: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
-	2,  // 32: tenure.v1.KVCompare.target:type_name -> tenure.v1.KVCompareTarget
-	3,  // 33: tenure.v1.KVCompare.result:type_name -> tenure.v1.KVCompareResult
-	66, // 34: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
-	64, // 35: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
-	68, // 36: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
-	67, // 37: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
-	65, // 38: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
-	69, // 39: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
-	70, // 40: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
-	71, // 41: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
-	71, // 42: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
-	72, // 43: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
-	4,  // 44: tenure.v1.KVEvent.type:type_name -> tenure.v1.KVEventType
-	63, // 45: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
-	76, // 46: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
-	82, // 47: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
-	5,  // 48: tenure.v1.QueueSettleResponse.result:type_name -> tenure.v1.QueueSettleResult
-	89, // 49: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
-	22, // 50: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
-	18, // 51: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
-	39, // 52: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
-	42, // 53: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
-	46, // 54: tenure.v1.Tenure.ListLocks:input_type -> tenure.v1.ListLocksRequest
-	49, // 55: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
-	52, // 56: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
-	57, // 57: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
-	54, // 58: tenure.v1.Tenure.FencedDelete:input_type -> tenure.v1.FencedDeleteRequest
-	61, // 59: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
-	59, // 60: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
-	14, // 61: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
-	16, // 62: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
-	17, // 63: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
-	10, // 64: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
-	11, // 65: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
-	64, // 66: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
-	66, // 67: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
-	68, // 68: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
-	73, // 69: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
-	75, // 70: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
-	79, // 71: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
-	81, // 72: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
-	84, // 73: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
-	84, // 74: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
-	84, // 75: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
-	86, // 76: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
-	88, // 77: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
-	91, // 78: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
-	93, // 79: tenure.v1.Tenure.QueueDelete:input_type -> tenure.v1.QueueDeleteRequest
-	95, // 80: tenure.v1.Tenure.QueuePurge:input_type -> tenure.v1.QueuePurgeRequest
-	7,  // 81: tenure.v1.Tenure.GetLimits:input_type -> tenure.v1.GetLimitsRequest
-	8,  // 82: tenure.v1.Tenure.SetLimits:input_type -> tenure.v1.SetLimitsRequest
-	31, // 83: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
-	20, // 84: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
-	41, // 85: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
-	45, // 86: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
-	48, // 87: tenure.v1.Tenure.ListLocks:output_type -> tenure.v1.ListLocksResponse
-	51, // 88: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
-	53, // 89: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
-	58, // 90: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
-	55, // 91: tenure.v1.Tenure.FencedDelete:output_type -> tenure.v1.FencedDeleteResponse
-	62, // 92: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
-	60, // 93: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
-	15, // 94: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
-	15, // 95: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
-	15, // 96: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
-	11, // 97: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
-	12, // 98: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
-	65, // 99: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
-	67, // 100: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
-	69, // 101: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
-	74, // 102: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
-	77, // 103: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
-	80, // 104: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
-	83, // 105: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
-	85, // 106: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
-	85, // 107: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
-	85, // 108: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
-	87, // 109: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
-	90, // 110: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
-	92, // 111: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
-	94, // 112: tenure.v1.Tenure.QueueDelete:output_type -> tenure.v1.QueueDeleteResponse
-	96, // 113: tenure.v1.Tenure.QueuePurge:output_type -> tenure.v1.QueuePurgeResponse
-	9,  // 114: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
-	9,  // 115: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
-	83, // [83:116] is the sub-list for method output_type
-	50, // [50:83] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	43, // 27: tenure.v1.LockSummary.first_holders:type_name -> tenure.v1.Holder
+	47, // 28: tenure.v1.ListLocksResponse.locks:type_name -> tenure.v1.LockSummary
+	50, // 29: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
+	1,  // 30: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
+	1,  // 31: tenure.v1.FencedDeleteResponse.result:type_name -> tenure.v1.PutResult
+	63, // 32: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
+	2,  // 33: tenure.v1.KVCompare.target:type_name -> tenure.v1.KVCompareTarget
+	3,  // 34: tenure.v1.KVCompare.result:type_name -> tenure.v1.KVCompareResult
+	66, // 35: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
+	64, // 36: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
+	68, // 37: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
+	67, // 38: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
+	65, // 39: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
+	69, // 40: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
+	70, // 41: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
+	71, // 42: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
+	71, // 43: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
+	72, // 44: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
+	4,  // 45: tenure.v1.KVEvent.type:type_name -> tenure.v1.KVEventType
+	63, // 46: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
+	76, // 47: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
+	82, // 48: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
+	5,  // 49: tenure.v1.QueueSettleResponse.result:type_name -> tenure.v1.QueueSettleResult
+	89, // 50: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
+	22, // 51: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
+	18, // 52: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
+	39, // 53: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
+	42, // 54: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
+	46, // 55: tenure.v1.Tenure.ListLocks:input_type -> tenure.v1.ListLocksRequest
+	49, // 56: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
+	52, // 57: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
+	57, // 58: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
+	54, // 59: tenure.v1.Tenure.FencedDelete:input_type -> tenure.v1.FencedDeleteRequest
+	61, // 60: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
+	59, // 61: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
+	14, // 62: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
+	16, // 63: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
+	17, // 64: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
+	10, // 65: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
+	11, // 66: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
+	64, // 67: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
+	66, // 68: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
+	68, // 69: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
+	73, // 70: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
+	75, // 71: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
+	79, // 72: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
+	81, // 73: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
+	84, // 74: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
+	84, // 75: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
+	84, // 76: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
+	86, // 77: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
+	88, // 78: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
+	91, // 79: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
+	93, // 80: tenure.v1.Tenure.QueueDelete:input_type -> tenure.v1.QueueDeleteRequest
+	95, // 81: tenure.v1.Tenure.QueuePurge:input_type -> tenure.v1.QueuePurgeRequest
+	7,  // 82: tenure.v1.Tenure.GetLimits:input_type -> tenure.v1.GetLimitsRequest
+	8,  // 83: tenure.v1.Tenure.SetLimits:input_type -> tenure.v1.SetLimitsRequest
+	31, // 84: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
+	20, // 85: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
+	41, // 86: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
+	45, // 87: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
+	48, // 88: tenure.v1.Tenure.ListLocks:output_type -> tenure.v1.ListLocksResponse
+	51, // 89: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
+	53, // 90: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
+	58, // 91: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
+	55, // 92: tenure.v1.Tenure.FencedDelete:output_type -> tenure.v1.FencedDeleteResponse
+	62, // 93: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
+	60, // 94: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
+	15, // 95: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
+	15, // 96: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
+	15, // 97: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
+	11, // 98: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
+	12, // 99: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
+	65, // 100: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
+	67, // 101: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
+	69, // 102: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
+	74, // 103: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
+	77, // 104: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
+	80, // 105: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
+	83, // 106: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
+	85, // 107: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
+	85, // 108: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
+	85, // 109: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
+	87, // 110: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
+	90, // 111: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
+	92, // 112: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
+	94, // 113: tenure.v1.Tenure.QueueDelete:output_type -> tenure.v1.QueueDeleteResponse
+	96, // 114: tenure.v1.Tenure.QueuePurge:output_type -> tenure.v1.QueuePurgeResponse
+	9,  // 115: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
+	9,  // 116: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
+	84, // [84:117] is the sub-list for method output_type
+	51, // [51:84] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_api_tenurepb_tenure_proto_init() }

@@ -279,6 +279,7 @@ Exit codes: 0 ok, 1 error, 3 stale token, 4 lock not held, 5 timeout.
 		a.kvCommand(),
 		a.queueCommand(),
 		a.limitsCommand(),
+		a.versionCommand(),
 	)
 	return root
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -502,9 +504,10 @@ func TestServe(t *testing.T) {
 	dataDir := filepath.Join(t.TempDir(), "data")
 	done := make(chan int, 1)
 	go func() {
-		done <- Run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--node-id", "n7"}, Streams{Out: &out, Err: &errb})
+		done <- Run(ctx, []string{"serve", "--http-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--node-id", "n7"}, Streams{Out: &out, Err: &errb})
 	}()
 	line := regexp.MustCompile(`^tenure: serving on (127\.0\.0\.1:\d+) \(node n7, data (.*)\)\n$`)
+	httpAddr := regexp.MustCompile(`level=INFO msg=serving listen=127\.0\.0\.1:\d+ http=(127\.0\.0\.1:\d+)`)
 	waitFor(t, "the ready line", 20*time.Second, func() bool {
 		select {
 		case code := <-done:
@@ -520,6 +523,23 @@ func TestServe(t *testing.T) {
 	m := runJSON(t, mm[1], 0, "status")
 	if m["node"] != "n7" {
 		t.Fatalf("status %v", m)
+	}
+	// The HTTP listener (named in the log): health, readiness and the metrics.
+	hm := httpAddr.FindStringSubmatch(errb.String())
+	if hm == nil {
+		t.Fatalf("no serving record in the log %q", errb.String())
+	}
+	mm = append(mm, hm[1])
+	for path, want := range map[string]string{"/healthz": "ok\n", "/readyz": "ready\n", "/metrics": "tenure_raft_is_leader 1\n"} {
+		resp, err := http.Get("http://" + mm[3] + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+			t.Fatalf("GET %s: %s %q, want 200 with %q", path, resp.Status, body, want)
+		}
 	}
 	cancel()
 	select {
@@ -567,7 +587,7 @@ func TestBench(t *testing.T) {
 // anything is opened, with one line naming the range.
 func TestServeRefusesAnOutOfRangeGroupCommitWait(t *testing.T) {
 	for _, v := range []string{"-1ms", "11ms"} {
-		r := run(t, "127.0.0.1:1", "serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--group-commit-wait", v)
+		r := run(t, "127.0.0.1:1", "serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", "", "--group-commit-wait", v)
 		if r.code != 1 || !strings.Contains(r.stderr, "--group-commit-wait must be 0..10ms") {
 			t.Fatalf("--group-commit-wait %s: exit %d, stderr %q", v, r.code, r.stderr)
 		}

@@ -59,11 +59,28 @@ func TestListingsFollowPages(t *testing.T) {
 	}
 
 	ll := runJSON(t, addr, 0, "lock", "list")
-	hasKeys(t, ll, map[string]string{"locks": "array", "revision": "number"})
+	hasKeys(t, ll, map[string]string{"locks": "array", "next": "null"})
 	if got := listed(t, ll, "locks", "name"); !slices.Equal(got, names) {
 		t.Fatalf("lock list: %d locks, want %d", len(got), len(names))
 	}
-	hasKeys(t, ll["locks"].([]any)[0].(map[string]any), map[string]string{"name": "string", "permits": "number", "holders": "number", "waiters": "number", "delayed": "bool"})
+	first = ll["locks"].([]any)[0].(map[string]any)
+	hasKeys(t, first, map[string]string{"name": "string", "kind": "string", "holders": "array", "waiters": "number", "delay_ms": "number"})
+	if h := first["holders"].([]any); len(h) != 1 || h[0].(map[string]any)["mode"] != "exclusive" || first["kind"] != "mutex" {
+		t.Fatalf("first lock %v", first)
+	}
+	// --limit and --after page through the list; "next" says where to go on.
+	page := runJSON(t, addr, 0, "lock", "list", "--limit", "10")
+	if got := listed(t, page, "locks", "name"); !slices.Equal(got, names[:10]) || page["next"] != names[9] {
+		t.Fatalf("lock list --limit 10: %d locks, next %.20v", len(got), page["next"])
+	}
+	page = runJSON(t, addr, 0, "lock", "list", "--limit", "5", "--after", names[9])
+	if got := listed(t, page, "locks", "name"); !slices.Equal(got, names[10:15]) {
+		t.Fatalf("lock list --after: %d locks", len(got))
+	}
+	page = runJSON(t, addr, 0, "lock", "list", "--limit", "5000", "--after", names[9])
+	if got := listed(t, page, "locks", "name"); !slices.Equal(got, names[10:]) || page["next"] != nil {
+		t.Fatalf("lock list to the end: %d locks, next %.20v", len(got), page["next"])
+	}
 	if got := listed(t, runJSON(t, addr, 0, "lock", "list", "--prefix", "s11/"), "locks", "name"); !slices.Equal(got, names[11*400:]) {
 		t.Fatalf("lock list --prefix s11/: %d locks", len(got))
 	}

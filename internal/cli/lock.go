@@ -9,11 +9,13 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/client"
 )
 
@@ -362,6 +364,35 @@ type holderJSON struct {
 	Token   uint64 `json:"token"`
 }
 
+// modeHolderJSON is one holder of a lock, with how it holds it.
+type modeHolderJSON struct {
+	Owner   string `json:"owner"`
+	Session uint64 `json:"session"`
+	Token   uint64 `json:"token"`
+	// Mode is "exclusive" (a mutex, a writer, an election's leader),
+	// "shared" (a reader) or "permit" (one permit of a semaphore).
+	Mode string `json:"mode"`
+}
+
+// holderMode is how h holds a lock of permits.
+func holderMode(h *pb.Holder, permits uint32) string {
+	switch {
+	case h.GetShared():
+		return "shared"
+	case permits > 1:
+		return "permit"
+	}
+	return "exclusive"
+}
+
+func modeHolders(hs []*pb.Holder, permits uint32) []modeHolderJSON {
+	out := make([]modeHolderJSON, 0, len(hs))
+	for _, h := range hs {
+		out = append(out, modeHolderJSON{Owner: h.GetOwner(), Session: h.GetSession(), Token: h.GetToken(), Mode: holderMode(h, permits)})
+	}
+	return out
+}
+
 // waiterJSON is a queued request.
 type waiterJSON struct {
 	Owner          string `json:"owner"`
@@ -371,25 +402,31 @@ type waiterJSON struct {
 
 // lockStatusJSON is `tenure lock status -o json`.
 type lockStatusJSON struct {
-	Name        string       `json:"name"`
-	Holder      *holderJSON  `json:"holder"`
-	Waiters     int          `json:"waiters"`
-	WaiterOrder []waiterJSON `json:"waiter_order"`
-	Delayed     bool         `json:"delayed"`
-	Revision    uint64       `json:"revision"`
+	Name string `json:"name"`
+	// Holder is the first holder (kept for scripts that read it);
+	// Holders lists every one.
+	Holder      *holderJSON      `json:"holder"`
+	Holders     []modeHolderJSON `json:"holders"`
+	Waiters     int              `json:"waiters"`
+	WaiterOrder []waiterJSON     `json:"waiter_order"`
+	Delayed     bool             `json:"delayed"`
+	Revision    uint64           `json:"revision"`
 }
 
 func (a *app) lockStatusCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "status NAME",
-		Short: "Show a lock's holder and waiters",
-		Long: `Show a lock's holder and waiters.
+		Short: "Show a lock's holders and waiters",
+		Long: `Show a lock's holders (every reader of a read-write lock, every permit of a
+semaphore), each with its mode, and its waiters.
 
-JSON: {"name","holder":{"owner","session","token"}|null,"waiters":N,
+JSON: {"name","holder":{"owner","session","token"}|null,
+"holders":[{"owner","session","token","mode"}],"waiters":N,
 "waiter_order":[{"owner","session","queued_revision"}],"delayed","revision"}.
-waiter_order is in grant order: the first is granted next. The server
-lists the waiters in pages, read one after the other: "revision" is the
-first page's.`,
+holder is the first holder; mode is "exclusive", "shared" (a reader) or
+"permit" (a semaphore's). holders and waiter_order are in grant order:
+the first waiter is granted next. The server lists holders and waiters in
+pages, read one after the other: "revision" is the first page's.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.listing(cmd, func(ctx context.Context, c *client.Client) error {
@@ -397,7 +434,7 @@ first page's.`,
 				if err != nil {
 					return err
 				}
-				out := lockStatusJSON{Name: st.GetName(), Waiters: len(st.GetWaiters()), WaiterOrder: []waiterJSON{}, Delayed: st.GetDelayed(), Revision: st.GetRevision()}
+				out := lockStatusJSON{Name: st.GetName(), Holders: modeHolders(st.GetHolders(), st.GetPermits()), Waiters: len(st.GetWaiters()), WaiterOrder: []waiterJSON{}, Delayed: st.GetDelayed(), Revision: st.GetRevision()}
 				if h := st.GetHolder(); h != nil {
 					out.Holder = &holderJSON{Owner: h.GetOwner(), Session: h.GetSession(), Token: h.GetToken()}
 				}
@@ -406,10 +443,11 @@ first page's.`,
 				}
 				return a.emit(out, func(w io.Writer) {
 					fmt.Fprintf(w, "lock %s\n", out.Name)
-					if out.Holder == nil {
+					if len(out.Holders) == 0 {
 						fmt.Fprintln(w, "holder:  none")
-					} else {
-						fmt.Fprintf(w, "holder:  %s (session %d, token %d)\n", out.Holder.Owner, out.Holder.Session, out.Holder.Token)
+					}
+					for _, h := range out.Holders {
+						fmt.Fprintf(w, "holder:  %s (session %d, token %d, %s)\n", h.Owner, h.Session, h.Token, h.Mode)
 					}
 					if out.Delayed {
 						fmt.Fprintln(w, "delayed: yes (lock-delay after an expiry)")
@@ -426,58 +464,95 @@ first page's.`,
 
 // lockSummaryJSON is one lock of `tenure lock list -o json`.
 type lockSummaryJSON struct {
-	Name    string `json:"name"`
-	Permits uint32 `json:"permits"`
-	Holders uint32 `json:"holders"`
-	Waiters uint32 `json:"waiters"`
-	Delayed bool   `json:"delayed"`
+	Name    string           `json:"name"`
+	Kind    string           `json:"kind"`
+	Holders []modeHolderJSON `json:"holders"`
+	Waiters uint32           `json:"waiters"`
+	DelayMs int64            `json:"delay_ms"`
 }
 
 // lockListJSON is `tenure lock list -o json`.
 type lockListJSON struct {
-	Locks    []lockSummaryJSON `json:"locks"`
-	Revision uint64            `json:"revision"`
+	Locks []lockSummaryJSON `json:"locks"`
+	// Next is the name to list after (--after) for the locks left out by
+	// --limit; null when none were.
+	Next *string `json:"next"`
 }
 
 func (a *app) lockListCommand() *cobra.Command {
-	var prefix string
+	var prefix, after string
+	var limit int
 	cmd := &cobra.Command{
-		Use:   "list [--prefix P]",
+		Use:   "list [--prefix P] [--limit N] [--after NAME]",
 		Short: "List the locks, by name",
 		Long: `List the locks (mutexes, semaphores, read-write locks and elections) whose
-names start with --prefix, by name: permits, how many hold and wait for
-each, and whether a lock-delay holds it back.
+names start with --prefix, by name: kind, every holder with its mode, how
+many wait, and the lock-delay holding the lock back.
 
-The server answers in pages, which are read one after the other: with
-more locks than one page holds, the list is not one snapshot, and
-"revision" is the first page's.
+kind is "mutex", "semaphore", "rwlock" (while a reader holds or waits:
+held by a writer alone, a read-write lock lists as a mutex) or
+"election"; a holder's mode is "exclusive", "shared" or "permit".
+delay_ms is 0 unless a lock-delay holds the lock back. With --limit, at
+most N locks are listed and "next" names the last of them when more
+follow: list again with --after it. The server answers in pages, read one
+after the other: with more locks than one page holds, the list is not one
+snapshot.
 
-JSON: {"locks":[{"name","permits","holders","waiters","delayed"}],"revision"}.`,
+JSON: {"locks":[{"name","kind","holders":[{"owner","session","token",
+"mode"}],"waiters":N,"delay_ms":N}],"next":NAME|null}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 0 {
+				return fmt.Errorf("--limit must not be negative, not %d", limit)
+			}
 			return a.listing(cmd, func(ctx context.Context, c *client.Client) error {
-				resp, err := c.Locks(ctx, prefix)
+				resp, err := c.LocksFrom(ctx, prefix, after, limit)
 				if err != nil {
 					return err
 				}
-				out := lockListJSON{Locks: make([]lockSummaryJSON, 0, len(resp.GetLocks())), Revision: resp.GetRevision()}
+				out := lockListJSON{Locks: make([]lockSummaryJSON, 0, len(resp.GetLocks()))}
 				for _, l := range resp.GetLocks() {
-					out.Locks = append(out.Locks, lockSummaryJSON{Name: l.GetName(), Permits: l.GetPermits(), Holders: l.GetHolders(), Waiters: l.GetWaiters(), Delayed: l.GetDelayed()})
+					holders := l.GetFirstHolders()
+					if int(l.GetHolders()) > len(holders) { // more than a listing names
+						st, err := c.LockStatus(ctx, l.GetName())
+						if err != nil {
+							return err
+						}
+						holders = st.GetHolders()
+					}
+					out.Locks = append(out.Locks, lockSummaryJSON{Name: l.GetName(), Kind: l.GetKind(), Holders: modeHolders(holders, l.GetPermits()), Waiters: l.GetWaiters(), DelayMs: l.GetDelayMs()})
+				}
+				if resp.GetMore() && len(out.Locks) > 0 {
+					next := out.Locks[len(out.Locks)-1].Name
+					out.Next = &next
 				}
 				return a.emit(out, func(w io.Writer) {
 					fmt.Fprintf(w, "%d locks\n", len(out.Locks))
 					for _, l := range out.Locks {
-						delayed := ""
-						if l.Delayed {
-							delayed = "  delayed"
+						var hs []string
+						for _, h := range l.Holders {
+							hs = append(hs, fmt.Sprintf("%s (session %d, token %d, %s)", h.Owner, h.Session, h.Token, h.Mode))
 						}
-						fmt.Fprintf(w, "  %s  %d/%d held  %d waiting%s\n", l.Name, l.Holders, l.Permits, l.Waiters, delayed)
+						held := "free"
+						if len(hs) > 0 {
+							held = "held by " + strings.Join(hs, ", ")
+						}
+						delay := ""
+						if l.DelayMs > 0 {
+							delay = fmt.Sprintf("  lock-delay %dms", l.DelayMs)
+						}
+						fmt.Fprintf(w, "  %s  %s  %s  %d waiting%s\n", l.Name, l.Kind, held, l.Waiters, delay)
+					}
+					if out.Next != nil {
+						fmt.Fprintf(w, "more after %s (--after %q)\n", *out.Next, *out.Next)
 					}
 				})
 			})
 		},
 	}
 	cmd.Flags().StringVar(&prefix, "prefix", "", "only the locks whose names start with this")
+	cmd.Flags().StringVar(&after, "after", "", "only the locks whose names come after this one (the \"next\" of a listing)")
+	cmd.Flags().IntVar(&limit, "limit", 0, "list at most this many locks (0: all)")
 	return cmd
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tenure-io/tenure/internal/daemon"
 	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/logging"
 	"github.com/tenure-io/tenure/internal/node"
 	"github.com/tenure-io/tenure/internal/server"
 )
@@ -24,6 +25,8 @@ type serveOutput struct {
 	Serving string `json:"serving"`
 	Node    string `json:"node"`
 	DataDir string `json:"data_dir"`
+	// HTTP is the metrics, health and dashboard address ("" none).
+	HTTP string `json:"http"`
 }
 
 // maxGroupCommitWait bounds --group-commit-wait: past a few milliseconds
@@ -33,8 +36,9 @@ const maxGroupCommitWait = 10 * time.Millisecond
 func (a *app) serveCommand() *cobra.Command {
 	cfg := daemon.DefaultConfig()
 	var (
-		groupWait  time.Duration
-		configFile string
+		groupWait           time.Duration
+		configFile          string
+		logFormat, logLevel string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -42,7 +46,14 @@ func (a *app) serveCommand() *cobra.Command {
 		Long: `Run a single-node Tenure server with its state in --data-dir.
 
 Prints one line on stdout once it serves (with -o json: {"serving","node",
-"data_dir"}); the storage and consensus log goes to stderr. SIGINT or
+"data_dir","http"}, http being the --http-listen address, "" for none; the
+log's "serving" record names it too); the log (leadership changes, session expiries,
+lock-delays, membership changes, restores, storage errors; refusals for
+limits or rights at warn; raft's own warnings and errors) goes to stderr,
+as text or JSON lines (--log-format, --log-level).
+
+--http-listen serves /metrics (Prometheus), /healthz, /readyz, the
+dashboard at / and, with --pprof, /debug/pprof/ (docs/monitoring.md). SIGINT or
 SIGTERM stops it cleanly (exit 0).
 
 Cluster mode: --peer-listen. A new data directory bootstraps the voters of
@@ -50,7 +61,6 @@ Cluster mode: --peer-listen. A new data directory bootstraps the voters of
 waits (printing its ready line only then) until the cluster's leader adds
 it: run "tenure member add ID PEER_ADDR", or "tenure member rebuild ID
 PEER_ADDR" for a member whose data directory was lost or damaged.
-
 
 --config FILE reads flag values from a YAML file whose keys are the flag
 names (see examples/deploy/tenure.yaml); flags on the command line win.`,
@@ -82,10 +92,20 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 			if addr, ok := cfg.BootstrapPeers[cfg.NodeID]; len(cfg.BootstrapPeers) > 0 && (!ok || addr != self) {
 				return fmt.Errorf("--bootstrap-peers must list this node as %s=%s", cfg.NodeID, self)
 			}
+			switch {
+			case cfg.MetricsQueues < 0:
+				return fmt.Errorf("--metrics-queues must not be negative, not %d", cfg.MetricsQueues)
+			case cfg.MetricsQueues == 0:
+				cfg.MetricsQueues = -1 // none of its own (the config's 0 is the default)
+			}
 			cfg.ClusterLimits = changedLimits(cmd.Flags(), cfg.ClusterLimits)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			cfg.LogOutput = a.streams.Err
+			logger, err := logging.New(a.streams.Err, logFormat, logLevel)
+			if err != nil {
+				return fmt.Errorf("--log-format/--log-level: %w", err)
+			}
+			cfg.Logger = logger
 			d, err := daemon.Start(cfg)
 			if err != nil {
 				return err
@@ -100,7 +120,8 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 				}
 				return err
 			}
-			out := serveOutput{Serving: d.Addr(), Node: cfg.NodeID, DataDir: cfg.DataDir}
+			out := serveOutput{Serving: d.Addr(), Node: cfg.NodeID, DataDir: cfg.DataDir, HTTP: d.HTTPAddr()}
+			logger.Info("serving", "listen", out.Serving, "http", out.HTTP, "node", out.Node, "data_dir", out.DataDir)
 			if err := a.emit(out, func(w io.Writer) {
 				fmt.Fprintf(w, "tenure: serving on %s (node %s, data %s)\n", out.Serving, out.Node, out.DataDir)
 			}); err != nil {
@@ -116,6 +137,11 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory holding the server's state")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "client API address (port 0 picks a free port)")
 	f.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this node's id")
+	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
+	f.StringVar(&logLevel, "log-level", "info", "least level logged: debug, info, warn or error (debug also shows raft's own info)")
+	f.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "metrics, health and dashboard address (port 0 picks a free port; empty: none)")
+	f.BoolVar(&cfg.Pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http-listen")
+	f.IntVar(&cfg.MetricsQueues, "metrics-queues", cfg.MetricsQueues, "queues (the first by name) with metrics of their own; the others are summed")
 	f.StringVar(&cfg.LogStore, "log-store", "", "raft log engine: bolt or wal (default: the data dir's own, bolt for a new one)")
 	clusterLimitFlags(f, &cfg.ClusterLimits, "when this node leads, set the cluster's limit on ")
 	f.IntVar(&cfg.Limits.MaxNameBytes, "max-name-len", server.DefaultLimits().MaxNameBytes, "longest lock, semaphore, election, queue or fenced register name, bytes")
@@ -126,7 +152,7 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 	kvFlags(f, &cfg.Limits.KV)
 	addQueueServeFlags(f, &cfg.Limits)
 	restoreServeFlags(f, &cfg.Limits.Restore)
-	f.StringVar(&cfg.PeerListen, "peer-listen", "", "raft peer address (cluster mode), e.g. 127.0.0.1:7071")
+	f.StringVar(&cfg.PeerListen, "peer-listen", "", "raft peer address (cluster mode), e.g. 127.0.0.1:7072")
 	f.StringVar(&cfg.PeerAdvertise, "peer-advertise", "", "peer address other members dial, if not --peer-listen (NAT, proxies)")
 	f.BoolVar(&cfg.UnsafeSkipFenceCheck, "unsafe-skip-fence-check", false, "accept every fenced write regardless of token (fault-injection tests only)")
 	_ = f.MarkHidden("unsafe-skip-fence-check")

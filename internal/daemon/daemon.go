@@ -3,18 +3,23 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 
 	"github.com/tenure-io/tenure/internal/clock"
+	"github.com/tenure-io/tenure/internal/dashboard"
 	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/metrics"
 	"github.com/tenure-io/tenure/internal/node"
 	"github.com/tenure-io/tenure/internal/server"
 )
@@ -28,7 +33,10 @@ type Config struct {
 	Listen string
 	// Clock drives session deadlines; nil means the real clock.
 	Clock clock.Clock
-	// LogOutput receives the storage and consensus log; nil means stderr.
+	// Logger receives the server's log (raft's included); nil means text
+	// at info on LogOutput.
+	Logger *slog.Logger
+	// LogOutput is where the default Logger writes; nil means stderr.
 	LogOutput io.Writer
 	// LogStore names the raft log engine: "bolt" or "wal"; "" is the data
 	// directory's own, or bolt for a new one.
@@ -58,11 +66,23 @@ type Config struct {
 	// GroupCommitWait: see node.Config (0 is the default wait, negative
 	// disables it).
 	GroupCommitWait time.Duration
+	// HTTPListen is the address of the metrics, health and dashboard
+	// listener (http.go); empty: none.
+	HTTPListen string
+	// Pprof serves Go's profiles under /debug/pprof/ on HTTPListen.
+	Pprof bool
+	// MetricsQueues is how many queues (the first by name) have metrics
+	// of their own; the others are summed. 0 means DefaultMetricsQueues,
+	// negative none.
+	MetricsQueues int
 }
+
+// DefaultMetricsQueues is the default Config.MetricsQueues.
+const DefaultMetricsQueues = 20
 
 // DefaultConfig is what `tenure serve` runs with no flags.
 func DefaultConfig() Config {
-	return Config{NodeID: "n1", DataDir: "tenure-data", Listen: "127.0.0.1:7070"}
+	return Config{NodeID: "n1", DataDir: "tenure-data", Listen: "127.0.0.1:7070", HTTPListen: DefaultHTTPListen, MetricsQueues: DefaultMetricsQueues}
 }
 
 // Daemon is a running server.
@@ -71,6 +91,9 @@ type Daemon struct {
 	Hub  *server.Hub
 	lis  net.Listener
 	gs   *grpc.Server
+	// httpLis and httpSrv: the HTTP listener, if any (http.go).
+	httpLis net.Listener
+	httpSrv *http.Server
 }
 
 // Start opens the node and the listener. The daemon serves after Run is
@@ -80,7 +103,7 @@ func Start(cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	hub := server.NewHub()
-	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, PeerAdvertise: cfg.PeerAdvertise, BootstrapPeers: cfg.BootstrapPeers, Join: cfg.Join, UnsafeSkipFenceCheck: cfg.UnsafeSkipFenceCheck, PeerRoutes: cfg.PeerRoutes, LockHistory: cfg.LockHistory, RegisterOpMemory: cfg.RegisterOpMemory, Limits: cfg.ClusterLimits, GroupCommitWait: cfg.GroupCommitWait}, hub.Sink)
+	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, Logger: cfg.Logger, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, PeerAdvertise: cfg.PeerAdvertise, BootstrapPeers: cfg.BootstrapPeers, Join: cfg.Join, UnsafeSkipFenceCheck: cfg.UnsafeSkipFenceCheck, PeerRoutes: cfg.PeerRoutes, LockHistory: cfg.LockHistory, RegisterOpMemory: cfg.RegisterOpMemory, Limits: cfg.ClusterLimits, GroupCommitWait: cfg.GroupCommitWait, Observer: hub.Metrics()}, hub.Sink)
 	if err != nil {
 		return nil, err
 	}
@@ -90,8 +113,19 @@ func Start(cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	gs := grpc.NewServer(server.GRPCOptions()...)
-	server.Register(gs, server.New(n, hub, cfg.Limits))
-	return &Daemon{Node: n, Hub: hub, lis: lis, gs: gs}, nil
+	srv := server.New(n, hub, cfg.Limits)
+	server.Register(gs, srv)
+	queues := max(cmp.Or(cfg.MetricsQueues, DefaultMetricsQueues), 0)
+	hub.Metrics().SetSource(func() metrics.Sample { return srv.Sample(queues) })
+	d := &Daemon{Node: n, Hub: hub, lis: lis, gs: gs}
+	if cfg.HTTPListen != "" {
+		if err := d.listenHTTP(cfg.HTTPListen, cfg.Pprof, dashboard.Handler(srv.Dashboard())); err != nil {
+			lis.Close()
+			n.Close()
+			return nil, err
+		}
+	}
+	return d, nil
 }
 
 // Addr is the client API's address.
@@ -103,11 +137,15 @@ func (d *Daemon) Ready() <-chan struct{} { return d.Node.Ready() }
 // Run serves until ctx ends, then stops gracefully and closes the node.
 func (d *Daemon) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	nctx, cancel := context.WithCancel(ctx)
 	wg.Add(2)
 	go func() { defer wg.Done(); errc <- d.Node.Run(nctx) }()
 	go func() { defer wg.Done(); errc <- d.gs.Serve(d.lis) }()
+	if d.httpSrv != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); errc <- d.serveHTTP(nctx) }()
+	}
 	var err error
 	select {
 	case <-ctx.Done():

@@ -3,7 +3,8 @@ package fsm
 import "fmt"
 
 // CheckIndexes reports whether the ordered indexes of sessions and locks
-// hold exactly what their maps hold (index.go).
+// hold exactly what their maps hold (index.go), and the totals kept of
+// the locks are right (stats.go).
 func (s *State) CheckIndexes() error {
 	if s.sessionOrder.Len() != len(s.sessions) {
 		return fmt.Errorf("%d sessions indexed, %d exist", s.sessionOrder.Len(), len(s.sessions))
@@ -27,5 +28,35 @@ func (s *State) CheckIndexes() error {
 		}
 		return err == nil
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	return s.checkTotals()
+}
+
+// checkTotals reports whether the totals kept as locks change (stats.go)
+// match a count of the locks.
+func (s *State) checkTotals() error {
+	held, delayed := 0, 0
+	for _, l := range s.locks {
+		if len(l.holders) > 0 {
+			held++
+		}
+		if l.delayed {
+			delayed++
+		}
+		shared := 0
+		for w := l.head; w != nil; w = w.next {
+			if w.shared {
+				shared++
+			}
+		}
+		if shared != l.nwaitShared {
+			return fmt.Errorf("lock %q: %d readers wait, %d counted", l.name, shared, l.nwaitShared)
+		}
+	}
+	if held != s.heldLocks || delayed != s.delayedLocks {
+		return fmt.Errorf("%d locks held and %d delayed, counted %d and %d", held, delayed, s.heldLocks, s.delayedLocks)
+	}
+	return nil
 }

@@ -284,6 +284,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	st.UnsafeSkipFenceCheck = f.unsafeSkip
+	st.counters = f.state.counters // this process's counts go on across a restore
 	f.state = st
 	f.mu.Unlock()
 	f.sink(Event{Kind: EventRestored, Revision: st.revision})

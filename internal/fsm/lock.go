@@ -34,17 +34,18 @@ type histRec struct {
 }
 
 type lock struct {
-	name       string
-	permits    int      // 1 for a mutex
-	holders    []*grant // in grant order: at most permits, or any number of readers
-	nshared    int      // holders that are readers
-	election   bool     // report holder changes (EventHolderChanged)
-	head, tail *waiter
-	nwait      int
-	delayed    bool
-	delayGen   uint64
-	delayMs    int64
-	history    []histRec
+	name        string
+	permits     int      // 1 for a mutex
+	holders     []*grant // in grant order: at most permits, or any number of readers
+	nshared     int      // holders that are readers
+	election    bool     // report holder changes (EventHolderChanged)
+	head, tail  *waiter
+	nwait       int
+	nwaitShared int // waiters that are readers
+	delayed     bool
+	delayGen    uint64
+	delayMs     int64
+	history     []histRec
 }
 
 func (s *State) acquire(c *fsmpb.Acquire, emit EventSink) Result {
@@ -135,6 +136,10 @@ func (s *State) acquire(c *fsmpb.Acquire, emit EventSink) Result {
 func (s *State) grant(l *lock, sess *session, acqRev uint64, delayMs int64, shared bool) *grant {
 	token := s.revision
 	g := &grant{sess: sess, token: token, acqRev: acqRev, delayMs: delayMs, shared: shared}
+	if len(l.holders) == 0 {
+		s.heldLocks++
+	}
+	s.counters.Grants++
 	l.holders = append(l.holders, g)
 	if shared {
 		l.nshared++
@@ -190,6 +195,9 @@ func (s *State) endGrant(l *lock, g *grant, how string, emit EventSink) {
 			break
 		}
 	}
+	if len(l.holders) == 0 {
+		s.heldLocks--
+	}
 	if first {
 		s.holderChanged(l, emit)
 	}
@@ -203,6 +211,7 @@ func (s *State) handOff(l *lock, emit EventSink) {
 		w := l.head
 		s.removeWaiter(l, w)
 		s.bump()
+		s.counters.Handoffs++
 		g := s.grant(l, w.sess, w.acqRev, w.delayMs, w.shared)
 		g.value = w.value
 		emit(Event{Kind: EventGranted, Session: w.sess.id, Name: l.name, Token: g.token, AcquireRevision: w.acqRev})
@@ -273,6 +282,7 @@ func (s *State) endLockDelay(c *fsmpb.EndLockDelay, emit EventSink) Result {
 	s.bump()
 	l.delayed = false
 	l.delayMs = 0
+	s.delayedLocks--
 	s.handOff(l, emit)
 	s.forget(l)
 	return Result{}
@@ -288,6 +298,9 @@ func (s *State) addWaiter(l *lock, w *waiter) {
 	}
 	l.tail = w
 	l.nwait++
+	if w.shared {
+		l.nwaitShared++
+	}
 	s.waiting++
 	w.sess.waits[l.name] = w
 }
@@ -306,6 +319,9 @@ func (s *State) removeWaiter(l *lock, w *waiter) {
 	}
 	w.prev, w.next = nil, nil
 	l.nwait--
+	if w.shared {
+		l.nwaitShared--
+	}
 	s.waiting--
 	delete(w.sess.waits, l.name)
 }

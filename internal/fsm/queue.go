@@ -417,6 +417,9 @@ func (s *State) dequeue(c *fsmpb.QueueDequeue, emit EventSink) Result {
 	it, _ := q.ready.DeleteMin()
 	it.token = s.bump()
 	it.attempts++
+	if it.attempts > 1 {
+		s.counters.Redeliveries++
+	}
 	it.visMs = c.GetVisibilityMs()
 	it.session = c.GetSession()
 	it.receipt = string(c.GetReceiptHash())
@@ -491,6 +494,7 @@ func (s *State) putBack(q *queue, it qItem, emit EventSink) {
 	it.token, it.visMs, it.session, it.receipt = 0, 0, 0, ""
 	if it.attempts >= q.maxAttempts {
 		q.dead.ReplaceOrInsert(it)
+		s.counters.DeadLettered++
 		return
 	}
 	q.ready.ReplaceOrInsert(it)

@@ -164,14 +164,17 @@ func (s *State) Lock(name string) LockView {
 // LockSummary is a lock in a listing.
 type LockSummary struct {
 	Name    string
+	Kind    string // KindMutex, KindSemaphore, KindRWLock or KindElection
 	Permits int
 	Holders int
 	Waiters int
 	Delayed bool
+	// DelayMs is the lock-delay holding the lock back (0: none).
+	DelayMs int64
 }
 
 func (l *lock) summary() LockSummary {
-	return LockSummary{Name: l.name, Permits: l.permits, Holders: len(l.holders), Waiters: l.nwait, Delayed: l.delayed}
+	return LockSummary{Name: l.name, Kind: l.kind(), Permits: l.permits, Holders: len(l.holders), Waiters: l.nwait, Delayed: l.delayed, DelayMs: l.delayMs}
 }
 
 // LockSummary describes the named lock in brief; an unknown lock is free.
@@ -179,7 +182,7 @@ func (s *State) LockSummary(name string) LockSummary {
 	if l := s.locks[name]; l != nil {
 		return l.summary()
 	}
-	return LockSummary{Name: name, Permits: 1}
+	return LockSummary{Name: name, Kind: KindMutex, Permits: 1}
 }
 
 // Locks yields the locks whose names start with prefix and come after the

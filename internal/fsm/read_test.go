@@ -130,13 +130,13 @@ func TestLocksPagesByNameAndPrefix(t *testing.T) {
 		t.Fatalf("after the prefix's last name: %+v", got)
 	}
 	l := take(m.s.Locks("b/1", ""), 1)[0]
-	if l != (fsm.LockSummary{Name: "b/1", Permits: 1, Holders: 1, Waiters: 1}) {
+	if l != (fsm.LockSummary{Name: "b/1", Kind: fsm.KindMutex, Permits: 1, Holders: 1, Waiters: 1}) {
 		t.Fatalf("summary of b/1: %+v", l)
 	}
 	if got := m.s.LockSummary("b/1"); got != l {
 		t.Fatalf("LockSummary %+v, listing %+v", got, l)
 	}
-	if got := m.s.LockSummary("none"); got != (fsm.LockSummary{Name: "none", Permits: 1}) {
+	if got := m.s.LockSummary("none"); got != (fsm.LockSummary{Name: "none", Kind: fsm.KindMutex, Permits: 1}) {
 		t.Fatalf("unknown lock: %+v", got)
 	}
 }

@@ -98,6 +98,9 @@ func (s *State) endSession(id uint64, expired bool, emit EventSink) Result {
 		delayMs := g.delayMs
 		s.endGrant(l, g, ended, emit)
 		if expired && delayMs > 0 {
+			if !l.delayed {
+				s.delayedLocks++
+			}
 			l.delayed = true
 			l.delayGen = s.revision // unique, even across a removal of the lock
 			l.delayMs = delayMs
@@ -110,6 +113,7 @@ func (s *State) endSession(id uint64, expired bool, emit EventSink) Result {
 	s.kvEndSession(id, emit)
 	s.queueSessionEnded(id, emit)
 	s.removeSession(sess)
+	s.counters.sessionEnded(expired)
 	emit(Event{Kind: EventSessionEnded, Session: id, Expired: expired})
 	return Result{}
 }

@@ -113,6 +113,12 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 		for _, h := range ls.GetHistory() {
 			l.history = append(l.history, histFromProto(h))
 		}
+		if len(l.holders) > 0 {
+			s.heldLocks++
+		}
+		if l.delayed {
+			s.delayedLocks++
+		}
 		s.addLock(l)
 		s.forget(l) // written before unused locks were removed
 	}

@@ -165,6 +165,12 @@ type State struct {
 	queues        queueSet // see queue.go
 
 	fenceFloor uint64 // fenced writes at or below it are stale (fencefloor.go)
+
+	// heldLocks and delayedLocks count the locks with a holder and those
+	// held back by a lock-delay; counters counts what was applied. All
+	// three are derived from the rest and not exported (stats.go).
+	heldLocks, delayedLocks int
+	counters                Counters
 }
 
 // NewState returns an empty state at revision 0.
@@ -217,8 +223,10 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 		r = s.endLockDelay(op.EndLockDelay, emit)
 	case *fsmpb.Command_FencedPut:
 		r = s.fencedPut(op.FencedPut)
+		s.counters.fenced(r)
 	case *fsmpb.Command_FencedDelete:
 		r = s.fencedDelete(op.FencedDelete)
+		s.counters.fenced(r)
 	case *fsmpb.Command_Proclaim:
 		r = s.proclaim(op.Proclaim, emit)
 	case *fsmpb.Command_SetRetention:

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -23,7 +24,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
@@ -31,6 +31,7 @@ import (
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 	"github.com/tenure-io/tenure/internal/lessor"
+	"github.com/tenure-io/tenure/internal/logging"
 	"github.com/tenure-io/tenure/internal/store"
 )
 
@@ -62,7 +63,10 @@ type Config struct {
 	ApplyTimeout time.Duration
 	// Clock drives session deadlines. Default clock.Real.
 	Clock clock.Clock
-	// LogOutput receives raft's log (warnings and errors). Default stderr.
+	// Logger receives the node's log, raft's included. Default: text at
+	// info on LogOutput.
+	Logger *slog.Logger
+	// LogOutput is where the default Logger writes. Default stderr.
 	LogOutput io.Writer
 	// SnapshotThreshold is how many log entries trigger a snapshot.
 	// Default 16384.
@@ -111,6 +115,8 @@ type Config struct {
 	// one waits for more proposals before it is written (see lingerProbe).
 	// Zero means DefaultGroupCommitWait; negative disables the wait.
 	GroupCommitWait time.Duration
+	// Observer, if set, receives the node's measurements (observe.go).
+	Observer Observer
 }
 
 // DefaultGroupCommitWait is the default Config.GroupCommitWait: about one
@@ -139,6 +145,9 @@ func (c *Config) fill() {
 	}
 	if c.LogOutput == nil {
 		c.LogOutput = d.LogOutput
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(c.LogOutput, nil))
 	}
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = d.SnapshotThreshold
@@ -214,14 +223,17 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 	if cfg.UnsafeSkipFenceCheck {
 		n.fsm.SetUnsafeSkipFenceCheck()
 	}
-	n.lessor = lessor.New(cfg.Clock, n.Propose, n.fsm.Read)
+	n.lessor = lessor.New(cfg.Clock, n.proposeForLessor, n.fsm.Read)
 
 	stores, err := store.Open(filepath.Join(cfg.DataDir, "raft"), cfg.LogStore, cfg.LogOutput)
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Observer != nil {
+		stores.Log = store.TimeAppends(stores.Log, cfg.Observer.LogAppend)
+	}
 	n.stores = stores
-	logger := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: cfg.LogOutput})
+	logger := logging.Raft(cfg.Logger)
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, "snapshots"), 2, logger)
 	if err != nil {
 		stores.Close()
@@ -234,7 +246,7 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 		stores.Close()
 		return nil, err
 	}
-	if n.rec, err = openRecord(filepath.Join(cfg.DataDir, "raft", recordFile), stores.Log, stores.Stable, snaps, cfg.LogOutput); err != nil {
+	if n.rec, err = openRecord(filepath.Join(cfg.DataDir, "raft", recordFile), stores.Log, stores.Stable, snaps, logging.Writer(cfg.Logger, slog.LevelError)); err != nil {
 		stores.Close()
 		return nil, err
 	}
@@ -345,6 +357,7 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 		return nil, fmt.Errorf("node: starting raft: %w", err)
 	}
 	n.raft = r
+	n.observeLeaders()
 	n.wg.Add(3)
 	go n.batcher()
 	go n.answerer()
@@ -472,12 +485,12 @@ func (n *Node) applySettings(ctx context.Context) {
 	}
 	if want.LockHistory != 0 || want.RegisterOpMemory != 0 {
 		if _, err := n.Propose(ctx, &fsmpb.Command{Op: &fsmpb.Command_SetRetention{SetRetention: want}}); err != nil {
-			fmt.Fprintf(n.cfg.LogOutput, "tenure: setting retention (lock history %d, register op memory %d): %v\n", n.cfg.LockHistory, n.cfg.RegisterOpMemory, err)
+			n.cfg.Logger.Error("setting retention", "lock_history", n.cfg.LockHistory, "register_op_memory", n.cfg.RegisterOpMemory, "err", err)
 		}
 	}
 	if merged := limits.Merge(n.cfg.Limits); merged != limits {
 		if _, err := n.SetLimits(ctx, n.cfg.Limits); err != nil {
-			fmt.Fprintf(n.cfg.LogOutput, "tenure: setting limits: %v\n", err)
+			n.cfg.Logger.Error("setting limits", "err", err)
 		}
 	}
 }
@@ -698,6 +711,9 @@ func (n *Node) batcher() {
 			}
 			<-n.slots
 			continue
+		}
+		if n.cfg.Observer != nil {
+			n.cfg.Observer.Batch(len(batch))
 		}
 		n.fsm.Hint(data, cmd) // this node's apply need not decode what it just encoded
 		n.applying <- inflight{f: n.raft.Apply(data, n.cfg.ApplyTimeout), batch: batch, data: data}

@@ -103,6 +103,7 @@ func (s *Server) MemberAdd(ctx context.Context, req *pb.MemberAddRequest) (*pb.M
 	if err := s.node.AddVoter(ctx, id, addr, index); err != nil {
 		return nil, toStatus(memberErr(err, ""))
 	}
+	s.log.Info("member added", "member", id, "peer", addr, "voters", after)
 	return s.members()
 }
 
@@ -147,6 +148,7 @@ func (s *Server) MemberRemove(ctx context.Context, req *pb.MemberRemoveRequest) 
 	if err := s.node.RemoveServer(ctx, id, index); err != nil {
 		return nil, toStatus(err)
 	}
+	s.log.Info("member removed", "member", id)
 	return s.members()
 }
 
@@ -273,5 +275,6 @@ func (s *Server) SnapshotRestore(stream pb.Tenure_SnapshotRestoreServer) error {
 	if err != nil {
 		return toStatus(err)
 	}
+	s.log.Info("snapshot restored", "revision", snap.GetRevision(), "fence_floor", snap.GetFenceFloor(), "force", force, "bytes", len(data), "sessions", len(snap.GetSessions()), "locks", len(snap.GetLocks()))
 	return stream.SendAndClose(&pb.SnapshotRestoreResponse{Revision: snap.GetRevision(), Sessions: uint32(len(snap.GetSessions())), Locks: uint32(len(snap.GetLocks())), Registers: uint32(len(snap.GetRegisters())), Queues: uint32(len(snap.GetQueues())), Keys: uint64(len(snap.GetKv()))})
 }

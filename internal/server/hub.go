@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/metrics"
 )
 
 type waitKey struct {
@@ -28,8 +29,14 @@ type Hub struct {
 
 	// kv is the key-value event history that watches read (watch.go).
 	kv *watchRing
-	// queues: waiting dequeues and enqueue ages (queue.go).
+	// queues: waiting dequeues (queue.go).
 	queues queueWaiters
+	// clock dates revisions (revclock.go).
+	clock *revisionClock
+	// changes tells the dashboard the state changed (dashboard.go).
+	changes changeFeed
+	// metrics are this process's (internal/metrics).
+	metrics *metrics.Metrics
 }
 
 // observerBuffer is how many leader changes an observer may lag behind
@@ -64,15 +71,27 @@ func (h *Hub) unobserve(name string, ob *observer) {
 
 // NewHub returns an empty hub.
 func NewHub() *Hub {
-	h := &Hub{waits: make(map[waitKey]chan fsm.Event), streams: make(map[uint64]map[*sessionStream]struct{}), observers: make(map[string]map[*observer]struct{}), kv: newWatchRing(DefaultKVLimits().WatchHistory, DefaultKVLimits().WatchHistoryBytes)}
-	h.queues.ages.start = time.Now()
+	h := &Hub{waits: make(map[waitKey]chan fsm.Event), streams: make(map[uint64]map[*sessionStream]struct{}), observers: make(map[string]map[*observer]struct{}), kv: newWatchRing(DefaultKVLimits().WatchHistory, DefaultKVLimits().WatchHistoryBytes),
+		clock: newRevisionClock(time.Now()), metrics: metrics.New()}
 	return h
 }
+
+// Metrics are the metrics of the process this hub serves: its events and
+// the service's requests feed them.
+func (h *Hub) Metrics() *metrics.Metrics { return h.metrics }
 
 // Sink receives the state machine's events; it never blocks.
 func (h *Hub) Sink(e fsm.Event) {
 	switch e.Kind {
-	case fsm.EventKVPut, fsm.EventKVDelete, fsm.EventApplied, fsm.EventRestored:
+	case fsm.EventApplied:
+		h.clock.applied(e.Revision, time.Now())
+		h.kv.feed(e)
+		h.changes.publish(e.Revision)
+	case fsm.EventRestored:
+		h.clock.restored(e.Revision)
+		h.kv.feed(e)
+		h.changes.publish(e.Revision)
+	case fsm.EventKVPut, fsm.EventKVDelete:
 		h.kv.feed(e)
 	case fsm.EventGranted, fsm.EventWaitEnded:
 		h.mu.Lock()

@@ -62,6 +62,9 @@ func (s *Server) Sessions(stream pb.Tenure_SessionsServer) error {
 				m.streams[f.GetStream()] = vs
 				wg.Go(func() {
 					err := s.Session(vs)
+					if err != nil {
+						s.refused("Sessions", codeOf(err), status.Convert(err).Message())
+					}
 					vs.cancel()
 					m.end(vs, err)
 				})

@@ -24,6 +24,9 @@ const (
 	// maxSessionNames bounds the held and the waited-for locks a session
 	// of a listing names (each; all are counted).
 	maxSessionNames = 1000
+	// maxListedHolders bounds the holders a lock of a listing names (all
+	// are counted; LockStatus pages through them all).
+	maxListedHolders = 100
 )
 
 // pager fills one page: it admits items while the list being paged is
@@ -70,7 +73,7 @@ func (s *Server) ListSessions(ctx context.Context, req *pb.ListSessionsRequest) 
 	err := s.read(ctx, req.GetSerializable(), func(st *fsm.State) {
 		out.Revision = st.Revision()
 		for v := range st.SessionsAfter(req.GetAfterId(), maxSessionNames) {
-			info := &pb.SessionInfo{Id: v.ID, Owner: v.Owner, TtlMs: v.TTLMs, Held: v.Held, Waiting: v.Waiting, HeldCount: uint32(v.HeldCount), WaitingCount: uint32(v.WaitingCount)}
+			info := &pb.SessionInfo{Id: v.ID, Owner: v.Owner, TtlMs: v.TTLMs, Held: v.Held, Waiting: v.Waiting, HeldCount: uint32(v.HeldCount), WaitingCount: uint32(v.WaitingCount), TimeLeftMs: -1}
 			if !p.take(info) {
 				break
 			}
@@ -78,6 +81,17 @@ func (s *Server) ListSessions(ctx context.Context, req *pb.ListSessionsRequest) 
 		}
 	})
 	out.More = p.more
+	ids := make([]uint64, len(out.Sessions))
+	for i, info := range out.Sessions {
+		ids[i] = info.GetId()
+	}
+	if left, ok := s.node.SessionsTimeLeft(ids); ok {
+		for i, d := range left {
+			if d >= 0 {
+				out.Sessions[i].TimeLeftMs = d.Milliseconds()
+			}
+		}
+	}
 	return out, err
 }
 
@@ -89,7 +103,13 @@ func (s *Server) ListLocks(ctx context.Context, req *pb.ListLocksRequest) (*pb.L
 	err := s.read(ctx, req.GetSerializable(), func(st *fsm.State) {
 		out.Revision = st.Revision()
 		for l := range st.Locks(req.GetPrefix(), req.GetAfter()) {
-			sum := &pb.LockSummary{Name: l.Name, Permits: uint32(l.Permits), Holders: uint32(l.Holders), Waiters: uint32(l.Waiters), Delayed: l.Delayed}
+			sum := &pb.LockSummary{Name: l.Name, Permits: uint32(l.Permits), Holders: uint32(l.Holders), Waiters: uint32(l.Waiters), Delayed: l.Delayed, Kind: l.Kind, DelayMs: l.DelayMs}
+			for h := range st.LockHolders(l.Name, 0) {
+				if len(sum.FirstHolders) == maxListedHolders {
+					break
+				}
+				sum.FirstHolders = append(sum.FirstHolders, holderToProto(h))
+			}
 			if !p.take(sum) {
 				break
 			}

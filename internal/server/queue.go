@@ -87,8 +87,7 @@ func (l Limits) withQueueDefaults() Limits {
 // an item. Waiting is not replicated: an item made ready wakes exactly one
 // waiter (the first in line), taking it out of the line; it then proposes
 // its dequeue, and one that loses the race to another consumer goes back
-// to its original place. It also keeps the age samples of enqueues. Safe
-// for concurrent use.
+// to its original place. Safe for concurrent use.
 type queueWaiters struct {
 	wakeups atomic.Uint64
 
@@ -96,7 +95,6 @@ type queueWaiters struct {
 	mu      sync.Mutex
 	seq     uint64
 	byQueue map[string]*btree.BTreeG[*qwaiter]
-	ages    ageSamples
 }
 
 type qwaiter struct {
@@ -189,64 +187,6 @@ func (w *queueWaiters) waiting(name string) int {
 	return 0
 }
 
-// ageSamples remembers when this node applied some enqueues: (item id,
-// local monotonic time), at most one sample per sampleEvery. The age of an
-// item is measured from the latest sample at or below its id, so it is
-// over-estimated by less than sampleEvery (coarser once the samples have
-// been thinned). Items applied before this process started count from its
-// start (an under-estimate). Guarded by queueWaiters.mu.
-type ageSamples struct {
-	start   time.Time
-	last    time.Time
-	samples *btree.BTreeG[ageSample]
-}
-
-type ageSample struct {
-	id uint64
-	at time.Time
-}
-
-const (
-	sampleEvery = 10 * time.Millisecond
-	maxSamples  = 1 << 16
-)
-
-func (a *ageSamples) record(id uint64, now time.Time) {
-	if a.samples == nil {
-		a.samples = btree.NewG(32, func(x, y ageSample) bool { return x.id < y.id })
-	}
-	if a.samples.Len() > 0 && now.Sub(a.last) < sampleEvery {
-		return
-	}
-	a.last = now
-	a.samples.ReplaceOrInsert(ageSample{id: id, at: now})
-	if a.samples.Len() > maxSamples { // thin out: keep every other sample
-		var drop []ageSample
-		i := 0
-		a.samples.Ascend(func(s ageSample) bool {
-			if i%2 == 1 {
-				drop = append(drop, s)
-			}
-			i++
-			return true
-		})
-		for _, s := range drop {
-			a.samples.Delete(s)
-		}
-	}
-}
-
-func (a *ageSamples) age(id uint64, now time.Time) time.Duration {
-	since := a.start
-	if a.samples != nil {
-		a.samples.DescendLessOrEqual(ageSample{id: id}, func(s ageSample) bool {
-			since = s.at
-			return false
-		})
-	}
-	return now.Sub(since)
-}
-
 // queueEvent takes the queue's events from the state machine (Hub.Sink).
 func (h *Hub) queueEvent(e fsm.Event) {
 	if e.Kind != fsm.EventQueueReady {
@@ -254,9 +194,6 @@ func (h *Hub) queueEvent(e fsm.Event) {
 	}
 	w := &h.queues
 	w.mu.Lock()
-	if e.Queue.Enqueue {
-		w.ages.record(e.Queue.ID, time.Now())
-	}
 	w.wakeLocked(e.Name, e.Queue.Ready)
 	w.mu.Unlock()
 }
@@ -457,10 +394,7 @@ func (s *Server) QueueStats(ctx context.Context, req *pb.QueueStatsRequest) (*pb
 	}
 	out.Waiting = uint64(s.hub.queues.waiting(req.GetQueue()))
 	if out.OldestId != 0 {
-		w := &s.hub.queues
-		w.mu.Lock()
-		out.OldestAgeMs = w.ages.age(out.OldestId, time.Now()).Milliseconds()
-		w.mu.Unlock()
+		out.OldestAgeMs = time.Since(s.hub.clock.when(out.OldestId)).Milliseconds()
 	}
 	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,17 +30,20 @@ type Server struct {
 	pb.UnimplementedTenureServer
 	node    *node.Node
 	hub     *Hub
+	log     *slog.Logger
 	limits  Limits
 	workers workers
 	watches watchSlots // open KVWatch and Observe streams (watchlimit.go)
 	// restores admits restore streams within limits.Restore (cluster.go).
 	restores restoreGate
+	// refusals bounds the refusals logged (observe.go).
+	refusals refusalBudget
 }
 
 // New returns a server for n; hub must be the one whose Sink n delivers
 // events to.
 func New(n *node.Node, hub *Hub, limits Limits) *Server {
-	s := &Server{node: n, hub: hub, limits: limits.withDefaults(), workers: workers{work: make(chan func())}}
+	s := &Server{node: n, hub: hub, log: n.Logger(), limits: limits.withDefaults(), workers: workers{work: make(chan func())}}
 	s.configureKV()
 	n.OnDemote(s.hub.queues.wakeAll) // blocked dequeues move to the new leader
 	return s
@@ -167,17 +171,24 @@ type sessionStream struct {
 // re-attaches to it with a resumed acquire.
 type pendingAcquire struct {
 	cancel   context.CancelFunc
-	withdraw bool // guarded by sessionStream.mu
+	start    time.Time // when the request arrived (the wait's metric)
+	withdraw bool      // guarded by sessionStream.mu
 }
 
 func (ss *sessionStream) send(r *pb.SessionResponse) {
+	if e := r.GetError(); e != nil {
+		ss.srv.refused("Session", codes.Code(e.GetCode()), e.GetMessage())
+	}
 	ss.sendMu.Lock()
 	defer ss.sendMu.Unlock()
 	_ = ss.stream.Send(r) // a broken stream is noticed by Recv
 }
 
-func granted(id uint64, name string, token uint64) *pb.SessionResponse {
-	return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Granted{Granted: &pb.LockGranted{Name: name, Token: token}}}
+// granted is the answer to acquire request id of p, granted with token;
+// the wait since the request arrived goes to the metrics.
+func (ss *sessionStream) granted(id uint64, a *pb.AcquireLock, p *pendingAcquire, token uint64) *pb.SessionResponse {
+	ss.srv.hub.metrics.ObserveLockWait(fsm.LockKind(a.GetPermits(), a.GetShared(), a.GetElection()), time.Since(p.start))
+	return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Granted{Granted: &pb.LockGranted{Name: a.GetName(), Token: token}}}
 }
 
 func errResponse(id uint64, err error) *pb.SessionResponse {
@@ -312,7 +323,7 @@ func (ss *sessionStream) handle(ctx context.Context, req *pb.SessionRequest) (cl
 		ss.goHandle(func() { ss.keepAlive(ctx, id) }) // after a barrier
 	case *pb.SessionRequest_Acquire:
 		actx, cancel := context.WithCancel(ctx)
-		p := &pendingAcquire{cancel: cancel}
+		p := &pendingAcquire{cancel: cancel, start: time.Now()}
 		ss.mu.Lock()
 		ss.pending[id] = p
 		ss.mu.Unlock()
@@ -426,7 +437,7 @@ func (ss *sessionStream) acquireAsync(ctx context.Context, id uint64, a *pb.Acqu
 		if err != nil {
 			ss.finishAcquire(key, ch, errResponse(id, err))
 		} else {
-			ss.finishAcquire(key, ch, granted(id, a.GetName(), res.Token))
+			ss.finishAcquire(key, ch, ss.granted(id, a, p, res.Token))
 		}
 		done()
 	})
@@ -464,7 +475,7 @@ func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireL
 		if ss.withdrawing(p) { // the client gave up while we committed
 			return errResponse(id, ss.cancelAcquire(a.GetName(), res.AcquireRevision))
 		}
-		return granted(id, a.GetName(), res.Token)
+		return ss.granted(id, a, p, res.Token)
 	}
 	if !a.GetQuiet() {
 		ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Queued{Queued: &pb.LockQueued{Position: res.Position, QueuedRevision: res.AcquireRevision}}})
@@ -476,7 +487,7 @@ func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireL
 				continue
 			}
 			if e.Kind == fsm.EventGranted {
-				return granted(id, a.GetName(), e.Token)
+				return ss.granted(id, a, p, e.Token)
 			}
 			return errResponse(id, fsm.ErrSessionNotFound)
 		case <-ctx.Done():
@@ -670,5 +681,6 @@ func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRes
 	st := s.node.Status()
 	out := &pb.StatusResponse{Node: st.Node, Leader: st.Leader, Term: st.Term, Revision: st.Revision, Voters: st.Voters, AppliedIndex: st.AppliedIndex, StorageError: st.StorageError}
 	s.watchStatus(out)
+	s.healthStatus(out)
 	return out, nil
 }

@@ -28,6 +28,13 @@ type watchSlots struct {
 	byConn map[string]int
 }
 
+// open is the number of open watch streams.
+func (w *watchSlots) open() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.total
+}
+
 // take reserves a slot for a stream of ctx's connection; release frees it.
 func (w *watchSlots) take(ctx context.Context) (release func(), err error) {
 	conn := "unknown"

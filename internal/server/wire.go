@@ -15,14 +15,18 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -31,36 +35,64 @@ import (
 	"github.com/tenure-io/tenure/internal/fsm"
 )
 
-// Register registers srv on gs with the strict decoding of requests. gs
-// must have been made with GRPCOptions.
+// Register registers srv on gs with the strict decoding of requests, and
+// counts every RPC in srv's metrics (method, code; the time of a unary
+// one). gs must have been made with GRPCOptions.
 func Register(gs *grpc.Server, srv *Server) {
-	pb.RegisterTenureServer(strictRegistrar{gs}, srv)
+	pb.RegisterTenureServer(strictRegistrar{gs, srv}, srv)
 }
 
 // strictRegistrar registers services whose handlers decode their requests
-// with decodeStrict.
-type strictRegistrar struct{ grpc.ServiceRegistrar }
+// with decodeStrict and are counted in srv's metrics (and refusals logged).
+type strictRegistrar struct {
+	grpc.ServiceRegistrar
+	srv *Server
+}
 
 // RegisterService implements grpc.ServiceRegistrar.
 func (r strictRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
 	d := *desc
 	d.Methods = make([]grpc.MethodDesc, len(desc.Methods))
 	for i, m := range desc.Methods {
-		handler := m.Handler
+		handler, name := m.Handler, m.MethodName
 		m.Handler = func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-			return handler(srv, ctx, func(v any) error { return decodeStrict(dec, v) }, interceptor)
+			start := time.Now()
+			resp, err := handler(srv, ctx, func(v any) error { return decodeStrict(dec, v) }, interceptor)
+			r.srv.answered(name, err, true, time.Since(start))
+			return resp, err
 		}
 		d.Methods[i] = m
 	}
 	d.Streams = make([]grpc.StreamDesc, len(desc.Streams))
 	for i, s := range desc.Streams {
-		handler := s.Handler
+		handler, name := s.Handler, s.StreamName
 		s.Handler = func(srv any, stream grpc.ServerStream) error {
-			return handler(srv, strictStream{stream})
+			err := handler(srv, strictStream{stream})
+			r.srv.answered(name, err, false, 0)
+			return err
 		}
 		d.Streams[i] = s
 	}
 	r.ServiceRegistrar.RegisterService(&d, impl)
+}
+
+// answered counts an RPC of method that ended with err (the time of a
+// unary one) and logs a refusal.
+func (s *Server) answered(method string, err error, unary bool, d time.Duration) {
+	code := codeOf(err)
+	s.hub.metrics.ObserveRPC(method, code.String(), unary, d)
+	if err != nil {
+		s.refused(method, code, status.Convert(err).Message())
+	}
+}
+
+// codeOf is the gRPC code a handler's error is answered with: a context's
+// error counts as gRPC turns it into a status.
+func codeOf(err error) codes.Code {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return status.FromContextError(err).Code()
+	}
+	return status.Code(err)
 }
 
 // strictStream decodes every message it receives with decodeStrict.

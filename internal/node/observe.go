@@ -1,0 +1,181 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+)
+
+// Observer receives measurements of a node's work (Config.Observer). Its
+// methods are called on the node's own goroutines, raft's included: they
+// must be quick and must not block. It is how the metrics learn what
+// only the node sees; the state machine's own counts are read from the
+// state.
+type Observer interface {
+	// LogAppend: one append to the raft log store, fsync included, took d.
+	LogAppend(d time.Duration)
+	// Batch: the batcher wrote one log entry of n commands.
+	Batch(n int)
+	// LeaderChanged: this node saw a new leader (a non-empty id).
+	LeaderChanged(leader string)
+}
+
+// observeLeaders registers a raft observer that reports every new leader
+// this node learns of. It runs in raft's goroutine and sends nothing on a
+// channel: the filter itself reports, and returns false.
+// Each change is also logged.
+func (n *Node) observeLeaders() {
+	n.raft.RegisterObserver(raft.NewObserver(nil, false, func(o *raft.Observation) bool {
+		lo, ok := o.Data.(raft.LeaderObservation)
+		if !ok {
+			return false
+		}
+		if lo.LeaderID == "" {
+			n.cfg.Logger.Info("no leader", "term", n.raft.CurrentTerm())
+			return false
+		}
+		n.cfg.Logger.Info("leader changed", "leader", string(lo.LeaderID), "term", n.raft.CurrentTerm(), "self", lo.LeaderID == raft.ServerID(n.cfg.NodeID))
+		if n.cfg.Observer != nil {
+			n.cfg.Observer.LeaderChanged(string(lo.LeaderID))
+		}
+		return false
+	}))
+}
+
+// loggedNames bounds the lock names a log record lists.
+const loggedNames = 100
+
+// proposeForLessor is Propose for the lessor's commands. A session expiry
+// that commits is logged with the session's owner and what it held and
+// waited for, and then each lock-delay the expiry started.
+func (n *Node) proposeForLessor(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
+	exp := cmd.GetExpireSession()
+	if exp == nil || exp.GetSession() == 0 {
+		return n.Propose(ctx, cmd)
+	}
+	id := exp.GetSession()
+	var v fsm.SessionView
+	n.fsm.Read(func(s *fsm.State) {
+		for sv := range s.SessionsAfter(id-1, loggedNames) {
+			if sv.ID == id {
+				v = sv
+			}
+			break
+		}
+	})
+	res, err := n.Propose(ctx, cmd)
+	if err != nil || v.ID == 0 {
+		return res, err
+	}
+	n.cfg.Logger.Info("session expired", "session", id, "owner", v.Owner, "ttl_ms", v.TTLMs, "held", v.Held, "held_count", v.HeldCount, "waiting", v.Waiting, "waiting_count", v.WaitingCount)
+	var delayed []fsm.LockSummary
+	n.fsm.Read(func(s *fsm.State) {
+		for _, name := range v.Held {
+			if l := s.LockSummary(name); l.Delayed {
+				delayed = append(delayed, l)
+			}
+		}
+	})
+	for _, l := range delayed {
+		n.cfg.Logger.Info("lock-delay started", "lock", l.Name, "delay_ms", l.DelayMs, "session", id, "owner", v.Owner)
+	}
+	return res, nil
+}
+
+// Logger is the node's logger, for the service it runs.
+func (n *Node) Logger() *slog.Logger { return n.cfg.Logger }
+
+// RaftStats is raft's view of this node, for monitoring.
+type RaftStats struct {
+	IsLeader                  bool
+	Term                      uint64
+	CommitIndex, AppliedIndex uint64
+	LastIndex                 uint64
+}
+
+// RaftStats reads raft's view without waiting for anything.
+func (n *Node) RaftStats() RaftStats {
+	return RaftStats{
+		IsLeader: n.raft.State() == raft.Leader, Term: n.raft.CurrentTerm(),
+		CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(), LastIndex: n.raft.LastIndex(),
+	}
+}
+
+// Health is what a node's readiness is decided on (see Ready).
+type Health struct {
+	// Leader is the leader this node knows of ("" none).
+	Leader string
+	// IsLeader: this node leads; then CaughtUp also needs the barrier of
+	// its term applied (see LinearizableRead).
+	IsLeader bool
+	// CommitIndex and AppliedIndex: raft's, read together.
+	CommitIndex, AppliedIndex uint64
+	// CaughtUp: this node has applied everything it knows is committed.
+	CaughtUp bool
+	// Storage: nil when the data directory accepted a write and an fsync
+	// just now, else what went wrong.
+	Storage error
+}
+
+// Ready reports whether the node can serve: it knows a leader, has
+// applied what is committed and its storage is writable.
+func (h Health) Ready() bool { return h.Leader != "" && h.CaughtUp && h.Storage == nil }
+
+// Reason says why the node is not ready ("" when it is).
+func (h Health) Reason() string {
+	switch {
+	case h.Leader == "":
+		return "no leader"
+	case !h.CaughtUp:
+		return fmt.Sprintf("catching up: applied index %d, commit index %d", h.AppliedIndex, h.CommitIndex)
+	case h.Storage != nil:
+		return fmt.Sprintf("storage not writable: %v", h.Storage)
+	}
+	return ""
+}
+
+// probeFile is written and removed by each storage check.
+const probeFile = ".probe"
+
+// Health checks this node now. The storage check writes, fsyncs and
+// removes a small file beside the raft log, so it costs one fsync.
+func (n *Node) Health() Health {
+	_, leader := n.raft.LeaderWithID()
+	h := Health{Leader: string(leader), IsLeader: n.raft.State() == raft.Leader, CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex()}
+	h.CaughtUp = h.AppliedIndex >= h.CommitIndex && (!h.IsLeader || n.readTerm.Load() == n.raft.CurrentTerm())
+	// The log's own last write first (a full disk, an I/O error), then a
+	// probe: a node can be idle with a disk that fails.
+	if h.Storage = n.stores.Failure(); h.Storage == nil {
+		h.Storage = probeWritable(filepath.Join(n.cfg.DataDir, "raft", probeFile))
+	}
+	return h
+}
+
+// probeWritable creates path, writes and fsyncs a byte and removes it.
+func probeWritable(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write([]byte{0})
+	serr := f.Sync()
+	cerr := f.Close()
+	rerr := os.Remove(path)
+	return errors.Join(werr, serr, cerr, rerr)
+}
+
+// SessionsTimeLeft reports, on the leader, how long each session of ids
+// has before it expires without a keepalive (-1: not timed); ok is false
+// on a follower, which keeps no deadlines.
+func (n *Node) SessionsTimeLeft(ids []uint64) (left []time.Duration, ok bool) {
+	return n.lessor.TimesLeft(ids)
+}
