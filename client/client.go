@@ -220,32 +220,60 @@ func unavailable(err error) bool {
 	return status.Code(err) == codes.Unavailable || errors.Is(err, ErrUnavailable)
 }
 
-// unary runs a request against the endpoint in use, moving through the
-// others while they answer "unavailable" (an election in progress, a dead
-// node). With a single endpoint it tries once.
-func (c *Client) unary(ctx context.Context, fn func(pb.TenureClient) error) error {
+// rotate is the one place the client moves between endpoints. It runs try
+// against the endpoint in use and, while an endpoint cannot serve (it
+// cannot be reached, or it answers that it is not the leader or knows
+// none), moves on through the others, in rounds with a growing pause,
+// until one answers otherwise or ctx ends. A node that answered "not the
+// leader" is asked again in the next round (a leader may be elected
+// meanwhile), also when it is the only endpoint; a single endpoint that
+// cannot be reached fails at once. When ctx ends first, the error says
+// that no leader answered and names the endpoints.
+func (c *Client) rotate(ctx context.Context, try func(ep uint32) error) error {
 	backoff := 20 * time.Millisecond
+	everAnswered := false // some node answered "not the leader"
 	for {
 		var err error
+		answered := false
 		for range c.eps {
-			i, api := c.pick()
-			if err = fn(api); !unavailable(err) {
-				return fromStatus(err)
+			i := c.cur.Load() % uint32(len(c.eps))
+			if err = try(i); !unavailable(err) {
+				return err
 			}
+			answered = answered || notLeader(err)
 			c.next(i)
 		}
-		if len(c.eps) == 1 {
-			return fromStatus(err)
+		everAnswered = everAnswered || answered
+		if len(c.eps) == 1 && !answered {
+			return err
 		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return fromStatus(err)
+			if !everAnswered {
+				return err
+			}
+			return fmt.Errorf("%w at %s within the time given (%v; last answer: %v)", ErrNoLeader, c.endpoints(), ctx.Err(), err)
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
+}
+
+// endpoints lists the client's endpoints, comma-separated.
+func (c *Client) endpoints() string {
+	addrs := make([]string, len(c.eps))
+	for i, ep := range c.eps {
+		addrs[i] = ep.addr
+	}
+	return strings.Join(addrs, ",")
+}
+
+// unary runs a request with rotate: on the leader, waiting for one within
+// ctx.
+func (c *Client) unary(ctx context.Context, fn func(pb.TenureClient) error) error {
+	return c.rotate(ctx, func(i uint32) error { return fromStatus(fn(c.eps[i].api)) })
 }
 
 // PutResult is the answer of a fenced register write or delete.

@@ -34,6 +34,10 @@ var (
 	ErrUnknownOutcome = errors.New("tenure: outcome unknown")
 	// ErrUnavailable: no server could be reached (or it is not the leader).
 	ErrUnavailable = errors.New("tenure: service unavailable")
+	// ErrNoLeader: the servers answered, but none was the leader before
+	// the context ended (an election that did not finish, a cluster
+	// without a majority). It matches ErrUnavailable too.
+	ErrNoLeader = fmt.Errorf("%w: no leader", ErrUnavailable)
 	// ErrProgressDeadline: the progress watchdog let the session go because
 	// the work did not report progress in time.
 	ErrProgressDeadline = errors.New("tenure: no progress reported within the progress deadline")
@@ -56,6 +60,7 @@ var errDisconnected = errors.New("tenure: connection lost")
 type wireError struct {
 	sentinel error
 	msg      string
+	reason   pb.ErrorReason // the server's reason, when it gave one
 }
 
 func (e *wireError) Error() string { return e.msg }
@@ -91,7 +96,14 @@ func fromReason(r pb.ErrorReason, code codes.Code, msg string) error {
 	default:
 		return fromCode(code, msg)
 	}
-	return &wireError{sentinel: s, msg: msg}
+	return &wireError{sentinel: s, msg: msg, reason: r}
+}
+
+// notLeader reports whether err is a node's answer that it is not the
+// leader (or knows none): the node is up, and a leader may come.
+func notLeader(err error) bool {
+	var we *wireError
+	return errors.As(err, &we) && we.reason == pb.ErrorReason_ERROR_REASON_NOT_LEADER
 }
 
 // fromCode maps a unary call's gRPC status back to a sentinel.
@@ -131,6 +143,11 @@ func fromStatus(err error) error {
 	st, ok := status.FromError(err)
 	if !ok {
 		return err
+	}
+	for _, d := range st.Details() {
+		if e, ok := d.(*pb.Error); ok {
+			return fromReason(e.GetReason(), st.Code(), st.Message())
+		}
 	}
 	if st.Code() == codes.ResourceExhausted {
 		var got, max int

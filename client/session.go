@@ -248,32 +248,17 @@ func (s *Session) poke() {
 	}
 }
 
-// openAny tries every endpoint in turn, in rounds, until one opens the
-// session or ctx ends (with one endpoint: one try).
+// openAny opens the session (id 0: a new one) on the leader, waiting for
+// one within ctx (see Client.rotate).
 func (s *Session) openAny(ctx context.Context, id uint64) (*stream, *pb.SessionOpened, time.Time, error) {
-	backoff := 20 * time.Millisecond
-	for {
-		var err error
-		for range s.c.eps {
-			var st *stream
-			var opened *pb.SessionOpened
-			var sentAt time.Time
-			if st, opened, sentAt, err = s.open(ctx, id); err == nil || !unavailable(err) {
-				return st, opened, sentAt, err
-			}
-		}
-		if len(s.c.eps) == 1 {
-			return nil, nil, time.Time{}, err
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, nil, time.Time{}, err
-		}
-		backoff = min(2*backoff, 500*time.Millisecond)
-	}
+	var st *stream
+	var opened *pb.SessionOpened
+	var sentAt time.Time
+	err := s.c.rotate(ctx, func(uint32) (err error) {
+		st, opened, sentAt, err = s.open(ctx, id)
+		return err
+	})
+	return st, opened, sentAt, err
 }
 
 // open starts a stream on the endpoint in use and sends Open; it returns

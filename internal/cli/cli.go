@@ -340,7 +340,7 @@ func (a *app) call(cmd *cobra.Command, timeout time.Duration, fn func(ctx contex
 
 // describe names the endpoint in errors that come from not reaching it.
 func (a *app) describe(err error) error {
-	if errors.Is(err, client.ErrUnavailable) {
+	if errors.Is(err, client.ErrUnavailable) && !errors.Is(err, client.ErrNoLeader) {
 		return fmt.Errorf("cannot reach %s: %w", a.endpoint, err)
 	}
 	return err

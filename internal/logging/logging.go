@@ -10,6 +10,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -72,14 +73,16 @@ func (w lineWriter) Write(p []byte) (int, error) {
 // Raft returns an hclog.Logger, for raft and its transport and snapshot
 // store, that logs through l with the attribute component=raft (and
 // name=... for a named logger). raft's messages below warn (elections
-// starting, pipelines, snapshots) are logged only when l logs debug.
-func Raft(l *slog.Logger) hclog.Logger {
+// starting, pipelines, snapshots) are logged only when l logs debug; so
+// are the messages listed in routine, whatever their level (what raft
+// warns of that is expected here, e.g. a single node's first election).
+func Raft(l *slog.Logger, routine ...string) hclog.Logger {
 	min := hclog.Warn
 	if l.Enabled(context.Background(), slog.LevelDebug) {
 		min = hclog.Trace
 	}
 	base := l.With("component", "raft")
-	h := &hcLogger{base: base, l: base, level: new(atomic.Int32)}
+	h := &hcLogger{base: base, l: base, level: new(atomic.Int32), routine: routine}
 	h.level.Store(int32(min))
 	return h
 }
@@ -91,6 +94,8 @@ type hcLogger struct {
 	name  string
 	args  []any
 	level *atomic.Int32 // hclog.Level, shared by the loggers derived from one
+	// routine messages are logged at debug.
+	routine []string
 }
 
 func slogLevel(l hclog.Level) slog.Level {
@@ -112,6 +117,9 @@ func (h *hcLogger) enabled(level hclog.Level) bool {
 }
 
 func (h *hcLogger) Log(level hclog.Level, msg string, args ...any) {
+	if level > hclog.Debug && slices.Contains(h.routine, msg) {
+		level = hclog.Debug
+	}
 	if !h.enabled(level) {
 		return
 	}
@@ -135,7 +143,7 @@ func (h *hcLogger) GetLevel() hclog.Level         { return hclog.Level(h.level.L
 
 func (h *hcLogger) With(args ...any) hclog.Logger {
 	base := h.base.With(args...)
-	return (&hcLogger{base: base, args: append(append([]any(nil), h.args...), args...), level: h.level}).named(h.name)
+	return (&hcLogger{base: base, args: append(append([]any(nil), h.args...), args...), level: h.level, routine: h.routine}).named(h.name)
 }
 
 func (h *hcLogger) named(name string) *hcLogger {
@@ -154,7 +162,7 @@ func (h *hcLogger) Named(name string) hclog.Logger {
 }
 
 func (h *hcLogger) ResetNamed(name string) hclog.Logger {
-	return (&hcLogger{base: h.base, args: h.args, level: h.level}).named(name)
+	return (&hcLogger{base: h.base, args: h.args, level: h.level, routine: h.routine}).named(name)
 }
 
 func (h *hcLogger) StandardLogger(opts *hclog.StandardLoggerOptions) *log.Logger {

@@ -233,7 +233,12 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 		stores.Log = store.TimeAppends(stores.Log, cfg.Observer.LogAppend)
 	}
 	n.stores = stores
-	logger := logging.Raft(cfg.Logger)
+	var routine []string
+	if cfg.PeerAddr == "" {
+		// A single voter elects itself after one heartbeat timeout: expected.
+		routine = append(routine, "heartbeat timeout reached, starting election")
+	}
+	logger := logging.Raft(cfg.Logger, routine...)
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, "snapshots"), 2, logger)
 	if err != nil {
 		stores.Close()

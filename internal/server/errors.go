@@ -53,8 +53,15 @@ func toStatus(err error) error {
 	if err == nil {
 		return nil
 	}
-	code, _ := classify(err)
+	code, reason := classify(err)
 	st := status.New(code, err.Error())
+	if reason != pb.ErrorReason_ERROR_REASON_UNSPECIFIED {
+		// The reason, typed, as on a session stream: a client tells "this
+		// node is not the leader" from "this node cannot be reached".
+		if d, derr := st.WithDetails(&pb.Error{Reason: reason, Code: uint32(code)}); derr == nil {
+			st = d
+		}
+	}
 	var ce *CompactedError
 	if errors.As(err, &ce) { // the numbers a client needs to resume, typed
 		if d, derr := st.WithDetails(&pb.KVCompacted{CompactRevision: ce.CompactRevision, CurrentRevision: ce.CurrentRevision}); derr == nil {
