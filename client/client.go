@@ -31,6 +31,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -43,6 +44,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
@@ -87,6 +89,8 @@ type dialOptions struct {
 	clk           clock.Clock
 	serializable  bool
 	streamPerSess bool
+	tls           *tls.Config // security.go
+	authToken     string
 }
 
 // WithStreamPerSession gives every session a Session RPC of its own
@@ -141,12 +145,19 @@ func Dial(ctx context.Context, endpoints string, opts ...Option) (*Client, error
 		}
 	}
 	c := &Client{clk: o.clk, serializable: o.serializable}
+	creds := insecure.NewCredentials()
+	if o.tls != nil {
+		creds = credentials.NewTLS(o.tls)
+	}
 	gopts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		// Fixed flow-control windows: no ping probes to size them (the
 		// server does the same, see its options).
 		grpc.WithInitialWindowSize(1 << 20), grpc.WithInitialConnWindowSize(1 << 24),
 	}, o.grpcOpts...)
+	if o.authToken != "" {
+		gopts = append(gopts, grpc.WithPerRPCCredentials(tokenCreds(o.authToken)))
+	}
 	for _, addr := range strings.Split(endpoints, ",") {
 		addr = strings.TrimSpace(addr)
 		if addr == "" {

@@ -33,6 +33,7 @@ const maxGroupCommitWait = 10 * time.Millisecond
 func (a *app) serveCommand() *cobra.Command {
 	cfg := daemon.DefaultConfig()
 	var groupWait time.Duration
+	var sec serveSecurity
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a single-node Tenure server",
@@ -65,6 +66,11 @@ SIGTERM stops it cleanly (exit 0).`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			cfg.LogOutput = a.streams.Err
+			reloaders, err := sec.configure(&cfg, a.streams.Err)
+			if err != nil {
+				return err
+			}
+			reloadOnHUP(ctx, reloaders, a.streams.Err)
 			d, err := daemon.Start(cfg)
 			if err != nil {
 				return err
@@ -104,6 +110,7 @@ SIGTERM stops it cleanly (exit 0).`,
 	kvFlags(f, &cfg.Limits.KV)
 	addQueueServeFlags(f, &cfg.Limits)
 	restoreServeFlags(f, &cfg.Limits.Restore)
+	sec.flags(f)
 	f.StringVar(&cfg.PeerListen, "peer-listen", "", "raft peer address (cluster mode), e.g. 127.0.0.1:7071")
 	f.StringVar(&cfg.PeerAdvertise, "peer-advertise", "", "peer address other members dial, if not --peer-listen (NAT, proxies)")
 	f.BoolVar(&cfg.UnsafeSkipFenceCheck, "unsafe-skip-fence-check", false, "accept every fenced write regardless of token (fault-injection tests only)")

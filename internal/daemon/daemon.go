@@ -4,6 +4,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/tenure-io/tenure/internal/clock"
 	"github.com/tenure-io/tenure/internal/fsm"
@@ -55,6 +57,9 @@ type Config struct {
 	// GroupCommitWait: see node.Config (0 is the default wait, negative
 	// disables it).
 	GroupCommitWait time.Duration
+	// TLS, if set, is the client API's TLS configuration: the API then
+	// serves TLS only (a plaintext client is refused).
+	TLS *tls.Config
 }
 
 // DefaultConfig is what `tenure serve` runs with no flags.
@@ -86,7 +91,11 @@ func Start(cfg Config) (*Daemon, error) {
 		n.Close()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	gs := grpc.NewServer(server.GRPCOptions()...)
+	opts := server.GRPCOptions()
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	gs := grpc.NewServer(opts...)
 	server.Register(gs, server.New(n, hub, cfg.Limits))
 	return &Daemon{Node: n, Hub: hub, lis: lis, gs: gs}, nil
 }
