@@ -64,14 +64,21 @@ func (ss *serveSecurity) flags(f *pflag.FlagSet) {
 	f.StringVar(&ss.tls.Cert, "tls-cert", "", "serve the client API over TLS with this certificate (PEM; re-read when it changes or on SIGHUP)")
 	f.StringVar(&ss.tls.Key, "tls-key", "", "the private key of --tls-cert (PEM)")
 	f.StringVar(&ss.tls.CA, "tls-client-ca", "", "require client certificates that chain to this CA (PEM)")
+	f.StringVar(&ss.peer.Cert, "peer-tls-cert", "", "raft peer traffic over mutual TLS with this certificate (PEM, for both server and client use; re-read when it changes or on SIGHUP)")
+	f.StringVar(&ss.peer.Key, "peer-tls-key", "", "the private key of --peer-tls-cert (PEM)")
+	f.StringVar(&ss.peer.CA, "peer-tls-ca", "", "the CA every peer's certificate must chain to (PEM)")
 }
 
 // configure checks protected mode and sets the daemon's TLS
 // configuration. It returns the reloaders to reload on SIGHUP.
 func (ss *serveSecurity) configure(cfg *daemon.Config, log io.Writer) ([]*tlsconfig.Reloader, error) {
 	clientTLS := ss.tls.Cert != "" || ss.tls.Key != ""
+	peerTLS := ss.peer.Cert != "" || ss.peer.Key != "" || ss.peer.CA != ""
 	if ss.tls.CA != "" && !clientTLS {
 		return nil, errors.New("--tls-client-ca needs --tls-cert and --tls-key")
+	}
+	if peerTLS && cfg.PeerListen == "" {
+		return nil, errors.New("--peer-tls-cert, --peer-tls-key and --peer-tls-ca need --peer-listen")
 	}
 	var out []*tlsconfig.Reloader
 	if clientTLS {
@@ -80,6 +87,14 @@ func (ss *serveSecurity) configure(cfg *daemon.Config, log io.Writer) ([]*tlscon
 			return nil, err
 		}
 		cfg.TLS = r.ServerConfig()
+		out = append(out, r)
+	}
+	if peerTLS {
+		r, err := tlsconfig.New(ss.peer, tlsconfig.Peer, log)
+		if err != nil {
+			return nil, err
+		}
+		cfg.PeerTLS = r.Config
 		out = append(out, r)
 	}
 	return out, nil
