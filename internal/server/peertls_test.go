@@ -112,7 +112,7 @@ func TestPeerMutualTLS(t *testing.T) {
 	}
 	for _, cfg := range []daemon.Config{
 		{NodeID: "n4", DataDir: filepath.Join(root, "n4"), PeerListen: freePort(t), PeerTLS: foreign.Config}, // another CA
-		{NodeID: "n5", DataDir: filepath.Join(root, "n5"), PeerListen: freePort(t)},                           // plaintext
+		{NodeID: "n5", DataDir: filepath.Join(root, "n5"), PeerListen: freePort(t)},                          // plaintext
 	} {
 		m := startDaemon(t, cfg)
 		<-m.d.Ready() // a standalone member of its own
