@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -58,6 +59,8 @@ func (cs *clientSecurity) options() ([]client.Option, error) {
 // serveSecurity holds the security flags of `tenure serve`.
 type serveSecurity struct {
 	tls, peer tlsconfig.Files
+	auth      bool
+	insecure  bool
 }
 
 func (ss *serveSecurity) flags(f *pflag.FlagSet) {
@@ -67,6 +70,8 @@ func (ss *serveSecurity) flags(f *pflag.FlagSet) {
 	f.StringVar(&ss.peer.Cert, "peer-tls-cert", "", "raft peer traffic over mutual TLS with this certificate (PEM, for both server and client use; re-read when it changes or on SIGHUP)")
 	f.StringVar(&ss.peer.Key, "peer-tls-key", "", "the private key of --peer-tls-cert (PEM)")
 	f.StringVar(&ss.peer.CA, "peer-tls-ca", "", "the CA every peer's certificate must chain to (PEM)")
+	f.BoolVar(&ss.auth, "auth", false, "enforce ACLs: deny every request no policy of its caller allows (create the first token with `tenure acl bootstrap`)")
+	f.BoolVar(&ss.insecure, "insecure", false, "serve outside loopback without TLS and --auth, or raft peers without peer TLS (protected mode off)")
 }
 
 // configure checks protected mode and sets the daemon's TLS
@@ -80,6 +85,15 @@ func (ss *serveSecurity) configure(cfg *daemon.Config, log io.Writer) ([]*tlscon
 	if peerTLS && cfg.PeerListen == "" {
 		return nil, errors.New("--peer-tls-cert, --peer-tls-key and --peer-tls-ca need --peer-listen")
 	}
+	if !ss.insecure {
+		if !isLoopback(cfg.Listen) && !(clientTLS && ss.auth) {
+			return nil, fmt.Errorf("refusing to serve the client API on %s, outside loopback, without TLS and --auth: anyone who can reach it could take every lock and read every key (give --tls-cert, --tls-key and --auth, or --insecure to serve anyway)", cfg.Listen)
+		}
+		if cfg.PeerListen != "" && !isLoopback(cfg.PeerListen) && !peerTLS {
+			return nil, fmt.Errorf("refusing to serve raft peers on %s, outside loopback, without peer TLS: anyone who can reach it could rewrite the replicated log (give --peer-tls-cert, --peer-tls-key and --peer-tls-ca, or --insecure to serve anyway)", cfg.PeerListen)
+		}
+	}
+	cfg.Auth = ss.auth
 	var out []*tlsconfig.Reloader
 	if clientTLS {
 		r, err := tlsconfig.New(ss.tls, tlsconfig.Server, log)
@@ -98,6 +112,20 @@ func (ss *serveSecurity) configure(cfg *daemon.Config, log io.Writer) ([]*tlscon
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// isLoopback reports whether the listen address addr is on loopback only
+// (127.0.0.0/8, ::1 or localhost). An empty host is every interface.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // reloadOnHUP reloads every reloader's files on SIGHUP until ctx ends.

@@ -52,3 +52,97 @@ func TestCLITLSFlags(t *testing.T) {
 	runJSON(t, s.Addr(), 0, "status") // the environment's defaults
 
 }
+
+// TestProtectedMode: serving outside loopback needs TLS and --auth (and
+// raft peers outside loopback need peer TLS), unless --insecure.
+func TestProtectedMode(t *testing.T) {
+	dir := devCerts(t)
+	f := func(n string) string { return filepath.Join(dir, n) }
+	withTLS := serveSecurity{tls: tlsconfig.Files{Cert: f("server.pem"), Key: f("server-key.pem")}}
+	withTLSAuth := withTLS
+	withTLSAuth.auth = true
+	peer := tlsconfig.Files{Cert: f("peer.pem"), Key: f("peer-key.pem"), CA: f("ca.pem")}
+	for _, c := range []struct {
+		name         string
+		sec          serveSecurity
+		listen, raft string
+		refused      string // "" when it may serve
+	}{
+		{"loopback, nothing", serveSecurity{}, "127.0.0.1:7070", "", ""},
+		{"localhost, nothing", serveSecurity{}, "localhost:7070", "", ""},
+		{"::1, nothing", serveSecurity{}, "[::1]:7070", "", ""},
+		{"every interface, nothing", serveSecurity{}, ":7070", "", "without TLS and --auth"},
+		{"a network address, TLS only", withTLS, "10.1.2.3:7070", "", "without TLS and --auth"},
+		{"a network address, auth only", serveSecurity{auth: true}, "0.0.0.0:7070", "", "without TLS and --auth"},
+		{"a network address, TLS and auth", withTLSAuth, "0.0.0.0:7070", "", ""},
+		{"a network address, insecure", serveSecurity{insecure: true}, "0.0.0.0:7070", "0.0.0.0:7071", ""},
+		{"raft on the network without peer TLS", withTLSAuth, "0.0.0.0:7070", "0.0.0.0:7071", "without peer TLS"},
+		{"raft on the network with peer TLS", serveSecurity{tls: withTLSAuth.tls, auth: true, peer: peer}, "0.0.0.0:7070", "0.0.0.0:7071", ""},
+		{"raft on loopback", serveSecurity{}, "127.0.0.1:7070", "127.0.0.1:7071", ""},
+	} {
+		cfg := daemon.Config{Listen: c.listen, PeerListen: c.raft}
+		_, err := c.sec.configure(&cfg, nil)
+		switch {
+		case c.refused == "" && err != nil:
+			t.Errorf("%s: refused: %v", c.name, err)
+		case c.refused != "" && (err == nil || !strings.Contains(err.Error(), c.refused) || !strings.Contains(err.Error(), "--insecure")):
+			t.Errorf("%s: %v, want a refusal saying %q and naming --insecure", c.name, err, c.refused)
+		}
+	}
+	// The command line: one line, exit 1, before anything starts.
+	res := run(t, "127.0.0.1:1", "serve", "--listen", "0.0.0.0:0", "--data-dir", filepath.Join(t.TempDir(), "d"))
+	if res.code != ExitError || strings.Count(res.stderr, "\n") != 1 || !strings.Contains(res.stderr, "refusing to serve") {
+		t.Fatalf("serve on 0.0.0.0 without TLS and auth: exit %d, stderr %q", res.code, res.stderr)
+	}
+}
+
+// TestCLIACL: bootstrap, a policy, a token, and requests the token may
+// and may not make, through the command line.
+func TestCLIACL(t *testing.T) {
+	s := testutil.StartConfig(t, daemon.Config{Auth: true})
+	boot := runJSON(t, s.Addr(), 0, "acl", "bootstrap")
+	if len(boot) != 2 || boot["id"] == "" || !strings.HasPrefix(boot["secret"].(string), "tnr_") {
+		t.Fatalf("acl bootstrap -o json = %v, want {id, secret}", boot)
+	}
+	admin := boot["secret"].(string)
+	if res := run(t, s.Addr(), "acl", "bootstrap"); res.code != ExitError || !strings.Contains(res.stderr, "permission denied") {
+		t.Fatalf("second bootstrap: exit %d, %q", res.code, res.stderr)
+	}
+	pol := runJSON(t, s.Addr(), 0, "acl", "policy", "create", "jobs", "--rule", "lock:jobs/:write", "--rule", "kv:config/:read", "--rule", "session::write", "--auth-token", admin)
+	if pol["name"] != "jobs" || len(pol["rules"].([]any)) != 3 {
+		t.Fatalf("policy create = %v", pol)
+	}
+	if res := run(t, s.Addr(), "acl", "policy", "create", "bad", "--rule", "locks:x:write", "--auth-token", admin); res.code != ExitError || !strings.Contains(res.stderr, "kind") {
+		t.Fatalf("a bad rule: exit %d, %q", res.code, res.stderr)
+	}
+	tok := runJSON(t, s.Addr(), 0, "acl", "token", "create", "--policy", "jobs", "--auth-token", admin)
+	worker := tok["secret"].(string)
+	list := runJSON(t, s.Addr(), 0, "acl", "token", "list", "--auth-token", admin)
+	if n := len(list["tokens"].([]any)); n != 2 {
+		t.Fatalf("token list: %v", list)
+	}
+
+	t.Setenv(envAuthToken, worker)
+	if res := run(t, s.Addr(), "lock", "jobs/a", "--", "true"); res.code != 0 {
+		t.Fatalf("lock jobs/a with the worker token: exit %d, %q", res.code, res.stderr)
+	}
+	for _, args := range [][]string{
+		{"lock", "billing/a", "--", "true"},
+		{"kv", "put", "config/x", "v"},
+		{"snapshot", "save", filepath.Join(t.TempDir(), "snap")},
+		{"acl", "token", "create", "--policy", "jobs"},
+	} {
+		res := run(t, s.Addr(), args...)
+		if res.code != ExitError || !strings.HasPrefix(res.stderr, "tenure: permission denied") || strings.Count(res.stderr, "\n") != 1 {
+			t.Errorf("%v with the worker token: exit %d, stderr %q; want one permission denied line", args, res.code, res.stderr)
+		}
+	}
+	who := runJSON(t, s.Addr(), 0, "acl", "whoami")
+	if who["identity"] != "token "+tok["id"].(string) || who["auth"] != true {
+		t.Fatalf("whoami = %v", who)
+	}
+	runJSON(t, s.Addr(), 0, "acl", "token", "revoke", tok["id"].(string), "--auth-token", admin)
+	if res := run(t, s.Addr(), "lock", "jobs/a", "--", "true"); res.code != ExitError || !strings.Contains(res.stderr, "revoked") {
+		t.Fatalf("lock with a revoked token: exit %d, %q", res.code, res.stderr)
+	}
+}

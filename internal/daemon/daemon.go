@@ -62,6 +62,9 @@ type Config struct {
 	TLS *tls.Config
 	// PeerTLS: see node.Config (raft over mutual TLS).
 	PeerTLS func() *tls.Config
+	// Auth enforces the ACLs (server.WithAuth); denials are logged to
+	// LogOutput.
+	Auth bool
 }
 
 // DefaultConfig is what `tenure serve` runs with no flags.
@@ -98,7 +101,11 @@ func Start(cfg Config) (*Daemon, error) {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
 	gs := grpc.NewServer(opts...)
-	server.Register(gs, server.New(n, hub, cfg.Limits))
+	var sopts []server.Option
+	if cfg.Auth {
+		sopts = append(sopts, server.WithAuth(cfg.LogOutput))
+	}
+	server.Register(gs, server.New(n, hub, cfg.Limits, sopts...))
 	return &Daemon{Node: n, Hub: hub, lis: lis, gs: gs}, nil
 }
 

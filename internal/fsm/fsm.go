@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/btree"
 	"github.com/hashicorp/raft"
@@ -51,6 +52,10 @@ type FSM struct {
 	mu         sync.RWMutex
 	state      *State
 	unsafeSkip bool
+
+	// sec is the state's Security, published after every apply (it is
+	// immutable), so that readers need not take mu.
+	sec atomic.Pointer[Security]
 
 	// hintMu guards hints: commands this node proposed, by the first byte
 	// of their encoding (see Hint).
@@ -112,8 +117,14 @@ func New(sink EventSink) *FSM {
 	if sink == nil {
 		sink = func(Event) {}
 	}
-	return &FSM{sink: sink, state: NewState()}
+	f := &FSM{sink: sink, state: NewState()}
+	f.sec.Store(f.state.sec)
+	return f
 }
+
+// Security returns the replicated ACLs and signing keys as of the last
+// applied entry, without taking the state lock. It is immutable.
+func (f *FSM) Security() *Security { return f.sec.Load() }
 
 // SetUnsafeSkipFenceCheck turns off the fenced registers' token check (see
 // State.UnsafeSkipFenceCheck). Call it before raft starts; test use only.
@@ -166,6 +177,9 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		out[i] = &r
 	}
 	emit(Event{Kind: EventApplied, Revision: f.state.revision})
+	if f.state.sec != f.sec.Load() {
+		f.sec.Store(f.state.sec)
+	}
 	f.mu.Unlock()
 	for _, e := range events {
 		f.sink(e)
@@ -231,6 +245,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	st.UnsafeSkipFenceCheck = f.unsafeSkip
 	f.state = st
+	f.sec.Store(st.sec)
 	f.mu.Unlock()
 	f.sink(Event{Kind: EventRestored, Revision: st.revision})
 	return nil

@@ -34,12 +34,19 @@ type Server struct {
 	watches watchSlots // open KVWatch and Observe streams (watchlimit.go)
 	// restores admits restore streams within limits.Restore (cluster.go).
 	restores restoreGate
+	// auth: the ACLs are enforced (auth.go); denials logs the refusals.
+	auth    bool
+	denials *denialLog
+	signers signerCache // proof.go
 }
 
 // New returns a server for n; hub must be the one whose Sink n delivers
 // events to.
-func New(n *node.Node, hub *Hub, limits Limits) *Server {
+func New(n *node.Node, hub *Hub, limits Limits, opts ...Option) *Server {
 	s := &Server{node: n, hub: hub, limits: limits.withDefaults(), workers: workers{work: make(chan func())}}
+	for _, o := range opts {
+		o(s)
+	}
 	s.configureKV()
 	n.OnDemote(s.hub.queues.wakeAll) // blocked dequeues move to the new leader
 	return s
@@ -85,6 +92,10 @@ func (s *Server) Session(stream pb.Tenure_SessionServer) error {
 	if open == nil {
 		return status.Error(codes.InvalidArgument, "the first message on a Session stream must be open")
 	}
+	identity, err := s.authorizeOpen(stream.Context(), open)
+	if err != nil {
+		return toStatus(err)
+	}
 	_, queues := stream.(*muxSessionStream)
 	ss := &sessionStream{srv: s, stream: stream, sendQueues: queues, pending: make(map[uint64]*pendingAcquire), ended: make(chan bool, 1), quit: make(chan struct{})}
 	var secret []byte // only for a new session: the client learns it once
@@ -96,7 +107,7 @@ func (s *Server) Session(stream pb.Tenure_SessionServer) error {
 		if _, err := rand.Read(secret); err != nil {
 			return status.Errorf(codes.Internal, "drawing a session secret: %v", err)
 		}
-		res, err := s.propose(&fsmpb.CreateSession{Owner: open.GetOwner(), TtlMs: open.GetTtlMs(), SecretHash: fsm.HashSecret(secret)})
+		res, err := s.propose(&fsmpb.CreateSession{Owner: open.GetOwner(), TtlMs: open.GetTtlMs(), SecretHash: fsm.HashSecret(secret), Identity: identity})
 		if err != nil {
 			return toStatus(err)
 		}
@@ -159,6 +170,12 @@ type sessionStream struct {
 	// mu guards pending.
 	mu      sync.Mutex
 	pending map[uint64]*pendingAcquire
+
+	// signing counts the immediate grants whose answers a worker signs
+	// and sends (proof.go); every Add happens on the node's answering
+	// goroutine before the answer of a later command of the stream, so
+	// close, which waits for its own command's answer first, may Wait.
+	signing sync.WaitGroup
 }
 
 // pendingAcquire is a queued acquire of this stream. Only an explicit
@@ -174,10 +191,6 @@ func (ss *sessionStream) send(r *pb.SessionResponse) {
 	ss.sendMu.Lock()
 	defer ss.sendMu.Unlock()
 	_ = ss.stream.Send(r) // a broken stream is noticed by Recv
-}
-
-func granted(id uint64, name string, token uint64) *pb.SessionResponse {
-	return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Granted{Granted: &pb.LockGranted{Name: name, Token: token}}}
 }
 
 func errResponse(id uint64, err error) *pb.SessionResponse {
@@ -303,6 +316,10 @@ func (ss *sessionStream) serveDirect(ctx context.Context, vs *muxSessionStream) 
 // worker); it reports a close request, which the caller serves.
 func (ss *sessionStream) handle(ctx context.Context, req *pb.SessionRequest) (closing bool) {
 	id := req.GetId()
+	if err := ss.srv.authorizeSession(ctx, req); err != nil {
+		ss.sendErr(id, err)
+		return false
+	}
 	switch op := req.GetOp().(type) {
 	case *pb.SessionRequest_KeepAlive:
 		ttl, err := ss.srv.node.KeepAlive(ss.id)
@@ -362,7 +379,9 @@ func (ss *sessionStream) handle(ctx context.Context, req *pb.SessionRequest) (cl
 func (ss *sessionStream) close(id uint64) error {
 	ss.stop()
 	ss.srv.hub.detach(ss.id, ss) // the closer learns from the answer, not a push
-	if _, err := ss.srv.propose(&fsmpb.CloseSession{Session: ss.id}); err != nil {
+	_, err := ss.srv.propose(&fsmpb.CloseSession{Session: ss.id})
+	ss.signing.Wait() // the grants committed before the close are answered first
+	if err != nil {
 		ss.sendErr(id, err)
 		return nil
 	}
@@ -412,13 +431,19 @@ func (ss *sessionStream) acquireAsync(ctx context.Context, id uint64, a *pb.Acqu
 		// checked: a withdrawal from now on meets the grant in the client,
 		// which releases it). Only sends: this runs on the node's answering
 		// goroutine, where a proposal (as a withdrawal makes) would wait
-		// for its own answer.
+		// for its own answer. A grant's proof is signed on a worker, off
+		// that goroutine (proof.go).
 		if err != nil {
 			ss.finishAcquire(key, ch, errResponse(id, err))
-		} else {
-			ss.finishAcquire(key, ch, granted(id, a.GetName(), res.Token))
+			done()
+			return
 		}
-		done()
+		ss.signing.Add(1)
+		ss.srv.workers.Go(func() {
+			defer ss.signing.Done()
+			defer done()
+			ss.finishAcquire(key, ch, ss.granted(id, a.GetName(), res.Token))
+		})
 	})
 }
 
@@ -455,7 +480,7 @@ func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireL
 			ss.cancelAcquire(a.GetName(), res.AcquireRevision)
 			return errResponse(id, errCancelled)
 		}
-		return granted(id, a.GetName(), res.Token)
+		return ss.granted(id, a.GetName(), res.Token)
 	}
 	if !a.GetQuiet() {
 		ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Queued{Queued: &pb.LockQueued{Position: res.Position, QueuedRevision: res.AcquireRevision}}})
@@ -467,7 +492,7 @@ func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireL
 				continue
 			}
 			if e.Kind == fsm.EventGranted {
-				return granted(id, a.GetName(), e.Token)
+				return ss.granted(id, a.GetName(), e.Token)
 			}
 			return errResponse(id, fsm.ErrSessionNotFound)
 		case <-ctx.Done():

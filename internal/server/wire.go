@@ -31,43 +31,61 @@ import (
 	"github.com/tenure-io/tenure/internal/fsm"
 )
 
-// Register registers srv on gs with the strict decoding of requests. gs
-// must have been made with GRPCOptions.
+// Register registers srv on gs with the strict decoding of requests, each
+// request authorized (auth.go) as soon as it is decoded. gs must have been
+// made with GRPCOptions.
 func Register(gs *grpc.Server, srv *Server) {
-	pb.RegisterTenureServer(strictRegistrar{gs}, srv)
+	pb.RegisterTenureServer(strictRegistrar{gs, srv.authorize}, srv)
 }
 
 // strictRegistrar registers services whose handlers decode their requests
-// with decodeStrict.
-type strictRegistrar struct{ grpc.ServiceRegistrar }
+// with decodeStrict and then authorize them.
+type strictRegistrar struct {
+	grpc.ServiceRegistrar
+	authorize func(ctx context.Context, method string, req any) error
+}
 
 // RegisterService implements grpc.ServiceRegistrar.
 func (r strictRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
 	d := *desc
 	d.Methods = make([]grpc.MethodDesc, len(desc.Methods))
 	for i, m := range desc.Methods {
-		handler := m.Handler
+		handler, name := m.Handler, m.MethodName
 		m.Handler = func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-			return handler(srv, ctx, func(v any) error { return decodeStrict(dec, v) }, interceptor)
+			return handler(srv, ctx, func(v any) error {
+				if err := decodeStrict(dec, v); err != nil {
+					return err
+				}
+				return toStatus(r.authorize(ctx, name, v))
+			}, interceptor)
 		}
 		d.Methods[i] = m
 	}
 	d.Streams = make([]grpc.StreamDesc, len(desc.Streams))
 	for i, s := range desc.Streams {
-		handler := s.Handler
+		handler, name := s.Handler, s.StreamName
 		s.Handler = func(srv any, stream grpc.ServerStream) error {
-			return handler(srv, strictStream{stream})
+			return handler(srv, strictStream{stream, func(v any) error { return r.authorize(stream.Context(), name, v) }})
 		}
 		d.Streams[i] = s
 	}
 	r.ServiceRegistrar.RegisterService(&d, impl)
 }
 
-// strictStream decodes every message it receives with decodeStrict.
-type strictStream struct{ grpc.ServerStream }
+// strictStream decodes every message it receives with decodeStrict and
+// authorizes it.
+type strictStream struct {
+	grpc.ServerStream
+	authorize func(req any) error
+}
 
 // RecvMsg implements grpc.ServerStream.
-func (s strictStream) RecvMsg(v any) error { return decodeStrict(s.ServerStream.RecvMsg, v) }
+func (s strictStream) RecvMsg(v any) error {
+	if err := decodeStrict(s.ServerStream.RecvMsg, v); err != nil {
+		return err
+	}
+	return toStatus(s.authorize(v))
+}
 
 // wireMessage holds a received message's bytes (see codec).
 type wireMessage struct{ data mem.BufferSlice }
