@@ -261,7 +261,7 @@ type PutResult struct {
 // FenceOption configures one fenced write (FencedPut, FencedDelete).
 type FenceOption func(*fenceOptions) error
 
-type fenceOptions struct{ lock string }
+type fenceOptions struct{ lock, proof string }
 
 // WithLock names the lock whose grant carried the token. The write is then
 // accepted only while the token is a current grant of that lock (any of
@@ -315,8 +315,11 @@ func (c *Client) fencedCall(ctx context.Context, call func(api pb.TenureClient) 
 	})
 	if st, ok := status.FromError(raw); ok && errors.Is(err, ErrInvalid) {
 		for _, d := range st.Details() {
-			if u, ok := d.(*pb.UnissuedToken); ok {
-				return &UnissuedTokenError{Token: u.GetToken(), Revision: u.GetRevision(), msg: st.Message()}
+			switch d := d.(type) {
+			case *pb.UnissuedToken:
+				return &UnissuedTokenError{Token: d.GetToken(), Revision: d.GetRevision(), msg: st.Message()}
+			case *pb.ForgedProof:
+				return &ForgedProofError{Token: d.GetToken(), Lock: d.GetLock(), Reason: d.GetReason(), msg: st.Message()}
 			}
 		}
 	}
@@ -356,7 +359,7 @@ func (c *Client) FencedPut(ctx context.Context, key string, value []byte, token 
 	}
 	var resp *pb.FencedPutResponse
 	err = c.fencedCall(ctx, func(api pb.TenureClient) (err error) {
-		resp, err = api.FencedPut(ctx, &pb.FencedPutRequest{Key: key, Value: value, Token: token, OperationId: operationID, Lock: o.lock})
+		resp, err = api.FencedPut(ctx, &pb.FencedPutRequest{Key: key, Value: value, Token: token, OperationId: operationID, Lock: o.lock, Proof: o.proof})
 		return err
 	})
 	if err != nil {
@@ -379,7 +382,7 @@ func (c *Client) FencedDelete(ctx context.Context, key string, token uint64, ope
 	}
 	var resp *pb.FencedDeleteResponse
 	err = c.fencedCall(ctx, func(api pb.TenureClient) (err error) {
-		resp, err = api.FencedDelete(ctx, &pb.FencedDeleteRequest{Key: key, Token: token, OperationId: operationID, Lock: o.lock})
+		resp, err = api.FencedDelete(ctx, &pb.FencedDeleteRequest{Key: key, Token: token, OperationId: operationID, Lock: o.lock, Proof: o.proof})
 		return err
 	})
 	if err != nil {

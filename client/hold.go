@@ -240,7 +240,7 @@ func (m *Mutex) await(ctx context.Context, c *call, lc lockCall) (*Hold, error) 
 				}
 			case *pb.SessionResponse_Granted:
 				s.finish(c)
-				return s.newHold(m.name, res.Granted.GetToken()), nil
+				return s.newHold(m.name, res.Granted.GetToken(), res.Granted.GetProof()), nil
 			case *pb.SessionResponse_Error:
 				s.finish(c)
 				return nil, fromProto(res.Error)
@@ -300,7 +300,7 @@ func (m *Mutex) cancelAndSettle(c *call) bool {
 				return !errors.Is(r.err, errDisconnected)
 			}
 			if g := r.resp.GetGranted(); g != nil {
-				h := s.newHold(m.name, g.GetToken())
+				h := s.newHold(m.name, g.GetToken(), g.GetProof())
 				ctx, cancel := context.WithTimeout(s.ctx, sessionTimeout)
 				_ = h.Unlock(ctx)
 				cancel()
@@ -325,6 +325,7 @@ type Hold struct {
 	s     *Session
 	name  string
 	token uint64
+	proof string
 
 	// mu guards the fields below.
 	mu     sync.Mutex
@@ -336,8 +337,8 @@ type Hold struct {
 	done   chan struct{}
 }
 
-func (s *Session) newHold(name string, token uint64) *Hold {
-	h := &Hold{s: s, name: name, token: token, done: make(chan struct{})}
+func (s *Session) newHold(name string, token uint64, proof string) *Hold {
+	h := &Hold{s: s, name: name, token: token, proof: proof, done: make(chan struct{})}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -359,6 +360,13 @@ func (h *Hold) Name() string { return h.name }
 // Token is the fencing token of this grant: pass it with every effect and
 // let the resource reject anything lower than what it already accepted.
 func (h *Hold) Token() uint64 { return h.token }
+
+// Proof is the cluster's signature of this grant (package fenceproof):
+// one URL-safe base64 string that a resource with the cluster's public
+// keys verifies offline, so that it can tell this token from one nobody
+// was granted (see docs/fencing.md). It is empty if the server signed
+// none (a cluster without a signing key yet).
+func (h *Hold) Proof() string { return h.proof }
 
 // SessionID is the lease id of the grant.
 func (h *Hold) SessionID() uint64 { return h.s.id }

@@ -370,6 +370,203 @@ func (QueueSettleResult) EnumDescriptor() ([]byte, []int) {
 	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{5}
 }
 
+type ClusterKeysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterKeysRequest) Reset() {
+	*x = ClusterKeysRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterKeysRequest) ProtoMessage() {}
+
+func (x *ClusterKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterKeysRequest.ProtoReflect.Descriptor instead.
+func (*ClusterKeysRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{0}
+}
+
+type ClusterKeyRotateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterKeyRotateRequest) Reset() {
+	*x = ClusterKeyRotateRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterKeyRotateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterKeyRotateRequest) ProtoMessage() {}
+
+func (x *ClusterKeyRotateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterKeyRotateRequest.ProtoReflect.Descriptor instead.
+func (*ClusterKeyRotateRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{1}
+}
+
+type ClusterKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id: the first 8 bytes of the SHA-256 of public_key, in hex.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// public_key: Ed25519, 32 bytes.
+	PublicKey []byte `protobuf:"bytes,2,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	// active: the key that signs new grants.
+	Active         bool   `protobuf:"varint,3,opt,name=active,proto3" json:"active,omitempty"`
+	CreateRevision uint64 `protobuf:"varint,4,opt,name=create_revision,json=createRevision,proto3" json:"create_revision,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ClusterKey) Reset() {
+	*x = ClusterKey{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterKey) ProtoMessage() {}
+
+func (x *ClusterKey) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterKey.ProtoReflect.Descriptor instead.
+func (*ClusterKey) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ClusterKey) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ClusterKey) GetPublicKey() []byte {
+	if x != nil {
+		return x.PublicKey
+	}
+	return nil
+}
+
+func (x *ClusterKey) GetActive() bool {
+	if x != nil {
+		return x.Active
+	}
+	return false
+}
+
+func (x *ClusterKey) GetCreateRevision() uint64 {
+	if x != nil {
+		return x.CreateRevision
+	}
+	return 0
+}
+
+type ClusterKeysResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cluster_id: 16 bytes, drawn with the first key (empty before).
+	ClusterId []byte `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// keys, oldest first.
+	Keys          []*ClusterKey `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterKeysResponse) Reset() {
+	*x = ClusterKeysResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterKeysResponse) ProtoMessage() {}
+
+func (x *ClusterKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterKeysResponse.ProtoReflect.Descriptor instead.
+func (*ClusterKeysResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ClusterKeysResponse) GetClusterId() []byte {
+	if x != nil {
+		return x.ClusterId
+	}
+	return nil
+}
+
+func (x *ClusterKeysResponse) GetKeys() []*ClusterKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
 // AclRule: kind is lock (locks, semaphores, read-write locks and
 // elections), fence, queue, kv, session or cluster; prefix "" is every
 // name (cluster rules have no prefix); access is read, write or deny.
@@ -384,7 +581,7 @@ type AclRule struct {
 
 func (x *AclRule) Reset() {
 	*x = AclRule{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[0]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -396,7 +593,7 @@ func (x *AclRule) String() string {
 func (*AclRule) ProtoMessage() {}
 
 func (x *AclRule) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[0]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -409,7 +606,7 @@ func (x *AclRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclRule.ProtoReflect.Descriptor instead.
 func (*AclRule) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{0}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AclRule) GetKind() string {
@@ -443,7 +640,7 @@ type AclPolicy struct {
 
 func (x *AclPolicy) Reset() {
 	*x = AclPolicy{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[1]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -455,7 +652,7 @@ func (x *AclPolicy) String() string {
 func (*AclPolicy) ProtoMessage() {}
 
 func (x *AclPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[1]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -468,7 +665,7 @@ func (x *AclPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicy.ProtoReflect.Descriptor instead.
 func (*AclPolicy) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{1}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AclPolicy) GetName() string {
@@ -493,7 +690,7 @@ type AclBootstrapRequest struct {
 
 func (x *AclBootstrapRequest) Reset() {
 	*x = AclBootstrapRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[2]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -505,7 +702,7 @@ func (x *AclBootstrapRequest) String() string {
 func (*AclBootstrapRequest) ProtoMessage() {}
 
 func (x *AclBootstrapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[2]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -518,7 +715,7 @@ func (x *AclBootstrapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBootstrapRequest.ProtoReflect.Descriptor instead.
 func (*AclBootstrapRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{2}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{6}
 }
 
 // AclTokenSecret is a new token: id is public (listings, revocation),
@@ -534,7 +731,7 @@ type AclTokenSecret struct {
 
 func (x *AclTokenSecret) Reset() {
 	*x = AclTokenSecret{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[3]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -546,7 +743,7 @@ func (x *AclTokenSecret) String() string {
 func (*AclTokenSecret) ProtoMessage() {}
 
 func (x *AclTokenSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[3]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -559,7 +756,7 @@ func (x *AclTokenSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenSecret.ProtoReflect.Descriptor instead.
 func (*AclTokenSecret) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{3}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AclTokenSecret) GetId() string {
@@ -594,7 +791,7 @@ type AclPolicyCreateRequest struct {
 
 func (x *AclPolicyCreateRequest) Reset() {
 	*x = AclPolicyCreateRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[4]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -606,7 +803,7 @@ func (x *AclPolicyCreateRequest) String() string {
 func (*AclPolicyCreateRequest) ProtoMessage() {}
 
 func (x *AclPolicyCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[4]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -619,7 +816,7 @@ func (x *AclPolicyCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyCreateRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyCreateRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{4}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AclPolicyCreateRequest) GetPolicy() *AclPolicy {
@@ -644,7 +841,7 @@ type AclPolicyListRequest struct {
 
 func (x *AclPolicyListRequest) Reset() {
 	*x = AclPolicyListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[5]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +853,7 @@ func (x *AclPolicyListRequest) String() string {
 func (*AclPolicyListRequest) ProtoMessage() {}
 
 func (x *AclPolicyListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[5]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +866,7 @@ func (x *AclPolicyListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyListRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{5}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{9}
 }
 
 type AclPolicyListResponse struct {
@@ -681,7 +878,7 @@ type AclPolicyListResponse struct {
 
 func (x *AclPolicyListResponse) Reset() {
 	*x = AclPolicyListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[6]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -693,7 +890,7 @@ func (x *AclPolicyListResponse) String() string {
 func (*AclPolicyListResponse) ProtoMessage() {}
 
 func (x *AclPolicyListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[6]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +903,7 @@ func (x *AclPolicyListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyListResponse.ProtoReflect.Descriptor instead.
 func (*AclPolicyListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{6}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AclPolicyListResponse) GetPolicies() []*AclPolicy {
@@ -725,7 +922,7 @@ type AclPolicyDeleteRequest struct {
 
 func (x *AclPolicyDeleteRequest) Reset() {
 	*x = AclPolicyDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[7]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +934,7 @@ func (x *AclPolicyDeleteRequest) String() string {
 func (*AclPolicyDeleteRequest) ProtoMessage() {}
 
 func (x *AclPolicyDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[7]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +947,7 @@ func (x *AclPolicyDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyDeleteRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{7}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AclPolicyDeleteRequest) GetName() string {
@@ -769,7 +966,7 @@ type AclDeleteResponse struct {
 
 func (x *AclDeleteResponse) Reset() {
 	*x = AclDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[8]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +978,7 @@ func (x *AclDeleteResponse) String() string {
 func (*AclDeleteResponse) ProtoMessage() {}
 
 func (x *AclDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[8]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +991,7 @@ func (x *AclDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclDeleteResponse.ProtoReflect.Descriptor instead.
 func (*AclDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{8}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AclDeleteResponse) GetRevision() uint64 {
@@ -814,7 +1011,7 @@ type AclTokenCreateRequest struct {
 
 func (x *AclTokenCreateRequest) Reset() {
 	*x = AclTokenCreateRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[9]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +1023,7 @@ func (x *AclTokenCreateRequest) String() string {
 func (*AclTokenCreateRequest) ProtoMessage() {}
 
 func (x *AclTokenCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[9]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +1036,7 @@ func (x *AclTokenCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenCreateRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenCreateRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{9}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AclTokenCreateRequest) GetPolicies() []string {
@@ -868,7 +1065,7 @@ type AclToken struct {
 
 func (x *AclToken) Reset() {
 	*x = AclToken{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[10]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +1077,7 @@ func (x *AclToken) String() string {
 func (*AclToken) ProtoMessage() {}
 
 func (x *AclToken) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[10]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +1090,7 @@ func (x *AclToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclToken.ProtoReflect.Descriptor instead.
 func (*AclToken) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{10}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AclToken) GetId() string {
@@ -932,7 +1129,7 @@ type AclTokenListRequest struct {
 
 func (x *AclTokenListRequest) Reset() {
 	*x = AclTokenListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[11]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -944,7 +1141,7 @@ func (x *AclTokenListRequest) String() string {
 func (*AclTokenListRequest) ProtoMessage() {}
 
 func (x *AclTokenListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[11]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -957,7 +1154,7 @@ func (x *AclTokenListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenListRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{11}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{15}
 }
 
 type AclTokenListResponse struct {
@@ -969,7 +1166,7 @@ type AclTokenListResponse struct {
 
 func (x *AclTokenListResponse) Reset() {
 	*x = AclTokenListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1178,7 @@ func (x *AclTokenListResponse) String() string {
 func (*AclTokenListResponse) ProtoMessage() {}
 
 func (x *AclTokenListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1191,7 @@ func (x *AclTokenListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenListResponse.ProtoReflect.Descriptor instead.
 func (*AclTokenListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{12}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AclTokenListResponse) GetTokens() []*AclToken {
@@ -1013,7 +1210,7 @@ type AclTokenRevokeRequest struct {
 
 func (x *AclTokenRevokeRequest) Reset() {
 	*x = AclTokenRevokeRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1222,7 @@ func (x *AclTokenRevokeRequest) String() string {
 func (*AclTokenRevokeRequest) ProtoMessage() {}
 
 func (x *AclTokenRevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1235,7 @@ func (x *AclTokenRevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenRevokeRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenRevokeRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{13}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AclTokenRevokeRequest) GetId() string {
@@ -1058,7 +1255,7 @@ type AclIdentity struct {
 
 func (x *AclIdentity) Reset() {
 	*x = AclIdentity{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +1267,7 @@ func (x *AclIdentity) String() string {
 func (*AclIdentity) ProtoMessage() {}
 
 func (x *AclIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +1280,7 @@ func (x *AclIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclIdentity.ProtoReflect.Descriptor instead.
 func (*AclIdentity) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{14}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AclIdentity) GetName() string {
@@ -1109,7 +1306,7 @@ type AclIdentityBindRequest struct {
 
 func (x *AclIdentityBindRequest) Reset() {
 	*x = AclIdentityBindRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1318,7 @@ func (x *AclIdentityBindRequest) String() string {
 func (*AclIdentityBindRequest) ProtoMessage() {}
 
 func (x *AclIdentityBindRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1331,7 @@ func (x *AclIdentityBindRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclIdentityBindRequest.ProtoReflect.Descriptor instead.
 func (*AclIdentityBindRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{15}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AclIdentityBindRequest) GetIdentity() *AclIdentity {
@@ -1152,7 +1349,7 @@ type AclIdentityListRequest struct {
 
 func (x *AclIdentityListRequest) Reset() {
 	*x = AclIdentityListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1361,7 @@ func (x *AclIdentityListRequest) String() string {
 func (*AclIdentityListRequest) ProtoMessage() {}
 
 func (x *AclIdentityListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1374,7 @@ func (x *AclIdentityListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclIdentityListRequest.ProtoReflect.Descriptor instead.
 func (*AclIdentityListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{16}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{20}
 }
 
 type AclIdentityListResponse struct {
@@ -1189,7 +1386,7 @@ type AclIdentityListResponse struct {
 
 func (x *AclIdentityListResponse) Reset() {
 	*x = AclIdentityListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1398,7 @@ func (x *AclIdentityListResponse) String() string {
 func (*AclIdentityListResponse) ProtoMessage() {}
 
 func (x *AclIdentityListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1411,7 @@ func (x *AclIdentityListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclIdentityListResponse.ProtoReflect.Descriptor instead.
 func (*AclIdentityListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{17}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AclIdentityListResponse) GetIdentities() []*AclIdentity {
@@ -1233,7 +1430,7 @@ type AclIdentityUnbindRequest struct {
 
 func (x *AclIdentityUnbindRequest) Reset() {
 	*x = AclIdentityUnbindRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1442,7 @@ func (x *AclIdentityUnbindRequest) String() string {
 func (*AclIdentityUnbindRequest) ProtoMessage() {}
 
 func (x *AclIdentityUnbindRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1455,7 @@ func (x *AclIdentityUnbindRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclIdentityUnbindRequest.ProtoReflect.Descriptor instead.
 func (*AclIdentityUnbindRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{18}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AclIdentityUnbindRequest) GetName() string {
@@ -1276,7 +1473,7 @@ type AclWhoAmIRequest struct {
 
 func (x *AclWhoAmIRequest) Reset() {
 	*x = AclWhoAmIRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1288,7 +1485,7 @@ func (x *AclWhoAmIRequest) String() string {
 func (*AclWhoAmIRequest) ProtoMessage() {}
 
 func (x *AclWhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1301,7 +1498,7 @@ func (x *AclWhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclWhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*AclWhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{19}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{23}
 }
 
 type AclWhoAmIResponse struct {
@@ -1317,7 +1514,7 @@ type AclWhoAmIResponse struct {
 
 func (x *AclWhoAmIResponse) Reset() {
 	*x = AclWhoAmIResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1526,7 @@ func (x *AclWhoAmIResponse) String() string {
 func (*AclWhoAmIResponse) ProtoMessage() {}
 
 func (x *AclWhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1539,7 @@ func (x *AclWhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclWhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*AclWhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{20}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AclWhoAmIResponse) GetIdentity() string {
@@ -1388,7 +1585,7 @@ type ClusterLimits struct {
 
 func (x *ClusterLimits) Reset() {
 	*x = ClusterLimits{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1597,7 @@ func (x *ClusterLimits) String() string {
 func (*ClusterLimits) ProtoMessage() {}
 
 func (x *ClusterLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1610,7 @@ func (x *ClusterLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterLimits.ProtoReflect.Descriptor instead.
 func (*ClusterLimits) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{21}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ClusterLimits) GetMaxSessions() uint64 {
@@ -1494,7 +1691,7 @@ type GetLimitsRequest struct {
 
 func (x *GetLimitsRequest) Reset() {
 	*x = GetLimitsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1506,7 +1703,7 @@ func (x *GetLimitsRequest) String() string {
 func (*GetLimitsRequest) ProtoMessage() {}
 
 func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1519,7 +1716,7 @@ func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLimitsRequest.ProtoReflect.Descriptor instead.
 func (*GetLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{22}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{26}
 }
 
 type SetLimitsRequest struct {
@@ -1532,7 +1729,7 @@ type SetLimitsRequest struct {
 
 func (x *SetLimitsRequest) Reset() {
 	*x = SetLimitsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1544,7 +1741,7 @@ func (x *SetLimitsRequest) String() string {
 func (*SetLimitsRequest) ProtoMessage() {}
 
 func (x *SetLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1557,7 +1754,7 @@ func (x *SetLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLimitsRequest.ProtoReflect.Descriptor instead.
 func (*SetLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{23}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SetLimitsRequest) GetLimits() *ClusterLimits {
@@ -1577,7 +1774,7 @@ type LimitsResponse struct {
 
 func (x *LimitsResponse) Reset() {
 	*x = LimitsResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1786,7 @@ func (x *LimitsResponse) String() string {
 func (*LimitsResponse) ProtoMessage() {}
 
 func (x *LimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1799,7 @@ func (x *LimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsResponse.ProtoReflect.Descriptor instead.
 func (*LimitsResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{24}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LimitsResponse) GetLimits() *ClusterLimits {
@@ -1627,7 +1824,7 @@ type SnapshotSaveRequest struct {
 
 func (x *SnapshotSaveRequest) Reset() {
 	*x = SnapshotSaveRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1639,7 +1836,7 @@ func (x *SnapshotSaveRequest) String() string {
 func (*SnapshotSaveRequest) ProtoMessage() {}
 
 func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1652,7 +1849,7 @@ func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{25}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{29}
 }
 
 type SnapshotChunk struct {
@@ -1667,7 +1864,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +1876,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +1889,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{26}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -1723,7 +1920,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1735,7 +1932,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1748,7 +1945,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{27}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SnapshotRestoreResponse) GetRevision() uint64 {
@@ -1805,7 +2002,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +2014,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +2027,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{28}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Member) GetId() string {
@@ -1869,7 +2066,7 @@ type MemberListRequest struct {
 
 func (x *MemberListRequest) Reset() {
 	*x = MemberListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1881,7 +2078,7 @@ func (x *MemberListRequest) String() string {
 func (*MemberListRequest) ProtoMessage() {}
 
 func (x *MemberListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1894,7 +2091,7 @@ func (x *MemberListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberListRequest.ProtoReflect.Descriptor instead.
 func (*MemberListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{29}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{33}
 }
 
 type MemberListResponse struct {
@@ -1906,7 +2103,7 @@ type MemberListResponse struct {
 
 func (x *MemberListResponse) Reset() {
 	*x = MemberListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +2115,7 @@ func (x *MemberListResponse) String() string {
 func (*MemberListResponse) ProtoMessage() {}
 
 func (x *MemberListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2128,7 @@ func (x *MemberListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberListResponse.ProtoReflect.Descriptor instead.
 func (*MemberListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{30}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *MemberListResponse) GetMembers() []*Member {
@@ -1953,7 +2150,7 @@ type MemberAddRequest struct {
 
 func (x *MemberAddRequest) Reset() {
 	*x = MemberAddRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1965,7 +2162,7 @@ func (x *MemberAddRequest) String() string {
 func (*MemberAddRequest) ProtoMessage() {}
 
 func (x *MemberAddRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1978,7 +2175,7 @@ func (x *MemberAddRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberAddRequest.ProtoReflect.Descriptor instead.
 func (*MemberAddRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{31}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *MemberAddRequest) GetId() string {
@@ -2012,7 +2209,7 @@ type MemberRemoveRequest struct {
 
 func (x *MemberRemoveRequest) Reset() {
 	*x = MemberRemoveRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2221,7 @@ func (x *MemberRemoveRequest) String() string {
 func (*MemberRemoveRequest) ProtoMessage() {}
 
 func (x *MemberRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2234,7 @@ func (x *MemberRemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRemoveRequest.ProtoReflect.Descriptor instead.
 func (*MemberRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{32}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *MemberRemoveRequest) GetId() string {
@@ -2064,7 +2261,7 @@ type SessionFrames struct {
 
 func (x *SessionFrames) Reset() {
 	*x = SessionFrames{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2076,7 +2273,7 @@ func (x *SessionFrames) String() string {
 func (*SessionFrames) ProtoMessage() {}
 
 func (x *SessionFrames) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2089,7 +2286,7 @@ func (x *SessionFrames) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionFrames.ProtoReflect.Descriptor instead.
 func (*SessionFrames) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{33}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SessionFrames) GetFrames() []*SessionFrame {
@@ -2114,7 +2311,7 @@ type SessionFrame struct {
 
 func (x *SessionFrame) Reset() {
 	*x = SessionFrame{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2126,7 +2323,7 @@ func (x *SessionFrame) String() string {
 func (*SessionFrame) ProtoMessage() {}
 
 func (x *SessionFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2139,7 +2336,7 @@ func (x *SessionFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionFrame.ProtoReflect.Descriptor instead.
 func (*SessionFrame) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{34}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SessionFrame) GetStream() uint64 {
@@ -2173,7 +2370,7 @@ type SessionReplies struct {
 
 func (x *SessionReplies) Reset() {
 	*x = SessionReplies{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2185,7 +2382,7 @@ func (x *SessionReplies) String() string {
 func (*SessionReplies) ProtoMessage() {}
 
 func (x *SessionReplies) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2198,7 +2395,7 @@ func (x *SessionReplies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReplies.ProtoReflect.Descriptor instead.
 func (*SessionReplies) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{35}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SessionReplies) GetReplies() []*SessionReply {
@@ -2224,7 +2421,7 @@ type SessionReply struct {
 
 func (x *SessionReply) Reset() {
 	*x = SessionReply{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2236,7 +2433,7 @@ func (x *SessionReply) String() string {
 func (*SessionReply) ProtoMessage() {}
 
 func (x *SessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2249,7 +2446,7 @@ func (x *SessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReply.ProtoReflect.Descriptor instead.
 func (*SessionReply) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{36}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SessionReply) GetStream() uint64 {
@@ -2307,7 +2504,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2516,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2529,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{37}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SessionRequest) GetId() uint64 {
@@ -2476,7 +2673,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2685,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2698,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{38}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *OpenSession) GetSessionId() uint64 {
@@ -2540,7 +2737,7 @@ type KeepAlive struct {
 
 func (x *KeepAlive) Reset() {
 	*x = KeepAlive{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2552,7 +2749,7 @@ func (x *KeepAlive) String() string {
 func (*KeepAlive) ProtoMessage() {}
 
 func (x *KeepAlive) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2565,7 +2762,7 @@ func (x *KeepAlive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAlive.ProtoReflect.Descriptor instead.
 func (*KeepAlive) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{39}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{43}
 }
 
 type AcquireLock struct {
@@ -2604,7 +2801,7 @@ type AcquireLock struct {
 
 func (x *AcquireLock) Reset() {
 	*x = AcquireLock{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2616,7 +2813,7 @@ func (x *AcquireLock) String() string {
 func (*AcquireLock) ProtoMessage() {}
 
 func (x *AcquireLock) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2629,7 +2826,7 @@ func (x *AcquireLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireLock.ProtoReflect.Descriptor instead.
 func (*AcquireLock) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{40}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AcquireLock) GetName() string {
@@ -2707,7 +2904,7 @@ type ProclaimValue struct {
 
 func (x *ProclaimValue) Reset() {
 	*x = ProclaimValue{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2719,7 +2916,7 @@ func (x *ProclaimValue) String() string {
 func (*ProclaimValue) ProtoMessage() {}
 
 func (x *ProclaimValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2732,7 +2929,7 @@ func (x *ProclaimValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProclaimValue.ProtoReflect.Descriptor instead.
 func (*ProclaimValue) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{41}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ProclaimValue) GetName() string {
@@ -2764,7 +2961,7 @@ type ValueProclaimed struct {
 
 func (x *ValueProclaimed) Reset() {
 	*x = ValueProclaimed{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2776,7 +2973,7 @@ func (x *ValueProclaimed) String() string {
 func (*ValueProclaimed) ProtoMessage() {}
 
 func (x *ValueProclaimed) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2789,7 +2986,7 @@ func (x *ValueProclaimed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValueProclaimed.ProtoReflect.Descriptor instead.
 func (*ValueProclaimed) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{42}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{46}
 }
 
 type ReleaseLock struct {
@@ -2802,7 +2999,7 @@ type ReleaseLock struct {
 
 func (x *ReleaseLock) Reset() {
 	*x = ReleaseLock{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2814,7 +3011,7 @@ func (x *ReleaseLock) String() string {
 func (*ReleaseLock) ProtoMessage() {}
 
 func (x *ReleaseLock) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2827,7 +3024,7 @@ func (x *ReleaseLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLock.ProtoReflect.Descriptor instead.
 func (*ReleaseLock) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{43}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReleaseLock) GetName() string {
@@ -2855,7 +3052,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2867,7 +3064,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2880,7 +3077,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{44}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CancelRequest) GetRequestId() uint64 {
@@ -2898,7 +3095,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2910,7 +3107,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2923,7 +3120,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{45}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{49}
 }
 
 type SessionResponse struct {
@@ -2946,7 +3143,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2958,7 +3155,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2971,7 +3168,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{46}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SessionResponse) GetId() uint64 {
@@ -3128,7 +3325,7 @@ type SessionOpened struct {
 
 func (x *SessionOpened) Reset() {
 	*x = SessionOpened{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3140,7 +3337,7 @@ func (x *SessionOpened) String() string {
 func (*SessionOpened) ProtoMessage() {}
 
 func (x *SessionOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3153,7 +3350,7 @@ func (x *SessionOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionOpened.ProtoReflect.Descriptor instead.
 func (*SessionOpened) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{47}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SessionOpened) GetSessionId() uint64 {
@@ -3193,7 +3390,7 @@ type KeepAliveAck struct {
 
 func (x *KeepAliveAck) Reset() {
 	*x = KeepAliveAck{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3205,7 +3402,7 @@ func (x *KeepAliveAck) String() string {
 func (*KeepAliveAck) ProtoMessage() {}
 
 func (x *KeepAliveAck) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3218,7 +3415,7 @@ func (x *KeepAliveAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveAck.ProtoReflect.Descriptor instead.
 func (*KeepAliveAck) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{48}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *KeepAliveAck) GetTtlMs() int64 {
@@ -3239,7 +3436,7 @@ type LockQueued struct {
 
 func (x *LockQueued) Reset() {
 	*x = LockQueued{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3251,7 +3448,7 @@ func (x *LockQueued) String() string {
 func (*LockQueued) ProtoMessage() {}
 
 func (x *LockQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3264,7 +3461,7 @@ func (x *LockQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockQueued.ProtoReflect.Descriptor instead.
 func (*LockQueued) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{49}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *LockQueued) GetPosition() uint32 {
@@ -3295,7 +3492,7 @@ type LockGranted struct {
 
 func (x *LockGranted) Reset() {
 	*x = LockGranted{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3307,7 +3504,7 @@ func (x *LockGranted) String() string {
 func (*LockGranted) ProtoMessage() {}
 
 func (x *LockGranted) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3320,7 +3517,7 @@ func (x *LockGranted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockGranted.ProtoReflect.Descriptor instead.
 func (*LockGranted) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{50}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *LockGranted) GetName() string {
@@ -3352,7 +3549,7 @@ type LockReleased struct {
 
 func (x *LockReleased) Reset() {
 	*x = LockReleased{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3364,7 +3561,7 @@ func (x *LockReleased) String() string {
 func (*LockReleased) ProtoMessage() {}
 
 func (x *LockReleased) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3377,7 +3574,7 @@ func (x *LockReleased) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockReleased.ProtoReflect.Descriptor instead.
 func (*LockReleased) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{51}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{55}
 }
 
 type SessionClosed struct {
@@ -3388,7 +3585,7 @@ type SessionClosed struct {
 
 func (x *SessionClosed) Reset() {
 	*x = SessionClosed{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3400,7 +3597,7 @@ func (x *SessionClosed) String() string {
 func (*SessionClosed) ProtoMessage() {}
 
 func (x *SessionClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3413,7 +3610,7 @@ func (x *SessionClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionClosed.ProtoReflect.Descriptor instead.
 func (*SessionClosed) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{52}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{56}
 }
 
 type Error struct {
@@ -3428,7 +3625,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3440,7 +3637,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3453,7 +3650,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{53}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Error) GetReason() ErrorReason {
@@ -3493,7 +3690,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3505,7 +3702,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3518,7 +3715,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{54}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListSessionsRequest) GetAfterId() uint64 {
@@ -3559,7 +3756,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3571,7 +3768,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3584,7 +3781,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{55}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SessionInfo) GetId() uint64 {
@@ -3649,7 +3846,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3661,7 +3858,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3674,7 +3871,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{56}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
@@ -3719,7 +3916,7 @@ type LockStatusRequest struct {
 
 func (x *LockStatusRequest) Reset() {
 	*x = LockStatusRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3731,7 +3928,7 @@ func (x *LockStatusRequest) String() string {
 func (*LockStatusRequest) ProtoMessage() {}
 
 func (x *LockStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3744,7 +3941,7 @@ func (x *LockStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockStatusRequest.ProtoReflect.Descriptor instead.
 func (*LockStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{57}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *LockStatusRequest) GetName() string {
@@ -3796,7 +3993,7 @@ type Holder struct {
 
 func (x *Holder) Reset() {
 	*x = Holder{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3808,7 +4005,7 @@ func (x *Holder) String() string {
 func (*Holder) ProtoMessage() {}
 
 func (x *Holder) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3821,7 +4018,7 @@ func (x *Holder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holder.ProtoReflect.Descriptor instead.
 func (*Holder) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{58}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *Holder) GetOwner() string {
@@ -3878,7 +4075,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3890,7 +4087,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3903,7 +4100,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{59}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *Waiter) GetOwner() string {
@@ -3959,7 +4156,7 @@ type LockStatusResponse struct {
 
 func (x *LockStatusResponse) Reset() {
 	*x = LockStatusResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3971,7 +4168,7 @@ func (x *LockStatusResponse) String() string {
 func (*LockStatusResponse) ProtoMessage() {}
 
 func (x *LockStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3984,7 +4181,7 @@ func (x *LockStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockStatusResponse.ProtoReflect.Descriptor instead.
 func (*LockStatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{60}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *LockStatusResponse) GetName() string {
@@ -4082,7 +4279,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4094,7 +4291,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4107,7 +4304,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{61}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListLocksRequest) GetPrefix() string {
@@ -4154,7 +4351,7 @@ type LockSummary struct {
 
 func (x *LockSummary) Reset() {
 	*x = LockSummary{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4166,7 +4363,7 @@ func (x *LockSummary) String() string {
 func (*LockSummary) ProtoMessage() {}
 
 func (x *LockSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4179,7 +4376,7 @@ func (x *LockSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockSummary.ProtoReflect.Descriptor instead.
 func (*LockSummary) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{62}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *LockSummary) GetName() string {
@@ -4230,7 +4427,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4242,7 +4439,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4255,7 +4452,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{63}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListLocksResponse) GetLocks() []*LockSummary {
@@ -4291,7 +4488,7 @@ type LockHistoryRequest struct {
 
 func (x *LockHistoryRequest) Reset() {
 	*x = LockHistoryRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4303,7 +4500,7 @@ func (x *LockHistoryRequest) String() string {
 func (*LockHistoryRequest) ProtoMessage() {}
 
 func (x *LockHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4316,7 +4513,7 @@ func (x *LockHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHistoryRequest.ProtoReflect.Descriptor instead.
 func (*LockHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{64}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *LockHistoryRequest) GetName() string {
@@ -4348,7 +4545,7 @@ type GrantRecord struct {
 
 func (x *GrantRecord) Reset() {
 	*x = GrantRecord{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4360,7 +4557,7 @@ func (x *GrantRecord) String() string {
 func (*GrantRecord) ProtoMessage() {}
 
 func (x *GrantRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4373,7 +4570,7 @@ func (x *GrantRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRecord.ProtoReflect.Descriptor instead.
 func (*GrantRecord) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{65}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GrantRecord) GetOwner() string {
@@ -4429,7 +4626,7 @@ type LockHistoryResponse struct {
 
 func (x *LockHistoryResponse) Reset() {
 	*x = LockHistoryResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4441,7 +4638,7 @@ func (x *LockHistoryResponse) String() string {
 func (*LockHistoryResponse) ProtoMessage() {}
 
 func (x *LockHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4454,7 +4651,7 @@ func (x *LockHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHistoryResponse.ProtoReflect.Descriptor instead.
 func (*LockHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{66}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *LockHistoryResponse) GetName() string {
@@ -4485,14 +4682,19 @@ type FencedPutRequest struct {
 	// stale unless token is a current grant of that lock (any of its
 	// holders): a holder whose grant ended is refused before a newer holder
 	// has written.
-	Lock          string `protobuf:"bytes,5,opt,name=lock,proto3" json:"lock,omitempty"`
+	Lock string `protobuf:"bytes,5,opt,name=lock,proto3" json:"lock,omitempty"`
+	// proof: the grant's fence proof (LockGranted.proof). When set, the
+	// write is refused (INVALID_ARGUMENT with a ForgedProof detail, nothing
+	// stored) unless it verifies, with the cluster's keys, for token and the
+	// lock (lock, or else a lock named like key).
+	Proof         string `protobuf:"bytes,6,opt,name=proof,proto3" json:"proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FencedPutRequest) Reset() {
 	*x = FencedPutRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4504,7 +4706,7 @@ func (x *FencedPutRequest) String() string {
 func (*FencedPutRequest) ProtoMessage() {}
 
 func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4517,7 +4719,7 @@ func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutRequest.ProtoReflect.Descriptor instead.
 func (*FencedPutRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{67}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *FencedPutRequest) GetKey() string {
@@ -4555,6 +4757,74 @@ func (x *FencedPutRequest) GetLock() string {
 	return ""
 }
 
+func (x *FencedPutRequest) GetProof() string {
+	if x != nil {
+		return x.Proof
+	}
+	return ""
+}
+
+// ForgedProof is the detail of a fenced write whose proof did not verify.
+type ForgedProof struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
+	Lock          string                 `protobuf:"bytes,2,opt,name=lock,proto3" json:"lock,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgedProof) Reset() {
+	*x = ForgedProof{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgedProof) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgedProof) ProtoMessage() {}
+
+func (x *ForgedProof) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgedProof.ProtoReflect.Descriptor instead.
+func (*ForgedProof) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *ForgedProof) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *ForgedProof) GetLock() string {
+	if x != nil {
+		return x.Lock
+	}
+	return ""
+}
+
+func (x *ForgedProof) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type FencedPutResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// result of the first application of this operation id.
@@ -4570,7 +4840,7 @@ type FencedPutResponse struct {
 
 func (x *FencedPutResponse) Reset() {
 	*x = FencedPutResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4582,7 +4852,7 @@ func (x *FencedPutResponse) String() string {
 func (*FencedPutResponse) ProtoMessage() {}
 
 func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4595,7 +4865,7 @@ func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutResponse.ProtoReflect.Descriptor instead.
 func (*FencedPutResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{68}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *FencedPutResponse) GetResult() PutResult {
@@ -4629,18 +4899,20 @@ func (x *FencedPutResponse) GetRevision() uint64 {
 // FencedDeleteRequest removes a register, with the checks of a
 // FencedPutRequest (token, lock, operation id).
 type FencedDeleteRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
-	Lock          string                 `protobuf:"bytes,3,opt,name=lock,proto3" json:"lock,omitempty"`
-	OperationId   string                 `protobuf:"bytes,4,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Key         string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Token       uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	Lock        string                 `protobuf:"bytes,3,opt,name=lock,proto3" json:"lock,omitempty"`
+	OperationId string                 `protobuf:"bytes,4,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// proof: as FencedPutRequest's.
+	Proof         string `protobuf:"bytes,5,opt,name=proof,proto3" json:"proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FencedDeleteRequest) Reset() {
 	*x = FencedDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4652,7 +4924,7 @@ func (x *FencedDeleteRequest) String() string {
 func (*FencedDeleteRequest) ProtoMessage() {}
 
 func (x *FencedDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4665,7 +4937,7 @@ func (x *FencedDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDeleteRequest.ProtoReflect.Descriptor instead.
 func (*FencedDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{69}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *FencedDeleteRequest) GetKey() string {
@@ -4696,6 +4968,13 @@ func (x *FencedDeleteRequest) GetOperationId() string {
 	return ""
 }
 
+func (x *FencedDeleteRequest) GetProof() string {
+	if x != nil {
+		return x.Proof
+	}
+	return ""
+}
+
 type FencedDeleteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// result of the first application of this operation id.
@@ -4712,7 +4991,7 @@ type FencedDeleteResponse struct {
 
 func (x *FencedDeleteResponse) Reset() {
 	*x = FencedDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4724,7 +5003,7 @@ func (x *FencedDeleteResponse) String() string {
 func (*FencedDeleteResponse) ProtoMessage() {}
 
 func (x *FencedDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4737,7 +5016,7 @@ func (x *FencedDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDeleteResponse.ProtoReflect.Descriptor instead.
 func (*FencedDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{70}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *FencedDeleteResponse) GetResult() PutResult {
@@ -4782,7 +5061,7 @@ type UnissuedToken struct {
 
 func (x *UnissuedToken) Reset() {
 	*x = UnissuedToken{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4794,7 +5073,7 @@ func (x *UnissuedToken) String() string {
 func (*UnissuedToken) ProtoMessage() {}
 
 func (x *UnissuedToken) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4807,7 +5086,7 @@ func (x *UnissuedToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnissuedToken.ProtoReflect.Descriptor instead.
 func (*UnissuedToken) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{71}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *UnissuedToken) GetToken() uint64 {
@@ -4836,7 +5115,7 @@ type FencedGetRequest struct {
 
 func (x *FencedGetRequest) Reset() {
 	*x = FencedGetRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4848,7 +5127,7 @@ func (x *FencedGetRequest) String() string {
 func (*FencedGetRequest) ProtoMessage() {}
 
 func (x *FencedGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4861,7 +5140,7 @@ func (x *FencedGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedGetRequest.ProtoReflect.Descriptor instead.
 func (*FencedGetRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{72}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *FencedGetRequest) GetKey() string {
@@ -4891,7 +5170,7 @@ type FencedGetResponse struct {
 
 func (x *FencedGetResponse) Reset() {
 	*x = FencedGetResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4903,7 +5182,7 @@ func (x *FencedGetResponse) String() string {
 func (*FencedGetResponse) ProtoMessage() {}
 
 func (x *FencedGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4916,7 +5195,7 @@ func (x *FencedGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedGetResponse.ProtoReflect.Descriptor instead.
 func (*FencedGetResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{73}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *FencedGetResponse) GetKey() string {
@@ -4963,7 +5242,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4975,7 +5254,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4988,7 +5267,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{74}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ObserveRequest) GetName() string {
@@ -5012,7 +5291,7 @@ type LeaderEvent struct {
 
 func (x *LeaderEvent) Reset() {
 	*x = LeaderEvent{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5024,7 +5303,7 @@ func (x *LeaderEvent) String() string {
 func (*LeaderEvent) ProtoMessage() {}
 
 func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5037,7 +5316,7 @@ func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderEvent.ProtoReflect.Descriptor instead.
 func (*LeaderEvent) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{75}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *LeaderEvent) GetOwner() string {
@@ -5083,7 +5362,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5095,7 +5374,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5108,7 +5387,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{76}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{81}
 }
 
 type StatusResponse struct {
@@ -5130,7 +5409,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5142,7 +5421,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5155,7 +5434,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{77}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *StatusResponse) GetNode() string {
@@ -5233,7 +5512,7 @@ type KVKeyValue struct {
 
 func (x *KVKeyValue) Reset() {
 	*x = KVKeyValue{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5245,7 +5524,7 @@ func (x *KVKeyValue) String() string {
 func (*KVKeyValue) ProtoMessage() {}
 
 func (x *KVKeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5258,7 +5537,7 @@ func (x *KVKeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeyValue.ProtoReflect.Descriptor instead.
 func (*KVKeyValue) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{78}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *KVKeyValue) GetKey() string {
@@ -5319,7 +5598,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5331,7 +5610,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5344,7 +5623,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{79}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -5384,7 +5663,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5396,7 +5675,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5409,7 +5688,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{80}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *KVPutResponse) GetRevision() uint64 {
@@ -5440,7 +5719,7 @@ type KVRangeRequest struct {
 
 func (x *KVRangeRequest) Reset() {
 	*x = KVRangeRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5452,7 +5731,7 @@ func (x *KVRangeRequest) String() string {
 func (*KVRangeRequest) ProtoMessage() {}
 
 func (x *KVRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5465,7 +5744,7 @@ func (x *KVRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRangeRequest.ProtoReflect.Descriptor instead.
 func (*KVRangeRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{81}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *KVRangeRequest) GetKey() string {
@@ -5516,7 +5795,7 @@ type KVRangeResponse struct {
 
 func (x *KVRangeResponse) Reset() {
 	*x = KVRangeResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5528,7 +5807,7 @@ func (x *KVRangeResponse) String() string {
 func (*KVRangeResponse) ProtoMessage() {}
 
 func (x *KVRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5541,7 +5820,7 @@ func (x *KVRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRangeResponse.ProtoReflect.Descriptor instead.
 func (*KVRangeResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{82}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *KVRangeResponse) GetKvs() []*KVKeyValue {
@@ -5575,7 +5854,7 @@ type KVDeleteRequest struct {
 
 func (x *KVDeleteRequest) Reset() {
 	*x = KVDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5587,7 +5866,7 @@ func (x *KVDeleteRequest) String() string {
 func (*KVDeleteRequest) ProtoMessage() {}
 
 func (x *KVDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5600,7 +5879,7 @@ func (x *KVDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KVDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{83}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *KVDeleteRequest) GetKey() string {
@@ -5629,7 +5908,7 @@ type KVDeleteResponse struct {
 
 func (x *KVDeleteResponse) Reset() {
 	*x = KVDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5641,7 +5920,7 @@ func (x *KVDeleteResponse) String() string {
 func (*KVDeleteResponse) ProtoMessage() {}
 
 func (x *KVDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5654,7 +5933,7 @@ func (x *KVDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDeleteResponse.ProtoReflect.Descriptor instead.
 func (*KVDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{84}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *KVDeleteResponse) GetDeleted() int64 {
@@ -5687,7 +5966,7 @@ type KVCompare struct {
 
 func (x *KVCompare) Reset() {
 	*x = KVCompare{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5699,7 +5978,7 @@ func (x *KVCompare) String() string {
 func (*KVCompare) ProtoMessage() {}
 
 func (x *KVCompare) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5712,7 +5991,7 @@ func (x *KVCompare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompare.ProtoReflect.Descriptor instead.
 func (*KVCompare) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{85}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *KVCompare) GetKey() string {
@@ -5764,7 +6043,7 @@ type KVRequestOp struct {
 
 func (x *KVRequestOp) Reset() {
 	*x = KVRequestOp{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5776,7 +6055,7 @@ func (x *KVRequestOp) String() string {
 func (*KVRequestOp) ProtoMessage() {}
 
 func (x *KVRequestOp) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5789,7 +6068,7 @@ func (x *KVRequestOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRequestOp.ProtoReflect.Descriptor instead.
 func (*KVRequestOp) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{86}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *KVRequestOp) GetOp() isKVRequestOp_Op {
@@ -5862,7 +6141,7 @@ type KVResponseOp struct {
 
 func (x *KVResponseOp) Reset() {
 	*x = KVResponseOp{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5874,7 +6153,7 @@ func (x *KVResponseOp) String() string {
 func (*KVResponseOp) ProtoMessage() {}
 
 func (x *KVResponseOp) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5887,7 +6166,7 @@ func (x *KVResponseOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVResponseOp.ProtoReflect.Descriptor instead.
 func (*KVResponseOp) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{87}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *KVResponseOp) GetOp() isKVResponseOp_Op {
@@ -5957,7 +6236,7 @@ type KVTxnRequest struct {
 
 func (x *KVTxnRequest) Reset() {
 	*x = KVTxnRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[88]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5969,7 +6248,7 @@ func (x *KVTxnRequest) String() string {
 func (*KVTxnRequest) ProtoMessage() {}
 
 func (x *KVTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[88]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5982,7 +6261,7 @@ func (x *KVTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxnRequest.ProtoReflect.Descriptor instead.
 func (*KVTxnRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{88}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *KVTxnRequest) GetCompare() []*KVCompare {
@@ -6021,7 +6300,7 @@ type KVTxnResponse struct {
 
 func (x *KVTxnResponse) Reset() {
 	*x = KVTxnResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[89]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6033,7 +6312,7 @@ func (x *KVTxnResponse) String() string {
 func (*KVTxnResponse) ProtoMessage() {}
 
 func (x *KVTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[89]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6046,7 +6325,7 @@ func (x *KVTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxnResponse.ProtoReflect.Descriptor instead.
 func (*KVTxnResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{89}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *KVTxnResponse) GetSucceeded() bool {
@@ -6085,7 +6364,7 @@ type KVWatchRequest struct {
 
 func (x *KVWatchRequest) Reset() {
 	*x = KVWatchRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[90]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6097,7 +6376,7 @@ func (x *KVWatchRequest) String() string {
 func (*KVWatchRequest) ProtoMessage() {}
 
 func (x *KVWatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[90]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6110,7 +6389,7 @@ func (x *KVWatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVWatchRequest.ProtoReflect.Descriptor instead.
 func (*KVWatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{90}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *KVWatchRequest) GetKey() string {
@@ -6146,7 +6425,7 @@ type KVEvent struct {
 
 func (x *KVEvent) Reset() {
 	*x = KVEvent{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[91]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6158,7 +6437,7 @@ func (x *KVEvent) String() string {
 func (*KVEvent) ProtoMessage() {}
 
 func (x *KVEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[91]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6171,7 +6450,7 @@ func (x *KVEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEvent.ProtoReflect.Descriptor instead.
 func (*KVEvent) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{91}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *KVEvent) GetType() KVEventType {
@@ -6207,7 +6486,7 @@ type KVWatchResponse struct {
 
 func (x *KVWatchResponse) Reset() {
 	*x = KVWatchResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[92]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6219,7 +6498,7 @@ func (x *KVWatchResponse) String() string {
 func (*KVWatchResponse) ProtoMessage() {}
 
 func (x *KVWatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[92]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6232,7 +6511,7 @@ func (x *KVWatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVWatchResponse.ProtoReflect.Descriptor instead.
 func (*KVWatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{92}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *KVWatchResponse) GetEvents() []*KVEvent {
@@ -6277,7 +6556,7 @@ type KVCompacted struct {
 
 func (x *KVCompacted) Reset() {
 	*x = KVCompacted{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[93]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6289,7 +6568,7 @@ func (x *KVCompacted) String() string {
 func (*KVCompacted) ProtoMessage() {}
 
 func (x *KVCompacted) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[93]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6302,7 +6581,7 @@ func (x *KVCompacted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompacted.ProtoReflect.Descriptor instead.
 func (*KVCompacted) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{93}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *KVCompacted) GetCompactRevision() uint64 {
@@ -6335,7 +6614,7 @@ type QueueEnqueueRequest struct {
 
 func (x *QueueEnqueueRequest) Reset() {
 	*x = QueueEnqueueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[94]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6347,7 +6626,7 @@ func (x *QueueEnqueueRequest) String() string {
 func (*QueueEnqueueRequest) ProtoMessage() {}
 
 func (x *QueueEnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[94]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6360,7 +6639,7 @@ func (x *QueueEnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueRequest.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{94}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *QueueEnqueueRequest) GetQueue() string {
@@ -6404,7 +6683,7 @@ type QueueEnqueueResponse struct {
 
 func (x *QueueEnqueueResponse) Reset() {
 	*x = QueueEnqueueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[95]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6416,7 +6695,7 @@ func (x *QueueEnqueueResponse) String() string {
 func (*QueueEnqueueResponse) ProtoMessage() {}
 
 func (x *QueueEnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[95]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6429,7 +6708,7 @@ func (x *QueueEnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueResponse.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{95}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *QueueEnqueueResponse) GetId() uint64 {
@@ -6471,7 +6750,7 @@ type QueueDequeueRequest struct {
 
 func (x *QueueDequeueRequest) Reset() {
 	*x = QueueDequeueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[96]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6483,7 +6762,7 @@ func (x *QueueDequeueRequest) String() string {
 func (*QueueDequeueRequest) ProtoMessage() {}
 
 func (x *QueueDequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[96]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6496,7 +6775,7 @@ func (x *QueueDequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueRequest.ProtoReflect.Descriptor instead.
 func (*QueueDequeueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{96}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *QueueDequeueRequest) GetQueue() string {
@@ -6552,7 +6831,7 @@ type QueueItem struct {
 
 func (x *QueueItem) Reset() {
 	*x = QueueItem{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[97]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6564,7 +6843,7 @@ func (x *QueueItem) String() string {
 func (*QueueItem) ProtoMessage() {}
 
 func (x *QueueItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[97]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6577,7 +6856,7 @@ func (x *QueueItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItem.ProtoReflect.Descriptor instead.
 func (*QueueItem) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{97}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *QueueItem) GetId() uint64 {
@@ -6625,7 +6904,7 @@ type QueueDequeueResponse struct {
 
 func (x *QueueDequeueResponse) Reset() {
 	*x = QueueDequeueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[98]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6637,7 +6916,7 @@ func (x *QueueDequeueResponse) String() string {
 func (*QueueDequeueResponse) ProtoMessage() {}
 
 func (x *QueueDequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[98]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6650,7 +6929,7 @@ func (x *QueueDequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueResponse.ProtoReflect.Descriptor instead.
 func (*QueueDequeueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{98}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *QueueDequeueResponse) GetItem() *QueueItem {
@@ -6676,7 +6955,7 @@ type QueueSettleRequest struct {
 
 func (x *QueueSettleRequest) Reset() {
 	*x = QueueSettleRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[99]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6688,7 +6967,7 @@ func (x *QueueSettleRequest) String() string {
 func (*QueueSettleRequest) ProtoMessage() {}
 
 func (x *QueueSettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[99]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6701,7 +6980,7 @@ func (x *QueueSettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleRequest.ProtoReflect.Descriptor instead.
 func (*QueueSettleRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{99}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *QueueSettleRequest) GetQueue() string {
@@ -6749,7 +7028,7 @@ type QueueSettleResponse struct {
 
 func (x *QueueSettleResponse) Reset() {
 	*x = QueueSettleResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[100]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6761,7 +7040,7 @@ func (x *QueueSettleResponse) String() string {
 func (*QueueSettleResponse) ProtoMessage() {}
 
 func (x *QueueSettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[100]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6774,7 +7053,7 @@ func (x *QueueSettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleResponse.ProtoReflect.Descriptor instead.
 func (*QueueSettleResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{100}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *QueueSettleResponse) GetResult() QueueSettleResult {
@@ -6802,7 +7081,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[101]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6814,7 +7093,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[101]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6827,7 +7106,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{101}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *QueueStatsRequest) GetQueue() string {
@@ -6865,7 +7144,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[102]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6877,7 +7156,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[102]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6890,7 +7169,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{102}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *QueueStatsResponse) GetQueue() string {
@@ -6970,7 +7249,7 @@ type QueueDeadListRequest struct {
 
 func (x *QueueDeadListRequest) Reset() {
 	*x = QueueDeadListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[103]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6982,7 +7261,7 @@ func (x *QueueDeadListRequest) String() string {
 func (*QueueDeadListRequest) ProtoMessage() {}
 
 func (x *QueueDeadListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[103]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6995,7 +7274,7 @@ func (x *QueueDeadListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadListRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeadListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{103}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *QueueDeadListRequest) GetQueue() string {
@@ -7030,7 +7309,7 @@ type QueueDeadItem struct {
 
 func (x *QueueDeadItem) Reset() {
 	*x = QueueDeadItem{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[104]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7042,7 +7321,7 @@ func (x *QueueDeadItem) String() string {
 func (*QueueDeadItem) ProtoMessage() {}
 
 func (x *QueueDeadItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[104]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7055,7 +7334,7 @@ func (x *QueueDeadItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadItem.ProtoReflect.Descriptor instead.
 func (*QueueDeadItem) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{104}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *QueueDeadItem) GetId() uint64 {
@@ -7092,7 +7371,7 @@ type QueueDeadListResponse struct {
 
 func (x *QueueDeadListResponse) Reset() {
 	*x = QueueDeadListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[105]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7104,7 +7383,7 @@ func (x *QueueDeadListResponse) String() string {
 func (*QueueDeadListResponse) ProtoMessage() {}
 
 func (x *QueueDeadListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[105]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7117,7 +7396,7 @@ func (x *QueueDeadListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadListResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeadListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{105}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *QueueDeadListResponse) GetItems() []*QueueDeadItem {
@@ -7152,7 +7431,7 @@ type QueueDeadRequeueRequest struct {
 
 func (x *QueueDeadRequeueRequest) Reset() {
 	*x = QueueDeadRequeueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[106]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7164,7 +7443,7 @@ func (x *QueueDeadRequeueRequest) String() string {
 func (*QueueDeadRequeueRequest) ProtoMessage() {}
 
 func (x *QueueDeadRequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[106]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7177,7 +7456,7 @@ func (x *QueueDeadRequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadRequeueRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeadRequeueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{106}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *QueueDeadRequeueRequest) GetQueue() string {
@@ -7205,7 +7484,7 @@ type QueueDeadRequeueResponse struct {
 
 func (x *QueueDeadRequeueResponse) Reset() {
 	*x = QueueDeadRequeueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[107]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7217,7 +7496,7 @@ func (x *QueueDeadRequeueResponse) String() string {
 func (*QueueDeadRequeueResponse) ProtoMessage() {}
 
 func (x *QueueDeadRequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[107]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7230,7 +7509,7 @@ func (x *QueueDeadRequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadRequeueResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeadRequeueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{107}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *QueueDeadRequeueResponse) GetRequeued() uint64 {
@@ -7256,7 +7535,7 @@ type QueueDeleteRequest struct {
 
 func (x *QueueDeleteRequest) Reset() {
 	*x = QueueDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[108]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7268,7 +7547,7 @@ func (x *QueueDeleteRequest) String() string {
 func (*QueueDeleteRequest) ProtoMessage() {}
 
 func (x *QueueDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[108]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7281,7 +7560,7 @@ func (x *QueueDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeleteRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{108}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *QueueDeleteRequest) GetQueue() string {
@@ -7304,7 +7583,7 @@ type QueueDeleteResponse struct {
 
 func (x *QueueDeleteResponse) Reset() {
 	*x = QueueDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[109]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7316,7 +7595,7 @@ func (x *QueueDeleteResponse) String() string {
 func (*QueueDeleteResponse) ProtoMessage() {}
 
 func (x *QueueDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[109]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7329,7 +7608,7 @@ func (x *QueueDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeleteResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{109}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *QueueDeleteResponse) GetDeleted() bool {
@@ -7362,7 +7641,7 @@ type QueuePurgeRequest struct {
 
 func (x *QueuePurgeRequest) Reset() {
 	*x = QueuePurgeRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[110]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7374,7 +7653,7 @@ func (x *QueuePurgeRequest) String() string {
 func (*QueuePurgeRequest) ProtoMessage() {}
 
 func (x *QueuePurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[110]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7387,7 +7666,7 @@ func (x *QueuePurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePurgeRequest.ProtoReflect.Descriptor instead.
 func (*QueuePurgeRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{110}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *QueuePurgeRequest) GetQueue() string {
@@ -7408,7 +7687,7 @@ type QueuePurgeResponse struct {
 
 func (x *QueuePurgeResponse) Reset() {
 	*x = QueuePurgeResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[111]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7420,7 +7699,7 @@ func (x *QueuePurgeResponse) String() string {
 func (*QueuePurgeResponse) ProtoMessage() {}
 
 func (x *QueuePurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[111]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7433,7 +7712,7 @@ func (x *QueuePurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePurgeResponse.ProtoReflect.Descriptor instead.
 func (*QueuePurgeResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{111}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *QueuePurgeResponse) GetPurged() uint64 {
@@ -7454,7 +7733,20 @@ var File_api_tenurepb_tenure_proto protoreflect.FileDescriptor
 
 const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\n" +
-	"\x19api/tenurepb/tenure.proto\x12\ttenure.v1\"M\n" +
+	"\x19api/tenurepb/tenure.proto\x12\ttenure.v1\"\x14\n" +
+	"\x12ClusterKeysRequest\"\x19\n" +
+	"\x17ClusterKeyRotateRequest\"|\n" +
+	"\n" +
+	"ClusterKey\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x02 \x01(\fR\tpublicKey\x12\x16\n" +
+	"\x06active\x18\x03 \x01(\bR\x06active\x12'\n" +
+	"\x0fcreate_revision\x18\x04 \x01(\x04R\x0ecreateRevision\"_\n" +
+	"\x13ClusterKeysResponse\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\fR\tclusterId\x12)\n" +
+	"\x04keys\x18\x02 \x03(\v2\x15.tenure.v1.ClusterKeyR\x04keys\"M\n" +
 	"\aAclRule\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x16\n" +
@@ -7718,23 +8010,29 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x0eended_revision\x18\x06 \x01(\x04R\rendedRevision\"Y\n" +
 	"\x13LockHistoryResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
-	"\x06grants\x18\x02 \x03(\v2\x16.tenure.v1.GrantRecordR\x06grants\"\x87\x01\n" +
+	"\x06grants\x18\x02 \x03(\v2\x16.tenure.v1.GrantRecordR\x06grants\"\x9d\x01\n" +
 	"\x10FencedPutRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
 	"\foperation_id\x18\x04 \x01(\tR\voperationId\x12\x12\n" +
-	"\x04lock\x18\x05 \x01(\tR\x04lock\"\x91\x01\n" +
+	"\x04lock\x18\x05 \x01(\tR\x04lock\x12\x14\n" +
+	"\x05proof\x18\x06 \x01(\tR\x05proof\"O\n" +
+	"\vForgedProof\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\x04R\x05token\x12\x12\n" +
+	"\x04lock\x18\x02 \x01(\tR\x04lock\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x91\x01\n" +
 	"\x11FencedPutResponse\x12,\n" +
 	"\x06result\x18\x01 \x01(\x0e2\x14.tenure.v1.PutResultR\x06result\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x1a\n" +
-	"\brevision\x18\x04 \x01(\x04R\brevision\"t\n" +
+	"\brevision\x18\x04 \x01(\x04R\brevision\"\x8a\x01\n" +
 	"\x13FencedDeleteRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x12\n" +
 	"\x04lock\x18\x03 \x01(\tR\x04lock\x12!\n" +
-	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\x94\x01\n" +
+	"\foperation_id\x18\x04 \x01(\tR\voperationId\x12\x14\n" +
+	"\x05proof\x18\x05 \x01(\tR\x05proof\"\x94\x01\n" +
 	"\x14FencedDeleteResponse\x12,\n" +
 	"\x06result\x18\x01 \x01(\x0e2\x14.tenure.v1.PutResultR\x06result\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12\x14\n" +
@@ -7952,7 +8250,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x11QueueSettleResult\x12#\n" +
 	"\x1fQUEUE_SETTLE_RESULT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16QUEUE_SETTLE_RESULT_OK\x10\x01\x12\x1d\n" +
-	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\x89\x1a\n" +
+	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\xaf\x1b\n" +
 	"\x06Tenure\x12D\n" +
 	"\aSession\x12\x19.tenure.v1.SessionRequest\x1a\x1a.tenure.v1.SessionResponse(\x010\x01\x12C\n" +
 	"\bSessions\x12\x18.tenure.v1.SessionFrames\x1a\x19.tenure.v1.SessionReplies(\x010\x01\x12O\n" +
@@ -8001,7 +8299,9 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x0fAclIdentityBind\x12!.tenure.v1.AclIdentityBindRequest\x1a\x16.tenure.v1.AclIdentity\x12X\n" +
 	"\x0fAclIdentityList\x12!.tenure.v1.AclIdentityListRequest\x1a\".tenure.v1.AclIdentityListResponse\x12V\n" +
 	"\x11AclIdentityUnbind\x12#.tenure.v1.AclIdentityUnbindRequest\x1a\x1c.tenure.v1.AclDeleteResponse\x12F\n" +
-	"\tAclWhoAmI\x12\x1b.tenure.v1.AclWhoAmIRequest\x1a\x1c.tenure.v1.AclWhoAmIResponseB*Z(github.com/tenure-io/tenure/api/tenurepbb\x06proto3"
+	"\tAclWhoAmI\x12\x1b.tenure.v1.AclWhoAmIRequest\x1a\x1c.tenure.v1.AclWhoAmIResponse\x12L\n" +
+	"\vClusterKeys\x12\x1d.tenure.v1.ClusterKeysRequest\x1a\x1e.tenure.v1.ClusterKeysResponse\x12V\n" +
+	"\x10ClusterKeyRotate\x12\".tenure.v1.ClusterKeyRotateRequest\x1a\x1e.tenure.v1.ClusterKeysResponseB*Z(github.com/tenure-io/tenure/api/tenurepbb\x06proto3"
 
 var (
 	file_api_tenurepb_tenure_proto_rawDescOnce sync.Once
@@ -8016,7 +8316,7 @@ func file_api_tenurepb_tenure_proto_rawDescGZIP() []byte {
 }
 
 var file_api_tenurepb_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 112)
+var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 117)
 var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(ErrorReason)(0),                 // 0: tenure.v1.ErrorReason
 	(PutResult)(0),                   // 1: tenure.v1.PutResult
@@ -8024,269 +8324,279 @@ var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(KVCompareResult)(0),             // 3: tenure.v1.KVCompareResult
 	(KVEventType)(0),                 // 4: tenure.v1.KVEventType
 	(QueueSettleResult)(0),           // 5: tenure.v1.QueueSettleResult
-	(*AclRule)(nil),                  // 6: tenure.v1.AclRule
-	(*AclPolicy)(nil),                // 7: tenure.v1.AclPolicy
-	(*AclBootstrapRequest)(nil),      // 8: tenure.v1.AclBootstrapRequest
-	(*AclTokenSecret)(nil),           // 9: tenure.v1.AclTokenSecret
-	(*AclPolicyCreateRequest)(nil),   // 10: tenure.v1.AclPolicyCreateRequest
-	(*AclPolicyListRequest)(nil),     // 11: tenure.v1.AclPolicyListRequest
-	(*AclPolicyListResponse)(nil),    // 12: tenure.v1.AclPolicyListResponse
-	(*AclPolicyDeleteRequest)(nil),   // 13: tenure.v1.AclPolicyDeleteRequest
-	(*AclDeleteResponse)(nil),        // 14: tenure.v1.AclDeleteResponse
-	(*AclTokenCreateRequest)(nil),    // 15: tenure.v1.AclTokenCreateRequest
-	(*AclToken)(nil),                 // 16: tenure.v1.AclToken
-	(*AclTokenListRequest)(nil),      // 17: tenure.v1.AclTokenListRequest
-	(*AclTokenListResponse)(nil),     // 18: tenure.v1.AclTokenListResponse
-	(*AclTokenRevokeRequest)(nil),    // 19: tenure.v1.AclTokenRevokeRequest
-	(*AclIdentity)(nil),              // 20: tenure.v1.AclIdentity
-	(*AclIdentityBindRequest)(nil),   // 21: tenure.v1.AclIdentityBindRequest
-	(*AclIdentityListRequest)(nil),   // 22: tenure.v1.AclIdentityListRequest
-	(*AclIdentityListResponse)(nil),  // 23: tenure.v1.AclIdentityListResponse
-	(*AclIdentityUnbindRequest)(nil), // 24: tenure.v1.AclIdentityUnbindRequest
-	(*AclWhoAmIRequest)(nil),         // 25: tenure.v1.AclWhoAmIRequest
-	(*AclWhoAmIResponse)(nil),        // 26: tenure.v1.AclWhoAmIResponse
-	(*ClusterLimits)(nil),            // 27: tenure.v1.ClusterLimits
-	(*GetLimitsRequest)(nil),         // 28: tenure.v1.GetLimitsRequest
-	(*SetLimitsRequest)(nil),         // 29: tenure.v1.SetLimitsRequest
-	(*LimitsResponse)(nil),           // 30: tenure.v1.LimitsResponse
-	(*SnapshotSaveRequest)(nil),      // 31: tenure.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),            // 32: tenure.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil),  // 33: tenure.v1.SnapshotRestoreResponse
-	(*Member)(nil),                   // 34: tenure.v1.Member
-	(*MemberListRequest)(nil),        // 35: tenure.v1.MemberListRequest
-	(*MemberListResponse)(nil),       // 36: tenure.v1.MemberListResponse
-	(*MemberAddRequest)(nil),         // 37: tenure.v1.MemberAddRequest
-	(*MemberRemoveRequest)(nil),      // 38: tenure.v1.MemberRemoveRequest
-	(*SessionFrames)(nil),            // 39: tenure.v1.SessionFrames
-	(*SessionFrame)(nil),             // 40: tenure.v1.SessionFrame
-	(*SessionReplies)(nil),           // 41: tenure.v1.SessionReplies
-	(*SessionReply)(nil),             // 42: tenure.v1.SessionReply
-	(*SessionRequest)(nil),           // 43: tenure.v1.SessionRequest
-	(*OpenSession)(nil),              // 44: tenure.v1.OpenSession
-	(*KeepAlive)(nil),                // 45: tenure.v1.KeepAlive
-	(*AcquireLock)(nil),              // 46: tenure.v1.AcquireLock
-	(*ProclaimValue)(nil),            // 47: tenure.v1.ProclaimValue
-	(*ValueProclaimed)(nil),          // 48: tenure.v1.ValueProclaimed
-	(*ReleaseLock)(nil),              // 49: tenure.v1.ReleaseLock
-	(*CancelRequest)(nil),            // 50: tenure.v1.CancelRequest
-	(*CloseSession)(nil),             // 51: tenure.v1.CloseSession
-	(*SessionResponse)(nil),          // 52: tenure.v1.SessionResponse
-	(*SessionOpened)(nil),            // 53: tenure.v1.SessionOpened
-	(*KeepAliveAck)(nil),             // 54: tenure.v1.KeepAliveAck
-	(*LockQueued)(nil),               // 55: tenure.v1.LockQueued
-	(*LockGranted)(nil),              // 56: tenure.v1.LockGranted
-	(*LockReleased)(nil),             // 57: tenure.v1.LockReleased
-	(*SessionClosed)(nil),            // 58: tenure.v1.SessionClosed
-	(*Error)(nil),                    // 59: tenure.v1.Error
-	(*ListSessionsRequest)(nil),      // 60: tenure.v1.ListSessionsRequest
-	(*SessionInfo)(nil),              // 61: tenure.v1.SessionInfo
-	(*ListSessionsResponse)(nil),     // 62: tenure.v1.ListSessionsResponse
-	(*LockStatusRequest)(nil),        // 63: tenure.v1.LockStatusRequest
-	(*Holder)(nil),                   // 64: tenure.v1.Holder
-	(*Waiter)(nil),                   // 65: tenure.v1.Waiter
-	(*LockStatusResponse)(nil),       // 66: tenure.v1.LockStatusResponse
-	(*ListLocksRequest)(nil),         // 67: tenure.v1.ListLocksRequest
-	(*LockSummary)(nil),              // 68: tenure.v1.LockSummary
-	(*ListLocksResponse)(nil),        // 69: tenure.v1.ListLocksResponse
-	(*LockHistoryRequest)(nil),       // 70: tenure.v1.LockHistoryRequest
-	(*GrantRecord)(nil),              // 71: tenure.v1.GrantRecord
-	(*LockHistoryResponse)(nil),      // 72: tenure.v1.LockHistoryResponse
-	(*FencedPutRequest)(nil),         // 73: tenure.v1.FencedPutRequest
-	(*FencedPutResponse)(nil),        // 74: tenure.v1.FencedPutResponse
-	(*FencedDeleteRequest)(nil),      // 75: tenure.v1.FencedDeleteRequest
-	(*FencedDeleteResponse)(nil),     // 76: tenure.v1.FencedDeleteResponse
-	(*UnissuedToken)(nil),            // 77: tenure.v1.UnissuedToken
-	(*FencedGetRequest)(nil),         // 78: tenure.v1.FencedGetRequest
-	(*FencedGetResponse)(nil),        // 79: tenure.v1.FencedGetResponse
-	(*ObserveRequest)(nil),           // 80: tenure.v1.ObserveRequest
-	(*LeaderEvent)(nil),              // 81: tenure.v1.LeaderEvent
-	(*StatusRequest)(nil),            // 82: tenure.v1.StatusRequest
-	(*StatusResponse)(nil),           // 83: tenure.v1.StatusResponse
-	(*KVKeyValue)(nil),               // 84: tenure.v1.KVKeyValue
-	(*KVPutRequest)(nil),             // 85: tenure.v1.KVPutRequest
-	(*KVPutResponse)(nil),            // 86: tenure.v1.KVPutResponse
-	(*KVRangeRequest)(nil),           // 87: tenure.v1.KVRangeRequest
-	(*KVRangeResponse)(nil),          // 88: tenure.v1.KVRangeResponse
-	(*KVDeleteRequest)(nil),          // 89: tenure.v1.KVDeleteRequest
-	(*KVDeleteResponse)(nil),         // 90: tenure.v1.KVDeleteResponse
-	(*KVCompare)(nil),                // 91: tenure.v1.KVCompare
-	(*KVRequestOp)(nil),              // 92: tenure.v1.KVRequestOp
-	(*KVResponseOp)(nil),             // 93: tenure.v1.KVResponseOp
-	(*KVTxnRequest)(nil),             // 94: tenure.v1.KVTxnRequest
-	(*KVTxnResponse)(nil),            // 95: tenure.v1.KVTxnResponse
-	(*KVWatchRequest)(nil),           // 96: tenure.v1.KVWatchRequest
-	(*KVEvent)(nil),                  // 97: tenure.v1.KVEvent
-	(*KVWatchResponse)(nil),          // 98: tenure.v1.KVWatchResponse
-	(*KVCompacted)(nil),              // 99: tenure.v1.KVCompacted
-	(*QueueEnqueueRequest)(nil),      // 100: tenure.v1.QueueEnqueueRequest
-	(*QueueEnqueueResponse)(nil),     // 101: tenure.v1.QueueEnqueueResponse
-	(*QueueDequeueRequest)(nil),      // 102: tenure.v1.QueueDequeueRequest
-	(*QueueItem)(nil),                // 103: tenure.v1.QueueItem
-	(*QueueDequeueResponse)(nil),     // 104: tenure.v1.QueueDequeueResponse
-	(*QueueSettleRequest)(nil),       // 105: tenure.v1.QueueSettleRequest
-	(*QueueSettleResponse)(nil),      // 106: tenure.v1.QueueSettleResponse
-	(*QueueStatsRequest)(nil),        // 107: tenure.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),       // 108: tenure.v1.QueueStatsResponse
-	(*QueueDeadListRequest)(nil),     // 109: tenure.v1.QueueDeadListRequest
-	(*QueueDeadItem)(nil),            // 110: tenure.v1.QueueDeadItem
-	(*QueueDeadListResponse)(nil),    // 111: tenure.v1.QueueDeadListResponse
-	(*QueueDeadRequeueRequest)(nil),  // 112: tenure.v1.QueueDeadRequeueRequest
-	(*QueueDeadRequeueResponse)(nil), // 113: tenure.v1.QueueDeadRequeueResponse
-	(*QueueDeleteRequest)(nil),       // 114: tenure.v1.QueueDeleteRequest
-	(*QueueDeleteResponse)(nil),      // 115: tenure.v1.QueueDeleteResponse
-	(*QueuePurgeRequest)(nil),        // 116: tenure.v1.QueuePurgeRequest
-	(*QueuePurgeResponse)(nil),       // 117: tenure.v1.QueuePurgeResponse
+	(*ClusterKeysRequest)(nil),       // 6: tenure.v1.ClusterKeysRequest
+	(*ClusterKeyRotateRequest)(nil),  // 7: tenure.v1.ClusterKeyRotateRequest
+	(*ClusterKey)(nil),               // 8: tenure.v1.ClusterKey
+	(*ClusterKeysResponse)(nil),      // 9: tenure.v1.ClusterKeysResponse
+	(*AclRule)(nil),                  // 10: tenure.v1.AclRule
+	(*AclPolicy)(nil),                // 11: tenure.v1.AclPolicy
+	(*AclBootstrapRequest)(nil),      // 12: tenure.v1.AclBootstrapRequest
+	(*AclTokenSecret)(nil),           // 13: tenure.v1.AclTokenSecret
+	(*AclPolicyCreateRequest)(nil),   // 14: tenure.v1.AclPolicyCreateRequest
+	(*AclPolicyListRequest)(nil),     // 15: tenure.v1.AclPolicyListRequest
+	(*AclPolicyListResponse)(nil),    // 16: tenure.v1.AclPolicyListResponse
+	(*AclPolicyDeleteRequest)(nil),   // 17: tenure.v1.AclPolicyDeleteRequest
+	(*AclDeleteResponse)(nil),        // 18: tenure.v1.AclDeleteResponse
+	(*AclTokenCreateRequest)(nil),    // 19: tenure.v1.AclTokenCreateRequest
+	(*AclToken)(nil),                 // 20: tenure.v1.AclToken
+	(*AclTokenListRequest)(nil),      // 21: tenure.v1.AclTokenListRequest
+	(*AclTokenListResponse)(nil),     // 22: tenure.v1.AclTokenListResponse
+	(*AclTokenRevokeRequest)(nil),    // 23: tenure.v1.AclTokenRevokeRequest
+	(*AclIdentity)(nil),              // 24: tenure.v1.AclIdentity
+	(*AclIdentityBindRequest)(nil),   // 25: tenure.v1.AclIdentityBindRequest
+	(*AclIdentityListRequest)(nil),   // 26: tenure.v1.AclIdentityListRequest
+	(*AclIdentityListResponse)(nil),  // 27: tenure.v1.AclIdentityListResponse
+	(*AclIdentityUnbindRequest)(nil), // 28: tenure.v1.AclIdentityUnbindRequest
+	(*AclWhoAmIRequest)(nil),         // 29: tenure.v1.AclWhoAmIRequest
+	(*AclWhoAmIResponse)(nil),        // 30: tenure.v1.AclWhoAmIResponse
+	(*ClusterLimits)(nil),            // 31: tenure.v1.ClusterLimits
+	(*GetLimitsRequest)(nil),         // 32: tenure.v1.GetLimitsRequest
+	(*SetLimitsRequest)(nil),         // 33: tenure.v1.SetLimitsRequest
+	(*LimitsResponse)(nil),           // 34: tenure.v1.LimitsResponse
+	(*SnapshotSaveRequest)(nil),      // 35: tenure.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),            // 36: tenure.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),  // 37: tenure.v1.SnapshotRestoreResponse
+	(*Member)(nil),                   // 38: tenure.v1.Member
+	(*MemberListRequest)(nil),        // 39: tenure.v1.MemberListRequest
+	(*MemberListResponse)(nil),       // 40: tenure.v1.MemberListResponse
+	(*MemberAddRequest)(nil),         // 41: tenure.v1.MemberAddRequest
+	(*MemberRemoveRequest)(nil),      // 42: tenure.v1.MemberRemoveRequest
+	(*SessionFrames)(nil),            // 43: tenure.v1.SessionFrames
+	(*SessionFrame)(nil),             // 44: tenure.v1.SessionFrame
+	(*SessionReplies)(nil),           // 45: tenure.v1.SessionReplies
+	(*SessionReply)(nil),             // 46: tenure.v1.SessionReply
+	(*SessionRequest)(nil),           // 47: tenure.v1.SessionRequest
+	(*OpenSession)(nil),              // 48: tenure.v1.OpenSession
+	(*KeepAlive)(nil),                // 49: tenure.v1.KeepAlive
+	(*AcquireLock)(nil),              // 50: tenure.v1.AcquireLock
+	(*ProclaimValue)(nil),            // 51: tenure.v1.ProclaimValue
+	(*ValueProclaimed)(nil),          // 52: tenure.v1.ValueProclaimed
+	(*ReleaseLock)(nil),              // 53: tenure.v1.ReleaseLock
+	(*CancelRequest)(nil),            // 54: tenure.v1.CancelRequest
+	(*CloseSession)(nil),             // 55: tenure.v1.CloseSession
+	(*SessionResponse)(nil),          // 56: tenure.v1.SessionResponse
+	(*SessionOpened)(nil),            // 57: tenure.v1.SessionOpened
+	(*KeepAliveAck)(nil),             // 58: tenure.v1.KeepAliveAck
+	(*LockQueued)(nil),               // 59: tenure.v1.LockQueued
+	(*LockGranted)(nil),              // 60: tenure.v1.LockGranted
+	(*LockReleased)(nil),             // 61: tenure.v1.LockReleased
+	(*SessionClosed)(nil),            // 62: tenure.v1.SessionClosed
+	(*Error)(nil),                    // 63: tenure.v1.Error
+	(*ListSessionsRequest)(nil),      // 64: tenure.v1.ListSessionsRequest
+	(*SessionInfo)(nil),              // 65: tenure.v1.SessionInfo
+	(*ListSessionsResponse)(nil),     // 66: tenure.v1.ListSessionsResponse
+	(*LockStatusRequest)(nil),        // 67: tenure.v1.LockStatusRequest
+	(*Holder)(nil),                   // 68: tenure.v1.Holder
+	(*Waiter)(nil),                   // 69: tenure.v1.Waiter
+	(*LockStatusResponse)(nil),       // 70: tenure.v1.LockStatusResponse
+	(*ListLocksRequest)(nil),         // 71: tenure.v1.ListLocksRequest
+	(*LockSummary)(nil),              // 72: tenure.v1.LockSummary
+	(*ListLocksResponse)(nil),        // 73: tenure.v1.ListLocksResponse
+	(*LockHistoryRequest)(nil),       // 74: tenure.v1.LockHistoryRequest
+	(*GrantRecord)(nil),              // 75: tenure.v1.GrantRecord
+	(*LockHistoryResponse)(nil),      // 76: tenure.v1.LockHistoryResponse
+	(*FencedPutRequest)(nil),         // 77: tenure.v1.FencedPutRequest
+	(*ForgedProof)(nil),              // 78: tenure.v1.ForgedProof
+	(*FencedPutResponse)(nil),        // 79: tenure.v1.FencedPutResponse
+	(*FencedDeleteRequest)(nil),      // 80: tenure.v1.FencedDeleteRequest
+	(*FencedDeleteResponse)(nil),     // 81: tenure.v1.FencedDeleteResponse
+	(*UnissuedToken)(nil),            // 82: tenure.v1.UnissuedToken
+	(*FencedGetRequest)(nil),         // 83: tenure.v1.FencedGetRequest
+	(*FencedGetResponse)(nil),        // 84: tenure.v1.FencedGetResponse
+	(*ObserveRequest)(nil),           // 85: tenure.v1.ObserveRequest
+	(*LeaderEvent)(nil),              // 86: tenure.v1.LeaderEvent
+	(*StatusRequest)(nil),            // 87: tenure.v1.StatusRequest
+	(*StatusResponse)(nil),           // 88: tenure.v1.StatusResponse
+	(*KVKeyValue)(nil),               // 89: tenure.v1.KVKeyValue
+	(*KVPutRequest)(nil),             // 90: tenure.v1.KVPutRequest
+	(*KVPutResponse)(nil),            // 91: tenure.v1.KVPutResponse
+	(*KVRangeRequest)(nil),           // 92: tenure.v1.KVRangeRequest
+	(*KVRangeResponse)(nil),          // 93: tenure.v1.KVRangeResponse
+	(*KVDeleteRequest)(nil),          // 94: tenure.v1.KVDeleteRequest
+	(*KVDeleteResponse)(nil),         // 95: tenure.v1.KVDeleteResponse
+	(*KVCompare)(nil),                // 96: tenure.v1.KVCompare
+	(*KVRequestOp)(nil),              // 97: tenure.v1.KVRequestOp
+	(*KVResponseOp)(nil),             // 98: tenure.v1.KVResponseOp
+	(*KVTxnRequest)(nil),             // 99: tenure.v1.KVTxnRequest
+	(*KVTxnResponse)(nil),            // 100: tenure.v1.KVTxnResponse
+	(*KVWatchRequest)(nil),           // 101: tenure.v1.KVWatchRequest
+	(*KVEvent)(nil),                  // 102: tenure.v1.KVEvent
+	(*KVWatchResponse)(nil),          // 103: tenure.v1.KVWatchResponse
+	(*KVCompacted)(nil),              // 104: tenure.v1.KVCompacted
+	(*QueueEnqueueRequest)(nil),      // 105: tenure.v1.QueueEnqueueRequest
+	(*QueueEnqueueResponse)(nil),     // 106: tenure.v1.QueueEnqueueResponse
+	(*QueueDequeueRequest)(nil),      // 107: tenure.v1.QueueDequeueRequest
+	(*QueueItem)(nil),                // 108: tenure.v1.QueueItem
+	(*QueueDequeueResponse)(nil),     // 109: tenure.v1.QueueDequeueResponse
+	(*QueueSettleRequest)(nil),       // 110: tenure.v1.QueueSettleRequest
+	(*QueueSettleResponse)(nil),      // 111: tenure.v1.QueueSettleResponse
+	(*QueueStatsRequest)(nil),        // 112: tenure.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),       // 113: tenure.v1.QueueStatsResponse
+	(*QueueDeadListRequest)(nil),     // 114: tenure.v1.QueueDeadListRequest
+	(*QueueDeadItem)(nil),            // 115: tenure.v1.QueueDeadItem
+	(*QueueDeadListResponse)(nil),    // 116: tenure.v1.QueueDeadListResponse
+	(*QueueDeadRequeueRequest)(nil),  // 117: tenure.v1.QueueDeadRequeueRequest
+	(*QueueDeadRequeueResponse)(nil), // 118: tenure.v1.QueueDeadRequeueResponse
+	(*QueueDeleteRequest)(nil),       // 119: tenure.v1.QueueDeleteRequest
+	(*QueueDeleteResponse)(nil),      // 120: tenure.v1.QueueDeleteResponse
+	(*QueuePurgeRequest)(nil),        // 121: tenure.v1.QueuePurgeRequest
+	(*QueuePurgeResponse)(nil),       // 122: tenure.v1.QueuePurgeResponse
 }
 var file_api_tenurepb_tenure_proto_depIdxs = []int32{
-	6,   // 0: tenure.v1.AclPolicy.rules:type_name -> tenure.v1.AclRule
-	7,   // 1: tenure.v1.AclPolicyCreateRequest.policy:type_name -> tenure.v1.AclPolicy
-	7,   // 2: tenure.v1.AclPolicyListResponse.policies:type_name -> tenure.v1.AclPolicy
-	16,  // 3: tenure.v1.AclTokenListResponse.tokens:type_name -> tenure.v1.AclToken
-	20,  // 4: tenure.v1.AclIdentityBindRequest.identity:type_name -> tenure.v1.AclIdentity
-	20,  // 5: tenure.v1.AclIdentityListResponse.identities:type_name -> tenure.v1.AclIdentity
-	27,  // 6: tenure.v1.SetLimitsRequest.limits:type_name -> tenure.v1.ClusterLimits
-	27,  // 7: tenure.v1.LimitsResponse.limits:type_name -> tenure.v1.ClusterLimits
-	34,  // 8: tenure.v1.MemberListResponse.members:type_name -> tenure.v1.Member
-	40,  // 9: tenure.v1.SessionFrames.frames:type_name -> tenure.v1.SessionFrame
-	43,  // 10: tenure.v1.SessionFrame.request:type_name -> tenure.v1.SessionRequest
-	42,  // 11: tenure.v1.SessionReplies.replies:type_name -> tenure.v1.SessionReply
-	52,  // 12: tenure.v1.SessionReply.response:type_name -> tenure.v1.SessionResponse
-	44,  // 13: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
-	45,  // 14: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
-	46,  // 15: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
-	49,  // 16: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
-	50,  // 17: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
-	51,  // 18: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
-	47,  // 19: tenure.v1.SessionRequest.proclaim:type_name -> tenure.v1.ProclaimValue
-	53,  // 20: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
-	54,  // 21: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
-	55,  // 22: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
-	56,  // 23: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
-	57,  // 24: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
-	58,  // 25: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
-	59,  // 26: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
-	48,  // 27: tenure.v1.SessionResponse.proclaimed:type_name -> tenure.v1.ValueProclaimed
-	0,   // 28: tenure.v1.Error.reason:type_name -> tenure.v1.ErrorReason
-	61,  // 29: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
-	64,  // 30: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
-	64,  // 31: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
-	65,  // 32: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
-	68,  // 33: tenure.v1.ListLocksResponse.locks:type_name -> tenure.v1.LockSummary
-	71,  // 34: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
-	1,   // 35: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
-	1,   // 36: tenure.v1.FencedDeleteResponse.result:type_name -> tenure.v1.PutResult
-	84,  // 37: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
-	2,   // 38: tenure.v1.KVCompare.target:type_name -> tenure.v1.KVCompareTarget
-	3,   // 39: tenure.v1.KVCompare.result:type_name -> tenure.v1.KVCompareResult
-	87,  // 40: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
-	85,  // 41: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
-	89,  // 42: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
-	88,  // 43: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
-	86,  // 44: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
-	90,  // 45: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
-	91,  // 46: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
-	92,  // 47: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
-	92,  // 48: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
-	93,  // 49: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
-	4,   // 50: tenure.v1.KVEvent.type:type_name -> tenure.v1.KVEventType
-	84,  // 51: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
-	97,  // 52: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
-	103, // 53: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
-	5,   // 54: tenure.v1.QueueSettleResponse.result:type_name -> tenure.v1.QueueSettleResult
-	110, // 55: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
-	43,  // 56: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
-	39,  // 57: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
-	60,  // 58: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
-	63,  // 59: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
-	67,  // 60: tenure.v1.Tenure.ListLocks:input_type -> tenure.v1.ListLocksRequest
-	70,  // 61: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
-	73,  // 62: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
-	78,  // 63: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
-	75,  // 64: tenure.v1.Tenure.FencedDelete:input_type -> tenure.v1.FencedDeleteRequest
-	82,  // 65: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
-	80,  // 66: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
-	35,  // 67: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
-	37,  // 68: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
-	38,  // 69: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
-	31,  // 70: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
-	32,  // 71: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
-	85,  // 72: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
-	87,  // 73: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
-	89,  // 74: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
-	94,  // 75: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
-	96,  // 76: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
-	100, // 77: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
-	102, // 78: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
-	105, // 79: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
-	105, // 80: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
-	105, // 81: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
-	107, // 82: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
-	109, // 83: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
-	112, // 84: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
-	114, // 85: tenure.v1.Tenure.QueueDelete:input_type -> tenure.v1.QueueDeleteRequest
-	116, // 86: tenure.v1.Tenure.QueuePurge:input_type -> tenure.v1.QueuePurgeRequest
-	28,  // 87: tenure.v1.Tenure.GetLimits:input_type -> tenure.v1.GetLimitsRequest
-	29,  // 88: tenure.v1.Tenure.SetLimits:input_type -> tenure.v1.SetLimitsRequest
-	8,   // 89: tenure.v1.Tenure.AclBootstrap:input_type -> tenure.v1.AclBootstrapRequest
-	10,  // 90: tenure.v1.Tenure.AclPolicyCreate:input_type -> tenure.v1.AclPolicyCreateRequest
-	11,  // 91: tenure.v1.Tenure.AclPolicyList:input_type -> tenure.v1.AclPolicyListRequest
-	13,  // 92: tenure.v1.Tenure.AclPolicyDelete:input_type -> tenure.v1.AclPolicyDeleteRequest
-	15,  // 93: tenure.v1.Tenure.AclTokenCreate:input_type -> tenure.v1.AclTokenCreateRequest
-	17,  // 94: tenure.v1.Tenure.AclTokenList:input_type -> tenure.v1.AclTokenListRequest
-	19,  // 95: tenure.v1.Tenure.AclTokenRevoke:input_type -> tenure.v1.AclTokenRevokeRequest
-	21,  // 96: tenure.v1.Tenure.AclIdentityBind:input_type -> tenure.v1.AclIdentityBindRequest
-	22,  // 97: tenure.v1.Tenure.AclIdentityList:input_type -> tenure.v1.AclIdentityListRequest
-	24,  // 98: tenure.v1.Tenure.AclIdentityUnbind:input_type -> tenure.v1.AclIdentityUnbindRequest
-	25,  // 99: tenure.v1.Tenure.AclWhoAmI:input_type -> tenure.v1.AclWhoAmIRequest
-	52,  // 100: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
-	41,  // 101: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
-	62,  // 102: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
-	66,  // 103: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
-	69,  // 104: tenure.v1.Tenure.ListLocks:output_type -> tenure.v1.ListLocksResponse
-	72,  // 105: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
-	74,  // 106: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
-	79,  // 107: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
-	76,  // 108: tenure.v1.Tenure.FencedDelete:output_type -> tenure.v1.FencedDeleteResponse
-	83,  // 109: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
-	81,  // 110: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
-	36,  // 111: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
-	36,  // 112: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
-	36,  // 113: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
-	32,  // 114: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
-	33,  // 115: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
-	86,  // 116: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
-	88,  // 117: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
-	90,  // 118: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
-	95,  // 119: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
-	98,  // 120: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
-	101, // 121: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
-	104, // 122: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
-	106, // 123: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
-	106, // 124: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
-	106, // 125: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
-	108, // 126: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
-	111, // 127: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
-	113, // 128: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
-	115, // 129: tenure.v1.Tenure.QueueDelete:output_type -> tenure.v1.QueueDeleteResponse
-	117, // 130: tenure.v1.Tenure.QueuePurge:output_type -> tenure.v1.QueuePurgeResponse
-	30,  // 131: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
-	30,  // 132: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
-	9,   // 133: tenure.v1.Tenure.AclBootstrap:output_type -> tenure.v1.AclTokenSecret
-	7,   // 134: tenure.v1.Tenure.AclPolicyCreate:output_type -> tenure.v1.AclPolicy
-	12,  // 135: tenure.v1.Tenure.AclPolicyList:output_type -> tenure.v1.AclPolicyListResponse
-	14,  // 136: tenure.v1.Tenure.AclPolicyDelete:output_type -> tenure.v1.AclDeleteResponse
-	9,   // 137: tenure.v1.Tenure.AclTokenCreate:output_type -> tenure.v1.AclTokenSecret
-	18,  // 138: tenure.v1.Tenure.AclTokenList:output_type -> tenure.v1.AclTokenListResponse
-	14,  // 139: tenure.v1.Tenure.AclTokenRevoke:output_type -> tenure.v1.AclDeleteResponse
-	20,  // 140: tenure.v1.Tenure.AclIdentityBind:output_type -> tenure.v1.AclIdentity
-	23,  // 141: tenure.v1.Tenure.AclIdentityList:output_type -> tenure.v1.AclIdentityListResponse
-	14,  // 142: tenure.v1.Tenure.AclIdentityUnbind:output_type -> tenure.v1.AclDeleteResponse
-	26,  // 143: tenure.v1.Tenure.AclWhoAmI:output_type -> tenure.v1.AclWhoAmIResponse
-	100, // [100:144] is the sub-list for method output_type
-	56,  // [56:100] is the sub-list for method input_type
-	56,  // [56:56] is the sub-list for extension type_name
-	56,  // [56:56] is the sub-list for extension extendee
-	0,   // [0:56] is the sub-list for field type_name
+	8,   // 0: tenure.v1.ClusterKeysResponse.keys:type_name -> tenure.v1.ClusterKey
+	10,  // 1: tenure.v1.AclPolicy.rules:type_name -> tenure.v1.AclRule
+	11,  // 2: tenure.v1.AclPolicyCreateRequest.policy:type_name -> tenure.v1.AclPolicy
+	11,  // 3: tenure.v1.AclPolicyListResponse.policies:type_name -> tenure.v1.AclPolicy
+	20,  // 4: tenure.v1.AclTokenListResponse.tokens:type_name -> tenure.v1.AclToken
+	24,  // 5: tenure.v1.AclIdentityBindRequest.identity:type_name -> tenure.v1.AclIdentity
+	24,  // 6: tenure.v1.AclIdentityListResponse.identities:type_name -> tenure.v1.AclIdentity
+	31,  // 7: tenure.v1.SetLimitsRequest.limits:type_name -> tenure.v1.ClusterLimits
+	31,  // 8: tenure.v1.LimitsResponse.limits:type_name -> tenure.v1.ClusterLimits
+	38,  // 9: tenure.v1.MemberListResponse.members:type_name -> tenure.v1.Member
+	44,  // 10: tenure.v1.SessionFrames.frames:type_name -> tenure.v1.SessionFrame
+	47,  // 11: tenure.v1.SessionFrame.request:type_name -> tenure.v1.SessionRequest
+	46,  // 12: tenure.v1.SessionReplies.replies:type_name -> tenure.v1.SessionReply
+	56,  // 13: tenure.v1.SessionReply.response:type_name -> tenure.v1.SessionResponse
+	48,  // 14: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
+	49,  // 15: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
+	50,  // 16: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
+	53,  // 17: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
+	54,  // 18: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
+	55,  // 19: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
+	51,  // 20: tenure.v1.SessionRequest.proclaim:type_name -> tenure.v1.ProclaimValue
+	57,  // 21: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
+	58,  // 22: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
+	59,  // 23: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
+	60,  // 24: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
+	61,  // 25: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
+	62,  // 26: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
+	63,  // 27: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
+	52,  // 28: tenure.v1.SessionResponse.proclaimed:type_name -> tenure.v1.ValueProclaimed
+	0,   // 29: tenure.v1.Error.reason:type_name -> tenure.v1.ErrorReason
+	65,  // 30: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
+	68,  // 31: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
+	68,  // 32: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
+	69,  // 33: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
+	72,  // 34: tenure.v1.ListLocksResponse.locks:type_name -> tenure.v1.LockSummary
+	75,  // 35: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
+	1,   // 36: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
+	1,   // 37: tenure.v1.FencedDeleteResponse.result:type_name -> tenure.v1.PutResult
+	89,  // 38: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
+	2,   // 39: tenure.v1.KVCompare.target:type_name -> tenure.v1.KVCompareTarget
+	3,   // 40: tenure.v1.KVCompare.result:type_name -> tenure.v1.KVCompareResult
+	92,  // 41: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
+	90,  // 42: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
+	94,  // 43: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
+	93,  // 44: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
+	91,  // 45: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
+	95,  // 46: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
+	96,  // 47: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
+	97,  // 48: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
+	97,  // 49: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
+	98,  // 50: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
+	4,   // 51: tenure.v1.KVEvent.type:type_name -> tenure.v1.KVEventType
+	89,  // 52: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
+	102, // 53: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
+	108, // 54: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
+	5,   // 55: tenure.v1.QueueSettleResponse.result:type_name -> tenure.v1.QueueSettleResult
+	115, // 56: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
+	47,  // 57: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
+	43,  // 58: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
+	64,  // 59: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
+	67,  // 60: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
+	71,  // 61: tenure.v1.Tenure.ListLocks:input_type -> tenure.v1.ListLocksRequest
+	74,  // 62: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
+	77,  // 63: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
+	83,  // 64: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
+	80,  // 65: tenure.v1.Tenure.FencedDelete:input_type -> tenure.v1.FencedDeleteRequest
+	87,  // 66: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
+	85,  // 67: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
+	39,  // 68: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
+	41,  // 69: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
+	42,  // 70: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
+	35,  // 71: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
+	36,  // 72: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
+	90,  // 73: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
+	92,  // 74: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
+	94,  // 75: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
+	99,  // 76: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
+	101, // 77: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
+	105, // 78: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
+	107, // 79: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
+	110, // 80: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
+	110, // 81: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
+	110, // 82: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
+	112, // 83: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
+	114, // 84: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
+	117, // 85: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
+	119, // 86: tenure.v1.Tenure.QueueDelete:input_type -> tenure.v1.QueueDeleteRequest
+	121, // 87: tenure.v1.Tenure.QueuePurge:input_type -> tenure.v1.QueuePurgeRequest
+	32,  // 88: tenure.v1.Tenure.GetLimits:input_type -> tenure.v1.GetLimitsRequest
+	33,  // 89: tenure.v1.Tenure.SetLimits:input_type -> tenure.v1.SetLimitsRequest
+	12,  // 90: tenure.v1.Tenure.AclBootstrap:input_type -> tenure.v1.AclBootstrapRequest
+	14,  // 91: tenure.v1.Tenure.AclPolicyCreate:input_type -> tenure.v1.AclPolicyCreateRequest
+	15,  // 92: tenure.v1.Tenure.AclPolicyList:input_type -> tenure.v1.AclPolicyListRequest
+	17,  // 93: tenure.v1.Tenure.AclPolicyDelete:input_type -> tenure.v1.AclPolicyDeleteRequest
+	19,  // 94: tenure.v1.Tenure.AclTokenCreate:input_type -> tenure.v1.AclTokenCreateRequest
+	21,  // 95: tenure.v1.Tenure.AclTokenList:input_type -> tenure.v1.AclTokenListRequest
+	23,  // 96: tenure.v1.Tenure.AclTokenRevoke:input_type -> tenure.v1.AclTokenRevokeRequest
+	25,  // 97: tenure.v1.Tenure.AclIdentityBind:input_type -> tenure.v1.AclIdentityBindRequest
+	26,  // 98: tenure.v1.Tenure.AclIdentityList:input_type -> tenure.v1.AclIdentityListRequest
+	28,  // 99: tenure.v1.Tenure.AclIdentityUnbind:input_type -> tenure.v1.AclIdentityUnbindRequest
+	29,  // 100: tenure.v1.Tenure.AclWhoAmI:input_type -> tenure.v1.AclWhoAmIRequest
+	6,   // 101: tenure.v1.Tenure.ClusterKeys:input_type -> tenure.v1.ClusterKeysRequest
+	7,   // 102: tenure.v1.Tenure.ClusterKeyRotate:input_type -> tenure.v1.ClusterKeyRotateRequest
+	56,  // 103: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
+	45,  // 104: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
+	66,  // 105: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
+	70,  // 106: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
+	73,  // 107: tenure.v1.Tenure.ListLocks:output_type -> tenure.v1.ListLocksResponse
+	76,  // 108: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
+	79,  // 109: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
+	84,  // 110: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
+	81,  // 111: tenure.v1.Tenure.FencedDelete:output_type -> tenure.v1.FencedDeleteResponse
+	88,  // 112: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
+	86,  // 113: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
+	40,  // 114: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
+	40,  // 115: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
+	40,  // 116: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
+	36,  // 117: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
+	37,  // 118: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
+	91,  // 119: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
+	93,  // 120: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
+	95,  // 121: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
+	100, // 122: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
+	103, // 123: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
+	106, // 124: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
+	109, // 125: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
+	111, // 126: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
+	111, // 127: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
+	111, // 128: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
+	113, // 129: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
+	116, // 130: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
+	118, // 131: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
+	120, // 132: tenure.v1.Tenure.QueueDelete:output_type -> tenure.v1.QueueDeleteResponse
+	122, // 133: tenure.v1.Tenure.QueuePurge:output_type -> tenure.v1.QueuePurgeResponse
+	34,  // 134: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
+	34,  // 135: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
+	13,  // 136: tenure.v1.Tenure.AclBootstrap:output_type -> tenure.v1.AclTokenSecret
+	11,  // 137: tenure.v1.Tenure.AclPolicyCreate:output_type -> tenure.v1.AclPolicy
+	16,  // 138: tenure.v1.Tenure.AclPolicyList:output_type -> tenure.v1.AclPolicyListResponse
+	18,  // 139: tenure.v1.Tenure.AclPolicyDelete:output_type -> tenure.v1.AclDeleteResponse
+	13,  // 140: tenure.v1.Tenure.AclTokenCreate:output_type -> tenure.v1.AclTokenSecret
+	22,  // 141: tenure.v1.Tenure.AclTokenList:output_type -> tenure.v1.AclTokenListResponse
+	18,  // 142: tenure.v1.Tenure.AclTokenRevoke:output_type -> tenure.v1.AclDeleteResponse
+	24,  // 143: tenure.v1.Tenure.AclIdentityBind:output_type -> tenure.v1.AclIdentity
+	27,  // 144: tenure.v1.Tenure.AclIdentityList:output_type -> tenure.v1.AclIdentityListResponse
+	18,  // 145: tenure.v1.Tenure.AclIdentityUnbind:output_type -> tenure.v1.AclDeleteResponse
+	30,  // 146: tenure.v1.Tenure.AclWhoAmI:output_type -> tenure.v1.AclWhoAmIResponse
+	9,   // 147: tenure.v1.Tenure.ClusterKeys:output_type -> tenure.v1.ClusterKeysResponse
+	9,   // 148: tenure.v1.Tenure.ClusterKeyRotate:output_type -> tenure.v1.ClusterKeysResponse
+	103, // [103:149] is the sub-list for method output_type
+	57,  // [57:103] is the sub-list for method input_type
+	57,  // [57:57] is the sub-list for extension type_name
+	57,  // [57:57] is the sub-list for extension extendee
+	0,   // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_api_tenurepb_tenure_proto_init() }
@@ -8294,7 +8604,7 @@ func file_api_tenurepb_tenure_proto_init() {
 	if File_api_tenurepb_tenure_proto != nil {
 		return
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[37].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[41].OneofWrappers = []any{
 		(*SessionRequest_Open)(nil),
 		(*SessionRequest_KeepAlive)(nil),
 		(*SessionRequest_Acquire)(nil),
@@ -8303,7 +8613,7 @@ func file_api_tenurepb_tenure_proto_init() {
 		(*SessionRequest_Close)(nil),
 		(*SessionRequest_Proclaim)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[46].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[50].OneofWrappers = []any{
 		(*SessionResponse_Opened)(nil),
 		(*SessionResponse_Kept)(nil),
 		(*SessionResponse_Queued)(nil),
@@ -8313,12 +8623,12 @@ func file_api_tenurepb_tenure_proto_init() {
 		(*SessionResponse_Error)(nil),
 		(*SessionResponse_Proclaimed)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[86].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[91].OneofWrappers = []any{
 		(*KVRequestOp_Range)(nil),
 		(*KVRequestOp_Put)(nil),
 		(*KVRequestOp_Delete)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[87].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[92].OneofWrappers = []any{
 		(*KVResponseOp_Range)(nil),
 		(*KVResponseOp_Put)(nil),
 		(*KVResponseOp_Delete)(nil),
@@ -8329,7 +8639,7 @@ func file_api_tenurepb_tenure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_tenurepb_tenure_proto_rawDesc), len(file_api_tenurepb_tenure_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   112,
+			NumMessages:   117,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

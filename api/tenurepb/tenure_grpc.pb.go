@@ -67,6 +67,8 @@ const (
 	Tenure_AclIdentityList_FullMethodName   = "/tenure.v1.Tenure/AclIdentityList"
 	Tenure_AclIdentityUnbind_FullMethodName = "/tenure.v1.Tenure/AclIdentityUnbind"
 	Tenure_AclWhoAmI_FullMethodName         = "/tenure.v1.Tenure/AclWhoAmI"
+	Tenure_ClusterKeys_FullMethodName       = "/tenure.v1.Tenure/ClusterKeys"
+	Tenure_ClusterKeyRotate_FullMethodName  = "/tenure.v1.Tenure/ClusterKeyRotate"
 )
 
 // TenureClient is the client API for Tenure service.
@@ -203,6 +205,14 @@ type TenureClient interface {
 	// AclWhoAmI says who the caller is and which policies it has; it needs
 	// no right.
 	AclWhoAmI(ctx context.Context, in *AclWhoAmIRequest, opts ...grpc.CallOption) (*AclWhoAmIResponse, error)
+	// Fence proofs (package fenceproof). ClusterKeys answers the cluster's
+	// id and the public keys of its fence proofs, which a resource needs to
+	// verify them (cluster read). ClusterKeyRotate adds a signing key,
+	// which signs every grant from then on; the older keys stay listed (at
+	// most 16, the oldest dropped first) so that proofs they signed still
+	// verify where they are configured (cluster write).
+	ClusterKeys(ctx context.Context, in *ClusterKeysRequest, opts ...grpc.CallOption) (*ClusterKeysResponse, error)
+	ClusterKeyRotate(ctx context.Context, in *ClusterKeyRotateRequest, opts ...grpc.CallOption) (*ClusterKeysResponse, error)
 }
 
 type tenureClient struct {
@@ -689,6 +699,26 @@ func (c *tenureClient) AclWhoAmI(ctx context.Context, in *AclWhoAmIRequest, opts
 	return out, nil
 }
 
+func (c *tenureClient) ClusterKeys(ctx context.Context, in *ClusterKeysRequest, opts ...grpc.CallOption) (*ClusterKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClusterKeysResponse)
+	err := c.cc.Invoke(ctx, Tenure_ClusterKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) ClusterKeyRotate(ctx context.Context, in *ClusterKeyRotateRequest, opts ...grpc.CallOption) (*ClusterKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClusterKeysResponse)
+	err := c.cc.Invoke(ctx, Tenure_ClusterKeyRotate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TenureServer is the server API for Tenure service.
 // All implementations must embed UnimplementedTenureServer
 // for forward compatibility.
@@ -823,6 +853,14 @@ type TenureServer interface {
 	// AclWhoAmI says who the caller is and which policies it has; it needs
 	// no right.
 	AclWhoAmI(context.Context, *AclWhoAmIRequest) (*AclWhoAmIResponse, error)
+	// Fence proofs (package fenceproof). ClusterKeys answers the cluster's
+	// id and the public keys of its fence proofs, which a resource needs to
+	// verify them (cluster read). ClusterKeyRotate adds a signing key,
+	// which signs every grant from then on; the older keys stay listed (at
+	// most 16, the oldest dropped first) so that proofs they signed still
+	// verify where they are configured (cluster write).
+	ClusterKeys(context.Context, *ClusterKeysRequest) (*ClusterKeysResponse, error)
+	ClusterKeyRotate(context.Context, *ClusterKeyRotateRequest) (*ClusterKeysResponse, error)
 	mustEmbedUnimplementedTenureServer()
 }
 
@@ -964,6 +1002,12 @@ func (UnimplementedTenureServer) AclIdentityUnbind(context.Context, *AclIdentity
 }
 func (UnimplementedTenureServer) AclWhoAmI(context.Context, *AclWhoAmIRequest) (*AclWhoAmIResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AclWhoAmI not implemented")
+}
+func (UnimplementedTenureServer) ClusterKeys(context.Context, *ClusterKeysRequest) (*ClusterKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClusterKeys not implemented")
+}
+func (UnimplementedTenureServer) ClusterKeyRotate(context.Context, *ClusterKeyRotateRequest) (*ClusterKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClusterKeyRotate not implemented")
 }
 func (UnimplementedTenureServer) mustEmbedUnimplementedTenureServer() {}
 func (UnimplementedTenureServer) testEmbeddedByValue()                {}
@@ -1724,6 +1768,42 @@ func _Tenure_AclWhoAmI_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Tenure_ClusterKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClusterKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).ClusterKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_ClusterKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).ClusterKeys(ctx, req.(*ClusterKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_ClusterKeyRotate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClusterKeyRotateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).ClusterKeyRotate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_ClusterKeyRotate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).ClusterKeyRotate(ctx, req.(*ClusterKeyRotateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Tenure_ServiceDesc is the grpc.ServiceDesc for Tenure service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1882,6 +1962,14 @@ var Tenure_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AclWhoAmI",
 			Handler:    _Tenure_AclWhoAmI_Handler,
+		},
+		{
+			MethodName: "ClusterKeys",
+			Handler:    _Tenure_ClusterKeys_Handler,
+		},
+		{
+			MethodName: "ClusterKeyRotate",
+			Handler:    _Tenure_ClusterKeyRotate_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

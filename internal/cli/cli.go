@@ -189,6 +189,7 @@ Exit codes: 0 ok, 1 error, 3 stale token, 4 lock not held, 5 timeout.
 		a.limitsCommand(),
 		a.certCommand(),
 		a.aclCommand(),
+		a.clusterCommand(),
 	)
 	return root
 }

@@ -1,9 +1,14 @@
 package cli
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tenure-io/tenure/fenceproof"
 
 	"github.com/tenure-io/tenure/internal/daemon"
 	"github.com/tenure-io/tenure/internal/testutil"
@@ -144,5 +149,44 @@ func TestCLIACL(t *testing.T) {
 	runJSON(t, s.Addr(), 0, "acl", "token", "revoke", tok["id"].(string), "--auth-token", admin)
 	if res := run(t, s.Addr(), "lock", "jobs/a", "--", "true"); res.code != ExitError || !strings.Contains(res.stderr, "revoked") {
 		t.Fatalf("lock with a revoked token: exit %d, %q", res.code, res.stderr)
+	}
+}
+
+// TestCLIFenceProof: tenure lock exports TENURE_FENCE_PROOF, which the
+// keys of tenure cluster keys -o json verify for the lock and token, and
+// tenure fence put --proof stores only with a proof that verifies.
+func TestCLIFenceProof(t *testing.T) {
+	s := testutil.Start(t, "", nil)
+	out := filepath.Join(t.TempDir(), "grant")
+	if res := run(t, s.Addr(), "lock", "shard-7", "--", "sh", "-c", `echo "$TENURE_FENCE_TOKEN $TENURE_FENCE_PROOF" > `+out); res.code != 0 {
+		t.Fatalf("lock: exit %d, %q", res.code, res.stderr)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var token uint64
+	var proof string
+	if _, err := fmt.Sscan(string(b), &token, &proof); err != nil || proof == "" {
+		t.Fatalf("the command saw %q: %v", b, err)
+	}
+	r := run(t, s.Addr(), "cluster", "keys", "-o", "json")
+	v, err := fenceproof.ParseKeyset([]byte(r.stdout))
+	if r.code != 0 || err != nil {
+		t.Fatalf("cluster keys: exit %d, %q, %v", r.code, r.stdout, err)
+	}
+	if err := v.Verify("shard-7", token, proof); err != nil {
+		t.Fatalf("TENURE_FENCE_PROOF does not verify: %v", err)
+	}
+	tok := strconv.FormatUint(token, 10)
+	if m := runJSON(t, s.Addr(), 0, "fence", "put", "shard-7", "v1", "--token", tok, "--proof", proof); m["result"] != "accepted" {
+		t.Fatalf("fence put with the proof: %v", m)
+	}
+	forged := runJSON(t, s.Addr(), ExitError, "fence", "put", "shard-7", "v2", "--token", tok, "--proof", "AQAAAAAAAAAA")
+	if forged["result"] != "forged" || forged["token"] != float64(token) {
+		t.Fatalf("fence put with a forged proof: %v", forged)
+	}
+	if m := runJSON(t, s.Addr(), 0, "fence", "get", "shard-7"); m["value"] != "v1" {
+		t.Fatalf("the forged write was stored: %v", m)
 	}
 }

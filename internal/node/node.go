@@ -395,7 +395,7 @@ func (n *Node) promote(ctx context.Context) error {
 	n.readTerm.Store(term)
 	n.lessor.Promote()
 	n.applySettings(ctx)
-	n.ensureSigningKey(ctx) // security.go
+	n.EnsureSigningKey(ctx) // security.go
 	n.readyOnce.Do(func() { close(n.ready) })
 	return nil
 }

@@ -29,10 +29,11 @@ func NewSigningKey(onlyIfNone bool) (*fsmpb.AddSigningKey, error) {
 	return &fsmpb.AddSigningKey{ClusterId: id, Key: &fsmpb.SigningKey{Id: fenceproof.KeyID(pub), Seed: priv.Seed()}, OnlyIfNone: onlyIfNone}, nil
 }
 
-// ensureSigningKey gives a cluster without a signing key its first one
-// (and its cluster id): a leader proposes it once it serves. Two leaders
-// in a row may both propose; only the first applied adds a key.
-func (n *Node) ensureSigningKey(ctx context.Context) {
+// EnsureSigningKey gives a cluster without a signing key its first one
+// (and its cluster id): a leader proposes it once it serves, and after a
+// restore. Two leaders in a row may both propose; only the first applied
+// adds a key. A failure is logged: the next leader tries again.
+func (n *Node) EnsureSigningKey(ctx context.Context) {
 	if _, ok := n.Security().ActiveKey(); ok {
 		return
 	}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -21,6 +24,7 @@ import (
 	"github.com/tenure-io/tenure/internal/daemon"
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/testutil"
+	"github.com/tenure-io/tenure/internal/tlsconfig"
 )
 
 // authServer is a server run with --auth, bootstrapped.
@@ -393,4 +397,85 @@ func rawDenied(t *testing.T, what string, err error, right string) {
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), right) {
 		t.Errorf("%s: %v, want PERMISSION_DENIED naming %q", what, err, right)
 	}
+}
+
+// TestACLCertificateIdentity: a verified client certificate's common name
+// bound to policies is an identity of its own: it gets what they grant
+// and nothing else, a certificate bound to nothing gets nothing, and its
+// sessions are its own (a token cannot resume them, even with the secret).
+func TestACLCertificateIdentity(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := tlsconfig.NewCA("ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	caFile := write("ca.pem", ca.PEM)
+	leaf := func(cn string, usage tlsconfig.Usage, hosts ...string) (string, string) {
+		l, err := ca.Issue(cn, hosts, usage, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return write(cn+".pem", l.CertPEM), write(cn+"-key.pem", l.KeyPEM)
+	}
+	sc, sk := leaf("server", tlsconfig.ServerAuth, "127.0.0.1")
+	r, err := tlsconfig.New(tlsconfig.Files{Cert: sc, Key: sk, CA: caFile}, tlsconfig.Server, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := testutil.StartConfig(t, daemon.Config{TLS: r.ServerConfig(), Auth: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	as := func(cn string, opts ...client.Option) *client.Client {
+		cert, key := leaf(cn, tlsconfig.ClientAuth)
+		cfg, err := tlsconfig.ClientConfig(caFile, cert, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return testutil.Dial(t, srv.Addr(), append(opts, client.WithTLS(cfg))...)
+	}
+	tok, err := as("operator").BootstrapACL(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := as("operator", client.WithAuthToken(tok.Secret))
+	if err := admin.CreatePolicy(ctx, &pb.AclPolicy{Name: "workers", Rules: []*pb.AclRule{{Kind: "lock", Prefix: "jobs/", Access: "write"}, {Kind: "session", Access: "write"}}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.BindIdentity(ctx, "worker-1", []string{"workers"}); err != nil {
+		t.Fatal(err)
+	}
+	worker, stranger := as("worker-1"), as("stranger")
+	if who, err := worker.WhoAmI(ctx); err != nil || who.GetIdentity() != "certificate worker-1" || len(who.GetPolicies()) != 1 {
+		t.Fatalf("whoami of worker-1: %v %v", who, err)
+	}
+	s := testutil.Session(t, ctx, worker, client.WithTTL(5*time.Second))
+	m, _ := s.Mutex("jobs/1")
+	if _, err := m.Lock(ctx); err != nil {
+		t.Fatalf("worker-1 on jobs/1: %v", err)
+	}
+	mb, _ := s.Mutex("billing/1")
+	_, err = mb.TryLock(ctx)
+	wantDenied(t, "worker-1 on billing/1", err, `lock write on "billing/1" is not granted to certificate "worker-1"`)
+	_, err = stranger.NewSession(ctx)
+	wantDenied(t, "a certificate bound to nothing", err, `certificate "stranger"`)
+
+	// The management token, on the same TLS connection kind, with the
+	// worker's session secret: another identity.
+	cert, key := leaf("operator2", tlsconfig.ClientAuth)
+	cfg, _ := tlsconfig.ClientConfig(caFile, cert, key)
+	conn, err := grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	octx := metadata.AppendToOutgoingContext(ctx, client.AuthTokenHeader, tok.Secret)
+	_, _, err = openRaw(octx, pb.NewTenureClient(conn), &pb.OpenSession{SessionId: s.ID(), TtlMs: 5000, Secret: s.Secret()})
+	rawDenied(t, "a token resuming a certificate's session", err, fmt.Sprintf("session %d", s.ID()))
 }

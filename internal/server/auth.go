@@ -271,7 +271,7 @@ func rightsOf(req any) (rights []right, sessions []uint64, free bool) {
 	case *pb.QueueDeadListRequest:
 		return []right{read(fsm.KindQueue, r.GetQueue())}, nil, false
 	case *pb.StatusRequest, *pb.MemberListRequest, *pb.GetLimitsRequest,
-		*pb.AclPolicyListRequest, *pb.AclTokenListRequest, *pb.AclIdentityListRequest:
+		*pb.AclPolicyListRequest, *pb.AclTokenListRequest, *pb.AclIdentityListRequest, *pb.ClusterKeysRequest:
 		return []right{clusterRead}, nil, false
 	}
 	// Membership, snapshots, limits, ACL changes, and anything not

@@ -270,5 +270,6 @@ func (s *Server) SnapshotRestore(stream pb.Tenure_SnapshotRestoreServer) error {
 	if err != nil {
 		return toStatus(err)
 	}
+	s.node.EnsureSigningKey(stream.Context()) // a snapshot from before keys has none
 	return stream.SendAndClose(&pb.SnapshotRestoreResponse{Revision: snap.GetRevision(), Sessions: uint32(len(snap.GetSessions())), Locks: uint32(len(snap.GetLocks())), Registers: uint32(len(snap.GetRegisters())), Queues: uint32(len(snap.GetQueues())), Keys: uint64(len(snap.GetKv()))})
 }

@@ -1,12 +1,17 @@
 package server
 
 import (
+	"context"
 	"crypto/ed25519"
+	"encoding/hex"
+	"fmt"
+	"strings"
 	"sync/atomic"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/fenceproof"
 	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/node"
 )
 
 // Fence proofs (package fenceproof) are signed where a grant is answered:
@@ -69,4 +74,94 @@ func (s *Server) proof(name string, token, session uint64) string {
 // token, with its proof.
 func (ss *sessionStream) granted(id uint64, name string, token uint64) *pb.SessionResponse {
 	return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Granted{Granted: &pb.LockGranted{Name: name, Token: token, Proof: ss.srv.proof(name, token, ss.id)}}}
+}
+
+// verifierCache holds a verifier of the newest Security seen.
+type verifierCache struct {
+	p atomic.Pointer[verifierFor]
+}
+
+type verifierFor struct {
+	sec *fsm.Security
+	v   *fenceproof.Verifier // nil: the cluster has no key
+}
+
+// get returns a verifier of sec's keys, or nil if it has none.
+func (c *verifierCache) get(sec *fsm.Security) *fenceproof.Verifier {
+	if vf := c.p.Load(); vf != nil && vf.sec == sec {
+		return vf.v
+	}
+	vf := &verifierFor{sec: sec}
+	if len(sec.Keys) > 0 {
+		keys := make([]fenceproof.Key, 0, len(sec.Keys))
+		for _, k := range sec.Keys {
+			keys = append(keys, fenceproof.Key{ID: k.ID, Public: k.Public()})
+		}
+		vf.v, _ = fenceproof.NewVerifier(hex.EncodeToString(sec.ClusterID), keys...) // validated by the state machine
+	}
+	c.p.Store(vf)
+	return vf.v
+}
+
+// ForgedProofError: a fenced write's proof did not verify (see
+// checkProof). The server answers INVALID_ARGUMENT with a ForgedProof
+// detail.
+type ForgedProofError struct {
+	Token  uint64
+	Lock   string
+	Reason string
+}
+
+func (e *ForgedProofError) Error() string {
+	return fmt.Sprintf("%v: forged fence proof for token %d of lock %q: %s", fsm.ErrInvalid, e.Token, e.Lock, e.Reason)
+}
+
+// Unwrap makes it match fsm.ErrInvalid.
+func (e *ForgedProofError) Unwrap() error { return fsm.ErrInvalid }
+
+// checkProof verifies a fenced write's proof, if it has one, for token and
+// lock (or, without a lock, a lock named like key).
+func (s *Server) checkProof(key, lock, proof string, token uint64) error {
+	if proof == "" {
+		return nil
+	}
+	if lock == "" {
+		lock = key
+	}
+	v := s.verifiers.get(s.node.Security())
+	if v == nil {
+		return &ForgedProofError{Token: token, Lock: lock, Reason: "the cluster has no signing key yet"}
+	}
+	if err := v.Verify(lock, token, proof); err != nil {
+		return &ForgedProofError{Token: token, Lock: lock, Reason: strings.TrimPrefix(strings.TrimPrefix(err.Error(), fenceproof.ErrForged.Error()), ": ")}
+	}
+	return nil
+}
+
+// ClusterKeys implements pb.TenureServer.
+func (s *Server) ClusterKeys(ctx context.Context, _ *pb.ClusterKeysRequest) (*pb.ClusterKeysResponse, error) {
+	if err := s.node.LinearizableRead(ctx); err != nil {
+		return nil, toStatus(err)
+	}
+	return keysOf(s.node.Security()), nil
+}
+
+// ClusterKeyRotate implements pb.TenureServer.
+func (s *Server) ClusterKeyRotate(ctx context.Context, _ *pb.ClusterKeyRotateRequest) (*pb.ClusterKeysResponse, error) {
+	add, err := node.NewSigningKey(false)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if _, err := s.proposeACL(ctx, add); err != nil {
+		return nil, err
+	}
+	return keysOf(s.node.Security()), nil
+}
+
+func keysOf(sec *fsm.Security) *pb.ClusterKeysResponse {
+	out := &pb.ClusterKeysResponse{ClusterId: sec.ClusterID}
+	for i, k := range sec.Keys {
+		out.Keys = append(out.Keys, &pb.ClusterKey{Id: k.ID, PublicKey: k.Public(), Active: i == len(sec.Keys)-1, CreateRevision: k.CreateRevision})
+	}
+	return out
 }

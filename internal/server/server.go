@@ -35,9 +35,10 @@ type Server struct {
 	// restores admits restore streams within limits.Restore (cluster.go).
 	restores restoreGate
 	// auth: the ACLs are enforced (auth.go); denials logs the refusals.
-	auth    bool
-	denials *denialLog
-	signers signerCache // proof.go
+	auth      bool
+	denials   *denialLog
+	signers   signerCache // proof.go
+	verifiers verifierCache
 }
 
 // New returns a server for n; hub must be the one whose Sink n delivers
@@ -628,6 +629,9 @@ func (s *Server) FencedPut(ctx context.Context, req *pb.FencedPutRequest) (*pb.F
 	if err := s.checkFenced(req.GetKey(), req.GetLock()); err != nil {
 		return nil, toStatus(err)
 	}
+	if err := s.checkProof(req.GetKey(), req.GetLock(), req.GetProof(), req.GetToken()); err != nil {
+		return nil, toStatus(err)
+	}
 	if n := len(req.GetValue()); n > s.limits.MaxRegisterValueBytes {
 		return nil, toStatus(fmt.Errorf("%w: value is %d bytes, the limit is %d (--max-register-value-len)", fsm.ErrInvalid, n, s.limits.MaxRegisterValueBytes))
 	}
@@ -641,6 +645,9 @@ func (s *Server) FencedPut(ctx context.Context, req *pb.FencedPutRequest) (*pb.F
 // FencedDelete implements pb.TenureServer, with the answers of FencedPut.
 func (s *Server) FencedDelete(ctx context.Context, req *pb.FencedDeleteRequest) (*pb.FencedDeleteResponse, error) {
 	if err := s.checkFenced(req.GetKey(), req.GetLock()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.checkProof(req.GetKey(), req.GetLock(), req.GetProof(), req.GetToken()); err != nil {
 		return nil, toStatus(err)
 	}
 	res, err := s.node.Propose(ctx, cmdOf(&fsmpb.FencedDelete{Key: req.GetKey(), Token: req.GetToken(), Lock: req.GetLock(), OperationId: req.GetOperationId()}))
