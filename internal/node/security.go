@@ -6,6 +6,8 @@ import (
 	"crypto/rand"
 	"fmt"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/tenure-io/tenure/fenceproof"
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
@@ -44,4 +46,11 @@ func (n *Node) EnsureSigningKey(ctx context.Context) {
 	if err != nil {
 		fmt.Fprintf(n.cfg.LogOutput, "tenure: creating the cluster's signing key: %v (the next leader tries again)\n", err)
 	}
+}
+
+// CaughtUpLeader reports whether this node is the leader and has applied
+// every entry committed before its term: its ACLs are then at least as new
+// as any a client has seen acknowledged. A follower's may lag.
+func (n *Node) CaughtUpLeader() bool {
+	return n.raft.State() == raft.Leader && n.readTerm.Load() == n.raft.CurrentTerm()
 }

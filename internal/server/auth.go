@@ -22,7 +22,8 @@ package server
 //
 // Every denial is PERMISSION_DENIED naming the missing right and the
 // caller, and is logged (at most deniedLogBurst lines per second, then a
-// count of those left out).
+// count of those left out). Only the leader denies (see deny): a follower
+// answers what it would deny with "not the leader".
 
 import (
 	"context"
@@ -39,6 +40,7 @@ import (
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/node"
 )
 
 // AuthTokenHeader is the metadata key of an auth token (the client's
@@ -352,8 +354,14 @@ func (s *Server) ownSession(c caller, method string, id uint64) error {
 	return nil
 }
 
-// deny logs a denial and returns its error.
+// deny logs a denial and returns its error. Only a leader that has caught
+// up decides: a follower's copy of the ACLs may not have a token or a
+// policy change the client has already seen acknowledged, so a follower
+// answers "not the leader" instead, and the client asks the leader.
 func (s *Server) deny(c caller, method, what string) error {
+	if !s.node.CaughtUpLeader() {
+		return fmt.Errorf("%w: %s: %s is not granted to %s by this node's copy of the ACLs, which may be behind the leader's", node.ErrNotLeader, method, what, c)
+	}
 	err := fmt.Errorf("%w: %s: %s is not granted to %s", fsm.ErrPermissionDenied, method, what, c)
 	s.denials.log(err)
 	return err
