@@ -63,6 +63,7 @@ type Client struct {
 	cur          atomic.Uint32 // index of the endpoint in use
 	clk          clock.Clock
 	serializable bool
+	skipProofs   bool // WithoutFenceProofs
 }
 
 type endpoint struct {
@@ -91,6 +92,7 @@ type dialOptions struct {
 	streamPerSess bool
 	tls           *tls.Config // security.go
 	authToken     string
+	skipProofs    bool
 }
 
 // WithStreamPerSession gives every session a Session RPC of its own
@@ -144,7 +146,7 @@ func Dial(ctx context.Context, endpoints string, opts ...Option) (*Client, error
 			return nil, err
 		}
 	}
-	c := &Client{clk: o.clk, serializable: o.serializable}
+	c := &Client{clk: o.clk, serializable: o.serializable, skipProofs: o.skipProofs}
 	creds := insecure.NewCredentials()
 	if o.tls != nil {
 		creds = credentials.NewTLS(o.tls)

@@ -170,7 +170,7 @@ func (m *Mutex) request(wait bool, lc lockCall) *pb.SessionRequest {
 	// its grant instead of queueing again. The session itself makes sure a
 	// name is acquired once at a time (reserve). Without an OnQueued
 	// callback nothing needs the queue position: the request is quiet.
-	return &pb.SessionRequest{Op: &pb.SessionRequest_Acquire{Acquire: &pb.AcquireLock{Name: m.name, Wait: wait, LockDelayMs: m.delay.Milliseconds(), Resume: true, Permits: m.permits, Shared: lc.shared, Election: lc.election, Value: lc.value, Quiet: lc.onQueued == nil}}}
+	return &pb.SessionRequest{Op: &pb.SessionRequest_Acquire{Acquire: &pb.AcquireLock{Name: m.name, Wait: wait, LockDelayMs: m.delay.Milliseconds(), Resume: true, Permits: m.permits, Shared: lc.shared, Election: lc.election, Value: lc.value, Quiet: lc.onQueued == nil, SkipProof: m.s.c.skipProofs}}}
 }
 
 // retryable reports whether a request failed only because its node could

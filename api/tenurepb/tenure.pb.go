@@ -2794,7 +2794,11 @@ type AcquireLock struct {
 	// quiet: when the session has to wait, do not answer "queued"; the only
 	// answer is the final one (granted, or an error). For a client that does
 	// not show the queue position: it saves a message per wait.
-	Quiet         bool `protobuf:"varint,9,opt,name=quiet,proto3" json:"quiet,omitempty"`
+	Quiet bool `protobuf:"varint,9,opt,name=quiet,proto3" json:"quiet,omitempty"`
+	// skip_proof: do not sign the grant's fence proof (LockGranted.proof is
+	// then empty). Signing costs the server about 27 µs of CPU per grant;
+	// a client that never gives proofs to a resource may save it.
+	SkipProof     bool `protobuf:"varint,10,opt,name=skip_proof,json=skipProof,proto3" json:"skip_proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2888,6 +2892,13 @@ func (x *AcquireLock) GetValue() []byte {
 func (x *AcquireLock) GetQuiet() bool {
 	if x != nil {
 		return x.Quiet
+	}
+	return false
+}
+
+func (x *AcquireLock) GetSkipProof() bool {
+	if x != nil {
+		return x.SkipProof
 	}
 	return false
 }
@@ -7877,7 +7888,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\x16\n" +
 	"\x06secret\x18\x04 \x01(\fR\x06secret\"\v\n" +
-	"\tKeepAlive\"\xeb\x01\n" +
+	"\tKeepAlive\"\x8a\x02\n" +
 	"\vAcquireLock\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04wait\x18\x02 \x01(\bR\x04wait\x12\"\n" +
@@ -7887,7 +7898,10 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x06shared\x18\x06 \x01(\bR\x06shared\x12\x1a\n" +
 	"\belection\x18\a \x01(\bR\belection\x12\x14\n" +
 	"\x05value\x18\b \x01(\fR\x05value\x12\x14\n" +
-	"\x05quiet\x18\t \x01(\bR\x05quiet\"O\n" +
+	"\x05quiet\x18\t \x01(\bR\x05quiet\x12\x1d\n" +
+	"\n" +
+	"skip_proof\x18\n" +
+	" \x01(\bR\tskipProof\"O\n" +
 	"\rProclaimValue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x14\n" +

@@ -70,10 +70,14 @@ func (s *Server) proof(name string, token, session uint64) string {
 	return p
 }
 
-// granted is the answer to acquire request id: a grant of lock name with
-// token, with its proof.
-func (ss *sessionStream) granted(id uint64, name string, token uint64) *pb.SessionResponse {
-	return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Granted{Granted: &pb.LockGranted{Name: name, Token: token, Proof: ss.srv.proof(name, token, ss.id)}}}
+// granted is the answer to acquire request id, a, granted with token:
+// with its proof unless a asked for none.
+func (ss *sessionStream) granted(id uint64, a *pb.AcquireLock, token uint64) *pb.SessionResponse {
+	g := &pb.LockGranted{Name: a.GetName(), Token: token}
+	if !a.GetSkipProof() {
+		g.Proof = ss.srv.proof(a.GetName(), token, ss.id)
+	}
+	return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Granted{Granted: g}}
 }
 
 // verifierCache holds a verifier of the newest Security seen.

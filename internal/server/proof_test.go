@@ -101,6 +101,11 @@ func TestGrantsCarryProofs(t *testing.T) {
 	}
 	check("a grant on a session's own stream", ho)
 
+	bare := testutil.Dial(t, srv.Addr(), client.WithoutFenceProofs())
+	if hx := testutil.Lock(t, ctx, bare, "X"); hx.Proof() != "" {
+		t.Fatalf("a client WithoutFenceProofs got a proof: %q", hx.Proof())
+	}
+
 	rotated, err := c.RotateClusterKey(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -434,8 +434,14 @@ func (ss *sessionStream) acquireAsync(ctx context.Context, id uint64, a *pb.Acqu
 		// goroutine, where a proposal (as a withdrawal makes) would wait
 		// for its own answer. A grant's proof is signed on a worker, off
 		// that goroutine (proof.go).
-		if err != nil {
-			ss.finishAcquire(key, ch, errResponse(id, err))
+		if err != nil || a.GetSkipProof() {
+			var resp *pb.SessionResponse
+			if err != nil {
+				resp = errResponse(id, err)
+			} else {
+				resp = ss.granted(id, a, res.Token)
+			}
+			ss.finishAcquire(key, ch, resp)
 			done()
 			return
 		}
@@ -443,7 +449,7 @@ func (ss *sessionStream) acquireAsync(ctx context.Context, id uint64, a *pb.Acqu
 		ss.srv.workers.Go(func() {
 			defer ss.signing.Done()
 			defer done()
-			ss.finishAcquire(key, ch, ss.granted(id, a.GetName(), res.Token))
+			ss.finishAcquire(key, ch, ss.granted(id, a, res.Token))
 		})
 	})
 }
@@ -481,7 +487,7 @@ func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireL
 			ss.cancelAcquire(a.GetName(), res.AcquireRevision)
 			return errResponse(id, errCancelled)
 		}
-		return ss.granted(id, a.GetName(), res.Token)
+		return ss.granted(id, a, res.Token)
 	}
 	if !a.GetQuiet() {
 		ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Queued{Queued: &pb.LockQueued{Position: res.Position, QueuedRevision: res.AcquireRevision}}})
@@ -493,7 +499,7 @@ func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireL
 				continue
 			}
 			if e.Kind == fsm.EventGranted {
-				return ss.granted(id, a.GetName(), e.Token)
+				return ss.granted(id, a, e.Token)
 			}
 			return errResponse(id, fsm.ErrSessionNotFound)
 		case <-ctx.Done():
