@@ -210,12 +210,14 @@ func (a *app) emit(v any, text func(w io.Writer)) error {
 	return nil
 }
 
-// dial connects to the endpoint; the caller closes the client.
-func (a *app) dial(ctx context.Context) (*client.Client, error) {
+// dial connects to the endpoint, with extra options after the flags'; the
+// caller closes the client.
+func (a *app) dial(ctx context.Context, extra ...client.Option) (*client.Client, error) {
 	opts, err := a.security.options()
 	if err != nil {
 		return nil, err
 	}
+	opts = append(opts, extra...)
 	switch a.consistency {
 	case "linearizable":
 		return client.Dial(ctx, a.endpoint, opts...)
