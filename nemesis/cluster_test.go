@@ -195,16 +195,19 @@ func startCluster(t testing.TB, n int, broken bool, logStore string) *cluster {
 	}
 	ctx := context.Background()
 	var err error
-	if c.admin, err = client.Dial(ctx, c.eps); err != nil {
+	if c.admin, err = dialClient(ctx, c.eps); err != nil {
 		t.Fatal(err)
 	}
 	for _, nd := range c.nodes {
-		if nd.status, err = client.Dial(ctx, nd.addr); err != nil {
+		if nd.status, err = dialClient(ctx, nd.addr); err != nil {
 			t.Fatal(err)
 		}
 	}
 	t.Cleanup(c.close)
 	if err := c.startAll(c.nodes); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.secureBootstrap(); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.waitHealthy(30 * time.Second); err != nil {
@@ -254,6 +257,7 @@ func (c *cluster) start(nd *node) error {
 	if c.logStore != "" {
 		args = append(args, "--log-store", c.logStore)
 	}
+	args = append(args, secureServeArgs()...)
 	p, err := startProc(fmt.Sprintf("%s#%d", nd.id, nd.gen), filepath.Join(nd.logDir, fmt.Sprintf("run-%d", nd.gen)), os.Environ(), args...)
 	if err != nil {
 		return fmt.Errorf("starting %s: %w", nd.id, err)
