@@ -50,10 +50,11 @@ func (s State) String() string {
 // it is safe for concurrent use, but one session holds or waits for a name
 // at most once at a time (a second Lock returns ErrAlreadyHeld).
 type Mutex struct {
-	s       *Session
-	name    string
-	delay   time.Duration
-	permits uint32
+	s         *Session
+	name      string
+	delay     time.Duration
+	permits   uint32
+	skipProof bool // the client's WithoutFenceProofs
 }
 
 // MutexOption configures a Mutex.
@@ -100,7 +101,7 @@ func (s *Session) Mutex(name string, opts ...MutexOption) (*Mutex, error) {
 	if name == "" {
 		return nil, fmt.Errorf("%w: lock name must not be empty", ErrInvalid)
 	}
-	m := &Mutex{s: s, name: name}
+	m := &Mutex{s: s, name: name, skipProof: s.c.skipProofs}
 	for _, o := range opts {
 		if err := o(m); err != nil {
 			return nil, err
@@ -170,7 +171,7 @@ func (m *Mutex) request(wait bool, lc lockCall) *pb.SessionRequest {
 	// its grant instead of queueing again. The session itself makes sure a
 	// name is acquired once at a time (reserve). Without an OnQueued
 	// callback nothing needs the queue position: the request is quiet.
-	return &pb.SessionRequest{Op: &pb.SessionRequest_Acquire{Acquire: &pb.AcquireLock{Name: m.name, Wait: wait, LockDelayMs: m.delay.Milliseconds(), Resume: true, Permits: m.permits, Shared: lc.shared, Election: lc.election, Value: lc.value, Quiet: lc.onQueued == nil, SkipProof: m.s.c.skipProofs}}}
+	return &pb.SessionRequest{Op: &pb.SessionRequest_Acquire{Acquire: &pb.AcquireLock{Name: m.name, Wait: wait, LockDelayMs: m.delay.Milliseconds(), Resume: true, Permits: m.permits, Shared: lc.shared, Election: lc.election, Value: lc.value, Quiet: lc.onQueued == nil, SkipProof: m.skipProof}}}
 }
 
 // retryable reports whether a request failed only because its node could
