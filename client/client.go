@@ -33,6 +33,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -45,6 +46,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
@@ -72,6 +74,7 @@ type Client struct {
 	cur          atomic.Uint32 // index of the endpoint in use
 	clk          clock.Clock
 	serializable bool
+	proofs       bool // WithFenceProofs
 }
 
 type endpoint struct {
@@ -98,6 +101,9 @@ type dialOptions struct {
 	clk           clock.Clock
 	serializable  bool
 	streamPerSess bool
+	tls           *tls.Config // security.go
+	authToken     string
+	proofs        bool
 }
 
 // WithStreamPerSession gives every session a Session RPC of its own
@@ -151,9 +157,13 @@ func Dial(ctx context.Context, endpoints string, opts ...Option) (*Client, error
 			return nil, err
 		}
 	}
-	c := &Client{clk: o.clk, serializable: o.serializable}
+	c := &Client{clk: o.clk, serializable: o.serializable, proofs: o.proofs}
+	creds := insecure.NewCredentials()
+	if o.tls != nil {
+		creds = credentials.NewTLS(o.tls)
+	}
 	gopts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		// Fixed flow-control windows: no ping probes to size them (the
 		// server does the same, see its options).
 		grpc.WithInitialWindowSize(1 << 20), grpc.WithInitialConnWindowSize(1 << 24),
@@ -164,6 +174,9 @@ func Dial(ctx context.Context, endpoints string, opts ...Option) (*Client, error
 		// sooner by themselves (no renewal confirmed within TTL/3).
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
 	}, o.grpcOpts...)
+	if o.authToken != "" {
+		gopts = append(gopts, grpc.WithPerRPCCredentials(tokenCreds(o.authToken)))
+	}
 	for _, addr := range strings.Split(endpoints, ",") {
 		addr = strings.TrimSpace(addr)
 		if addr == "" {
@@ -295,7 +308,7 @@ type PutResult struct {
 // FenceOption configures one fenced write (FencedPut, FencedDelete).
 type FenceOption func(*fenceOptions) error
 
-type fenceOptions struct{ lock string }
+type fenceOptions struct{ lock, proof string }
 
 // WithLock names the lock whose grant carried the token. The write is then
 // accepted only while the token is a current grant of that lock (any of
@@ -349,8 +362,11 @@ func (c *Client) fencedCall(ctx context.Context, call func(api pb.TenureClient) 
 	})
 	if st, ok := status.FromError(raw); ok && errors.Is(err, ErrInvalid) {
 		for _, d := range st.Details() {
-			if u, ok := d.(*pb.UnissuedToken); ok {
-				return &UnissuedTokenError{Token: u.GetToken(), Revision: u.GetRevision(), msg: st.Message()}
+			switch d := d.(type) {
+			case *pb.UnissuedToken:
+				return &UnissuedTokenError{Token: d.GetToken(), Revision: d.GetRevision(), msg: st.Message()}
+			case *pb.ForgedProof:
+				return &ForgedProofError{Token: d.GetToken(), Lock: d.GetLock(), Reason: d.GetReason(), msg: st.Message()}
 			}
 		}
 	}
@@ -390,7 +406,7 @@ func (c *Client) FencedPut(ctx context.Context, key string, value []byte, token 
 	}
 	var resp *pb.FencedPutResponse
 	err = c.fencedCall(ctx, func(api pb.TenureClient) (err error) {
-		resp, err = api.FencedPut(ctx, &pb.FencedPutRequest{Key: key, Value: value, Token: token, OperationId: operationID, Lock: o.lock})
+		resp, err = api.FencedPut(ctx, &pb.FencedPutRequest{Key: key, Value: value, Token: token, OperationId: operationID, Lock: o.lock, Proof: o.proof})
 		return err
 	})
 	if err != nil {
@@ -413,7 +429,7 @@ func (c *Client) FencedDelete(ctx context.Context, key string, token uint64, ope
 	}
 	var resp *pb.FencedDeleteResponse
 	err = c.fencedCall(ctx, func(api pb.TenureClient) (err error) {
-		resp, err = api.FencedDelete(ctx, &pb.FencedDeleteRequest{Key: key, Token: token, OperationId: operationID, Lock: o.lock})
+		resp, err = api.FencedDelete(ctx, &pb.FencedDeleteRequest{Key: key, Token: token, OperationId: operationID, Lock: o.lock, Proof: o.proof})
 		return err
 	})
 	if err != nil {

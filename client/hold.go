@@ -50,10 +50,11 @@ func (s State) String() string {
 // it is safe for concurrent use, but one session holds or waits for a name
 // at most once at a time (a second Lock returns ErrAlreadyHeld).
 type Mutex struct {
-	s       *Session
-	name    string
-	delay   time.Duration
-	permits uint32
+	s         *Session
+	name      string
+	delay     time.Duration
+	permits   uint32
+	proof bool // the client's WithFenceProofs
 }
 
 // MutexOption configures a Mutex.
@@ -100,7 +101,7 @@ func (s *Session) Mutex(name string, opts ...MutexOption) (*Mutex, error) {
 	if name == "" {
 		return nil, fmt.Errorf("%w: lock name must not be empty", ErrInvalid)
 	}
-	m := &Mutex{s: s, name: name}
+	m := &Mutex{s: s, name: name, proof: s.c.proofs}
 	for _, o := range opts {
 		if err := o(m); err != nil {
 			return nil, err
@@ -170,7 +171,7 @@ func (m *Mutex) request(wait bool, lc lockCall) *pb.SessionRequest {
 	// its grant instead of queueing again. The session itself makes sure a
 	// name is acquired once at a time (reserve). Without an OnQueued
 	// callback nothing needs the queue position: the request is quiet.
-	return &pb.SessionRequest{Op: &pb.SessionRequest_Acquire{Acquire: &pb.AcquireLock{Name: m.name, Wait: wait, LockDelayMs: m.delay.Milliseconds(), Resume: true, Permits: m.permits, Shared: lc.shared, Election: lc.election, Value: lc.value, Quiet: lc.onQueued == nil}}}
+	return &pb.SessionRequest{Op: &pb.SessionRequest_Acquire{Acquire: &pb.AcquireLock{Name: m.name, Wait: wait, LockDelayMs: m.delay.Milliseconds(), Resume: true, Permits: m.permits, Shared: lc.shared, Election: lc.election, Value: lc.value, Quiet: lc.onQueued == nil, Proof: m.proof}}}
 }
 
 // retryable reports whether a request failed only because its node could
@@ -240,7 +241,7 @@ func (m *Mutex) await(ctx context.Context, c *call, lc lockCall) (*Hold, error) 
 				}
 			case *pb.SessionResponse_Granted:
 				s.finish(c)
-				return s.newHold(m.name, res.Granted.GetToken()), nil
+				return s.newHold(m.name, res.Granted.GetToken(), res.Granted.GetProof()), nil
 			case *pb.SessionResponse_Error:
 				s.finish(c)
 				return nil, fromProto(res.Error)
@@ -343,6 +344,7 @@ type Hold struct {
 	s     *Session
 	name  string
 	token uint64
+	proof string
 
 	// mu guards the fields below.
 	mu     sync.Mutex
@@ -354,8 +356,8 @@ type Hold struct {
 	done   chan struct{}
 }
 
-func (s *Session) newHold(name string, token uint64) *Hold {
-	h := &Hold{s: s, name: name, token: token, done: make(chan struct{})}
+func (s *Session) newHold(name string, token uint64, proof string) *Hold {
+	h := &Hold{s: s, name: name, token: token, proof: proof, done: make(chan struct{})}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -377,6 +379,13 @@ func (h *Hold) Name() string { return h.name }
 // Token is the fencing token of this grant: pass it with every effect and
 // let the resource reject anything lower than what it already accepted.
 func (h *Hold) Token() uint64 { return h.token }
+
+// Proof is the cluster's signature of this grant (package fenceproof):
+// one URL-safe base64 string that a resource with the cluster's public
+// keys verifies offline, so that it can tell this token from one nobody
+// was granted (see docs/fencing.md). It is empty if the server signed
+// none (a cluster without a signing key yet).
+func (h *Hold) Proof() string { return h.proof }
 
 // SessionID is the lease id of the grant.
 func (h *Hold) SessionID() uint64 { return h.s.id }

@@ -236,15 +236,18 @@ func startCluster(t testing.TB, cfg clusterConfig) *cluster {
 	}
 	ctx := context.Background()
 	var err error
-	if c.admin, err = client.Dial(ctx, c.direct); err != nil {
+	if c.admin, err = dialClient(ctx, c.direct); err != nil {
 		t.Fatal(err)
 	}
 	for _, nd := range c.nodes {
-		if nd.status, err = client.Dial(ctx, nd.addr); err != nil {
+		if nd.status, err = dialClient(ctx, nd.addr); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := c.startAll(c.nodes); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.secureBootstrap(); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.waitHealthy(30 * time.Second); err != nil {
@@ -311,6 +314,7 @@ func (c *cluster) start(nd *node) error {
 	if c.cfg.logStore != "" {
 		args = append(args, "--log-store", c.cfg.logStore)
 	}
+	args = append(args, secureServeArgs()...)
 	p, err := startProc(fmt.Sprintf("%s#%d", nd.id, nd.gen), filepath.Join(nd.logDir, fmt.Sprintf("run-%d", nd.gen)), os.Environ(), args...)
 	if err != nil {
 		return fmt.Errorf("starting %s: %w", nd.id, err)

@@ -15,7 +15,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
@@ -76,14 +75,14 @@ func (h *hostileClient) note(kind string, refused bool, err error, what string) 
 
 // run attacks until ctx ends.
 func (h *hostileClient) run(ctx context.Context, rnd *rand.Rand) {
-	c, err := client.Dial(ctx, h.eps)
+	c, err := dialClient(ctx, h.eps)
 	if err != nil {
 		return
 	}
 	defer c.Close()
 	var apis []pb.TenureClient
 	for _, ep := range strings.Split(h.eps, ",") {
-		conn, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(ep, grpcCredentials()...)
 		if err != nil {
 			return
 		}

@@ -212,7 +212,7 @@ func (w *kvWorker) run(ctx context.Context) []kvOp {
 	}()
 	for ctx.Err() == nil {
 		if w.conn == nil {
-			c, err := client.Dial(ctx, w.eps[w.cur%len(w.eps)])
+			c, err := dialClient(ctx, w.eps[w.cur%len(w.eps)])
 			if err != nil {
 				return out
 			}

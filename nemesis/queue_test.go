@@ -84,7 +84,7 @@ func newQueueWorkload(eps string) *queueWorkload {
 
 // produce enqueues until ctx ends.
 func (w *queueWorkload) produce(ctx context.Context, id string, rnd *rand.Rand) {
-	c, err := client.Dial(ctx, w.eps)
+	c, err := dialClient(ctx, w.eps)
 	if err != nil {
 		return
 	}
@@ -129,7 +129,7 @@ func (w *queueWorkload) delivered(d *client.Delivery) {
 // steal is the hostile client (see the checks above). It runs until ctx
 // ends.
 func (w *queueWorkload) steal(ctx context.Context, rnd *rand.Rand) {
-	c, err := client.Dial(ctx, w.eps)
+	c, err := dialClient(ctx, w.eps)
 	if err != nil {
 		return
 	}
@@ -196,7 +196,7 @@ func (w *queueWorkload) ack(ctx context.Context, q *client.Queue, d *client.Deli
 
 // consume dequeues until ctx ends; one delivery in eight is abandoned.
 func (w *queueWorkload) consume(ctx context.Context, rnd *rand.Rand) {
-	c, err := client.Dial(ctx, w.eps)
+	c, err := dialClient(ctx, w.eps)
 	if err != nil {
 		return
 	}

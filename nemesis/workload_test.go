@@ -110,7 +110,7 @@ type goWorker struct {
 
 func (w *goWorker) run(ctx context.Context) {
 	var err error
-	if w.c, err = client.Dial(context.Background(), w.eps); err != nil {
+	if w.c, err = dialClient(context.Background(), w.eps); err != nil {
 		w.rec.add(Op{Client: w.id, Kind: kindAcquire, Key: w.lock, Invoke: w.rec.now(), Complete: w.rec.now(), Outcome: outFail, Err: err.Error()})
 		return
 	}
@@ -225,7 +225,7 @@ type reader struct {
 }
 
 func (r *reader) run(ctx context.Context) {
-	c, err := client.Dial(context.Background(), r.eps)
+	c, err := dialClient(context.Background(), r.eps)
 	if err != nil {
 		r.rec.add(Op{Client: r.id, Kind: kindGet, Key: r.key, Invoke: r.rec.now(), Complete: r.rec.now(), Outcome: outFail, Err: err.Error()})
 		return
@@ -323,7 +323,7 @@ func helperMain() int {
 	key, id, seq := os.Getenv(envKey), os.Getenv(envClient), os.Getenv(envSeq)
 	emit(helperEvent{Ev: "grant", T: monoNow(), Token: token, PID: os.Getpid(), PPID: os.Getppid(), PGID: syscall.Getpgrp()})
 
-	c, err := client.Dial(context.Background(), os.Getenv("TENURE_ENDPOINT"))
+	c, err := dialClient(context.Background(), os.Getenv("TENURE_ENDPOINT"))
 	if err != nil {
 		emit(helperEvent{Ev: "exit", T: monoNow(), Err: err.Error()})
 		return 1

@@ -23,39 +23,52 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Tenure_Session_FullMethodName          = "/tenure.v1.Tenure/Session"
-	Tenure_Sessions_FullMethodName         = "/tenure.v1.Tenure/Sessions"
-	Tenure_ListSessions_FullMethodName     = "/tenure.v1.Tenure/ListSessions"
-	Tenure_LockStatus_FullMethodName       = "/tenure.v1.Tenure/LockStatus"
-	Tenure_ListLocks_FullMethodName        = "/tenure.v1.Tenure/ListLocks"
-	Tenure_LockHistory_FullMethodName      = "/tenure.v1.Tenure/LockHistory"
-	Tenure_FencedPut_FullMethodName        = "/tenure.v1.Tenure/FencedPut"
-	Tenure_FencedGet_FullMethodName        = "/tenure.v1.Tenure/FencedGet"
-	Tenure_FencedDelete_FullMethodName     = "/tenure.v1.Tenure/FencedDelete"
-	Tenure_Status_FullMethodName           = "/tenure.v1.Tenure/Status"
-	Tenure_Observe_FullMethodName          = "/tenure.v1.Tenure/Observe"
-	Tenure_MemberList_FullMethodName       = "/tenure.v1.Tenure/MemberList"
-	Tenure_MemberAdd_FullMethodName        = "/tenure.v1.Tenure/MemberAdd"
-	Tenure_MemberRemove_FullMethodName     = "/tenure.v1.Tenure/MemberRemove"
-	Tenure_SnapshotSave_FullMethodName     = "/tenure.v1.Tenure/SnapshotSave"
-	Tenure_SnapshotRestore_FullMethodName  = "/tenure.v1.Tenure/SnapshotRestore"
-	Tenure_KVPut_FullMethodName            = "/tenure.v1.Tenure/KVPut"
-	Tenure_KVRange_FullMethodName          = "/tenure.v1.Tenure/KVRange"
-	Tenure_KVDelete_FullMethodName         = "/tenure.v1.Tenure/KVDelete"
-	Tenure_KVTxn_FullMethodName            = "/tenure.v1.Tenure/KVTxn"
-	Tenure_KVWatch_FullMethodName          = "/tenure.v1.Tenure/KVWatch"
-	Tenure_QueueEnqueue_FullMethodName     = "/tenure.v1.Tenure/QueueEnqueue"
-	Tenure_QueueDequeue_FullMethodName     = "/tenure.v1.Tenure/QueueDequeue"
-	Tenure_QueueAck_FullMethodName         = "/tenure.v1.Tenure/QueueAck"
-	Tenure_QueueNack_FullMethodName        = "/tenure.v1.Tenure/QueueNack"
-	Tenure_QueueExtend_FullMethodName      = "/tenure.v1.Tenure/QueueExtend"
-	Tenure_QueueStats_FullMethodName       = "/tenure.v1.Tenure/QueueStats"
-	Tenure_QueueDeadList_FullMethodName    = "/tenure.v1.Tenure/QueueDeadList"
-	Tenure_QueueDeadRequeue_FullMethodName = "/tenure.v1.Tenure/QueueDeadRequeue"
-	Tenure_QueueDelete_FullMethodName      = "/tenure.v1.Tenure/QueueDelete"
-	Tenure_QueuePurge_FullMethodName       = "/tenure.v1.Tenure/QueuePurge"
-	Tenure_GetLimits_FullMethodName        = "/tenure.v1.Tenure/GetLimits"
-	Tenure_SetLimits_FullMethodName        = "/tenure.v1.Tenure/SetLimits"
+	Tenure_Session_FullMethodName           = "/tenure.v1.Tenure/Session"
+	Tenure_Sessions_FullMethodName          = "/tenure.v1.Tenure/Sessions"
+	Tenure_ListSessions_FullMethodName      = "/tenure.v1.Tenure/ListSessions"
+	Tenure_LockStatus_FullMethodName        = "/tenure.v1.Tenure/LockStatus"
+	Tenure_ListLocks_FullMethodName         = "/tenure.v1.Tenure/ListLocks"
+	Tenure_LockHistory_FullMethodName       = "/tenure.v1.Tenure/LockHistory"
+	Tenure_FencedPut_FullMethodName         = "/tenure.v1.Tenure/FencedPut"
+	Tenure_FencedGet_FullMethodName         = "/tenure.v1.Tenure/FencedGet"
+	Tenure_FencedDelete_FullMethodName      = "/tenure.v1.Tenure/FencedDelete"
+	Tenure_Status_FullMethodName            = "/tenure.v1.Tenure/Status"
+	Tenure_Observe_FullMethodName           = "/tenure.v1.Tenure/Observe"
+	Tenure_MemberList_FullMethodName        = "/tenure.v1.Tenure/MemberList"
+	Tenure_MemberAdd_FullMethodName         = "/tenure.v1.Tenure/MemberAdd"
+	Tenure_MemberRemove_FullMethodName      = "/tenure.v1.Tenure/MemberRemove"
+	Tenure_SnapshotSave_FullMethodName      = "/tenure.v1.Tenure/SnapshotSave"
+	Tenure_SnapshotRestore_FullMethodName   = "/tenure.v1.Tenure/SnapshotRestore"
+	Tenure_KVPut_FullMethodName             = "/tenure.v1.Tenure/KVPut"
+	Tenure_KVRange_FullMethodName           = "/tenure.v1.Tenure/KVRange"
+	Tenure_KVDelete_FullMethodName          = "/tenure.v1.Tenure/KVDelete"
+	Tenure_KVTxn_FullMethodName             = "/tenure.v1.Tenure/KVTxn"
+	Tenure_KVWatch_FullMethodName           = "/tenure.v1.Tenure/KVWatch"
+	Tenure_QueueEnqueue_FullMethodName      = "/tenure.v1.Tenure/QueueEnqueue"
+	Tenure_QueueDequeue_FullMethodName      = "/tenure.v1.Tenure/QueueDequeue"
+	Tenure_QueueAck_FullMethodName          = "/tenure.v1.Tenure/QueueAck"
+	Tenure_QueueNack_FullMethodName         = "/tenure.v1.Tenure/QueueNack"
+	Tenure_QueueExtend_FullMethodName       = "/tenure.v1.Tenure/QueueExtend"
+	Tenure_QueueStats_FullMethodName        = "/tenure.v1.Tenure/QueueStats"
+	Tenure_QueueDeadList_FullMethodName     = "/tenure.v1.Tenure/QueueDeadList"
+	Tenure_QueueDeadRequeue_FullMethodName  = "/tenure.v1.Tenure/QueueDeadRequeue"
+	Tenure_QueueDelete_FullMethodName       = "/tenure.v1.Tenure/QueueDelete"
+	Tenure_QueuePurge_FullMethodName        = "/tenure.v1.Tenure/QueuePurge"
+	Tenure_GetLimits_FullMethodName         = "/tenure.v1.Tenure/GetLimits"
+	Tenure_SetLimits_FullMethodName         = "/tenure.v1.Tenure/SetLimits"
+	Tenure_AclBootstrap_FullMethodName      = "/tenure.v1.Tenure/AclBootstrap"
+	Tenure_AclPolicyCreate_FullMethodName   = "/tenure.v1.Tenure/AclPolicyCreate"
+	Tenure_AclPolicyList_FullMethodName     = "/tenure.v1.Tenure/AclPolicyList"
+	Tenure_AclPolicyDelete_FullMethodName   = "/tenure.v1.Tenure/AclPolicyDelete"
+	Tenure_AclTokenCreate_FullMethodName    = "/tenure.v1.Tenure/AclTokenCreate"
+	Tenure_AclTokenList_FullMethodName      = "/tenure.v1.Tenure/AclTokenList"
+	Tenure_AclTokenRevoke_FullMethodName    = "/tenure.v1.Tenure/AclTokenRevoke"
+	Tenure_AclIdentityBind_FullMethodName   = "/tenure.v1.Tenure/AclIdentityBind"
+	Tenure_AclIdentityList_FullMethodName   = "/tenure.v1.Tenure/AclIdentityList"
+	Tenure_AclIdentityUnbind_FullMethodName = "/tenure.v1.Tenure/AclIdentityUnbind"
+	Tenure_AclWhoAmI_FullMethodName         = "/tenure.v1.Tenure/AclWhoAmI"
+	Tenure_ClusterKeys_FullMethodName       = "/tenure.v1.Tenure/ClusterKeys"
+	Tenure_ClusterKeyRotate_FullMethodName  = "/tenure.v1.Tenure/ClusterKeyRotate"
 )
 
 // TenureClient is the client API for Tenure service.
@@ -165,6 +178,41 @@ type TenureClient interface {
 	// enforces the same values where commands are applied.
 	GetLimits(ctx context.Context, in *GetLimitsRequest, opts ...grpc.CallOption) (*LimitsResponse, error)
 	SetLimits(ctx context.Context, in *SetLimitsRequest, opts ...grpc.CallOption) (*LimitsResponse, error)
+	// ACLs (docs/security.md). With `serve --auth` every request needs a
+	// right that a policy of its caller grants (an auth token in the
+	// metadata key tenure-auth-token, or a verified client certificate
+	// bound to policies); anything else is PERMISSION_DENIED naming the
+	// missing right. Changes need cluster write, listings cluster read.
+	//
+	// AclBootstrap runs once per cluster: it creates the policy
+	// "management" (write on everything) and a token with it, and answers
+	// the token's secret. It needs no right; a second call is
+	// PERMISSION_DENIED.
+	AclBootstrap(ctx context.Context, in *AclBootstrapRequest, opts ...grpc.CallOption) (*AclTokenSecret, error)
+	AclPolicyCreate(ctx context.Context, in *AclPolicyCreateRequest, opts ...grpc.CallOption) (*AclPolicy, error)
+	AclPolicyList(ctx context.Context, in *AclPolicyListRequest, opts ...grpc.CallOption) (*AclPolicyListResponse, error)
+	AclPolicyDelete(ctx context.Context, in *AclPolicyDeleteRequest, opts ...grpc.CallOption) (*AclDeleteResponse, error)
+	// AclTokenCreate answers the new token's secret; the service keeps
+	// only its hash, so it is never shown again.
+	AclTokenCreate(ctx context.Context, in *AclTokenCreateRequest, opts ...grpc.CallOption) (*AclTokenSecret, error)
+	AclTokenList(ctx context.Context, in *AclTokenListRequest, opts ...grpc.CallOption) (*AclTokenListResponse, error)
+	AclTokenRevoke(ctx context.Context, in *AclTokenRevokeRequest, opts ...grpc.CallOption) (*AclDeleteResponse, error)
+	// AclIdentityBind gives a certificate identity (the common name or a
+	// subject alternative name of a verified client certificate) policies.
+	AclIdentityBind(ctx context.Context, in *AclIdentityBindRequest, opts ...grpc.CallOption) (*AclIdentity, error)
+	AclIdentityList(ctx context.Context, in *AclIdentityListRequest, opts ...grpc.CallOption) (*AclIdentityListResponse, error)
+	AclIdentityUnbind(ctx context.Context, in *AclIdentityUnbindRequest, opts ...grpc.CallOption) (*AclDeleteResponse, error)
+	// AclWhoAmI says who the caller is and which policies it has; it needs
+	// no right.
+	AclWhoAmI(ctx context.Context, in *AclWhoAmIRequest, opts ...grpc.CallOption) (*AclWhoAmIResponse, error)
+	// Fence proofs (package fenceproof). ClusterKeys answers the cluster's
+	// id and the public keys of its fence proofs, which a resource needs to
+	// verify them (cluster read). ClusterKeyRotate adds a signing key,
+	// which signs every grant from then on; the older keys stay listed (at
+	// most 16, the oldest dropped first) so that proofs they signed still
+	// verify where they are configured (cluster write).
+	ClusterKeys(ctx context.Context, in *ClusterKeysRequest, opts ...grpc.CallOption) (*ClusterKeysResponse, error)
+	ClusterKeyRotate(ctx context.Context, in *ClusterKeyRotateRequest, opts ...grpc.CallOption) (*ClusterKeysResponse, error)
 }
 
 type tenureClient struct {
@@ -541,6 +589,136 @@ func (c *tenureClient) SetLimits(ctx context.Context, in *SetLimitsRequest, opts
 	return out, nil
 }
 
+func (c *tenureClient) AclBootstrap(ctx context.Context, in *AclBootstrapRequest, opts ...grpc.CallOption) (*AclTokenSecret, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AclTokenSecret)
+	err := c.cc.Invoke(ctx, Tenure_AclBootstrap_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) AclPolicyCreate(ctx context.Context, in *AclPolicyCreateRequest, opts ...grpc.CallOption) (*AclPolicy, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AclPolicy)
+	err := c.cc.Invoke(ctx, Tenure_AclPolicyCreate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) AclPolicyList(ctx context.Context, in *AclPolicyListRequest, opts ...grpc.CallOption) (*AclPolicyListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AclPolicyListResponse)
+	err := c.cc.Invoke(ctx, Tenure_AclPolicyList_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) AclPolicyDelete(ctx context.Context, in *AclPolicyDeleteRequest, opts ...grpc.CallOption) (*AclDeleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AclDeleteResponse)
+	err := c.cc.Invoke(ctx, Tenure_AclPolicyDelete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) AclTokenCreate(ctx context.Context, in *AclTokenCreateRequest, opts ...grpc.CallOption) (*AclTokenSecret, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AclTokenSecret)
+	err := c.cc.Invoke(ctx, Tenure_AclTokenCreate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) AclTokenList(ctx context.Context, in *AclTokenListRequest, opts ...grpc.CallOption) (*AclTokenListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AclTokenListResponse)
+	err := c.cc.Invoke(ctx, Tenure_AclTokenList_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) AclTokenRevoke(ctx context.Context, in *AclTokenRevokeRequest, opts ...grpc.CallOption) (*AclDeleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AclDeleteResponse)
+	err := c.cc.Invoke(ctx, Tenure_AclTokenRevoke_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) AclIdentityBind(ctx context.Context, in *AclIdentityBindRequest, opts ...grpc.CallOption) (*AclIdentity, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AclIdentity)
+	err := c.cc.Invoke(ctx, Tenure_AclIdentityBind_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) AclIdentityList(ctx context.Context, in *AclIdentityListRequest, opts ...grpc.CallOption) (*AclIdentityListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AclIdentityListResponse)
+	err := c.cc.Invoke(ctx, Tenure_AclIdentityList_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) AclIdentityUnbind(ctx context.Context, in *AclIdentityUnbindRequest, opts ...grpc.CallOption) (*AclDeleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AclDeleteResponse)
+	err := c.cc.Invoke(ctx, Tenure_AclIdentityUnbind_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) AclWhoAmI(ctx context.Context, in *AclWhoAmIRequest, opts ...grpc.CallOption) (*AclWhoAmIResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AclWhoAmIResponse)
+	err := c.cc.Invoke(ctx, Tenure_AclWhoAmI_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) ClusterKeys(ctx context.Context, in *ClusterKeysRequest, opts ...grpc.CallOption) (*ClusterKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClusterKeysResponse)
+	err := c.cc.Invoke(ctx, Tenure_ClusterKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) ClusterKeyRotate(ctx context.Context, in *ClusterKeyRotateRequest, opts ...grpc.CallOption) (*ClusterKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClusterKeysResponse)
+	err := c.cc.Invoke(ctx, Tenure_ClusterKeyRotate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TenureServer is the server API for Tenure service.
 // All implementations must embed UnimplementedTenureServer
 // for forward compatibility.
@@ -648,6 +826,41 @@ type TenureServer interface {
 	// enforces the same values where commands are applied.
 	GetLimits(context.Context, *GetLimitsRequest) (*LimitsResponse, error)
 	SetLimits(context.Context, *SetLimitsRequest) (*LimitsResponse, error)
+	// ACLs (docs/security.md). With `serve --auth` every request needs a
+	// right that a policy of its caller grants (an auth token in the
+	// metadata key tenure-auth-token, or a verified client certificate
+	// bound to policies); anything else is PERMISSION_DENIED naming the
+	// missing right. Changes need cluster write, listings cluster read.
+	//
+	// AclBootstrap runs once per cluster: it creates the policy
+	// "management" (write on everything) and a token with it, and answers
+	// the token's secret. It needs no right; a second call is
+	// PERMISSION_DENIED.
+	AclBootstrap(context.Context, *AclBootstrapRequest) (*AclTokenSecret, error)
+	AclPolicyCreate(context.Context, *AclPolicyCreateRequest) (*AclPolicy, error)
+	AclPolicyList(context.Context, *AclPolicyListRequest) (*AclPolicyListResponse, error)
+	AclPolicyDelete(context.Context, *AclPolicyDeleteRequest) (*AclDeleteResponse, error)
+	// AclTokenCreate answers the new token's secret; the service keeps
+	// only its hash, so it is never shown again.
+	AclTokenCreate(context.Context, *AclTokenCreateRequest) (*AclTokenSecret, error)
+	AclTokenList(context.Context, *AclTokenListRequest) (*AclTokenListResponse, error)
+	AclTokenRevoke(context.Context, *AclTokenRevokeRequest) (*AclDeleteResponse, error)
+	// AclIdentityBind gives a certificate identity (the common name or a
+	// subject alternative name of a verified client certificate) policies.
+	AclIdentityBind(context.Context, *AclIdentityBindRequest) (*AclIdentity, error)
+	AclIdentityList(context.Context, *AclIdentityListRequest) (*AclIdentityListResponse, error)
+	AclIdentityUnbind(context.Context, *AclIdentityUnbindRequest) (*AclDeleteResponse, error)
+	// AclWhoAmI says who the caller is and which policies it has; it needs
+	// no right.
+	AclWhoAmI(context.Context, *AclWhoAmIRequest) (*AclWhoAmIResponse, error)
+	// Fence proofs (package fenceproof). ClusterKeys answers the cluster's
+	// id and the public keys of its fence proofs, which a resource needs to
+	// verify them (cluster read). ClusterKeyRotate adds a signing key,
+	// which signs every grant from then on; the older keys stay listed (at
+	// most 16, the oldest dropped first) so that proofs they signed still
+	// verify where they are configured (cluster write).
+	ClusterKeys(context.Context, *ClusterKeysRequest) (*ClusterKeysResponse, error)
+	ClusterKeyRotate(context.Context, *ClusterKeyRotateRequest) (*ClusterKeysResponse, error)
 	mustEmbedUnimplementedTenureServer()
 }
 
@@ -756,6 +969,45 @@ func (UnimplementedTenureServer) GetLimits(context.Context, *GetLimitsRequest) (
 }
 func (UnimplementedTenureServer) SetLimits(context.Context, *SetLimitsRequest) (*LimitsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetLimits not implemented")
+}
+func (UnimplementedTenureServer) AclBootstrap(context.Context, *AclBootstrapRequest) (*AclTokenSecret, error) {
+	return nil, status.Error(codes.Unimplemented, "method AclBootstrap not implemented")
+}
+func (UnimplementedTenureServer) AclPolicyCreate(context.Context, *AclPolicyCreateRequest) (*AclPolicy, error) {
+	return nil, status.Error(codes.Unimplemented, "method AclPolicyCreate not implemented")
+}
+func (UnimplementedTenureServer) AclPolicyList(context.Context, *AclPolicyListRequest) (*AclPolicyListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AclPolicyList not implemented")
+}
+func (UnimplementedTenureServer) AclPolicyDelete(context.Context, *AclPolicyDeleteRequest) (*AclDeleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AclPolicyDelete not implemented")
+}
+func (UnimplementedTenureServer) AclTokenCreate(context.Context, *AclTokenCreateRequest) (*AclTokenSecret, error) {
+	return nil, status.Error(codes.Unimplemented, "method AclTokenCreate not implemented")
+}
+func (UnimplementedTenureServer) AclTokenList(context.Context, *AclTokenListRequest) (*AclTokenListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AclTokenList not implemented")
+}
+func (UnimplementedTenureServer) AclTokenRevoke(context.Context, *AclTokenRevokeRequest) (*AclDeleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AclTokenRevoke not implemented")
+}
+func (UnimplementedTenureServer) AclIdentityBind(context.Context, *AclIdentityBindRequest) (*AclIdentity, error) {
+	return nil, status.Error(codes.Unimplemented, "method AclIdentityBind not implemented")
+}
+func (UnimplementedTenureServer) AclIdentityList(context.Context, *AclIdentityListRequest) (*AclIdentityListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AclIdentityList not implemented")
+}
+func (UnimplementedTenureServer) AclIdentityUnbind(context.Context, *AclIdentityUnbindRequest) (*AclDeleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AclIdentityUnbind not implemented")
+}
+func (UnimplementedTenureServer) AclWhoAmI(context.Context, *AclWhoAmIRequest) (*AclWhoAmIResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AclWhoAmI not implemented")
+}
+func (UnimplementedTenureServer) ClusterKeys(context.Context, *ClusterKeysRequest) (*ClusterKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClusterKeys not implemented")
+}
+func (UnimplementedTenureServer) ClusterKeyRotate(context.Context, *ClusterKeyRotateRequest) (*ClusterKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClusterKeyRotate not implemented")
 }
 func (UnimplementedTenureServer) mustEmbedUnimplementedTenureServer() {}
 func (UnimplementedTenureServer) testEmbeddedByValue()                {}
@@ -1318,6 +1570,240 @@ func _Tenure_SetLimits_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Tenure_AclBootstrap_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AclBootstrapRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).AclBootstrap(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_AclBootstrap_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).AclBootstrap(ctx, req.(*AclBootstrapRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_AclPolicyCreate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AclPolicyCreateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).AclPolicyCreate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_AclPolicyCreate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).AclPolicyCreate(ctx, req.(*AclPolicyCreateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_AclPolicyList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AclPolicyListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).AclPolicyList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_AclPolicyList_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).AclPolicyList(ctx, req.(*AclPolicyListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_AclPolicyDelete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AclPolicyDeleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).AclPolicyDelete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_AclPolicyDelete_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).AclPolicyDelete(ctx, req.(*AclPolicyDeleteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_AclTokenCreate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AclTokenCreateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).AclTokenCreate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_AclTokenCreate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).AclTokenCreate(ctx, req.(*AclTokenCreateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_AclTokenList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AclTokenListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).AclTokenList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_AclTokenList_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).AclTokenList(ctx, req.(*AclTokenListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_AclTokenRevoke_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AclTokenRevokeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).AclTokenRevoke(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_AclTokenRevoke_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).AclTokenRevoke(ctx, req.(*AclTokenRevokeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_AclIdentityBind_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AclIdentityBindRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).AclIdentityBind(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_AclIdentityBind_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).AclIdentityBind(ctx, req.(*AclIdentityBindRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_AclIdentityList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AclIdentityListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).AclIdentityList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_AclIdentityList_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).AclIdentityList(ctx, req.(*AclIdentityListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_AclIdentityUnbind_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AclIdentityUnbindRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).AclIdentityUnbind(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_AclIdentityUnbind_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).AclIdentityUnbind(ctx, req.(*AclIdentityUnbindRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_AclWhoAmI_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AclWhoAmIRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).AclWhoAmI(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_AclWhoAmI_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).AclWhoAmI(ctx, req.(*AclWhoAmIRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_ClusterKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClusterKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).ClusterKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_ClusterKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).ClusterKeys(ctx, req.(*ClusterKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_ClusterKeyRotate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClusterKeyRotateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).ClusterKeyRotate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_ClusterKeyRotate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).ClusterKeyRotate(ctx, req.(*ClusterKeyRotateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Tenure_ServiceDesc is the grpc.ServiceDesc for Tenure service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1432,6 +1918,58 @@ var Tenure_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetLimits",
 			Handler:    _Tenure_SetLimits_Handler,
+		},
+		{
+			MethodName: "AclBootstrap",
+			Handler:    _Tenure_AclBootstrap_Handler,
+		},
+		{
+			MethodName: "AclPolicyCreate",
+			Handler:    _Tenure_AclPolicyCreate_Handler,
+		},
+		{
+			MethodName: "AclPolicyList",
+			Handler:    _Tenure_AclPolicyList_Handler,
+		},
+		{
+			MethodName: "AclPolicyDelete",
+			Handler:    _Tenure_AclPolicyDelete_Handler,
+		},
+		{
+			MethodName: "AclTokenCreate",
+			Handler:    _Tenure_AclTokenCreate_Handler,
+		},
+		{
+			MethodName: "AclTokenList",
+			Handler:    _Tenure_AclTokenList_Handler,
+		},
+		{
+			MethodName: "AclTokenRevoke",
+			Handler:    _Tenure_AclTokenRevoke_Handler,
+		},
+		{
+			MethodName: "AclIdentityBind",
+			Handler:    _Tenure_AclIdentityBind_Handler,
+		},
+		{
+			MethodName: "AclIdentityList",
+			Handler:    _Tenure_AclIdentityList_Handler,
+		},
+		{
+			MethodName: "AclIdentityUnbind",
+			Handler:    _Tenure_AclIdentityUnbind_Handler,
+		},
+		{
+			MethodName: "AclWhoAmI",
+			Handler:    _Tenure_AclWhoAmI_Handler,
+		},
+		{
+			MethodName: "ClusterKeys",
+			Handler:    _Tenure_ClusterKeys_Handler,
+		},
+		{
+			MethodName: "ClusterKeyRotate",
+			Handler:    _Tenure_ClusterKeyRotate_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

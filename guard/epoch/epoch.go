@@ -90,6 +90,7 @@ import (
 	"strings"
 
 	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/fenceproof"
 )
 
 // Prefix starts every epoch directory's name.
@@ -106,6 +107,10 @@ var (
 	// ErrPublished: the Writer's epoch is already published and therefore
 	// immutable; nothing was written.
 	ErrPublished = errors.New("epoch: epoch already published; published epochs are immutable")
+	// ErrForged: Dirs has a verifier (WithVerifier) and the token came
+	// without a fence proof that verifies for the epochs' lock: no
+	// directory was created. It also matches fenceproof.ErrForged.
+	ErrForged = fmt.Errorf("epoch: %w", fenceproof.ErrForged)
 )
 
 // Name is the directory name of the epoch with token t.
@@ -144,11 +149,32 @@ type Dirs struct {
 	regs    Registers
 	root    string
 	pointer string
+	// verifier and lock: see WithVerifier (nil: proofs are not checked).
+	verifier *fenceproof.Verifier
+	lock     string
+}
+
+// Option configures New.
+type Option func(*Dirs) error
+
+// WithVerifier makes Writer accept a token only with a fence proof
+// (WithProof) that v verifies for a grant of lock, the Tenure lock whose
+// holders write these epochs: any other token is ErrForged before a
+// directory is created, with no round trip to Tenure. Build v from the
+// cluster's public keys (fenceproof.ParseKeyset).
+func WithVerifier(v *fenceproof.Verifier, lock string) Option {
+	return func(d *Dirs) error {
+		if v == nil || lock == "" {
+			return errors.New("epoch: WithVerifier needs a verifier and the lock's name")
+		}
+		d.verifier, d.lock = v, lock
+		return nil
+	}
 }
 
 // New returns the epochs under root whose published epoch is kept in the
 // Tenure register named pointer. It does not touch the disk or the server.
-func New(regs Registers, root, pointer string) (*Dirs, error) {
+func New(regs Registers, root, pointer string, opts ...Option) (*Dirs, error) {
 	switch {
 	case regs == nil:
 		return nil, errors.New("epoch: nil Registers")
@@ -157,7 +183,13 @@ func New(regs Registers, root, pointer string) (*Dirs, error) {
 	case pointer == "":
 		return nil, errors.New("epoch: empty pointer register key")
 	}
-	return &Dirs{regs: regs, root: filepath.Clean(root), pointer: pointer}, nil
+	d := &Dirs{regs: regs, root: filepath.Clean(root), pointer: pointer}
+	for _, o := range opts {
+		if err := o(d); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
 }
 
 // Root is the directory holding the epoch directories.

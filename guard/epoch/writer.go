@@ -8,9 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/fenceproof"
 )
 
 // Writer writes one epoch: the directory named after its token. It is
@@ -35,13 +37,35 @@ type Writer struct {
 	maybePublished bool
 }
 
+// WriterOption configures Dirs.Writer.
+type WriterOption func(*writerOptions)
+
+type writerOptions struct{ proof string }
+
+// WithProof gives the grant's fence proof (client.Hold.Proof), which Dirs
+// made WithVerifier require.
+func WithProof(proof string) WriterOption {
+	return func(o *writerOptions) { o.proof = proof }
+}
+
 // Writer creates (if needed) the epoch directory for token and returns its
 // writer. If the published epoch is already above token it returns an
 // error matching client.ErrStale and creates nothing: a newer owner exists.
-// That early answer saves work; it does not replace Publish's check.
-func (d *Dirs) Writer(ctx context.Context, token uint64) (*Writer, error) {
+// That early answer saves work; it does not replace Publish's check. With
+// a verifier (WithVerifier), a token without a proof that verifies is
+// ErrForged, and nothing is created or read.
+func (d *Dirs) Writer(ctx context.Context, token uint64, opts ...WriterOption) (*Writer, error) {
 	if token == 0 {
 		return nil, errors.New("epoch: token must be positive")
+	}
+	var o writerOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if d.verifier != nil {
+		if err := d.verifier.Verify(d.lock, token, o.proof); err != nil {
+			return nil, fmt.Errorf("%w: token %d for lock %q: %s", ErrForged, token, d.lock, strings.TrimPrefix(err.Error(), fenceproof.ErrForged.Error()+": "))
+		}
 	}
 	pub, err := d.Published(ctx)
 	switch {

@@ -24,12 +24,17 @@ const (
 	// HeaderAcceptedToken is set on a 409 to the resource's accepted token
 	// when it is known.
 	HeaderAcceptedToken = "Tenure-Accepted-Token"
+	// HeaderProof carries the grant's fence proof (client.Hold.Proof),
+	// which a Guard with a Verifier requires.
+	HeaderProof = "Tenure-Fence-Proof"
 )
 
 // Limits on header values.
 const (
 	MaxKeyLen         = 256
 	MaxOperationIDLen = 256
+	// MaxProofLen bounds the proof header (a proof is 119 bytes).
+	MaxProofLen = 512
 	// MaxToken is the largest token accepted: tokens are stored as signed
 	// 64-bit integers by the PostgreSQL store.
 	MaxToken = math.MaxInt64
@@ -44,6 +49,8 @@ type Fence struct {
 	Token uint64
 	// OperationID is the business operation (Tenure-Operation-Id), or "".
 	OperationID string
+	// Proof is the grant's fence proof (Tenure-Fence-Proof), or "".
+	Proof string
 }
 
 // HeaderError says which header of a request is missing or invalid.
@@ -60,7 +67,7 @@ func (e *HeaderError) Error() string {
 // if any, is a *HeaderError.
 func ParseHeaders(h http.Header) (Fence, error) {
 	var f Fence
-	for _, name := range []string{HeaderToken, HeaderKey, HeaderOperation} {
+	for _, name := range []string{HeaderToken, HeaderKey, HeaderOperation, HeaderProof} {
 		if len(h.Values(name)) > 1 {
 			return f, &HeaderError{name, "is repeated"}
 		}
@@ -100,6 +107,12 @@ func ParseHeaders(h http.Header) (Fence, error) {
 		}
 		f.OperationID = op
 	}
+	if p, ok := single(h, HeaderProof); ok {
+		if len(p) > MaxProofLen || !printable(p) {
+			return f, &HeaderError{HeaderProof, fmt.Sprintf("must be at most %d printable bytes", MaxProofLen)}
+		}
+		f.Proof = p
+	}
 	return f, nil
 }
 
@@ -132,7 +145,7 @@ func truncate(s string) string {
 }
 
 // SetHeaders writes f into h (replacing earlier values). An empty
-// OperationID removes the operation header.
+// OperationID or Proof removes its header.
 func (f Fence) SetHeaders(h http.Header) {
 	h.Set(HeaderToken, strconv.FormatUint(f.Token, 10))
 	h.Set(HeaderKey, f.Key)
@@ -140,6 +153,11 @@ func (f Fence) SetHeaders(h http.Header) {
 		h.Set(HeaderOperation, f.OperationID)
 	} else {
 		h.Del(HeaderOperation)
+	}
+	if f.Proof != "" {
+		h.Set(HeaderProof, f.Proof)
+	} else {
+		h.Del(HeaderProof)
 	}
 }
 

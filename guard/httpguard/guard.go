@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/tenure-io/tenure/fenceproof"
 )
 
 // Store keeps a durable high-water mark per resource key.
@@ -48,6 +50,18 @@ type Config struct {
 	// OnError, if set, is called when the store fails (the request is
 	// answered 503). Same rules as OnStale.
 	OnError func(r *http.Request, f Fence, err error)
+	// Verifier, if set, makes the middleware accept a token only with a
+	// fence proof (Tenure-Fence-Proof) that it verifies for the request's
+	// lock: anything else is answered 403 with Tenure-Fence-Result:
+	// forged, before the store or the handler, with no round trip to
+	// Tenure. Build it from the cluster's public keys
+	// (fenceproof.ParseKeyset).
+	Verifier *fenceproof.Verifier
+	// LockOf names the Tenure lock whose grants may act on a resource key,
+	// for the proof check; nil means the lock named like the key. The
+	// receiver decides it, never the sender: a proof of a lock the sender
+	// holds must not open another lock's resource.
+	LockOf func(key string) string
 }
 
 // Validate reports whether the configuration is usable.
@@ -74,6 +88,9 @@ type Stats struct {
 	// StoreErrors: requests answered 503 because the Store failed or the
 	// request's context ended before the check completed.
 	StoreErrors uint64
+	// Forged: requests answered 403 because their fence proof did not
+	// verify (Config.Verifier). Any is a bug or an attack.
+	Forged uint64
 }
 
 // Guard is the middleware. It is safe for concurrent use.
@@ -84,6 +101,7 @@ type Guard struct {
 	stale       atomic.Uint64
 	invalid     atomic.Uint64
 	storeErrors atomic.Uint64
+	forged      atomic.Uint64
 
 	// mu guards keys.
 	mu   sync.Mutex
@@ -114,6 +132,7 @@ func (g *Guard) Stats() Stats {
 		Stale:       g.stale.Load(),
 		Invalid:     g.invalid.Load(),
 		StoreErrors: g.storeErrors.Load(),
+		Forged:      g.forged.Load(),
 	}
 }
 
@@ -125,6 +144,18 @@ func (g *Guard) Wrap(next http.Handler) http.Handler {
 			g.invalid.Add(1)
 			writeJSON(w, http.StatusBadRequest, errorBody{Error: err.Error()})
 			return
+		}
+		if g.cfg.Verifier != nil {
+			lock := f.Key
+			if g.cfg.LockOf != nil {
+				lock = g.cfg.LockOf(f.Key)
+			}
+			if err := g.cfg.Verifier.Verify(lock, f.Token, f.Proof); err != nil {
+				g.forged.Add(1)
+				w.Header().Set(HeaderResult, "forged")
+				writeJSON(w, http.StatusForbidden, ForgedBody{Error: ForgedMessage, Key: f.Key, Lock: lock, Token: f.Token, Reason: err.Error()})
+				return
+			}
 		}
 		r = r.WithContext(NewContext(r.Context(), f))
 		if g.cfg.HandlerChecks {
@@ -221,6 +252,22 @@ type StaleBody struct {
 	Token uint64 `json:"token"`
 	// AcceptedToken is the resource's accepted token (omitted if unknown).
 	AcceptedToken uint64 `json:"accepted_token,omitempty"`
+}
+
+// ForgedMessage is the "error" field of a forged answer.
+const ForgedMessage = "forged fence proof"
+
+// ForgedBody is the JSON body of a 403 answer to a request whose fence
+// proof did not verify.
+type ForgedBody struct {
+	Error string `json:"error"`
+	Key   string `json:"key"`
+	// Lock is the lock the proof was checked for.
+	Lock string `json:"lock"`
+	// Token is the request's token.
+	Token uint64 `json:"token"`
+	// Reason says why the proof did not verify.
+	Reason string `json:"reason"`
 }
 
 type errorBody struct {

@@ -11,9 +11,12 @@ import (
 	"sync"
 
 	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/fenceproof"
 )
 
-// Hold is the part of *client.Hold that Transport uses.
+// Hold is the part of *client.Hold that Transport uses. A Hold that also
+// has a Proof() string method (as *client.Hold does) has its fence proof
+// sent as well (HeaderProof).
 type Hold interface {
 	Token() uint64
 	State() client.State
@@ -86,6 +89,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	out.Header.Set(HeaderToken, strconv.FormatUint(t.hold.Token(), 10))
 	out.Header.Set(HeaderKey, t.key)
+	if p, ok := t.hold.(interface{ Proof() string }); ok && p.Proof() != "" {
+		out.Header.Set(HeaderProof, p.Proof())
+	}
 	resp, err := t.base.RoundTrip(out)
 	if err != nil {
 		done()
@@ -128,11 +134,34 @@ func (e *StaleError) Error() string {
 // Unwrap makes errors.Is(err, client.ErrStale) true.
 func (e *StaleError) Unwrap() error { return client.ErrStale }
 
+// ForgedError is returned by CheckResponse for a request the receiving
+// side rejected because its fence proof did not verify. It matches
+// fenceproof.ErrForged.
+type ForgedError struct {
+	Key, Lock string
+	Token     uint64
+	Reason    string
+}
+
+func (e *ForgedError) Error() string {
+	return fmt.Sprintf("httpguard: forged fence token %d for %q (lock %q): %s", e.Token, e.Key, e.Lock, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, fenceproof.ErrForged) true.
+func (e *ForgedError) Unwrap() error { return fenceproof.ErrForged }
+
 // CheckResponse returns a *StaleError if resp is a Guard's stale answer
-// (409 with Tenure-Fence-Result: stale), and nil otherwise. It reads and
-// closes the body only in the stale case. On a stale answer, stop the work:
-// a newer owner exists.
+// (409 with Tenure-Fence-Result: stale), a *ForgedError if it is a forged
+// answer (403 with Tenure-Fence-Result: forged), and nil otherwise. It
+// reads and closes the body only in those cases. On a stale answer, stop
+// the work: a newer owner exists.
 func CheckResponse(resp *http.Response) error {
+	if resp.StatusCode == http.StatusForbidden && resp.Header.Get(HeaderResult) == "forged" {
+		defer resp.Body.Close()
+		var b ForgedBody
+		_ = json.NewDecoder(io.LimitReader(resp.Body, 4<<10)).Decode(&b)
+		return &ForgedError{Key: b.Key, Lock: b.Lock, Token: b.Token, Reason: b.Reason}
+	}
 	if resp.StatusCode != http.StatusConflict || resp.Header.Get(HeaderResult) != "stale" {
 		return nil
 	}

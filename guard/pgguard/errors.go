@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/fenceproof"
 )
 
 // Sentinel errors. Match them with errors.Is.
@@ -27,6 +28,11 @@ var (
 	// may or may not have committed. Retry with the same operation id to
 	// find out. It also matches client.ErrUnknownOutcome.
 	ErrUnknownOutcome = fmt.Errorf("pgguard: %w", client.ErrUnknownOutcome)
+	// ErrForged is returned by Guard.Do, with a verifier, when the fence's
+	// proof does not verify for its token and lock: the token was never
+	// granted for that lock. Nothing was sent to the database. It also
+	// matches fenceproof.ErrForged; errors.As with *ForgedError says why.
+	ErrForged = fmt.Errorf("pgguard: %w", fenceproof.ErrForged)
 	// ErrInvalid is returned when a Fence or an option is malformed; the
 	// message says why. Nothing was sent to the database. It also matches
 	// client.ErrInvalid.
@@ -72,3 +78,22 @@ func (e *DuplicateError) Error() string {
 
 // Unwrap returns ErrDuplicate.
 func (e *DuplicateError) Unwrap() error { return ErrDuplicate }
+
+// ForgedError is the error Guard.Do returns for a fence proof that does
+// not verify. It matches ErrForged and fenceproof.ErrForged, never
+// ErrStale: a forged token is not a late owner's.
+type ForgedError struct {
+	// Key is the fenced resource, Lock the lock the proof was checked for.
+	Key, Lock string
+	// Token is the token the caller presented.
+	Token uint64
+	// Reason is the verifier's error.
+	Reason error
+}
+
+func (e *ForgedError) Error() string {
+	return fmt.Sprintf("pgguard: forged fence token %d for %q (lock %q): %v", e.Token, e.Key, e.Lock, e.Reason)
+}
+
+// Unwrap returns ErrForged.
+func (e *ForgedError) Unwrap() error { return ErrForged }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tenure-io/tenure/fenceproof"
 )
 
 // Limits on a Fence's fields, in bytes. They keep the primary-key index
@@ -49,6 +51,14 @@ type Fence struct {
 	// no retry detection: every call that is not stale applies the work.
 	// At most MaxOperationIDLen bytes of UTF-8 without NUL.
 	OperationID string
+	// Proof is the grant's fence proof (client.Hold.Proof, or
+	// TENURE_FENCE_PROOF under `tenure lock`). A Guard made WithVerifier
+	// requires one that verifies for Token and Lock; without a verifier
+	// it is not looked at.
+	Proof string
+	// Lock is the Tenure lock whose grant carried Token, for the proof
+	// check; empty means a lock named like Key.
+	Lock string
 }
 
 func (f Fence) validate() error {
@@ -101,17 +111,34 @@ func WithTxOptions(o pgx.TxOptions) Option {
 	}
 }
 
+// WithVerifier makes Do accept a token only with a fence proof that v
+// verifies for the fence's lock (Fence.Proof, Fence.Lock): anything else
+// is ErrForged before the database is touched, with no round trip to
+// Tenure. Build v from the cluster's public keys (fenceproof.ParseKeyset
+// of `tenure cluster keys -o json`). A nil v is an error.
+func WithVerifier(v *fenceproof.Verifier) Option {
+	return func(g *Guard) error {
+		if v == nil {
+			return fmt.Errorf("%w: nil verifier", ErrInvalid)
+		}
+		g.verifier = v
+		return nil
+	}
+}
+
 // Guard runs work in fenced, idempotent transactions. Its methods are safe
 // for concurrent use when its DB is (a *pgxpool.Pool is). It holds no
 // resources of its own: there is nothing to close.
 type Guard struct {
 	db        DB
 	txOptions pgx.TxOptions
+	verifier  *fenceproof.Verifier // nil: proofs are not checked
 
 	applied   atomic.Uint64
 	stale     atomic.Uint64
 	duplicate atomic.Uint64
 	unknown   atomic.Uint64
+	forged    atomic.Uint64
 }
 
 // New returns a Guard over db. It does not touch the database; create the
@@ -149,6 +176,10 @@ type Work func(ctx context.Context, tx pgx.Tx) error
 //     run.
 //   - ErrUnknownOutcome: COMMIT was sent but its answer was lost; retry with
 //     the same operation id.
+//   - ErrForged: the Guard has a verifier (WithVerifier) and f.Proof does
+//     not verify for f.Token and f.Lock; nothing was sent and the work did
+//     not run. The token was never granted for this lock: a bug or an
+//     attacker, not a late owner.
 //   - ErrInvalid: f is malformed; nothing was sent.
 //   - whatever work returned, unchanged (the transaction was rolled back).
 //   - a database or context error, wrapped.
@@ -162,6 +193,16 @@ func (g *Guard) Do(ctx context.Context, f Fence, work Work) error {
 	}
 	if work == nil {
 		return fmt.Errorf("%w: nil work function", ErrInvalid)
+	}
+	if g.verifier != nil {
+		lock := f.Lock
+		if lock == "" {
+			lock = f.Key
+		}
+		if err := g.verifier.Verify(lock, f.Token, f.Proof); err != nil {
+			g.forged.Add(1)
+			return &ForgedError{Key: f.Key, Lock: lock, Token: f.Token, Reason: err}
+		}
 	}
 	tx, err := g.db.BeginTx(ctx, g.txOptions)
 	if err != nil {
@@ -288,6 +329,10 @@ type Stats struct {
 	Duplicate uint64
 	// UnknownOutcome: calls whose COMMIT answer was lost.
 	UnknownOutcome uint64
+	// Forged: calls refused because their fence proof did not verify
+	// (WithVerifier). Any is a bug or an attack: a token nobody was
+	// granted for the lock.
+	Forged uint64
 }
 
 // Stats returns the Guard's counters. Each counter is read atomically; the
@@ -298,6 +343,7 @@ func (g *Guard) Stats() Stats {
 		Stale:          g.stale.Load(),
 		Duplicate:      g.duplicate.Load(),
 		UnknownOutcome: g.unknown.Load(),
+		Forged:         g.forged.Load(),
 	}
 }
 

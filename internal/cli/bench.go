@@ -37,11 +37,12 @@ const (
 )
 
 type benchFlags struct {
-	mode     string
-	clients  int
-	duration time.Duration
-	ttl      time.Duration
-	conns    string
+	mode       string
+	clients    int
+	duration   time.Duration
+	ttl        time.Duration
+	conns      string
+	proofs bool
 }
 
 // benchJSON is `tenure bench -o json`.
@@ -105,6 +106,7 @@ grant.`,
 	f.DurationVar(&bf.duration, "duration", 5*time.Second, "how long to run")
 	f.DurationVar(&bf.ttl, "ttl", client.DefaultTTL, "session time to live")
 	f.StringVar(&bf.conns, "conns", connsShared, "shared (one connection for all clients) or per-client")
+	f.BoolVar(&bf.proofs, "proofs", false, "ask the server to sign every grant's fence proof (client.WithFenceProofs)")
 	cmd.AddCommand(a.benchQueueCommand())
 	return cmd
 }
@@ -144,8 +146,12 @@ func (a *app) runBench(ctx context.Context, bf benchFlags) (benchJSON, error) {
 			c.Close()
 		}
 	}()
+	var opts []client.Option
+	if bf.proofs {
+		opts = append(opts, client.WithFenceProofs())
+	}
 	for range nconns {
-		c, err := a.dial(ctx)
+		c, err := a.dial(ctx, opts...)
 		if err != nil {
 			return benchJSON{}, err
 		}

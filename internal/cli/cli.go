@@ -231,6 +231,7 @@ type app struct {
 	endpoint    string
 	consistency string
 	output      string
+	security    clientSecurity // security.go
 }
 
 func (a *app) rootCommand() *cobra.Command {
@@ -259,6 +260,7 @@ Exit codes: 0 ok, 1 error, 3 stale token, 4 lock not held, 5 timeout.
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.endpoint, "endpoint", endpoint, "server address host:port, or a comma-separated list of cluster members (env TENURE_ENDPOINT)")
 	pf.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
+	a.security.flags(pf)
 	pf.StringVar(&a.consistency, "consistency", "linearizable", "reads: linearizable (through the leader) or serializable (local to the node, may be stale)")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see '%s --help')", usageError{err}, cmd.CommandPath())
@@ -280,6 +282,9 @@ Exit codes: 0 ok, 1 error, 3 stale token, 4 lock not held, 5 timeout.
 		a.queueCommand(),
 		a.limitsCommand(),
 		a.versionCommand(),
+		a.certCommand(),
+		a.aclCommand(),
+		a.clusterCommand(),
 	)
 	return root
 }
@@ -300,14 +305,20 @@ func (a *app) emit(v any, text func(w io.Writer)) error {
 	return nil
 }
 
-// dial connects to the endpoint; the caller closes the client.
-func (a *app) dial(ctx context.Context) (*client.Client, error) {
+// dial connects to the endpoint, with extra options after the flags'; the
+// caller closes the client.
+func (a *app) dial(ctx context.Context, extra ...client.Option) (*client.Client, error) {
+	opts, err := a.security.options()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, extra...)
 	switch a.consistency {
 	case "linearizable":
-		return client.Dial(ctx, a.endpoint)
+		return client.Dial(ctx, a.endpoint, opts...)
 	case "serializable":
 		fmt.Fprintln(a.streams.Err, "tenure: serializable read: the answer comes from one node's local state and may be stale")
-		return client.Dial(ctx, a.endpoint, client.WithSerializableReads())
+		return client.Dial(ctx, a.endpoint, append(opts, client.WithSerializableReads())...)
 	}
 	return nil, fmt.Errorf("--consistency must be linearizable or serializable, not %q", a.consistency)
 }

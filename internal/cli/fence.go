@@ -17,6 +17,7 @@ const (
 	putStale     = "stale"
 	putDuplicate = "duplicate"
 	putInvalid   = "invalid" // the token was never issued
+	putForged    = "forged"  // --proof did not verify
 )
 
 // fencePutJSON is `tenure fence put -o json` and `tenure fence delete -o
@@ -54,6 +55,7 @@ type fenceFlags struct {
 	token uint64
 	opID  string
 	lock  string
+	proof string
 }
 
 func (ff *fenceFlags) add(cmd *cobra.Command) {
@@ -61,6 +63,7 @@ func (ff *fenceFlags) add(cmd *cobra.Command) {
 	f.Uint64Var(&ff.token, "token", 0, "fencing token of the write (required)")
 	f.StringVar(&ff.opID, "op-id", "", "operation id: a replay with the same id applies nothing")
 	f.StringVar(&ff.lock, "lock", "", "the lock whose grant carried the token: the write then also needs that grant to be current")
+	f.StringVar(&ff.proof, "proof", "", "the grant's fence proof (TENURE_FENCE_PROOF): the write is then refused as forged unless it verifies for the token and the lock (--lock, or a lock named like KEY)")
 }
 
 // options checks the flags and returns the client's options for them.
@@ -68,13 +71,20 @@ func (ff *fenceFlags) options(cmd *cobra.Command) ([]client.FenceOption, error) 
 	if !cmd.Flags().Changed("token") {
 		return nil, errors.New("--token is required")
 	}
+	var opts []client.FenceOption
 	if cmd.Flags().Changed("lock") {
 		if ff.lock == "" {
 			return nil, errors.New("--lock must not be empty")
 		}
-		return []client.FenceOption{client.WithLock(ff.lock)}, nil
+		opts = append(opts, client.WithLock(ff.lock))
 	}
-	return nil, nil
+	if cmd.Flags().Changed("proof") {
+		if ff.proof == "" {
+			return nil, errors.New("--proof is empty (is TENURE_FENCE_PROOF set?)")
+		}
+		opts = append(opts, client.WithProof(ff.proof))
+	}
+	return opts, nil
 }
 
 // emitFenced prints the outcome of a fenced write (what names the key in
@@ -83,11 +93,14 @@ func (ff *fenceFlags) options(cmd *cobra.Command) ([]client.FenceOption, error) 
 // invalid token or anything else.
 func (a *app) emitFenced(what string, r client.PutResult, err error) error {
 	var ue *client.UnissuedTokenError
+	var fe *client.ForgedProofError
 	stale := errors.Is(err, client.ErrStale)
 	out := fencePutJSON{Result: putAccepted, Token: r.Token, Revision: r.Revision}
 	switch {
 	case errors.As(err, &ue):
 		out = fencePutJSON{Result: putInvalid, Token: ue.Token, Revision: ue.Revision}
+	case errors.As(err, &fe):
+		out = fencePutJSON{Result: putForged, Token: fe.Token}
 	case err != nil && !stale:
 		return err
 	case r.Duplicate:
@@ -96,8 +109,12 @@ func (a *app) emitFenced(what string, r client.PutResult, err error) error {
 		out.Result = putStale
 	}
 	if perr := a.emit(out, func(w io.Writer) {
-		if out.Result == putInvalid {
+		switch out.Result {
+		case putInvalid:
 			fmt.Fprintf(w, "%s (%s: token %d was never issued; the revision is %d)\n", out.Result, what, out.Token, out.Revision)
+			return
+		case putForged:
+			fmt.Fprintf(w, "%s (%s: the proof does not verify for token %d of lock %q: %s)\n", out.Result, what, out.Token, fe.Lock, fe.Reason)
 			return
 		}
 		fmt.Fprintf(w, "%s (%s token %d)\n", out.Result, what, out.Token)
@@ -113,7 +130,7 @@ func (a *app) fencePutCommand() *cobra.Command {
 		val valueArg
 	)
 	cmd := &cobra.Command{
-		Use:   "put KEY VALUE|-|--file F --token N [--lock NAME] [--op-id ID]",
+		Use:   "put KEY VALUE|-|--file F --token N [--lock NAME] [--proof P] [--op-id ID]",
 		Short: "Write a register if the token is not stale",
 		Long: `Write VALUE ("-": read it from stdin; --file F: from a file) to the
 register KEY if --token is at least the highest token the
@@ -122,14 +139,18 @@ With --lock, the token must also be a current grant of that lock (any of its
 holders): a holder whose grant has ended is stale even before a newer holder
 writes. docs/fencing.md says when to name the lock.
 
-JSON: {"result":"accepted"|"stale"|"duplicate"|"invalid","token":N,"revision":N}
+JSON: {"result":"accepted"|"stale"|"duplicate"|"invalid"|"forged","token":N,"revision":N}
 where token is the register's accepted token after the call. "duplicate"
 means --op-id was seen before: nothing was applied, and the first outcome
 stands. "invalid" means the token was never issued (it is above the
 service's revision): nothing was stored; token is then the refused token and
-revision the service's.
+revision the service's. With --proof (under tenure lock:
+--proof "$TENURE_FENCE_PROOF"), "forged" means the proof does not verify
+with the cluster's keys for the token and the lock (--lock, or else a lock
+named like KEY): nothing was stored; token is then the refused token.
 
-Exit codes: 0 accepted or duplicate, 3 stale, 1 invalid and other errors.`,
+Exit codes: 0 accepted or duplicate, 3 stale, 1 invalid, forged and other
+errors.`,
 		Args: func(cmd *cobra.Command, args []string) error { return val.args(cmd, args) },
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, err := ff.options(cmd)
@@ -155,19 +176,21 @@ Exit codes: 0 accepted or duplicate, 3 stale, 1 invalid and other errors.`,
 func (a *app) fenceDeleteCommand() *cobra.Command {
 	var ff fenceFlags
 	cmd := &cobra.Command{
-		Use:   "delete KEY --token N [--lock NAME] [--op-id ID]",
+		Use:   "delete KEY --token N [--lock NAME] [--proof P] [--op-id ID]",
 		Short: "Delete a register if the token is not stale",
 		Long: `Delete the register KEY, with the checks of "tenure fence put": --token at
-least the register's accepted token, --lock, --op-id, a token never issued.
+least the register's accepted token, --lock, --proof, --op-id, a token never
+issued.
 The key keeps the delete's token: a later write to KEY needs at least that
 token (docs/fencing.md says for how long). Deleting a register that does not
 exist is accepted and raises the key's token all the same.
 
-JSON: {"result":"accepted"|"stale"|"duplicate"|"invalid","token":N,"revision":N}
+JSON: {"result":"accepted"|"stale"|"duplicate"|"invalid"|"forged","token":N,"revision":N}
 where token is the key's accepted token after the call; see "tenure fence
 put".
 
-Exit codes: 0 accepted or duplicate, 3 stale, 1 invalid and other errors.`,
+Exit codes: 0 accepted or duplicate, 3 stale, 1 invalid, forged and other
+errors.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, err := ff.options(cmd)

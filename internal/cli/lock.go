@@ -93,6 +93,9 @@ stdout and stderr passed through and these variables set:
 
   TENURE_LOCK         the lock's name
   TENURE_FENCE_TOKEN  the grant's fencing token: pass it with every effect
+  TENURE_FENCE_PROOF  the cluster's signature of the grant (one base64url
+                      string): pass it with the token to a resource that
+                      verifies proofs (tenure fence put --proof, guards)
   TENURE_SESSION      the session id
   TENURE_SESSION_SECRET  the session's secret (hex), which acting as the
                       session needs (e.g. tenure kv put --session): keep
@@ -151,7 +154,7 @@ func (a *app) runLock(ctx context.Context, name string, argv []string, lf lockFl
 		host, _ := os.Hostname()
 		owner = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
-	c, err := a.dial(ctx)
+	c, err := a.dial(ctx, client.WithFenceProofs()) // the command gets TENURE_FENCE_PROOF
 	if err != nil {
 		return err
 	}
@@ -172,6 +175,7 @@ func (a *app) runLock(ctx context.Context, name string, argv []string, lf lockFl
 	env := append(os.Environ(),
 		"TENURE_LOCK="+name,
 		"TENURE_FENCE_TOKEN="+strconv.FormatUint(h.Token(), 10),
+		"TENURE_FENCE_PROOF="+h.Proof(),
 		"TENURE_SESSION="+strconv.FormatUint(sess.ID(), 10),
 		"TENURE_SESSION_SECRET="+hex.EncodeToString(sess.Secret()),
 		"TENURE_ENDPOINT="+a.endpoint,

@@ -39,6 +39,7 @@ func (a *app) serveCommand() *cobra.Command {
 		groupWait           time.Duration
 		configFile          string
 		logFormat, logLevel string
+		sec                 serveSecurity
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -106,6 +107,11 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 				return fmt.Errorf("--log-format/--log-level: %w", err)
 			}
 			cfg.Logger = logger
+			reloaders, err := sec.configure(&cfg, a.streams.Err)
+			if err != nil {
+				return err
+			}
+			reloadOnHUP(ctx, reloaders, a.streams.Err)
 			d, err := daemon.Start(cfg)
 			if err != nil {
 				return err
@@ -152,6 +158,7 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 	kvFlags(f, &cfg.Limits.KV)
 	addQueueServeFlags(f, &cfg.Limits)
 	restoreServeFlags(f, &cfg.Limits.Restore)
+	sec.flags(f)
 	f.StringVar(&cfg.PeerListen, "peer-listen", "", "raft peer address (cluster mode), e.g. 127.0.0.1:7072")
 	f.StringVar(&cfg.PeerAdvertise, "peer-advertise", "", "peer address other members dial, if not --peer-listen (NAT, proxies)")
 	f.BoolVar(&cfg.UnsafeSkipFenceCheck, "unsafe-skip-fence-check", false, "accept every fenced write regardless of token (fault-injection tests only)")

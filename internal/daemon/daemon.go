@@ -5,6 +5,7 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/tenure-io/tenure/internal/clock"
 	"github.com/tenure-io/tenure/internal/dashboard"
@@ -75,6 +77,14 @@ type Config struct {
 	// of their own; the others are summed. 0 means DefaultMetricsQueues,
 	// negative none.
 	MetricsQueues int
+	// TLS, if set, is the client API's TLS configuration: the API then
+	// serves TLS only (a plaintext client is refused).
+	TLS *tls.Config
+	// PeerTLS: see node.Config (raft over mutual TLS).
+	PeerTLS func() *tls.Config
+	// Auth enforces the ACLs (server.WithAuth); denials are logged to
+	// LogOutput.
+	Auth bool
 }
 
 // DefaultMetricsQueues is the default Config.MetricsQueues.
@@ -103,7 +113,7 @@ func Start(cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	hub := server.NewHub()
-	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, Logger: cfg.Logger, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, PeerAdvertise: cfg.PeerAdvertise, BootstrapPeers: cfg.BootstrapPeers, Join: cfg.Join, UnsafeSkipFenceCheck: cfg.UnsafeSkipFenceCheck, PeerRoutes: cfg.PeerRoutes, LockHistory: cfg.LockHistory, RegisterOpMemory: cfg.RegisterOpMemory, Limits: cfg.ClusterLimits, GroupCommitWait: cfg.GroupCommitWait, Observer: hub.Metrics()}, hub.Sink)
+	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, Logger: cfg.Logger, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, PeerAdvertise: cfg.PeerAdvertise, PeerTLS: cfg.PeerTLS, BootstrapPeers: cfg.BootstrapPeers, Join: cfg.Join, UnsafeSkipFenceCheck: cfg.UnsafeSkipFenceCheck, PeerRoutes: cfg.PeerRoutes, LockHistory: cfg.LockHistory, RegisterOpMemory: cfg.RegisterOpMemory, Limits: cfg.ClusterLimits, GroupCommitWait: cfg.GroupCommitWait, Observer: hub.Metrics()}, hub.Sink)
 	if err != nil {
 		return nil, err
 	}
@@ -112,8 +122,16 @@ func Start(cfg Config) (*Daemon, error) {
 		n.Close()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	gs := grpc.NewServer(server.GRPCOptions()...)
-	srv := server.New(n, hub, cfg.Limits)
+	opts := server.GRPCOptions()
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	gs := grpc.NewServer(opts...)
+	var sopts []server.Option
+	if cfg.Auth {
+		sopts = append(sopts, server.WithAuth())
+	}
+	srv := server.New(n, hub, cfg.Limits, sopts...)
 	server.Register(gs, srv)
 	queues := max(cmp.Or(cfg.MetricsQueues, DefaultMetricsQueues), 0)
 	hub.Metrics().SetSource(func() metrics.Sample { return srv.Sample(queues) })

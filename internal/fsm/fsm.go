@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/btree"
 	"github.com/hashicorp/raft"
@@ -62,6 +63,10 @@ type FSM struct {
 	// failed is closed when fatal is set.
 	failed     chan struct{}
 	failedOnce sync.Once
+
+	// sec is the state's Security, published after every apply (it is
+	// immutable), so that readers need not take mu.
+	sec atomic.Pointer[Security]
 
 	// hintMu guards hints: commands this node proposed, by the first byte
 	// of their encoding (see Hint).
@@ -123,7 +128,9 @@ func New(sink EventSink) *FSM {
 	if sink == nil {
 		sink = func(Event) {}
 	}
-	return &FSM{sink: sink, state: NewState(), failed: make(chan struct{})}
+	f := &FSM{sink: sink, state: NewState(), failed: make(chan struct{})}
+	f.sec.Store(f.state.sec)
+	return f
 }
 
 // Err returns the error that stopped the state machine: the first log
@@ -150,6 +157,10 @@ func (f *FSM) failLocked(err error) error {
 	}
 	return f.fatal
 }
+
+// Security returns the replicated ACLs and signing keys as of the last
+// applied entry, without taking the state lock. It is immutable.
+func (f *FSM) Security() *Security { return f.sec.Load() }
 
 // SetUnsafeSkipFenceCheck turns off the fenced registers' token check (see
 // State.UnsafeSkipFenceCheck). Call it before raft starts; test use only.
@@ -210,6 +221,9 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		out[i] = &r
 	}
 	emit(Event{Kind: EventApplied, Revision: f.state.revision})
+	if f.state.sec != f.sec.Load() {
+		f.sec.Store(f.state.sec)
+	}
 	f.mu.Unlock()
 	for _, e := range events {
 		f.sink(e)
@@ -286,6 +300,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	st.UnsafeSkipFenceCheck = f.unsafeSkip
 	st.counters = f.state.counters // this process's counts go on across a restore
 	f.state = st
+	f.sec.Store(st.sec)
 	f.mu.Unlock()
 	f.sink(Event{Kind: EventRestored, Revision: st.revision})
 	return nil

@@ -13,6 +13,7 @@ type session struct {
 	owner      string
 	ttlMs      int64
 	secretHash []byte // HashSecret of the session's secret; nil: none (made before secrets)
+	identity   string // who created it (with auth); see CheckSession
 	held       map[string]struct{}
 	waits      map[string]*waiter
 }
@@ -65,7 +66,7 @@ func (s *State) createSession(c *fsmpb.CreateSession, emit EventSink) Result {
 		return Result{Err: fmt.Errorf("%w: a secret hash is %d bytes, not %d", ErrInvalid, n, sha256.Size)}
 	}
 	s.addSession(&session{
-		id: id, owner: c.GetOwner(), ttlMs: c.GetTtlMs(), secretHash: append([]byte(nil), c.GetSecretHash()...),
+		id: id, owner: c.GetOwner(), ttlMs: c.GetTtlMs(), secretHash: append([]byte(nil), c.GetSecretHash()...), identity: c.GetIdentity(),
 		held: make(map[string]struct{}), waits: make(map[string]*waiter),
 	})
 	emit(Event{Kind: EventSessionCreated, Session: id, TTLMs: c.GetTtlMs()})

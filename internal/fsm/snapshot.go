@@ -28,7 +28,7 @@ func (s *State) exportCore() *fsmpb.Snapshot {
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for _, id := range ids {
 		ss := s.sessions[id]
-		snap.Sessions = append(snap.Sessions, &fsmpb.SessionState{Id: id, Owner: ss.owner, TtlMs: ss.ttlMs, SecretHash: ss.secretHash})
+		snap.Sessions = append(snap.Sessions, &fsmpb.SessionState{Id: id, Owner: ss.owner, TtlMs: ss.ttlMs, SecretHash: ss.secretHash, Identity: ss.identity})
 	}
 	for _, name := range sortedKeys(s.locks) {
 		l := s.locks[name]
@@ -59,6 +59,7 @@ func (s *State) exportCore() *fsmpb.Snapshot {
 		snap.DeletedRegisters = append(snap.DeletedRegisters, &fsmpb.DeletedRegister{Key: key, Token: token})
 	})
 	snap.RegisterFloor = s.deleted.floor
+	snap.Security = exportSecurity(s.sec)
 	return snap
 }
 
@@ -82,8 +83,13 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 		}
 	}
 	s.limits = s.limits.Merge(LimitsFromProto(snap.GetLimits()))
+	sec, err := importSecurity(snap.GetSecurity())
+	if err != nil {
+		return nil, err
+	}
+	s.sec = sec
 	for _, ss := range snap.GetSessions() {
-		s.addSession(&session{id: ss.GetId(), owner: ss.GetOwner(), ttlMs: ss.GetTtlMs(), secretHash: ss.GetSecretHash(),
+		s.addSession(&session{id: ss.GetId(), owner: ss.GetOwner(), ttlMs: ss.GetTtlMs(), secretHash: ss.GetSecretHash(), identity: ss.GetIdentity(),
 			held: make(map[string]struct{}), waits: make(map[string]*waiter)})
 	}
 	for _, ls := range snap.GetLocks() {

@@ -171,6 +171,7 @@ type State struct {
 	// three are derived from the rest and not exported (stats.go).
 	heldLocks, delayedLocks int
 	counters                Counters
+	sec        *Security // ACLs and signing keys, replaced on change (acl.go)
 }
 
 // NewState returns an empty state at revision 0.
@@ -185,6 +186,7 @@ func NewState() *State {
 		lockOrder:    newLockOrder(),
 		registers:    make(map[string]*register),
 		kv:           newKVStore(),
+		sec:          emptySecurity(),
 	}
 }
 
@@ -239,6 +241,22 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 		r = s.kvApplyDelete(op.KvDelete, emit)
 	case *fsmpb.Command_KvTxn:
 		r = s.kvApplyTxn(op.KvTxn, emit)
+	case *fsmpb.Command_AclBootstrap:
+		r = s.aclBootstrap(op.AclBootstrap)
+	case *fsmpb.Command_AclPolicySet:
+		r = s.aclPolicySet(op.AclPolicySet)
+	case *fsmpb.Command_AclPolicyDelete:
+		r = s.aclPolicyDelete(op.AclPolicyDelete)
+	case *fsmpb.Command_AclTokenCreate:
+		r = s.aclTokenCreate(op.AclTokenCreate)
+	case *fsmpb.Command_AclTokenRevoke:
+		r = s.aclTokenRevoke(op.AclTokenRevoke)
+	case *fsmpb.Command_AclBindingSet:
+		r = s.aclBindingSet(op.AclBindingSet)
+	case *fsmpb.Command_AclBindingDelete:
+		r = s.aclBindingDelete(op.AclBindingDelete)
+	case *fsmpb.Command_AddSigningKey:
+		r = s.addSigningKey(op.AddSigningKey)
 	case *fsmpb.Command_Batch:
 		r.Batch = make([]Result, len(op.Batch.GetCommands()))
 		for i, c := range op.Batch.GetCommands() {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
@@ -407,18 +408,43 @@ func TestDamagedEntryNotStored(t *testing.T) {
 }
 
 // TestOldEntriesStillRead: a data directory whose log holds entries in
-// the format before the checksum (bare protobuf) starts, replays them, and
-// takes framed entries after them.
+// the format before the checksum (bare protobuf, as a version before it
+// wrote them) starts, replays them, and takes framed entries after them.
 func TestOldEntriesStillRead(t *testing.T) {
 	dir := t.TempDir()
-	n := openRunning(t, Config{DataDir: dir})
-	for i := 0; i < 3; i++ {
+	// The directory an older version left: bootstrapped, then three bare
+	// commands in its first term.
+	stores, err := store.Open(filepath.Join(dir, "raft"), "", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(dir, "snapshots"), 2, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, trans := raft.NewInmemTransport("n1")
+	rc := raft.DefaultConfig()
+	rc.LocalID = "n1"
+	if err := raft.BootstrapCluster(rc, stores.Log, stores.Stable, snaps, trans, raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: "n1", Address: "n1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
 		data, err := proto.Marshal(put(fmt.Sprint("old", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := n.raft.Apply(data, time.Second).Error(); err != nil {
+		if err := stores.Log.StoreLog(&raft.Log{Index: uint64(2 + i), Term: 1, Type: raft.LogCommand, Data: data}); err != nil {
 			t.Fatal(err)
+		}
+	}
+	stores.Close()
+
+	n := openRunning(t, Config{DataDir: dir})
+	for i := range 3 {
+		var found bool
+		n.Read(func(s *fsm.State) { _, found = s.KVGet(fmt.Sprint("old", i)) })
+		if !found {
+			t.Fatalf("the bare entry old%d was not applied", i)
 		}
 	}
 	rev := fill(t, n, 3)
@@ -426,7 +452,7 @@ func TestOldEntriesStillRead(t *testing.T) {
 	n.Close()
 	n = openRunning(t, Config{DataDir: dir})
 	if got := exportState(t, n); !bytes.Equal(got, before) {
-		t.Fatal("the state after replaying bare entries differs")
+		t.Fatal("the state after replaying bare and framed entries differs")
 	}
 	if got := fill(t, n, 1); got != rev+1 {
 		t.Fatalf("revision %d, want %d", got, rev+1)

@@ -11,6 +11,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -80,6 +81,11 @@ type Config struct {
 	// PeerAdvertise is the peer address other members dial, when it differs
 	// from PeerAddr (NAT, or a proxy in front of the node).
 	PeerAdvertise string
+	// PeerTLS, if set, puts raft's peer traffic over mutual TLS: it is
+	// called for every peer connection, in both directions, and returns
+	// the configuration to use (certificates, the peers' CA as RootCAs
+	// and ClientCAs, client certificates required); see peertls.go.
+	PeerTLS func() *tls.Config
 	// PeerRoutes overrides, for this node only, the address it dials to
 	// reach a peer (id → address). The fault-injection suite uses it to
 	// put a proxy on every directed link between two nodes.
@@ -285,9 +291,15 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 		if len(cfg.PeerRoutes) > 0 {
 			provider = routes(cfg.PeerRoutes)
 		}
-		tcp, err := raft.NewTCPTransportWithConfig(cfg.PeerAddr, adv, &raft.NetworkTransportConfig{
+		nc := &raft.NetworkTransportConfig{
 			ServerAddressProvider: provider, Logger: logger, MaxPool: 3, Timeout: 10 * time.Second,
-		})
+		}
+		var tcp *raft.NetworkTransport
+		if cfg.PeerTLS != nil {
+			tcp, err = newTLSTransport(cfg.PeerAddr, adv, cfg.PeerTLS, nc)
+		} else {
+			tcp, err = raft.NewTCPTransportWithConfig(cfg.PeerAddr, adv, nc)
+		}
 		if err != nil {
 			stores.Close()
 			return nil, fmt.Errorf("node: peer listener on %s: %w", cfg.PeerAddr, err)
@@ -468,6 +480,7 @@ func (n *Node) promote(ctx context.Context) error {
 	n.lease.confirmed(n, term, began) // the barrier is a confirmation too
 	n.lessor.Promote(promoteAllowance)
 	n.applySettings(ctx)
+	n.EnsureSigningKey(ctx) // security.go
 	n.readyOnce.Do(func() { close(n.ready) })
 	return nil
 }

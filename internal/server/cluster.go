@@ -276,5 +276,6 @@ func (s *Server) SnapshotRestore(stream pb.Tenure_SnapshotRestoreServer) error {
 		return toStatus(err)
 	}
 	s.log.Info("snapshot restored", "revision", snap.GetRevision(), "fence_floor", snap.GetFenceFloor(), "force", force, "bytes", len(data), "sessions", len(snap.GetSessions()), "locks", len(snap.GetLocks()))
+	s.node.EnsureSigningKey(stream.Context()) // a snapshot from before keys has none
 	return stream.SendAndClose(&pb.SnapshotRestoreResponse{Revision: snap.GetRevision(), Sessions: uint32(len(snap.GetSessions())), Locks: uint32(len(snap.GetLocks())), Registers: uint32(len(snap.GetRegisters())), Queues: uint32(len(snap.GetQueues())), Keys: uint64(len(snap.GetKv()))})
 }

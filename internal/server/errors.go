@@ -74,6 +74,12 @@ func toStatus(err error) error {
 			st = d
 		}
 	}
+	var fe *ForgedProofError
+	if errors.As(err, &fe) {
+		if d, derr := st.WithDetails(&pb.ForgedProof{Token: fe.Token, Lock: fe.Lock, Reason: fe.Reason}); derr == nil {
+			st = d
+		}
+	}
 	return st.Err()
 }
 

@@ -38,12 +38,19 @@ type Server struct {
 	restores restoreGate
 	// refusals bounds the refusals logged (observe.go).
 	refusals refusalBudget
+	// auth: the ACLs are enforced (auth.go).
+	auth      bool
+	signers   signerCache // proof.go
+	verifiers verifierCache
 }
 
 // New returns a server for n; hub must be the one whose Sink n delivers
 // events to.
-func New(n *node.Node, hub *Hub, limits Limits) *Server {
+func New(n *node.Node, hub *Hub, limits Limits, opts ...Option) *Server {
 	s := &Server{node: n, hub: hub, log: n.Logger(), limits: limits.withDefaults(), workers: workers{work: make(chan func())}}
+	for _, o := range opts {
+		o(s)
+	}
 	s.configureKV()
 	n.OnDemote(s.hub.queues.wakeAll) // blocked dequeues move to the new leader
 	return s
@@ -89,6 +96,10 @@ func (s *Server) Session(stream pb.Tenure_SessionServer) error {
 	if open == nil {
 		return status.Error(codes.InvalidArgument, "the first message on a Session stream must be open")
 	}
+	identity, err := s.authorizeOpen(stream.Context(), open)
+	if err != nil {
+		return toStatus(err)
+	}
 	_, queues := stream.(*muxSessionStream)
 	ss := &sessionStream{srv: s, stream: stream, sendQueues: queues, pending: make(map[uint64]*pendingAcquire), ended: make(chan bool, 1), quit: make(chan struct{})}
 	var secret []byte // only for a new session: the client learns it once
@@ -100,7 +111,7 @@ func (s *Server) Session(stream pb.Tenure_SessionServer) error {
 		if _, err := rand.Read(secret); err != nil {
 			return status.Errorf(codes.Internal, "drawing a session secret: %v", err)
 		}
-		res, err := s.propose(&fsmpb.CreateSession{Owner: open.GetOwner(), TtlMs: open.GetTtlMs(), SecretHash: fsm.HashSecret(secret)})
+		res, err := s.propose(&fsmpb.CreateSession{Owner: open.GetOwner(), TtlMs: open.GetTtlMs(), SecretHash: fsm.HashSecret(secret), Identity: identity})
 		if err != nil {
 			return toStatus(err)
 		}
@@ -163,6 +174,12 @@ type sessionStream struct {
 	// mu guards pending.
 	mu      sync.Mutex
 	pending map[uint64]*pendingAcquire
+
+	// signing counts the immediate grants whose answers a worker signs
+	// and sends (proof.go); every Add happens on the node's answering
+	// goroutine before the answer of a later command of the stream, so
+	// close, which waits for its own command's answer first, may Wait.
+	signing sync.WaitGroup
 }
 
 // pendingAcquire is a queued acquire of this stream. Only an explicit
@@ -182,13 +199,6 @@ func (ss *sessionStream) send(r *pb.SessionResponse) {
 	ss.sendMu.Lock()
 	defer ss.sendMu.Unlock()
 	_ = ss.stream.Send(r) // a broken stream is noticed by Recv
-}
-
-// granted is the answer to acquire request id of p, granted with token;
-// the wait since the request arrived goes to the metrics.
-func (ss *sessionStream) granted(id uint64, a *pb.AcquireLock, p *pendingAcquire, token uint64) *pb.SessionResponse {
-	ss.srv.hub.metrics.ObserveLockWait(fsm.LockKind(a.GetPermits(), a.GetShared(), a.GetElection()), time.Since(p.start))
-	return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Granted{Granted: &pb.LockGranted{Name: a.GetName(), Token: token}}}
 }
 
 func errResponse(id uint64, err error) *pb.SessionResponse {
@@ -314,6 +324,10 @@ func (ss *sessionStream) serveDirect(ctx context.Context, vs *muxSessionStream) 
 // worker); it reports a close request, which the caller serves.
 func (ss *sessionStream) handle(ctx context.Context, req *pb.SessionRequest) (closing bool) {
 	id := req.GetId()
+	if err := ss.srv.authorizeSession(ctx, req); err != nil {
+		ss.sendErr(id, err)
+		return false
+	}
 	switch op := req.GetOp().(type) {
 	case *pb.SessionRequest_KeepAlive:
 		if ss.srv.node.LeadershipConfirmed() {
@@ -383,7 +397,9 @@ func (ss *sessionStream) keepAlive(ctx context.Context, id uint64) {
 func (ss *sessionStream) close(id uint64) error {
 	ss.stop()
 	ss.srv.hub.detach(ss.id, ss) // the closer learns from the answer, not a push
-	if _, err := ss.srv.propose(&fsmpb.CloseSession{Session: ss.id}); err != nil {
+	_, err := ss.srv.propose(&fsmpb.CloseSession{Session: ss.id})
+	ss.signing.Wait() // the grants committed before the close are answered first
+	if err != nil {
 		ss.sendErr(id, err)
 		return nil
 	}
@@ -433,13 +449,25 @@ func (ss *sessionStream) acquireAsync(ctx context.Context, id uint64, a *pb.Acqu
 		// checked: a withdrawal from now on meets the grant in the client,
 		// which releases it). Only sends: this runs on the node's answering
 		// goroutine, where a proposal (as a withdrawal makes) would wait
-		// for its own answer.
-		if err != nil {
-			ss.finishAcquire(key, ch, errResponse(id, err))
-		} else {
-			ss.finishAcquire(key, ch, ss.granted(id, a, p, res.Token))
+		// for its own answer. A grant's proof is signed on a worker, off
+		// that goroutine (proof.go).
+		if err != nil || !a.GetProof() {
+			var resp *pb.SessionResponse
+			if err != nil {
+				resp = errResponse(id, err)
+			} else {
+				resp = ss.granted(id, a, p, res.Token)
+			}
+			ss.finishAcquire(key, ch, resp)
+			done()
+			return
 		}
-		done()
+		ss.signing.Add(1)
+		ss.srv.workers.Go(func() {
+			defer ss.signing.Done()
+			defer done()
+			ss.finishAcquire(key, ch, ss.granted(id, a, p, res.Token))
+		})
 	})
 }
 
@@ -629,6 +657,9 @@ func (s *Server) FencedPut(ctx context.Context, req *pb.FencedPutRequest) (*pb.F
 	if err := s.checkFenced(req.GetKey(), req.GetLock()); err != nil {
 		return nil, toStatus(err)
 	}
+	if err := s.checkProof(req.GetKey(), req.GetLock(), req.GetProof(), req.GetToken()); err != nil {
+		return nil, toStatus(err)
+	}
 	if n := len(req.GetValue()); n > s.limits.MaxRegisterValueBytes {
 		return nil, toStatus(fmt.Errorf("%w: value is %d bytes, the limit is %d (--max-register-value-len)", fsm.ErrInvalid, n, s.limits.MaxRegisterValueBytes))
 	}
@@ -642,6 +673,9 @@ func (s *Server) FencedPut(ctx context.Context, req *pb.FencedPutRequest) (*pb.F
 // FencedDelete implements pb.TenureServer, with the answers of FencedPut.
 func (s *Server) FencedDelete(ctx context.Context, req *pb.FencedDeleteRequest) (*pb.FencedDeleteResponse, error) {
 	if err := s.checkFenced(req.GetKey(), req.GetLock()); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.checkProof(req.GetKey(), req.GetLock(), req.GetProof(), req.GetToken()); err != nil {
 		return nil, toStatus(err)
 	}
 	res, err := s.node.Propose(ctx, cmdOf(&fsmpb.FencedDelete{Key: req.GetKey(), Token: req.GetToken(), Lock: req.GetLock(), OperationId: req.GetOperationId()}))

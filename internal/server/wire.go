@@ -35,15 +35,17 @@ import (
 	"github.com/tenure-io/tenure/internal/fsm"
 )
 
-// Register registers srv on gs with the strict decoding of requests, and
-// counts every RPC in srv's metrics (method, code; the time of a unary
-// one). gs must have been made with GRPCOptions.
+// Register registers srv on gs with the strict decoding of requests, each
+// request authorized (auth.go) as soon as it is decoded, and counts every
+// RPC in srv's metrics (method, code; the time of a unary one). gs must
+// have been made with GRPCOptions.
 func Register(gs *grpc.Server, srv *Server) {
 	pb.RegisterTenureServer(strictRegistrar{gs, srv}, srv)
 }
 
 // strictRegistrar registers services whose handlers decode their requests
-// with decodeStrict and are counted in srv's metrics (and refusals logged).
+// with decodeStrict and then authorize them, and are counted in srv's
+// metrics (and refusals logged).
 type strictRegistrar struct {
 	grpc.ServiceRegistrar
 	srv *Server
@@ -57,7 +59,12 @@ func (r strictRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
 		handler, name := m.Handler, m.MethodName
 		m.Handler = func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 			start := time.Now()
-			resp, err := handler(srv, ctx, func(v any) error { return decodeStrict(dec, v) }, interceptor)
+			resp, err := handler(srv, ctx, func(v any) error {
+				if err := decodeStrict(dec, v); err != nil {
+					return err
+				}
+				return toStatus(r.srv.authorize(ctx, name, v))
+			}, interceptor)
 			r.srv.answered(name, err, true, time.Since(start))
 			return resp, err
 		}
@@ -67,7 +74,7 @@ func (r strictRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
 	for i, s := range desc.Streams {
 		handler, name := s.Handler, s.StreamName
 		s.Handler = func(srv any, stream grpc.ServerStream) error {
-			err := handler(srv, strictStream{stream})
+			err := handler(srv, strictStream{stream, func(v any) error { return r.srv.authorize(stream.Context(), name, v) }})
 			r.srv.answered(name, err, false, 0)
 			return err
 		}
@@ -95,11 +102,21 @@ func codeOf(err error) codes.Code {
 	return status.Code(err)
 }
 
-// strictStream decodes every message it receives with decodeStrict.
-type strictStream struct{ grpc.ServerStream }
+
+// strictStream decodes every message it receives with decodeStrict and
+// authorizes it.
+type strictStream struct {
+	grpc.ServerStream
+	authorize func(req any) error
+}
 
 // RecvMsg implements grpc.ServerStream.
-func (s strictStream) RecvMsg(v any) error { return decodeStrict(s.ServerStream.RecvMsg, v) }
+func (s strictStream) RecvMsg(v any) error {
+	if err := decodeStrict(s.ServerStream.RecvMsg, v); err != nil {
+		return err
+	}
+	return toStatus(s.authorize(v))
+}
 
 // wireMessage holds a received message's bytes (see codec).
 type wireMessage struct{ data mem.BufferSlice }

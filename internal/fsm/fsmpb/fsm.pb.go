@@ -53,6 +53,14 @@ type Command struct {
 	//	*Command_QueueRequeueDead
 	//	*Command_QueueDelete
 	//	*Command_QueuePurge
+	//	*Command_AclBootstrap
+	//	*Command_AclPolicySet
+	//	*Command_AclPolicyDelete
+	//	*Command_AclTokenCreate
+	//	*Command_AclTokenRevoke
+	//	*Command_AclBindingSet
+	//	*Command_AclBindingDelete
+	//	*Command_AddSigningKey
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -320,6 +328,78 @@ func (x *Command) GetQueuePurge() *QueuePurge {
 	return nil
 }
 
+func (x *Command) GetAclBootstrap() *AclBootstrap {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AclBootstrap); ok {
+			return x.AclBootstrap
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAclPolicySet() *AclPolicySet {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AclPolicySet); ok {
+			return x.AclPolicySet
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAclPolicyDelete() *AclPolicyDelete {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AclPolicyDelete); ok {
+			return x.AclPolicyDelete
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAclTokenCreate() *AclTokenCreate {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AclTokenCreate); ok {
+			return x.AclTokenCreate
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAclTokenRevoke() *AclTokenRevoke {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AclTokenRevoke); ok {
+			return x.AclTokenRevoke
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAclBindingSet() *AclBindingSet {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AclBindingSet); ok {
+			return x.AclBindingSet
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAclBindingDelete() *AclBindingDelete {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AclBindingDelete); ok {
+			return x.AclBindingDelete
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAddSigningKey() *AddSigningKey {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AddSigningKey); ok {
+			return x.AddSigningKey
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -428,6 +508,39 @@ type Command_QueuePurge struct {
 	QueuePurge *QueuePurge `protobuf:"bytes,28,opt,name=queue_purge,json=queuePurge,proto3,oneof"`
 }
 
+type Command_AclBootstrap struct {
+	// ACLs and the cluster's signing keys: 70..79 (acl.go, keys.go).
+	AclBootstrap *AclBootstrap `protobuf:"bytes,70,opt,name=acl_bootstrap,json=aclBootstrap,proto3,oneof"`
+}
+
+type Command_AclPolicySet struct {
+	AclPolicySet *AclPolicySet `protobuf:"bytes,71,opt,name=acl_policy_set,json=aclPolicySet,proto3,oneof"`
+}
+
+type Command_AclPolicyDelete struct {
+	AclPolicyDelete *AclPolicyDelete `protobuf:"bytes,72,opt,name=acl_policy_delete,json=aclPolicyDelete,proto3,oneof"`
+}
+
+type Command_AclTokenCreate struct {
+	AclTokenCreate *AclTokenCreate `protobuf:"bytes,73,opt,name=acl_token_create,json=aclTokenCreate,proto3,oneof"`
+}
+
+type Command_AclTokenRevoke struct {
+	AclTokenRevoke *AclTokenRevoke `protobuf:"bytes,74,opt,name=acl_token_revoke,json=aclTokenRevoke,proto3,oneof"`
+}
+
+type Command_AclBindingSet struct {
+	AclBindingSet *AclBindingSet `protobuf:"bytes,75,opt,name=acl_binding_set,json=aclBindingSet,proto3,oneof"`
+}
+
+type Command_AclBindingDelete struct {
+	AclBindingDelete *AclBindingDelete `protobuf:"bytes,76,opt,name=acl_binding_delete,json=aclBindingDelete,proto3,oneof"`
+}
+
+type Command_AddSigningKey struct {
+	AddSigningKey *AddSigningKey `protobuf:"bytes,77,opt,name=add_signing_key,json=addSigningKey,proto3,oneof"`
+}
+
 func (*Command_CreateSession) isCommand_Op() {}
 
 func (*Command_CloseSession) isCommand_Op() {}
@@ -478,6 +591,798 @@ func (*Command_QueueDelete) isCommand_Op() {}
 
 func (*Command_QueuePurge) isCommand_Op() {}
 
+func (*Command_AclBootstrap) isCommand_Op() {}
+
+func (*Command_AclPolicySet) isCommand_Op() {}
+
+func (*Command_AclPolicyDelete) isCommand_Op() {}
+
+func (*Command_AclTokenCreate) isCommand_Op() {}
+
+func (*Command_AclTokenRevoke) isCommand_Op() {}
+
+func (*Command_AclBindingSet) isCommand_Op() {}
+
+func (*Command_AclBindingDelete) isCommand_Op() {}
+
+func (*Command_AddSigningKey) isCommand_Op() {}
+
+// ACLs. Access is "read", "write" or "deny"; kind one of fsm.Kinds.
+type AclRule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Prefix        string                 `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Access        string                 `protobuf:"bytes,3,opt,name=access,proto3" json:"access,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclRule) Reset() {
+	*x = AclRule{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclRule) ProtoMessage() {}
+
+func (x *AclRule) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclRule.ProtoReflect.Descriptor instead.
+func (*AclRule) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AclRule) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *AclRule) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *AclRule) GetAccess() string {
+	if x != nil {
+		return x.Access
+	}
+	return ""
+}
+
+type AclPolicy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Rules         []*AclRule             `protobuf:"bytes,2,rep,name=rules,proto3" json:"rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclPolicy) Reset() {
+	*x = AclPolicy{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclPolicy) ProtoMessage() {}
+
+func (x *AclPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclPolicy.ProtoReflect.Descriptor instead.
+func (*AclPolicy) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AclPolicy) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AclPolicy) GetRules() []*AclRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+// AclToken: secret_hash is the SHA-256 of the secret, which the proposer
+// drew and gave to the client alone.
+type AclToken struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	SecretHash  []byte                 `protobuf:"bytes,2,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	Policies    []string               `protobuf:"bytes,3,rep,name=policies,proto3" json:"policies,omitempty"`
+	Description string                 `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
+	// create_revision: set by the state machine (in snapshots).
+	CreateRevision uint64 `protobuf:"varint,5,opt,name=create_revision,json=createRevision,proto3" json:"create_revision,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AclToken) Reset() {
+	*x = AclToken{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclToken) ProtoMessage() {}
+
+func (x *AclToken) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclToken.ProtoReflect.Descriptor instead.
+func (*AclToken) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AclToken) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AclToken) GetSecretHash() []byte {
+	if x != nil {
+		return x.SecretHash
+	}
+	return nil
+}
+
+func (x *AclToken) GetPolicies() []string {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+func (x *AclToken) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *AclToken) GetCreateRevision() uint64 {
+	if x != nil {
+		return x.CreateRevision
+	}
+	return 0
+}
+
+// AclBinding gives a certificate identity policies.
+type AclBinding struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Policies      []string               `protobuf:"bytes,2,rep,name=policies,proto3" json:"policies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclBinding) Reset() {
+	*x = AclBinding{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclBinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclBinding) ProtoMessage() {}
+
+func (x *AclBinding) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclBinding.ProtoReflect.Descriptor instead.
+func (*AclBinding) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *AclBinding) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AclBinding) GetPolicies() []string {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+// AclBootstrap creates the management policy and token (token.policies
+// is ignored); it is refused once it has run.
+type AclBootstrap struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         *AclToken              `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclBootstrap) Reset() {
+	*x = AclBootstrap{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclBootstrap) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclBootstrap) ProtoMessage() {}
+
+func (x *AclBootstrap) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclBootstrap.ProtoReflect.Descriptor instead.
+func (*AclBootstrap) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AclBootstrap) GetToken() *AclToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+type AclPolicySet struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        *AclPolicy             `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Replace       bool                   `protobuf:"varint,2,opt,name=replace,proto3" json:"replace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclPolicySet) Reset() {
+	*x = AclPolicySet{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclPolicySet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclPolicySet) ProtoMessage() {}
+
+func (x *AclPolicySet) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclPolicySet.ProtoReflect.Descriptor instead.
+func (*AclPolicySet) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *AclPolicySet) GetPolicy() *AclPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *AclPolicySet) GetReplace() bool {
+	if x != nil {
+		return x.Replace
+	}
+	return false
+}
+
+type AclPolicyDelete struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclPolicyDelete) Reset() {
+	*x = AclPolicyDelete{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclPolicyDelete) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclPolicyDelete) ProtoMessage() {}
+
+func (x *AclPolicyDelete) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclPolicyDelete.ProtoReflect.Descriptor instead.
+func (*AclPolicyDelete) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *AclPolicyDelete) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type AclTokenCreate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         *AclToken              `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclTokenCreate) Reset() {
+	*x = AclTokenCreate{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclTokenCreate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclTokenCreate) ProtoMessage() {}
+
+func (x *AclTokenCreate) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclTokenCreate.ProtoReflect.Descriptor instead.
+func (*AclTokenCreate) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *AclTokenCreate) GetToken() *AclToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+type AclTokenRevoke struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclTokenRevoke) Reset() {
+	*x = AclTokenRevoke{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclTokenRevoke) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclTokenRevoke) ProtoMessage() {}
+
+func (x *AclTokenRevoke) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclTokenRevoke.ProtoReflect.Descriptor instead.
+func (*AclTokenRevoke) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *AclTokenRevoke) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type AclBindingSet struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Binding       *AclBinding            `protobuf:"bytes,1,opt,name=binding,proto3" json:"binding,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclBindingSet) Reset() {
+	*x = AclBindingSet{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclBindingSet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclBindingSet) ProtoMessage() {}
+
+func (x *AclBindingSet) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclBindingSet.ProtoReflect.Descriptor instead.
+func (*AclBindingSet) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *AclBindingSet) GetBinding() *AclBinding {
+	if x != nil {
+		return x.Binding
+	}
+	return nil
+}
+
+type AclBindingDelete struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclBindingDelete) Reset() {
+	*x = AclBindingDelete{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclBindingDelete) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclBindingDelete) ProtoMessage() {}
+
+func (x *AclBindingDelete) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclBindingDelete.ProtoReflect.Descriptor instead.
+func (*AclBindingDelete) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *AclBindingDelete) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// SigningKey is an Ed25519 key of the cluster's fence proofs: seed is
+// its private seed (drawn by the proposer), id the fenceproof key id of
+// its public key.
+type SigningKey struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Id             string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Seed           []byte                 `protobuf:"bytes,2,opt,name=seed,proto3" json:"seed,omitempty"`
+	CreateRevision uint64                 `protobuf:"varint,3,opt,name=create_revision,json=createRevision,proto3" json:"create_revision,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SigningKey) Reset() {
+	*x = SigningKey{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SigningKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SigningKey) ProtoMessage() {}
+
+func (x *SigningKey) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SigningKey.ProtoReflect.Descriptor instead.
+func (*SigningKey) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SigningKey) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SigningKey) GetSeed() []byte {
+	if x != nil {
+		return x.Seed
+	}
+	return nil
+}
+
+func (x *SigningKey) GetCreateRevision() uint64 {
+	if x != nil {
+		return x.CreateRevision
+	}
+	return 0
+}
+
+// AddSigningKey adds a signing key, which signs from then on. The first
+// one also sets the cluster's id (cluster_id, drawn by the proposer;
+// ignored once set). only_if_none: do nothing if a key exists (a leader
+// making sure the cluster has one).
+type AddSigningKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId     []byte                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Key           *SigningKey            `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	OnlyIfNone    bool                   `protobuf:"varint,3,opt,name=only_if_none,json=onlyIfNone,proto3" json:"only_if_none,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddSigningKey) Reset() {
+	*x = AddSigningKey{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddSigningKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddSigningKey) ProtoMessage() {}
+
+func (x *AddSigningKey) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddSigningKey.ProtoReflect.Descriptor instead.
+func (*AddSigningKey) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *AddSigningKey) GetClusterId() []byte {
+	if x != nil {
+		return x.ClusterId
+	}
+	return nil
+}
+
+func (x *AddSigningKey) GetKey() *SigningKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *AddSigningKey) GetOnlyIfNone() bool {
+	if x != nil {
+		return x.OnlyIfNone
+	}
+	return false
+}
+
+// Security is the ACL state and the cluster's identity in a snapshot.
+type Security struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	AclBootstrapped bool                   `protobuf:"varint,1,opt,name=acl_bootstrapped,json=aclBootstrapped,proto3" json:"acl_bootstrapped,omitempty"`
+	Policies        []*AclPolicy           `protobuf:"bytes,2,rep,name=policies,proto3" json:"policies,omitempty"`
+	Tokens          []*AclToken            `protobuf:"bytes,3,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	Bindings        []*AclBinding          `protobuf:"bytes,4,rep,name=bindings,proto3" json:"bindings,omitempty"`
+	ClusterId       []byte                 `protobuf:"bytes,5,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// signing_keys, oldest first: the last signs.
+	SigningKeys   []*SigningKey `protobuf:"bytes,6,rep,name=signing_keys,json=signingKeys,proto3" json:"signing_keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Security) Reset() {
+	*x = Security{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Security) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Security) ProtoMessage() {}
+
+func (x *Security) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Security.ProtoReflect.Descriptor instead.
+func (*Security) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Security) GetAclBootstrapped() bool {
+	if x != nil {
+		return x.AclBootstrapped
+	}
+	return false
+}
+
+func (x *Security) GetPolicies() []*AclPolicy {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+func (x *Security) GetTokens() []*AclToken {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+func (x *Security) GetBindings() []*AclBinding {
+	if x != nil {
+		return x.Bindings
+	}
+	return nil
+}
+
+func (x *Security) GetClusterId() []byte {
+	if x != nil {
+		return x.ClusterId
+	}
+	return nil
+}
+
+func (x *Security) GetSigningKeys() []*SigningKey {
+	if x != nil {
+		return x.SigningKeys
+	}
+	return nil
+}
+
 // SetRetention changes how much diagnostic history the state keeps: grant
 // records per lock and remembered operation ids per fenced register. 0
 // leaves a value as it is. The leader proposes it when its configuration
@@ -492,7 +1397,7 @@ type SetRetention struct {
 
 func (x *SetRetention) Reset() {
 	*x = SetRetention{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[1]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -504,7 +1409,7 @@ func (x *SetRetention) String() string {
 func (*SetRetention) ProtoMessage() {}
 
 func (x *SetRetention) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[1]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -517,7 +1422,7 @@ func (x *SetRetention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRetention.ProtoReflect.Descriptor instead.
 func (*SetRetention) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{1}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetRetention) GetLockHistory() uint32 {
@@ -554,7 +1459,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -566,7 +1471,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -579,7 +1484,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Limits) GetMaxSessions() uint64 {
@@ -664,7 +1569,7 @@ type SetLimits struct {
 
 func (x *SetLimits) Reset() {
 	*x = SetLimits{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +1581,7 @@ func (x *SetLimits) String() string {
 func (*SetLimits) ProtoMessage() {}
 
 func (x *SetLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +1594,7 @@ func (x *SetLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLimits.ProtoReflect.Descriptor instead.
 func (*SetLimits) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetLimits) GetLimits() *Limits {
@@ -710,7 +1615,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -722,7 +1627,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -735,7 +1640,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Batch) GetCommands() []*Command {
@@ -752,14 +1657,17 @@ type CreateSession struct {
 	// secret_hash: fsm.HashSecret of the session's secret, drawn by the
 	// proposer and given only to the client. The secret itself is never in
 	// the log or the state.
-	SecretHash    []byte `protobuf:"bytes,3,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	SecretHash []byte `protobuf:"bytes,3,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	// identity: who created the session (with --auth; "" without); no
+	// other identity may use it.
+	Identity      string `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateSession) Reset() {
 	*x = CreateSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +1679,7 @@ func (x *CreateSession) String() string {
 func (*CreateSession) ProtoMessage() {}
 
 func (x *CreateSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +1692,7 @@ func (x *CreateSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSession.ProtoReflect.Descriptor instead.
 func (*CreateSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CreateSession) GetOwner() string {
@@ -808,6 +1716,13 @@ func (x *CreateSession) GetSecretHash() []byte {
 	return nil
 }
 
+func (x *CreateSession) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
 type CloseSession struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
@@ -817,7 +1732,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +1744,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +1757,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CloseSession) GetSession() uint64 {
@@ -862,7 +1777,7 @@ type ExpireSession struct {
 
 func (x *ExpireSession) Reset() {
 	*x = ExpireSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +1789,7 @@ func (x *ExpireSession) String() string {
 func (*ExpireSession) ProtoMessage() {}
 
 func (x *ExpireSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +1802,7 @@ func (x *ExpireSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireSession.ProtoReflect.Descriptor instead.
 func (*ExpireSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ExpireSession) GetSession() uint64 {
@@ -923,7 +1838,7 @@ type Acquire struct {
 
 func (x *Acquire) Reset() {
 	*x = Acquire{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1850,7 @@ func (x *Acquire) String() string {
 func (*Acquire) ProtoMessage() {}
 
 func (x *Acquire) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1863,7 @@ func (x *Acquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Acquire.ProtoReflect.Descriptor instead.
 func (*Acquire) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Acquire) GetSession() uint64 {
@@ -1028,7 +1943,7 @@ type Proclaim struct {
 
 func (x *Proclaim) Reset() {
 	*x = Proclaim{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1955,7 @@ func (x *Proclaim) String() string {
 func (*Proclaim) ProtoMessage() {}
 
 func (x *Proclaim) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1968,7 @@ func (x *Proclaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proclaim.ProtoReflect.Descriptor instead.
 func (*Proclaim) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Proclaim) GetSession() uint64 {
@@ -1097,7 +2012,7 @@ type CancelAcquire struct {
 
 func (x *CancelAcquire) Reset() {
 	*x = CancelAcquire{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +2024,7 @@ func (x *CancelAcquire) String() string {
 func (*CancelAcquire) ProtoMessage() {}
 
 func (x *CancelAcquire) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +2037,7 @@ func (x *CancelAcquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelAcquire.ProtoReflect.Descriptor instead.
 func (*CancelAcquire) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CancelAcquire) GetSession() uint64 {
@@ -1157,7 +2072,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1169,7 +2084,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1182,7 +2097,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Release) GetSession() uint64 {
@@ -1217,7 +2132,7 @@ type EndLockDelay struct {
 
 func (x *EndLockDelay) Reset() {
 	*x = EndLockDelay{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1229,7 +2144,7 @@ func (x *EndLockDelay) String() string {
 func (*EndLockDelay) ProtoMessage() {}
 
 func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1242,7 +2157,7 @@ func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndLockDelay.ProtoReflect.Descriptor instead.
 func (*EndLockDelay) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *EndLockDelay) GetName() string {
@@ -1273,7 +2188,7 @@ type FencedPut struct {
 
 func (x *FencedPut) Reset() {
 	*x = FencedPut{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +2200,7 @@ func (x *FencedPut) String() string {
 func (*FencedPut) ProtoMessage() {}
 
 func (x *FencedPut) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +2213,7 @@ func (x *FencedPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPut.ProtoReflect.Descriptor instead.
 func (*FencedPut) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *FencedPut) GetKey() string {
@@ -1349,7 +2264,7 @@ type FencedDelete struct {
 
 func (x *FencedDelete) Reset() {
 	*x = FencedDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +2276,7 @@ func (x *FencedDelete) String() string {
 func (*FencedDelete) ProtoMessage() {}
 
 func (x *FencedDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +2289,7 @@ func (x *FencedDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDelete.ProtoReflect.Descriptor instead.
 func (*FencedDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *FencedDelete) GetKey() string {
@@ -1436,13 +2351,15 @@ type Snapshot struct {
 	// register_floor: no register is created with a token below it (the
 	// highest token of a delete dropped from deleted_registers).
 	RegisterFloor uint64 `protobuf:"varint,51,opt,name=register_floor,json=registerFloor,proto3" json:"register_floor,omitempty"`
+	// security: ACLs and signing keys (absent: none).
+	Security      *Security `protobuf:"bytes,60,opt,name=security,proto3" json:"security,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +2371,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +2384,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Snapshot) GetRevision() uint64 {
@@ -1554,6 +2471,13 @@ func (x *Snapshot) GetRegisterFloor() uint64 {
 	return 0
 }
 
+func (x *Snapshot) GetSecurity() *Security {
+	if x != nil {
+		return x.Security
+	}
+	return nil
+}
+
 type DeletedRegister struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -1564,7 +2488,7 @@ type DeletedRegister struct {
 
 func (x *DeletedRegister) Reset() {
 	*x = DeletedRegister{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +2500,7 @@ func (x *DeletedRegister) String() string {
 func (*DeletedRegister) ProtoMessage() {}
 
 func (x *DeletedRegister) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +2513,7 @@ func (x *DeletedRegister) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletedRegister.ProtoReflect.Descriptor instead.
 func (*DeletedRegister) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeletedRegister) GetKey() string {
@@ -1616,7 +2540,7 @@ type Retention struct {
 
 func (x *Retention) Reset() {
 	*x = Retention{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1628,7 +2552,7 @@ func (x *Retention) String() string {
 func (*Retention) ProtoMessage() {}
 
 func (x *Retention) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1641,7 +2565,7 @@ func (x *Retention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retention.ProtoReflect.Descriptor instead.
 func (*Retention) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Retention) GetLockHistory() uint32 {
@@ -1664,13 +2588,14 @@ type SessionState struct {
 	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
 	TtlMs         int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	SecretHash    []byte                 `protobuf:"bytes,4,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	Identity      string                 `protobuf:"bytes,5,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionState) Reset() {
 	*x = SessionState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1682,7 +2607,7 @@ func (x *SessionState) String() string {
 func (*SessionState) ProtoMessage() {}
 
 func (x *SessionState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1695,7 +2620,7 @@ func (x *SessionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionState.ProtoReflect.Descriptor instead.
 func (*SessionState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SessionState) GetId() uint64 {
@@ -1726,6 +2651,13 @@ func (x *SessionState) GetSecretHash() []byte {
 	return nil
 }
 
+func (x *SessionState) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
 type GrantState struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Session uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
@@ -1742,7 +2674,7 @@ type GrantState struct {
 
 func (x *GrantState) Reset() {
 	*x = GrantState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1754,7 +2686,7 @@ func (x *GrantState) String() string {
 func (*GrantState) ProtoMessage() {}
 
 func (x *GrantState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1767,7 +2699,7 @@ func (x *GrantState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantState.ProtoReflect.Descriptor instead.
 func (*GrantState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GrantState) GetSession() uint64 {
@@ -1832,7 +2764,7 @@ type WaiterState struct {
 
 func (x *WaiterState) Reset() {
 	*x = WaiterState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +2776,7 @@ func (x *WaiterState) String() string {
 func (*WaiterState) ProtoMessage() {}
 
 func (x *WaiterState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +2789,7 @@ func (x *WaiterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaiterState.ProtoReflect.Descriptor instead.
 func (*WaiterState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WaiterState) GetSession() uint64 {
@@ -1911,7 +2843,7 @@ type HistoryRecord struct {
 
 func (x *HistoryRecord) Reset() {
 	*x = HistoryRecord{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1923,7 +2855,7 @@ func (x *HistoryRecord) String() string {
 func (*HistoryRecord) ProtoMessage() {}
 
 func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1936,7 +2868,7 @@ func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRecord.ProtoReflect.Descriptor instead.
 func (*HistoryRecord) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *HistoryRecord) GetOwner() string {
@@ -2008,7 +2940,7 @@ type LockState struct {
 
 func (x *LockState) Reset() {
 	*x = LockState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2020,7 +2952,7 @@ func (x *LockState) String() string {
 func (*LockState) ProtoMessage() {}
 
 func (x *LockState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2033,7 +2965,7 @@ func (x *LockState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockState.ProtoReflect.Descriptor instead.
 func (*LockState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *LockState) GetName() string {
@@ -2117,7 +3049,7 @@ type OpRecord struct {
 
 func (x *OpRecord) Reset() {
 	*x = OpRecord{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2129,7 +3061,7 @@ func (x *OpRecord) String() string {
 func (*OpRecord) ProtoMessage() {}
 
 func (x *OpRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2142,7 +3074,7 @@ func (x *OpRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpRecord.ProtoReflect.Descriptor instead.
 func (*OpRecord) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *OpRecord) GetOperationId() string {
@@ -2180,7 +3112,7 @@ type RegisterState struct {
 
 func (x *RegisterState) Reset() {
 	*x = RegisterState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2192,7 +3124,7 @@ func (x *RegisterState) String() string {
 func (*RegisterState) ProtoMessage() {}
 
 func (x *RegisterState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2205,7 +3137,7 @@ func (x *RegisterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterState.ProtoReflect.Descriptor instead.
 func (*RegisterState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RegisterState) GetKey() string {
@@ -2256,7 +3188,7 @@ type KVPut struct {
 
 func (x *KVPut) Reset() {
 	*x = KVPut{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2268,7 +3200,7 @@ func (x *KVPut) String() string {
 func (*KVPut) ProtoMessage() {}
 
 func (x *KVPut) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2281,7 +3213,7 @@ func (x *KVPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPut.ProtoReflect.Descriptor instead.
 func (*KVPut) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *KVPut) GetKey() string {
@@ -2316,7 +3248,7 @@ type KVDelete struct {
 
 func (x *KVDelete) Reset() {
 	*x = KVDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2328,7 +3260,7 @@ func (x *KVDelete) String() string {
 func (*KVDelete) ProtoMessage() {}
 
 func (x *KVDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2341,7 +3273,7 @@ func (x *KVDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelete.ProtoReflect.Descriptor instead.
 func (*KVDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *KVDelete) GetKey() string {
@@ -2373,7 +3305,7 @@ type KVRange struct {
 
 func (x *KVRange) Reset() {
 	*x = KVRange{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +3317,7 @@ func (x *KVRange) String() string {
 func (*KVRange) ProtoMessage() {}
 
 func (x *KVRange) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +3330,7 @@ func (x *KVRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRange.ProtoReflect.Descriptor instead.
 func (*KVRange) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *KVRange) GetKey() string {
@@ -2444,7 +3376,7 @@ type KVCompare struct {
 
 func (x *KVCompare) Reset() {
 	*x = KVCompare{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2456,7 +3388,7 @@ func (x *KVCompare) String() string {
 func (*KVCompare) ProtoMessage() {}
 
 func (x *KVCompare) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2469,7 +3401,7 @@ func (x *KVCompare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompare.ProtoReflect.Descriptor instead.
 func (*KVCompare) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *KVCompare) GetKey() string {
@@ -2521,7 +3453,7 @@ type KVOp struct {
 
 func (x *KVOp) Reset() {
 	*x = KVOp{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2533,7 +3465,7 @@ func (x *KVOp) String() string {
 func (*KVOp) ProtoMessage() {}
 
 func (x *KVOp) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2546,7 +3478,7 @@ func (x *KVOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVOp.ProtoReflect.Descriptor instead.
 func (*KVOp) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *KVOp) GetOp() isKVOp_Op {
@@ -2618,7 +3550,7 @@ type KVTxn struct {
 
 func (x *KVTxn) Reset() {
 	*x = KVTxn{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2630,7 +3562,7 @@ func (x *KVTxn) String() string {
 func (*KVTxn) ProtoMessage() {}
 
 func (x *KVTxn) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2643,7 +3575,7 @@ func (x *KVTxn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxn.ProtoReflect.Descriptor instead.
 func (*KVTxn) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *KVTxn) GetCompares() []*KVCompare {
@@ -2681,7 +3613,7 @@ type KVState struct {
 
 func (x *KVState) Reset() {
 	*x = KVState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2693,7 +3625,7 @@ func (x *KVState) String() string {
 func (*KVState) ProtoMessage() {}
 
 func (x *KVState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2706,7 +3638,7 @@ func (x *KVState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVState.ProtoReflect.Descriptor instead.
 func (*KVState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *KVState) GetKey() string {
@@ -2768,7 +3700,7 @@ type QueueEnqueue struct {
 
 func (x *QueueEnqueue) Reset() {
 	*x = QueueEnqueue{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2780,7 +3712,7 @@ func (x *QueueEnqueue) String() string {
 func (*QueueEnqueue) ProtoMessage() {}
 
 func (x *QueueEnqueue) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2793,7 +3725,7 @@ func (x *QueueEnqueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueue.ProtoReflect.Descriptor instead.
 func (*QueueEnqueue) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *QueueEnqueue) GetQueue() string {
@@ -2841,7 +3773,7 @@ type QueueDequeue struct {
 
 func (x *QueueDequeue) Reset() {
 	*x = QueueDequeue{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2853,7 +3785,7 @@ func (x *QueueDequeue) String() string {
 func (*QueueDequeue) ProtoMessage() {}
 
 func (x *QueueDequeue) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2866,7 +3798,7 @@ func (x *QueueDequeue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeue.ProtoReflect.Descriptor instead.
 func (*QueueDequeue) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *QueueDequeue) GetQueue() string {
@@ -2914,7 +3846,7 @@ type QueueSettle struct {
 
 func (x *QueueSettle) Reset() {
 	*x = QueueSettle{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2926,7 +3858,7 @@ func (x *QueueSettle) String() string {
 func (*QueueSettle) ProtoMessage() {}
 
 func (x *QueueSettle) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2939,7 +3871,7 @@ func (x *QueueSettle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettle.ProtoReflect.Descriptor instead.
 func (*QueueSettle) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *QueueSettle) GetQueue() string {
@@ -2984,7 +3916,7 @@ type QueueExtend struct {
 
 func (x *QueueExtend) Reset() {
 	*x = QueueExtend{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2996,7 +3928,7 @@ func (x *QueueExtend) String() string {
 func (*QueueExtend) ProtoMessage() {}
 
 func (x *QueueExtend) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3009,7 +3941,7 @@ func (x *QueueExtend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueExtend.ProtoReflect.Descriptor instead.
 func (*QueueExtend) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *QueueExtend) GetQueue() string {
@@ -3058,7 +3990,7 @@ type QueueDelete struct {
 
 func (x *QueueDelete) Reset() {
 	*x = QueueDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3070,7 +4002,7 @@ func (x *QueueDelete) String() string {
 func (*QueueDelete) ProtoMessage() {}
 
 func (x *QueueDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3083,7 +4015,7 @@ func (x *QueueDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDelete.ProtoReflect.Descriptor instead.
 func (*QueueDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *QueueDelete) GetQueue() string {
@@ -3104,7 +4036,7 @@ type QueuePurge struct {
 
 func (x *QueuePurge) Reset() {
 	*x = QueuePurge{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3116,7 +4048,7 @@ func (x *QueuePurge) String() string {
 func (*QueuePurge) ProtoMessage() {}
 
 func (x *QueuePurge) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3129,7 +4061,7 @@ func (x *QueuePurge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePurge.ProtoReflect.Descriptor instead.
 func (*QueuePurge) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *QueuePurge) GetQueue() string {
@@ -3152,7 +4084,7 @@ type QueueRequeueDead struct {
 
 func (x *QueueRequeueDead) Reset() {
 	*x = QueueRequeueDead{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3164,7 +4096,7 @@ func (x *QueueRequeueDead) String() string {
 func (*QueueRequeueDead) ProtoMessage() {}
 
 func (x *QueueRequeueDead) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3177,7 +4109,7 @@ func (x *QueueRequeueDead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRequeueDead.ProtoReflect.Descriptor instead.
 func (*QueueRequeueDead) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *QueueRequeueDead) GetQueue() string {
@@ -3218,7 +4150,7 @@ type QueueItemState struct {
 
 func (x *QueueItemState) Reset() {
 	*x = QueueItemState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3230,7 +4162,7 @@ func (x *QueueItemState) String() string {
 func (*QueueItemState) ProtoMessage() {}
 
 func (x *QueueItemState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3243,7 +4175,7 @@ func (x *QueueItemState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItemState.ProtoReflect.Descriptor instead.
 func (*QueueItemState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *QueueItemState) GetId() uint64 {
@@ -3308,7 +4240,7 @@ type QueueMemo struct {
 
 func (x *QueueMemo) Reset() {
 	*x = QueueMemo{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3320,7 +4252,7 @@ func (x *QueueMemo) String() string {
 func (*QueueMemo) ProtoMessage() {}
 
 func (x *QueueMemo) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3333,7 +4265,7 @@ func (x *QueueMemo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueMemo.ProtoReflect.Descriptor instead.
 func (*QueueMemo) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *QueueMemo) GetOperationId() string {
@@ -3387,7 +4319,7 @@ type QueueState struct {
 
 func (x *QueueState) Reset() {
 	*x = QueueState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3399,7 +4331,7 @@ func (x *QueueState) String() string {
 func (*QueueState) ProtoMessage() {}
 
 func (x *QueueState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3412,7 +4344,7 @@ func (x *QueueState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueState.ProtoReflect.Descriptor instead.
 func (*QueueState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *QueueState) GetName() string {
@@ -3475,7 +4407,7 @@ var File_internal_fsm_fsmpb_fsm_proto protoreflect.FileDescriptor
 
 const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xa0\f\n" +
+	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xee\x10\n" +
 	"\aCommand\x12E\n" +
 	"\x0ecreate_session\x18\x01 \x01(\v2\x1c.tenure.fsm.v1.CreateSessionH\x00R\rcreateSession\x12B\n" +
 	"\rclose_session\x18\x02 \x01(\v2\x1b.tenure.fsm.v1.CloseSessionH\x00R\fcloseSession\x12E\n" +
@@ -3506,8 +4438,68 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x12queue_requeue_dead\x18\x1a \x01(\v2\x1f.tenure.fsm.v1.QueueRequeueDeadH\x00R\x10queueRequeueDead\x12?\n" +
 	"\fqueue_delete\x18\x1b \x01(\v2\x1a.tenure.fsm.v1.QueueDeleteH\x00R\vqueueDelete\x12<\n" +
 	"\vqueue_purge\x18\x1c \x01(\v2\x19.tenure.fsm.v1.QueuePurgeH\x00R\n" +
-	"queuePurgeB\x04\n" +
-	"\x02op\"_\n" +
+	"queuePurge\x12B\n" +
+	"\racl_bootstrap\x18F \x01(\v2\x1b.tenure.fsm.v1.AclBootstrapH\x00R\faclBootstrap\x12C\n" +
+	"\x0eacl_policy_set\x18G \x01(\v2\x1b.tenure.fsm.v1.AclPolicySetH\x00R\faclPolicySet\x12L\n" +
+	"\x11acl_policy_delete\x18H \x01(\v2\x1e.tenure.fsm.v1.AclPolicyDeleteH\x00R\x0faclPolicyDelete\x12I\n" +
+	"\x10acl_token_create\x18I \x01(\v2\x1d.tenure.fsm.v1.AclTokenCreateH\x00R\x0eaclTokenCreate\x12I\n" +
+	"\x10acl_token_revoke\x18J \x01(\v2\x1d.tenure.fsm.v1.AclTokenRevokeH\x00R\x0eaclTokenRevoke\x12F\n" +
+	"\x0facl_binding_set\x18K \x01(\v2\x1c.tenure.fsm.v1.AclBindingSetH\x00R\raclBindingSet\x12O\n" +
+	"\x12acl_binding_delete\x18L \x01(\v2\x1f.tenure.fsm.v1.AclBindingDeleteH\x00R\x10aclBindingDelete\x12F\n" +
+	"\x0fadd_signing_key\x18M \x01(\v2\x1c.tenure.fsm.v1.AddSigningKeyH\x00R\raddSigningKeyB\x04\n" +
+	"\x02op\"M\n" +
+	"\aAclRule\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x16\n" +
+	"\x06access\x18\x03 \x01(\tR\x06access\"M\n" +
+	"\tAclPolicy\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
+	"\x05rules\x18\x02 \x03(\v2\x16.tenure.fsm.v1.AclRuleR\x05rules\"\xa2\x01\n" +
+	"\bAclToken\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
+	"\vsecret_hash\x18\x02 \x01(\fR\n" +
+	"secretHash\x12\x1a\n" +
+	"\bpolicies\x18\x03 \x03(\tR\bpolicies\x12 \n" +
+	"\vdescription\x18\x04 \x01(\tR\vdescription\x12'\n" +
+	"\x0fcreate_revision\x18\x05 \x01(\x04R\x0ecreateRevision\"<\n" +
+	"\n" +
+	"AclBinding\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bpolicies\x18\x02 \x03(\tR\bpolicies\"=\n" +
+	"\fAclBootstrap\x12-\n" +
+	"\x05token\x18\x01 \x01(\v2\x17.tenure.fsm.v1.AclTokenR\x05token\"Z\n" +
+	"\fAclPolicySet\x120\n" +
+	"\x06policy\x18\x01 \x01(\v2\x18.tenure.fsm.v1.AclPolicyR\x06policy\x12\x18\n" +
+	"\areplace\x18\x02 \x01(\bR\areplace\"%\n" +
+	"\x0fAclPolicyDelete\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"?\n" +
+	"\x0eAclTokenCreate\x12-\n" +
+	"\x05token\x18\x01 \x01(\v2\x17.tenure.fsm.v1.AclTokenR\x05token\" \n" +
+	"\x0eAclTokenRevoke\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"D\n" +
+	"\rAclBindingSet\x123\n" +
+	"\abinding\x18\x01 \x01(\v2\x19.tenure.fsm.v1.AclBindingR\abinding\"&\n" +
+	"\x10AclBindingDelete\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"Y\n" +
+	"\n" +
+	"SigningKey\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04seed\x18\x02 \x01(\fR\x04seed\x12'\n" +
+	"\x0fcreate_revision\x18\x03 \x01(\x04R\x0ecreateRevision\"}\n" +
+	"\rAddSigningKey\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\fR\tclusterId\x12+\n" +
+	"\x03key\x18\x02 \x01(\v2\x19.tenure.fsm.v1.SigningKeyR\x03key\x12 \n" +
+	"\fonly_if_none\x18\x03 \x01(\bR\n" +
+	"onlyIfNone\"\xb0\x02\n" +
+	"\bSecurity\x12)\n" +
+	"\x10acl_bootstrapped\x18\x01 \x01(\bR\x0faclBootstrapped\x124\n" +
+	"\bpolicies\x18\x02 \x03(\v2\x18.tenure.fsm.v1.AclPolicyR\bpolicies\x12/\n" +
+	"\x06tokens\x18\x03 \x03(\v2\x17.tenure.fsm.v1.AclTokenR\x06tokens\x125\n" +
+	"\bbindings\x18\x04 \x03(\v2\x19.tenure.fsm.v1.AclBindingR\bbindings\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x05 \x01(\fR\tclusterId\x12<\n" +
+	"\fsigning_keys\x18\x06 \x03(\v2\x19.tenure.fsm.v1.SigningKeyR\vsigningKeys\"_\n" +
 	"\fSetRetention\x12!\n" +
 	"\flock_history\x18\x01 \x01(\rR\vlockHistory\x12,\n" +
 	"\x12register_op_memory\x18\x02 \x01(\rR\x10registerOpMemory\"\xee\x02\n" +
@@ -3529,12 +4521,13 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\tSetLimits\x12-\n" +
 	"\x06limits\x18\x01 \x01(\v2\x15.tenure.fsm.v1.LimitsR\x06limits\";\n" +
 	"\x05Batch\x122\n" +
-	"\bcommands\x18\x01 \x03(\v2\x16.tenure.fsm.v1.CommandR\bcommands\"]\n" +
+	"\bcommands\x18\x01 \x03(\v2\x16.tenure.fsm.v1.CommandR\bcommands\"y\n" +
 	"\rCreateSession\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x1f\n" +
 	"\vsecret_hash\x18\x03 \x01(\fR\n" +
-	"secretHash\"(\n" +
+	"secretHash\x12\x1a\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\"(\n" +
 	"\fCloseSession\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\")\n" +
 	"\rExpireSession\x12\x18\n" +
@@ -3577,7 +4570,7 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x12\n" +
 	"\x04lock\x18\x03 \x01(\tR\x04lock\x12!\n" +
-	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\xf2\x04\n" +
+	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\xa7\x05\n" +
 	"\bSnapshot\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x127\n" +
 	"\bsessions\x18\x02 \x03(\v2\x1b.tenure.fsm.v1.SessionStateR\bsessions\x12.\n" +
@@ -3592,19 +4585,21 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x06limits\x18\x1f \x01(\v2\x15.tenure.fsm.v1.LimitsR\x06limits\x12N\n" +
 	"\x14removed_lock_history\x18  \x03(\v2\x1c.tenure.fsm.v1.HistoryRecordR\x12removedLockHistory\x12K\n" +
 	"\x11deleted_registers\x182 \x03(\v2\x1e.tenure.fsm.v1.DeletedRegisterR\x10deletedRegisters\x12%\n" +
-	"\x0eregister_floor\x183 \x01(\x04R\rregisterFloor\"9\n" +
+	"\x0eregister_floor\x183 \x01(\x04R\rregisterFloor\x123\n" +
+	"\bsecurity\x18< \x01(\v2\x17.tenure.fsm.v1.SecurityR\bsecurity\"9\n" +
 	"\x0fDeletedRegister\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\"\\\n" +
 	"\tRetention\x12!\n" +
 	"\flock_history\x18\x01 \x01(\rR\vlockHistory\x12,\n" +
-	"\x12register_op_memory\x18\x02 \x01(\rR\x10registerOpMemory\"l\n" +
+	"\x12register_op_memory\x18\x02 \x01(\rR\x10registerOpMemory\"\x88\x01\n" +
 	"\fSessionState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12\x1f\n" +
 	"\vsecret_hash\x18\x04 \x01(\fR\n" +
-	"secretHash\"\xcf\x01\n" +
+	"secretHash\x12\x1a\n" +
+	"\bidentity\x18\x05 \x01(\tR\bidentity\"\xcf\x01\n" +
 	"\n" +
 	"GrantState\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x14\n" +
@@ -3751,109 +4746,142 @@ func file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_internal_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Command)(nil),          // 0: tenure.fsm.v1.Command
-	(*SetRetention)(nil),     // 1: tenure.fsm.v1.SetRetention
-	(*Limits)(nil),           // 2: tenure.fsm.v1.Limits
-	(*SetLimits)(nil),        // 3: tenure.fsm.v1.SetLimits
-	(*Batch)(nil),            // 4: tenure.fsm.v1.Batch
-	(*CreateSession)(nil),    // 5: tenure.fsm.v1.CreateSession
-	(*CloseSession)(nil),     // 6: tenure.fsm.v1.CloseSession
-	(*ExpireSession)(nil),    // 7: tenure.fsm.v1.ExpireSession
-	(*Acquire)(nil),          // 8: tenure.fsm.v1.Acquire
-	(*Proclaim)(nil),         // 9: tenure.fsm.v1.Proclaim
-	(*CancelAcquire)(nil),    // 10: tenure.fsm.v1.CancelAcquire
-	(*Release)(nil),          // 11: tenure.fsm.v1.Release
-	(*EndLockDelay)(nil),     // 12: tenure.fsm.v1.EndLockDelay
-	(*FencedPut)(nil),        // 13: tenure.fsm.v1.FencedPut
-	(*FencedDelete)(nil),     // 14: tenure.fsm.v1.FencedDelete
-	(*Snapshot)(nil),         // 15: tenure.fsm.v1.Snapshot
-	(*DeletedRegister)(nil),  // 16: tenure.fsm.v1.DeletedRegister
-	(*Retention)(nil),        // 17: tenure.fsm.v1.Retention
-	(*SessionState)(nil),     // 18: tenure.fsm.v1.SessionState
-	(*GrantState)(nil),       // 19: tenure.fsm.v1.GrantState
-	(*WaiterState)(nil),      // 20: tenure.fsm.v1.WaiterState
-	(*HistoryRecord)(nil),    // 21: tenure.fsm.v1.HistoryRecord
-	(*LockState)(nil),        // 22: tenure.fsm.v1.LockState
-	(*OpRecord)(nil),         // 23: tenure.fsm.v1.OpRecord
-	(*RegisterState)(nil),    // 24: tenure.fsm.v1.RegisterState
-	(*KVPut)(nil),            // 25: tenure.fsm.v1.KVPut
-	(*KVDelete)(nil),         // 26: tenure.fsm.v1.KVDelete
-	(*KVRange)(nil),          // 27: tenure.fsm.v1.KVRange
-	(*KVCompare)(nil),        // 28: tenure.fsm.v1.KVCompare
-	(*KVOp)(nil),             // 29: tenure.fsm.v1.KVOp
-	(*KVTxn)(nil),            // 30: tenure.fsm.v1.KVTxn
-	(*KVState)(nil),          // 31: tenure.fsm.v1.KVState
-	(*QueueEnqueue)(nil),     // 32: tenure.fsm.v1.QueueEnqueue
-	(*QueueDequeue)(nil),     // 33: tenure.fsm.v1.QueueDequeue
-	(*QueueSettle)(nil),      // 34: tenure.fsm.v1.QueueSettle
-	(*QueueExtend)(nil),      // 35: tenure.fsm.v1.QueueExtend
-	(*QueueDelete)(nil),      // 36: tenure.fsm.v1.QueueDelete
-	(*QueuePurge)(nil),       // 37: tenure.fsm.v1.QueuePurge
-	(*QueueRequeueDead)(nil), // 38: tenure.fsm.v1.QueueRequeueDead
-	(*QueueItemState)(nil),   // 39: tenure.fsm.v1.QueueItemState
-	(*QueueMemo)(nil),        // 40: tenure.fsm.v1.QueueMemo
-	(*QueueState)(nil),       // 41: tenure.fsm.v1.QueueState
+	(*AclRule)(nil),          // 1: tenure.fsm.v1.AclRule
+	(*AclPolicy)(nil),        // 2: tenure.fsm.v1.AclPolicy
+	(*AclToken)(nil),         // 3: tenure.fsm.v1.AclToken
+	(*AclBinding)(nil),       // 4: tenure.fsm.v1.AclBinding
+	(*AclBootstrap)(nil),     // 5: tenure.fsm.v1.AclBootstrap
+	(*AclPolicySet)(nil),     // 6: tenure.fsm.v1.AclPolicySet
+	(*AclPolicyDelete)(nil),  // 7: tenure.fsm.v1.AclPolicyDelete
+	(*AclTokenCreate)(nil),   // 8: tenure.fsm.v1.AclTokenCreate
+	(*AclTokenRevoke)(nil),   // 9: tenure.fsm.v1.AclTokenRevoke
+	(*AclBindingSet)(nil),    // 10: tenure.fsm.v1.AclBindingSet
+	(*AclBindingDelete)(nil), // 11: tenure.fsm.v1.AclBindingDelete
+	(*SigningKey)(nil),       // 12: tenure.fsm.v1.SigningKey
+	(*AddSigningKey)(nil),    // 13: tenure.fsm.v1.AddSigningKey
+	(*Security)(nil),         // 14: tenure.fsm.v1.Security
+	(*SetRetention)(nil),     // 15: tenure.fsm.v1.SetRetention
+	(*Limits)(nil),           // 16: tenure.fsm.v1.Limits
+	(*SetLimits)(nil),        // 17: tenure.fsm.v1.SetLimits
+	(*Batch)(nil),            // 18: tenure.fsm.v1.Batch
+	(*CreateSession)(nil),    // 19: tenure.fsm.v1.CreateSession
+	(*CloseSession)(nil),     // 20: tenure.fsm.v1.CloseSession
+	(*ExpireSession)(nil),    // 21: tenure.fsm.v1.ExpireSession
+	(*Acquire)(nil),          // 22: tenure.fsm.v1.Acquire
+	(*Proclaim)(nil),         // 23: tenure.fsm.v1.Proclaim
+	(*CancelAcquire)(nil),    // 24: tenure.fsm.v1.CancelAcquire
+	(*Release)(nil),          // 25: tenure.fsm.v1.Release
+	(*EndLockDelay)(nil),     // 26: tenure.fsm.v1.EndLockDelay
+	(*FencedPut)(nil),        // 27: tenure.fsm.v1.FencedPut
+	(*FencedDelete)(nil),     // 28: tenure.fsm.v1.FencedDelete
+	(*Snapshot)(nil),         // 29: tenure.fsm.v1.Snapshot
+	(*DeletedRegister)(nil),  // 30: tenure.fsm.v1.DeletedRegister
+	(*Retention)(nil),        // 31: tenure.fsm.v1.Retention
+	(*SessionState)(nil),     // 32: tenure.fsm.v1.SessionState
+	(*GrantState)(nil),       // 33: tenure.fsm.v1.GrantState
+	(*WaiterState)(nil),      // 34: tenure.fsm.v1.WaiterState
+	(*HistoryRecord)(nil),    // 35: tenure.fsm.v1.HistoryRecord
+	(*LockState)(nil),        // 36: tenure.fsm.v1.LockState
+	(*OpRecord)(nil),         // 37: tenure.fsm.v1.OpRecord
+	(*RegisterState)(nil),    // 38: tenure.fsm.v1.RegisterState
+	(*KVPut)(nil),            // 39: tenure.fsm.v1.KVPut
+	(*KVDelete)(nil),         // 40: tenure.fsm.v1.KVDelete
+	(*KVRange)(nil),          // 41: tenure.fsm.v1.KVRange
+	(*KVCompare)(nil),        // 42: tenure.fsm.v1.KVCompare
+	(*KVOp)(nil),             // 43: tenure.fsm.v1.KVOp
+	(*KVTxn)(nil),            // 44: tenure.fsm.v1.KVTxn
+	(*KVState)(nil),          // 45: tenure.fsm.v1.KVState
+	(*QueueEnqueue)(nil),     // 46: tenure.fsm.v1.QueueEnqueue
+	(*QueueDequeue)(nil),     // 47: tenure.fsm.v1.QueueDequeue
+	(*QueueSettle)(nil),      // 48: tenure.fsm.v1.QueueSettle
+	(*QueueExtend)(nil),      // 49: tenure.fsm.v1.QueueExtend
+	(*QueueDelete)(nil),      // 50: tenure.fsm.v1.QueueDelete
+	(*QueuePurge)(nil),       // 51: tenure.fsm.v1.QueuePurge
+	(*QueueRequeueDead)(nil), // 52: tenure.fsm.v1.QueueRequeueDead
+	(*QueueItemState)(nil),   // 53: tenure.fsm.v1.QueueItemState
+	(*QueueMemo)(nil),        // 54: tenure.fsm.v1.QueueMemo
+	(*QueueState)(nil),       // 55: tenure.fsm.v1.QueueState
 }
 var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
-	5,  // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
-	6,  // 1: tenure.fsm.v1.Command.close_session:type_name -> tenure.fsm.v1.CloseSession
-	7,  // 2: tenure.fsm.v1.Command.expire_session:type_name -> tenure.fsm.v1.ExpireSession
-	8,  // 3: tenure.fsm.v1.Command.acquire:type_name -> tenure.fsm.v1.Acquire
-	10, // 4: tenure.fsm.v1.Command.cancel_acquire:type_name -> tenure.fsm.v1.CancelAcquire
-	11, // 5: tenure.fsm.v1.Command.release:type_name -> tenure.fsm.v1.Release
-	12, // 6: tenure.fsm.v1.Command.end_lock_delay:type_name -> tenure.fsm.v1.EndLockDelay
-	13, // 7: tenure.fsm.v1.Command.fenced_put:type_name -> tenure.fsm.v1.FencedPut
-	4,  // 8: tenure.fsm.v1.Command.batch:type_name -> tenure.fsm.v1.Batch
-	9,  // 9: tenure.fsm.v1.Command.proclaim:type_name -> tenure.fsm.v1.Proclaim
-	14, // 10: tenure.fsm.v1.Command.fenced_delete:type_name -> tenure.fsm.v1.FencedDelete
-	1,  // 11: tenure.fsm.v1.Command.set_retention:type_name -> tenure.fsm.v1.SetRetention
-	3,  // 12: tenure.fsm.v1.Command.set_limits:type_name -> tenure.fsm.v1.SetLimits
-	25, // 13: tenure.fsm.v1.Command.kv_put:type_name -> tenure.fsm.v1.KVPut
-	26, // 14: tenure.fsm.v1.Command.kv_delete:type_name -> tenure.fsm.v1.KVDelete
-	30, // 15: tenure.fsm.v1.Command.kv_txn:type_name -> tenure.fsm.v1.KVTxn
-	32, // 16: tenure.fsm.v1.Command.queue_enqueue:type_name -> tenure.fsm.v1.QueueEnqueue
-	33, // 17: tenure.fsm.v1.Command.queue_dequeue:type_name -> tenure.fsm.v1.QueueDequeue
-	34, // 18: tenure.fsm.v1.Command.queue_ack:type_name -> tenure.fsm.v1.QueueSettle
-	34, // 19: tenure.fsm.v1.Command.queue_nack:type_name -> tenure.fsm.v1.QueueSettle
-	35, // 20: tenure.fsm.v1.Command.queue_extend:type_name -> tenure.fsm.v1.QueueExtend
-	34, // 21: tenure.fsm.v1.Command.queue_expire:type_name -> tenure.fsm.v1.QueueSettle
-	38, // 22: tenure.fsm.v1.Command.queue_requeue_dead:type_name -> tenure.fsm.v1.QueueRequeueDead
-	36, // 23: tenure.fsm.v1.Command.queue_delete:type_name -> tenure.fsm.v1.QueueDelete
-	37, // 24: tenure.fsm.v1.Command.queue_purge:type_name -> tenure.fsm.v1.QueuePurge
-	2,  // 25: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
-	0,  // 26: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
-	18, // 27: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
-	22, // 28: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
-	24, // 29: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
-	41, // 30: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
-	31, // 31: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
-	17, // 32: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
-	2,  // 33: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
-	21, // 34: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
-	16, // 35: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
-	19, // 36: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
-	19, // 37: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
-	20, // 38: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
-	21, // 39: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
-	23, // 40: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
-	25, // 41: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
-	26, // 42: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
-	27, // 43: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
-	28, // 44: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
-	29, // 45: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
-	29, // 46: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
-	39, // 47: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
-	39, // 48: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
-	39, // 49: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
-	40, // 50: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
-	40, // 51: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	19, // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
+	20, // 1: tenure.fsm.v1.Command.close_session:type_name -> tenure.fsm.v1.CloseSession
+	21, // 2: tenure.fsm.v1.Command.expire_session:type_name -> tenure.fsm.v1.ExpireSession
+	22, // 3: tenure.fsm.v1.Command.acquire:type_name -> tenure.fsm.v1.Acquire
+	24, // 4: tenure.fsm.v1.Command.cancel_acquire:type_name -> tenure.fsm.v1.CancelAcquire
+	25, // 5: tenure.fsm.v1.Command.release:type_name -> tenure.fsm.v1.Release
+	26, // 6: tenure.fsm.v1.Command.end_lock_delay:type_name -> tenure.fsm.v1.EndLockDelay
+	27, // 7: tenure.fsm.v1.Command.fenced_put:type_name -> tenure.fsm.v1.FencedPut
+	18, // 8: tenure.fsm.v1.Command.batch:type_name -> tenure.fsm.v1.Batch
+	23, // 9: tenure.fsm.v1.Command.proclaim:type_name -> tenure.fsm.v1.Proclaim
+	28, // 10: tenure.fsm.v1.Command.fenced_delete:type_name -> tenure.fsm.v1.FencedDelete
+	15, // 11: tenure.fsm.v1.Command.set_retention:type_name -> tenure.fsm.v1.SetRetention
+	17, // 12: tenure.fsm.v1.Command.set_limits:type_name -> tenure.fsm.v1.SetLimits
+	39, // 13: tenure.fsm.v1.Command.kv_put:type_name -> tenure.fsm.v1.KVPut
+	40, // 14: tenure.fsm.v1.Command.kv_delete:type_name -> tenure.fsm.v1.KVDelete
+	44, // 15: tenure.fsm.v1.Command.kv_txn:type_name -> tenure.fsm.v1.KVTxn
+	46, // 16: tenure.fsm.v1.Command.queue_enqueue:type_name -> tenure.fsm.v1.QueueEnqueue
+	47, // 17: tenure.fsm.v1.Command.queue_dequeue:type_name -> tenure.fsm.v1.QueueDequeue
+	48, // 18: tenure.fsm.v1.Command.queue_ack:type_name -> tenure.fsm.v1.QueueSettle
+	48, // 19: tenure.fsm.v1.Command.queue_nack:type_name -> tenure.fsm.v1.QueueSettle
+	49, // 20: tenure.fsm.v1.Command.queue_extend:type_name -> tenure.fsm.v1.QueueExtend
+	48, // 21: tenure.fsm.v1.Command.queue_expire:type_name -> tenure.fsm.v1.QueueSettle
+	52, // 22: tenure.fsm.v1.Command.queue_requeue_dead:type_name -> tenure.fsm.v1.QueueRequeueDead
+	50, // 23: tenure.fsm.v1.Command.queue_delete:type_name -> tenure.fsm.v1.QueueDelete
+	51, // 24: tenure.fsm.v1.Command.queue_purge:type_name -> tenure.fsm.v1.QueuePurge
+	5,  // 25: tenure.fsm.v1.Command.acl_bootstrap:type_name -> tenure.fsm.v1.AclBootstrap
+	6,  // 26: tenure.fsm.v1.Command.acl_policy_set:type_name -> tenure.fsm.v1.AclPolicySet
+	7,  // 27: tenure.fsm.v1.Command.acl_policy_delete:type_name -> tenure.fsm.v1.AclPolicyDelete
+	8,  // 28: tenure.fsm.v1.Command.acl_token_create:type_name -> tenure.fsm.v1.AclTokenCreate
+	9,  // 29: tenure.fsm.v1.Command.acl_token_revoke:type_name -> tenure.fsm.v1.AclTokenRevoke
+	10, // 30: tenure.fsm.v1.Command.acl_binding_set:type_name -> tenure.fsm.v1.AclBindingSet
+	11, // 31: tenure.fsm.v1.Command.acl_binding_delete:type_name -> tenure.fsm.v1.AclBindingDelete
+	13, // 32: tenure.fsm.v1.Command.add_signing_key:type_name -> tenure.fsm.v1.AddSigningKey
+	1,  // 33: tenure.fsm.v1.AclPolicy.rules:type_name -> tenure.fsm.v1.AclRule
+	3,  // 34: tenure.fsm.v1.AclBootstrap.token:type_name -> tenure.fsm.v1.AclToken
+	2,  // 35: tenure.fsm.v1.AclPolicySet.policy:type_name -> tenure.fsm.v1.AclPolicy
+	3,  // 36: tenure.fsm.v1.AclTokenCreate.token:type_name -> tenure.fsm.v1.AclToken
+	4,  // 37: tenure.fsm.v1.AclBindingSet.binding:type_name -> tenure.fsm.v1.AclBinding
+	12, // 38: tenure.fsm.v1.AddSigningKey.key:type_name -> tenure.fsm.v1.SigningKey
+	2,  // 39: tenure.fsm.v1.Security.policies:type_name -> tenure.fsm.v1.AclPolicy
+	3,  // 40: tenure.fsm.v1.Security.tokens:type_name -> tenure.fsm.v1.AclToken
+	4,  // 41: tenure.fsm.v1.Security.bindings:type_name -> tenure.fsm.v1.AclBinding
+	12, // 42: tenure.fsm.v1.Security.signing_keys:type_name -> tenure.fsm.v1.SigningKey
+	16, // 43: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
+	0,  // 44: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
+	32, // 45: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
+	36, // 46: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
+	38, // 47: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
+	55, // 48: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
+	45, // 49: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
+	31, // 50: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
+	16, // 51: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
+	35, // 52: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
+	30, // 53: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
+	14, // 54: tenure.fsm.v1.Snapshot.security:type_name -> tenure.fsm.v1.Security
+	33, // 55: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
+	33, // 56: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
+	34, // 57: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
+	35, // 58: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
+	37, // 59: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
+	39, // 60: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
+	40, // 61: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
+	41, // 62: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
+	42, // 63: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
+	43, // 64: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
+	43, // 65: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
+	53, // 66: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
+	53, // 67: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
+	53, // 68: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
+	54, // 69: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
+	54, // 70: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
+	71, // [71:71] is the sub-list for method output_type
+	71, // [71:71] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_internal_fsm_fsmpb_fsm_proto_init() }
@@ -3887,8 +4915,16 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 		(*Command_QueueRequeueDead)(nil),
 		(*Command_QueueDelete)(nil),
 		(*Command_QueuePurge)(nil),
+		(*Command_AclBootstrap)(nil),
+		(*Command_AclPolicySet)(nil),
+		(*Command_AclPolicyDelete)(nil),
+		(*Command_AclTokenCreate)(nil),
+		(*Command_AclTokenRevoke)(nil),
+		(*Command_AclBindingSet)(nil),
+		(*Command_AclBindingDelete)(nil),
+		(*Command_AddSigningKey)(nil),
 	}
-	file_internal_fsm_fsmpb_fsm_proto_msgTypes[29].OneofWrappers = []any{
+	file_internal_fsm_fsmpb_fsm_proto_msgTypes[43].OneofWrappers = []any{
 		(*KVOp_Put)(nil),
 		(*KVOp_Delete)(nil),
 		(*KVOp_Range)(nil),
@@ -3899,7 +4935,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_fsm_fsmpb_fsm_proto_rawDesc), len(file_internal_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   42,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,202 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/daemon"
+	"github.com/tenure-io/tenure/internal/tlsconfig"
+)
+
+// Client-side security: every command takes --cacert, --cert, --key and
+// --auth-token, with the environment as their defaults.
+const (
+	envCACert    = "TENURE_CACERT"
+	envCert      = "TENURE_CERT"
+	envKey       = "TENURE_KEY"
+	envAuthToken = "TENURE_AUTH_TOKEN"
+)
+
+// clientSecurity holds the client flags.
+type clientSecurity struct {
+	caCert, cert, key string
+	authToken         string
+}
+
+func (cs *clientSecurity) flags(pf *pflag.FlagSet) {
+	pf.StringVar(&cs.caCert, "cacert", os.Getenv(envCACert), "CA certificate (PEM) the server's certificate must chain to; turns TLS on (env "+envCACert+")")
+	pf.StringVar(&cs.cert, "cert", os.Getenv(envCert), "client certificate (PEM) for a server that requires one; turns TLS on (env "+envCert+")")
+	pf.StringVar(&cs.key, "key", os.Getenv(envKey), "the client certificate's private key (PEM) (env "+envKey+")")
+	pf.StringVar(&cs.authToken, "auth-token", os.Getenv(envAuthToken), "auth token secret for a server that runs with --auth (env "+envAuthToken+")")
+}
+
+// options are the client options the flags ask for.
+func (cs *clientSecurity) options() ([]client.Option, error) {
+	var opts []client.Option
+	if cs.caCert != "" || cs.cert != "" || cs.key != "" {
+		cfg, err := tlsconfig.ClientConfig(cs.caCert, cs.cert, cs.key)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, client.WithTLS(cfg))
+	}
+	if cs.authToken != "" {
+		opts = append(opts, client.WithAuthToken(cs.authToken))
+	}
+	return opts, nil
+}
+
+// serveSecurity holds the security flags of `tenure serve`.
+type serveSecurity struct {
+	tls, peer tlsconfig.Files
+	auth      bool
+	insecure  bool
+}
+
+func (ss *serveSecurity) flags(f *pflag.FlagSet) {
+	f.StringVar(&ss.tls.Cert, "tls-cert", "", "serve the client API over TLS with this certificate (PEM; re-read when it changes or on SIGHUP)")
+	f.StringVar(&ss.tls.Key, "tls-key", "", "the private key of --tls-cert (PEM)")
+	f.StringVar(&ss.tls.CA, "tls-client-ca", "", "require client certificates that chain to this CA (PEM)")
+	f.StringVar(&ss.peer.Cert, "peer-tls-cert", "", "raft peer traffic over mutual TLS with this certificate (PEM, for both server and client use; re-read when it changes or on SIGHUP)")
+	f.StringVar(&ss.peer.Key, "peer-tls-key", "", "the private key of --peer-tls-cert (PEM)")
+	f.StringVar(&ss.peer.CA, "peer-tls-ca", "", "the CA every peer's certificate must chain to (PEM)")
+	f.BoolVar(&ss.auth, "auth", false, "enforce ACLs: deny every request no policy of its caller allows (create the first token with `tenure acl bootstrap`)")
+	f.BoolVar(&ss.insecure, "insecure", false, "serve outside loopback without TLS and --auth, or raft peers without peer TLS (protected mode off)")
+}
+
+// configure checks protected mode and sets the daemon's TLS
+// configuration. It returns the reloaders to reload on SIGHUP.
+func (ss *serveSecurity) configure(cfg *daemon.Config, log io.Writer) ([]*tlsconfig.Reloader, error) {
+	clientTLS := ss.tls.Cert != "" || ss.tls.Key != ""
+	peerTLS := ss.peer.Cert != "" || ss.peer.Key != "" || ss.peer.CA != ""
+	if ss.tls.CA != "" && !clientTLS {
+		return nil, errors.New("--tls-client-ca needs --tls-cert and --tls-key")
+	}
+	if peerTLS && cfg.PeerListen == "" {
+		return nil, errors.New("--peer-tls-cert, --peer-tls-key and --peer-tls-ca need --peer-listen")
+	}
+	if !ss.insecure {
+		if !isLoopback(cfg.Listen) && !(clientTLS && ss.auth) {
+			return nil, fmt.Errorf("refusing to serve the client API on %s, outside loopback, without TLS and --auth: anyone who can reach it could take every lock and read every key (give --tls-cert, --tls-key and --auth, or --insecure to serve anyway)", cfg.Listen)
+		}
+		if cfg.PeerListen != "" && !isLoopback(cfg.PeerListen) && !peerTLS {
+			return nil, fmt.Errorf("refusing to serve raft peers on %s, outside loopback, without peer TLS: anyone who can reach it could rewrite the replicated log (give --peer-tls-cert, --peer-tls-key and --peer-tls-ca, or --insecure to serve anyway)", cfg.PeerListen)
+		}
+	}
+	cfg.Auth = ss.auth
+	var out []*tlsconfig.Reloader
+	if clientTLS {
+		r, err := tlsconfig.New(ss.tls, tlsconfig.Server, log)
+		if err != nil {
+			return nil, err
+		}
+		cfg.TLS = r.ServerConfig()
+		out = append(out, r)
+	}
+	if peerTLS {
+		r, err := tlsconfig.New(ss.peer, tlsconfig.Peer, log)
+		if err != nil {
+			return nil, err
+		}
+		cfg.PeerTLS = r.Config
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// isLoopback reports whether the listen address addr is on loopback only
+// (127.0.0.0/8, ::1 or localhost). An empty host is every interface.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// reloadOnHUP reloads every reloader's files on SIGHUP until ctx ends.
+func reloadOnHUP(ctx context.Context, rs []*tlsconfig.Reloader, log io.Writer) {
+	if len(rs) == 0 {
+		return
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-hup:
+				for _, r := range rs {
+					if err := r.Reload(); err != nil {
+						fmt.Fprintf(log, "tenure: SIGHUP: %v (keeping the previous certificates)\n", err)
+						continue
+					}
+				}
+				fmt.Fprintln(log, "tenure: SIGHUP: TLS certificates reloaded")
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+}
+
+// certCommand is `tenure cert`.
+func (a *app) certCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cert",
+		Short: "Certificates for trying TLS",
+	}
+	var dir string
+	dev := &cobra.Command{
+		Use:   "dev",
+		Short: "Write a throwaway CA and certificates for 127.0.0.1 and localhost",
+		Long: `Write a throwaway CA and certificates signed by it into --dir, for trying
+TLS on one machine (never for production: the files are not protected by
+anything but their permissions):
+
+  ca.pem                       the CA (--tls-client-ca, --peer-tls-ca, --cacert)
+  server.pem, server-key.pem   the client API's (--tls-cert, --tls-key)
+  client.pem, client-key.pem   a client's, common name ` + tlsconfig.DevClientName + ` (--cert, --key)
+  peer.pem, peer-key.pem       raft's mutual TLS (--peer-tls-cert, --peer-tls-key)
+
+The server and peer certificates are valid for 127.0.0.1, ::1 and
+localhost, for 90 days. Existing files are never overwritten.
+JSON: {"dir","files"}.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" {
+				return errors.New("--dir is required")
+			}
+			if err := tlsconfig.WriteDev(dir); err != nil {
+				return err
+			}
+			out := struct {
+				Dir   string   `json:"dir"`
+				Files []string `json:"files"`
+			}{dir, tlsconfig.DevFiles}
+			return a.emit(out, func(w io.Writer) {
+				fmt.Fprintf(w, "wrote a development CA and certificates to %s:\n", dir)
+				for _, f := range tlsconfig.DevFiles {
+					fmt.Fprintf(w, "  %s\n", f)
+				}
+			})
+		},
+	}
+	dev.Flags().StringVar(&dir, "dir", "", "directory to write the files into (created if needed)")
+	cmd.AddCommand(dev)
+	return cmd
+}

@@ -1,0 +1,56 @@
+package node
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"fmt"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/tenure-io/tenure/fenceproof"
+	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+)
+
+// Security returns the replicated ACLs and signing keys as of the last
+// applied entry (immutable; no lock is taken).
+func (n *Node) Security() *fsm.Security { return n.fsm.Security() }
+
+// NewSigningKey draws a signing key, and a cluster id for a cluster that
+// has none yet: randomness is the proposer's, never Apply's.
+func NewSigningKey(onlyIfNone bool) (*fsmpb.AddSigningKey, error) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("node: drawing a signing key: %w", err)
+	}
+	id := make([]byte, fsm.ClusterIDBytes)
+	if _, err := rand.Read(id); err != nil {
+		return nil, fmt.Errorf("node: drawing a cluster id: %w", err)
+	}
+	return &fsmpb.AddSigningKey{ClusterId: id, Key: &fsmpb.SigningKey{Id: fenceproof.KeyID(pub), Seed: priv.Seed()}, OnlyIfNone: onlyIfNone}, nil
+}
+
+// EnsureSigningKey gives a cluster without a signing key its first one
+// (and its cluster id): a leader proposes it once it serves, and after a
+// restore. Two leaders in a row may both propose; only the first applied
+// adds a key. A failure is logged: the next leader tries again.
+func (n *Node) EnsureSigningKey(ctx context.Context) {
+	if _, ok := n.Security().ActiveKey(); ok {
+		return
+	}
+	add, err := NewSigningKey(true)
+	if err == nil {
+		_, err = n.Propose(ctx, &fsmpb.Command{Op: &fsmpb.Command_AddSigningKey{AddSigningKey: add}})
+	}
+	if err != nil {
+		fmt.Fprintf(n.cfg.LogOutput, "tenure: creating the cluster's signing key: %v (the next leader tries again)\n", err)
+	}
+}
+
+// CaughtUpLeader reports whether this node is the leader and has applied
+// every entry committed before its term: its ACLs are then at least as new
+// as any a client has seen acknowledged. A follower's may lag.
+func (n *Node) CaughtUpLeader() bool {
+	return n.raft.State() == raft.Leader && n.readTerm.Load() == n.raft.CurrentTerm()
+}
