@@ -43,7 +43,7 @@ func startServe(t *testing.T, args ...string) *serving {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &serving{out: &syncBuffer{}, errb: &syncBuffer{}, done: make(chan struct{}), stop: cancel}
 	go func() {
-		s.code = Run(ctx, append([]string{"serve"}, args...), Streams{Out: s.out, Err: s.errb})
+		s.code = Run(ctx, append([]string{"serve", "--http-listen", "127.0.0.1:0"}, args...), Streams{Out: s.out, Err: s.errb})
 		close(s.done)
 	}()
 	t.Cleanup(func() {
@@ -176,7 +176,7 @@ func TestServeJoinFlags(t *testing.T) {
 		{"--join", "--peer-listen", "127.0.0.1:1", "--bootstrap-peers", "n1=127.0.0.1:1"},
 	} {
 		dir := filepath.Join(t.TempDir(), "data")
-		r := run(t, "127.0.0.1:1", append([]string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0"}, args...)...)
+		r := run(t, "127.0.0.1:1", append([]string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", ""}, args...)...)
 		if r.code != 1 || r.stderr != "tenure: --join needs --peer-listen and no --bootstrap-peers\n" {
 			t.Fatalf("serve %v: exit %d, stderr %q", args, r.code, r.stderr)
 		}

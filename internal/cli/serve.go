@@ -106,7 +106,7 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 			if err != nil {
 				return fmt.Errorf("--log-format/--log-level: %w", err)
 			}
-			cfg.Logger = logger
+			cfg.Logger, cfg.LogOutput = logger, a.streams.Err
 			reloaders, err := sec.configure(&cfg, a.streams.Err)
 			if err != nil {
 				return err

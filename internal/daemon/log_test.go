@@ -72,8 +72,7 @@ func TestLogRecords(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("no expiry logged")
 		}
-		clk.Advance(2 * time.Second)
-		time.Sleep(10 * time.Millisecond) // the fake clock's timers fire on other goroutines
+		testutil.Elapse(t, clk, 2*time.Second)
 	}
 	for msg, want := range map[string]map[string]any{
 		"leader changed":     {"level": "INFO", "leader": "n1", "self": true},
