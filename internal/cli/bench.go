@@ -37,12 +37,12 @@ const (
 )
 
 type benchFlags struct {
-	mode       string
-	clients    int
-	duration   time.Duration
-	ttl        time.Duration
-	conns      string
-	proofs bool
+	mode     string
+	clients  int
+	duration time.Duration
+	ttl      time.Duration
+	conns    string
+	proofs   bool
 }
 
 // benchJSON is `tenure bench -o json`.

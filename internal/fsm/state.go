@@ -171,7 +171,7 @@ type State struct {
 	// three are derived from the rest and not exported (stats.go).
 	heldLocks, delayedLocks int
 	counters                Counters
-	sec        *Security // ACLs and signing keys, replaced on change (acl.go)
+	sec                     *Security // ACLs and signing keys, replaced on change (acl.go)
 }
 
 // NewState returns an empty state at revision 0.

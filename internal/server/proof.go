@@ -1,13 +1,13 @@
 package server
 
 import (
-	"time"
 	"context"
 	"crypto/ed25519"
 	"encoding/hex"
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/fenceproof"

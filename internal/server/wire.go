@@ -102,7 +102,6 @@ func codeOf(err error) codes.Code {
 	return status.Code(err)
 }
 
-
 // strictStream decodes every message it receives with decodeStrict and
 // authorizes it.
 type strictStream struct {
