@@ -50,11 +50,11 @@ func (s State) String() string {
 // it is safe for concurrent use, but one session holds or waits for a name
 // at most once at a time (a second Lock returns ErrAlreadyHeld).
 type Mutex struct {
-	s         *Session
-	name      string
-	delay     time.Duration
-	permits   uint32
-	proof bool // the client's WithFenceProofs
+	s       *Session
+	name    string
+	delay   time.Duration
+	permits uint32
+	proof   bool // the client's WithFenceProofs
 }
 
 // MutexOption configures a Mutex.

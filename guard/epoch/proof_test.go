@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/fenceproof"
 	"github.com/tenure-io/tenure/guard/epoch"
-	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/internal/testutil"
 )
 

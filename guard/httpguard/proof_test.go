@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/fenceproof"
 	"github.com/tenure-io/tenure/guard/httpguard"
-	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/internal/testutil"
 )
 
