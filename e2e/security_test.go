@@ -85,7 +85,7 @@ func startSecureCluster(t *testing.T, n int) *secureCluster {
 		peers = append(peers, m.id+"="+m.peer)
 	}
 	for _, m := range sc.ms {
-		m.p = start(t, m.id, m.addr, "serve", "--node-id", m.id, "--listen", m.addr, "--peer-listen", m.peer,
+		m.p = start(t, m.id, m.addr, "serve", "--http-listen", "127.0.0.1:0", "--node-id", m.id, "--listen", m.addr, "--peer-listen", m.peer,
 			"--data-dir", filepath.Join(root, m.id), "--bootstrap-peers", strings.Join(peers, ","),
 			"--tls-cert", sc.file("server.pem"), "--tls-key", sc.file("server-key.pem"), "--tls-client-ca", sc.file("ca.pem"),
 			"--peer-tls-cert", sc.file("peer.pem"), "--peer-tls-key", sc.file("peer-key.pem"), "--peer-tls-ca", sc.file("ca.pem"),
