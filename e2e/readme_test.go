@@ -114,7 +114,8 @@ func matches(expect, out string) bool {
 // TestReadmeTour runs README's tour as a reader would: every block in
 // order, in one shell, in a fresh directory, against a server started as
 // the first block says. Each block must end with status 0 and print what
-// its comments promise.
+// its comments promise. Then it runs again against the same server and
+// data, as a reader trying it a second time would.
 func TestReadmeTour(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the tour against a real server (about 20 s)")
@@ -133,54 +134,58 @@ func TestReadmeTour(t *testing.T) {
 	addr := freeAddr(t)
 	startServer(t, addr, filepath.Join(work, "data"))
 
-	var script strings.Builder
-	script.WriteString("cd " + work + "\n")
-	for i, b := range blocks[1:] {
-		fmt.Fprintf(&script, "echo '@@begin %d'\n%s\necho \"@@end %d $?\"\n", i+1, b.code, i+1)
-	}
-	cmd := exec.Command("bash", "-c", script.String())
-	cmd.Env = env(addr)
-	cmd.Dir = work
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// Whatever the tour left running (it starts background holders) ends
-	// with it: they are all in the shell's process group.
-	defer killGroup(cmd.Process.Pid, syscall.SIGKILL)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(2 * time.Minute):
-		killGroup(cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-		t.Fatalf("the tour did not finish within 2 minutes:\n%s", out.String())
-	}
-	if err != nil {
-		t.Fatalf("the tour's shell failed: %v\n%s", err, out.String())
-	}
-	text := out.String()
-	for i, b := range blocks[1:] {
-		n := i + 1
-		begin := fmt.Sprintf("@@begin %d\n", n)
-		bi := strings.Index(text, begin)
-		endRe := regexp.MustCompile(fmt.Sprintf(`(?m)^@@end %d ([0-9]+)$`, n))
-		m := endRe.FindStringSubmatchIndex(text)
-		if bi < 0 || m == nil {
-			t.Fatalf("block %d did not run to its end:\n%s", n, text)
-		}
-		section := text[bi+len(begin) : m[0]]
-		if status := text[m[2]:m[3]]; status != "0" {
-			t.Errorf("block %d ended with status %s:\n%s\noutput:\n%s", n, status, b.code, section)
-		}
-		for _, e := range b.expect {
-			if !matches(e, section) {
-				t.Errorf("block %d promises %q; it printed:\n%s", n, e, section)
+	for round := 1; round <= 2; round++ {
+		t.Run(fmt.Sprintf("round%d", round), func(t *testing.T) {
+			var script strings.Builder
+			script.WriteString("cd " + work + "\n")
+			for i, b := range blocks[1:] {
+				fmt.Fprintf(&script, "echo '@@begin %d'\n%s\necho \"@@end %d $?\"\n", i+1, b.code, i+1)
 			}
-		}
+			cmd := exec.Command("bash", "-c", script.String())
+			cmd.Env = env(addr)
+			cmd.Dir = work
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			// Whatever the tour left running (it starts background holders) ends
+			// with it: they are all in the shell's process group.
+			defer killGroup(cmd.Process.Pid, syscall.SIGKILL)
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(2 * time.Minute):
+				killGroup(cmd.Process.Pid, syscall.SIGKILL)
+				<-done
+				t.Fatalf("the tour did not finish within 2 minutes:\n%s", out.String())
+			}
+			if err != nil {
+				t.Fatalf("the tour's shell failed: %v\n%s", err, out.String())
+			}
+			text := out.String()
+			for i, b := range blocks[1:] {
+				n := i + 1
+				begin := fmt.Sprintf("@@begin %d\n", n)
+				bi := strings.Index(text, begin)
+				endRe := regexp.MustCompile(fmt.Sprintf(`(?m)^@@end %d ([0-9]+)$`, n))
+				m := endRe.FindStringSubmatchIndex(text)
+				if bi < 0 || m == nil {
+					t.Fatalf("block %d did not run to its end:\n%s", n, text)
+				}
+				section := text[bi+len(begin) : m[0]]
+				if status := text[m[2]:m[3]]; status != "0" {
+					t.Errorf("block %d ended with status %s:\n%s\noutput:\n%s", n, status, b.code, section)
+				}
+				for _, e := range b.expect {
+					if !matches(e, section) {
+						t.Errorf("block %d promises %q; it printed:\n%s", n, e, section)
+					}
+				}
+			}
+		})
 	}
 }
