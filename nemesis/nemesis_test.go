@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 // TestNemesis runs the fenced-register and queue workloads on a 3-node
@@ -219,7 +221,7 @@ func runSuite(t *testing.T, cfg suiteConfig) suiteResult {
 	workEnd := workStart.Add(cfg.duration)
 
 	// Warm up: wait until every register has taken a write.
-	if err := pollUntil(30*time.Second, func() (bool, error) {
+	if err := testutil.PollUntil(30*time.Second, func() (bool, error) {
 		ops, _ := rec.snapshot()
 		seen := make(map[string]bool)
 		for _, o := range ops {
@@ -249,7 +251,7 @@ func runSuite(t *testing.T, cfg suiteConfig) suiteResult {
 	for _, f := range faults {
 		healed = max(healed, f.End)
 	}
-	if err := pollUntil(30*time.Second, func() (bool, error) {
+	if err := testutil.PollUntil(30*time.Second, func() (bool, error) {
 		ops, _ := rec.snapshot()
 		n := 0
 		for _, o := range ops {

@@ -22,6 +22,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 // Storage faults: a disk that fills up under a node, and a node restarted
@@ -439,7 +440,7 @@ func (nm *nemesis) corruptRestart() (*Fault, error) {
 
 // waitPorts waits until nd's ports can be bound again.
 func (c *cluster) waitPorts(nd *node) error {
-	return pollUntil(10*time.Second, func() (bool, error) { return canBind(nd.addr) && canBind(nd.peer), nil })
+	return testutil.PollUntil(10*time.Second, func() (bool, error) { return canBind(nd.addr) && canBind(nd.peer), nil })
 }
 
 // startRefused starts nd, which must refuse to start: exit non-zero
@@ -454,7 +455,7 @@ func (c *cluster) startRefused(nd *node, d time.Duration) (line, bad string) {
 		return "", err.Error()
 	}
 	served := "tenure: serving on " + nd.addr
-	_ = pollUntil(d, func() (bool, error) { return nd.p.exited() || strings.HasPrefix(nd.p.stdout(), served), nil })
+	_ = testutil.PollUntil(d, func() (bool, error) { return nd.p.exited() || strings.HasPrefix(nd.p.stdout(), served), nil })
 	if !nd.p.exited() {
 		what := fmt.Sprintf("it neither refused nor served within %v", d)
 		if strings.HasPrefix(nd.p.stdout(), served) {
@@ -495,7 +496,7 @@ func (c *cluster) rebuild(nd *node) (time.Duration, error) {
 		return 0, err
 	}
 	waiting := "tenure: node " + nd.id + " has no state and waits to be added"
-	if err := pollUntil(storageLimit, func() (bool, error) {
+	if err := testutil.PollUntil(storageLimit, func() (bool, error) {
 		if nd.p.exited() {
 			return false, fmt.Errorf("%s --join exited %d: %s", nd.id, nd.p.status, tail(nd.p.stderr(), 5))
 		}
@@ -555,7 +556,7 @@ func (c *cluster) waitCaughtUp(nd *node, d time.Duration) (time.Duration, error)
 	}
 	var have uint64
 	var last error
-	err := pollUntil(d, func() (bool, error) {
+	err := testutil.PollUntil(d, func() (bool, error) {
 		have, last = c.appliedOf(nd)
 		return last == nil && have >= goal, nil
 	})

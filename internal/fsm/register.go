@@ -78,7 +78,7 @@ func (s *State) checkFenced(w fencedWrite) (reg *register, out PutOutcome, final
 		}
 	}
 	pass := w.token > s.fenceFloor && w.token >= s.fenceOf(w.key, reg) && (w.lock == "" || s.isGrant(w.lock, w.token))
-	if pass || s.UnsafeSkipFenceCheck {
+	if pass || s.faults.skipFenceCheck() {
 		return reg, PutAccepted, Result{}, false
 	}
 	return reg, PutStale, Result{}, false
