@@ -5,6 +5,7 @@ package nemesis
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -366,7 +367,7 @@ func summary(cfg suiteConfig, seed uint64, ops []Op, faults []Fault, rep report,
 		}
 		var parts []string
 		total := 0
-		for _, out := range sortedKeys(counts[kind]) {
+		for _, out := range slices.Sorted(maps.Keys(counts[kind])) {
 			parts = append(parts, fmt.Sprintf("%s %d", out, counts[kind][out]))
 			total += counts[kind][out]
 		}
@@ -384,7 +385,7 @@ func summary(cfg suiteConfig, seed uint64, ops []Op, faults []Fault, rep report,
 			failovers[f.Kind] = append(failovers[f.Kind], f.Failover)
 		}
 	}
-	for _, k := range sortedKeys(byKind) {
+	for _, k := range slices.Sorted(maps.Keys(byKind)) {
 		fmt.Fprintf(&b, "  %-17s %d", k, byKind[k])
 		if fo := failovers[k]; len(fo) > 0 {
 			slices.Sort(fo)

@@ -10,10 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -95,7 +97,7 @@ func (nm *nemesis) diskFull() (*Fault, error) {
 		return nil, fmt.Errorf("reading %s's log: %w", target.id, err)
 	}
 	grow := nm.growLog(room + 4<<20)
-	for _, e := range sortedKeys(grow.diskErrs) {
+	for _, e := range slices.Sorted(maps.Keys(grow.diskErrs)) {
 		f.Anomalies = append(f.Anomalies, anomaly{checkDiskAnswer, fmt.Sprintf("%d writes were answered %s while %s's disk was full; a write the full disk refused must be RESOURCE_EXHAUSTED", grow.diskErrs[e], e, target.id)})
 	}
 	pace(context.Background(), diskFullHold)
@@ -139,7 +141,7 @@ func (g growResult) String() string {
 	s := fmt.Sprintf("%d MiB in %d transactions", g.bytes>>20, g.ok)
 	if g.fail > 0 {
 		var parts []string
-		for _, e := range sortedKeys(g.errs) {
+		for _, e := range slices.Sorted(maps.Keys(g.errs)) {
 			parts = append(parts, fmt.Sprintf("%dx %s", g.errs[e], e))
 		}
 		s += fmt.Sprintf(" (%d failed: %s)", g.fail, strings.Join(parts, "; "))

@@ -16,11 +16,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"reflect"
-	"sort"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -346,7 +347,7 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 				return nil, fmt.Errorf("node: --bootstrap-peers does not name this node (%s)", cfg.NodeID)
 			}
 			boot.Servers = nil
-			for _, id := range sortedIDs(cfg.BootstrapPeers) {
+			for _, id := range slices.Sorted(maps.Keys(cfg.BootstrapPeers)) {
 				boot.Servers = append(boot.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(cfg.BootstrapPeers[id])})
 			}
 		}
@@ -370,15 +371,6 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 	go n.answerer()
 	go func() { defer n.wg.Done(); n.rec.run(n.quit) }()
 	return n, nil
-}
-
-func sortedIDs(m map[string]string) []string {
-	ids := make([]string, 0, len(m))
-	for id := range m {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
 }
 
 // Run follows leadership changes and runs the lessor until ctx ends. It
@@ -1116,7 +1108,7 @@ func (n *Node) Status() Status {
 	st := Status{Node: n.cfg.NodeID, AppliedIndex: n.raft.AppliedIndex()}
 	_, leader := n.raft.LeaderWithID()
 	st.Leader = string(leader)
-	fmt.Sscan(n.raft.Stats()["term"], &st.Term)
+	st.Term = n.raft.CurrentTerm()
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {
 			if s.Suffrage == raft.Voter {
