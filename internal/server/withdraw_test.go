@@ -9,6 +9,7 @@ import (
 	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/internal/daemon"
 	"github.com/tenure-io/tenure/internal/server"
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 // TestWithdrawNotCommittedIsRetried: a waiter gives up while its node has
@@ -18,6 +19,7 @@ import (
 // later, no Hold owns the grant, and every other waiter is blocked until
 // the waiting session ends.
 func TestWithdrawNotCommittedIsRetried(t *testing.T) {
+	testutil.Slow(t)
 	root := t.TempDir()
 	peers := map[string]string{"n1": freePort(t), "n2": freePort(t), "n3": freePort(t)}
 	started := make(chan *member, 3)
@@ -80,7 +82,7 @@ func TestWithdrawNotCommittedIsRetried(t *testing.T) {
 			stopped = append(stopped, m)
 		}
 	}
-	waitFor(t, "the leader to step down", 20*time.Second, func() bool { return leader.d.Node.Status().Leader != leader.id })
+	testutil.WaitFor(t, "the leader to step down", 20*time.Second, func() bool { return leader.d.Node.Status().Leader != leader.id })
 
 	answered := make(chan struct{}, 1)
 	server.SetAcquireAnsweredHook(func() {
