@@ -15,6 +15,7 @@
 #   bench/cluster-etcd.sh                         # 64 clients, 8s per run, 3 rounds
 #   ROUNDS=5 DURATION=10s bench/cluster-etcd.sh
 #   KEEP_TMP=1 bench/cluster-etcd.sh              # keep logs and raw JSON
+#   TENURE_SERVE_FLAGS="--log-store wal" bench/cluster-etcd.sh   # Tenure on raft-wal
 #
 # Every client is given all three endpoints. Everything it builds and every
 # data dir lives in one temp dir under /tmp; only the processes this script
@@ -63,13 +64,13 @@ done
 T="$TMP/tenure"
 
 # Tenure: three voters.
-declare -a TADDR TPEER
-for i in 1 2 3; do TADDR[$i]=127.0.0.1:$(free_port); TPEER[$i]=127.0.0.1:$(free_port); done
+declare -a TADDR TPEER THTTP
+for i in 1 2 3; do TADDR[$i]=127.0.0.1:$(free_port); TPEER[$i]=127.0.0.1:$(free_port); THTTP[$i]=127.0.0.1:$(free_port); done
 TBOOT="n1=${TPEER[1]},n2=${TPEER[2]},n3=${TPEER[3]}"
 TEPS="${TADDR[1]},${TADDR[2]},${TADDR[3]}"
 for i in 1 2 3; do
-	"$T" serve --http-listen "" --node-id "n$i" --listen "${TADDR[$i]}" --peer-listen "${TPEER[$i]}" \
-		--data-dir "$TMP/tenure-n$i" --bootstrap-peers "$TBOOT" >"$TMP/tenure-n$i.out" 2>"$TMP/tenure-n$i.err" &
+	"$T" serve --http-listen "${THTTP[$i]}" --node-id "n$i" --listen "${TADDR[$i]}" --peer-listen "${TPEER[$i]}" \
+		--data-dir "$TMP/tenure-n$i" --bootstrap-peers "$TBOOT" ${TENURE_SERVE_FLAGS:-} >"$TMP/tenure-n$i.out" 2>"$TMP/tenure-n$i.err" &
 	PIDS+=($!)
 done
 "$T" --endpoint "$TEPS" status --wait 30s >/dev/null
@@ -93,11 +94,20 @@ for _ in $(seq 1 300); do
 	sleep 0.1
 done
 
+# scrape NAME: the log-append and commit metrics of every Tenure node, for
+# the "where the time goes" table.
+scrape() {
+	for i in 1 2 3; do
+		curl -fsS "http://${THTTP[$i]}/metrics" | grep -E '^tenure_(log_append_seconds_(sum|count)|raft_is_leader|apply_batch_commands_(sum|count)) ' | sed "s/^/n$i /"
+	done >"$TMP/metrics-$1.txt"
+}
 run_tenure() { # scenario round
+	if [[ $1 == contended && $2 == 1 ]]; then scrape before; fi
 	case $1 in
 	uncontended | contended) "$T" --endpoint "$TEPS" bench --mode "$1" --clients "$CLIENTS" --duration "$DURATION" -o json ;;
 	put | get) "$T" --endpoint "$TEPS" kv bench --op "$1" --clients "$KV_CLIENTS" --duration "$DURATION" -o json ;;
 	esac >"$TMP/tenure-$1.r$2.json"
+	if [[ $1 == contended && $2 == 1 ]]; then scrape after; fi
 }
 run_etcd() {
 	case $1 in
@@ -151,3 +161,33 @@ for label, s, key in rows:
     print(f"| {label} | {fmt(med(tv))} ({fmt(min(tv))}–{fmt(max(tv))}) | {fmt(med(ev))} ({fmt(min(ev))}–{fmt(max(ev))}) | "
           f"{med(ratios):.2f}× | {lat(t)} | {lat(e)} | {fairness} |")
 EOF
+
+echo
+echo "Where a contended hand-off's time goes (Tenure, round 1, from the nodes' metrics):"
+echo
+python3 - "$TMP" <<'EOF2'
+import json, sys
+tmp = sys.argv[1]
+def read(name):
+    m = {}
+    for line in open(f"{tmp}/metrics-{name}.txt"):
+        node, key, val = line.split()
+        m[(node, key)] = float(val)
+    return m
+b, a = read("before"), read("after")
+d = lambda n, k: a.get((n, k), 0) - b.get((n, k), 0)
+run = json.load(open(f"{tmp}/tenure-contended.r1.json"))
+h = run["handoffs"]
+per = 1000 * run["duration_s"] / h
+leader = next(n for (n, k), v in a.items() if k == "tenure_raft_is_leader" and v == 1)
+print("| figure | value |")
+print("|---|---:|")
+print(f"| wall time per hand-off | {per:.2f} ms |")
+entries = d(leader, "tenure_apply_batch_commands_count")
+print(f"| log entries per hand-off (leader) | {entries / h:.2f} |")
+for n in sorted({n for n, _ in a}):
+    c = d(n, "tenure_log_append_seconds_count")
+    if c:
+        role = "leader" if n == leader else "follower"
+        print(f"| log append + fsync, {role} {n} (mean) | {1000 * d(n, 'tenure_log_append_seconds_sum') / c:.2f} ms |")
+EOF2
