@@ -78,43 +78,22 @@ type Client struct {
 }
 
 type endpoint struct {
-	addr string
-	conn *grpc.ClientConn
-	api  pb.TenureClient
-	// mux carries the sessions' streams; nil with WithStreamPerSession.
-	mux *sessionMux
-}
-
-// sessionConn starts a session stream that lasts until ctx ends.
-func (ep *endpoint) sessionConn(ctx context.Context) (sessionConn, error) {
-	if ep.mux == nil {
-		return ep.api.Session(ctx)
-	}
-	return ep.mux.open(ctx)
+	addr     string
+	conn     *grpc.ClientConn
+	api      pb.TenureClient
+	sessions *transport // carries the sessions' streams
 }
 
 // Option configures Dial.
 type Option func(*dialOptions) error
 
 type dialOptions struct {
-	grpcOpts      []grpc.DialOption
-	clk           clock.Clock
-	serializable  bool
-	streamPerSess bool
-	tls           *tls.Config // security.go
-	authToken     string
-	proofs        bool
-}
-
-// WithStreamPerSession gives every session a Session RPC of its own
-// instead of sharing one Sessions RPC per endpoint among all sessions (the
-// default, which sends requests that are ready together in one message).
-// For servers without the Sessions RPC, and for comparing the two.
-func WithStreamPerSession() Option {
-	return func(o *dialOptions) error {
-		o.streamPerSess = true
-		return nil
-	}
+	grpcOpts     []grpc.DialOption
+	clk          clock.Clock
+	serializable bool
+	tls          *tls.Config // security.go
+	authToken    string
+	proofs       bool
 }
 
 // WithSerializableReads makes FencedGet, LockStatus, LockHistory and
@@ -187,11 +166,8 @@ func Dial(ctx context.Context, endpoints string, opts ...Option) (*Client, error
 			c.Close()
 			return nil, fmt.Errorf("%w: endpoint %q: %v", ErrInvalid, addr, err)
 		}
-		ep := &endpoint{addr: addr, conn: conn, api: pb.NewTenureClient(conn)}
-		if !o.streamPerSess {
-			ep.mux = &sessionMux{api: ep.api}
-		}
-		c.eps = append(c.eps, ep)
+		api := pb.NewTenureClient(conn)
+		c.eps = append(c.eps, &endpoint{addr: addr, conn: conn, api: api, sessions: &transport{api: api}})
 	}
 	if len(c.eps) == 0 {
 		return nil, fmt.Errorf("%w: no endpoint given", ErrInvalid)
@@ -203,9 +179,7 @@ func Dial(ctx context.Context, endpoints string, opts ...Option) (*Client, error
 func (c *Client) Close() error {
 	var first error
 	for _, ep := range c.eps {
-		if ep.mux != nil {
-			ep.mux.close()
-		}
+		ep.sessions.close()
 		if err := ep.conn.Close(); err != nil && first == nil {
 			first = err
 		}
@@ -215,12 +189,6 @@ func (c *Client) Close() error {
 
 // Endpoint is the address currently in use.
 func (c *Client) Endpoint() string { return c.eps[c.cur.Load()%uint32(len(c.eps))].addr }
-
-// pick returns the endpoint in use and its index.
-func (c *Client) pick() (uint32, pb.TenureClient) {
-	i := c.cur.Load() % uint32(len(c.eps))
-	return i, c.eps[i].api
-}
 
 // next moves on from endpoint i (unless another caller already did).
 func (c *Client) next(i uint32) {
@@ -240,9 +208,10 @@ func unavailable(err error) bool {
 // until one answers otherwise or ctx ends. A node that answered "not the
 // leader" is asked again in the next round (a leader may be elected
 // meanwhile), also when it is the only endpoint; a single endpoint that
-// cannot be reached fails at once. When ctx ends first, the error says
-// that no leader answered and names the endpoints.
-func (c *Client) rotate(ctx context.Context, try func(ep uint32) error) error {
+// cannot be reached fails at once, unless persist (a watch that outlives
+// a restart of its node). When ctx ends first, the error says that no
+// leader answered and names the endpoints.
+func (c *Client) rotate(ctx context.Context, persist bool, try func(ep uint32) error) error {
 	backoff := 20 * time.Millisecond
 	everAnswered := false // some node answered "not the leader"
 	for {
@@ -257,7 +226,7 @@ func (c *Client) rotate(ctx context.Context, try func(ep uint32) error) error {
 			c.next(i)
 		}
 		everAnswered = everAnswered || answered
-		if len(c.eps) == 1 && !answered {
+		if len(c.eps) == 1 && !answered && !persist {
 			return err
 		}
 		t := time.NewTimer(backoff)
@@ -286,7 +255,7 @@ func (c *Client) endpoints() string {
 // unary runs a request with rotate: on the leader, waiting for one within
 // ctx.
 func (c *Client) unary(ctx context.Context, fn func(pb.TenureClient) error) error {
-	return c.rotate(ctx, func(i uint32) error { return fromStatus(fn(c.eps[i].api)) })
+	return c.rotate(ctx, false, func(i uint32) error { return fromStatus(fn(c.eps[i].api)) })
 }
 
 // PutResult is the answer of a fenced register write or delete.
