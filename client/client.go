@@ -51,7 +51,6 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
-	"github.com/tenure-io/tenure/internal/clock"
 )
 
 // DefaultEndpoint is where `tenure serve` listens by default.
@@ -72,7 +71,7 @@ const (
 type Client struct {
 	eps          []*endpoint
 	cur          atomic.Uint32 // index of the endpoint in use
-	clk          clock.Clock
+	clk          Clock
 	serializable bool
 	proofs       bool // WithFenceProofs
 }
@@ -89,7 +88,7 @@ type Option func(*dialOptions) error
 
 type dialOptions struct {
 	grpcOpts     []grpc.DialOption
-	clk          clock.Clock
+	clk          Clock
 	serializable bool
 	tls          *tls.Config // security.go
 	authToken    string
@@ -115,13 +114,48 @@ func WithGRPCOptions(opts ...grpc.DialOption) Option {
 	}
 }
 
-// WithClock replaces the monotonic clock (tests drive time with it).
-func WithClock(c clock.Clock) Option {
+// Clock is the monotonic clock a client counts time on (WithClock): its
+// sessions' safe deadlines and renewals, the progress watchdog and the
+// timeouts of withdrawing an acquire. Only differences between two Now
+// readings matter. Implementations must be safe for concurrent use, and
+// must never run fast: a clock that runs slow against real time makes a
+// hold trust its lease longer than the server keeps it (the drift margin,
+// WithDriftMargin, covers only small rate differences).
+type Clock interface {
+	// Now returns the current instant.
+	Now() time.Time
+	// NewTimer returns a timer that fires once, d after Now.
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is a one-shot timer of a Clock, like time.Timer.
+type Timer interface {
+	// C receives the instant the timer fired.
+	C() <-chan time.Time
+	// Stop prevents the timer from firing; it reports whether it did.
+	Stop() bool
+}
+
+// systemClock is the default Clock: the system's monotonic clock.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                 { return time.Now() }
+func (systemClock) NewTimer(d time.Duration) Timer { return systemTimer{time.NewTimer(d)} }
+
+type systemTimer struct{ t *time.Timer }
+
+func (t systemTimer) C() <-chan time.Time { return t.t.C }
+func (t systemTimer) Stop() bool          { return t.t.Stop() }
+
+// WithClock makes the client count time on clk instead of the system's
+// monotonic clock (see Clock): for tests that drive time. A nil clock is
+// an error.
+func WithClock(clk Clock) Option {
 	return func(o *dialOptions) error {
-		if c == nil {
+		if clk == nil {
 			return fmt.Errorf("%w: nil clock", ErrInvalid)
 		}
-		o.clk = c
+		o.clk = clk
 		return nil
 	}
 }
@@ -130,7 +164,7 @@ func WithClock(c clock.Clock) Option {
 // comma-separated list of cluster members. It does not block: connections
 // are made on first use.
 func Dial(ctx context.Context, endpoints string, opts ...Option) (*Client, error) {
-	o := dialOptions{clk: clock.Real}
+	o := dialOptions{clk: systemClock{}}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
-	"github.com/tenure-io/tenure/internal/clock"
 )
 
 // Session defaults.
@@ -113,7 +112,7 @@ type call struct {
 // every hold is Lost for good and Done is closed.
 type Session struct {
 	c   *Client
-	clk clock.Clock
+	clk Clock
 	cfg sessionConfig
 	id  uint64
 	// secret is the session's capability (see Secret); set once by
@@ -307,6 +306,11 @@ func (s *Session) attachLocked(st *stream, sentAt time.Time) {
 	s.st = st
 	close(s.connected)
 	s.extendLocked(sentAt)
+	select {
+	case <-st.done: // it ended after the open was answered, before it was attached
+		s.streamBrokenLocked(st)
+	default:
+	}
 }
 
 // extendLocked records a renewal confirmed for a request sent at sentAt.

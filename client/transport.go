@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -203,6 +204,16 @@ func (r *sessionsRPC) sendLoop() {
 		case <-r.ctx.Done():
 			return
 		}
+		// Yield once before collecting. The frames of a round come from
+		// many goroutines (one per session, each woken by its answer),
+		// and the one that wakes this loop hands it its processor at
+		// once: without the yield the loop would send each frame alone
+		// while the others are still runnable behind it. (The server's
+		// answers need no yield: the node's answering goroutine queues
+		// a committed batch's answers in one loop before the sender
+		// runs.) Measured: about 15 % less client CPU per lock+unlock
+		// cycle (docs/benchmarks.md).
+		runtime.Gosched()
 		r.mu.Lock()
 		batch, rest := cutFrames(r.out)
 		r.out = rest
