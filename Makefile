@@ -1,11 +1,16 @@
-# Tenure's build targets. `make test` is what CI runs.
+# Tenure's build targets. `make test` is what CI runs: every test, with
+# the tenurefault build tag that gives the fault-injection tests their
+# switches (a normal `go build ./cmd/tenure` has none; cmd/tenure's test
+# checks). The quick gate is `go test -short ./...`: no PostgreSQL, no
+# fault suite, no binaries built.
 GOBIN ?= $(shell go env GOPATH)/bin
 
 .PHONY: test proto proto-tools build
 
 test:
 	go vet ./...
-	go test -race -timeout 10m ./...
+	go vet -tags tenurefault ./...
+	go test -race -tags tenurefault -timeout 10m ./...
 
 build:
 	go build -o bin/tenure ./cmd/tenure

@@ -6,6 +6,7 @@
 #
 #   bench/kv.sh                         # 16 clients, 5s per run
 #   CLIENTS=64 DURATION=10s bench/kv.sh
+#   ROUNDS=5 bench/kv.sh                # alternating rounds (default 3), median and range
 #
 # Everything it builds, every data dir and every log lives in one temp dir
 # under /tmp, removed on exit. Only the processes this script started are
@@ -15,6 +16,7 @@ set -euo pipefail
 CLIENTS=${CLIENTS:-16}
 DURATION=${DURATION:-5s}
 OPS=${OPS:-"put get txn"}
+ROUNDS=${ROUNDS:-3}
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TMP=$(mktemp -d /tmp/tenure-kvbench.XXXXXX)
@@ -71,13 +73,41 @@ for _ in $(seq 1 300); do
 done
 sleep 1
 
-echo "Machine: $(nproc) cores, $(free -g | awk '/^Mem:/{print $2}') GiB RAM, $(uname -sr). $CLIENTS clients, $DURATION per run."
-echo
-echo "| op | tenure ops/s | etcd ops/s | tenure p50 / p99 ms | etcd p50 / p99 ms |"
-echo "|---|---|---|---|---|"
-for op in $OPS; do
-	t=$("$TMP/tenure" --endpoint "$TEP" kv bench --op "$op" --clients "$CLIENTS" --duration "$DURATION" -o json)
-	e=$("$TMP/etcd-kv-bench" --endpoints "$EEP" --op "$op" --clients "$CLIENTS" --duration "$DURATION")
-	f() { python3 -c "import json,sys; d=json.loads(sys.argv[1]); print(d['$2'] if isinstance(d['$2'], int) else round(d['$2'], 2))" "$1"; }
-	echo "| $op | $(f "$t" ops_per_sec) | $(f "$e" ops_per_sec) | $(f "$t" p50_ms) / $(f "$t" p99_ms) | $(f "$e" p50_ms) / $(f "$e" p99_ms) |"
+for r in $(seq 1 "$ROUNDS"); do
+	for op in $OPS; do
+		# Alternate which system goes first.
+		if ((r % 2)); then order="tenure etcd"; else order="etcd tenure"; fi
+		for sys in $order; do
+			log "round $r: $op $sys"
+			if [[ $sys == tenure ]]; then
+				"$TMP/tenure" --endpoint "$TEP" kv bench --op "$op" --clients "$CLIENTS" --duration "$DURATION" -o json
+			else
+				"$TMP/etcd-kv-bench" --endpoints "$EEP" --op "$op" --clients "$CLIENTS" --duration "$DURATION"
+			fi >"$TMP/$sys-$op.r$r.json"
+		done
+	done
 done
+
+echo "Machine: $(nproc) cores, $(free -g | awk '/^Mem:/{print $2}') GiB RAM, $(uname -sr); tenure $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'); etcd 3.7.3."
+echo "$CLIENTS clients, $DURATION per run, $ROUNDS alternating rounds: median (min–max)."
+echo
+python3 - "$TMP" "$ROUNDS" "$OPS" <<'PY'
+import json, statistics, sys
+tmp, rounds, ops = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+def runs(sysname, op):
+    out = []
+    for r in range(1, rounds + 1):
+        with open(f"{tmp}/{sysname}-{op}.r{r}.json") as f:
+            out.append(json.load(f))
+    return out
+med = statistics.median
+span = lambda xs: f"{med(xs):,.0f} ({min(xs):,.0f}–{max(xs):,.0f})"
+print("| op | tenure ops/s | etcd ops/s | tenure / etcd | tenure p50 / p99 ms | etcd p50 / p99 ms |")
+print("|---|---|---|---|---|---|")
+for op in ops:
+    t, e = runs("tenure", op), runs("etcd", op)
+    tv, ev = [d["ops_per_sec"] for d in t], [d["ops_per_sec"] for d in e]
+    ratio = med([a / b for a, b in zip(tv, ev) if b])
+    lat = lambda ds: f"{med([d['p50_ms'] for d in ds]):.2f} / {med([d['p99_ms'] for d in ds]):.2f}"
+    print(f"| {op} | {span(tv)} | {span(ev)} | {ratio:.2f}× | {lat(t)} | {lat(e)} |")
+PY

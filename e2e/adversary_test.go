@@ -79,7 +79,7 @@ func TestAdversaryCannotActAsAnotherSession(t *testing.T) {
 	done := filepath.Join(t.TempDir(), "done")
 	victim := start(t, "victim", addr, "lock", "L", "--ttl", "2s", "--", "sh", "-c", `sleep 3; echo ok > "$0"`, done)
 	var st statusOut
-	poll(t, "the victim's grant", 10*time.Second, func() bool {
+	testutil.WaitFor(t, "the victim's grant", 10*time.Second, func() bool {
 		st = lockStatus(t, addr, "L")
 		return st.Holder != nil
 	})
@@ -107,7 +107,7 @@ func TestAdversaryCannotActAsAnotherSession(t *testing.T) {
 	// attacker keeps resuming its session: refused every time, and the
 	// next waiter gets the lock.
 	crashed := start(t, "crashed", addr, "lock", "M", "--ttl", "2s", "--", "sleep", "60")
-	poll(t, "the crashing holder's grant", 10*time.Second, func() bool {
+	testutil.WaitFor(t, "the crashing holder's grant", 10*time.Second, func() bool {
 		st = lockStatus(t, addr, "M")
 		return st.Holder != nil
 	})
@@ -190,7 +190,7 @@ func TestAdversaryTokensAndRestores(t *testing.T) {
 func TestAdversaryCannotRacePastLimits(t *testing.T) {
 	addr := freeAddr(t)
 	p := start(t, "server", addr, "serve", "--http-listen", "127.0.0.1:0", "--listen", addr, "--data-dir", t.TempDir(), "--max-sessions", "30", "--max-waiters", "5")
-	poll(t, "the server's ready line", 30*time.Second, func() bool { return strings.HasPrefix(p.stdout(), "tenure: serving on") })
+	testutil.WaitFor(t, "the server's ready line", 30*time.Second, func() bool { return strings.HasPrefix(p.stdout(), "tenure: serving on") })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	api := pb.NewTenureClient(rawConn(t, addr))
@@ -265,7 +265,7 @@ func TestAdversaryStateShrinks(t *testing.T) {
 	addr, dir := freeAddr(t), t.TempDir()
 	serve := func() *proc {
 		p := start(t, "server", addr, "serve", "--http-listen", "127.0.0.1:0", "--listen", addr, "--data-dir", dir, "--max-queues", "3")
-		poll(t, "the server's ready line", 30*time.Second, func() bool { return strings.HasPrefix(p.stdout(), "tenure: serving on") })
+		testutil.WaitFor(t, "the server's ready line", 30*time.Second, func() bool { return strings.HasPrefix(p.stdout(), "tenure: serving on") })
 		return p
 	}
 	p := serve()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 type member struct {
@@ -32,7 +33,7 @@ func startCluster(t *testing.T, n int) []*member {
 			"--data-dir", filepath.Join(root, m.id), "--bootstrap-peers", strings.Join(peers, ","))
 	}
 	for _, m := range ms {
-		poll(t, m.id+"'s ready line", 30*time.Second, func() bool {
+		testutil.WaitFor(t, m.id+"'s ready line", 30*time.Second, func() bool {
 			if m.p.exited() {
 				t.Fatalf("%s exited with %d: %s", m.id, m.p.status, m.p.stderr())
 			}
@@ -91,45 +92,16 @@ func TestClusterLeaderKilledKeepsHoldsAndOrder(t *testing.T) {
 	}
 	changes := hold.Changes()
 
-	type grant struct {
-		i     int
-		token uint64
-	}
 	const waiters = 10
-	granted := make(chan grant, waiters)
-	errs := make(chan error, waiters)
-	for i := 0; i < waiters; i++ {
+	sessions := make([]*client.Session, waiters)
+	for i := range sessions {
 		s, err := c.NewSession(ctx, client.WithTTL(10*time.Second), client.WithOwner(fmt.Sprintf("w%d", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, _ := s.Mutex("res")
-		queued := make(chan int, 1)
-		go func() {
-			h, err := m.Lock(ctx, client.OnQueued(func(p int) {
-				select {
-				case queued <- p:
-				default:
-				}
-			}))
-			if err != nil {
-				errs <- fmt.Errorf("waiter %d: %w", i, err)
-				return
-			}
-			granted <- grant{i, h.Token()}
-			if err := h.Unlock(ctx); err != nil {
-				errs <- fmt.Errorf("waiter %d unlock: %w", i, err)
-			}
-		}()
-		select {
-		case p := <-queued:
-			if p != i+1 {
-				t.Fatalf("waiter %d queued at %d", i, p)
-			}
-		case err := <-errs:
-			t.Fatal(err)
-		}
+		sessions[i] = s
 	}
+	granted, errs := testutil.QueueWaiters(t, ctx, sessions, "res")
 
 	leader, others := leaderOf(t, ctx, c, ms)
 	killed := time.Now()
@@ -183,21 +155,5 @@ func TestClusterLeaderKilledKeepsHoldsAndOrder(t *testing.T) {
 	if err := hold.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	last := hold.Token()
-	for k := 0; k < waiters; k++ {
-		select {
-		case g := <-granted:
-			if g.i != k {
-				t.Fatalf("grant %d went to waiter %d: order lost", k, g.i)
-			}
-			if g.token <= last {
-				t.Fatalf("token %d not above %d", g.token, last)
-			}
-			last = g.token
-		case err := <-errs:
-			t.Fatal(err)
-		case <-ctx.Done():
-			t.Fatalf("only %d of %d waiters granted", k, waiters)
-		}
-	}
+	testutil.CheckFIFO(t, ctx, granted, errs, waiters, hold.Token())
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/testutil"
 
 	// The tests run a tenure binary built from source; importing what it
 	// is made of makes Go's test cache see changes to it.
@@ -32,24 +33,7 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
-	os.Exit(buildAndRun(m))
-}
-
-func buildAndRun(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "tenure-e2e-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	build := exec.Command("go", "build", "-o", filepath.Join(dir, "tenure"), "github.com/tenure-io/tenure/cmd/tenure")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building tenure:", err)
-		return 1
-	}
-	binDir = dir
-	return m.Run()
+	os.Exit(testutil.MainWithTenure(m, func(bin string) { binDir = filepath.Dir(bin) }))
 }
 
 // proc is a tenure process started by the test, in a process group of its
@@ -245,22 +229,10 @@ type historyOut struct {
 	} `json:"grants"`
 }
 
-// poll calls cond every 20ms until it holds or d passes.
-func poll(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func readFile(t *testing.T, path string, d time.Duration) string {
 	t.Helper()
 	var b []byte
-	poll(t, path, d, func() bool {
+	testutil.WaitFor(t, path, d, func() bool {
 		var err error
 		b, err = os.ReadFile(path)
 		return err == nil
@@ -291,7 +263,7 @@ func startServer(t *testing.T, addr, dataDir string) *proc {
 	t.Helper()
 	p := start(t, "server", addr, "serve", "--http-listen", "127.0.0.1:0", "--listen", addr, "--data-dir", dataDir)
 	want := fmt.Sprintf("tenure: serving on %s (node n1, data %s)\n", addr, dataDir)
-	poll(t, "the server's ready line", 30*time.Second, func() bool {
+	testutil.WaitFor(t, "the server's ready line", 30*time.Second, func() bool {
 		if p.exited() {
 			t.Fatalf("server exited with %d: %s", p.status, p.stderr())
 		}
@@ -378,7 +350,7 @@ touch %[3]s`, dir, aReady, aFinished)
 echo "$$ $TENURE_FENCE_TOKEN" > %[2]s.tmp && mv %[2]s.tmp %[2]s
 while [ ! -f %[3]s ]; do sleep 0.05; done`, dir, bReady, bRelease)
 	b := start(t, "lock B", addr, "lock", "res", "--owner", "B", "--timeout", "30s", "--", "sh", "-c", scriptB)
-	poll(t, "B to queue", 10*time.Second, func() bool {
+	testutil.WaitFor(t, "B to queue", 10*time.Second, func() bool {
 		return strings.Contains(b.stderr(), "tenure: waiting for lock res (position 1)\n")
 	})
 
@@ -387,7 +359,7 @@ while [ ! -f %[3]s ]; do sleep 0.05; done`, dir, bReady, bRelease)
 	a.signal(syscall.SIGSTOP)
 	killGroup(childA, syscall.SIGSTOP)
 	frozen := time.Now()
-	poll(t, "the lock to pass from A to B", 15*time.Second, func() bool {
+	testutil.WaitFor(t, "the lock to pass from A to B", 15*time.Second, func() bool {
 		tenureJSON(t, addr, 0, &st, "lock", "status", "res")
 		return st.Holder != nil && st.Holder.Session != sessA
 	})
@@ -521,7 +493,7 @@ func TestSignals(t *testing.T) {
 	readFile(t, ready, 15*time.Second)
 
 	waiter := start(t, "waiter", addr, "lock", "sig", "--timeout", "0", "--", "sh", "-c", "echo ran")
-	poll(t, "the waiter to queue", 10*time.Second, func() bool {
+	testutil.WaitFor(t, "the waiter to queue", 10*time.Second, func() bool {
 		return strings.Contains(waiter.stderr(), "tenure: waiting for lock sig (position 1)\n")
 	})
 	if err := syscall.Kill(waiter.cmd.Process.Pid, syscall.SIGINT); err != nil {
@@ -534,7 +506,7 @@ func TestSignals(t *testing.T) {
 		t.Fatalf("waiter stdout %q stderr %q", waiter.stdout(), waiter.stderr())
 	}
 	var st statusOut
-	poll(t, "the wait to be withdrawn", 5*time.Second, func() bool {
+	testutil.WaitFor(t, "the wait to be withdrawn", 5*time.Second, func() bool {
 		tenureJSON(t, addr, 0, &st, "lock", "status", "sig")
 		return st.Waiters == 0
 	})

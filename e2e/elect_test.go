@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 type leaderLine struct {
@@ -60,7 +61,7 @@ func TestElectionFailoverOnSIGKILL(t *testing.T) {
 		t.Fatalf("new leader token %d not above %d", tB, tA)
 	}
 	var lines []leaderLine
-	poll(t, "the observer to report B", 30*time.Second, func() bool {
+	testutil.WaitFor(t, "the observer to report B", 30*time.Second, func() bool {
 		lines = lines[:0]
 		for _, s := range strings.Split(strings.TrimSpace(obs.stdout()), "\n") {
 			var l leaderLine
@@ -123,7 +124,7 @@ func TestObserverFollowsAcrossNodeFailure(t *testing.T) {
 			return len(lines) > 0 && lines[len(lines)-1].Leader == "A" && lines[len(lines)-1].Value == value
 		}
 	}
-	poll(t, "the observer to report A=v1", 30*time.Second, lastIs("v1"))
+	testutil.WaitFor(t, "the observer to report A=v1", 30*time.Second, lastIs("v1"))
 
 	leader, _ := leaderOf(t, ctx, c, ms)
 	if err := leader.p.cmd.Process.Kill(); err != nil {
@@ -133,7 +134,7 @@ func TestObserverFollowsAcrossNodeFailure(t *testing.T) {
 	if err := e.Proclaim(ctx, h, []byte("v2")); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the observer to report A=v2 after its node died", 30*time.Second, lastIs("v2"))
+	testutil.WaitFor(t, "the observer to report A=v2 after its node died", 30*time.Second, lastIs("v2"))
 	if obs.exited() {
 		t.Fatalf("observer ended: %s", obs.stderr())
 	}

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 // TestSessionSecretStaysWithTheHolder: a command run by `tenure lock` acts
@@ -18,14 +20,14 @@ func TestSessionSecretStaysWithTheHolder(t *testing.T) {
 		t.Fatalf("ephemeral put from the locked command: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
 	}
 	// The session ended with the command, and its key with it.
-	poll(t, "the ephemeral key to go", 10*time.Second, func() bool {
+	testutil.WaitFor(t, "the ephemeral key to go", 10*time.Second, func() bool {
 		return strings.Contains(tenure(t, addr, "kv", "get", "eph", "-o", "json").stdout, `"found":false`)
 	})
 
 	// Another process knows a live session's id but not its secret.
 	start(t, "holder", addr, "lock", "M", "--", "sleep", "60")
 	var sid string
-	poll(t, "the holder's session id", 10*time.Second, func() bool {
+	testutil.WaitFor(t, "the holder's session id", 10*time.Second, func() bool {
 		out := tenure(t, addr, "lock", "status", "M", "-o", "json").stdout
 		i := strings.Index(out, `"session":`)
 		if i < 0 {

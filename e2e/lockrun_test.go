@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 // alive reports whether pid runs (a zombie does not count).
@@ -38,7 +40,7 @@ func TestLockCommandDiesWithTenure(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.wait(5 * time.Second)
-	poll(t, "the command to die with tenure", 5*time.Second, func() bool { return !alive(pid) })
+	testutil.WaitFor(t, "the command to die with tenure", 5*time.Second, func() bool { return !alive(pid) })
 }
 
 // TestLockExitsWhenItsCommandHas: the server goes away while `tenure lock

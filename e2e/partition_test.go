@@ -44,7 +44,7 @@ func startLinkedCluster(t *testing.T, n int) *linkedCluster {
 			"--peer-route", strings.Join(routes, ","))
 	}
 	for _, m := range lc.ms {
-		poll(t, m.id+"'s ready line", 30*time.Second, func() bool {
+		testutil.WaitFor(t, m.id+"'s ready line", 30*time.Second, func() bool {
 			if m.p.exited() {
 				t.Fatalf("%s exited with %d: %s", m.id, m.p.status, m.p.stderr())
 			}
@@ -145,7 +145,7 @@ func TestFiveNodesTwoFollowersPartitioned(t *testing.T) {
 	lc.isolate(minority, majority, true)
 	for _, i := range minority {
 		m := lc.ms[i]
-		poll(t, m.id+" catching up", 30*time.Second, func() bool {
+		testutil.WaitFor(t, m.id+" catching up", 30*time.Second, func() bool {
 			_, rev, err := nodeStatus(t, ctx, m.addr)
 			return err == nil && rev >= last.Revision
 		})
@@ -190,7 +190,7 @@ func TestQueueDequeueMovesOffADemotedLeader(t *testing.T) {
 		d, err := consumer.Queue("jobs").Dequeue(dctx, 30*time.Second)
 		got <- result{d, err}
 	}()
-	poll(t, "the consumer to wait on the leader", 30*time.Second, func() bool {
+	testutil.WaitFor(t, "the consumer to wait on the leader", 30*time.Second, func() bool {
 		st, err := admin.Queue("jobs").Stats(ctx)
 		return err == nil && st.Waiting == 1
 	})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 // TestServerResumingFromStopExpiresNoSessionOnResume: a single server is
@@ -48,7 +49,7 @@ func TestServerResumingFromStopExpiresNoSessionOnResume(t *testing.T) {
 			t.Fatalf("%v after resuming: %d of %d sessions left", time.Since(resumed).Round(time.Millisecond), n, sessions)
 		}
 	}
-	poll(t, "the abandoned sessions to expire", 20*time.Second, func() bool {
+	testutil.WaitFor(t, "the abandoned sessions to expire", 20*time.Second, func() bool {
 		list, err := watch.Sessions(ctx)
 		return err == nil && len(list.GetSessions()) == 0
 	})
@@ -113,7 +114,7 @@ func TestClusterLeaderStoppedKeepsEveryHold(t *testing.T) {
 	leader.p.signal(syscall.SIGSTOP)
 	rest := dial(t, ctx, endpoints(others))
 	var elected time.Duration
-	poll(t, "a new leader", 10*time.Second, func() bool {
+	testutil.WaitFor(t, "a new leader", 10*time.Second, func() bool {
 		sctx, scancel := context.WithTimeout(ctx, time.Second)
 		defer scancel()
 		st, err := rest.Status(sctx)
@@ -127,7 +128,7 @@ func TestClusterLeaderStoppedKeepsEveryHold(t *testing.T) {
 	leader.p.signal(syscall.SIGCONT)
 	resumed := time.Now()
 
-	poll(t, "every hold held again", 20*time.Second, func() bool {
+	testutil.WaitFor(t, "every hold held again", 20*time.Second, func() bool {
 		for _, x := range hs {
 			if x.h.State() != client.Held {
 				return false

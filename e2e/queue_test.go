@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 type queuePushOut struct {
@@ -119,7 +120,7 @@ echo $? > %[1]s/a-code.tmp && mv %[1]s/a-code.tmp %[1]s/a-code`, dir)
 
 	// After the lease, B gets A's item back at its original place.
 	var ql queueLenOut
-	poll(t, "A's lease to run out", 15*time.Second, func() bool {
+	testutil.WaitFor(t, "A's lease to run out", 15*time.Second, func() bool {
 		tenureJSON(t, addr, 0, &ql, "queue", "len", "jobs")
 		return ql.InFlight == 0
 	})
@@ -246,7 +247,7 @@ func TestQueueNoAcknowledgedEnqueueLostOnKill9(t *testing.T) {
 			}
 		})
 	}
-	poll(t, "300 acknowledged enqueues", 20*time.Second, func() bool { return len(acked) >= 300 })
+	testutil.WaitFor(t, "300 acknowledged enqueues", 20*time.Second, func() bool { return len(acked) >= 300 })
 	srv.signal(syscall.SIGKILL)
 	srv.wait(10 * time.Second)
 	wg.Wait()

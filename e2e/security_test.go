@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/fenceproof"
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 // secureCluster is a cluster of `tenure serve` processes with TLS for
@@ -92,7 +93,7 @@ func startSecureCluster(t *testing.T, n int) *secureCluster {
 			"--auth")
 	}
 	for _, m := range sc.ms {
-		poll(t, m.id+"'s ready line", 30*time.Second, func() bool {
+		testutil.WaitFor(t, m.id+"'s ready line", 30*time.Second, func() bool {
 			if m.p.exited() {
 				t.Fatalf("%s exited with %d: %s", m.id, m.p.status, m.p.stderr())
 			}
@@ -165,7 +166,7 @@ func TestSecureClusterWalkthrough(t *testing.T) {
 		}
 	}
 	out := filepath.Join(t.TempDir(), "grant")
-	poll(t, "a grant after the leader was killed", 60*time.Second, func() bool {
+	testutil.WaitFor(t, "a grant after the leader was killed", 60*time.Second, func() bool {
 		r := sc.run(worker, "lock", "jobs/b", "--", "sh", "-c", `echo "$TENURE_FENCE_TOKEN $TENURE_FENCE_PROOF" > `+out)
 		return r.code == 0
 	})

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 type semStatus struct {
@@ -33,7 +35,7 @@ while [ ! -e %[1]s/done%[2]d ]; do sleep 0.05; done`, dir, i)
 		}
 	}
 	var st semStatus
-	poll(t, "the third holder to queue", 20*time.Second, func() bool {
+	testutil.WaitFor(t, "the third holder to queue", 20*time.Second, func() bool {
 		tenureJSON(t, addr, 0, &st, "sem", "status", "pool")
 		return st.Waiters == 1
 	})

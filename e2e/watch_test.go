@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 type kvEvent struct {
@@ -85,7 +86,7 @@ func TestWatchResumesAfterClientRestart(t *testing.T) {
 	}
 	last := committed[len(committed)-1].Revision
 	var got1 []kvEvent
-	poll(t, "the first watcher to print every change so far", 20*time.Second, func() bool {
+	testutil.WaitFor(t, "the first watcher to print every change so far", 20*time.Second, func() bool {
 		got1 = watchLines(t, w1.stdout())
 		return len(got1) > 0 && got1[len(got1)-1].Revision == last
 	})
@@ -103,7 +104,7 @@ func TestWatchResumesAfterClientRestart(t *testing.T) {
 	}
 	last = committed[len(committed)-1].Revision
 	var got2 []kvEvent
-	poll(t, "the second watcher to catch up", 20*time.Second, func() bool {
+	testutil.WaitFor(t, "the second watcher to catch up", 20*time.Second, func() bool {
 		got2 = watchLines(t, w2.stdout())
 		return len(got2) > 0 && got2[len(got2)-1].Revision == last
 	})

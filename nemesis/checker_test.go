@@ -4,8 +4,10 @@ package nemesis
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -216,7 +218,7 @@ func checkTokens(ops []Op, faults []Fault, r *report) {
 	}
 	if len(perKind) > 0 {
 		var parts []string
-		for _, k := range sortedKeys(perKind) {
+		for _, k := range slices.Sorted(maps.Keys(perKind)) {
 			parts = append(parts, fmt.Sprintf("%s %d", k, perKind[k]))
 		}
 		r.line("tokens across faults (every later grant above every token seen before): %s", strings.Join(parts, ", "))
@@ -489,13 +491,4 @@ func checkLateWrites(ops []Op, faults []Fault, r *report) {
 			r.line("late write after %s at %s: %s never wrote with token %d", f.Kind, at(f.Start), f.Client, f.Token)
 		}
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 // proc is a process started by the suite, leading a process group of its
@@ -338,7 +339,7 @@ func (c *cluster) startAll(nodes []*node) error {
 				errs = append(errs, err)
 				break
 			}
-			if err := pollUntil(10*time.Second, func() (bool, error) { return canBind(nd.addr) && canBind(nd.peer), nil }); err != nil {
+			if err := testutil.PollUntil(10*time.Second, func() (bool, error) { return canBind(nd.addr) && canBind(nd.peer), nil }); err != nil {
 				errs = append(errs, fmt.Errorf("%s: ports still in use: %w", nd.id, err))
 				break
 			}
@@ -365,7 +366,7 @@ func canBind(addr string) bool {
 // leader).
 func (c *cluster) waitReady(nd *node, d time.Duration) error {
 	want := "tenure: serving on " + nd.addr
-	return pollUntil(d, func() (bool, error) {
+	return testutil.PollUntil(d, func() (bool, error) {
 		if nd.p.exited() {
 			return false, fmt.Errorf("%s exited with %d: %s", nd.id, nd.p.status, tail(nd.p.stderr(), 20))
 		}
@@ -423,7 +424,7 @@ func (c *cluster) leader(candidates []*node) *node {
 // waitLeader polls until one of candidates says it leads.
 func (c *cluster) waitLeader(candidates []*node, d time.Duration) (*node, error) {
 	var l *node
-	err := pollUntil(d, func() (bool, error) {
+	err := testutil.PollUntil(d, func() (bool, error) {
 		l = c.leader(candidates)
 		return l != nil, nil
 	})
@@ -445,7 +446,7 @@ func (c *cluster) others(nd *node) []*node {
 // client endpoints and every live node knows a leader.
 func (c *cluster) waitHealthy(d time.Duration) error {
 	var last error
-	err := pollUntil(d, func() (bool, error) {
+	err := testutil.PollUntil(d, func() (bool, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err := c.admin.FencedGet(ctx, "nemesis-probe")
 		cancel()
@@ -482,27 +483,5 @@ func (c *cluster) isolate(nd *node) {
 func (c *cluster) heal() {
 	for _, l := range c.links {
 		l.Unblock()
-	}
-}
-
-// errTimeout is returned by pollUntil when its deadline passes.
-var errTimeout = errors.New("timed out")
-
-// pollUntil calls cond every 20ms until it reports true, returns an error,
-// or d passes.
-func pollUntil(d time.Duration, cond func() (bool, error)) error {
-	deadline := time.Now().Add(d)
-	for {
-		ok, err := cond()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w after %v", errTimeout, d)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

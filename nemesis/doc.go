@@ -22,8 +22,11 @@
 //
 //	go test ./nemesis/ -run TestNemesis -v -args -duration 2m
 //
-// TestNemesisCatchesBrokenFencing runs the same checker against a cluster
-// started with --unsafe-skip-fence-check and requires it to report
+// The suite builds its own tenure with the tenurefault build tag, which
+// adds serve's fault-injection flags (--peer-route, and
+// --unsafe-skip-fence-check); a normal build has neither. -short skips the
+// package. TestNemesisCatchesBrokenFencing runs the same checker against a
+// cluster started with --unsafe-skip-fence-check and requires it to report
 // anomalies. docs/nemesis.md describes the faults, the checks and longer
 // runs. The package holds no code outside its tests.
 package nemesis

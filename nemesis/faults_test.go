@@ -11,6 +11,8 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 // Fault kinds.
@@ -155,7 +157,7 @@ func (nm *nemesis) pauseHolder() (*Fault, error) {
 	defer os.Remove(w.lingerFlag())
 	var mk lingerMarker
 	var lockProc *proc
-	err := pollUntil(20*time.Second, func() (bool, error) {
+	err := testutil.PollUntil(20*time.Second, func() (bool, error) {
 		b, err := os.ReadFile(w.markerPath())
 		if err != nil || json.Unmarshal(b, &mk) != nil {
 			return false, nil
@@ -181,7 +183,7 @@ func (nm *nemesis) pauseHolder() (*Fault, error) {
 
 	var regToken uint64
 	frozen := time.Now()
-	werr := pollUntil(15*time.Second, func() (bool, error) {
+	werr := testutil.PollUntil(15*time.Second, func() (bool, error) {
 		// These reads go into the history: the one that saw the newer
 		// token completed before the frozen writer was thawed.
 		inv := nm.rec.now()
@@ -362,7 +364,7 @@ func (nm *nemesis) pauseServer(leader bool) (*Fault, error) {
 	var nl *node
 	var led int64
 	if leader {
-		_ = pollUntil(time.Until(until), func() (bool, error) {
+		_ = testutil.PollUntil(time.Until(until), func() (bool, error) {
 			nl = nm.c.leader(nm.c.others(target))
 			return nl != nil, nil
 		})

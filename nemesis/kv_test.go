@@ -6,8 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -95,7 +97,7 @@ func nemesisKV(t *testing.T, logStore string) {
 		t.Errorf("no fault was injected")
 	}
 	decided := 0
-	for _, key := range sortedKeys(byKey) {
+	for _, key := range slices.Sorted(maps.Keys(byKey)) {
 		hist := byKey[key]
 		var po []porcupine.Operation
 		for _, o := range hist {

@@ -6,12 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tenure-io/tenure/internal/testutil"
 
 	// The tests run a tenure binary built from source; importing what it
 	// is made of makes Go's test cache see changes to it.
@@ -32,29 +32,12 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envHelper) != "" {
 		os.Exit(helperMain())
 	}
-	flag.Parse()
-	os.Exit(buildAndRun(m))
-}
-
-func buildAndRun(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "tenure-nemesis-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	build := exec.Command("go", "build", "-o", filepath.Join(dir, "tenure"), "github.com/tenure-io/tenure/cmd/tenure")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building tenure:", err)
-		return 1
-	}
-	tenureBin = filepath.Join(dir, "tenure")
+	var err error
 	if selfBin, err = os.Executable(); err != nil {
 		fmt.Fprintln(os.Stderr, "locating the test binary:", err)
-		return 1
+		os.Exit(1)
 	}
-	return m.Run()
+	os.Exit(testutil.MainWithTenure(m, func(bin string) { tenureBin = bin }))
 }
 
 // monoNow reads the system-wide monotonic clock in nanoseconds. The test

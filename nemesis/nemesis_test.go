@@ -5,6 +5,7 @@ package nemesis
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 // TestNemesis runs the fenced-register and queue workloads on a 3-node
@@ -219,7 +222,7 @@ func runSuite(t *testing.T, cfg suiteConfig) suiteResult {
 	workEnd := workStart.Add(cfg.duration)
 
 	// Warm up: wait until every register has taken a write.
-	if err := pollUntil(30*time.Second, func() (bool, error) {
+	if err := testutil.PollUntil(30*time.Second, func() (bool, error) {
 		ops, _ := rec.snapshot()
 		seen := make(map[string]bool)
 		for _, o := range ops {
@@ -249,7 +252,7 @@ func runSuite(t *testing.T, cfg suiteConfig) suiteResult {
 	for _, f := range faults {
 		healed = max(healed, f.End)
 	}
-	if err := pollUntil(30*time.Second, func() (bool, error) {
+	if err := testutil.PollUntil(30*time.Second, func() (bool, error) {
 		ops, _ := rec.snapshot()
 		n := 0
 		for _, o := range ops {
@@ -364,7 +367,7 @@ func summary(cfg suiteConfig, seed uint64, ops []Op, faults []Fault, rep report,
 		}
 		var parts []string
 		total := 0
-		for _, out := range sortedKeys(counts[kind]) {
+		for _, out := range slices.Sorted(maps.Keys(counts[kind])) {
 			parts = append(parts, fmt.Sprintf("%s %d", out, counts[kind][out]))
 			total += counts[kind][out]
 		}
@@ -382,7 +385,7 @@ func summary(cfg suiteConfig, seed uint64, ops []Op, faults []Fault, rep report,
 			failovers[f.Kind] = append(failovers[f.Kind], f.Failover)
 		}
 	}
-	for _, k := range sortedKeys(byKind) {
+	for _, k := range slices.Sorted(maps.Keys(byKind)) {
 		fmt.Fprintf(&b, "  %-17s %d", k, byKind[k])
 		if fo := failovers[k]; len(fo) > 0 {
 			slices.Sort(fo)

@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -269,7 +271,7 @@ func (w *queueWorkload) check(r *report) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var redelivered, deliveries int
-	for _, payload := range sortedKeys(w.enqueued) {
+	for _, payload := range slices.Sorted(maps.Keys(w.enqueued)) {
 		id := w.enqueued[payload]
 		if len(w.deliveries[id]) == 0 && !w.dead[id] {
 			r.anomaly(checkQueueLost, "item %d (%q), acknowledged at enqueue, was never delivered", id, payload)
@@ -314,7 +316,7 @@ func (w *queueWorkload) check(r *report) {
 		r.anomaly(checkQueueForeign, "the hostile client was never refused for its receipt: it did not reach a current delivery (%d stale, %d failed)", w.foreignStale, w.foreignFailed)
 	}
 	seen := make(map[uint64]string)
-	for _, payload := range sortedKeys(w.enqueued) {
+	for _, payload := range slices.Sorted(maps.Keys(w.enqueued)) {
 		id := w.enqueued[payload]
 		if other, dup := seen[id]; dup {
 			r.anomaly(checkQueueIdentity, "item %d returned for two enqueues (%q and %q)", id, other, payload)

@@ -18,6 +18,7 @@ import (
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/testutil"
 	"github.com/tenure-io/tenure/internal/tlsconfig"
 )
 
@@ -146,7 +147,7 @@ func (c *cluster) secureBootstrap() error {
 		apis = append(apis, pb.NewTenureClient(conn))
 	}
 	var last error
-	err := pollUntil(30*time.Second, func() (bool, error) {
+	err := testutil.PollUntil(30*time.Second, func() (bool, error) {
 		for _, api := range apis { // the leader answers; the others say they are not
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			tok, err := api.AclBootstrap(ctx, &pb.AclBootstrapRequest{})

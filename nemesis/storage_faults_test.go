@@ -10,10 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -22,6 +24,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 // Storage faults: a disk that fills up under a node, and a node restarted
@@ -94,7 +97,7 @@ func (nm *nemesis) diskFull() (*Fault, error) {
 		return nil, fmt.Errorf("reading %s's log: %w", target.id, err)
 	}
 	grow := nm.growLog(room + 4<<20)
-	for _, e := range sortedKeys(grow.diskErrs) {
+	for _, e := range slices.Sorted(maps.Keys(grow.diskErrs)) {
 		f.Anomalies = append(f.Anomalies, anomaly{checkDiskAnswer, fmt.Sprintf("%d writes were answered %s while %s's disk was full; a write the full disk refused must be RESOURCE_EXHAUSTED", grow.diskErrs[e], e, target.id)})
 	}
 	pace(context.Background(), diskFullHold)
@@ -138,7 +141,7 @@ func (g growResult) String() string {
 	s := fmt.Sprintf("%d MiB in %d transactions", g.bytes>>20, g.ok)
 	if g.fail > 0 {
 		var parts []string
-		for _, e := range sortedKeys(g.errs) {
+		for _, e := range slices.Sorted(maps.Keys(g.errs)) {
 			parts = append(parts, fmt.Sprintf("%dx %s", g.errs[e], e))
 		}
 		s += fmt.Sprintf(" (%d failed: %s)", g.fail, strings.Join(parts, "; "))
@@ -439,7 +442,7 @@ func (nm *nemesis) corruptRestart() (*Fault, error) {
 
 // waitPorts waits until nd's ports can be bound again.
 func (c *cluster) waitPorts(nd *node) error {
-	return pollUntil(10*time.Second, func() (bool, error) { return canBind(nd.addr) && canBind(nd.peer), nil })
+	return testutil.PollUntil(10*time.Second, func() (bool, error) { return canBind(nd.addr) && canBind(nd.peer), nil })
 }
 
 // startRefused starts nd, which must refuse to start: exit non-zero
@@ -454,7 +457,7 @@ func (c *cluster) startRefused(nd *node, d time.Duration) (line, bad string) {
 		return "", err.Error()
 	}
 	served := "tenure: serving on " + nd.addr
-	_ = pollUntil(d, func() (bool, error) { return nd.p.exited() || strings.HasPrefix(nd.p.stdout(), served), nil })
+	_ = testutil.PollUntil(d, func() (bool, error) { return nd.p.exited() || strings.HasPrefix(nd.p.stdout(), served), nil })
 	if !nd.p.exited() {
 		what := fmt.Sprintf("it neither refused nor served within %v", d)
 		if strings.HasPrefix(nd.p.stdout(), served) {
@@ -495,7 +498,7 @@ func (c *cluster) rebuild(nd *node) (time.Duration, error) {
 		return 0, err
 	}
 	waiting := "tenure: node " + nd.id + " has no state and waits to be added"
-	if err := pollUntil(storageLimit, func() (bool, error) {
+	if err := testutil.PollUntil(storageLimit, func() (bool, error) {
 		if nd.p.exited() {
 			return false, fmt.Errorf("%s --join exited %d: %s", nd.id, nd.p.status, tail(nd.p.stderr(), 5))
 		}
@@ -555,7 +558,7 @@ func (c *cluster) waitCaughtUp(nd *node, d time.Duration) (time.Duration, error)
 	}
 	var have uint64
 	var last error
-	err := pollUntil(d, func() (bool, error) {
+	err := testutil.PollUntil(d, func() (bool, error) {
 		have, last = c.appliedOf(nd)
 		return last == nil && have >= goal, nil
 	})

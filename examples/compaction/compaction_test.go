@@ -33,6 +33,7 @@ func grant(t *testing.T, ctx context.Context, c *client.Client, owner string, tt
 }
 
 func TestCompactMergesAndPublishes(t *testing.T) {
+	testutil.Slow(t)
 	srv := testutil.Start(t, "", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -77,6 +78,7 @@ func TestCompactMergesAndPublishes(t *testing.T) {
 // publishing; its session expires; B compacts and publishes; A's publish
 // is rejected and readers never see A's records.
 func TestLateWorkerIsStale(t *testing.T) {
+	testutil.Slow(t)
 	srv := testutil.Start(t, "", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -141,6 +143,7 @@ func TestLateWorkerIsStale(t *testing.T) {
 // `tenure lock compaction -- compaction --dir D --put ...`, twice, then
 // lists the published records.
 func TestCommandUnderTenureLock(t *testing.T) {
+	testutil.Slow(t)
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Fatalf("the go command is needed to build the binaries: %v", err)
 	}

@@ -69,6 +69,7 @@ func TestNames(t *testing.T) {
 // unpublished directory and its publish is rejected as stale; readers see
 // only B's data.
 func TestPausedOldOwner(t *testing.T) {
+	testutil.Slow(t)
 	srv := testutil.Start(t, "", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

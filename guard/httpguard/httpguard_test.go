@@ -350,6 +350,7 @@ func TestHandlerChecks(t *testing.T) {
 // send once the hold is released, suspect or lost, and cancels a request
 // in flight when the hold turns suspect.
 func TestTransport(t *testing.T) {
+	testutil.Slow(t)
 	srv := testutil.Start(t, "", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 // markStore is an in-memory Store.
@@ -34,17 +36,6 @@ func (g *Guard) waiters(key string) int {
 		return kl.refs
 	}
 	return 0
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // TestSerializedPerKey: with a Store, a newer token's request waits until
@@ -108,7 +99,7 @@ func TestSerializedPerKey(t *testing.T) {
 				<-done41
 				return
 			}
-			waitFor(t, "the request with token 42 to queue behind 41", func() bool { return g.waiters("k") == 2 })
+			testutil.WaitFor(t, "the request with token 42 to queue behind 41", 10*time.Second, func() bool { return g.waiters("k") == 2 })
 			close(release)
 			if st := <-done41; st != http.StatusOK {
 				t.Fatalf("41: status %d", st)
@@ -161,7 +152,7 @@ func TestWaitingRequestGivesUp(t *testing.T) {
 		h.ServeHTTP(rec, second)
 		close(secondDone)
 	}()
-	waitFor(t, "the second request to queue", func() bool { return g.waiters("k") == 2 })
+	testutil.WaitFor(t, "the second request to queue", 10*time.Second, func() bool { return g.waiters("k") == 2 })
 	cancel()
 	<-secondDone
 	if rec.Code != http.StatusServiceUnavailable {

@@ -119,17 +119,6 @@ func num(t *testing.T, m map[string]any, k string) uint64 {
 	return uint64(f)
 }
 
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestExitCode(t *testing.T) {
 	cases := []struct {
 		name string
@@ -345,7 +334,7 @@ func TestJSONOutput(t *testing.T) {
 
 	t.Run("lock history", func(t *testing.T) {
 		var m map[string]any
-		waitFor(t, "B's grant in history", 5*time.Second, func() bool {
+		testutil.WaitFor(t, "B's grant in history", 5*time.Second, func() bool {
 			m = runJSON(t, addr, 0, "lock", "history", "res")
 			return len(m["grants"].([]any)) == 2
 		})
@@ -446,7 +435,7 @@ func TestLockTimeout(t *testing.T) {
 		t.Fatalf("stderr %q", r.stderr)
 	}
 	// The abandoned wait is withdrawn.
-	waitFor(t, "the wait to be withdrawn", 5*time.Second, func() bool {
+	testutil.WaitFor(t, "the wait to be withdrawn", 5*time.Second, func() bool {
 		return num(t, runJSON(t, srv.Addr(), 0, "lock", "status", "busy"), "waiters") == 0
 	})
 }
@@ -455,6 +444,7 @@ func TestLockTimeout(t *testing.T) {
 // command runs, with --on-suspect stop: the command must be stopped, and
 // tenure must say why.
 func TestLockStopsCommandOnSuspect(t *testing.T) {
+	testutil.Slow(t)
 	srv := testutil.Start(t, "", nil)
 	px := testutil.StartProxy(t, srv.Addr())
 	dir := t.TempDir()
@@ -470,7 +460,7 @@ func TestLockStopsCommandOnSuspect(t *testing.T) {
 		script := fmt.Sprintf(`trap "" TERM; touch %s; sleep 20; touch %s`, started, finished)
 		done <- Run(ctx, []string{"--endpoint", px.Addr(), "lock", "res", "--ttl", "1s", "--kill-grace", "300ms", "--on-suspect", "stop", "--", "sh", "-c", script}, Streams{Out: &out, Err: &errb})
 	}()
-	waitFor(t, "the command to start", 10*time.Second, func() bool {
+	testutil.WaitFor(t, "the command to start", 10*time.Second, func() bool {
 		_, err := os.Stat(started)
 		return err == nil
 	})
@@ -508,7 +498,7 @@ func TestServe(t *testing.T) {
 	}()
 	line := regexp.MustCompile(`^tenure: serving on (127\.0\.0\.1:\d+) \(node n7, data (.*)\)\n$`)
 	httpAddr := regexp.MustCompile(`level=INFO msg=serving listen=127\.0\.0\.1:\d+ http=(127\.0\.0\.1:\d+)`)
-	waitFor(t, "the ready line", 20*time.Second, func() bool {
+	testutil.WaitFor(t, "the ready line", 20*time.Second, func() bool {
 		select {
 		case code := <-done:
 			t.Fatalf("serve exited %d: %s", code, errb.String())
@@ -556,6 +546,7 @@ func TestServe(t *testing.T) {
 }
 
 func TestBench(t *testing.T) {
+	testutil.Slow(t)
 	srv := testutil.Start(t, "", nil)
 	for _, mode := range []string{"uncontended", "contended"} {
 		t.Run(mode, func(t *testing.T) {
@@ -578,7 +569,7 @@ func TestBench(t *testing.T) {
 		})
 	}
 	// Sessions are closed when the run ends.
-	waitFor(t, "bench sessions to close", 5*time.Second, func() bool {
+	testutil.WaitFor(t, "bench sessions to close", 5*time.Second, func() bool {
 		return len(runJSON(t, srv.Addr(), 0, "session", "list")["sessions"].([]any)) == 0
 	})
 }
@@ -648,6 +639,7 @@ func procState(pid string) byte {
 // the same token; it then runs to its end and tenure exits with its
 // status.
 func TestLockPausesCommandWhileSuspect(t *testing.T) {
+	testutil.Slow(t)
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("needs /proc to see the command's state: " + err.Error())
 	}
@@ -664,18 +656,18 @@ func TestLockPausesCommandWhileSuspect(t *testing.T) {
 		done <- Run(ctx, []string{"--endpoint", px.Addr(), "lock", "res", "--ttl", "6s", "--", "sh", "-c", script}, Streams{Out: &out, Err: &errb})
 	}()
 	var pid string
-	waitFor(t, "the command to start", 10*time.Second, func() bool {
+	testutil.WaitFor(t, "the command to start", 10*time.Second, func() bool {
 		b, err := os.ReadFile(pidFile)
 		pid = strings.TrimSpace(string(b))
 		return err == nil && pid != ""
 	})
 	px.Pause(true, true) // renewals go unanswered: suspect after a third of the TTL
-	waitFor(t, "the command to be paused", 10*time.Second, func() bool { return procState(pid) == 'T' || len(done) > 0 })
+	testutil.WaitFor(t, "the command to be paused", 10*time.Second, func() bool { return procState(pid) == 'T' || len(done) > 0 })
 	if len(done) > 0 {
 		t.Fatalf("tenure lock ended: %d %q", <-done, errb.String())
 	}
 	px.Resume()
-	waitFor(t, "the command to be resumed", 10*time.Second, func() bool { return procState(pid) != 'T' })
+	testutil.WaitFor(t, "the command to be resumed", 10*time.Second, func() bool { return procState(pid) != 'T' })
 	select {
 	case code := <-done:
 		if code != 0 {

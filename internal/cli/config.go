@@ -2,8 +2,9 @@ package cli
 
 import (
 	"fmt"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -25,12 +26,7 @@ func applyConfigFile(f *pflag.FlagSet, path string) error {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return fmt.Errorf("config file %s is not valid YAML: %v", path, err)
 	}
-	keys := make([]string, 0, len(doc))
-	for k := range doc {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, key := range keys {
+	for _, key := range slices.Sorted(maps.Keys(doc)) {
 		fl := f.Lookup(key)
 		if fl == nil || key == "config" {
 			return fmt.Errorf("config file %s: %q is not a flag of this command (see --help)", path, key)

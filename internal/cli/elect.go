@@ -21,7 +21,10 @@ type leaderJSON struct {
 
 func (a *app) electCommand() *cobra.Command {
 	var lf lockFlags
-	var observe bool
+	var (
+		observe bool
+		count   int
+	)
 	cmd := &cobra.Command{
 		Use:   "elect NAME VALUE [flags] -- COMMAND [ARG...] | elect NAME --observe",
 		Short: "Run a command while leader of an election, or observe an election",
@@ -33,8 +36,8 @@ codes are those of 'tenure lock'.
 With --observe, print the current leader and then every change of leader
 or value, one line (one JSON object with -o json) each:
 {"leader":OWNER,"value":VALUE,"token":N}, leader empty when there is none.
-It runs until interrupted (exit 0) or until the observation fails (exit 1,
-with the reason).`,
+It runs until interrupted (exit 0), until --count N lines were printed
+(exit 0), or until the observation fails (exit 1, with the reason).`,
 		Example: `  tenure elect scheduler "$(hostname)" -- ./scheduler
   tenure elect scheduler --observe -o json`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -51,7 +54,10 @@ with the reason).`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if observe {
-				return a.observe(cmd.Context(), args[0])
+				if count < 0 {
+					return errors.New("--count must not be negative")
+				}
+				return a.observe(cmd.Context(), args[0], count)
 			}
 			lf.election, lf.value = true, args[1]
 			return a.runLock(cmd.Context(), args[0], args[2:], lf)
@@ -59,10 +65,11 @@ with the reason).`,
 	}
 	lockRunFlags(cmd, &lf)
 	cmd.Flags().BoolVar(&observe, "observe", false, "print every change of leader or value")
+	cmd.Flags().IntVar(&count, "count", 0, "with --observe: stop after this many lines (0: run until interrupted)")
 	return cmd
 }
 
-func (a *app) observe(ctx context.Context, name string) error {
+func (a *app) observe(ctx context.Context, name string, count int) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	c, err := a.dial(ctx)
@@ -84,6 +91,9 @@ func (a *app) observe(ctx context.Context, name string) error {
 			fmt.Fprintf(w, "%s: leader %s (token %d): %s\n", name, out.Leader, out.Token, out.Value)
 		}); err != nil {
 			return err
+		}
+		if count--; count == 0 {
+			return nil
 		}
 	}
 	if err := obs.Err(); ctx.Err() == nil {

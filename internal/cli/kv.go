@@ -450,14 +450,16 @@ func (a *app) kvWatchCommand() *cobra.Command {
 		prefix   bool
 		from     uint64
 		progress bool
+		count    int
 	)
 	cmd := &cobra.Command{
-		Use:   "watch KEY_OR_PREFIX [--prefix] [--from-revision N]",
+		Use:   "watch KEY_OR_PREFIX [--prefix] [--from-revision N] [--count N]",
 		Short: "Print every change of a key or prefix",
 		Long: `Print every change of KEY (with --prefix, of every key starting with it),
 in revision order, from --from-revision on (inclusive; default: changes
-after now), until interrupted (exit 0). It reconnects by itself and
-resumes where it was: no change is missed or repeated.
+after now), until interrupted (exit 0) or, with --count N, until N
+changes were printed (exit 0). It reconnects by itself and resumes where
+it was: no change is missed or repeated.
 
 JSON: one object per line, {"type":"put"|"delete","key":..,"value":..,
 "revision":N} (no value for a delete). With --progress, idle periods
@@ -484,13 +486,19 @@ re-read with "tenure kv get --prefix" and watch from its revision + 1.`,
 			if from > 0 {
 				opts = append(opts, client.WithStartRevision(from))
 			}
-			w, err := c.Watch(ctx, args[0], opts...)
+			if count < 0 {
+				return errors.New("--count must not be negative")
+			}
+			wctx, done := context.WithCancel(ctx)
+			defer done()
+			w, err := c.Watch(wctx, args[0], opts...)
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
 				return a.describe(err)
 			}
+			printed := 0
 			for r := range w.C {
 				if r.Progress && progress {
 					if err := a.emit(kvEventJSON{Type: "progress", Revision: r.Revision}, func(wr io.Writer) {
@@ -514,6 +522,10 @@ re-read with "tenure kv get --prefix" and watch from its revision + 1.`,
 					}); err != nil {
 						return err
 					}
+					if printed++; count > 0 && printed == count {
+						done()
+						return nil
+					}
 				}
 			}
 			err = w.Err()
@@ -527,6 +539,7 @@ re-read with "tenure kv get --prefix" and watch from its revision + 1.`,
 	f.BoolVar(&prefix, "prefix", false, "watch every key starting with KEY_OR_PREFIX")
 	f.Uint64Var(&from, "from-revision", 0, "first revision to print (inclusive); 0: changes after now")
 	f.BoolVar(&progress, "progress", false, "print progress notifications on idle watches")
+	f.IntVar(&count, "count", 0, "stop after printing this many changes (0: run until interrupted)")
 	return cmd
 }
 

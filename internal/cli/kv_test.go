@@ -62,7 +62,7 @@ func TestKVJSONOutput(t *testing.T) {
 	go func() {
 		done <- Run(ctx, []string{"--endpoint", addr, "kv", "watch", "cfg/", "--prefix", "--from-revision", fmt.Sprint(rev), "-o", "json"}, Streams{Out: &out, Err: &out})
 	}()
-	waitFor(t, "three watch lines", 10*time.Second, func() bool { return strings.Count(out.String(), "\n") >= 3 })
+	testutil.WaitFor(t, "three watch lines", 10*time.Second, func() bool { return strings.Count(out.String(), "\n") >= 3 })
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("interrupted watch exited %d: %s", code, out.String())

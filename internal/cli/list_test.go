@@ -31,6 +31,7 @@ func listed(t *testing.T, m map[string]any, key, field string) []string {
 // queue dlq list print everything, also when the server answers in
 // several pages (here: pages cut at 2 MiB).
 func TestListingsFollowPages(t *testing.T) {
+	testutil.Slow(t)
 	srv := testutil.Start(t, "", nil)
 	addr := srv.Addr()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 // freeLoopback returns a loopback address nothing listens on now, below
@@ -62,7 +64,7 @@ var readyLine = regexp.MustCompile(`^tenure: serving on (127\.0\.0\.1:\d+) `)
 // waitServing waits for the ready line and returns the client address.
 func (s *serving) waitServing(t *testing.T) string {
 	t.Helper()
-	waitFor(t, "the ready line", 30*time.Second, func() bool {
+	testutil.WaitFor(t, "the ready line", 30*time.Second, func() bool {
 		select {
 		case <-s.done:
 			t.Fatalf("serve exited %d: %s", s.code, s.errb.String())
@@ -82,6 +84,7 @@ func (s *serving) waitServing(t *testing.T) string {
 // the cluster has three voters again. Run once more on the healthy member,
 // it removes and adds it again and nothing is lost.
 func TestMemberRebuild(t *testing.T) {
+	testutil.Slow(t)
 	root := t.TempDir()
 	ids := []string{"n1", "n2", "n3"}
 	peers := make(map[string]string)
@@ -122,11 +125,11 @@ func TestMemberRebuild(t *testing.T) {
 	}
 	n3addr := freeLoopback(t)
 	n3 := startServe(t, "--node-id", "n3", "--listen", n3addr, "--peer-listen", peers["n3"], "--data-dir", dataDir("n3"), "--join")
-	waitFor(t, "n3's waiting line", 30*time.Second, func() bool {
+	testutil.WaitFor(t, "n3's waiting line", 30*time.Second, func() bool {
 		return strings.Contains(n3.errb.String(), "tenure: node n3 has no state and waits to be added to a cluster")
 	})
 	// Bootstrapped, it would list itself as the one voter (and lead).
-	waitFor(t, "n3's client API", 10*time.Second, func() bool { return run(t, n3addr, "member", "list").code == 0 })
+	testutil.WaitFor(t, "n3's client API", 10*time.Second, func() bool { return run(t, n3addr, "member", "list").code == 0 })
 	if m := runJSON(t, n3addr, 0, "member", "list"); len(m["members"].([]any)) != 0 {
 		t.Fatalf("n3 started with --join has a configuration of its own: %v", m)
 	}
@@ -160,7 +163,7 @@ func TestMemberRebuild(t *testing.T) {
 		// n3's own state (a serializable read answers from it) holds what
 		// was written before it lost its data and what came after.
 		for key, val := range map[string]string{"before": "v1", "after": want} {
-			waitFor(t, "n3 to hold "+key, 30*time.Second, func() bool {
+			testutil.WaitFor(t, "n3 to hold "+key, 30*time.Second, func() bool {
 				r := run(t, n3addr, "kv", "get", key, "--consistency", "serializable", "-o", "json")
 				return r.code == 0 && strings.Contains(r.stdout, fmt.Sprintf("%q", val))
 			})
@@ -191,6 +194,7 @@ func TestServeJoinFlags(t *testing.T) {
 // still reach the restarted peer. (An add refused after its probe, here
 // for an even number of voters, leaves such a connection behind.)
 func TestMemberAddAfterThePeerRestarted(t *testing.T) {
+	testutil.Slow(t)
 	root := t.TempDir()
 	ids := []string{"n1", "n2", "n3"}
 	var boot []string
@@ -213,7 +217,7 @@ func TestMemberAddAfterThePeerRestarted(t *testing.T) {
 	cluster := strings.Join(eps, ",")
 	join := func() *serving {
 		s := startServe(t, "--node-id", "n4", "--listen", "127.0.0.1:0", "--peer-listen", peers["n4"], "--data-dir", filepath.Join(root, "n4"), "--join")
-		waitFor(t, "n4's waiting line", 30*time.Second, func() bool { return strings.Contains(s.errb.String(), "waits to be added") })
+		testutil.WaitFor(t, "n4's waiting line", 30*time.Second, func() bool { return strings.Contains(s.errb.String(), "waits to be added") })
 		return s
 	}
 	n4 := join()

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -206,7 +207,7 @@ func (a *app) queueSettleCommand(what string) *cobra.Command {
 		"nack":   "Give a delivered item back to the queue at once",
 		"extend": "Extend a delivery's visibility lease",
 	}[what]
-	use := what + " QUEUE ID --delivery-token N --receipt HEX"
+	use := what + " QUEUE ID --delivery-token N --receipt HEX | " + what + " QUEUE - < POPPED.json"
 	if what == "extend" {
 		use += " --visibility D"
 	}
@@ -216,7 +217,8 @@ func (a *app) queueSettleCommand(what string) *cobra.Command {
 		Long: short + `.
 
 --delivery-token and --receipt are the ones pop printed: only the consumer
-given the receipt can settle its delivery. A missing or wrong receipt for
+given the receipt can settle its delivery. With ID "-", the id, delivery
+token and receipt are read from stdin, as pop -o json printed them. A missing or wrong receipt for
 the item's current delivery is refused (PERMISSION_DENIED, exit 1) and
 changes nothing.
 
@@ -228,12 +230,28 @@ receipt answers "acked" again.
 Exit codes: 0 ` + done + `, 3 stale, 1 other errors (permission denied among them).`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !cmd.Flags().Changed("delivery-token") {
-				return errors.New("--delivery-token is required")
-			}
 			if what == "extend" {
 				if err := checkVisibility(visibility); err != nil {
 					return err
+				}
+			}
+			var id uint64
+			if args[1] == "-" {
+				if cmd.Flags().Changed("delivery-token") || cmd.Flags().Changed("receipt") {
+					return errors.New("with -, the delivery token and receipt come from stdin: drop --delivery-token and --receipt")
+				}
+				var popped queuePopJSON
+				if err := json.NewDecoder(a.streams.In).Decode(&popped); err != nil {
+					return fmt.Errorf("stdin is not the JSON pop -o json prints: %v", err)
+				}
+				id, token, receipt = popped.ID, popped.DeliveryToken, popped.Receipt
+			} else {
+				if !cmd.Flags().Changed("delivery-token") {
+					return errors.New("--delivery-token is required")
+				}
+				var err error
+				if id, err = strconv.ParseUint(args[1], 10, 64); err != nil {
+					return fmt.Errorf("item id %q is not a number", args[1])
 				}
 			}
 			if receipt == "" {
@@ -242,10 +260,6 @@ Exit codes: 0 ` + done + `, 3 stale, 1 other errors (permission denied among the
 			rb, err := hex.DecodeString(receipt)
 			if err != nil {
 				return fmt.Errorf("--receipt %q is not hexadecimal", receipt)
-			}
-			id, err := strconv.ParseUint(args[1], 10, 64)
-			if err != nil {
-				return fmt.Errorf("item id %q is not a number", args[1])
 			}
 			d := &client.Delivery{Queue: args[0], ID: id, Token: token, Receipt: rb}
 			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {

@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tenure-io/tenure/internal/testutil"
 )
@@ -126,5 +128,57 @@ func TestQueueVisibilityValidated(t *testing.T) {
 		if r.code != ExitError || !strings.Contains(r.stderr, "--visibility") || strings.Count(r.stderr, "\n") != 1 {
 			t.Errorf("%v: exit %d, stderr %q; want exit 1 naming --visibility", args, r.code, r.stderr)
 		}
+	}
+}
+
+// TestQueueSettleFromPopJSON settles deliveries from pop's JSON on stdin,
+// as `tenure queue pop Q -o json | tenure queue ack Q -` does: id, token
+// and receipt all come from it.
+func TestQueueSettleFromPopJSON(t *testing.T) {
+	srv := testutil.Start(t, "", nil)
+	addr := srv.Addr()
+	stdin := func(in string, args ...string) result {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var out, errb syncBuffer
+		code := Run(ctx, append([]string{"--endpoint", addr}, args...), Streams{In: strings.NewReader(in), Out: &out, Err: &errb})
+		return result{code: code, stdout: out.String(), stderr: errb.String()}
+	}
+	for _, what := range []string{"extend", "nack", "ack"} {
+		runJSON(t, addr, 0, "queue", "push", "q", "item-"+what)
+		pop := run(t, addr, "queue", "pop", "q", "--visibility", "1m", "-o", "json")
+		if pop.code != 0 {
+			t.Fatalf("pop: %+v", pop)
+		}
+		r := stdin(pop.stdout, "queue", what, "q", "-", "-o", "json")
+		want := map[string]string{"extend": "extended", "nack": "nacked", "ack": "acked"}[what]
+		if r.code != 0 || decodeOne(t, r.stdout)["result"] != want {
+			t.Fatalf("%s from stdin: %+v", what, r)
+		}
+		if what == "ack" {
+			if ql := runJSON(t, addr, 0, "queue", "len", "q"); num(t, ql, "in_flight") != 0 {
+				t.Fatalf("after ack: %v", ql)
+			}
+		}
+		if what == "nack" || what == "extend" {
+			// Drain what was given back or extended, so the next round pops its own item.
+			if what == "extend" {
+				if r := stdin(pop.stdout, "queue", "ack", "q", "-"); r.code != 0 {
+					t.Fatalf("ack after extend: %+v", r)
+				}
+			} else {
+				again := run(t, addr, "queue", "pop", "q", "-o", "json")
+				if r := stdin(again.stdout, "queue", "ack", "q", "-"); r.code != 0 {
+					t.Fatalf("ack after nack: %+v", r)
+				}
+			}
+		}
+	}
+	if r := stdin("not json", "queue", "ack", "q", "-"); r.code != ExitError || !strings.HasPrefix(r.stderr, "tenure: stdin is not the JSON pop -o json prints") {
+		t.Fatalf("garbage on stdin: %+v", r)
+	}
+	if r := stdin(`{"id":1,"delivery_token":2,"receipt":"00"}`, "queue", "ack", "q", "-", "--receipt", "00"); r.code != ExitError || !strings.Contains(r.stderr, "come from stdin") {
+		t.Fatalf("stdin and flags mixed: %+v", r)
 	}
 }

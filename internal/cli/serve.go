@@ -161,10 +161,7 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 	sec.flags(f)
 	f.StringVar(&cfg.PeerListen, "peer-listen", "", "raft peer address (cluster mode), e.g. 127.0.0.1:7072")
 	f.StringVar(&cfg.PeerAdvertise, "peer-advertise", "", "peer address other members dial, if not --peer-listen (NAT, proxies)")
-	f.BoolVar(&cfg.UnsafeSkipFenceCheck, "unsafe-skip-fence-check", false, "accept every fenced write regardless of token (fault-injection tests only)")
-	_ = f.MarkHidden("unsafe-skip-fence-check")
-	f.Var(peersFlag{&cfg.PeerRoutes}, "peer-route", "dial these peers at these addresses instead: id=addr,... (fault-injection tests)")
-	_ = f.MarkHidden("peer-route")
+	faultFlags(f, &cfg.Faults)
 	f.BoolVar(&cfg.Join, "join", false, "with a new data dir, bootstrap nothing and wait to be added to a cluster (tenure member add or member rebuild); ignored once the data dir exists")
 	f.Var(peersFlag{&cfg.BootstrapPeers}, "bootstrap-peers", "initial voters as id=peer-addr,... (the same list on every initial member; ignored once the data dir exists)")
 	return cmd

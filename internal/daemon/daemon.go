@@ -52,10 +52,8 @@ type Config struct {
 	// ClusterLimits: the replicated limits this node proposes when it
 	// leads (zero fields keep the cluster's); see node.Config.Limits.
 	ClusterLimits fsm.Limits
-	// PeerRoutes: see node.Config (fault-injection tests only).
-	PeerRoutes map[string]string
-	// UnsafeSkipFenceCheck: see node.Config (fault-injection tests only).
-	UnsafeSkipFenceCheck bool
+	// Faults: see node.Config (empty unless built with the tenurefault tag).
+	Faults node.Faults
 	// BootstrapPeers: id → peer address of every initial voter (used only
 	// for a new data directory).
 	BootstrapPeers map[string]string
@@ -113,7 +111,7 @@ func Start(cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	hub := server.NewHub()
-	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, Logger: cfg.Logger, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, PeerAdvertise: cfg.PeerAdvertise, PeerTLS: cfg.PeerTLS, BootstrapPeers: cfg.BootstrapPeers, Join: cfg.Join, UnsafeSkipFenceCheck: cfg.UnsafeSkipFenceCheck, PeerRoutes: cfg.PeerRoutes, LockHistory: cfg.LockHistory, RegisterOpMemory: cfg.RegisterOpMemory, Limits: cfg.ClusterLimits, GroupCommitWait: cfg.GroupCommitWait, Observer: hub.Metrics()}, hub.Sink)
+	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, Logger: cfg.Logger, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, PeerAdvertise: cfg.PeerAdvertise, PeerTLS: cfg.PeerTLS, BootstrapPeers: cfg.BootstrapPeers, Join: cfg.Join, Faults: cfg.Faults, LockHistory: cfg.LockHistory, RegisterOpMemory: cfg.RegisterOpMemory, Limits: cfg.ClusterLimits, GroupCommitWait: cfg.GroupCommitWait, Observer: hub.Metrics()}, hub.Sink)
 	if err != nil {
 		return nil, err
 	}

@@ -115,6 +115,7 @@ func waitRow(t *testing.T, ctx context.Context, holders, waiters []string) lockR
 // timeline shows both grants. Screenshots of both pages are saved in the
 // test's temp dir (or $TENURE_SCREENSHOT_DIR).
 func TestDashboardShowsHandOffLive(t *testing.T) {
+	testutil.Slow(t)
 	ctx := browser(t)
 	srv := testutil.StartConfig(t, daemon.Config{HTTPListen: "127.0.0.1:0"})
 	cctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -214,7 +216,7 @@ func (sec *Security) Binding(name string) (*Binding, bool) {
 // Policies lists the policies by name.
 func (sec *Security) Policies() []*Policy {
 	out := make([]*Policy, 0, len(sec.policies))
-	for _, name := range sortedKeys(sec.policies) {
+	for _, name := range slices.Sorted(maps.Keys(sec.policies)) {
 		out = append(out, sec.policies[name])
 	}
 	return out
@@ -223,7 +225,7 @@ func (sec *Security) Policies() []*Policy {
 // Tokens lists the tokens by id.
 func (sec *Security) Tokens() []*Token {
 	out := make([]*Token, 0, len(sec.tokens))
-	for _, id := range sortedKeys(sec.tokens) {
+	for _, id := range slices.Sorted(maps.Keys(sec.tokens)) {
 		out = append(out, sec.tokens[id])
 	}
 	return out
@@ -232,7 +234,7 @@ func (sec *Security) Tokens() []*Token {
 // Bindings lists the bindings by name.
 func (sec *Security) Bindings() []*Binding {
 	out := make([]*Binding, 0, len(sec.bindings))
-	for _, name := range sortedKeys(sec.bindings) {
+	for _, name := range slices.Sorted(maps.Keys(sec.bindings)) {
 		out = append(out, sec.bindings[name])
 	}
 	return out
@@ -435,12 +437,12 @@ func (s *State) aclPolicyDelete(c *fsmpb.AclPolicyDelete) Result {
 		return Result{Err: fmt.Errorf("%w: the policy %q is built in and cannot be deleted", ErrInvalid, ManagementPolicy)}
 	}
 	var users []string
-	for _, id := range sortedKeys(s.sec.tokens) {
+	for _, id := range slices.Sorted(maps.Keys(s.sec.tokens)) {
 		if contains(s.sec.tokens[id].Policies, name) {
 			users = append(users, "token "+id)
 		}
 	}
-	for _, b := range sortedKeys(s.sec.bindings) {
+	for _, b := range slices.Sorted(maps.Keys(s.sec.bindings)) {
 		if contains(s.sec.bindings[b].Policies, name) {
 			users = append(users, "identity "+b)
 		}

@@ -49,10 +49,9 @@ import (
 type FSM struct {
 	sink EventSink
 
-	// mu guards state, unsafeSkip, framed and fatal.
-	mu         sync.RWMutex
-	state      *State
-	unsafeSkip bool
+	// mu guards state, framed and fatal.
+	mu    sync.RWMutex
+	state *State
 	// framed: an entry in the framed format has been applied, so a bare
 	// one after it is damaged (see entry.go).
 	framed bool
@@ -161,15 +160,6 @@ func (f *FSM) failLocked(err error) error {
 // Security returns the replicated ACLs and signing keys as of the last
 // applied entry, without taking the state lock. It is immutable.
 func (f *FSM) Security() *Security { return f.sec.Load() }
-
-// SetUnsafeSkipFenceCheck turns off the fenced registers' token check (see
-// State.UnsafeSkipFenceCheck). Call it before raft starts; test use only.
-func (f *FSM) SetUnsafeSkipFenceCheck() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.unsafeSkip = true
-	f.state.UnsafeSkipFenceCheck = true
-}
 
 // Read runs fn with the state locked for reading. fn must not keep
 // references into the state.
@@ -297,7 +287,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return f.failLocked(fmt.Errorf("%w: the snapshot does not decode: %v", ErrCorrupt, err))
 	}
 	f.mu.Lock()
-	st.UnsafeSkipFenceCheck = f.unsafeSkip
+	st.faults = f.state.faults     // a switch of this process, not replicated state
 	st.counters = f.state.counters // this process's counts go on across a restore
 	f.state = st
 	f.sec.Store(st.sec)

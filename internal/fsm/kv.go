@@ -10,7 +10,8 @@ import (
 	"bytes"
 	"fmt"
 	"iter"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -418,13 +419,8 @@ func (s *State) kvEndSession(id uint64, emit EventSink) {
 	if len(keys) == 0 {
 		return
 	}
-	names := make([]string, 0, len(keys))
-	for k := range keys {
-		names = append(names, k)
-	}
-	sort.Strings(names)
 	rev := s.bump()
-	for _, k := range names {
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
 		if kv, ok := s.kv.tree.Get(KV{Key: k}); ok {
 			s.kvRemove(kv, rev, emit)
 		}

@@ -37,7 +37,9 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"iter"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/google/btree"
@@ -653,7 +655,7 @@ type InFlightView struct {
 
 // InFlight calls fn for every delivery in flight, by queue name and id.
 func (s *State) InFlight(fn func(InFlightView)) {
-	for _, name := range sortedKeys(s.queues.byName) {
+	for _, name := range slices.Sorted(maps.Keys(s.queues.byName)) {
 		s.queues.byName[name].inflight.Ascend(func(it qItem) bool {
 			fn(InFlightView{Queue: name, ID: it.id, Token: it.token, VisibilityMs: it.visMs})
 			return true
@@ -669,7 +671,7 @@ type QueueSnapshot struct{ queues []*queue }
 // CloneQueues takes a QueueSnapshot. The caller holds the state lock.
 func (s *State) CloneQueues() QueueSnapshot {
 	var qs QueueSnapshot
-	for _, name := range sortedKeys(s.queues.byName) {
+	for _, name := range slices.Sorted(maps.Keys(s.queues.byName)) {
 		qs.queues = append(qs.queues, s.queues.byName[name].clone())
 	}
 	return qs

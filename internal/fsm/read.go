@@ -2,7 +2,9 @@ package fsm
 
 import (
 	"iter"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -102,7 +104,7 @@ func (s *State) SessionsAfter(after uint64, maxNames int) iter.Seq[SessionView] 
 
 // firstKeys returns m's first n keys (-1: all), in order.
 func firstKeys[V any](m map[string]V, n int) []string {
-	keys := sortedKeys(m)
+	keys := slices.Sorted(maps.Keys(m))
 	if n >= 0 && len(keys) > n {
 		keys = keys[:n:n]
 	}
@@ -278,7 +280,7 @@ func (s *State) Register(key string) RegisterView {
 // Delays lists the locks held back by a lock-delay, by name.
 func (s *State) Delays() []DelayView {
 	var out []DelayView
-	for _, name := range sortedKeys(s.locks) {
+	for _, name := range slices.Sorted(maps.Keys(s.locks)) {
 		if l := s.locks[name]; l.delayed {
 			out = append(out, DelayView{Name: name, DelayMs: l.delayMs, Generation: l.delayGen})
 		}

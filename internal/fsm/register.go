@@ -2,6 +2,8 @@ package fsm
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
@@ -78,7 +80,7 @@ func (s *State) checkFenced(w fencedWrite) (reg *register, out PutOutcome, final
 		}
 	}
 	pass := w.token > s.fenceFloor && w.token >= s.fenceOf(w.key, reg) && (w.lock == "" || s.isGrant(w.lock, w.token))
-	if pass || s.UnsafeSkipFenceCheck {
+	if pass || s.faults.skipFenceCheck() {
 		return reg, PutAccepted, Result{}, false
 	}
 	return reg, PutStale, Result{}, false
@@ -238,7 +240,7 @@ func (s *State) setRetention(c *fsmpb.SetRetention) Result {
 	s.bump()
 	if h > 0 && h != s.historyLimit {
 		s.historyLimit = h
-		for _, name := range sortedKeys(s.locks) {
+		for _, name := range slices.Sorted(maps.Keys(s.locks)) {
 			l := s.locks[name]
 			if len(l.history) > h {
 				l.history = append(l.history[:0], l.history[len(l.history)-h:]...)
@@ -247,7 +249,7 @@ func (s *State) setRetention(c *fsmpb.SetRetention) Result {
 	}
 	if m > 0 && m != s.opMemory {
 		s.opMemory = m
-		for _, key := range sortedKeys(s.registers) {
+		for _, key := range slices.Sorted(maps.Keys(s.registers)) {
 			s.registers[key].retain(m)
 		}
 	}

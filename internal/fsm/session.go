@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 )
@@ -81,7 +83,7 @@ func (s *State) endSession(id uint64, expired bool, emit EventSink) Result {
 		return Result{Err: ErrSessionNotFound}
 	}
 	s.bump()
-	for _, name := range sortedKeys(sess.waits) {
+	for _, name := range slices.Sorted(maps.Keys(sess.waits)) {
 		w := sess.waits[name]
 		l := s.locks[name]
 		s.removeWaiter(l, w)
@@ -93,7 +95,7 @@ func (s *State) endSession(id uint64, expired bool, emit EventSink) Result {
 	if expired {
 		ended = "expired"
 	}
-	for _, name := range sortedKeys(sess.held) {
+	for _, name := range slices.Sorted(maps.Keys(sess.held)) {
 		l := s.locks[name]
 		g := l.holderOf(sess)
 		delayMs := g.delayMs

@@ -2,7 +2,8 @@ package fsm
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 )
@@ -21,16 +22,11 @@ func (s *State) Export() *fsmpb.Snapshot {
 // the lock and serialises them after it.
 func (s *State) exportCore() *fsmpb.Snapshot {
 	snap := &fsmpb.Snapshot{Revision: s.revision, FenceFloor: s.fenceFloor, Retention: &fsmpb.Retention{LockHistory: uint32(s.historyLimit), RegisterOpMemory: uint32(s.opMemory)}, Limits: LimitsToProto(s.limits)}
-	ids := make([]uint64, 0, len(s.sessions))
-	for id := range s.sessions {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(s.sessions)) {
 		ss := s.sessions[id]
 		snap.Sessions = append(snap.Sessions, &fsmpb.SessionState{Id: id, Owner: ss.owner, TtlMs: ss.ttlMs, SecretHash: ss.secretHash, Identity: ss.identity})
 	}
-	for _, name := range sortedKeys(s.locks) {
+	for _, name := range slices.Sorted(maps.Keys(s.locks)) {
 		l := s.locks[name]
 		ls := &fsmpb.LockState{Name: name, Delayed: l.delayed, DelayGeneration: l.delayGen, DelayMs: l.delayMs, Permits: uint32(l.permits), Election: l.election}
 		for _, g := range l.holders {
@@ -47,7 +43,7 @@ func (s *State) exportCore() *fsmpb.Snapshot {
 	s.past.each(func(r pastRec) {
 		snap.RemovedLockHistory = append(snap.RemovedLockHistory, histToProto(r.name, r.histRec))
 	})
-	for _, key := range sortedKeys(s.registers) {
+	for _, key := range slices.Sorted(maps.Keys(s.registers)) {
 		r := s.registers[key]
 		rs := &fsmpb.RegisterState{Key: key, Value: r.value, Token: r.token, ModRevision: r.modRev}
 		for _, op := range r.opsInOrder() {

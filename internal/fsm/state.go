@@ -140,10 +140,9 @@ type Event struct {
 // waiters, and fenced registers. It is not safe for concurrent use; FSM
 // serialises access to it.
 type State struct {
-	// UnsafeSkipFenceCheck makes fenced registers accept every token. It
-	// exists only so that the fault-injection suite can prove its checker
-	// catches stale writes; never set it in production.
-	UnsafeSkipFenceCheck bool
+	// faults holds the fault-injection switches; it is empty unless built
+	// with the tenurefault tag (see faults.go).
+	faults faults
 
 	revision     uint64
 	historyLimit int // grant records kept per lock

@@ -921,18 +921,3 @@ func TestResumeReattachesWithoutChange(t *testing.T) {
 		t.Fatal("resume changed the state")
 	}
 }
-
-// TestUnsafeSkipFenceCheck: the fault-injection switch really lets a stale
-// write through (so the suite's checker has something to catch).
-func TestUnsafeSkipFenceCheck(t *testing.T) {
-	s, err := fsm.Import(&fsmpb.Snapshot{Revision: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.UnsafeSkipFenceCheck = true
-	s.Apply(cmdPut("k", "new", 42, ""), nil)
-	r := s.Apply(cmdPut("k", "late", 41, ""), nil)
-	if r.Put != fsm.PutAccepted || string(s.Register("k").Value) != "late" {
-		t.Fatalf("stale write with the check off: %+v, value %q", r, s.Register("k").Value)
-	}
-}

@@ -104,6 +104,9 @@ func refused(t *testing.T, dir, engine string, wants ...string) {
 // line that names the file and the entry, or the lost entries; the node
 // never starts on a log whose entries are damaged.
 func TestStartRefusedOnFlippedBytes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow; skipped with -short")
+	}
 	for _, engine := range []string{"wal", "bolt"} {
 		t.Run(engine, func(t *testing.T) {
 			dir := filled(t, engine, Config{})
@@ -178,6 +181,9 @@ func TestStartRefusedOnZeroedTail(t *testing.T) {
 // once the start's checks pass, it is cleared, since a running follower
 // may drop entries that were never committed.
 func TestStartRefusedBelowLogEndAtClose(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow; skipped with -short")
+	}
 	dir := filled(t, "wal", Config{})
 	rec := mustRecord(t, dir)
 	if rec.Last < rec.Index || rec.Last == 0 {

@@ -24,7 +24,7 @@ import (
 // promotes it once it has caught up.
 //
 // The probes use raft's own transport, through the same address overrides
-// (Config.PeerRoutes) as replication, and hashicorp/raft's public RPC
+// (Config.Faults, tenurefault builds only) as replication, and hashicorp/raft's public RPC
 // types: the pre-vote, and the leader's heartbeat (an AppendEntries
 // without entries or commit index, which tells the peer's last index and,
 // with a previous entry, whether the peer holds it).
@@ -97,7 +97,7 @@ func (n *Node) call(ctx context.Context, id, addr string, rpc func() error) erro
 	// A plain dial first: it fails fast on a port nothing listens on and
 	// honours ctx, which the transport's own dial does not.
 	target := addr
-	if r, ok := n.cfg.PeerRoutes[id]; ok {
+	if r, ok := n.cfg.Faults.route(id); ok {
 		target = r
 	}
 	var d net.Dialer

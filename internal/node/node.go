@@ -16,11 +16,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"reflect"
-	"sort"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,13 +87,9 @@ type Config struct {
 	// the configuration to use (certificates, the peers' CA as RootCAs
 	// and ClientCAs, client certificates required); see peertls.go.
 	PeerTLS func() *tls.Config
-	// PeerRoutes overrides, for this node only, the address it dials to
-	// reach a peer (id → address). The fault-injection suite uses it to
-	// put a proxy on every directed link between two nodes.
-	PeerRoutes map[string]string
-	// UnsafeSkipFenceCheck disables the fenced registers' token check: for
-	// proving that the fault-injection checker catches stale writes only.
-	UnsafeSkipFenceCheck bool
+	// Faults are the fault-injection switches; the type is empty unless
+	// built with the tenurefault tag (see faults.go).
+	Faults Faults
 	// BootstrapPeers maps node id → peer address for every initial voter.
 	// Used only when the data directory is new; later starts ignore it.
 	// Empty with a PeerAddr (and no Join): the node bootstraps itself as
@@ -223,9 +220,7 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 			sink(e)
 		}
 	})
-	if cfg.UnsafeSkipFenceCheck {
-		n.fsm.SetUnsafeSkipFenceCheck()
-	}
+	cfg.Faults.applyTo(n.fsm)
 	n.lessor = lessor.New(cfg.Clock, n.proposeForLessor, n.fsm.Read)
 
 	stores, err := store.Open(filepath.Join(cfg.DataDir, "raft"), cfg.LogStore, cfg.LogOutput)
@@ -284,12 +279,8 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 			stores.Close()
 			return nil, fmt.Errorf("node: peer address %q: %w", advertise, err)
 		}
-		var provider raft.ServerAddressProvider
-		if len(cfg.PeerRoutes) > 0 {
-			provider = routes(cfg.PeerRoutes)
-		}
 		nc := &raft.NetworkTransportConfig{
-			ServerAddressProvider: provider, Logger: logger, MaxPool: 3, Timeout: 10 * time.Second,
+			ServerAddressProvider: cfg.Faults.addressProvider(), Logger: logger, MaxPool: 3, Timeout: 10 * time.Second,
 		}
 		var tcp *raft.NetworkTransport
 		if cfg.PeerTLS != nil {
@@ -353,7 +344,7 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 				return nil, fmt.Errorf("node: --bootstrap-peers does not name this node (%s)", cfg.NodeID)
 			}
 			boot.Servers = nil
-			for _, id := range sortedIDs(cfg.BootstrapPeers) {
+			for _, id := range slices.Sorted(maps.Keys(cfg.BootstrapPeers)) {
 				boot.Servers = append(boot.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(cfg.BootstrapPeers[id])})
 			}
 		}
@@ -377,26 +368,6 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 	go n.answerer()
 	go func() { defer n.wg.Done(); n.rec.run(n.quit) }()
 	return n, nil
-}
-
-// routes is a raft.ServerAddressProvider over PeerRoutes; peers it does not
-// name are dialled at their configured address.
-type routes map[string]string
-
-func (r routes) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
-	if addr, ok := r[string(id)]; ok {
-		return raft.ServerAddress(addr), nil
-	}
-	return "", fmt.Errorf("no route override for %s", id)
-}
-
-func sortedIDs(m map[string]string) []string {
-	ids := make([]string, 0, len(m))
-	for id := range m {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
 }
 
 // Run follows leadership changes and runs the lessor until ctx ends. It
@@ -1135,7 +1106,7 @@ func (n *Node) Status() Status {
 	st := Status{Node: n.cfg.NodeID, AppliedIndex: n.raft.AppliedIndex()}
 	_, leader := n.raft.LeaderWithID()
 	st.Leader = string(leader)
-	fmt.Sscan(n.raft.Stats()["term"], &st.Term)
+	st.Term = n.raft.CurrentTerm()
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {
 			if s.Suffrage == raft.Voter {

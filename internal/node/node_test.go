@@ -13,6 +13,7 @@ import (
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 	"github.com/tenure-io/tenure/internal/node"
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 func open(t *testing.T, dir, engine string) *node.Node {
@@ -39,6 +40,7 @@ func propose(t *testing.T, n *node.Node, cmd *fsmpb.Command) fsm.Result {
 // and from a snapshot plus log), the state is identical and the next grant's
 // token is larger than every earlier one.
 func TestRestartKeepsStateAndTokensGrow(t *testing.T) {
+	testutil.Slow(t)
 	for _, engine := range []string{"bolt", "wal"} {
 		t.Run(engine, func(t *testing.T) {
 			dir := t.TempDir()
@@ -101,6 +103,7 @@ func TestEngineDetected(t *testing.T) {
 // and Close itself returns; raft alone leaves a future that was already on
 // its way to the state machine unanswered at shutdown.
 func TestCloseAnswersEveryProposal(t *testing.T) {
+	testutil.Slow(t)
 	for round := 0; round < 10; round++ {
 		n := open(t, t.TempDir(), "wal")
 		const workers = 16
@@ -152,6 +155,7 @@ func openConfig(t *testing.T, cfg node.Config) *node.Node {
 // ready); a later start without the setting keeps the cluster's value;
 // out-of-range values are refused at start.
 func TestRetentionConfiguredOnPromotion(t *testing.T) {
+	testutil.Slow(t)
 	dir := t.TempDir()
 	retention := func(n *node.Node) (h, m int) {
 		n.Read(func(s *fsm.State) { h, m = s.Retention() })

@@ -42,6 +42,9 @@ func mustRecord(t *testing.T, dir string) appliedRecord {
 // once; a clean Close leaves it at the applied index and revision; a
 // restart keeps it (and never lowers it while it replays the log).
 func TestRecordCreatedFlushedAndKept(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow; skipped with -short")
+	}
 	for _, engine := range []string{"bolt", "wal"} {
 		t.Run(engine, func(t *testing.T) {
 			dir := t.TempDir()

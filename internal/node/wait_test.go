@@ -11,6 +11,7 @@ import (
 
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 	"github.com/tenure-io/tenure/internal/node"
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 // waiting counts the goroutines whose stack is in node's code that waits
@@ -32,6 +33,7 @@ func waiting() int {
 // still leave no goroutine behind waiting for it, however many proposals
 // and reads were in flight.
 func TestCloseLeavesNoWaitingGoroutine(t *testing.T) {
+	testutil.Slow(t)
 	for round := 0; round < 20; round++ {
 		n := open(t, t.TempDir(), "wal")
 		const workers = 32

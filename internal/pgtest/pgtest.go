@@ -58,9 +58,11 @@ func Redact(dsn string) string {
 }
 
 // Connect opens a connection with cfg, closed when the test ends. It fails
-// the test, with StartHint, when the server cannot be reached.
+// the test, with StartHint, when the server cannot be reached. With -short
+// it skips the test: the quick gate runs without PostgreSQL.
 func Connect(t testing.TB, cfg *pgx.ConnConfig) *pgx.Conn {
 	t.Helper()
+	SkipShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(ctx, cfg)
@@ -73,6 +75,16 @@ func Connect(t testing.TB, cfg *pgx.ConnConfig) *pgx.Conn {
 		conn.Close(ctx)
 	})
 	return conn
+}
+
+// SkipShort skips t under -short (`go test -short ./...`, the quick gate,
+// runs without PostgreSQL). Connect, Schema and StartPrivate call it; a
+// test that does slow work before those calls it first.
+func SkipShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs PostgreSQL; skipped with -short")
+	}
 }
 
 // ParseConfig parses dsn, failing the test on a malformed one.
@@ -92,6 +104,7 @@ var nonIdent = regexp.MustCompile(`[^a-z0-9_]+`)
 // cannot meet another test's. The schema is dropped when the test ends.
 func Schema(t testing.TB) *pgx.ConnConfig {
 	t.Helper()
+	SkipShort(t)
 	base := ParseConfig(t, DSN())
 	admin := Connect(t, base)
 	name := UniqueName(t)

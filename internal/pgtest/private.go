@@ -33,6 +33,7 @@ type Instance struct {
 // and deleted when the test ends.
 func StartPrivate(t testing.TB) *Instance {
 	t.Helper()
+	SkipShort(t)
 	bin, err := binDir()
 	if err != nil {
 		t.Fatalf("%v\nInstall PostgreSQL (Debian: apt-get install -y postgresql; .ci/run does it) to run this test.", err)

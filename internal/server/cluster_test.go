@@ -150,6 +150,7 @@ func wantWrites(t *testing.T, ctx context.Context, c *client.Client) {
 // server listens, is refused with INVALID_ARGUMENT even with force, and
 // the configuration is unchanged.
 func TestMemberAddRefusesAPeerThatNeverAnswered(t *testing.T) {
+	testutil.Slow(t)
 	ms := startCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -188,6 +189,7 @@ func TestMemberAddRefusesAPeerThatNeverAnswered(t *testing.T) {
 // with a leader; removing a second is refused even with --force, since
 // one voter is not a majority of two.
 func TestMemberRemoveKeepsAReachableMajority(t *testing.T) {
+	testutil.Slow(t)
 	ms := startCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -251,6 +253,7 @@ func TestMemberRemoveOfAnUnreachableVoterAllowed(t *testing.T) {
 // and no bootstrap list is added (a non-voter first, promoted once it
 // holds the log) and then has the cluster's state.
 func TestMemberAddJoinsAndCatchesUp(t *testing.T) {
+	testutil.Slow(t)
 	ms := startCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -288,6 +291,7 @@ func TestMemberAddJoinsAndCatchesUp(t *testing.T) {
 // every replica alike (the leader rewrites the snapshot before raft
 // replicates it), and a token issued before it is stale afterwards.
 func TestForcedRestoreInACluster(t *testing.T) {
+	testutil.Slow(t)
 	ms := startCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -99,6 +99,7 @@ func TestSessionNeedsItsSecret(t *testing.T) {
 // session of a client that crashed, so its lock goes to the next waiter
 // one TTL after the crash.
 func TestCrashedClientsSessionCannotBeKeptAlive(t *testing.T) {
+	testutil.Slow(t)
 	srv := testutil.Start(t, "", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

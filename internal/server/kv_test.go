@@ -225,6 +225,7 @@ func TestWatchCompacted(t *testing.T) {
 // TestWatchSlowWatcherEndsCompacted: a watcher that does not read while
 // the history moves past it ends with ErrCompacted, never silently.
 func TestWatchSlowWatcherEndsCompacted(t *testing.T) {
+	testutil.Slow(t)
 	srv := testutil.StartConfig(t, daemon.Config{Limits: server.Limits{KV: server.KVLimits{WatchHistory: 16}}})
 	ctx := kvCtx(t)
 	c := testutil.Dial(t, srv.Addr())
@@ -439,6 +440,7 @@ func indexOf(s []string, x string) int {
 // applied again), and older revisions answer compacted with the snapshot's
 // revision.
 func TestKVRestart(t *testing.T) {
+	testutil.Slow(t)
 	dir := t.TempDir()
 	ctx := kvCtx(t)
 	srv := testutil.Start(t, dir, nil)

@@ -34,6 +34,7 @@ func longNames(prefix string, n int) []string {
 // sessions in tiny pages while others are created and closed: every
 // session that lives throughout is listed exactly once, in id order.
 func TestListSessionsPagesWhileSessionsComeAndGo(t *testing.T) {
+	testutil.Slow(t)
 	srv := testutil.Start(t, "", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -104,6 +105,7 @@ func TestListSessionsPagesWhileSessionsComeAndGo(t *testing.T) {
 // TestListingsStopAt2MiB: sessions holding many long-named locks make
 // pages end at the byte bound, and the Go client follows them.
 func TestListingsStopAt2MiB(t *testing.T) {
+	testutil.Slow(t)
 	srv := testutil.Start(t, "", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -273,9 +275,7 @@ func TestLockStatusPages(t *testing.T) {
 // them, each with a 256-byte owner, are more than one page holds; the Go
 // client lists them all, in order.
 func TestLockStatusWith10000Waiters(t *testing.T) {
-	if testing.Short() {
-		t.Skip("opens 10,000 sessions")
-	}
+	testutil.Slow(t)
 	srv := testutil.Start(t, "", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -306,6 +306,7 @@ func TestLockStatusWith10000Waiters(t *testing.T) {
 // TestKVRangePages: a range with no limit answers at most 10,000 keys or
 // 2 MiB a page; the Go client's Range follows the pages.
 func TestKVRangePages(t *testing.T) {
+	testutil.Slow(t)
 	srv := testutil.Start(t, "", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -416,6 +417,7 @@ func TestDeadLettersPages(t *testing.T) {
 // of the page, and waiters the rest; the next page goes on with both
 // where they were, and the Go client lists them all.
 func TestLockStatusPagesShareTheBytes(t *testing.T) {
+	testutil.Slow(t)
 	srv := testutil.Start(t, "", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -62,6 +62,7 @@ func startDaemon(t *testing.T, cfg daemon.Config) *member {
 // CA, and one that speaks plaintext raft, cannot join: the leader's probe
 // of them fails, and the configuration is unchanged.
 func TestPeerMutualTLS(t *testing.T) {
+	testutil.Slow(t)
 	root := t.TempDir()
 	ca, err := tlsconfig.NewCA("peers", time.Hour)
 	if err != nil {

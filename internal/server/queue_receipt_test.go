@@ -182,7 +182,7 @@ func TestQueuePurgeAndDelete(t *testing.T) {
 		}
 		got <- d
 	}()
-	waitFor(t, "the consumer to wait", 10*time.Second, func() bool { return srv.Hub.QueueWaiting("p") == 1 })
+	testutil.WaitFor(t, "the consumer to wait", 10*time.Second, func() bool { return srv.Hub.QueueWaiting("p") == 1 })
 	del, err := q.Delete(ctx)
 	if err != nil || !del.Deleted || del.Items != 0 {
 		t.Fatalf("delete: %+v %v", del, err)
@@ -224,9 +224,7 @@ func TestQueuePurgeAndDelete(t *testing.T) {
 // every new queue is accepted, and an enqueue retried right after its queue
 // was drained is still a duplicate.
 func TestQueueEmptyQueuesDoNotPileUp(t *testing.T) {
-	if testing.Short() {
-		t.Skip("10,000 queues")
-	}
+	testutil.Slow(t)
 	srv := testutil.Start(t, "", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

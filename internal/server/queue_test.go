@@ -16,18 +16,6 @@ import (
 	"github.com/tenure-io/tenure/internal/testutil"
 )
 
-// waitFor polls cond every 5 ms until it holds, failing after d.
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestQueueOneWakeupPerItem: with many consumers waiting, each enqueued
 // item wakes exactly one of them (no herd), in arrival order.
 func TestQueueOneWakeupPerItem(t *testing.T) {
@@ -55,7 +43,7 @@ func TestQueueOneWakeupPerItem(t *testing.T) {
 			}
 		}()
 		// Arrival order is the order of joining the line.
-		waitFor(t, fmt.Sprintf("consumer %d to wait", i), 10*time.Second, func() bool { return srv.Hub.QueueWaiting("jobs") == i+1 })
+		testutil.WaitFor(t, fmt.Sprintf("consumer %d to wait", i), 10*time.Second, func() bool { return srv.Hub.QueueWaiting("jobs") == i+1 })
 	}
 	before := srv.Hub.QueueWakeups()
 	var ids []uint64
@@ -119,7 +107,7 @@ func TestQueueRedeliveryAndStaleAck(t *testing.T) {
 	if _, err := q.TryDequeue(ctx, time.Second); !errors.Is(err, client.ErrQueueEmpty) {
 		t.Fatalf("the item is invisible during its lease, got %v", err)
 	}
-	waitFor(t, "the visibility lease to run out", 10*time.Second, func() bool {
+	testutil.WaitFor(t, "the visibility lease to run out", 10*time.Second, func() bool {
 		testutil.Elapse(t, clk, 2*time.Second)
 		st, err := q.Stats(ctx)
 		return err == nil && st.Queued == 1
@@ -345,7 +333,7 @@ func TestQueueSurvivesSnapshotAndRestart(t *testing.T) {
 	// The delivery in flight is re-armed with its full lease by the new
 	// leader: advancing past it returns the item (to the dead letters, as
 	// it had its one attempt).
-	waitFor(t, "the re-armed lease to run out", 10*time.Second, func() bool {
+	testutil.WaitFor(t, "the re-armed lease to run out", 10*time.Second, func() bool {
 		testutil.Elapse(t, clk, 6*time.Second)
 		st, err := q.Stats(ctx)
 		return err == nil && st.InFlight == 0
@@ -363,6 +351,7 @@ func TestQueueSurvivesSnapshotAndRestart(t *testing.T) {
 // item to consumers that do not wait keep their place and still get the
 // items that come later; no item is left queued while one of them waits.
 func TestQueueWaitersSurviveLostRaces(t *testing.T) {
+	testutil.Slow(t)
 	const waiters, stealers, items = 4, 8, 200
 	srv := testutil.Start(t, "", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -384,7 +373,7 @@ func TestQueueWaitersSurviveLostRaces(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, "the consumers to wait", 10*time.Second, func() bool { return srv.Hub.QueueWaiting("race") == waiters })
+	testutil.WaitFor(t, "the consumers to wait", 10*time.Second, func() bool { return srv.Hub.QueueWaiting("race") == waiters })
 	sctx, stopStealing := context.WithCancel(ctx)
 	stolen := make(chan int, stealers)
 	for range stealers {
@@ -404,7 +393,7 @@ func TestQueueWaitersSurviveLostRaces(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "every item to be taken", 30*time.Second, func() bool {
+	testutil.WaitFor(t, "every item to be taken", 30*time.Second, func() bool {
 		st, err := q.Stats(ctx)
 		return err == nil && st.Queued == 0 && st.InFlight == 0
 	})
@@ -418,7 +407,7 @@ func TestQueueWaitersSurviveLostRaces(t *testing.T) {
 		t.Fatalf("%d items taken by stealers and %d by waiters, want %d in all", total, byWaiters, items)
 	}
 	// The waiters are all back in line: each new item reaches one of them.
-	waitFor(t, "the consumers to wait again", 10*time.Second, func() bool { return srv.Hub.QueueWaiting("race") == waiters })
+	testutil.WaitFor(t, "the consumers to wait again", 10*time.Second, func() bool { return srv.Hub.QueueWaiting("race") == waiters })
 	for i := range waiters {
 		if _, err := q.Enqueue(ctx, []byte(fmt.Sprint("late", i))); err != nil {
 			t.Fatal(err)

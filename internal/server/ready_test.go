@@ -9,12 +9,14 @@ import (
 
 	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/internal/daemon"
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 // TestClientWaitsForALeader: requests sent to a node that serves but
 // does not lead yet (it has just started) wait for the leader within the
 // caller's context instead of failing "not the leader".
 func TestClientWaitsForALeader(t *testing.T) {
+	testutil.Slow(t)
 	for round := range 5 { // the window before the election is short: try it a few times
 		d, err := daemon.Start(daemon.Config{NodeID: "n1", DataDir: t.TempDir(), Listen: "127.0.0.1:0", HTTPListen: "", LogOutput: tLog{t, "n1"}})
 		if err != nil {
@@ -47,6 +49,7 @@ func TestClientWaitsForALeader(t *testing.T) {
 // gone), a request fails when its context ends, saying that no leader
 // answered and naming the endpoint: not that the node cannot be reached.
 func TestNoLeaderSaysSo(t *testing.T) {
+	testutil.Slow(t)
 	ms := startCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -1,3 +1,5 @@
+//go:build tenurefault
+
 package server_test
 
 import (
@@ -69,7 +71,7 @@ func TestHoldsSurviveASilentLeader(t *testing.T) {
 	lc.cut(li, true)
 	t.Logf("leader %s silent for %v", old, time.Since(began))
 
-	waitFor(t, "every hold held again", 20*time.Second, func() bool {
+	testutil.WaitFor(t, "every hold held again", 20*time.Second, func() bool {
 		for _, x := range hs {
 			if x.h.State() != client.Held {
 				return false

@@ -67,6 +67,7 @@ func fillFS(t *testing.T, path string) {
 // freed, raft-boltdb takes writes again by itself; raft-wal (which cannot
 // start its next segment) only after a restart, as documented.
 func TestStorageFull(t *testing.T) {
+	testutil.Slow(t)
 	for _, tc := range []struct {
 		engine string
 		fsSize int

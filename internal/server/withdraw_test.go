@@ -8,6 +8,7 @@ import (
 
 	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/internal/daemon"
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 // TestWithdrawNotCommittedIsRetried: a waiter gives up while its node has
@@ -17,6 +18,7 @@ import (
 // later, no Hold owns the grant, and every other waiter is blocked until
 // the waiting session ends.
 func TestWithdrawNotCommittedIsRetried(t *testing.T) {
+	testutil.Slow(t)
 	root := t.TempDir()
 	peers := map[string]string{"n1": freePort(t), "n2": freePort(t), "n3": freePort(t)}
 	started := make(chan *member, 3)
@@ -80,7 +82,7 @@ func TestWithdrawNotCommittedIsRetried(t *testing.T) {
 			stopped = append(stopped, m)
 		}
 	}
-	waitFor(t, "the leader to step down", 20*time.Second, func() bool { return leader.d.Node.Status().Leader != leader.id })
+	testutil.WaitFor(t, "the leader to step down", 20*time.Second, func() bool { return leader.d.Node.Status().Leader != leader.id })
 
 	giveUp()
 	if err := <-gaveUp; err == nil {
@@ -88,7 +90,7 @@ func TestWithdrawNotCommittedIsRetried(t *testing.T) {
 	}
 	// The withdrawal is answered with the failure of its CancelAcquire,
 	// and the client leaves the stream of that node to find a leader.
-	waitFor(t, "the withdrawal to be answered", 20*time.Second, func() bool { return leader.d.Hub.StreamsOf(waiter.ID()) == 0 })
+	testutil.WaitFor(t, "the withdrawal to be answered", 20*time.Second, func() bool { return leader.d.Hub.StreamsOf(waiter.ID()) == 0 })
 
 	// The followers come back, on the same addresses: a leader again.
 	for _, m := range stopped {

@@ -24,6 +24,7 @@ import (
 	raftwal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
 	"go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // LogCacheSize is how many recent log entries are kept in memory in front of
@@ -129,10 +130,10 @@ func open(dir, engine string, logOutput io.Writer) (s *Stores, err error) {
 		bolt, err := raftboltdb.New(raftboltdb.Options{Path: boltPath, BoltOptions: &bbolt.Options{
 			Timeout: time.Second, // another process holding the file: fail, do not hang
 		}})
-		if errors.Is(err, bbolt.ErrTimeout) {
+		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, errLocked(boltPath)
 		}
-		if errors.Is(err, bbolt.ErrInvalid) || errors.Is(err, bbolt.ErrChecksum) || errors.Is(err, bbolt.ErrVersionMismatch) {
+		if errors.Is(err, bolterrors.ErrInvalid) || errors.Is(err, bolterrors.ErrChecksum) || errors.Is(err, bolterrors.ErrVersionMismatch) {
 			return nil, fmt.Errorf("store: %s is damaged (%v); %s", boltPath, err, Remedy)
 		}
 		if err != nil {
@@ -209,13 +210,11 @@ func (s *Stores) Failure() error { return s.health.failure() }
 type closers []io.Closer
 
 func (cs closers) Close() error {
-	var first error
+	var errs []error
 	for _, c := range cs {
-		if err := c.Close(); err != nil && first == nil {
-			first = err
-		}
+		errs = append(errs, c.Close())
 	}
-	return first
+	return errors.Join(errs...)
 }
 
 // Close closes the underlying files.

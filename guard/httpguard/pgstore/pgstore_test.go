@@ -21,18 +21,8 @@ import (
 
 	"github.com/tenure-io/tenure/guard/httpguard"
 	"github.com/tenure-io/tenure/guard/httpguard/pgstore"
+	"github.com/tenure-io/tenure/internal/pgtest"
 )
-
-// defaultDSN is where the tests look for PostgreSQL when TENURE_PG_DSN is
-// not set.
-const defaultDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-
-func dsn() string {
-	if v := os.Getenv("TENURE_PG_DSN"); v != "" {
-		return v
-	}
-	return defaultDSN
-}
 
 // pool is a fixed set of connections handed out one caller at a time; it
 // satisfies pgstore.DB and is safe for concurrent use (pgxpool is not a
@@ -41,26 +31,16 @@ type pool struct {
 	conns chan *pgx.Conn
 }
 
-// connect opens n connections; an unreachable server fails the test.
+// connect opens n connections to the shared server (pgtest.DSN), closed
+// when the test ends; an unreachable server fails the test (and -short
+// skips it).
 func connect(t *testing.T, n int) *pool {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	cfg := pgtest.ParseConfig(t, pgtest.DSN())
 	p := &pool{conns: make(chan *pgx.Conn, n)}
 	for range n {
-		c, err := pgx.Connect(ctx, dsn())
-		if err != nil {
-			t.Fatalf("PostgreSQL is unreachable at %s: %v\n"+
-				"These tests need a real PostgreSQL server: .ci/run starts one; or set TENURE_PG_DSN to a reachable server (default %s).", dsn(), err, defaultDSN)
-		}
-		p.conns <- c
+		p.conns <- pgtest.Connect(t, cfg)
 	}
-	t.Cleanup(func() {
-		for range n {
-			c := <-p.conns
-			c.Close(context.Background())
-		}
-	})
 	return p
 }
 

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,7 +41,7 @@ type result struct {
 }
 
 func main() {
-	endpoints := flag.String("endpoints", "127.0.0.1:2379", "etcd client endpoint")
+	endpoints := flag.String("endpoints", "127.0.0.1:2379", "comma-separated etcd client endpoints")
 	op := flag.String("op", "put", "put, get or txn")
 	clients := flag.Int("clients", 16, "concurrent clients")
 	duration := flag.Duration("duration", 5*time.Second, "measurement window")
@@ -49,7 +50,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "etcd-kv-bench: --op must be put, get or txn")
 		os.Exit(2)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{*endpoints}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*endpoints, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "etcd-kv-bench:", err)
 		os.Exit(1)

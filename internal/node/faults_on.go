@@ -1,0 +1,53 @@
+//go:build tenurefault
+
+package node
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/tenure-io/tenure/internal/fsm"
+)
+
+// Faults are the fault-injection switches of a tenurefault build (tests
+// only; a normal build has none, see faults.go).
+type Faults struct {
+	// PeerRoutes overrides, for this node only, the address it dials to
+	// reach a peer (id → address). The fault-injection suite uses it to
+	// put a proxy on every directed link between two nodes.
+	PeerRoutes map[string]string
+	// SkipFenceCheck disables the fenced registers' token check: for
+	// proving that the fault-injection checker catches stale writes only.
+	SkipFenceCheck bool
+}
+
+func (f Faults) applyTo(m *fsm.FSM) {
+	if f.SkipFenceCheck {
+		m.SetUnsafeSkipFenceCheck()
+	}
+}
+
+// addressProvider is nil (peers dialled at their configured addresses)
+// without PeerRoutes.
+func (f Faults) addressProvider() raft.ServerAddressProvider {
+	if len(f.PeerRoutes) == 0 {
+		return nil
+	}
+	return routes(f.PeerRoutes)
+}
+
+func (f Faults) route(id string) (string, bool) {
+	r, ok := f.PeerRoutes[id]
+	return r, ok
+}
+
+// routes is a raft.ServerAddressProvider over PeerRoutes.
+type routes map[string]string
+
+func (r routes) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
+	if addr, ok := r[string(id)]; ok {
+		return raft.ServerAddress(addr), nil
+	}
+	return "", fmt.Errorf("no route override for %s", id)
+}
