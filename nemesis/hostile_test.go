@@ -147,7 +147,7 @@ func (h *hostileClient) run(ctx context.Context, rnd *rand.Rand) {
 	}
 }
 
-// resume opens a Session stream naming a live session of the workload
+// resume opens a session stream naming a live session of the workload
 // with no secret or a made-up one.
 func (h *hostileClient) resume(ctx context.Context, c *client.Client, api pb.TenureClient, rnd *rand.Rand) {
 	st, err := c.LockStatus(ctx, h.lock)
