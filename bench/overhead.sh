@@ -3,9 +3,11 @@
 # of tenure, the working tree and BASE (a git revision), each round on a
 # fresh server of each, the order alternating from round to round (as
 # bench/run.sh alternates Tenure and etcd). The same bench client (the
-# working tree's) drives both.
+# working tree's) drives both, unless BENCH_CLIENT=own: then each build's
+# own client drives its server (for a change to the client or the wire).
 #
 #   BASE=main ROUNDS=10 DURATION=8s bench/overhead.sh
+#   BASE=main BENCH_CLIENT=own MODE=contended bench/overhead.sh
 #
 # Environment:
 #   BASE      git revision to compare against            (default main)
@@ -13,6 +15,7 @@
 #   DURATION  measurement window per run                  (default 8s)
 #   CLIENTS   concurrent lock clients                     (default 64)
 #   MODE      tenure bench --mode                         (default uncontended)
+#   BENCH_CLIENT  tree (the working tree's client) or own  (default tree)
 #
 # Everything lives in one temp dir under /tmp, removed on exit; only the
 # servers this script started are stopped, by PID.
@@ -23,6 +26,7 @@ ROUNDS=${ROUNDS:-10}
 DURATION=${DURATION:-8s}
 CLIENTS=${CLIENTS:-64}
 MODE=${MODE:-uncontended}
+BENCH_CLIENT=${BENCH_CLIENT:-tree}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TMP=$(mktemp -d /tmp/tenure-overhead.XXXXXX)
 PID=
@@ -55,7 +59,9 @@ run() {
 		sleep 0.1
 	done
 	[[ -n "$addr" ]] || { log "the server did not start"; exit 1; }
-	"$TMP/new" bench --endpoint "$addr" --mode "$MODE" --clients "$CLIENTS" --duration "$DURATION" -o json >"$TMP/bench.json"
+	local client="$TMP/new"
+	[[ "$BENCH_CLIENT" == own ]] && client="$bin"
+	"$client" bench --endpoint "$addr" --mode "$MODE" --clients "$CLIENTS" --duration "$DURATION" -o json >"$TMP/bench.json"
 	kill "$PID"
 	wait "$PID" 2>/dev/null || true
 	PID=

@@ -51,7 +51,6 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
-	"github.com/tenure-io/tenure/internal/clock"
 )
 
 // DefaultEndpoint is where `tenure serve` listens by default.
@@ -72,49 +71,28 @@ const (
 type Client struct {
 	eps          []*endpoint
 	cur          atomic.Uint32 // index of the endpoint in use
-	clk          clock.Clock
+	clk          Clock
 	serializable bool
 	proofs       bool // WithFenceProofs
 }
 
 type endpoint struct {
-	addr string
-	conn *grpc.ClientConn
-	api  pb.TenureClient
-	// mux carries the sessions' streams; nil with WithStreamPerSession.
-	mux *sessionMux
-}
-
-// sessionConn starts a session stream that lasts until ctx ends.
-func (ep *endpoint) sessionConn(ctx context.Context) (sessionConn, error) {
-	if ep.mux == nil {
-		return ep.api.Session(ctx)
-	}
-	return ep.mux.open(ctx)
+	addr     string
+	conn     *grpc.ClientConn
+	api      pb.TenureClient
+	sessions *transport // carries the sessions' streams
 }
 
 // Option configures Dial.
 type Option func(*dialOptions) error
 
 type dialOptions struct {
-	grpcOpts      []grpc.DialOption
-	clk           clock.Clock
-	serializable  bool
-	streamPerSess bool
-	tls           *tls.Config // security.go
-	authToken     string
-	proofs        bool
-}
-
-// WithStreamPerSession gives every session a Session RPC of its own
-// instead of sharing one Sessions RPC per endpoint among all sessions (the
-// default, which sends requests that are ready together in one message).
-// For servers without the Sessions RPC, and for comparing the two.
-func WithStreamPerSession() Option {
-	return func(o *dialOptions) error {
-		o.streamPerSess = true
-		return nil
-	}
+	grpcOpts     []grpc.DialOption
+	clk          Clock
+	serializable bool
+	tls          *tls.Config // security.go
+	authToken    string
+	proofs       bool
 }
 
 // WithSerializableReads makes FencedGet, LockStatus, LockHistory and
@@ -136,13 +114,48 @@ func WithGRPCOptions(opts ...grpc.DialOption) Option {
 	}
 }
 
-// WithClock replaces the monotonic clock (tests drive time with it).
-func WithClock(c clock.Clock) Option {
+// Clock is the monotonic clock a client counts time on (WithClock): its
+// sessions' safe deadlines and renewals, the progress watchdog and the
+// timeouts of withdrawing an acquire. Only differences between two Now
+// readings matter. Implementations must be safe for concurrent use, and
+// must never run fast: a clock that runs slow against real time makes a
+// hold trust its lease longer than the server keeps it (the drift margin,
+// WithDriftMargin, covers only small rate differences).
+type Clock interface {
+	// Now returns the current instant.
+	Now() time.Time
+	// NewTimer returns a timer that fires once, d after Now.
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is a one-shot timer of a Clock, like time.Timer.
+type Timer interface {
+	// C receives the instant the timer fired.
+	C() <-chan time.Time
+	// Stop prevents the timer from firing; it reports whether it did.
+	Stop() bool
+}
+
+// systemClock is the default Clock: the system's monotonic clock.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                 { return time.Now() }
+func (systemClock) NewTimer(d time.Duration) Timer { return systemTimer{time.NewTimer(d)} }
+
+type systemTimer struct{ t *time.Timer }
+
+func (t systemTimer) C() <-chan time.Time { return t.t.C }
+func (t systemTimer) Stop() bool          { return t.t.Stop() }
+
+// WithClock makes the client count time on clk instead of the system's
+// monotonic clock (see Clock): for tests that drive time. A nil clock is
+// an error.
+func WithClock(clk Clock) Option {
 	return func(o *dialOptions) error {
-		if c == nil {
+		if clk == nil {
 			return fmt.Errorf("%w: nil clock", ErrInvalid)
 		}
-		o.clk = c
+		o.clk = clk
 		return nil
 	}
 }
@@ -151,7 +164,7 @@ func WithClock(c clock.Clock) Option {
 // comma-separated list of cluster members. It does not block: connections
 // are made on first use.
 func Dial(ctx context.Context, endpoints string, opts ...Option) (*Client, error) {
-	o := dialOptions{clk: clock.Real}
+	o := dialOptions{clk: systemClock{}}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
@@ -187,11 +200,8 @@ func Dial(ctx context.Context, endpoints string, opts ...Option) (*Client, error
 			c.Close()
 			return nil, fmt.Errorf("%w: endpoint %q: %v", ErrInvalid, addr, err)
 		}
-		ep := &endpoint{addr: addr, conn: conn, api: pb.NewTenureClient(conn)}
-		if !o.streamPerSess {
-			ep.mux = &sessionMux{api: ep.api}
-		}
-		c.eps = append(c.eps, ep)
+		api := pb.NewTenureClient(conn)
+		c.eps = append(c.eps, &endpoint{addr: addr, conn: conn, api: api, sessions: &transport{api: api}})
 	}
 	if len(c.eps) == 0 {
 		return nil, fmt.Errorf("%w: no endpoint given", ErrInvalid)
@@ -203,9 +213,7 @@ func Dial(ctx context.Context, endpoints string, opts ...Option) (*Client, error
 func (c *Client) Close() error {
 	var first error
 	for _, ep := range c.eps {
-		if ep.mux != nil {
-			ep.mux.close()
-		}
+		ep.sessions.close()
 		if err := ep.conn.Close(); err != nil && first == nil {
 			first = err
 		}
@@ -215,12 +223,6 @@ func (c *Client) Close() error {
 
 // Endpoint is the address currently in use.
 func (c *Client) Endpoint() string { return c.eps[c.cur.Load()%uint32(len(c.eps))].addr }
-
-// pick returns the endpoint in use and its index.
-func (c *Client) pick() (uint32, pb.TenureClient) {
-	i := c.cur.Load() % uint32(len(c.eps))
-	return i, c.eps[i].api
-}
 
 // next moves on from endpoint i (unless another caller already did).
 func (c *Client) next(i uint32) {
@@ -240,9 +242,10 @@ func unavailable(err error) bool {
 // until one answers otherwise or ctx ends. A node that answered "not the
 // leader" is asked again in the next round (a leader may be elected
 // meanwhile), also when it is the only endpoint; a single endpoint that
-// cannot be reached fails at once. When ctx ends first, the error says
-// that no leader answered and names the endpoints.
-func (c *Client) rotate(ctx context.Context, try func(ep uint32) error) error {
+// cannot be reached fails at once, unless persist (a watch that outlives
+// a restart of its node). When ctx ends first, the error says that no
+// leader answered and names the endpoints.
+func (c *Client) rotate(ctx context.Context, persist bool, try func(ep uint32) error) error {
 	backoff := 20 * time.Millisecond
 	everAnswered := false // some node answered "not the leader"
 	for {
@@ -257,7 +260,7 @@ func (c *Client) rotate(ctx context.Context, try func(ep uint32) error) error {
 			c.next(i)
 		}
 		everAnswered = everAnswered || answered
-		if len(c.eps) == 1 && !answered {
+		if len(c.eps) == 1 && !answered && !persist {
 			return err
 		}
 		t := time.NewTimer(backoff)
@@ -286,7 +289,7 @@ func (c *Client) endpoints() string {
 // unary runs a request with rotate: on the leader, waiting for one within
 // ctx.
 func (c *Client) unary(ctx context.Context, fn func(pb.TenureClient) error) error {
-	return c.rotate(ctx, func(i uint32) error { return fromStatus(fn(c.eps[i].api)) })
+	return c.rotate(ctx, false, func(i uint32) error { return fromStatus(fn(c.eps[i].api)) })
 }
 
 // PutResult is the answer of a fenced register write or delete.

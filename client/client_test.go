@@ -14,22 +14,11 @@ func dial(t *testing.T, addr string, opts ...client.Option) *client.Client {
 	return testutil.Dial(t, addr, opts...)
 }
 
-// TestLockHandOffAndFencing runs over both session transports: the shared
-// Sessions stream (the default) and a Session stream per session.
 func TestLockHandOffAndFencing(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		opts []client.Option
-	}{{"shared-stream", nil}, {"stream-per-session", []client.Option{client.WithStreamPerSession()}}} {
-		t.Run(tc.name, func(t *testing.T) { testLockHandOffAndFencing(t, tc.opts...) })
-	}
-}
-
-func testLockHandOffAndFencing(t *testing.T, opts ...client.Option) {
 	srv := testutil.Start(t, "", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := dial(t, srv.Addr(), opts...)
+	c := dial(t, srv.Addr())
 	a, err := c.NewSession(ctx, client.WithOwner("A"), client.WithTTL(5*time.Second))
 	if err != nil {
 		t.Fatal(err)

@@ -103,54 +103,74 @@ func (o *Observation) Err() error {
 const observeGiveUp = 30 * time.Second
 
 // Observe follows the election called name until ctx ends or an error
-// occurs (reported by Err: the stream never ends silently).
+// occurs (reported by Err: the stream never ends silently). It returns
+// once a node serves the observation; the current leader, its first
+// answer, is the first value on C.
 //
 // When the node serving the observation dies or stops serving, the
 // observation moves to the next endpoint and goes on. The new node answers
 // with the current leader first; a leader that was already delivered is
 // not delivered twice, but changes made while no node was observed are
 // coalesced into that current leader (revisions still only grow). After
-// 30 s without any endpoint answering, it ends with ErrUnavailable.
+// 30 s without any endpoint serving it, it ends with ErrUnavailable.
 func (c *Client) Observe(ctx context.Context, name string) (*Observation, error) {
-	i, api := c.pick()
-	stream, err := api.Observe(ctx, &pb.ObserveRequest{Name: name})
-	if err != nil && (!unavailable(err) || len(c.eps) == 1) {
-		return nil, fromStatus(err)
+	stream, first, err := c.openObserve(ctx, name)
+	if err != nil {
+		return nil, err
 	}
 	ch := make(chan Leader, 16)
 	o := &Observation{C: ch, end: make(chan struct{})}
 	go func() {
 		defer close(o.end)
 		defer close(ch)
-		o.err = c.observe(ctx, name, i, stream, err, ch)
+		o.err = c.observe(ctx, name, stream, first, ch)
 	}()
 	return o, nil
 }
 
-// observe delivers the events of stream (or of its successors on other
-// endpoints) to ch and returns the error that ends the observation.
-func (c *Client) observe(ctx context.Context, name string, i uint32, stream pb.Tenure_ObserveClient, err error, ch chan<- Leader) error {
+// openObserve starts the observation of name on the leader or, if it
+// cannot serve, another endpoint (Client.rotate), for at most
+// observeGiveUp, and returns the stream and its first event.
+func (c *Client) openObserve(ctx context.Context, name string) (pb.Tenure_ObserveClient, *pb.LeaderEvent, error) {
+	gctx, cancel := context.WithTimeout(ctx, observeGiveUp)
+	defer cancel()
+	var stream pb.Tenure_ObserveClient
+	var first *pb.LeaderEvent
+	err := c.rotate(gctx, false, func(i uint32) error {
+		st, err := c.eps[i].api.Observe(ctx, &pb.ObserveRequest{Name: name})
+		if err == nil {
+			first, err = st.Recv()
+		}
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("%w: the server ended the observation", ErrUnavailable)
+		}
+		stream = st
+		return fromStatus(err)
+	})
+	if ctx.Err() != nil {
+		return nil, nil, ctx.Err()
+	}
+	return stream, first, err
+}
+
+// observe delivers first and the events of stream (or of its successors
+// on other endpoints) to ch and returns the error that ends the
+// observation.
+func (c *Client) observe(ctx context.Context, name string, stream pb.Tenure_ObserveClient, ev *pb.LeaderEvent, ch chan<- Leader) error {
 	var last uint64 // revision of the last delivered change
 	delivered := false
-	backoff := 20 * time.Millisecond
-	var failingSince time.Time
 	for {
-		if err == nil {
-			var ev *pb.LeaderEvent
-			if ev, err = stream.Recv(); err == nil {
-				failingSince = time.Time{}
-				backoff = 20 * time.Millisecond
-				if delivered && ev.GetRevision() <= last {
-					continue // already delivered before a fail-over
-				}
-				last, delivered = ev.GetRevision(), true
-				select {
-				case ch <- Leader{Owner: ev.GetOwner(), Session: ev.GetSession(), Token: ev.GetToken(), Value: ev.GetValue(), Revision: ev.GetRevision()}:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-				continue
+		if !delivered || ev.GetRevision() > last { // else delivered before a fail-over
+			last, delivered = ev.GetRevision(), true
+			select {
+			case ch <- Leader{Owner: ev.GetOwner(), Session: ev.GetSession(), Token: ev.GetToken(), Value: ev.GetValue(), Revision: ev.GetRevision()}:
+			case <-ctx.Done():
+				return ctx.Err()
 			}
+		}
+		var err error
+		if ev, err = stream.Recv(); err == nil {
+			continue
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -158,25 +178,11 @@ func (c *Client) observe(ctx context.Context, name string, i uint32, stream pb.T
 		if errors.Is(err, io.EOF) {
 			err = fmt.Errorf("%w: the server ended the observation", ErrUnavailable)
 		}
-		if !unavailable(err) || len(c.eps) == 1 {
+		if !unavailable(err) {
 			return fromStatus(err)
 		}
-		if failingSince.IsZero() {
-			failingSince = time.Now()
-		} else if time.Since(failingSince) > observeGiveUp {
-			return fromStatus(err)
+		if stream, ev, err = c.openObserve(ctx, name); err != nil {
+			return err
 		}
-		c.next(i)
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		}
-		backoff = min(2*backoff, 500*time.Millisecond)
-		var api pb.TenureClient
-		i, api = c.pick()
-		stream, err = api.Observe(ctx, &pb.ObserveRequest{Name: name})
 	}
 }

@@ -181,19 +181,30 @@ func retryable(err error) bool {
 	return errors.Is(err, errDisconnected) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrUnknownOutcome)
 }
 
-func (m *Mutex) acquire(ctx context.Context, wait bool, lc lockCall) (*Hold, error) {
+// acquire reserves the name for this session (one acquisition of a name
+// at a time), then asks until the server answers. The name stays reserved
+// while the hold lives, or, when ctx ends while the server may hold a
+// place in line, until withdraw has settled that in the background.
+func (m *Mutex) acquire(ctx context.Context, wait bool, lc lockCall) (h *Hold, err error) {
 	s := m.s
 	if !s.reserve(m.name) {
 		return nil, ErrAlreadyHeld
 	}
-	sent := false
+	sent := false     // a request reached a stream
+	var pending *call // a request still pending when ctx ended
+	giveUp := false   // withdraw what the server may hold
+	defer func() {
+		switch {
+		case h != nil:
+		case giveUp:
+			s.goBG(func() { m.withdraw(pending) })
+		default:
+			s.unreserve(m.name)
+		}
+	}()
 	for {
 		if err := s.waitConnected(ctx); err != nil {
-			if sent && ctx.Err() != nil {
-				s.goBG(m.withdraw) // the server may still hold our place
-			} else {
-				s.unreserve(m.name)
-			}
+			giveUp = sent && ctx.Err() != nil // the server may still hold our place
 			return nil, err
 		}
 		c, err := s.start(m.request(wait, lc))
@@ -201,7 +212,6 @@ func (m *Mutex) acquire(ctx context.Context, wait bool, lc lockCall) (*Hold, err
 			continue
 		}
 		if err != nil {
-			s.unreserve(m.name)
 			return nil, err
 		}
 		sent = true
@@ -210,14 +220,14 @@ func (m *Mutex) acquire(ctx context.Context, wait bool, lc lockCall) (*Hold, err
 		case err == nil:
 			return h, nil
 		case errors.Is(err, errAbandoned):
-			return nil, ctx.Err() // abandon releases the name
+			pending, giveUp = c, true
+			return nil, ctx.Err()
 		case retryable(err):
 			if !errors.Is(err, errDisconnected) {
 				s.streamBroken(c.st) // this node cannot serve us: find the leader
 			}
 			continue
 		default:
-			s.unreserve(m.name)
 			return nil, err
 		}
 	}
@@ -225,6 +235,8 @@ func (m *Mutex) acquire(ctx context.Context, wait bool, lc lockCall) (*Hold, err
 
 var errAbandoned = errors.New("tenure: acquire abandoned")
 
+// await waits for the final answer to acquire request c; errAbandoned:
+// ctx ended first, and c is still pending.
 func (m *Mutex) await(ctx context.Context, c *call, lc lockCall) (*Hold, error) {
 	s := m.s
 	for {
@@ -247,41 +259,35 @@ func (m *Mutex) await(ctx context.Context, c *call, lc lockCall) (*Hold, error) 
 				return nil, fromProto(res.Error)
 			}
 		case <-ctx.Done():
-			s.goBG(func() { m.abandon(c) })
 			return nil, errAbandoned
 		}
 	}
 }
 
-// abandon withdraws a pending acquire. The server answers every acquire
-// exactly once more (granted or cancelled); a grant that raced with the
-// cancellation is released here, so no lock is left held by nobody. If the
-// withdrawal is not settled (the connection broke, the node could not
-// commit it, no answer came), withdraw finishes the job on the stream the
-// session has next.
-func (m *Mutex) abandon(c *call) {
-	if m.cancelAndSettle(c) {
-		m.s.unreserve(m.name)
-		return
-	}
-	m.withdraw()
-}
-
-// withdraw re-attaches to this session's acquisition of the lock (if any)
-// and cancels it, releasing a grant that came meanwhile, until that is
-// settled or the session is over.
-func (m *Mutex) withdraw() {
+// withdraw settles an acquisition given up on, then frees the name: it
+// cancels c (the request still pending, if any) and, until that is
+// settled, re-attaches to this session's acquisition of the lock (if any)
+// and cancels it. The server answers every acquire exactly once more
+// (granted or cancelled); a grant that raced with the cancellation is
+// released, so no lock is left held by nobody. It gives up when the
+// session is over (the server dropped everything then).
+func (m *Mutex) withdraw(c *call) {
 	s := m.s
 	defer s.unreserve(m.name)
 	for {
-		if err := s.waitConnected(s.ctx); err != nil {
-			return // the session is over: the server dropped everything
+		if c != nil && m.cancelAndSettle(c) {
+			return
 		}
-		c, err := s.start(m.request(true, lockCall{})) // resume finds the acquisition, whatever its kind
+		if err := s.waitConnected(s.ctx); err != nil {
+			return
+		}
+		var err error
+		c, err = s.start(m.request(true, lockCall{})) // resume finds the acquisition, whatever its kind
 		if errors.Is(err, errDisconnected) {
+			c = nil
 			continue
 		}
-		if err != nil || m.cancelAndSettle(c) {
+		if err != nil {
 			return
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -433,9 +432,6 @@ func (w *Watcher) Err() error {
 	return w.err
 }
 
-// watchBackoffMax bounds the wait between reconnection attempts.
-const watchBackoffMax = time.Second
-
 // Watch follows key (or, WithPrefix, every key under it). It returns once
 // the server has accepted the watch. When the connection breaks or the
 // node stops serving, the watch reconnects by itself (to the next
@@ -449,39 +445,7 @@ func (c *Client) Watch(ctx context.Context, key string, opts ...WatchOption) (*W
 			return nil, err
 		}
 	}
-	var stream pb.Tenure_KVWatchClient
-	var created *pb.KVWatchResponse
-	open := func(api pb.TenureClient) error {
-		var err error
-		stream, err = api.KVWatch(ctx, req)
-		if err == nil {
-			created, err = stream.Recv()
-		}
-		return err
-	}
-	// Each node keeps its own history (a node restarted from a snapshot
-	// has less): a compacted answer sends us to the next endpoint, and
-	// counts as the answer only once every endpoint has given it.
-	var err error
-	for tries := 0; ; tries++ {
-		var cerr error
-		err = c.unary(ctx, func(api pb.TenureClient) error {
-			err := open(api)
-			if ce := compactedFrom(err); ce != nil {
-				cerr = ce
-				return nil
-			}
-			return err
-		})
-		if cerr == nil {
-			break
-		}
-		if tries+1 >= len(c.eps) {
-			return nil, cerr
-		}
-		i, _ := c.pick()
-		c.next(i)
-	}
+	stream, created, err := c.openWatch(ctx, req, false)
 	if err != nil {
 		return nil, err
 	}
@@ -495,13 +459,47 @@ func (c *Client) Watch(ctx context.Context, key string, opts ...WatchOption) (*W
 	return w, nil
 }
 
+// openWatch starts req on the leader or, if it cannot serve, another
+// endpoint (Client.rotate; persist: also while a single endpoint cannot be
+// reached), and returns the stream and its first answer. Each node keeps
+// its own history (a node restarted from a snapshot has less): a
+// compacted answer sends the watch to the next endpoint, and counts as the
+// answer only once every endpoint has given it.
+func (c *Client) openWatch(ctx context.Context, req *pb.KVWatchRequest, persist bool) (pb.Tenure_KVWatchClient, *pb.KVWatchResponse, error) {
+	var stream pb.Tenure_KVWatchClient
+	var created *pb.KVWatchResponse
+	compacted := 0
+	err := c.rotate(ctx, persist, func(i uint32) error {
+		st, err := c.eps[i].api.KVWatch(ctx, req)
+		var first *pb.KVWatchResponse
+		if err == nil {
+			first, err = st.Recv()
+		}
+		switch ce := compactedFrom(err); {
+		case err == nil && first.GetCreated():
+			stream, created = st, first
+			return nil
+		case err == nil:
+			return fmt.Errorf("%w: the watch was answered %v before it was created", ErrUnavailable, first)
+		case ce != nil:
+			if compacted++; compacted < len(c.eps) {
+				return fmt.Errorf("%w: %v", ErrUnavailable, ce) // another node may hold more history
+			}
+			return ce
+		case errors.Is(err, io.EOF):
+			return fmt.Errorf("%w: the server ended the watch", ErrUnavailable)
+		case status.Code(err) == codes.Canceled && ctx.Err() == nil:
+			return fmt.Errorf("%w: the client was closed (%v)", ErrClosed, err)
+		}
+		return fromStatus(err)
+	})
+	return stream, created, err
+}
+
 func (c *Client) watchLoop(ctx context.Context, req *pb.KVWatchRequest, stream pb.Tenure_KVWatchClient, last uint64, ch chan<- WatchResponse) error {
-	backoff := 20 * time.Millisecond
-	compacted := 0 // consecutive compacted answers while reconnecting
 	for {
 		resp, err := stream.Recv()
 		if err == nil {
-			backoff = 20 * time.Millisecond
 			if resp.GetCreated() {
 				continue
 			}
@@ -536,43 +534,12 @@ func (c *Client) watchLoop(ctx context.Context, req *pb.KVWatchRequest, stream p
 			return fromStatus(err)
 		}
 		// Reconnect, moving through the endpoints, and resume after last.
-		for {
-			i, api := c.pick()
-			next := &pb.KVWatchRequest{Key: req.GetKey(), Prefix: req.GetPrefix(), StartRevision: last + 1}
-			var first *pb.KVWatchResponse
-			stream, err = api.KVWatch(ctx, next)
-			if err == nil {
-				first, err = stream.Recv()
-			}
-			if err == nil && first.GetCreated() {
-				compacted = 0
-				break
-			}
-			if ce := compactedFrom(err); ce != nil {
-				if compacted++; compacted >= len(c.eps) {
-					return ce
-				}
-				c.next(i) // another node may hold more history
-				continue
-			}
+		next := &pb.KVWatchRequest{Key: req.GetKey(), Prefix: req.GetPrefix(), StartRevision: last + 1}
+		if stream, _, err = c.openWatch(ctx, next, true); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if status.Code(err) == codes.Canceled {
-				return fmt.Errorf("%w: the client was closed (%v)", ErrClosed, err)
-			}
-			if err != nil && !unavailable(err) && !errors.Is(err, io.EOF) {
-				return fromStatus(err)
-			}
-			c.next(i)
-			t := c.clk.NewTimer(backoff)
-			select {
-			case <-t.C():
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			}
-			backoff = min(2*backoff, watchBackoffMax)
+			return err
 		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
-	"github.com/tenure-io/tenure/internal/clock"
 )
 
 // Session defaults.
@@ -89,20 +88,6 @@ const (
 	sessClosed
 )
 
-type stream struct {
-	cs     sessionConn
-	ep     uint32 // the index of its endpoint
-	cancel context.CancelFunc
-	// sendMu serialises Send.
-	sendMu sync.Mutex
-}
-
-func (st *stream) send(req *pb.SessionRequest) error {
-	st.sendMu.Lock()
-	defer st.sendMu.Unlock()
-	return st.cs.Send(req)
-}
-
 type callResult struct {
 	resp *pb.SessionResponse
 	err  error
@@ -127,7 +112,7 @@ type call struct {
 // every hold is Lost for good and Done is closed.
 type Session struct {
 	c   *Client
-	clk clock.Clock
+	clk Clock
 	cfg sessionConfig
 	id  uint64
 	// secret is the session's capability (see Secret); set once by
@@ -153,6 +138,9 @@ type Session struct {
 	holds        map[*Hold]struct{}
 	inUse        map[string]struct{} // lock names with a Lock in progress or a live hold
 	lastProgress time.Time
+	// skip is an endpoint that stopped answering: the next reconnect
+	// passes it over once.
+	skip *endpoint
 }
 
 // NewSession creates a session on the server.
@@ -175,7 +163,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 		wake: make(chan struct{}, 1), done: make(chan struct{}), connected: make(chan struct{}),
 		pending: make(map[uint64]*call), kaSent: make(map[uint64]time.Time), holds: make(map[*Hold]struct{}), inUse: make(map[string]struct{}),
 	}
-	st, opened, sentAt, err := s.openAny(ctx, 0)
+	st, opened, sentAt, err := s.openAny(ctx, 0, nil)
 	if err != nil {
 		stop()
 		return nil, err
@@ -249,39 +237,40 @@ func (s *Session) poke() {
 }
 
 // openAny opens the session (id 0: a new one) on the leader, waiting for
-// one within ctx (see Client.rotate).
-func (s *Session) openAny(ctx context.Context, id uint64) (*stream, *pb.SessionOpened, time.Time, error) {
+// one within ctx (see Client.rotate). With several endpoints, a node that
+// does not answer within TTL/3 is passed over for the next, so that a
+// silent one cannot use up the time left before the safe deadline; so is,
+// once, the endpoint the keeper found silent (skip).
+func (s *Session) openAny(ctx context.Context, id uint64, skip *endpoint) (*stream, *pb.SessionOpened, time.Time, error) {
 	var st *stream
 	var opened *pb.SessionOpened
 	var sentAt time.Time
-	err := s.c.rotate(ctx, func(uint32) (err error) {
-		st, opened, sentAt, err = s.open(ctx, id)
+	err := s.c.rotate(ctx, false, func(i uint32) (err error) {
+		ep := s.c.eps[i]
+		if ep == skip {
+			skip = nil
+			return fmt.Errorf("%w: %s stopped answering", ErrUnavailable, ep.addr)
+		}
+		actx := ctx
+		if len(s.c.eps) > 1 {
+			var cancel context.CancelFunc
+			actx, cancel = context.WithTimeout(ctx, s.cfg.ttl/3)
+			defer cancel()
+		}
+		st, opened, sentAt, err = s.openOn(actx, i, id)
+		if err != nil && actx.Err() != nil && ctx.Err() == nil {
+			return fmt.Errorf("%w: %s did not answer within %v", ErrUnavailable, ep.addr, s.cfg.ttl/3)
+		}
 		return err
 	})
 	return st, opened, sentAt, err
 }
 
-// open starts a stream on the endpoint in use and sends Open; it returns
+// openOn attaches the session to endpoint i and sends Open; it returns
 // when the server answered.
-func (s *Session) open(ctx context.Context, id uint64) (*stream, *pb.SessionOpened, time.Time, error) {
-	idx, _ := s.c.pick()
-	st, opened, sentAt, err := s.openOn(ctx, s.c.eps[idx], id)
-	if err != nil && (unavailable(err) || ctx.Err() != nil) {
-		s.c.next(idx) // not reachable, not the leader, or silent: try the next node
-	}
-	if st != nil {
-		st.ep = idx
-	}
-	return st, opened, sentAt, err
-}
-
-func (s *Session) openOn(ctx context.Context, ep *endpoint, id uint64) (*stream, *pb.SessionOpened, time.Time, error) {
-	sctx, cancel := context.WithCancel(s.ctx)
-	stopAfter := context.AfterFunc(ctx, cancel)
-	defer stopAfter()
-	cs, err := ep.sessionConn(sctx)
+func (s *Session) openOn(ctx context.Context, i uint32, id uint64) (*stream, *pb.SessionOpened, time.Time, error) {
+	st, err := s.c.eps[i].sessions.attach(ctx, s, i)
 	if err != nil {
-		cancel()
 		return nil, nil, time.Time{}, fromStatus(err)
 	}
 	sentAt := s.clk.Now()
@@ -289,28 +278,26 @@ func (s *Session) openOn(ctx context.Context, ep *endpoint, id uint64) (*stream,
 	if id != 0 {
 		open.Secret = s.secret
 	}
-	if err := cs.Send(&pb.SessionRequest{Op: &pb.SessionRequest_Open{Open: open}}); err != nil {
-		cancel()
-		_, rerr := cs.Recv()
-		return nil, nil, time.Time{}, fromStatus(rerr)
+	_ = st.send(&pb.SessionRequest{Op: &pb.SessionRequest_Open{Open: open}}) // if the RPC broke, first says why
+	var a openAnswer
+	select {
+	case a = <-st.first:
+	case <-ctx.Done():
+		st.leave()
+		return nil, nil, time.Time{}, ctx.Err()
 	}
-	resp, err := cs.Recv()
-	if err != nil {
-		cancel()
-		if ctx.Err() != nil {
-			return nil, nil, time.Time{}, ctx.Err()
-		}
-		return nil, nil, time.Time{}, fromStatus(err)
+	if a.err != nil {
+		return nil, nil, time.Time{}, fromStatus(a.err)
 	}
-	opened := resp.GetOpened()
+	opened := a.resp.GetOpened()
 	if opened == nil {
-		cancel()
-		if e := resp.GetError(); e != nil {
+		st.leave()
+		if e := a.resp.GetError(); e != nil {
 			return nil, nil, time.Time{}, fromProto(e)
 		}
 		return nil, nil, time.Time{}, fmt.Errorf("%w: unexpected answer to open", ErrUnknownOutcome)
 	}
-	return &stream{cs: cs, cancel: cancel}, opened, sentAt, nil
+	return st, opened, sentAt, nil
 }
 
 // attachLocked makes st the session's stream; the server renewed the
@@ -319,11 +306,11 @@ func (s *Session) attachLocked(st *stream, sentAt time.Time) {
 	s.st = st
 	close(s.connected)
 	s.extendLocked(sentAt)
-	if pc, ok := st.cs.(pushConn); ok {
-		pc.push(s.dispatch, func(error) { s.streamBroken(st) })
-		return
+	select {
+	case <-st.done: // it ended after the open was answered, before it was attached
+		s.streamBrokenLocked(st)
+	default:
 	}
-	s.goBG(func() { s.recvLoop(st) })
 }
 
 // extendLocked records a renewal confirmed for a request sent at sentAt.
@@ -336,20 +323,15 @@ func (s *Session) extendLocked(sentAt time.Time) {
 	}
 }
 
-func (s *Session) recvLoop(st *stream) {
-	for {
-		resp, err := st.cs.Recv()
-		if err != nil {
-			s.streamBroken(st)
-			return
-		}
-		s.dispatch(resp)
-	}
-}
-
-func (s *Session) dispatch(resp *pb.SessionResponse) {
+// dispatch hands an answer that came on st to its request, on the reader
+// goroutine of st's RPC. Answers on a stream the session has left are
+// dropped: their requests were told the stream broke.
+func (s *Session) dispatch(st *stream, resp *pb.SessionResponse) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if st != s.st {
+		return
+	}
 	id := resp.GetId()
 	if sentAt, ok := s.kaSent[id]; ok {
 		delete(s.kaSent, id)
@@ -391,7 +373,7 @@ func (s *Session) streamBroken(st *stream) {
 }
 
 func (s *Session) streamBrokenLocked(st *stream) {
-	st.cancel()
+	st.leave()
 	if s.st != st {
 		return
 	}
@@ -465,6 +447,10 @@ func (s *Session) keeper() {
 	for {
 		s.mu.Lock()
 		if s.state >= sessLost {
+			if s.st != nil {
+				s.st.leave()
+				s.st = nil
+			}
 			s.mu.Unlock()
 			s.stop()
 			return
@@ -493,7 +479,7 @@ func (s *Session) keeper() {
 				s.setStateLocked(sessSuspect, nil)
 			}
 			if st := s.st; len(s.c.eps) > 1 {
-				s.c.next(st.ep)
+				s.skip = s.c.eps[st.ep]
 				s.streamBrokenLocked(st)
 			}
 		}
@@ -562,32 +548,16 @@ func (s *Session) silentLocked(now time.Time, d time.Duration) bool {
 	return false
 }
 
-// reconnect opens a new stream resuming this session, trying each
-// endpoint once. With several, a node that does not answer within TTL/3
-// is passed over for the next, so that a silent one cannot use up the
-// time left before the safe deadline.
+// reconnect opens a new stream resuming this session (see openAny).
 func (s *Session) reconnect() {
 	s.mu.Lock()
 	left := s.safeUntil.Sub(s.clk.Now())
+	skip := s.skip
+	s.skip = nil
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(s.ctx, min(left, sessionTimeout))
 	defer cancel()
-	attempt := sessionTimeout
-	if len(s.c.eps) > 1 {
-		attempt = s.cfg.ttl / 3
-	}
-	var st *stream
-	var sentAt time.Time
-	var err error
-	for range s.c.eps {
-		actx, acancel := context.WithTimeout(ctx, attempt)
-		st, _, sentAt, err = s.open(actx, s.id)
-		silent := actx.Err() != nil
-		acancel()
-		if err == nil || ctx.Err() != nil || !unavailable(err) && !silent {
-			break
-		}
-	}
+	st, _, sentAt, err := s.openAny(ctx, s.id, skip)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
@@ -597,7 +567,7 @@ func (s *Session) reconnect() {
 		return
 	}
 	if s.state >= sessLost {
-		st.cancel()
+		st.leave()
 		return
 	}
 	s.attachLocked(st, sentAt)
@@ -611,7 +581,7 @@ func (s *Session) letGo(st *stream) {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
 	defer cancel()
-	stopAfter := context.AfterFunc(ctx, st.cancel)
+	stopAfter := context.AfterFunc(ctx, st.leave)
 	defer stopAfter()
 	_ = st.send(&pb.SessionRequest{Id: 0, Op: &pb.SessionRequest_Close{Close: &pb.CloseSession{}}})
 	// The stream ends when the server has closed the session (or on timeout).
@@ -619,7 +589,7 @@ func (s *Session) letGo(st *stream) {
 	connected := s.st == st
 	s.mu.Unlock()
 	if connected {
-		<-st.cs.Context().Done()
+		<-st.done
 	}
 }
 

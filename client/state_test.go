@@ -11,6 +11,11 @@ import (
 	"github.com/tenure-io/tenure/internal/testutil"
 )
 
+// fakeClock is a clock.Fake as a client.Clock.
+type fakeClock struct{ *clock.Fake }
+
+func (f fakeClock) NewTimer(d time.Duration) client.Timer { return f.Fake.NewTimer(d) }
+
 // advance moves the fake clock and waits until the session's keeper has
 // handled it (it re-arms its timer after every wake-up).
 func advance(t *testing.T, clk *clock.Fake, d time.Duration) {
@@ -52,7 +57,7 @@ func TestSuspectCancelsBeforeServerCouldExpire(t *testing.T) {
 	clk := clock.NewFake()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c := dial(t, px.Addr(), client.WithClock(clk))
+	c := dial(t, px.Addr(), client.WithClock(fakeClock{clk}))
 	const ttl = 9 * time.Second
 	s, err := c.NewSession(ctx, client.WithTTL(ttl))
 	if err != nil {
@@ -179,7 +184,7 @@ func TestProgressWatchdogLetsGoOfStuckHolder(t *testing.T) {
 	clk := clock.NewFake()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c := dial(t, srv.Addr(), client.WithClock(clk))
+	c := dial(t, srv.Addr(), client.WithClock(fakeClock{clk}))
 	s, err := c.NewSession(ctx, client.WithTTL(30*time.Second), client.WithProgressDeadline(5*time.Second))
 	if err != nil {
 		t.Fatal(err)

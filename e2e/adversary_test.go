@@ -39,10 +39,10 @@ func rawConn(t *testing.T, addr string) *grpc.ClientConn {
 	return conn
 }
 
-// openSession sends OpenSession on a new Session stream and returns the
+// openSession sends OpenSession on a new session stream and returns the
 // stream and the error of its first answer.
-func openSession(ctx context.Context, api pb.TenureClient, open *pb.OpenSession) (pb.Tenure_SessionClient, error) {
-	st, err := api.Session(ctx)
+func openSession(ctx context.Context, api pb.TenureClient, open *pb.OpenSession) (*testutil.RawSession, error) {
+	st, err := testutil.OpenRawSession(ctx, api)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +197,7 @@ func TestAdversaryCannotRacePastLimits(t *testing.T) {
 	var ok, limited atomic.Int64
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	var opened []pb.Tenure_SessionClient
+	var opened []*testutil.RawSession
 	for range 200 {
 		wg.Go(func() {
 			st, err := openSession(ctx, api, &pb.OpenSession{TtlMs: 60_000})

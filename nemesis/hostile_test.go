@@ -19,6 +19,7 @@ import (
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 // The hostile client runs beside the workload while the nemesis runs, with
@@ -146,7 +147,7 @@ func (h *hostileClient) run(ctx context.Context, rnd *rand.Rand) {
 	}
 }
 
-// resume opens a Session stream naming a live session of the workload
+// resume opens a session stream naming a live session of the workload
 // with no secret or a made-up one.
 func (h *hostileClient) resume(ctx context.Context, c *client.Client, api pb.TenureClient, rnd *rand.Rand) {
 	st, err := c.LockStatus(ctx, h.lock)
@@ -161,7 +162,7 @@ func (h *hostileClient) resume(ctx context.Context, c *client.Client, api pb.Ten
 			secret[i] = byte(rnd.UintN(256))
 		}
 	}
-	stream, err := api.Session(ctx)
+	stream, err := testutil.OpenRawSession(ctx, api)
 	if err == nil {
 		err = stream.Send(&pb.SessionRequest{Id: 1, Op: &pb.SessionRequest_Open{Open: &pb.OpenSession{SessionId: victim, TtlMs: 2000, Secret: secret}}})
 	}
@@ -185,7 +186,7 @@ func (h *hostileClient) release(ctx context.Context, c *client.Client, api pb.Te
 		return
 	}
 	holder := st.GetHolder()
-	stream, err := api.Session(ctx)
+	stream, err := testutil.OpenRawSession(ctx, api)
 	if err == nil {
 		err = stream.Send(&pb.SessionRequest{Id: 1, Op: &pb.SessionRequest_Open{Open: &pb.OpenSession{SessionId: own.ID(), TtlMs: 2000, Secret: own.Secret()}}})
 	}

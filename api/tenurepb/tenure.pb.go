@@ -2302,8 +2302,9 @@ type SessionFrame struct {
 	Stream uint64 `protobuf:"varint,1,opt,name=stream,proto3" json:"stream,omitempty"`
 	// request, unless end is set.
 	Request *SessionRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
-	// end: the client has left this session stream (as if it cancelled a
-	// Session RPC).
+	// end: the client has left this session stream: its pending requests
+	// are cancelled (a queued acquire keeps its place in line for a resumed
+	// acquire), and its session lives on.
 	End           bool `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2410,11 +2411,13 @@ type SessionReply struct {
 	Stream uint64                 `protobuf:"varint,1,opt,name=stream,proto3" json:"stream,omitempty"`
 	// response, unless end is set.
 	Response *SessionResponse `protobuf:"bytes,2,opt,name=response,proto3" json:"response,omitempty"`
-	// end: the session stream is over, with the gRPC status code and message
-	// a Session RPC would have ended with (code 0: it ended normally).
-	End           bool   `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
-	Code          uint32 `protobuf:"varint,4,opt,name=code,proto3" json:"code,omitempty"`
-	Message       string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	// end: the session stream is over, with a gRPC status code, a message
+	// and the reason of the error (code 0: it ended normally, after a
+	// close). An open that is refused ends its session stream this way.
+	End           bool        `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
+	Code          uint32      `protobuf:"varint,4,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string      `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	Reason        ErrorReason `protobuf:"varint,6,opt,name=reason,proto3,enum=tenure.v1.ErrorReason" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2482,6 +2485,13 @@ func (x *SessionReply) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *SessionReply) GetReason() ErrorReason {
+	if x != nil {
+		return x.Reason
+	}
+	return ErrorReason_ERROR_REASON_UNSPECIFIED
 }
 
 type SessionRequest struct {
@@ -2655,7 +2665,7 @@ func (*SessionRequest_Close) isSessionRequest_Op() {}
 
 func (*SessionRequest_Proclaim) isSessionRequest_Op() {}
 
-// OpenSession must be the first message on a Session stream. With
+// OpenSession must be the first request on a session stream. With
 // session_id 0 it creates a session; otherwise it resumes that session,
 // which needs the session's secret (PERMISSION_DENIED without it: the
 // stream is not opened and nothing changes). Every request on the stream
@@ -7956,13 +7966,14 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\arequest\x18\x02 \x01(\v2\x19.tenure.v1.SessionRequestR\arequest\x12\x10\n" +
 	"\x03end\x18\x03 \x01(\bR\x03end\"C\n" +
 	"\x0eSessionReplies\x121\n" +
-	"\areplies\x18\x01 \x03(\v2\x17.tenure.v1.SessionReplyR\areplies\"\x9e\x01\n" +
+	"\areplies\x18\x01 \x03(\v2\x17.tenure.v1.SessionReplyR\areplies\"\xce\x01\n" +
 	"\fSessionReply\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\x04R\x06stream\x126\n" +
 	"\bresponse\x18\x02 \x01(\v2\x1a.tenure.v1.SessionResponseR\bresponse\x12\x10\n" +
 	"\x03end\x18\x03 \x01(\bR\x03end\x12\x12\n" +
 	"\x04code\x18\x04 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\"\x90\x03\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12.\n" +
+	"\x06reason\x18\x06 \x01(\x0e2\x16.tenure.v1.ErrorReasonR\x06reason\"\x90\x03\n" +
 	"\x0eSessionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12,\n" +
 	"\x04open\x18\x02 \x01(\v2\x16.tenure.v1.OpenSessionH\x00R\x04open\x125\n" +
@@ -8366,9 +8377,8 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x11QueueSettleResult\x12#\n" +
 	"\x1fQUEUE_SETTLE_RESULT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16QUEUE_SETTLE_RESULT_OK\x10\x01\x12\x1d\n" +
-	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\xaf\x1b\n" +
-	"\x06Tenure\x12D\n" +
-	"\aSession\x12\x19.tenure.v1.SessionRequest\x1a\x1a.tenure.v1.SessionResponse(\x010\x01\x12C\n" +
+	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\xe9\x1a\n" +
+	"\x06Tenure\x12C\n" +
 	"\bSessions\x12\x18.tenure.v1.SessionFrames\x1a\x19.tenure.v1.SessionReplies(\x010\x01\x12O\n" +
 	"\fListSessions\x12\x1e.tenure.v1.ListSessionsRequest\x1a\x1f.tenure.v1.ListSessionsResponse\x12I\n" +
 	"\n" +
@@ -8573,51 +8583,51 @@ var file_api_tenurepb_tenure_proto_depIdxs = []int32{
 	47,  // 11: tenure.v1.SessionFrame.request:type_name -> tenure.v1.SessionRequest
 	46,  // 12: tenure.v1.SessionReplies.replies:type_name -> tenure.v1.SessionReply
 	56,  // 13: tenure.v1.SessionReply.response:type_name -> tenure.v1.SessionResponse
-	48,  // 14: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
-	49,  // 15: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
-	50,  // 16: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
-	53,  // 17: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
-	54,  // 18: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
-	55,  // 19: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
-	51,  // 20: tenure.v1.SessionRequest.proclaim:type_name -> tenure.v1.ProclaimValue
-	57,  // 21: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
-	58,  // 22: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
-	59,  // 23: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
-	60,  // 24: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
-	61,  // 25: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
-	62,  // 26: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
-	63,  // 27: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
-	52,  // 28: tenure.v1.SessionResponse.proclaimed:type_name -> tenure.v1.ValueProclaimed
-	0,   // 29: tenure.v1.Error.reason:type_name -> tenure.v1.ErrorReason
-	65,  // 30: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
-	68,  // 31: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
-	68,  // 32: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
-	69,  // 33: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
-	68,  // 34: tenure.v1.LockSummary.first_holders:type_name -> tenure.v1.Holder
-	72,  // 35: tenure.v1.ListLocksResponse.locks:type_name -> tenure.v1.LockSummary
-	75,  // 36: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
-	1,   // 37: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
-	1,   // 38: tenure.v1.FencedDeleteResponse.result:type_name -> tenure.v1.PutResult
-	89,  // 39: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
-	2,   // 40: tenure.v1.KVCompare.target:type_name -> tenure.v1.KVCompareTarget
-	3,   // 41: tenure.v1.KVCompare.result:type_name -> tenure.v1.KVCompareResult
-	92,  // 42: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
-	90,  // 43: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
-	94,  // 44: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
-	93,  // 45: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
-	91,  // 46: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
-	95,  // 47: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
-	96,  // 48: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
-	97,  // 49: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
-	97,  // 50: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
-	98,  // 51: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
-	4,   // 52: tenure.v1.KVEvent.type:type_name -> tenure.v1.KVEventType
-	89,  // 53: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
-	102, // 54: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
-	108, // 55: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
-	5,   // 56: tenure.v1.QueueSettleResponse.result:type_name -> tenure.v1.QueueSettleResult
-	115, // 57: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
-	47,  // 58: tenure.v1.Tenure.Session:input_type -> tenure.v1.SessionRequest
+	0,   // 14: tenure.v1.SessionReply.reason:type_name -> tenure.v1.ErrorReason
+	48,  // 15: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
+	49,  // 16: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
+	50,  // 17: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
+	53,  // 18: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
+	54,  // 19: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
+	55,  // 20: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
+	51,  // 21: tenure.v1.SessionRequest.proclaim:type_name -> tenure.v1.ProclaimValue
+	57,  // 22: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
+	58,  // 23: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
+	59,  // 24: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
+	60,  // 25: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
+	61,  // 26: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
+	62,  // 27: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
+	63,  // 28: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
+	52,  // 29: tenure.v1.SessionResponse.proclaimed:type_name -> tenure.v1.ValueProclaimed
+	0,   // 30: tenure.v1.Error.reason:type_name -> tenure.v1.ErrorReason
+	65,  // 31: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
+	68,  // 32: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
+	68,  // 33: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
+	69,  // 34: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
+	68,  // 35: tenure.v1.LockSummary.first_holders:type_name -> tenure.v1.Holder
+	72,  // 36: tenure.v1.ListLocksResponse.locks:type_name -> tenure.v1.LockSummary
+	75,  // 37: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
+	1,   // 38: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
+	1,   // 39: tenure.v1.FencedDeleteResponse.result:type_name -> tenure.v1.PutResult
+	89,  // 40: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
+	2,   // 41: tenure.v1.KVCompare.target:type_name -> tenure.v1.KVCompareTarget
+	3,   // 42: tenure.v1.KVCompare.result:type_name -> tenure.v1.KVCompareResult
+	92,  // 43: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
+	90,  // 44: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
+	94,  // 45: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
+	93,  // 46: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
+	91,  // 47: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
+	95,  // 48: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
+	96,  // 49: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
+	97,  // 50: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
+	97,  // 51: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
+	98,  // 52: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
+	4,   // 53: tenure.v1.KVEvent.type:type_name -> tenure.v1.KVEventType
+	89,  // 54: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
+	102, // 55: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
+	108, // 56: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
+	5,   // 57: tenure.v1.QueueSettleResponse.result:type_name -> tenure.v1.QueueSettleResult
+	115, // 58: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
 	43,  // 59: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
 	64,  // 60: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
 	67,  // 61: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
@@ -8663,57 +8673,56 @@ var file_api_tenurepb_tenure_proto_depIdxs = []int32{
 	29,  // 101: tenure.v1.Tenure.AclWhoAmI:input_type -> tenure.v1.AclWhoAmIRequest
 	6,   // 102: tenure.v1.Tenure.ClusterKeys:input_type -> tenure.v1.ClusterKeysRequest
 	7,   // 103: tenure.v1.Tenure.ClusterKeyRotate:input_type -> tenure.v1.ClusterKeyRotateRequest
-	56,  // 104: tenure.v1.Tenure.Session:output_type -> tenure.v1.SessionResponse
-	45,  // 105: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
-	66,  // 106: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
-	70,  // 107: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
-	73,  // 108: tenure.v1.Tenure.ListLocks:output_type -> tenure.v1.ListLocksResponse
-	76,  // 109: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
-	79,  // 110: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
-	84,  // 111: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
-	81,  // 112: tenure.v1.Tenure.FencedDelete:output_type -> tenure.v1.FencedDeleteResponse
-	88,  // 113: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
-	86,  // 114: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
-	40,  // 115: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
-	40,  // 116: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
-	40,  // 117: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
-	36,  // 118: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
-	37,  // 119: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
-	91,  // 120: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
-	93,  // 121: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
-	95,  // 122: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
-	100, // 123: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
-	103, // 124: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
-	106, // 125: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
-	109, // 126: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
-	111, // 127: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
-	111, // 128: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
-	111, // 129: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
-	113, // 130: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
-	116, // 131: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
-	118, // 132: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
-	120, // 133: tenure.v1.Tenure.QueueDelete:output_type -> tenure.v1.QueueDeleteResponse
-	122, // 134: tenure.v1.Tenure.QueuePurge:output_type -> tenure.v1.QueuePurgeResponse
-	34,  // 135: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
-	34,  // 136: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
-	13,  // 137: tenure.v1.Tenure.AclBootstrap:output_type -> tenure.v1.AclTokenSecret
-	11,  // 138: tenure.v1.Tenure.AclPolicyCreate:output_type -> tenure.v1.AclPolicy
-	16,  // 139: tenure.v1.Tenure.AclPolicyList:output_type -> tenure.v1.AclPolicyListResponse
-	18,  // 140: tenure.v1.Tenure.AclPolicyDelete:output_type -> tenure.v1.AclDeleteResponse
-	13,  // 141: tenure.v1.Tenure.AclTokenCreate:output_type -> tenure.v1.AclTokenSecret
-	22,  // 142: tenure.v1.Tenure.AclTokenList:output_type -> tenure.v1.AclTokenListResponse
-	18,  // 143: tenure.v1.Tenure.AclTokenRevoke:output_type -> tenure.v1.AclDeleteResponse
-	24,  // 144: tenure.v1.Tenure.AclIdentityBind:output_type -> tenure.v1.AclIdentity
-	27,  // 145: tenure.v1.Tenure.AclIdentityList:output_type -> tenure.v1.AclIdentityListResponse
-	18,  // 146: tenure.v1.Tenure.AclIdentityUnbind:output_type -> tenure.v1.AclDeleteResponse
-	30,  // 147: tenure.v1.Tenure.AclWhoAmI:output_type -> tenure.v1.AclWhoAmIResponse
-	9,   // 148: tenure.v1.Tenure.ClusterKeys:output_type -> tenure.v1.ClusterKeysResponse
-	9,   // 149: tenure.v1.Tenure.ClusterKeyRotate:output_type -> tenure.v1.ClusterKeysResponse
-	104, // [104:150] is the sub-list for method output_type
-	58,  // [58:104] is the sub-list for method input_type
-	58,  // [58:58] is the sub-list for extension type_name
-	58,  // [58:58] is the sub-list for extension extendee
-	0,   // [0:58] is the sub-list for field type_name
+	45,  // 104: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
+	66,  // 105: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
+	70,  // 106: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
+	73,  // 107: tenure.v1.Tenure.ListLocks:output_type -> tenure.v1.ListLocksResponse
+	76,  // 108: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
+	79,  // 109: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
+	84,  // 110: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
+	81,  // 111: tenure.v1.Tenure.FencedDelete:output_type -> tenure.v1.FencedDeleteResponse
+	88,  // 112: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
+	86,  // 113: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
+	40,  // 114: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
+	40,  // 115: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
+	40,  // 116: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
+	36,  // 117: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
+	37,  // 118: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
+	91,  // 119: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
+	93,  // 120: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
+	95,  // 121: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
+	100, // 122: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
+	103, // 123: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
+	106, // 124: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
+	109, // 125: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
+	111, // 126: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
+	111, // 127: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
+	111, // 128: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
+	113, // 129: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
+	116, // 130: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
+	118, // 131: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
+	120, // 132: tenure.v1.Tenure.QueueDelete:output_type -> tenure.v1.QueueDeleteResponse
+	122, // 133: tenure.v1.Tenure.QueuePurge:output_type -> tenure.v1.QueuePurgeResponse
+	34,  // 134: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
+	34,  // 135: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
+	13,  // 136: tenure.v1.Tenure.AclBootstrap:output_type -> tenure.v1.AclTokenSecret
+	11,  // 137: tenure.v1.Tenure.AclPolicyCreate:output_type -> tenure.v1.AclPolicy
+	16,  // 138: tenure.v1.Tenure.AclPolicyList:output_type -> tenure.v1.AclPolicyListResponse
+	18,  // 139: tenure.v1.Tenure.AclPolicyDelete:output_type -> tenure.v1.AclDeleteResponse
+	13,  // 140: tenure.v1.Tenure.AclTokenCreate:output_type -> tenure.v1.AclTokenSecret
+	22,  // 141: tenure.v1.Tenure.AclTokenList:output_type -> tenure.v1.AclTokenListResponse
+	18,  // 142: tenure.v1.Tenure.AclTokenRevoke:output_type -> tenure.v1.AclDeleteResponse
+	24,  // 143: tenure.v1.Tenure.AclIdentityBind:output_type -> tenure.v1.AclIdentity
+	27,  // 144: tenure.v1.Tenure.AclIdentityList:output_type -> tenure.v1.AclIdentityListResponse
+	18,  // 145: tenure.v1.Tenure.AclIdentityUnbind:output_type -> tenure.v1.AclDeleteResponse
+	30,  // 146: tenure.v1.Tenure.AclWhoAmI:output_type -> tenure.v1.AclWhoAmIResponse
+	9,   // 147: tenure.v1.Tenure.ClusterKeys:output_type -> tenure.v1.ClusterKeysResponse
+	9,   // 148: tenure.v1.Tenure.ClusterKeyRotate:output_type -> tenure.v1.ClusterKeysResponse
+	104, // [104:149] is the sub-list for method output_type
+	59,  // [59:104] is the sub-list for method input_type
+	59,  // [59:59] is the sub-list for extension type_name
+	59,  // [59:59] is the sub-list for extension extendee
+	0,   // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_api_tenurepb_tenure_proto_init() }

@@ -23,7 +23,6 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Tenure_Session_FullMethodName           = "/tenure.v1.Tenure/Session"
 	Tenure_Sessions_FullMethodName          = "/tenure.v1.Tenure/Sessions"
 	Tenure_ListSessions_FullMethodName      = "/tenure.v1.Tenure/ListSessions"
 	Tenure_LockStatus_FullMethodName        = "/tenure.v1.Tenure/LockStatus"
@@ -78,19 +77,17 @@ const (
 // Tenure is the lock authority. Every mutation goes through the replicated
 // log; reads are served by the leader after it has confirmed its leadership.
 type TenureClient interface {
-	// Session opens a session (or resumes one after a reconnect) and carries its
-	// keepalives and lock operations, pipelined: many requests may be in
-	// flight at once and responses come back tagged with the request id.
-	// Breaking the stream does not end the session; requests still pending on
-	// the broken stream are cancelled.
-	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error)
-	// Sessions carries many Session streams over one gRPC stream: each frame
-	// names its session stream (an id the client picks, unique on this
-	// Sessions stream), and each stream behaves exactly as one Session RPC.
-	// Frames that are ready together travel in one message, so many
-	// sessions on one connection pay for one message where they would pay
-	// for one each. Breaking the Sessions stream breaks all of its session
-	// streams.
+	// Sessions carries a client connection's sessions: their opens,
+	// keepalives and lock operations, pipelined. Each frame names a session
+	// stream, an id the client picks (unique on this Sessions stream): a
+	// session stream is one attachment of a session to this RPC. Its first
+	// request must be open, which creates the session or resumes it (with
+	// its secret); every later request on it acts as that session, many may
+	// be in flight at once, and responses come back tagged with the request
+	// id. Frames that are ready together travel in one message, in both
+	// directions. Leaving a session stream (end), or breaking the Sessions
+	// stream, does not end its session; requests still pending on it are
+	// cancelled.
 	Sessions(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionFrames, SessionReplies], error)
 	// ListSessions lists the live sessions by id, one page at a time.
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
@@ -223,22 +220,9 @@ func NewTenureClient(cc grpc.ClientConnInterface) TenureClient {
 	return &tenureClient{cc}
 }
 
-func (c *tenureClient) Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[0], Tenure_Session_FullMethodName, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	x := &grpc.GenericClientStream[SessionRequest, SessionResponse]{ClientStream: stream}
-	return x, nil
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Tenure_SessionClient = grpc.BidiStreamingClient[SessionRequest, SessionResponse]
-
 func (c *tenureClient) Sessions(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionFrames, SessionReplies], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[1], Tenure_Sessions_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[0], Tenure_Sessions_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -331,7 +315,7 @@ func (c *tenureClient) Status(ctx context.Context, in *StatusRequest, opts ...gr
 
 func (c *tenureClient) Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LeaderEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[2], Tenure_Observe_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[1], Tenure_Observe_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -380,7 +364,7 @@ func (c *tenureClient) MemberRemove(ctx context.Context, in *MemberRemoveRequest
 
 func (c *tenureClient) SnapshotSave(ctx context.Context, in *SnapshotSaveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[3], Tenure_SnapshotSave_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[2], Tenure_SnapshotSave_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -399,7 +383,7 @@ type Tenure_SnapshotSaveClient = grpc.ServerStreamingClient[SnapshotChunk]
 
 func (c *tenureClient) SnapshotRestore(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, SnapshotRestoreResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[4], Tenure_SnapshotRestore_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[3], Tenure_SnapshotRestore_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -452,7 +436,7 @@ func (c *tenureClient) KVTxn(ctx context.Context, in *KVTxnRequest, opts ...grpc
 
 func (c *tenureClient) KVWatch(ctx context.Context, in *KVWatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[KVWatchResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[5], Tenure_KVWatch_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Tenure_ServiceDesc.Streams[4], Tenure_KVWatch_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -726,19 +710,17 @@ func (c *tenureClient) ClusterKeyRotate(ctx context.Context, in *ClusterKeyRotat
 // Tenure is the lock authority. Every mutation goes through the replicated
 // log; reads are served by the leader after it has confirmed its leadership.
 type TenureServer interface {
-	// Session opens a session (or resumes one after a reconnect) and carries its
-	// keepalives and lock operations, pipelined: many requests may be in
-	// flight at once and responses come back tagged with the request id.
-	// Breaking the stream does not end the session; requests still pending on
-	// the broken stream are cancelled.
-	Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error
-	// Sessions carries many Session streams over one gRPC stream: each frame
-	// names its session stream (an id the client picks, unique on this
-	// Sessions stream), and each stream behaves exactly as one Session RPC.
-	// Frames that are ready together travel in one message, so many
-	// sessions on one connection pay for one message where they would pay
-	// for one each. Breaking the Sessions stream breaks all of its session
-	// streams.
+	// Sessions carries a client connection's sessions: their opens,
+	// keepalives and lock operations, pipelined. Each frame names a session
+	// stream, an id the client picks (unique on this Sessions stream): a
+	// session stream is one attachment of a session to this RPC. Its first
+	// request must be open, which creates the session or resumes it (with
+	// its secret); every later request on it acts as that session, many may
+	// be in flight at once, and responses come back tagged with the request
+	// id. Frames that are ready together travel in one message, in both
+	// directions. Leaving a session stream (end), or breaking the Sessions
+	// stream, does not end its session; requests still pending on it are
+	// cancelled.
 	Sessions(grpc.BidiStreamingServer[SessionFrames, SessionReplies]) error
 	// ListSessions lists the live sessions by id, one page at a time.
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
@@ -871,9 +853,6 @@ type TenureServer interface {
 // pointer dereference when methods are called.
 type UnimplementedTenureServer struct{}
 
-func (UnimplementedTenureServer) Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error {
-	return status.Error(codes.Unimplemented, "method Session not implemented")
-}
 func (UnimplementedTenureServer) Sessions(grpc.BidiStreamingServer[SessionFrames, SessionReplies]) error {
 	return status.Error(codes.Unimplemented, "method Sessions not implemented")
 }
@@ -1029,13 +1008,6 @@ func RegisterTenureServer(s grpc.ServiceRegistrar, srv TenureServer) {
 	}
 	s.RegisterService(&Tenure_ServiceDesc, srv)
 }
-
-func _Tenure_Session_Handler(srv interface{}, stream grpc.ServerStream) error {
-	return srv.(TenureServer).Session(&grpc.GenericServerStream[SessionRequest, SessionResponse]{ServerStream: stream})
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Tenure_SessionServer = grpc.BidiStreamingServer[SessionRequest, SessionResponse]
 
 func _Tenure_Sessions_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(TenureServer).Sessions(&grpc.GenericServerStream[SessionFrames, SessionReplies]{ServerStream: stream})
@@ -1973,12 +1945,6 @@ var Tenure_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
-		{
-			StreamName:    "Session",
-			Handler:       _Tenure_Session_Handler,
-			ServerStreams: true,
-			ClientStreams: true,
-		},
 		{
 			StreamName:    "Sessions",
 			Handler:       _Tenure_Sessions_Handler,

@@ -15,9 +15,10 @@
 //     from the queues);
 //   - the Go runtime and process collectors.
 //
-// Label sets are bounded: kind (4 values), result (4), method (the RPCs
-// of the API), code (gRPC's 17), state (3) and queue (at most the
-// configured number of queues, plus "" for all the others together).
+// Label sets are bounded: kind (4 values), result (4 for fenced writes, 2
+// for group-commit waits), method (the RPCs of the API), code (gRPC's
+// 17), state (3) and queue (at most the configured number of queues, plus
+// "" for all the others together).
 // There is no label per lock or per session.
 package metrics
 
@@ -41,6 +42,7 @@ type Metrics struct {
 	rpcSeconds    *prometheus.HistogramVec
 	logAppend     prometheus.Histogram
 	batch         prometheus.Histogram
+	commitWaits   map[bool]prometheus.Counter // by gained
 	leaderChanges prometheus.Counter
 
 	// mu guards source.
@@ -120,11 +122,16 @@ func New() *Metrics {
 		Help:    "Commands per log entry written by this node's batcher (on the leader).",
 		Buckets: batchBuckets,
 	})
+	waits := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenure_group_commit_waits_total",
+		Help: "Waits of the leader's batcher for more proposals before writing a batch smaller than the one before (group commit), by result: gained (more came) or missed.",
+	}, []string{"result"})
+	m.commitWaits = map[bool]prometheus.Counter{true: waits.WithLabelValues("gained"), false: waits.WithLabelValues("missed")}
 	m.leaderChanges = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tenure_raft_leader_changes_total",
 		Help: "New leaders this node has seen.",
 	})
-	m.reg.MustRegister(wait, m.rpcRequests, m.rpcSeconds, m.logAppend, m.batch, m.leaderChanges, stateCollector{m},
+	m.reg.MustRegister(wait, m.rpcRequests, m.rpcSeconds, m.logAppend, m.batch, waits, m.leaderChanges, stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -162,6 +169,9 @@ func (m *Metrics) LogAppend(d time.Duration) { m.logAppend.Observe(d.Seconds()) 
 
 // Batch implements node.Observer.
 func (m *Metrics) Batch(n int) { m.batch.Observe(float64(n)) }
+
+// GroupCommitWait implements node.Observer.
+func (m *Metrics) GroupCommitWait(gained bool) { m.commitWaits[gained].Inc() }
 
 // LeaderChanged implements node.Observer.
 func (m *Metrics) LeaderChanged(string) { m.leaderChanges.Inc() }
@@ -266,7 +276,7 @@ func Names() []string {
 		"tenure_queue_items", "tenure_queue_oldest_ready_age_seconds", "tenure_queue_redeliveries_total", "tenure_queue_dead_lettered_total",
 		"tenure_kv_keys", "tenure_watchers",
 		"tenure_raft_is_leader", "tenure_raft_term", "tenure_raft_commit_index", "tenure_raft_applied_index", "tenure_raft_leader_changes_total",
-		"tenure_log_append_seconds", "tenure_apply_batch_commands",
+		"tenure_log_append_seconds", "tenure_apply_batch_commands", "tenure_group_commit_waits_total",
 		"tenure_rpc_requests_total", "tenure_rpc_duration_seconds",
 	}
 }

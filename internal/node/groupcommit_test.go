@@ -17,6 +17,21 @@ func openForGroupCommit(t *testing.T, wait time.Duration) *Node {
 	return openRunning(t, Config{DataDir: t.TempDir(), GroupCommitWait: wait})
 }
 
+// commitWaits records the batcher's group-commit waits (an Observer).
+type commitWaits struct {
+	waits chan bool // gained, per wait
+}
+
+func (w *commitWaits) LogAppend(time.Duration) {}
+func (w *commitWaits) Batch(int)               {}
+func (w *commitWaits) LeaderChanged(string)    {}
+func (w *commitWaits) GroupCommitWait(gained bool) {
+	select {
+	case w.waits <- gained:
+	default:
+	}
+}
+
 // openRunning opens a node with cfg (its log discarded), runs it until the
 // test ends and waits until it serves.
 func openRunning(t *testing.T, cfg Config) *Node {
@@ -48,18 +63,20 @@ func put(key string) *fsmpb.Command {
 // lone proposal waits for a second one, and both share one log entry
 // (one write), which is what halves a lock hand-off.
 func TestGroupCommitWaitsForTheReturningProposer(t *testing.T) {
-	n := openForGroupCommit(t, time.Minute) // the partner always comes in time
-	lingering := make(chan struct{}, 1)
-	n.lingerHook = func() { lingering <- struct{}{} }
+	w := &commitWaits{waits: make(chan bool, 1)}
+	n := openRunning(t, Config{DataDir: t.TempDir(), GroupCommitWait: time.Minute, Observer: w}) // the partner always comes in time
 	n.lastBatch.Store(2)
 	before := n.raft.LastIndex()
 
 	first := make(chan error, 1)
-	go func() { _, err := n.Propose(context.Background(), put("a")); first <- err }()
-	select {
-	case <-lingering: // "a" was taken alone and waits for company
-	case <-time.After(10 * time.Second):
-		t.Fatal("the lone proposal did not wait for company")
+	n.ProposeAsync(put("a"), func(_ fsm.Result, err error) { first <- err })
+	// "a" is taken by the batcher, alone: it waits for company.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(n.proposals) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the batcher did not take the lone proposal")
+		}
+		time.Sleep(time.Millisecond)
 	}
 	if _, err := n.Propose(context.Background(), put("b")); err != nil {
 		t.Fatal(err)
@@ -69,6 +86,13 @@ func TestGroupCommitWaitsForTheReturningProposer(t *testing.T) {
 	}
 	if got := n.raft.LastIndex() - before; got != 1 {
 		t.Fatalf("two proposals took %d log entries, want 1", got)
+	}
+	select {
+	case gained := <-w.waits:
+		if !gained {
+			t.Fatal("the wait for company was reported as missed")
+		}
+	default: // "b" came before the batcher had finished draining: no wait was needed
 	}
 }
 
@@ -81,15 +105,20 @@ func TestGroupCommitWaitIsBounded(t *testing.T) {
 		linger bool
 	}{{"bounded", 20 * time.Millisecond, true}, {"disabled", -1, false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := openForGroupCommit(t, tc.wait)
-			lingered := false
-			n.lingerHook = func() { lingered = true }
+			w := &commitWaits{waits: make(chan bool, 1)}
+			n := openRunning(t, Config{DataDir: t.TempDir(), GroupCommitWait: tc.wait, Observer: w})
 			n.lastBatch.Store(2)
 			if _, err := n.Propose(context.Background(), put("a")); err != nil {
 				t.Fatal(err)
 			}
-			if lingered != tc.linger { // written by the batcher before it answered
-				t.Fatalf("waited for company: %v, want %v", lingered, tc.linger)
+			var waited, gained bool
+			select { // reported by the batcher before it wrote the entry
+			case gained = <-w.waits:
+				waited = true
+			default:
+			}
+			if waited != tc.linger || gained {
+				t.Fatalf("waited for company: %v (gained %v), want %v (and nothing gained)", waited, gained, tc.linger)
 			}
 		})
 	}

@@ -189,9 +189,6 @@ type Node struct {
 
 	// lastBatch is the size of the last batch answered (see lingerProbe).
 	lastBatch atomic.Int64
-	// lingerHook, if set (tests only), runs when the batcher starts to
-	// wait for more proposals.
-	lingerHook func()
 
 	// hooksMu guards onDemote.
 	hooksMu  sync.Mutex
@@ -661,9 +658,6 @@ func (n *Node) batcher() {
 			lingers++
 			if lingerScore > 0 || lingers%lingerProbe == 0 {
 				before := len(batch)
-				if n.lingerHook != nil {
-					n.lingerHook()
-				}
 				linger.Reset(n.cfg.GroupCommitWait)
 			wait:
 				for len(batch) < want && size < maxBatchBytes {
@@ -677,10 +671,14 @@ func (n *Node) batcher() {
 					}
 				}
 				linger.Stop()
-				if len(batch) > before {
+				gained := len(batch) > before
+				if gained {
 					lingerScore = min(lingerScore+1, lingerScoreMax)
 				} else {
 					lingerScore = max(lingerScore-lingerMissCost, 0)
+				}
+				if n.cfg.Observer != nil {
+					n.cfg.Observer.GroupCommitWait(gained)
 				}
 			}
 		}

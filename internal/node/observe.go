@@ -25,6 +25,10 @@ type Observer interface {
 	LogAppend(d time.Duration)
 	// Batch: the batcher wrote one log entry of n commands.
 	Batch(n int)
+	// GroupCommitWait: the batcher waited for more proposals before
+	// writing a batch smaller than the one before (group commit);
+	// gained says whether any came.
+	GroupCommitWait(gained bool)
 	// LeaderChanged: this node saw a new leader (a non-empty id).
 	LeaderChanged(leader string)
 }

@@ -83,7 +83,7 @@ func toStatus(err error) error {
 	return st.Err()
 }
 
-// toProto converts err for a Session stream response.
+// toProto converts err for a session stream response.
 func toProto(err error) *pb.Error {
 	code, reason := classify(err)
 	return &pb.Error{Reason: reason, Code: uint32(code), Message: err.Error()}

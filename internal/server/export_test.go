@@ -1,10 +1,9 @@
 package server
 
-// SetAcquireAnsweredHook sets acquireAnsweredHook (nil removes it).
-func SetAcquireAnsweredHook(fn func()) {
-	if fn == nil {
-		acquireAnsweredHook.Store(nil)
-		return
-	}
-	acquireAnsweredHook.Store(&fn)
+// StreamsOf counts the session streams attached to session id on this
+// node: a test sees a client leave its stream.
+func (h *Hub) StreamsOf(id uint64) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.streams[id])
 }

@@ -10,8 +10,9 @@ import (
 )
 
 // TestHerd queues 1,000 waiters on one lock over real sessions and checks
-// that every hand-off delivers exactly one grant notification, to the next
-// waiter in arrival order.
+// that every hand-off grants the next waiter in arrival order, with a
+// larger token. (That a grant wakes only the request it is for is
+// TestHubRoutesAGrantToItsRequestOnly.)
 func TestHerd(t *testing.T) {
 	testutil.Slow(t)
 	const n = 1000
@@ -42,14 +43,10 @@ func TestHerd(t *testing.T) {
 		sessions[i] = s
 	}
 	granted, errs := testutil.QueueWaiters(t, ctx, sessions, "herd")
-	before := srv.Hub.GrantNotifications()
 	if err := first.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	testutil.CheckFIFO(t, ctx, granted, errs, n, first.Token())
-	if got := srv.Hub.GrantNotifications() - before; got != n {
-		t.Fatalf("%d grant notifications for %d hand-offs", got, n)
-	}
 	for _, s := range sessions {
 		s.Close(ctx)
 	}

@@ -13,10 +13,10 @@ import (
 	"github.com/tenure-io/tenure/internal/testutil"
 )
 
-// openRaw opens a Session stream with open and returns the stream and the
+// openRaw opens a session stream with open and returns the stream and the
 // first answer's error (nil when it was opened).
-func openRaw(ctx context.Context, api pb.TenureClient, open *pb.OpenSession) (pb.Tenure_SessionClient, *pb.SessionOpened, error) {
-	st, err := api.Session(ctx)
+func openRaw(ctx context.Context, api pb.TenureClient, open *pb.OpenSession) (*testutil.RawSession, *pb.SessionOpened, error) {
+	st, err := testutil.OpenRawSession(ctx, api)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,8 +1,8 @@
 package server
 
 import (
+	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tenure-io/tenure/internal/fsm"
@@ -15,15 +15,17 @@ type waitKey struct {
 }
 
 // Hub routes state-machine events to the requests waiting for them: a grant
-// goes to the one waiting acquire it is for (no broadcast, no herd), and a
-// session's end goes to the streams attached to it.
+// goes to the acquire requests of its session for its lock (no broadcast,
+// no herd), and a session's end goes to the streams attached to it.
 type Hub struct {
-	// grants counts EventGranted notifications delivered to waiters.
-	grants atomic.Uint64
-
 	// mu guards waits, streams and observers.
-	mu        sync.Mutex
-	waits     map[waitKey]chan fsm.Event
+	mu sync.Mutex
+	// waits: the acquire requests waiting for an event, by session and
+	// lock. The state machine keeps a session to one acquisition of a
+	// lock; more than one request waits for it only while a resumed
+	// acquire takes over from a request of a stream that ended (each
+	// request tells its acquisition's events by its revision).
+	waits     map[waitKey][]chan fsm.Event
 	streams   map[uint64]map[*sessionStream]struct{}
 	observers map[string]map[*observer]struct{}
 
@@ -71,7 +73,7 @@ func (h *Hub) unobserve(name string, ob *observer) {
 
 // NewHub returns an empty hub.
 func NewHub() *Hub {
-	h := &Hub{waits: make(map[waitKey]chan fsm.Event), streams: make(map[uint64]map[*sessionStream]struct{}), observers: make(map[string]map[*observer]struct{}), kv: newWatchRing(DefaultKVLimits().WatchHistory, DefaultKVLimits().WatchHistoryBytes),
+	h := &Hub{waits: make(map[waitKey][]chan fsm.Event), streams: make(map[uint64]map[*sessionStream]struct{}), observers: make(map[string]map[*observer]struct{}), kv: newWatchRing(DefaultKVLimits().WatchHistory, DefaultKVLimits().WatchHistoryBytes),
 		clock: newRevisionClock(time.Now()), metrics: metrics.New()}
 	return h
 }
@@ -95,23 +97,13 @@ func (h *Hub) Sink(e fsm.Event) {
 		h.kv.feed(e)
 	case fsm.EventGranted, fsm.EventWaitEnded:
 		h.mu.Lock()
-		ch := h.waits[waitKey{e.Session, e.Name}]
-		h.mu.Unlock()
-		if ch == nil {
-			return
-		}
-		// Count before delivering, so that a reader who saw the grant
-		// arrive also sees it counted.
-		if e.Kind == fsm.EventGranted {
-			h.grants.Add(1)
-		}
-		select {
-		case ch <- e:
-		default:
-			if e.Kind == fsm.EventGranted {
-				h.grants.Add(^uint64(0)) // not delivered
+		for _, ch := range h.waits[waitKey{e.Session, e.Name}] {
+			select {
+			case ch <- e:
+			default: // a request that stopped waiting
 			}
 		}
+		h.mu.Unlock()
 	case fsm.EventHolderChanged:
 		h.mu.Lock()
 		for ob := range h.observers[e.Name] {
@@ -137,30 +129,25 @@ func (h *Hub) Sink(e fsm.Event) {
 	}
 }
 
-// GrantNotifications reports how many grant notifications were delivered.
-func (h *Hub) GrantNotifications() uint64 { return h.grants.Load() }
-
-// register takes the slot for (session, name). A session has at most one
-// acquisition per lock; with takeover (a resumed acquire) an existing slot
-// belongs to a request of a stream that broke and is taken over, without
-// it the request is a duplicate and register fails.
-func (h *Hub) register(k waitKey, takeover bool) (chan fsm.Event, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if _, busy := h.waits[k]; busy && !takeover {
-		return nil, false
-	}
+// register adds a request waiting for the events of (session, name).
+func (h *Hub) register(k waitKey) chan fsm.Event {
 	ch := make(chan fsm.Event, 2)
-	h.waits[k] = ch
-	return ch, true
+	h.mu.Lock()
+	h.waits[k] = append(h.waits[k], ch)
+	h.mu.Unlock()
+	return ch
 }
 
+// unregister removes the request that registered ch.
 func (h *Hub) unregister(k waitKey, ch chan fsm.Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.waits[k] == ch {
+	ws := slices.DeleteFunc(h.waits[k], func(c chan fsm.Event) bool { return c == ch })
+	if len(ws) == 0 {
 		delete(h.waits, k)
+		return
 	}
+	h.waits[k] = ws
 }
 
 func (h *Hub) attach(id uint64, ss *sessionStream) {

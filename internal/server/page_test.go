@@ -424,7 +424,7 @@ func TestLockStatusPagesShareTheBytes(t *testing.T) {
 	a := testutil.API(t, srv.Addr())
 	value := make([]byte, 60<<10)
 	acquire := func(wait bool) uint64 {
-		st, err := a.Session(ctx)
+		st, err := testutil.OpenRawSession(ctx, a)
 		if err != nil {
 			t.Fatal(err)
 		}

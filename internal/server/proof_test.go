@@ -93,15 +93,6 @@ func TestGrantsCarryProofs(t *testing.T) {
 	}
 	check("a semaphore's grant", hs)
 
-	own := testutil.Dial(t, srv.Addr(), client.WithStreamPerSession(), client.WithFenceProofs())
-	so := testutil.Session(t, ctx, own, client.WithTTL(5*time.Second))
-	mo, _ := so.Mutex("O")
-	ho, err := mo.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	check("a grant on a session's own stream", ho)
-
 	bare := testutil.Dial(t, srv.Addr())
 	if hx := testutil.Lock(t, ctx, bare, "X"); hx.Proof() != "" {
 		t.Fatalf("a client that did not ask for proofs got one: %q", hx.Proof())

@@ -1,30 +1,10 @@
 package server_test
 
 import (
-	"sync/atomic"
 	"testing"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
-	"github.com/tenure-io/tenure/internal/server"
 )
-
-// holdNextAcquireAnswer makes the next acquire answer the server sends
-// after arm is called hold the goroutine that sent it until the test's
-// server has stopped.
-func holdNextAcquireAnswer(t *testing.T) (arm func()) {
-	proceed := make(chan struct{})
-	var armed atomic.Bool
-	server.SetAcquireAnsweredHook(func() {
-		if armed.CompareAndSwap(true, false) {
-			<-proceed
-		}
-	})
-	t.Cleanup(func() { // after the server stops
-		close(proceed)
-		server.SetAcquireAnsweredHook(nil)
-	})
-	return func() { armed.Store(true) }
-}
 
 // aHoldsL starts a server and a Sessions RPC r on it, with sessions a and
 // b on streams 1 and 2, a holding lock L with request 2. It returns r and
@@ -45,27 +25,25 @@ func aHoldsL(t *testing.T) (r *sessionsRPC, ga *pb.LockGranted) {
 }
 
 // queueBehindA is aHoldsL with b waiting for L with request 2. It returns
-// holdNextAcquireAnswer's arm, r and a's grant.
-func queueBehindA(t *testing.T) (arm func(), r *sessionsRPC, ga *pb.LockGranted) {
+// r and a's grant.
+func queueBehindA(t *testing.T) (r *sessionsRPC, ga *pb.LockGranted) {
 	t.Helper()
-	arm = holdNextAcquireAnswer(t)
 	r, ga = aHoldsL(t)
 	r.send(req(2, 2, &pb.AcquireLock{Name: "L", Wait: true}))
 	if r.await(2, anyReply).GetResponse().GetQueued() == nil {
 		t.Fatal("b's acquire was not queued")
 	}
-	return arm, r, ga
+	return r, ga
 }
 
 // TestReacquireRightAfterAWaitedGrant: a client that waited in line for a
 // lock may release it and ask for it again (a fresh acquire, not a resumed
-// one) the moment the grant arrives, even while the server's goroutine
-// that sent the grant has not run again (the hook holds it there): the new
-// acquire is granted, not refused as a duplicate of the finished one.
+// one) the moment the grant arrives: the new acquire is granted, not
+// refused as a duplicate of the finished one (only the state machine
+// decides what a session holds or waits for).
 func TestReacquireRightAfterAWaitedGrant(t *testing.T) {
-	arm, r, ga := queueBehindA(t)
+	r, ga := queueBehindA(t)
 
-	arm()
 	r.send(req(1, 3, &pb.ReleaseLock{Name: "L", Token: ga.GetToken()}))
 	gb := r.await(2, func(rep *pb.SessionReply) bool { return rep.GetResponse().GetId() == 2 }).GetResponse().GetGranted()
 	if gb == nil {
@@ -85,9 +63,8 @@ func TestReacquireRightAfterAWaitedGrant(t *testing.T) {
 // TestReacquireRightAfterAWithdrawnWait: the same for a wait the client
 // withdrew: once it has the "cancelled" answer it may queue again at once.
 func TestReacquireRightAfterAWithdrawnWait(t *testing.T) {
-	arm, r, _ := queueBehindA(t)
+	r, _ := queueBehindA(t)
 
-	arm()
 	r.send(&pb.SessionFrame{Stream: 2, Request: &pb.SessionRequest{Id: 3, Op: &pb.SessionRequest_Cancel{Cancel: &pb.CancelRequest{RequestId: 2}}}})
 	if e := r.await(2, anyReply).GetResponse(); e.GetId() != 2 || e.GetError() == nil {
 		t.Fatalf("withdrawing b's wait: %v, want an error answer to request 2", e)

@@ -110,7 +110,7 @@ func TestMalformedRequestsAreInvalidArgument(t *testing.T) {
 	}
 
 	// Streams: a server stream, a client stream, and the first message of
-	// a Session stream.
+	// a Sessions stream.
 	streams := []struct {
 		method string
 		desc   grpc.StreamDesc
@@ -120,7 +120,6 @@ func TestMalformedRequestsAreInvalidArgument(t *testing.T) {
 		{"KVWatch", grpc.StreamDesc{ServerStreams: true}, strField(1, badUTF8), []string{"tenure.v1.KVWatchRequest", "field key is not valid UTF-8"}},
 		{"Observe", grpc.StreamDesc{ServerStreams: true}, truncated, []string{"tenure.v1.ObserveRequest", "cannot parse"}},
 		{"SnapshotRestore", grpc.StreamDesc{ClientStreams: true}, truncated, []string{"tenure.v1.SnapshotChunk", "cannot parse"}},
-		{"Session", grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, append(varintField(1, 1), msgField(4, strField(1, badUTF8))...), []string{"tenure.v1.SessionRequest", "field acquire.name is not valid UTF-8"}},
 		{"Sessions", grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, msgField(1, varintField(1, 7), msgField(2, varintField(1, 1), msgField(2, strField(3, badUTF8)))), []string{"tenure.v1.SessionFrames", "field frames[0].request.open.owner is not valid UTF-8"}},
 	}
 	for _, tc := range streams {
@@ -164,18 +163,18 @@ func TestMalformedRequestsAreInvalidArgument(t *testing.T) {
 }
 
 // TestMalformedRequestOnAnOpenSession: a bad message after a good open
-// ends the Session stream with INVALID_ARGUMENT; the session lives on
+// ends the Sessions stream with INVALID_ARGUMENT; the session lives on
 // (breaking a stream does not end it) and acquired nothing.
 func TestMalformedRequestOnAnOpenSession(t *testing.T) {
 	srv := testutil.Start(t, "", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn := rawConn(t, srv.Addr())
-	st, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, "/tenure.v1.Tenure/Session")
+	st, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, "/tenure.v1.Tenure/Sessions")
 	if err != nil {
 		t.Fatal(err)
 	}
-	open, _ := proto.Marshal(&pb.SessionRequest{Id: 1, Op: &pb.SessionRequest_Open{Open: &pb.OpenSession{TtlMs: 60_000, Owner: "o"}}})
+	open, _ := proto.Marshal(&pb.SessionFrames{Frames: []*pb.SessionFrame{{Stream: 1, Request: &pb.SessionRequest{Id: 1, Op: &pb.SessionRequest_Open{Open: &pb.OpenSession{TtlMs: 60_000, Owner: "o"}}}}}})
 	if err := st.SendMsg(&open); err != nil {
 		t.Fatal(err)
 	}
@@ -183,18 +182,19 @@ func TestMalformedRequestOnAnOpenSession(t *testing.T) {
 	if err := st.RecvMsg(&raw); err != nil {
 		t.Fatal(err)
 	}
-	var opened pb.SessionResponse
-	if err := proto.Unmarshal(raw, &opened); err != nil || opened.GetOpened() == nil {
-		t.Fatalf("open answered %v (%v)", &opened, err)
+	var replies pb.SessionReplies
+	if err := proto.Unmarshal(raw, &replies); err != nil || len(replies.GetReplies()) != 1 || replies.GetReplies()[0].GetResponse().GetOpened() == nil {
+		t.Fatalf("open answered %v (%v)", &replies, err)
 	}
-	bad := append(varintField(1, 2), msgField(4, strField(1, badUTF8))...)
+	opened := replies.GetReplies()[0].GetResponse()
+	bad := msgField(1, varintField(1, 1), msgField(2, varintField(1, 2), msgField(4, strField(1, badUTF8))))
 	if err := st.SendMsg(&bad); err != nil {
 		t.Fatal(err)
 	}
 	for err == nil {
 		err = st.RecvMsg(&raw)
 	}
-	wantInvalid(t, "acquire on an open session", err, "tenure.v1.SessionRequest", "field acquire.name is not valid UTF-8")
+	wantInvalid(t, "acquire on an open session", err, "tenure.v1.SessionFrames", "field frames[0].request.acquire.name is not valid UTF-8")
 
 	c := testutil.Dial(t, srv.Addr())
 	got, err := c.Sessions(ctx)

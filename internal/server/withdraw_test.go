@@ -8,7 +8,6 @@ import (
 
 	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/internal/daemon"
-	"github.com/tenure-io/tenure/internal/server"
 	"github.com/tenure-io/tenure/internal/testutil"
 )
 
@@ -62,8 +61,9 @@ func TestWithdrawNotCommittedIsRetried(t *testing.T) {
 	wctx, giveUp := context.WithCancel(ctx)
 	queued := make(chan int, 1)
 	gaveUp := make(chan error, 1)
+	waiter := sess("waiter")
 	go func() {
-		_, err := lock(sess("waiter")).Lock(wctx, client.OnQueued(func(p int) { queued <- p }))
+		_, err := lock(waiter).Lock(wctx, client.OnQueued(func(p int) { queued <- p }))
 		gaveUp <- err
 	}()
 	if p := <-queued; p != 1 {
@@ -84,24 +84,13 @@ func TestWithdrawNotCommittedIsRetried(t *testing.T) {
 	}
 	testutil.WaitFor(t, "the leader to step down", 20*time.Second, func() bool { return leader.d.Node.Status().Leader != leader.id })
 
-	answered := make(chan struct{}, 1)
-	server.SetAcquireAnsweredHook(func() {
-		select {
-		case answered <- struct{}{}:
-		default:
-		}
-	})
-	defer server.SetAcquireAnsweredHook(nil)
 	giveUp()
 	if err := <-gaveUp; err == nil {
 		t.Fatal("the waiter's Lock succeeded after its context ended")
 	}
-	select {
-	case <-answered: // the withdrawal was answered (its CancelAcquire failed)
-	case <-time.After(20 * time.Second):
-		t.Fatal("the withdrawn acquire was never answered")
-	}
-	server.SetAcquireAnsweredHook(nil)
+	// The withdrawal is answered with the failure of its CancelAcquire,
+	// and the client leaves the stream of that node to find a leader.
+	testutil.WaitFor(t, "the withdrawal to be answered", 20*time.Second, func() bool { return leader.d.Hub.StreamsOf(waiter.ID()) == 0 })
 
 	// The followers come back, on the same addresses: a leader again.
 	for _, m := range stopped {

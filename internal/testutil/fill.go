@@ -127,7 +127,7 @@ func HoldMany(t testing.TB, addr, owner string, ttl time.Duration, names []strin
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	st, err := rawAPI(t, addr).Session(ctx)
+	st, err := OpenRawSession(ctx, rawAPI(t, addr))
 	if err != nil {
 		t.Fatal(err)
 	}

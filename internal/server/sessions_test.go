@@ -85,9 +85,8 @@ func req(stream, id uint64, op any) *pb.SessionFrame {
 func anyReply(*pb.SessionReply) bool { return true }
 
 // TestSessionsCarriesIndependentSessionStreams: session streams sharing one
-// Sessions RPC behave as Session RPCs of their own: each is opened, served
-// and ended on its own, and a malformed or abandoned one does not disturb
-// the others.
+// Sessions RPC are each opened, served and ended on their own, and a
+// malformed or abandoned one does not disturb the others.
 func TestSessionsCarriesIndependentSessionStreams(t *testing.T) {
 	r := startSessionsRPC(t)
 
@@ -113,8 +112,8 @@ func TestSessionsCarriesIndependentSessionStreams(t *testing.T) {
 		t.Fatalf("the second acquire: %v, want queued at position 1", q)
 	}
 
-	// Stream 1 is abandoned: like a broken Session RPC, its session and
-	// hold stay. Stream 2 is still served.
+	// Stream 1 is left: its session and hold stay. Stream 2 is still
+	// served.
 	r.send(&pb.SessionFrame{Stream: 1, End: true}, req(2, 3, &pb.KeepAlive{}))
 	if k := r.await(2, func(rep *pb.SessionReply) bool { return rep.GetResponse().GetKept() != nil }); k == nil {
 		t.Fatal("no keepalive answer")
@@ -123,8 +122,8 @@ func TestSessionsCarriesIndependentSessionStreams(t *testing.T) {
 	// Session a cannot be resumed without its secret: the stream ends
 	// with PERMISSION_DENIED, and nothing changes.
 	r.send(req(5, 1, &pb.OpenSession{SessionId: a.GetSessionId(), TtlMs: 10_000}))
-	if bad := r.await(5, anyReply); !bad.GetEnd() || codes.Code(bad.GetCode()) != codes.PermissionDenied {
-		t.Fatalf("resume without the secret: %v, want the stream ended with PERMISSION_DENIED", bad)
+	if bad := r.await(5, anyReply); !bad.GetEnd() || codes.Code(bad.GetCode()) != codes.PermissionDenied || bad.GetReason() != pb.ErrorReason_ERROR_REASON_PERMISSION_DENIED {
+		t.Fatalf("resume without the secret: %v, want the stream ended with PERMISSION_DENIED and its reason", bad)
 	}
 	// Session a, resumed on a new stream with its secret, releases; b gets the lock.
 	r.send(req(4, 1, &pb.OpenSession{SessionId: a.GetSessionId(), TtlMs: 10_000, Secret: a.GetSecret()}))

@@ -28,25 +28,34 @@ func (f *fakeSessions) Recv() (*pb.SessionReplies, error) {
 	return nil, context.Canceled
 }
 
-// TestMuxSendKeepsTheRequestAsSent: a request is encoded after Send
-// returns, so changing the message afterwards (a retry gives it a new id)
-// must not change what goes out.
-func TestMuxSendKeepsTheRequestAsSent(t *testing.T) {
+// TestSendKeepsTheRequestAsSent: a request is encoded after send returns,
+// so changing the message afterwards (a retry gives it a new id) must not
+// change what goes out.
+func TestSendKeepsTheRequestAsSent(t *testing.T) {
 	f := &fakeSessions{sent: make(chan *pb.SessionFrames, 4), done: make(chan struct{})}
 	defer close(f.done)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	mc := &muxConn{cs: f, ctx: ctx, cancel: cancel, streams: make(map[uint64]*muxStream), wake: make(chan struct{}, 1)}
-	ms := mc.add(ctx, 1)
+	r := &sessionsRPC{cs: f, ctx: ctx, cancel: cancel, streams: make(map[uint64]*stream), wake: make(chan struct{}, 1)}
+	st := &stream{rpc: r, id: 1, done: make(chan struct{})}
+	r.streams[1] = st
 	req := &pb.SessionRequest{Id: 7, Op: &pb.SessionRequest_KeepAlive{KeepAlive: &pb.KeepAlive{}}}
-	if err := ms.Send(req); err != nil {
+	if err := st.send(req); err != nil {
 		t.Fatal(err)
 	}
 	req.Id = 8 // as a retry does, before the sender loop has run
-	go mc.sendLoop()
+	go r.sendLoop()
 	got := (<-f.sent).GetFrames()
 	if len(got) != 1 || got[0].GetRequest().GetId() != 7 {
 		t.Fatalf("sent %v, want the request with id 7", got)
+	}
+	// A stream the client left tells the server so, and sends nothing more.
+	st.leave()
+	if got := (<-f.sent).GetFrames(); len(got) != 1 || !got[0].GetEnd() || got[0].GetStream() != 1 {
+		t.Fatalf("leaving sent %v, want the stream's end", got)
+	}
+	if err := st.send(req); err != errDisconnected {
+		t.Fatalf("a send after leaving: %v, want errDisconnected", err)
 	}
 }
 

@@ -1,0 +1,650 @@
+package server
+
+// The session transport: the Sessions RPC.
+//
+// A client carries the sessions it has on an endpoint over one Sessions
+// RPC. Every frame names its session stream, an id the client picks; a
+// session stream attaches one session to the RPC. Its first request opens
+// the session (creates it, or resumes it with its secret) and every
+// request after it acts as that session: the stream proved the secret
+// when it was opened.
+//
+// The goroutine that reads the RPC handles each request as it arrives and
+// never blocks: a command is proposed with ProposeAsync and answered from
+// the node's answering goroutine, and what has to wait (an open, a queued
+// acquire, a keepalive behind a leadership check, a close, a grant's
+// proof) goes to a worker. Answers are queued, and one sender goroutine
+// sends them: those queued while it was sending leave together in the
+// next message, so the sessions of a busy connection share messages.
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/tenure-io/tenure/api/tenurepb"
+	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+)
+
+// Bounds of one Sessions RPC.
+const (
+	// maxStreamBacklog bounds the requests a session stream may receive
+	// while its open is being served; a client that sends more has that
+	// session stream ended with RESOURCE_EXHAUSTED.
+	maxStreamBacklog = 4096
+	// maxQueuedReplies is how many answers may wait to be sent before the
+	// server stops reading requests: a client that sends without reading
+	// the answers is then held back by gRPC's flow control.
+	maxQueuedReplies = 10_000
+	// maxRepliesPerMessage bounds one message. A reply carries at most a
+	// lock name (--max-name-len, at most 512 bytes), a fence proof and an
+	// error message, so 1,024 of them stay far below the client's default
+	// 4 MiB receive limit, without measuring each one.
+	maxRepliesPerMessage = 1024
+)
+
+// Sessions implements pb.TenureServer.
+func (s *Server) Sessions(stream pb.Tenure_SessionsServer) error {
+	c := &sessionConn{srv: s, stream: stream, ctx: stream.Context(), streams: make(map[uint64]*sessionStream),
+		wake: make(chan struct{}, 1), room: make(chan struct{}, 1), stop: make(chan struct{})}
+	sent := make(chan struct{})
+	go func() { defer close(sent); c.sendLoop() }()
+	defer func() {
+		c.mu.Lock()
+		c.closed = true // nothing more is queued
+		streams := make([]*sessionStream, 0, len(c.streams))
+		for _, ss := range c.streams {
+			streams = append(streams, ss)
+		}
+		c.mu.Unlock()
+		for _, ss := range streams {
+			ss.finish() // as if the client had left each session stream
+		}
+		c.work.Wait()
+		close(c.stop) // the sender sends what is queued, then stops
+		<-sent
+	}()
+	for {
+		// A client that sends without reading the answers is not read
+		// from either: gRPC's flow control then holds it back, and the
+		// queue of answers stays bounded.
+		if err := c.waitRoom(); err != nil {
+			return err
+		}
+		in, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		for _, f := range in.GetFrames() {
+			c.frame(f)
+		}
+	}
+}
+
+// sessionConn is one Sessions RPC.
+type sessionConn struct {
+	srv    *Server
+	stream pb.Tenure_SessionsServer
+	ctx    context.Context
+	wake   chan struct{}  // replies were queued
+	room   chan struct{}  // queued replies were taken for sending
+	stop   chan struct{}  // closed when no more replies will be queued
+	work   sync.WaitGroup // opens and closes being served
+
+	// mu guards the fields below.
+	mu      sync.Mutex
+	streams map[uint64]*sessionStream
+	closed  bool // the RPC is over: replies are dropped
+	out     []*pb.SessionReply
+	sendErr error
+}
+
+// frame serves one frame, on the reader goroutine.
+func (c *sessionConn) frame(f *pb.SessionFrame) {
+	id := f.GetStream()
+	c.mu.Lock()
+	ss := c.streams[id]
+	opening := ss == nil && !f.GetEnd() && f.GetRequest().GetOpen() != nil
+	if opening {
+		ss = c.newStreamLocked(id)
+	}
+	c.mu.Unlock()
+	switch {
+	case f.GetEnd():
+		if ss != nil {
+			ss.finish() // the client left: its session lives on
+		}
+	case ss == nil:
+		c.end(id, status.Error(codes.InvalidArgument, "the first request on a session stream must be open"))
+	case f.GetRequest() == nil:
+		ss.end(status.Error(codes.InvalidArgument, "a session frame needs a request or end"))
+	case opening:
+		req := f.GetRequest()
+		c.goWork(func() { ss.open(req.GetId(), req.GetOpen()) })
+	default:
+		ss.deliver(f.GetRequest())
+	}
+}
+
+func (c *sessionConn) newStreamLocked(id uint64) *sessionStream {
+	ctx, cancel := context.WithCancel(c.ctx)
+	ss := &sessionStream{conn: c, srv: c.srv, sid: id, ctx: ctx, cancel: cancel, pending: make(map[uint64]*pendingAcquire)}
+	c.streams[id] = ss
+	return ss
+}
+
+// goWork runs fn on a worker; the RPC ends only after it.
+func (c *sessionConn) goWork(fn func()) {
+	c.work.Add(1)
+	c.srv.workers.Go(func() {
+		defer c.work.Done()
+		fn()
+	})
+}
+
+// end tells the client that session stream id is over, with err's code
+// and reason (nil: it ended normally).
+func (c *sessionConn) end(id uint64, err error) {
+	r := &pb.SessionReply{Stream: id, End: true}
+	if err != nil {
+		code, reason := classify(err)
+		msg := err.Error()
+		if st, ok := status.FromError(err); ok {
+			code, reason, msg = st.Code(), pb.ErrorReason_ERROR_REASON_UNSPECIFIED, st.Message()
+		}
+		r.Code, r.Reason, r.Message = uint32(code), reason, msg
+		c.srv.refused("Sessions", code, msg)
+	}
+	c.send(r)
+}
+
+// send queues r for the sender; it never blocks.
+func (c *sessionConn) send(r *pb.SessionReply) {
+	c.mu.Lock()
+	if c.closed || c.sendErr != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.out = append(c.out, r)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// waitRoom returns once fewer than maxQueuedReplies answers wait to be
+// sent (or sending failed, so none will pile up), or when the RPC ends.
+func (c *sessionConn) waitRoom() error {
+	for {
+		c.mu.Lock()
+		ok := len(c.out) < maxQueuedReplies || c.sendErr != nil
+		c.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-c.room:
+		case <-c.ctx.Done():
+			return c.ctx.Err()
+		}
+	}
+}
+
+// cutReplies splits queued replies into the next message and the rest.
+func cutReplies(out []*pb.SessionReply) (batch, rest []*pb.SessionReply) {
+	if len(out) <= maxRepliesPerMessage {
+		return out, nil
+	}
+	return out[:maxRepliesPerMessage], out[maxRepliesPerMessage:]
+}
+
+// sendLoop sends the queued replies in as few messages as possible: the
+// replies queued while a message was being sent go together in the next.
+func (c *sessionConn) sendLoop() {
+	for {
+		stopping := false
+		select {
+		case <-c.wake:
+		case <-c.stop:
+			stopping = true
+		}
+		c.mu.Lock()
+		batch, rest := cutReplies(c.out)
+		c.out = rest
+		c.mu.Unlock()
+		select {
+		case c.room <- struct{}{}:
+		default:
+		}
+		if len(rest) > 0 {
+			stopping = false // send the rest first
+			select {
+			case c.wake <- struct{}{}:
+			default:
+			}
+		}
+		if len(batch) > 0 {
+			if err := c.stream.Send(&pb.SessionReplies{Replies: batch}); err != nil {
+				c.mu.Lock()
+				c.sendErr = err
+				c.out = nil
+				c.mu.Unlock()
+				<-c.stop
+				return
+			}
+		}
+		if stopping {
+			return
+		}
+	}
+}
+
+// streamState is where a session stream is in its life.
+type streamState int
+
+const (
+	streamOpening streamState = iota // its open is being served; requests wait in the backlog
+	streamServing
+	streamClosing // a close is being served; later requests are dropped
+	streamOver
+)
+
+// sessionStream is one session attached to a Sessions RPC.
+type sessionStream struct {
+	conn *sessionConn
+	srv  *Server
+	sid  uint64 // the session stream's id on its RPC
+	// ctx ends when the session stream is over.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// over is set once the stream is over: nothing more is sent on it.
+	over atomic.Bool
+	// wg counts the keepalives waiting for a leadership check.
+	wg sync.WaitGroup
+
+	// inMu serialises the handling of requests, in order, and guards the
+	// fields below it. Lock order: inMu, then mu; inMu, then the hub's.
+	inMu    sync.Mutex
+	state   streamState
+	backlog []*pb.SessionRequest
+	// id and ttlMs are the session's, set by open before the stream
+	// serves and never changed after.
+	id    uint64
+	ttlMs int64
+
+	// mu guards pending.
+	mu      sync.Mutex
+	pending map[uint64]*pendingAcquire
+
+	// signing counts the immediate grants whose answers a worker signs
+	// and sends (proof.go); every Add happens on the node's answering
+	// goroutine before the answer of a later command of the stream, so
+	// close, which waits for its own command's answer first, may Wait.
+	signing sync.WaitGroup
+}
+
+// pendingAcquire is a queued acquire of this stream. Only an explicit
+// Cancel withdraws it from the queue: when the stream merely ends, the
+// acquisition stays queued (or granted) for the session, and the client
+// re-attaches to it with a resumed acquire.
+type pendingAcquire struct {
+	cancel   context.CancelFunc
+	start    time.Time // when the request arrived (the wait's metric)
+	withdraw bool      // guarded by sessionStream.mu
+}
+
+// open serves the stream's open request id, on a worker: it creates or
+// resumes the session, then serves the requests that came meanwhile.
+func (ss *sessionStream) open(id uint64, open *pb.OpenSession) {
+	sid, ttlMs, secret, err := ss.srv.openSession(ss.ctx, open)
+	if err != nil {
+		ss.end(err)
+		return
+	}
+	ss.inMu.Lock()
+	defer ss.inMu.Unlock()
+	if ss.state != streamOpening {
+		return // the client left meanwhile; a session created lives on until its TTL
+	}
+	ss.id, ss.ttlMs = sid, ttlMs
+	ss.srv.hub.attach(ss.id, ss)
+	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Opened{Opened: &pb.SessionOpened{SessionId: sid, TtlMs: ttlMs, Owner: open.GetOwner(), Secret: secret}}})
+	ss.state = streamServing
+	for len(ss.backlog) > 0 && ss.state == streamServing {
+		req := ss.backlog[0]
+		ss.backlog[0] = nil
+		ss.backlog = ss.backlog[1:]
+		ss.handleLocked(req)
+	}
+	ss.backlog = nil
+}
+
+// openSession creates a session (id 0) or resumes one after checking its
+// secret, and returns its id and TTL, and a new session's secret (the
+// client learns it once).
+func (s *Server) openSession(ctx context.Context, open *pb.OpenSession) (id uint64, ttlMs int64, secret []byte, err error) {
+	identity, err := s.authorizeOpen(ctx, open)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	if open.GetSessionId() != 0 {
+		// The capability first: a wrong secret must not even renew.
+		if err := s.checkSession(open.GetSessionId(), open.GetSecret()); err != nil {
+			return 0, 0, nil, err
+		}
+		ttl, err := s.node.KeepAlive(ctx, open.GetSessionId())
+		if err != nil {
+			return 0, 0, nil, err
+		}
+		return open.GetSessionId(), ttl.Milliseconds(), nil, nil
+	}
+	if err := fsm.ValidateSession(open.GetOwner(), open.GetTtlMs()); err != nil {
+		return 0, 0, nil, err
+	}
+	secret = make([]byte, fsm.SecretBytes)
+	if _, err := rand.Read(secret); err != nil {
+		return 0, 0, nil, fmt.Errorf("drawing a session secret: %w", err)
+	}
+	res, err := s.propose(&fsmpb.CreateSession{Owner: open.GetOwner(), TtlMs: open.GetTtlMs(), SecretHash: fsm.HashSecret(secret), Identity: identity})
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	return res.Session, open.GetTtlMs(), secret, nil
+}
+
+// deliver serves a request that arrived on the stream, on the reader
+// goroutine: at once, or after the open if that is still being served.
+func (ss *sessionStream) deliver(req *pb.SessionRequest) {
+	ss.inMu.Lock()
+	switch ss.state {
+	case streamOpening:
+		if len(ss.backlog) >= maxStreamBacklog {
+			ss.inMu.Unlock()
+			ss.end(status.Errorf(codes.ResourceExhausted, "more than %d requests sent on a session stream before its open was answered", maxStreamBacklog))
+			return
+		}
+		ss.backlog = append(ss.backlog, req)
+	case streamServing:
+		ss.handleLocked(req)
+	}
+	ss.inMu.Unlock()
+}
+
+// finish makes the stream over without a word to the client (it left, or
+// the RPC ended): pending requests are cancelled and the session is
+// detached, and it lives on. It reports whether the stream was not over
+// already.
+func (ss *sessionStream) finish() bool {
+	ss.inMu.Lock()
+	if ss.state == streamOver {
+		ss.inMu.Unlock()
+		return false
+	}
+	ss.state = streamOver
+	ss.over.Store(true)
+	ss.backlog = nil
+	id := ss.id
+	ss.inMu.Unlock()
+	ss.cancel()
+	ss.stop()
+	if id != 0 {
+		ss.srv.hub.detach(id, ss)
+	}
+	ss.conn.mu.Lock()
+	if ss.conn.streams[ss.sid] == ss {
+		delete(ss.conn.streams, ss.sid)
+	}
+	ss.conn.mu.Unlock()
+	return true
+}
+
+// end makes the stream over and tells the client so, with err (nil: a
+// normal end).
+func (ss *sessionStream) end(err error) {
+	if ss.finish() {
+		ss.conn.end(ss.sid, err)
+	}
+}
+
+// stop cancels every pending request and waits for the keepalives being
+// served.
+func (ss *sessionStream) stop() {
+	ss.mu.Lock()
+	for _, p := range ss.pending {
+		p.cancel()
+	}
+	ss.mu.Unlock()
+	ss.wg.Wait()
+}
+
+func (ss *sessionStream) send(r *pb.SessionResponse) {
+	if e := r.GetError(); e != nil {
+		ss.srv.refused("Sessions", codes.Code(e.GetCode()), e.GetMessage())
+	}
+	if ss.over.Load() {
+		return
+	}
+	ss.conn.send(&pb.SessionReply{Stream: ss.sid, Response: r})
+}
+
+func errResponse(id uint64, err error) *pb.SessionResponse {
+	return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Error{Error: toProto(err)}}
+}
+
+func (ss *sessionStream) sendErr(id uint64, err error) {
+	ss.send(errResponse(id, err))
+}
+
+// sessionEnded tells the client, unasked, that its session has ended. It
+// is called from the state machine's apply path and does not block: it
+// only queues the answer.
+func (ss *sessionStream) sessionEnded(expired bool) {
+	err := fmt.Errorf("%w (closed)", fsm.ErrSessionNotFound)
+	if expired {
+		err = fmt.Errorf("%w (expired)", fsm.ErrSessionNotFound)
+	}
+	ss.sendErr(0, err)
+}
+
+// handleLocked serves one request without blocking (what waits goes to a
+// worker); ss.inMu is held and the stream serves.
+func (ss *sessionStream) handleLocked(req *pb.SessionRequest) {
+	id := req.GetId()
+	if err := ss.srv.authorizeSession(ss.ctx, req); err != nil {
+		ss.sendErr(id, err)
+		return
+	}
+	switch op := req.GetOp().(type) {
+	case *pb.SessionRequest_KeepAlive:
+		if ss.srv.node.LeadershipConfirmed() {
+			ss.keepAlive(id) // answered at once
+			return
+		}
+		ss.wg.Add(1) // after a barrier
+		ss.srv.workers.Go(func() {
+			defer ss.wg.Done()
+			ss.keepAlive(id)
+		})
+	case *pb.SessionRequest_Acquire:
+		ss.acquire(id, op.Acquire)
+	case *pb.SessionRequest_Release:
+		r := op.Release
+		ss.srv.node.ProposeAsync(cmdOf(&fsmpb.Release{Session: ss.id, Name: r.GetName(), Token: r.GetToken()}), func(_ fsm.Result, err error) {
+			ss.answer(id, err, &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Released{Released: &pb.LockReleased{}}})
+		})
+	case *pb.SessionRequest_Proclaim:
+		p := op.Proclaim
+		ss.srv.node.ProposeAsync(cmdOf(&fsmpb.Proclaim{Session: ss.id, Name: p.GetName(), Token: p.GetToken(), Value: p.GetValue()}), func(_ fsm.Result, err error) {
+			ss.answer(id, err, &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Proclaimed{Proclaimed: &pb.ValueProclaimed{}}})
+		})
+	case *pb.SessionRequest_Cancel:
+		ss.mu.Lock()
+		if p := ss.pending[op.Cancel.GetRequestId()]; p != nil {
+			p.withdraw = true
+			p.cancel()
+		}
+		ss.mu.Unlock()
+	case *pb.SessionRequest_Close:
+		ss.state = streamClosing // nothing after the close is served
+		ss.conn.goWork(func() { ss.close(id) })
+	case *pb.SessionRequest_Open:
+		ss.sendErr(id, fmt.Errorf("%w: the stream is already open", fsm.ErrInvalid))
+	default:
+		ss.sendErr(id, fmt.Errorf("%w: unknown request", fsm.ErrInvalid))
+	}
+}
+
+// keepAlive renews the session and answers request id. The node confirms
+// a renewal only while its leadership is confirmed (node.KeepAlive).
+func (ss *sessionStream) keepAlive(id uint64) {
+	ttl, err := ss.srv.node.KeepAlive(ss.ctx, ss.id)
+	if err != nil {
+		ss.sendErr(id, err)
+		return
+	}
+	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Kept{Kept: &pb.KeepAliveAck{TtlMs: ttl.Milliseconds()}}})
+}
+
+// close ends the session for close request id, answers it, and then ends
+// the stream normally.
+func (ss *sessionStream) close(id uint64) {
+	ss.stop()
+	ss.srv.hub.detach(ss.id, ss) // the closer learns from the answer, not a push
+	_, err := ss.srv.propose(&fsmpb.CloseSession{Session: ss.id})
+	ss.signing.Wait() // the grants committed before the close are answered first
+	ss.answer(id, err, &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Closed{Closed: &pb.SessionClosed{}}})
+	ss.end(nil)
+}
+
+// withdrawing reports whether the client asked to cancel p.
+func (ss *sessionStream) withdrawing(p *pendingAcquire) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return p.withdraw
+}
+
+// acquire serves acquire request id without a goroutine of its own while
+// nothing blocks: the answer is sent from the node's answering goroutine.
+// Waiting in line, and withdrawing a grant the client gave up on, go to a
+// worker.
+func (ss *sessionStream) acquire(id uint64, a *pb.AcquireLock) {
+	if err := ss.srv.checkName("lock name", a.GetName()); err != nil {
+		ss.sendErr(id, err)
+		return
+	}
+	ctx, cancel := context.WithCancel(ss.ctx)
+	p := &pendingAcquire{cancel: cancel, start: time.Now()}
+	ss.mu.Lock()
+	ss.pending[id] = p
+	ss.mu.Unlock()
+	// Registered before the command is proposed, so that no event of
+	// the acquisition can be missed.
+	key := waitKey{ss.id, a.GetName()}
+	ch := ss.srv.hub.register(key)
+	done := func(resp *pb.SessionResponse) {
+		ss.srv.hub.unregister(key, ch)
+		cancel()
+		ss.mu.Lock()
+		delete(ss.pending, id)
+		ss.mu.Unlock()
+		if resp != nil {
+			ss.send(resp)
+		}
+	}
+	ss.srv.node.ProposeAsync(cmdOf(acquireCommand(ss.id, a)), func(res fsm.Result, err error) {
+		if err == nil && (!res.Granted || ss.withdrawing(p)) {
+			// Not on ss.wg: the stream may already be stopping, and ctx
+			// ends this wait then.
+			ss.srv.workers.Go(func() { done(ss.acquired(ctx, id, a, p, ch, res)) })
+			return
+		}
+		// Refused, or granted to a request nobody withdrew (when it was
+		// checked: a withdrawal from now on meets the grant in the client,
+		// which releases it). Only sends: this runs on the node's answering
+		// goroutine, where a proposal (as a withdrawal makes) would wait
+		// for its own answer. A grant's proof is signed on a worker, off
+		// that goroutine (proof.go).
+		switch {
+		case err != nil:
+			done(errResponse(id, err))
+		case !a.GetProof():
+			done(ss.granted(id, a, p, res.Token))
+		default:
+			ss.signing.Add(1)
+			ss.srv.workers.Go(func() {
+				defer ss.signing.Done()
+				done(ss.granted(id, a, p, res.Token))
+			})
+		}
+	})
+}
+
+func acquireCommand(session uint64, a *pb.AcquireLock) *fsmpb.Acquire {
+	return &fsmpb.Acquire{Session: session, Name: a.GetName(), Wait: a.GetWait(), LockDelayMs: a.GetLockDelayMs(), Resume: a.GetResume(), Permits: a.GetPermits(), Shared: a.GetShared(), Election: a.GetElection(), Value: a.GetValue()}
+}
+
+// acquired returns the final answer of an acquire request whose command
+// was committed with res and not granted at once (or granted to a request
+// being withdrawn): it sends "queued" (unless the request is quiet) and
+// waits for the grant or the end of the wait. Nil: no answer, the stream
+// ended and the place in line is kept for a resume.
+func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireLock, p *pendingAcquire, ch chan fsm.Event, res fsm.Result) *pb.SessionResponse {
+	if res.Granted { // the client gave up while we committed
+		return errResponse(id, ss.cancelAcquire(a.GetName(), res.AcquireRevision))
+	}
+	if !a.GetQuiet() {
+		ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Queued{Queued: &pb.LockQueued{Position: res.Position, QueuedRevision: res.AcquireRevision}}})
+	}
+	for {
+		select {
+		case e := <-ch:
+			if e.AcquireRevision != res.AcquireRevision {
+				continue // another acquisition of the session's for this name
+			}
+			if e.Kind == fsm.EventGranted {
+				return ss.granted(id, a, p, e.Token)
+			}
+			return errResponse(id, fsm.ErrSessionNotFound)
+		case <-ctx.Done():
+			if !ss.withdrawing(p) {
+				return nil // the stream ended: the place in line is kept for a resume
+			}
+			return errResponse(id, ss.cancelAcquire(a.GetName(), res.AcquireRevision))
+		}
+	}
+}
+
+// cancelAcquire withdraws a queued acquisition, or releases it if it was
+// granted meanwhile; the state machine decides which, atomically. It
+// returns the answer for the withdrawn request: errCancelled once the
+// withdrawal is committed, else why it was not (not the leader, outcome
+// unknown, the session ended), so that the client does not take an
+// acquisition for withdrawn while it may still be queued.
+func (ss *sessionStream) cancelAcquire(name string, acqRev uint64) error {
+	if _, err := ss.srv.propose(&fsmpb.CancelAcquire{Session: ss.id, Name: name, AcquireRevision: acqRev}); err != nil {
+		return err
+	}
+	return errCancelled
+}
+
+// answer sends ok, or the error if there is one.
+func (ss *sessionStream) answer(id uint64, err error, ok *pb.SessionResponse) {
+	if err != nil {
+		ss.sendErr(id, err)
+		return
+	}
+	ss.send(ok)
+}
