@@ -149,14 +149,30 @@ func (m *propModel) createSession(t *rapid.T) {
 func (m *propModel) endSession(t *rapid.T, expire bool) {
 	id := m.drawSession(t)
 	cmd := cmdClose(id)
-	if expire {
+	batch := expire && rapid.Bool().Draw(t, "batch")
+	switch {
+	case batch:
+		cmd = cmdExpireMany(id)
+	case expire:
 		cmd = cmdExpire(id)
 	}
 	want := m.live[id]
 	r, _ := m.step(t, cmd)
+	if batch {
+		// A batch skips a session already gone: no error, none counted.
+		if r.Err != nil || want != (r.Expired == 1) {
+			t.Fatalf("expiry of session %d (live %v) in a batch: %+v", id, want, r)
+		}
+		return
+	}
 	if want != (r.Err == nil) || (!want && !errors.Is(r.Err, fsm.ErrSessionNotFound)) {
 		t.Fatalf("end of session %d (live %v): %v", id, want, r.Err)
 	}
+}
+
+// isExpiry reports whether cmd ends sessions by expiry.
+func isExpiry(cmd *fsmpb.Command) bool {
+	return cmd.GetExpireSession() != nil || cmd.GetExpireSessions() != nil
 }
 
 func (m *propModel) acquire(t *rapid.T, wait bool) {
@@ -427,6 +443,10 @@ func (m *propModel) observe(t *rapid.T, cmd *fsmpb.Command, r fsm.Result, evs []
 			ending = op.CloseSession.GetSession()
 		case *fsmpb.Command_ExpireSession:
 			ending, expire = op.ExpireSession.GetSession(), true
+		case *fsmpb.Command_ExpireSessions: // of one session (see endSession)
+			if r.Expired == 1 {
+				ending, expire = op.ExpireSessions.GetSessions()[0], true
+			}
 		case *fsmpb.Command_Release:
 			delete(m.holders, op.Release.GetName())
 		case *fsmpb.Command_CancelAcquire:
@@ -477,7 +497,7 @@ func (m *propModel) observe(t *rapid.T, cmd *fsmpb.Command, r fsm.Result, evs []
 			if e.Session != ending || i < 0 || m.queues[e.Name][i].acqRev != e.AcquireRevision {
 				t.Fatalf("%+v: not a wait of the ending session %d (queue %+v)", e, ending, m.queues[e.Name])
 			}
-			if e.Expired != (cmd.GetExpireSession() != nil) {
+			if e.Expired != isExpiry(cmd) {
 				t.Fatalf("%+v after %v", e, cmd)
 			}
 			m.queues[e.Name] = slices.Delete(m.queues[e.Name], i, i+1)
@@ -488,7 +508,7 @@ func (m *propModel) observe(t *rapid.T, cmd *fsmpb.Command, r fsm.Result, evs []
 			}
 			delete(wantDelays, e.Name)
 		case fsm.EventSessionEnded:
-			if e.Session != ending || e.Expired != (cmd.GetExpireSession() != nil) {
+			if e.Session != ending || e.Expired != isExpiry(cmd) {
 				t.Fatalf("%+v after %v", e, cmd)
 			}
 			delete(m.live, ending)

@@ -77,6 +77,26 @@ func (s *State) createSession(c *fsmpb.CreateSession, emit EventSink) Result {
 
 // endSession removes the session's waits first (so no hand-off below can
 // grant to the dying session), then ends its grants in name order.
+// MaxExpiryBatch is the most sessions one ExpireSessions may end: it
+// bounds the log entry (a few bytes a session) and how long applying it
+// holds the state.
+const MaxExpiryBatch = 16384
+
+// expireSessions ends each session of ids by expiry, in order, skipping
+// those already gone; Result.Expired counts the sessions it ended.
+func (s *State) expireSessions(ids []uint64, emit EventSink) Result {
+	if len(ids) > MaxExpiryBatch {
+		return Result{Err: fmt.Errorf("%w: %d sessions in one expiry, the limit is %d", ErrInvalid, len(ids), MaxExpiryBatch)}
+	}
+	var r Result
+	for _, id := range ids {
+		if s.endSession(id, true, emit).Err == nil {
+			r.Expired++
+		}
+	}
+	return r
+}
+
 func (s *State) endSession(id uint64, expired bool, emit EventSink) Result {
 	sess, ok := s.sessions[id]
 	if !ok {

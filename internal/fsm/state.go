@@ -68,6 +68,7 @@ type Result struct {
 	Revision uint64 // the state's revision after the command
 
 	Session uint64 // CreateSession: the new session's id
+	Expired int    // ExpireSessions: how many of its sessions it ended
 
 	// Acquire: either Granted with Token, or Queued at Position.
 	Granted         bool
@@ -214,6 +215,8 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 		r = s.endSession(op.CloseSession.GetSession(), false, emit)
 	case *fsmpb.Command_ExpireSession:
 		r = s.endSession(op.ExpireSession.GetSession(), true, emit)
+	case *fsmpb.Command_ExpireSessions:
+		r = s.expireSessions(op.ExpireSessions.GetSessions(), emit)
 	case *fsmpb.Command_Acquire:
 		r = s.acquire(op.Acquire, emit)
 	case *fsmpb.Command_CancelAcquire:

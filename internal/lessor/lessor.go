@@ -1,9 +1,12 @@
 // Package lessor owns time for the lock authority. It runs on every node but
 // acts only on the leader: it keeps each session's deadline on the leader's
 // monotonic clock, extends it on keepalives (which never touch the log), and
-// when a deadline passes it proposes an ExpireSession entry. It does the same
-// for lock-delays, proposing EndLockDelay, and for the visibility leases of
-// queue deliveries, proposing QueueExpire (queue.go).
+// when deadlines pass it proposes one ExpireSessions entry for all the
+// sessions that fell due together. It does the same for lock-delays,
+// proposing EndLockDelay, and for the visibility leases of queue
+// deliveries, proposing QueueExpire (queue.go). Deadlines are kept in
+// heaps (deadlines.go), so a wake-up costs nothing for the sessions that
+// are not due.
 //
 // # Why a session never expires early
 //
@@ -48,14 +51,17 @@ type Proposer func(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error)
 type StateReader func(fn func(*fsm.State))
 
 type sessionEntry struct {
+	slot     // in Lessor.sessionQ unless expiring; at is never after deadline
+	id       uint64
 	ttl      time.Duration
 	deadline time.Time
-	expiring bool // an ExpireSession has been proposed
+	expiring bool // its expiry has been proposed
 }
 
 type delayEntry struct {
+	slot   // in Lessor.delayQ unless ending; at is when the delay ends
+	name   string
 	gen    uint64
-	at     time.Time
 	ending bool // an EndLockDelay has been proposed
 }
 
@@ -68,9 +74,9 @@ const StallGap = 250 * time.Millisecond
 // stallTick is how often the loop wakes, at least, while leading.
 const stallTick = 100 * time.Millisecond
 
-// maxExpiries bounds the session expiries, and the lock-delay ends,
-// proposed in one round.
-const maxExpiries = 1024
+// maxDelayEnds bounds the lock-delay ends proposed in one round. (Session
+// expiries go in one command of at most fsm.MaxExpiryBatch.)
+const maxDelayEnds = 1024
 
 // Lessor tracks deadlines. It is safe for concurrent use.
 type Lessor struct {
@@ -83,14 +89,13 @@ type Lessor struct {
 	mu       sync.Mutex
 	leader   bool
 	sessions map[uint64]*sessionEntry
+	sessionQ deadlineHeap[*sessionEntry] // the sessions not being expired
 	delays   map[string]*delayEntry
-	queue    queueTimers // visibility leases of queue deliveries (queue.go)
+	delayQ   deadlineHeap[*delayEntry] // the delays not being ended
+	queue    queueTimers               // visibility leases of queue deliveries (queue.go)
 	// seen is when the lessor last ran while leading (its loop or a
 	// keepalive); see beatLocked.
 	seen time.Time
-	// scanAt: no session or lock-delay deadline passes before it (zero:
-	// scan at the next wake-up).
-	scanAt time.Time
 }
 
 // New returns a lessor; it does nothing until Run is called and the node is
@@ -121,20 +126,49 @@ func (l *Lessor) Promote(allowance time.Duration) {
 	defer l.mu.Unlock()
 	now := l.clk.Now()
 	l.leader = true
-	l.seen, l.scanAt = now, time.Time{}
-	l.sessions = make(map[uint64]*sessionEntry)
-	l.delays = make(map[string]*delayEntry)
+	l.seen = now
+	l.resetLocked()
 	l.read(func(s *fsm.State) {
 		for _, sv := range s.Sessions() {
 			ttl := time.Duration(sv.TTLMs) * time.Millisecond
-			l.sessions[sv.ID] = &sessionEntry{ttl: ttl, deadline: now.Add(ttl + allowance)}
+			l.addSessionLocked(sv.ID, ttl, now.Add(ttl+allowance))
 		}
 		for _, d := range s.Delays() {
-			l.delays[d.Name] = &delayEntry{gen: d.Generation, at: now.Add(time.Duration(d.DelayMs) * time.Millisecond)}
+			l.addDelayLocked(d.Name, d.Generation, now.Add(time.Duration(d.DelayMs)*time.Millisecond))
 		}
 		l.promoteQueues(now, s)
 	})
 	l.poke()
+}
+
+// resetLocked forgets every deadline.
+func (l *Lessor) resetLocked() {
+	l.sessions = make(map[uint64]*sessionEntry)
+	l.sessionQ = deadlineHeap[*sessionEntry]{}
+	l.delays = make(map[string]*delayEntry)
+	l.delayQ = deadlineHeap[*delayEntry]{}
+	l.queue.reset()
+}
+
+// addSessionLocked times session id, due at deadline.
+func (l *Lessor) addSessionLocked(id uint64, ttl time.Duration, deadline time.Time) {
+	if old := l.sessions[id]; old != nil {
+		l.sessionQ.remove(old)
+	}
+	e := &sessionEntry{id: id, ttl: ttl, deadline: deadline}
+	l.sessions[id] = e
+	l.sessionQ.push(e, deadline)
+}
+
+// addDelayLocked times the lock-delay of name with generation gen, ending
+// at at; it replaces an older delay of the lock.
+func (l *Lessor) addDelayLocked(name string, gen uint64, at time.Time) {
+	if old := l.delays[name]; old != nil {
+		l.delayQ.remove(old)
+	}
+	d := &delayEntry{name: name, gen: gen}
+	l.delays[name] = d
+	l.delayQ.push(d, at)
 }
 
 // Demote is called when this node stops being leader.
@@ -142,9 +176,7 @@ func (l *Lessor) Demote() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.leader = false
-	l.sessions = make(map[uint64]*sessionEntry)
-	l.delays = make(map[string]*delayEntry)
-	l.queue.reset()
+	l.resetLocked()
 }
 
 // IsLeader reports whether the lessor is acting as leader.
@@ -168,25 +200,19 @@ func (l *Lessor) Observe(e fsm.Event) {
 	switch e.Kind {
 	case fsm.EventSessionCreated:
 		ttl := time.Duration(e.TTLMs) * time.Millisecond
-		l.sessions[e.Session] = &sessionEntry{ttl: ttl, deadline: now.Add(ttl)}
-		l.armLocked(now.Add(ttl))
+		l.addSessionLocked(e.Session, ttl, now.Add(ttl))
+		l.poke()
 	case fsm.EventSessionEnded:
-		delete(l.sessions, e.Session)
+		if se := l.sessions[e.Session]; se != nil {
+			l.sessionQ.remove(se)
+			delete(l.sessions, e.Session)
+		}
 	case fsm.EventDelayStarted:
-		at := now.Add(time.Duration(e.DelayMs) * time.Millisecond)
-		l.delays[e.Name] = &delayEntry{gen: e.Generation, at: at}
-		l.armLocked(at)
+		l.addDelayLocked(e.Name, e.Generation, now.Add(time.Duration(e.DelayMs)*time.Millisecond))
+		l.poke()
 	case fsm.EventQueueLeased, fsm.EventQueueSettled:
 		l.observeQueue(now, e)
 	}
-}
-
-// armLocked makes the loop look at the deadlines again by at.
-func (l *Lessor) armLocked(at time.Time) {
-	if at.Before(l.scanAt) {
-		l.scanAt = at
-	}
-	l.poke()
 }
 
 // beatLocked notes that the lessor runs at now, while leading. A gap of
@@ -209,12 +235,8 @@ func (l *Lessor) shiftLocked(d time.Duration) {
 	for _, e := range l.sessions {
 		e.deadline = e.deadline.Add(d)
 	}
-	for _, e := range l.delays {
-		e.at = e.at.Add(d)
-	}
-	if !l.scanAt.IsZero() {
-		l.scanAt = l.scanAt.Add(d)
-	}
+	l.sessionQ.shift(d)
+	l.delayQ.shift(d)
 	l.queue.shift(d)
 }
 
@@ -234,10 +256,16 @@ func (l *Lessor) KeepAlive(id uint64) (time.Duration, error) {
 		return 0, fsm.ErrSessionNotFound
 	}
 	e.deadline = now.Add(e.ttl)
+	if e.index >= 0 && e.deadline.Before(e.at) {
+		// Earlier than a promotion's allowance had it: the heap must
+		// bring it up by then.
+		l.sessionQ.moveEarlier(e, e.deadline)
+	}
 	return e.ttl, nil
 }
 
-// due collects what must be proposed now and when to look again.
+// due takes what must be proposed now out of the heaps, and says when to
+// look again.
 func (l *Lessor) due() (expire []uint64, ends []*fsmpb.EndLockDelay, next time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -246,42 +274,46 @@ func (l *Lessor) due() (expire []uint64, ends []*fsmpb.EndLockDelay, next time.D
 	}
 	now := l.clk.Now()
 	l.beatLocked(now)
-	if now.Before(l.scanAt) {
-		return nil, nil, min(stallTick, l.scanAt.Sub(now))
-	}
-	earliest := time.Hour
-	for id, e := range l.sessions {
-		if e.expiring {
+	next = time.Hour
+	for {
+		e, ok := l.sessionQ.min()
+		if !ok {
+			break
+		}
+		if e.at.After(now) {
+			next = min(next, e.at.Sub(now))
+			break
+		}
+		if e.deadline.After(now) { // kept alive since it was placed
+			l.sessionQ.postponeMin(e.deadline)
 			continue
 		}
-		if left := e.deadline.Sub(now); left > 0 {
-			earliest = min(earliest, left)
-			continue
+		if len(expire) == fsm.MaxExpiryBatch {
+			next = 0 // the rest in the next round
+			break
 		}
-		if len(expire) == maxExpiries {
-			earliest = 0 // the rest in the next round
-			continue
-		}
+		l.sessionQ.popMin()
 		e.expiring = true
-		expire = append(expire, id)
+		expire = append(expire, e.id)
 	}
-	for name, d := range l.delays {
-		if d.ending {
-			continue
+	for {
+		d, ok := l.delayQ.min()
+		if !ok {
+			break
 		}
-		if left := d.at.Sub(now); left > 0 {
-			earliest = min(earliest, left)
-			continue
+		if d.at.After(now) {
+			next = min(next, d.at.Sub(now))
+			break
 		}
-		if len(ends) == maxExpiries {
-			earliest = 0
-			continue
+		if len(ends) == maxDelayEnds {
+			next = 0
+			break
 		}
+		l.delayQ.popMin()
 		d.ending = true
-		ends = append(ends, &fsmpb.EndLockDelay{Name: name, Generation: d.gen})
+		ends = append(ends, &fsmpb.EndLockDelay{Name: d.name, Generation: d.gen})
 	}
-	l.scanAt = now.Add(earliest)
-	return expire, ends, min(stallTick, earliest)
+	return expire, ends, min(stallTick, next)
 }
 
 // Run proposes expiries until ctx ends.
@@ -306,16 +338,18 @@ func (l *Lessor) Run(ctx context.Context) error {
 	}
 }
 
-// proposeDue proposes the expiries and lock-delay ends that are due, all
-// at once (the node batches them into few log entries), and re-arms, after
-// a short backoff, those whose proposal failed.
+// proposeDue proposes what is due, all at once: the session expiries as
+// one ExpireSessions, the lock-delay ends and queue expiries one command
+// each (the node batches those into few log entries). It re-arms, after a
+// short backoff, those whose proposal failed.
 func (l *Lessor) proposeDue(ctx context.Context, expire []uint64, ends []*fsmpb.EndLockDelay, qdue []qtimer) {
 	var wg sync.WaitGroup
-	for _, id := range expire {
+	if len(expire) > 0 {
 		wg.Go(func() {
-			_, err := l.propose(ctx, &fsmpb.Command{Op: &fsmpb.Command_ExpireSession{ExpireSession: &fsmpb.ExpireSession{Session: id}}})
-			if err != nil && !errors.Is(err, fsm.ErrSessionNotFound) {
-				l.retryExpiry(id)
+			// Sessions that ended meanwhile are skipped by the state machine.
+			_, err := l.propose(ctx, &fsmpb.Command{Op: &fsmpb.Command_ExpireSessions{ExpireSessions: &fsmpb.ExpireSessions{Sessions: expire}}})
+			if err != nil {
+				l.retryExpiries(expire)
 			}
 		})
 	}
@@ -337,18 +371,22 @@ func (l *Lessor) proposeDue(ctx context.Context, expire []uint64, ends []*fsmpb.
 // again after a failed proposal.
 const retryBackoff = 100 * time.Millisecond
 
-// retryExpiry re-arms a session whose expiry could not be proposed (for
-// example a timeout). Only the entry the expiry was proposed for: if
-// leadership was lost, Demote has cleared it, and a Promote since has
-// given the session a fresh TTL that a late failure must not cut short.
-func (l *Lessor) retryExpiry(id uint64) {
+// retryExpiries re-arms the sessions whose expiry could not be proposed
+// (for example a timeout). Only the entries the expiry was proposed for:
+// if leadership was lost, Demote has cleared them, and a Promote since has
+// given the sessions a fresh TTL that a late failure must not cut short.
+func (l *Lessor) retryExpiries(ids []uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e, ok := l.sessions[id]; ok && e.expiring {
-		e.expiring = false
-		e.deadline = l.clk.Now().Add(retryBackoff)
-		l.armLocked(e.deadline)
+	at := l.clk.Now().Add(retryBackoff)
+	for _, id := range ids {
+		if e, ok := l.sessions[id]; ok && e.expiring {
+			e.expiring = false
+			e.deadline = at
+			l.sessionQ.push(e, at)
+		}
 	}
+	l.poke()
 }
 
 // delayEnded settles the lock-delay entry of a proposed EndLockDelay: it
@@ -364,6 +402,7 @@ func (l *Lessor) delayEnded(end *fsmpb.EndLockDelay, err error) {
 		return
 	}
 	if err == nil {
+		l.delayQ.remove(d)
 		delete(l.delays, end.GetName())
 		return
 	}
@@ -371,6 +410,6 @@ func (l *Lessor) delayEnded(end *fsmpb.EndLockDelay, err error) {
 		return
 	}
 	d.ending = false
-	d.at = l.clk.Now().Add(retryBackoff)
-	l.armLocked(d.at)
+	l.delayQ.push(d, l.clk.Now().Add(retryBackoff))
+	l.poke()
 }

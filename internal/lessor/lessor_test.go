@@ -3,6 +3,7 @@ package lessor_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -157,6 +158,13 @@ func (h *harness) stepWant(d time.Duration, n int) []*fsmpb.Command {
 	return got
 }
 
+// expires reports whether cmd is the expiry of exactly the sessions ids
+// (in any order).
+func expires(cmd *fsmpb.Command, ids ...uint64) bool {
+	got := cmd.GetExpireSessions().GetSessions()
+	return cmd.GetExpireSessions() != nil && slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(ids)))
+}
+
 func TestExpiryOnlyAfterFullTTLOnLeader(t *testing.T) {
 	h := newHarness(t)
 	before := h.session(10 * time.Second) // exists before this node leads
@@ -172,8 +180,8 @@ func TestExpiryOnlyAfterFullTTLOnLeader(t *testing.T) {
 		t.Fatalf("proposed %v although a keepalive came 9s ago", got)
 	}
 	got := h.stepWant(2*time.Second, 1)
-	if len(got) != 1 || got[0].GetExpireSession().GetSession() != before {
-		t.Fatalf("proposed %v, want ExpireSession(%d)", got, before)
+	if len(got) != 1 || !expires(got[0], before) {
+		t.Fatalf("proposed %v, want ExpireSessions(%d)", got, before)
 	}
 	if _, err := h.l.KeepAlive(before); err == nil {
 		t.Fatal("keepalive accepted for an expired session")
@@ -194,15 +202,15 @@ func TestPromoteAllowance(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := h.stepWant(200*time.Millisecond, 1)
-	if len(got) != 1 || got[0].GetExpireSession().GetSession() != a {
-		t.Fatalf("proposed %v, want ExpireSession(%d) at TTL plus allowance", got, a)
+	if len(got) != 1 || !expires(got[0], a) {
+		t.Fatalf("proposed %v, want ExpireSessions(%d) at TTL plus allowance", got, a)
 	}
 	if got := h.step(2600 * time.Millisecond); len(got) != 0 {
 		t.Fatalf("proposed %v before b's renewed TTL ran out", got)
 	}
 	got = h.stepWant(400*time.Millisecond, 1)
-	if len(got) != 1 || got[0].GetExpireSession().GetSession() != b {
-		t.Fatalf("proposed %v, want ExpireSession(%d)", got, b)
+	if len(got) != 1 || !expires(got[0], b) {
+		t.Fatalf("proposed %v, want ExpireSessions(%d)", got, b)
 	}
 }
 
@@ -228,7 +236,7 @@ func TestLockDelayEndsAfterDelayAndRestartsOnNewLeader(t *testing.T) {
 	id := h.session(2 * time.Second)
 	h.apply(&fsmpb.Command{Op: &fsmpb.Command_Acquire{Acquire: &fsmpb.Acquire{Session: id, Name: "l", LockDelayMs: 5000}}})
 	got := h.stepWant(2*time.Second, 1)
-	if len(got) != 1 || got[0].GetExpireSession() == nil {
+	if len(got) != 1 || got[0].GetExpireSessions() == nil {
 		t.Fatalf("proposed %v, want the expiry", got)
 	}
 	if got := h.step(4800 * time.Millisecond); len(got) != 0 {
@@ -260,7 +268,7 @@ func TestLockDelayEndRetriedAfterFailedProposal(t *testing.T) {
 	h.promote()
 	id := h.session(2 * time.Second)
 	h.apply(&fsmpb.Command{Op: &fsmpb.Command_Acquire{Acquire: &fsmpb.Acquire{Session: id, Name: "l", LockDelayMs: 1000}}})
-	if got := h.stepWant(2*time.Second, 1); len(got) != 1 || got[0].GetExpireSession() == nil {
+	if got := h.stepWant(2*time.Second, 1); len(got) != 1 || got[0].GetExpireSessions() == nil {
 		t.Fatalf("proposed %v, want the expiry", got)
 	}
 	failures := 0
@@ -316,16 +324,16 @@ func TestStallIsNotChargedToSessions(t *testing.T) {
 		t.Fatalf("proposed %v although b has 1s left after the stall", got)
 	}
 	got := h.stepWant(400*time.Millisecond, 1)
-	if len(got) != 1 || got[0].GetExpireSession().GetSession() != b {
-		t.Fatalf("proposed %v, want ExpireSession(%d)", got, b)
+	if len(got) != 1 || !expires(got[0], b) {
+		t.Fatalf("proposed %v, want ExpireSessions(%d)", got, b)
 	}
 	// a was renewed on resuming: 3s from then.
 	if got := h.step(1600 * time.Millisecond); len(got) != 0 {
 		t.Fatalf("proposed %v before a's renewed TTL ran out", got)
 	}
 	got = h.stepWant(400*time.Millisecond, 1)
-	if len(got) != 1 || got[0].GetExpireSession().GetSession() != a {
-		t.Fatalf("proposed %v, want ExpireSession(%d)", got, a)
+	if len(got) != 1 || !expires(got[0], a) {
+		t.Fatalf("proposed %v, want ExpireSessions(%d)", got, a)
 	}
 }
 
@@ -339,7 +347,7 @@ func TestFailedExpiryKeepsANewLeadershipsTTL(t *testing.T) {
 	first := true
 	h.mu.Lock()
 	h.refuse = func(cmd *fsmpb.Command) error {
-		if cmd.GetExpireSession() != nil && first {
+		if cmd.GetExpireSessions() != nil && first {
 			first = false
 			h.l.Demote()
 			h.l.Promote(0) // leads again before the failure comes back
@@ -348,13 +356,96 @@ func TestFailedExpiryKeepsANewLeadershipsTTL(t *testing.T) {
 		return nil
 	}
 	h.mu.Unlock()
-	if got := h.stepWant(2*time.Second, 1); len(got) != 1 || got[0].GetExpireSession().GetSession() != id {
-		t.Fatalf("proposed %v, want ExpireSession(%d) (which fails)", got, id)
+	if got := h.stepWant(2*time.Second, 1); len(got) != 1 || !expires(got[0], id) {
+		t.Fatalf("proposed %v, want ExpireSessions(%d) (which fails)", got, id)
 	}
 	if got := h.step(1800 * time.Millisecond); len(got) != 0 {
 		t.Fatalf("proposed %v within the new leadership's fresh TTL", got)
 	}
-	if got := h.stepWant(400*time.Millisecond, 1); len(got) != 1 || got[0].GetExpireSession().GetSession() != id {
-		t.Fatalf("proposed %v, want ExpireSession(%d) after the fresh TTL", got, id)
+	if got := h.stepWant(400*time.Millisecond, 1); len(got) != 1 || !expires(got[0], id) {
+		t.Fatalf("proposed %v, want ExpireSessions(%d) after the fresh TTL", got, id)
+	}
+}
+
+// TestExpiriesDueTogetherAreOneCommand: sessions whose deadlines pass
+// together are expired by one ExpireSessions (one commit), however many;
+// one due later is not in it, and sessions kept alive or closed meanwhile
+// are left out.
+func TestExpiriesDueTogetherAreOneCommand(t *testing.T) {
+	h := newHarness(t)
+	h.promote()
+	var due []uint64
+	for range 50 {
+		due = append(due, h.session(2*time.Second))
+	}
+	kept, closed := h.session(2*time.Second), h.session(2*time.Second)
+	later := h.session(5 * time.Second)
+	h.step(time.Second)
+	if _, err := h.l.KeepAlive(kept); err != nil {
+		t.Fatal(err)
+	}
+	h.apply(&fsmpb.Command{Op: &fsmpb.Command_CloseSession{CloseSession: &fsmpb.CloseSession{Session: closed}}})
+	got := h.stepWant(1200*time.Millisecond, 1)
+	if len(got) != 1 || !expires(got[0], due...) {
+		t.Fatalf("proposed %v, want one ExpireSessions of the %d sessions due", got, len(due))
+	}
+	h.mu.Lock()
+	n := h.st.SessionCount()
+	h.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d sessions after the expiry, want 2 (kept and later)", n)
+	}
+	if got := h.stepWant(2*time.Second, 1); len(got) != 1 || !expires(got[0], kept) {
+		t.Fatalf("proposed %v, want ExpireSessions(%d) a TTL after its keepalive", got, kept)
+	}
+	if got := h.stepWant(2*time.Second, 1); len(got) != 1 || !expires(got[0], later) {
+		t.Fatalf("proposed %v, want ExpireSessions(%d)", got, later)
+	}
+}
+
+// TestKeepAliveAfterPromotionKeepsTheTTL: a keepalive soon after a
+// promotion sets the deadline to one TTL from then, even though the
+// promotion's allowance had put it later; the session expires on time.
+func TestKeepAliveAfterPromotionKeepsTheTTL(t *testing.T) {
+	h := newHarness(t)
+	id := h.session(2 * time.Second)
+	h.settle(func() { h.l.Promote(3 * time.Second) })
+	if _, err := h.l.KeepAlive(id); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.step(1800 * time.Millisecond); len(got) != 0 {
+		t.Fatalf("proposed %v within the TTL after the keepalive", got)
+	}
+	if got := h.stepWant(400*time.Millisecond, 1); len(got) != 1 || !expires(got[0], id) {
+		t.Fatalf("proposed %v, want ExpireSessions(%d) a TTL after the keepalive", got, id)
+	}
+}
+
+// TestExpiryRetriedAfterFailedProposal: when the proposal of an expiry
+// fails, every session in it is proposed again after a short backoff,
+// together.
+func TestExpiryRetriedAfterFailedProposal(t *testing.T) {
+	h := newHarness(t)
+	h.promote()
+	a, b := h.session(time.Second), h.session(time.Second)
+	failed := false
+	h.mu.Lock()
+	h.refuse = func(cmd *fsmpb.Command) error {
+		if cmd.GetExpireSessions() != nil && !failed {
+			failed = true
+			return errors.New("outcome unknown")
+		}
+		return nil
+	}
+	h.mu.Unlock()
+	got := h.stepWant(1200*time.Millisecond, 2)
+	if len(got) != 2 || !expires(got[0], a, b) || !expires(got[1], a, b) {
+		t.Fatalf("proposed %v, want ExpireSessions(%d, %d) twice", got, a, b)
+	}
+	h.mu.Lock()
+	n := h.st.SessionCount()
+	h.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d sessions left after the retried expiry", n)
 	}
 }

@@ -58,39 +58,50 @@ func (n *Node) observeLeaders() {
 // loggedNames bounds the lock names a log record lists.
 const loggedNames = 100
 
-// proposeForLessor is Propose for the lessor's commands. A session expiry
-// that commits is logged with the session's owner and what it held and
-// waited for, and then each lock-delay the expiry started.
+// proposeForLessor is Propose for the lessor's commands. Each session an
+// ExpireSessions ended is logged with its owner and what it held and
+// waited for, and then each lock-delay its expiry started.
 func (n *Node) proposeForLessor(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
-	exp := cmd.GetExpireSession()
-	if exp == nil || exp.GetSession() == 0 {
+	ids := cmd.GetExpireSessions().GetSessions()
+	if len(ids) == 0 {
 		return n.Propose(ctx, cmd)
 	}
-	id := exp.GetSession()
-	var v fsm.SessionView
+	views := make([]fsm.SessionView, 0, len(ids))
 	n.fsm.Read(func(s *fsm.State) {
-		for sv := range s.SessionsAfter(id-1, loggedNames) {
-			if sv.ID == id {
-				v = sv
+		for _, id := range ids {
+			for sv := range s.SessionsAfter(id-1, loggedNames) {
+				if sv.ID == id {
+					views = append(views, sv)
+				}
+				break
 			}
-			break
 		}
 	})
 	res, err := n.Propose(ctx, cmd)
-	if err != nil || v.ID == 0 {
+	if err != nil {
 		return res, err
 	}
-	n.cfg.Logger.Info("session expired", "session", id, "owner", v.Owner, "ttl_ms", v.TTLMs, "held", v.Held, "held_count", v.HeldCount, "waiting", v.Waiting, "waiting_count", v.WaitingCount)
-	var delayed []fsm.LockSummary
+	var gone []fsm.SessionView // the sessions this command ended
 	n.fsm.Read(func(s *fsm.State) {
-		for _, name := range v.Held {
-			if l := s.LockSummary(name); l.Delayed {
-				delayed = append(delayed, l)
+		for _, v := range views {
+			if _, live := s.Session(v.ID); !live {
+				gone = append(gone, v)
 			}
 		}
 	})
-	for _, l := range delayed {
-		n.cfg.Logger.Info("lock-delay started", "lock", l.Name, "delay_ms", l.DelayMs, "session", id, "owner", v.Owner)
+	for _, v := range gone {
+		n.cfg.Logger.Info("session expired", "session", v.ID, "owner", v.Owner, "ttl_ms", v.TTLMs, "held", v.Held, "held_count", v.HeldCount, "waiting", v.Waiting, "waiting_count", v.WaitingCount)
+		var delayed []fsm.LockSummary
+		n.fsm.Read(func(s *fsm.State) {
+			for _, name := range v.Held {
+				if l := s.LockSummary(name); l.Delayed {
+					delayed = append(delayed, l)
+				}
+			}
+		})
+		for _, l := range delayed {
+			n.cfg.Logger.Info("lock-delay started", "lock", l.Name, "delay_ms", l.DelayMs, "session", v.ID, "owner", v.Owner)
+		}
 	}
 	return res, nil
 }
