@@ -28,7 +28,7 @@ func (s *State) exportCore() *fsmpb.Snapshot {
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for _, id := range ids {
 		ss := s.sessions[id]
-		snap.Sessions = append(snap.Sessions, &fsmpb.SessionState{Id: id, Owner: ss.owner, TtlMs: ss.ttlMs, SecretHash: ss.secretHash, Identity: ss.identity})
+		snap.Sessions = append(snap.Sessions, &fsmpb.SessionState{Id: id, Owner: ss.owner, TtlMs: ss.ttlMs, SecretHash: ss.secretHash, Identity: ss.identity, EtcdLease: ss.etcdLease})
 	}
 	for _, name := range sortedKeys(s.locks) {
 		l := s.locks[name]
@@ -89,7 +89,7 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 	}
 	s.sec = sec
 	for _, ss := range snap.GetSessions() {
-		s.addSession(&session{id: ss.GetId(), owner: ss.GetOwner(), ttlMs: ss.GetTtlMs(), secretHash: ss.GetSecretHash(), identity: ss.GetIdentity(),
+		s.addSession(&session{id: ss.GetId(), owner: ss.GetOwner(), ttlMs: ss.GetTtlMs(), secretHash: ss.GetSecretHash(), identity: ss.GetIdentity(), etcdLease: ss.GetEtcdLease(),
 			held: make(map[string]struct{}), waits: make(map[string]*waiter)})
 	}
 	for _, ls := range snap.GetLocks() {

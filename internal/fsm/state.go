@@ -17,12 +17,15 @@ import (
 const (
 	MinSessionTTLMs = 1_000     // 1 s
 	MaxSessionTTLMs = 3_600_000 // 1 h
-	MaxNameLen      = 512       // lock names and register keys, bytes
-	MaxOwnerLen     = 256       // bytes
-	MaxValueLen     = 64 << 10  // fenced register values and proclaimed values, bytes
-	MaxOpIDLen      = 256       // bytes
-	MaxLockDelayMs  = 60_000    // 1 min, as Chubby's upper bound
-	MaxPermits      = 10_000    // permits of one semaphore
+	// MaxEtcdLeaseTTLMs bounds the TTL of an etcd lease: etcd's maximum,
+	// 9,000,000,000 s.
+	MaxEtcdLeaseTTLMs = 9_000_000_000 * 1000
+	MaxNameLen        = 512      // lock names and register keys, bytes
+	MaxOwnerLen       = 256      // bytes
+	MaxValueLen       = 64 << 10 // fenced register values and proclaimed values, bytes
+	MaxOpIDLen        = 256      // bytes
+	MaxLockDelayMs    = 60_000   // 1 min, as Chubby's upper bound
+	MaxPermits        = 10_000   // permits of one semaphore
 	// HistoryLimit is how many grant records each lock keeps by default
 	// (SetRetention changes it, up to MaxHistoryLimit).
 	HistoryLimit    = 32
@@ -130,8 +133,9 @@ type Event struct {
 	Owner           string
 	Value           []byte
 	Revision        uint64
-	// KV: the key of EventKVPut / EventKVDelete (kv.go).
-	KV *KV
+	// KV: the key of EventKVPut / EventKVDelete (kv.go); Prev: the key
+	// before the change (nil: it did not exist).
+	KV, Prev *KV
 	// Queue: the details of a queue event (see queue.go).
 	Queue *QueueEvent
 }

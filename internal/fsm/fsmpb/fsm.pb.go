@@ -1660,7 +1660,12 @@ type CreateSession struct {
 	SecretHash []byte `protobuf:"bytes,3,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
 	// identity: who created the session (with --auth; "" without); no
 	// other identity may use it.
-	Identity      string `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	Identity string `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	// etcd_lease: the session is a lease of the etcd API (internal/etcdapi):
+	// it has no secret (secret_hash is empty), the etcd API acts on it by
+	// its id alone, as etcd does, and Tenure's own API never does (it finds
+	// no secret to check). Its TTL may be up to fsm.MaxEtcdLeaseTTLMs.
+	EtcdLease     bool `protobuf:"varint,5,opt,name=etcd_lease,json=etcdLease,proto3" json:"etcd_lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1721,6 +1726,13 @@ func (x *CreateSession) GetIdentity() string {
 		return x.Identity
 	}
 	return ""
+}
+
+func (x *CreateSession) GetEtcdLease() bool {
+	if x != nil {
+		return x.EtcdLease
+	}
+	return false
 }
 
 type CloseSession struct {
@@ -2589,6 +2601,7 @@ type SessionState struct {
 	TtlMs         int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	SecretHash    []byte                 `protobuf:"bytes,4,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
 	Identity      string                 `protobuf:"bytes,5,opt,name=identity,proto3" json:"identity,omitempty"`
+	EtcdLease     bool                   `protobuf:"varint,6,opt,name=etcd_lease,json=etcdLease,proto3" json:"etcd_lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2656,6 +2669,13 @@ func (x *SessionState) GetIdentity() string {
 		return x.Identity
 	}
 	return ""
+}
+
+func (x *SessionState) GetEtcdLease() bool {
+	if x != nil {
+		return x.EtcdLease
+	}
+	return false
 }
 
 type GrantState struct {
@@ -3178,10 +3198,18 @@ func (x *RegisterState) GetOps() []*OpRecord {
 // KVPut writes key. With a session the key is ephemeral: it is deleted
 // when that session ends.
 type KVPut struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
-	Session       uint64                 `protobuf:"varint,3,opt,name=session,proto3" json:"session,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Key     string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value   []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Session uint64                 `protobuf:"varint,3,opt,name=session,proto3" json:"session,omitempty"`
+	// lease binds the key to an etcd lease instead (a session created with
+	// etcd_lease; any other id is "lease not found"). At most one of
+	// session and lease is set.
+	Lease uint64 `protobuf:"varint,4,opt,name=lease,proto3" json:"lease,omitempty"`
+	// ignore_value keeps the key's current value, ignore_lease its current
+	// session or lease; either needs the key to exist (fsm.ErrKeyNotFound).
+	IgnoreValue   bool `protobuf:"varint,5,opt,name=ignore_value,json=ignoreValue,proto3" json:"ignore_value,omitempty"`
+	IgnoreLease   bool `protobuf:"varint,6,opt,name=ignore_lease,json=ignoreLease,proto3" json:"ignore_lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3237,11 +3265,35 @@ func (x *KVPut) GetSession() uint64 {
 	return 0
 }
 
+func (x *KVPut) GetLease() uint64 {
+	if x != nil {
+		return x.Lease
+	}
+	return 0
+}
+
+func (x *KVPut) GetIgnoreValue() bool {
+	if x != nil {
+		return x.IgnoreValue
+	}
+	return false
+}
+
+func (x *KVPut) GetIgnoreLease() bool {
+	if x != nil {
+		return x.IgnoreLease
+	}
+	return false
+}
+
 // KVDelete deletes key, or every key starting with key when prefix.
 type KVDelete struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Prefix        bool                   `protobuf:"varint,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Key    string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Prefix bool                   `protobuf:"varint,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// range_end, if set (and not prefix), deletes the keys in [key,
+	// range_end) instead; the single byte 0 means every key from key on.
+	RangeEnd      []byte `protobuf:"bytes,3,opt,name=range_end,json=rangeEnd,proto3" json:"range_end,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3290,6 +3342,13 @@ func (x *KVDelete) GetPrefix() bool {
 	return false
 }
 
+func (x *KVDelete) GetRangeEnd() []byte {
+	if x != nil {
+		return x.RangeEnd
+	}
+	return nil
+}
+
 // KVRange reads key, or every key starting with key when prefix (in key
 // order, at most limit when limit > 0). Used inside transactions.
 type KVRange struct {
@@ -3298,7 +3357,28 @@ type KVRange struct {
 	Prefix bool                   `protobuf:"varint,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	Limit  int64                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	// start_key, with prefix: begin at this key instead of the prefix.
-	StartKey      string `protobuf:"bytes,4,opt,name=start_key,json=startKey,proto3" json:"start_key,omitempty"`
+	StartKey string `protobuf:"bytes,4,opt,name=start_key,json=startKey,proto3" json:"start_key,omitempty"`
+	// range_end, if set (and not prefix), reads [key, range_end) instead;
+	// the single byte 0 means every key from key on. With any of the
+	// fields below the range follows etcd's Range (fsm.RangeQuery).
+	RangeEnd []byte `protobuf:"bytes,5,opt,name=range_end,json=rangeEnd,proto3" json:"range_end,omitempty"`
+	// sort_order and sort_target carry the numbers of etcd's RangeRequest
+	// enums.
+	SortOrder         uint32 `protobuf:"varint,6,opt,name=sort_order,json=sortOrder,proto3" json:"sort_order,omitempty"`
+	SortTarget        uint32 `protobuf:"varint,7,opt,name=sort_target,json=sortTarget,proto3" json:"sort_target,omitempty"`
+	KeysOnly          bool   `protobuf:"varint,8,opt,name=keys_only,json=keysOnly,proto3" json:"keys_only,omitempty"`
+	CountOnly         bool   `protobuf:"varint,9,opt,name=count_only,json=countOnly,proto3" json:"count_only,omitempty"`
+	MinModRevision    uint64 `protobuf:"varint,10,opt,name=min_mod_revision,json=minModRevision,proto3" json:"min_mod_revision,omitempty"`
+	MaxModRevision    uint64 `protobuf:"varint,11,opt,name=max_mod_revision,json=maxModRevision,proto3" json:"max_mod_revision,omitempty"`
+	MinCreateRevision uint64 `protobuf:"varint,12,opt,name=min_create_revision,json=minCreateRevision,proto3" json:"min_create_revision,omitempty"`
+	MaxCreateRevision uint64 `protobuf:"varint,13,opt,name=max_create_revision,json=maxCreateRevision,proto3" json:"max_create_revision,omitempty"`
+	// count: also count every key of the range, the limit and the revision
+	// filters aside (etcd's count).
+	Count bool `protobuf:"varint,14,opt,name=count,proto3" json:"count,omitempty"`
+	// revision: read at this revision (0: the current one). Only the
+	// revision before the transaction can be read; a later one is refused
+	// with fsm.ErrFutureRevision, an earlier one with fsm.ErrCompactedRevision.
+	Revision      uint64 `protobuf:"varint,15,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3361,15 +3441,99 @@ func (x *KVRange) GetStartKey() string {
 	return ""
 }
 
+func (x *KVRange) GetRangeEnd() []byte {
+	if x != nil {
+		return x.RangeEnd
+	}
+	return nil
+}
+
+func (x *KVRange) GetSortOrder() uint32 {
+	if x != nil {
+		return x.SortOrder
+	}
+	return 0
+}
+
+func (x *KVRange) GetSortTarget() uint32 {
+	if x != nil {
+		return x.SortTarget
+	}
+	return 0
+}
+
+func (x *KVRange) GetKeysOnly() bool {
+	if x != nil {
+		return x.KeysOnly
+	}
+	return false
+}
+
+func (x *KVRange) GetCountOnly() bool {
+	if x != nil {
+		return x.CountOnly
+	}
+	return false
+}
+
+func (x *KVRange) GetMinModRevision() uint64 {
+	if x != nil {
+		return x.MinModRevision
+	}
+	return 0
+}
+
+func (x *KVRange) GetMaxModRevision() uint64 {
+	if x != nil {
+		return x.MaxModRevision
+	}
+	return 0
+}
+
+func (x *KVRange) GetMinCreateRevision() uint64 {
+	if x != nil {
+		return x.MinCreateRevision
+	}
+	return 0
+}
+
+func (x *KVRange) GetMaxCreateRevision() uint64 {
+	if x != nil {
+		return x.MaxCreateRevision
+	}
+	return 0
+}
+
+func (x *KVRange) GetCount() bool {
+	if x != nil {
+		return x.Count
+	}
+	return false
+}
+
+func (x *KVRange) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 // KVCompare is one condition of a transaction. target and result carry
 // the numbers of the API's KVCompare enums.
 type KVCompare struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Target        uint32                 `protobuf:"varint,2,opt,name=target,proto3" json:"target,omitempty"`
-	Result        uint32                 `protobuf:"varint,3,opt,name=result,proto3" json:"result,omitempty"`
-	Value         []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
-	Number        uint64                 `protobuf:"varint,5,opt,name=number,proto3" json:"number,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Key    string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Target uint32                 `protobuf:"varint,2,opt,name=target,proto3" json:"target,omitempty"`
+	Result uint32                 `protobuf:"varint,3,opt,name=result,proto3" json:"result,omitempty"`
+	Value  []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	Number uint64                 `protobuf:"varint,5,opt,name=number,proto3" json:"number,omitempty"`
+	// range_end, if set, compares every key in [key, range_end) (the byte 0:
+	// every key from key on); all must hold, and an empty range compares
+	// as one absent key.
+	RangeEnd []byte `protobuf:"bytes,6,opt,name=range_end,json=rangeEnd,proto3" json:"range_end,omitempty"`
+	// signed: number holds an int64 (etcd's numbers, which may be
+	// negative); the key's numbers are compared as int64 too.
+	Signed        bool `protobuf:"varint,7,opt,name=signed,proto3" json:"signed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3437,6 +3601,20 @@ func (x *KVCompare) GetNumber() uint64 {
 		return x.Number
 	}
 	return 0
+}
+
+func (x *KVCompare) GetRangeEnd() []byte {
+	if x != nil {
+		return x.RangeEnd
+	}
+	return nil
+}
+
+func (x *KVCompare) GetSigned() bool {
+	if x != nil {
+		return x.Signed
+	}
+	return false
 }
 
 type KVOp struct {
@@ -4521,13 +4699,15 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\tSetLimits\x12-\n" +
 	"\x06limits\x18\x01 \x01(\v2\x15.tenure.fsm.v1.LimitsR\x06limits\";\n" +
 	"\x05Batch\x122\n" +
-	"\bcommands\x18\x01 \x03(\v2\x16.tenure.fsm.v1.CommandR\bcommands\"y\n" +
+	"\bcommands\x18\x01 \x03(\v2\x16.tenure.fsm.v1.CommandR\bcommands\"\x98\x01\n" +
 	"\rCreateSession\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x1f\n" +
 	"\vsecret_hash\x18\x03 \x01(\fR\n" +
 	"secretHash\x12\x1a\n" +
-	"\bidentity\x18\x04 \x01(\tR\bidentity\"(\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\x12\x1d\n" +
+	"\n" +
+	"etcd_lease\x18\x05 \x01(\bR\tetcdLease\"(\n" +
 	"\fCloseSession\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\")\n" +
 	"\rExpireSession\x12\x18\n" +
@@ -4592,14 +4772,16 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\"\\\n" +
 	"\tRetention\x12!\n" +
 	"\flock_history\x18\x01 \x01(\rR\vlockHistory\x12,\n" +
-	"\x12register_op_memory\x18\x02 \x01(\rR\x10registerOpMemory\"\x88\x01\n" +
+	"\x12register_op_memory\x18\x02 \x01(\rR\x10registerOpMemory\"\xa7\x01\n" +
 	"\fSessionState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12\x1f\n" +
 	"\vsecret_hash\x18\x04 \x01(\fR\n" +
 	"secretHash\x12\x1a\n" +
-	"\bidentity\x18\x05 \x01(\tR\bidentity\"\xcf\x01\n" +
+	"\bidentity\x18\x05 \x01(\tR\bidentity\x12\x1d\n" +
+	"\n" +
+	"etcd_lease\x18\x06 \x01(\bR\tetcdLease\"\xcf\x01\n" +
 	"\n" +
 	"GrantState\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x14\n" +
@@ -4644,25 +4826,46 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
 	"\fmod_revision\x18\x04 \x01(\x04R\vmodRevision\x12)\n" +
-	"\x03ops\x18\x05 \x03(\v2\x17.tenure.fsm.v1.OpRecordR\x03ops\"I\n" +
+	"\x03ops\x18\x05 \x03(\v2\x17.tenure.fsm.v1.OpRecordR\x03ops\"\xa5\x01\n" +
 	"\x05KVPut\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x18\n" +
-	"\asession\x18\x03 \x01(\x04R\asession\"4\n" +
+	"\asession\x18\x03 \x01(\x04R\asession\x12\x14\n" +
+	"\x05lease\x18\x04 \x01(\x04R\x05lease\x12!\n" +
+	"\fignore_value\x18\x05 \x01(\bR\vignoreValue\x12!\n" +
+	"\fignore_lease\x18\x06 \x01(\bR\vignoreLease\"Q\n" +
 	"\bKVDelete\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
-	"\x06prefix\x18\x02 \x01(\bR\x06prefix\"f\n" +
+	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12\x1b\n" +
+	"\trange_end\x18\x03 \x01(\fR\brangeEnd\"\xe5\x03\n" +
 	"\aKVRange\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x1b\n" +
-	"\tstart_key\x18\x04 \x01(\tR\bstartKey\"{\n" +
+	"\tstart_key\x18\x04 \x01(\tR\bstartKey\x12\x1b\n" +
+	"\trange_end\x18\x05 \x01(\fR\brangeEnd\x12\x1d\n" +
+	"\n" +
+	"sort_order\x18\x06 \x01(\rR\tsortOrder\x12\x1f\n" +
+	"\vsort_target\x18\a \x01(\rR\n" +
+	"sortTarget\x12\x1b\n" +
+	"\tkeys_only\x18\b \x01(\bR\bkeysOnly\x12\x1d\n" +
+	"\n" +
+	"count_only\x18\t \x01(\bR\tcountOnly\x12(\n" +
+	"\x10min_mod_revision\x18\n" +
+	" \x01(\x04R\x0eminModRevision\x12(\n" +
+	"\x10max_mod_revision\x18\v \x01(\x04R\x0emaxModRevision\x12.\n" +
+	"\x13min_create_revision\x18\f \x01(\x04R\x11minCreateRevision\x12.\n" +
+	"\x13max_create_revision\x18\r \x01(\x04R\x11maxCreateRevision\x12\x14\n" +
+	"\x05count\x18\x0e \x01(\bR\x05count\x12\x1a\n" +
+	"\brevision\x18\x0f \x01(\x04R\brevision\"\xb0\x01\n" +
 	"\tKVCompare\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\rR\x06target\x12\x16\n" +
 	"\x06result\x18\x03 \x01(\rR\x06result\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12\x16\n" +
-	"\x06number\x18\x05 \x01(\x04R\x06number\"\x99\x01\n" +
+	"\x06number\x18\x05 \x01(\x04R\x06number\x12\x1b\n" +
+	"\trange_end\x18\x06 \x01(\fR\brangeEnd\x12\x16\n" +
+	"\x06signed\x18\a \x01(\bR\x06signed\"\x99\x01\n" +
 	"\x04KVOp\x12(\n" +
 	"\x03put\x18\x01 \x01(\v2\x14.tenure.fsm.v1.KVPutH\x00R\x03put\x121\n" +
 	"\x06delete\x18\x02 \x01(\v2\x17.tenure.fsm.v1.KVDeleteH\x00R\x06delete\x12.\n" +
