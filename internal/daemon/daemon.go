@@ -176,15 +176,18 @@ func (d *Daemon) listenEtcd(cfg Config, srv *server.Server) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s (--etcd-listen): %w", cfg.EtcdListen, err)
 	}
-	opts := etcdapi.GRPCOptions()
 	scheme := "http://"
 	if cfg.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 		scheme = "https://"
 	}
 	advertise := cmp.Or(cfg.EtcdAdvertise, lis.Addr().String())
+	api := etcdapi.New(d.Node, srv, etcdapi.Config{ClientURL: scheme + advertise})
+	opts := api.GRPCOptions()
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
 	gs := grpc.NewServer(opts...)
-	etcdapi.New(d.Node, srv, etcdapi.Config{ClientURL: scheme + advertise}).Register(gs)
+	api.Register(gs)
 	d.etcdLis, d.etcdGS = lis, gs
 	return nil
 }

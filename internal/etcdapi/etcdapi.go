@@ -33,8 +33,10 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/node"
@@ -84,13 +86,37 @@ func New(n *node.Node, srv *server.Server, cfg Config) *Server {
 }
 
 // GRPCOptions are the options of the gRPC server the API is registered
-// on: etcd's request size, and keepalive pings as often as etcdctl sends
-// them (every 2 s by default).
-func GRPCOptions() []grpc.ServerOption {
+// on: etcd's request size, keepalive pings as often as etcdctl sends them
+// (every 2 s by default), and etcd's check of a request that requires a
+// leader (clientv3.WithRequireLeader): on a node that knows no leader it
+// is refused with "no leader".
+func (s *Server) GRPCOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxRequestBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			if err := s.requireLeader(ctx); err != nil {
+				return nil, err
+			}
+			return handler(ctx, req)
+		}),
+		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			if err := s.requireLeader(ss.Context()); err != nil {
+				return err
+			}
+			return handler(srv, ss)
+		}),
 	}
+}
+
+// requireLeader refuses a request that requires a leader when this node
+// knows none (a stream is checked when it opens).
+func (s *Server) requireLeader(ctx context.Context) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if ks := md[rpctypes.MetadataRequireLeaderKey]; len(ks) > 0 && ks[0] == rpctypes.MetadataHasLeader && s.node.Leader() == "" {
+		return rpctypes.ErrGRPCNoLeader
+	}
+	return nil
 }
 
 // Register registers the API's services on gs.
