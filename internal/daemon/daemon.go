@@ -112,9 +112,11 @@ type Daemon struct {
 	// httpLis and httpSrv: the HTTP listener, if any (http.go).
 	httpLis net.Listener
 	httpSrv *http.Server
-	// etcdLis and etcdGS: the etcd API's listener and server, if any.
+	// etcdLis, etcdGS and etcd: the etcd API's listener, gRPC server and
+	// service, if any.
 	etcdLis net.Listener
 	etcdGS  *grpc.Server
+	etcd    *etcdapi.Server
 }
 
 // Start opens the node and the listener. The daemon serves after Run is
@@ -125,6 +127,9 @@ func Start(cfg Config) (*Daemon, error) {
 	}
 	if cfg.EtcdListen != "" && cfg.Auth {
 		return nil, errors.New("--etcd-listen cannot be combined with --auth: etcd's authentication is not mapped onto Tenure's ACLs yet, and the etcd API would bypass them")
+	}
+	if cfg.EtcdListen != "" && cfg.TLS != nil && cfg.PeerListen != "" {
+		return nil, errors.New("--etcd-listen with --tls-cert is supported on a standalone node only: a follower cannot forward etcd requests to the leader over TLS yet")
 	}
 	hub := server.NewHub()
 	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, Logger: cfg.Logger, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, PeerAdvertise: cfg.PeerAdvertise, PeerTLS: cfg.PeerTLS, BootstrapPeers: cfg.BootstrapPeers, Join: cfg.Join, UnsafeSkipFenceCheck: cfg.UnsafeSkipFenceCheck, PeerRoutes: cfg.PeerRoutes, LockHistory: cfg.LockHistory, RegisterOpMemory: cfg.RegisterOpMemory, Limits: cfg.ClusterLimits, GroupCommitWait: cfg.GroupCommitWait, Observer: hub.Metrics()}, hub.Sink)
@@ -188,7 +193,7 @@ func (d *Daemon) listenEtcd(cfg Config, srv *server.Server) error {
 	}
 	gs := grpc.NewServer(opts...)
 	api.Register(gs)
-	d.etcdLis, d.etcdGS = lis, gs
+	d.etcdLis, d.etcdGS, d.etcd = lis, gs, api
 	return nil
 }
 
@@ -219,8 +224,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); errc <- d.serveHTTP(nctx) }()
 	}
 	if d.etcdGS != nil {
-		wg.Add(1)
+		wg.Add(2)
 		go func() { defer wg.Done(); errc <- d.etcdGS.Serve(d.etcdLis) }()
+		go func() { defer wg.Done(); _ = d.etcd.Run(nctx) }()
 	}
 	var err error
 	select {

@@ -2,9 +2,12 @@ package etcdapi
 
 import (
 	"context"
+	"strings"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/version"
+
+	"github.com/tenure-io/tenure/internal/fsm"
 )
 
 // clusterServer is etcd's Cluster service: the members are the raft
@@ -25,7 +28,10 @@ func (s *Server) members() ([]*pb.Member, error) {
 	urls := s.clientURLs()
 	out := make([]*pb.Member, 0, len(ms))
 	for _, m := range ms {
-		pm := &pb.Member{ID: MemberID(m.ID), Name: m.ID, PeerURLs: []string{"tcp://" + m.PeerAddr}, IsLearner: !m.Voter}
+		pm := &pb.Member{ID: MemberID(m.ID), Name: m.ID, IsLearner: !m.Voter}
+		if strings.Contains(m.PeerAddr, ":") { // a standalone node has no peer address
+			pm.PeerURLs = []string{"tcp://" + m.PeerAddr}
+		}
 		if u := urls[m.ID]; u != "" {
 			pm.ClientURLs = []string{u}
 		}
@@ -34,9 +40,13 @@ func (s *Server) members() ([]*pb.Member, error) {
 	return out, nil
 }
 
-// clientURLs maps node ids to their etcd client URLs: this node's own.
+// clientURLs maps node ids to their etcd client URLs: those the members
+// published (forward.go), and this node's own.
 func (s *Server) clientURLs() map[string]string {
-	return map[string]string{s.node.ID(): s.cfg.ClientURL}
+	var urls map[string]string
+	s.node.Read(func(st *fsm.State) { urls = st.EtcdURLs() })
+	urls[s.node.ID()] = s.cfg.ClientURL
+	return urls
 }
 
 // MemberList implements etcd's Cluster.MemberList, from this node's view

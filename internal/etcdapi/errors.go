@@ -73,6 +73,8 @@ func command(op any) *fsmpb.Command {
 		return &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: o}}
 	case *fsmpb.CloseSession:
 		return &fsmpb.Command{Op: &fsmpb.Command_CloseSession{CloseSession: o}}
+	case *fsmpb.SetEtcdURL:
+		return &fsmpb.Command{Op: &fsmpb.Command_SetEtcdUrl{SetEtcdUrl: o}}
 	}
 	panic(fmt.Sprintf("etcdapi: no command for %T", op))
 }

@@ -74,6 +74,7 @@ type Server struct {
 	log      *slog.Logger
 	limits   server.KVLimits
 	memberID uint64
+	conns    conns // to the leader, for forwarding (forward.go)
 }
 
 // New returns the etcd API of n, whose Tenure API is srv (the watch
@@ -127,6 +128,7 @@ func (s *Server) Register(gs *grpc.Server) {
 	pb.RegisterClusterServer(gs, &clusterServer{s: s})
 	pb.RegisterMaintenanceServer(gs, &maintenanceServer{s: s})
 	pb.RegisterAuthServer(gs, &pb.UnimplementedAuthServer{})
+	s.registerMembers(gs)
 }
 
 // MemberID is the etcd member id of the node with id nodeID: stable, as

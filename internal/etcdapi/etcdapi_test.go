@@ -12,10 +12,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	tpb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/internal/daemon"
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 	"github.com/tenure-io/tenure/internal/server"
 	"github.com/tenure-io/tenure/internal/testutil"
 )
@@ -677,5 +680,26 @@ func TestClusterAndMaintenance(t *testing.T) {
 	}
 	if _, err := e.maint.Defragment(ctx, &pb.DefragmentRequest{}); status.Code(err) != codes.Unimplemented {
 		t.Fatalf("defragment: %v", err)
+	}
+}
+
+// TestPublishNeedsMembership: the private service members publish their
+// etcd API addresses to refuses a client without the members' key, so
+// no client can redirect what followers forward.
+func TestPublishNeedsMembership(t *testing.T) {
+	e := start(t, daemon.Config{})
+	conn, err := grpc.NewClient(e.srv.EtcdAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := metadata.AppendToOutgoingContext(ctxT(t), "tenure-etcd-mac", "00")
+	err = conn.Invoke(ctx, "/tenure.etcdapi.v1.Members/Publish", &fsmpb.SetEtcdURL{Member: "n1", Url: "http://attacker:1"}, &emptypb.Empty{})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("publish without the members' key: %v", err)
+	}
+	ml, err := e.cluster.MemberList(ctxT(t), &pb.MemberListRequest{})
+	if err != nil || ml.Members[0].ClientURLs[0] != "http://"+e.srv.EtcdAddr() {
+		t.Fatalf("members after the attempt: %+v %v", ml, err)
 	}
 }

@@ -129,11 +129,11 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 		return nil, err
 	}
 	if !r.Serializable {
-		if conn, err := s.forward(ctx); err != nil || conn != nil {
+		if fw, err := s.forward(ctx); err != nil || fw != nil {
 			if err != nil {
 				return nil, err
 			}
-			resp, err := pb.NewKVClient(conn).Range(ctx, r)
+			resp, err := pb.NewKVClient(fw.conn).Range(fw.ctx, r)
 			return relay(s, resp, err)
 		}
 		if err := s.linearizable(ctx); err != nil {
@@ -161,11 +161,11 @@ func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 	if err := s.checkPut(r); err != nil {
 		return nil, err
 	}
-	if conn, err := s.forward(ctx); err != nil || conn != nil {
+	if fw, err := s.forward(ctx); err != nil || fw != nil {
 		if err != nil {
 			return nil, err
 		}
-		resp, err := pb.NewKVClient(conn).Put(ctx, r)
+		resp, err := pb.NewKVClient(fw.conn).Put(fw.ctx, r)
 		return relay(s, resp, err)
 	}
 	res, err := s.propose(ctx, putOp(r))
@@ -189,11 +189,11 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 	if err := s.checkDelete(r); err != nil {
 		return nil, err
 	}
-	if conn, err := s.forward(ctx); err != nil || conn != nil {
+	if fw, err := s.forward(ctx); err != nil || fw != nil {
 		if err != nil {
 			return nil, err
 		}
-		resp, err := pb.NewKVClient(conn).DeleteRange(ctx, r)
+		resp, err := pb.NewKVClient(fw.conn).DeleteRange(fw.ctx, r)
 		return relay(s, resp, err)
 	}
 	res, err := s.propose(ctx, &fsmpb.KVDelete{Key: string(r.Key), RangeEnd: r.RangeEnd})

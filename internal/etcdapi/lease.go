@@ -45,11 +45,11 @@ func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 	if r.ID != 0 {
 		return nil, status.Error(codes.InvalidArgument, "etcdserver: Tenure assigns lease IDs; grant a lease with ID 0 (see docs/etcd.md)")
 	}
-	if conn, err := s.forward(ctx); err != nil || conn != nil {
+	if fw, err := s.forward(ctx); err != nil || fw != nil {
 		if err != nil {
 			return nil, err
 		}
-		resp, err := pb.NewLeaseClient(conn).LeaseGrant(ctx, r)
+		resp, err := pb.NewLeaseClient(fw.conn).LeaseGrant(fw.ctx, r)
 		return relay(s, resp, err)
 	}
 	ttl := max(r.TTL, MinLeaseTTL)
@@ -68,11 +68,11 @@ func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 // keys are deleted, at one revision.
 func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
 	s := l.s
-	if conn, err := s.forward(ctx); err != nil || conn != nil {
+	if fw, err := s.forward(ctx); err != nil || fw != nil {
 		if err != nil {
 			return nil, err
 		}
-		resp, err := pb.NewLeaseClient(conn).LeaseRevoke(ctx, r)
+		resp, err := pb.NewLeaseClient(fw.conn).LeaseRevoke(fw.ctx, r)
 		return relay(s, resp, err)
 	}
 	if err := s.checkLease(r.ID); err != nil {
@@ -107,11 +107,11 @@ func (s *Server) renew(ctx context.Context, id int64) (int64, error) {
 func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 	s := l.s
 	ctx := stream.Context()
-	if conn, err := s.forward(ctx); err != nil || conn != nil {
+	if fw, err := s.forward(ctx); err != nil || fw != nil {
 		if err != nil {
 			return err
 		}
-		return s.relayKeepAlive(stream, conn)
+		return s.relayKeepAlive(stream, fw)
 	}
 	for {
 		req, err := stream.Recv()
@@ -138,11 +138,11 @@ func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 // that does not exist. Only the leader times leases.
 func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
 	s := l.s
-	if conn, err := s.forward(ctx); err != nil || conn != nil {
+	if fw, err := s.forward(ctx); err != nil || fw != nil {
 		if err != nil {
 			return nil, err
 		}
-		resp, err := pb.NewLeaseClient(conn).LeaseTimeToLive(ctx, r)
+		resp, err := pb.NewLeaseClient(fw.conn).LeaseTimeToLive(fw.ctx, r)
 		return relay(s, resp, err)
 	}
 	if err := s.linearizable(ctx); err != nil {

@@ -207,11 +207,11 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	}
 	reads, serializable := readOnly(r)
 	if !serializable {
-		if conn, err := s.forward(ctx); err != nil || conn != nil {
+		if fw, err := s.forward(ctx); err != nil || fw != nil {
 			if err != nil {
 				return nil, err
 			}
-			resp, err := pb.NewKVClient(conn).Txn(ctx, r)
+			resp, err := pb.NewKVClient(fw.conn).Txn(fw.ctx, r)
 			return relay(s, resp, err)
 		}
 	}

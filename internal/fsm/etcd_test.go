@@ -180,3 +180,30 @@ func TestRangeQueryInTxn(t *testing.T) {
 func cmdCreateSessionSecret(owner string, ttlMs int64, secret []byte) *fsmpb.Command {
 	return &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: &fsmpb.CreateSession{Owner: owner, TtlMs: ttlMs, SecretHash: fsm.HashSecret(secret)}}}
 }
+
+// TestEtcdURLs: the members' etcd API addresses are replicated state,
+// bounded, kept by snapshots, and a repeated address takes no revision.
+func TestEtcdURLs(t *testing.T) {
+	st := fsm.NewState()
+	set := func(member, url string) *fsmpb.Command {
+		return &fsmpb.Command{Op: &fsmpb.Command_SetEtcdUrl{SetEtcdUrl: &fsmpb.SetEtcdURL{Member: member, Url: url}}}
+	}
+	r := applied(t, st, set("n1", "http://127.0.0.1:2379"))
+	if again := applied(t, st, set("n1", "http://127.0.0.1:2379")); again.Revision != r.Revision {
+		t.Fatal("an unchanged address took a revision")
+	}
+	back, err := fsm.Import(st.Export())
+	if err != nil || back.EtcdURL("n1") != "http://127.0.0.1:2379" {
+		t.Fatalf("after a snapshot: %q %v", back.EtcdURL("n1"), err)
+	}
+	applied(t, st, set("n1", ""))
+	if st.EtcdURL("n1") != "" {
+		t.Fatal("the address was not removed")
+	}
+	for i := range fsm.MaxEtcdURLs {
+		applied(t, st, set(fmt.Sprint("m", i), "http://x"))
+	}
+	if r, _ := apply(t, st, set("one-more", "http://x")); !errors.Is(r.Err, fsm.ErrLimit) {
+		t.Fatalf("past the bound: %v", r.Err)
+	}
+}

@@ -60,6 +60,7 @@ func (s *State) exportCore() *fsmpb.Snapshot {
 	})
 	snap.RegisterFloor = s.deleted.floor
 	snap.Security = exportSecurity(s.sec)
+	snap.EtcdUrls = exportEtcdURLs(s.etcdURLs)
 	return snap
 }
 
@@ -88,6 +89,7 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 		return nil, err
 	}
 	s.sec = sec
+	s.etcdURLs = importEtcdURLs(snap.GetEtcdUrls())
 	for _, ss := range snap.GetSessions() {
 		s.addSession(&session{id: ss.GetId(), owner: ss.GetOwner(), ttlMs: ss.GetTtlMs(), secretHash: ss.GetSecretHash(), identity: ss.GetIdentity(), etcdLease: ss.GetEtcdLease(),
 			held: make(map[string]struct{}), waits: make(map[string]*waiter)})

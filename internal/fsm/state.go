@@ -175,7 +175,8 @@ type State struct {
 	// three are derived from the rest and not exported (stats.go).
 	heldLocks, delayedLocks int
 	counters                Counters
-	sec                     *Security // ACLs and signing keys, replaced on change (acl.go)
+	sec                     *Security         // ACLs and signing keys, replaced on change (acl.go)
+	etcdURLs                map[string]string // member -> its etcd API address (etcdurls.go)
 }
 
 // NewState returns an empty state at revision 0.
@@ -261,6 +262,8 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 		r = s.aclBindingDelete(op.AclBindingDelete)
 	case *fsmpb.Command_AddSigningKey:
 		r = s.addSigningKey(op.AddSigningKey)
+	case *fsmpb.Command_SetEtcdUrl:
+		r = s.setEtcdURL(op.SetEtcdUrl)
 	case *fsmpb.Command_Batch:
 		r.Batch = make([]Result, len(op.Batch.GetCommands()))
 		for i, c := range op.Batch.GetCommands() {
