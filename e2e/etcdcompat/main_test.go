@@ -15,8 +15,9 @@ import (
 	"time"
 )
 
-// bin holds the binaries TestMain builds: tenure from the main module and
-// etcdctl from this module's pinned etcd.
+// bin holds the binaries TestMain builds: tenure from the main module,
+// etcdctl from this module's pinned etcd, and etcd's server from
+// bench/etcd (the same pinned version).
 var bin string
 
 func TestMain(m *testing.M) {
@@ -33,9 +34,11 @@ func buildAndRun(m *testing.M) int {
 	for _, b := range []struct{ dir, pkg, out string }{
 		{"../..", "./cmd/tenure", "tenure"},
 		{".", "go.etcd.io/etcd/etcdctl/v3", "etcdctl"},
+		{"../../bench/etcd", "./cmd/etcd-server", "etcd-server"}, // the differential test's etcd
 	} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
 		cmd.Dir, cmd.Stdout, cmd.Stderr = b.dir, os.Stderr, os.Stderr
+		cmd.Env = append(os.Environ(), "GOWORK=off")
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintf(os.Stderr, "building %s: %v\n", b.pkg, err)
 			return 1

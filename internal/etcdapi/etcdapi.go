@@ -167,11 +167,15 @@ func (s *Server) revision() uint64 {
 	return rev
 }
 
-// propose commits cmd; a refusal of the state machine is the error.
+// propose commits cmd; a refusal of the state machine is the error. When
+// the client gave up (ctx ended) it is answered as etcd answers it: with
+// the context's error.
 func (s *Server) propose(ctx context.Context, cmd any) (fsm.Result, error) {
 	res, err := s.node.Propose(ctx, command(cmd))
 	if err == nil {
 		err = res.Err
+	} else if cerr := ctx.Err(); cerr != nil {
+		err = cerr
 	}
 	return res, err
 }
