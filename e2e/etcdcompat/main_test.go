@@ -76,7 +76,7 @@ func startProc(t *testing.T, stdin string, name string, args ...string) *proc {
 	if stdin != "" {
 		p.cmd.Stdin = strings.NewReader(stdin)
 	}
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p.cmd.SysProcAttr = procAttr()
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
