@@ -6,6 +6,8 @@
 #   ROUNDS=5 DURATION=8s bench/run.sh # five alternating rounds, median ratios
 #   CLIENTS=16 DURATION=5s bench/run.sh
 #   SKIP_TENURE=1 bench/run.sh        # etcd half only
+#   ETCD_API=1 ROUNDS=5 bench/run.sh  # Tenure through its etcd API, measured
+#                                     # with the same etcd-bench as etcd
 #
 # Environment:
 #   CLIENTS        concurrent lock clients per run            (default 64)
@@ -19,6 +21,10 @@
 #   TENURE_LISTEN  address for `tenure serve`                 (default 127.0.0.1:17070)
 #   TENURE_SERVE_FLAGS extra flags for `tenure serve` (e.g. "--log-store bolt")
 #   SKIP_TENURE=1  do not build, start or bench tenure
+#   ETCD_API=1     serve Tenure's etcd API too (--etcd-listen) and measure
+#                  Tenure through it with etcd-bench (etcd's own
+#                  concurrency.Mutex), instead of with tenure bench: the
+#                  same client program against both servers
 #   KEEP_TMP=1     keep the temp dir (binaries, data, logs, raw JSON)
 #
 # Everything it builds, every data dir and every log lives in one temp dir
@@ -36,6 +42,7 @@ if ! [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]]; then
 fi
 TENURE_LISTEN=${TENURE_LISTEN:-127.0.0.1:17070}
 SKIP_TENURE=${SKIP_TENURE:-0}
+ETCD_API=${ETCD_API:-0}
 KEEP_TMP=${KEEP_TMP:-0}
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -124,8 +131,13 @@ if [[ "$SKIP_TENURE" != 1 ]]; then
 		log "error: $TENURE_LISTEN is already in use"
 		exit 1
 	fi
-	log "starting tenure serve on $TENURE_LISTEN"
-	"$TMP/tenure" serve --http-listen 127.0.0.1:0 --data-dir "$TMP/tenure-data" --listen "$TENURE_LISTEN" ${TENURE_SERVE_FLAGS:-} >"$TMP/tenure.log" 2>&1 &
+	etcd_api_flags=()
+	if [[ "$ETCD_API" == 1 ]]; then
+		TENURE_ETCD="127.0.0.1:$(free_port)"
+		etcd_api_flags=(--etcd-listen "$TENURE_ETCD")
+	fi
+	log "starting tenure serve on $TENURE_LISTEN ${etcd_api_flags[*]}"
+	"$TMP/tenure" serve --http-listen 127.0.0.1:0 --data-dir "$TMP/tenure-data" --listen "$TENURE_LISTEN" "${etcd_api_flags[@]}" ${TENURE_SERVE_FLAGS:-} >"$TMP/tenure.log" 2>&1 &
 	PIDS+=($!)
 	tpid=$!
 	ready=0
@@ -197,7 +209,11 @@ fi
 # $TMP/<system>-<mode>.r<round>.json.
 run_tenure() {
 	log "round $2 tenure: mode=$1 clients=$CLIENTS duration=$DURATION"
-	"$TMP/tenure" bench --endpoint "$TENURE_LISTEN" --mode "$1" --clients "$CLIENTS" \
+	local bench=("$TMP/tenure" bench --endpoint "$TENURE_LISTEN")
+	if [[ "$ETCD_API" == 1 ]]; then
+		bench=("$TMP/etcd-bench" --endpoints "$TENURE_ETCD")
+	fi
+	"${bench[@]}" --mode "$1" --clients "$CLIENTS" \
 		--duration "$DURATION" -o json >"$TMP/tenure-$1.out" 2>"$TMP/tenure-$1.err" || {
 		log "tenure bench failed:"
 		cat "$TMP/tenure-$1.err" >&2
@@ -253,7 +269,11 @@ ratio() { # ratio A B  -> A/B
 echo
 echo "## Lock benchmark: Tenure vs etcd ($CLIENTS clients, $DURATION per run, single node, loopback, fsync on)"
 echo
-echo "Machine: $(nproc 2>/dev/null || echo '?') cores, $(uname -sr). etcd $("$TMP/etcd-server" --version 2>/dev/null | sed -n 's/^etcd Version: //p'), client: concurrency.Mutex."
+if [[ "$ETCD_API" == 1 ]]; then
+	echo "Machine: $(nproc 2>/dev/null || echo '?') cores, $(uname -sr). etcd $("$TMP/etcd-server" --version 2>/dev/null | sed -n 's/^etcd Version: //p'). Client of both: etcd-bench (concurrency.Mutex); Tenure through its etcd API."
+else
+	echo "Machine: $(nproc 2>/dev/null || echo '?') cores, $(uname -sr). etcd $("$TMP/etcd-server" --version 2>/dev/null | sed -n 's/^etcd Version: //p'), client: concurrency.Mutex."
+fi
 echo
 echo "| mode | metric | tenure | etcd | tenure/etcd |"
 echo "| --- | --- | ---: | ---: | ---: |"

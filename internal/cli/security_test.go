@@ -94,6 +94,24 @@ func TestProtectedMode(t *testing.T) {
 			t.Errorf("%s: %v, want a refusal saying %q and naming --insecure", c.name, err, c.refused)
 		}
 	}
+	// The etcd API has no authentication: outside loopback it needs
+	// client certificates.
+	for _, c := range []struct {
+		name, etcd string
+		sec        serveSecurity
+		refused    bool
+	}{
+		{"etcd API on loopback", "127.0.0.1:2379", serveSecurity{}, false},
+		{"etcd API on the network", "0.0.0.0:2379", serveSecurity{}, true},
+		{"etcd API on the network with TLS only", "0.0.0.0:2379", serveSecurity{tls: withTLSAuth.tls}, true},
+		{"etcd API on the network, insecure", "0.0.0.0:2379", serveSecurity{insecure: true}, false},
+	} {
+		cfg := daemon.Config{Listen: "127.0.0.1:7070", EtcdListen: c.etcd}
+		_, err := c.sec.configure(&cfg, nil)
+		if (err != nil) != c.refused || (err != nil && !strings.Contains(err.Error(), "--insecure")) {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
 	// The command line: one line, exit 1, before anything starts.
 	res := run(t, "127.0.0.1:1", "serve", "--listen", "0.0.0.0:0", "--data-dir", filepath.Join(t.TempDir(), "d"))
 	if res.code != ExitError || strings.Count(res.stderr, "\n") != 1 || !strings.Contains(res.stderr, "refusing to serve") {

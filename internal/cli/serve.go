@@ -27,6 +27,8 @@ type serveOutput struct {
 	DataDir string `json:"data_dir"`
 	// HTTP is the metrics, health and dashboard address ("" none).
 	HTTP string `json:"http"`
+	// Etcd is the etcd API's address (--etcd-listen; "" none).
+	Etcd string `json:"etcd"`
 }
 
 // maxGroupCommitWait bounds --group-commit-wait: past a few milliseconds
@@ -47,7 +49,8 @@ func (a *app) serveCommand() *cobra.Command {
 		Long: `Run a single-node Tenure server with its state in --data-dir.
 
 Prints one line on stdout once it serves (with -o json: {"serving","node",
-"data_dir","http"}, http being the --http-listen address, "" for none; the
+"data_dir","http","etcd"}, http being the --http-listen address and etcd
+the --etcd-listen address, "" for none; the
 log's "serving" record names it too); the log (leadership changes, session expiries,
 lock-delays, membership changes, restores, storage errors; refusals for
 limits or rights at warn; raft's own warnings and errors) goes to stderr,
@@ -126,10 +129,14 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 				}
 				return err
 			}
-			out := serveOutput{Serving: d.Addr(), Node: cfg.NodeID, DataDir: cfg.DataDir, HTTP: d.HTTPAddr()}
-			logger.Info("serving", "listen", out.Serving, "http", out.HTTP, "node", out.Node, "data_dir", out.DataDir)
+			out := serveOutput{Serving: d.Addr(), Node: cfg.NodeID, DataDir: cfg.DataDir, HTTP: d.HTTPAddr(), Etcd: d.EtcdAddr()}
+			logger.Info("serving", "listen", out.Serving, "http", out.HTTP, "etcd", out.Etcd, "node", out.Node, "data_dir", out.DataDir)
 			if err := a.emit(out, func(w io.Writer) {
-				fmt.Fprintf(w, "tenure: serving on %s (node %s, data %s)\n", out.Serving, out.Node, out.DataDir)
+				fmt.Fprintf(w, "tenure: serving on %s (node %s, data %s)", out.Serving, out.Node, out.DataDir)
+				if out.Etcd != "" {
+					fmt.Fprintf(w, "; etcd API on %s", out.Etcd)
+				}
+				fmt.Fprintln(w)
 			}); err != nil {
 				stop()
 				<-done
@@ -145,6 +152,8 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 	f.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this node's id")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "least level logged: debug, info, warn or error (debug also shows raft's own info)")
+	f.StringVar(&cfg.EtcdListen, "etcd-listen", "", "also serve etcd's v3 API on this address (docs/etcd.md; empty: off)")
+	f.StringVar(&cfg.EtcdAdvertise, "etcd-advertise", "", "address etcd clients and the other members reach this node's etcd API at, if not --etcd-listen's")
 	f.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "metrics, health and dashboard address (port 0 picks a free port; empty: none)")
 	f.BoolVar(&cfg.Pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http-listen")
 	f.IntVar(&cfg.MetricsQueues, "metrics-queues", cfg.MetricsQueues, "queues (the first by name) with metrics of their own; the others are summed")

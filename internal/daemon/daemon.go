@@ -20,6 +20,7 @@ import (
 
 	"github.com/tenure-io/tenure/internal/clock"
 	"github.com/tenure-io/tenure/internal/dashboard"
+	"github.com/tenure-io/tenure/internal/etcdapi"
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/metrics"
 	"github.com/tenure-io/tenure/internal/node"
@@ -83,6 +84,13 @@ type Config struct {
 	// Auth enforces the ACLs (server.WithAuth); denials are logged to
 	// LogOutput.
 	Auth bool
+	// EtcdListen, if set, serves etcd's v3 API there too (internal/etcdapi),
+	// with TLS when the client API has it. It cannot be combined with
+	// Auth: etcd's authentication is not mapped onto the ACLs yet.
+	EtcdListen string
+	// EtcdAdvertise is the address etcd clients and the other members
+	// reach this node's etcd API at, if not EtcdListen's.
+	EtcdAdvertise string
 }
 
 // DefaultMetricsQueues is the default Config.MetricsQueues.
@@ -102,6 +110,11 @@ type Daemon struct {
 	// httpLis and httpSrv: the HTTP listener, if any (http.go).
 	httpLis net.Listener
 	httpSrv *http.Server
+	// etcdLis, etcdGS and etcd: the etcd API's listener, gRPC server and
+	// service, if any.
+	etcdLis net.Listener
+	etcdGS  *grpc.Server
+	etcd    *etcdapi.Server
 }
 
 // Start opens the node and the listener. The daemon serves after Run is
@@ -109,6 +122,12 @@ type Daemon struct {
 func Start(cfg Config) (*Daemon, error) {
 	if err := cfg.Limits.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.EtcdListen != "" && cfg.Auth {
+		return nil, errors.New("--etcd-listen cannot be combined with --auth: etcd's authentication is not mapped onto Tenure's ACLs yet, and the etcd API would bypass them")
+	}
+	if cfg.EtcdListen != "" && cfg.TLS != nil && cfg.PeerListen != "" {
+		return nil, errors.New("--etcd-listen with --tls-cert is supported on a standalone node only: a follower cannot forward etcd requests to the leader over TLS yet")
 	}
 	hub := server.NewHub()
 	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, Logger: cfg.Logger, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, PeerAdvertise: cfg.PeerAdvertise, PeerTLS: cfg.PeerTLS, BootstrapPeers: cfg.BootstrapPeers, Join: cfg.Join, Faults: cfg.Faults, LockHistory: cfg.LockHistory, RegisterOpMemory: cfg.RegisterOpMemory, Limits: cfg.ClusterLimits, GroupCommitWait: cfg.GroupCommitWait, Observer: hub.Metrics()}, hub.Sink)
@@ -134,14 +153,54 @@ func Start(cfg Config) (*Daemon, error) {
 	queues := max(cmp.Or(cfg.MetricsQueues, DefaultMetricsQueues), 0)
 	hub.Metrics().SetSource(func() metrics.Sample { return srv.Sample(queues) })
 	d := &Daemon{Node: n, Hub: hub, lis: lis, gs: gs}
-	if cfg.HTTPListen != "" {
-		if err := d.listenHTTP(cfg.HTTPListen, cfg.Pprof, dashboard.Handler(srv.Dashboard())); err != nil {
+	if cfg.EtcdListen != "" {
+		if err := d.listenEtcd(cfg, srv); err != nil {
 			lis.Close()
 			n.Close()
 			return nil, err
 		}
 	}
+	if cfg.HTTPListen != "" {
+		if err := d.listenHTTP(cfg.HTTPListen, cfg.Pprof, dashboard.Handler(srv.Dashboard())); err != nil {
+			lis.Close()
+			if d.etcdLis != nil {
+				d.etcdLis.Close()
+			}
+			n.Close()
+			return nil, err
+		}
+	}
 	return d, nil
+}
+
+// listenEtcd opens the etcd API's listener.
+func (d *Daemon) listenEtcd(cfg Config, srv *server.Server) error {
+	lis, err := net.Listen("tcp", cfg.EtcdListen)
+	if err != nil {
+		return fmt.Errorf("listen on %s (--etcd-listen): %w", cfg.EtcdListen, err)
+	}
+	scheme := "http://"
+	if cfg.TLS != nil {
+		scheme = "https://"
+	}
+	advertise := cmp.Or(cfg.EtcdAdvertise, lis.Addr().String())
+	api := etcdapi.New(d.Node, srv, etcdapi.Config{ClientURL: scheme + advertise})
+	opts := api.GRPCOptions()
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	gs := grpc.NewServer(opts...)
+	api.Register(gs)
+	d.etcdLis, d.etcdGS, d.etcd = lis, gs, api
+	return nil
+}
+
+// EtcdAddr is the etcd API's address ("" when it is off).
+func (d *Daemon) EtcdAddr() string {
+	if d.etcdLis == nil {
+		return ""
+	}
+	return d.etcdLis.Addr().String()
 }
 
 // Addr is the client API's address.
@@ -153,7 +212,7 @@ func (d *Daemon) Ready() <-chan struct{} { return d.Node.Ready() }
 // Run serves until ctx ends, then stops gracefully and closes the node.
 func (d *Daemon) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	nctx, cancel := context.WithCancel(ctx)
 	wg.Add(2)
 	go func() { defer wg.Done(); errc <- d.Node.Run(nctx) }()
@@ -162,6 +221,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); errc <- d.serveHTTP(nctx) }()
 	}
+	if d.etcdGS != nil {
+		wg.Add(2)
+		go func() { defer wg.Done(); errc <- d.etcdGS.Serve(d.etcdLis) }()
+		go func() { defer wg.Done(); _ = d.etcd.Run(nctx) }()
+	}
 	var err error
 	select {
 	case <-ctx.Done():
@@ -169,6 +233,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	cancel()
 	d.gs.Stop() // streams are long-lived: close them rather than wait for them
+	if d.etcdGS != nil {
+		d.etcdGS.Stop()
+	}
 	wg.Wait()
 	if cerr := d.Node.Close(); err == nil {
 		err = cerr

@@ -79,6 +79,10 @@ type KV struct {
 type KVResult struct {
 	// Deleted counts the keys a KVDelete removed.
 	Deleted int64
+	// Prev: of a KVPut the key before it (if it existed), of a KVDelete
+	// the keys it removed, in key order. They share their values with
+	// the state: read only.
+	Prev []KV
 	// Succeeded: the transaction's compares all held.
 	Succeeded bool
 	// Ops has one entry per op of the transaction's branch taken.
@@ -87,10 +91,23 @@ type KVResult struct {
 
 // KVOpResult is the result of one op inside a transaction.
 type KVOpResult struct {
-	Range   []KV // a range op: keys in key order
-	More    bool // a range op: cut short by its limit
+	Range   []KV  // a range op: its keys (see RangeQuery)
+	More    bool  // a range op: cut short by its limit
+	Count   int64 // a range op with count or count_only
 	Deleted int64
+	Prev    []KV // a put or a delete: as KVResult.Prev
 }
+
+// Errors of the key-value store's etcd options. Both are ErrInvalid too.
+var (
+	// ErrKeyNotFound: a put that keeps the key's value or lease found no
+	// key.
+	ErrKeyNotFound = fmt.Errorf("%w: key not found", ErrInvalid)
+	// ErrFutureRevision: a read at a revision the state has not reached.
+	ErrFutureRevision = fmt.Errorf("%w: required revision is a future revision", ErrInvalid)
+	// ErrCompactedRevision: a read at a revision older than the state.
+	ErrCompactedRevision = fmt.Errorf("%w: required revision has been compacted", ErrInvalid)
+)
 
 func kvLess(a, b KV) bool { return a.Key < b.Key }
 
@@ -142,8 +159,37 @@ func validateKVPut(p *fsmpb.KVPut) error {
 	if err := ValidateKVKey(p.GetKey(), false); err != nil {
 		return err
 	}
-	if len(p.GetValue()) > MaxKVValueLen {
+	switch {
+	case len(p.GetValue()) > MaxKVValueLen:
 		return fmt.Errorf("%w: value is %d bytes, the limit is %d", ErrInvalid, len(p.GetValue()), MaxKVValueLen)
+	case p.GetSession() != 0 && p.GetLease() != 0:
+		return fmt.Errorf("%w: a put binds a key to a session or to a lease, not both", ErrInvalid)
+	case p.GetIgnoreValue() && len(p.GetValue()) != 0:
+		return fmt.Errorf("%w: a value is given with ignore_value", ErrInvalid)
+	case p.GetIgnoreLease() && (p.GetSession() != 0 || p.GetLease() != 0):
+		return fmt.Errorf("%w: a lease is given with ignore_lease", ErrInvalid)
+	}
+	return nil
+}
+
+// checkPut refuses a put whose lease is not a live etcd lease, whose
+// session is not live, or that keeps the value or lease of a key that
+// does not exist; it changes nothing.
+func (s *State) checkPut(p *fsmpb.KVPut) error {
+	if p.GetSession() != 0 {
+		if _, ok := s.sessions[p.GetSession()]; !ok {
+			return ErrSessionNotFound
+		}
+	}
+	if p.GetLease() != 0 {
+		if err := s.CheckEtcdLease(p.GetLease()); err != nil {
+			return err
+		}
+	}
+	if p.GetIgnoreValue() || p.GetIgnoreLease() {
+		if _, ok := s.kv.tree.Get(KV{Key: p.GetKey()}); !ok {
+			return fmt.Errorf("%w: %q", ErrKeyNotFound, p.GetKey())
+		}
 	}
 	return nil
 }
@@ -158,12 +204,9 @@ func validateKVOps(ops []*fsmpb.KVOp) error {
 		case *fsmpb.KVOp_Put:
 			err = validateKVPut(o.Put)
 		case *fsmpb.KVOp_Delete:
-			err = ValidateKVKey(o.Delete.GetKey(), o.Delete.GetPrefix())
+			err = validateKVDelete(o.Delete)
 		case *fsmpb.KVOp_Range:
-			err = ValidateKVKey(o.Range.GetKey(), o.Range.GetPrefix())
-			if err == nil && len(o.Range.GetStartKey()) > MaxNameLen {
-				err = fmt.Errorf("%w: start key is %d bytes, the limit is %d", ErrInvalid, len(o.Range.GetStartKey()), MaxNameLen)
-			}
+			err = validateRangeOp(o.Range)
 		default:
 			err = fmt.Errorf("%w: empty transaction op", ErrInvalid)
 		}
@@ -174,11 +217,24 @@ func validateKVOps(ops []*fsmpb.KVOp) error {
 	return nil
 }
 
-func validateKVCompare(c *fsmpb.KVCompare) error {
-	if err := ValidateKVKey(c.GetKey(), false); err != nil {
+func validateKVDelete(d *fsmpb.KVDelete) error {
+	if err := ValidateKVKey(d.GetKey(), d.GetPrefix() || len(d.GetRangeEnd()) > 0); err != nil {
 		return err
 	}
-	if c.GetTarget() < CompareValue || c.GetTarget() > CompareModRevision {
+	if len(d.GetRangeEnd()) > MaxNameLen {
+		return fmt.Errorf("%w: range end is %d bytes, the limit is %d", ErrInvalid, len(d.GetRangeEnd()), MaxNameLen)
+	}
+	return nil
+}
+
+func validateKVCompare(c *fsmpb.KVCompare) error {
+	if err := ValidateKVKey(c.GetKey(), len(c.GetRangeEnd()) > 0); err != nil {
+		return err
+	}
+	if len(c.GetRangeEnd()) > MaxNameLen {
+		return fmt.Errorf("%w: range end is %d bytes, the limit is %d", ErrInvalid, len(c.GetRangeEnd()), MaxNameLen)
+	}
+	if c.GetTarget() < CompareValue || c.GetTarget() > CompareLease {
 		return fmt.Errorf("%w: unknown compare target %d", ErrInvalid, c.GetTarget())
 	}
 	if c.GetResult() < CompareEqual || c.GetResult() > CompareLess {
@@ -221,49 +277,90 @@ func (s *State) kvApplyPut(p *fsmpb.KVPut, emit EventSink) Result {
 	if err := validateKVPut(p); err != nil {
 		return Result{Err: err}
 	}
-	if p.GetSession() != 0 {
-		if _, ok := s.sessions[p.GetSession()]; !ok {
-			return Result{Err: ErrSessionNotFound}
-		}
+	if err := s.checkPut(p); err != nil {
+		return Result{Err: err}
 	}
 	if err := s.admitKVPuts([]*fsmpb.KVPut{p}); err != nil {
 		return Result{Err: err}
 	}
-	s.kvPut(p, s.bump(), emit)
-	return Result{KV: &KVResult{}}
+	return Result{KV: &KVResult{Prev: s.kvPut(p, s.bump(), emit)}}
 }
 
 func (s *State) kvApplyDelete(d *fsmpb.KVDelete, emit EventSink) Result {
-	if err := ValidateKVKey(d.GetKey(), d.GetPrefix()); err != nil {
+	if err := validateKVDelete(d); err != nil {
 		return Result{Err: err}
 	}
 	rev := revisionOnce{s: s}
-	n := s.kvDelete(d.GetKey(), d.GetPrefix(), &rev, emit)
-	return Result{KV: &KVResult{Deleted: n}}
+	victims := s.kvDelete(rangeOf(d.GetKey(), d.GetPrefix(), d.GetRangeEnd()), &rev, emit)
+	return Result{KV: &KVResult{Deleted: int64(len(victims)), Prev: victims}}
 }
 
-func (s *State) kvApplyTxn(t *fsmpb.KVTxn, emit EventSink) Result {
-	if err := ValidateKVTxn(t); err != nil {
-		return Result{Err: err}
-	}
-	ok := true
+// txnBranch evaluates a transaction's compares and checks the ops of the
+// branch they choose, changing nothing: the transaction is all or nothing.
+func (s *State) txnBranch(t *fsmpb.KVTxn) (ok bool, ops []*fsmpb.KVOp, err error) {
+	ok = true
 	for _, c := range t.GetCompares() {
 		if !s.kvCompare(c) {
 			ok = false
 			break
 		}
 	}
-	ops := t.GetSuccess()
+	ops = t.GetSuccess()
 	if !ok {
 		ops = t.GetFailure()
 	}
-	// Refuse before changing anything: the transaction is all or nothing.
 	for _, op := range ops {
-		if p := op.GetPut(); p != nil && p.GetSession() != 0 {
-			if _, live := s.sessions[p.GetSession()]; !live {
-				return Result{Err: ErrSessionNotFound}
+		if p := op.GetPut(); p != nil {
+			if err := s.checkPut(p); err != nil {
+				return ok, nil, err
 			}
 		}
+		if r := op.GetRange(); r != nil && r.GetRevision() != 0 {
+			switch {
+			case r.GetRevision() > s.revision:
+				return ok, nil, ErrFutureRevision
+			case r.GetRevision() < s.revision:
+				return ok, nil, ErrCompactedRevision
+			}
+		}
+	}
+	return ok, ops, nil
+}
+
+// ReadTxn evaluates a transaction whose ops are all ranges without
+// applying it (etcd serves such a transaction as a read): the same
+// compares and ranges as applying it would give. A transaction with any
+// other op is ErrInvalid.
+func (s *State) ReadTxn(t *fsmpb.KVTxn) (KVResult, error) {
+	if err := ValidateKVTxn(t); err != nil {
+		return KVResult{}, err
+	}
+	for _, branch := range [][]*fsmpb.KVOp{t.GetSuccess(), t.GetFailure()} {
+		for _, op := range branch {
+			if op.GetRange() == nil {
+				return KVResult{}, fmt.Errorf("%w: a transaction read holds ranges only", ErrInvalid)
+			}
+		}
+	}
+	ok, ops, err := s.txnBranch(t)
+	if err != nil {
+		return KVResult{}, err
+	}
+	out := KVResult{Succeeded: ok, Ops: make([]KVOpResult, len(ops))}
+	for i, op := range ops {
+		a := s.rangeIn(rangeOp(op.GetRange()))
+		out.Ops[i].Range, out.Ops[i].More, out.Ops[i].Count = a.KVs, a.More, a.Count
+	}
+	return out, nil
+}
+
+func (s *State) kvApplyTxn(t *fsmpb.KVTxn, emit EventSink) Result {
+	if err := ValidateKVTxn(t); err != nil {
+		return Result{Err: err}
+	}
+	ok, ops, err := s.txnBranch(t)
+	if err != nil {
+		return Result{Err: err}
 	}
 	var puts []*fsmpb.KVPut
 	for _, op := range ops {
@@ -279,15 +376,13 @@ func (s *State) kvApplyTxn(t *fsmpb.KVTxn, emit EventSink) Result {
 	for i, op := range ops {
 		switch o := op.GetOp().(type) {
 		case *fsmpb.KVOp_Put:
-			s.kvPut(o.Put, rev.get(), emit)
+			out.Ops[i].Prev = s.kvPut(o.Put, rev.get(), emit)
 		case *fsmpb.KVOp_Delete:
-			out.Ops[i].Deleted = s.kvDelete(o.Delete.GetKey(), o.Delete.GetPrefix(), &rev, emit)
+			victims := s.kvDelete(rangeOf(o.Delete.GetKey(), o.Delete.GetPrefix(), o.Delete.GetRangeEnd()), &rev, emit)
+			out.Ops[i].Deleted, out.Ops[i].Prev = int64(len(victims)), victims
 		case *fsmpb.KVOp_Range:
-			if o.Range.GetPrefix() && o.Range.GetStartKey() != "" {
-				out.Ops[i].Range, out.Ops[i].More = s.KVRangeFrom(o.Range.GetKey(), o.Range.GetStartKey(), o.Range.GetLimit())
-			} else {
-				out.Ops[i].Range, out.Ops[i].More = s.KVRange(o.Range.GetKey(), o.Range.GetPrefix(), o.Range.GetLimit())
-			}
+			a := s.rangeIn(rangeOp(o.Range))
+			out.Ops[i].Range, out.Ops[i].More, out.Ops[i].Count = a.KVs, a.More, a.Count
 		}
 	}
 	return Result{KV: out}
@@ -307,13 +402,17 @@ func (s *State) admitKVPuts(puts []*fsmpb.KVPut) error {
 				before, seen = len(old.Value), true
 			}
 		}
+		n := len(p.GetValue())
+		if p.GetIgnoreValue() {
+			n = before // the value is kept
+		}
 		if !seen {
 			newKeys++
-			grow += uint64(len(p.GetKey()) + len(p.GetValue()))
-		} else if n := len(p.GetValue()); n > before {
+			grow += uint64(len(p.GetKey()) + n)
+		} else if n > before {
 			grow += uint64(n - before)
 		}
-		size[p.GetKey()] = len(p.GetValue())
+		size[p.GetKey()] = n
 	}
 	if newKeys > 0 {
 		if err := overLimit("max-keys", s.limits.MaxKeys, "keys", uint64(s.kv.tree.Len()), newKeys); err != nil {
@@ -326,13 +425,31 @@ func (s *State) admitKVPuts(puts []*fsmpb.KVPut) error {
 	return nil
 }
 
+// kvCompare evaluates c on its key, or on every key of its range (all
+// must hold; none compares as one absent key, as etcd does).
 func (s *State) kvCompare(c *fsmpb.KVCompare) bool {
-	kv, found := s.kv.tree.Get(KV{Key: c.GetKey()})
+	if len(c.GetRangeEnd()) == 0 {
+		kv, found := s.kv.tree.Get(KV{Key: c.GetKey()})
+		return compareKV(c, &kv, found)
+	}
+	ok, any := true, false
+	s.ascend(rangeOf(c.GetKey(), false, c.GetRangeEnd()), func(kv KV) bool {
+		any = true
+		ok = compareKV(c, &kv, true)
+		return ok
+	})
+	if !any {
+		return compareKV(c, &KV{}, false)
+	}
+	return ok
+}
+
+func compareKV(c *fsmpb.KVCompare, kv *KV, found bool) bool {
 	var cmp int
 	switch c.GetTarget() {
 	case CompareValue:
 		if !found {
-			return false
+			return false // nothing to compare the value with, as etcd
 		}
 		cmp = bytes.Compare(kv.Value, c.GetValue())
 	default:
@@ -344,6 +461,18 @@ func (s *State) kvCompare(c *fsmpb.KVCompare) bool {
 			n = kv.CreateRevision
 		case CompareModRevision:
 			n = kv.ModRevision
+		case CompareLease:
+			n = kv.Session
+		}
+		if c.GetSigned() {
+			a, b := int64(n), int64(c.GetNumber())
+			switch {
+			case a < b:
+				cmp = -1
+			case a > b:
+				cmp = 1
+			}
+			break
 		}
 		switch {
 		case n < c.GetNumber():
@@ -365,51 +494,64 @@ func (s *State) kvCompare(c *fsmpb.KVCompare) bool {
 	return false
 }
 
-// kvPut writes p at rev. A put without a session makes an ephemeral key
-// persistent; with one it binds the key to that session.
-func (s *State) kvPut(p *fsmpb.KVPut, rev uint64, emit EventSink) {
-	kv := KV{Key: p.GetKey(), Value: append([]byte(nil), p.GetValue()...), ModRevision: rev, Session: p.GetSession(), CreateRevision: rev, Version: 1}
-	if old, ok := s.kv.tree.Get(kv); ok {
+// kvPut writes p at rev and returns the key as it was before, if it
+// existed. A put without a session or lease makes an ephemeral key
+// persistent; with one it binds the key to it. ignore_value and
+// ignore_lease keep the key's value and binding (checkPut made sure the
+// key exists).
+func (s *State) kvPut(p *fsmpb.KVPut, rev uint64, emit EventSink) (prev []KV) {
+	bound := p.GetSession()
+	if p.GetLease() != 0 {
+		bound = p.GetLease()
+	}
+	kv := KV{Key: p.GetKey(), ModRevision: rev, Session: bound, CreateRevision: rev, Version: 1}
+	old, existed := s.kv.tree.Get(kv)
+	switch {
+	case p.GetIgnoreValue() && existed:
+		kv.Value = old.Value // never changed in place: shared
+	default:
+		kv.Value = append([]byte(nil), p.GetValue()...)
+	}
+	if p.GetIgnoreLease() && existed {
+		kv.Session = old.Session
+	}
+	var oldp *KV
+	if existed {
 		kv.CreateRevision, kv.Version = old.CreateRevision, old.Version+1
 		if old.Session != kv.Session {
 			s.kv.unbind(old.Session, kv.Key)
 		}
 		s.kv.bytes -= uint64(len(old.Key) + len(old.Value))
+		prev, oldp = []KV{old}, &old
 	}
 	s.kv.bytes += uint64(len(kv.Key) + len(kv.Value))
 	if kv.Session != 0 {
 		s.kv.bind(kv.Session, kv.Key)
 	}
 	s.kv.tree.ReplaceOrInsert(kv)
-	emit(Event{Kind: EventKVPut, Name: kv.Key, Revision: rev, KV: &kv})
+	emit(Event{Kind: EventKVPut, Name: kv.Key, Revision: rev, KV: &kv, Prev: oldp})
+	return prev
 }
 
-// kvDelete deletes key (or every key under the prefix) in key order, all
-// at one revision, taken only if something is deleted.
-func (s *State) kvDelete(key string, prefix bool, rev *revisionOnce, emit EventSink) int64 {
+// kvDelete deletes the keys of r in key order, all at one revision, taken
+// only if something is deleted, and returns them.
+func (s *State) kvDelete(r keyRange, rev *revisionOnce, emit EventSink) []KV {
 	var victims []KV
-	if prefix {
-		s.kv.tree.AscendGreaterOrEqual(KV{Key: key}, func(kv KV) bool {
-			if !strings.HasPrefix(kv.Key, key) {
-				return false
-			}
-			victims = append(victims, kv)
-			return true
-		})
-	} else if kv, ok := s.kv.tree.Get(KV{Key: key}); ok {
+	s.ascend(r, func(kv KV) bool {
 		victims = append(victims, kv)
-	}
+		return true
+	})
 	for _, kv := range victims {
 		s.kvRemove(kv, rev.get(), emit)
 	}
-	return int64(len(victims))
+	return victims
 }
 
 func (s *State) kvRemove(kv KV, rev uint64, emit EventSink) {
 	s.kv.tree.Delete(kv)
 	s.kv.unbind(kv.Session, kv.Key)
 	s.kv.bytes -= uint64(len(kv.Key) + len(kv.Value))
-	emit(Event{Kind: EventKVDelete, Name: kv.Key, Revision: rev, KV: &KV{Key: kv.Key, ModRevision: rev}})
+	emit(Event{Kind: EventKVDelete, Name: kv.Key, Revision: rev, KV: &KV{Key: kv.Key, ModRevision: rev}, Prev: &kv})
 }
 
 // kvEndSession deletes the ephemeral keys of a session that ends, in key

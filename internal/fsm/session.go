@@ -16,6 +16,7 @@ type session struct {
 	ttlMs      int64
 	secretHash []byte // HashSecret of the session's secret; nil: none (made before secrets)
 	identity   string // who created it (with auth); see CheckSession
+	etcdLease  bool   // a lease of the etcd API: no secret (see CheckEtcdLease)
 	held       map[string]struct{}
 	waits      map[string]*waiter
 }
@@ -45,6 +46,58 @@ func (s *State) CheckSession(id uint64, secret []byte) error {
 	return nil
 }
 
+// CheckEtcdLease verifies that id is a live etcd lease: a session created
+// with etcd_lease. Any other id, that of a Tenure session included, is
+// ErrSessionNotFound: the etcd API, which acts on a lease by its id alone
+// as etcd does, can never reach a session that has a secret. An etcd
+// lease stays one for as long as it lives and ids are never reused, so a
+// check before a proposal stays true when the command is applied (the
+// lease may have ended by then, which the state machine answers).
+func (s *State) CheckEtcdLease(id uint64) error {
+	if ss, ok := s.sessions[id]; ok && ss.etcdLease {
+		return nil
+	}
+	return fmt.Errorf("%w: lease %d", ErrSessionNotFound, id)
+}
+
+// EtcdLease returns the TTL an etcd lease was granted, and whether id is
+// a live etcd lease.
+func (s *State) EtcdLease(id uint64) (ttlMs int64, ok bool) {
+	if ss, found := s.sessions[id]; found && ss.etcdLease {
+		return ss.ttlMs, true
+	}
+	return 0, false
+}
+
+// EtcdLeases returns the ids of every live etcd lease, in order.
+func (s *State) EtcdLeases() []uint64 {
+	var ids []uint64
+	s.sessionOrder.Ascend(func(ss *session) bool {
+		if ss.etcdLease {
+			ids = append(ids, ss.id)
+		}
+		return true
+	})
+	return ids
+}
+
+// SessionKeys returns the keys bound to a session or etcd lease, in order.
+func (s *State) SessionKeys(id uint64) []string {
+	return sortedKeys(s.kv.ephemeral[id])
+}
+
+// ValidateEtcdLease checks the arguments of a CreateSession of an etcd
+// lease: its TTL may be up to MaxEtcdLeaseTTLMs (etcd's maximum).
+func ValidateEtcdLease(owner string, ttlMs int64) error {
+	if ttlMs < MinSessionTTLMs || ttlMs > MaxEtcdLeaseTTLMs {
+		return fmt.Errorf("%w: lease TTL %dms is outside %dms..%dms", ErrInvalid, ttlMs, MinSessionTTLMs, int64(MaxEtcdLeaseTTLMs))
+	}
+	if len(owner) > MaxOwnerLen {
+		return fmt.Errorf("%w: owner is %d bytes, the limit is %d", ErrInvalid, len(owner), MaxOwnerLen)
+	}
+	return nil
+}
+
 // ValidateSession checks the arguments of CreateSession.
 func ValidateSession(owner string, ttlMs int64) error {
 	if ttlMs < MinSessionTTLMs || ttlMs > MaxSessionTTLMs {
@@ -57,7 +110,14 @@ func ValidateSession(owner string, ttlMs int64) error {
 }
 
 func (s *State) createSession(c *fsmpb.CreateSession, emit EventSink) Result {
-	if err := ValidateSession(c.GetOwner(), c.GetTtlMs()); err != nil {
+	validate := ValidateSession
+	if c.GetEtcdLease() {
+		validate = ValidateEtcdLease
+		if len(c.GetSecretHash()) != 0 {
+			return Result{Err: fmt.Errorf("%w: an etcd lease has no secret", ErrInvalid)}
+		}
+	}
+	if err := validate(c.GetOwner(), c.GetTtlMs()); err != nil {
 		return Result{Err: err}
 	}
 	if err := overLimit("max-sessions", s.limits.MaxSessions, "live sessions", uint64(len(s.sessions)), 1); err != nil {
@@ -68,7 +128,7 @@ func (s *State) createSession(c *fsmpb.CreateSession, emit EventSink) Result {
 		return Result{Err: fmt.Errorf("%w: a secret hash is %d bytes, not %d", ErrInvalid, n, sha256.Size)}
 	}
 	s.addSession(&session{
-		id: id, owner: c.GetOwner(), ttlMs: c.GetTtlMs(), secretHash: append([]byte(nil), c.GetSecretHash()...), identity: c.GetIdentity(),
+		id: id, owner: c.GetOwner(), ttlMs: c.GetTtlMs(), secretHash: append([]byte(nil), c.GetSecretHash()...), identity: c.GetIdentity(), etcdLease: c.GetEtcdLease(),
 		held: make(map[string]struct{}), waits: make(map[string]*waiter),
 	})
 	emit(Event{Kind: EventSessionCreated, Session: id, TTLMs: c.GetTtlMs()})

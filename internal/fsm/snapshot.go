@@ -24,7 +24,7 @@ func (s *State) exportCore() *fsmpb.Snapshot {
 	snap := &fsmpb.Snapshot{Revision: s.revision, FenceFloor: s.fenceFloor, Retention: &fsmpb.Retention{LockHistory: uint32(s.historyLimit), RegisterOpMemory: uint32(s.opMemory)}, Limits: LimitsToProto(s.limits)}
 	for _, id := range slices.Sorted(maps.Keys(s.sessions)) {
 		ss := s.sessions[id]
-		snap.Sessions = append(snap.Sessions, &fsmpb.SessionState{Id: id, Owner: ss.owner, TtlMs: ss.ttlMs, SecretHash: ss.secretHash, Identity: ss.identity})
+		snap.Sessions = append(snap.Sessions, &fsmpb.SessionState{Id: id, Owner: ss.owner, TtlMs: ss.ttlMs, SecretHash: ss.secretHash, Identity: ss.identity, EtcdLease: ss.etcdLease})
 	}
 	for _, name := range slices.Sorted(maps.Keys(s.locks)) {
 		l := s.locks[name]
@@ -56,6 +56,7 @@ func (s *State) exportCore() *fsmpb.Snapshot {
 	})
 	snap.RegisterFloor = s.deleted.floor
 	snap.Security = exportSecurity(s.sec)
+	snap.EtcdUrls = exportEtcdURLs(s.etcdURLs)
 	return snap
 }
 
@@ -84,8 +85,9 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 		return nil, err
 	}
 	s.sec = sec
+	s.etcdURLs = importEtcdURLs(snap.GetEtcdUrls())
 	for _, ss := range snap.GetSessions() {
-		s.addSession(&session{id: ss.GetId(), owner: ss.GetOwner(), ttlMs: ss.GetTtlMs(), secretHash: ss.GetSecretHash(), identity: ss.GetIdentity(),
+		s.addSession(&session{id: ss.GetId(), owner: ss.GetOwner(), ttlMs: ss.GetTtlMs(), secretHash: ss.GetSecretHash(), identity: ss.GetIdentity(), etcdLease: ss.GetEtcdLease(),
 			held: make(map[string]struct{}), waits: make(map[string]*waiter)})
 	}
 	for _, ls := range snap.GetLocks() {

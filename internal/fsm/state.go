@@ -17,12 +17,15 @@ import (
 const (
 	MinSessionTTLMs = 1_000     // 1 s
 	MaxSessionTTLMs = 3_600_000 // 1 h
-	MaxNameLen      = 512       // lock names and register keys, bytes
-	MaxOwnerLen     = 256       // bytes
-	MaxValueLen     = 64 << 10  // fenced register values and proclaimed values, bytes
-	MaxOpIDLen      = 256       // bytes
-	MaxLockDelayMs  = 60_000    // 1 min, as Chubby's upper bound
-	MaxPermits      = 10_000    // permits of one semaphore
+	// MaxEtcdLeaseTTLMs bounds the TTL of an etcd lease: etcd's maximum,
+	// 9,000,000,000 s.
+	MaxEtcdLeaseTTLMs = 9_000_000_000 * 1000
+	MaxNameLen        = 512      // lock names and register keys, bytes
+	MaxOwnerLen       = 256      // bytes
+	MaxValueLen       = 64 << 10 // fenced register values and proclaimed values, bytes
+	MaxOpIDLen        = 256      // bytes
+	MaxLockDelayMs    = 60_000   // 1 min, as Chubby's upper bound
+	MaxPermits        = 10_000   // permits of one semaphore
 	// HistoryLimit is how many grant records each lock keeps by default
 	// (SetRetention changes it, up to MaxHistoryLimit).
 	HistoryLimit    = 32
@@ -131,8 +134,9 @@ type Event struct {
 	Owner           string
 	Value           []byte
 	Revision        uint64
-	// KV: the key of EventKVPut / EventKVDelete (kv.go).
-	KV *KV
+	// KV: the key of EventKVPut / EventKVDelete (kv.go); Prev: the key
+	// before the change (nil: it did not exist).
+	KV, Prev *KV
 	// Queue: the details of a queue event (see queue.go).
 	Queue *QueueEvent
 }
@@ -171,7 +175,8 @@ type State struct {
 	// three are derived from the rest and not exported (stats.go).
 	heldLocks, delayedLocks int
 	counters                Counters
-	sec                     *Security // ACLs and signing keys, replaced on change (acl.go)
+	sec                     *Security         // ACLs and signing keys, replaced on change (acl.go)
+	etcdURLs                map[string]string // member -> its etcd API address (etcdurls.go)
 }
 
 // NewState returns an empty state at revision 0.
@@ -259,6 +264,8 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 		r = s.aclBindingDelete(op.AclBindingDelete)
 	case *fsmpb.Command_AddSigningKey:
 		r = s.addSigningKey(op.AddSigningKey)
+	case *fsmpb.Command_SetEtcdUrl:
+		r = s.setEtcdURL(op.SetEtcdUrl)
 	case *fsmpb.Command_Batch:
 		r.Batch = make([]Result, len(op.Batch.GetCommands()))
 		for i, c := range op.Batch.GetCommands() {

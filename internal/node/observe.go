@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -194,3 +195,33 @@ func probeWritable(path string) error {
 func (n *Node) SessionsTimeLeft(ids []uint64) (left []time.Duration, ok bool) {
 	return n.lessor.TimesLeft(ids)
 }
+
+// Term is raft's current term.
+func (n *Node) Term() uint64 { return n.raft.CurrentTerm() }
+
+// Leader is the id of the leader this node knows of ("" none).
+func (n *Node) Leader() string {
+	_, id := n.raft.LeaderWithID()
+	return string(id)
+}
+
+// ID is this node's id.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// DataSize is the size in bytes of the files in this node's data
+// directory (its raft log, stable store and snapshots).
+func (n *Node) DataSize() int64 {
+	var size int64
+	_ = filepath.WalkDir(n.cfg.DataDir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if info, ierr := d.Info(); ierr == nil {
+				size += info.Size()
+			}
+		}
+		return nil
+	})
+	return size
+}
+
+// IsLeader reports whether raft has this node as leader now.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }

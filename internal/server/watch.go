@@ -46,23 +46,32 @@ func (e *CompactedError) Error() string {
 // Unwrap makes errors.Is(err, ErrCompacted) hold.
 func (e *CompactedError) Unwrap() error { return ErrCompacted }
 
-// kvEvent is one key change in the history. wire is its API form, built
-// once and shared, read-only, by every watcher that sends it.
+// kvEvent is one key change in the history: prev is the key before it
+// (nil: it did not exist). wire is its API form, built once and shared,
+// read-only, by every watcher that sends it.
 type kvEvent struct {
 	put  bool
 	kv   fsm.KV
+	prev *fsm.KV
 	wire *pb.KVEvent
 }
 
-func newKVEvent(put bool, kv fsm.KV) kvEvent {
+func newKVEvent(put bool, kv fsm.KV, prev *fsm.KV) kvEvent {
 	typ := pb.KVEventType_KV_EVENT_TYPE_DELETE
 	if put {
 		typ = pb.KVEventType_KV_EVENT_TYPE_PUT
 	}
-	return kvEvent{put: put, kv: kv, wire: &pb.KVEvent{Type: typ, Kv: kvToProto(&kv)}}
+	return kvEvent{put: put, kv: kv, prev: prev, wire: &pb.KVEvent{Type: typ, Kv: kvToProto(&kv)}}
 }
 
-func (e *kvEvent) size() int { return len(e.kv.Key) + len(e.kv.Value) + 64 }
+// size counts the previous value too: the history keeps it alive.
+func (e *kvEvent) size() int {
+	n := len(e.kv.Key) + len(e.kv.Value) + 64
+	if e.prev != nil {
+		n += len(e.prev.Value) + 48
+	}
+	return n
+}
 
 // watchRing is the bounded event history. Lock order: Hub.mu is never held
 // while taking watchRing.mu.
@@ -109,7 +118,7 @@ func (r *watchRing) feed(e fsm.Event) {
 	defer r.mu.Unlock()
 	switch e.Kind {
 	case fsm.EventKVPut, fsm.EventKVDelete:
-		r.appendLocked(newKVEvent(e.Kind == fsm.EventKVPut, *e.KV))
+		r.appendLocked(newKVEvent(e.Kind == fsm.EventKVPut, *e.KV, e.Prev))
 	case fsm.EventApplied:
 		r.through = max(r.through, e.Revision)
 		if r.published != r.next {
@@ -189,7 +198,7 @@ const watchScan = 4096
 // revision up to which the watch is complete after these events; caughtUp
 // says whether the cursor reached the published end (then notify is the
 // channel closed on the next publication).
-func (r *watchRing) read(cursor uint64, next uint64, match func(*fsm.KV) bool) (evs []kvEvent, cur, through uint64, caughtUp bool, notify <-chan struct{}, err error) {
+func (r *watchRing) read(cursor uint64, next uint64, match func(*kvEvent) bool) (evs []kvEvent, cur, through uint64, caughtUp bool, notify <-chan struct{}, err error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if cursor < r.first {
@@ -208,7 +217,7 @@ func (r *watchRing) read(cursor uint64, next uint64, match func(*fsm.KV) bool) (
 		if scanned >= watchScan && ev.kv.ModRevision != lastRev {
 			return evs, cursor, lastRev, false, nil, nil
 		}
-		if match(&ev.kv) {
+		if match(ev) {
 			evs = append(evs, *ev)
 		}
 		lastRev = ev.kv.ModRevision
@@ -264,7 +273,8 @@ func (s *Server) KVWatch(req *pb.KVWatchRequest, stream pb.Tenure_KVWatchServer)
 		return toStatus(err)
 	}
 	key, prefix := req.GetKey(), req.GetPrefix()
-	match := func(kv *fsm.KV) bool {
+	match := func(ev *kvEvent) bool {
+		kv := &ev.kv
 		if kv.ModRevision < start {
 			// The cursor may sit before changes at or below the start:
 			// a future start, or changes not yet published when the
@@ -283,7 +293,7 @@ func (s *Server) KVWatch(req *pb.KVWatchRequest, stream pb.Tenure_KVWatchServer)
 	return s.watchLoop(ctx, stream, ring, cursor, sent, match)
 }
 
-func (s *Server) watchLoop(ctx context.Context, stream pb.Tenure_KVWatchServer, ring *watchRing, cursor, sent uint64, match func(*fsm.KV) bool) error {
+func (s *Server) watchLoop(ctx context.Context, stream pb.Tenure_KVWatchServer, ring *watchRing, cursor, sent uint64, match func(*kvEvent) bool) error {
 	interval := s.limits.KV.WatchProgressInterval
 	progress := time.NewTimer(interval)
 	defer progress.Stop()
@@ -325,4 +335,90 @@ func (s *Server) watchLoop(ctx context.Context, stream pb.Tenure_KVWatchServer, 
 			return ctx.Err()
 		}
 	}
+}
+
+// KVChange is one change of a key in the watch history, as the other APIs
+// a node serves (the etcd API) read it.
+type KVChange struct {
+	// Put: the key was written; else deleted, and KV holds only its Key
+	// and ModRevision (the revision of the delete).
+	Put bool
+	KV  fsm.KV
+	// Prev is the key before the change; nil if it did not exist.
+	Prev *fsm.KV
+}
+
+// KVCursor reads the watch history from a revision on, for the other APIs
+// a node serves. It is not safe for concurrent use.
+type KVCursor struct {
+	ring   *watchRing
+	cursor uint64
+	start  uint64 // changes below it are skipped
+	next   uint64 // the first revision the reader still needs
+}
+
+// WatchFrom returns a cursor at the first change at or after revision
+// start (at least 1), or a *CompactedError when the history no longer goes
+// back that far.
+func (s *Server) WatchFrom(start uint64) (*KVCursor, error) {
+	cursor, err := s.hub.kv.seek(start)
+	if err != nil {
+		return nil, err
+	}
+	return &KVCursor{ring: s.hub.kv, cursor: cursor, start: start, next: start}, nil
+}
+
+// Read returns the published changes after the cursor that match, in log
+// order, and moves past them; it looks at a bounded number of changes
+// and never splits a revision. through is the revision up to which the
+// reader has seen every matching change once it has these; caughtUp says
+// whether the cursor reached the end of what is published, and then
+// notify is closed at the next publication. A cursor that fell out of
+// the history (its reader was too slow) fails with a *CompactedError.
+func (c *KVCursor) Read(match func(*KVChange) bool) (changes []KVChange, through uint64, caughtUp bool, notify <-chan struct{}, err error) {
+	var ch KVChange
+	evs, cur, through, caughtUp, notify, err := c.ring.read(c.cursor, c.next, func(ev *kvEvent) bool {
+		if ev.kv.ModRevision < c.start {
+			return false
+		}
+		ch = KVChange{Put: ev.put, KV: ev.kv, Prev: ev.prev}
+		return match(&ch)
+	})
+	if err != nil {
+		return nil, 0, false, nil, err
+	}
+	c.cursor = cur
+	if len(evs) > 0 {
+		changes = make([]KVChange, len(evs))
+		for i := range evs {
+			changes[i] = KVChange{Put: evs[i].put, KV: evs[i].kv, Prev: evs[i].prev}
+		}
+	}
+	through = max(through, c.next-1)
+	c.next = through + 1
+	return changes, through, caughtUp, notify, nil
+}
+
+// KVUnchangedSince reports whether the watch history shows that no key
+// changed after revision rev up to current: then the key-value store at
+// rev is what it is at current. False when the history does not cover
+// that span.
+func (s *Server) KVUnchangedSince(rev, current uint64) bool {
+	r := s.hub.kv
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.compactRev > rev || r.through < current {
+		return false
+	}
+	return r.published == r.first || r.at(r.published-1).kv.ModRevision <= rev
+}
+
+// KVLimits are this node's key-value limits, defaults filled in.
+func (s *Server) KVLimits() KVLimits { return s.limits.KV }
+
+// TakeWatch reserves one of this node's watch slots (--max-watches, and
+// --max-watches-per-connection for ctx's connection) for a watch of
+// another API; release frees it. Past a limit it fails with ErrLimit.
+func (s *Server) TakeWatch(ctx context.Context) (release func(), err error) {
+	return s.watches.take(ctx)
 }

@@ -62,7 +62,7 @@ func TestWatchRingProperties(t *testing.T) {
 							kind, kv.Value = fsm.EventKVDelete, nil
 						}
 						r.feed(fsm.Event{Kind: kind, Revision: rev, KV: &kv})
-						history = append(history, newKVEvent(kind == fsm.EventKVPut, kv))
+						history = append(history, newKVEvent(kind == fsm.EventKVPut, kv, nil))
 					}
 				}
 				r.feed(fsm.Event{Kind: fsm.EventApplied, Revision: rev})
@@ -98,7 +98,7 @@ func TestWatchRingProperties(t *testing.T) {
 					return
 				}
 				m := match(rd.key)
-				evs, cur, through, _, _, err := r.read(rd.cursor, rd.sent+1, func(kv *fsm.KV) bool { return kv.ModRevision >= rd.start && m(kv) })
+				evs, cur, through, _, _, err := r.read(rd.cursor, rd.sent+1, func(ev *kvEvent) bool { return ev.kv.ModRevision >= rd.start && m(&ev.kv) })
 				if err != nil {
 					var ce *CompactedError
 					if !errors.As(err, &ce) || ce.Requested != rd.sent+1 {

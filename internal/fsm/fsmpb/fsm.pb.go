@@ -42,6 +42,7 @@ type Command struct {
 	//	*Command_FencedDelete
 	//	*Command_SetRetention
 	//	*Command_SetLimits
+	//	*Command_SetEtcdUrl
 	//	*Command_KvPut
 	//	*Command_KvDelete
 	//	*Command_KvTxn
@@ -225,6 +226,15 @@ func (x *Command) GetSetLimits() *SetLimits {
 	if x != nil {
 		if x, ok := x.Op.(*Command_SetLimits); ok {
 			return x.SetLimits
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetEtcdUrl() *SetEtcdURL {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetEtcdUrl); ok {
+			return x.SetEtcdUrl
 		}
 	}
 	return nil
@@ -471,6 +481,11 @@ type Command_SetLimits struct {
 	SetLimits *SetLimits `protobuf:"bytes,61,opt,name=set_limits,json=setLimits,proto3,oneof"`
 }
 
+type Command_SetEtcdUrl struct {
+	// The members' etcd API addresses (internal/etcdapi): 80..89.
+	SetEtcdUrl *SetEtcdURL `protobuf:"bytes,80,opt,name=set_etcd_url,json=setEtcdUrl,proto3,oneof"`
+}
+
 type Command_KvPut struct {
 	// Key-value store (kv.go).
 	KvPut *KVPut `protobuf:"bytes,40,opt,name=kv_put,json=kvPut,proto3,oneof"`
@@ -582,6 +597,8 @@ func (*Command_FencedDelete) isCommand_Op() {}
 func (*Command_SetRetention) isCommand_Op() {}
 
 func (*Command_SetLimits) isCommand_Op() {}
+
+func (*Command_SetEtcdUrl) isCommand_Op() {}
 
 func (*Command_KvPut) isCommand_Op() {}
 
@@ -1676,7 +1693,12 @@ type CreateSession struct {
 	SecretHash []byte `protobuf:"bytes,3,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
 	// identity: who created the session (with --auth; "" without); no
 	// other identity may use it.
-	Identity      string `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	Identity string `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	// etcd_lease: the session is a lease of the etcd API (internal/etcdapi):
+	// it has no secret (secret_hash is empty), the etcd API acts on it by
+	// its id alone, as etcd does, and Tenure's own API never does (it finds
+	// no secret to check). Its TTL may be up to fsm.MaxEtcdLeaseTTLMs.
+	EtcdLease     bool `protobuf:"varint,5,opt,name=etcd_lease,json=etcdLease,proto3" json:"etcd_lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1737,6 +1759,13 @@ func (x *CreateSession) GetIdentity() string {
 		return x.Identity
 	}
 	return ""
+}
+
+func (x *CreateSession) GetEtcdLease() bool {
+	if x != nil {
+		return x.EtcdLease
+	}
+	return false
 }
 
 type CloseSession struct {
@@ -2417,7 +2446,9 @@ type Snapshot struct {
 	// highest token of a delete dropped from deleted_registers).
 	RegisterFloor uint64 `protobuf:"varint,51,opt,name=register_floor,json=registerFloor,proto3" json:"register_floor,omitempty"`
 	// security: ACLs and signing keys (absent: none).
-	Security      *Security `protobuf:"bytes,60,opt,name=security,proto3" json:"security,omitempty"`
+	Security *Security `protobuf:"bytes,60,opt,name=security,proto3" json:"security,omitempty"`
+	// etcd_urls: each member's etcd API address, by member id.
+	EtcdUrls      []*SetEtcdURL `protobuf:"bytes,70,rep,name=etcd_urls,json=etcdUrls,proto3" json:"etcd_urls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2543,6 +2574,68 @@ func (x *Snapshot) GetSecurity() *Security {
 	return nil
 }
 
+func (x *Snapshot) GetEtcdUrls() []*SetEtcdURL {
+	if x != nil {
+		return x.EtcdUrls
+	}
+	return nil
+}
+
+// SetEtcdURL records the URL a member's etcd API is reached at (MemberList
+// reports it; a follower forwards to the leader's). An empty url removes
+// the member's.
+type SetEtcdURL struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Member        string                 `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	Url           string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetEtcdURL) Reset() {
+	*x = SetEtcdURL{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetEtcdURL) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetEtcdURL) ProtoMessage() {}
+
+func (x *SetEtcdURL) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetEtcdURL.ProtoReflect.Descriptor instead.
+func (*SetEtcdURL) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *SetEtcdURL) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+func (x *SetEtcdURL) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
 type DeletedRegister struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -2553,7 +2646,7 @@ type DeletedRegister struct {
 
 func (x *DeletedRegister) Reset() {
 	*x = DeletedRegister{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2565,7 +2658,7 @@ func (x *DeletedRegister) String() string {
 func (*DeletedRegister) ProtoMessage() {}
 
 func (x *DeletedRegister) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2578,7 +2671,7 @@ func (x *DeletedRegister) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletedRegister.ProtoReflect.Descriptor instead.
 func (*DeletedRegister) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeletedRegister) GetKey() string {
@@ -2605,7 +2698,7 @@ type Retention struct {
 
 func (x *Retention) Reset() {
 	*x = Retention{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2617,7 +2710,7 @@ func (x *Retention) String() string {
 func (*Retention) ProtoMessage() {}
 
 func (x *Retention) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2630,7 +2723,7 @@ func (x *Retention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retention.ProtoReflect.Descriptor instead.
 func (*Retention) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Retention) GetLockHistory() uint32 {
@@ -2654,13 +2747,14 @@ type SessionState struct {
 	TtlMs         int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	SecretHash    []byte                 `protobuf:"bytes,4,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
 	Identity      string                 `protobuf:"bytes,5,opt,name=identity,proto3" json:"identity,omitempty"`
+	EtcdLease     bool                   `protobuf:"varint,6,opt,name=etcd_lease,json=etcdLease,proto3" json:"etcd_lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionState) Reset() {
 	*x = SessionState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2672,7 +2766,7 @@ func (x *SessionState) String() string {
 func (*SessionState) ProtoMessage() {}
 
 func (x *SessionState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2685,7 +2779,7 @@ func (x *SessionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionState.ProtoReflect.Descriptor instead.
 func (*SessionState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SessionState) GetId() uint64 {
@@ -2723,6 +2817,13 @@ func (x *SessionState) GetIdentity() string {
 	return ""
 }
 
+func (x *SessionState) GetEtcdLease() bool {
+	if x != nil {
+		return x.EtcdLease
+	}
+	return false
+}
+
 type GrantState struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Session uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
@@ -2739,7 +2840,7 @@ type GrantState struct {
 
 func (x *GrantState) Reset() {
 	*x = GrantState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2751,7 +2852,7 @@ func (x *GrantState) String() string {
 func (*GrantState) ProtoMessage() {}
 
 func (x *GrantState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2764,7 +2865,7 @@ func (x *GrantState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantState.ProtoReflect.Descriptor instead.
 func (*GrantState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GrantState) GetSession() uint64 {
@@ -2829,7 +2930,7 @@ type WaiterState struct {
 
 func (x *WaiterState) Reset() {
 	*x = WaiterState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2841,7 +2942,7 @@ func (x *WaiterState) String() string {
 func (*WaiterState) ProtoMessage() {}
 
 func (x *WaiterState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2854,7 +2955,7 @@ func (x *WaiterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaiterState.ProtoReflect.Descriptor instead.
 func (*WaiterState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WaiterState) GetSession() uint64 {
@@ -2908,7 +3009,7 @@ type HistoryRecord struct {
 
 func (x *HistoryRecord) Reset() {
 	*x = HistoryRecord{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2920,7 +3021,7 @@ func (x *HistoryRecord) String() string {
 func (*HistoryRecord) ProtoMessage() {}
 
 func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2933,7 +3034,7 @@ func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRecord.ProtoReflect.Descriptor instead.
 func (*HistoryRecord) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *HistoryRecord) GetOwner() string {
@@ -3005,7 +3106,7 @@ type LockState struct {
 
 func (x *LockState) Reset() {
 	*x = LockState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3017,7 +3118,7 @@ func (x *LockState) String() string {
 func (*LockState) ProtoMessage() {}
 
 func (x *LockState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3030,7 +3131,7 @@ func (x *LockState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockState.ProtoReflect.Descriptor instead.
 func (*LockState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LockState) GetName() string {
@@ -3114,7 +3215,7 @@ type OpRecord struct {
 
 func (x *OpRecord) Reset() {
 	*x = OpRecord{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3126,7 +3227,7 @@ func (x *OpRecord) String() string {
 func (*OpRecord) ProtoMessage() {}
 
 func (x *OpRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3139,7 +3240,7 @@ func (x *OpRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpRecord.ProtoReflect.Descriptor instead.
 func (*OpRecord) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *OpRecord) GetOperationId() string {
@@ -3177,7 +3278,7 @@ type RegisterState struct {
 
 func (x *RegisterState) Reset() {
 	*x = RegisterState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3189,7 +3290,7 @@ func (x *RegisterState) String() string {
 func (*RegisterState) ProtoMessage() {}
 
 func (x *RegisterState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3202,7 +3303,7 @@ func (x *RegisterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterState.ProtoReflect.Descriptor instead.
 func (*RegisterState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RegisterState) GetKey() string {
@@ -3243,17 +3344,25 @@ func (x *RegisterState) GetOps() []*OpRecord {
 // KVPut writes key. With a session the key is ephemeral: it is deleted
 // when that session ends.
 type KVPut struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
-	Session       uint64                 `protobuf:"varint,3,opt,name=session,proto3" json:"session,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Key     string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value   []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Session uint64                 `protobuf:"varint,3,opt,name=session,proto3" json:"session,omitempty"`
+	// lease binds the key to an etcd lease instead (a session created with
+	// etcd_lease; any other id is "lease not found"). At most one of
+	// session and lease is set.
+	Lease uint64 `protobuf:"varint,4,opt,name=lease,proto3" json:"lease,omitempty"`
+	// ignore_value keeps the key's current value, ignore_lease its current
+	// session or lease; either needs the key to exist (fsm.ErrKeyNotFound).
+	IgnoreValue   bool `protobuf:"varint,5,opt,name=ignore_value,json=ignoreValue,proto3" json:"ignore_value,omitempty"`
+	IgnoreLease   bool `protobuf:"varint,6,opt,name=ignore_lease,json=ignoreLease,proto3" json:"ignore_lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KVPut) Reset() {
 	*x = KVPut{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3265,7 +3374,7 @@ func (x *KVPut) String() string {
 func (*KVPut) ProtoMessage() {}
 
 func (x *KVPut) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3278,7 +3387,7 @@ func (x *KVPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPut.ProtoReflect.Descriptor instead.
 func (*KVPut) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *KVPut) GetKey() string {
@@ -3302,18 +3411,42 @@ func (x *KVPut) GetSession() uint64 {
 	return 0
 }
 
+func (x *KVPut) GetLease() uint64 {
+	if x != nil {
+		return x.Lease
+	}
+	return 0
+}
+
+func (x *KVPut) GetIgnoreValue() bool {
+	if x != nil {
+		return x.IgnoreValue
+	}
+	return false
+}
+
+func (x *KVPut) GetIgnoreLease() bool {
+	if x != nil {
+		return x.IgnoreLease
+	}
+	return false
+}
+
 // KVDelete deletes key, or every key starting with key when prefix.
 type KVDelete struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Prefix        bool                   `protobuf:"varint,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Key    string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Prefix bool                   `protobuf:"varint,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// range_end, if set (and not prefix), deletes the keys in [key,
+	// range_end) instead; the single byte 0 means every key from key on.
+	RangeEnd      []byte `protobuf:"bytes,3,opt,name=range_end,json=rangeEnd,proto3" json:"range_end,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KVDelete) Reset() {
 	*x = KVDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3325,7 +3458,7 @@ func (x *KVDelete) String() string {
 func (*KVDelete) ProtoMessage() {}
 
 func (x *KVDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3338,7 +3471,7 @@ func (x *KVDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelete.ProtoReflect.Descriptor instead.
 func (*KVDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *KVDelete) GetKey() string {
@@ -3355,6 +3488,13 @@ func (x *KVDelete) GetPrefix() bool {
 	return false
 }
 
+func (x *KVDelete) GetRangeEnd() []byte {
+	if x != nil {
+		return x.RangeEnd
+	}
+	return nil
+}
+
 // KVRange reads key, or every key starting with key when prefix (in key
 // order, at most limit when limit > 0). Used inside transactions.
 type KVRange struct {
@@ -3363,14 +3503,35 @@ type KVRange struct {
 	Prefix bool                   `protobuf:"varint,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	Limit  int64                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	// start_key, with prefix: begin at this key instead of the prefix.
-	StartKey      string `protobuf:"bytes,4,opt,name=start_key,json=startKey,proto3" json:"start_key,omitempty"`
+	StartKey string `protobuf:"bytes,4,opt,name=start_key,json=startKey,proto3" json:"start_key,omitempty"`
+	// range_end, if set (and not prefix), reads [key, range_end) instead;
+	// the single byte 0 means every key from key on. With any of the
+	// fields below the range follows etcd's Range (fsm.RangeQuery).
+	RangeEnd []byte `protobuf:"bytes,5,opt,name=range_end,json=rangeEnd,proto3" json:"range_end,omitempty"`
+	// sort_order and sort_target carry the numbers of etcd's RangeRequest
+	// enums.
+	SortOrder         uint32 `protobuf:"varint,6,opt,name=sort_order,json=sortOrder,proto3" json:"sort_order,omitempty"`
+	SortTarget        uint32 `protobuf:"varint,7,opt,name=sort_target,json=sortTarget,proto3" json:"sort_target,omitempty"`
+	KeysOnly          bool   `protobuf:"varint,8,opt,name=keys_only,json=keysOnly,proto3" json:"keys_only,omitempty"`
+	CountOnly         bool   `protobuf:"varint,9,opt,name=count_only,json=countOnly,proto3" json:"count_only,omitempty"`
+	MinModRevision    uint64 `protobuf:"varint,10,opt,name=min_mod_revision,json=minModRevision,proto3" json:"min_mod_revision,omitempty"`
+	MaxModRevision    uint64 `protobuf:"varint,11,opt,name=max_mod_revision,json=maxModRevision,proto3" json:"max_mod_revision,omitempty"`
+	MinCreateRevision uint64 `protobuf:"varint,12,opt,name=min_create_revision,json=minCreateRevision,proto3" json:"min_create_revision,omitempty"`
+	MaxCreateRevision uint64 `protobuf:"varint,13,opt,name=max_create_revision,json=maxCreateRevision,proto3" json:"max_create_revision,omitempty"`
+	// count: also count every key of the range, the limit and the revision
+	// filters aside (etcd's count).
+	Count bool `protobuf:"varint,14,opt,name=count,proto3" json:"count,omitempty"`
+	// revision: read at this revision (0: the current one). Only the
+	// revision before the transaction can be read; a later one is refused
+	// with fsm.ErrFutureRevision, an earlier one with fsm.ErrCompactedRevision.
+	Revision      uint64 `protobuf:"varint,15,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KVRange) Reset() {
 	*x = KVRange{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3382,7 +3543,7 @@ func (x *KVRange) String() string {
 func (*KVRange) ProtoMessage() {}
 
 func (x *KVRange) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3395,7 +3556,7 @@ func (x *KVRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRange.ProtoReflect.Descriptor instead.
 func (*KVRange) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *KVRange) GetKey() string {
@@ -3426,22 +3587,106 @@ func (x *KVRange) GetStartKey() string {
 	return ""
 }
 
+func (x *KVRange) GetRangeEnd() []byte {
+	if x != nil {
+		return x.RangeEnd
+	}
+	return nil
+}
+
+func (x *KVRange) GetSortOrder() uint32 {
+	if x != nil {
+		return x.SortOrder
+	}
+	return 0
+}
+
+func (x *KVRange) GetSortTarget() uint32 {
+	if x != nil {
+		return x.SortTarget
+	}
+	return 0
+}
+
+func (x *KVRange) GetKeysOnly() bool {
+	if x != nil {
+		return x.KeysOnly
+	}
+	return false
+}
+
+func (x *KVRange) GetCountOnly() bool {
+	if x != nil {
+		return x.CountOnly
+	}
+	return false
+}
+
+func (x *KVRange) GetMinModRevision() uint64 {
+	if x != nil {
+		return x.MinModRevision
+	}
+	return 0
+}
+
+func (x *KVRange) GetMaxModRevision() uint64 {
+	if x != nil {
+		return x.MaxModRevision
+	}
+	return 0
+}
+
+func (x *KVRange) GetMinCreateRevision() uint64 {
+	if x != nil {
+		return x.MinCreateRevision
+	}
+	return 0
+}
+
+func (x *KVRange) GetMaxCreateRevision() uint64 {
+	if x != nil {
+		return x.MaxCreateRevision
+	}
+	return 0
+}
+
+func (x *KVRange) GetCount() bool {
+	if x != nil {
+		return x.Count
+	}
+	return false
+}
+
+func (x *KVRange) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 // KVCompare is one condition of a transaction. target and result carry
 // the numbers of the API's KVCompare enums.
 type KVCompare struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Target        uint32                 `protobuf:"varint,2,opt,name=target,proto3" json:"target,omitempty"`
-	Result        uint32                 `protobuf:"varint,3,opt,name=result,proto3" json:"result,omitempty"`
-	Value         []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
-	Number        uint64                 `protobuf:"varint,5,opt,name=number,proto3" json:"number,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Key    string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Target uint32                 `protobuf:"varint,2,opt,name=target,proto3" json:"target,omitempty"`
+	Result uint32                 `protobuf:"varint,3,opt,name=result,proto3" json:"result,omitempty"`
+	Value  []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	Number uint64                 `protobuf:"varint,5,opt,name=number,proto3" json:"number,omitempty"`
+	// range_end, if set, compares every key in [key, range_end) (the byte 0:
+	// every key from key on); all must hold, and an empty range compares
+	// as one absent key.
+	RangeEnd []byte `protobuf:"bytes,6,opt,name=range_end,json=rangeEnd,proto3" json:"range_end,omitempty"`
+	// signed: number holds an int64 (etcd's numbers, which may be
+	// negative); the key's numbers are compared as int64 too.
+	Signed        bool `protobuf:"varint,7,opt,name=signed,proto3" json:"signed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KVCompare) Reset() {
 	*x = KVCompare{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3453,7 +3698,7 @@ func (x *KVCompare) String() string {
 func (*KVCompare) ProtoMessage() {}
 
 func (x *KVCompare) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3466,7 +3711,7 @@ func (x *KVCompare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompare.ProtoReflect.Descriptor instead.
 func (*KVCompare) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *KVCompare) GetKey() string {
@@ -3504,6 +3749,20 @@ func (x *KVCompare) GetNumber() uint64 {
 	return 0
 }
 
+func (x *KVCompare) GetRangeEnd() []byte {
+	if x != nil {
+		return x.RangeEnd
+	}
+	return nil
+}
+
+func (x *KVCompare) GetSigned() bool {
+	if x != nil {
+		return x.Signed
+	}
+	return false
+}
+
 type KVOp struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Op:
@@ -3518,7 +3777,7 @@ type KVOp struct {
 
 func (x *KVOp) Reset() {
 	*x = KVOp{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3530,7 +3789,7 @@ func (x *KVOp) String() string {
 func (*KVOp) ProtoMessage() {}
 
 func (x *KVOp) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3543,7 +3802,7 @@ func (x *KVOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVOp.ProtoReflect.Descriptor instead.
 func (*KVOp) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{44}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *KVOp) GetOp() isKVOp_Op {
@@ -3615,7 +3874,7 @@ type KVTxn struct {
 
 func (x *KVTxn) Reset() {
 	*x = KVTxn{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3627,7 +3886,7 @@ func (x *KVTxn) String() string {
 func (*KVTxn) ProtoMessage() {}
 
 func (x *KVTxn) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3640,7 +3899,7 @@ func (x *KVTxn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxn.ProtoReflect.Descriptor instead.
 func (*KVTxn) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{45}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *KVTxn) GetCompares() []*KVCompare {
@@ -3678,7 +3937,7 @@ type KVState struct {
 
 func (x *KVState) Reset() {
 	*x = KVState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3690,7 +3949,7 @@ func (x *KVState) String() string {
 func (*KVState) ProtoMessage() {}
 
 func (x *KVState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3703,7 +3962,7 @@ func (x *KVState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVState.ProtoReflect.Descriptor instead.
 func (*KVState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{46}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *KVState) GetKey() string {
@@ -3765,7 +4024,7 @@ type QueueEnqueue struct {
 
 func (x *QueueEnqueue) Reset() {
 	*x = QueueEnqueue{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3777,7 +4036,7 @@ func (x *QueueEnqueue) String() string {
 func (*QueueEnqueue) ProtoMessage() {}
 
 func (x *QueueEnqueue) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3790,7 +4049,7 @@ func (x *QueueEnqueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueue.ProtoReflect.Descriptor instead.
 func (*QueueEnqueue) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{47}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *QueueEnqueue) GetQueue() string {
@@ -3838,7 +4097,7 @@ type QueueDequeue struct {
 
 func (x *QueueDequeue) Reset() {
 	*x = QueueDequeue{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3850,7 +4109,7 @@ func (x *QueueDequeue) String() string {
 func (*QueueDequeue) ProtoMessage() {}
 
 func (x *QueueDequeue) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3863,7 +4122,7 @@ func (x *QueueDequeue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeue.ProtoReflect.Descriptor instead.
 func (*QueueDequeue) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{48}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *QueueDequeue) GetQueue() string {
@@ -3911,7 +4170,7 @@ type QueueSettle struct {
 
 func (x *QueueSettle) Reset() {
 	*x = QueueSettle{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3923,7 +4182,7 @@ func (x *QueueSettle) String() string {
 func (*QueueSettle) ProtoMessage() {}
 
 func (x *QueueSettle) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3936,7 +4195,7 @@ func (x *QueueSettle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettle.ProtoReflect.Descriptor instead.
 func (*QueueSettle) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{49}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *QueueSettle) GetQueue() string {
@@ -3981,7 +4240,7 @@ type QueueExtend struct {
 
 func (x *QueueExtend) Reset() {
 	*x = QueueExtend{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3993,7 +4252,7 @@ func (x *QueueExtend) String() string {
 func (*QueueExtend) ProtoMessage() {}
 
 func (x *QueueExtend) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4006,7 +4265,7 @@ func (x *QueueExtend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueExtend.ProtoReflect.Descriptor instead.
 func (*QueueExtend) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{50}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *QueueExtend) GetQueue() string {
@@ -4055,7 +4314,7 @@ type QueueDelete struct {
 
 func (x *QueueDelete) Reset() {
 	*x = QueueDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4067,7 +4326,7 @@ func (x *QueueDelete) String() string {
 func (*QueueDelete) ProtoMessage() {}
 
 func (x *QueueDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4080,7 +4339,7 @@ func (x *QueueDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDelete.ProtoReflect.Descriptor instead.
 func (*QueueDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{51}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *QueueDelete) GetQueue() string {
@@ -4101,7 +4360,7 @@ type QueuePurge struct {
 
 func (x *QueuePurge) Reset() {
 	*x = QueuePurge{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4113,7 +4372,7 @@ func (x *QueuePurge) String() string {
 func (*QueuePurge) ProtoMessage() {}
 
 func (x *QueuePurge) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4126,7 +4385,7 @@ func (x *QueuePurge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePurge.ProtoReflect.Descriptor instead.
 func (*QueuePurge) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{52}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *QueuePurge) GetQueue() string {
@@ -4149,7 +4408,7 @@ type QueueRequeueDead struct {
 
 func (x *QueueRequeueDead) Reset() {
 	*x = QueueRequeueDead{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4161,7 +4420,7 @@ func (x *QueueRequeueDead) String() string {
 func (*QueueRequeueDead) ProtoMessage() {}
 
 func (x *QueueRequeueDead) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4174,7 +4433,7 @@ func (x *QueueRequeueDead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRequeueDead.ProtoReflect.Descriptor instead.
 func (*QueueRequeueDead) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{53}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *QueueRequeueDead) GetQueue() string {
@@ -4215,7 +4474,7 @@ type QueueItemState struct {
 
 func (x *QueueItemState) Reset() {
 	*x = QueueItemState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4227,7 +4486,7 @@ func (x *QueueItemState) String() string {
 func (*QueueItemState) ProtoMessage() {}
 
 func (x *QueueItemState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4240,7 +4499,7 @@ func (x *QueueItemState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItemState.ProtoReflect.Descriptor instead.
 func (*QueueItemState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{54}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *QueueItemState) GetId() uint64 {
@@ -4305,7 +4564,7 @@ type QueueMemo struct {
 
 func (x *QueueMemo) Reset() {
 	*x = QueueMemo{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4317,7 +4576,7 @@ func (x *QueueMemo) String() string {
 func (*QueueMemo) ProtoMessage() {}
 
 func (x *QueueMemo) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4330,7 +4589,7 @@ func (x *QueueMemo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueMemo.ProtoReflect.Descriptor instead.
 func (*QueueMemo) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *QueueMemo) GetOperationId() string {
@@ -4384,7 +4643,7 @@ type QueueState struct {
 
 func (x *QueueState) Reset() {
 	*x = QueueState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4396,7 +4655,7 @@ func (x *QueueState) String() string {
 func (*QueueState) ProtoMessage() {}
 
 func (x *QueueState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4409,7 +4668,7 @@ func (x *QueueState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueState.ProtoReflect.Descriptor instead.
 func (*QueueState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{56}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *QueueState) GetName() string {
@@ -4472,7 +4731,7 @@ var File_internal_fsm_fsmpb_fsm_proto protoreflect.FileDescriptor
 
 const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xb8\x11\n" +
+	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xf7\x11\n" +
 	"\aCommand\x12E\n" +
 	"\x0ecreate_session\x18\x01 \x01(\v2\x1c.tenure.fsm.v1.CreateSessionH\x00R\rcreateSession\x12B\n" +
 	"\rclose_session\x18\x02 \x01(\v2\x1b.tenure.fsm.v1.CloseSessionH\x00R\fcloseSession\x12E\n" +
@@ -4490,7 +4749,9 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\rfenced_delete\x182 \x01(\v2\x1b.tenure.fsm.v1.FencedDeleteH\x00R\ffencedDelete\x12B\n" +
 	"\rset_retention\x18< \x01(\v2\x1b.tenure.fsm.v1.SetRetentionH\x00R\fsetRetention\x129\n" +
 	"\n" +
-	"set_limits\x18= \x01(\v2\x18.tenure.fsm.v1.SetLimitsH\x00R\tsetLimits\x12-\n" +
+	"set_limits\x18= \x01(\v2\x18.tenure.fsm.v1.SetLimitsH\x00R\tsetLimits\x12=\n" +
+	"\fset_etcd_url\x18P \x01(\v2\x19.tenure.fsm.v1.SetEtcdURLH\x00R\n" +
+	"setEtcdUrl\x12-\n" +
 	"\x06kv_put\x18( \x01(\v2\x14.tenure.fsm.v1.KVPutH\x00R\x05kvPut\x126\n" +
 	"\tkv_delete\x18) \x01(\v2\x17.tenure.fsm.v1.KVDeleteH\x00R\bkvDelete\x12-\n" +
 	"\x06kv_txn\x18* \x01(\v2\x14.tenure.fsm.v1.KVTxnH\x00R\x05kvTxn\x12B\n" +
@@ -4587,13 +4848,15 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\tSetLimits\x12-\n" +
 	"\x06limits\x18\x01 \x01(\v2\x15.tenure.fsm.v1.LimitsR\x06limits\";\n" +
 	"\x05Batch\x122\n" +
-	"\bcommands\x18\x01 \x03(\v2\x16.tenure.fsm.v1.CommandR\bcommands\"y\n" +
+	"\bcommands\x18\x01 \x03(\v2\x16.tenure.fsm.v1.CommandR\bcommands\"\x98\x01\n" +
 	"\rCreateSession\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x1f\n" +
 	"\vsecret_hash\x18\x03 \x01(\fR\n" +
 	"secretHash\x12\x1a\n" +
-	"\bidentity\x18\x04 \x01(\tR\bidentity\"(\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\x12\x1d\n" +
+	"\n" +
+	"etcd_lease\x18\x05 \x01(\bR\tetcdLease\"(\n" +
 	"\fCloseSession\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\")\n" +
 	"\rExpireSession\x12\x18\n" +
@@ -4638,7 +4901,7 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x12\n" +
 	"\x04lock\x18\x03 \x01(\tR\x04lock\x12!\n" +
-	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\xa7\x05\n" +
+	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\xdf\x05\n" +
 	"\bSnapshot\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x127\n" +
 	"\bsessions\x18\x02 \x03(\v2\x1b.tenure.fsm.v1.SessionStateR\bsessions\x12.\n" +
@@ -4654,20 +4917,27 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x14removed_lock_history\x18  \x03(\v2\x1c.tenure.fsm.v1.HistoryRecordR\x12removedLockHistory\x12K\n" +
 	"\x11deleted_registers\x182 \x03(\v2\x1e.tenure.fsm.v1.DeletedRegisterR\x10deletedRegisters\x12%\n" +
 	"\x0eregister_floor\x183 \x01(\x04R\rregisterFloor\x123\n" +
-	"\bsecurity\x18< \x01(\v2\x17.tenure.fsm.v1.SecurityR\bsecurity\"9\n" +
+	"\bsecurity\x18< \x01(\v2\x17.tenure.fsm.v1.SecurityR\bsecurity\x126\n" +
+	"\tetcd_urls\x18F \x03(\v2\x19.tenure.fsm.v1.SetEtcdURLR\betcdUrls\"6\n" +
+	"\n" +
+	"SetEtcdURL\x12\x16\n" +
+	"\x06member\x18\x01 \x01(\tR\x06member\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\"9\n" +
 	"\x0fDeletedRegister\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\"\\\n" +
 	"\tRetention\x12!\n" +
 	"\flock_history\x18\x01 \x01(\rR\vlockHistory\x12,\n" +
-	"\x12register_op_memory\x18\x02 \x01(\rR\x10registerOpMemory\"\x88\x01\n" +
+	"\x12register_op_memory\x18\x02 \x01(\rR\x10registerOpMemory\"\xa7\x01\n" +
 	"\fSessionState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12\x1f\n" +
 	"\vsecret_hash\x18\x04 \x01(\fR\n" +
 	"secretHash\x12\x1a\n" +
-	"\bidentity\x18\x05 \x01(\tR\bidentity\"\xcf\x01\n" +
+	"\bidentity\x18\x05 \x01(\tR\bidentity\x12\x1d\n" +
+	"\n" +
+	"etcd_lease\x18\x06 \x01(\bR\tetcdLease\"\xcf\x01\n" +
 	"\n" +
 	"GrantState\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x14\n" +
@@ -4712,25 +4982,46 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
 	"\fmod_revision\x18\x04 \x01(\x04R\vmodRevision\x12)\n" +
-	"\x03ops\x18\x05 \x03(\v2\x17.tenure.fsm.v1.OpRecordR\x03ops\"I\n" +
+	"\x03ops\x18\x05 \x03(\v2\x17.tenure.fsm.v1.OpRecordR\x03ops\"\xa5\x01\n" +
 	"\x05KVPut\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x18\n" +
-	"\asession\x18\x03 \x01(\x04R\asession\"4\n" +
+	"\asession\x18\x03 \x01(\x04R\asession\x12\x14\n" +
+	"\x05lease\x18\x04 \x01(\x04R\x05lease\x12!\n" +
+	"\fignore_value\x18\x05 \x01(\bR\vignoreValue\x12!\n" +
+	"\fignore_lease\x18\x06 \x01(\bR\vignoreLease\"Q\n" +
 	"\bKVDelete\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
-	"\x06prefix\x18\x02 \x01(\bR\x06prefix\"f\n" +
+	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12\x1b\n" +
+	"\trange_end\x18\x03 \x01(\fR\brangeEnd\"\xe5\x03\n" +
 	"\aKVRange\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x1b\n" +
-	"\tstart_key\x18\x04 \x01(\tR\bstartKey\"{\n" +
+	"\tstart_key\x18\x04 \x01(\tR\bstartKey\x12\x1b\n" +
+	"\trange_end\x18\x05 \x01(\fR\brangeEnd\x12\x1d\n" +
+	"\n" +
+	"sort_order\x18\x06 \x01(\rR\tsortOrder\x12\x1f\n" +
+	"\vsort_target\x18\a \x01(\rR\n" +
+	"sortTarget\x12\x1b\n" +
+	"\tkeys_only\x18\b \x01(\bR\bkeysOnly\x12\x1d\n" +
+	"\n" +
+	"count_only\x18\t \x01(\bR\tcountOnly\x12(\n" +
+	"\x10min_mod_revision\x18\n" +
+	" \x01(\x04R\x0eminModRevision\x12(\n" +
+	"\x10max_mod_revision\x18\v \x01(\x04R\x0emaxModRevision\x12.\n" +
+	"\x13min_create_revision\x18\f \x01(\x04R\x11minCreateRevision\x12.\n" +
+	"\x13max_create_revision\x18\r \x01(\x04R\x11maxCreateRevision\x12\x14\n" +
+	"\x05count\x18\x0e \x01(\bR\x05count\x12\x1a\n" +
+	"\brevision\x18\x0f \x01(\x04R\brevision\"\xb0\x01\n" +
 	"\tKVCompare\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\rR\x06target\x12\x16\n" +
 	"\x06result\x18\x03 \x01(\rR\x06result\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12\x16\n" +
-	"\x06number\x18\x05 \x01(\x04R\x06number\"\x99\x01\n" +
+	"\x06number\x18\x05 \x01(\x04R\x06number\x12\x1b\n" +
+	"\trange_end\x18\x06 \x01(\fR\brangeEnd\x12\x16\n" +
+	"\x06signed\x18\a \x01(\bR\x06signed\"\x99\x01\n" +
 	"\x04KVOp\x12(\n" +
 	"\x03put\x18\x01 \x01(\v2\x14.tenure.fsm.v1.KVPutH\x00R\x03put\x121\n" +
 	"\x06delete\x18\x02 \x01(\v2\x17.tenure.fsm.v1.KVDeleteH\x00R\x06delete\x12.\n" +
@@ -4814,7 +5105,7 @@ func file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_internal_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Command)(nil),          // 0: tenure.fsm.v1.Command
 	(*AclRule)(nil),          // 1: tenure.fsm.v1.AclRule
@@ -4847,32 +5138,33 @@ var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*FencedPut)(nil),        // 28: tenure.fsm.v1.FencedPut
 	(*FencedDelete)(nil),     // 29: tenure.fsm.v1.FencedDelete
 	(*Snapshot)(nil),         // 30: tenure.fsm.v1.Snapshot
-	(*DeletedRegister)(nil),  // 31: tenure.fsm.v1.DeletedRegister
-	(*Retention)(nil),        // 32: tenure.fsm.v1.Retention
-	(*SessionState)(nil),     // 33: tenure.fsm.v1.SessionState
-	(*GrantState)(nil),       // 34: tenure.fsm.v1.GrantState
-	(*WaiterState)(nil),      // 35: tenure.fsm.v1.WaiterState
-	(*HistoryRecord)(nil),    // 36: tenure.fsm.v1.HistoryRecord
-	(*LockState)(nil),        // 37: tenure.fsm.v1.LockState
-	(*OpRecord)(nil),         // 38: tenure.fsm.v1.OpRecord
-	(*RegisterState)(nil),    // 39: tenure.fsm.v1.RegisterState
-	(*KVPut)(nil),            // 40: tenure.fsm.v1.KVPut
-	(*KVDelete)(nil),         // 41: tenure.fsm.v1.KVDelete
-	(*KVRange)(nil),          // 42: tenure.fsm.v1.KVRange
-	(*KVCompare)(nil),        // 43: tenure.fsm.v1.KVCompare
-	(*KVOp)(nil),             // 44: tenure.fsm.v1.KVOp
-	(*KVTxn)(nil),            // 45: tenure.fsm.v1.KVTxn
-	(*KVState)(nil),          // 46: tenure.fsm.v1.KVState
-	(*QueueEnqueue)(nil),     // 47: tenure.fsm.v1.QueueEnqueue
-	(*QueueDequeue)(nil),     // 48: tenure.fsm.v1.QueueDequeue
-	(*QueueSettle)(nil),      // 49: tenure.fsm.v1.QueueSettle
-	(*QueueExtend)(nil),      // 50: tenure.fsm.v1.QueueExtend
-	(*QueueDelete)(nil),      // 51: tenure.fsm.v1.QueueDelete
-	(*QueuePurge)(nil),       // 52: tenure.fsm.v1.QueuePurge
-	(*QueueRequeueDead)(nil), // 53: tenure.fsm.v1.QueueRequeueDead
-	(*QueueItemState)(nil),   // 54: tenure.fsm.v1.QueueItemState
-	(*QueueMemo)(nil),        // 55: tenure.fsm.v1.QueueMemo
-	(*QueueState)(nil),       // 56: tenure.fsm.v1.QueueState
+	(*SetEtcdURL)(nil),       // 31: tenure.fsm.v1.SetEtcdURL
+	(*DeletedRegister)(nil),  // 32: tenure.fsm.v1.DeletedRegister
+	(*Retention)(nil),        // 33: tenure.fsm.v1.Retention
+	(*SessionState)(nil),     // 34: tenure.fsm.v1.SessionState
+	(*GrantState)(nil),       // 35: tenure.fsm.v1.GrantState
+	(*WaiterState)(nil),      // 36: tenure.fsm.v1.WaiterState
+	(*HistoryRecord)(nil),    // 37: tenure.fsm.v1.HistoryRecord
+	(*LockState)(nil),        // 38: tenure.fsm.v1.LockState
+	(*OpRecord)(nil),         // 39: tenure.fsm.v1.OpRecord
+	(*RegisterState)(nil),    // 40: tenure.fsm.v1.RegisterState
+	(*KVPut)(nil),            // 41: tenure.fsm.v1.KVPut
+	(*KVDelete)(nil),         // 42: tenure.fsm.v1.KVDelete
+	(*KVRange)(nil),          // 43: tenure.fsm.v1.KVRange
+	(*KVCompare)(nil),        // 44: tenure.fsm.v1.KVCompare
+	(*KVOp)(nil),             // 45: tenure.fsm.v1.KVOp
+	(*KVTxn)(nil),            // 46: tenure.fsm.v1.KVTxn
+	(*KVState)(nil),          // 47: tenure.fsm.v1.KVState
+	(*QueueEnqueue)(nil),     // 48: tenure.fsm.v1.QueueEnqueue
+	(*QueueDequeue)(nil),     // 49: tenure.fsm.v1.QueueDequeue
+	(*QueueSettle)(nil),      // 50: tenure.fsm.v1.QueueSettle
+	(*QueueExtend)(nil),      // 51: tenure.fsm.v1.QueueExtend
+	(*QueueDelete)(nil),      // 52: tenure.fsm.v1.QueueDelete
+	(*QueuePurge)(nil),       // 53: tenure.fsm.v1.QueuePurge
+	(*QueueRequeueDead)(nil), // 54: tenure.fsm.v1.QueueRequeueDead
+	(*QueueItemState)(nil),   // 55: tenure.fsm.v1.QueueItemState
+	(*QueueMemo)(nil),        // 56: tenure.fsm.v1.QueueMemo
+	(*QueueState)(nil),       // 57: tenure.fsm.v1.QueueState
 }
 var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	19, // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
@@ -4889,69 +5181,71 @@ var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	29, // 11: tenure.fsm.v1.Command.fenced_delete:type_name -> tenure.fsm.v1.FencedDelete
 	15, // 12: tenure.fsm.v1.Command.set_retention:type_name -> tenure.fsm.v1.SetRetention
 	17, // 13: tenure.fsm.v1.Command.set_limits:type_name -> tenure.fsm.v1.SetLimits
-	40, // 14: tenure.fsm.v1.Command.kv_put:type_name -> tenure.fsm.v1.KVPut
-	41, // 15: tenure.fsm.v1.Command.kv_delete:type_name -> tenure.fsm.v1.KVDelete
-	45, // 16: tenure.fsm.v1.Command.kv_txn:type_name -> tenure.fsm.v1.KVTxn
-	47, // 17: tenure.fsm.v1.Command.queue_enqueue:type_name -> tenure.fsm.v1.QueueEnqueue
-	48, // 18: tenure.fsm.v1.Command.queue_dequeue:type_name -> tenure.fsm.v1.QueueDequeue
-	49, // 19: tenure.fsm.v1.Command.queue_ack:type_name -> tenure.fsm.v1.QueueSettle
-	49, // 20: tenure.fsm.v1.Command.queue_nack:type_name -> tenure.fsm.v1.QueueSettle
-	50, // 21: tenure.fsm.v1.Command.queue_extend:type_name -> tenure.fsm.v1.QueueExtend
-	49, // 22: tenure.fsm.v1.Command.queue_expire:type_name -> tenure.fsm.v1.QueueSettle
-	53, // 23: tenure.fsm.v1.Command.queue_requeue_dead:type_name -> tenure.fsm.v1.QueueRequeueDead
-	51, // 24: tenure.fsm.v1.Command.queue_delete:type_name -> tenure.fsm.v1.QueueDelete
-	52, // 25: tenure.fsm.v1.Command.queue_purge:type_name -> tenure.fsm.v1.QueuePurge
-	5,  // 26: tenure.fsm.v1.Command.acl_bootstrap:type_name -> tenure.fsm.v1.AclBootstrap
-	6,  // 27: tenure.fsm.v1.Command.acl_policy_set:type_name -> tenure.fsm.v1.AclPolicySet
-	7,  // 28: tenure.fsm.v1.Command.acl_policy_delete:type_name -> tenure.fsm.v1.AclPolicyDelete
-	8,  // 29: tenure.fsm.v1.Command.acl_token_create:type_name -> tenure.fsm.v1.AclTokenCreate
-	9,  // 30: tenure.fsm.v1.Command.acl_token_revoke:type_name -> tenure.fsm.v1.AclTokenRevoke
-	10, // 31: tenure.fsm.v1.Command.acl_binding_set:type_name -> tenure.fsm.v1.AclBindingSet
-	11, // 32: tenure.fsm.v1.Command.acl_binding_delete:type_name -> tenure.fsm.v1.AclBindingDelete
-	13, // 33: tenure.fsm.v1.Command.add_signing_key:type_name -> tenure.fsm.v1.AddSigningKey
-	1,  // 34: tenure.fsm.v1.AclPolicy.rules:type_name -> tenure.fsm.v1.AclRule
-	3,  // 35: tenure.fsm.v1.AclBootstrap.token:type_name -> tenure.fsm.v1.AclToken
-	2,  // 36: tenure.fsm.v1.AclPolicySet.policy:type_name -> tenure.fsm.v1.AclPolicy
-	3,  // 37: tenure.fsm.v1.AclTokenCreate.token:type_name -> tenure.fsm.v1.AclToken
-	4,  // 38: tenure.fsm.v1.AclBindingSet.binding:type_name -> tenure.fsm.v1.AclBinding
-	12, // 39: tenure.fsm.v1.AddSigningKey.key:type_name -> tenure.fsm.v1.SigningKey
-	2,  // 40: tenure.fsm.v1.Security.policies:type_name -> tenure.fsm.v1.AclPolicy
-	3,  // 41: tenure.fsm.v1.Security.tokens:type_name -> tenure.fsm.v1.AclToken
-	4,  // 42: tenure.fsm.v1.Security.bindings:type_name -> tenure.fsm.v1.AclBinding
-	12, // 43: tenure.fsm.v1.Security.signing_keys:type_name -> tenure.fsm.v1.SigningKey
-	16, // 44: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
-	0,  // 45: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
-	33, // 46: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
-	37, // 47: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
-	39, // 48: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
-	56, // 49: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
-	46, // 50: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
-	32, // 51: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
-	16, // 52: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
-	36, // 53: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
-	31, // 54: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
-	14, // 55: tenure.fsm.v1.Snapshot.security:type_name -> tenure.fsm.v1.Security
-	34, // 56: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
-	34, // 57: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
-	35, // 58: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
-	36, // 59: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
-	38, // 60: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
-	40, // 61: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
-	41, // 62: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
-	42, // 63: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
-	43, // 64: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
-	44, // 65: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
-	44, // 66: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
-	54, // 67: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
-	54, // 68: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
-	54, // 69: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
-	55, // 70: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
-	55, // 71: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
-	72, // [72:72] is the sub-list for method output_type
-	72, // [72:72] is the sub-list for method input_type
-	72, // [72:72] is the sub-list for extension type_name
-	72, // [72:72] is the sub-list for extension extendee
-	0,  // [0:72] is the sub-list for field type_name
+	31, // 14: tenure.fsm.v1.Command.set_etcd_url:type_name -> tenure.fsm.v1.SetEtcdURL
+	41, // 15: tenure.fsm.v1.Command.kv_put:type_name -> tenure.fsm.v1.KVPut
+	42, // 16: tenure.fsm.v1.Command.kv_delete:type_name -> tenure.fsm.v1.KVDelete
+	46, // 17: tenure.fsm.v1.Command.kv_txn:type_name -> tenure.fsm.v1.KVTxn
+	48, // 18: tenure.fsm.v1.Command.queue_enqueue:type_name -> tenure.fsm.v1.QueueEnqueue
+	49, // 19: tenure.fsm.v1.Command.queue_dequeue:type_name -> tenure.fsm.v1.QueueDequeue
+	50, // 20: tenure.fsm.v1.Command.queue_ack:type_name -> tenure.fsm.v1.QueueSettle
+	50, // 21: tenure.fsm.v1.Command.queue_nack:type_name -> tenure.fsm.v1.QueueSettle
+	51, // 22: tenure.fsm.v1.Command.queue_extend:type_name -> tenure.fsm.v1.QueueExtend
+	50, // 23: tenure.fsm.v1.Command.queue_expire:type_name -> tenure.fsm.v1.QueueSettle
+	54, // 24: tenure.fsm.v1.Command.queue_requeue_dead:type_name -> tenure.fsm.v1.QueueRequeueDead
+	52, // 25: tenure.fsm.v1.Command.queue_delete:type_name -> tenure.fsm.v1.QueueDelete
+	53, // 26: tenure.fsm.v1.Command.queue_purge:type_name -> tenure.fsm.v1.QueuePurge
+	5,  // 27: tenure.fsm.v1.Command.acl_bootstrap:type_name -> tenure.fsm.v1.AclBootstrap
+	6,  // 28: tenure.fsm.v1.Command.acl_policy_set:type_name -> tenure.fsm.v1.AclPolicySet
+	7,  // 29: tenure.fsm.v1.Command.acl_policy_delete:type_name -> tenure.fsm.v1.AclPolicyDelete
+	8,  // 30: tenure.fsm.v1.Command.acl_token_create:type_name -> tenure.fsm.v1.AclTokenCreate
+	9,  // 31: tenure.fsm.v1.Command.acl_token_revoke:type_name -> tenure.fsm.v1.AclTokenRevoke
+	10, // 32: tenure.fsm.v1.Command.acl_binding_set:type_name -> tenure.fsm.v1.AclBindingSet
+	11, // 33: tenure.fsm.v1.Command.acl_binding_delete:type_name -> tenure.fsm.v1.AclBindingDelete
+	13, // 34: tenure.fsm.v1.Command.add_signing_key:type_name -> tenure.fsm.v1.AddSigningKey
+	1,  // 35: tenure.fsm.v1.AclPolicy.rules:type_name -> tenure.fsm.v1.AclRule
+	3,  // 36: tenure.fsm.v1.AclBootstrap.token:type_name -> tenure.fsm.v1.AclToken
+	2,  // 37: tenure.fsm.v1.AclPolicySet.policy:type_name -> tenure.fsm.v1.AclPolicy
+	3,  // 38: tenure.fsm.v1.AclTokenCreate.token:type_name -> tenure.fsm.v1.AclToken
+	4,  // 39: tenure.fsm.v1.AclBindingSet.binding:type_name -> tenure.fsm.v1.AclBinding
+	12, // 40: tenure.fsm.v1.AddSigningKey.key:type_name -> tenure.fsm.v1.SigningKey
+	2,  // 41: tenure.fsm.v1.Security.policies:type_name -> tenure.fsm.v1.AclPolicy
+	3,  // 42: tenure.fsm.v1.Security.tokens:type_name -> tenure.fsm.v1.AclToken
+	4,  // 43: tenure.fsm.v1.Security.bindings:type_name -> tenure.fsm.v1.AclBinding
+	12, // 44: tenure.fsm.v1.Security.signing_keys:type_name -> tenure.fsm.v1.SigningKey
+	16, // 45: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
+	0,  // 46: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
+	34, // 47: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
+	38, // 48: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
+	40, // 49: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
+	57, // 50: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
+	47, // 51: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
+	33, // 52: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
+	16, // 53: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
+	37, // 54: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
+	32, // 55: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
+	14, // 56: tenure.fsm.v1.Snapshot.security:type_name -> tenure.fsm.v1.Security
+	31, // 57: tenure.fsm.v1.Snapshot.etcd_urls:type_name -> tenure.fsm.v1.SetEtcdURL
+	35, // 58: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
+	35, // 59: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
+	36, // 60: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
+	37, // 61: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
+	39, // 62: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
+	41, // 63: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
+	42, // 64: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
+	43, // 65: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
+	44, // 66: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
+	45, // 67: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
+	45, // 68: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
+	55, // 69: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
+	55, // 70: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
+	55, // 71: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
+	56, // 72: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
+	56, // 73: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
+	74, // [74:74] is the sub-list for method output_type
+	74, // [74:74] is the sub-list for method input_type
+	74, // [74:74] is the sub-list for extension type_name
+	74, // [74:74] is the sub-list for extension extendee
+	0,  // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_internal_fsm_fsmpb_fsm_proto_init() }
@@ -4974,6 +5268,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 		(*Command_FencedDelete)(nil),
 		(*Command_SetRetention)(nil),
 		(*Command_SetLimits)(nil),
+		(*Command_SetEtcdUrl)(nil),
 		(*Command_KvPut)(nil),
 		(*Command_KvDelete)(nil),
 		(*Command_KvTxn)(nil),
@@ -4995,7 +5290,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 		(*Command_AclBindingDelete)(nil),
 		(*Command_AddSigningKey)(nil),
 	}
-	file_internal_fsm_fsmpb_fsm_proto_msgTypes[44].OneofWrappers = []any{
+	file_internal_fsm_fsmpb_fsm_proto_msgTypes[45].OneofWrappers = []any{
 		(*KVOp_Put)(nil),
 		(*KVOp_Delete)(nil),
 		(*KVOp_Range)(nil),
@@ -5006,7 +5301,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_fsm_fsmpb_fsm_proto_rawDesc), len(file_internal_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   57,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,120 @@
+package etcdapi
+
+import (
+	"context"
+	"strings"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/version"
+
+	"github.com/tenure-io/tenure/internal/fsm"
+)
+
+// clusterServer is etcd's Cluster service: the members are the raft
+// configuration's; changes go through Tenure's own API (tenure member).
+type clusterServer struct {
+	pb.UnimplementedClusterServer
+	s *Server
+}
+
+// members lists the raft configuration as etcd members: the id derived
+// from the node id (MemberID), the node id as name, the raft peer address
+// as peer URL and the member's etcd API as client URL, where it is known.
+func (s *Server) members() ([]*pb.Member, error) {
+	ms, err := s.node.Members()
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	urls := s.clientURLs()
+	out := make([]*pb.Member, 0, len(ms))
+	for _, m := range ms {
+		pm := &pb.Member{ID: MemberID(m.ID), Name: m.ID, IsLearner: !m.Voter}
+		if strings.Contains(m.PeerAddr, ":") { // a standalone node has no peer address
+			pm.PeerURLs = []string{"tcp://" + m.PeerAddr}
+		}
+		if u := urls[m.ID]; u != "" {
+			pm.ClientURLs = []string{u}
+		}
+		out = append(out, pm)
+	}
+	return out, nil
+}
+
+// clientURLs maps node ids to their etcd client URLs: those the members
+// published (forward.go), and this node's own.
+func (s *Server) clientURLs() map[string]string {
+	var urls map[string]string
+	s.node.Read(func(st *fsm.State) { urls = st.EtcdURLs() })
+	urls[s.node.ID()] = s.cfg.ClientURL
+	return urls
+}
+
+// MemberList implements etcd's Cluster.MemberList, from this node's view
+// of the raft configuration.
+func (c *clusterServer) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	ms, err := c.s.members()
+	if err != nil {
+		return nil, err
+	}
+	return &pb.MemberListResponse{Header: c.s.header(0), Members: ms}, nil
+}
+
+// MemberAdd implements etcd's Cluster.MemberAdd: not supported.
+func (c *clusterServer) MemberAdd(context.Context, *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
+	return nil, errUnsupported("changing members through the etcd API (use tenure member)")
+}
+
+// MemberRemove implements etcd's Cluster.MemberRemove: not supported.
+func (c *clusterServer) MemberRemove(context.Context, *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
+	return nil, errUnsupported("changing members through the etcd API (use tenure member)")
+}
+
+// MemberUpdate implements etcd's Cluster.MemberUpdate: not supported.
+func (c *clusterServer) MemberUpdate(context.Context, *pb.MemberUpdateRequest) (*pb.MemberUpdateResponse, error) {
+	return nil, errUnsupported("changing members through the etcd API (use tenure member)")
+}
+
+// MemberPromote implements etcd's Cluster.MemberPromote: not supported.
+func (c *clusterServer) MemberPromote(context.Context, *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
+	return nil, errUnsupported("changing members through the etcd API (use tenure member)")
+}
+
+// maintenanceServer is etcd's Maintenance service: Status and Alarm.
+type maintenanceServer struct {
+	pb.UnimplementedMaintenanceServer
+	s *Server
+}
+
+// Status implements etcd's Maintenance.Status for this node: the etcd
+// API version it implements, the size of its data directory, its
+// leader, and raft's index and term.
+func (m *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	s := m.s
+	st := s.node.RaftStats()
+	size := s.node.DataSize()
+	out := &pb.StatusResponse{
+		Header: s.header(0), Version: version.Version, DbSize: size, DbSizeInUse: size,
+		RaftIndex: st.LastIndex, RaftTerm: st.Term, RaftAppliedIndex: st.AppliedIndex,
+	}
+	if l := s.node.Leader(); l != "" {
+		out.Leader = MemberID(l)
+	}
+	if ms, err := s.node.Members(); err == nil {
+		for _, mb := range ms {
+			if mb.ID == s.node.ID() {
+				out.IsLearner = !mb.Voter
+			}
+		}
+	}
+	if e := s.node.Status().StorageError; e != "" {
+		out.Errors = []string{e}
+	}
+	return out, nil
+}
+
+// Alarm implements etcd's Maintenance.Alarm: Tenure raises no alarms, so
+// every action answers an empty list (and etcdctl endpoint health finds
+// the node healthy).
+func (m *maintenanceServer) Alarm(ctx context.Context, _ *pb.AlarmRequest) (*pb.AlarmResponse, error) {
+	return &pb.AlarmResponse{Header: m.s.header(0), Alarms: []*pb.AlarmMember{}}, nil
+}

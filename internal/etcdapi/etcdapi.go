@@ -1,0 +1,187 @@
+// Package etcdapi serves etcd's v3 gRPC API (go.etcd.io/etcd/api/v3) on a
+// Tenure node, beside Tenure's own API, so that etcdctl, clientv3's
+// concurrency package and etcd's clients in other languages run against
+// Tenure unmodified.
+//
+// # The mapping
+//
+// Keys are the keys of Tenure's key-value store, with their create
+// revision, mod revision and version; etcd's revision is Tenure's global
+// revision, so an etcd Mutex's fence (its key's create revision) compares
+// directly with Tenure's lock tokens. Leases are Tenure sessions created
+// as etcd leases (fsm.CheckEtcdLease): they have no secret, because etcd's
+// model is that a lease's id is all a client needs to keep it alive,
+// revoke it or attach keys to it; and for the same reason they are apart
+// from Tenure's own sessions: the etcd API reaches no session that has a
+// secret, and Tenure's API none that has not.
+//
+// Requests that must reach the leader (writes, linearizable reads,
+// keepalives, TimeToLive) are forwarded by a follower to the leader's etcd
+// API (forward.go), because etcd's clients do not retry a write on
+// another member. Watches are served by the node that receives them, from
+// its own watch history (server.KVCursor), as etcd serves them.
+//
+// Errors are etcd's (rpctypes), mapped in one place (errors.go). What is
+// not supported, and where Tenure differs, is listed in docs/etcd.md.
+package etcdapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"log/slog"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/node"
+	"github.com/tenure-io/tenure/internal/server"
+)
+
+// Etcd's lease TTL bounds, in seconds: a shorter TTL is raised to
+// MinLeaseTTL without a word (etcd's minimum with its default election
+// timeout), a longer one than MaxLeaseTTL is refused with etcd's error.
+const (
+	MinLeaseTTL = 2
+	MaxLeaseTTL = 9_000_000_000
+)
+
+// maxRequestBytes is etcd's default request size limit plus its gRPC
+// overhead: a watch response above it is split for a watcher that asked
+// for fragments, and a request above it is refused.
+const maxRequestBytes = 1.5*1024*1024 + 512*1024
+
+// Config configures the etcd API of one node.
+type Config struct {
+	// ClientURL is how etcd clients reach this node's etcd API (as
+	// MemberList reports it), e.g. http://127.0.0.1:2379.
+	ClientURL string
+	// Logger receives the API's log; nil: the node's.
+	Logger *slog.Logger
+}
+
+// Server serves etcd's KV, Watch, Lease, Cluster and Maintenance services.
+// It is safe for concurrent use.
+type Server struct {
+	node     *node.Node
+	srv      *server.Server
+	cfg      Config
+	log      *slog.Logger
+	limits   server.KVLimits
+	memberID uint64
+	conns    conns // to the leader, for forwarding (forward.go)
+}
+
+// New returns the etcd API of n, whose Tenure API is srv (the watch
+// history, the watch limits and the key-value limits are srv's).
+func New(n *node.Node, srv *server.Server, cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = n.Logger()
+	}
+	return &Server{node: n, srv: srv, cfg: cfg, log: cfg.Logger, limits: srv.KVLimits(), memberID: MemberID(n.ID())}
+}
+
+// GRPCOptions are the options of the gRPC server the API is registered
+// on: etcd's request size, keepalive pings as often as etcdctl sends them
+// (every 2 s by default), and etcd's check of a request that requires a
+// leader (clientv3.WithRequireLeader): on a node that knows no leader it
+// is refused with "no leader".
+func (s *Server) GRPCOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(maxRequestBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			if err := s.requireLeader(ctx); err != nil {
+				return nil, err
+			}
+			return handler(ctx, req)
+		}),
+		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			if err := s.requireLeader(ss.Context()); err != nil {
+				return err
+			}
+			return handler(srv, ss)
+		}),
+	}
+}
+
+// requireLeader refuses a request that requires a leader when this node
+// knows none (a stream is checked when it opens).
+func (s *Server) requireLeader(ctx context.Context) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if ks := md[rpctypes.MetadataRequireLeaderKey]; len(ks) > 0 && ks[0] == rpctypes.MetadataHasLeader && s.node.Leader() == "" {
+		return rpctypes.ErrGRPCNoLeader
+	}
+	return nil
+}
+
+// Register registers the API's services on gs.
+func (s *Server) Register(gs *grpc.Server) {
+	pb.RegisterKVServer(gs, &kvServer{s: s})
+	pb.RegisterWatchServer(gs, &watchServer{s: s})
+	pb.RegisterLeaseServer(gs, &leaseServer{s: s})
+	pb.RegisterClusterServer(gs, &clusterServer{s: s})
+	pb.RegisterMaintenanceServer(gs, &maintenanceServer{s: s})
+	pb.RegisterAuthServer(gs, &pb.UnimplementedAuthServer{})
+	s.registerMembers(gs)
+}
+
+// MemberID is the etcd member id of the node with id nodeID: stable, as
+// it depends on the id alone, and never 0.
+func MemberID(nodeID string) uint64 {
+	sum := sha256.Sum256([]byte("tenure etcd member " + nodeID))
+	if id := binary.BigEndian.Uint64(sum[:8]); id != 0 {
+		return id
+	}
+	return 1
+}
+
+// clusterID is the etcd cluster id: the first 8 bytes of Tenure's cluster
+// id (0 before the first leader has drawn it).
+func (s *Server) clusterID() uint64 {
+	id := s.node.Security().ClusterID
+	if len(id) < 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(id[:8])
+}
+
+// header fills a response header; rev 0 stands for this node's current
+// revision.
+func (s *Server) header(rev uint64) *pb.ResponseHeader {
+	if rev == 0 {
+		rev = s.revision()
+	}
+	return &pb.ResponseHeader{ClusterId: s.clusterID(), MemberId: s.memberID, Revision: int64(rev), RaftTerm: s.node.Term()}
+}
+
+// revision is this node's current revision.
+func (s *Server) revision() uint64 {
+	var rev uint64
+	s.node.Read(func(st *fsm.State) { rev = st.Revision() })
+	return rev
+}
+
+// propose commits cmd; a refusal of the state machine is the error. When
+// the client gave up (ctx ended) it is answered as etcd answers it: with
+// the context's error.
+func (s *Server) propose(ctx context.Context, cmd any) (fsm.Result, error) {
+	res, err := s.node.Propose(ctx, command(cmd))
+	if err == nil {
+		err = res.Err
+	} else if cerr := ctx.Err(); cerr != nil {
+		err = cerr
+	}
+	return res, err
+}
+
+// linearizable waits until a read of this node's state sees every write
+// completed before the call (node.LinearizableRead).
+func (s *Server) linearizable(ctx context.Context) error {
+	return s.node.LinearizableRead(ctx)
+}
