@@ -1,6 +1,10 @@
 package fsm
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+)
 
 // CheckIndexes reports whether the ordered indexes of sessions and locks
 // hold exactly what their maps hold (index.go), and the totals kept of
@@ -59,4 +63,21 @@ func (s *State) checkTotals() error {
 		return fmt.Errorf("%d locks held and %d delayed, counted %d and %d", held, delayed, s.heldLocks, s.delayedLocks)
 	}
 	return nil
+}
+
+// QueueItemsOf returns the ready and the dead-lettered items of a queue of
+// a snapshot, packed or listed, as messages in id order.
+func QueueItemsOf(st *fsmpb.QueueState) (ready, dead []*fsmpb.QueueItemState, err error) {
+	conv := func(listed []*fsmpb.QueueItemState, packed [][]byte) ([]*fsmpb.QueueItemState, error) {
+		out := append([]*fsmpb.QueueItemState(nil), listed...)
+		err := unpack(packed, func(it qItem) {
+			out = append(out, &fsmpb.QueueItemState{Id: it.id, Payload: it.payload, Attempts: it.attempts})
+		})
+		return out, err
+	}
+	if ready, err = conv(st.GetReady(), st.GetReadyPacked()); err != nil {
+		return nil, nil, err
+	}
+	dead, err = conv(st.GetDead(), st.GetDeadPacked())
+	return ready, dead, err
 }

@@ -53,6 +53,10 @@ type Command struct {
 	//	*Command_QueueRequeueDead
 	//	*Command_QueueDelete
 	//	*Command_QueuePurge
+	//	*Command_QueueEnqueueBatch
+	//	*Command_QueueDequeueBatch
+	//	*Command_QueueAckBatch
+	//	*Command_QueueNackBatch
 	//	*Command_AclBootstrap
 	//	*Command_AclPolicySet
 	//	*Command_AclPolicyDelete
@@ -328,6 +332,42 @@ func (x *Command) GetQueuePurge() *QueuePurge {
 	return nil
 }
 
+func (x *Command) GetQueueEnqueueBatch() *QueueEnqueueBatch {
+	if x != nil {
+		if x, ok := x.Op.(*Command_QueueEnqueueBatch); ok {
+			return x.QueueEnqueueBatch
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetQueueDequeueBatch() *QueueDequeueBatch {
+	if x != nil {
+		if x, ok := x.Op.(*Command_QueueDequeueBatch); ok {
+			return x.QueueDequeueBatch
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetQueueAckBatch() *QueueSettleBatch {
+	if x != nil {
+		if x, ok := x.Op.(*Command_QueueAckBatch); ok {
+			return x.QueueAckBatch
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetQueueNackBatch() *QueueSettleBatch {
+	if x != nil {
+		if x, ok := x.Op.(*Command_QueueNackBatch); ok {
+			return x.QueueNackBatch
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetAclBootstrap() *AclBootstrap {
 	if x != nil {
 		if x, ok := x.Op.(*Command_AclBootstrap); ok {
@@ -508,6 +548,23 @@ type Command_QueuePurge struct {
 	QueuePurge *QueuePurge `protobuf:"bytes,28,opt,name=queue_purge,json=queuePurge,proto3,oneof"`
 }
 
+type Command_QueueEnqueueBatch struct {
+	// Batches: several items of one queue in one command (queue_batch.go).
+	QueueEnqueueBatch *QueueEnqueueBatch `protobuf:"bytes,29,opt,name=queue_enqueue_batch,json=queueEnqueueBatch,proto3,oneof"`
+}
+
+type Command_QueueDequeueBatch struct {
+	QueueDequeueBatch *QueueDequeueBatch `protobuf:"bytes,30,opt,name=queue_dequeue_batch,json=queueDequeueBatch,proto3,oneof"`
+}
+
+type Command_QueueAckBatch struct {
+	QueueAckBatch *QueueSettleBatch `protobuf:"bytes,31,opt,name=queue_ack_batch,json=queueAckBatch,proto3,oneof"`
+}
+
+type Command_QueueNackBatch struct {
+	QueueNackBatch *QueueSettleBatch `protobuf:"bytes,32,opt,name=queue_nack_batch,json=queueNackBatch,proto3,oneof"`
+}
+
 type Command_AclBootstrap struct {
 	// ACLs and the cluster's signing keys: 70..79 (acl.go, keys.go).
 	AclBootstrap *AclBootstrap `protobuf:"bytes,70,opt,name=acl_bootstrap,json=aclBootstrap,proto3,oneof"`
@@ -590,6 +647,14 @@ func (*Command_QueueRequeueDead) isCommand_Op() {}
 func (*Command_QueueDelete) isCommand_Op() {}
 
 func (*Command_QueuePurge) isCommand_Op() {}
+
+func (*Command_QueueEnqueueBatch) isCommand_Op() {}
+
+func (*Command_QueueDequeueBatch) isCommand_Op() {}
+
+func (*Command_QueueAckBatch) isCommand_Op() {}
+
+func (*Command_QueueNackBatch) isCommand_Op() {}
 
 func (*Command_AclBootstrap) isCommand_Op() {}
 
@@ -4133,6 +4198,309 @@ func (x *QueueRequeueDead) GetLimit() uint32 {
 	return 0
 }
 
+// QueueEnqueueBatch appends items in order; each gets its own id (the
+// revision of its enqueue, one after the other). A duplicate operation id
+// adds nothing for that item alone. A refusal (a bad argument, a limit)
+// adds no item at all.
+type QueueEnqueueBatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Items []*QueueBatchItem      `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
+	// max_attempts: as QueueEnqueue's, for the whole batch.
+	MaxAttempts   uint32 `protobuf:"varint,3,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueEnqueueBatch) Reset() {
+	*x = QueueEnqueueBatch{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueEnqueueBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueEnqueueBatch) ProtoMessage() {}
+
+func (x *QueueEnqueueBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueEnqueueBatch.ProtoReflect.Descriptor instead.
+func (*QueueEnqueueBatch) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *QueueEnqueueBatch) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueEnqueueBatch) GetItems() []*QueueBatchItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *QueueEnqueueBatch) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+type QueueBatchItem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Payload       []byte                 `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
+	OperationId   string                 `protobuf:"bytes,2,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueBatchItem) Reset() {
+	*x = QueueBatchItem{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueBatchItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueBatchItem) ProtoMessage() {}
+
+func (x *QueueBatchItem) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueBatchItem.ProtoReflect.Descriptor instead.
+func (*QueueBatchItem) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *QueueBatchItem) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *QueueBatchItem) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+// QueueDequeueBatch hands out up to len(receipt_hashes) of the oldest ready
+// items under one visibility lease, the i-th item with the i-th receipt
+// hash; each gets its own delivery token. It stops early before the
+// payloads pass fsm.MaxQueueBatchBytes (but hands out at least one item).
+type QueueDequeueBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
+	VisibilityMs  int64                  `protobuf:"varint,3,opt,name=visibility_ms,json=visibilityMs,proto3" json:"visibility_ms,omitempty"`
+	ReceiptHashes [][]byte               `protobuf:"bytes,4,rep,name=receipt_hashes,json=receiptHashes,proto3" json:"receipt_hashes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDequeueBatch) Reset() {
+	*x = QueueDequeueBatch{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDequeueBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDequeueBatch) ProtoMessage() {}
+
+func (x *QueueDequeueBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDequeueBatch.ProtoReflect.Descriptor instead.
+func (*QueueDequeueBatch) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *QueueDequeueBatch) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueDequeueBatch) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *QueueDequeueBatch) GetVisibilityMs() int64 {
+	if x != nil {
+		return x.VisibilityMs
+	}
+	return 0
+}
+
+func (x *QueueDequeueBatch) GetReceiptHashes() [][]byte {
+	if x != nil {
+		return x.ReceiptHashes
+	}
+	return nil
+}
+
+// QueueSettleBatch acks or nacks several deliveries of one queue; each
+// item is settled (or found stale, or refused for its receipt) on its own.
+type QueueSettleBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Items         []*QueueSettleItem     `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueSettleBatch) Reset() {
+	*x = QueueSettleBatch{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueSettleBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueSettleBatch) ProtoMessage() {}
+
+func (x *QueueSettleBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueSettleBatch.ProtoReflect.Descriptor instead.
+func (*QueueSettleBatch) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *QueueSettleBatch) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueSettleBatch) GetItems() []*QueueSettleItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type QueueSettleItem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	DeliveryToken uint64                 `protobuf:"varint,2,opt,name=delivery_token,json=deliveryToken,proto3" json:"delivery_token,omitempty"`
+	ReceiptHash   []byte                 `protobuf:"bytes,3,opt,name=receipt_hash,json=receiptHash,proto3" json:"receipt_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueSettleItem) Reset() {
+	*x = QueueSettleItem{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueSettleItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueSettleItem) ProtoMessage() {}
+
+func (x *QueueSettleItem) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueSettleItem.ProtoReflect.Descriptor instead.
+func (*QueueSettleItem) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *QueueSettleItem) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *QueueSettleItem) GetDeliveryToken() uint64 {
+	if x != nil {
+		return x.DeliveryToken
+	}
+	return 0
+}
+
+func (x *QueueSettleItem) GetReceiptHash() []byte {
+	if x != nil {
+		return x.ReceiptHash
+	}
+	return nil
+}
+
 type QueueItemState struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Id       uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -4150,7 +4518,7 @@ type QueueItemState struct {
 
 func (x *QueueItemState) Reset() {
 	*x = QueueItemState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4162,7 +4530,7 @@ func (x *QueueItemState) String() string {
 func (*QueueItemState) ProtoMessage() {}
 
 func (x *QueueItemState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4175,7 +4543,7 @@ func (x *QueueItemState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItemState.ProtoReflect.Descriptor instead.
 func (*QueueItemState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{53}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *QueueItemState) GetId() uint64 {
@@ -4240,7 +4608,7 @@ type QueueMemo struct {
 
 func (x *QueueMemo) Reset() {
 	*x = QueueMemo{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4252,7 +4620,7 @@ func (x *QueueMemo) String() string {
 func (*QueueMemo) ProtoMessage() {}
 
 func (x *QueueMemo) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4265,7 +4633,7 @@ func (x *QueueMemo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueMemo.ProtoReflect.Descriptor instead.
 func (*QueueMemo) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{54}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *QueueMemo) GetOperationId() string {
@@ -4300,10 +4668,19 @@ type QueueState struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	MaxAttempts uint32                 `protobuf:"varint,2,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
-	// ready, in_flight and dead, each by id.
-	Ready    []*QueueItemState `protobuf:"bytes,3,rep,name=ready,proto3" json:"ready,omitempty"`
+	// ready and dead: written before ready_packed and dead_packed existed
+	// (still read; a snapshot has one form or the other).
+	Ready []*QueueItemState `protobuf:"bytes,3,rep,name=ready,proto3" json:"ready,omitempty"`
+	Dead  []*QueueItemState `protobuf:"bytes,5,rep,name=dead,proto3" json:"dead,omitempty"`
+	// in_flight, by id.
 	InFlight []*QueueItemState `protobuf:"bytes,4,rep,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
-	Dead     []*QueueItemState `protobuf:"bytes,5,rep,name=dead,proto3" json:"dead,omitempty"`
+	// ready_packed and dead_packed: the ready and the dead-lettered items,
+	// by id, in chunks of the packed item encoding (fsm/queue_snapshot.go):
+	// per item the uvarint difference of its id from the previous item's
+	// (from 0 for the first of the list), its uvarint attempts, its payload's
+	// uvarint length and the payload.
+	ReadyPacked [][]byte `protobuf:"bytes,9,rep,name=ready_packed,json=readyPacked,proto3" json:"ready_packed,omitempty"`
+	DeadPacked  [][]byte `protobuf:"bytes,10,rep,name=dead_packed,json=deadPacked,proto3" json:"dead_packed,omitempty"`
 	// ops: remembered operation ids, oldest first.
 	Ops []*QueueMemo `protobuf:"bytes,6,rep,name=ops,proto3" json:"ops,omitempty"`
 	// acks: remembered acknowledgements (id, token, receipt hash), oldest
@@ -4319,7 +4696,7 @@ type QueueState struct {
 
 func (x *QueueState) Reset() {
 	*x = QueueState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4331,7 +4708,7 @@ func (x *QueueState) String() string {
 func (*QueueState) ProtoMessage() {}
 
 func (x *QueueState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4344,7 +4721,7 @@ func (x *QueueState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueState.ProtoReflect.Descriptor instead.
 func (*QueueState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *QueueState) GetName() string {
@@ -4368,6 +4745,13 @@ func (x *QueueState) GetReady() []*QueueItemState {
 	return nil
 }
 
+func (x *QueueState) GetDead() []*QueueItemState {
+	if x != nil {
+		return x.Dead
+	}
+	return nil
+}
+
 func (x *QueueState) GetInFlight() []*QueueItemState {
 	if x != nil {
 		return x.InFlight
@@ -4375,9 +4759,16 @@ func (x *QueueState) GetInFlight() []*QueueItemState {
 	return nil
 }
 
-func (x *QueueState) GetDead() []*QueueItemState {
+func (x *QueueState) GetReadyPacked() [][]byte {
 	if x != nil {
-		return x.Dead
+		return x.ReadyPacked
+	}
+	return nil
+}
+
+func (x *QueueState) GetDeadPacked() [][]byte {
+	if x != nil {
+		return x.DeadPacked
 	}
 	return nil
 }
@@ -4407,7 +4798,7 @@ var File_internal_fsm_fsmpb_fsm_proto protoreflect.FileDescriptor
 
 const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xee\x10\n" +
+	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xae\x13\n" +
 	"\aCommand\x12E\n" +
 	"\x0ecreate_session\x18\x01 \x01(\v2\x1c.tenure.fsm.v1.CreateSessionH\x00R\rcreateSession\x12B\n" +
 	"\rclose_session\x18\x02 \x01(\v2\x1b.tenure.fsm.v1.CloseSessionH\x00R\fcloseSession\x12E\n" +
@@ -4438,7 +4829,11 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x12queue_requeue_dead\x18\x1a \x01(\v2\x1f.tenure.fsm.v1.QueueRequeueDeadH\x00R\x10queueRequeueDead\x12?\n" +
 	"\fqueue_delete\x18\x1b \x01(\v2\x1a.tenure.fsm.v1.QueueDeleteH\x00R\vqueueDelete\x12<\n" +
 	"\vqueue_purge\x18\x1c \x01(\v2\x19.tenure.fsm.v1.QueuePurgeH\x00R\n" +
-	"queuePurge\x12B\n" +
+	"queuePurge\x12R\n" +
+	"\x13queue_enqueue_batch\x18\x1d \x01(\v2 .tenure.fsm.v1.QueueEnqueueBatchH\x00R\x11queueEnqueueBatch\x12R\n" +
+	"\x13queue_dequeue_batch\x18\x1e \x01(\v2 .tenure.fsm.v1.QueueDequeueBatchH\x00R\x11queueDequeueBatch\x12I\n" +
+	"\x0fqueue_ack_batch\x18\x1f \x01(\v2\x1f.tenure.fsm.v1.QueueSettleBatchH\x00R\rqueueAckBatch\x12K\n" +
+	"\x10queue_nack_batch\x18  \x01(\v2\x1f.tenure.fsm.v1.QueueSettleBatchH\x00R\x0equeueNackBatch\x12B\n" +
 	"\racl_bootstrap\x18F \x01(\v2\x1b.tenure.fsm.v1.AclBootstrapH\x00R\faclBootstrap\x12C\n" +
 	"\x0eacl_policy_set\x18G \x01(\v2\x1b.tenure.fsm.v1.AclPolicySetH\x00R\faclPolicySet\x12L\n" +
 	"\x11acl_policy_delete\x18H \x01(\v2\x1e.tenure.fsm.v1.AclPolicyDeleteH\x00R\x0faclPolicyDelete\x12I\n" +
@@ -4708,7 +5103,26 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x10QueueRequeueDead\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x10\n" +
 	"\x03ids\x18\x02 \x03(\x04R\x03ids\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\rR\x05limit\"\xdf\x01\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"\x81\x01\n" +
+	"\x11QueueEnqueueBatch\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x123\n" +
+	"\x05items\x18\x02 \x03(\v2\x1d.tenure.fsm.v1.QueueBatchItemR\x05items\x12!\n" +
+	"\fmax_attempts\x18\x03 \x01(\rR\vmaxAttempts\"M\n" +
+	"\x0eQueueBatchItem\x12\x18\n" +
+	"\apayload\x18\x01 \x01(\fR\apayload\x12!\n" +
+	"\foperation_id\x18\x02 \x01(\tR\voperationId\"\x8f\x01\n" +
+	"\x11QueueDequeueBatch\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
+	"\asession\x18\x02 \x01(\x04R\asession\x12#\n" +
+	"\rvisibility_ms\x18\x03 \x01(\x03R\fvisibilityMs\x12%\n" +
+	"\x0ereceipt_hashes\x18\x04 \x03(\fR\rreceiptHashes\"^\n" +
+	"\x10QueueSettleBatch\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x124\n" +
+	"\x05items\x18\x02 \x03(\v2\x1e.tenure.fsm.v1.QueueSettleItemR\x05items\"k\n" +
+	"\x0fQueueSettleItem\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12%\n" +
+	"\x0edelivery_token\x18\x02 \x01(\x04R\rdeliveryToken\x12!\n" +
+	"\freceipt_hash\x18\x03 \x01(\fR\vreceiptHash\"\xdf\x01\n" +
 	"\x0eQueueItemState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1a\n" +
@@ -4721,14 +5135,18 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
-	"\freceipt_hash\x18\x04 \x01(\fR\vreceiptHash\"\xe2\x02\n" +
+	"\freceipt_hash\x18\x04 \x01(\fR\vreceiptHash\"\xa6\x03\n" +
 	"\n" +
 	"QueueState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fmax_attempts\x18\x02 \x01(\rR\vmaxAttempts\x123\n" +
-	"\x05ready\x18\x03 \x03(\v2\x1d.tenure.fsm.v1.QueueItemStateR\x05ready\x12:\n" +
-	"\tin_flight\x18\x04 \x03(\v2\x1d.tenure.fsm.v1.QueueItemStateR\binFlight\x121\n" +
-	"\x04dead\x18\x05 \x03(\v2\x1d.tenure.fsm.v1.QueueItemStateR\x04dead\x12*\n" +
+	"\x05ready\x18\x03 \x03(\v2\x1d.tenure.fsm.v1.QueueItemStateR\x05ready\x121\n" +
+	"\x04dead\x18\x05 \x03(\v2\x1d.tenure.fsm.v1.QueueItemStateR\x04dead\x12:\n" +
+	"\tin_flight\x18\x04 \x03(\v2\x1d.tenure.fsm.v1.QueueItemStateR\binFlight\x12!\n" +
+	"\fready_packed\x18\t \x03(\fR\vreadyPacked\x12\x1f\n" +
+	"\vdead_packed\x18\n" +
+	" \x03(\fR\n" +
+	"deadPacked\x12*\n" +
 	"\x03ops\x18\x06 \x03(\v2\x18.tenure.fsm.v1.QueueMemoR\x03ops\x12,\n" +
 	"\x04acks\x18\a \x03(\v2\x18.tenure.fsm.v1.QueueMemoR\x04acks\x12\x1f\n" +
 	"\vempty_since\x18\b \x01(\x04R\n" +
@@ -4746,64 +5164,69 @@ func file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_internal_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
-	(*Command)(nil),          // 0: tenure.fsm.v1.Command
-	(*AclRule)(nil),          // 1: tenure.fsm.v1.AclRule
-	(*AclPolicy)(nil),        // 2: tenure.fsm.v1.AclPolicy
-	(*AclToken)(nil),         // 3: tenure.fsm.v1.AclToken
-	(*AclBinding)(nil),       // 4: tenure.fsm.v1.AclBinding
-	(*AclBootstrap)(nil),     // 5: tenure.fsm.v1.AclBootstrap
-	(*AclPolicySet)(nil),     // 6: tenure.fsm.v1.AclPolicySet
-	(*AclPolicyDelete)(nil),  // 7: tenure.fsm.v1.AclPolicyDelete
-	(*AclTokenCreate)(nil),   // 8: tenure.fsm.v1.AclTokenCreate
-	(*AclTokenRevoke)(nil),   // 9: tenure.fsm.v1.AclTokenRevoke
-	(*AclBindingSet)(nil),    // 10: tenure.fsm.v1.AclBindingSet
-	(*AclBindingDelete)(nil), // 11: tenure.fsm.v1.AclBindingDelete
-	(*SigningKey)(nil),       // 12: tenure.fsm.v1.SigningKey
-	(*AddSigningKey)(nil),    // 13: tenure.fsm.v1.AddSigningKey
-	(*Security)(nil),         // 14: tenure.fsm.v1.Security
-	(*SetRetention)(nil),     // 15: tenure.fsm.v1.SetRetention
-	(*Limits)(nil),           // 16: tenure.fsm.v1.Limits
-	(*SetLimits)(nil),        // 17: tenure.fsm.v1.SetLimits
-	(*Batch)(nil),            // 18: tenure.fsm.v1.Batch
-	(*CreateSession)(nil),    // 19: tenure.fsm.v1.CreateSession
-	(*CloseSession)(nil),     // 20: tenure.fsm.v1.CloseSession
-	(*ExpireSession)(nil),    // 21: tenure.fsm.v1.ExpireSession
-	(*Acquire)(nil),          // 22: tenure.fsm.v1.Acquire
-	(*Proclaim)(nil),         // 23: tenure.fsm.v1.Proclaim
-	(*CancelAcquire)(nil),    // 24: tenure.fsm.v1.CancelAcquire
-	(*Release)(nil),          // 25: tenure.fsm.v1.Release
-	(*EndLockDelay)(nil),     // 26: tenure.fsm.v1.EndLockDelay
-	(*FencedPut)(nil),        // 27: tenure.fsm.v1.FencedPut
-	(*FencedDelete)(nil),     // 28: tenure.fsm.v1.FencedDelete
-	(*Snapshot)(nil),         // 29: tenure.fsm.v1.Snapshot
-	(*DeletedRegister)(nil),  // 30: tenure.fsm.v1.DeletedRegister
-	(*Retention)(nil),        // 31: tenure.fsm.v1.Retention
-	(*SessionState)(nil),     // 32: tenure.fsm.v1.SessionState
-	(*GrantState)(nil),       // 33: tenure.fsm.v1.GrantState
-	(*WaiterState)(nil),      // 34: tenure.fsm.v1.WaiterState
-	(*HistoryRecord)(nil),    // 35: tenure.fsm.v1.HistoryRecord
-	(*LockState)(nil),        // 36: tenure.fsm.v1.LockState
-	(*OpRecord)(nil),         // 37: tenure.fsm.v1.OpRecord
-	(*RegisterState)(nil),    // 38: tenure.fsm.v1.RegisterState
-	(*KVPut)(nil),            // 39: tenure.fsm.v1.KVPut
-	(*KVDelete)(nil),         // 40: tenure.fsm.v1.KVDelete
-	(*KVRange)(nil),          // 41: tenure.fsm.v1.KVRange
-	(*KVCompare)(nil),        // 42: tenure.fsm.v1.KVCompare
-	(*KVOp)(nil),             // 43: tenure.fsm.v1.KVOp
-	(*KVTxn)(nil),            // 44: tenure.fsm.v1.KVTxn
-	(*KVState)(nil),          // 45: tenure.fsm.v1.KVState
-	(*QueueEnqueue)(nil),     // 46: tenure.fsm.v1.QueueEnqueue
-	(*QueueDequeue)(nil),     // 47: tenure.fsm.v1.QueueDequeue
-	(*QueueSettle)(nil),      // 48: tenure.fsm.v1.QueueSettle
-	(*QueueExtend)(nil),      // 49: tenure.fsm.v1.QueueExtend
-	(*QueueDelete)(nil),      // 50: tenure.fsm.v1.QueueDelete
-	(*QueuePurge)(nil),       // 51: tenure.fsm.v1.QueuePurge
-	(*QueueRequeueDead)(nil), // 52: tenure.fsm.v1.QueueRequeueDead
-	(*QueueItemState)(nil),   // 53: tenure.fsm.v1.QueueItemState
-	(*QueueMemo)(nil),        // 54: tenure.fsm.v1.QueueMemo
-	(*QueueState)(nil),       // 55: tenure.fsm.v1.QueueState
+	(*Command)(nil),           // 0: tenure.fsm.v1.Command
+	(*AclRule)(nil),           // 1: tenure.fsm.v1.AclRule
+	(*AclPolicy)(nil),         // 2: tenure.fsm.v1.AclPolicy
+	(*AclToken)(nil),          // 3: tenure.fsm.v1.AclToken
+	(*AclBinding)(nil),        // 4: tenure.fsm.v1.AclBinding
+	(*AclBootstrap)(nil),      // 5: tenure.fsm.v1.AclBootstrap
+	(*AclPolicySet)(nil),      // 6: tenure.fsm.v1.AclPolicySet
+	(*AclPolicyDelete)(nil),   // 7: tenure.fsm.v1.AclPolicyDelete
+	(*AclTokenCreate)(nil),    // 8: tenure.fsm.v1.AclTokenCreate
+	(*AclTokenRevoke)(nil),    // 9: tenure.fsm.v1.AclTokenRevoke
+	(*AclBindingSet)(nil),     // 10: tenure.fsm.v1.AclBindingSet
+	(*AclBindingDelete)(nil),  // 11: tenure.fsm.v1.AclBindingDelete
+	(*SigningKey)(nil),        // 12: tenure.fsm.v1.SigningKey
+	(*AddSigningKey)(nil),     // 13: tenure.fsm.v1.AddSigningKey
+	(*Security)(nil),          // 14: tenure.fsm.v1.Security
+	(*SetRetention)(nil),      // 15: tenure.fsm.v1.SetRetention
+	(*Limits)(nil),            // 16: tenure.fsm.v1.Limits
+	(*SetLimits)(nil),         // 17: tenure.fsm.v1.SetLimits
+	(*Batch)(nil),             // 18: tenure.fsm.v1.Batch
+	(*CreateSession)(nil),     // 19: tenure.fsm.v1.CreateSession
+	(*CloseSession)(nil),      // 20: tenure.fsm.v1.CloseSession
+	(*ExpireSession)(nil),     // 21: tenure.fsm.v1.ExpireSession
+	(*Acquire)(nil),           // 22: tenure.fsm.v1.Acquire
+	(*Proclaim)(nil),          // 23: tenure.fsm.v1.Proclaim
+	(*CancelAcquire)(nil),     // 24: tenure.fsm.v1.CancelAcquire
+	(*Release)(nil),           // 25: tenure.fsm.v1.Release
+	(*EndLockDelay)(nil),      // 26: tenure.fsm.v1.EndLockDelay
+	(*FencedPut)(nil),         // 27: tenure.fsm.v1.FencedPut
+	(*FencedDelete)(nil),      // 28: tenure.fsm.v1.FencedDelete
+	(*Snapshot)(nil),          // 29: tenure.fsm.v1.Snapshot
+	(*DeletedRegister)(nil),   // 30: tenure.fsm.v1.DeletedRegister
+	(*Retention)(nil),         // 31: tenure.fsm.v1.Retention
+	(*SessionState)(nil),      // 32: tenure.fsm.v1.SessionState
+	(*GrantState)(nil),        // 33: tenure.fsm.v1.GrantState
+	(*WaiterState)(nil),       // 34: tenure.fsm.v1.WaiterState
+	(*HistoryRecord)(nil),     // 35: tenure.fsm.v1.HistoryRecord
+	(*LockState)(nil),         // 36: tenure.fsm.v1.LockState
+	(*OpRecord)(nil),          // 37: tenure.fsm.v1.OpRecord
+	(*RegisterState)(nil),     // 38: tenure.fsm.v1.RegisterState
+	(*KVPut)(nil),             // 39: tenure.fsm.v1.KVPut
+	(*KVDelete)(nil),          // 40: tenure.fsm.v1.KVDelete
+	(*KVRange)(nil),           // 41: tenure.fsm.v1.KVRange
+	(*KVCompare)(nil),         // 42: tenure.fsm.v1.KVCompare
+	(*KVOp)(nil),              // 43: tenure.fsm.v1.KVOp
+	(*KVTxn)(nil),             // 44: tenure.fsm.v1.KVTxn
+	(*KVState)(nil),           // 45: tenure.fsm.v1.KVState
+	(*QueueEnqueue)(nil),      // 46: tenure.fsm.v1.QueueEnqueue
+	(*QueueDequeue)(nil),      // 47: tenure.fsm.v1.QueueDequeue
+	(*QueueSettle)(nil),       // 48: tenure.fsm.v1.QueueSettle
+	(*QueueExtend)(nil),       // 49: tenure.fsm.v1.QueueExtend
+	(*QueueDelete)(nil),       // 50: tenure.fsm.v1.QueueDelete
+	(*QueuePurge)(nil),        // 51: tenure.fsm.v1.QueuePurge
+	(*QueueRequeueDead)(nil),  // 52: tenure.fsm.v1.QueueRequeueDead
+	(*QueueEnqueueBatch)(nil), // 53: tenure.fsm.v1.QueueEnqueueBatch
+	(*QueueBatchItem)(nil),    // 54: tenure.fsm.v1.QueueBatchItem
+	(*QueueDequeueBatch)(nil), // 55: tenure.fsm.v1.QueueDequeueBatch
+	(*QueueSettleBatch)(nil),  // 56: tenure.fsm.v1.QueueSettleBatch
+	(*QueueSettleItem)(nil),   // 57: tenure.fsm.v1.QueueSettleItem
+	(*QueueItemState)(nil),    // 58: tenure.fsm.v1.QueueItemState
+	(*QueueMemo)(nil),         // 59: tenure.fsm.v1.QueueMemo
+	(*QueueState)(nil),        // 60: tenure.fsm.v1.QueueState
 }
 var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	19, // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
@@ -4831,57 +5254,63 @@ var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	52, // 22: tenure.fsm.v1.Command.queue_requeue_dead:type_name -> tenure.fsm.v1.QueueRequeueDead
 	50, // 23: tenure.fsm.v1.Command.queue_delete:type_name -> tenure.fsm.v1.QueueDelete
 	51, // 24: tenure.fsm.v1.Command.queue_purge:type_name -> tenure.fsm.v1.QueuePurge
-	5,  // 25: tenure.fsm.v1.Command.acl_bootstrap:type_name -> tenure.fsm.v1.AclBootstrap
-	6,  // 26: tenure.fsm.v1.Command.acl_policy_set:type_name -> tenure.fsm.v1.AclPolicySet
-	7,  // 27: tenure.fsm.v1.Command.acl_policy_delete:type_name -> tenure.fsm.v1.AclPolicyDelete
-	8,  // 28: tenure.fsm.v1.Command.acl_token_create:type_name -> tenure.fsm.v1.AclTokenCreate
-	9,  // 29: tenure.fsm.v1.Command.acl_token_revoke:type_name -> tenure.fsm.v1.AclTokenRevoke
-	10, // 30: tenure.fsm.v1.Command.acl_binding_set:type_name -> tenure.fsm.v1.AclBindingSet
-	11, // 31: tenure.fsm.v1.Command.acl_binding_delete:type_name -> tenure.fsm.v1.AclBindingDelete
-	13, // 32: tenure.fsm.v1.Command.add_signing_key:type_name -> tenure.fsm.v1.AddSigningKey
-	1,  // 33: tenure.fsm.v1.AclPolicy.rules:type_name -> tenure.fsm.v1.AclRule
-	3,  // 34: tenure.fsm.v1.AclBootstrap.token:type_name -> tenure.fsm.v1.AclToken
-	2,  // 35: tenure.fsm.v1.AclPolicySet.policy:type_name -> tenure.fsm.v1.AclPolicy
-	3,  // 36: tenure.fsm.v1.AclTokenCreate.token:type_name -> tenure.fsm.v1.AclToken
-	4,  // 37: tenure.fsm.v1.AclBindingSet.binding:type_name -> tenure.fsm.v1.AclBinding
-	12, // 38: tenure.fsm.v1.AddSigningKey.key:type_name -> tenure.fsm.v1.SigningKey
-	2,  // 39: tenure.fsm.v1.Security.policies:type_name -> tenure.fsm.v1.AclPolicy
-	3,  // 40: tenure.fsm.v1.Security.tokens:type_name -> tenure.fsm.v1.AclToken
-	4,  // 41: tenure.fsm.v1.Security.bindings:type_name -> tenure.fsm.v1.AclBinding
-	12, // 42: tenure.fsm.v1.Security.signing_keys:type_name -> tenure.fsm.v1.SigningKey
-	16, // 43: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
-	0,  // 44: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
-	32, // 45: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
-	36, // 46: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
-	38, // 47: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
-	55, // 48: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
-	45, // 49: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
-	31, // 50: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
-	16, // 51: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
-	35, // 52: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
-	30, // 53: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
-	14, // 54: tenure.fsm.v1.Snapshot.security:type_name -> tenure.fsm.v1.Security
-	33, // 55: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
-	33, // 56: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
-	34, // 57: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
-	35, // 58: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
-	37, // 59: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
-	39, // 60: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
-	40, // 61: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
-	41, // 62: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
-	42, // 63: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
-	43, // 64: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
-	43, // 65: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
-	53, // 66: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
-	53, // 67: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
-	53, // 68: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
-	54, // 69: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
-	54, // 70: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
-	71, // [71:71] is the sub-list for method output_type
-	71, // [71:71] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	53, // 25: tenure.fsm.v1.Command.queue_enqueue_batch:type_name -> tenure.fsm.v1.QueueEnqueueBatch
+	55, // 26: tenure.fsm.v1.Command.queue_dequeue_batch:type_name -> tenure.fsm.v1.QueueDequeueBatch
+	56, // 27: tenure.fsm.v1.Command.queue_ack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
+	56, // 28: tenure.fsm.v1.Command.queue_nack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
+	5,  // 29: tenure.fsm.v1.Command.acl_bootstrap:type_name -> tenure.fsm.v1.AclBootstrap
+	6,  // 30: tenure.fsm.v1.Command.acl_policy_set:type_name -> tenure.fsm.v1.AclPolicySet
+	7,  // 31: tenure.fsm.v1.Command.acl_policy_delete:type_name -> tenure.fsm.v1.AclPolicyDelete
+	8,  // 32: tenure.fsm.v1.Command.acl_token_create:type_name -> tenure.fsm.v1.AclTokenCreate
+	9,  // 33: tenure.fsm.v1.Command.acl_token_revoke:type_name -> tenure.fsm.v1.AclTokenRevoke
+	10, // 34: tenure.fsm.v1.Command.acl_binding_set:type_name -> tenure.fsm.v1.AclBindingSet
+	11, // 35: tenure.fsm.v1.Command.acl_binding_delete:type_name -> tenure.fsm.v1.AclBindingDelete
+	13, // 36: tenure.fsm.v1.Command.add_signing_key:type_name -> tenure.fsm.v1.AddSigningKey
+	1,  // 37: tenure.fsm.v1.AclPolicy.rules:type_name -> tenure.fsm.v1.AclRule
+	3,  // 38: tenure.fsm.v1.AclBootstrap.token:type_name -> tenure.fsm.v1.AclToken
+	2,  // 39: tenure.fsm.v1.AclPolicySet.policy:type_name -> tenure.fsm.v1.AclPolicy
+	3,  // 40: tenure.fsm.v1.AclTokenCreate.token:type_name -> tenure.fsm.v1.AclToken
+	4,  // 41: tenure.fsm.v1.AclBindingSet.binding:type_name -> tenure.fsm.v1.AclBinding
+	12, // 42: tenure.fsm.v1.AddSigningKey.key:type_name -> tenure.fsm.v1.SigningKey
+	2,  // 43: tenure.fsm.v1.Security.policies:type_name -> tenure.fsm.v1.AclPolicy
+	3,  // 44: tenure.fsm.v1.Security.tokens:type_name -> tenure.fsm.v1.AclToken
+	4,  // 45: tenure.fsm.v1.Security.bindings:type_name -> tenure.fsm.v1.AclBinding
+	12, // 46: tenure.fsm.v1.Security.signing_keys:type_name -> tenure.fsm.v1.SigningKey
+	16, // 47: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
+	0,  // 48: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
+	32, // 49: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
+	36, // 50: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
+	38, // 51: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
+	60, // 52: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
+	45, // 53: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
+	31, // 54: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
+	16, // 55: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
+	35, // 56: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
+	30, // 57: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
+	14, // 58: tenure.fsm.v1.Snapshot.security:type_name -> tenure.fsm.v1.Security
+	33, // 59: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
+	33, // 60: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
+	34, // 61: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
+	35, // 62: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
+	37, // 63: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
+	39, // 64: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
+	40, // 65: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
+	41, // 66: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
+	42, // 67: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
+	43, // 68: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
+	43, // 69: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
+	54, // 70: tenure.fsm.v1.QueueEnqueueBatch.items:type_name -> tenure.fsm.v1.QueueBatchItem
+	57, // 71: tenure.fsm.v1.QueueSettleBatch.items:type_name -> tenure.fsm.v1.QueueSettleItem
+	58, // 72: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
+	58, // 73: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
+	58, // 74: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
+	59, // 75: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
+	59, // 76: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
+	77, // [77:77] is the sub-list for method output_type
+	77, // [77:77] is the sub-list for method input_type
+	77, // [77:77] is the sub-list for extension type_name
+	77, // [77:77] is the sub-list for extension extendee
+	0,  // [0:77] is the sub-list for field type_name
 }
 
 func init() { file_internal_fsm_fsmpb_fsm_proto_init() }
@@ -4915,6 +5344,10 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 		(*Command_QueueRequeueDead)(nil),
 		(*Command_QueueDelete)(nil),
 		(*Command_QueuePurge)(nil),
+		(*Command_QueueEnqueueBatch)(nil),
+		(*Command_QueueDequeueBatch)(nil),
+		(*Command_QueueAckBatch)(nil),
+		(*Command_QueueNackBatch)(nil),
 		(*Command_AclBootstrap)(nil),
 		(*Command_AclPolicySet)(nil),
 		(*Command_AclPolicyDelete)(nil),
@@ -4935,7 +5368,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_fsm_fsmpb_fsm_proto_rawDesc), len(file_internal_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   56,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
