@@ -65,19 +65,30 @@ func (s *State) checkTotals() error {
 	return nil
 }
 
-// QueueItemsOf returns the ready and the dead-lettered items of a queue of
-// a snapshot, packed or listed, as messages in id order.
-func QueueItemsOf(st *fsmpb.QueueState) (ready, dead []*fsmpb.QueueItemState, err error) {
-	conv := func(listed []*fsmpb.QueueItemState, packed [][]byte) ([]*fsmpb.QueueItemState, error) {
-		out := append([]*fsmpb.QueueItemState(nil), listed...)
-		err := unpack(packed, func(it qItem) {
-			out = append(out, &fsmpb.QueueItemState{Id: it.id, Payload: it.payload, Attempts: it.attempts})
+// QueueItemsOf returns the ready and the dead-lettered items of the named
+// queue of a snapshot, chunked or listed, as messages in id order.
+func QueueItemsOf(snap *fsmpb.Snapshot, name string) (ready, dead []*fsmpb.QueueItemState, err error) {
+	for _, st := range snap.GetQueues() {
+		if st.GetName() == name {
+			ready, dead = append(ready, st.GetReady()...), append(dead, st.GetDead()...)
+		}
+	}
+	for _, c := range snap.GetQueueItems() {
+		if c.GetQueue() != name {
+			continue
+		}
+		err = unpack(c.GetPacked(), func(it qItem) error {
+			m := &fsmpb.QueueItemState{Id: it.id, Payload: it.payload, Attempts: it.attempts}
+			if c.GetDead() {
+				dead = append(dead, m)
+			} else {
+				ready = append(ready, m)
+			}
+			return nil
 		})
-		return out, err
+		if err != nil {
+			return nil, nil, err
+		}
 	}
-	if ready, err = conv(st.GetReady(), st.GetReadyPacked()); err != nil {
-		return nil, nil, err
-	}
-	dead, err = conv(st.GetDead(), st.GetDeadPacked())
-	return ready, dead, err
+	return ready, dead, nil
 }

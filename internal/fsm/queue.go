@@ -381,6 +381,9 @@ func (s *State) settleOne(name string, id, token uint64, receiptHash []byte, kin
 // to the dead letters once it has had max attempts deliveries.
 func (s *State) putBack(q *queue, it qItem, emit EventSink) {
 	if it.attempts >= q.maxAttempts {
+		// A copy of its own: the payload may share a restored chunk, which
+		// a dead letter must not keep (queue_snapshot.go).
+		it.payload = append([]byte(nil), it.payload...)
 		q.dead.ReplaceOrInsert(it)
 		s.counters.DeadLettered++
 		return

@@ -1,6 +1,7 @@
 package fsm_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -303,29 +304,66 @@ func TestQueueSettleBatchValidation(t *testing.T) {
 	}
 }
 
-// TestQueueSnapshotPacksItems: ready and dead items are written packed and
-// read back, redelivered ones in their places; the listed form of earlier
-// snapshots is read too, and damaged packed bytes are refused.
+// TestQueueSnapshotPacksItems: ready and dead items are written packed in
+// chunks and read back, redelivered ones in their places, from the
+// message as from Persist's stream; the listed form of earlier snapshots
+// is read too, and damaged chunks are refused.
 func TestQueueSnapshotPacksItems(t *testing.T) {
-	s := fsm.NewState()
-	for i := range 3000 {
-		qapply(t, s, enqueueCmd("q", fmt.Sprint("item ", i), "", 1))
+	f := fsm.New(nil)
+	apply := func(cmd *fsmpb.Command) *fsm.QueueResult {
+		t.Helper()
+		r := applyLogged(t, f, cmd)
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		return r.Queue
 	}
-	d := qapply(t, s, dequeueCmd("q", 0)) // dead after its nack
-	qapply(t, s, nackCmd("q", d.ID, d.Token))
-	ds := qapply(t, s, dequeueBatchCmd("q", 0, "a", "b"))
-	qapply(t, s, ackWith("q", ds.Items[0].ID, ds.Items[0].Token, "a"))
-	snap := s.Export()
-	qs := snap.GetQueues()[0]
-	if len(qs.GetReady()) != 0 || len(qs.GetDead()) != 0 || len(qs.GetReadyPacked()) == 0 || len(qs.GetDeadPacked()) != 1 || len(qs.GetInFlight()) != 1 {
-		t.Fatalf("queue state: %d ready listed, %d packed chunks, %d dead listed, %d packed, %d in flight", len(qs.GetReady()), len(qs.GetReadyPacked()), len(qs.GetDead()), len(qs.GetDeadPacked()), len(qs.GetInFlight()))
+	const n = 30_000 // more than one chunk
+	for i := 0; i < n; i += fsm.MaxQueueBatch {
+		var items []item
+		for j := i; j < i+fsm.MaxQueueBatch; j++ {
+			items = append(items, item{fmt.Sprintf("item %05d %090d", j, 0), ""})
+		}
+		apply(enqueueBatchCmd("q", 1, items...))
+	}
+	apply(enqueueCmd("other", "x", "", 0))
+	d := apply(dequeueCmd("q", 0)) // dead after its nack
+	apply(nackCmd("q", d.ID, d.Token))
+	ds := apply(dequeueBatchCmd("q", 0, "a", "b", "c"))
+	apply(ackWith("q", ds.Items[0].ID, ds.Items[0].Token, "a"))
+	apply(expireCmd("q", ds.Items[2].ID, ds.Items[2].Token)) // dead too
+	var snap *fsmpb.Snapshot
+	f.Read(func(s *fsm.State) { snap = s.Export() })
+	var chunks, dead int
+	for _, c := range snap.GetQueueItems() {
+		chunks++
+		if c.GetDead() {
+			dead++
+		}
+	}
+	for _, q := range snap.GetQueues() {
+		if len(q.GetReady()) != 0 || len(q.GetDead()) != 0 {
+			t.Fatalf("queue %s lists its items", q.GetName())
+		}
+	}
+	if chunks < 4 || dead != 1 { // other's, q's ready ones (more than one), q's dead
+		t.Fatalf("%d chunks, %d of dead items", chunks, dead)
 	}
 	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(snap)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if perItem := float64(len(data)) / 3000; perItem > float64(len("item 2999"))+12 {
-		t.Errorf("snapshot takes %.1f bytes per item", perItem)
+	if perItem := float64(len(data)) / n; perItem > float64(len(fmt.Sprintf("item 00000 %090d", 0)))+4 {
+		t.Errorf("the snapshot takes %.1f bytes per item", perItem)
+	}
+	check := func(what string, st *fsm.State) {
+		t.Helper()
+		if !proto.Equal(st.Export(), snap) {
+			t.Fatalf("%s: another state", what)
+		}
+		if got := qapply(t, st, dequeueCmd("q", 0)); string(got.Payload) != fmt.Sprintf("item 00004 %090d", 0) {
+			t.Fatalf("%s: first dequeue %q", what, got.Payload)
+		}
 	}
 	back := &fsmpb.Snapshot{}
 	if err := proto.Unmarshal(data, back); err != nil {
@@ -335,40 +373,79 @@ func TestQueueSnapshotPacksItems(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !proto.Equal(restored.Export(), snap) {
-		t.Fatal("round trip changed the state")
-	}
-	if got := qapply(t, restored, dequeueCmd("q", 0)); string(got.Payload) != "item 3" {
-		t.Fatalf("first dequeue after restore: %q", got.Payload)
-	}
-
-	// The listed form.
-	ready, dead, err := fsm.QueueItemsOf(qs)
+	check("imported", restored)
+	fromStream, err := fsm.ReadSnapshot(bytes.NewReader(data))
 	if err != nil {
 		t.Fatal(err)
 	}
+	check("read from the message's encoding", fromStream)
+	s, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &memSink{}
+	if err := s.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	persisted, err := fsm.ReadSnapshot(bytes.NewReader(sink.buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("persisted", persisted)
+	viaProto := &fsmpb.Snapshot{}
+	if err := proto.Unmarshal(sink.buf.Bytes(), viaProto); err != nil || !proto.Equal(viaProto, snap) {
+		t.Fatalf("Persist's stream is not the snapshot's message: %v", err)
+	}
+
+	// The listed form.
 	listed := proto.Clone(snap).(*fsmpb.Snapshot)
-	lq := listed.GetQueues()[0]
-	lq.Ready, lq.Dead, lq.ReadyPacked, lq.DeadPacked = ready, dead, nil, nil
+	listed.QueueItems = nil
+	for _, q := range listed.GetQueues() {
+		if q.Ready, q.Dead, err = fsm.QueueItemsOf(snap, q.GetName()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	fromListed, err := fsm.Import(listed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !proto.Equal(fromListed.Export(), snap) {
-		t.Fatal("a snapshot listing its items imports to another state")
-	}
+	check("listed", fromListed)
 
 	// Damage.
-	for name, damage := range map[string]func(*fsmpb.QueueState){
-		"cut short":         func(q *fsmpb.QueueState) { c := q.ReadyPacked[0]; q.ReadyPacked[0] = c[:len(c)-1] },
-		"ids not rising":    func(q *fsmpb.QueueState) { q.ReadyPacked = append(q.ReadyPacked, []byte{0, 0, 0}) },
-		"above revision":    func(q *fsmpb.QueueState) { q.DeadPacked = append(q.DeadPacked, []byte{0xff, 0xff, 0x03, 0, 0}) },
-		"too many attempts": func(q *fsmpb.QueueState) { q.DeadPacked = [][]byte{{1, 0xff, 0x7f, 0}} },
+	for name, damage := range map[string]func(*fsmpb.Snapshot){
+		"cut short":           func(s *fsmpb.Snapshot) { c := s.QueueItems[0]; c.Packed = c.Packed[:len(c.Packed)-1] },
+		"ids not rising":      func(s *fsmpb.Snapshot) { s.QueueItems[0].Packed = append(s.QueueItems[0].Packed, 0, 0, 0) },
+		"chunks out of order": func(s *fsmpb.Snapshot) { s.QueueItems[1], s.QueueItems[2] = s.QueueItems[2], s.QueueItems[1] }, // q's first two
+		"above revision": func(s *fsmpb.Snapshot) {
+			s.QueueItems = append(s.QueueItems, &fsmpb.QueueItems{Queue: "other", Packed: []byte{0xff, 0xff, 0x03, 0, 0}})
+		},
+		"too many attempts": func(s *fsmpb.Snapshot) {
+			s.QueueItems = append(s.QueueItems, &fsmpb.QueueItems{Queue: "q", Dead: true, Packed: []byte{0xff, 0xff, 0x03, 0xff, 0x7f, 0}})
+		},
+		"unknown queue": func(s *fsmpb.Snapshot) {
+			s.QueueItems = append(s.QueueItems, &fsmpb.QueueItems{Queue: "nobody", Packed: []byte{1, 0, 0}})
+		},
 	} {
 		bad := proto.Clone(snap).(*fsmpb.Snapshot)
-		damage(bad.GetQueues()[0])
+		damage(bad)
 		if _, err := fsm.Import(bad); err == nil {
 			t.Errorf("%s: imported", name)
 		}
+		data, err := proto.Marshal(bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fsm.ReadSnapshot(bytes.NewReader(data)); err == nil {
+			t.Errorf("%s: read", name)
+		}
 	}
+	if _, err := fsm.ReadSnapshot(bytes.NewReader(sink.buf.Bytes()[:sink.buf.Len()-1])); err == nil {
+		t.Error("a snapshot cut short was read")
+	}
+}
+
+// applyLogged applies cmd to f as a log entry.
+func applyLogged(t *testing.T, f *fsm.FSM, cmd *fsmpb.Command) fsm.Result {
+	t.Helper()
+	return fsm.TakeResult(f.Apply(logOf(t, 1, cmd)))
 }

@@ -402,7 +402,7 @@ func (m *queueModel) check(t *rapid.T) {
 	}
 	for _, q := range qmQueues {
 		qs := got[q]
-		ready, dead, err := fsm.QueueItemsOf(qs)
+		ready, dead, err := fsm.QueueItemsOf(snap, q)
 		if err != nil {
 			t.Fatalf("queue %s: %v", q, err)
 		}

@@ -1,8 +1,15 @@
 package fsm
 
 import (
+	"bufio"
+	"encoding/binary"
 	"fmt"
+	"io"
+	"slices"
 	"sort"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 )
@@ -12,8 +19,18 @@ import (
 func (s *State) Export() *fsmpb.Snapshot {
 	snap := s.exportCore()
 	exportKV(snap, s.kv.tree)
-	snap.Queues = s.CloneQueues().Export()
+	exportQueues(snap, s.CloneQueues())
 	return snap
+}
+
+// exportQueues adds the cloned queues to snap, their items as
+// Snapshot.queue_items.
+func exportQueues(snap *fsmpb.Snapshot, qs QueueSnapshot) {
+	snap.Queues = qs.Export()
+	_ = qs.Items(func(c *fsmpb.QueueItems) error {
+		snap.QueueItems = append(snap.QueueItems, &fsmpb.QueueItems{Queue: c.GetQueue(), Dead: c.GetDead(), Packed: append([]byte(nil), c.GetPacked()...)})
+		return nil
+	})
 }
 
 // exportCore is Export without the keys of the key-value store and the
@@ -63,8 +80,21 @@ func (s *State) exportCore() *fsmpb.Snapshot {
 	return snap
 }
 
-// Import builds a state from a snapshot made by Export.
+// Import builds a state from a snapshot made by Export. The state may
+// share snap's bytes: snap must not change afterwards.
 func Import(snap *fsmpb.Snapshot) (*State, error) {
+	var items itemLoader
+	for _, c := range snap.GetQueueItems() {
+		if err := items.chunk(c); err != nil {
+			return nil, err
+		}
+	}
+	return importWith(snap, &items)
+}
+
+// importWith is Import with the queue items gathered already (snap's own
+// queue_items are ignored).
+func importWith(snap *fsmpb.Snapshot, items *itemLoader) (*State, error) {
 	s := NewState()
 	s.revision = snap.GetRevision()
 	if err := checkFenceFloor(snap.GetFenceFloor(), s.revision); err != nil {
@@ -149,10 +179,98 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 	if err := s.importKV(snap); err != nil {
 		return nil, err
 	}
-	if err := s.importQueues(snap.GetQueues()); err != nil {
+	if err := s.importQueues(snap.GetQueues(), items); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// ReadSnapshot decodes a snapshot written by FSM.Snapshot's Persist (or
+// any encoding of a Snapshot) from r and builds its state. It reads the
+// stream field by field: the queue items chunk by chunk as they come
+// (queue_snapshot.go), everything else into one message decoded at the
+// end, so the snapshot is never held whole in memory.
+func ReadSnapshot(r io.Reader) (*State, error) {
+	br := bufio.NewReaderSize(r, 1<<20)
+	var core []byte
+	var items itemLoader
+	for {
+		tag, err := binary.ReadUvarint(br)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading a field tag: %w", unexpectedEOF(err))
+		}
+		num, typ := protowire.DecodeTag(tag)
+		if !num.IsValid() {
+			return nil, fmt.Errorf("field number %d is invalid", num)
+		}
+		switch typ {
+		case protowire.VarintType:
+			v, err := binary.ReadUvarint(br)
+			if err != nil {
+				return nil, fmt.Errorf("reading field %d: %w", num, unexpectedEOF(err))
+			}
+			core = protowire.AppendVarint(protowire.AppendTag(core, num, typ), v)
+		case protowire.Fixed32Type, protowire.Fixed64Type, protowire.BytesType:
+			size := uint64(4)
+			if typ == protowire.Fixed64Type {
+				size = 8
+			}
+			if typ == protowire.BytesType {
+				if size, err = binary.ReadUvarint(br); err != nil {
+					return nil, fmt.Errorf("reading the length of field %d: %w", num, unexpectedEOF(err))
+				}
+				if size > maxSnapshotField {
+					return nil, fmt.Errorf("field %d is %d bytes long", num, size)
+				}
+			}
+			if num == snapshotQueueItems && typ == protowire.BytesType {
+				buf := make([]byte, size)
+				if _, err := io.ReadFull(br, buf); err != nil {
+					return nil, fmt.Errorf("reading queue items: %w", unexpectedEOF(err))
+				}
+				c := &fsmpb.QueueItems{}
+				// Aliasing buf, which nothing else holds, saves a copy.
+				if err := (proto.UnmarshalOptions{}).Unmarshal(buf, c); err != nil {
+					return nil, fmt.Errorf("queue items: %w", err)
+				}
+				if err := items.chunk(c); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			core = protowire.AppendTag(core, num, typ)
+			if typ == protowire.BytesType {
+				core = protowire.AppendVarint(core, size)
+			}
+			start := len(core)
+			core = slices.Grow(core, int(size))[:start+int(size)]
+			if _, err := io.ReadFull(br, core[start:]); err != nil {
+				return nil, fmt.Errorf("reading field %d: %w", num, unexpectedEOF(err))
+			}
+		default:
+			return nil, fmt.Errorf("field %d has wire type %d", num, typ)
+		}
+	}
+	snap := &fsmpb.Snapshot{}
+	if err := proto.Unmarshal(core, snap); err != nil {
+		return nil, err
+	}
+	return importWith(snap, &items)
+}
+
+// maxSnapshotField bounds one length-delimited field of a snapshot read
+// by ReadSnapshot (the key-value store and the queues' own state are
+// fields of that kind; their items come in chunks).
+const maxSnapshotField = 1 << 34
+
+func unexpectedEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
 }
 
 func histToProto(name string, h histRec) *fsmpb.HistoryRecord {

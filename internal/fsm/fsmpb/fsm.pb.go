@@ -2394,6 +2394,11 @@ type Snapshot struct {
 	Registers []*RegisterState       `protobuf:"bytes,4,rep,name=registers,proto3" json:"registers,omitempty"`
 	// queues by name (fields 10..19 belong to the queue).
 	Queues []*QueueState `protobuf:"bytes,10,rep,name=queues,proto3" json:"queues,omitempty"`
+	// queue_items: the ready and the dead-lettered items of the queues, in
+	// chunks, by queue name, then ready before dead, then id. Written after
+	// every other field, so that a reader may take the rest first and the
+	// items chunk by chunk.
+	QueueItems []*QueueItems `protobuf:"bytes,11,rep,name=queue_items,json=queueItems,proto3" json:"queue_items,omitempty"`
 	// kv: every key, in key order.
 	Kv []*KVState `protobuf:"bytes,20,rep,name=kv,proto3" json:"kv,omitempty"`
 	// retention: absent in snapshots made before it was configurable
@@ -2483,6 +2488,13 @@ func (x *Snapshot) GetRegisters() []*RegisterState {
 func (x *Snapshot) GetQueues() []*QueueState {
 	if x != nil {
 		return x.Queues
+	}
+	return nil
+}
+
+func (x *Snapshot) GetQueueItems() []*QueueItems {
+	if x != nil {
+		return x.QueueItems
 	}
 	return nil
 }
@@ -4595,6 +4607,71 @@ func (x *QueueItemState) GetReceiptHash() []byte {
 	return nil
 }
 
+// QueueItems is a chunk of the ready (or the dead-lettered) items of one
+// queue, by id, in the packed item encoding: per item the uvarint
+// difference of its id from the previous item's in the chunk (from 0 for
+// the chunk's first), its uvarint attempts, its payload's uvarint length
+// and the payload.
+type QueueItems struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Dead          bool                   `protobuf:"varint,2,opt,name=dead,proto3" json:"dead,omitempty"`
+	Packed        []byte                 `protobuf:"bytes,3,opt,name=packed,proto3" json:"packed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueItems) Reset() {
+	*x = QueueItems{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueItems) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueItems) ProtoMessage() {}
+
+func (x *QueueItems) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueItems.ProtoReflect.Descriptor instead.
+func (*QueueItems) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *QueueItems) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueItems) GetDead() bool {
+	if x != nil {
+		return x.Dead
+	}
+	return false
+}
+
+func (x *QueueItems) GetPacked() []byte {
+	if x != nil {
+		return x.Packed
+	}
+	return nil
+}
+
 type QueueMemo struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	OperationId string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
@@ -4608,7 +4685,7 @@ type QueueMemo struct {
 
 func (x *QueueMemo) Reset() {
 	*x = QueueMemo{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4620,7 +4697,7 @@ func (x *QueueMemo) String() string {
 func (*QueueMemo) ProtoMessage() {}
 
 func (x *QueueMemo) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4633,7 +4710,7 @@ func (x *QueueMemo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueMemo.ProtoReflect.Descriptor instead.
 func (*QueueMemo) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{59}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *QueueMemo) GetOperationId() string {
@@ -4668,19 +4745,12 @@ type QueueState struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	MaxAttempts uint32                 `protobuf:"varint,2,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
-	// ready and dead: written before ready_packed and dead_packed existed
-	// (still read; a snapshot has one form or the other).
+	// ready and dead: written before Snapshot.queue_items existed, which
+	// now holds them (still read).
 	Ready []*QueueItemState `protobuf:"bytes,3,rep,name=ready,proto3" json:"ready,omitempty"`
 	Dead  []*QueueItemState `protobuf:"bytes,5,rep,name=dead,proto3" json:"dead,omitempty"`
 	// in_flight, by id.
 	InFlight []*QueueItemState `protobuf:"bytes,4,rep,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
-	// ready_packed and dead_packed: the ready and the dead-lettered items,
-	// by id, in chunks of the packed item encoding (fsm/queue_snapshot.go):
-	// per item the uvarint difference of its id from the previous item's
-	// (from 0 for the first of the list), its uvarint attempts, its payload's
-	// uvarint length and the payload.
-	ReadyPacked [][]byte `protobuf:"bytes,9,rep,name=ready_packed,json=readyPacked,proto3" json:"ready_packed,omitempty"`
-	DeadPacked  [][]byte `protobuf:"bytes,10,rep,name=dead_packed,json=deadPacked,proto3" json:"dead_packed,omitempty"`
 	// ops: remembered operation ids, oldest first.
 	Ops []*QueueMemo `protobuf:"bytes,6,rep,name=ops,proto3" json:"ops,omitempty"`
 	// acks: remembered acknowledgements (id, token, receipt hash), oldest
@@ -4696,7 +4766,7 @@ type QueueState struct {
 
 func (x *QueueState) Reset() {
 	*x = QueueState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4708,7 +4778,7 @@ func (x *QueueState) String() string {
 func (*QueueState) ProtoMessage() {}
 
 func (x *QueueState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4721,7 +4791,7 @@ func (x *QueueState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueState.ProtoReflect.Descriptor instead.
 func (*QueueState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{60}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *QueueState) GetName() string {
@@ -4755,20 +4825,6 @@ func (x *QueueState) GetDead() []*QueueItemState {
 func (x *QueueState) GetInFlight() []*QueueItemState {
 	if x != nil {
 		return x.InFlight
-	}
-	return nil
-}
-
-func (x *QueueState) GetReadyPacked() [][]byte {
-	if x != nil {
-		return x.ReadyPacked
-	}
-	return nil
-}
-
-func (x *QueueState) GetDeadPacked() [][]byte {
-	if x != nil {
-		return x.DeadPacked
 	}
 	return nil
 }
@@ -4965,14 +5021,16 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x12\n" +
 	"\x04lock\x18\x03 \x01(\tR\x04lock\x12!\n" +
-	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\xa7\x05\n" +
+	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\xe3\x05\n" +
 	"\bSnapshot\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x127\n" +
 	"\bsessions\x18\x02 \x03(\v2\x1b.tenure.fsm.v1.SessionStateR\bsessions\x12.\n" +
 	"\x05locks\x18\x03 \x03(\v2\x18.tenure.fsm.v1.LockStateR\x05locks\x12:\n" +
 	"\tregisters\x18\x04 \x03(\v2\x1c.tenure.fsm.v1.RegisterStateR\tregisters\x121\n" +
 	"\x06queues\x18\n" +
-	" \x03(\v2\x19.tenure.fsm.v1.QueueStateR\x06queues\x12&\n" +
+	" \x03(\v2\x19.tenure.fsm.v1.QueueStateR\x06queues\x12:\n" +
+	"\vqueue_items\x18\v \x03(\v2\x19.tenure.fsm.v1.QueueItemsR\n" +
+	"queueItems\x12&\n" +
 	"\x02kv\x18\x14 \x03(\v2\x16.tenure.fsm.v1.KVStateR\x02kv\x126\n" +
 	"\tretention\x18\x1e \x01(\v2\x18.tenure.fsm.v1.RetentionR\tretention\x12\x1f\n" +
 	"\vfence_floor\x18( \x01(\x04R\n" +
@@ -5130,23 +5188,24 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x0edelivery_token\x18\x04 \x01(\x04R\rdeliveryToken\x12#\n" +
 	"\rvisibility_ms\x18\x05 \x01(\x03R\fvisibilityMs\x12\x18\n" +
 	"\asession\x18\x06 \x01(\x04R\asession\x12!\n" +
-	"\freceipt_hash\x18\a \x01(\fR\vreceiptHash\"w\n" +
+	"\freceipt_hash\x18\a \x01(\fR\vreceiptHash\"N\n" +
+	"\n" +
+	"QueueItems\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
+	"\x04dead\x18\x02 \x01(\bR\x04dead\x12\x16\n" +
+	"\x06packed\x18\x03 \x01(\fR\x06packed\"w\n" +
 	"\tQueueMemo\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
-	"\freceipt_hash\x18\x04 \x01(\fR\vreceiptHash\"\xa6\x03\n" +
+	"\freceipt_hash\x18\x04 \x01(\fR\vreceiptHash\"\xe2\x02\n" +
 	"\n" +
 	"QueueState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fmax_attempts\x18\x02 \x01(\rR\vmaxAttempts\x123\n" +
 	"\x05ready\x18\x03 \x03(\v2\x1d.tenure.fsm.v1.QueueItemStateR\x05ready\x121\n" +
 	"\x04dead\x18\x05 \x03(\v2\x1d.tenure.fsm.v1.QueueItemStateR\x04dead\x12:\n" +
-	"\tin_flight\x18\x04 \x03(\v2\x1d.tenure.fsm.v1.QueueItemStateR\binFlight\x12!\n" +
-	"\fready_packed\x18\t \x03(\fR\vreadyPacked\x12\x1f\n" +
-	"\vdead_packed\x18\n" +
-	" \x03(\fR\n" +
-	"deadPacked\x12*\n" +
+	"\tin_flight\x18\x04 \x03(\v2\x1d.tenure.fsm.v1.QueueItemStateR\binFlight\x12*\n" +
 	"\x03ops\x18\x06 \x03(\v2\x18.tenure.fsm.v1.QueueMemoR\x03ops\x12,\n" +
 	"\x04acks\x18\a \x03(\v2\x18.tenure.fsm.v1.QueueMemoR\x04acks\x12\x1f\n" +
 	"\vempty_since\x18\b \x01(\x04R\n" +
@@ -5164,7 +5223,7 @@ func file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_internal_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Command)(nil),           // 0: tenure.fsm.v1.Command
 	(*AclRule)(nil),           // 1: tenure.fsm.v1.AclRule
@@ -5225,8 +5284,9 @@ var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*QueueSettleBatch)(nil),  // 56: tenure.fsm.v1.QueueSettleBatch
 	(*QueueSettleItem)(nil),   // 57: tenure.fsm.v1.QueueSettleItem
 	(*QueueItemState)(nil),    // 58: tenure.fsm.v1.QueueItemState
-	(*QueueMemo)(nil),         // 59: tenure.fsm.v1.QueueMemo
-	(*QueueState)(nil),        // 60: tenure.fsm.v1.QueueState
+	(*QueueItems)(nil),        // 59: tenure.fsm.v1.QueueItems
+	(*QueueMemo)(nil),         // 60: tenure.fsm.v1.QueueMemo
+	(*QueueState)(nil),        // 61: tenure.fsm.v1.QueueState
 }
 var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	19, // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
@@ -5281,36 +5341,37 @@ var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	32, // 49: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
 	36, // 50: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
 	38, // 51: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
-	60, // 52: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
-	45, // 53: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
-	31, // 54: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
-	16, // 55: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
-	35, // 56: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
-	30, // 57: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
-	14, // 58: tenure.fsm.v1.Snapshot.security:type_name -> tenure.fsm.v1.Security
-	33, // 59: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
-	33, // 60: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
-	34, // 61: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
-	35, // 62: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
-	37, // 63: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
-	39, // 64: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
-	40, // 65: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
-	41, // 66: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
-	42, // 67: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
-	43, // 68: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
-	43, // 69: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
-	54, // 70: tenure.fsm.v1.QueueEnqueueBatch.items:type_name -> tenure.fsm.v1.QueueBatchItem
-	57, // 71: tenure.fsm.v1.QueueSettleBatch.items:type_name -> tenure.fsm.v1.QueueSettleItem
-	58, // 72: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
-	58, // 73: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
-	58, // 74: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
-	59, // 75: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
-	59, // 76: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
-	77, // [77:77] is the sub-list for method output_type
-	77, // [77:77] is the sub-list for method input_type
-	77, // [77:77] is the sub-list for extension type_name
-	77, // [77:77] is the sub-list for extension extendee
-	0,  // [0:77] is the sub-list for field type_name
+	61, // 52: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
+	59, // 53: tenure.fsm.v1.Snapshot.queue_items:type_name -> tenure.fsm.v1.QueueItems
+	45, // 54: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
+	31, // 55: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
+	16, // 56: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
+	35, // 57: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
+	30, // 58: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
+	14, // 59: tenure.fsm.v1.Snapshot.security:type_name -> tenure.fsm.v1.Security
+	33, // 60: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
+	33, // 61: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
+	34, // 62: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
+	35, // 63: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
+	37, // 64: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
+	39, // 65: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
+	40, // 66: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
+	41, // 67: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
+	42, // 68: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
+	43, // 69: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
+	43, // 70: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
+	54, // 71: tenure.fsm.v1.QueueEnqueueBatch.items:type_name -> tenure.fsm.v1.QueueBatchItem
+	57, // 72: tenure.fsm.v1.QueueSettleBatch.items:type_name -> tenure.fsm.v1.QueueSettleItem
+	58, // 73: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
+	58, // 74: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
+	58, // 75: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
+	60, // 76: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
+	60, // 77: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
+	78, // [78:78] is the sub-list for method output_type
+	78, // [78:78] is the sub-list for method input_type
+	78, // [78:78] is the sub-list for extension type_name
+	78, // [78:78] is the sub-list for extension extendee
+	0,  // [0:78] is the sub-list for field type_name
 }
 
 func init() { file_internal_fsm_fsmpb_fsm_proto_init() }
@@ -5368,7 +5429,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_fsm_fsmpb_fsm_proto_rawDesc), len(file_internal_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   61,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
