@@ -114,7 +114,10 @@ func TestQueueBatchLimits(t *testing.T) {
 		code codes.Code
 		says string
 	}{
-		{"no item", func() error { _, err := api.QueueEnqueueBatch(ctx, &pb.QueueEnqueueBatchRequest{Queue: "q"}); return err }, codes.InvalidArgument, "at least one item"},
+		{"no item", func() error {
+			_, err := api.QueueEnqueueBatch(ctx, &pb.QueueEnqueueBatchRequest{Queue: "q"})
+			return err
+		}, codes.InvalidArgument, "at least one item"},
 		{"too many items", func() error {
 			_, err := api.QueueEnqueueBatch(ctx, &pb.QueueEnqueueBatchRequest{Queue: "q", Items: items(fsm.MaxQueueBatch+1, 0)})
 			return err
