@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -511,14 +512,24 @@ func (o *settleOutcome) emit(d *client.Delivery, err error) error {
 func (o *settleOutcome) exit(n int) error {
 	switch {
 	case o.denied > 0:
-		return fmt.Errorf("%d of %d deliveries refused: %w", o.denied, n, o.first)
+		return &summaryError{fmt.Sprintf("%d of %d deliveries refused: %s", o.denied, n, strings.TrimPrefix(o.first.Error(), "tenure: ")), o.first}
 	case o.stale > 0 && n == 1:
 		return o.first
 	case o.stale > 0:
-		return fmt.Errorf("%d of %d delivery tokens stale: %w", o.stale, n, o.first)
+		return &summaryError{fmt.Sprintf("%d of %d delivery tokens stale: %s", o.stale, n, strings.TrimPrefix(o.first.Error(), "tenure: ")), o.first}
 	}
 	return nil
 }
+
+// summaryError counts failures of several deliveries and wraps the first
+// (for the exit code).
+type summaryError struct {
+	msg   string
+	first error
+}
+
+func (e *summaryError) Error() string { return e.msg }
+func (e *summaryError) Unwrap() error { return e.first }
 
 func (a *app) queueLenCommand() *cobra.Command {
 	return &cobra.Command{
