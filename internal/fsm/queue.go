@@ -503,6 +503,15 @@ func (s *State) QueueStats(name string) QueueStatsView {
 // QueueCount is the number of queues.
 func (s *State) QueueCount() int { return len(s.queues.byName) }
 
+// QueueItems is the number of items all queues store: O(queues).
+func (s *State) QueueItems() int {
+	n := 0
+	for _, q := range s.queues.byName {
+		n += q.length()
+	}
+	return n
+}
+
 // QueueLen is the number of items the named queue stores: ready, in
 // flight and dead.
 func (s *State) QueueLen(name string) int {

@@ -157,7 +157,11 @@ func (s *State) enqueueBatch(name string, maxAttempts uint32, items []*fsmpb.Que
 			if first == 0 {
 				first = id
 			}
-			q.ready.enqueued(qItem{id: id, payload: append([]byte(nil), it.GetPayload()...)})
+			// The state keeps the command's payload (no copy): a command
+			// must not change once applied (FSM.ApplyBatch decodes each
+			// entry into fresh memory, and a hinted command is never
+			// changed).
+			q.ready.enqueued(qItem{id: id, payload: it.GetPayload()})
 			if op := it.GetOperationId(); op != "" {
 				q.ops.put(op, id, 0, "")
 			}

@@ -3,10 +3,12 @@ package fsm
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"sort"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -231,9 +233,8 @@ func ReadSnapshot(r io.Reader) (*State, error) {
 				if _, err := io.ReadFull(br, buf); err != nil {
 					return nil, fmt.Errorf("reading queue items: %w", unexpectedEOF(err))
 				}
-				c := &fsmpb.QueueItems{}
-				// Aliasing buf, which nothing else holds, saves a copy.
-				if err := (proto.UnmarshalOptions{}).Unmarshal(buf, c); err != nil {
+				c, err := parseQueueItems(buf)
+				if err != nil {
 					return nil, fmt.Errorf("queue items: %w", err)
 				}
 				if err := items.chunk(c); err != nil {
@@ -259,6 +260,49 @@ func ReadSnapshot(r io.Reader) (*State, error) {
 		return nil, err
 	}
 	return importWith(snap, &items)
+}
+
+// parseQueueItems decodes a QueueItems message whose packed items keep
+// sharing b (proto.Unmarshal would copy them).
+func parseQueueItems(b []byte) (*fsmpb.QueueItems, error) {
+	c := &fsmpb.QueueItems{}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, protowire.ParseError(n)
+		}
+		b = b[n:]
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return nil, protowire.ParseError(n)
+			}
+			if !utf8.Valid(v) {
+				return nil, errors.New("the queue name is not valid UTF-8")
+			}
+			c.Queue, b = string(v), b[n:]
+		case num == 2 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return nil, protowire.ParseError(n)
+			}
+			c.Dead, b = protowire.DecodeBool(v), b[n:]
+		case num == 3 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return nil, protowire.ParseError(n)
+			}
+			c.Packed, b = v, b[n:]
+		default: // a field this version does not know
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return nil, protowire.ParseError(n)
+			}
+			b = b[n:]
+		}
+	}
+	return c, nil
 }
 
 // maxSnapshotField bounds one length-delimited field of a snapshot read

@@ -186,6 +186,16 @@ type Node struct {
 	// readTerm is the term in which this node, as leader, has committed
 	// and applied an entry of its own (see LinearizableRead).
 	readTerm atomic.Uint64
+	// fsmApplied is the index of the last entry the state machine has
+	// applied, or of the snapshot it started from (see caughtUp).
+	fsmApplied atomic.Uint64
+	// opened is when Open returned, with raft's applied index then: the
+	// start of the log's replay (see markReady).
+	opened      time.Time
+	openedIndex uint64
+	// startIndex is the highest index this node had applied before it
+	// started (its applied record): its state is not loaded below it.
+	startIndex uint64
 
 	// lease is until when this node may confirm keepalives (see KeepAlive).
 	lease leaderLease
@@ -208,6 +218,7 @@ type Node struct {
 // Open opens the data directory and starts raft. sink receives every
 // state-machine event (after the lessor has seen it); it must not block.
 func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
+	start := time.Now()
 	cfg.fill()
 	if err := fsm.ValidateRetention(cfg.LockHistory, cfg.RegisterOpMemory); err != nil {
 		return nil, err
@@ -252,15 +263,18 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 	}
 	n.snaps = snaps
 	// The data directory's integrity (integrity.go), before raft reads it.
+	checkStart := time.Now()
 	newest, err := checkSnapshots(cfg.DataDir, snaps)
 	if err != nil {
 		stores.Close()
 		return nil, err
 	}
+	snapChecked := time.Now()
 	if n.rec, err = openRecord(filepath.Join(cfg.DataDir, "raft", recordFile), stores.Log, stores.Stable, snaps, logging.Writer(cfg.Logger, slog.LevelError)); err != nil {
 		stores.Close()
 		return nil, err
 	}
+	n.startIndex = n.rec.record().Index
 	var snapIndex uint64
 	if newest != nil {
 		snapIndex = newest.Index
@@ -269,6 +283,7 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 		stores.Close()
 		return nil, err
 	}
+	logChecked := time.Now()
 	if err := n.rec.startRecord(stores.Stable); err != nil {
 		stores.Close()
 		return nil, err
@@ -365,7 +380,10 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 			return nil, fmt.Errorf("node: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, recordingFSM{n.fsm, n.rec}, checkedAppends{stores.Log}, stores.Stable, snaps, trans)
+	// Raft restores the newest snapshot (checked above) before it starts.
+	n.fsmApplied.Store(snapIndex)
+	raftStart := time.Now()
+	r, err := raft.NewRaft(rc, recordingFSM{n.fsm, n.rec, &n.fsmApplied, cfg.Logger}, checkedAppends{stores.Log}, stores.Stable, snaps, trans)
 	if err != nil {
 		stores.Close()
 		if ferr := n.fsm.Err(); ferr != nil && newest != nil { // the newest snapshot did not decode
@@ -374,6 +392,11 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 		return nil, fmt.Errorf("node: starting raft: %w", err)
 	}
 	n.raft = r
+	n.opened, n.openedIndex = time.Now(), r.AppliedIndex()
+	lastIndex, _ := stores.Log.LastIndex()
+	cfg.Logger.Info("data directory opened", "ms", n.opened.Sub(start).Milliseconds(),
+		"snapshot_check_ms", snapChecked.Sub(checkStart).Milliseconds(), "log_check_ms", logChecked.Sub(snapChecked).Milliseconds(),
+		"snapshot_restore_ms", n.opened.Sub(raftStart).Milliseconds(), "snapshot_index", snapIndex, "last_log_index", lastIndex)
 	n.observeLeaders()
 	n.wg.Add(3)
 	go n.batcher()
@@ -422,14 +445,13 @@ func (n *Node) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	// A follower is ready once it knows a leader to send clients to.
+	// Ready once Health says so (see Ready); polled until then.
 	poll := time.NewTicker(20 * time.Millisecond)
 	defer poll.Stop()
 	for {
 		select {
 		case <-poll.C:
-			if _, leader := n.raft.LeaderWithID(); leader != "" && n.raft.State() == raft.Follower {
-				n.readyOnce.Do(func() { close(n.ready) })
+			if n.markReady() {
 				poll.Stop()
 			}
 		case <-ctx.Done():
@@ -441,6 +463,7 @@ func (n *Node) Run(ctx context.Context) error {
 				if err := n.promote(ctx); err != nil {
 					return err
 				}
+				n.markReady()
 			} else {
 				n.lessor.Demote()
 				n.hooksMu.Lock()
@@ -481,8 +504,26 @@ func (n *Node) promote(ctx context.Context) error {
 	n.lessor.Promote(promoteAllowance)
 	n.applySettings(ctx)
 	n.EnsureSigningKey(ctx) // security.go
-	n.readyOnce.Do(func() { close(n.ready) })
 	return nil
+}
+
+// markReady closes Ready, and logs how long the start took, the first
+// time Health says the node is ready; it reports whether Ready is closed.
+func (n *Node) markReady() bool {
+	select {
+	case <-n.ready:
+		return true
+	default:
+	}
+	if !n.Health().Ready() {
+		return false
+	}
+	n.readyOnce.Do(func() {
+		applied := n.raft.AppliedIndex()
+		n.cfg.Logger.Info("ready", "ms_since_open", time.Since(n.opened).Milliseconds(), "log_entries_applied", applied-min(applied, n.openedIndex), "leader", n.raft.State() == raft.Leader)
+		close(n.ready)
+	})
+	return true
 }
 
 // applySettings proposes this node's configured retention and limits
@@ -533,8 +574,11 @@ func (n *Node) OnDemote(fn func()) {
 	n.onDemote = append(n.onDemote, fn)
 }
 
-// Ready is closed once this node serves: as leader with its state caught
-// up, or as a follower that knows the leader.
+// Ready is closed the first time Health reports the node ready: it knows a
+// leader, its state holds everything it knows is committed (its snapshot
+// and the log after it applied; as leader, also its term's first entry)
+// and its storage accepts a write. /readyz and status report the same
+// Health later on.
 func (n *Node) Ready() <-chan struct{} { return n.ready }
 
 // Batching: concurrent proposals are committed together as one log entry
