@@ -123,9 +123,10 @@ type QueueResult struct {
 	Deleted bool
 	// Removed: how many items a delete or purge removed.
 	Removed int
-	// Items: a batch's outcome, item by item in the command's order
-	// (queue_batch.go).
-	Items []QueueItemResult
+	// Items: a dequeue or settle batch's outcome, item by item in the
+	// command's order; Enqueued: an enqueue batch's (queue_batch.go).
+	Items    []QueueItemResult
+	Enqueued []QueueEnqueued
 }
 
 type queue struct {
@@ -271,7 +272,7 @@ func (s *State) applyQueue(cmd *fsmpb.Command, emit EventSink) (r Result, ok boo
 	switch op := cmd.GetOp().(type) {
 	case *fsmpb.Command_QueueEnqueue:
 		c := op.QueueEnqueue
-		return s.enqueueBatch(c.GetQueue(), c.GetMaxAttempts(), []*fsmpb.QueueBatchItem{{Payload: c.GetPayload(), OperationId: c.GetOperationId()}}, false, emit), true
+		return s.enqueueBatch(c.GetQueue(), c.GetMaxAttempts(), []batchItem{{c.GetPayload(), c.GetOperationId()}}, false, emit), true
 	case *fsmpb.Command_QueueDequeue:
 		c := op.QueueDequeue
 		return s.dequeueBatch(c.GetQueue(), c.GetSession(), c.GetVisibilityMs(), [][]byte{c.GetReceiptHash()}, false, emit), true
@@ -291,7 +292,11 @@ func (s *State) applyQueue(cmd *fsmpb.Command, emit EventSink) (r Result, ok boo
 		return s.deleteQueue(op.QueueDelete.GetQueue(), emit), true
 	case *fsmpb.Command_QueueEnqueueBatch:
 		c := op.QueueEnqueueBatch
-		return s.enqueueBatch(c.GetQueue(), c.GetMaxAttempts(), c.GetItems(), true, emit), true
+		items, err := unpackBatchItems(c.GetItems())
+		if err != nil {
+			return Result{Err: err}, true
+		}
+		return s.enqueueBatch(c.GetQueue(), c.GetMaxAttempts(), items, true, emit), true
 	case *fsmpb.Command_QueueDequeueBatch:
 		c := op.QueueDequeueBatch
 		return s.dequeueBatch(c.GetQueue(), c.GetSession(), c.GetVisibilityMs(), c.GetReceiptHashes(), true, emit), true

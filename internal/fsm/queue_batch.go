@@ -28,6 +28,7 @@ package fsm
 import (
 	"cmp"
 	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
@@ -72,9 +73,63 @@ func batchSize(what string, n int) error {
 	return nil
 }
 
+// batchItem is one item of an enqueue: its payload and operation id.
+type batchItem struct {
+	payload []byte
+	opID    string
+}
+
+// QueueEnqueued is the outcome for one item of an enqueue batch.
+type QueueEnqueued struct {
+	// ID: the item enqueued, or for a Duplicate the first one enqueued
+	// with its operation id.
+	ID        uint64
+	Duplicate bool
+}
+
+// AppendBatchItem appends one item to the packed items of a
+// QueueEnqueueBatch (see fsm.proto).
+func AppendBatchItem(b, payload []byte, opID string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(payload)))
+	b = append(b, payload...)
+	b = binary.AppendUvarint(b, uint64(len(opID)))
+	return append(b, opID...)
+}
+
+// unpackBatchItems decodes the packed items of a QueueEnqueueBatch; the
+// payloads share b.
+func unpackBatchItems(b []byte) ([]batchItem, error) {
+	var out []batchItem
+	field := func() ([]byte, error) {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > uint64(len(b)-k) {
+			return nil, fmt.Errorf("%w: the batch's item %d is cut short", ErrInvalid, len(out))
+		}
+		v := b[k : k+int(n) : k+int(n)]
+		b = b[k+int(n):]
+		return v, nil
+	}
+	for len(b) > 0 {
+		if len(out) == MaxQueueBatch {
+			return nil, fmt.Errorf("%w: an enqueue batch holds more than %d items, the limit", ErrInvalid, MaxQueueBatch)
+		}
+		payload, err := field()
+		if err != nil {
+			return nil, err
+		}
+		op, err := field()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, batchItem{payload: payload, opID: string(op)})
+	}
+	return out, nil
+}
+
 // enqueueBatch appends items to the named queue. batch: the answer lists
-// every item (Items); otherwise items holds one and the answer is its own.
-func (s *State) enqueueBatch(name string, maxAttempts uint32, items []*fsmpb.QueueBatchItem, batch bool, emit EventSink) Result {
+// every item (Enqueued); otherwise items holds one and the answer is its
+// own.
+func (s *State) enqueueBatch(name string, maxAttempts uint32, items []batchItem, batch bool, emit EventSink) Result {
 	if err := ValidateQueueName(name); err != nil {
 		return Result{Err: err}
 	}
@@ -84,15 +139,15 @@ func (s *State) enqueueBatch(name string, maxAttempts uint32, items []*fsmpb.Que
 		}
 	}
 	for i, it := range items {
-		which := "payload"
+		which := ""
 		if batch {
-			which = fmt.Sprintf("item %d: payload", i)
+			which = fmt.Sprintf("item %d: ", i)
 		}
-		if n := len(it.GetPayload()); n > MaxQueuePayload {
-			return Result{Err: fmt.Errorf("%w: %s is %d bytes, the limit is %d", ErrInvalid, which, n, MaxQueuePayload)}
+		if n := len(it.payload); n > MaxQueuePayload {
+			return Result{Err: fmt.Errorf("%w: %spayload is %d bytes, the limit is %d", ErrInvalid, which, n, MaxQueuePayload)}
 		}
-		if n := len(it.GetOperationId()); n > MaxOpIDLen {
-			return Result{Err: fmt.Errorf("%w: %soperation id is %d bytes, the limit is %d", ErrInvalid, which[:len(which)-len("payload")], n, MaxOpIDLen)}
+		if n := len(it.opID); n > MaxOpIDLen {
+			return Result{Err: fmt.Errorf("%w: %soperation id is %d bytes, the limit is %d", ErrInvalid, which, n, MaxOpIDLen)}
 		}
 	}
 	if maxAttempts > MaxQueueAttempts {
@@ -104,21 +159,23 @@ func (s *State) enqueueBatch(name string, maxAttempts uint32, items []*fsmpb.Que
 	}
 	// Which items are new: an operation id seen before (or earlier in this
 	// batch) adds nothing.
-	out := make([]QueueItemResult, len(items))
-	firstOf := map[string]int{} // operation id -> index of its item here
+	out := make([]QueueEnqueued, len(items))
+	var firstOf map[string]int // operation id -> index of its item here
 	fresh := 0
 	for i, it := range items {
-		op := it.GetOperationId()
-		if op != "" {
+		if op := it.opID; op != "" {
 			if q != nil {
 				if e, seen := q.ops.get(op); seen {
-					out[i] = QueueItemResult{ID: e.id, Duplicate: true}
+					out[i] = QueueEnqueued{ID: e.id, Duplicate: true}
 					continue
 				}
 			}
 			if _, seen := firstOf[op]; seen {
 				out[i].Duplicate = true // its ID is the first one's, below
 				continue
+			}
+			if firstOf == nil {
+				firstOf = make(map[string]int)
 			}
 			firstOf[op] = i
 		}
@@ -149,7 +206,7 @@ func (s *State) enqueueBatch(name string, maxAttempts uint32, items []*fsmpb.Que
 		for i, it := range items {
 			if out[i].Duplicate {
 				if out[i].ID == 0 {
-					out[i].ID = out[firstOf[it.GetOperationId()]].ID
+					out[i].ID = out[firstOf[it.opID]].ID
 				}
 				continue
 			}
@@ -161,11 +218,11 @@ func (s *State) enqueueBatch(name string, maxAttempts uint32, items []*fsmpb.Que
 			// must not change once applied (FSM.ApplyBatch decodes each
 			// entry into fresh memory, and a hinted command is never
 			// changed).
-			q.ready.enqueued(qItem{id: id, payload: it.GetPayload()})
-			if op := it.GetOperationId(); op != "" {
-				q.ops.put(op, id, 0, "")
+			q.ready.enqueued(qItem{id: id, payload: it.payload})
+			if it.opID != "" {
+				q.ops.put(it.opID, id, 0, "")
 			}
-			out[i] = QueueItemResult{ID: id}
+			out[i] = QueueEnqueued{ID: id}
 		}
 		s.queueResized(q, have)
 		emit(Event{Kind: EventQueueReady, Name: q.name, Queue: &QueueEvent{ID: first, Ready: fresh, Enqueue: true}})
@@ -173,7 +230,7 @@ func (s *State) enqueueBatch(name string, maxAttempts uint32, items []*fsmpb.Que
 	if !batch {
 		return Result{Queue: &QueueResult{ID: out[0].ID, Duplicate: out[0].Duplicate}}
 	}
-	return Result{Queue: &QueueResult{Items: out}}
+	return Result{Queue: &QueueResult{Enqueued: out}}
 }
 
 // dequeueBatch hands out up to len(hashes) ready items of the named queue

@@ -19,7 +19,7 @@ type item struct{ payload, op string }
 func enqueueBatchCmd(q string, maxAttempts uint32, items ...item) *fsmpb.Command {
 	c := &fsmpb.QueueEnqueueBatch{Queue: q, MaxAttempts: maxAttempts}
 	for _, it := range items {
-		c.Items = append(c.Items, &fsmpb.QueueBatchItem{Payload: []byte(it.payload), OperationId: it.op})
+		c.Items = fsm.AppendBatchItem(c.Items, []byte(it.payload), it.op)
 	}
 	return &fsmpb.Command{Op: &fsmpb.Command_QueueEnqueueBatch{QueueEnqueueBatch: c}}
 }
@@ -64,10 +64,10 @@ func TestQueueEnqueueBatch(t *testing.T) {
 	qapply(t, s, enqueueCmd("q", "before", "op-old", 0))
 	rev := s.Revision()
 	r := qapply(t, s, enqueueBatchCmd("q", 0, item{"a", ""}, item{"b", "op-b"}, item{"again", "op-old"}, item{"c", ""}, item{"b twice", "op-b"}))
-	if len(r.Items) != 5 {
-		t.Fatalf("%d results for 5 items", len(r.Items))
+	if len(r.Enqueued) != 5 {
+		t.Fatalf("%d results for 5 items", len(r.Enqueued))
 	}
-	a, b, old, c, b2 := r.Items[0], r.Items[1], r.Items[2], r.Items[3], r.Items[4]
+	a, b, old, c, b2 := r.Enqueued[0], r.Enqueued[1], r.Enqueued[2], r.Enqueued[3], r.Enqueued[4]
 	// The new items take one revision each, in order.
 	if a.ID != rev+1 || b.ID != rev+2 || c.ID != rev+3 || a.Duplicate || b.Duplicate || c.Duplicate || s.Revision() != rev+3 {
 		t.Fatalf("new items %+v %+v %+v (revision %d → %d)", a, b, c, rev, s.Revision())
@@ -84,8 +84,8 @@ func TestQueueEnqueueBatch(t *testing.T) {
 	}
 	// A batch of duplicates only changes nothing.
 	rev = s.Revision()
-	if r := qapply(t, s, enqueueBatchCmd("q", 0, item{"x", "op-b"})); !r.Items[0].Duplicate || r.Items[0].ID != b.ID || s.Revision() != rev {
-		t.Fatalf("retried batch: %+v (revision %d → %d)", r.Items, rev, s.Revision())
+	if r := qapply(t, s, enqueueBatchCmd("q", 0, item{"x", "op-b"})); !r.Enqueued[0].Duplicate || r.Enqueued[0].ID != b.ID || s.Revision() != rev {
+		t.Fatalf("retried batch: %+v (revision %d → %d)", r.Enqueued, rev, s.Revision())
 	}
 }
 
@@ -106,6 +106,12 @@ func TestQueueEnqueueBatchIsAllOrNothing(t *testing.T) {
 		{"payload too large", enqueueBatchCmd("q", 0, item{"ok", "op-1"}, item{big, ""}), fsm.ErrInvalid},
 		{"too many items", enqueueBatchCmd("q", 0, many...), fsm.ErrInvalid},
 		{"no item", enqueueBatchCmd("q", 0), fsm.ErrInvalid},
+		{"items cut short", func() *fsmpb.Command {
+			c := enqueueBatchCmd("q", 0, item{"ok", ""}, item{"cut", "op"})
+			b := c.GetQueueEnqueueBatch()
+			b.Items = b.Items[:len(b.Items)-1]
+			return c
+		}(), fsm.ErrInvalid},
 		{"other max attempts", enqueueBatchCmd("q", 2, item{"ok", ""}), fsm.ErrInvalid},
 		{"past max-queue-length", enqueueBatchCmd("q", 0, item{"1", "op-1"}, item{"2", ""}, item{"3", ""}, item{"4", ""}), fsm.ErrLimit},
 	} {
@@ -118,8 +124,8 @@ func TestQueueEnqueueBatchIsAllOrNothing(t *testing.T) {
 		}
 	}
 	// The operation id of a refused batch was not remembered.
-	if r := qapply(t, s, enqueueBatchCmd("q", 0, item{"1", "op-1"}, item{"2", ""}, item{"3", ""})); r.Items[0].Duplicate || s.QueueLen("q") != 4 {
-		t.Fatalf("batch up to the limit: %+v, %d items", r.Items, s.QueueLen("q"))
+	if r := qapply(t, s, enqueueBatchCmd("q", 0, item{"1", "op-1"}, item{"2", ""}, item{"3", ""})); r.Enqueued[0].Duplicate || s.QueueLen("q") != 4 {
+		t.Fatalf("batch up to the limit: %+v, %d items", r.Enqueued, s.QueueLen("q"))
 	}
 }
 

@@ -148,7 +148,7 @@ func fillQueueBatches(b *testing.B, f *fsm.FSM, n int) {
 	for i := 0; i < n; i += fsm.MaxQueueBatch {
 		c := &fsmpb.QueueEnqueueBatch{Queue: "q"}
 		for range min(fsm.MaxQueueBatch, n-i) {
-			c.Items = append(c.Items, &fsmpb.QueueBatchItem{Payload: payload})
+			c.Items = fsm.AppendBatchItem(c.Items, payload, "")
 		}
 		if r := applyOne(f, &fsmpb.Command{Op: &fsmpb.Command_QueueEnqueueBatch{QueueEnqueueBatch: c}}); r.Err != nil {
 			b.Fatal(r.Err)

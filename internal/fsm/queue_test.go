@@ -667,7 +667,7 @@ func TestQueueProperties(t *testing.T) {
 				}
 				var prevNew uint64
 				for i, op := range ops {
-					got, key := r.Queue.Items[i], q+"/"+op
+					got, key := r.Queue.Enqueued[i], q+"/"+op
 					if first, seen := m.ops[key]; op != "" && seen {
 						if !got.Duplicate || got.ID != first {
 							t.Fatalf("batch item %d with op %s: %+v, want duplicate of %d", i, key, got, first)

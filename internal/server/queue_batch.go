@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
@@ -52,16 +53,20 @@ func (s *Server) QueueEnqueueBatch(ctx context.Context, req *pb.QueueEnqueueBatc
 	if err := s.admitEnqueueBatch(req); err != nil {
 		return nil, toStatus(err)
 	}
-	c := &fsmpb.QueueEnqueueBatch{Queue: req.GetQueue(), MaxAttempts: req.GetMaxAttempts(), Items: make([]*fsmpb.QueueBatchItem, len(req.GetItems()))}
-	for i, it := range req.GetItems() {
-		c.Items[i] = &fsmpb.QueueBatchItem{Payload: it.GetPayload(), OperationId: it.GetOperationId()}
+	size := 0
+	for _, it := range req.GetItems() {
+		size += len(it.GetPayload()) + len(it.GetOperationId()) + 2*binary.MaxVarintLen32
+	}
+	c := &fsmpb.QueueEnqueueBatch{Queue: req.GetQueue(), MaxAttempts: req.GetMaxAttempts(), Items: make([]byte, 0, size)}
+	for _, it := range req.GetItems() {
+		c.Items = fsm.AppendBatchItem(c.Items, it.GetPayload(), it.GetOperationId())
 	}
 	res, err := s.node.Propose(ctx, queueCmd(c))
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	out := &pb.QueueEnqueueBatchResponse{Items: make([]*pb.QueueEnqueueResponse, len(res.Queue.Items)), Revision: res.Revision}
-	for i, it := range res.Queue.Items {
+	out := &pb.QueueEnqueueBatchResponse{Items: make([]*pb.QueueEnqueueResponse, len(res.Queue.Enqueued)), Revision: res.Revision}
+	for i, it := range res.Queue.Enqueued {
 		out.Items[i] = &pb.QueueEnqueueResponse{Id: it.ID, Duplicate: it.Duplicate, Revision: res.Revision}
 	}
 	return out, nil

@@ -4217,9 +4217,12 @@ func (x *QueueRequeueDead) GetLimit() uint32 {
 type QueueEnqueueBatch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
-	Items []*QueueBatchItem      `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
 	// max_attempts: as QueueEnqueue's, for the whole batch.
-	MaxAttempts   uint32 `protobuf:"varint,3,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	MaxAttempts uint32 `protobuf:"varint,3,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// items, packed (fsm.AppendBatchItem): per item its payload's uvarint
+	// length, the payload, its operation id's uvarint length and the
+	// operation id ("": none). The state keeps the payloads in this buffer.
+	Items         []byte `protobuf:"bytes,4,opt,name=items,proto3" json:"items,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4261,13 +4264,6 @@ func (x *QueueEnqueueBatch) GetQueue() string {
 	return ""
 }
 
-func (x *QueueEnqueueBatch) GetItems() []*QueueBatchItem {
-	if x != nil {
-		return x.Items
-	}
-	return nil
-}
-
 func (x *QueueEnqueueBatch) GetMaxAttempts() uint32 {
 	if x != nil {
 		return x.MaxAttempts
@@ -4275,56 +4271,11 @@ func (x *QueueEnqueueBatch) GetMaxAttempts() uint32 {
 	return 0
 }
 
-type QueueBatchItem struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Payload       []byte                 `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
-	OperationId   string                 `protobuf:"bytes,2,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *QueueBatchItem) Reset() {
-	*x = QueueBatchItem{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *QueueBatchItem) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*QueueBatchItem) ProtoMessage() {}
-
-func (x *QueueBatchItem) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
+func (x *QueueEnqueueBatch) GetItems() []byte {
 	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use QueueBatchItem.ProtoReflect.Descriptor instead.
-func (*QueueBatchItem) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{54}
-}
-
-func (x *QueueBatchItem) GetPayload() []byte {
-	if x != nil {
-		return x.Payload
+		return x.Items
 	}
 	return nil
-}
-
-func (x *QueueBatchItem) GetOperationId() string {
-	if x != nil {
-		return x.OperationId
-	}
-	return ""
 }
 
 // QueueDequeueBatch hands out up to len(receipt_hashes) of the oldest ready
@@ -4343,7 +4294,7 @@ type QueueDequeueBatch struct {
 
 func (x *QueueDequeueBatch) Reset() {
 	*x = QueueDequeueBatch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4355,7 +4306,7 @@ func (x *QueueDequeueBatch) String() string {
 func (*QueueDequeueBatch) ProtoMessage() {}
 
 func (x *QueueDequeueBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4368,7 +4319,7 @@ func (x *QueueDequeueBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueBatch.ProtoReflect.Descriptor instead.
 func (*QueueDequeueBatch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *QueueDequeueBatch) GetQueue() string {
@@ -4411,7 +4362,7 @@ type QueueSettleBatch struct {
 
 func (x *QueueSettleBatch) Reset() {
 	*x = QueueSettleBatch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4423,7 +4374,7 @@ func (x *QueueSettleBatch) String() string {
 func (*QueueSettleBatch) ProtoMessage() {}
 
 func (x *QueueSettleBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4436,7 +4387,7 @@ func (x *QueueSettleBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleBatch.ProtoReflect.Descriptor instead.
 func (*QueueSettleBatch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{56}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *QueueSettleBatch) GetQueue() string {
@@ -4464,7 +4415,7 @@ type QueueSettleItem struct {
 
 func (x *QueueSettleItem) Reset() {
 	*x = QueueSettleItem{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4476,7 +4427,7 @@ func (x *QueueSettleItem) String() string {
 func (*QueueSettleItem) ProtoMessage() {}
 
 func (x *QueueSettleItem) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4489,7 +4440,7 @@ func (x *QueueSettleItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleItem.ProtoReflect.Descriptor instead.
 func (*QueueSettleItem) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{57}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *QueueSettleItem) GetId() uint64 {
@@ -4530,7 +4481,7 @@ type QueueItemState struct {
 
 func (x *QueueItemState) Reset() {
 	*x = QueueItemState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4542,7 +4493,7 @@ func (x *QueueItemState) String() string {
 func (*QueueItemState) ProtoMessage() {}
 
 func (x *QueueItemState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4555,7 +4506,7 @@ func (x *QueueItemState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItemState.ProtoReflect.Descriptor instead.
 func (*QueueItemState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{58}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *QueueItemState) GetId() uint64 {
@@ -4623,7 +4574,7 @@ type QueueItems struct {
 
 func (x *QueueItems) Reset() {
 	*x = QueueItems{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4635,7 +4586,7 @@ func (x *QueueItems) String() string {
 func (*QueueItems) ProtoMessage() {}
 
 func (x *QueueItems) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4648,7 +4599,7 @@ func (x *QueueItems) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItems.ProtoReflect.Descriptor instead.
 func (*QueueItems) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{59}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *QueueItems) GetQueue() string {
@@ -4685,7 +4636,7 @@ type QueueMemo struct {
 
 func (x *QueueMemo) Reset() {
 	*x = QueueMemo{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4697,7 +4648,7 @@ func (x *QueueMemo) String() string {
 func (*QueueMemo) ProtoMessage() {}
 
 func (x *QueueMemo) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4710,7 +4661,7 @@ func (x *QueueMemo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueMemo.ProtoReflect.Descriptor instead.
 func (*QueueMemo) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{60}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *QueueMemo) GetOperationId() string {
@@ -4766,7 +4717,7 @@ type QueueState struct {
 
 func (x *QueueState) Reset() {
 	*x = QueueState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4778,7 +4729,7 @@ func (x *QueueState) String() string {
 func (*QueueState) ProtoMessage() {}
 
 func (x *QueueState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4791,7 +4742,7 @@ func (x *QueueState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueState.ProtoReflect.Descriptor instead.
 func (*QueueState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{61}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *QueueState) GetName() string {
@@ -5161,14 +5112,11 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x10QueueRequeueDead\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x10\n" +
 	"\x03ids\x18\x02 \x03(\x04R\x03ids\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\rR\x05limit\"\x81\x01\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"b\n" +
 	"\x11QueueEnqueueBatch\x12\x14\n" +
-	"\x05queue\x18\x01 \x01(\tR\x05queue\x123\n" +
-	"\x05items\x18\x02 \x03(\v2\x1d.tenure.fsm.v1.QueueBatchItemR\x05items\x12!\n" +
-	"\fmax_attempts\x18\x03 \x01(\rR\vmaxAttempts\"M\n" +
-	"\x0eQueueBatchItem\x12\x18\n" +
-	"\apayload\x18\x01 \x01(\fR\apayload\x12!\n" +
-	"\foperation_id\x18\x02 \x01(\tR\voperationId\"\x8f\x01\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12!\n" +
+	"\fmax_attempts\x18\x03 \x01(\rR\vmaxAttempts\x12\x14\n" +
+	"\x05items\x18\x04 \x01(\fR\x05items\"\x8f\x01\n" +
 	"\x11QueueDequeueBatch\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12#\n" +
@@ -5223,7 +5171,7 @@ func file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_internal_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Command)(nil),           // 0: tenure.fsm.v1.Command
 	(*AclRule)(nil),           // 1: tenure.fsm.v1.AclRule
@@ -5279,14 +5227,13 @@ var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*QueuePurge)(nil),        // 51: tenure.fsm.v1.QueuePurge
 	(*QueueRequeueDead)(nil),  // 52: tenure.fsm.v1.QueueRequeueDead
 	(*QueueEnqueueBatch)(nil), // 53: tenure.fsm.v1.QueueEnqueueBatch
-	(*QueueBatchItem)(nil),    // 54: tenure.fsm.v1.QueueBatchItem
-	(*QueueDequeueBatch)(nil), // 55: tenure.fsm.v1.QueueDequeueBatch
-	(*QueueSettleBatch)(nil),  // 56: tenure.fsm.v1.QueueSettleBatch
-	(*QueueSettleItem)(nil),   // 57: tenure.fsm.v1.QueueSettleItem
-	(*QueueItemState)(nil),    // 58: tenure.fsm.v1.QueueItemState
-	(*QueueItems)(nil),        // 59: tenure.fsm.v1.QueueItems
-	(*QueueMemo)(nil),         // 60: tenure.fsm.v1.QueueMemo
-	(*QueueState)(nil),        // 61: tenure.fsm.v1.QueueState
+	(*QueueDequeueBatch)(nil), // 54: tenure.fsm.v1.QueueDequeueBatch
+	(*QueueSettleBatch)(nil),  // 55: tenure.fsm.v1.QueueSettleBatch
+	(*QueueSettleItem)(nil),   // 56: tenure.fsm.v1.QueueSettleItem
+	(*QueueItemState)(nil),    // 57: tenure.fsm.v1.QueueItemState
+	(*QueueItems)(nil),        // 58: tenure.fsm.v1.QueueItems
+	(*QueueMemo)(nil),         // 59: tenure.fsm.v1.QueueMemo
+	(*QueueState)(nil),        // 60: tenure.fsm.v1.QueueState
 }
 var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	19, // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
@@ -5315,9 +5262,9 @@ var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	50, // 23: tenure.fsm.v1.Command.queue_delete:type_name -> tenure.fsm.v1.QueueDelete
 	51, // 24: tenure.fsm.v1.Command.queue_purge:type_name -> tenure.fsm.v1.QueuePurge
 	53, // 25: tenure.fsm.v1.Command.queue_enqueue_batch:type_name -> tenure.fsm.v1.QueueEnqueueBatch
-	55, // 26: tenure.fsm.v1.Command.queue_dequeue_batch:type_name -> tenure.fsm.v1.QueueDequeueBatch
-	56, // 27: tenure.fsm.v1.Command.queue_ack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
-	56, // 28: tenure.fsm.v1.Command.queue_nack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
+	54, // 26: tenure.fsm.v1.Command.queue_dequeue_batch:type_name -> tenure.fsm.v1.QueueDequeueBatch
+	55, // 27: tenure.fsm.v1.Command.queue_ack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
+	55, // 28: tenure.fsm.v1.Command.queue_nack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
 	5,  // 29: tenure.fsm.v1.Command.acl_bootstrap:type_name -> tenure.fsm.v1.AclBootstrap
 	6,  // 30: tenure.fsm.v1.Command.acl_policy_set:type_name -> tenure.fsm.v1.AclPolicySet
 	7,  // 31: tenure.fsm.v1.Command.acl_policy_delete:type_name -> tenure.fsm.v1.AclPolicyDelete
@@ -5341,8 +5288,8 @@ var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	32, // 49: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
 	36, // 50: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
 	38, // 51: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
-	61, // 52: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
-	59, // 53: tenure.fsm.v1.Snapshot.queue_items:type_name -> tenure.fsm.v1.QueueItems
+	60, // 52: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
+	58, // 53: tenure.fsm.v1.Snapshot.queue_items:type_name -> tenure.fsm.v1.QueueItems
 	45, // 54: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
 	31, // 55: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
 	16, // 56: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
@@ -5360,18 +5307,17 @@ var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	42, // 68: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
 	43, // 69: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
 	43, // 70: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
-	54, // 71: tenure.fsm.v1.QueueEnqueueBatch.items:type_name -> tenure.fsm.v1.QueueBatchItem
-	57, // 72: tenure.fsm.v1.QueueSettleBatch.items:type_name -> tenure.fsm.v1.QueueSettleItem
-	58, // 73: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
-	58, // 74: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
-	58, // 75: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
-	60, // 76: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
-	60, // 77: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
-	78, // [78:78] is the sub-list for method output_type
-	78, // [78:78] is the sub-list for method input_type
-	78, // [78:78] is the sub-list for extension type_name
-	78, // [78:78] is the sub-list for extension extendee
-	0,  // [0:78] is the sub-list for field type_name
+	56, // 71: tenure.fsm.v1.QueueSettleBatch.items:type_name -> tenure.fsm.v1.QueueSettleItem
+	57, // 72: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
+	57, // 73: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
+	57, // 74: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
+	59, // 75: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
+	59, // 76: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
+	77, // [77:77] is the sub-list for method output_type
+	77, // [77:77] is the sub-list for method input_type
+	77, // [77:77] is the sub-list for extension type_name
+	77, // [77:77] is the sub-list for extension extendee
+	0,  // [0:77] is the sub-list for field type_name
 }
 
 func init() { file_internal_fsm_fsmpb_fsm_proto_init() }
@@ -5429,7 +5375,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_fsm_fsmpb_fsm_proto_rawDesc), len(file_internal_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   62,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
