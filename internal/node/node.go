@@ -383,10 +383,14 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 	// Raft restores the newest snapshot (checked above) before it starts.
 	n.fsmApplied.Store(snapIndex)
 	raftStart := time.Now()
-	r, err := raft.NewRaft(rc, recordingFSM{n.fsm, n.rec, &n.fsmApplied, cfg.Logger}, checkedAppends{stores.Log}, stores.Stable, snaps, trans)
+	ss := &startSnapshots{FileSnapshotStore: snaps, dir: snapshotsDir(cfg.DataDir), newest: newest}
+	r, err := raft.NewRaft(rc, recordingFSM{n.fsm, n.rec, &n.fsmApplied, cfg.Logger}, checkedAppends{stores.Log}, stores.Stable, ss, trans)
 	if err != nil {
 		stores.Close()
-		if ferr := n.fsm.Err(); ferr != nil && newest != nil { // the newest snapshot did not decode
+		if ferr := n.fsm.Err(); ferr != nil && newest != nil { // the newest snapshot did not decode, or failed its checksum
+			if ss.crcMismatch() {
+				ferr = errSnapshotCRC
+			}
 			return nil, fmt.Errorf("node: snapshot %s (index %d) is damaged: %v; %s", filepath.Join(snapshotsDir(cfg.DataDir), newest.ID), newest.Index, ferr, store.Remedy)
 		}
 		return nil, fmt.Errorf("node: starting raft: %w", err)
