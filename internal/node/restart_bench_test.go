@@ -8,7 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -132,7 +134,8 @@ func enqueueBatches(b *testing.B, n *node.Node, count, per int) {
 // snapshot's restore, split in snapshot-check-s, log-check-s and
 // snapshot-restore-s from the node's log), ready-s (until Ready: the
 // log's replay and the election), first-read-s (until the read answered),
-// all from the start.
+// all from the start. TENURE_BENCH_PROFILE=PATH writes a CPU profile of
+// each restart to PATH.LAYOUT.
 //
 //	go test -run '^$' -bench BenchmarkRestartQueue -benchtime 1x -timeout 60m ./internal/node/
 //	TENURE_BENCH_ITEMS=10000000 go test -run '^$' -bench BenchmarkRestartQueue -benchtime 1x -timeout 60m ./internal/node/
@@ -165,6 +168,15 @@ func BenchmarkRestartQueue(b *testing.B) {
 			for range b.N {
 				logs := &syncBuffer{}
 				cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+				if path := os.Getenv("TENURE_BENCH_PROFILE"); path != "" {
+					f, err := os.Create(path + "." + strings.ReplaceAll(layout, "+", "-"))
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := pprof.StartCPUProfile(f); err != nil {
+						b.Fatal(err)
+					}
+				}
 				t0 := time.Now()
 				r := start(b, cfg)
 				t1 := time.Now()
@@ -182,6 +194,7 @@ func BenchmarkRestartQueue(b *testing.B) {
 					b.Fatalf("%d items after the restart, want %d", got, items)
 				}
 				b.StopTimer()
+				pprof.StopCPUProfile()
 				r.stop()
 				open, ready, read = open+t1.Sub(t0), ready+t2.Sub(t0), read+t3.Sub(t0)
 				for _, m := range logs.logged("data directory opened") {
