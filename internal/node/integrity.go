@@ -266,8 +266,12 @@ func entryError(stores *store.Stores, index uint64, what string) error {
 }
 
 // checkedAppends is the log as raft sees it: an append of a command entry
-// that fails its checksum is refused before it is stored.
-type checkedAppends struct{ raft.LogStore }
+// that fails its checksum is refused before it is stored. stored, if set,
+// is told the bytes of the entries stored (see Node.logStored).
+type checkedAppends struct {
+	raft.LogStore
+	stored func(bytes int)
+}
 
 func (c checkedAppends) StoreLog(l *raft.Log) error { return c.StoreLogs([]*raft.Log{l}) }
 
@@ -280,7 +284,17 @@ func (c checkedAppends) StoreLogs(logs []*raft.Log) error {
 			return fmt.Errorf("node: refusing to store log entry %d, which %s (damaged on the leader's disk or on the way?)", l.Index, err)
 		}
 	}
-	return c.LogStore.StoreLogs(logs)
+	if err := c.LogStore.StoreLogs(logs); err != nil {
+		return err
+	}
+	if c.stored != nil {
+		n := 0
+		for _, l := range logs {
+			n += len(l.Data)
+		}
+		c.stored(n)
+	}
+	return nil
 }
 
 // IsMonotonic implements raft.MonotonicLogStore as the store does.

@@ -72,6 +72,11 @@ type Config struct {
 	// SnapshotThreshold is how many log entries trigger a snapshot.
 	// Default 16384.
 	SnapshotThreshold uint64
+	// SnapshotBytes: a snapshot is also taken once this many bytes of log
+	// entries were stored since the last one, so that the log a restart
+	// replays stays bounded when entries are large (batches of queue
+	// items). Default DefaultSnapshotBytes; negative: entries only.
+	SnapshotBytes int64
 	// LogStore names the storage engine: "bolt" or "wal"; "" is the data
 	// directory's own, or store.DefaultEngine (bolt) for a new one.
 	LogStore string
@@ -125,6 +130,10 @@ type Config struct {
 	Observer Observer
 }
 
+// DefaultSnapshotBytes is the default Config.SnapshotBytes: about a
+// second of replay on the reference machine.
+const DefaultSnapshotBytes = 256 << 20
+
 // DefaultGroupCommitWait is the default Config.GroupCommitWait: about one
 // round trip of a client on the same host under load, and less than half a
 // commit on a local SSD.
@@ -158,6 +167,9 @@ func (c *Config) fill() {
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = d.SnapshotThreshold
 	}
+	if c.SnapshotBytes == 0 {
+		c.SnapshotBytes = DefaultSnapshotBytes
+	}
 	if c.GroupCommitWait == 0 {
 		c.GroupCommitWait = DefaultGroupCommitWait
 	}
@@ -186,6 +198,10 @@ type Node struct {
 	// readTerm is the term in which this node, as leader, has committed
 	// and applied an entry of its own (see LinearizableRead).
 	readTerm atomic.Uint64
+	// logBytes counts the bytes of log entries stored since the last
+	// snapshot; snapKick asks for one (see logStored).
+	logBytes atomic.Int64
+	snapKick chan struct{}
 	// fsmApplied is the index of the last entry the state machine has
 	// applied, or of the snapshot it started from (see caughtUp).
 	fsmApplied atomic.Uint64
@@ -229,7 +245,7 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 	n := &Node{
 		cfg: cfg, leadCh: make(chan bool, 16), ready: make(chan struct{}),
 		proposals: make(chan *proposal, maxBatch), slots: make(chan struct{}, maxInflight),
-		applying: make(chan inflight, maxInflight), quit: make(chan struct{}),
+		applying: make(chan inflight, maxInflight), quit: make(chan struct{}), snapKick: make(chan struct{}, 1),
 	}
 	n.fsm = fsm.New(func(e fsm.Event) {
 		n.lessor.Observe(e)
@@ -384,7 +400,7 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 	n.fsmApplied.Store(snapIndex)
 	raftStart := time.Now()
 	ss := &startSnapshots{FileSnapshotStore: snaps, dir: snapshotsDir(cfg.DataDir), newest: newest}
-	r, err := raft.NewRaft(rc, recordingFSM{n.fsm, n.rec, &n.fsmApplied, cfg.Logger}, checkedAppends{stores.Log}, stores.Stable, ss, trans)
+	r, err := raft.NewRaft(rc, recordingFSM{n.fsm, n.rec, &n.fsmApplied, cfg.Logger, &n.logBytes}, checkedAppends{stores.Log, n.logStored}, stores.Stable, ss, trans)
 	if err != nil {
 		stores.Close()
 		if ferr := n.fsm.Err(); ferr != nil && newest != nil { // the newest snapshot did not decode, or failed its checksum
@@ -402,11 +418,45 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 		"snapshot_check_ms", snapChecked.Sub(checkStart).Milliseconds(), "log_check_ms", logChecked.Sub(snapChecked).Milliseconds(),
 		"snapshot_restore_ms", n.opened.Sub(raftStart).Milliseconds(), "snapshot_index", snapIndex, "last_log_index", lastIndex)
 	n.observeLeaders()
-	n.wg.Add(3)
+	n.wg.Add(4)
 	go n.batcher()
 	go n.answerer()
 	go func() { defer n.wg.Done(); n.rec.run(n.quit) }()
+	go n.snapshotter()
 	return n, nil
+}
+
+// logStored counts bytes of log entries stored (checkedAppends) and asks
+// for a snapshot once Config.SnapshotBytes of them came since the last.
+func (n *Node) logStored(bytes int) {
+	if n.cfg.SnapshotBytes > 0 && n.logBytes.Add(int64(bytes)) >= n.cfg.SnapshotBytes {
+		select {
+		case n.snapKick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// snapshotter takes the snapshots logStored asks for, until the node
+// closes. raft's own (by entries) go on as before; either resets the count.
+func (n *Node) snapshotter() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.quit:
+			return
+		case <-n.snapKick:
+		}
+		if n.logBytes.Load() < n.cfg.SnapshotBytes {
+			continue // one was taken meanwhile
+		}
+		start := time.Now()
+		if err := n.settle(n.raft.Snapshot()); err != nil { // ends at Close too
+			n.cfg.Logger.Debug("snapshot by log size", "err", err)
+			continue
+		}
+		n.cfg.Logger.Info("snapshot taken", "reason", "log size", "ms", time.Since(start).Milliseconds())
+	}
 }
 
 // routes is a raft.ServerAddressProvider over PeerRoutes; peers it does not

@@ -294,6 +294,15 @@ type recordingFSM struct {
 	// see Node.caughtUp).
 	applied *atomic.Uint64
 	logger  *slog.Logger
+	// logBytes counts the bytes of log stored since the last snapshot
+	// (see Node.logStored); a snapshot resets it.
+	logBytes *atomic.Int64
+}
+
+// Snapshot implements raft.FSM.
+func (f recordingFSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.logBytes.Store(0)
+	return f.FSM.Snapshot()
 }
 
 // Apply implements raft.FSM.

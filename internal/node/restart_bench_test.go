@@ -125,10 +125,14 @@ func enqueueBatches(b *testing.B, n *node.Node, count, per int) {
 //
 //   - snapshot: every item in the newest snapshot, no log after it;
 //   - snapshot+tail: the newest snapshot and, after it, a log tail of
-//     TENURE_BENCH_TAIL entries (default 16,384: the snapshot threshold,
-//     the longest tail the defaults leave), each a batch of 100
-//     enqueues, whose items count among the stored ones;
-//   - log: no snapshot, every item in the log (batches of 1,000).
+//     TENURE_BENCH_TAIL entries (default 16,384: the snapshot threshold;
+//     with 100 items of 100 bytes each they stay below the 256 MiB of
+//     Config.SnapshotBytes, so this is the longest tail the defaults
+//     leave), each a batch of 100 enqueues, whose items count among the
+//     stored ones;
+//   - log: no snapshot, every item in the log (batches of 1,000): what
+//     the defaults allowed before snapshots by log size (a log the
+//     defaults no longer leave behind).
 //
 // Metrics: open-s (node.Open: the data directory's checks and the
 // snapshot's restore, split in snapshot-check-s, log-check-s and
@@ -145,7 +149,9 @@ func BenchmarkRestartQueue(b *testing.B) {
 	for _, layout := range []string{"snapshot", "snapshot+tail", "log"} {
 		b.Run(layout, func(b *testing.B) {
 			dir := b.TempDir()
-			cfg := node.Config{DataDir: dir, LogOutput: io.Discard, SnapshotThreshold: 1 << 40, Limits: fsm.Limits{MaxQueueLength: uint64(items) + 1}}
+			// Built with no snapshot but the one asked for below; restarted
+			// with the defaults.
+			cfg := node.Config{DataDir: dir, LogOutput: io.Discard, SnapshotThreshold: 1 << 40, SnapshotBytes: -1, Limits: fsm.Limits{MaxQueueLength: uint64(items) + 1}}
 			r := start(b, cfg)
 			waitReady(b, r.n)
 			inTail := 0
@@ -163,6 +169,7 @@ func BenchmarkRestartQueue(b *testing.B) {
 			enqueueBatches(b, r.n, inTail/100, 100)
 			enqueueBatches(b, r.n, inTail%100, 1)
 			r.stop()
+			cfg.SnapshotThreshold, cfg.SnapshotBytes = 0, 0
 			var open, ready, read, snapCheck, logCheck, restore time.Duration
 			b.ResetTimer()
 			for range b.N {
