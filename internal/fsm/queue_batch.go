@@ -191,12 +191,12 @@ func (s *State) enqueueBatch(name string, maxAttempts uint32, items []batchItem,
 				return Result{Err: err}
 			}
 		}
-		what := fmt.Sprintf("items in queue %q", name)
-		if batch {
-			what = fmt.Sprintf("items in queue %q (the batch adds %d)", name, fresh)
-		}
-		if err := overLimit("max-queue-length", s.limits.MaxQueueLength, what, uint64(have), uint64(fresh)); err != nil {
-			return Result{Err: err}
+		if uint64(have+fresh) > s.limits.MaxQueueLength {
+			what := fmt.Sprintf("items in queue %q", name)
+			if batch {
+				what = fmt.Sprintf("items in queue %q (the batch adds %d)", name, fresh)
+			}
+			return Result{Err: overLimit("max-queue-length", s.limits.MaxQueueLength, what, uint64(have), uint64(fresh))}
 		}
 		if q == nil {
 			q = newQueue(name, cmp.Or(maxAttempts, DefaultMaxAttempts))

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -139,7 +138,7 @@ func (s *startSnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, err
 	if err != nil {
 		return nil, nil, err
 	}
-	s.stream = &checkedState{fh: fh, r: bufio.NewReaderSize(fh, 1<<20), hash: crc64.New(crc64.MakeTable(crc64.ECMA)), want: m.CRC}
+	s.stream = &checkedState{fh: fh, hash: crc64.New(crc64.MakeTable(crc64.ECMA)), want: m.CRC}
 	return meta, s.stream, nil
 }
 
@@ -168,10 +167,10 @@ func (s *startSnapshots) crcMismatch() bool {
 	return !bytes.Equal(h.Sum(nil), st.want)
 }
 
-// checkedState reads a state file and checks its CRC-64 at its end.
+// checkedState reads a state file and checks its CRC-64 at its end. It
+// does not buffer: its reader (fsm.ReadSnapshot) does.
 type checkedState struct {
 	fh   *os.File
-	r    *bufio.Reader
 	hash hash.Hash64
 	want []byte
 	err  error // the end: io.EOF or errSnapshotCRC
@@ -181,7 +180,7 @@ func (c *checkedState) Read(p []byte) (int, error) {
 	if c.err != nil {
 		return 0, c.err
 	}
-	n, err := c.r.Read(p)
+	n, err := c.fh.Read(p)
 	c.hash.Write(p[:n])
 	if err == io.EOF {
 		c.err = io.EOF
