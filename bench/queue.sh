@@ -111,26 +111,27 @@ for round in $(seq 1 "$ROUNDS"); do
 	serve "$TMP/serve-$round.log"
 	until "$TMP/tenure" --endpoint "$EP" queue len "$Q" -o json >"$TMP/len.json" 2>/dev/null; do sleep 0.02; done
 	t1=$(date +%s%N)
+	cpu=$(python3 -c 'import os,sys; f=open(sys.argv[1]).read().rsplit(")",1)[1].split(); print(int((int(f[11])+int(f[12]))*1000/os.sysconf("SC_CLK_TCK")))' "/proc/$PID/stat")
 	[[ $(field "$TMP/len.json" queued) -gt 0 ]] || { log "the queue is empty after the restart"; exit 1; }
-	RESTARTS+=("$(( (t1 - t0) / 1000000 )) $TMP/serve-$round.log")
+	RESTARTS+=("$(( (t1 - t0) / 1000000 )) $cpu $(cut -d' ' -f1 /proc/loadavg) $TMP/serve-$round.log")
 done
 read -r RSS HEAP < <(memory)
 row "after a restart" "$RSS" "$HEAP"
 echo
-echo "| restart | first read ms | open ms | snapshot restore ms | log check ms | replay and election ms | snapshot index | log entries applied |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| restart | load | first read ms | server CPU ms | open ms | raft start (snapshot restore) ms | log check ms | replay and election ms | snapshot index | log entries replayed |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 i=0
 for r in "${RESTARTS[@]}"; do
 	i=$((i + 1))
 	set -- $r
-	python3 - "$1" "$2" "$i" <<'EOF'
+	python3 - "$1" "$2" "$3" "$4" "$i" <<'EOF'
 import re, sys
-ms, path, i = sys.argv[1], sys.argv[2], sys.argv[3]
+ms, cpu, load, path, i = sys.argv[1:6]
 text = open(path).read()
 def attr(msg, key):
     m = re.search(r'msg="?' + re.escape(msg) + r'"?[^\n]*?\b' + key + r'=(\d+)', text)
     return m.group(1) if m else "–"
-print(f"| {i} | {ms} | {attr('data directory opened', 'ms')} | {attr('data directory opened', 'snapshot_restore_ms')} | "
+print(f"| {i} | {load} | {ms} | {cpu} | {attr('data directory opened', 'ms')} | {attr('data directory opened', 'snapshot_restore_ms')} | "
       f"{attr('data directory opened', 'log_check_ms')} | {attr('ready', 'ms_since_open')} | "
       f"{attr('data directory opened', 'snapshot_index')} | {attr('ready', 'log_entries_applied')} |")
 EOF
