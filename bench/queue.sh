@@ -9,7 +9,9 @@
 #
 # Steps: build tenure; serve on a fresh data dir; `tenure bench queue
 # --stored ITEMS --batch BATCH` (prefill in batches of 1,000, then
-# PRODUCERS producers and CONSUMERS consumers for DURATION); read the
+# PRODUCERS producers and CONSUMERS consumers for DURATION); the peer, the
+# single-item requests (16 + 16 clients on a queue of its own, the ITEMS
+# still stored) on the same server right after; read the
 # server's RSS and Go heap; stop it (SIGTERM) and start it again ROUNDS
 # times, each time timing `tenure queue len` until it answers, with the
 # phases the server logs. Everything lives in one temp dir under /tmp,
@@ -84,17 +86,21 @@ log "filling $ITEMS items and measuring batches of $BATCH"
 Q=$(field "$TMP/bench.json" queue)
 read -r RSS HEAP < <(memory)
 STORED=$(field "$TMP/bench.json" stored_after)
+log "the peer: single-item requests, 16 producers and 16 consumers, on the same server"
+"$TMP/tenure" --endpoint "$EP" bench queue --stored 1000 --batch 1 --producers 16 --consumers 16 \
+	--duration "$DURATION" -o json >"$TMP/peer.json"
 
 echo "Machine: $(nproc) cores, $(free -g | awk '/^Mem:/{print $2}') GiB RAM, $(uname -sr), load $(cut -d' ' -f1-3 /proc/loadavg)."
 echo
-echo "| stored | batch | producers + consumers | items/s | enqueue p50 / p99 ms | dequeue p50 / p99 ms | ack p50 / p99 ms | prefill items/s |"
+echo "| stored in its queue | batch | producers + consumers | items/s | enqueue p50 / p99 ms | dequeue p50 / p99 ms | ack p50 / p99 ms | prefill items/s |"
 echo "|---|---|---|---|---|---|---|---|"
-python3 - "$TMP/bench.json" <<'EOF'
+python3 - "$TMP/bench.json" "$TMP/peer.json" <<'EOF'
 import json, sys
-b = json.load(open(sys.argv[1]))
-print(f"| {b['stored_before']:,} | {b['batch']} | {b['producers']} + {b['consumers']} | {b['items_per_sec']:,.0f} | "
-      f"{b['enqueue_p50_ms']:.1f} / {b['enqueue_p99_ms']:.1f} | {b['dequeue_p50_ms']:.1f} / {b['dequeue_p99_ms']:.1f} | "
-      f"{b['ack_p50_ms']:.1f} / {b['ack_p99_ms']:.1f} | {b['prefill_per_sec']:,.0f} |")
+for path in sys.argv[1:]:
+    b = json.load(open(path))
+    print(f"| {b['stored_before']:,} | {b['batch']} | {b['producers']} + {b['consumers']} | {b['items_per_sec']:,.0f} | "
+          f"{b['enqueue_p50_ms']:.1f} / {b['enqueue_p99_ms']:.1f} | {b['dequeue_p50_ms']:.1f} / {b['dequeue_p99_ms']:.1f} | "
+          f"{b['ack_p50_ms']:.1f} / {b['ack_p99_ms']:.1f} | {b['prefill_per_sec']:,.0f} |")
 EOF
 echo
 echo "| when | items stored | RSS | RSS per item | live heap | live heap per item | heap per item beyond the 100-byte payload |"
