@@ -202,9 +202,14 @@ func (q *Queue) settle(ctx context.Context, what string, d *Delivery, call func(
 		return err
 	}
 	if resp.GetResult() == pb.QueueSettleResult_QUEUE_SETTLE_RESULT_STALE {
-		return &staleDelivery{fmt.Sprintf("tenure: stale delivery token: %s of item %d of queue %s with delivery token %d: not the current delivery (the lease ran out and the item was redelivered, or it was settled)", what, d.ID, q.name, d.Token)}
+		return q.stale(what, d)
 	}
 	return nil
+}
+
+// stale is the ErrStale of settle what of d.
+func (q *Queue) stale(what string, d *Delivery) error {
+	return &staleDelivery{fmt.Sprintf("tenure: stale delivery token: %s of item %d of queue %s with delivery token %d: not the current delivery (the lease ran out and the item was redelivered, or it was settled)", what, d.ID, q.name, d.Token)}
 }
 
 // staleDelivery is ErrStale for a delivery token.

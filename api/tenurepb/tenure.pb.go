@@ -7745,6 +7745,527 @@ func (x *QueueDeleteResponse) GetRevision() uint64 {
 	return 0
 }
 
+type QueueEnqueueBatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// items: 1 to 1,000, appended in this order; each payload within the
+	// server's --max-queue-payload, all of them together within 4 MiB.
+	Items []*QueueEnqueueItem `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
+	// max_attempts: as QueueEnqueueRequest's, for every item.
+	MaxAttempts   uint32 `protobuf:"varint,3,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueEnqueueBatchRequest) Reset() {
+	*x = QueueEnqueueBatchRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[115]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueEnqueueBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueEnqueueBatchRequest) ProtoMessage() {}
+
+func (x *QueueEnqueueBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[115]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueEnqueueBatchRequest.ProtoReflect.Descriptor instead.
+func (*QueueEnqueueBatchRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{115}
+}
+
+func (x *QueueEnqueueBatchRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueEnqueueBatchRequest) GetItems() []*QueueEnqueueItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *QueueEnqueueBatchRequest) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+type QueueEnqueueItem struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Payload []byte                 `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
+	// operation_id: as QueueEnqueueRequest's, for this item.
+	OperationId   string `protobuf:"bytes,2,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueEnqueueItem) Reset() {
+	*x = QueueEnqueueItem{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[116]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueEnqueueItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueEnqueueItem) ProtoMessage() {}
+
+func (x *QueueEnqueueItem) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[116]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueEnqueueItem.ProtoReflect.Descriptor instead.
+func (*QueueEnqueueItem) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{116}
+}
+
+func (x *QueueEnqueueItem) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *QueueEnqueueItem) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+type QueueEnqueueBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// items: one per request item, in order.
+	Items         []*QueueEnqueueResponse `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	Revision      uint64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueEnqueueBatchResponse) Reset() {
+	*x = QueueEnqueueBatchResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[117]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueEnqueueBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueEnqueueBatchResponse) ProtoMessage() {}
+
+func (x *QueueEnqueueBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[117]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueEnqueueBatchResponse.ProtoReflect.Descriptor instead.
+func (*QueueEnqueueBatchResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{117}
+}
+
+func (x *QueueEnqueueBatchResponse) GetItems() []*QueueEnqueueResponse {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *QueueEnqueueBatchResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type QueueDequeueBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	VisibilityMs  int64                  `protobuf:"varint,2,opt,name=visibility_ms,json=visibilityMs,proto3" json:"visibility_ms,omitempty"`
+	Session       uint64                 `protobuf:"varint,3,opt,name=session,proto3" json:"session,omitempty"`
+	Wait          bool                   `protobuf:"varint,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	SessionSecret []byte                 `protobuf:"bytes,5,opt,name=session_secret,json=sessionSecret,proto3" json:"session_secret,omitempty"`
+	// max_items: 1 to 1,000.
+	MaxItems      uint32 `protobuf:"varint,6,opt,name=max_items,json=maxItems,proto3" json:"max_items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDequeueBatchRequest) Reset() {
+	*x = QueueDequeueBatchRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[118]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDequeueBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDequeueBatchRequest) ProtoMessage() {}
+
+func (x *QueueDequeueBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[118]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDequeueBatchRequest.ProtoReflect.Descriptor instead.
+func (*QueueDequeueBatchRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{118}
+}
+
+func (x *QueueDequeueBatchRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueDequeueBatchRequest) GetVisibilityMs() int64 {
+	if x != nil {
+		return x.VisibilityMs
+	}
+	return 0
+}
+
+func (x *QueueDequeueBatchRequest) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *QueueDequeueBatchRequest) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
+}
+
+func (x *QueueDequeueBatchRequest) GetSessionSecret() []byte {
+	if x != nil {
+		return x.SessionSecret
+	}
+	return nil
+}
+
+func (x *QueueDequeueBatchRequest) GetMaxItems() uint32 {
+	if x != nil {
+		return x.MaxItems
+	}
+	return 0
+}
+
+type QueueDequeueBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// items: oldest first; none when the queue was empty (without wait).
+	Items         []*QueueItem `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDequeueBatchResponse) Reset() {
+	*x = QueueDequeueBatchResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[119]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDequeueBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDequeueBatchResponse) ProtoMessage() {}
+
+func (x *QueueDequeueBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[119]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDequeueBatchResponse.ProtoReflect.Descriptor instead.
+func (*QueueDequeueBatchResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{119}
+}
+
+func (x *QueueDequeueBatchResponse) GetItems() []*QueueItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type QueueDelivery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	DeliveryToken uint64                 `protobuf:"varint,2,opt,name=delivery_token,json=deliveryToken,proto3" json:"delivery_token,omitempty"`
+	Receipt       []byte                 `protobuf:"bytes,3,opt,name=receipt,proto3" json:"receipt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDelivery) Reset() {
+	*x = QueueDelivery{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[120]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDelivery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDelivery) ProtoMessage() {}
+
+func (x *QueueDelivery) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[120]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDelivery.ProtoReflect.Descriptor instead.
+func (*QueueDelivery) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{120}
+}
+
+func (x *QueueDelivery) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *QueueDelivery) GetDeliveryToken() uint64 {
+	if x != nil {
+		return x.DeliveryToken
+	}
+	return 0
+}
+
+func (x *QueueDelivery) GetReceipt() []byte {
+	if x != nil {
+		return x.Receipt
+	}
+	return nil
+}
+
+type QueueSettleBatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// items: 1 to 1,000 deliveries, settled in this order.
+	Items         []*QueueDelivery `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueSettleBatchRequest) Reset() {
+	*x = QueueSettleBatchRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[121]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueSettleBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueSettleBatchRequest) ProtoMessage() {}
+
+func (x *QueueSettleBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[121]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueSettleBatchRequest.ProtoReflect.Descriptor instead.
+func (*QueueSettleBatchRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{121}
+}
+
+func (x *QueueSettleBatchRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueSettleBatchRequest) GetItems() []*QueueDelivery {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type QueueSettleItemResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// result: OK or STALE, as QueueSettleResponse's; UNSPECIFIED when error
+	// is set.
+	Result QueueSettleResult `protobuf:"varint,1,opt,name=result,proto3,enum=tenure.v1.QueueSettleResult" json:"result,omitempty"`
+	// error: this delivery was refused (PERMISSION_DENIED: not its
+	// receipt); nothing was done for it.
+	Error         *Error `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueSettleItemResult) Reset() {
+	*x = QueueSettleItemResult{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[122]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueSettleItemResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueSettleItemResult) ProtoMessage() {}
+
+func (x *QueueSettleItemResult) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[122]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueSettleItemResult.ProtoReflect.Descriptor instead.
+func (*QueueSettleItemResult) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{122}
+}
+
+func (x *QueueSettleItemResult) GetResult() QueueSettleResult {
+	if x != nil {
+		return x.Result
+	}
+	return QueueSettleResult_QUEUE_SETTLE_RESULT_UNSPECIFIED
+}
+
+func (x *QueueSettleItemResult) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+type QueueSettleBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// items: one per request item, in order.
+	Items         []*QueueSettleItemResult `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	Revision      uint64                   `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueSettleBatchResponse) Reset() {
+	*x = QueueSettleBatchResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[123]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueSettleBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueSettleBatchResponse) ProtoMessage() {}
+
+func (x *QueueSettleBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[123]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueSettleBatchResponse.ProtoReflect.Descriptor instead.
+func (*QueueSettleBatchResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{123}
+}
+
+func (x *QueueSettleBatchResponse) GetItems() []*QueueSettleItemResult {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *QueueSettleBatchResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 type QueuePurgeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
@@ -7754,7 +8275,7 @@ type QueuePurgeRequest struct {
 
 func (x *QueuePurgeRequest) Reset() {
 	*x = QueuePurgeRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[115]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7766,7 +8287,7 @@ func (x *QueuePurgeRequest) String() string {
 func (*QueuePurgeRequest) ProtoMessage() {}
 
 func (x *QueuePurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[115]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7779,7 +8300,7 @@ func (x *QueuePurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePurgeRequest.ProtoReflect.Descriptor instead.
 func (*QueuePurgeRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{115}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *QueuePurgeRequest) GetQueue() string {
@@ -7800,7 +8321,7 @@ type QueuePurgeResponse struct {
 
 func (x *QueuePurgeResponse) Reset() {
 	*x = QueuePurgeResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[116]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7812,7 +8333,7 @@ func (x *QueuePurgeResponse) String() string {
 func (*QueuePurgeResponse) ProtoMessage() {}
 
 func (x *QueuePurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[116]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7825,7 +8346,7 @@ func (x *QueuePurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePurgeResponse.ProtoReflect.Descriptor instead.
 func (*QueuePurgeResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{116}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *QueuePurgeResponse) GetPurged() uint64 {
@@ -8333,7 +8854,39 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x13QueueDeleteResponse\x12\x18\n" +
 	"\adeleted\x18\x01 \x01(\bR\adeleted\x12\x14\n" +
 	"\x05items\x18\x02 \x01(\x04R\x05items\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x04R\brevision\")\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\"\x86\x01\n" +
+	"\x18QueueEnqueueBatchRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x121\n" +
+	"\x05items\x18\x02 \x03(\v2\x1b.tenure.v1.QueueEnqueueItemR\x05items\x12!\n" +
+	"\fmax_attempts\x18\x03 \x01(\rR\vmaxAttempts\"O\n" +
+	"\x10QueueEnqueueItem\x12\x18\n" +
+	"\apayload\x18\x01 \x01(\fR\apayload\x12!\n" +
+	"\foperation_id\x18\x02 \x01(\tR\voperationId\"n\n" +
+	"\x19QueueEnqueueBatchResponse\x125\n" +
+	"\x05items\x18\x01 \x03(\v2\x1f.tenure.v1.QueueEnqueueResponseR\x05items\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"\xc7\x01\n" +
+	"\x18QueueDequeueBatchRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12#\n" +
+	"\rvisibility_ms\x18\x02 \x01(\x03R\fvisibilityMs\x12\x18\n" +
+	"\asession\x18\x03 \x01(\x04R\asession\x12\x12\n" +
+	"\x04wait\x18\x04 \x01(\bR\x04wait\x12%\n" +
+	"\x0esession_secret\x18\x05 \x01(\fR\rsessionSecret\x12\x1b\n" +
+	"\tmax_items\x18\x06 \x01(\rR\bmaxItems\"G\n" +
+	"\x19QueueDequeueBatchResponse\x12*\n" +
+	"\x05items\x18\x01 \x03(\v2\x14.tenure.v1.QueueItemR\x05items\"`\n" +
+	"\rQueueDelivery\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12%\n" +
+	"\x0edelivery_token\x18\x02 \x01(\x04R\rdeliveryToken\x12\x18\n" +
+	"\areceipt\x18\x03 \x01(\fR\areceipt\"_\n" +
+	"\x17QueueSettleBatchRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12.\n" +
+	"\x05items\x18\x02 \x03(\v2\x18.tenure.v1.QueueDeliveryR\x05items\"u\n" +
+	"\x15QueueSettleItemResult\x124\n" +
+	"\x06result\x18\x01 \x01(\x0e2\x1c.tenure.v1.QueueSettleResultR\x06result\x12&\n" +
+	"\x05error\x18\x02 \x01(\v2\x10.tenure.v1.ErrorR\x05error\"n\n" +
+	"\x18QueueSettleBatchResponse\x126\n" +
+	"\x05items\x18\x01 \x03(\v2 .tenure.v1.QueueSettleItemResultR\x05items\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\")\n" +
 	"\x11QueuePurgeRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\"H\n" +
 	"\x12QueuePurgeResponse\x12\x16\n" +
@@ -8377,7 +8930,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x11QueueSettleResult\x12#\n" +
 	"\x1fQUEUE_SETTLE_RESULT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16QUEUE_SETTLE_RESULT_OK\x10\x01\x12\x1d\n" +
-	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\xe9\x1a\n" +
+	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\xde\x1d\n" +
 	"\x06Tenure\x12C\n" +
 	"\bSessions\x12\x18.tenure.v1.SessionFrames\x1a\x19.tenure.v1.SessionReplies(\x010\x01\x12O\n" +
 	"\fListSessions\x12\x1e.tenure.v1.ListSessionsRequest\x1a\x1f.tenure.v1.ListSessionsResponse\x12I\n" +
@@ -8412,7 +8965,11 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x10QueueDeadRequeue\x12\".tenure.v1.QueueDeadRequeueRequest\x1a#.tenure.v1.QueueDeadRequeueResponse\x12L\n" +
 	"\vQueueDelete\x12\x1d.tenure.v1.QueueDeleteRequest\x1a\x1e.tenure.v1.QueueDeleteResponse\x12I\n" +
 	"\n" +
-	"QueuePurge\x12\x1c.tenure.v1.QueuePurgeRequest\x1a\x1d.tenure.v1.QueuePurgeResponse\x12C\n" +
+	"QueuePurge\x12\x1c.tenure.v1.QueuePurgeRequest\x1a\x1d.tenure.v1.QueuePurgeResponse\x12^\n" +
+	"\x11QueueEnqueueBatch\x12#.tenure.v1.QueueEnqueueBatchRequest\x1a$.tenure.v1.QueueEnqueueBatchResponse\x12^\n" +
+	"\x11QueueDequeueBatch\x12#.tenure.v1.QueueDequeueBatchRequest\x1a$.tenure.v1.QueueDequeueBatchResponse\x12X\n" +
+	"\rQueueAckBatch\x12\".tenure.v1.QueueSettleBatchRequest\x1a#.tenure.v1.QueueSettleBatchResponse\x12Y\n" +
+	"\x0eQueueNackBatch\x12\".tenure.v1.QueueSettleBatchRequest\x1a#.tenure.v1.QueueSettleBatchResponse\x12C\n" +
 	"\tGetLimits\x12\x1b.tenure.v1.GetLimitsRequest\x1a\x19.tenure.v1.LimitsResponse\x12C\n" +
 	"\tSetLimits\x12\x1b.tenure.v1.SetLimitsRequest\x1a\x19.tenure.v1.LimitsResponse\x12I\n" +
 	"\fAclBootstrap\x12\x1e.tenure.v1.AclBootstrapRequest\x1a\x19.tenure.v1.AclTokenSecret\x12J\n" +
@@ -8442,131 +8999,140 @@ func file_api_tenurepb_tenure_proto_rawDescGZIP() []byte {
 }
 
 var file_api_tenurepb_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 117)
+var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 126)
 var file_api_tenurepb_tenure_proto_goTypes = []any{
-	(ErrorReason)(0),                 // 0: tenure.v1.ErrorReason
-	(PutResult)(0),                   // 1: tenure.v1.PutResult
-	(KVCompareTarget)(0),             // 2: tenure.v1.KVCompareTarget
-	(KVCompareResult)(0),             // 3: tenure.v1.KVCompareResult
-	(KVEventType)(0),                 // 4: tenure.v1.KVEventType
-	(QueueSettleResult)(0),           // 5: tenure.v1.QueueSettleResult
-	(*ClusterKeysRequest)(nil),       // 6: tenure.v1.ClusterKeysRequest
-	(*ClusterKeyRotateRequest)(nil),  // 7: tenure.v1.ClusterKeyRotateRequest
-	(*ClusterKey)(nil),               // 8: tenure.v1.ClusterKey
-	(*ClusterKeysResponse)(nil),      // 9: tenure.v1.ClusterKeysResponse
-	(*AclRule)(nil),                  // 10: tenure.v1.AclRule
-	(*AclPolicy)(nil),                // 11: tenure.v1.AclPolicy
-	(*AclBootstrapRequest)(nil),      // 12: tenure.v1.AclBootstrapRequest
-	(*AclTokenSecret)(nil),           // 13: tenure.v1.AclTokenSecret
-	(*AclPolicyCreateRequest)(nil),   // 14: tenure.v1.AclPolicyCreateRequest
-	(*AclPolicyListRequest)(nil),     // 15: tenure.v1.AclPolicyListRequest
-	(*AclPolicyListResponse)(nil),    // 16: tenure.v1.AclPolicyListResponse
-	(*AclPolicyDeleteRequest)(nil),   // 17: tenure.v1.AclPolicyDeleteRequest
-	(*AclDeleteResponse)(nil),        // 18: tenure.v1.AclDeleteResponse
-	(*AclTokenCreateRequest)(nil),    // 19: tenure.v1.AclTokenCreateRequest
-	(*AclToken)(nil),                 // 20: tenure.v1.AclToken
-	(*AclTokenListRequest)(nil),      // 21: tenure.v1.AclTokenListRequest
-	(*AclTokenListResponse)(nil),     // 22: tenure.v1.AclTokenListResponse
-	(*AclTokenRevokeRequest)(nil),    // 23: tenure.v1.AclTokenRevokeRequest
-	(*AclIdentity)(nil),              // 24: tenure.v1.AclIdentity
-	(*AclIdentityBindRequest)(nil),   // 25: tenure.v1.AclIdentityBindRequest
-	(*AclIdentityListRequest)(nil),   // 26: tenure.v1.AclIdentityListRequest
-	(*AclIdentityListResponse)(nil),  // 27: tenure.v1.AclIdentityListResponse
-	(*AclIdentityUnbindRequest)(nil), // 28: tenure.v1.AclIdentityUnbindRequest
-	(*AclWhoAmIRequest)(nil),         // 29: tenure.v1.AclWhoAmIRequest
-	(*AclWhoAmIResponse)(nil),        // 30: tenure.v1.AclWhoAmIResponse
-	(*ClusterLimits)(nil),            // 31: tenure.v1.ClusterLimits
-	(*GetLimitsRequest)(nil),         // 32: tenure.v1.GetLimitsRequest
-	(*SetLimitsRequest)(nil),         // 33: tenure.v1.SetLimitsRequest
-	(*LimitsResponse)(nil),           // 34: tenure.v1.LimitsResponse
-	(*SnapshotSaveRequest)(nil),      // 35: tenure.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),            // 36: tenure.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil),  // 37: tenure.v1.SnapshotRestoreResponse
-	(*Member)(nil),                   // 38: tenure.v1.Member
-	(*MemberListRequest)(nil),        // 39: tenure.v1.MemberListRequest
-	(*MemberListResponse)(nil),       // 40: tenure.v1.MemberListResponse
-	(*MemberAddRequest)(nil),         // 41: tenure.v1.MemberAddRequest
-	(*MemberRemoveRequest)(nil),      // 42: tenure.v1.MemberRemoveRequest
-	(*SessionFrames)(nil),            // 43: tenure.v1.SessionFrames
-	(*SessionFrame)(nil),             // 44: tenure.v1.SessionFrame
-	(*SessionReplies)(nil),           // 45: tenure.v1.SessionReplies
-	(*SessionReply)(nil),             // 46: tenure.v1.SessionReply
-	(*SessionRequest)(nil),           // 47: tenure.v1.SessionRequest
-	(*OpenSession)(nil),              // 48: tenure.v1.OpenSession
-	(*KeepAlive)(nil),                // 49: tenure.v1.KeepAlive
-	(*AcquireLock)(nil),              // 50: tenure.v1.AcquireLock
-	(*ProclaimValue)(nil),            // 51: tenure.v1.ProclaimValue
-	(*ValueProclaimed)(nil),          // 52: tenure.v1.ValueProclaimed
-	(*ReleaseLock)(nil),              // 53: tenure.v1.ReleaseLock
-	(*CancelRequest)(nil),            // 54: tenure.v1.CancelRequest
-	(*CloseSession)(nil),             // 55: tenure.v1.CloseSession
-	(*SessionResponse)(nil),          // 56: tenure.v1.SessionResponse
-	(*SessionOpened)(nil),            // 57: tenure.v1.SessionOpened
-	(*KeepAliveAck)(nil),             // 58: tenure.v1.KeepAliveAck
-	(*LockQueued)(nil),               // 59: tenure.v1.LockQueued
-	(*LockGranted)(nil),              // 60: tenure.v1.LockGranted
-	(*LockReleased)(nil),             // 61: tenure.v1.LockReleased
-	(*SessionClosed)(nil),            // 62: tenure.v1.SessionClosed
-	(*Error)(nil),                    // 63: tenure.v1.Error
-	(*ListSessionsRequest)(nil),      // 64: tenure.v1.ListSessionsRequest
-	(*SessionInfo)(nil),              // 65: tenure.v1.SessionInfo
-	(*ListSessionsResponse)(nil),     // 66: tenure.v1.ListSessionsResponse
-	(*LockStatusRequest)(nil),        // 67: tenure.v1.LockStatusRequest
-	(*Holder)(nil),                   // 68: tenure.v1.Holder
-	(*Waiter)(nil),                   // 69: tenure.v1.Waiter
-	(*LockStatusResponse)(nil),       // 70: tenure.v1.LockStatusResponse
-	(*ListLocksRequest)(nil),         // 71: tenure.v1.ListLocksRequest
-	(*LockSummary)(nil),              // 72: tenure.v1.LockSummary
-	(*ListLocksResponse)(nil),        // 73: tenure.v1.ListLocksResponse
-	(*LockHistoryRequest)(nil),       // 74: tenure.v1.LockHistoryRequest
-	(*GrantRecord)(nil),              // 75: tenure.v1.GrantRecord
-	(*LockHistoryResponse)(nil),      // 76: tenure.v1.LockHistoryResponse
-	(*FencedPutRequest)(nil),         // 77: tenure.v1.FencedPutRequest
-	(*ForgedProof)(nil),              // 78: tenure.v1.ForgedProof
-	(*FencedPutResponse)(nil),        // 79: tenure.v1.FencedPutResponse
-	(*FencedDeleteRequest)(nil),      // 80: tenure.v1.FencedDeleteRequest
-	(*FencedDeleteResponse)(nil),     // 81: tenure.v1.FencedDeleteResponse
-	(*UnissuedToken)(nil),            // 82: tenure.v1.UnissuedToken
-	(*FencedGetRequest)(nil),         // 83: tenure.v1.FencedGetRequest
-	(*FencedGetResponse)(nil),        // 84: tenure.v1.FencedGetResponse
-	(*ObserveRequest)(nil),           // 85: tenure.v1.ObserveRequest
-	(*LeaderEvent)(nil),              // 86: tenure.v1.LeaderEvent
-	(*StatusRequest)(nil),            // 87: tenure.v1.StatusRequest
-	(*StatusResponse)(nil),           // 88: tenure.v1.StatusResponse
-	(*KVKeyValue)(nil),               // 89: tenure.v1.KVKeyValue
-	(*KVPutRequest)(nil),             // 90: tenure.v1.KVPutRequest
-	(*KVPutResponse)(nil),            // 91: tenure.v1.KVPutResponse
-	(*KVRangeRequest)(nil),           // 92: tenure.v1.KVRangeRequest
-	(*KVRangeResponse)(nil),          // 93: tenure.v1.KVRangeResponse
-	(*KVDeleteRequest)(nil),          // 94: tenure.v1.KVDeleteRequest
-	(*KVDeleteResponse)(nil),         // 95: tenure.v1.KVDeleteResponse
-	(*KVCompare)(nil),                // 96: tenure.v1.KVCompare
-	(*KVRequestOp)(nil),              // 97: tenure.v1.KVRequestOp
-	(*KVResponseOp)(nil),             // 98: tenure.v1.KVResponseOp
-	(*KVTxnRequest)(nil),             // 99: tenure.v1.KVTxnRequest
-	(*KVTxnResponse)(nil),            // 100: tenure.v1.KVTxnResponse
-	(*KVWatchRequest)(nil),           // 101: tenure.v1.KVWatchRequest
-	(*KVEvent)(nil),                  // 102: tenure.v1.KVEvent
-	(*KVWatchResponse)(nil),          // 103: tenure.v1.KVWatchResponse
-	(*KVCompacted)(nil),              // 104: tenure.v1.KVCompacted
-	(*QueueEnqueueRequest)(nil),      // 105: tenure.v1.QueueEnqueueRequest
-	(*QueueEnqueueResponse)(nil),     // 106: tenure.v1.QueueEnqueueResponse
-	(*QueueDequeueRequest)(nil),      // 107: tenure.v1.QueueDequeueRequest
-	(*QueueItem)(nil),                // 108: tenure.v1.QueueItem
-	(*QueueDequeueResponse)(nil),     // 109: tenure.v1.QueueDequeueResponse
-	(*QueueSettleRequest)(nil),       // 110: tenure.v1.QueueSettleRequest
-	(*QueueSettleResponse)(nil),      // 111: tenure.v1.QueueSettleResponse
-	(*QueueStatsRequest)(nil),        // 112: tenure.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),       // 113: tenure.v1.QueueStatsResponse
-	(*QueueDeadListRequest)(nil),     // 114: tenure.v1.QueueDeadListRequest
-	(*QueueDeadItem)(nil),            // 115: tenure.v1.QueueDeadItem
-	(*QueueDeadListResponse)(nil),    // 116: tenure.v1.QueueDeadListResponse
-	(*QueueDeadRequeueRequest)(nil),  // 117: tenure.v1.QueueDeadRequeueRequest
-	(*QueueDeadRequeueResponse)(nil), // 118: tenure.v1.QueueDeadRequeueResponse
-	(*QueueDeleteRequest)(nil),       // 119: tenure.v1.QueueDeleteRequest
-	(*QueueDeleteResponse)(nil),      // 120: tenure.v1.QueueDeleteResponse
-	(*QueuePurgeRequest)(nil),        // 121: tenure.v1.QueuePurgeRequest
-	(*QueuePurgeResponse)(nil),       // 122: tenure.v1.QueuePurgeResponse
+	(ErrorReason)(0),                  // 0: tenure.v1.ErrorReason
+	(PutResult)(0),                    // 1: tenure.v1.PutResult
+	(KVCompareTarget)(0),              // 2: tenure.v1.KVCompareTarget
+	(KVCompareResult)(0),              // 3: tenure.v1.KVCompareResult
+	(KVEventType)(0),                  // 4: tenure.v1.KVEventType
+	(QueueSettleResult)(0),            // 5: tenure.v1.QueueSettleResult
+	(*ClusterKeysRequest)(nil),        // 6: tenure.v1.ClusterKeysRequest
+	(*ClusterKeyRotateRequest)(nil),   // 7: tenure.v1.ClusterKeyRotateRequest
+	(*ClusterKey)(nil),                // 8: tenure.v1.ClusterKey
+	(*ClusterKeysResponse)(nil),       // 9: tenure.v1.ClusterKeysResponse
+	(*AclRule)(nil),                   // 10: tenure.v1.AclRule
+	(*AclPolicy)(nil),                 // 11: tenure.v1.AclPolicy
+	(*AclBootstrapRequest)(nil),       // 12: tenure.v1.AclBootstrapRequest
+	(*AclTokenSecret)(nil),            // 13: tenure.v1.AclTokenSecret
+	(*AclPolicyCreateRequest)(nil),    // 14: tenure.v1.AclPolicyCreateRequest
+	(*AclPolicyListRequest)(nil),      // 15: tenure.v1.AclPolicyListRequest
+	(*AclPolicyListResponse)(nil),     // 16: tenure.v1.AclPolicyListResponse
+	(*AclPolicyDeleteRequest)(nil),    // 17: tenure.v1.AclPolicyDeleteRequest
+	(*AclDeleteResponse)(nil),         // 18: tenure.v1.AclDeleteResponse
+	(*AclTokenCreateRequest)(nil),     // 19: tenure.v1.AclTokenCreateRequest
+	(*AclToken)(nil),                  // 20: tenure.v1.AclToken
+	(*AclTokenListRequest)(nil),       // 21: tenure.v1.AclTokenListRequest
+	(*AclTokenListResponse)(nil),      // 22: tenure.v1.AclTokenListResponse
+	(*AclTokenRevokeRequest)(nil),     // 23: tenure.v1.AclTokenRevokeRequest
+	(*AclIdentity)(nil),               // 24: tenure.v1.AclIdentity
+	(*AclIdentityBindRequest)(nil),    // 25: tenure.v1.AclIdentityBindRequest
+	(*AclIdentityListRequest)(nil),    // 26: tenure.v1.AclIdentityListRequest
+	(*AclIdentityListResponse)(nil),   // 27: tenure.v1.AclIdentityListResponse
+	(*AclIdentityUnbindRequest)(nil),  // 28: tenure.v1.AclIdentityUnbindRequest
+	(*AclWhoAmIRequest)(nil),          // 29: tenure.v1.AclWhoAmIRequest
+	(*AclWhoAmIResponse)(nil),         // 30: tenure.v1.AclWhoAmIResponse
+	(*ClusterLimits)(nil),             // 31: tenure.v1.ClusterLimits
+	(*GetLimitsRequest)(nil),          // 32: tenure.v1.GetLimitsRequest
+	(*SetLimitsRequest)(nil),          // 33: tenure.v1.SetLimitsRequest
+	(*LimitsResponse)(nil),            // 34: tenure.v1.LimitsResponse
+	(*SnapshotSaveRequest)(nil),       // 35: tenure.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),             // 36: tenure.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),   // 37: tenure.v1.SnapshotRestoreResponse
+	(*Member)(nil),                    // 38: tenure.v1.Member
+	(*MemberListRequest)(nil),         // 39: tenure.v1.MemberListRequest
+	(*MemberListResponse)(nil),        // 40: tenure.v1.MemberListResponse
+	(*MemberAddRequest)(nil),          // 41: tenure.v1.MemberAddRequest
+	(*MemberRemoveRequest)(nil),       // 42: tenure.v1.MemberRemoveRequest
+	(*SessionFrames)(nil),             // 43: tenure.v1.SessionFrames
+	(*SessionFrame)(nil),              // 44: tenure.v1.SessionFrame
+	(*SessionReplies)(nil),            // 45: tenure.v1.SessionReplies
+	(*SessionReply)(nil),              // 46: tenure.v1.SessionReply
+	(*SessionRequest)(nil),            // 47: tenure.v1.SessionRequest
+	(*OpenSession)(nil),               // 48: tenure.v1.OpenSession
+	(*KeepAlive)(nil),                 // 49: tenure.v1.KeepAlive
+	(*AcquireLock)(nil),               // 50: tenure.v1.AcquireLock
+	(*ProclaimValue)(nil),             // 51: tenure.v1.ProclaimValue
+	(*ValueProclaimed)(nil),           // 52: tenure.v1.ValueProclaimed
+	(*ReleaseLock)(nil),               // 53: tenure.v1.ReleaseLock
+	(*CancelRequest)(nil),             // 54: tenure.v1.CancelRequest
+	(*CloseSession)(nil),              // 55: tenure.v1.CloseSession
+	(*SessionResponse)(nil),           // 56: tenure.v1.SessionResponse
+	(*SessionOpened)(nil),             // 57: tenure.v1.SessionOpened
+	(*KeepAliveAck)(nil),              // 58: tenure.v1.KeepAliveAck
+	(*LockQueued)(nil),                // 59: tenure.v1.LockQueued
+	(*LockGranted)(nil),               // 60: tenure.v1.LockGranted
+	(*LockReleased)(nil),              // 61: tenure.v1.LockReleased
+	(*SessionClosed)(nil),             // 62: tenure.v1.SessionClosed
+	(*Error)(nil),                     // 63: tenure.v1.Error
+	(*ListSessionsRequest)(nil),       // 64: tenure.v1.ListSessionsRequest
+	(*SessionInfo)(nil),               // 65: tenure.v1.SessionInfo
+	(*ListSessionsResponse)(nil),      // 66: tenure.v1.ListSessionsResponse
+	(*LockStatusRequest)(nil),         // 67: tenure.v1.LockStatusRequest
+	(*Holder)(nil),                    // 68: tenure.v1.Holder
+	(*Waiter)(nil),                    // 69: tenure.v1.Waiter
+	(*LockStatusResponse)(nil),        // 70: tenure.v1.LockStatusResponse
+	(*ListLocksRequest)(nil),          // 71: tenure.v1.ListLocksRequest
+	(*LockSummary)(nil),               // 72: tenure.v1.LockSummary
+	(*ListLocksResponse)(nil),         // 73: tenure.v1.ListLocksResponse
+	(*LockHistoryRequest)(nil),        // 74: tenure.v1.LockHistoryRequest
+	(*GrantRecord)(nil),               // 75: tenure.v1.GrantRecord
+	(*LockHistoryResponse)(nil),       // 76: tenure.v1.LockHistoryResponse
+	(*FencedPutRequest)(nil),          // 77: tenure.v1.FencedPutRequest
+	(*ForgedProof)(nil),               // 78: tenure.v1.ForgedProof
+	(*FencedPutResponse)(nil),         // 79: tenure.v1.FencedPutResponse
+	(*FencedDeleteRequest)(nil),       // 80: tenure.v1.FencedDeleteRequest
+	(*FencedDeleteResponse)(nil),      // 81: tenure.v1.FencedDeleteResponse
+	(*UnissuedToken)(nil),             // 82: tenure.v1.UnissuedToken
+	(*FencedGetRequest)(nil),          // 83: tenure.v1.FencedGetRequest
+	(*FencedGetResponse)(nil),         // 84: tenure.v1.FencedGetResponse
+	(*ObserveRequest)(nil),            // 85: tenure.v1.ObserveRequest
+	(*LeaderEvent)(nil),               // 86: tenure.v1.LeaderEvent
+	(*StatusRequest)(nil),             // 87: tenure.v1.StatusRequest
+	(*StatusResponse)(nil),            // 88: tenure.v1.StatusResponse
+	(*KVKeyValue)(nil),                // 89: tenure.v1.KVKeyValue
+	(*KVPutRequest)(nil),              // 90: tenure.v1.KVPutRequest
+	(*KVPutResponse)(nil),             // 91: tenure.v1.KVPutResponse
+	(*KVRangeRequest)(nil),            // 92: tenure.v1.KVRangeRequest
+	(*KVRangeResponse)(nil),           // 93: tenure.v1.KVRangeResponse
+	(*KVDeleteRequest)(nil),           // 94: tenure.v1.KVDeleteRequest
+	(*KVDeleteResponse)(nil),          // 95: tenure.v1.KVDeleteResponse
+	(*KVCompare)(nil),                 // 96: tenure.v1.KVCompare
+	(*KVRequestOp)(nil),               // 97: tenure.v1.KVRequestOp
+	(*KVResponseOp)(nil),              // 98: tenure.v1.KVResponseOp
+	(*KVTxnRequest)(nil),              // 99: tenure.v1.KVTxnRequest
+	(*KVTxnResponse)(nil),             // 100: tenure.v1.KVTxnResponse
+	(*KVWatchRequest)(nil),            // 101: tenure.v1.KVWatchRequest
+	(*KVEvent)(nil),                   // 102: tenure.v1.KVEvent
+	(*KVWatchResponse)(nil),           // 103: tenure.v1.KVWatchResponse
+	(*KVCompacted)(nil),               // 104: tenure.v1.KVCompacted
+	(*QueueEnqueueRequest)(nil),       // 105: tenure.v1.QueueEnqueueRequest
+	(*QueueEnqueueResponse)(nil),      // 106: tenure.v1.QueueEnqueueResponse
+	(*QueueDequeueRequest)(nil),       // 107: tenure.v1.QueueDequeueRequest
+	(*QueueItem)(nil),                 // 108: tenure.v1.QueueItem
+	(*QueueDequeueResponse)(nil),      // 109: tenure.v1.QueueDequeueResponse
+	(*QueueSettleRequest)(nil),        // 110: tenure.v1.QueueSettleRequest
+	(*QueueSettleResponse)(nil),       // 111: tenure.v1.QueueSettleResponse
+	(*QueueStatsRequest)(nil),         // 112: tenure.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),        // 113: tenure.v1.QueueStatsResponse
+	(*QueueDeadListRequest)(nil),      // 114: tenure.v1.QueueDeadListRequest
+	(*QueueDeadItem)(nil),             // 115: tenure.v1.QueueDeadItem
+	(*QueueDeadListResponse)(nil),     // 116: tenure.v1.QueueDeadListResponse
+	(*QueueDeadRequeueRequest)(nil),   // 117: tenure.v1.QueueDeadRequeueRequest
+	(*QueueDeadRequeueResponse)(nil),  // 118: tenure.v1.QueueDeadRequeueResponse
+	(*QueueDeleteRequest)(nil),        // 119: tenure.v1.QueueDeleteRequest
+	(*QueueDeleteResponse)(nil),       // 120: tenure.v1.QueueDeleteResponse
+	(*QueueEnqueueBatchRequest)(nil),  // 121: tenure.v1.QueueEnqueueBatchRequest
+	(*QueueEnqueueItem)(nil),          // 122: tenure.v1.QueueEnqueueItem
+	(*QueueEnqueueBatchResponse)(nil), // 123: tenure.v1.QueueEnqueueBatchResponse
+	(*QueueDequeueBatchRequest)(nil),  // 124: tenure.v1.QueueDequeueBatchRequest
+	(*QueueDequeueBatchResponse)(nil), // 125: tenure.v1.QueueDequeueBatchResponse
+	(*QueueDelivery)(nil),             // 126: tenure.v1.QueueDelivery
+	(*QueueSettleBatchRequest)(nil),   // 127: tenure.v1.QueueSettleBatchRequest
+	(*QueueSettleItemResult)(nil),     // 128: tenure.v1.QueueSettleItemResult
+	(*QueueSettleBatchResponse)(nil),  // 129: tenure.v1.QueueSettleBatchResponse
+	(*QueuePurgeRequest)(nil),         // 130: tenure.v1.QueuePurgeRequest
+	(*QueuePurgeResponse)(nil),        // 131: tenure.v1.QueuePurgeResponse
 }
 var file_api_tenurepb_tenure_proto_depIdxs = []int32{
 	8,   // 0: tenure.v1.ClusterKeysResponse.keys:type_name -> tenure.v1.ClusterKey
@@ -8628,101 +9194,116 @@ var file_api_tenurepb_tenure_proto_depIdxs = []int32{
 	108, // 56: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
 	5,   // 57: tenure.v1.QueueSettleResponse.result:type_name -> tenure.v1.QueueSettleResult
 	115, // 58: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
-	43,  // 59: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
-	64,  // 60: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
-	67,  // 61: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
-	71,  // 62: tenure.v1.Tenure.ListLocks:input_type -> tenure.v1.ListLocksRequest
-	74,  // 63: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
-	77,  // 64: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
-	83,  // 65: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
-	80,  // 66: tenure.v1.Tenure.FencedDelete:input_type -> tenure.v1.FencedDeleteRequest
-	87,  // 67: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
-	85,  // 68: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
-	39,  // 69: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
-	41,  // 70: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
-	42,  // 71: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
-	35,  // 72: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
-	36,  // 73: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
-	90,  // 74: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
-	92,  // 75: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
-	94,  // 76: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
-	99,  // 77: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
-	101, // 78: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
-	105, // 79: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
-	107, // 80: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
-	110, // 81: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
-	110, // 82: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
-	110, // 83: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
-	112, // 84: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
-	114, // 85: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
-	117, // 86: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
-	119, // 87: tenure.v1.Tenure.QueueDelete:input_type -> tenure.v1.QueueDeleteRequest
-	121, // 88: tenure.v1.Tenure.QueuePurge:input_type -> tenure.v1.QueuePurgeRequest
-	32,  // 89: tenure.v1.Tenure.GetLimits:input_type -> tenure.v1.GetLimitsRequest
-	33,  // 90: tenure.v1.Tenure.SetLimits:input_type -> tenure.v1.SetLimitsRequest
-	12,  // 91: tenure.v1.Tenure.AclBootstrap:input_type -> tenure.v1.AclBootstrapRequest
-	14,  // 92: tenure.v1.Tenure.AclPolicyCreate:input_type -> tenure.v1.AclPolicyCreateRequest
-	15,  // 93: tenure.v1.Tenure.AclPolicyList:input_type -> tenure.v1.AclPolicyListRequest
-	17,  // 94: tenure.v1.Tenure.AclPolicyDelete:input_type -> tenure.v1.AclPolicyDeleteRequest
-	19,  // 95: tenure.v1.Tenure.AclTokenCreate:input_type -> tenure.v1.AclTokenCreateRequest
-	21,  // 96: tenure.v1.Tenure.AclTokenList:input_type -> tenure.v1.AclTokenListRequest
-	23,  // 97: tenure.v1.Tenure.AclTokenRevoke:input_type -> tenure.v1.AclTokenRevokeRequest
-	25,  // 98: tenure.v1.Tenure.AclIdentityBind:input_type -> tenure.v1.AclIdentityBindRequest
-	26,  // 99: tenure.v1.Tenure.AclIdentityList:input_type -> tenure.v1.AclIdentityListRequest
-	28,  // 100: tenure.v1.Tenure.AclIdentityUnbind:input_type -> tenure.v1.AclIdentityUnbindRequest
-	29,  // 101: tenure.v1.Tenure.AclWhoAmI:input_type -> tenure.v1.AclWhoAmIRequest
-	6,   // 102: tenure.v1.Tenure.ClusterKeys:input_type -> tenure.v1.ClusterKeysRequest
-	7,   // 103: tenure.v1.Tenure.ClusterKeyRotate:input_type -> tenure.v1.ClusterKeyRotateRequest
-	45,  // 104: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
-	66,  // 105: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
-	70,  // 106: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
-	73,  // 107: tenure.v1.Tenure.ListLocks:output_type -> tenure.v1.ListLocksResponse
-	76,  // 108: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
-	79,  // 109: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
-	84,  // 110: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
-	81,  // 111: tenure.v1.Tenure.FencedDelete:output_type -> tenure.v1.FencedDeleteResponse
-	88,  // 112: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
-	86,  // 113: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
-	40,  // 114: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
-	40,  // 115: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
-	40,  // 116: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
-	36,  // 117: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
-	37,  // 118: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
-	91,  // 119: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
-	93,  // 120: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
-	95,  // 121: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
-	100, // 122: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
-	103, // 123: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
-	106, // 124: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
-	109, // 125: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
-	111, // 126: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
-	111, // 127: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
-	111, // 128: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
-	113, // 129: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
-	116, // 130: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
-	118, // 131: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
-	120, // 132: tenure.v1.Tenure.QueueDelete:output_type -> tenure.v1.QueueDeleteResponse
-	122, // 133: tenure.v1.Tenure.QueuePurge:output_type -> tenure.v1.QueuePurgeResponse
-	34,  // 134: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
-	34,  // 135: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
-	13,  // 136: tenure.v1.Tenure.AclBootstrap:output_type -> tenure.v1.AclTokenSecret
-	11,  // 137: tenure.v1.Tenure.AclPolicyCreate:output_type -> tenure.v1.AclPolicy
-	16,  // 138: tenure.v1.Tenure.AclPolicyList:output_type -> tenure.v1.AclPolicyListResponse
-	18,  // 139: tenure.v1.Tenure.AclPolicyDelete:output_type -> tenure.v1.AclDeleteResponse
-	13,  // 140: tenure.v1.Tenure.AclTokenCreate:output_type -> tenure.v1.AclTokenSecret
-	22,  // 141: tenure.v1.Tenure.AclTokenList:output_type -> tenure.v1.AclTokenListResponse
-	18,  // 142: tenure.v1.Tenure.AclTokenRevoke:output_type -> tenure.v1.AclDeleteResponse
-	24,  // 143: tenure.v1.Tenure.AclIdentityBind:output_type -> tenure.v1.AclIdentity
-	27,  // 144: tenure.v1.Tenure.AclIdentityList:output_type -> tenure.v1.AclIdentityListResponse
-	18,  // 145: tenure.v1.Tenure.AclIdentityUnbind:output_type -> tenure.v1.AclDeleteResponse
-	30,  // 146: tenure.v1.Tenure.AclWhoAmI:output_type -> tenure.v1.AclWhoAmIResponse
-	9,   // 147: tenure.v1.Tenure.ClusterKeys:output_type -> tenure.v1.ClusterKeysResponse
-	9,   // 148: tenure.v1.Tenure.ClusterKeyRotate:output_type -> tenure.v1.ClusterKeysResponse
-	104, // [104:149] is the sub-list for method output_type
-	59,  // [59:104] is the sub-list for method input_type
-	59,  // [59:59] is the sub-list for extension type_name
-	59,  // [59:59] is the sub-list for extension extendee
-	0,   // [0:59] is the sub-list for field type_name
+	122, // 59: tenure.v1.QueueEnqueueBatchRequest.items:type_name -> tenure.v1.QueueEnqueueItem
+	106, // 60: tenure.v1.QueueEnqueueBatchResponse.items:type_name -> tenure.v1.QueueEnqueueResponse
+	108, // 61: tenure.v1.QueueDequeueBatchResponse.items:type_name -> tenure.v1.QueueItem
+	126, // 62: tenure.v1.QueueSettleBatchRequest.items:type_name -> tenure.v1.QueueDelivery
+	5,   // 63: tenure.v1.QueueSettleItemResult.result:type_name -> tenure.v1.QueueSettleResult
+	63,  // 64: tenure.v1.QueueSettleItemResult.error:type_name -> tenure.v1.Error
+	128, // 65: tenure.v1.QueueSettleBatchResponse.items:type_name -> tenure.v1.QueueSettleItemResult
+	43,  // 66: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
+	64,  // 67: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
+	67,  // 68: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
+	71,  // 69: tenure.v1.Tenure.ListLocks:input_type -> tenure.v1.ListLocksRequest
+	74,  // 70: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
+	77,  // 71: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
+	83,  // 72: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
+	80,  // 73: tenure.v1.Tenure.FencedDelete:input_type -> tenure.v1.FencedDeleteRequest
+	87,  // 74: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
+	85,  // 75: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
+	39,  // 76: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
+	41,  // 77: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
+	42,  // 78: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
+	35,  // 79: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
+	36,  // 80: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
+	90,  // 81: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
+	92,  // 82: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
+	94,  // 83: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
+	99,  // 84: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
+	101, // 85: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
+	105, // 86: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
+	107, // 87: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
+	110, // 88: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
+	110, // 89: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
+	110, // 90: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
+	112, // 91: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
+	114, // 92: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
+	117, // 93: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
+	119, // 94: tenure.v1.Tenure.QueueDelete:input_type -> tenure.v1.QueueDeleteRequest
+	130, // 95: tenure.v1.Tenure.QueuePurge:input_type -> tenure.v1.QueuePurgeRequest
+	121, // 96: tenure.v1.Tenure.QueueEnqueueBatch:input_type -> tenure.v1.QueueEnqueueBatchRequest
+	124, // 97: tenure.v1.Tenure.QueueDequeueBatch:input_type -> tenure.v1.QueueDequeueBatchRequest
+	127, // 98: tenure.v1.Tenure.QueueAckBatch:input_type -> tenure.v1.QueueSettleBatchRequest
+	127, // 99: tenure.v1.Tenure.QueueNackBatch:input_type -> tenure.v1.QueueSettleBatchRequest
+	32,  // 100: tenure.v1.Tenure.GetLimits:input_type -> tenure.v1.GetLimitsRequest
+	33,  // 101: tenure.v1.Tenure.SetLimits:input_type -> tenure.v1.SetLimitsRequest
+	12,  // 102: tenure.v1.Tenure.AclBootstrap:input_type -> tenure.v1.AclBootstrapRequest
+	14,  // 103: tenure.v1.Tenure.AclPolicyCreate:input_type -> tenure.v1.AclPolicyCreateRequest
+	15,  // 104: tenure.v1.Tenure.AclPolicyList:input_type -> tenure.v1.AclPolicyListRequest
+	17,  // 105: tenure.v1.Tenure.AclPolicyDelete:input_type -> tenure.v1.AclPolicyDeleteRequest
+	19,  // 106: tenure.v1.Tenure.AclTokenCreate:input_type -> tenure.v1.AclTokenCreateRequest
+	21,  // 107: tenure.v1.Tenure.AclTokenList:input_type -> tenure.v1.AclTokenListRequest
+	23,  // 108: tenure.v1.Tenure.AclTokenRevoke:input_type -> tenure.v1.AclTokenRevokeRequest
+	25,  // 109: tenure.v1.Tenure.AclIdentityBind:input_type -> tenure.v1.AclIdentityBindRequest
+	26,  // 110: tenure.v1.Tenure.AclIdentityList:input_type -> tenure.v1.AclIdentityListRequest
+	28,  // 111: tenure.v1.Tenure.AclIdentityUnbind:input_type -> tenure.v1.AclIdentityUnbindRequest
+	29,  // 112: tenure.v1.Tenure.AclWhoAmI:input_type -> tenure.v1.AclWhoAmIRequest
+	6,   // 113: tenure.v1.Tenure.ClusterKeys:input_type -> tenure.v1.ClusterKeysRequest
+	7,   // 114: tenure.v1.Tenure.ClusterKeyRotate:input_type -> tenure.v1.ClusterKeyRotateRequest
+	45,  // 115: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
+	66,  // 116: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
+	70,  // 117: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
+	73,  // 118: tenure.v1.Tenure.ListLocks:output_type -> tenure.v1.ListLocksResponse
+	76,  // 119: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
+	79,  // 120: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
+	84,  // 121: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
+	81,  // 122: tenure.v1.Tenure.FencedDelete:output_type -> tenure.v1.FencedDeleteResponse
+	88,  // 123: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
+	86,  // 124: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
+	40,  // 125: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
+	40,  // 126: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
+	40,  // 127: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
+	36,  // 128: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
+	37,  // 129: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
+	91,  // 130: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
+	93,  // 131: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
+	95,  // 132: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
+	100, // 133: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
+	103, // 134: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
+	106, // 135: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
+	109, // 136: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
+	111, // 137: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
+	111, // 138: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
+	111, // 139: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
+	113, // 140: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
+	116, // 141: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
+	118, // 142: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
+	120, // 143: tenure.v1.Tenure.QueueDelete:output_type -> tenure.v1.QueueDeleteResponse
+	131, // 144: tenure.v1.Tenure.QueuePurge:output_type -> tenure.v1.QueuePurgeResponse
+	123, // 145: tenure.v1.Tenure.QueueEnqueueBatch:output_type -> tenure.v1.QueueEnqueueBatchResponse
+	125, // 146: tenure.v1.Tenure.QueueDequeueBatch:output_type -> tenure.v1.QueueDequeueBatchResponse
+	129, // 147: tenure.v1.Tenure.QueueAckBatch:output_type -> tenure.v1.QueueSettleBatchResponse
+	129, // 148: tenure.v1.Tenure.QueueNackBatch:output_type -> tenure.v1.QueueSettleBatchResponse
+	34,  // 149: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
+	34,  // 150: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
+	13,  // 151: tenure.v1.Tenure.AclBootstrap:output_type -> tenure.v1.AclTokenSecret
+	11,  // 152: tenure.v1.Tenure.AclPolicyCreate:output_type -> tenure.v1.AclPolicy
+	16,  // 153: tenure.v1.Tenure.AclPolicyList:output_type -> tenure.v1.AclPolicyListResponse
+	18,  // 154: tenure.v1.Tenure.AclPolicyDelete:output_type -> tenure.v1.AclDeleteResponse
+	13,  // 155: tenure.v1.Tenure.AclTokenCreate:output_type -> tenure.v1.AclTokenSecret
+	22,  // 156: tenure.v1.Tenure.AclTokenList:output_type -> tenure.v1.AclTokenListResponse
+	18,  // 157: tenure.v1.Tenure.AclTokenRevoke:output_type -> tenure.v1.AclDeleteResponse
+	24,  // 158: tenure.v1.Tenure.AclIdentityBind:output_type -> tenure.v1.AclIdentity
+	27,  // 159: tenure.v1.Tenure.AclIdentityList:output_type -> tenure.v1.AclIdentityListResponse
+	18,  // 160: tenure.v1.Tenure.AclIdentityUnbind:output_type -> tenure.v1.AclDeleteResponse
+	30,  // 161: tenure.v1.Tenure.AclWhoAmI:output_type -> tenure.v1.AclWhoAmIResponse
+	9,   // 162: tenure.v1.Tenure.ClusterKeys:output_type -> tenure.v1.ClusterKeysResponse
+	9,   // 163: tenure.v1.Tenure.ClusterKeyRotate:output_type -> tenure.v1.ClusterKeysResponse
+	115, // [115:164] is the sub-list for method output_type
+	66,  // [66:115] is the sub-list for method input_type
+	66,  // [66:66] is the sub-list for extension type_name
+	66,  // [66:66] is the sub-list for extension extendee
+	0,   // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_api_tenurepb_tenure_proto_init() }
@@ -8765,7 +9346,7 @@ func file_api_tenurepb_tenure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_tenurepb_tenure_proto_rawDesc), len(file_api_tenurepb_tenure_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   117,
+			NumMessages:   126,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

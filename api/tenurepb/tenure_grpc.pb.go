@@ -53,6 +53,10 @@ const (
 	Tenure_QueueDeadRequeue_FullMethodName  = "/tenure.v1.Tenure/QueueDeadRequeue"
 	Tenure_QueueDelete_FullMethodName       = "/tenure.v1.Tenure/QueueDelete"
 	Tenure_QueuePurge_FullMethodName        = "/tenure.v1.Tenure/QueuePurge"
+	Tenure_QueueEnqueueBatch_FullMethodName = "/tenure.v1.Tenure/QueueEnqueueBatch"
+	Tenure_QueueDequeueBatch_FullMethodName = "/tenure.v1.Tenure/QueueDequeueBatch"
+	Tenure_QueueAckBatch_FullMethodName     = "/tenure.v1.Tenure/QueueAckBatch"
+	Tenure_QueueNackBatch_FullMethodName    = "/tenure.v1.Tenure/QueueNackBatch"
 	Tenure_GetLimits_FullMethodName         = "/tenure.v1.Tenure/GetLimits"
 	Tenure_SetLimits_FullMethodName         = "/tenure.v1.Tenure/SetLimits"
 	Tenure_AclBootstrap_FullMethodName      = "/tenure.v1.Tenure/AclBootstrap"
@@ -168,6 +172,26 @@ type TenureClient interface {
 	// QueuePurge removes every item of a queue (ready, in flight and dead)
 	// and keeps its max attempts and remembered operation ids and acks.
 	QueuePurge(ctx context.Context, in *QueuePurgeRequest, opts ...grpc.CallOption) (*QueuePurgeResponse, error)
+	// QueueEnqueueBatch appends up to 1,000 items in order in one commit,
+	// each with its own id (consecutive revisions). A bad item or a limit
+	// refuses the whole batch (INVALID_ARGUMENT, RESOURCE_EXHAUSTED): nothing
+	// is added. An item whose operation_id was seen before adds nothing and
+	// answers the first item's id as duplicate; the others are added.
+	QueueEnqueueBatch(ctx context.Context, in *QueueEnqueueBatchRequest, opts ...grpc.CallOption) (*QueueEnqueueBatchResponse, error)
+	// QueueDequeueBatch hands out up to max_items of the oldest ready items
+	// under one visibility lease (and session), in one commit; each item has
+	// its own delivery token, receipt and attempt count, and is settled,
+	// redelivered and dead-lettered on its own. It stops before the payloads
+	// pass 4 MiB (but hands out at least one item). With wait it blocks
+	// until at least one item is ready, as QueueDequeue.
+	QueueDequeueBatch(ctx context.Context, in *QueueDequeueBatchRequest, opts ...grpc.CallOption) (*QueueDequeueBatchResponse, error)
+	// QueueAckBatch acks up to 1,000 deliveries of one queue in one commit.
+	// Each is acked, found stale or refused for its receipt on its own (the
+	// answer says which, item by item); a repeated ack answers OK again.
+	QueueAckBatch(ctx context.Context, in *QueueSettleBatchRequest, opts ...grpc.CallOption) (*QueueSettleBatchResponse, error)
+	// QueueNackBatch gives up to 1,000 deliveries back at once, each as
+	// QueueNack, item by item as QueueAckBatch.
+	QueueNackBatch(ctx context.Context, in *QueueSettleBatchRequest, opts ...grpc.CallOption) (*QueueSettleBatchResponse, error)
 	// Limits
 	//
 	// GetLimits reads the cluster's replicated admission limits
@@ -553,6 +577,46 @@ func (c *tenureClient) QueuePurge(ctx context.Context, in *QueuePurgeRequest, op
 	return out, nil
 }
 
+func (c *tenureClient) QueueEnqueueBatch(ctx context.Context, in *QueueEnqueueBatchRequest, opts ...grpc.CallOption) (*QueueEnqueueBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueEnqueueBatchResponse)
+	err := c.cc.Invoke(ctx, Tenure_QueueEnqueueBatch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) QueueDequeueBatch(ctx context.Context, in *QueueDequeueBatchRequest, opts ...grpc.CallOption) (*QueueDequeueBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueDequeueBatchResponse)
+	err := c.cc.Invoke(ctx, Tenure_QueueDequeueBatch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) QueueAckBatch(ctx context.Context, in *QueueSettleBatchRequest, opts ...grpc.CallOption) (*QueueSettleBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueSettleBatchResponse)
+	err := c.cc.Invoke(ctx, Tenure_QueueAckBatch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) QueueNackBatch(ctx context.Context, in *QueueSettleBatchRequest, opts ...grpc.CallOption) (*QueueSettleBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueSettleBatchResponse)
+	err := c.cc.Invoke(ctx, Tenure_QueueNackBatch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *tenureClient) GetLimits(ctx context.Context, in *GetLimitsRequest, opts ...grpc.CallOption) (*LimitsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(LimitsResponse)
@@ -801,6 +865,26 @@ type TenureServer interface {
 	// QueuePurge removes every item of a queue (ready, in flight and dead)
 	// and keeps its max attempts and remembered operation ids and acks.
 	QueuePurge(context.Context, *QueuePurgeRequest) (*QueuePurgeResponse, error)
+	// QueueEnqueueBatch appends up to 1,000 items in order in one commit,
+	// each with its own id (consecutive revisions). A bad item or a limit
+	// refuses the whole batch (INVALID_ARGUMENT, RESOURCE_EXHAUSTED): nothing
+	// is added. An item whose operation_id was seen before adds nothing and
+	// answers the first item's id as duplicate; the others are added.
+	QueueEnqueueBatch(context.Context, *QueueEnqueueBatchRequest) (*QueueEnqueueBatchResponse, error)
+	// QueueDequeueBatch hands out up to max_items of the oldest ready items
+	// under one visibility lease (and session), in one commit; each item has
+	// its own delivery token, receipt and attempt count, and is settled,
+	// redelivered and dead-lettered on its own. It stops before the payloads
+	// pass 4 MiB (but hands out at least one item). With wait it blocks
+	// until at least one item is ready, as QueueDequeue.
+	QueueDequeueBatch(context.Context, *QueueDequeueBatchRequest) (*QueueDequeueBatchResponse, error)
+	// QueueAckBatch acks up to 1,000 deliveries of one queue in one commit.
+	// Each is acked, found stale or refused for its receipt on its own (the
+	// answer says which, item by item); a repeated ack answers OK again.
+	QueueAckBatch(context.Context, *QueueSettleBatchRequest) (*QueueSettleBatchResponse, error)
+	// QueueNackBatch gives up to 1,000 deliveries back at once, each as
+	// QueueNack, item by item as QueueAckBatch.
+	QueueNackBatch(context.Context, *QueueSettleBatchRequest) (*QueueSettleBatchResponse, error)
 	// Limits
 	//
 	// GetLimits reads the cluster's replicated admission limits
@@ -942,6 +1026,18 @@ func (UnimplementedTenureServer) QueueDelete(context.Context, *QueueDeleteReques
 }
 func (UnimplementedTenureServer) QueuePurge(context.Context, *QueuePurgeRequest) (*QueuePurgeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method QueuePurge not implemented")
+}
+func (UnimplementedTenureServer) QueueEnqueueBatch(context.Context, *QueueEnqueueBatchRequest) (*QueueEnqueueBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QueueEnqueueBatch not implemented")
+}
+func (UnimplementedTenureServer) QueueDequeueBatch(context.Context, *QueueDequeueBatchRequest) (*QueueDequeueBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QueueDequeueBatch not implemented")
+}
+func (UnimplementedTenureServer) QueueAckBatch(context.Context, *QueueSettleBatchRequest) (*QueueSettleBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QueueAckBatch not implemented")
+}
+func (UnimplementedTenureServer) QueueNackBatch(context.Context, *QueueSettleBatchRequest) (*QueueSettleBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QueueNackBatch not implemented")
 }
 func (UnimplementedTenureServer) GetLimits(context.Context, *GetLimitsRequest) (*LimitsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetLimits not implemented")
@@ -1506,6 +1602,78 @@ func _Tenure_QueuePurge_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Tenure_QueueEnqueueBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueEnqueueBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).QueueEnqueueBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_QueueEnqueueBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).QueueEnqueueBatch(ctx, req.(*QueueEnqueueBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_QueueDequeueBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueDequeueBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).QueueDequeueBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_QueueDequeueBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).QueueDequeueBatch(ctx, req.(*QueueDequeueBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_QueueAckBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueSettleBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).QueueAckBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_QueueAckBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).QueueAckBatch(ctx, req.(*QueueSettleBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_QueueNackBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueSettleBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).QueueNackBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_QueueNackBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).QueueNackBatch(ctx, req.(*QueueSettleBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Tenure_GetLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetLimitsRequest)
 	if err := dec(in); err != nil {
@@ -1882,6 +2050,22 @@ var Tenure_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "QueuePurge",
 			Handler:    _Tenure_QueuePurge_Handler,
+		},
+		{
+			MethodName: "QueueEnqueueBatch",
+			Handler:    _Tenure_QueueEnqueueBatch_Handler,
+		},
+		{
+			MethodName: "QueueDequeueBatch",
+			Handler:    _Tenure_QueueDequeueBatch_Handler,
+		},
+		{
+			MethodName: "QueueAckBatch",
+			Handler:    _Tenure_QueueAckBatch_Handler,
+		},
+		{
+			MethodName: "QueueNackBatch",
+			Handler:    _Tenure_QueueNackBatch_Handler,
 		},
 		{
 			MethodName: "GetLimits",

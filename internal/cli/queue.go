@@ -1,13 +1,16 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -33,9 +36,11 @@ type queuePopJSON struct {
 	Receipt       string `json:"receipt"` // hex
 }
 
-// queueSettleJSON is `tenure queue ack|nack|extend -o json`.
+// queueSettleJSON is `tenure queue ack|nack|extend -o json`, one per
+// delivery.
 type queueSettleJSON struct {
-	Result string `json:"result"` // "acked", "nacked", "extended" or "stale"
+	ID     uint64 `json:"id"`
+	Result string `json:"result"` // "acked", "nacked", "extended", "stale" or "denied"
 }
 
 // queueLenJSON is `tenure queue len -o json`.
@@ -98,18 +103,38 @@ func (a *app) queuePushCommand() *cobra.Command {
 	var (
 		opID        string
 		maxAttempts int
+		batchFile   string
 	)
 	cmd := &cobra.Command{
-		Use:   "push QUEUE PAYLOAD [--op-id ID]",
-		Short: "Append an item (PAYLOAD - reads stdin)",
+		Use:   "push QUEUE PAYLOAD [--op-id ID] | push QUEUE --batch-file FILE|-",
+		Short: "Append an item (PAYLOAD - reads stdin), or one item per line of a file",
 		Long: `Append PAYLOAD to QUEUE ("-": read the payload from stdin).
 
-JSON: {"id":N,"result":"enqueued"|"duplicate"}. "duplicate" means --op-id
-was seen before (among the queue's 10,000 latest; a queue that was emptied
-keeps them until 1,000 newer queues were emptied): nothing was added and
-id is the first item's.`,
-		Args: cobra.ExactArgs(2),
+With --batch-file FILE ("-": stdin), append one item per line of FILE (the
+line without its newline), in order, up to 1,000 items per request and
+commit. Each request is all or nothing; a failure stops the push, and the
+items of the requests before it stay. With --op-id ID, the item of line N
+(from 1) has the operation id ID/N, so that the same push repeated adds
+nothing twice.
+
+JSON: {"id":N,"result":"enqueued"|"duplicate"}, one line per item with
+--batch-file. "duplicate" means the operation id was seen before (among the
+queue's 10,000 latest; a queue that was emptied keeps them until 1,000
+newer queues were emptied): nothing was added and id is the first item's.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("batch-file") {
+				return cobra.ExactArgs(1)(cmd, args)
+			}
+			return cobra.ExactArgs(2)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var opts []client.EnqueueOption
+			if cmd.Flags().Changed("max-attempts") {
+				opts = append(opts, client.WithMaxAttempts(maxAttempts))
+			}
+			if cmd.Flags().Changed("batch-file") {
+				return a.queuePushBatch(cmd, args[0], batchFile, opID, opts)
+			}
 			payload := []byte(args[1])
 			if args[1] == "-" {
 				var err error
@@ -117,46 +142,137 @@ id is the first item's.`,
 					return err
 				}
 			}
-			var opts []client.EnqueueOption
 			if opID != "" {
 				opts = append(opts, client.WithOperationID(opID))
-			}
-			if cmd.Flags().Changed("max-attempts") {
-				opts = append(opts, client.WithMaxAttempts(maxAttempts))
 			}
 			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
 				r, err := c.Queue(args[0]).Enqueue(ctx, payload, opts...)
 				if err != nil {
 					return err
 				}
-				out := queuePushJSON{ID: r.ID, Result: "enqueued"}
-				if r.Duplicate {
-					out.Result = "duplicate"
-				}
-				return a.emit(out, func(w io.Writer) { fmt.Fprintf(w, "%s item %d\n", out.Result, out.ID) })
+				return a.emitPushed(r)
 			})
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opID, "op-id", "", "operation id: a retried push with the same id adds nothing")
+	f.StringVar(&opID, "op-id", "", "operation id: a retried push with the same id adds nothing (with --batch-file: ID/LINE per item)")
 	f.IntVar(&maxAttempts, "max-attempts", 0, "deliveries before an item is dead-lettered; fixed by the queue's first push (default 5)")
+	f.StringVar(&batchFile, "batch-file", "", "append one item per line of this file (-: stdin), in batches of up to 1,000")
 	return cmd
 }
 
+func (a *app) emitPushed(r client.Enqueued) error {
+	out := queuePushJSON{ID: r.ID, Result: "enqueued"}
+	if r.Duplicate {
+		out.Result = "duplicate"
+	}
+	return a.emit(out, func(w io.Writer) { fmt.Fprintf(w, "%s item %d\n", out.Result, out.ID) })
+}
+
+// maxBatchBytes bounds the payloads and operation ids of one batch
+// request (the server's limit).
+const maxBatchBytes = 4 << 20
+
+// queuePushBatch pushes the lines of file to queue name in batches.
+func (a *app) queuePushBatch(cmd *cobra.Command, name, file, opID string, opts []client.EnqueueOption) error {
+	in := a.streams.In
+	if file != "-" {
+		f, err := os.Open(file)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in = f
+	}
+	ctx := cmd.Context()
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	q := c.Queue(name)
+	var (
+		batch            []client.BatchItem
+		bytes            int
+		line             int
+		added, duplicate int
+	)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		defer cancel()
+		res, err := q.EnqueueBatch(rctx, batch, opts...)
+		if err != nil {
+			return a.describe(fmt.Errorf("lines %d to %d: %w", line-len(batch)+1, line, err))
+		}
+		for _, r := range res {
+			if r.Duplicate {
+				duplicate++
+			} else {
+				added++
+			}
+			if a.json() {
+				if err := a.emitPushed(r); err != nil {
+					return err
+				}
+			}
+		}
+		batch, bytes = batch[:0], 0
+		return nil
+	}
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), fsm.MaxQueuePayload+1)
+	for sc.Scan() {
+		it := client.BatchItem{Payload: append([]byte(nil), sc.Bytes()...)}
+		if opID != "" {
+			it.OperationID = fmt.Sprintf("%s/%d", opID, line+1)
+		}
+		if len(batch) == client.MaxBatch || (len(batch) > 0 && bytes+len(it.Payload)+len(it.OperationID) > maxBatchBytes) {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		batch = append(batch, it)
+		bytes += len(it.Payload) + len(it.OperationID)
+		line++
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("reading --batch-file at line %d: %v", line+1, err)
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	if !a.json() {
+		fmt.Fprintf(a.streams.Out, "enqueued %d items, %d duplicates\n", added, duplicate)
+	}
+	return nil
+}
+
 func (a *app) queuePopCommand() *cobra.Command {
-	var visibility, timeout time.Duration
+	var (
+		visibility, timeout time.Duration
+		maxItems            int
+	)
 	cmd := &cobra.Command{
-		Use:   "pop QUEUE [--visibility D] [--timeout D]",
-		Short: "Take the oldest item under a visibility lease",
+		Use:   "pop QUEUE [--visibility D] [--timeout D] [--max N]",
+		Short: "Take the oldest item (or up to --max items) under a visibility lease",
 		Long: `Wait for the oldest item of QUEUE and hand it out for --visibility: nobody
 else gets it until then. Ack it (tenure queue ack, from any process) with
 its delivery token and receipt before the lease ends, or it is delivered
 again. The receipt is this delivery's capability: whoever has it can ack,
 nack or extend the delivery, nobody else can. Keep it secret.
 
-JSON: {"id":N,"payload":"...","delivery_token":N,"attempt":N,"receipt":"HEX"}.
+With --max N (up to 1,000), wait for at least one item and hand out up to
+N of the oldest ones under one lease: each has its own delivery token,
+receipt and attempt count, and is settled, redelivered and dead-lettered on
+its own.
 
-Exit codes: 0 an item, 5 nothing arrived within --timeout, 1 other errors.`,
+JSON: {"id":N,"payload":"...","delivery_token":N,"attempt":N,"receipt":"HEX"},
+one line per item. "tenure queue ack QUEUE -" reads these lines back.
+
+Exit codes: 0 items, 5 nothing arrived within --timeout, 1 other errors.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if timeout < 0 {
@@ -164,6 +280,9 @@ Exit codes: 0 an item, 5 nothing arrived within --timeout, 1 other errors.`,
 			}
 			if err := checkVisibility(visibility); err != nil {
 				return err
+			}
+			if maxItems < 1 || maxItems > client.MaxBatch {
+				return fmt.Errorf("--max %d is outside 1..%d", maxItems, client.MaxBatch)
 			}
 			ctx := cmd.Context()
 			if timeout > 0 {
@@ -176,22 +295,28 @@ Exit codes: 0 an item, 5 nothing arrived within --timeout, 1 other errors.`,
 				return err
 			}
 			defer c.Close()
-			d, err := c.Queue(args[0]).Dequeue(ctx, visibility)
+			ds, err := c.Queue(args[0]).DequeueBatch(ctx, maxItems, visibility)
 			if errors.Is(err, context.DeadlineExceeded) {
 				return fmt.Errorf("nothing arrived on queue %s within %v: %w", args[0], timeout, context.DeadlineExceeded)
 			}
 			if err != nil {
 				return a.describe(err)
 			}
-			out := queuePopJSON{ID: d.ID, Payload: string(d.Payload), DeliveryToken: d.Token, Attempt: d.Attempt, Receipt: hex.EncodeToString(d.Receipt)}
-			return a.emit(out, func(w io.Writer) {
-				fmt.Fprintf(w, "item %d (delivery token %d, receipt %s, attempt %d)\n%s\n", out.ID, out.DeliveryToken, out.Receipt, out.Attempt, out.Payload)
-			})
+			for _, d := range ds {
+				out := queuePopJSON{ID: d.ID, Payload: string(d.Payload), DeliveryToken: d.Token, Attempt: d.Attempt, Receipt: hex.EncodeToString(d.Receipt)}
+				if err := a.emit(out, func(w io.Writer) {
+					fmt.Fprintf(w, "item %d (delivery token %d, receipt %s, attempt %d)\n%s\n", out.ID, out.DeliveryToken, out.Receipt, out.Attempt, out.Payload)
+				}); err != nil {
+					return err
+				}
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
 	f.DurationVar(&visibility, "visibility", server.DefaultVisibility, "visibility lease: the item is delivered again if not acked within it")
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "give up waiting after this long (0: wait forever); exit 5")
+	f.IntVar(&maxItems, "max", 1, "hand out up to this many items (1 to 1,000) under one lease")
 	return cmd
 }
 
@@ -211,23 +336,28 @@ func (a *app) queueSettleCommand(what string) *cobra.Command {
 	if what == "extend" {
 		use += " --visibility D"
 	}
+	several := "With ID \"-\", the deliveries are read from stdin, one JSON object each, as\npop -o json printed them (id, delivery token and receipt)"
+	if what != "extend" {
+		several += "; several are " + done + "\nin batches of up to 1,000 per request and commit, each delivery on its own"
+	}
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
 		Long: short + `.
 
 --delivery-token and --receipt are the ones pop printed: only the consumer
-given the receipt can settle its delivery. With ID "-", the id, delivery
-token and receipt are read from stdin, as pop -o json printed them. A missing or wrong receipt for
-the item's current delivery is refused (PERMISSION_DENIED, exit 1) and
-changes nothing.
+given the receipt can settle its delivery. ` + several + `. A missing or wrong receipt for the item's
+current delivery is refused (PERMISSION_DENIED, exit 1) and changes
+nothing.
 
-JSON: {"result":"` + done + `"|"stale"}. "stale": the delivery token is not the
-item's current one (its lease ran out and it was delivered again, or it was
-already settled); nothing was done. An ack repeated with the same token and
+JSON: {"id":N,"result":"` + done + `"|"stale"|"denied"}, one line per delivery.
+"stale": the delivery token is not the item's current one (its lease ran
+out and it was delivered again, or it was already settled); nothing was
+done. "denied": not the delivery's receipt (of several deliveries; a single
+one is refused with an error). An ack repeated with the same token and
 receipt answers "acked" again.
 
-Exit codes: 0 ` + done + `, 3 stale, 1 other errors (permission denied among them).`,
+Exit codes: 0 ` + done + `, 3 stale (any), 1 other errors (permission denied among them).`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if what == "extend" {
@@ -235,55 +365,66 @@ Exit codes: 0 ` + done + `, 3 stale, 1 other errors (permission denied among the
 					return err
 				}
 			}
-			var id uint64
+			var ds []*client.Delivery
 			if args[1] == "-" {
 				if cmd.Flags().Changed("delivery-token") || cmd.Flags().Changed("receipt") {
 					return errors.New("with -, the delivery token and receipt come from stdin: drop --delivery-token and --receipt")
 				}
-				var popped queuePopJSON
-				if err := json.NewDecoder(a.streams.In).Decode(&popped); err != nil {
-					return fmt.Errorf("stdin is not the JSON pop -o json prints: %v", err)
+				var err error
+				if ds, err = readPopped(args[0], a.streams.In); err != nil {
+					return err
 				}
-				id, token, receipt = popped.ID, popped.DeliveryToken, popped.Receipt
 			} else {
 				if !cmd.Flags().Changed("delivery-token") {
 					return errors.New("--delivery-token is required")
 				}
-				var err error
-				if id, err = strconv.ParseUint(args[1], 10, 64); err != nil {
+				id, err := strconv.ParseUint(args[1], 10, 64)
+				if err != nil {
 					return fmt.Errorf("item id %q is not a number", args[1])
 				}
-			}
-			if receipt == "" {
-				return errors.New("--receipt is required (the receipt pop printed)")
-			}
-			rb, err := hex.DecodeString(receipt)
-			if err != nil {
-				return fmt.Errorf("--receipt %q is not hexadecimal", receipt)
-			}
-			d := &client.Delivery{Queue: args[0], ID: id, Token: token, Receipt: rb}
-			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
-				q := c.Queue(args[0])
-				switch what {
-				case "ack":
-					err = q.Ack(ctx, d)
-				case "nack":
-					err = q.Nack(ctx, d)
-				default:
-					err = q.Extend(ctx, d, visibility)
-				}
-				stale := errors.Is(err, client.ErrStale)
-				if err != nil && !stale {
+				d, err := delivery(args[0], id, token, receipt)
+				if err != nil {
 					return err
 				}
-				out := queueSettleJSON{Result: done}
-				if stale {
-					out.Result = "stale"
+				ds = []*client.Delivery{d}
+			}
+			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
+				q := c.Queue(args[0])
+				o := &settleOutcome{a: a, done: done, single: len(ds) == 1}
+				if len(ds) == 1 || what == "extend" {
+					for _, d := range ds {
+						var err error
+						switch what {
+						case "ack":
+							err = q.Ack(ctx, d)
+						case "nack":
+							err = q.Nack(ctx, d)
+						default:
+							err = q.Extend(ctx, d, visibility)
+						}
+						if err := o.emit(d, err); err != nil {
+							return err
+						}
+					}
+					return o.exit(len(ds))
 				}
-				if perr := a.emit(out, func(w io.Writer) { fmt.Fprintf(w, "%s (item %d, delivery token %d)\n", out.Result, id, token) }); perr != nil {
-					return perr
+				for start := 0; start < len(ds); start += client.MaxBatch {
+					chunk := ds[start:min(start+client.MaxBatch, len(ds))]
+					settle := q.AckBatch
+					if what == "nack" {
+						settle = q.NackBatch
+					}
+					outcomes, err := settle(ctx, chunk)
+					if err != nil {
+						return err
+					}
+					for i, d := range chunk {
+						if err := o.emit(d, outcomes[i]); err != nil {
+							return err
+						}
+					}
 				}
-				return err
+				return o.exit(len(ds))
 			})
 		},
 	}
@@ -295,6 +436,100 @@ Exit codes: 0 ` + done + `, 3 stale, 1 other errors (permission denied among the
 	}
 	return cmd
 }
+
+// delivery is the delivery (id, token, receipt) of queue name, from the
+// command line or pop's JSON.
+func delivery(name string, id, token uint64, receipt string) (*client.Delivery, error) {
+	if receipt == "" {
+		return nil, errors.New("--receipt is required (the receipt pop printed)")
+	}
+	rb, err := hex.DecodeString(receipt)
+	if err != nil {
+		return nil, fmt.Errorf("--receipt %q is not hexadecimal", receipt)
+	}
+	return &client.Delivery{Queue: name, ID: id, Token: token, Receipt: rb}, nil
+}
+
+// readPopped reads the deliveries pop -o json printed, one JSON object
+// each, from in.
+func readPopped(name string, in io.Reader) ([]*client.Delivery, error) {
+	var ds []*client.Delivery
+	dec := json.NewDecoder(in)
+	for {
+		var popped queuePopJSON
+		err := dec.Decode(&popped)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("stdin is not the JSON pop -o json prints: %v", err)
+		}
+		d, err := delivery(name, popped.ID, popped.DeliveryToken, popped.Receipt)
+		if err != nil {
+			return nil, fmt.Errorf("delivery %d on stdin: %w", len(ds)+1, err)
+		}
+		ds = append(ds, d)
+	}
+	if len(ds) == 0 {
+		return nil, errors.New("stdin holds no delivery (the JSON pop -o json prints)")
+	}
+	return ds, nil
+}
+
+// settleOutcome prints what settling each delivery answered and counts
+// the failures for the command's exit.
+type settleOutcome struct {
+	a      *app
+	done   string // "acked", ...
+	single bool   // one delivery only
+	stale  int
+	denied int
+	first  error // the first failure
+}
+
+// emit prints the outcome err of settling d. A refusal of a lone delivery
+// is returned, to end the command; of one of several it prints "denied".
+func (o *settleOutcome) emit(d *client.Delivery, err error) error {
+	out := queueSettleJSON{ID: d.ID, Result: o.done}
+	switch {
+	case errors.Is(err, client.ErrStale):
+		out.Result = "stale"
+		o.stale++
+	case errors.Is(err, client.ErrPermissionDenied) && !o.single:
+		out.Result = "denied"
+		o.denied++
+	case err != nil:
+		return err
+	}
+	if err != nil && o.first == nil {
+		o.first = err
+	}
+	return o.a.emit(out, func(w io.Writer) { fmt.Fprintf(w, "%s (item %d, delivery token %d)\n", out.Result, d.ID, d.Token) })
+}
+
+// exit is the command's error after n deliveries: a refusal (exit 1)
+// before a stale token (exit 3), or nil.
+func (o *settleOutcome) exit(n int) error {
+	switch {
+	case o.denied > 0:
+		return &summaryError{fmt.Sprintf("%d of %d deliveries refused: %s", o.denied, n, strings.TrimPrefix(o.first.Error(), "tenure: ")), o.first}
+	case o.stale > 0 && n == 1:
+		return o.first
+	case o.stale > 0:
+		return &summaryError{fmt.Sprintf("%d of %d delivery tokens stale: %s", o.stale, n, strings.TrimPrefix(o.first.Error(), "tenure: ")), o.first}
+	}
+	return nil
+}
+
+// summaryError counts failures of several deliveries and wraps the first
+// (for the exit code).
+type summaryError struct {
+	msg   string
+	first error
+}
+
+func (e *summaryError) Error() string { return e.msg }
+func (e *summaryError) Unwrap() error { return e.first }
 
 func (a *app) queueLenCommand() *cobra.Command {
 	return &cobra.Command{

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tenure-io/tenure/client"
 )
 
 type benchQueueFlags struct {
@@ -24,6 +26,7 @@ type benchQueueFlags struct {
 	duration             time.Duration
 	payload              int
 	visibility           time.Duration
+	batch                int
 }
 
 // benchQueueJSON is `tenure bench queue -o json`.
@@ -31,6 +34,7 @@ type benchQueueJSON struct {
 	Queue          string  `json:"queue"`
 	Producers      int     `json:"producers"`
 	Consumers      int     `json:"consumers"`
+	Batch          int     `json:"batch"`
 	PayloadBytes   int     `json:"payload_bytes"`
 	StoredBefore   int     `json:"stored_before"`
 	StoredAfter    int     `json:"stored_after"`
@@ -56,16 +60,19 @@ type benchQueueJSON struct {
 func (a *app) benchQueueCommand() *cobra.Command {
 	var bf benchQueueFlags
 	cmd := &cobra.Command{
-		Use:   "queue --producers N --consumers N --stored N --duration D",
+		Use:   "queue --producers N --consumers N --stored N --duration D [--batch N]",
 		Short: "Measure queue throughput (enqueue + dequeue + ack) against a running server",
-		Long: `Fill a fresh queue with --stored items, then run --producers clients that
-enqueue and --consumers clients that dequeue and ack, for --duration, and
-report items/s (acked) with latencies. Producers stay at most
-producers+consumers items ahead of the consumers, so the queue holds about
---stored items throughout and the figures show whether its length costs
-anything.
+		Long: `Fill a fresh queue with --stored items (in batches of 1,000), then run
+--producers clients that enqueue and --consumers clients that dequeue and
+ack, for --duration, and report items/s (acked) with latencies. With
+--batch N, each request is a batch of up to N items: EnqueueBatch,
+DequeueBatch, AckBatch (the latencies are per request). Producers stay at
+most (producers+consumers)×batch items ahead of the consumers, so the queue
+holds about --stored items throughout and the figures show whether its
+length costs anything. The server's max-queue-length must allow --stored
+plus that window.
 
-JSON: {"queue","producers","consumers","payload_bytes","stored_before",
+JSON: {"queue","producers","consumers","batch","payload_bytes","stored_before",
 "stored_after","prefill_s","prefill_per_sec","duration_s","enqueued",
 "acked","enqueues_per_sec","items_per_sec","enqueue_p50_ms",
 "enqueue_p99_ms","enqueue_max_ms","dequeue_p50_ms","dequeue_p99_ms",
@@ -79,8 +86,8 @@ JSON: {"queue","producers","consumers","payload_bytes","stored_before",
 				return a.describe(err)
 			}
 			return a.emit(out, func(w io.Writer) {
-				fmt.Fprintf(w, "%d producers, %d consumers, %d items stored (prefill %.0f/s), %.1fs: %.0f items/s acked, %.0f enqueues/s; enqueue p50 %.2fms p99 %.2fms max %.2fms, dequeue p50 %.2fms p99 %.2fms max %.2fms, ack p50 %.2fms p99 %.2fms max %.2fms, %d errors\n",
-					out.Producers, out.Consumers, out.StoredBefore, out.PrefillPerSec, out.DurationS, out.ItemsPerSec, out.EnqueuesPerSec, out.EnqueueP50Ms, out.EnqueueP99Ms, out.EnqueueMaxMs, out.DequeueP50Ms, out.DequeueP99Ms, out.DequeueMaxMs, out.AckP50Ms, out.AckP99Ms, out.AckMaxMs, out.Errors)
+				fmt.Fprintf(w, "%d producers, %d consumers, batch %d, %d items stored (prefill %.0f/s), %.1fs: %.0f items/s acked, %.0f enqueues/s; enqueue p50 %.2fms p99 %.2fms max %.2fms, dequeue p50 %.2fms p99 %.2fms max %.2fms, ack p50 %.2fms p99 %.2fms max %.2fms, %d errors\n",
+					out.Producers, out.Consumers, out.Batch, out.StoredBefore, out.PrefillPerSec, out.DurationS, out.ItemsPerSec, out.EnqueuesPerSec, out.EnqueueP50Ms, out.EnqueueP99Ms, out.EnqueueMaxMs, out.DequeueP50Ms, out.DequeueP99Ms, out.DequeueMaxMs, out.AckP50Ms, out.AckP99Ms, out.AckMaxMs, out.Errors)
 			})
 		},
 	}
@@ -91,7 +98,50 @@ JSON: {"queue","producers","consumers","payload_bytes","stored_before",
 	f.DurationVar(&bf.duration, "duration", 10*time.Second, "how long to measure")
 	f.IntVar(&bf.payload, "payload", 100, "payload bytes per item")
 	f.DurationVar(&bf.visibility, "visibility", 30*time.Second, "visibility lease of each dequeue")
+	f.IntVar(&bf.batch, "batch", 1, "items per request (1: the single-item requests; up to 1,000)")
 	return cmd
+}
+
+// window is a count of free slots that producers take and consumers give
+// back; take waits until there are enough, or ctx ends.
+type window struct {
+	ctx context.Context
+	// mu guards free.
+	mu   sync.Mutex
+	cond *sync.Cond
+	free int
+}
+
+func newWindow(ctx context.Context, size int) *window {
+	w := &window{ctx: ctx, free: size}
+	w.cond = sync.NewCond(&w.mu)
+	context.AfterFunc(ctx, func() {
+		w.mu.Lock()
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	})
+	return w
+}
+
+// take takes n slots; false when ctx ended first.
+func (w *window) take(n int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.free < n && w.ctx.Err() == nil {
+		w.cond.Wait()
+	}
+	if w.ctx.Err() != nil {
+		return false
+	}
+	w.free -= n
+	return true
+}
+
+func (w *window) give(n int) {
+	w.mu.Lock()
+	w.free += n
+	w.cond.Broadcast()
+	w.mu.Unlock()
 }
 
 // latencies is one worker's tally; only its goroutine writes it.
@@ -108,6 +158,8 @@ func (a *app) runQueueBench(ctx context.Context, bf benchQueueFlags) (benchQueue
 		return benchQueueJSON{}, errors.New("--stored and --payload must not be negative")
 	case bf.duration <= 0:
 		return benchQueueJSON{}, errors.New("--duration must be positive")
+	case bf.batch < 1 || bf.batch > client.MaxBatch:
+		return benchQueueJSON{}, fmt.Errorf("--batch %d is outside 1..%d", bf.batch, client.MaxBatch)
 	}
 	var rid [4]byte
 	_, _ = rand.Read(rid[:])
@@ -118,17 +170,26 @@ func (a *app) runQueueBench(ctx context.Context, bf benchQueueFlags) (benchQueue
 	defer c.Close()
 	q := c.Queue("bench-q-" + hex.EncodeToString(rid[:]))
 	payload := make([]byte, bf.payload)
-	out := benchQueueJSON{Queue: q.Name(), Producers: bf.producers, Consumers: bf.consumers, PayloadBytes: bf.payload}
+	out := benchQueueJSON{Queue: q.Name(), Producers: bf.producers, Consumers: bf.consumers, Batch: bf.batch, PayloadBytes: bf.payload}
 
-	// Prefill with many concurrent enqueues (the server batches them).
+	// Prefill with concurrent batches (the server commits several at once).
 	t0 := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errc := make(chan error, 1)
-	for range 256 {
+	prefill := make([]client.BatchItem, client.MaxBatch)
+	for i := range prefill {
+		prefill[i].Payload = payload
+	}
+	for range 8 {
 		wg.Go(func() {
-			for next.Add(1) <= int64(bf.stored) {
-				if _, err := q.Enqueue(ctx, payload); err != nil {
+			for {
+				end := next.Add(client.MaxBatch)
+				n := min(int64(bf.stored)-(end-client.MaxBatch), client.MaxBatch)
+				if n <= 0 {
+					return
+				}
+				if _, err := q.EnqueueBatch(ctx, prefill[:n]); err != nil {
 					select {
 					case errc <- fmt.Errorf("prefill: %w", err):
 					default:
@@ -162,10 +223,12 @@ func (a *app) runQueueBench(ctx context.Context, bf benchQueueFlags) (benchQueue
 	over := func() bool { return rctx.Err() != nil || !time.Now().Before(deadline) }
 	var enqueued, acked atomic.Int64
 	// credit keeps the queue's length steady: a producer enqueues only
-	// while fewer than producers+consumers of its items wait unacked.
-	credit := make(chan struct{}, bf.producers+bf.consumers)
-	for range cap(credit) {
-		credit <- struct{}{}
+	// while fewer than (producers+consumers)×batch of its items wait
+	// unacked.
+	credit := newWindow(rctx, (bf.producers+bf.consumers)*bf.batch)
+	items := make([]client.BatchItem, bf.batch)
+	for i := range items {
+		items[i].Payload = payload
 	}
 	prod := make([]*latencies, bf.producers)
 	cons := make([]*latencies, bf.consumers)
@@ -175,21 +238,25 @@ func (a *app) runQueueBench(ctx context.Context, bf benchQueueFlags) (benchQueue
 		prod[i] = l
 		wg.Go(func() {
 			for !over() {
-				select {
-				case <-credit:
-				case <-rctx.Done():
+				if !credit.take(bf.batch) {
 					return
 				}
 				t := time.Now()
-				if _, err := q.Enqueue(rctx, payload); err != nil {
-					credit <- struct{}{}
+				var err error
+				if bf.batch == 1 {
+					_, err = q.Enqueue(rctx, payload)
+				} else {
+					_, err = q.EnqueueBatch(rctx, items)
+				}
+				if err != nil {
+					credit.give(bf.batch)
 					if !over() {
 						l.errs++
 					}
 					continue
 				}
 				l.enq = append(l.enq, time.Since(t))
-				enqueued.Add(1)
+				enqueued.Add(int64(bf.batch))
 			}
 		})
 	}
@@ -199,7 +266,16 @@ func (a *app) runQueueBench(ctx context.Context, bf benchQueueFlags) (benchQueue
 		wg.Go(func() {
 			for !over() {
 				t := time.Now()
-				d, err := q.Dequeue(rctx, bf.visibility)
+				var ds []*client.Delivery
+				var err error
+				if bf.batch == 1 {
+					var d *client.Delivery
+					if d, err = q.Dequeue(rctx, bf.visibility); err == nil {
+						ds = []*client.Delivery{d}
+					}
+				} else {
+					ds, err = q.DequeueBatch(rctx, bf.batch, bf.visibility)
+				}
 				if err != nil {
 					if !over() {
 						l.errs++
@@ -209,18 +285,28 @@ func (a *app) runQueueBench(ctx context.Context, bf benchQueueFlags) (benchQueue
 				l.deq = append(l.deq, time.Since(t))
 				t = time.Now()
 				actx, acancel := context.WithTimeout(context.Background(), cleanupTimeout)
-				err = q.Ack(actx, d)
+				var outcomes []error
+				if bf.batch == 1 {
+					outcomes = []error{q.Ack(actx, ds[0])}
+				} else {
+					outcomes, err = q.AckBatch(actx, ds)
+				}
 				acancel()
 				if err != nil {
 					l.errs++
 					continue
 				}
-				l.ack = append(l.ack, time.Since(t))
-				acked.Add(1)
-				select {
-				case credit <- struct{}{}:
-				default:
+				ok := 0
+				for _, e := range outcomes {
+					if e != nil {
+						l.errs++
+					} else {
+						ok++
+					}
 				}
+				l.ack = append(l.ack, time.Since(t))
+				acked.Add(int64(ok))
+				credit.give(len(ds))
 			}
 		})
 	}

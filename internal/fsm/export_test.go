@@ -1,6 +1,10 @@
 package fsm
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+)
 
 // CheckIndexes reports whether the ordered indexes of sessions and locks
 // hold exactly what their maps hold (index.go), and the totals kept of
@@ -59,4 +63,32 @@ func (s *State) checkTotals() error {
 		return fmt.Errorf("%d locks held and %d delayed, counted %d and %d", held, delayed, s.heldLocks, s.delayedLocks)
 	}
 	return nil
+}
+
+// QueueItemsOf returns the ready and the dead-lettered items of the named
+// queue of a snapshot, chunked or listed, as messages in id order.
+func QueueItemsOf(snap *fsmpb.Snapshot, name string) (ready, dead []*fsmpb.QueueItemState, err error) {
+	for _, st := range snap.GetQueues() {
+		if st.GetName() == name {
+			ready, dead = append(ready, st.GetReady()...), append(dead, st.GetDead()...)
+		}
+	}
+	for _, c := range snap.GetQueueItems() {
+		if c.GetQueue() != name {
+			continue
+		}
+		err = unpack(c.GetPacked(), func(it qItem) error {
+			m := &fsmpb.QueueItemState{Id: it.id, Payload: it.payload, Attempts: it.attempts}
+			if c.GetDead() {
+				dead = append(dead, m)
+			} else {
+				ready = append(ready, m)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return ready, dead, nil
 }

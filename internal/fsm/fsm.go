@@ -264,23 +264,19 @@ func (f *FSM) ConsistentExport() *fsmpb.Snapshot {
 	queues := f.state.CloneQueues()
 	f.mu.Unlock()
 	exportKV(snap, kv)
-	snap.Queues = queues.Export()
+	exportQueues(snap, queues)
 	return snap
 }
 
-// Restore implements raft.FSM. A snapshot that does not decode stops the
-// state machine (see Err) rather than let raft fall back to an older one.
+// Restore implements raft.FSM. It reads the snapshot as a stream
+// (ReadSnapshot). A snapshot that does not decode stops the state machine
+// (see Err) rather than let raft fall back to an older one.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	if err := f.Err(); err != nil {
 		return fmt.Errorf("fsm: no restore into a stopped state machine: %w", err)
 	}
-	data, err := io.ReadAll(rc)
-	if err != nil {
-		return fmt.Errorf("fsm: reading snapshot: %w", err)
-	}
-	snap := &fsmpb.Snapshot{}
-	st, err := decodeSnapshot(data, snap)
+	st, err := ReadSnapshot(rc)
 	if err != nil {
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -296,26 +292,23 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-// decodeSnapshot decodes and imports a snapshot's bytes.
-func decodeSnapshot(data []byte, snap *fsmpb.Snapshot) (*State, error) {
-	if err := proto.Unmarshal(data, snap); err != nil {
-		return nil, err
-	}
-	return Import(snap)
-}
-
 type fsmSnapshot struct {
 	snap   *fsmpb.Snapshot
 	kv     *btree.BTreeG[KV]
 	queues QueueSnapshot
 }
 
+// Persist writes the snapshot: every field but the queues' items as one
+// message, then the items chunk by chunk (queue_snapshot.go).
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	exportKV(s.snap, s.kv)
 	s.snap.Queues = s.queues.Export()
 	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(s.snap)
 	if err == nil {
 		_, err = sink.Write(data)
+	}
+	if err == nil {
+		err = s.queues.WriteItems(sink)
 	}
 	if err != nil {
 		sink.Cancel()

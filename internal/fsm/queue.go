@@ -3,12 +3,13 @@ package fsm
 // The distributed queue.
 //
 // An item's id is the revision of its enqueue, so ids are unique and grow
-// with commit order. Every queue keeps three B-trees ordered by id: ready
-// items, items in flight (handed out under a visibility lease) and
-// dead-lettered items. A dequeue takes the smallest ready id; an item that
-// comes back (nack, visibility expiry, its consumer's session ending) is
-// put back under its own id, so it is again ahead of everything enqueued
-// after it. Every step is O(log n) in the queue's length.
+// with commit order. Every queue keeps, ordered by id, its ready items,
+// its items in flight (handed out under a visibility lease) and its
+// dead-lettered items (queue_store.go). A dequeue takes the smallest ready
+// id; an item that comes back (nack, visibility expiry, its consumer's
+// session ending) is put back under its own id, so it is again ahead of
+// everything enqueued after it. Every step is O(log n) in the queue's
+// length. Batches of items follow the same path (queue_batch.go).
 //
 // A delivery's token is the revision at which the item was handed out: a
 // later redelivery has a larger one, so (queue, id, token) names exactly one
@@ -27,19 +28,17 @@ package fsm
 // MaxEmptyQueues queues emptied after it; then it is removed (queueSet.empty
 // orders the empty queues by the revision at which they became empty).
 //
-// The trees are github.com/google/btree's copy-on-write BTreeG: a snapshot
-// clones them in O(1) under the state lock and serialises the clone while
-// Apply goes on. Items are stored by value and never modified in place, so
-// a clone never sees a later change.
+// Every structure is copy-on-write: a snapshot clones a queue under the
+// state lock in time independent of its length and serialises the clone
+// while Apply goes on (queue_snapshot.go). Items are stored by value and
+// never modified in place, so a clone never sees a later change.
 
 import (
 	"cmp"
 	"crypto/sha256"
 	"fmt"
 	"iter"
-	"maps"
 	"math"
-	"slices"
 	"sort"
 
 	"github.com/google/btree"
@@ -124,73 +123,17 @@ type QueueResult struct {
 	Deleted bool
 	// Removed: how many items a delete or purge removed.
 	Removed int
-}
-
-type qItem struct {
-	id       uint64
-	payload  []byte
-	attempts uint32
-	// in flight only
-	token   uint64
-	visMs   int64
-	session uint64
-	receipt string // SHA-256 of the delivery's receipt
-}
-
-func itemLess(a, b qItem) bool { return a.id < b.id }
-
-const btreeDegree = 32
-
-// memo is a bounded memory of recent keys (oldest evicted first), held in
-// two copy-on-write trees so that a snapshot clones it in O(1).
-type memo[K cmp.Ordered] struct {
-	byKey *btree.BTreeG[memoEntry[K]]
-	bySeq *btree.BTreeG[memoEntry[K]]
-	seq   uint64
-	limit int
-}
-
-type memoEntry[K cmp.Ordered] struct {
-	seq     uint64
-	key     K
-	id      uint64
-	token   uint64
-	receipt string // acks: the acking delivery's receipt hash
-}
-
-func newMemo[K cmp.Ordered](limit int) memo[K] {
-	return memo[K]{
-		byKey: btree.NewG(btreeDegree, func(a, b memoEntry[K]) bool { return a.key < b.key }),
-		bySeq: btree.NewG(btreeDegree, func(a, b memoEntry[K]) bool { return a.seq < b.seq }),
-		limit: limit,
-	}
-}
-
-func (m *memo[K]) get(k K) (memoEntry[K], bool) { return m.byKey.Get(memoEntry[K]{key: k}) }
-
-func (m *memo[K]) put(k K, id, token uint64, receipt string) {
-	if old, ok := m.byKey.Get(memoEntry[K]{key: k}); ok {
-		m.bySeq.Delete(old)
-	}
-	m.seq++
-	e := memoEntry[K]{seq: m.seq, key: k, id: id, token: token, receipt: receipt}
-	m.byKey.ReplaceOrInsert(e)
-	m.bySeq.ReplaceOrInsert(e)
-	for m.bySeq.Len() > m.limit {
-		oldest, _ := m.bySeq.DeleteMin()
-		m.byKey.Delete(oldest)
-	}
-}
-
-func (m memo[K]) clone() memo[K] {
-	return memo[K]{byKey: m.byKey.Clone(), bySeq: m.bySeq.Clone(), seq: m.seq, limit: m.limit}
+	// Items: a dequeue or settle batch's outcome, item by item in the
+	// command's order; Enqueued: an enqueue batch's (queue_batch.go).
+	Items    []QueueItemResult
+	Enqueued []QueueEnqueued
 }
 
 type queue struct {
 	name        string
 	maxAttempts uint32
-	ready       *btree.BTreeG[qItem]
-	inflight    *btree.BTreeG[qItem]
+	ready       readySet
+	inflight    *btree.BTreeG[qFlight]
 	dead        *btree.BTreeG[qItem]
 	ops         memo[string]
 	acks        memo[uint64]
@@ -202,19 +145,19 @@ type queue struct {
 func newQueue(name string, maxAttempts uint32) *queue {
 	return &queue{
 		name: name, maxAttempts: maxAttempts,
-		ready:    btree.NewG(btreeDegree, itemLess),
-		inflight: btree.NewG(btreeDegree, itemLess),
-		dead:     btree.NewG(btreeDegree, itemLess),
+		ready:    newReadySet(),
+		inflight: newFlightTree(),
+		dead:     newItemTree(),
 		ops:      newMemo[string](QueueOpMemory),
 		acks:     newMemo[uint64](QueueAckMemory),
 	}
 }
 
 func (q *queue) clone() *queue {
-	return &queue{name: q.name, maxAttempts: q.maxAttempts, ready: q.ready.Clone(), inflight: q.inflight.Clone(), dead: q.dead.Clone(), ops: q.ops.clone(), acks: q.acks.clone(), emptySince: q.emptySince}
+	return &queue{name: q.name, maxAttempts: q.maxAttempts, ready: q.ready.clone(), inflight: q.inflight.Clone(), dead: q.dead.Clone(), ops: q.ops.clone(), acks: q.acks.clone(), emptySince: q.emptySince}
 }
 
-func (q *queue) length() int { return q.ready.Len() + q.inflight.Len() + q.dead.Len() }
+func (q *queue) length() int { return q.ready.len() + q.inflight.Len() + q.dead.Len() }
 
 // qref names an in-flight item held under a session.
 type qref struct {
@@ -328,9 +271,11 @@ func (s *State) applyQueue(cmd *fsmpb.Command, emit EventSink) (r Result, ok boo
 	s.queues.init()
 	switch op := cmd.GetOp().(type) {
 	case *fsmpb.Command_QueueEnqueue:
-		return s.enqueue(op.QueueEnqueue, emit), true
+		c := op.QueueEnqueue
+		return s.enqueueBatch(c.GetQueue(), c.GetMaxAttempts(), []batchItem{{c.GetPayload(), c.GetOperationId()}}, false, emit), true
 	case *fsmpb.Command_QueueDequeue:
-		return s.dequeue(op.QueueDequeue, emit), true
+		c := op.QueueDequeue
+		return s.dequeueBatch(c.GetQueue(), c.GetSession(), c.GetVisibilityMs(), [][]byte{c.GetReceiptHash()}, false, emit), true
 	case *fsmpb.Command_QueueAck:
 		return s.settle(op.QueueAck, settleAck, emit), true
 	case *fsmpb.Command_QueueNack:
@@ -345,90 +290,22 @@ func (s *State) applyQueue(cmd *fsmpb.Command, emit EventSink) (r Result, ok boo
 		return s.purgeQueue(op.QueuePurge.GetQueue(), emit), true
 	case *fsmpb.Command_QueueDelete:
 		return s.deleteQueue(op.QueueDelete.GetQueue(), emit), true
+	case *fsmpb.Command_QueueEnqueueBatch:
+		c := op.QueueEnqueueBatch
+		items, err := unpackBatchItems(c.GetItems())
+		if err != nil {
+			return Result{Err: err}, true
+		}
+		return s.enqueueBatch(c.GetQueue(), c.GetMaxAttempts(), items, true, emit), true
+	case *fsmpb.Command_QueueDequeueBatch:
+		c := op.QueueDequeueBatch
+		return s.dequeueBatch(c.GetQueue(), c.GetSession(), c.GetVisibilityMs(), c.GetReceiptHashes(), true, emit), true
+	case *fsmpb.Command_QueueAckBatch:
+		return s.settleBatch(op.QueueAckBatch, settleAck, emit), true
+	case *fsmpb.Command_QueueNackBatch:
+		return s.settleBatch(op.QueueNackBatch, settleNack, emit), true
 	}
 	return Result{}, false
-}
-
-func (s *State) enqueue(c *fsmpb.QueueEnqueue, emit EventSink) Result {
-	if err := ValidateQueueName(c.GetQueue()); err != nil {
-		return Result{Err: err}
-	}
-	if n := len(c.GetPayload()); n > MaxQueuePayload {
-		return Result{Err: fmt.Errorf("%w: payload is %d bytes, the limit is %d", ErrInvalid, n, MaxQueuePayload)}
-	}
-	if n := len(c.GetOperationId()); n > MaxOpIDLen {
-		return Result{Err: fmt.Errorf("%w: operation id is %d bytes, the limit is %d", ErrInvalid, n, MaxOpIDLen)}
-	}
-	if c.GetMaxAttempts() > MaxQueueAttempts {
-		return Result{Err: fmt.Errorf("%w: max attempts %d, the limit is %d", ErrInvalid, c.GetMaxAttempts(), MaxQueueAttempts)}
-	}
-	q := s.queues.byName[c.GetQueue()]
-	if q != nil && c.GetMaxAttempts() != 0 && c.GetMaxAttempts() != q.maxAttempts {
-		return Result{Err: fmt.Errorf("%w: queue %q has max attempts %d; this enqueue asks for %d", ErrInvalid, q.name, q.maxAttempts, c.GetMaxAttempts())}
-	}
-	opID := c.GetOperationId()
-	if q != nil && opID != "" {
-		if e, seen := q.ops.get(opID); seen {
-			return Result{Queue: &QueueResult{ID: e.id, Duplicate: true}}
-		}
-	}
-	if q == nil || q.length() == 0 {
-		if err := overLimit("max-queues", s.limits.MaxQueues, "queues holding items", uint64(s.queues.nonEmpty), 1); err != nil {
-			return Result{Err: err}
-		}
-	} else if err := overLimit("max-queue-length", s.limits.MaxQueueLength, fmt.Sprintf("items in queue %q", q.name), uint64(q.length()), 1); err != nil {
-		return Result{Err: err}
-	}
-	if q == nil {
-		q = newQueue(c.GetQueue(), cmp.Or(c.GetMaxAttempts(), DefaultMaxAttempts))
-		s.queues.byName[q.name] = q
-	}
-	id := s.bump()
-	had := q.length()
-	q.ready.ReplaceOrInsert(qItem{id: id, payload: append([]byte(nil), c.GetPayload()...)})
-	s.queueResized(q, had)
-	if opID != "" {
-		q.ops.put(opID, id, 0, "")
-	}
-	emit(Event{Kind: EventQueueReady, Name: q.name, Queue: &QueueEvent{ID: id, Ready: 1, Enqueue: true}})
-	return Result{Queue: &QueueResult{ID: id}}
-}
-
-func (s *State) dequeue(c *fsmpb.QueueDequeue, emit EventSink) Result {
-	if err := ValidateQueueName(c.GetQueue()); err != nil {
-		return Result{Err: err}
-	}
-	if err := ValidateVisibility(c.GetVisibilityMs()); err != nil {
-		return Result{Err: err}
-	}
-	// An empty hash is a dequeue logged before receipts existed: its
-	// delivery is settled only by commands that carry none either, which
-	// the server never proposes (it hashes whatever it is given).
-	if n := len(c.GetReceiptHash()); n != 0 && n != sha256.Size {
-		return Result{Err: fmt.Errorf("%w: receipt hash is %d bytes, want %d", ErrInvalid, n, sha256.Size)}
-	}
-	if c.GetSession() != 0 {
-		if _, ok := s.sessions[c.GetSession()]; !ok {
-			return Result{Err: ErrSessionNotFound}
-		}
-	}
-	q := s.queues.byName[c.GetQueue()]
-	if q == nil || q.ready.Len() == 0 {
-		return Result{Queue: &QueueResult{Empty: true}}
-	}
-	it, _ := q.ready.DeleteMin()
-	it.token = s.bump()
-	it.attempts++
-	if it.attempts > 1 {
-		s.counters.Redeliveries++
-	}
-	it.visMs = c.GetVisibilityMs()
-	it.session = c.GetSession()
-	it.receipt = string(c.GetReceiptHash())
-	q.inflight.ReplaceOrInsert(it)
-	s.queues.hold(it.session, qref{q.name, it.id})
-	emit(Event{Kind: EventQueueLeased, Name: q.name, Queue: &QueueEvent{ID: it.id, Token: it.token, VisibilityMs: it.visMs}})
-	return Result{Queue: &QueueResult{ID: it.id, Token: it.token, Payload: it.payload, Attempt: it.attempts}}
 }
 
 type settleKind uint8
@@ -440,43 +317,58 @@ const (
 )
 
 // current returns the item in flight under exactly (id, token).
-func (s *State) current(name string, id, token uint64) (*queue, qItem, bool) {
+func (s *State) current(name string, id, token uint64) (*queue, qFlight, bool) {
 	q := s.queues.byName[name]
 	if q == nil || token == 0 {
-		return q, qItem{}, false
+		return q, qFlight{}, false
 	}
-	it, ok := q.inflight.Get(qItem{id: id})
+	it, ok := q.inflight.Get(qFlight{qItem: qItem{id: id}})
 	if !ok || it.token != token {
-		return q, qItem{}, false
+		return q, qFlight{}, false
 	}
 	return q, it, true
 }
 
 // notYours is the refusal of a settle whose receipt hash is not the
 // delivery's.
-func notYours(what string, q *queue, id, token uint64) Result {
-	return Result{Err: fmt.Errorf("%w: %s of item %d of queue %q with delivery token %d: the receipt is not the one that delivery was handed out with (ack, nack and extend must present the delivery's receipt)", ErrPermissionDenied, what, id, q.name, token)}
+func notYours(what string, q *queue, id, token uint64) error {
+	return fmt.Errorf("%w: %s of item %d of queue %q with delivery token %d: the receipt is not the one that delivery was handed out with (ack, nack and extend must present the delivery's receipt)", ErrPermissionDenied, what, id, q.name, token)
 }
 
 var settleNames = map[settleKind]string{settleAck: "ack", settleNack: "nack", settleExpire: "expire"}
 
 func (s *State) settle(c *fsmpb.QueueSettle, kind settleKind, emit EventSink) Result {
-	q, it, ok := s.current(c.GetQueue(), c.GetId(), c.GetDeliveryToken())
+	bumped := false
+	r := s.settleOne(c.GetQueue(), c.GetId(), c.GetDeliveryToken(), c.GetReceiptHash(), kind, &bumped, emit)
+	if r.Err != nil {
+		return Result{Err: r.Err}
+	}
+	return Result{Queue: &QueueResult{ID: r.ID, Stale: r.Stale, Duplicate: r.Duplicate}}
+}
+
+// settleOne settles one delivery. Unless *bumped, a change takes a new
+// revision and sets *bumped: the items of a batch share one. A refusal for
+// the receipt is the item's Err.
+func (s *State) settleOne(name string, id, token uint64, receiptHash []byte, kind settleKind, bumped *bool, emit EventSink) QueueItemResult {
+	q, it, ok := s.current(name, id, token)
 	if !ok {
 		if kind == settleAck && q != nil {
-			if e, seen := q.acks.get(c.GetId()); seen && e.token == c.GetDeliveryToken() {
-				if e.receipt != string(c.GetReceiptHash()) {
-					return notYours("ack", q, c.GetId(), c.GetDeliveryToken())
+			if e, seen := q.acks.get(id); seen && e.token == token {
+				if e.receipt != string(receiptHash) {
+					return QueueItemResult{ID: id, Err: notYours("ack", q, id, token)}
 				}
-				return Result{Queue: &QueueResult{ID: c.GetId(), Duplicate: true}} // acked again: idempotent
+				return QueueItemResult{ID: id, Duplicate: true} // acked again: idempotent
 			}
 		}
-		return Result{Queue: &QueueResult{ID: c.GetId(), Stale: true}}
+		return QueueItemResult{ID: id, Stale: true}
 	}
-	if kind != settleExpire && it.receipt != string(c.GetReceiptHash()) {
-		return notYours(settleNames[kind], q, it.id, it.token)
+	if kind != settleExpire && it.receipt != string(receiptHash) {
+		return QueueItemResult{ID: id, Err: notYours(settleNames[kind], q, it.id, it.token)}
 	}
-	s.bump()
+	if !*bumped {
+		s.bump()
+		*bumped = true
+	}
 	had := q.length()
 	q.inflight.Delete(it)
 	s.queues.unhold(it.session, qref{q.name, it.id})
@@ -484,22 +376,24 @@ func (s *State) settle(c *fsmpb.QueueSettle, kind settleKind, emit EventSink) Re
 	if kind == settleAck {
 		q.acks.put(it.id, it.id, it.token, it.receipt)
 		s.queueResized(q, had)
-		return Result{Queue: &QueueResult{ID: it.id}}
+		return QueueItemResult{ID: it.id}
 	}
-	s.putBack(q, it, emit)
-	return Result{Queue: &QueueResult{ID: it.id}}
+	s.putBack(q, it.qItem, emit)
+	return QueueItemResult{ID: it.id}
 }
 
 // putBack returns a delivered item to its place among the ready items, or
 // to the dead letters once it has had max attempts deliveries.
 func (s *State) putBack(q *queue, it qItem, emit EventSink) {
-	it.token, it.visMs, it.session, it.receipt = 0, 0, 0, ""
 	if it.attempts >= q.maxAttempts {
+		// A copy of its own: the payload may share a restored chunk, which
+		// a dead letter must not keep (queue_snapshot.go).
+		it.payload = append([]byte(nil), it.payload...)
 		q.dead.ReplaceOrInsert(it)
 		s.counters.DeadLettered++
 		return
 	}
-	q.ready.ReplaceOrInsert(it)
+	q.ready.returned(it)
 	emit(Event{Kind: EventQueueReady, Name: q.name, Queue: &QueueEvent{ID: it.id, Ready: 1}})
 }
 
@@ -512,7 +406,7 @@ func (s *State) extend(c *fsmpb.QueueExtend, emit EventSink) Result {
 		return Result{Queue: &QueueResult{ID: c.GetId(), Stale: true}}
 	}
 	if it.receipt != string(c.GetReceiptHash()) {
-		return notYours("extend", q, it.id, it.token)
+		return Result{Err: notYours("extend", q, it.id, it.token)}
 	}
 	s.bump()
 	it.visMs = c.GetVisibilityMs()
@@ -552,7 +446,7 @@ func (s *State) requeueDead(c *fsmpb.QueueRequeueDead, emit EventSink) Result {
 	s.bump()
 	for _, it := range moved {
 		it.attempts = 0
-		q.ready.ReplaceOrInsert(it)
+		q.ready.returned(it)
 	}
 	emit(Event{Kind: EventQueueReady, Name: q.name, Queue: &QueueEvent{ID: moved[0].id, Ready: len(moved)}})
 	return Result{Queue: &QueueResult{Requeued: len(moved)}}
@@ -578,9 +472,9 @@ func (s *State) queueSessionEnded(session uint64, emit EventSink) {
 	delete(s.queues.session, session)
 	for _, r := range refs {
 		q := s.queues.byName[r.queue]
-		it, _ := q.inflight.Delete(qItem{id: r.id})
+		it, _ := q.inflight.Delete(qFlight{qItem: qItem{id: r.id}})
 		emit(Event{Kind: EventQueueSettled, Name: q.name, Queue: &QueueEvent{ID: it.id, Token: it.token}})
-		s.putBack(q, it, emit)
+		s.putBack(q, it.qItem, emit)
 	}
 }
 
@@ -601,8 +495,8 @@ func (s *State) QueueStats(name string) QueueStatsView {
 	if q == nil {
 		return QueueStatsView{MaxAttempts: DefaultMaxAttempts}
 	}
-	v := QueueStatsView{Exists: true, Ready: q.ready.Len(), InFlight: q.inflight.Len(), Dead: q.dead.Len(), MaxAttempts: q.maxAttempts}
-	if it, ok := q.ready.Min(); ok {
+	v := QueueStatsView{Exists: true, Ready: q.ready.len(), InFlight: q.inflight.Len(), Dead: q.dead.Len(), MaxAttempts: q.maxAttempts}
+	if it, ok := q.ready.min(); ok {
 		v.OldestID = it.id
 	}
 	if it, ok := q.inflight.Min(); ok && (v.OldestID == 0 || it.id < v.OldestID) {
@@ -613,6 +507,15 @@ func (s *State) QueueStats(name string) QueueStatsView {
 
 // QueueCount is the number of queues.
 func (s *State) QueueCount() int { return len(s.queues.byName) }
+
+// QueueItems is the number of items all queues store: O(queues).
+func (s *State) QueueItems() int {
+	n := 0
+	for _, q := range s.queues.byName {
+		n += q.length()
+	}
+	return n
+}
 
 // QueueLen is the number of items the named queue stores: ready, in
 // flight and dead.
@@ -655,92 +558,10 @@ type InFlightView struct {
 
 // InFlight calls fn for every delivery in flight, by queue name and id.
 func (s *State) InFlight(fn func(InFlightView)) {
-	for _, name := range slices.Sorted(maps.Keys(s.queues.byName)) {
-		s.queues.byName[name].inflight.Ascend(func(it qItem) bool {
+	for _, name := range sortedKeys(s.queues.byName) {
+		s.queues.byName[name].inflight.Ascend(func(it qFlight) bool {
 			fn(InFlightView{Queue: name, ID: it.id, Token: it.token, VisibilityMs: it.visMs})
 			return true
 		})
 	}
-}
-
-// QueueSnapshot is a copy-on-write clone of every queue, taken in O(number
-// of queues) under the state lock; Export serialises it later, while Apply
-// goes on.
-type QueueSnapshot struct{ queues []*queue }
-
-// CloneQueues takes a QueueSnapshot. The caller holds the state lock.
-func (s *State) CloneQueues() QueueSnapshot {
-	var qs QueueSnapshot
-	for _, name := range slices.Sorted(maps.Keys(s.queues.byName)) {
-		qs.queues = append(qs.queues, s.queues.byName[name].clone())
-	}
-	return qs
-}
-
-// Export serialises the cloned queues, by name. It needs no lock and may
-// run once, concurrently with Apply.
-func (qs QueueSnapshot) Export() []*fsmpb.QueueState {
-	out := make([]*fsmpb.QueueState, 0, len(qs.queues))
-	items := func(t *btree.BTreeG[qItem]) []*fsmpb.QueueItemState {
-		l := make([]*fsmpb.QueueItemState, 0, t.Len())
-		t.Ascend(func(it qItem) bool {
-			l = append(l, &fsmpb.QueueItemState{Id: it.id, Payload: it.payload, Attempts: it.attempts, DeliveryToken: it.token, VisibilityMs: it.visMs, Session: it.session, ReceiptHash: []byte(it.receipt)})
-			return true
-		})
-		return l
-	}
-	for _, q := range qs.queues {
-		st := &fsmpb.QueueState{Name: q.name, MaxAttempts: q.maxAttempts, Ready: items(q.ready), InFlight: items(q.inflight), Dead: items(q.dead), EmptySince: q.emptySince}
-		q.ops.bySeq.Ascend(func(e memoEntry[string]) bool {
-			st.Ops = append(st.Ops, &fsmpb.QueueMemo{OperationId: e.key, Id: e.id})
-			return true
-		})
-		q.acks.bySeq.Ascend(func(e memoEntry[uint64]) bool {
-			st.Acks = append(st.Acks, &fsmpb.QueueMemo{Id: e.id, Token: e.token, ReceiptHash: []byte(e.receipt)})
-			return true
-		})
-		out = append(out, st)
-	}
-	return out
-}
-
-// importQueues rebuilds the queues of a snapshot; sessions are already in.
-func (s *State) importQueues(states []*fsmpb.QueueState) error {
-	s.queues.init()
-	for _, st := range states {
-		if st.GetMaxAttempts() == 0 {
-			return fmt.Errorf("snapshot: queue %q has max attempts 0", st.GetName())
-		}
-		q := newQueue(st.GetName(), st.GetMaxAttempts())
-		for _, it := range st.GetReady() {
-			q.ready.ReplaceOrInsert(qItem{id: it.GetId(), payload: it.GetPayload(), attempts: it.GetAttempts()})
-		}
-		for _, it := range st.GetInFlight() {
-			if it.GetSession() != 0 {
-				if _, ok := s.sessions[it.GetSession()]; !ok {
-					return fmt.Errorf("snapshot: queue %q item %d held by unknown session %d", q.name, it.GetId(), it.GetSession())
-				}
-			}
-			q.inflight.ReplaceOrInsert(qItem{id: it.GetId(), payload: it.GetPayload(), attempts: it.GetAttempts(), token: it.GetDeliveryToken(), visMs: it.GetVisibilityMs(), session: it.GetSession(), receipt: string(it.GetReceiptHash())})
-			s.queues.hold(it.GetSession(), qref{q.name, it.GetId()})
-		}
-		for _, it := range st.GetDead() {
-			q.dead.ReplaceOrInsert(qItem{id: it.GetId(), payload: it.GetPayload(), attempts: it.GetAttempts()})
-		}
-		for _, m := range st.GetOps() {
-			q.ops.put(m.GetOperationId(), m.GetId(), 0, "")
-		}
-		for _, m := range st.GetAcks() {
-			q.acks.put(m.GetId(), m.GetId(), m.GetToken(), string(m.GetReceiptHash()))
-		}
-		s.queues.byName[q.name] = q
-		if q.length() > 0 {
-			s.queues.nonEmpty++
-		} else {
-			q.emptySince = st.GetEmptySince()
-			s.queues.empty.ReplaceOrInsert(emptyRef{q.emptySince, q.name})
-		}
-	}
-	s.queues.trimEmpty() // a snapshot written before empty queues were bounded
-	return nil
 }

@@ -1,7 +1,5 @@
 package fsm
 
-import "github.com/google/btree"
-
 // Purge and delete: removing a queue's items, or the queue itself.
 
 // purgeQueue removes every item of the named queue (ready, in flight and
@@ -50,13 +48,13 @@ func (s *State) deleteQueue(name string, emit EventSink) Result {
 // that it is moot. Waiting consumers need nothing: no item became ready.
 // The caller keeps the counters right.
 func (s *State) dropItems(q *queue, emit EventSink) {
-	q.inflight.Ascend(func(it qItem) bool {
+	q.inflight.Ascend(func(it qFlight) bool {
 		s.queues.unhold(it.session, qref{q.name, it.id})
 		emit(Event{Kind: EventQueueSettled, Name: q.name, Queue: &QueueEvent{ID: it.id, Token: it.token}})
 		return true
 	})
 	// Fresh trees: O(1); a snapshot's clones keep the old ones.
-	q.ready = btree.NewG(btreeDegree, itemLess)
-	q.inflight = btree.NewG(btreeDegree, itemLess)
-	q.dead = btree.NewG(btreeDegree, itemLess)
+	q.ready = newReadySet()
+	q.inflight = newFlightTree()
+	q.dead = newItemTree()
 }

@@ -402,11 +402,15 @@ func (m *queueModel) check(t *rapid.T) {
 	}
 	for _, q := range qmQueues {
 		qs := got[q]
+		ready, dead, err := fsm.QueueItemsOf(snap, q)
+		if err != nil {
+			t.Fatalf("queue %s: %v", q, err)
+		}
 		for _, c := range []struct {
 			what  string
 			state qmState
 			have  []*fsmpb.QueueItemState
-		}{{"ready", qmReady, qs.GetReady()}, {"in flight", qmInFlight, qs.GetInFlight()}, {"dead", qmDead, qs.GetDead()}} {
+		}{{"ready", qmReady, ready}, {"in flight", qmInFlight, qs.GetInFlight()}, {"dead", qmDead, dead}} {
 			if want := m.byState(q, c.state); !slices.Equal(ids(c.have), want) {
 				t.Fatalf("queue %s %s: state has %v, model %v", q, c.what, ids(c.have), want)
 			}
@@ -649,6 +653,113 @@ func TestQueueProperties(t *testing.T) {
 					t.Fatal("snapshot round trip changed the state")
 				}
 				m.st = restored
+			},
+			"enqueue batch": func(t *rapid.T) {
+				q := rapid.SampledFrom(qmQueues).Draw(t, "queue")
+				ops := rapid.SliceOfN(rapid.SampledFrom([]string{"", "", "a", "b", "c", "d"}), 1, 4).Draw(t, "ops")
+				var items []item
+				for _, op := range ops {
+					items = append(items, item{"p", op})
+				}
+				r := m.st.Apply(enqueueBatchCmd(q, 0, items...), nil)
+				if r.Err != nil {
+					t.Fatal(r.Err)
+				}
+				var prevNew uint64
+				for i, op := range ops {
+					got, key := r.Queue.Enqueued[i], q+"/"+op
+					if first, seen := m.ops[key]; op != "" && seen {
+						if !got.Duplicate || got.ID != first {
+							t.Fatalf("batch item %d with op %s: %+v, want duplicate of %d", i, key, got, first)
+						}
+						continue
+					}
+					// New items take consecutive revisions.
+					if got.Duplicate || (len(m.ids) > 0 && got.ID <= m.ids[len(m.ids)-1]) || (prevNew != 0 && got.ID != prevNew+1) {
+						t.Fatalf("batch item %d: %+v after ids %v", i, got, m.ids)
+					}
+					prevNew = got.ID
+					if op != "" {
+						m.ops[key] = got.ID
+					}
+					m.items[got.ID] = &qmItem{id: got.ID, queue: q, state: qmReady}
+					m.ids = append(m.ids, got.ID)
+				}
+			},
+			"dequeue batch": func(t *rapid.T) {
+				q := rapid.SampledFrom(qmQueues).Draw(t, "queue")
+				var sess uint64
+				if len(m.live) > 0 && rapid.Bool().Draw(t, "under session") {
+					sess = rapid.SampledFrom(m.live).Draw(t, "session")
+				}
+				rcs := rapid.SliceOfN(rapid.SampledFrom(qmReceipts), 1, 4).Draw(t, "receipts")
+				r := m.st.Apply(dequeueBatchCmd(q, sess, rcs...), nil)
+				if r.Err != nil {
+					t.Fatal(r.Err)
+				}
+				ready := m.byState(q, qmReady)
+				if want := min(len(rcs), len(ready)); len(r.Queue.Items) != want || r.Queue.Empty != (want == 0) {
+					t.Fatalf("dequeue batch of %d from %s with %d ready: %+v", len(rcs), q, len(ready), r.Queue)
+				}
+				for i, d := range r.Queue.Items {
+					it := m.items[ready[i]]
+					if d.ID != it.id || d.Attempt != it.attempts+1 || d.Token <= m.maxToken {
+						t.Fatalf("dequeue batch item %d: %+v, want item %d attempt %d token above %d", i, d, it.id, it.attempts+1, m.maxToken)
+					}
+					m.maxToken = d.Token
+					it.state, it.attempts, it.token, it.session, it.receipt = qmInFlight, it.attempts+1, d.Token, sess, rcs[i]
+					it.tokens = append(it.tokens, d.Token)
+				}
+			},
+			"settle batch": func(t *rapid.T) {
+				q := rapid.SampledFrom(qmQueues).Draw(t, "queue")
+				var mine []*qmItem
+				for k := rapid.IntRange(1, 4).Draw(t, "size"); len(mine) < k; {
+					if it := pickItem(t); it.queue == q {
+						mine = append(mine, it)
+					} else if rapid.Bool().Draw(t, "stop") {
+						break
+					}
+				}
+				if len(mine) == 0 {
+					return
+				}
+				ack := rapid.Bool().Draw(t, "ack")
+				ds := make([]delivery, len(mine))
+				for i, it := range mine {
+					ds[i] = delivery{it.id, pickToken(t, it), pickReceipt(t, it)}
+				}
+				r := m.st.Apply(settleBatchCmd(q, ack, ds...), nil)
+				if r.Err != nil {
+					t.Fatal(r.Err)
+				}
+				for i, it := range mine {
+					got, d := r.Queue.Items[i], ds[i]
+					current := it.state == qmInFlight && d.token == it.token && d.token != 0
+					switch {
+					case current && d.receipt != it.receipt, ack && it.state == qmAcked && !it.forgotten && d.token == it.token && d.receipt != it.receipt:
+						if !errors.Is(got.Err, fsm.ErrPermissionDenied) {
+							t.Fatalf("batch item %d (%+v) with a wrong receipt: %+v", i, it, got)
+						}
+					case current:
+						if got.Err != nil || got.Stale || got.Duplicate {
+							t.Fatalf("batch item %d of the current delivery: %+v", i, got)
+						}
+						if ack {
+							it.state, it.session = qmAcked, 0
+						} else {
+							m.putBack(it)
+						}
+					case ack && it.state == qmAcked && !it.forgotten && d.token == it.token:
+						if got.Err != nil || !got.Duplicate {
+							t.Fatalf("batch item %d, a repeated ack: %+v", i, got)
+						}
+					default:
+						if got.Err != nil || !got.Stale {
+							t.Fatalf("batch item %d (%+v) with token %d: %+v, want stale", i, it, d.token, got)
+						}
+					}
+				}
 			},
 			"": func(t *rapid.T) { m.check(t) },
 		}

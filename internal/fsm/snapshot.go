@@ -1,9 +1,17 @@
 package fsm
 
 import (
+	"bufio"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 )
@@ -13,8 +21,18 @@ import (
 func (s *State) Export() *fsmpb.Snapshot {
 	snap := s.exportCore()
 	exportKV(snap, s.kv.tree)
-	snap.Queues = s.CloneQueues().Export()
+	exportQueues(snap, s.CloneQueues())
 	return snap
+}
+
+// exportQueues adds the cloned queues to snap, their items as
+// Snapshot.queue_items.
+func exportQueues(snap *fsmpb.Snapshot, qs QueueSnapshot) {
+	snap.Queues = qs.Export()
+	_ = qs.Items(func(c *fsmpb.QueueItems) error {
+		snap.QueueItems = append(snap.QueueItems, &fsmpb.QueueItems{Queue: c.GetQueue(), Dead: c.GetDead(), Packed: append([]byte(nil), c.GetPacked()...)})
+		return nil
+	})
 }
 
 // exportCore is Export without the keys of the key-value store and the
@@ -60,8 +78,21 @@ func (s *State) exportCore() *fsmpb.Snapshot {
 	return snap
 }
 
-// Import builds a state from a snapshot made by Export.
+// Import builds a state from a snapshot made by Export. The state may
+// share snap's bytes: snap must not change afterwards.
 func Import(snap *fsmpb.Snapshot) (*State, error) {
+	var items itemLoader
+	for _, c := range snap.GetQueueItems() {
+		if err := items.chunk(c); err != nil {
+			return nil, err
+		}
+	}
+	return importWith(snap, &items)
+}
+
+// importWith is Import with the queue items gathered already (snap's own
+// queue_items are ignored).
+func importWith(snap *fsmpb.Snapshot, items *itemLoader) (*State, error) {
 	s := NewState()
 	s.revision = snap.GetRevision()
 	if err := checkFenceFloor(snap.GetFenceFloor(), s.revision); err != nil {
@@ -147,10 +178,140 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 	if err := s.importKV(snap); err != nil {
 		return nil, err
 	}
-	if err := s.importQueues(snap.GetQueues()); err != nil {
+	if err := s.importQueues(snap.GetQueues(), items); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// ReadSnapshot decodes a snapshot written by FSM.Snapshot's Persist (or
+// any encoding of a Snapshot) from r and builds its state. It reads the
+// stream field by field: the queue items chunk by chunk as they come
+// (queue_snapshot.go), everything else into one message decoded at the
+// end, so the snapshot is never held whole in memory.
+func ReadSnapshot(r io.Reader) (*State, error) {
+	br := bufio.NewReaderSize(r, 1<<20)
+	var core []byte
+	var items itemLoader
+	for {
+		tag, err := binary.ReadUvarint(br)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading a field tag: %w", unexpectedEOF(err))
+		}
+		num, typ := protowire.DecodeTag(tag)
+		if !num.IsValid() {
+			return nil, fmt.Errorf("field number %d is invalid", num)
+		}
+		switch typ {
+		case protowire.VarintType:
+			v, err := binary.ReadUvarint(br)
+			if err != nil {
+				return nil, fmt.Errorf("reading field %d: %w", num, unexpectedEOF(err))
+			}
+			core = protowire.AppendVarint(protowire.AppendTag(core, num, typ), v)
+		case protowire.Fixed32Type, protowire.Fixed64Type, protowire.BytesType:
+			size := uint64(4)
+			if typ == protowire.Fixed64Type {
+				size = 8
+			}
+			if typ == protowire.BytesType {
+				if size, err = binary.ReadUvarint(br); err != nil {
+					return nil, fmt.Errorf("reading the length of field %d: %w", num, unexpectedEOF(err))
+				}
+				if size > maxSnapshotField {
+					return nil, fmt.Errorf("field %d is %d bytes long", num, size)
+				}
+			}
+			if num == snapshotQueueItems && typ == protowire.BytesType {
+				buf := make([]byte, size)
+				if _, err := io.ReadFull(br, buf); err != nil {
+					return nil, fmt.Errorf("reading queue items: %w", unexpectedEOF(err))
+				}
+				c, err := parseQueueItems(buf)
+				if err != nil {
+					return nil, fmt.Errorf("queue items: %w", err)
+				}
+				if err := items.chunk(c); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			core = protowire.AppendTag(core, num, typ)
+			if typ == protowire.BytesType {
+				core = protowire.AppendVarint(core, size)
+			}
+			start := len(core)
+			core = slices.Grow(core, int(size))[:start+int(size)]
+			if _, err := io.ReadFull(br, core[start:]); err != nil {
+				return nil, fmt.Errorf("reading field %d: %w", num, unexpectedEOF(err))
+			}
+		default:
+			return nil, fmt.Errorf("field %d has wire type %d", num, typ)
+		}
+	}
+	snap := &fsmpb.Snapshot{}
+	if err := proto.Unmarshal(core, snap); err != nil {
+		return nil, err
+	}
+	return importWith(snap, &items)
+}
+
+// parseQueueItems decodes a QueueItems message whose packed items keep
+// sharing b (proto.Unmarshal would copy them).
+func parseQueueItems(b []byte) (*fsmpb.QueueItems, error) {
+	c := &fsmpb.QueueItems{}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, protowire.ParseError(n)
+		}
+		b = b[n:]
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return nil, protowire.ParseError(n)
+			}
+			if !utf8.Valid(v) {
+				return nil, errors.New("the queue name is not valid UTF-8")
+			}
+			c.Queue, b = string(v), b[n:]
+		case num == 2 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return nil, protowire.ParseError(n)
+			}
+			c.Dead, b = protowire.DecodeBool(v), b[n:]
+		case num == 3 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return nil, protowire.ParseError(n)
+			}
+			c.Packed, b = v, b[n:]
+		default: // a field this version does not know
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return nil, protowire.ParseError(n)
+			}
+			b = b[n:]
+		}
+	}
+	return c, nil
+}
+
+// maxSnapshotField bounds one length-delimited field of a snapshot read
+// by ReadSnapshot (the key-value store and the queues' own state are
+// fields of that kind; their items come in chunks).
+const maxSnapshotField = 1 << 34
+
+func unexpectedEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
 }
 
 func histToProto(name string, h histRec) *fsmpb.HistoryRecord {

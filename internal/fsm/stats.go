@@ -119,8 +119,8 @@ type QueueSizes struct {
 // EachQueue calls fn for every queue, in no particular order: O(queues).
 func (s *State) EachQueue(fn func(QueueSizes)) {
 	for name, q := range s.queues.byName {
-		v := QueueSizes{Name: name, Ready: q.ready.Len(), InFlight: q.inflight.Len(), Dead: q.dead.Len()}
-		if it, ok := q.ready.Min(); ok {
+		v := QueueSizes{Name: name, Ready: q.ready.len(), InFlight: q.inflight.Len(), Dead: q.dead.Len()}
+		if it, ok := q.ready.min(); ok {
 			v.OldestReady = it.id
 		}
 		fn(v)

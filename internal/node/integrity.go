@@ -1,12 +1,17 @@
 package node
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
+	"hash/crc64"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/hashicorp/raft"
 
@@ -23,8 +28,10 @@ import (
 // or a state that quietly lacks entries:
 //
 //   - every snapshot directory has its meta.json, and the newest snapshot's
-//     state file matches the checksum in it (raft would otherwise skip to
-//     an older snapshot, whose log may be gone);
+//     state file has the size it records and matches the checksum in it
+//     (raft would otherwise skip to an older snapshot, whose log may be
+//     gone); the checksum is checked as the state file is restored, in
+//     the same pass (startSnapshots);
 //   - the log and the newest snapshot leave no gap: the log starts at or
 //     before the entry after the snapshot;
 //   - every log entry from the first to the last reads back, carries its
@@ -43,7 +50,9 @@ import (
 func snapshotsDir(dataDir string) string { return filepath.Join(dataDir, "snapshots", "snapshots") }
 
 // checkSnapshots checks the snapshot directories and the newest snapshot's
-// checksum, and returns the newest snapshot's metadata (nil if none).
+// state file, and returns the newest snapshot's metadata (nil if none).
+// The state file's checksum is checked as raft restores it (see
+// startSnapshots).
 func checkSnapshots(dataDir string, snaps *raft.FileSnapshotStore) (*raft.SnapshotMeta, error) {
 	dir := snapshotsDir(dataDir)
 	entries, err := os.ReadDir(dir)
@@ -74,13 +83,116 @@ func checkSnapshots(dataDir string, snaps *raft.FileSnapshotStore) (*raft.Snapsh
 		return nil, nil
 	}
 	newest := metas[0]
-	_, rc, err := snaps.Open(newest.ID) // reads the whole state file to check its CRC-64
+	state := filepath.Join(dir, newest.ID, "state.bin")
+	fi, err := os.Stat(state)
+	if err == nil && fi.Size() != newest.Size {
+		err = fmt.Errorf("its state file is %d bytes, its meta.json says %d", fi.Size(), newest.Size)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("node: snapshot %s (index %d) is damaged: %v; %s", filepath.Join(dir, newest.ID), newest.Index, err, store.Remedy)
 	}
-	rc.Close()
 	return newest, nil
 }
+
+// startSnapshots is the snapshot store raft is given. raft's file store
+// reads a snapshot's whole state file to check its CRC-64 before it hands
+// out a reader, and the state machine then reads it again; for a large
+// state that is seconds of a start. For the restore of the newest snapshot
+// at the start, startSnapshots hands out instead a reader that checks the
+// CRC-64 as the state machine reads: one pass. A mismatch ends the stream
+// with an error where it would end, so the state machine, which builds its
+// state only once it has read everything (fsm.ReadSnapshot), never takes
+// a damaged snapshot. Every other Open goes to raft's store.
+type startSnapshots struct {
+	*raft.FileSnapshotStore
+	dir string // snapshotsDir
+
+	// mu guards newest and stream.
+	mu     sync.Mutex
+	newest *raft.SnapshotMeta // opened once this way, then nil
+	stream *checkedState
+}
+
+// errSnapshotCRC: the state file of a snapshot does not match its
+// checksum (raft's store says "CRC mismatch" too).
+var errSnapshotCRC = errors.New("the state file fails its checksum (CRC mismatch)")
+
+// Open implements raft.SnapshotStore.
+func (s *startSnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.newest == nil || id != s.newest.ID {
+		return s.FileSnapshotStore.Open(id)
+	}
+	meta := s.newest
+	s.newest = nil
+	b, err := os.ReadFile(filepath.Join(s.dir, id, "meta.json"))
+	if err != nil {
+		return nil, nil, err
+	}
+	var m struct{ CRC []byte }
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, nil, err
+	}
+	fh, err := os.Open(filepath.Join(s.dir, id, "state.bin"))
+	if err != nil {
+		return nil, nil, err
+	}
+	s.stream = &checkedState{fh: fh, hash: crc64.New(crc64.MakeTable(crc64.ECMA)), want: m.CRC}
+	return meta, s.stream, nil
+}
+
+// crcMismatch reports whether the state file handed out for the newest
+// snapshot fails its checksum (read anew if the restore stopped before
+// its end): the damage to report when its restore failed.
+func (s *startSnapshots) crcMismatch() bool {
+	s.mu.Lock()
+	st := s.stream
+	s.mu.Unlock()
+	if st == nil {
+		return false
+	}
+	if st.err != nil {
+		return errors.Is(st.err, errSnapshotCRC)
+	}
+	fh, err := os.Open(st.fh.Name())
+	if err != nil {
+		return false
+	}
+	defer fh.Close()
+	h := crc64.New(crc64.MakeTable(crc64.ECMA))
+	if _, err := io.Copy(h, fh); err != nil {
+		return false
+	}
+	return !bytes.Equal(h.Sum(nil), st.want)
+}
+
+// checkedState reads a state file and checks its CRC-64 at its end. It
+// does not buffer: its reader (fsm.ReadSnapshot) does.
+type checkedState struct {
+	fh   *os.File
+	hash hash.Hash64
+	want []byte
+	err  error // the end: io.EOF or errSnapshotCRC
+}
+
+func (c *checkedState) Read(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	n, err := c.fh.Read(p)
+	c.hash.Write(p[:n])
+	if err == io.EOF {
+		c.err = io.EOF
+		if !bytes.Equal(c.hash.Sum(nil), c.want) {
+			c.err = errSnapshotCRC
+		}
+		err = c.err
+	}
+	return n, err
+}
+
+func (c *checkedState) Close() error { return c.fh.Close() }
 
 // checkLog reads every entry of the log and checks it (see above); snap is
 // the newest snapshot's index (0: none).
@@ -153,8 +265,12 @@ func entryError(stores *store.Stores, index uint64, what string) error {
 }
 
 // checkedAppends is the log as raft sees it: an append of a command entry
-// that fails its checksum is refused before it is stored.
-type checkedAppends struct{ raft.LogStore }
+// that fails its checksum is refused before it is stored. stored, if set,
+// is told the bytes of the entries stored (see Node.logStored).
+type checkedAppends struct {
+	raft.LogStore
+	stored func(bytes int)
+}
 
 func (c checkedAppends) StoreLog(l *raft.Log) error { return c.StoreLogs([]*raft.Log{l}) }
 
@@ -167,7 +283,17 @@ func (c checkedAppends) StoreLogs(logs []*raft.Log) error {
 			return fmt.Errorf("node: refusing to store log entry %d, which %s (damaged on the leader's disk or on the way?)", l.Index, err)
 		}
 	}
-	return c.LogStore.StoreLogs(logs)
+	if err := c.LogStore.StoreLogs(logs); err != nil {
+		return err
+	}
+	if c.stored != nil {
+		n := 0
+		for _, l := range logs {
+			n += len(l.Data)
+		}
+		c.stored(n)
+	}
+	return nil
 }
 
 // IsMonotonic implements raft.MonotonicLogStore as the store does.

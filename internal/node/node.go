@@ -73,6 +73,11 @@ type Config struct {
 	// SnapshotThreshold is how many log entries trigger a snapshot.
 	// Default 16384.
 	SnapshotThreshold uint64
+	// SnapshotBytes: a snapshot is also taken once this many bytes of log
+	// entries were stored since the last one, so that the log a restart
+	// replays stays bounded when entries are large (batches of queue
+	// items). Default DefaultSnapshotBytes; negative: entries only.
+	SnapshotBytes int64
 	// LogStore names the storage engine: "bolt" or "wal"; "" is the data
 	// directory's own, or store.DefaultEngine (bolt) for a new one.
 	LogStore string
@@ -122,6 +127,10 @@ type Config struct {
 	Observer Observer
 }
 
+// DefaultSnapshotBytes is the default Config.SnapshotBytes: about a
+// second of replay on the reference machine.
+const DefaultSnapshotBytes = 256 << 20
+
 // DefaultGroupCommitWait is the default Config.GroupCommitWait: about one
 // round trip of a client on the same host under load, and less than half a
 // commit on a local SSD.
@@ -155,6 +164,9 @@ func (c *Config) fill() {
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = d.SnapshotThreshold
 	}
+	if c.SnapshotBytes == 0 {
+		c.SnapshotBytes = DefaultSnapshotBytes
+	}
 	if c.GroupCommitWait == 0 {
 		c.GroupCommitWait = DefaultGroupCommitWait
 	}
@@ -183,6 +195,20 @@ type Node struct {
 	// readTerm is the term in which this node, as leader, has committed
 	// and applied an entry of its own (see LinearizableRead).
 	readTerm atomic.Uint64
+	// logBytes counts the bytes of log entries stored since the last
+	// snapshot; snapKick asks for one (see logStored).
+	logBytes atomic.Int64
+	snapKick chan struct{}
+	// fsmApplied is the index of the last entry the state machine has
+	// applied, or of the snapshot it started from (see caughtUp).
+	fsmApplied atomic.Uint64
+	// opened is when Open returned, with raft's applied index then: the
+	// start of the log's replay (see markReady).
+	opened      time.Time
+	openedIndex uint64
+	// startIndex is the highest index this node had applied before it
+	// started (its applied record): its state is not loaded below it.
+	startIndex uint64
 
 	// lease is until when this node may confirm keepalives (see KeepAlive).
 	lease leaderLease
@@ -202,6 +228,7 @@ type Node struct {
 // Open opens the data directory and starts raft. sink receives every
 // state-machine event (after the lessor has seen it); it must not block.
 func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
+	start := time.Now()
 	cfg.fill()
 	if err := fsm.ValidateRetention(cfg.LockHistory, cfg.RegisterOpMemory); err != nil {
 		return nil, err
@@ -212,7 +239,7 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 	n := &Node{
 		cfg: cfg, leadCh: make(chan bool, 16), ready: make(chan struct{}),
 		proposals: make(chan *proposal, maxBatch), slots: make(chan struct{}, maxInflight),
-		applying: make(chan inflight, maxInflight), quit: make(chan struct{}),
+		applying: make(chan inflight, maxInflight), quit: make(chan struct{}), snapKick: make(chan struct{}, 1),
 	}
 	n.fsm = fsm.New(func(e fsm.Event) {
 		n.lessor.Observe(e)
@@ -244,15 +271,18 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 	}
 	n.snaps = snaps
 	// The data directory's integrity (integrity.go), before raft reads it.
+	checkStart := time.Now()
 	newest, err := checkSnapshots(cfg.DataDir, snaps)
 	if err != nil {
 		stores.Close()
 		return nil, err
 	}
+	snapChecked := time.Now()
 	if n.rec, err = openRecord(filepath.Join(cfg.DataDir, "raft", recordFile), stores.Log, stores.Stable, snaps, logging.Writer(cfg.Logger, slog.LevelError)); err != nil {
 		stores.Close()
 		return nil, err
 	}
+	n.startIndex = n.rec.record().Index
 	var snapIndex uint64
 	if newest != nil {
 		snapIndex = newest.Index
@@ -261,6 +291,7 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 		stores.Close()
 		return nil, err
 	}
+	logChecked := time.Now()
 	if err := n.rec.startRecord(stores.Stable); err != nil {
 		stores.Close()
 		return nil, err
@@ -353,21 +384,67 @@ func Open(cfg Config, sink fsm.EventSink) (*Node, error) {
 			return nil, fmt.Errorf("node: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, recordingFSM{n.fsm, n.rec}, checkedAppends{stores.Log}, stores.Stable, snaps, trans)
+	// Raft restores the newest snapshot (checked above) before it starts.
+	n.fsmApplied.Store(snapIndex)
+	raftStart := time.Now()
+	ss := &startSnapshots{FileSnapshotStore: snaps, dir: snapshotsDir(cfg.DataDir), newest: newest}
+	r, err := raft.NewRaft(rc, recordingFSM{n.fsm, n.rec, &n.fsmApplied, cfg.Logger, &n.logBytes}, checkedAppends{stores.Log, n.logStored}, stores.Stable, ss, trans)
 	if err != nil {
 		stores.Close()
-		if ferr := n.fsm.Err(); ferr != nil && newest != nil { // the newest snapshot did not decode
+		if ferr := n.fsm.Err(); ferr != nil && newest != nil { // the newest snapshot did not decode, or failed its checksum
+			if ss.crcMismatch() {
+				ferr = errSnapshotCRC
+			}
 			return nil, fmt.Errorf("node: snapshot %s (index %d) is damaged: %v; %s", filepath.Join(snapshotsDir(cfg.DataDir), newest.ID), newest.Index, ferr, store.Remedy)
 		}
 		return nil, fmt.Errorf("node: starting raft: %w", err)
 	}
 	n.raft = r
+	n.opened, n.openedIndex = time.Now(), r.AppliedIndex()
+	lastIndex, _ := stores.Log.LastIndex()
+	cfg.Logger.Info("data directory opened", "ms", n.opened.Sub(start).Milliseconds(),
+		"snapshot_check_ms", snapChecked.Sub(checkStart).Milliseconds(), "log_check_ms", logChecked.Sub(snapChecked).Milliseconds(),
+		"snapshot_restore_ms", n.opened.Sub(raftStart).Milliseconds(), "snapshot_index", snapIndex, "last_log_index", lastIndex)
 	n.observeLeaders()
-	n.wg.Add(3)
+	n.wg.Add(4)
 	go n.batcher()
 	go n.answerer()
 	go func() { defer n.wg.Done(); n.rec.run(n.quit) }()
+	go n.snapshotter()
 	return n, nil
+}
+
+// logStored counts bytes of log entries stored (checkedAppends) and asks
+// for a snapshot once Config.SnapshotBytes of them came since the last.
+func (n *Node) logStored(bytes int) {
+	if n.cfg.SnapshotBytes > 0 && n.logBytes.Add(int64(bytes)) >= n.cfg.SnapshotBytes {
+		select {
+		case n.snapKick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// snapshotter takes the snapshots logStored asks for, until the node
+// closes. raft's own (by entries) go on as before; either resets the count.
+func (n *Node) snapshotter() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.quit:
+			return
+		case <-n.snapKick:
+		}
+		if n.logBytes.Load() < n.cfg.SnapshotBytes {
+			continue // one was taken meanwhile
+		}
+		start := time.Now()
+		if err := n.settle(n.raft.Snapshot()); err != nil { // ends at Close too
+			n.cfg.Logger.Debug("snapshot by log size", "err", err)
+			continue
+		}
+		n.cfg.Logger.Info("snapshot taken", "reason", "log size", "ms", time.Since(start).Milliseconds())
+	}
 }
 
 // Run follows leadership changes and runs the lessor until ctx ends. It
@@ -390,14 +467,13 @@ func (n *Node) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	// A follower is ready once it knows a leader to send clients to.
+	// Ready once Health says so (see Ready); polled until then.
 	poll := time.NewTicker(20 * time.Millisecond)
 	defer poll.Stop()
 	for {
 		select {
 		case <-poll.C:
-			if _, leader := n.raft.LeaderWithID(); leader != "" && n.raft.State() == raft.Follower {
-				n.readyOnce.Do(func() { close(n.ready) })
+			if n.markReady() {
 				poll.Stop()
 			}
 		case <-ctx.Done():
@@ -409,6 +485,7 @@ func (n *Node) Run(ctx context.Context) error {
 				if err := n.promote(ctx); err != nil {
 					return err
 				}
+				n.markReady()
 			} else {
 				n.lessor.Demote()
 				n.hooksMu.Lock()
@@ -449,8 +526,26 @@ func (n *Node) promote(ctx context.Context) error {
 	n.lessor.Promote(promoteAllowance)
 	n.applySettings(ctx)
 	n.EnsureSigningKey(ctx) // security.go
-	n.readyOnce.Do(func() { close(n.ready) })
 	return nil
+}
+
+// markReady closes Ready, and logs how long the start took, the first
+// time Health says the node is ready; it reports whether Ready is closed.
+func (n *Node) markReady() bool {
+	select {
+	case <-n.ready:
+		return true
+	default:
+	}
+	if !n.Health().Ready() {
+		return false
+	}
+	n.readyOnce.Do(func() {
+		applied := n.raft.AppliedIndex()
+		n.cfg.Logger.Info("ready", "ms_since_open", time.Since(n.opened).Milliseconds(), "log_entries_applied", applied-min(applied, n.openedIndex), "leader", n.raft.State() == raft.Leader)
+		close(n.ready)
+	})
+	return true
 }
 
 // applySettings proposes this node's configured retention and limits
@@ -501,8 +596,11 @@ func (n *Node) OnDemote(fn func()) {
 	n.onDemote = append(n.onDemote, fn)
 }
 
-// Ready is closed once this node serves: as leader with its state caught
-// up, or as a follower that knows the leader.
+// Ready is closed the first time Health reports the node ready: it knows a
+// leader, its state holds everything it knows is committed (its snapshot
+// and the log after it applied; as leader, also its term's first entry)
+// and its storage accepts a write. /readyz and status report the same
+// Health later on.
 func (n *Node) Ready() <-chan struct{} { return n.ready }
 
 // Batching: concurrent proposals are committed together as one log entry

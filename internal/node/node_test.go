@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -178,5 +180,45 @@ func TestRetentionConfiguredOnPromotion(t *testing.T) {
 	n.Close()
 	if _, err := node.Open(node.Config{DataDir: t.TempDir(), LockHistory: fsm.MaxHistoryLimit + 1, LogOutput: io.Discard}, nil); !errors.Is(err, fsm.ErrInvalid) {
 		t.Fatalf("out-of-range lock history: %v", err)
+	}
+}
+
+// TestSnapshotByLogSize: once SnapshotBytes of log entries were stored
+// since the last snapshot, the node takes one, however few the entries.
+func TestSnapshotByLogSize(t *testing.T) {
+	dir := t.TempDir()
+	n, err := node.Open(node.Config{DataDir: dir, LogOutput: io.Discard, SnapshotBytes: 1 << 20}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { n.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done; n.Close() }()
+	<-n.Ready()
+	snapshots := func() int {
+		entries, _ := os.ReadDir(filepath.Join(dir, "snapshots", "snapshots"))
+		return len(entries)
+	}
+	put := &fsmpb.Command{Op: &fsmpb.Command_KvPut{KvPut: &fsmpb.KVPut{Key: "k", Value: make([]byte, 64<<10)}}}
+	for range 8 { // 512 KiB
+		if _, err := n.Propose(ctx, put); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := snapshots(); s != 0 {
+		t.Fatalf("%d snapshots after half of SnapshotBytes", s)
+	}
+	for range 10 {
+		if _, err := n.Propose(ctx, put); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for snapshots() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no snapshot after more than SnapshotBytes of log")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

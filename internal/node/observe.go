@@ -135,7 +135,12 @@ type Health struct {
 	IsLeader bool
 	// CommitIndex and AppliedIndex: raft's, read together.
 	CommitIndex, AppliedIndex uint64
-	// CaughtUp: this node has applied everything it knows is committed.
+	// StartIndex: the highest index this node had applied before it
+	// started (its applied record, record.go).
+	StartIndex uint64
+	// CaughtUp: this node's state holds everything it knows is
+	// committed, and at least what it held before it started: its
+	// snapshot and log are loaded.
 	CaughtUp bool
 	// Storage: nil when the data directory accepted a write and an fsync
 	// just now, else what went wrong.
@@ -143,7 +148,8 @@ type Health struct {
 }
 
 // Ready reports whether the node can serve: it knows a leader, has
-// applied what is committed and its storage is writable.
+// loaded its state and applied what is committed, and its storage is
+// writable.
 func (h Health) Ready() bool { return h.Leader != "" && h.CaughtUp && h.Storage == nil }
 
 // Reason says why the node is not ready ("" when it is).
@@ -151,12 +157,50 @@ func (h Health) Reason() string {
 	switch {
 	case h.Leader == "":
 		return "no leader"
+	case !h.CaughtUp && h.AppliedIndex < h.StartIndex:
+		return fmt.Sprintf("loading its state: applied index %d of the %d it had applied before it started", h.AppliedIndex, h.StartIndex)
 	case !h.CaughtUp:
 		return fmt.Sprintf("catching up: applied index %d, commit index %d", h.AppliedIndex, h.CommitIndex)
 	case h.Storage != nil:
 		return fmt.Sprintf("storage not writable: %v", h.Storage)
 	}
 	return ""
+}
+
+// caughtUpScan bounds how many entries caughtUp reads.
+const caughtUpScan = 1024
+
+// appliedUnknown is Node.fsmApplied after a snapshot installed at run time.
+const appliedUnknown = ^uint64(0)
+
+// caughtUp reports whether the state machine has applied every entry up
+// to applied, raft's applied index. That index counts entries raft has
+// handed to the state machine, which may still be applying them (a
+// restart's log replay, a follower catching up); and the state machine
+// sees only commands and configuration changes, so its own last index may
+// stay below raft's when no-ops and barriers follow. So: caught up when
+// none of the entries after the state machine's last one, up to applied,
+// is one it still has to apply. Not caught up when there are more than
+// caughtUpScan of them. After a snapshot installed at run time the state
+// machine's index is unknown (0) until its next entry: raft's is taken.
+func (n *Node) caughtUp(applied uint64) bool {
+	done := n.fsmApplied.Load()
+	switch {
+	case done == appliedUnknown || done >= applied:
+		return true
+	case applied-done > caughtUpScan:
+		return false
+	}
+	for i := done + 1; i <= applied; i++ {
+		var l raft.Log
+		if err := n.stores.Log.GetLog(i, &l); err != nil {
+			continue // compacted into a snapshot: applied
+		}
+		if l.Type == raft.LogCommand || l.Type == raft.LogConfiguration {
+			return false
+		}
+	}
+	return true
 }
 
 // probeFile is written and removed by each storage check.
@@ -166,8 +210,8 @@ const probeFile = ".probe"
 // removes a small file beside the raft log, so it costs one fsync.
 func (n *Node) Health() Health {
 	_, leader := n.raft.LeaderWithID()
-	h := Health{Leader: string(leader), IsLeader: n.raft.State() == raft.Leader, CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex()}
-	h.CaughtUp = h.AppliedIndex >= h.CommitIndex && (!h.IsLeader || n.readTerm.Load() == n.raft.CurrentTerm())
+	h := Health{Leader: string(leader), IsLeader: n.raft.State() == raft.Leader, CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(), StartIndex: n.startIndex}
+	h.CaughtUp = h.AppliedIndex >= max(h.CommitIndex, h.StartIndex) && n.caughtUp(h.AppliedIndex) && (!h.IsLeader || n.readTerm.Load() == n.raft.CurrentTerm())
 	// The log's own last write first (a full disk, an I/O error), then a
 	// probe: a node can be idle with a disk that fails.
 	if h.Storage = n.stores.Failure(); h.Storage == nil {

@@ -7,9 +7,11 @@ import (
 	"hash/crc32"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -287,6 +289,20 @@ func (r *recorder) flush() error {
 type recordingFSM struct {
 	*fsm.FSM
 	rec *recorder
+	// applied is the index of the last entry the state machine applied
+	// (appliedUnknown after a restore at run time, until the next entry:
+	// see Node.caughtUp).
+	applied *atomic.Uint64
+	logger  *slog.Logger
+	// logBytes counts the bytes of log stored since the last snapshot
+	// (see Node.logStored); a snapshot resets it.
+	logBytes *atomic.Int64
+}
+
+// Snapshot implements raft.FSM.
+func (f recordingFSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.logBytes.Store(0)
+	return f.FSM.Snapshot()
 }
 
 // Apply implements raft.FSM.
@@ -297,6 +313,9 @@ func (f recordingFSM) Apply(l *raft.Log) interface{} {
 // ApplyBatch implements raft.BatchingFSM.
 func (f recordingFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := f.FSM.ApplyBatch(logs)
+	if len(logs) > 0 {
+		f.applied.Store(logs[len(logs)-1].Index)
+	}
 	// The last entry applied: none from a corrupt one on (see fsm.FSM.Err).
 	for i := len(out) - 1; i >= 0; i-- {
 		if res, ok := out[i].(*fsm.Result); ok && !errors.Is(res.Err, fsm.ErrCorrupt) {
@@ -309,9 +328,14 @@ func (f recordingFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 
 // Restore implements raft.FSM.
 func (f recordingFSM) Restore(rc io.ReadCloser) error {
+	start := time.Now()
 	if err := f.FSM.Restore(rc); err != nil {
 		return err
 	}
+	f.applied.Store(appliedUnknown) // the snapshot's index is raft's to know
+	var items int
+	f.FSM.Read(func(s *fsm.State) { items = s.QueueItems() })
+	f.logger.Info("snapshot restored", "ms", time.Since(start).Milliseconds(), "queue_items", items)
 	var rev uint64
 	f.FSM.Read(func(s *fsm.State) { rev = s.Revision() })
 	f.rec.observe(0, rev)

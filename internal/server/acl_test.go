@@ -103,6 +103,19 @@ type aclOp struct {
 
 // aclOps lists a request of every kind and access. admin prepares what a
 // request acts on (a delivery to ack).
+// adminDelivery enqueues an item on queue n and hands it out to admin: a
+// real delivery, so that only the ACL can stop its settling.
+func adminDelivery(ctx context.Context, admin *client.Client, n string) (*client.Delivery, error) {
+	if _, err := admin.Queue(n).Enqueue(ctx, []byte("job")); err != nil {
+		return nil, fmt.Errorf("setup: %w", err)
+	}
+	d, err := admin.Queue(n).TryDequeue(ctx, time.Minute)
+	if err != nil || d == nil {
+		return nil, fmt.Errorf("setup: %v %v", d, err)
+	}
+	return d, nil
+}
+
 func aclOps(admin *client.Client) []aclOp {
 	session := func(ctx context.Context, c *client.Client, fn func(*client.Session) error) error {
 		s, err := c.NewSession(ctx, client.WithTTL(5*time.Second))
@@ -189,6 +202,30 @@ func aclOps(admin *client.Client) []aclOp {
 				return fmt.Errorf("setup: %v %v", d, err)
 			}
 			return c.Queue(n).Ack(ctx, d)
+		}},
+		{"queue enqueue batch", fsm.KindQueue, "write", true, func(ctx context.Context, c *client.Client, n string) error {
+			_, err := c.Queue(n).EnqueueBatch(ctx, []client.BatchItem{{Payload: []byte("job")}, {Payload: []byte("job")}})
+			return err
+		}},
+		{"queue dequeue batch", fsm.KindQueue, "write", true, func(ctx context.Context, c *client.Client, n string) error {
+			_, err := c.Queue(n).TryDequeueBatch(ctx, 10, time.Minute)
+			return err
+		}},
+		{"queue ack batch", fsm.KindQueue, "write", true, func(ctx context.Context, c *client.Client, n string) error {
+			d, err := adminDelivery(ctx, admin, n)
+			if err != nil {
+				return err
+			}
+			_, err = c.Queue(n).AckBatch(ctx, []*client.Delivery{d})
+			return err
+		}},
+		{"queue nack batch", fsm.KindQueue, "write", true, func(ctx context.Context, c *client.Client, n string) error {
+			d, err := adminDelivery(ctx, admin, n)
+			if err != nil {
+				return err
+			}
+			_, err = c.Queue(n).NackBatch(ctx, []*client.Delivery{d})
+			return err
 		}},
 		{"queue stats", fsm.KindQueue, "read", true, func(ctx context.Context, c *client.Client, n string) error {
 			_, err := c.Queue(n).Stats(ctx)

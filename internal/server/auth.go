@@ -254,6 +254,12 @@ func rightsOf(req any) (rights []right, sessions []uint64, free bool) {
 		return []right{write(fsm.KindQueue, r.GetQueue())}, sessionOf(r.GetSession()), false
 	case *pb.QueueSettleRequest: // ack, nack, extend
 		return []right{write(fsm.KindQueue, r.GetQueue())}, nil, false
+	case *pb.QueueEnqueueBatchRequest:
+		return []right{write(fsm.KindQueue, r.GetQueue())}, nil, false
+	case *pb.QueueDequeueBatchRequest:
+		return []right{write(fsm.KindQueue, r.GetQueue())}, sessionOf(r.GetSession()), false
+	case *pb.QueueSettleBatchRequest: // ack, nack
+		return []right{write(fsm.KindQueue, r.GetQueue())}, nil, false
 	case *pb.QueueDeadRequeueRequest:
 		return []right{write(fsm.KindQueue, r.GetQueue())}, nil, false
 	case *pb.QueueDeleteRequest:

@@ -36,6 +36,7 @@ func freePort(t *testing.T) string {
 // member is one in-process node of a test cluster.
 type member struct {
 	id, peer string
+	root     string // its data directory is root/id
 	d        *daemon.Daemon
 	stop     func()
 }
@@ -51,7 +52,7 @@ func startMember(t *testing.T, root, id, peer string, bootstrap map[string]strin
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	m := &member{id: id, peer: peer, d: d}
+	m := &member{id: id, peer: peer, root: root, d: d}
 	stopped := false
 	m.stop = func() {
 		if !stopped {

@@ -33,12 +33,18 @@ const (
 	receiptBytes = 16
 )
 
-// newReceipt draws a delivery's receipt. The log and the state only ever
-// see its hash (fsm.ReceiptHash); the consumer alone gets the receipt.
-func newReceipt() []byte {
-	b := make([]byte, receiptBytes)
+// newReceipts draws the receipts of n deliveries, and their hashes. The
+// log and the state only ever see the hashes (fsm.ReceiptHash); the
+// consumer alone gets the receipts.
+func newReceipts(n int) (receipts, hashes [][]byte) {
+	b := make([]byte, n*receiptBytes)
 	rand.Read(b) // never fails (crypto/rand)
-	return b
+	receipts, hashes = make([][]byte, n), make([][]byte, n)
+	for i := range receipts {
+		receipts[i] = b[i*receiptBytes : (i+1)*receiptBytes : (i+1)*receiptBytes]
+		hashes[i] = fsm.ReceiptHash(receipts[i])
+	}
+	return receipts, hashes
 }
 
 // GRPCOptions are the gRPC server options the service needs: messages
@@ -217,6 +223,10 @@ func queueCmd(op any) *fsmpb.Command {
 		return &fsmpb.Command{Op: &fsmpb.Command_QueuePurge{QueuePurge: o}}
 	case *fsmpb.QueueDelete:
 		return &fsmpb.Command{Op: &fsmpb.Command_QueueDelete{QueueDelete: o}}
+	case *fsmpb.QueueEnqueueBatch:
+		return &fsmpb.Command{Op: &fsmpb.Command_QueueEnqueueBatch{QueueEnqueueBatch: o}}
+	case *fsmpb.QueueDequeueBatch:
+		return &fsmpb.Command{Op: &fsmpb.Command_QueueDequeueBatch{QueueDequeueBatch: o}}
 	}
 	panic(fmt.Sprintf("server: no queue command for %T", op))
 }
@@ -252,26 +262,38 @@ func (s *Server) QueueEnqueue(ctx context.Context, req *pb.QueueEnqueueRequest) 
 	return &pb.QueueEnqueueResponse{Id: res.Queue.ID, Duplicate: res.Queue.Duplicate, Revision: res.Revision}, nil
 }
 
-// QueueDequeue implements pb.TenureServer. A waiting dequeue sits in its
-// queue's line in the hub and proposes a dequeue each time it is woken. The
-// proposal itself is detached from the call: if the caller has gone when
-// an item comes back, the item is returned to the queue (nacked) at once.
-// Each proposal carries the hash of a fresh receipt; the answer carries
-// the receipt itself.
+// QueueDequeue implements pb.TenureServer: a dequeue batch of one item
+// (see dequeue).
 func (s *Server) QueueDequeue(ctx context.Context, req *pb.QueueDequeueRequest) (*pb.QueueDequeueResponse, error) {
-	name := req.GetQueue()
+	items, err := s.dequeue(ctx, req.GetQueue(), req.GetVisibilityMs(), req.GetSession(), req.GetSessionSecret(), req.GetWait(), 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(items) == 0 {
+		return &pb.QueueDequeueResponse{}, nil
+	}
+	return &pb.QueueDequeueResponse{Item: items[0]}, nil
+}
+
+// dequeue hands out up to n items of the named queue under one
+// visibility lease (0: DefaultVisibility). A waiting dequeue sits in its
+// queue's line in the hub and proposes a dequeue each time it is woken.
+// The proposal itself is detached from the call: if the caller has gone
+// when items come back, they are returned to the queue (nacked) at once.
+// Each proposal carries the hash of a fresh receipt per item; the answer
+// carries the receipts themselves.
+func (s *Server) dequeue(ctx context.Context, name string, vis int64, session uint64, secret []byte, wait bool, n int) ([]*pb.QueueItem, error) {
 	if err := fsm.ValidateQueueName(name); err != nil {
 		return nil, toStatus(err)
 	}
-	vis := req.GetVisibilityMs()
 	if vis == 0 {
 		vis = DefaultVisibility.Milliseconds()
 	}
 	if err := fsm.ValidateVisibility(vis); err != nil {
 		return nil, toStatus(err)
 	}
-	if req.GetSession() != 0 {
-		if err := s.checkSession(req.GetSession(), req.GetSessionSecret()); err != nil {
+	if session != 0 {
+		if err := s.checkSession(session, secret); err != nil {
 			return nil, toStatus(err)
 		}
 	}
@@ -285,21 +307,28 @@ func (s *Server) QueueDequeue(ctx context.Context, req *pb.QueueDequeueRequest) 
 	defer w.leave(name, qw)
 	inLine := true
 	for {
-		receipt := newReceipt()
-		hash := fsm.ReceiptHash(receipt)
-		res, err := s.proposeDetached(queueCmd(&fsmpb.QueueDequeue{Queue: name, Session: req.GetSession(), VisibilityMs: vis, ReceiptHash: hash}))
+		receipts, hashes := newReceipts(n)
+		res, err := s.proposeDetached(queueCmd(&fsmpb.QueueDequeueBatch{Queue: name, Session: session, VisibilityMs: vis, ReceiptHashes: hashes}))
 		if err != nil {
 			return nil, toStatus(err)
 		}
-		if q := res.Queue; !q.Empty {
+		if got := res.Queue.Items; len(got) > 0 {
 			if ctx.Err() != nil {
-				_, _ = s.proposeDetached(&fsmpb.Command{Op: &fsmpb.Command_QueueNack{QueueNack: &fsmpb.QueueSettle{Queue: name, Id: q.ID, DeliveryToken: q.Token, ReceiptHash: hash}}})
+				back := &fsmpb.QueueSettleBatch{Queue: name}
+				for i, d := range got {
+					back.Items = append(back.Items, &fsmpb.QueueSettleItem{Id: d.ID, DeliveryToken: d.Token, ReceiptHash: hashes[i]})
+				}
+				_, _ = s.proposeDetached(&fsmpb.Command{Op: &fsmpb.Command_QueueNackBatch{QueueNackBatch: back}})
 				return nil, toStatus(ctx.Err())
 			}
-			return &pb.QueueDequeueResponse{Item: &pb.QueueItem{Id: q.ID, Payload: q.Payload, DeliveryToken: q.Token, Attempt: q.Attempt, Receipt: receipt}}, nil
+			items := make([]*pb.QueueItem, len(got))
+			for i, d := range got {
+				items[i] = &pb.QueueItem{Id: d.ID, Payload: d.Payload, DeliveryToken: d.Token, Attempt: d.Attempt, Receipt: receipts[i]}
+			}
+			return items, nil
 		}
-		if !req.GetWait() {
-			return &pb.QueueDequeueResponse{}, nil
+		if !wait {
+			return nil, nil
 		}
 		if !inLine {
 			w.rejoin(name, qw)

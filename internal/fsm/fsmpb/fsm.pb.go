@@ -55,6 +55,10 @@ type Command struct {
 	//	*Command_QueueRequeueDead
 	//	*Command_QueueDelete
 	//	*Command_QueuePurge
+	//	*Command_QueueEnqueueBatch
+	//	*Command_QueueDequeueBatch
+	//	*Command_QueueAckBatch
+	//	*Command_QueueNackBatch
 	//	*Command_AclBootstrap
 	//	*Command_AclPolicySet
 	//	*Command_AclPolicyDelete
@@ -348,6 +352,42 @@ func (x *Command) GetQueuePurge() *QueuePurge {
 	return nil
 }
 
+func (x *Command) GetQueueEnqueueBatch() *QueueEnqueueBatch {
+	if x != nil {
+		if x, ok := x.Op.(*Command_QueueEnqueueBatch); ok {
+			return x.QueueEnqueueBatch
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetQueueDequeueBatch() *QueueDequeueBatch {
+	if x != nil {
+		if x, ok := x.Op.(*Command_QueueDequeueBatch); ok {
+			return x.QueueDequeueBatch
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetQueueAckBatch() *QueueSettleBatch {
+	if x != nil {
+		if x, ok := x.Op.(*Command_QueueAckBatch); ok {
+			return x.QueueAckBatch
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetQueueNackBatch() *QueueSettleBatch {
+	if x != nil {
+		if x, ok := x.Op.(*Command_QueueNackBatch); ok {
+			return x.QueueNackBatch
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetAclBootstrap() *AclBootstrap {
 	if x != nil {
 		if x, ok := x.Op.(*Command_AclBootstrap); ok {
@@ -537,6 +577,23 @@ type Command_QueuePurge struct {
 	QueuePurge *QueuePurge `protobuf:"bytes,28,opt,name=queue_purge,json=queuePurge,proto3,oneof"`
 }
 
+type Command_QueueEnqueueBatch struct {
+	// Batches: several items of one queue in one command (queue_batch.go).
+	QueueEnqueueBatch *QueueEnqueueBatch `protobuf:"bytes,29,opt,name=queue_enqueue_batch,json=queueEnqueueBatch,proto3,oneof"`
+}
+
+type Command_QueueDequeueBatch struct {
+	QueueDequeueBatch *QueueDequeueBatch `protobuf:"bytes,30,opt,name=queue_dequeue_batch,json=queueDequeueBatch,proto3,oneof"`
+}
+
+type Command_QueueAckBatch struct {
+	QueueAckBatch *QueueSettleBatch `protobuf:"bytes,31,opt,name=queue_ack_batch,json=queueAckBatch,proto3,oneof"`
+}
+
+type Command_QueueNackBatch struct {
+	QueueNackBatch *QueueSettleBatch `protobuf:"bytes,32,opt,name=queue_nack_batch,json=queueNackBatch,proto3,oneof"`
+}
+
 type Command_AclBootstrap struct {
 	// ACLs and the cluster's signing keys: 70..79 (acl.go, keys.go).
 	AclBootstrap *AclBootstrap `protobuf:"bytes,70,opt,name=acl_bootstrap,json=aclBootstrap,proto3,oneof"`
@@ -623,6 +680,14 @@ func (*Command_QueueRequeueDead) isCommand_Op() {}
 func (*Command_QueueDelete) isCommand_Op() {}
 
 func (*Command_QueuePurge) isCommand_Op() {}
+
+func (*Command_QueueEnqueueBatch) isCommand_Op() {}
+
+func (*Command_QueueDequeueBatch) isCommand_Op() {}
+
+func (*Command_QueueAckBatch) isCommand_Op() {}
+
+func (*Command_QueueNackBatch) isCommand_Op() {}
 
 func (*Command_AclBootstrap) isCommand_Op() {}
 
@@ -2423,6 +2488,11 @@ type Snapshot struct {
 	Registers []*RegisterState       `protobuf:"bytes,4,rep,name=registers,proto3" json:"registers,omitempty"`
 	// queues by name (fields 10..19 belong to the queue).
 	Queues []*QueueState `protobuf:"bytes,10,rep,name=queues,proto3" json:"queues,omitempty"`
+	// queue_items: the ready and the dead-lettered items of the queues, in
+	// chunks, by queue name, then ready before dead, then id. Written after
+	// every other field, so that a reader may take the rest first and the
+	// items chunk by chunk.
+	QueueItems []*QueueItems `protobuf:"bytes,11,rep,name=queue_items,json=queueItems,proto3" json:"queue_items,omitempty"`
 	// kv: every key, in key order.
 	Kv []*KVState `protobuf:"bytes,20,rep,name=kv,proto3" json:"kv,omitempty"`
 	// retention: absent in snapshots made before it was configurable
@@ -2514,6 +2584,13 @@ func (x *Snapshot) GetRegisters() []*RegisterState {
 func (x *Snapshot) GetQueues() []*QueueState {
 	if x != nil {
 		return x.Queues
+	}
+	return nil
+}
+
+func (x *Snapshot) GetQueueItems() []*QueueItems {
+	if x != nil {
+		return x.QueueItems
 	}
 	return nil
 }
@@ -4457,6 +4534,260 @@ func (x *QueueRequeueDead) GetLimit() uint32 {
 	return 0
 }
 
+// QueueEnqueueBatch appends items in order; each gets its own id (the
+// revision of its enqueue, one after the other). A duplicate operation id
+// adds nothing for that item alone. A refusal (a bad argument, a limit)
+// adds no item at all.
+type QueueEnqueueBatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// max_attempts: as QueueEnqueue's, for the whole batch.
+	MaxAttempts uint32 `protobuf:"varint,3,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// items, packed (fsm.AppendBatchItem): per item its payload's uvarint
+	// length, the payload, its operation id's uvarint length and the
+	// operation id ("": none). The state keeps the payloads in this buffer.
+	Items         []byte `protobuf:"bytes,4,opt,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueEnqueueBatch) Reset() {
+	*x = QueueEnqueueBatch{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueEnqueueBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueEnqueueBatch) ProtoMessage() {}
+
+func (x *QueueEnqueueBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueEnqueueBatch.ProtoReflect.Descriptor instead.
+func (*QueueEnqueueBatch) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *QueueEnqueueBatch) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueEnqueueBatch) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *QueueEnqueueBatch) GetItems() []byte {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+// QueueDequeueBatch hands out up to len(receipt_hashes) of the oldest ready
+// items under one visibility lease, the i-th item with the i-th receipt
+// hash; each gets its own delivery token. It stops early before the
+// payloads pass fsm.MaxQueueBatchBytes (but hands out at least one item).
+type QueueDequeueBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
+	VisibilityMs  int64                  `protobuf:"varint,3,opt,name=visibility_ms,json=visibilityMs,proto3" json:"visibility_ms,omitempty"`
+	ReceiptHashes [][]byte               `protobuf:"bytes,4,rep,name=receipt_hashes,json=receiptHashes,proto3" json:"receipt_hashes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDequeueBatch) Reset() {
+	*x = QueueDequeueBatch{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDequeueBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDequeueBatch) ProtoMessage() {}
+
+func (x *QueueDequeueBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDequeueBatch.ProtoReflect.Descriptor instead.
+func (*QueueDequeueBatch) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *QueueDequeueBatch) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueDequeueBatch) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *QueueDequeueBatch) GetVisibilityMs() int64 {
+	if x != nil {
+		return x.VisibilityMs
+	}
+	return 0
+}
+
+func (x *QueueDequeueBatch) GetReceiptHashes() [][]byte {
+	if x != nil {
+		return x.ReceiptHashes
+	}
+	return nil
+}
+
+// QueueSettleBatch acks or nacks several deliveries of one queue; each
+// item is settled (or found stale, or refused for its receipt) on its own.
+type QueueSettleBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Items         []*QueueSettleItem     `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueSettleBatch) Reset() {
+	*x = QueueSettleBatch{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueSettleBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueSettleBatch) ProtoMessage() {}
+
+func (x *QueueSettleBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueSettleBatch.ProtoReflect.Descriptor instead.
+func (*QueueSettleBatch) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *QueueSettleBatch) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueSettleBatch) GetItems() []*QueueSettleItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type QueueSettleItem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	DeliveryToken uint64                 `protobuf:"varint,2,opt,name=delivery_token,json=deliveryToken,proto3" json:"delivery_token,omitempty"`
+	ReceiptHash   []byte                 `protobuf:"bytes,3,opt,name=receipt_hash,json=receiptHash,proto3" json:"receipt_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueSettleItem) Reset() {
+	*x = QueueSettleItem{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueSettleItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueSettleItem) ProtoMessage() {}
+
+func (x *QueueSettleItem) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueSettleItem.ProtoReflect.Descriptor instead.
+func (*QueueSettleItem) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *QueueSettleItem) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *QueueSettleItem) GetDeliveryToken() uint64 {
+	if x != nil {
+		return x.DeliveryToken
+	}
+	return 0
+}
+
+func (x *QueueSettleItem) GetReceiptHash() []byte {
+	if x != nil {
+		return x.ReceiptHash
+	}
+	return nil
+}
+
 type QueueItemState struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Id       uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -4474,7 +4805,7 @@ type QueueItemState struct {
 
 func (x *QueueItemState) Reset() {
 	*x = QueueItemState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4486,7 +4817,7 @@ func (x *QueueItemState) String() string {
 func (*QueueItemState) ProtoMessage() {}
 
 func (x *QueueItemState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4499,7 +4830,7 @@ func (x *QueueItemState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItemState.ProtoReflect.Descriptor instead.
 func (*QueueItemState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *QueueItemState) GetId() uint64 {
@@ -4551,6 +4882,71 @@ func (x *QueueItemState) GetReceiptHash() []byte {
 	return nil
 }
 
+// QueueItems is a chunk of the ready (or the dead-lettered) items of one
+// queue, by id, in the packed item encoding: per item the uvarint
+// difference of its id from the previous item's in the chunk (from 0 for
+// the chunk's first), its uvarint attempts, its payload's uvarint length
+// and the payload.
+type QueueItems struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Dead          bool                   `protobuf:"varint,2,opt,name=dead,proto3" json:"dead,omitempty"`
+	Packed        []byte                 `protobuf:"bytes,3,opt,name=packed,proto3" json:"packed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueItems) Reset() {
+	*x = QueueItems{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueItems) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueItems) ProtoMessage() {}
+
+func (x *QueueItems) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueItems.ProtoReflect.Descriptor instead.
+func (*QueueItems) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *QueueItems) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueItems) GetDead() bool {
+	if x != nil {
+		return x.Dead
+	}
+	return false
+}
+
+func (x *QueueItems) GetPacked() []byte {
+	if x != nil {
+		return x.Packed
+	}
+	return nil
+}
+
 type QueueMemo struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	OperationId string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
@@ -4564,7 +4960,7 @@ type QueueMemo struct {
 
 func (x *QueueMemo) Reset() {
 	*x = QueueMemo{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4576,7 +4972,7 @@ func (x *QueueMemo) String() string {
 func (*QueueMemo) ProtoMessage() {}
 
 func (x *QueueMemo) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4589,7 +4985,7 @@ func (x *QueueMemo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueMemo.ProtoReflect.Descriptor instead.
 func (*QueueMemo) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{56}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *QueueMemo) GetOperationId() string {
@@ -4624,10 +5020,12 @@ type QueueState struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	MaxAttempts uint32                 `protobuf:"varint,2,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
-	// ready, in_flight and dead, each by id.
-	Ready    []*QueueItemState `protobuf:"bytes,3,rep,name=ready,proto3" json:"ready,omitempty"`
+	// ready and dead: written before Snapshot.queue_items existed, which
+	// now holds them (still read).
+	Ready []*QueueItemState `protobuf:"bytes,3,rep,name=ready,proto3" json:"ready,omitempty"`
+	Dead  []*QueueItemState `protobuf:"bytes,5,rep,name=dead,proto3" json:"dead,omitempty"`
+	// in_flight, by id.
 	InFlight []*QueueItemState `protobuf:"bytes,4,rep,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
-	Dead     []*QueueItemState `protobuf:"bytes,5,rep,name=dead,proto3" json:"dead,omitempty"`
 	// ops: remembered operation ids, oldest first.
 	Ops []*QueueMemo `protobuf:"bytes,6,rep,name=ops,proto3" json:"ops,omitempty"`
 	// acks: remembered acknowledgements (id, token, receipt hash), oldest
@@ -4643,7 +5041,7 @@ type QueueState struct {
 
 func (x *QueueState) Reset() {
 	*x = QueueState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4655,7 +5053,7 @@ func (x *QueueState) String() string {
 func (*QueueState) ProtoMessage() {}
 
 func (x *QueueState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4668,7 +5066,7 @@ func (x *QueueState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueState.ProtoReflect.Descriptor instead.
 func (*QueueState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{57}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *QueueState) GetName() string {
@@ -4692,16 +5090,16 @@ func (x *QueueState) GetReady() []*QueueItemState {
 	return nil
 }
 
-func (x *QueueState) GetInFlight() []*QueueItemState {
+func (x *QueueState) GetDead() []*QueueItemState {
 	if x != nil {
-		return x.InFlight
+		return x.Dead
 	}
 	return nil
 }
 
-func (x *QueueState) GetDead() []*QueueItemState {
+func (x *QueueState) GetInFlight() []*QueueItemState {
 	if x != nil {
-		return x.Dead
+		return x.InFlight
 	}
 	return nil
 }
@@ -4731,7 +5129,7 @@ var File_internal_fsm_fsmpb_fsm_proto protoreflect.FileDescriptor
 
 const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xf7\x11\n" +
+	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xb7\x14\n" +
 	"\aCommand\x12E\n" +
 	"\x0ecreate_session\x18\x01 \x01(\v2\x1c.tenure.fsm.v1.CreateSessionH\x00R\rcreateSession\x12B\n" +
 	"\rclose_session\x18\x02 \x01(\v2\x1b.tenure.fsm.v1.CloseSessionH\x00R\fcloseSession\x12E\n" +
@@ -4765,7 +5163,11 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x12queue_requeue_dead\x18\x1a \x01(\v2\x1f.tenure.fsm.v1.QueueRequeueDeadH\x00R\x10queueRequeueDead\x12?\n" +
 	"\fqueue_delete\x18\x1b \x01(\v2\x1a.tenure.fsm.v1.QueueDeleteH\x00R\vqueueDelete\x12<\n" +
 	"\vqueue_purge\x18\x1c \x01(\v2\x19.tenure.fsm.v1.QueuePurgeH\x00R\n" +
-	"queuePurge\x12B\n" +
+	"queuePurge\x12R\n" +
+	"\x13queue_enqueue_batch\x18\x1d \x01(\v2 .tenure.fsm.v1.QueueEnqueueBatchH\x00R\x11queueEnqueueBatch\x12R\n" +
+	"\x13queue_dequeue_batch\x18\x1e \x01(\v2 .tenure.fsm.v1.QueueDequeueBatchH\x00R\x11queueDequeueBatch\x12I\n" +
+	"\x0fqueue_ack_batch\x18\x1f \x01(\v2\x1f.tenure.fsm.v1.QueueSettleBatchH\x00R\rqueueAckBatch\x12K\n" +
+	"\x10queue_nack_batch\x18  \x01(\v2\x1f.tenure.fsm.v1.QueueSettleBatchH\x00R\x0equeueNackBatch\x12B\n" +
 	"\racl_bootstrap\x18F \x01(\v2\x1b.tenure.fsm.v1.AclBootstrapH\x00R\faclBootstrap\x12C\n" +
 	"\x0eacl_policy_set\x18G \x01(\v2\x1b.tenure.fsm.v1.AclPolicySetH\x00R\faclPolicySet\x12L\n" +
 	"\x11acl_policy_delete\x18H \x01(\v2\x1e.tenure.fsm.v1.AclPolicyDeleteH\x00R\x0faclPolicyDelete\x12I\n" +
@@ -4901,14 +5303,16 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x12\n" +
 	"\x04lock\x18\x03 \x01(\tR\x04lock\x12!\n" +
-	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\xdf\x05\n" +
+	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\x9b\x06\n" +
 	"\bSnapshot\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x127\n" +
 	"\bsessions\x18\x02 \x03(\v2\x1b.tenure.fsm.v1.SessionStateR\bsessions\x12.\n" +
 	"\x05locks\x18\x03 \x03(\v2\x18.tenure.fsm.v1.LockStateR\x05locks\x12:\n" +
 	"\tregisters\x18\x04 \x03(\v2\x1c.tenure.fsm.v1.RegisterStateR\tregisters\x121\n" +
 	"\x06queues\x18\n" +
-	" \x03(\v2\x19.tenure.fsm.v1.QueueStateR\x06queues\x12&\n" +
+	" \x03(\v2\x19.tenure.fsm.v1.QueueStateR\x06queues\x12:\n" +
+	"\vqueue_items\x18\v \x03(\v2\x19.tenure.fsm.v1.QueueItemsR\n" +
+	"queueItems\x12&\n" +
 	"\x02kv\x18\x14 \x03(\v2\x16.tenure.fsm.v1.KVStateR\x02kv\x126\n" +
 	"\tretention\x18\x1e \x01(\v2\x18.tenure.fsm.v1.RetentionR\tretention\x12\x1f\n" +
 	"\vfence_floor\x18( \x01(\x04R\n" +
@@ -5067,7 +5471,23 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x10QueueRequeueDead\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x10\n" +
 	"\x03ids\x18\x02 \x03(\x04R\x03ids\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\rR\x05limit\"\xdf\x01\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"b\n" +
+	"\x11QueueEnqueueBatch\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12!\n" +
+	"\fmax_attempts\x18\x03 \x01(\rR\vmaxAttempts\x12\x14\n" +
+	"\x05items\x18\x04 \x01(\fR\x05items\"\x8f\x01\n" +
+	"\x11QueueDequeueBatch\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
+	"\asession\x18\x02 \x01(\x04R\asession\x12#\n" +
+	"\rvisibility_ms\x18\x03 \x01(\x03R\fvisibilityMs\x12%\n" +
+	"\x0ereceipt_hashes\x18\x04 \x03(\fR\rreceiptHashes\"^\n" +
+	"\x10QueueSettleBatch\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x124\n" +
+	"\x05items\x18\x02 \x03(\v2\x1e.tenure.fsm.v1.QueueSettleItemR\x05items\"k\n" +
+	"\x0fQueueSettleItem\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12%\n" +
+	"\x0edelivery_token\x18\x02 \x01(\x04R\rdeliveryToken\x12!\n" +
+	"\freceipt_hash\x18\x03 \x01(\fR\vreceiptHash\"\xdf\x01\n" +
 	"\x0eQueueItemState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1a\n" +
@@ -5075,7 +5495,12 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x0edelivery_token\x18\x04 \x01(\x04R\rdeliveryToken\x12#\n" +
 	"\rvisibility_ms\x18\x05 \x01(\x03R\fvisibilityMs\x12\x18\n" +
 	"\asession\x18\x06 \x01(\x04R\asession\x12!\n" +
-	"\freceipt_hash\x18\a \x01(\fR\vreceiptHash\"w\n" +
+	"\freceipt_hash\x18\a \x01(\fR\vreceiptHash\"N\n" +
+	"\n" +
+	"QueueItems\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
+	"\x04dead\x18\x02 \x01(\bR\x04dead\x12\x16\n" +
+	"\x06packed\x18\x03 \x01(\fR\x06packed\"w\n" +
 	"\tQueueMemo\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x14\n" +
@@ -5085,9 +5510,9 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"QueueState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fmax_attempts\x18\x02 \x01(\rR\vmaxAttempts\x123\n" +
-	"\x05ready\x18\x03 \x03(\v2\x1d.tenure.fsm.v1.QueueItemStateR\x05ready\x12:\n" +
-	"\tin_flight\x18\x04 \x03(\v2\x1d.tenure.fsm.v1.QueueItemStateR\binFlight\x121\n" +
-	"\x04dead\x18\x05 \x03(\v2\x1d.tenure.fsm.v1.QueueItemStateR\x04dead\x12*\n" +
+	"\x05ready\x18\x03 \x03(\v2\x1d.tenure.fsm.v1.QueueItemStateR\x05ready\x121\n" +
+	"\x04dead\x18\x05 \x03(\v2\x1d.tenure.fsm.v1.QueueItemStateR\x04dead\x12:\n" +
+	"\tin_flight\x18\x04 \x03(\v2\x1d.tenure.fsm.v1.QueueItemStateR\binFlight\x12*\n" +
 	"\x03ops\x18\x06 \x03(\v2\x18.tenure.fsm.v1.QueueMemoR\x03ops\x12,\n" +
 	"\x04acks\x18\a \x03(\v2\x18.tenure.fsm.v1.QueueMemoR\x04acks\x12\x1f\n" +
 	"\vempty_since\x18\b \x01(\x04R\n" +
@@ -5105,66 +5530,71 @@ func file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_internal_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
-	(*Command)(nil),          // 0: tenure.fsm.v1.Command
-	(*AclRule)(nil),          // 1: tenure.fsm.v1.AclRule
-	(*AclPolicy)(nil),        // 2: tenure.fsm.v1.AclPolicy
-	(*AclToken)(nil),         // 3: tenure.fsm.v1.AclToken
-	(*AclBinding)(nil),       // 4: tenure.fsm.v1.AclBinding
-	(*AclBootstrap)(nil),     // 5: tenure.fsm.v1.AclBootstrap
-	(*AclPolicySet)(nil),     // 6: tenure.fsm.v1.AclPolicySet
-	(*AclPolicyDelete)(nil),  // 7: tenure.fsm.v1.AclPolicyDelete
-	(*AclTokenCreate)(nil),   // 8: tenure.fsm.v1.AclTokenCreate
-	(*AclTokenRevoke)(nil),   // 9: tenure.fsm.v1.AclTokenRevoke
-	(*AclBindingSet)(nil),    // 10: tenure.fsm.v1.AclBindingSet
-	(*AclBindingDelete)(nil), // 11: tenure.fsm.v1.AclBindingDelete
-	(*SigningKey)(nil),       // 12: tenure.fsm.v1.SigningKey
-	(*AddSigningKey)(nil),    // 13: tenure.fsm.v1.AddSigningKey
-	(*Security)(nil),         // 14: tenure.fsm.v1.Security
-	(*SetRetention)(nil),     // 15: tenure.fsm.v1.SetRetention
-	(*Limits)(nil),           // 16: tenure.fsm.v1.Limits
-	(*SetLimits)(nil),        // 17: tenure.fsm.v1.SetLimits
-	(*Batch)(nil),            // 18: tenure.fsm.v1.Batch
-	(*CreateSession)(nil),    // 19: tenure.fsm.v1.CreateSession
-	(*CloseSession)(nil),     // 20: tenure.fsm.v1.CloseSession
-	(*ExpireSession)(nil),    // 21: tenure.fsm.v1.ExpireSession
-	(*ExpireSessions)(nil),   // 22: tenure.fsm.v1.ExpireSessions
-	(*Acquire)(nil),          // 23: tenure.fsm.v1.Acquire
-	(*Proclaim)(nil),         // 24: tenure.fsm.v1.Proclaim
-	(*CancelAcquire)(nil),    // 25: tenure.fsm.v1.CancelAcquire
-	(*Release)(nil),          // 26: tenure.fsm.v1.Release
-	(*EndLockDelay)(nil),     // 27: tenure.fsm.v1.EndLockDelay
-	(*FencedPut)(nil),        // 28: tenure.fsm.v1.FencedPut
-	(*FencedDelete)(nil),     // 29: tenure.fsm.v1.FencedDelete
-	(*Snapshot)(nil),         // 30: tenure.fsm.v1.Snapshot
-	(*SetEtcdURL)(nil),       // 31: tenure.fsm.v1.SetEtcdURL
-	(*DeletedRegister)(nil),  // 32: tenure.fsm.v1.DeletedRegister
-	(*Retention)(nil),        // 33: tenure.fsm.v1.Retention
-	(*SessionState)(nil),     // 34: tenure.fsm.v1.SessionState
-	(*GrantState)(nil),       // 35: tenure.fsm.v1.GrantState
-	(*WaiterState)(nil),      // 36: tenure.fsm.v1.WaiterState
-	(*HistoryRecord)(nil),    // 37: tenure.fsm.v1.HistoryRecord
-	(*LockState)(nil),        // 38: tenure.fsm.v1.LockState
-	(*OpRecord)(nil),         // 39: tenure.fsm.v1.OpRecord
-	(*RegisterState)(nil),    // 40: tenure.fsm.v1.RegisterState
-	(*KVPut)(nil),            // 41: tenure.fsm.v1.KVPut
-	(*KVDelete)(nil),         // 42: tenure.fsm.v1.KVDelete
-	(*KVRange)(nil),          // 43: tenure.fsm.v1.KVRange
-	(*KVCompare)(nil),        // 44: tenure.fsm.v1.KVCompare
-	(*KVOp)(nil),             // 45: tenure.fsm.v1.KVOp
-	(*KVTxn)(nil),            // 46: tenure.fsm.v1.KVTxn
-	(*KVState)(nil),          // 47: tenure.fsm.v1.KVState
-	(*QueueEnqueue)(nil),     // 48: tenure.fsm.v1.QueueEnqueue
-	(*QueueDequeue)(nil),     // 49: tenure.fsm.v1.QueueDequeue
-	(*QueueSettle)(nil),      // 50: tenure.fsm.v1.QueueSettle
-	(*QueueExtend)(nil),      // 51: tenure.fsm.v1.QueueExtend
-	(*QueueDelete)(nil),      // 52: tenure.fsm.v1.QueueDelete
-	(*QueuePurge)(nil),       // 53: tenure.fsm.v1.QueuePurge
-	(*QueueRequeueDead)(nil), // 54: tenure.fsm.v1.QueueRequeueDead
-	(*QueueItemState)(nil),   // 55: tenure.fsm.v1.QueueItemState
-	(*QueueMemo)(nil),        // 56: tenure.fsm.v1.QueueMemo
-	(*QueueState)(nil),       // 57: tenure.fsm.v1.QueueState
+	(*Command)(nil),           // 0: tenure.fsm.v1.Command
+	(*AclRule)(nil),           // 1: tenure.fsm.v1.AclRule
+	(*AclPolicy)(nil),         // 2: tenure.fsm.v1.AclPolicy
+	(*AclToken)(nil),          // 3: tenure.fsm.v1.AclToken
+	(*AclBinding)(nil),        // 4: tenure.fsm.v1.AclBinding
+	(*AclBootstrap)(nil),      // 5: tenure.fsm.v1.AclBootstrap
+	(*AclPolicySet)(nil),      // 6: tenure.fsm.v1.AclPolicySet
+	(*AclPolicyDelete)(nil),   // 7: tenure.fsm.v1.AclPolicyDelete
+	(*AclTokenCreate)(nil),    // 8: tenure.fsm.v1.AclTokenCreate
+	(*AclTokenRevoke)(nil),    // 9: tenure.fsm.v1.AclTokenRevoke
+	(*AclBindingSet)(nil),     // 10: tenure.fsm.v1.AclBindingSet
+	(*AclBindingDelete)(nil),  // 11: tenure.fsm.v1.AclBindingDelete
+	(*SigningKey)(nil),        // 12: tenure.fsm.v1.SigningKey
+	(*AddSigningKey)(nil),     // 13: tenure.fsm.v1.AddSigningKey
+	(*Security)(nil),          // 14: tenure.fsm.v1.Security
+	(*SetRetention)(nil),      // 15: tenure.fsm.v1.SetRetention
+	(*Limits)(nil),            // 16: tenure.fsm.v1.Limits
+	(*SetLimits)(nil),         // 17: tenure.fsm.v1.SetLimits
+	(*Batch)(nil),             // 18: tenure.fsm.v1.Batch
+	(*CreateSession)(nil),     // 19: tenure.fsm.v1.CreateSession
+	(*CloseSession)(nil),      // 20: tenure.fsm.v1.CloseSession
+	(*ExpireSession)(nil),     // 21: tenure.fsm.v1.ExpireSession
+	(*ExpireSessions)(nil),    // 22: tenure.fsm.v1.ExpireSessions
+	(*Acquire)(nil),           // 23: tenure.fsm.v1.Acquire
+	(*Proclaim)(nil),          // 24: tenure.fsm.v1.Proclaim
+	(*CancelAcquire)(nil),     // 25: tenure.fsm.v1.CancelAcquire
+	(*Release)(nil),           // 26: tenure.fsm.v1.Release
+	(*EndLockDelay)(nil),      // 27: tenure.fsm.v1.EndLockDelay
+	(*FencedPut)(nil),         // 28: tenure.fsm.v1.FencedPut
+	(*FencedDelete)(nil),      // 29: tenure.fsm.v1.FencedDelete
+	(*Snapshot)(nil),          // 30: tenure.fsm.v1.Snapshot
+	(*SetEtcdURL)(nil),        // 31: tenure.fsm.v1.SetEtcdURL
+	(*DeletedRegister)(nil),   // 32: tenure.fsm.v1.DeletedRegister
+	(*Retention)(nil),         // 33: tenure.fsm.v1.Retention
+	(*SessionState)(nil),      // 34: tenure.fsm.v1.SessionState
+	(*GrantState)(nil),        // 35: tenure.fsm.v1.GrantState
+	(*WaiterState)(nil),       // 36: tenure.fsm.v1.WaiterState
+	(*HistoryRecord)(nil),     // 37: tenure.fsm.v1.HistoryRecord
+	(*LockState)(nil),         // 38: tenure.fsm.v1.LockState
+	(*OpRecord)(nil),          // 39: tenure.fsm.v1.OpRecord
+	(*RegisterState)(nil),     // 40: tenure.fsm.v1.RegisterState
+	(*KVPut)(nil),             // 41: tenure.fsm.v1.KVPut
+	(*KVDelete)(nil),          // 42: tenure.fsm.v1.KVDelete
+	(*KVRange)(nil),           // 43: tenure.fsm.v1.KVRange
+	(*KVCompare)(nil),         // 44: tenure.fsm.v1.KVCompare
+	(*KVOp)(nil),              // 45: tenure.fsm.v1.KVOp
+	(*KVTxn)(nil),             // 46: tenure.fsm.v1.KVTxn
+	(*KVState)(nil),           // 47: tenure.fsm.v1.KVState
+	(*QueueEnqueue)(nil),      // 48: tenure.fsm.v1.QueueEnqueue
+	(*QueueDequeue)(nil),      // 49: tenure.fsm.v1.QueueDequeue
+	(*QueueSettle)(nil),       // 50: tenure.fsm.v1.QueueSettle
+	(*QueueExtend)(nil),       // 51: tenure.fsm.v1.QueueExtend
+	(*QueueDelete)(nil),       // 52: tenure.fsm.v1.QueueDelete
+	(*QueuePurge)(nil),        // 53: tenure.fsm.v1.QueuePurge
+	(*QueueRequeueDead)(nil),  // 54: tenure.fsm.v1.QueueRequeueDead
+	(*QueueEnqueueBatch)(nil), // 55: tenure.fsm.v1.QueueEnqueueBatch
+	(*QueueDequeueBatch)(nil), // 56: tenure.fsm.v1.QueueDequeueBatch
+	(*QueueSettleBatch)(nil),  // 57: tenure.fsm.v1.QueueSettleBatch
+	(*QueueSettleItem)(nil),   // 58: tenure.fsm.v1.QueueSettleItem
+	(*QueueItemState)(nil),    // 59: tenure.fsm.v1.QueueItemState
+	(*QueueItems)(nil),        // 60: tenure.fsm.v1.QueueItems
+	(*QueueMemo)(nil),         // 61: tenure.fsm.v1.QueueMemo
+	(*QueueState)(nil),        // 62: tenure.fsm.v1.QueueState
 }
 var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	19, // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
@@ -5194,58 +5624,64 @@ var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	54, // 24: tenure.fsm.v1.Command.queue_requeue_dead:type_name -> tenure.fsm.v1.QueueRequeueDead
 	52, // 25: tenure.fsm.v1.Command.queue_delete:type_name -> tenure.fsm.v1.QueueDelete
 	53, // 26: tenure.fsm.v1.Command.queue_purge:type_name -> tenure.fsm.v1.QueuePurge
-	5,  // 27: tenure.fsm.v1.Command.acl_bootstrap:type_name -> tenure.fsm.v1.AclBootstrap
-	6,  // 28: tenure.fsm.v1.Command.acl_policy_set:type_name -> tenure.fsm.v1.AclPolicySet
-	7,  // 29: tenure.fsm.v1.Command.acl_policy_delete:type_name -> tenure.fsm.v1.AclPolicyDelete
-	8,  // 30: tenure.fsm.v1.Command.acl_token_create:type_name -> tenure.fsm.v1.AclTokenCreate
-	9,  // 31: tenure.fsm.v1.Command.acl_token_revoke:type_name -> tenure.fsm.v1.AclTokenRevoke
-	10, // 32: tenure.fsm.v1.Command.acl_binding_set:type_name -> tenure.fsm.v1.AclBindingSet
-	11, // 33: tenure.fsm.v1.Command.acl_binding_delete:type_name -> tenure.fsm.v1.AclBindingDelete
-	13, // 34: tenure.fsm.v1.Command.add_signing_key:type_name -> tenure.fsm.v1.AddSigningKey
-	1,  // 35: tenure.fsm.v1.AclPolicy.rules:type_name -> tenure.fsm.v1.AclRule
-	3,  // 36: tenure.fsm.v1.AclBootstrap.token:type_name -> tenure.fsm.v1.AclToken
-	2,  // 37: tenure.fsm.v1.AclPolicySet.policy:type_name -> tenure.fsm.v1.AclPolicy
-	3,  // 38: tenure.fsm.v1.AclTokenCreate.token:type_name -> tenure.fsm.v1.AclToken
-	4,  // 39: tenure.fsm.v1.AclBindingSet.binding:type_name -> tenure.fsm.v1.AclBinding
-	12, // 40: tenure.fsm.v1.AddSigningKey.key:type_name -> tenure.fsm.v1.SigningKey
-	2,  // 41: tenure.fsm.v1.Security.policies:type_name -> tenure.fsm.v1.AclPolicy
-	3,  // 42: tenure.fsm.v1.Security.tokens:type_name -> tenure.fsm.v1.AclToken
-	4,  // 43: tenure.fsm.v1.Security.bindings:type_name -> tenure.fsm.v1.AclBinding
-	12, // 44: tenure.fsm.v1.Security.signing_keys:type_name -> tenure.fsm.v1.SigningKey
-	16, // 45: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
-	0,  // 46: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
-	34, // 47: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
-	38, // 48: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
-	40, // 49: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
-	57, // 50: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
-	47, // 51: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
-	33, // 52: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
-	16, // 53: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
-	37, // 54: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
-	32, // 55: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
-	14, // 56: tenure.fsm.v1.Snapshot.security:type_name -> tenure.fsm.v1.Security
-	31, // 57: tenure.fsm.v1.Snapshot.etcd_urls:type_name -> tenure.fsm.v1.SetEtcdURL
-	35, // 58: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
-	35, // 59: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
-	36, // 60: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
-	37, // 61: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
-	39, // 62: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
-	41, // 63: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
-	42, // 64: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
-	43, // 65: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
-	44, // 66: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
-	45, // 67: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
-	45, // 68: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
-	55, // 69: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
-	55, // 70: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
-	55, // 71: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
-	56, // 72: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
-	56, // 73: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
-	74, // [74:74] is the sub-list for method output_type
-	74, // [74:74] is the sub-list for method input_type
-	74, // [74:74] is the sub-list for extension type_name
-	74, // [74:74] is the sub-list for extension extendee
-	0,  // [0:74] is the sub-list for field type_name
+	55, // 27: tenure.fsm.v1.Command.queue_enqueue_batch:type_name -> tenure.fsm.v1.QueueEnqueueBatch
+	56, // 28: tenure.fsm.v1.Command.queue_dequeue_batch:type_name -> tenure.fsm.v1.QueueDequeueBatch
+	57, // 29: tenure.fsm.v1.Command.queue_ack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
+	57, // 30: tenure.fsm.v1.Command.queue_nack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
+	5,  // 31: tenure.fsm.v1.Command.acl_bootstrap:type_name -> tenure.fsm.v1.AclBootstrap
+	6,  // 32: tenure.fsm.v1.Command.acl_policy_set:type_name -> tenure.fsm.v1.AclPolicySet
+	7,  // 33: tenure.fsm.v1.Command.acl_policy_delete:type_name -> tenure.fsm.v1.AclPolicyDelete
+	8,  // 34: tenure.fsm.v1.Command.acl_token_create:type_name -> tenure.fsm.v1.AclTokenCreate
+	9,  // 35: tenure.fsm.v1.Command.acl_token_revoke:type_name -> tenure.fsm.v1.AclTokenRevoke
+	10, // 36: tenure.fsm.v1.Command.acl_binding_set:type_name -> tenure.fsm.v1.AclBindingSet
+	11, // 37: tenure.fsm.v1.Command.acl_binding_delete:type_name -> tenure.fsm.v1.AclBindingDelete
+	13, // 38: tenure.fsm.v1.Command.add_signing_key:type_name -> tenure.fsm.v1.AddSigningKey
+	1,  // 39: tenure.fsm.v1.AclPolicy.rules:type_name -> tenure.fsm.v1.AclRule
+	3,  // 40: tenure.fsm.v1.AclBootstrap.token:type_name -> tenure.fsm.v1.AclToken
+	2,  // 41: tenure.fsm.v1.AclPolicySet.policy:type_name -> tenure.fsm.v1.AclPolicy
+	3,  // 42: tenure.fsm.v1.AclTokenCreate.token:type_name -> tenure.fsm.v1.AclToken
+	4,  // 43: tenure.fsm.v1.AclBindingSet.binding:type_name -> tenure.fsm.v1.AclBinding
+	12, // 44: tenure.fsm.v1.AddSigningKey.key:type_name -> tenure.fsm.v1.SigningKey
+	2,  // 45: tenure.fsm.v1.Security.policies:type_name -> tenure.fsm.v1.AclPolicy
+	3,  // 46: tenure.fsm.v1.Security.tokens:type_name -> tenure.fsm.v1.AclToken
+	4,  // 47: tenure.fsm.v1.Security.bindings:type_name -> tenure.fsm.v1.AclBinding
+	12, // 48: tenure.fsm.v1.Security.signing_keys:type_name -> tenure.fsm.v1.SigningKey
+	16, // 49: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
+	0,  // 50: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
+	34, // 51: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
+	38, // 52: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
+	40, // 53: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
+	62, // 54: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
+	60, // 55: tenure.fsm.v1.Snapshot.queue_items:type_name -> tenure.fsm.v1.QueueItems
+	47, // 56: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
+	33, // 57: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
+	16, // 58: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
+	37, // 59: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
+	32, // 60: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
+	14, // 61: tenure.fsm.v1.Snapshot.security:type_name -> tenure.fsm.v1.Security
+	31, // 62: tenure.fsm.v1.Snapshot.etcd_urls:type_name -> tenure.fsm.v1.SetEtcdURL
+	35, // 63: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
+	35, // 64: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
+	36, // 65: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
+	37, // 66: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
+	39, // 67: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
+	41, // 68: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
+	42, // 69: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
+	43, // 70: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
+	44, // 71: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
+	45, // 72: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
+	45, // 73: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
+	58, // 74: tenure.fsm.v1.QueueSettleBatch.items:type_name -> tenure.fsm.v1.QueueSettleItem
+	59, // 75: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
+	59, // 76: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
+	59, // 77: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
+	61, // 78: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
+	61, // 79: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
+	80, // [80:80] is the sub-list for method output_type
+	80, // [80:80] is the sub-list for method input_type
+	80, // [80:80] is the sub-list for extension type_name
+	80, // [80:80] is the sub-list for extension extendee
+	0,  // [0:80] is the sub-list for field type_name
 }
 
 func init() { file_internal_fsm_fsmpb_fsm_proto_init() }
@@ -5281,6 +5717,10 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 		(*Command_QueueRequeueDead)(nil),
 		(*Command_QueueDelete)(nil),
 		(*Command_QueuePurge)(nil),
+		(*Command_QueueEnqueueBatch)(nil),
+		(*Command_QueueDequeueBatch)(nil),
+		(*Command_QueueAckBatch)(nil),
+		(*Command_QueueNackBatch)(nil),
 		(*Command_AclBootstrap)(nil),
 		(*Command_AclPolicySet)(nil),
 		(*Command_AclPolicyDelete)(nil),
@@ -5301,7 +5741,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_fsm_fsmpb_fsm_proto_rawDesc), len(file_internal_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   58,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
