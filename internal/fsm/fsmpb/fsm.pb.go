@@ -4157,7 +4157,8 @@ func (x *QueueEnqueue) GetMaxAttempts() uint32 {
 	return 0
 }
 
-// QueueDequeue hands out the oldest ready item, if any.
+// QueueDequeue hands out the oldest ready item, if any. Written by
+// earlier versions (still applied); a dequeue is now a QueueDequeueBatch.
 type QueueDequeue struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
