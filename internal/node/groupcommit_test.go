@@ -19,7 +19,7 @@ func openForGroupCommit(t *testing.T, wait time.Duration) *Node {
 
 // openRunning opens a node with cfg (its log discarded), runs it until the
 // test ends and waits until it serves.
-func openRunning(t *testing.T, cfg Config) *Node {
+func openRunning(t testing.TB, cfg Config) *Node {
 	t.Helper()
 	cfg.LogOutput = io.Discard
 	n, err := Open(cfg, nil)

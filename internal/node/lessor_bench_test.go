@@ -4,7 +4,6 @@ package node_test
 
 import (
 	"context"
-	"io"
 	"sync"
 	"syscall"
 	"testing"
@@ -28,20 +27,7 @@ const benchSessions = 100_000
 // lessor runs on clk.
 func openBenchNode(b *testing.B, clk clock.Clock) *node.Node {
 	b.Helper()
-	n, err := node.Open(node.Config{DataDir: b.TempDir(), Clock: clk, LogOutput: io.Discard}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { n.Run(ctx); close(done) }()
-	b.Cleanup(func() { cancel(); <-done; n.Close() })
-	select {
-	case <-n.Ready():
-	case <-time.After(20 * time.Second):
-		b.Fatal("not ready")
-	}
-	return n
+	return node.OpenRunning(b, node.Config{DataDir: b.TempDir(), Clock: clk})
 }
 
 // createSessions opens count sessions with ttl, 1,024 proposals at a time
@@ -97,6 +83,20 @@ func sessionCount(n *node.Node) (c int) {
 	return c
 }
 
+// reportCPU reports the CPU the process used over a 10 s window, in ms per
+// second, as the benchmark's cpu-ms/s.
+func reportCPU(b *testing.B) {
+	b.ResetTimer()
+	var perSec float64
+	for i := 0; i < b.N; i++ {
+		const window = 10 * time.Second
+		before := cpuTime()
+		time.Sleep(window)
+		perSec = float64(cpuTime()-before) / float64(time.Millisecond) / window.Seconds()
+	}
+	b.ReportMetric(perSec, "cpu-ms/s")
+}
+
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
@@ -122,15 +122,7 @@ func BenchmarkLessor100k(b *testing.B) {
 		n := openBenchNode(b, clock.Real)
 		createSessions(b, n, benchSessions, time.Hour)
 		time.Sleep(2 * time.Second) // settle: the creation's garbage, raft's snapshot checks
-		b.ResetTimer()
-		var perSec float64
-		for i := 0; i < b.N; i++ {
-			const window = 10 * time.Second
-			before := cpuTime()
-			time.Sleep(window)
-			perSec = float64(cpuTime()-before) / float64(time.Millisecond) / window.Seconds()
-		}
-		b.ReportMetric(perSec, "cpu-ms/s")
+		reportCPU(b)
 	})
 	b.Run("keptalive", func(b *testing.B) {
 		n := openBenchNode(b, clock.Real)
@@ -159,15 +151,7 @@ func BenchmarkLessor100k(b *testing.B) {
 		}
 		defer func() { cancel(); wg.Wait() }()
 		time.Sleep(4 * time.Second) // every session renewed once
-		b.ResetTimer()
-		var perSec float64
-		for i := 0; i < b.N; i++ {
-			const window = 10 * time.Second
-			before := cpuTime()
-			time.Sleep(window)
-			perSec = float64(cpuTime()-before) / float64(time.Millisecond) / window.Seconds()
-		}
-		b.ReportMetric(perSec, "cpu-ms/s")
+		reportCPU(b)
 		if c := sessionCount(n); c != benchSessions {
 			b.Fatalf("%d sessions left of %d: the renewals did not keep up", c, benchSessions)
 		}
