@@ -1,105 +1,132 @@
 package lessor
 
-import (
-	"container/heap"
-	"time"
-)
+import "time"
 
 // Deadlines are kept in a min-heap (as etcd's lease_queue.go keeps its
 // leases), so that finding what is due costs O(log n) for each entry that
 // comes up, not a look at every session on every wake-up.
 //
-// A session's heap position is keyed by at, which is never later than its
-// deadline: a keepalive moves only the deadline (O(1), no heap work), and
-// when at comes up with the deadline still ahead, the entry takes its
-// deadline as its new at and sinks back into place. Each session so costs
-// one heap fix per deadline it reaches, however often it is kept alive.
+// A session's heap key, at, is never later than its deadline: a keepalive
+// moves only the deadline (O(1), no heap work), and when at comes up with
+// the deadline still ahead, the entry takes its deadline as its new key and
+// sinks back into place. Each session so costs one heap fix per deadline it
+// reaches, however often it is kept alive. The keys live in the heap's own
+// array, next to each other, so that sifting reads no entry.
 
-// slot is an entry's place in a deadlineHeap.
-type slot struct {
-	at    time.Time // when the entry next needs looking at
-	index int       // in the heap; -1 when not in it
-}
+// slot is an entry's place in a deadlineHeap: its index, -1 when not in it.
+type slot struct{ index int }
 
 func (s *slot) slotOf() *slot { return s }
 
 // slotted is an entry that embeds a slot.
 type slotted interface{ slotOf() *slot }
 
-// deadlineHeap is a min-heap of entries by slot.at. It is guarded by
-// Lessor.mu.
-type deadlineHeap[E slotted] struct{ items heapItems[E] }
-
-// heapItems implements heap.Interface; use deadlineHeap's methods.
-type heapItems[E slotted] []E
-
-func (h heapItems[E]) Len() int           { return len(h) }
-func (h heapItems[E]) Less(i, j int) bool { return h[i].slotOf().at.Before(h[j].slotOf().at) }
-func (h heapItems[E]) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].slotOf().index = i
-	h[j].slotOf().index = j
+type heapItem[E slotted] struct {
+	at time.Time
+	e  E
 }
 
-func (h *heapItems[E]) Push(x any) {
-	e := x.(E)
-	e.slotOf().index = len(*h)
-	*h = append(*h, e)
-}
+// deadlineHeap is a min-heap of entries by when they next need looking
+// at. It is guarded by Lessor.mu.
+type deadlineHeap[E slotted] struct{ items []heapItem[E] }
 
-func (h *heapItems[E]) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	var zero E
-	old[len(old)-1] = zero
-	*h = old[:len(old)-1]
-	e.slotOf().index = -1
-	return e
-}
+func (h *deadlineHeap[E]) len() int { return len(h.items) }
 
 // push adds e, due at at.
 func (h *deadlineHeap[E]) push(e E, at time.Time) {
-	e.slotOf().at = at
-	heap.Push(&h.items, e)
+	h.items = append(h.items, heapItem[E]{at: at, e: e})
+	i := len(h.items) - 1
+	e.slotOf().index = i
+	h.up(i)
 }
 
 // remove takes e out, if it is in.
 func (h *deadlineHeap[E]) remove(e E) {
-	if i := e.slotOf().index; i >= 0 {
-		heap.Remove(&h.items, i)
+	i := e.slotOf().index
+	if i < 0 {
+		return
+	}
+	last := len(h.items) - 1
+	if i != last {
+		h.swap(i, last)
+	}
+	h.items[last] = heapItem[E]{}
+	h.items = h.items[:last]
+	e.slotOf().index = -1
+	if i != last {
+		h.fix(i)
 	}
 }
 
-// min returns the entry due first.
-func (h *deadlineHeap[E]) min() (e E, ok bool) {
+// min returns the entry due first and its key.
+func (h *deadlineHeap[E]) min() (e E, at time.Time, ok bool) {
 	if len(h.items) == 0 {
-		return e, false
+		return e, at, false
 	}
-	return h.items[0], true
+	return h.items[0].e, h.items[0].at, true
 }
+
+// at is e's key; e must be in the heap.
+func (h *deadlineHeap[E]) at(e E) time.Time { return h.items[e.slotOf().index].at }
 
 // popMin removes the entry due first.
-func (h *deadlineHeap[E]) popMin() { heap.Pop(&h.items) }
+func (h *deadlineHeap[E]) popMin() { h.remove(h.items[0].e) }
 
-// postponeMin moves the entry due first to at, which is no earlier.
-func (h *deadlineHeap[E]) postponeMin(at time.Time) {
-	h.items[0].slotOf().at = at
-	heap.Fix(&h.items, 0)
+// move gives e, which is in the heap, the key at.
+func (h *deadlineHeap[E]) move(e E, at time.Time) {
+	i := e.slotOf().index
+	h.items[i].at = at
+	h.fix(i)
 }
 
-// shift moves every entry d later; their order stays.
+// shift moves every key d later; their order stays.
 func (h *deadlineHeap[E]) shift(d time.Duration) {
-	for _, e := range h.items {
-		s := e.slotOf()
-		s.at = s.at.Add(d)
+	for i := range h.items {
+		h.items[i].at = h.items[i].at.Add(d)
 	}
 }
 
-func (h *deadlineHeap[E]) len() int { return len(h.items) }
+func (h *deadlineHeap[E]) less(i, j int) bool { return h.items[i].at.Before(h.items[j].at) }
 
-// moveEarlier brings e, which is in the heap, forward to at.
-func (h *deadlineHeap[E]) moveEarlier(e E, at time.Time) {
-	s := e.slotOf()
-	s.at = at
-	heap.Fix(&h.items, s.index)
+func (h *deadlineHeap[E]) swap(i, j int) {
+	h.items[i], h.items[j] = h.items[j], h.items[i]
+	h.items[i].e.slotOf().index = i
+	h.items[j].e.slotOf().index = j
+}
+
+func (h *deadlineHeap[E]) fix(i int) {
+	if !h.down(i) {
+		h.up(i)
+	}
+}
+
+func (h *deadlineHeap[E]) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			return
+		}
+		h.swap(i, p)
+		i = p
+	}
+}
+
+// down sifts i down and reports whether it moved.
+func (h *deadlineHeap[E]) down(i int) bool {
+	start, n := i, len(h.items)
+	for {
+		c := 2*i + 1
+		if c >= n {
+			break
+		}
+		if r := c + 1; r < n && h.less(r, c) {
+			c = r
+		}
+		if !h.less(c, i) {
+			break
+		}
+		h.swap(i, c)
+		i = c
+	}
+	return i > start
 }

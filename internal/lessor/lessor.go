@@ -51,15 +51,18 @@ type Proposer func(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error)
 type StateReader func(fn func(*fsm.State))
 
 type sessionEntry struct {
-	slot     // in Lessor.sessionQ unless expiring; at is never after deadline
+	slot     // in Lessor.sessionQ unless expiring, keyed no later than deadline
 	id       uint64
 	ttl      time.Duration
 	deadline time.Time
 	expiring bool // its expiry has been proposed
+	// allowance: its deadline includes a promotion's allowance, so a
+	// keepalive may bring it forward.
+	allowance bool
 }
 
 type delayEntry struct {
-	slot   // in Lessor.delayQ unless ending; at is when the delay ends
+	slot   // in Lessor.delayQ, keyed by when it ends, unless ending
 	name   string
 	gen    uint64
 	ending bool // an EndLockDelay has been proposed
@@ -131,7 +134,7 @@ func (l *Lessor) Promote(allowance time.Duration) {
 	l.read(func(s *fsm.State) {
 		for _, sv := range s.Sessions() {
 			ttl := time.Duration(sv.TTLMs) * time.Millisecond
-			l.addSessionLocked(sv.ID, ttl, now.Add(ttl+allowance))
+			l.addSessionLocked(sv.ID, ttl, now.Add(ttl+allowance)).allowance = allowance > 0
 		}
 		for _, d := range s.Delays() {
 			l.addDelayLocked(d.Name, d.Generation, now.Add(time.Duration(d.DelayMs)*time.Millisecond))
@@ -151,13 +154,14 @@ func (l *Lessor) resetLocked() {
 }
 
 // addSessionLocked times session id, due at deadline.
-func (l *Lessor) addSessionLocked(id uint64, ttl time.Duration, deadline time.Time) {
+func (l *Lessor) addSessionLocked(id uint64, ttl time.Duration, deadline time.Time) *sessionEntry {
 	if old := l.sessions[id]; old != nil {
 		l.sessionQ.remove(old)
 	}
 	e := &sessionEntry{id: id, ttl: ttl, deadline: deadline}
 	l.sessions[id] = e
 	l.sessionQ.push(e, deadline)
+	return e
 }
 
 // addDelayLocked times the lock-delay of name with generation gen, ending
@@ -256,10 +260,13 @@ func (l *Lessor) KeepAlive(id uint64) (time.Duration, error) {
 		return 0, fsm.ErrSessionNotFound
 	}
 	e.deadline = now.Add(e.ttl)
-	if e.index >= 0 && e.deadline.Before(e.at) {
-		// Earlier than a promotion's allowance had it: the heap must
+	if e.allowance {
+		// Earlier than the promotion's allowance had it: the heap must
 		// bring it up by then.
-		l.sessionQ.moveEarlier(e, e.deadline)
+		e.allowance = false
+		if e.deadline.Before(l.sessionQ.at(e)) {
+			l.sessionQ.move(e, e.deadline)
+		}
 	}
 	return e.ttl, nil
 }
@@ -276,16 +283,16 @@ func (l *Lessor) due() (expire []uint64, ends []*fsmpb.EndLockDelay, next time.D
 	l.beatLocked(now)
 	next = time.Hour
 	for {
-		e, ok := l.sessionQ.min()
+		e, at, ok := l.sessionQ.min()
 		if !ok {
 			break
 		}
-		if e.at.After(now) {
-			next = min(next, e.at.Sub(now))
+		if at.After(now) {
+			next = min(next, at.Sub(now))
 			break
 		}
 		if e.deadline.After(now) { // kept alive since it was placed
-			l.sessionQ.postponeMin(e.deadline)
+			l.sessionQ.move(e, e.deadline)
 			continue
 		}
 		if len(expire) == fsm.MaxExpiryBatch {
@@ -297,12 +304,12 @@ func (l *Lessor) due() (expire []uint64, ends []*fsmpb.EndLockDelay, next time.D
 		expire = append(expire, e.id)
 	}
 	for {
-		d, ok := l.delayQ.min()
+		d, at, ok := l.delayQ.min()
 		if !ok {
 			break
 		}
-		if d.at.After(now) {
-			next = min(next, d.at.Sub(now))
+		if at.After(now) {
+			next = min(next, at.Sub(now))
 			break
 		}
 		if len(ends) == maxDelayEnds {

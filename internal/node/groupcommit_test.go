@@ -34,7 +34,7 @@ func (w *commitWaits) GroupCommitWait(gained bool) {
 
 // openRunning opens a node with cfg (its log discarded), runs it until the
 // test ends and waits until it serves.
-func openRunning(t *testing.T, cfg Config) *Node {
+func openRunning(t testing.TB, cfg Config) *Node {
 	t.Helper()
 	cfg.LogOutput = io.Discard
 	n, err := Open(cfg, nil)
