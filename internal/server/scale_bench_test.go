@@ -24,7 +24,8 @@ import (
 // process (then the server's RSS and CPU are read from /proc; in process,
 // the live heap of the process, client included, stands for it).
 // TENURE_BENCH_N is the number of sessions (default 100,000) and
-// TENURE_BENCH_CONNS the client connections they share (default 4):
+// TENURE_BENCH_CONNS the client connections they share (default 4);
+// TENURE_BENCH_OPENERS sessions are opened at a time (default 256):
 //
 //	TENURE_BENCH_N=1000000 go test -run '^$' -bench 'IdleSessions|Waiters' -benchtime 1x -timeout 60m ./internal/server/
 
@@ -95,7 +96,7 @@ func envInt(name string, def int) int {
 }
 
 // openSessions opens n sessions (TTL 60 s) over conns client connections,
-// 64 at a time, and reports the creation rate overall and of the slowest
+// TENURE_BENCH_OPENERS at a time, and reports the creation rate overall and of the slowest
 // tenth.
 func openSessions(b *testing.B, ctx context.Context, t scaleTarget, n, conns int) []*client.Session {
 	var clients []*client.Client
@@ -110,7 +111,7 @@ func openSessions(b *testing.B, ctx context.Context, t scaleTarget, n, conns int
 	start := time.Now()
 	marks[0] = start
 	var mu sync.Mutex
-	for w := range 64 {
+	for w := range envInt("TENURE_BENCH_OPENERS", 256) {
 		wg.Go(func() {
 			c := clients[w%conns]
 			for {
@@ -182,7 +183,9 @@ func BenchmarkIdleSessions(b *testing.B) {
 	b.ReportMetric(after, "mem-after-MiB")
 	b.ReportMetric((after-before)*(1<<20)/float64(n), "B/session")
 	b.ReportMetric(cpu, "idle-cores")
-	closeAll(sessions)
+	if t.pid == 0 { // a server of its own goes with its sessions
+		closeAll(sessions)
+	}
 }
 
 func closeAll(sessions []*client.Session) {
@@ -218,8 +221,9 @@ func writeHeapProfile(b *testing.B, path string) {
 
 // BenchmarkWaiters queues TENURE_BENCH_N sessions on one lock behind a
 // holder, reports the server memory per waiter (over the sessions alone),
-// then lets every grant be released at once and reports the hand-off rate
-// over 5 s; and the same rate with 10 waiters.
+// then releases the lock and reports the hand-off rate over 5 s while every
+// waiter releases its grant at once and queues again; and the same with 10
+// waiters.
 func BenchmarkWaiters(b *testing.B) {
 	n, conns := envInt("TENURE_BENCH_N", 100_000), envInt("TENURE_BENCH_CONNS", 4)
 	t := newScaleTarget(b)
@@ -235,47 +239,54 @@ func BenchmarkWaiters(b *testing.B) {
 		}
 		var handoffs atomic.Int64
 		var stopping atomic.Bool // the sessions are being closed: errors are expected
-		var release atomic.Bool  // grants are released at once
+		var over atomic.Bool     // the measurement is over: waiters stop queuing again
 		var queued sync.WaitGroup
 		var wg sync.WaitGroup
-		hold := make(chan struct{})
-		sem := make(chan struct{}, 256) // queue in waves, so that positions are known in order
+		sem := make(chan struct{}, 256) // queue in waves
 		for _, s := range sessions[1:] {
 			queued.Add(1)
 			sem <- struct{}{}
 			m, _ := s.Mutex(name)
 			wg.Go(func() {
-				g, err := m.Lock(ctx, client.OnQueued(func(int) { <-sem; queued.Done() }))
-				if err != nil {
-					if !stopping.Load() {
+				first := true
+				onQueued := client.OnQueued(func(int) {
+					if first {
+						first = false
+						<-sem
+						queued.Done()
+					}
+				})
+				for !over.Load() {
+					g, err := m.Lock(ctx, onQueued)
+					if err != nil {
+						if !stopping.Load() {
+							b.Error(err)
+						}
+						return
+					}
+					handoffs.Add(1)
+					if err := g.Unlock(ctx); err != nil && !stopping.Load() {
 						b.Error(err)
 					}
-					return
-				}
-				handoffs.Add(1)
-				if !release.Load() {
-					<-hold
-				}
-				if err := g.Unlock(ctx); err != nil && !stopping.Load() {
-					b.Error(err)
 				}
 			})
 		}
 		queued.Wait()
 		mem := t.memMiB(b)
 		b.ReportMetric((mem-base)*(1<<20)/float64(waiters), fmt.Sprint("B/waiter@", waiters))
-		release.Store(true)
-		close(hold)
+		// Every grant is released at once and its waiter queues again at
+		// the back, so the line stays as long for the whole 5 s.
 		c0, t0 := handoffs.Load(), time.Now()
 		if err := h.Unlock(ctx); err != nil {
 			b.Fatal(err)
 		}
-		for time.Since(t0) < 5*time.Second && handoffs.Load() < int64(waiters) {
-			time.Sleep(10 * time.Millisecond)
-		}
+		time.Sleep(5 * time.Second) // measuring a rate over a fixed span
 		b.ReportMetric(float64(handoffs.Load()-c0)/time.Since(t0).Seconds(), fmt.Sprint("handoffs/s@", waiters))
-		stopping.Store(true)
-		closeAll(sessions) // ends the remaining waits
-		wg.Wait()
+		over.Store(true)
+		if t.pid == 0 { // a server of its own goes with its sessions
+			stopping.Store(true)
+			closeAll(sessions) // ends the remaining waits
+			wg.Wait()
+		}
 	}
 }
