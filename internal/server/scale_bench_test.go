@@ -248,13 +248,9 @@ func BenchmarkWaiters(b *testing.B) {
 			sem <- struct{}{}
 			m, _ := s.Mutex(name)
 			wg.Go(func() {
-				first := true
+				var once sync.Once
 				onQueued := client.OnQueued(func(int) {
-					if first {
-						first = false
-						<-sem
-						queued.Done()
-					}
+					once.Do(func() { <-sem; queued.Done() })
 				})
 				for !over.Load() {
 					g, err := m.Lock(ctx, onQueued)
