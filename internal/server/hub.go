@@ -25,8 +25,10 @@ type Hub struct {
 	// lock; more than one request waits for it only while a resumed
 	// acquire takes over from a request of a stream that ended (each
 	// request tells its acquisition's events by its revision).
-	waits     map[waitKey][]chan fsm.Event
-	streams   map[uint64]map[*sessionStream]struct{}
+	waits map[waitKey][]chan fsm.Event
+	// streams: the session streams attached to each session, almost
+	// always one (a slice, not a set: a set per session costs ~150 bytes).
+	streams   map[uint64][]*sessionStream
 	observers map[string]map[*observer]struct{}
 
 	// kv is the key-value event history that watches read (watch.go).
@@ -73,7 +75,7 @@ func (h *Hub) unobserve(name string, ob *observer) {
 
 // NewHub returns an empty hub.
 func NewHub() *Hub {
-	h := &Hub{waits: make(map[waitKey][]chan fsm.Event), streams: make(map[uint64]map[*sessionStream]struct{}), observers: make(map[string]map[*observer]struct{}), kv: newWatchRing(DefaultKVLimits().WatchHistory, DefaultKVLimits().WatchHistoryBytes),
+	h := &Hub{waits: make(map[waitKey][]chan fsm.Event), streams: make(map[uint64][]*sessionStream), observers: make(map[string]map[*observer]struct{}), kv: newWatchRing(DefaultKVLimits().WatchHistory, DefaultKVLimits().WatchHistoryBytes),
 		clock: newRevisionClock(time.Now()), metrics: metrics.New()}
 	return h
 }
@@ -118,10 +120,7 @@ func (h *Hub) Sink(e fsm.Event) {
 		h.queueEvent(e)
 	case fsm.EventSessionEnded:
 		h.mu.Lock()
-		var targets []*sessionStream
-		for ss := range h.streams[e.Session] {
-			targets = append(targets, ss)
-		}
+		targets := slices.Clone(h.streams[e.Session])
 		h.mu.Unlock()
 		for _, ss := range targets {
 			ss.sessionEnded(e.Expired)
@@ -153,19 +152,18 @@ func (h *Hub) unregister(k waitKey, ch chan fsm.Event) {
 func (h *Hub) attach(id uint64, ss *sessionStream) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	m := h.streams[id]
-	if m == nil {
-		m = make(map[*sessionStream]struct{})
-		h.streams[id] = m
+	if !slices.Contains(h.streams[id], ss) {
+		h.streams[id] = append(h.streams[id], ss)
 	}
-	m[ss] = struct{}{}
 }
 
 func (h *Hub) detach(id uint64, ss *sessionStream) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	delete(h.streams[id], ss)
-	if len(h.streams[id]) == 0 {
+	rest := slices.DeleteFunc(h.streams[id], func(o *sessionStream) bool { return o == ss })
+	if len(rest) == 0 {
 		delete(h.streams, id)
+		return
 	}
+	h.streams[id] = rest
 }

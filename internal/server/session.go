@@ -140,7 +140,7 @@ func (c *sessionConn) frame(f *pb.SessionFrame) {
 
 func (c *sessionConn) newStreamLocked(id uint64) *sessionStream {
 	ctx, cancel := context.WithCancel(c.ctx)
-	ss := &sessionStream{conn: c, srv: c.srv, sid: id, ctx: ctx, cancel: cancel, pending: make(map[uint64]*pendingAcquire)}
+	ss := &sessionStream{conn: c, srv: c.srv, sid: id, ctx: ctx, cancel: cancel}
 	c.streams[id] = ss
 	return ss
 }
@@ -285,7 +285,8 @@ type sessionStream struct {
 	id    uint64
 	ttlMs int64
 
-	// mu guards pending.
+	// mu guards pending, made by the stream's first acquire (most
+	// sessions of a large fleet hold nothing).
 	mu      sync.Mutex
 	pending map[uint64]*pendingAcquire
 
@@ -548,6 +549,9 @@ func (ss *sessionStream) acquire(id uint64, a *pb.AcquireLock) {
 	ctx, cancel := context.WithCancel(ss.ctx)
 	p := &pendingAcquire{cancel: cancel, start: time.Now()}
 	ss.mu.Lock()
+	if ss.pending == nil {
+		ss.pending = make(map[uint64]*pendingAcquire)
+	}
 	ss.pending[id] = p
 	ss.mu.Unlock()
 	// Registered before the command is proposed, so that no event of
