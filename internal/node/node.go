@@ -1182,6 +1182,12 @@ func (n *Node) KeepAlive(ctx context.Context, id uint64) (time.Duration, error) 
 	return ttl, err
 }
 
+// Serving reports whether this node serves as leader: it leads, and its
+// state holds everything committed before its term (its barrier was
+// applied). Only then is its state authoritative about which sessions
+// exist.
+func (n *Node) Serving() bool { return n.lessor.IsLeader() }
+
 // LeadershipConfirmed reports whether KeepAlive would answer now without
 // committing a barrier first.
 func (n *Node) LeadershipConfirmed() bool { return n.lease.held(n) }

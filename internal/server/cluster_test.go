@@ -12,6 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/internal/daemon"
 	"github.com/tenure-io/tenure/internal/fsm"
@@ -370,5 +376,62 @@ func TestRemoveLastVoterRefused(t *testing.T) {
 	}
 	if st, err := c.Status(ctx); err != nil || len(st.GetVoters()) != 1 {
 		t.Fatalf("status after the refusal: %v %v", st, err)
+	}
+}
+
+// TestFollowerNeverDeclaresASessionExpired: a resume that reaches a node
+// which is not the serving leader is answered "not the leader", whatever
+// that node's own, possibly stale, state holds. A follower (or a new
+// leader that has not applied what its predecessor committed) may not yet
+// know a session; answering "expired" from there made clients give up
+// live sessions, and their holds, across a fail-over.
+func TestFollowerNeverDeclaresASessionExpired(t *testing.T) {
+	ms := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := clusterClient(t, ms)
+	_, leader := voterIDs(t, ctx, c)
+	var follower *member
+	for _, m := range ms {
+		if m.id != leader {
+			follower = m
+			break
+		}
+	}
+	conn, err := grpc.NewClient(follower.d.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	raw, err := testutil.OpenRawSession(ctx, pb.NewTenureClient(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A session id the follower's state does not hold (yet).
+	if err := raw.Send(&pb.SessionRequest{Id: 1, Op: &pb.SessionRequest_Open{Open: &pb.OpenSession{SessionId: 1 << 40, Secret: make([]byte, fsm.SecretBytes), TtlMs: 5000}}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := raw.Recv()
+	var reason pb.ErrorReason
+	switch {
+	case err != nil:
+		st, _ := status.FromError(err)
+		for _, d := range st.Details() {
+			if e, ok := d.(*pb.Error); ok {
+				reason = e.GetReason()
+			}
+		}
+		if reason == 0 && st.Code() == codes.Unavailable {
+			reason = pb.ErrorReason_ERROR_REASON_NOT_LEADER
+		}
+		t.Logf("stream ended: %v", err)
+	case resp.GetError() != nil:
+		reason = resp.GetError().GetReason()
+		t.Logf("answered: %v", resp.GetError())
+	default:
+		t.Fatalf("a follower resumed a session it does not hold: %v", resp)
+	}
+	if reason != pb.ErrorReason_ERROR_REASON_NOT_LEADER {
+		t.Fatalf("a follower answered a resume with %v, want not the leader", reason)
 	}
 }

@@ -86,6 +86,12 @@ func (s *Server) propose(op any) (fsm.Result, error) {
 // proposal stays true when the command is applied (the session may have
 // ended by then, which the state machine answers).
 func (s *Server) checkSession(id uint64, secret []byte) error {
+	// Only a serving leader's state is authoritative about which sessions
+	// exist: a follower, or a new leader before its barrier, may not know
+	// one yet, and must not answer "expired" (clients give up on that).
+	if !s.node.Serving() {
+		return node.ErrNotLeader
+	}
 	var err error
 	s.node.Read(func(st *fsm.State) { err = st.CheckSession(id, secret) })
 	return err
