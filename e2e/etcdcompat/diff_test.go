@@ -315,7 +315,12 @@ func runWorkload(t *testing.T, endpoint string) []string {
 	}
 	// The watches saw every change; read up to the last revision.
 	last := r.writes[len(r.writes)-1]
-	for name, w := range map[string]clientv3.WatchChan{"watch d/": wd, "watch l/ (no puts)": wl} {
+	// In a fixed order: both runs' logs are compared line by line.
+	for _, watch := range []struct {
+		name string
+		w    clientv3.WatchChan
+	}{{"watch d/", wd}, {"watch l/ (no puts)", wl}} {
+		name, w := watch.name, watch.w
 		waitDone := time.After(10 * time.Second)
 		var evs []string
 		for done := false; !done; {
