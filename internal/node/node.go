@@ -1030,7 +1030,7 @@ func (n *Node) LinearizableRead(ctx context.Context) (err error) {
 	if err := mapReadErr(n.settle(n.raft.VerifyLeader())); err != nil {
 		return err
 	}
-	if n.raft.AppliedIndex() >= commit {
+	if n.appliedIndex() >= commit {
 		return nil
 	}
 	// Rare: wait for the apply loop to catch up with a barrier.
@@ -1207,7 +1207,7 @@ type Status struct {
 
 // Status reports raft's view and the state's revision.
 func (n *Node) Status() Status {
-	st := Status{Node: n.cfg.NodeID, AppliedIndex: n.raft.AppliedIndex()}
+	st := Status{Node: n.cfg.NodeID, AppliedIndex: n.appliedIndex()}
 	_, leader := n.raft.LeaderWithID()
 	st.Leader = string(leader)
 	st.Term = n.raft.CurrentTerm()

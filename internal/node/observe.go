@@ -122,8 +122,21 @@ type RaftStats struct {
 func (n *Node) RaftStats() RaftStats {
 	return RaftStats{
 		IsLeader: n.raft.State() == raft.Leader, Term: n.raft.CurrentTerm(),
-		CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(), LastIndex: n.raft.LastIndex(),
+		CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.appliedIndex(), LastIndex: n.raft.LastIndex(),
 	}
+}
+
+// appliedIndex is the highest log index applied: raft's own count, or the
+// state machine's when it is ahead. Raft counts a batch as applied only
+// after handing it to the state machine, which may already have applied it
+// and answered its proposers; a read of raft's count alone just after a
+// commit could find this node behind although it is not.
+func (n *Node) appliedIndex() uint64 {
+	applied := n.raft.AppliedIndex()
+	if done := n.fsmApplied.Load(); done != appliedUnknown && done > applied {
+		return done
+	}
+	return applied
 }
 
 // Health is what a node's readiness is decided on (see Ready).
@@ -210,7 +223,7 @@ const probeFile = ".probe"
 // removes a small file beside the raft log, so it costs one fsync.
 func (n *Node) Health() Health {
 	_, leader := n.raft.LeaderWithID()
-	h := Health{Leader: string(leader), IsLeader: n.raft.State() == raft.Leader, CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(), StartIndex: n.startIndex}
+	h := Health{Leader: string(leader), IsLeader: n.raft.State() == raft.Leader, CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.appliedIndex(), StartIndex: n.startIndex}
 	h.CaughtUp = h.AppliedIndex >= max(h.CommitIndex, h.StartIndex) && n.caughtUp(h.AppliedIndex) && (!h.IsLeader || n.readTerm.Load() == n.raft.CurrentTerm())
 	// The log's own last write first (a full disk, an I/O error), then a
 	// probe: a node can be idle with a disk that fails.
