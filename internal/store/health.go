@@ -74,16 +74,30 @@ func (h *health) wrote(op int, err error) error {
 		h.failed[op] = nil
 		return nil
 	}
-	cause, full := err, isFull(err)
+	full := isFull(err)
 	if errors.Is(err, raftwal.ErrSealed) && h.background != nil {
-		// The segment filled up and the next one could not be created;
-		// raft-wal refuses every append from then on.
-		cause = fmt.Errorf("%w (the next log segment could not be created: %v; the wal engine appends again only after a restart)", err, h.background)
-		full = isFull(h.background)
+		// The segment filled up and the next one could not be created
+		// (checked restarts the engine once there is room for it).
+		full = full || isFull(h.background)
 	}
-	werr := &WriteError{Op: opNames[op], Err: cause, Full: full}
+	werr := &WriteError{Op: opNames[op], Err: err, Full: full}
 	h.failed[op] = werr
 	return werr
+}
+
+// rotationFailed reports whether raft-wal logged an error since it last
+// opened: the segment it had to start could not be created.
+func (h *health) rotationFailed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.background != nil
+}
+
+// restarted forgets raft-wal's last error: the engine opened again.
+func (h *health) restarted() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.background = nil
 }
 
 // isFull reports whether err says that the file system is full.
@@ -92,29 +106,98 @@ func isFull(err error) bool {
 }
 
 // checked is the engine's log and stable store with every write's outcome
-// recorded in health. Reads pass through.
+// recorded in health.
+//
+// For raft-wal it also restarts the engine in place when the engine has
+// sealed its log: raft-wal starts each segment file by preallocating it,
+// in the background once the current one is full, and when that fails (a
+// full disk) it refuses every append from then on. Once the file system has
+// room for a segment again, the next append closes the engine, opens it
+// again on the same files (as a restart of the process would) and retries.
+// Nothing is lost: the refused appends were never written, and an open
+// recovers every committed entry.
 type checked struct {
-	raft.LogStore
-	stable raft.StableStore
 	health *health
+	// reopen closes the engine and opens it again (nil: never needed).
+	reopen func() (raft.LogStore, raft.StableStore, error)
+	// room reports whether the file system has room to start a segment,
+	// and if not, why.
+	room func() error
+
+	// mu guards log and stable: reads and writes hold it shared, a
+	// restart exclusively.
+	mu     sync.RWMutex
+	log    raft.LogStore
+	stable raft.StableStore
+}
+
+func (c *checked) FirstIndex() (uint64, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.log.FirstIndex()
+}
+
+func (c *checked) LastIndex() (uint64, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.log.LastIndex()
+}
+
+func (c *checked) GetLog(index uint64, l *raft.Log) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.log.GetLog(index, l)
 }
 
 func (c *checked) StoreLog(l *raft.Log) error {
-	return c.health.wrote(opAppend, c.LogStore.StoreLog(l))
+	return c.StoreLogs([]*raft.Log{l})
 }
 
 func (c *checked) StoreLogs(logs []*raft.Log) error {
-	return c.health.wrote(opAppend, c.LogStore.StoreLogs(logs))
+	c.mu.RLock()
+	err := c.log.StoreLogs(logs)
+	c.mu.RUnlock()
+	if err != nil && c.reopen != nil && errors.Is(err, raftwal.ErrSealed) && c.health.rotationFailed() {
+		if rerr := c.restart(); rerr != nil {
+			err = fmt.Errorf("%w (the next log segment could not be created: %v)", err, rerr)
+		} else {
+			c.mu.RLock()
+			err = c.log.StoreLogs(logs)
+			c.mu.RUnlock()
+		}
+	}
+	return c.health.wrote(opAppend, err)
 }
 
 func (c *checked) DeleteRange(min, max uint64) error {
-	return c.health.wrote(opDelete, c.LogStore.DeleteRange(min, max))
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.health.wrote(opDelete, c.log.DeleteRange(min, max))
+}
+
+// restart closes the engine and opens it again, if the file system has
+// room for its next segment. It returns why not otherwise.
+func (c *checked) restart() error {
+	if err := c.room(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	log, stable, err := c.reopen()
+	if err != nil {
+		return err
+	}
+	c.log, c.stable = log, stable
+	c.health.restarted()
+	return nil
 }
 
 // IsMonotonic implements raft.MonotonicLogStore for an engine that does
 // (raft-wal): raft then removes the whole log after installing a snapshot.
 func (c *checked) IsMonotonic() bool {
-	m, ok := c.LogStore.(raft.MonotonicLogStore)
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	m, ok := c.log.(raft.MonotonicLogStore)
 	return ok && m.IsMonotonic()
 }
 

@@ -122,6 +122,8 @@ func open(dir, engine string, logOutput io.Writer) (s *Stores, err error) {
 		}
 	}()
 	h := &health{}
+	var reopen func() (raft.LogStore, raft.StableStore, error)
+	var room func() error
 	var log raft.LogStore
 	var stable raft.StableStore
 	var closer io.Closer
@@ -150,16 +152,34 @@ func open(dir, engine string, logOutput io.Writer) (s *Stores, err error) {
 		// raft-wal's Close leaves its metadata database open, so the store
 		// owns it and closes it after the log.
 		meta := &metadb.BoltMetaDB{}
-		w, err := raftwal.Open(walDir, raftwal.WithMetaStore(meta), raftwal.WithLogger(h.walLogger(logOutput)))
+		openWAL := func() (*raftwal.WAL, error) {
+			return raftwal.Open(walDir, raftwal.WithMetaStore(meta), raftwal.WithLogger(h.walLogger(logOutput)))
+		}
+		w, err := openWAL()
 		if err != nil {
 			meta.Close()
 			return nil, fmt.Errorf("store: opening %s: %v: the log or its metadata is damaged; %s", walDir, err, Remedy)
 		}
-		log, stable, closer = w, w, closers{w, meta}
+		cur := &walCloser{w: w}
+		log, stable, closer = w, w, closers{cur, meta}
+		reopen = func() (raft.LogStore, raft.StableStore, error) {
+			if err := cur.w.Close(); err != nil {
+				return nil, nil, err
+			}
+			w, err := openWAL()
+			if err != nil {
+				// Not opened: no process can append to this log
+				// any more. The next attempt opens it again.
+				return nil, nil, fmt.Errorf("opening %s again: %w", walDir, err)
+			}
+			cur.w = w
+			return w, w, nil
+		}
+		room = func() error { return roomFor(walDir, int64(raftwal.DefaultSegmentSize)) }
 	default:
 		return nil, fmt.Errorf("store: unknown engine %q (want bolt or wal)", engine)
 	}
-	c := &checked{LogStore: log, stable: stable, health: h}
+	c := &checked{log: log, stable: stable, health: h, reopen: reopen, room: room}
 	cache, err := raft.NewLogCache(LogCacheSize, c)
 	if err != nil {
 		closer.Close()
@@ -206,6 +226,12 @@ func (s *Stores) FileOf(index uint64) string {
 // failure wraps ErrFull when the file system has no space (or quota) left.
 // It is safe for concurrent use.
 func (s *Stores) Failure() error { return s.health.failure() }
+
+// walCloser closes the raft-wal engine open now (checked may have opened
+// it again since the stores were opened).
+type walCloser struct{ w *raftwal.WAL }
+
+func (c *walCloser) Close() error { return c.w.Close() }
 
 type closers []io.Closer
 
