@@ -157,7 +157,7 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 	f.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "metrics, health and dashboard address (port 0 picks a free port; empty: none)")
 	f.BoolVar(&cfg.Pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http-listen")
 	f.IntVar(&cfg.MetricsQueues, "metrics-queues", cfg.MetricsQueues, "queues (the first by name) with metrics of their own; the others are summed")
-	f.StringVar(&cfg.LogStore, "log-store", "", "raft log engine: bolt or wal (default: the data dir's own, bolt for a new one)")
+	f.StringVar(&cfg.LogStore, "log-store", "", "raft log engine: bolt or wal (default: the data dir's own, wal for a new one)")
 	clusterLimitFlags(f, &cfg.ClusterLimits, "when this node leads, set the cluster's limit on ")
 	f.IntVar(&cfg.Limits.MaxNameBytes, "max-name-len", server.DefaultLimits().MaxNameBytes, "longest lock, semaphore, election, queue or fenced register name, bytes")
 	f.IntVar(&cfg.Limits.MaxRegisterValueBytes, "max-register-value-len", server.DefaultLimits().MaxRegisterValueBytes, "largest fenced register value, bytes")

@@ -42,7 +42,7 @@ type Config struct {
 	// LogOutput is where the default Logger writes; nil means stderr.
 	LogOutput io.Writer
 	// LogStore names the raft log engine: "bolt" or "wal"; "" is the data
-	// directory's own, or bolt for a new one.
+	// directory's own, or wal for a new one.
 	LogStore string
 	// PeerListen is the raft peer address; empty for a standalone node.
 	PeerListen string

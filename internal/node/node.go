@@ -50,7 +50,7 @@ var (
 	// space, and no other node leads. The command was not committed (raft
 	// stores an entry on the leader before it sends it anywhere); it may
 	// be retried once there is room. The node takes writes again by itself
-	// once a write succeeds (with the wal engine, only after a restart).
+	// once a write succeeds.
 	ErrStorageFull = errors.New("tenure: storage full")
 )
 
@@ -79,7 +79,7 @@ type Config struct {
 	// items). Default DefaultSnapshotBytes; negative: entries only.
 	SnapshotBytes int64
 	// LogStore names the storage engine: "bolt" or "wal"; "" is the data
-	// directory's own, or store.DefaultEngine (bolt) for a new one.
+	// directory's own, or store.DefaultEngine (wal) for a new one.
 	LogStore string
 	// PeerAddr is the raft peer address (TCP) this node binds and, unless
 	// PeerAdvertise is set, advertises. Empty: a standalone node.

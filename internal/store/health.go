@@ -108,11 +108,16 @@ func isFull(err error) bool {
 // checked is the engine's log and stable store with every write's outcome
 // recorded in health.
 //
-// For raft-wal it also restarts the engine in place when the engine has
-// sealed its log: raft-wal starts each segment file by preallocating it,
-// in the background once the current one is full, and when that fails (a
-// full disk) it refuses every append from then on. Once the file system has
-// room for a segment again, the next append closes the engine, opens it
+// For raft-wal it keeps the engine appending through a full disk. raft-wal
+// starts each segment file by preallocating it (64 MiB), in the background
+// once the current one is full; when that fails it seals its log and
+// refuses every append from then on, and when the failure hit its metadata
+// write, a restart does not help either. So an append is refused as "storage
+// full" while the file system has less room than a segment and a margin,
+// before raft-wal sees it: the engine never starts a segment it has no
+// room for. Should the disk fill up anyway between that check and the
+// segment's start (another process writing), raft-wal seals its log; the
+// next append then finds room (or is refused), closes the engine, opens it
 // again on the same files (as a restart of the process would) and retries.
 // Nothing is lost: the refused appends were never written, and an open
 // recovers every committed entry.
@@ -120,8 +125,8 @@ type checked struct {
 	health *health
 	// reopen closes the engine and opens it again (nil: never needed).
 	reopen func() (raft.LogStore, raft.StableStore, error)
-	// room reports whether the file system has room to start a segment,
-	// and if not, why.
+	// room returns nil when the file system has room to start a segment,
+	// else why not (wrapping ENOSPC); nil room: no check.
 	room func() error
 
 	// mu guards log and stable: reads and writes hold it shared, a
@@ -154,6 +159,12 @@ func (c *checked) StoreLog(l *raft.Log) error {
 }
 
 func (c *checked) StoreLogs(logs []*raft.Log) error {
+	if c.room != nil {
+		// raft-wal must not fill its segment without room for the next.
+		if err := c.room(); err != nil {
+			return c.health.wrote(opAppend, err)
+		}
+	}
 	c.mu.RLock()
 	err := c.log.StoreLogs(logs)
 	c.mu.RUnlock()

@@ -15,7 +15,7 @@ func roomFor(dir string, size int64) error {
 		return err
 	}
 	if avail := int64(st.Bavail) * int64(st.Bsize); avail < size {
-		return fmt.Errorf("%d bytes are free on the file system, a segment takes %d: %w", avail, size, syscall.ENOSPC)
+		return fmt.Errorf("%d MiB free, the wal engine keeps %d MiB for its next log segment: %w", avail>>20, size>>20, syscall.ENOSPC)
 	}
 	return nil
 }

@@ -81,41 +81,41 @@ func BenchmarkStoreLogs(b *testing.B) {
 	}
 }
 
-// TestDefaultEngine: a new directory gets raft-boltdb; a directory created
-// with raft-wal keeps it when no engine is named.
+// TestDefaultEngine: a new directory gets raft-wal; a directory created
+// with raft-boltdb keeps it when no engine is named.
 func TestDefaultEngine(t *testing.T) {
 	fresh := t.TempDir()
 	s, err := store.Open(fresh, "", io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Engine != "bolt" {
+	if s.Engine != "wal" {
 		t.Fatalf("a new directory got engine %q", s.Engine)
 	}
 	s.Close()
-	if _, err := os.Stat(filepath.Join(fresh, "raft.db")); err != nil {
-		t.Fatalf("a new directory did not get the bolt engine: %v", err)
+	if _, err := os.Stat(filepath.Join(fresh, "wal")); err != nil {
+		t.Fatalf("a new directory did not get the wal engine: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(fresh, "wal")); err == nil {
-		t.Fatal("a new directory got a wal")
+	if _, err := os.Stat(filepath.Join(fresh, "raft.db")); err == nil {
+		t.Fatal("a new directory got a bolt file")
 	}
 
-	walDir := t.TempDir()
-	s, err = store.Open(walDir, "wal", io.Discard)
+	boltDir := t.TempDir()
+	s, err = store.Open(boltDir, "bolt", io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	s, err = store.Open(walDir, "", io.Discard)
+	s, err = store.Open(boltDir, "", io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Engine != "wal" {
-		t.Fatalf("a wal directory reopened with engine %q", s.Engine)
+	if s.Engine != "bolt" {
+		t.Fatalf("a bolt directory reopened with engine %q", s.Engine)
 	}
 	s.Close()
-	if _, err := os.Stat(filepath.Join(walDir, "raft.db")); err == nil {
-		t.Fatal("reopening a wal directory without naming the engine created a bolt file")
+	if _, err := os.Stat(filepath.Join(boltDir, "wal")); err == nil {
+		t.Fatal("reopening a bolt directory without naming the engine created a wal")
 	}
 }
 
