@@ -220,10 +220,14 @@ func writeHeapProfile(b *testing.B, path string) {
 }
 
 // BenchmarkWaiters queues TENURE_BENCH_N sessions on one lock behind a
-// holder, reports the server memory per waiter (over the sessions alone),
+// holder and reports the queuing rate (overall and of the slowest tenth of
+// the line: it stays flat if a queued acquire costs the same however long
+// the line is) and the server memory per waiter (over the sessions alone),
 // then releases the lock and reports the hand-off rate over 5 s while every
 // waiter releases its grant at once and queues again; and the same with 10
-// waiters.
+// waiters. The server's --max-waiters and --max-total-waiters must admit
+// TENURE_BENCH_N waiters (their defaults are 10,000 and 100,000): an
+// acquire refused fails the run.
 func BenchmarkWaiters(b *testing.B) {
 	n, conns := envInt("TENURE_BENCH_N", 100_000), envInt("TENURE_BENCH_CONNS", 4)
 	t := newScaleTarget(b)
@@ -243,15 +247,31 @@ func BenchmarkWaiters(b *testing.B) {
 		var queued sync.WaitGroup
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 256) // queue in waves
+		tenth := max(waiters/10, 1)
+		marks := make([]time.Time, 11)
+		var inLine atomic.Int64
+		var marksMu sync.Mutex
+		start := time.Now()
+		marks[0] = start
 		for _, s := range sessions[1:] {
 			queued.Add(1)
 			sem <- struct{}{}
 			m, _ := s.Mutex(name)
 			wg.Go(func() {
 				var once sync.Once
-				onQueued := client.OnQueued(func(int) {
-					once.Do(func() { <-sem; queued.Done() })
-				})
+				inLineNow := func() {
+					once.Do(func() {
+						if q := int(inLine.Add(1)); q%tenth == 0 && q/tenth <= 10 {
+							marksMu.Lock()
+							marks[q/tenth] = time.Now()
+							marksMu.Unlock()
+						}
+						<-sem
+						queued.Done()
+					})
+				}
+				defer inLineNow() // a refused first acquire must not hold up the others
+				onQueued := client.OnQueued(func(int) { inLineNow() })
 				for !over.Load() {
 					g, err := m.Lock(ctx, onQueued)
 					if err != nil {
@@ -268,7 +288,24 @@ func BenchmarkWaiters(b *testing.B) {
 			})
 		}
 		queued.Wait()
+		if b.Failed() {
+			b.FailNow()
+		}
+		el := time.Since(start)
 		mem := t.memMiB(b)
+		slowest := 0.0
+		for i := 1; i <= 10; i++ {
+			if marks[i].IsZero() || marks[i-1].IsZero() {
+				continue
+			}
+			r := float64(tenth) / marks[i].Sub(marks[i-1]).Seconds()
+			if slowest == 0 || r < slowest {
+				slowest = r
+			}
+			b.Logf("waiters %d..%d: queued %.0f/s", (i-1)*tenth, i*tenth, r)
+		}
+		b.ReportMetric(float64(waiters)/el.Seconds(), fmt.Sprint("queued/s@", waiters))
+		b.ReportMetric(slowest, fmt.Sprint("slowest-tenth-queued/s@", waiters))
 		b.ReportMetric((mem-base)*(1<<20)/float64(waiters), fmt.Sprint("B/waiter@", waiters))
 		// Every grant is released at once and its waiter queues again at
 		// the back, so the line stays as long for the whole 5 s.
