@@ -293,6 +293,9 @@ func BenchmarkWaiters(b *testing.B) {
 		}
 		el := time.Since(start)
 		mem := t.memMiB(b)
+		if p := os.Getenv("TENURE_BENCH_HEAPPROFILE"); p != "" && t.pid == 0 && waiters == n {
+			writeHeapProfile(b, p)
+		}
 		slowest := 0.0
 		for i := 1; i <= 10; i++ {
 			if marks[i].IsZero() || marks[i-1].IsZero() {

@@ -139,8 +139,9 @@ func (c *sessionConn) frame(f *pb.SessionFrame) {
 }
 
 func (c *sessionConn) newStreamLocked(id uint64) *sessionStream {
-	ctx, cancel := context.WithCancel(c.ctx)
-	ss := &sessionStream{conn: c, srv: c.srv, sid: id, ctx: ctx, cancel: cancel}
+	ss := &sessionStream{conn: c, srv: c.srv, sid: id}
+	ss.done.rpc = c.ctx
+	ss.ctx = &ss.done
 	c.streams[id] = ss
 	return ss
 }
@@ -267,9 +268,9 @@ type sessionStream struct {
 	conn *sessionConn
 	srv  *Server
 	sid  uint64 // the session stream's id on its RPC
-	// ctx ends when the session stream is over.
-	ctx    context.Context
-	cancel context.CancelFunc
+	// ctx ends when the session stream is over: it is &done.
+	ctx  context.Context
+	done streamContext
 	// over is set once the stream is over: nothing more is sent on it.
 	over atomic.Bool
 	// wg counts the keepalives waiting for a leadership check.
@@ -285,12 +286,15 @@ type sessionStream struct {
 	id    uint64
 	ttlMs int64
 
-	// mu guards pending, made by the stream's first acquire (most
-	// sessions of a large fleet hold nothing), the pending acquires'
-	// phases, and stopped. Lock order: mu, then the connection's; the
-	// hub's lock is never held with it.
-	mu      sync.Mutex
-	pending map[uint64]*pendingAcquire
+	// mu guards the pending acquires (their set and their phases) and
+	// stopped. Lock order: mu, then the connection's; the hub's lock is
+	// never held with it.
+	mu sync.Mutex
+	// pending: the acquires not answered yet, by request id; one in
+	// first (a waiter has one), the others in more, made when needed
+	// (most sessions of a large fleet hold nothing).
+	first   *pendingAcquire
+	more    map[uint64]*pendingAcquire
 	stopped bool // pending acquires put in line from now on are dropped
 
 	// signing counts the immediate grants whose answers a worker signs
@@ -298,6 +302,60 @@ type sessionStream struct {
 	// goroutine before the answer of a later command of the stream, so
 	// close, which waits for its own command's answer first, may Wait.
 	signing sync.WaitGroup
+}
+
+// streamContext is a session stream's context: it carries its RPC's
+// values and deadline, and it ends when the stream is over (finish), as
+// every stream is before its RPC returns. Unlike a context.WithCancel of
+// the RPC's context, it costs no allocation of its own, no entry in the
+// RPC's context, and no channel until something waits for it.
+type streamContext struct {
+	rpc context.Context
+	// mu guards done and over.
+	mu   sync.Mutex
+	done chan struct{} // made by the first Done
+	over bool
+}
+
+// Deadline implements context.Context: the RPC's.
+func (c *streamContext) Deadline() (time.Time, bool) { return c.rpc.Deadline() }
+
+// Value implements context.Context: the RPC's values.
+func (c *streamContext) Value(key any) any { return c.rpc.Value(key) }
+
+// Done implements context.Context.
+func (c *streamContext) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.over {
+			close(c.done)
+		}
+	}
+	return c.done
+}
+
+// Err implements context.Context: context.Canceled once the stream is over.
+func (c *streamContext) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.over {
+		return context.Canceled
+	}
+	return nil
+}
+
+// end ends the context; once is enough, more are harmless.
+func (c *streamContext) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.over {
+		c.over = true
+		if c.done != nil {
+			close(c.done)
+		}
+	}
 }
 
 // pendingAcquire is an acquire request of this stream not answered yet.
@@ -308,9 +366,13 @@ type sessionStream struct {
 // re-attaches to it with a resumed acquire.
 type pendingAcquire struct {
 	ss    *sessionStream
-	id    uint64 // the request's
-	a     *pb.AcquireLock
+	id    uint64    // the request's
+	name  string    // the lock's
 	start time.Time // when the request arrived (the wait's metric)
+	// The request's, as far as its answer needs them (not the whole
+	// request, which costs more to keep).
+	permits                        uint32
+	shared, election, quiet, proof bool
 
 	// Guarded by ss.mu.
 	phase    acquirePhase
@@ -422,7 +484,7 @@ func (ss *sessionStream) finish() bool {
 	ss.backlog = nil
 	id := ss.id
 	ss.inMu.Unlock()
-	ss.cancel()
+	ss.done.end()
 	ss.stop()
 	if id != 0 {
 		ss.srv.hub.detach(id, ss)
@@ -451,12 +513,14 @@ func (ss *sessionStream) stop() {
 	var dropped []*pendingAcquire
 	ss.mu.Lock()
 	ss.stopped = true
-	for id, p := range ss.pending {
+	ss.eachPendingLocked(func(p *pendingAcquire) {
 		if p.phase == acquireQueued {
 			p.phase = acquireSettled
-			delete(ss.pending, id)
 			dropped = append(dropped, p)
 		}
+	})
+	for _, p := range dropped {
+		ss.removePendingLocked(p)
 	}
 	ss.mu.Unlock()
 	for _, p := range dropped {
@@ -527,7 +591,7 @@ func (ss *sessionStream) handleLocked(req *pb.SessionRequest) {
 		})
 	case *pb.SessionRequest_Cancel:
 		ss.mu.Lock()
-		p := ss.pending[op.Cancel.GetRequestId()]
+		p := ss.pendingLocked(op.Cancel.GetRequestId())
 		inLine := p != nil && p.phase == acquireQueued
 		if p != nil {
 			p.withdraw = true // one still committing is withdrawn once committed
@@ -582,12 +646,9 @@ func (ss *sessionStream) acquire(id uint64, a *pb.AcquireLock) {
 		ss.sendErr(id, err)
 		return
 	}
-	p := &pendingAcquire{ss: ss, id: id, a: a, start: time.Now()}
+	p := &pendingAcquire{ss: ss, id: id, name: a.GetName(), start: time.Now(), permits: a.GetPermits(), shared: a.GetShared(), election: a.GetElection(), quiet: a.GetQuiet(), proof: a.GetProof()}
 	ss.mu.Lock()
-	if ss.pending == nil {
-		ss.pending = make(map[uint64]*pendingAcquire)
-	}
-	ss.pending[id] = p
+	ss.addPendingLocked(p)
 	ss.mu.Unlock()
 	// Registered before the command is proposed, so that no event of
 	// the acquisition can be missed.
@@ -629,7 +690,7 @@ func (p *pendingAcquire) committed(res fsm.Result, err error) {
 		return
 	}
 	// Queued. Sent with ss.mu held, so that no grant overtakes it.
-	if !p.a.GetQuiet() {
+	if !p.quiet {
 		ss.send(&pb.SessionResponse{Id: p.id, Result: &pb.SessionResponse_Queued{Queued: &pb.LockQueued{Position: res.Position, QueuedRevision: res.AcquireRevision}}})
 	}
 	var ended *fsm.Event // the acquisition's grant or end, come meanwhile
@@ -694,7 +755,7 @@ func (p *pendingAcquire) answerEvent(e fsm.Event) {
 }
 
 // key is what the hub knows p by.
-func (p *pendingAcquire) key() waitKey { return waitKey{p.ss.id, p.a.GetName()} }
+func (p *pendingAcquire) key() waitKey { return waitKey{p.ss.id, p.name} }
 
 // forget removes settled p from the hub and from its stream's pending
 // requests.
@@ -702,17 +763,58 @@ func (p *pendingAcquire) forget() {
 	ss := p.ss
 	ss.srv.hub.unregister(p.key(), p)
 	ss.mu.Lock()
-	if ss.pending[p.id] == p {
-		delete(ss.pending, p.id)
-	}
+	ss.removePendingLocked(p)
 	ss.mu.Unlock()
+}
+
+// pendingLocked returns the pending acquire of request id, or nil.
+func (ss *sessionStream) pendingLocked(id uint64) *pendingAcquire {
+	if ss.first != nil && ss.first.id == id {
+		return ss.first
+	}
+	return ss.more[id]
+}
+
+// addPendingLocked adds p, in place of a pending acquire of the same
+// request id (a client that reuses an id has its earlier request go
+// unanswered).
+func (ss *sessionStream) addPendingLocked(p *pendingAcquire) {
+	if ss.first == nil || ss.first.id == p.id {
+		ss.first = p
+		return
+	}
+	if ss.more == nil {
+		ss.more = make(map[uint64]*pendingAcquire)
+	}
+	ss.more[p.id] = p
+}
+
+// removePendingLocked removes p if it is pending.
+func (ss *sessionStream) removePendingLocked(p *pendingAcquire) {
+	if ss.first == p {
+		ss.first = nil
+		return
+	}
+	if ss.more[p.id] == p {
+		delete(ss.more, p.id)
+	}
+}
+
+// eachPendingLocked calls fn with every pending acquire.
+func (ss *sessionStream) eachPendingLocked(fn func(p *pendingAcquire)) {
+	if ss.first != nil {
+		fn(ss.first)
+	}
+	for _, p := range ss.more {
+		fn(p)
+	}
 }
 
 // withdrawAcquisition withdraws (or releases) settled p's acquisition
 // acqRev on a worker, and answers p with the outcome (cancelAcquire).
 func (p *pendingAcquire) withdrawAcquisition(acqRev uint64) {
 	ss := p.ss
-	ss.srv.workers.Go(func() { ss.sendErr(p.id, ss.cancelAcquire(p.a.GetName(), acqRev)) })
+	ss.srv.workers.Go(func() { ss.sendErr(p.id, ss.cancelAcquire(p.name, acqRev)) })
 }
 
 // sendGrant answers p with its grant of token, signing its proof on a
@@ -720,14 +822,14 @@ func (p *pendingAcquire) withdrawAcquisition(acqRev uint64) {
 // commands). Every signing.Add happens there before the answer of a later
 // command of the stream (see signing).
 func (ss *sessionStream) sendGrant(p *pendingAcquire, token uint64) {
-	if !p.a.GetProof() {
-		ss.send(ss.granted(p.id, p.a, p, token))
+	if !p.proof {
+		ss.send(ss.granted(p, token))
 		return
 	}
 	ss.signing.Add(1)
 	ss.srv.workers.Go(func() {
 		defer ss.signing.Done()
-		ss.send(ss.granted(p.id, p.a, p, token))
+		ss.send(ss.granted(p, token))
 	})
 }
 

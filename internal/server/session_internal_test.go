@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -128,8 +129,8 @@ func queuedAcquire(t *testing.T) (*sessionConn, *sessionStream, *pendingAcquire)
 	c := &sessionConn{srv: srv, ctx: context.Background(), streams: make(map[uint64]*sessionStream), wake: make(chan struct{}, 1)}
 	ss := c.newStreamLocked(1)
 	ss.id, ss.state = 1, streamServing
-	p := &pendingAcquire{ss: ss, id: 9, a: &pb.AcquireLock{Name: "L", Wait: true}}
-	ss.pending = map[uint64]*pendingAcquire{p.id: p}
+	p := &pendingAcquire{ss: ss, id: 9, name: "L"}
+	ss.addPendingLocked(p)
 	srv.hub.register(p.key(), p)
 	return c, ss, p
 }
@@ -184,8 +185,8 @@ func TestQueuedAcquireIsAnsweredByItsEventOnce(t *testing.T) {
 				t.Fatalf("answers %q, want %q", got, tc.want)
 			}
 			answered := len(tc.want) > 1
-			if inHub := len(ss.srv.hub.waits) > 0; inHub == answered || (len(ss.pending) > 0) == answered {
-				t.Fatalf("answered %v, yet in the hub %v and pending %d", answered, inHub, len(ss.pending))
+			if inHub := len(ss.srv.hub.waits) > 0; inHub == answered || (ss.pendingLocked(p.id) != nil) == answered {
+				t.Fatalf("answered %v, yet in the hub %v and pending %v", answered, inHub, ss.pendingLocked(p.id) != nil)
 			}
 		})
 	}
@@ -213,8 +214,82 @@ func TestEndedStreamKeepsItsPlaceInLine(t *testing.T) {
 		if got := answers(c); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("queued first %v: answers %q, want %q", queuedFirst, got, want)
 		}
-		if len(ss.srv.hub.waits) > 0 || len(ss.pending) > 0 || p.phase != acquireSettled || p.withdraw {
-			t.Fatalf("queued first %v: hub %v, pending %d, phase %v, withdraw %v", queuedFirst, ss.srv.hub.waits, len(ss.pending), p.phase, p.withdraw)
+		if len(ss.srv.hub.waits) > 0 || ss.pendingLocked(p.id) != nil || p.phase != acquireSettled || p.withdraw {
+			t.Fatalf("queued first %v: hub %v, pending %v, phase %v, withdraw %v", queuedFirst, ss.srv.hub.waits, ss.pendingLocked(p.id) != nil, p.phase, p.withdraw)
 		}
+	}
+}
+
+// TestStreamContextEndsWithTheStream: a session stream's context carries
+// its RPC's values and ends (Done closed, Err Canceled) when the stream is
+// over, whether something waited on it before or only after.
+func TestStreamContextEndsWithTheStream(t *testing.T) {
+	type key struct{}
+	rpc := context.WithValue(context.Background(), key{}, "caller")
+	c := &sessionConn{srv: &Server{log: slog.New(slog.DiscardHandler), hub: NewHub()}, ctx: rpc, streams: make(map[uint64]*sessionStream), wake: make(chan struct{}, 1)}
+	waited, late := c.newStreamLocked(1), c.newStreamLocked(2)
+	done := waited.ctx.Done()
+	if waited.ctx.Err() != nil || waited.ctx.Value(key{}) != "caller" {
+		t.Fatalf("a serving stream's context: err %v, value %v", waited.ctx.Err(), waited.ctx.Value(key{}))
+	}
+	select {
+	case <-done:
+		t.Fatal("Done closed while the stream serves")
+	default:
+	}
+	waited.finish()
+	late.finish()
+	for _, ss := range []*sessionStream{waited, late} {
+		select {
+		case <-ss.ctx.Done():
+		default:
+			t.Fatalf("stream %d over, its context not done", ss.sid)
+		}
+		if !errors.Is(ss.ctx.Err(), context.Canceled) {
+			t.Fatalf("stream %d over, its context's Err %v", ss.sid, ss.ctx.Err())
+		}
+	}
+}
+
+// TestPendingAcquiresOfAStream: a stream's pending acquires are found by
+// request id, whether it has one (kept inline) or many, and each leaves
+// alone; a request id reused replaces the earlier request.
+func TestPendingAcquiresOfAStream(t *testing.T) {
+	ss := &sessionStream{}
+	ps := make([]*pendingAcquire, 5)
+	for i := range ps {
+		ps[i] = &pendingAcquire{ss: ss, id: uint64(i + 1)}
+		ss.addPendingLocked(ps[i])
+	}
+	for _, order := range [][]int{{0, 1, 2, 3, 4}, {4, 2, 0, 1, 3}} {
+		for _, p := range ps {
+			ss.addPendingLocked(p)
+		}
+		for n, i := range order {
+			for j, p := range ps {
+				gone := slices.Contains(order[:n], j)
+				if got := ss.pendingLocked(p.id); (got == p) == gone {
+					t.Fatalf("order %v, %d removed: request %d found %v", order, n, p.id, got != nil)
+				}
+			}
+			ss.removePendingLocked(ps[i])
+		}
+		count := 0
+		ss.eachPendingLocked(func(*pendingAcquire) { count++ })
+		if count != 0 {
+			t.Fatalf("order %v: %d left", order, count)
+		}
+	}
+	again := &pendingAcquire{ss: ss, id: 1}
+	ss.addPendingLocked(ps[0])
+	ss.addPendingLocked(ps[1])
+	ss.addPendingLocked(&pendingAcquire{ss: ss, id: 2})
+	ss.addPendingLocked(again)
+	if ss.pendingLocked(1) != again || ss.pendingLocked(2) == ps[1] {
+		t.Fatal("a reused request id did not replace the earlier request")
+	}
+	ss.removePendingLocked(ps[0]) // replaced: not pending
+	if ss.pendingLocked(1) != again {
+		t.Fatal("removing a replaced request removed its successor")
 	}
 }
