@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/daemon"
+	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/testutil"
 )
 
@@ -35,7 +37,11 @@ type scaleTarget struct {
 	pid  int // 0: in process
 }
 
-func newScaleTarget(b *testing.B) scaleTarget {
+func newScaleTarget(b *testing.B) scaleTarget { return newScaleTargetWith(b, fsm.Limits{}) }
+
+// newScaleTargetWith is newScaleTarget whose in-process server has the
+// given cluster limits (zero fields: the defaults).
+func newScaleTargetWith(b *testing.B, limits fsm.Limits) scaleTarget {
 	if addr := os.Getenv("TENURE_BENCH_ADDR"); addr != "" {
 		pid, err := strconv.Atoi(os.Getenv("TENURE_BENCH_PID"))
 		if err != nil {
@@ -43,7 +49,7 @@ func newScaleTarget(b *testing.B) scaleTarget {
 		}
 		return scaleTarget{addr: addr, pid: pid}
 	}
-	return scaleTarget{addr: testutil.Start(b, "", nil).Addr()}
+	return scaleTarget{addr: testutil.StartConfig(b, daemon.Config{ClusterLimits: limits}).Addr()}
 }
 
 // memMiB is the server's RSS (external) or the process's live heap after
@@ -225,12 +231,13 @@ func writeHeapProfile(b *testing.B, path string) {
 // the line is) and the server memory per waiter (over the sessions alone),
 // then releases the lock and reports the hand-off rate over 5 s while every
 // waiter releases its grant at once and queues again; and the same with 10
-// waiters. The server's --max-waiters and --max-total-waiters must admit
-// TENURE_BENCH_N waiters (their defaults are 10,000 and 100,000): an
-// acquire refused fails the run.
+// waiters. A running server's --max-waiters and --max-total-waiters must
+// admit TENURE_BENCH_N waiters (their defaults are 10,000 and 100,000; an
+// in-process server has its limits raised): an acquire refused fails the
+// run.
 func BenchmarkWaiters(b *testing.B) {
 	n, conns := envInt("TENURE_BENCH_N", 100_000), envInt("TENURE_BENCH_CONNS", 4)
-	t := newScaleTarget(b)
+	t := newScaleTargetWith(b, fsm.Limits{MaxSessions: uint64(2*n + 100), MaxWaiters: uint64(n + 10), MaxTotalWaiters: uint64(n + 10)})
 	ctx := context.Background()
 	for _, waiters := range []int{10, n} {
 		name := fmt.Sprint("herd-", waiters)
