@@ -25,7 +25,7 @@ type Hub struct {
 	// lock; more than one request waits for it only while a resumed
 	// acquire takes over from a request of a stream that ended (each
 	// request tells its acquisition's events by its revision).
-	waits map[waitKey][]chan fsm.Event
+	waits map[waitKey][]grantWaiter
 	// streams: the session streams attached to each session, almost
 	// always one (a slice, not a set: a set per session costs ~150 bytes).
 	streams   map[uint64][]*sessionStream
@@ -41,6 +41,14 @@ type Hub struct {
 	changes changeFeed
 	// metrics are this process's (internal/metrics).
 	metrics *metrics.Metrics
+}
+
+// grantWaiter is an acquire request waiting for the events of its
+// session's acquisition of a lock (a pendingAcquire). wake is called on the
+// state machine's apply path, in the order of the events, without the
+// hub's lock held; it must not block.
+type grantWaiter interface {
+	wake(e fsm.Event)
 }
 
 // observerBuffer is how many leader changes an observer may lag behind
@@ -75,7 +83,7 @@ func (h *Hub) unobserve(name string, ob *observer) {
 
 // NewHub returns an empty hub.
 func NewHub() *Hub {
-	h := &Hub{waits: make(map[waitKey][]chan fsm.Event), streams: make(map[uint64][]*sessionStream), observers: make(map[string]map[*observer]struct{}), kv: newWatchRing(DefaultKVLimits().WatchHistory, DefaultKVLimits().WatchHistoryBytes),
+	h := &Hub{waits: make(map[waitKey][]grantWaiter), streams: make(map[uint64][]*sessionStream), observers: make(map[string]map[*observer]struct{}), kv: newWatchRing(DefaultKVLimits().WatchHistory, DefaultKVLimits().WatchHistoryBytes),
 		clock: newRevisionClock(time.Now()), metrics: metrics.New()}
 	return h
 }
@@ -98,14 +106,15 @@ func (h *Hub) Sink(e fsm.Event) {
 	case fsm.EventKVPut, fsm.EventKVDelete:
 		h.kv.feed(e)
 	case fsm.EventGranted, fsm.EventWaitEnded:
+		// Woken outside the lock: a waiter answers its request, which
+		// may unregister it. Almost always one waiter: no allocation.
+		var buf [2]grantWaiter
 		h.mu.Lock()
-		for _, ch := range h.waits[waitKey{e.Session, e.Name}] {
-			select {
-			case ch <- e:
-			default: // a request that stopped waiting
-			}
-		}
+		targets := append(buf[:0], h.waits[waitKey{e.Session, e.Name}]...)
 		h.mu.Unlock()
+		for _, w := range targets {
+			w.wake(e)
+		}
 	case fsm.EventHolderChanged:
 		h.mu.Lock()
 		for ob := range h.observers[e.Name] {
@@ -128,20 +137,20 @@ func (h *Hub) Sink(e fsm.Event) {
 	}
 }
 
-// register adds a request waiting for the events of (session, name).
-func (h *Hub) register(k waitKey) chan fsm.Event {
-	ch := make(chan fsm.Event, 2)
+// register adds w, a request waiting for the events of (session, name):
+// every such event from now on wakes it, until it is unregistered.
+func (h *Hub) register(k waitKey, w grantWaiter) {
 	h.mu.Lock()
-	h.waits[k] = append(h.waits[k], ch)
+	h.waits[k] = append(h.waits[k], w)
 	h.mu.Unlock()
-	return ch
 }
 
-// unregister removes the request that registered ch.
-func (h *Hub) unregister(k waitKey, ch chan fsm.Event) {
+// unregister removes w; an event being delivered meanwhile may still wake
+// it once.
+func (h *Hub) unregister(k waitKey, w grantWaiter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	ws := slices.DeleteFunc(h.waits[k], func(c chan fsm.Event) bool { return c == ch })
+	ws := slices.DeleteFunc(h.waits[k], func(o grantWaiter) bool { return o == w })
 	if len(ws) == 0 {
 		delete(h.waits, k)
 		return

@@ -71,15 +71,15 @@ func (s *Server) proof(name string, token, session uint64) string {
 	return p
 }
 
-// granted is the answer to acquire request id, a, granted with token:
-// with its proof unless a asked for none.
-func (ss *sessionStream) granted(id uint64, a *pb.AcquireLock, p *pendingAcquire, token uint64) *pb.SessionResponse {
-	ss.srv.hub.metrics.ObserveLockWait(fsm.LockKind(a.GetPermits(), a.GetShared(), a.GetElection()), time.Since(p.start))
-	g := &pb.LockGranted{Name: a.GetName(), Token: token}
-	if a.GetProof() {
-		g.Proof = ss.srv.proof(a.GetName(), token, ss.id)
+// granted is the answer to pending acquire p, granted with token: with
+// its proof if p asked for one.
+func (ss *sessionStream) granted(p *pendingAcquire, token uint64) *pb.SessionResponse {
+	ss.srv.hub.metrics.ObserveLockWait(fsm.LockKind(p.permits, p.shared, p.election), time.Since(p.start))
+	g := &pb.LockGranted{Name: p.name, Token: token}
+	if p.proof {
+		g.Proof = ss.srv.proof(p.name, token, ss.id)
 	}
-	return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Granted{Granted: g}}
+	return &pb.SessionResponse{Id: p.id, Result: &pb.SessionResponse_Granted{Granted: g}}
 }
 
 // verifierCache holds a verifier of the newest Security seen.

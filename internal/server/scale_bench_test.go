@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/daemon"
+	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/testutil"
 )
 
@@ -35,7 +37,11 @@ type scaleTarget struct {
 	pid  int // 0: in process
 }
 
-func newScaleTarget(b *testing.B) scaleTarget {
+func newScaleTarget(b *testing.B) scaleTarget { return newScaleTargetWith(b, fsm.Limits{}) }
+
+// newScaleTargetWith is newScaleTarget whose in-process server has the
+// given cluster limits (zero fields: the defaults).
+func newScaleTargetWith(b *testing.B, limits fsm.Limits) scaleTarget {
 	if addr := os.Getenv("TENURE_BENCH_ADDR"); addr != "" {
 		pid, err := strconv.Atoi(os.Getenv("TENURE_BENCH_PID"))
 		if err != nil {
@@ -43,7 +49,7 @@ func newScaleTarget(b *testing.B) scaleTarget {
 		}
 		return scaleTarget{addr: addr, pid: pid}
 	}
-	return scaleTarget{addr: testutil.Start(b, "", nil).Addr()}
+	return scaleTarget{addr: testutil.StartConfig(b, daemon.Config{ClusterLimits: limits}).Addr()}
 }
 
 // memMiB is the server's RSS (external) or the process's live heap after
@@ -220,13 +226,18 @@ func writeHeapProfile(b *testing.B, path string) {
 }
 
 // BenchmarkWaiters queues TENURE_BENCH_N sessions on one lock behind a
-// holder, reports the server memory per waiter (over the sessions alone),
+// holder and reports the queuing rate (overall and of the slowest tenth of
+// the line: it stays flat if a queued acquire costs the same however long
+// the line is) and the server memory per waiter (over the sessions alone),
 // then releases the lock and reports the hand-off rate over 5 s while every
 // waiter releases its grant at once and queues again; and the same with 10
-// waiters.
+// waiters. A running server's --max-waiters and --max-total-waiters must
+// admit TENURE_BENCH_N waiters (their defaults are 10,000 and 100,000; an
+// in-process server has its limits raised): an acquire refused fails the
+// run.
 func BenchmarkWaiters(b *testing.B) {
 	n, conns := envInt("TENURE_BENCH_N", 100_000), envInt("TENURE_BENCH_CONNS", 4)
-	t := newScaleTarget(b)
+	t := newScaleTargetWith(b, fsm.Limits{MaxSessions: uint64(2*n + 100), MaxWaiters: uint64(n + 10), MaxTotalWaiters: uint64(n + 10)})
 	ctx := context.Background()
 	for _, waiters := range []int{10, n} {
 		name := fmt.Sprint("herd-", waiters)
@@ -243,15 +254,31 @@ func BenchmarkWaiters(b *testing.B) {
 		var queued sync.WaitGroup
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 256) // queue in waves
+		tenth := max(waiters/10, 1)
+		marks := make([]time.Time, 11)
+		var inLine atomic.Int64
+		var marksMu sync.Mutex
+		start := time.Now()
+		marks[0] = start
 		for _, s := range sessions[1:] {
 			queued.Add(1)
 			sem <- struct{}{}
 			m, _ := s.Mutex(name)
 			wg.Go(func() {
 				var once sync.Once
-				onQueued := client.OnQueued(func(int) {
-					once.Do(func() { <-sem; queued.Done() })
-				})
+				inLineNow := func() {
+					once.Do(func() {
+						if q := int(inLine.Add(1)); q%tenth == 0 && q/tenth <= 10 {
+							marksMu.Lock()
+							marks[q/tenth] = time.Now()
+							marksMu.Unlock()
+						}
+						<-sem
+						queued.Done()
+					})
+				}
+				defer inLineNow() // a refused first acquire must not hold up the others
+				onQueued := client.OnQueued(func(int) { inLineNow() })
 				for !over.Load() {
 					g, err := m.Lock(ctx, onQueued)
 					if err != nil {
@@ -268,7 +295,27 @@ func BenchmarkWaiters(b *testing.B) {
 			})
 		}
 		queued.Wait()
+		if b.Failed() {
+			b.FailNow()
+		}
+		el := time.Since(start)
 		mem := t.memMiB(b)
+		if p := os.Getenv("TENURE_BENCH_HEAPPROFILE"); p != "" && t.pid == 0 && waiters == n {
+			writeHeapProfile(b, p)
+		}
+		slowest := 0.0
+		for i := 1; i <= 10; i++ {
+			if marks[i].IsZero() || marks[i-1].IsZero() {
+				continue
+			}
+			r := float64(tenth) / marks[i].Sub(marks[i-1]).Seconds()
+			if slowest == 0 || r < slowest {
+				slowest = r
+			}
+			b.Logf("waiters %d..%d: queued %.0f/s", (i-1)*tenth, i*tenth, r)
+		}
+		b.ReportMetric(float64(waiters)/el.Seconds(), fmt.Sprint("queued/s@", waiters))
+		b.ReportMetric(slowest, fmt.Sprint("slowest-tenth-queued/s@", waiters))
 		b.ReportMetric((mem-base)*(1<<20)/float64(waiters), fmt.Sprint("B/waiter@", waiters))
 		// Every grant is released at once and its waiter queues again at
 		// the back, so the line stays as long for the whole 5 s.

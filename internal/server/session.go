@@ -139,8 +139,9 @@ func (c *sessionConn) frame(f *pb.SessionFrame) {
 }
 
 func (c *sessionConn) newStreamLocked(id uint64) *sessionStream {
-	ctx, cancel := context.WithCancel(c.ctx)
-	ss := &sessionStream{conn: c, srv: c.srv, sid: id, ctx: ctx, cancel: cancel}
+	ss := &sessionStream{conn: c, srv: c.srv, sid: id}
+	ss.done.rpc = c.ctx
+	ss.ctx = &ss.done
 	c.streams[id] = ss
 	return ss
 }
@@ -267,9 +268,9 @@ type sessionStream struct {
 	conn *sessionConn
 	srv  *Server
 	sid  uint64 // the session stream's id on its RPC
-	// ctx ends when the session stream is over.
-	ctx    context.Context
-	cancel context.CancelFunc
+	// ctx ends when the session stream is over: it is &done.
+	ctx  context.Context
+	done streamContext
 	// over is set once the stream is over: nothing more is sent on it.
 	over atomic.Bool
 	// wg counts the keepalives waiting for a leadership check.
@@ -285,10 +286,16 @@ type sessionStream struct {
 	id    uint64
 	ttlMs int64
 
-	// mu guards pending, made by the stream's first acquire (most
-	// sessions of a large fleet hold nothing).
-	mu      sync.Mutex
-	pending map[uint64]*pendingAcquire
+	// mu guards the pending acquires (their set and their phases) and
+	// stopped. Lock order: mu, then the connection's; the hub's lock is
+	// never held with it.
+	mu sync.Mutex
+	// pending: the acquires not answered yet, by request id; one in
+	// first (a waiter has one), the others in more, made when needed
+	// (most sessions of a large fleet hold nothing).
+	first   *pendingAcquire
+	more    map[uint64]*pendingAcquire
+	stopped bool // pending acquires put in line from now on are dropped
 
 	// signing counts the immediate grants whose answers a worker signs
 	// and sends (proof.go); every Add happens on the node's answering
@@ -297,15 +304,93 @@ type sessionStream struct {
 	signing sync.WaitGroup
 }
 
-// pendingAcquire is a queued acquire of this stream. Only an explicit
-// Cancel withdraws it from the queue: when the stream merely ends, the
+// streamContext is a session stream's context: it carries its RPC's
+// values and deadline, and it ends when the stream is over (finish), as
+// every stream is before its RPC returns. Unlike a context.WithCancel of
+// the RPC's context, it costs no allocation of its own, no entry in the
+// RPC's context, and no channel until something waits for it.
+type streamContext struct {
+	rpc context.Context
+	// mu guards done and over.
+	mu   sync.Mutex
+	done chan struct{} // made by the first Done
+	over bool
+}
+
+// Deadline implements context.Context: the RPC's.
+func (c *streamContext) Deadline() (time.Time, bool) { return c.rpc.Deadline() }
+
+// Value implements context.Context: the RPC's values.
+func (c *streamContext) Value(key any) any { return c.rpc.Value(key) }
+
+// Done implements context.Context.
+func (c *streamContext) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.over {
+			close(c.done)
+		}
+	}
+	return c.done
+}
+
+// Err implements context.Context: context.Canceled once the stream is over.
+func (c *streamContext) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.over {
+		return context.Canceled
+	}
+	return nil
+}
+
+// end ends the context; once is enough, more are harmless.
+func (c *streamContext) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.over {
+		c.over = true
+		if c.done != nil {
+			close(c.done)
+		}
+	}
+}
+
+// pendingAcquire is an acquire request of this stream not answered yet.
+// It costs no goroutine while it waits in line: the hub wakes it with its
+// acquisition's grant or end, and that answers it. Only an explicit Cancel
+// withdraws it from the queue: when the stream merely ends, the
 // acquisition stays queued (or granted) for the session, and the client
 // re-attaches to it with a resumed acquire.
 type pendingAcquire struct {
-	cancel   context.CancelFunc
-	start    time.Time // when the request arrived (the wait's metric)
-	withdraw bool      // guarded by sessionStream.mu
+	ss    *sessionStream
+	id    uint64    // the request's
+	name  string    // the lock's
+	start time.Time // when the request arrived (the wait's metric)
+	// The request's, as far as its answer needs them (not the whole
+	// request, which costs more to keep).
+	permits                        uint32
+	shared, election, quiet, proof bool
+
+	// Guarded by ss.mu.
+	phase    acquirePhase
+	withdraw bool        // the client asked to cancel it
+	acqRev   uint64      // its acquisition's revision, once queued
+	early    []fsm.Event // the events that came while it was committing
 }
+
+// acquirePhase is where a pending acquire is. Exactly one of committed,
+// wake, a Cancel and the stream's stop moves it to acquireSettled, and
+// that one answers it (or, for stop, drops it): a grant is answered once.
+type acquirePhase uint8
+
+const (
+	acquireCommitting acquirePhase = iota // its command is being committed
+	acquireQueued                         // in line: the hub's events answer it
+	acquireSettled                        // answered, being withdrawn, or dropped
+)
 
 // open serves the stream's open request id, on a worker: it creates or
 // resumes the session, then serves the requests that came meanwhile.
@@ -399,7 +484,7 @@ func (ss *sessionStream) finish() bool {
 	ss.backlog = nil
 	id := ss.id
 	ss.inMu.Unlock()
-	ss.cancel()
+	ss.done.end()
 	ss.stop()
 	if id != 0 {
 		ss.srv.hub.detach(id, ss)
@@ -420,14 +505,27 @@ func (ss *sessionStream) end(err error) {
 	}
 }
 
-// stop cancels every pending request and waits for the keepalives being
+// stop drops the acquires waiting in line (their places in line are kept
+// for a resume; those being withdrawn are settled already, and those still
+// committing are dropped once queued) and waits for the keepalives being
 // served.
 func (ss *sessionStream) stop() {
+	var dropped []*pendingAcquire
 	ss.mu.Lock()
-	for _, p := range ss.pending {
-		p.cancel()
+	ss.stopped = true
+	ss.eachPendingLocked(func(p *pendingAcquire) {
+		if p.phase == acquireQueued {
+			p.phase = acquireSettled
+			dropped = append(dropped, p)
+		}
+	})
+	for _, p := range dropped {
+		ss.removePendingLocked(p)
 	}
 	ss.mu.Unlock()
+	for _, p := range dropped {
+		ss.srv.hub.unregister(p.key(), p)
+	}
 	ss.wg.Wait()
 }
 
@@ -493,11 +591,19 @@ func (ss *sessionStream) handleLocked(req *pb.SessionRequest) {
 		})
 	case *pb.SessionRequest_Cancel:
 		ss.mu.Lock()
-		if p := ss.pending[op.Cancel.GetRequestId()]; p != nil {
-			p.withdraw = true
-			p.cancel()
+		p := ss.pendingLocked(op.Cancel.GetRequestId())
+		inLine := p != nil && p.phase == acquireQueued
+		if p != nil {
+			p.withdraw = true // one still committing is withdrawn once committed
+		}
+		if inLine {
+			p.phase = acquireSettled
 		}
 		ss.mu.Unlock()
+		if inLine {
+			p.forget()
+			p.withdrawAcquisition(p.acqRev)
+		}
 	case *pb.SessionRequest_Close:
 		ss.state = streamClosing // nothing after the close is served
 		ss.conn.goWork(func() { ss.close(id) })
@@ -530,105 +636,201 @@ func (ss *sessionStream) close(id uint64) {
 	ss.end(nil)
 }
 
-// withdrawing reports whether the client asked to cancel p.
-func (ss *sessionStream) withdrawing(p *pendingAcquire) bool {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return p.withdraw
-}
-
-// acquire serves acquire request id without a goroutine of its own while
-// nothing blocks: the answer is sent from the node's answering goroutine.
-// Waiting in line, and withdrawing a grant the client gave up on, go to a
-// worker.
+// acquire serves acquire request id without a goroutine: its answer is
+// sent from the node's answering goroutine when the command is committed,
+// or, when it waits in line, from the state machine's apply path when the
+// hub wakes it with its acquisition's grant or end (wake). Only
+// withdrawing an acquisition, and signing a grant's proof, go to a worker.
 func (ss *sessionStream) acquire(id uint64, a *pb.AcquireLock) {
 	if err := ss.srv.checkName("lock name", a.GetName()); err != nil {
 		ss.sendErr(id, err)
 		return
 	}
-	ctx, cancel := context.WithCancel(ss.ctx)
-	p := &pendingAcquire{cancel: cancel, start: time.Now()}
+	p := &pendingAcquire{ss: ss, id: id, name: a.GetName(), start: time.Now(), permits: a.GetPermits(), shared: a.GetShared(), election: a.GetElection(), quiet: a.GetQuiet(), proof: a.GetProof()}
 	ss.mu.Lock()
-	if ss.pending == nil {
-		ss.pending = make(map[uint64]*pendingAcquire)
-	}
-	ss.pending[id] = p
+	ss.addPendingLocked(p)
 	ss.mu.Unlock()
 	// Registered before the command is proposed, so that no event of
 	// the acquisition can be missed.
-	key := waitKey{ss.id, a.GetName()}
-	ch := ss.srv.hub.register(key)
-	done := func(resp *pb.SessionResponse) {
-		ss.srv.hub.unregister(key, ch)
-		cancel()
-		ss.mu.Lock()
-		delete(ss.pending, id)
-		ss.mu.Unlock()
-		if resp != nil {
-			ss.send(resp)
-		}
-	}
-	ss.srv.node.ProposeAsync(cmdOf(acquireCommand(ss.id, a)), func(res fsm.Result, err error) {
-		if err == nil && (!res.Granted || ss.withdrawing(p)) {
-			// Not on ss.wg: the stream may already be stopping, and ctx
-			// ends this wait then.
-			ss.srv.workers.Go(func() { done(ss.acquired(ctx, id, a, p, ch, res)) })
-			return
-		}
-		// Refused, or granted to a request nobody withdrew (when it was
-		// checked: a withdrawal from now on meets the grant in the client,
-		// which releases it). Only sends: this runs on the node's answering
-		// goroutine, where a proposal (as a withdrawal makes) would wait
-		// for its own answer. A grant's proof is signed on a worker, off
-		// that goroutine (proof.go).
-		switch {
-		case err != nil:
-			done(errResponse(id, err))
-		case !a.GetProof():
-			done(ss.granted(id, a, p, res.Token))
-		default:
-			ss.signing.Add(1)
-			ss.srv.workers.Go(func() {
-				defer ss.signing.Done()
-				done(ss.granted(id, a, p, res.Token))
-			})
-		}
-	})
+	ss.srv.hub.register(p.key(), p)
+	ss.srv.node.ProposeAsync(cmdOf(acquireCommand(ss.id, a)), p.committed)
 }
 
 func acquireCommand(session uint64, a *pb.AcquireLock) *fsmpb.Acquire {
 	return &fsmpb.Acquire{Session: session, Name: a.GetName(), Wait: a.GetWait(), LockDelayMs: a.GetLockDelayMs(), Resume: a.GetResume(), Permits: a.GetPermits(), Shared: a.GetShared(), Election: a.GetElection(), Value: a.GetValue()}
 }
 
-// acquired returns the final answer of an acquire request whose command
-// was committed with res and not granted at once (or granted to a request
-// being withdrawn): it sends "queued" (unless the request is quiet) and
-// waits for the grant or the end of the wait. Nil: no answer, the stream
-// ended and the place in line is kept for a resume.
-func (ss *sessionStream) acquired(ctx context.Context, id uint64, a *pb.AcquireLock, p *pendingAcquire, ch chan fsm.Event, res fsm.Result) *pb.SessionResponse {
+// committed serves p's command's outcome, on the node's answering
+// goroutine: it answers a refusal or a grant, withdraws an acquisition the
+// client gave up on meanwhile, or puts p in line (answered "queued" unless
+// the request is quiet).
+func (p *pendingAcquire) committed(res fsm.Result, err error) {
+	ss := p.ss
+	ss.mu.Lock()
+	if err != nil || (res.Granted && !p.withdraw) {
+		// Refused, or granted to a request nobody withdrew (when it was
+		// checked: a withdrawal from now on meets the grant in the client,
+		// which releases it). Only sends: a proposal (as a withdrawal
+		// makes) would wait here for its own answer.
+		p.phase = acquireSettled
+		ss.mu.Unlock()
+		p.forget()
+		if err != nil {
+			ss.sendErr(p.id, err)
+			return
+		}
+		ss.sendGrant(p, res.Token)
+		return
+	}
 	if res.Granted { // the client gave up while we committed
-		return errResponse(id, ss.cancelAcquire(a.GetName(), res.AcquireRevision))
+		p.phase = acquireSettled
+		ss.mu.Unlock()
+		p.forget()
+		p.withdrawAcquisition(res.AcquireRevision)
+		return
 	}
-	if !a.GetQuiet() {
-		ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Queued{Queued: &pb.LockQueued{Position: res.Position, QueuedRevision: res.AcquireRevision}}})
+	// Queued. Sent with ss.mu held, so that no grant overtakes it.
+	if !p.quiet {
+		ss.send(&pb.SessionResponse{Id: p.id, Result: &pb.SessionResponse_Queued{Queued: &pb.LockQueued{Position: res.Position, QueuedRevision: res.AcquireRevision}}})
 	}
-	for {
-		select {
-		case e := <-ch:
-			if e.AcquireRevision != res.AcquireRevision {
-				continue // another acquisition of the session's for this name
-			}
-			if e.Kind == fsm.EventGranted {
-				return ss.granted(id, a, p, e.Token)
-			}
-			return errResponse(id, fsm.ErrSessionNotFound)
-		case <-ctx.Done():
-			if !ss.withdrawing(p) {
-				return nil // the stream ended: the place in line is kept for a resume
-			}
-			return errResponse(id, ss.cancelAcquire(a.GetName(), res.AcquireRevision))
+	var ended *fsm.Event // the acquisition's grant or end, come meanwhile
+	for i := range p.early {
+		if p.early[i].AcquireRevision == res.AcquireRevision {
+			ended = &p.early[i]
+			break
 		}
 	}
+	p.early = nil
+	switch {
+	case p.withdraw:
+		p.phase = acquireSettled
+		ss.mu.Unlock()
+		p.forget()
+		p.withdrawAcquisition(res.AcquireRevision)
+	case ended != nil:
+		p.phase = acquireSettled
+		ss.mu.Unlock()
+		p.answerEvent(*ended)
+	case ss.stopped:
+		p.phase = acquireSettled
+		ss.mu.Unlock()
+		p.forget() // the stream ended: the place in line is kept for a resume
+	default:
+		p.phase, p.acqRev = acquireQueued, res.AcquireRevision
+		ss.mu.Unlock()
+	}
+}
+
+// wake serves an event of the session's acquisition of p's lock, on the
+// state machine's apply path (Hub.Sink): it answers p with its
+// acquisition's grant or end, and keeps what comes while p's command is
+// being committed for committed to look at. It never blocks.
+func (p *pendingAcquire) wake(e fsm.Event) {
+	ss := p.ss
+	ss.mu.Lock()
+	switch {
+	case p.phase == acquireCommitting:
+		// Few: each is the grant or end of one acquisition of this
+		// session's for this lock, of which there is one at a time.
+		p.early = append(p.early, e)
+		ss.mu.Unlock()
+		return
+	case p.phase != acquireQueued || e.AcquireRevision != p.acqRev:
+		ss.mu.Unlock()
+		return // answered already, or another acquisition's
+	}
+	p.phase = acquireSettled
+	ss.mu.Unlock()
+	p.answerEvent(e)
+}
+
+// answerEvent answers settled p with its acquisition's grant or end.
+func (p *pendingAcquire) answerEvent(e fsm.Event) {
+	p.forget()
+	if e.Kind == fsm.EventGranted {
+		p.ss.sendGrant(p, e.Token)
+		return
+	}
+	p.ss.sendErr(p.id, fsm.ErrSessionNotFound)
+}
+
+// key is what the hub knows p by.
+func (p *pendingAcquire) key() waitKey { return waitKey{p.ss.id, p.name} }
+
+// forget removes settled p from the hub and from its stream's pending
+// requests.
+func (p *pendingAcquire) forget() {
+	ss := p.ss
+	ss.srv.hub.unregister(p.key(), p)
+	ss.mu.Lock()
+	ss.removePendingLocked(p)
+	ss.mu.Unlock()
+}
+
+// pendingLocked returns the pending acquire of request id, or nil.
+func (ss *sessionStream) pendingLocked(id uint64) *pendingAcquire {
+	if ss.first != nil && ss.first.id == id {
+		return ss.first
+	}
+	return ss.more[id]
+}
+
+// addPendingLocked adds p, in place of a pending acquire of the same
+// request id (a client that reuses an id has its earlier request go
+// unanswered).
+func (ss *sessionStream) addPendingLocked(p *pendingAcquire) {
+	if ss.first == nil || ss.first.id == p.id {
+		ss.first = p
+		return
+	}
+	if ss.more == nil {
+		ss.more = make(map[uint64]*pendingAcquire)
+	}
+	ss.more[p.id] = p
+}
+
+// removePendingLocked removes p if it is pending.
+func (ss *sessionStream) removePendingLocked(p *pendingAcquire) {
+	if ss.first == p {
+		ss.first = nil
+		return
+	}
+	if ss.more[p.id] == p {
+		delete(ss.more, p.id)
+	}
+}
+
+// eachPendingLocked calls fn with every pending acquire.
+func (ss *sessionStream) eachPendingLocked(fn func(p *pendingAcquire)) {
+	if ss.first != nil {
+		fn(ss.first)
+	}
+	for _, p := range ss.more {
+		fn(p)
+	}
+}
+
+// withdrawAcquisition withdraws (or releases) settled p's acquisition
+// acqRev on a worker, and answers p with the outcome (cancelAcquire).
+func (p *pendingAcquire) withdrawAcquisition(acqRev uint64) {
+	ss := p.ss
+	ss.srv.workers.Go(func() { ss.sendErr(p.id, ss.cancelAcquire(p.name, acqRev)) })
+}
+
+// sendGrant answers p with its grant of token, signing its proof on a
+// worker if it asked for one (off the goroutines that apply and answer
+// commands). Every signing.Add happens there before the answer of a later
+// command of the stream (see signing).
+func (ss *sessionStream) sendGrant(p *pendingAcquire, token uint64) {
+	if !p.proof {
+		ss.send(ss.granted(p, token))
+		return
+	}
+	ss.signing.Add(1)
+	ss.srv.workers.Go(func() {
+		defer ss.signing.Done()
+		ss.send(ss.granted(p, token))
+	})
 }
 
 // cancelAcquire withdraws a queued acquisition, or releases it if it was
