@@ -100,30 +100,39 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// TestReadNeedsQuorumOnceAVoterIsAdded: a node that was the only voter
+// joining opens a node that waits to be added to a cluster, and returns
+// it with a function that stops it (also run at the end of the test).
+func joining(t *testing.T, id, addr string) (*node.Node, func()) {
+	t.Helper()
+	n, err := node.Open(node.Config{NodeID: id, DataDir: t.TempDir(), PeerAddr: addr, Join: true, LogOutput: io.Discard}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { n.Run(ctx); close(done) }()
+	closeN := sync.OnceFunc(func() { stop(); <-done; n.Close() })
+	t.Cleanup(closeN)
+	return n, closeN
+}
+
+// TestReadNeedsQuorumOnceAVoterIsAdded: a node that is the only voter
 // answers reads from its own state; once a second voter is added it must
 // confirm its leadership with that voter, so with the second voter gone
-// (its majority lost) it answers no read, not even after it was the sole
-// voter a moment before.
+// (its majority lost) it answers no read, although it was the sole voter
+// a moment before. Once a voter is removed again, the remaining sole
+// voter answers reads without it.
 func TestReadNeedsQuorumOnceAVoterIsAdded(t *testing.T) {
 	testutil.Slow(t)
-	addrA, addrB := freeAddr(t), freeAddr(t)
+	addrA, addrB, addrC := freeAddr(t), freeAddr(t), freeAddr(t)
 	a := openConfig(t, node.Config{NodeID: "a", DataDir: t.TempDir(), PeerAddr: addrA})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := a.LinearizableRead(ctx); err != nil {
 		t.Fatalf("read on the sole voter: %v", err)
 	}
 
-	b, err := node.Open(node.Config{NodeID: "b", DataDir: t.TempDir(), PeerAddr: addrB, Join: true, LogOutput: io.Discard}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bctx, bstop := context.WithCancel(context.Background())
-	bdone := make(chan struct{})
-	go func() { b.Run(bctx); close(bdone) }()
-	closeB := sync.OnceFunc(func() { bstop(); <-bdone; b.Close() })
-	defer closeB()
+	_, closeB := joining(t, "b", addrB)
 	if err := a.AddVoter(ctx, "b", addrB, 0); err != nil {
 		t.Fatalf("adding b: %v", err)
 	}
@@ -131,11 +140,25 @@ func TestReadNeedsQuorumOnceAVoterIsAdded(t *testing.T) {
 	if err := a.LinearizableRead(ctx); err != nil {
 		t.Fatalf("read with both voters up: %v", err)
 	}
-
+	if err := a.RemoveServer(ctx, "b", 0); err != nil {
+		t.Fatalf("removing b: %v", err)
+	}
 	closeB()
+	if err := a.LinearizableRead(ctx); err != nil {
+		t.Fatalf("read on the sole voter after b was removed: %v", err)
+	}
+	if got := readCounter(t, a, "k"); got != 1 {
+		t.Fatalf("k = %d, want 1", got)
+	}
+
+	_, closeC := joining(t, "c", addrC)
+	if err := a.AddVoter(ctx, "c", addrC, 0); err != nil {
+		t.Fatalf("adding c: %v", err)
+	}
+	closeC()
 	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 	defer rcancel()
-	err = a.LinearizableRead(rctx)
+	err := a.LinearizableRead(rctx)
 	if err == nil {
 		t.Fatal("a leader that lost its only other voter answered a read")
 	}
