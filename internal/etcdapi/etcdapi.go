@@ -56,6 +56,11 @@ const (
 // for fragments, and a request above it is refused.
 const maxRequestBytes = 1.5*1024*1024 + 512*1024
 
+// streamWorkers is how many goroutines serve requests (GRPCOptions): about
+// as many as the requests a busy client has open at once; beyond them, a
+// request gets a goroutine of its own.
+const streamWorkers = 64
+
 // Config configures the etcd API of one node.
 type Config struct {
 	// ClientURL is how etcd clients reach this node's etcd API (as
@@ -94,6 +99,15 @@ func New(n *node.Node, srv *server.Server, cfg Config) *Server {
 func (s *Server) GRPCOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxRequestBytes),
+		// Fixed flow-control windows, as on Tenure's own API
+		// (server.GRPCOptions): gRPC's dynamic window is sized by ping
+		// probes, about one per round trip on a busy connection, for
+		// windows etcd's small messages never need.
+		grpc.InitialWindowSize(1 << 20), grpc.InitialConnWindowSize(1 << 24),
+		// Handlers run on long-lived workers, whose stacks have grown
+		// already, rather than each on a new goroutine that grows its
+		// stack again (a copy on every request).
+		grpc.NumStreamWorkers(streamWorkers),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 			if err := s.requireLeader(ctx); err != nil {

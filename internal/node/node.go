@@ -1023,6 +1023,9 @@ func (n *Node) LinearizableRead(ctx context.Context) (err error) {
 			n.readTerm.Store(term) // usually promote has done it already
 		}
 	}
+	if n.soleVoterLeader() {
+		return nil
+	}
 	commit := n.raft.CommitIndex()
 	// Not bounded by ctx: raft answers every verify future when it steps
 	// down, the node's Close ends the rest, and this is on every read's
@@ -1035,6 +1038,55 @@ func (n *Node) LinearizableRead(ctx context.Context) (err error) {
 	}
 	// Rare: wait for the apply loop to catch up with a barrier.
 	return mapReadErr(n.wait(ctx, n.raft.Barrier(timeout)))
+}
+
+// soleVoterLeader reports whether this node leads, in the term whose
+// entries it has applied since before the call (readTerm), a cluster whose
+// latest configuration has this node as its only voter. A read of the
+// state is then linearizable without a round of raft's leader loop, which
+// is busy with the leader's own log append (fsync) under load:
+//
+//   - every write acknowledged in this term was acknowledged by this
+//     node, the term's only leader, after its state machine applied it
+//     (raft answers an Apply future once the state machine has applied
+//     the entry), and every write of an earlier term was applied before
+//     readTerm was set (the term's barrier);
+//   - no other node can lead a later term while this node's latest
+//     configuration has it as its only voter: raft changes membership one
+//     server at a time and counts a configuration from when the leader
+//     appends it, so any configuration another node may be elected under
+//     needs this node's vote, which it gives only after it has left the
+//     leader state and moved to the later term. raft's VerifyLeader
+//     answers at once on the same grounds (a quorum of one), but only
+//     when its leader loop gets to it.
+//
+// The checks run in this order so that they hold together at the moment
+// of the leader check: the configuration is read first (once a voter is
+// added, the leader's latest configuration has two and the read takes the
+// quorum path), then the state, then the term again (the state and term
+// are raft's atomics; a term that moved on means a step-down may have
+// been missed, and the read takes the quorum path, which refuses it).
+func (n *Node) soleVoterLeader() bool {
+	term := n.raft.CurrentTerm()
+	if n.readTerm.Load() != term {
+		return false
+	}
+	cf := n.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return false
+	}
+	voters := 0
+	self := false
+	for _, s := range cf.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			voters++
+			self = self || s.ID == raft.ServerID(n.cfg.NodeID)
+		}
+	}
+	if voters != 1 || !self {
+		return false
+	}
+	return n.raft.State() == raft.Leader && n.raft.CurrentTerm() == term
 }
 
 // mapReadErr is mapRaftErr for a read's leadership check: a read changes
