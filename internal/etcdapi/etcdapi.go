@@ -29,7 +29,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -80,6 +82,8 @@ type Server struct {
 	limits   server.KVLimits
 	memberID uint64
 	conns    conns // to the leader, for forwarding (forward.go)
+	// leaderStreams: the open streams that require a leader.
+	leaderStreams leaderStreams
 }
 
 // New returns the etcd API of n, whose Tenure API is srv (the watch
@@ -119,16 +123,113 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 			if err := s.requireLeader(ss.Context()); err != nil {
 				return err
 			}
-			return handler(srv, ss)
+			if !requiresLeader(ss.Context()) {
+				return handler(srv, ss)
+			}
+			// A stream that requires a leader is ended with "no leader"
+			// once this node has known none for a while (Run), as etcd
+			// does: its client then goes on at another endpoint.
+			ctx, cancel := context.WithCancelCause(ss.Context())
+			defer cancel(nil)
+			forget := s.leaderStreams.add(cancel)
+			defer forget()
+			err := handler(srv, &ctxStream{ServerStream: ss, ctx: ctx})
+			if errors.Is(context.Cause(ctx), rpctypes.ErrGRPCNoLeader) {
+				return rpctypes.ErrGRPCNoLeader
+			}
+			return err
 		}),
 	}
 }
 
-// requireLeader refuses a request that requires a leader when this node
-// knows none (a stream is checked when it opens).
-func (s *Server) requireLeader(ctx context.Context) error {
+// requiresLeader reports whether a request requires a leader
+// (clientv3.WithRequireLeader: the hasleader metadata).
+func requiresLeader(ctx context.Context) bool {
 	md, _ := metadata.FromIncomingContext(ctx)
-	if ks := md[rpctypes.MetadataRequireLeaderKey]; len(ks) > 0 && ks[0] == rpctypes.MetadataHasLeader && s.node.Leader() == "" {
+	ks := md[rpctypes.MetadataRequireLeaderKey]
+	return len(ks) > 0 && ks[0] == rpctypes.MetadataHasLeader
+}
+
+// ctxStream is a server stream with a context of its own.
+type ctxStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (c *ctxStream) Context() context.Context { return c.ctx }
+
+// Watching for the loss of the leader: how often, and after how many
+// checks in a row that find none the streams that require a leader end
+// (etcd: three election timeouts).
+const (
+	leaderCheckInterval = 500 * time.Millisecond
+	maxNoLeaderChecks   = 3
+)
+
+// leaderStreams are the open streams that require a leader, by the
+// function that ends each one.
+type leaderStreams struct {
+	// mu guards m and next.
+	mu   sync.Mutex
+	m    map[uint64]context.CancelCauseFunc
+	next uint64
+}
+
+func (l *leaderStreams) add(cancel context.CancelCauseFunc) (forget func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = make(map[uint64]context.CancelCauseFunc)
+	}
+	l.next++
+	id := l.next
+	l.m[id] = cancel
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		delete(l.m, id)
+	}
+}
+
+// endAll ends every stream that requires a leader with err.
+func (l *leaderStreams) endAll(err error) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, cancel := range l.m {
+		cancel(err)
+	}
+	return len(l.m)
+}
+
+// monitorLeader ends the streams that require a leader once this node has
+// known no leader for maxNoLeaderChecks checks in a row, until ctx ends.
+func (s *Server) monitorLeader(ctx context.Context) {
+	t := time.NewTicker(leaderCheckInterval)
+	defer t.Stop()
+	none := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if s.node.Leader() != "" {
+			none = 0
+			continue
+		}
+		if none++; none >= maxNoLeaderChecks {
+			if n := s.leaderStreams.endAll(rpctypes.ErrGRPCNoLeader); n > 0 {
+				s.log.Warn("no leader: ended the etcd streams that require one", "streams", n)
+			}
+		}
+	}
+}
+
+// requireLeader refuses a request that requires a leader when this node
+// knows none (a stream is checked when it opens, and ended later if the
+// node loses its leader: see monitorLeader).
+func (s *Server) requireLeader(ctx context.Context) error {
+	if requiresLeader(ctx) && s.node.Leader() == "" {
 		return rpctypes.ErrGRPCNoLeader
 	}
 	return nil

@@ -170,9 +170,13 @@ func (s *Server) relayKeepAlive(stream pb.Lease_LeaseKeepAliveServer, lc *leader
 }
 
 // Run publishes this node's etcd API address in the replicated state, and
-// again whenever it is missing or differs, until ctx ends.
+// again whenever it is missing or differs, and ends the streams that
+// require a leader when the node has none (monitorLeader), until ctx ends.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.conns.close()
+	monitored := make(chan struct{})
+	go func() { defer close(monitored); s.monitorLeader(ctx) }()
+	defer func() { <-monitored }()
 	t := time.NewTicker(publishInterval)
 	defer t.Stop()
 	for {

@@ -113,20 +113,45 @@ func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 		}
 		return s.relayKeepAlive(stream, fw)
 	}
-	for {
-		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
+	// Requests are read on a goroutine of their own, so that the stream
+	// ends when its context does (a stream that requires a leader is
+	// ended when the node has none), not at the next request.
+	reqs := make(chan *pb.LeaseKeepAliveRequest)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
 		}
-		if err != nil {
+	}()
+	for {
+		var req *pb.LeaseKeepAliveRequest
+		select {
+		case req = <-reqs:
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
 			return err
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 		// The header first, as etcd: its revision is no later than the
 		// renewal.
 		resp := &pb.LeaseKeepAliveResponse{ID: req.ID, Header: s.header(0)}
-		if resp.TTL, err = s.renew(ctx, req.ID); err != nil {
+		ttl, err := s.renew(ctx, req.ID)
+		if err != nil {
 			return err
 		}
+		resp.TTL = ttl
 		if err := stream.Send(resp); err != nil {
 			return err
 		}

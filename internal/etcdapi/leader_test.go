@@ -1,0 +1,125 @@
+package etcdapi_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/tenure-io/tenure/internal/daemon"
+)
+
+func freePeerAddr(t *testing.T) string {
+	t.Helper()
+	for range 200 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 61000+rand.IntN(4000))
+		if l, err := net.Listen("tcp", addr); err == nil {
+			l.Close()
+			return addr
+		}
+	}
+	t.Fatal("no free loopback port")
+	return ""
+}
+
+type logTo struct {
+	t  *testing.T
+	id string
+}
+
+func (w logTo) Write(p []byte) (int, error) {
+	w.t.Log(w.id + ": " + strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// TestStreamsThatRequireALeaderEndWithoutOne: on a node that loses its
+// leader (the other voter of two stops), a watch opened with
+// clientv3.WithRequireLeader (the hasleader metadata) ends with etcd's
+// "no leader", so that its client goes on at another endpoint, as etcd
+// does; a watch without it stays open.
+func TestStreamsThatRequireALeaderEndWithoutOne(t *testing.T) {
+	root := t.TempDir()
+	peers := map[string]string{"n1": freePeerAddr(t), "n2": freePeerAddr(t)}
+	daemons := map[string]*daemon.Daemon{}
+	stops := map[string]func(){}
+	for _, id := range []string{"n1", "n2"} {
+		d, err := daemon.Start(daemon.Config{NodeID: id, DataDir: filepath.Join(root, id), Listen: "127.0.0.1:0", HTTPListen: "",
+			EtcdListen: "127.0.0.1:0", PeerListen: peers[id], BootstrapPeers: peers, LogOutput: logTo{t, id}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- d.Run(ctx) }()
+		stopped := false
+		stops[id] = func() {
+			if !stopped {
+				stopped = true
+				cancel()
+				<-done
+			}
+		}
+		t.Cleanup(stops[id])
+		daemons[id] = d
+	}
+	for id, d := range daemons {
+		select {
+		case <-d.Ready():
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s not ready", id)
+		}
+	}
+	leader, follower := "n1", "n2"
+	if daemons["n2"].Node.IsLeader() {
+		leader, follower = "n2", "n1"
+	}
+	conn, err := grpc.NewClient(daemons[follower].EtcdAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	watch := func(ctx context.Context) <-chan error {
+		w, err := pb.NewWatchClient(conn).Watch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		create(t, w, &pb.WatchCreateRequest{Key: []byte("k")})
+		ended := make(chan error, 1)
+		go func() {
+			for {
+				if _, err := w.Recv(); err != nil {
+					ended <- err
+					return
+				}
+			}
+		}()
+		return ended
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	required := watch(metadata.AppendToOutgoingContext(ctx, rpctypes.MetadataRequireLeaderKey, rpctypes.MetadataHasLeader))
+	plain := watch(ctx)
+
+	stops[leader]()
+	select {
+	case err := <-required:
+		wantErr(t, err, rpctypes.ErrGRPCNoLeader)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the watch that requires a leader was still open 20 s after the leader stopped")
+	}
+	select {
+	case err := <-plain:
+		t.Fatalf("the watch that does not require a leader ended: %v", err)
+	default:
+	}
+}
