@@ -14,6 +14,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	etcdpb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/internal/daemon"
@@ -261,4 +264,40 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return fmt.Sprint(l.Addr())
+}
+
+// TestEtcdRequestsAreCounted: the etcd API's requests are in the same
+// metrics as Tenure's own, by method and code.
+func TestEtcdRequestsAreCounted(t *testing.T) {
+	srv := testutil.StartConfig(t, daemon.Config{HTTPListen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0"})
+	conn, err := grpc.NewClient(srv.EtcdAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv := etcdpb.NewKVClient(conn)
+	for i := 0; i < 3; i++ {
+		if _, err := kv.Put(ctx, &etcdpb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kv.Range(ctx, &etcdpb.RangeRequest{Key: nil}); err == nil {
+		t.Fatal("a range without a key was answered")
+	}
+	fams := scrape(t, srv.HTTPAddr())
+	for _, tc := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"tenure_rpc_requests_total", []string{"method", "etcd.KV/Put", "code", "OK"}, 3},
+		{"tenure_rpc_duration_seconds", []string{"method", "etcd.KV/Put"}, 3},
+		{"tenure_rpc_requests_total", []string{"method", "etcd.KV/Range", "code", "InvalidArgument"}, 1},
+	} {
+		if got := value(fams, tc.name, tc.labels...); got != tc.want {
+			t.Errorf("%s%v = %v, want %v", tc.name, tc.labels, got, tc.want)
+		}
+	}
 }

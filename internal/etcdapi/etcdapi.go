@@ -31,6 +31,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -113,13 +114,16 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 		// stack again (a copy on every request).
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
-		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+			start := time.Now()
+			defer func() { s.srv.Answered(methodLabel(info.FullMethod), err, true, time.Since(start)) }()
 			if err := s.requireLeader(ctx); err != nil {
 				return nil, err
 			}
 			return handler(ctx, req)
 		}),
-		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+			defer func() { s.srv.Answered(methodLabel(info.FullMethod), err, false, 0) }()
 			if err := s.requireLeader(ss.Context()); err != nil {
 				return err
 			}
@@ -133,13 +137,20 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 			defer cancel(nil)
 			forget := s.leaderStreams.add(cancel)
 			defer forget()
-			err := handler(srv, &ctxStream{ServerStream: ss, ctx: ctx})
+			err = handler(srv, &ctxStream{ServerStream: ss, ctx: ctx})
 			if errors.Is(context.Cause(ctx), rpctypes.ErrGRPCNoLeader) {
 				return rpctypes.ErrGRPCNoLeader
 			}
 			return err
 		}),
 	}
+}
+
+// methodLabel is the method label of an etcd API request in Tenure's
+// metrics: "etcd." and the method, such as etcd.KV/Range (etcd's gRPC
+// services name a fixed set of methods).
+func methodLabel(fullMethod string) string {
+	return "etcd." + strings.TrimPrefix(fullMethod, "/etcdserverpb.")
 }
 
 // requiresLeader reports whether a request requires a leader

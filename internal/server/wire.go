@@ -83,6 +83,15 @@ func (r strictRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
 	r.ServiceRegistrar.RegisterService(&d, impl)
 }
 
+// Answered counts an RPC served beside Tenure's own API on this node (the
+// etcd API) exactly as Tenure's own are: in tenure_rpc_requests_total and,
+// if unary, tenure_rpc_duration_seconds under method (a label from a fixed
+// set), with the code err is answered with; a refusal is logged as
+// Tenure's are.
+func (s *Server) Answered(method string, err error, unary bool, d time.Duration) {
+	s.answered(method, err, unary, d)
+}
+
 // answered counts an RPC of method that ended with err (the time of a
 // unary one) and logs a refusal.
 func (s *Server) answered(method string, err error, unary bool, d time.Duration) {
