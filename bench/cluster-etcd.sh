@@ -15,7 +15,7 @@
 #   bench/cluster-etcd.sh                         # 64 clients, 8s per run, 3 rounds
 #   ROUNDS=5 DURATION=10s bench/cluster-etcd.sh
 #   KEEP_TMP=1 bench/cluster-etcd.sh              # keep logs and raw JSON
-#   TENURE_SERVE_FLAGS="--log-store wal" bench/cluster-etcd.sh   # Tenure on raft-wal
+#   TENURE_SERVE_FLAGS="--log-store bolt" bench/cluster-etcd.sh  # Tenure on raft-boltdb
 #
 # Every client is given all three endpoints. Everything it builds and every
 # data dir lives in one temp dir under /tmp; only the processes this script

@@ -6,7 +6,7 @@
 #
 #   bench/redis.sh                         # 1 client, 5 s per run, 3 rounds
 #   ROUNDS=5 DURATION=8s bench/redis.sh
-#   TENURE_SERVE_FLAGS="--log-store wal" bench/redis.sh
+#   TENURE_SERVE_FLAGS="--log-store bolt" bench/redis.sh
 #
 # Environment:
 #   CLIENTS   concurrent clients, each locking a name of its own (default 1)
