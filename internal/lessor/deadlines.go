@@ -10,7 +10,8 @@ import "time"
 // moves only the deadline (O(1), no heap work), and when at comes up with
 // the deadline still ahead, the entry takes its deadline as its new key and
 // sinks back into place. Each session so costs one heap fix per deadline it
-// reaches, however often it is kept alive. The keys live in the heap's own
+// reaches, however often it is kept alive. Keys are on the lessor's clock
+// (see Lessor.stalled), so a stall leaves them as they are. The keys live in the heap's own
 // array, next to each other, so that sifting reads no entry.
 
 // slot is an entry's place in a deadlineHeap: its index, -1 when not in it.
@@ -77,13 +78,6 @@ func (h *deadlineHeap[E]) move(e E, at time.Time) {
 	i := e.slotOf().index
 	h.items[i].at = at
 	h.fix(i)
-}
-
-// shift moves every key d later; their order stays.
-func (h *deadlineHeap[E]) shift(d time.Duration) {
-	for i := range h.items {
-		h.items[i].at = h.items[i].at.Add(d)
-	}
 }
 
 func (h *deadlineHeap[E]) less(i, j int) bool { return h.items[i].at.Before(h.items[j].at) }

@@ -27,7 +27,7 @@ type qkey struct {
 }
 
 type qtimer struct {
-	at    time.Time
+	at    time.Time // on the lessor's clock (see Lessor.stalled)
 	key   qkey
 	token uint64
 }
@@ -42,7 +42,8 @@ func qtimerLess(a, b qtimer) bool {
 	return a.key.id < b.key.id
 }
 
-// queueTimers is guarded by Lessor.mu.
+// queueTimers is guarded by Lessor.mu. Its times are on the lessor's
+// clock (see Lessor.stalled), so a stall moves them without touching them.
 type queueTimers struct {
 	byKey  map[qkey]qtimer
 	byTime *btree.BTreeG[qtimer]
@@ -74,24 +75,6 @@ func (t *queueTimers) disarm(k qkey, token uint64) {
 	if old, ok := t.byKey[k]; ok && old.token == token {
 		delete(t.byKey, k)
 		t.byTime.Delete(old)
-	}
-}
-
-// shift moves every deadline d later.
-func (t *queueTimers) shift(d time.Duration) {
-	if t.byTime == nil {
-		return
-	}
-	old := t.byTime
-	t.byTime = btree.NewG(32, qtimerLess)
-	old.Ascend(func(e qtimer) bool {
-		e.at = e.at.Add(d)
-		t.byKey[e.key] = e
-		t.byTime.ReplaceOrInsert(e)
-		return true
-	})
-	if !t.wakeAt.IsZero() {
-		t.wakeAt = t.wakeAt.Add(d)
 	}
 }
 
@@ -156,7 +139,7 @@ func (l *Lessor) dueQueue() ([]qtimer, time.Duration) {
 	if !l.leader {
 		return nil, time.Hour
 	}
-	return l.queue.due(l.clk.Now())
+	return l.queue.due(l.nowLocked())
 }
 
 // expireDelivery proposes the expiry of one delivery and re-arms it,
@@ -166,7 +149,7 @@ func (l *Lessor) expireDelivery(ctx context.Context, e qtimer) {
 	if _, err := l.propose(ctx, cmd); err != nil && ctx.Err() == nil {
 		l.mu.Lock()
 		if _, rearmed := l.queue.byKey[e.key]; l.leader && !rearmed {
-			l.queue.arm(e.key, e.token, l.clk.Now().Add(retryBackoff))
+			l.queue.arm(e.key, e.token, l.nowLocked().Add(retryBackoff))
 		}
 		l.mu.Unlock()
 	}

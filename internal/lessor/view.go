@@ -12,7 +12,7 @@ func (l *Lessor) TimesLeft(ids []uint64) (left []time.Duration, ok bool) {
 	if !l.leader {
 		return nil, false
 	}
-	now := l.clk.Now()
+	now := l.nowLocked()
 	left = make([]time.Duration, len(ids))
 	for i, id := range ids {
 		e, found := l.sessions[id]
