@@ -60,8 +60,8 @@ type sessionEntry struct {
 	slot     // in Lessor.sessionQ unless expiring, keyed no later than deadline
 	id       uint64
 	ttl      time.Duration
-	deadline time.Time // on the lessor's clock (see Lessor.stalled)
-	expiring bool      // its expiry has been proposed
+	deadline tick
+	expiring bool // its expiry has been proposed
 	// allowance: its deadline includes a promotion's allowance, so a
 	// keepalive may bring it forward.
 	allowance bool
@@ -90,6 +90,7 @@ const maxDelayEnds = 1024
 // Lessor tracks deadlines. It is safe for concurrent use.
 type Lessor struct {
 	clk     clock.Clock
+	epoch   time.Time // the lessor's clock counts from here (see tick)
 	propose Proposer
 	read    StateReader
 	wake    chan struct{}
@@ -116,7 +117,7 @@ type Lessor struct {
 // promoted.
 func New(clk clock.Clock, propose Proposer, read StateReader) *Lessor {
 	return &Lessor{
-		clk: clk, propose: propose, read: read,
+		clk: clk, epoch: clk.Now(), propose: propose, read: read,
 		wake:     make(chan struct{}, 1),
 		sessions: make(map[uint64]*sessionEntry),
 		delays:   make(map[string]*delayEntry),
@@ -145,10 +146,10 @@ func (l *Lessor) Promote(allowance time.Duration) {
 	l.read(func(s *fsm.State) {
 		for _, sv := range s.Sessions() {
 			ttl := time.Duration(sv.TTLMs) * time.Millisecond
-			l.addSessionLocked(sv.ID, ttl, now.Add(ttl+allowance)).allowance = allowance > 0
+			l.addSessionLocked(sv.ID, ttl, now.add(ttl+allowance)).allowance = allowance > 0
 		}
 		for _, d := range s.Delays() {
-			l.addDelayLocked(d.Name, d.Generation, now.Add(time.Duration(d.DelayMs)*time.Millisecond))
+			l.addDelayLocked(d.Name, d.Generation, now.add(time.Duration(d.DelayMs)*time.Millisecond))
 		}
 		l.promoteQueues(now, s)
 	})
@@ -168,11 +169,14 @@ func (l *Lessor) resetLocked() {
 // nowLocked is the time now on the lessor's clock, the one its
 // deadlines are kept on: the leader's clock minus the stalls seen since
 // the promotion.
-func (l *Lessor) nowLocked() time.Time { return l.clk.Now().Add(-l.stalled) }
+func (l *Lessor) nowLocked() tick { return l.tickOf(l.clk.Now()) }
+
+// tickOf is the leader's time t on the lessor's clock.
+func (l *Lessor) tickOf(t time.Time) tick { return tick(t.Sub(l.epoch) - l.stalled) }
 
 // addSessionLocked times session id, due at deadline (on the lessor's
 // clock).
-func (l *Lessor) addSessionLocked(id uint64, ttl time.Duration, deadline time.Time) *sessionEntry {
+func (l *Lessor) addSessionLocked(id uint64, ttl time.Duration, deadline tick) *sessionEntry {
 	if old := l.sessions[id]; old != nil {
 		l.sessionQ.remove(old)
 	}
@@ -184,7 +188,7 @@ func (l *Lessor) addSessionLocked(id uint64, ttl time.Duration, deadline time.Ti
 
 // addDelayLocked times the lock-delay of name with generation gen, ending
 // at at (on the lessor's clock); it replaces an older delay of the lock.
-func (l *Lessor) addDelayLocked(name string, gen uint64, at time.Time) {
+func (l *Lessor) addDelayLocked(name string, gen uint64, at tick) {
 	if old := l.delays[name]; old != nil {
 		l.delayQ.remove(old)
 	}
@@ -222,7 +226,7 @@ func (l *Lessor) Observe(e fsm.Event) {
 	switch e.Kind {
 	case fsm.EventSessionCreated:
 		ttl := time.Duration(e.TTLMs) * time.Millisecond
-		l.addSessionLocked(e.Session, ttl, now.Add(ttl))
+		l.addSessionLocked(e.Session, ttl, now.add(ttl))
 		l.poke()
 	case fsm.EventSessionEnded:
 		if se := l.sessions[e.Session]; se != nil {
@@ -230,7 +234,7 @@ func (l *Lessor) Observe(e fsm.Event) {
 			delete(l.sessions, e.Session)
 		}
 	case fsm.EventDelayStarted:
-		l.addDelayLocked(e.Name, e.Generation, now.Add(time.Duration(e.DelayMs)*time.Millisecond))
+		l.addDelayLocked(e.Name, e.Generation, now.add(time.Duration(e.DelayMs)*time.Millisecond))
 		l.poke()
 	case fsm.EventQueueLeased, fsm.EventQueueSettled:
 		l.observeQueue(now, e)
@@ -241,7 +245,7 @@ func (l *Lessor) Observe(e fsm.Event) {
 // the time on the lessor's clock. A gap of more than StallGap since it last
 // ran is a stall of the process (see the package doc): every deadline
 // moves later by the gap, which costs one addition to l.stalled.
-func (l *Lessor) beatLocked() time.Time {
+func (l *Lessor) beatLocked() tick {
 	now := l.clk.Now()
 	if gap := now.Sub(l.seen); gap > StallGap {
 		l.stalled += gap
@@ -249,7 +253,7 @@ func (l *Lessor) beatLocked() time.Time {
 	if now.After(l.seen) {
 		l.seen = now
 	}
-	return now.Add(-l.stalled)
+	return l.tickOf(now)
 }
 
 // KeepAlive extends a session's deadline to now + TTL and returns the TTL.
@@ -266,12 +270,12 @@ func (l *Lessor) KeepAlive(id uint64) (time.Duration, error) {
 	if !ok || e.expiring {
 		return 0, fsm.ErrSessionNotFound
 	}
-	e.deadline = now.Add(e.ttl)
+	e.deadline = now.add(e.ttl)
 	if e.allowance {
 		// Earlier than the promotion's allowance had it: the heap must
 		// bring it up by then.
 		e.allowance = false
-		if e.deadline.Before(l.sessionQ.at(e)) {
+		if e.deadline < l.sessionQ.at(e) {
 			l.sessionQ.move(e, e.deadline)
 		}
 	}
@@ -293,11 +297,11 @@ func (l *Lessor) due() (expire []uint64, ends []*fsmpb.EndLockDelay, next time.D
 		if !ok {
 			break
 		}
-		if at.After(now) {
-			next = min(next, at.Sub(now))
+		if at > now {
+			next = min(next, at.sub(now))
 			break
 		}
-		if e.deadline.After(now) { // kept alive since it was placed
+		if e.deadline > now { // kept alive since it was placed
 			l.sessionQ.move(e, e.deadline)
 			continue
 		}
@@ -314,8 +318,8 @@ func (l *Lessor) due() (expire []uint64, ends []*fsmpb.EndLockDelay, next time.D
 		if !ok {
 			break
 		}
-		if at.After(now) {
-			next = min(next, at.Sub(now))
+		if at > now {
+			next = min(next, at.sub(now))
 			break
 		}
 		if len(ends) == maxDelayEnds {
@@ -391,7 +395,7 @@ const retryBackoff = 100 * time.Millisecond
 func (l *Lessor) retryExpiries(ids []uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	at := l.nowLocked().Add(retryBackoff)
+	at := l.nowLocked().add(retryBackoff)
 	for _, id := range ids {
 		if e, ok := l.sessions[id]; ok && e.expiring {
 			e.expiring = false
@@ -423,6 +427,6 @@ func (l *Lessor) delayEnded(end *fsmpb.EndLockDelay, err error) {
 		return
 	}
 	d.ending = false
-	l.delayQ.push(d, l.nowLocked().Add(retryBackoff))
+	l.delayQ.push(d, l.nowLocked().add(retryBackoff))
 	l.poke()
 }
