@@ -27,7 +27,9 @@ func (t tick) add(d time.Duration) tick { return t + tick(d) }
 func (t tick) sub(u tick) time.Duration { return time.Duration(t - u) }
 
 // slot is an entry's place in a deadlineHeap: its index, -1 when not in it.
-type slot struct{ index int }
+// Four bytes, so that a session's entry packs its flags beside it: a heap
+// of 2^31 entries would need terabytes for the sessions alone.
+type slot struct{ index int32 }
 
 func (s *slot) slotOf() *slot { return s }
 
@@ -49,13 +51,13 @@ func (h *deadlineHeap[E]) len() int { return len(h.items) }
 func (h *deadlineHeap[E]) push(e E, at tick) {
 	h.items = append(h.items, heapItem[E]{at: at, e: e})
 	i := len(h.items) - 1
-	e.slotOf().index = i
+	e.slotOf().index = int32(i)
 	h.up(i)
 }
 
 // remove takes e out, if it is in.
 func (h *deadlineHeap[E]) remove(e E) {
-	i := e.slotOf().index
+	i := int(e.slotOf().index)
 	if i < 0 {
 		return
 	}
@@ -80,14 +82,14 @@ func (h *deadlineHeap[E]) min() (e E, at tick, ok bool) {
 }
 
 // at is e's key; e must be in the heap.
-func (h *deadlineHeap[E]) at(e E) tick { return h.items[e.slotOf().index].at }
+func (h *deadlineHeap[E]) at(e E) tick { return h.items[int(e.slotOf().index)].at }
 
 // popMin removes the entry due first.
 func (h *deadlineHeap[E]) popMin() { h.remove(h.items[0].e) }
 
 // move gives e, which is in the heap, the key at.
 func (h *deadlineHeap[E]) move(e E, at tick) {
-	i := e.slotOf().index
+	i := int(e.slotOf().index)
 	h.items[i].at = at
 	h.fix(i)
 }
@@ -96,8 +98,8 @@ func (h *deadlineHeap[E]) less(i, j int) bool { return h.items[i].at < h.items[j
 
 func (h *deadlineHeap[E]) swap(i, j int) {
 	h.items[i], h.items[j] = h.items[j], h.items[i]
-	h.items[i].e.slotOf().index = i
-	h.items[j].e.slotOf().index = j
+	h.items[i].e.slotOf().index = int32(i)
+	h.items[j].e.slotOf().index = int32(j)
 }
 
 func (h *deadlineHeap[E]) fix(i int) {

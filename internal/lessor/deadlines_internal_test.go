@@ -43,7 +43,7 @@ func TestDeadlineHeapOrder(t *testing.T) {
 			in = slices.Delete(in, i, i+1)
 		}
 		for i, it := range h.items {
-			if it.e.index != i {
+			if int(it.e.index) != i {
 				t.Fatalf("step %d: entry at %d thinks it is at %d", step, i, it.e.index)
 			}
 		}

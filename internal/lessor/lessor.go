@@ -56,15 +56,17 @@ type Proposer func(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error)
 // StateReader reads the replicated state.
 type StateReader func(fn func(*fsm.State))
 
+// sessionEntry is one session's deadline: 32 bytes (the flags beside the
+// slot's four), as a million sessions keep a million of them.
 type sessionEntry struct {
-	slot     // in Lessor.sessionQ unless expiring, keyed no later than deadline
-	id       uint64
-	ttl      time.Duration
-	deadline tick
+	slot          // in Lessor.sessionQ unless expiring, keyed no later than deadline
 	expiring bool // its expiry has been proposed
 	// allowance: its deadline includes a promotion's allowance, so a
 	// keepalive may bring it forward.
 	allowance bool
+	id        uint64
+	ttl       time.Duration
+	deadline  tick
 }
 
 type delayEntry struct {
