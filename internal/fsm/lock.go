@@ -144,7 +144,7 @@ func (s *State) grant(l *lock, sess *session, acqRev uint64, delayMs int64, shar
 	if shared {
 		l.nshared++
 	}
-	sess.held[l.name] = struct{}{}
+	sess.hold(l.name)
 	l.history = append(l.history, histRec{owner: sess.owner, session: sess.id, token: token, grantedRev: token, ended: "held"})
 	if len(l.history) > s.historyLimit {
 		l.history = append(l.history[:0], l.history[len(l.history)-s.historyLimit:]...)
@@ -185,7 +185,7 @@ func (s *State) endGrant(l *lock, g *grant, how string, emit EventSink) {
 			break
 		}
 	}
-	delete(g.sess.held, l.name)
+	g.sess.unhold(l.name)
 	for i, h := range l.holders {
 		if h == g {
 			l.holders = append(l.holders[:i], l.holders[i+1:]...)
@@ -302,7 +302,7 @@ func (s *State) addWaiter(l *lock, w *waiter) {
 		l.nwaitShared++
 	}
 	s.waiting++
-	w.sess.waits[l.name] = w
+	w.sess.wait(l.name, w)
 }
 
 // removeWaiter takes w out of l's queue, wherever it is: O(1).
@@ -323,7 +323,7 @@ func (s *State) removeWaiter(l *lock, w *waiter) {
 		l.nwaitShared--
 	}
 	s.waiting--
-	delete(w.sess.waits, l.name)
+	w.sess.unwait(l.name)
 }
 
 // forget removes l once nothing keeps it (no holder, no waiter, no

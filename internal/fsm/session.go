@@ -14,11 +14,66 @@ type session struct {
 	id         uint64
 	owner      string
 	ttlMs      int64
-	secretHash []byte // HashSecret of the session's secret; nil: none (made before secrets)
-	identity   string // who created it (with auth); see CheckSession
-	etcdLease  bool   // a lease of the etcd API: no secret (see CheckEtcdLease)
-	held       map[string]struct{}
-	waits      map[string]*waiter
+	secretHash *[sha256.Size]byte // HashSecret of the session's secret; nil: none (made before secrets)
+	identity   string             // who created it (with auth); see CheckSession
+	etcdLease  bool               // a lease of the etcd API: no secret (see CheckEtcdLease)
+	// held and waits are the names the session holds and waits on; nil
+	// while it has none (most sessions, most of the time), so that an
+	// idle session costs no map.
+	held  map[string]struct{}
+	waits map[string]*waiter
+}
+
+// hold notes that ss holds name.
+func (ss *session) hold(name string) {
+	if ss.held == nil {
+		ss.held = make(map[string]struct{})
+	}
+	ss.held[name] = struct{}{}
+}
+
+// unhold notes that ss no longer holds name.
+func (ss *session) unhold(name string) {
+	delete(ss.held, name)
+	if len(ss.held) == 0 {
+		ss.held = nil
+	}
+}
+
+// wait notes that ss waits on name as w.
+func (ss *session) wait(name string, w *waiter) {
+	if ss.waits == nil {
+		ss.waits = make(map[string]*waiter)
+	}
+	ss.waits[name] = w
+}
+
+// unwait notes that ss no longer waits on name.
+func (ss *session) unwait(name string) {
+	delete(ss.waits, name)
+	if len(ss.waits) == 0 {
+		ss.waits = nil
+	}
+}
+
+// secretHashOf is what a session keeps of a secret's hash h, which is
+// empty (none) or sha256.Size bytes.
+func secretHashOf(h []byte) (*[sha256.Size]byte, error) {
+	switch len(h) {
+	case 0:
+		return nil, nil
+	case sha256.Size:
+		return (*[sha256.Size]byte)(append([]byte(nil), h...)), nil
+	}
+	return nil, fmt.Errorf("%w: a secret hash is %d bytes, not %d", ErrInvalid, len(h), sha256.Size)
+}
+
+// secretHashBytes is ss's secret hash as bytes, nil for none.
+func (ss *session) secretHashBytes() []byte {
+	if ss.secretHash == nil {
+		return nil
+	}
+	return ss.secretHash[:]
 }
 
 // SecretBytes is the size of a session secret (128 random bits).
@@ -40,7 +95,7 @@ func (s *State) CheckSession(id uint64, secret []byte) error {
 	if !ok {
 		return fmt.Errorf("%w: session %d", ErrSessionNotFound, id)
 	}
-	if len(ss.secretHash) == 0 || len(secret) == 0 || subtle.ConstantTimeCompare(ss.secretHash, HashSecret(secret)) != 1 {
+	if ss.secretHash == nil || len(secret) == 0 || subtle.ConstantTimeCompare(ss.secretHash[:], HashSecret(secret)) != 1 {
 		return fmt.Errorf("%w: session %d: the session's secret is missing or wrong (only the client that created a session can use it)", ErrPermissionDenied, id)
 	}
 	return nil
@@ -124,12 +179,12 @@ func (s *State) createSession(c *fsmpb.CreateSession, emit EventSink) Result {
 		return Result{Err: err}
 	}
 	id := s.bump()
-	if n := len(c.GetSecretHash()); n != 0 && n != sha256.Size {
-		return Result{Err: fmt.Errorf("%w: a secret hash is %d bytes, not %d", ErrInvalid, n, sha256.Size)}
+	hash, err := secretHashOf(c.GetSecretHash())
+	if err != nil {
+		return Result{Err: err}
 	}
 	s.addSession(&session{
-		id: id, owner: c.GetOwner(), ttlMs: c.GetTtlMs(), secretHash: append([]byte(nil), c.GetSecretHash()...), identity: c.GetIdentity(), etcdLease: c.GetEtcdLease(),
-		held: make(map[string]struct{}), waits: make(map[string]*waiter),
+		id: id, owner: c.GetOwner(), ttlMs: c.GetTtlMs(), secretHash: hash, identity: c.GetIdentity(), etcdLease: c.GetEtcdLease(),
 	})
 	emit(Event{Kind: EventSessionCreated, Session: id, TTLMs: c.GetTtlMs()})
 	return Result{Session: id}

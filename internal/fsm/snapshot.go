@@ -42,7 +42,7 @@ func (s *State) exportCore() *fsmpb.Snapshot {
 	snap := &fsmpb.Snapshot{Revision: s.revision, FenceFloor: s.fenceFloor, Retention: &fsmpb.Retention{LockHistory: uint32(s.historyLimit), RegisterOpMemory: uint32(s.opMemory)}, Limits: LimitsToProto(s.limits)}
 	for _, id := range slices.Sorted(maps.Keys(s.sessions)) {
 		ss := s.sessions[id]
-		snap.Sessions = append(snap.Sessions, &fsmpb.SessionState{Id: id, Owner: ss.owner, TtlMs: ss.ttlMs, SecretHash: ss.secretHash, Identity: ss.identity, EtcdLease: ss.etcdLease})
+		snap.Sessions = append(snap.Sessions, &fsmpb.SessionState{Id: id, Owner: ss.owner, TtlMs: ss.ttlMs, SecretHash: ss.secretHashBytes(), Identity: ss.identity, EtcdLease: ss.etcdLease})
 	}
 	for _, name := range slices.Sorted(maps.Keys(s.locks)) {
 		l := s.locks[name]
@@ -118,8 +118,11 @@ func importWith(snap *fsmpb.Snapshot, items *itemLoader) (*State, error) {
 	s.sec = sec
 	s.etcdURLs = importEtcdURLs(snap.GetEtcdUrls())
 	for _, ss := range snap.GetSessions() {
-		s.addSession(&session{id: ss.GetId(), owner: ss.GetOwner(), ttlMs: ss.GetTtlMs(), secretHash: ss.GetSecretHash(), identity: ss.GetIdentity(), etcdLease: ss.GetEtcdLease(),
-			held: make(map[string]struct{}), waits: make(map[string]*waiter)})
+		hash, err := secretHashOf(ss.GetSecretHash())
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: session %d: %w", ss.GetId(), err)
+		}
+		s.addSession(&session{id: ss.GetId(), owner: ss.GetOwner(), ttlMs: ss.GetTtlMs(), secretHash: hash, identity: ss.GetIdentity(), etcdLease: ss.GetEtcdLease()})
 	}
 	for _, ls := range snap.GetLocks() {
 		l := &lock{name: ls.GetName(), delayed: ls.GetDelayed(), delayGen: ls.GetDelayGeneration(), delayMs: ls.GetDelayMs(), permits: int(max(ls.GetPermits(), 1)), election: ls.GetElection()}
@@ -136,7 +139,7 @@ func importWith(snap *fsmpb.Snapshot, items *itemLoader) (*State, error) {
 			if g.GetShared() {
 				l.nshared++
 			}
-			sess.held[l.name] = struct{}{}
+			sess.hold(l.name)
 		}
 		for _, ws := range ls.GetWaiters() {
 			sess := s.sessions[ws.GetSession()]

@@ -10,11 +10,26 @@ import "time"
 // moves only the deadline (O(1), no heap work), and when at comes up with
 // the deadline still ahead, the entry takes its deadline as its new key and
 // sinks back into place. Each session so costs one heap fix per deadline it
-// reaches, however often it is kept alive. The keys live in the heap's own
+// reaches, however often it is kept alive. Keys are on the lessor's clock
+// (see Lessor.stalled), so a stall leaves them as they are. The keys live in the heap's own
 // array, next to each other, so that sifting reads no entry.
 
+// tick is a time on the lessor's clock, in nanoseconds since
+// Lessor.epoch less the stalls seen since the promotion (see
+// Lessor.stalled). Eight bytes, not a time.Time's 24: a million sessions
+// keep two of them each.
+type tick int64
+
+// add is t plus d.
+func (t tick) add(d time.Duration) tick { return t + tick(d) }
+
+// sub is t minus u.
+func (t tick) sub(u tick) time.Duration { return time.Duration(t - u) }
+
 // slot is an entry's place in a deadlineHeap: its index, -1 when not in it.
-type slot struct{ index int }
+// Four bytes, so that a session's entry packs its flags beside it: a heap
+// of 2^31 entries would need terabytes for the sessions alone.
+type slot struct{ index int32 }
 
 func (s *slot) slotOf() *slot { return s }
 
@@ -22,7 +37,7 @@ func (s *slot) slotOf() *slot { return s }
 type slotted interface{ slotOf() *slot }
 
 type heapItem[E slotted] struct {
-	at time.Time
+	at tick
 	e  E
 }
 
@@ -33,16 +48,16 @@ type deadlineHeap[E slotted] struct{ items []heapItem[E] }
 func (h *deadlineHeap[E]) len() int { return len(h.items) }
 
 // push adds e, due at at.
-func (h *deadlineHeap[E]) push(e E, at time.Time) {
+func (h *deadlineHeap[E]) push(e E, at tick) {
 	h.items = append(h.items, heapItem[E]{at: at, e: e})
 	i := len(h.items) - 1
-	e.slotOf().index = i
+	e.slotOf().index = int32(i)
 	h.up(i)
 }
 
 // remove takes e out, if it is in.
 func (h *deadlineHeap[E]) remove(e E) {
-	i := e.slotOf().index
+	i := int(e.slotOf().index)
 	if i < 0 {
 		return
 	}
@@ -59,7 +74,7 @@ func (h *deadlineHeap[E]) remove(e E) {
 }
 
 // min returns the entry due first and its key.
-func (h *deadlineHeap[E]) min() (e E, at time.Time, ok bool) {
+func (h *deadlineHeap[E]) min() (e E, at tick, ok bool) {
 	if len(h.items) == 0 {
 		return e, at, false
 	}
@@ -67,31 +82,24 @@ func (h *deadlineHeap[E]) min() (e E, at time.Time, ok bool) {
 }
 
 // at is e's key; e must be in the heap.
-func (h *deadlineHeap[E]) at(e E) time.Time { return h.items[e.slotOf().index].at }
+func (h *deadlineHeap[E]) at(e E) tick { return h.items[int(e.slotOf().index)].at }
 
 // popMin removes the entry due first.
 func (h *deadlineHeap[E]) popMin() { h.remove(h.items[0].e) }
 
 // move gives e, which is in the heap, the key at.
-func (h *deadlineHeap[E]) move(e E, at time.Time) {
-	i := e.slotOf().index
+func (h *deadlineHeap[E]) move(e E, at tick) {
+	i := int(e.slotOf().index)
 	h.items[i].at = at
 	h.fix(i)
 }
 
-// shift moves every key d later; their order stays.
-func (h *deadlineHeap[E]) shift(d time.Duration) {
-	for i := range h.items {
-		h.items[i].at = h.items[i].at.Add(d)
-	}
-}
-
-func (h *deadlineHeap[E]) less(i, j int) bool { return h.items[i].at.Before(h.items[j].at) }
+func (h *deadlineHeap[E]) less(i, j int) bool { return h.items[i].at < h.items[j].at }
 
 func (h *deadlineHeap[E]) swap(i, j int) {
 	h.items[i], h.items[j] = h.items[j], h.items[i]
-	h.items[i].e.slotOf().index = i
-	h.items[j].e.slotOf().index = j
+	h.items[i].e.slotOf().index = int32(i)
+	h.items[j].e.slotOf().index = int32(j)
 }
 
 func (h *deadlineHeap[E]) fix(i int) {

@@ -16,21 +16,20 @@ type testEntry struct {
 // gives its entries back in key order, and every entry knows its place.
 func TestDeadlineHeapOrder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	base := time.Unix(0, 0)
 	var h deadlineHeap[*testEntry]
-	keys := map[*testEntry]time.Time{}
+	keys := map[*testEntry]tick{}
 	var in []*testEntry
 	for step := 0; step < 20000; step++ {
 		switch op := rng.IntN(4); {
 		case op < 2 || len(in) == 0:
 			e := &testEntry{id: step}
-			at := base.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)
+			at := tick(0).add(time.Duration(rng.IntN(1000)) * time.Millisecond)
 			h.push(e, at)
 			keys[e] = at
 			in = append(in, e)
 		case op == 2:
 			e := in[rng.IntN(len(in))]
-			at := base.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)
+			at := tick(0).add(time.Duration(rng.IntN(1000)) * time.Millisecond)
 			h.move(e, at)
 			keys[e] = at
 		default:
@@ -44,15 +43,15 @@ func TestDeadlineHeapOrder(t *testing.T) {
 			in = slices.Delete(in, i, i+1)
 		}
 		for i, it := range h.items {
-			if it.e.index != i {
+			if int(it.e.index) != i {
 				t.Fatalf("step %d: entry at %d thinks it is at %d", step, i, it.e.index)
 			}
 		}
 	}
-	var last time.Time
+	var last tick
 	for h.len() > 0 {
 		e, at, _ := h.min()
-		if at.Before(last) || !at.Equal(keys[e]) {
+		if at < last || at != keys[e] {
 			t.Fatalf("popped key %v after %v (entry's key %v)", at, last, keys[e])
 		}
 		last = at

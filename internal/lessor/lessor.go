@@ -28,6 +28,12 @@
 // sockets. Every deadline then moves later by that gap before anything is
 // found due, so those keepalives are read with as much time left as they
 // would have had without the stall.
+//
+// Moving every deadline costs O(1): the lessor keeps its deadlines on its
+// own clock, the leader's monotonic clock minus the sum of the stalls seen
+// since the promotion (Lessor.stalled), and a stall only adds to that sum.
+// Every deadline, heap key and visibility lease the lessor stores, and every
+// "now" it compares them with, is on that clock.
 package lessor
 
 import (
@@ -50,15 +56,17 @@ type Proposer func(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error)
 // StateReader reads the replicated state.
 type StateReader func(fn func(*fsm.State))
 
+// sessionEntry is one session's deadline: 32 bytes (the flags beside the
+// slot's four), as a million sessions keep a million of them.
 type sessionEntry struct {
-	slot     // in Lessor.sessionQ unless expiring, keyed no later than deadline
-	id       uint64
-	ttl      time.Duration
-	deadline time.Time
+	slot          // in Lessor.sessionQ unless expiring, keyed no later than deadline
 	expiring bool // its expiry has been proposed
 	// allowance: its deadline includes a promotion's allowance, so a
 	// keepalive may bring it forward.
 	allowance bool
+	id        uint64
+	ttl       time.Duration
+	deadline  tick
 }
 
 type delayEntry struct {
@@ -84,6 +92,7 @@ const maxDelayEnds = 1024
 // Lessor tracks deadlines. It is safe for concurrent use.
 type Lessor struct {
 	clk     clock.Clock
+	epoch   time.Time // the lessor's clock counts from here (see tick)
 	propose Proposer
 	read    StateReader
 	wake    chan struct{}
@@ -97,15 +106,20 @@ type Lessor struct {
 	delayQ   deadlineHeap[*delayEntry] // the delays not being ended
 	queue    queueTimers               // visibility leases of queue deliveries (queue.go)
 	// seen is when the lessor last ran while leading (its loop or a
-	// keepalive); see beatLocked.
+	// keepalive), on the leader's clock; see beatLocked.
 	seen time.Time
+	// stalled is the sum of the stalls seen since the promotion. The
+	// lessor's clock, on which it keeps every deadline, is the leader's
+	// clock minus stalled (see nowLocked): a stall moves every
+	// deadline later at once by adding to it.
+	stalled time.Duration
 }
 
 // New returns a lessor; it does nothing until Run is called and the node is
 // promoted.
 func New(clk clock.Clock, propose Proposer, read StateReader) *Lessor {
 	return &Lessor{
-		clk: clk, propose: propose, read: read,
+		clk: clk, epoch: clk.Now(), propose: propose, read: read,
 		wake:     make(chan struct{}, 1),
 		sessions: make(map[uint64]*sessionEntry),
 		delays:   make(map[string]*delayEntry),
@@ -127,25 +141,26 @@ func (l *Lessor) poke() {
 func (l *Lessor) Promote(allowance time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.clk.Now()
 	l.leader = true
-	l.seen = now
+	l.seen = l.clk.Now()
 	l.resetLocked()
+	now := l.nowLocked()
 	l.read(func(s *fsm.State) {
 		for _, sv := range s.Sessions() {
 			ttl := time.Duration(sv.TTLMs) * time.Millisecond
-			l.addSessionLocked(sv.ID, ttl, now.Add(ttl+allowance)).allowance = allowance > 0
+			l.addSessionLocked(sv.ID, ttl, now.add(ttl+allowance)).allowance = allowance > 0
 		}
 		for _, d := range s.Delays() {
-			l.addDelayLocked(d.Name, d.Generation, now.Add(time.Duration(d.DelayMs)*time.Millisecond))
+			l.addDelayLocked(d.Name, d.Generation, now.add(time.Duration(d.DelayMs)*time.Millisecond))
 		}
 		l.promoteQueues(now, s)
 	})
 	l.poke()
 }
 
-// resetLocked forgets every deadline.
+// resetLocked forgets every deadline, and the stalls they were moved by.
 func (l *Lessor) resetLocked() {
+	l.stalled = 0
 	l.sessions = make(map[uint64]*sessionEntry)
 	l.sessionQ = deadlineHeap[*sessionEntry]{}
 	l.delays = make(map[string]*delayEntry)
@@ -153,8 +168,17 @@ func (l *Lessor) resetLocked() {
 	l.queue.reset()
 }
 
-// addSessionLocked times session id, due at deadline.
-func (l *Lessor) addSessionLocked(id uint64, ttl time.Duration, deadline time.Time) *sessionEntry {
+// nowLocked is the time now on the lessor's clock, the one its
+// deadlines are kept on: the leader's clock minus the stalls seen since
+// the promotion.
+func (l *Lessor) nowLocked() tick { return l.tickOf(l.clk.Now()) }
+
+// tickOf is the leader's time t on the lessor's clock.
+func (l *Lessor) tickOf(t time.Time) tick { return tick(t.Sub(l.epoch) - l.stalled) }
+
+// addSessionLocked times session id, due at deadline (on the lessor's
+// clock).
+func (l *Lessor) addSessionLocked(id uint64, ttl time.Duration, deadline tick) *sessionEntry {
 	if old := l.sessions[id]; old != nil {
 		l.sessionQ.remove(old)
 	}
@@ -165,8 +189,8 @@ func (l *Lessor) addSessionLocked(id uint64, ttl time.Duration, deadline time.Ti
 }
 
 // addDelayLocked times the lock-delay of name with generation gen, ending
-// at at; it replaces an older delay of the lock.
-func (l *Lessor) addDelayLocked(name string, gen uint64, at time.Time) {
+// at at (on the lessor's clock); it replaces an older delay of the lock.
+func (l *Lessor) addDelayLocked(name string, gen uint64, at tick) {
 	if old := l.delays[name]; old != nil {
 		l.delayQ.remove(old)
 	}
@@ -200,11 +224,11 @@ func (l *Lessor) Observe(e fsm.Event) {
 	if !l.leader {
 		return
 	}
-	now := l.clk.Now()
+	now := l.nowLocked()
 	switch e.Kind {
 	case fsm.EventSessionCreated:
 		ttl := time.Duration(e.TTLMs) * time.Millisecond
-		l.addSessionLocked(e.Session, ttl, now.Add(ttl))
+		l.addSessionLocked(e.Session, ttl, now.add(ttl))
 		l.poke()
 	case fsm.EventSessionEnded:
 		if se := l.sessions[e.Session]; se != nil {
@@ -212,36 +236,26 @@ func (l *Lessor) Observe(e fsm.Event) {
 			delete(l.sessions, e.Session)
 		}
 	case fsm.EventDelayStarted:
-		l.addDelayLocked(e.Name, e.Generation, now.Add(time.Duration(e.DelayMs)*time.Millisecond))
+		l.addDelayLocked(e.Name, e.Generation, now.add(time.Duration(e.DelayMs)*time.Millisecond))
 		l.poke()
 	case fsm.EventQueueLeased, fsm.EventQueueSettled:
 		l.observeQueue(now, e)
 	}
 }
 
-// beatLocked notes that the lessor runs at now, while leading. A gap of
-// more than StallGap since it last ran is a stall of the process (see the
-// package doc): every deadline moves later by the gap.
-func (l *Lessor) beatLocked(now time.Time) {
-	if !l.leader {
-		return
-	}
+// beatLocked notes that the lessor runs now, while leading, and returns
+// the time on the lessor's clock. A gap of more than StallGap since it last
+// ran is a stall of the process (see the package doc): every deadline
+// moves later by the gap, which costs one addition to l.stalled.
+func (l *Lessor) beatLocked() tick {
+	now := l.clk.Now()
 	if gap := now.Sub(l.seen); gap > StallGap {
-		l.shiftLocked(gap)
+		l.stalled += gap
 	}
 	if now.After(l.seen) {
 		l.seen = now
 	}
-}
-
-// shiftLocked moves every deadline d later.
-func (l *Lessor) shiftLocked(d time.Duration) {
-	for _, e := range l.sessions {
-		e.deadline = e.deadline.Add(d)
-	}
-	l.sessionQ.shift(d)
-	l.delayQ.shift(d)
-	l.queue.shift(d)
+	return l.tickOf(now)
 }
 
 // KeepAlive extends a session's deadline to now + TTL and returns the TTL.
@@ -253,18 +267,17 @@ func (l *Lessor) KeepAlive(id uint64) (time.Duration, error) {
 	if !l.leader {
 		return 0, ErrNotLeader
 	}
-	now := l.clk.Now()
-	l.beatLocked(now) // a stall first: this keepalive may be one it held up
+	now := l.beatLocked() // a stall first: this keepalive may be one it held up
 	e, ok := l.sessions[id]
 	if !ok || e.expiring {
 		return 0, fsm.ErrSessionNotFound
 	}
-	e.deadline = now.Add(e.ttl)
+	e.deadline = now.add(e.ttl)
 	if e.allowance {
 		// Earlier than the promotion's allowance had it: the heap must
 		// bring it up by then.
 		e.allowance = false
-		if e.deadline.Before(l.sessionQ.at(e)) {
+		if e.deadline < l.sessionQ.at(e) {
 			l.sessionQ.move(e, e.deadline)
 		}
 	}
@@ -279,19 +292,18 @@ func (l *Lessor) due() (expire []uint64, ends []*fsmpb.EndLockDelay, next time.D
 	if !l.leader {
 		return nil, nil, time.Hour
 	}
-	now := l.clk.Now()
-	l.beatLocked(now)
+	now := l.beatLocked()
 	next = time.Hour
 	for {
 		e, at, ok := l.sessionQ.min()
 		if !ok {
 			break
 		}
-		if at.After(now) {
-			next = min(next, at.Sub(now))
+		if at > now {
+			next = min(next, at.sub(now))
 			break
 		}
-		if e.deadline.After(now) { // kept alive since it was placed
+		if e.deadline > now { // kept alive since it was placed
 			l.sessionQ.move(e, e.deadline)
 			continue
 		}
@@ -308,8 +320,8 @@ func (l *Lessor) due() (expire []uint64, ends []*fsmpb.EndLockDelay, next time.D
 		if !ok {
 			break
 		}
-		if at.After(now) {
-			next = min(next, at.Sub(now))
+		if at > now {
+			next = min(next, at.sub(now))
 			break
 		}
 		if len(ends) == maxDelayEnds {
@@ -385,7 +397,7 @@ const retryBackoff = 100 * time.Millisecond
 func (l *Lessor) retryExpiries(ids []uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	at := l.clk.Now().Add(retryBackoff)
+	at := l.nowLocked().add(retryBackoff)
 	for _, id := range ids {
 		if e, ok := l.sessions[id]; ok && e.expiring {
 			e.expiring = false
@@ -417,6 +429,6 @@ func (l *Lessor) delayEnded(end *fsmpb.EndLockDelay, err error) {
 		return
 	}
 	d.ending = false
-	l.delayQ.push(d, l.clk.Now().Add(retryBackoff))
+	l.delayQ.push(d, l.nowLocked().add(retryBackoff))
 	l.poke()
 }

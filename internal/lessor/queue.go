@@ -13,6 +13,7 @@ package lessor
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/google/btree"
@@ -27,14 +28,14 @@ type qkey struct {
 }
 
 type qtimer struct {
-	at    time.Time
+	at    tick
 	key   qkey
 	token uint64
 }
 
 func qtimerLess(a, b qtimer) bool {
-	if !a.at.Equal(b.at) {
-		return a.at.Before(b.at)
+	if a.at != b.at {
+		return a.at < b.at
 	}
 	if a.key.queue != b.key.queue {
 		return a.key.queue < b.key.queue
@@ -42,23 +43,27 @@ func qtimerLess(a, b qtimer) bool {
 	return a.key.id < b.key.id
 }
 
-// queueTimers is guarded by Lessor.mu.
+// queueTimers is guarded by Lessor.mu. Its times are on the lessor's
+// clock (see Lessor.stalled), so a stall moves them without touching them.
 type queueTimers struct {
 	byKey  map[qkey]qtimer
 	byTime *btree.BTreeG[qtimer]
-	// wakeAt is the earliest deadline when the loop last looked (zero:
+	// wakeAt is the earliest deadline when the loop last looked (noWake:
 	// none). Only a deadline before it needs to wake the loop: a busy
 	// queue then costs the loop nothing between its own deadlines.
-	wakeAt time.Time
+	wakeAt tick
 }
+
+// noWake is queueTimers.wakeAt when no deadline is armed.
+const noWake = tick(math.MaxInt64)
 
 func (t *queueTimers) reset() {
 	t.byKey = make(map[qkey]qtimer)
 	t.byTime = btree.NewG(32, qtimerLess)
-	t.wakeAt = time.Time{}
+	t.wakeAt = noWake
 }
 
-func (t *queueTimers) arm(k qkey, token uint64, at time.Time) {
+func (t *queueTimers) arm(k qkey, token uint64, at tick) {
 	if t.byKey == nil {
 		t.reset()
 	}
@@ -77,30 +82,12 @@ func (t *queueTimers) disarm(k qkey, token uint64) {
 	}
 }
 
-// shift moves every deadline d later.
-func (t *queueTimers) shift(d time.Duration) {
-	if t.byTime == nil {
-		return
-	}
-	old := t.byTime
-	t.byTime = btree.NewG(32, qtimerLess)
-	old.Ascend(func(e qtimer) bool {
-		e.at = e.at.Add(d)
-		t.byKey[e.key] = e
-		t.byTime.ReplaceOrInsert(e)
-		return true
-	})
-	if !t.wakeAt.IsZero() {
-		t.wakeAt = t.wakeAt.Add(d)
-	}
-}
-
 // maxQueueExpiries bounds the expiries proposed in one round.
 const maxQueueExpiries = 1024
 
 // due removes and returns the timers that have passed, and how long until
 // the next one.
-func (t *queueTimers) due(now time.Time) (out []qtimer, next time.Duration) {
+func (t *queueTimers) due(now tick) (out []qtimer, next time.Duration) {
 	next = time.Hour
 	if t.byTime == nil {
 		return nil, next
@@ -110,7 +97,7 @@ func (t *queueTimers) due(now time.Time) (out []qtimer, next time.Duration) {
 		if !ok {
 			break
 		}
-		if left := e.at.Sub(now); left > 0 {
+		if left := e.at.sub(now); left > 0 {
 			next = left
 			t.wakeAt = e.at
 			return out, next
@@ -119,7 +106,7 @@ func (t *queueTimers) due(now time.Time) (out []qtimer, next time.Duration) {
 		delete(t.byKey, e.key)
 		out = append(out, e)
 	}
-	t.wakeAt = time.Time{}
+	t.wakeAt = noWake
 	if e, ok := t.byTime.Min(); ok {
 		t.wakeAt = e.at
 	}
@@ -128,20 +115,20 @@ func (t *queueTimers) due(now time.Time) (out []qtimer, next time.Duration) {
 
 // promoteQueues re-arms every delivery in flight with its full visibility
 // from now. The caller holds l.mu.
-func (l *Lessor) promoteQueues(now time.Time, s *fsm.State) {
+func (l *Lessor) promoteQueues(now tick, s *fsm.State) {
 	l.queue.reset()
 	s.InFlight(func(v fsm.InFlightView) {
-		l.queue.arm(qkey{v.Queue, v.ID}, v.Token, now.Add(time.Duration(v.VisibilityMs)*time.Millisecond))
+		l.queue.arm(qkey{v.Queue, v.ID}, v.Token, now.add(time.Duration(v.VisibilityMs)*time.Millisecond))
 	})
 }
 
 // observeQueue follows deliveries. The caller holds l.mu.
-func (l *Lessor) observeQueue(now time.Time, e fsm.Event) {
+func (l *Lessor) observeQueue(now tick, e fsm.Event) {
 	switch e.Kind {
 	case fsm.EventQueueLeased:
-		at := now.Add(time.Duration(e.Queue.VisibilityMs) * time.Millisecond)
+		at := now.add(time.Duration(e.Queue.VisibilityMs) * time.Millisecond)
 		l.queue.arm(qkey{e.Name, e.Queue.ID}, e.Queue.Token, at)
-		if w := l.queue.wakeAt; w.IsZero() || at.Before(w) {
+		if at < l.queue.wakeAt {
 			l.queue.wakeAt = at
 			l.poke()
 		}
@@ -156,7 +143,7 @@ func (l *Lessor) dueQueue() ([]qtimer, time.Duration) {
 	if !l.leader {
 		return nil, time.Hour
 	}
-	return l.queue.due(l.clk.Now())
+	return l.queue.due(l.nowLocked())
 }
 
 // expireDelivery proposes the expiry of one delivery and re-arms it,
@@ -166,7 +153,7 @@ func (l *Lessor) expireDelivery(ctx context.Context, e qtimer) {
 	if _, err := l.propose(ctx, cmd); err != nil && ctx.Err() == nil {
 		l.mu.Lock()
 		if _, rearmed := l.queue.byKey[e.key]; l.leader && !rearmed {
-			l.queue.arm(e.key, e.token, l.clk.Now().Add(retryBackoff))
+			l.queue.arm(e.key, e.token, l.nowLocked().add(retryBackoff))
 		}
 		l.mu.Unlock()
 	}

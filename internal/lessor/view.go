@@ -12,7 +12,7 @@ func (l *Lessor) TimesLeft(ids []uint64) (left []time.Duration, ok bool) {
 	if !l.leader {
 		return nil, false
 	}
-	now := l.clk.Now()
+	now := l.nowLocked()
 	left = make([]time.Duration, len(ids))
 	for i, id := range ids {
 		e, found := l.sessions[id]
@@ -22,7 +22,7 @@ func (l *Lessor) TimesLeft(ids []uint64) (left []time.Duration, ok bool) {
 		case e.expiring:
 			left[i] = 0
 		default:
-			left[i] = max(e.deadline.Sub(now), 0)
+			left[i] = max(e.deadline.sub(now), 0)
 		}
 	}
 	return left, true
