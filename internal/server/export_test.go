@@ -5,5 +5,5 @@ package server
 func (h *Hub) StreamsOf(id uint64) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.streams[id])
+	return len(h.attachedLocked(id))
 }

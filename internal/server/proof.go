@@ -74,10 +74,10 @@ func (s *Server) proof(name string, token, session uint64) string {
 // granted is the answer to pending acquire p, granted with token: with
 // its proof if p asked for one.
 func (ss *sessionStream) granted(p *pendingAcquire, token uint64) *pb.SessionResponse {
-	ss.srv.hub.metrics.ObserveLockWait(fsm.LockKind(p.permits, p.shared, p.election), time.Since(p.start))
+	ss.conn.srv.hub.metrics.ObserveLockWait(fsm.LockKind(p.permits, p.shared, p.election), time.Since(p.start))
 	g := &pb.LockGranted{Name: p.name, Token: token}
 	if p.proof {
-		g.Proof = ss.srv.proof(p.name, token, ss.id)
+		g.Proof = ss.conn.srv.proof(p.name, token, ss.id)
 	}
 	return &pb.SessionResponse{Id: p.id, Result: &pb.SessionResponse_Granted{Granted: g}}
 }

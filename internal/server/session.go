@@ -139,9 +139,8 @@ func (c *sessionConn) frame(f *pb.SessionFrame) {
 }
 
 func (c *sessionConn) newStreamLocked(id uint64) *sessionStream {
-	ss := &sessionStream{conn: c, srv: c.srv, sid: id}
+	ss := &sessionStream{conn: c, sid: id}
 	ss.done.rpc = c.ctx
-	ss.ctx = &ss.done
 	c.streams[id] = ss
 	return ss
 }
@@ -265,11 +264,10 @@ const (
 
 // sessionStream is one session attached to a Sessions RPC.
 type sessionStream struct {
-	conn *sessionConn
-	srv  *Server
-	sid  uint64 // the session stream's id on its RPC
-	// ctx ends when the session stream is over: it is &done.
-	ctx  context.Context
+	conn *sessionConn // and its srv, the server
+	sid  uint64       // the session stream's id on its RPC
+	// done is the session stream's context (&done): it ends when the
+	// session stream is over.
 	done streamContext
 	// over is set once the stream is over: nothing more is sent on it.
 	over atomic.Bool
@@ -395,7 +393,7 @@ const (
 // open serves the stream's open request id, on a worker: it creates or
 // resumes the session, then serves the requests that came meanwhile.
 func (ss *sessionStream) open(id uint64, open *pb.OpenSession) {
-	sid, ttlMs, secret, err := ss.srv.openSession(ss.ctx, open)
+	sid, ttlMs, secret, err := ss.conn.srv.openSession(&ss.done, open)
 	if err != nil {
 		ss.end(err)
 		return
@@ -406,7 +404,7 @@ func (ss *sessionStream) open(id uint64, open *pb.OpenSession) {
 		return // the client left meanwhile; a session created lives on until its TTL
 	}
 	ss.id, ss.ttlMs = sid, ttlMs
-	ss.srv.hub.attach(ss.id, ss)
+	ss.conn.srv.hub.attach(ss.id, ss)
 	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Opened{Opened: &pb.SessionOpened{SessionId: sid, TtlMs: ttlMs, Owner: open.GetOwner(), Secret: secret}}})
 	ss.state = streamServing
 	for len(ss.backlog) > 0 && ss.state == streamServing {
@@ -487,7 +485,7 @@ func (ss *sessionStream) finish() bool {
 	ss.done.end()
 	ss.stop()
 	if id != 0 {
-		ss.srv.hub.detach(id, ss)
+		ss.conn.srv.hub.detach(id, ss)
 	}
 	ss.conn.mu.Lock()
 	if ss.conn.streams[ss.sid] == ss {
@@ -524,14 +522,14 @@ func (ss *sessionStream) stop() {
 	}
 	ss.mu.Unlock()
 	for _, p := range dropped {
-		ss.srv.hub.unregister(p.key(), p)
+		ss.conn.srv.hub.unregister(p.key(), p)
 	}
 	ss.wg.Wait()
 }
 
 func (ss *sessionStream) send(r *pb.SessionResponse) {
 	if e := r.GetError(); e != nil {
-		ss.srv.refused("Sessions", codes.Code(e.GetCode()), e.GetMessage())
+		ss.conn.srv.refused("Sessions", codes.Code(e.GetCode()), e.GetMessage())
 	}
 	if ss.over.Load() {
 		return
@@ -562,18 +560,18 @@ func (ss *sessionStream) sessionEnded(expired bool) {
 // worker); ss.inMu is held and the stream serves.
 func (ss *sessionStream) handleLocked(req *pb.SessionRequest) {
 	id := req.GetId()
-	if err := ss.srv.authorizeSession(ss.ctx, req); err != nil {
+	if err := ss.conn.srv.authorizeSession(&ss.done, req); err != nil {
 		ss.sendErr(id, err)
 		return
 	}
 	switch op := req.GetOp().(type) {
 	case *pb.SessionRequest_KeepAlive:
-		if ss.srv.node.LeadershipConfirmed() {
+		if ss.conn.srv.node.LeadershipConfirmed() {
 			ss.keepAlive(id) // answered at once
 			return
 		}
 		ss.wg.Add(1) // after a barrier
-		ss.srv.workers.Go(func() {
+		ss.conn.srv.workers.Go(func() {
 			defer ss.wg.Done()
 			ss.keepAlive(id)
 		})
@@ -581,12 +579,12 @@ func (ss *sessionStream) handleLocked(req *pb.SessionRequest) {
 		ss.acquire(id, op.Acquire)
 	case *pb.SessionRequest_Release:
 		r := op.Release
-		ss.srv.node.ProposeAsync(cmdOf(&fsmpb.Release{Session: ss.id, Name: r.GetName(), Token: r.GetToken()}), func(_ fsm.Result, err error) {
+		ss.conn.srv.node.ProposeAsync(cmdOf(&fsmpb.Release{Session: ss.id, Name: r.GetName(), Token: r.GetToken()}), func(_ fsm.Result, err error) {
 			ss.answer(id, err, &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Released{Released: &pb.LockReleased{}}})
 		})
 	case *pb.SessionRequest_Proclaim:
 		p := op.Proclaim
-		ss.srv.node.ProposeAsync(cmdOf(&fsmpb.Proclaim{Session: ss.id, Name: p.GetName(), Token: p.GetToken(), Value: p.GetValue()}), func(_ fsm.Result, err error) {
+		ss.conn.srv.node.ProposeAsync(cmdOf(&fsmpb.Proclaim{Session: ss.id, Name: p.GetName(), Token: p.GetToken(), Value: p.GetValue()}), func(_ fsm.Result, err error) {
 			ss.answer(id, err, &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Proclaimed{Proclaimed: &pb.ValueProclaimed{}}})
 		})
 	case *pb.SessionRequest_Cancel:
@@ -617,7 +615,7 @@ func (ss *sessionStream) handleLocked(req *pb.SessionRequest) {
 // keepAlive renews the session and answers request id. The node confirms
 // a renewal only while its leadership is confirmed (node.KeepAlive).
 func (ss *sessionStream) keepAlive(id uint64) {
-	ttl, err := ss.srv.node.KeepAlive(ss.ctx, ss.id)
+	ttl, err := ss.conn.srv.node.KeepAlive(&ss.done, ss.id)
 	if err != nil {
 		ss.sendErr(id, err)
 		return
@@ -629,8 +627,8 @@ func (ss *sessionStream) keepAlive(id uint64) {
 // the stream normally.
 func (ss *sessionStream) close(id uint64) {
 	ss.stop()
-	ss.srv.hub.detach(ss.id, ss) // the closer learns from the answer, not a push
-	_, err := ss.srv.propose(&fsmpb.CloseSession{Session: ss.id})
+	ss.conn.srv.hub.detach(ss.id, ss) // the closer learns from the answer, not a push
+	_, err := ss.conn.srv.propose(&fsmpb.CloseSession{Session: ss.id})
 	ss.signing.Wait() // the grants committed before the close are answered first
 	ss.answer(id, err, &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Closed{Closed: &pb.SessionClosed{}}})
 	ss.end(nil)
@@ -642,7 +640,7 @@ func (ss *sessionStream) close(id uint64) {
 // hub wakes it with its acquisition's grant or end (wake). Only
 // withdrawing an acquisition, and signing a grant's proof, go to a worker.
 func (ss *sessionStream) acquire(id uint64, a *pb.AcquireLock) {
-	if err := ss.srv.checkName("lock name", a.GetName()); err != nil {
+	if err := ss.conn.srv.checkName("lock name", a.GetName()); err != nil {
 		ss.sendErr(id, err)
 		return
 	}
@@ -652,8 +650,8 @@ func (ss *sessionStream) acquire(id uint64, a *pb.AcquireLock) {
 	ss.mu.Unlock()
 	// Registered before the command is proposed, so that no event of
 	// the acquisition can be missed.
-	ss.srv.hub.register(p.key(), p)
-	ss.srv.node.ProposeAsync(cmdOf(acquireCommand(ss.id, a)), p.committed)
+	ss.conn.srv.hub.register(p.key(), p)
+	ss.conn.srv.node.ProposeAsync(cmdOf(acquireCommand(ss.id, a)), p.committed)
 }
 
 func acquireCommand(session uint64, a *pb.AcquireLock) *fsmpb.Acquire {
@@ -761,7 +759,7 @@ func (p *pendingAcquire) key() waitKey { return waitKey{p.ss.id, p.name} }
 // requests.
 func (p *pendingAcquire) forget() {
 	ss := p.ss
-	ss.srv.hub.unregister(p.key(), p)
+	ss.conn.srv.hub.unregister(p.key(), p)
 	ss.mu.Lock()
 	ss.removePendingLocked(p)
 	ss.mu.Unlock()
@@ -814,7 +812,7 @@ func (ss *sessionStream) eachPendingLocked(fn func(p *pendingAcquire)) {
 // acqRev on a worker, and answers p with the outcome (cancelAcquire).
 func (p *pendingAcquire) withdrawAcquisition(acqRev uint64) {
 	ss := p.ss
-	ss.srv.workers.Go(func() { ss.sendErr(p.id, ss.cancelAcquire(p.name, acqRev)) })
+	ss.conn.srv.workers.Go(func() { ss.sendErr(p.id, ss.cancelAcquire(p.name, acqRev)) })
 }
 
 // sendGrant answers p with its grant of token, signing its proof on a
@@ -827,7 +825,7 @@ func (ss *sessionStream) sendGrant(p *pendingAcquire, token uint64) {
 		return
 	}
 	ss.signing.Add(1)
-	ss.srv.workers.Go(func() {
+	ss.conn.srv.workers.Go(func() {
 		defer ss.signing.Done()
 		ss.send(ss.granted(p, token))
 	})
@@ -840,7 +838,7 @@ func (ss *sessionStream) sendGrant(p *pendingAcquire, token uint64) {
 // unknown, the session ended), so that the client does not take an
 // acquisition for withdrawn while it may still be queued.
 func (ss *sessionStream) cancelAcquire(name string, acqRev uint64) error {
-	if _, err := ss.srv.propose(&fsmpb.CancelAcquire{Session: ss.id, Name: name, AcquireRevision: acqRev}); err != nil {
+	if _, err := ss.conn.srv.propose(&fsmpb.CancelAcquire{Session: ss.id, Name: name, AcquireRevision: acqRev}); err != nil {
 		return err
 	}
 	return errCancelled

@@ -27,7 +27,7 @@ func TestSessionStreamBacklogIsBounded(t *testing.T) {
 		t.Fatalf("after %d requests: state %v, %d kept, %d replies", maxStreamBacklog, ss.state, len(ss.backlog), len(c.out))
 	}
 	ss.deliver(&pb.SessionRequest{})
-	if ss.state != streamOver || ss.ctx.Err() == nil || len(ss.backlog) != 0 || c.streams[1] != nil {
+	if ss.state != streamOver || ss.done.Err() == nil || len(ss.backlog) != 0 || c.streams[1] != nil {
 		t.Fatalf("after %d requests: state %v, %d kept, want the stream over", maxStreamBacklog+1, ss.state, len(ss.backlog))
 	}
 	if len(c.out) != 1 || !c.out[0].GetEnd() || codes.Code(c.out[0].GetCode()) != codes.ResourceExhausted {
@@ -175,17 +175,17 @@ func TestQueuedAcquireIsAnsweredByItsEventOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c, ss, p := queuedAcquire(t)
 			for _, e := range tc.before {
-				ss.srv.hub.Sink(e)
+				ss.conn.srv.hub.Sink(e)
 			}
 			p.committed(fsm.Result{Queued: true, Position: 1, AcquireRevision: 5}, nil)
 			for _, e := range tc.after {
-				ss.srv.hub.Sink(e)
+				ss.conn.srv.hub.Sink(e)
 			}
 			if got := answers(c); fmt.Sprint(got) != fmt.Sprint(tc.want) {
 				t.Fatalf("answers %q, want %q", got, tc.want)
 			}
 			answered := len(tc.want) > 1
-			if inHub := len(ss.srv.hub.waits) > 0; inHub == answered || (ss.pendingLocked(p.id) != nil) == answered {
+			if inHub := len(ss.conn.srv.hub.waits) > 0; inHub == answered || (ss.pendingLocked(p.id) != nil) == answered {
 				t.Fatalf("answered %v, yet in the hub %v and pending %v", answered, inHub, ss.pendingLocked(p.id) != nil)
 			}
 		})
@@ -206,7 +206,7 @@ func TestEndedStreamKeepsItsPlaceInLine(t *testing.T) {
 		if !queuedFirst {
 			p.committed(fsm.Result{Queued: true, Position: 1, AcquireRevision: 5}, nil)
 		}
-		ss.srv.hub.Sink(fsm.Event{Kind: fsm.EventGranted, Session: 1, Name: "L", AcquireRevision: 5, Token: 7})
+		ss.conn.srv.hub.Sink(fsm.Event{Kind: fsm.EventGranted, Session: 1, Name: "L", AcquireRevision: 5, Token: 7})
 		want := []string(nil)
 		if queuedFirst {
 			want = []string{"queued"}
@@ -214,8 +214,8 @@ func TestEndedStreamKeepsItsPlaceInLine(t *testing.T) {
 		if got := answers(c); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("queued first %v: answers %q, want %q", queuedFirst, got, want)
 		}
-		if len(ss.srv.hub.waits) > 0 || ss.pendingLocked(p.id) != nil || p.phase != acquireSettled || p.withdraw {
-			t.Fatalf("queued first %v: hub %v, pending %v, phase %v, withdraw %v", queuedFirst, ss.srv.hub.waits, ss.pendingLocked(p.id) != nil, p.phase, p.withdraw)
+		if len(ss.conn.srv.hub.waits) > 0 || ss.pendingLocked(p.id) != nil || p.phase != acquireSettled || p.withdraw {
+			t.Fatalf("queued first %v: hub %v, pending %v, phase %v, withdraw %v", queuedFirst, ss.conn.srv.hub.waits, ss.pendingLocked(p.id) != nil, p.phase, p.withdraw)
 		}
 	}
 }
@@ -228,9 +228,9 @@ func TestStreamContextEndsWithTheStream(t *testing.T) {
 	rpc := context.WithValue(context.Background(), key{}, "caller")
 	c := &sessionConn{srv: &Server{log: slog.New(slog.DiscardHandler), hub: NewHub()}, ctx: rpc, streams: make(map[uint64]*sessionStream), wake: make(chan struct{}, 1)}
 	waited, late := c.newStreamLocked(1), c.newStreamLocked(2)
-	done := waited.ctx.Done()
-	if waited.ctx.Err() != nil || waited.ctx.Value(key{}) != "caller" {
-		t.Fatalf("a serving stream's context: err %v, value %v", waited.ctx.Err(), waited.ctx.Value(key{}))
+	done := waited.done.Done()
+	if waited.done.Err() != nil || waited.done.Value(key{}) != "caller" {
+		t.Fatalf("a serving stream's context: err %v, value %v", waited.done.Err(), waited.done.Value(key{}))
 	}
 	select {
 	case <-done:
@@ -241,12 +241,12 @@ func TestStreamContextEndsWithTheStream(t *testing.T) {
 	late.finish()
 	for _, ss := range []*sessionStream{waited, late} {
 		select {
-		case <-ss.ctx.Done():
+		case <-ss.done.Done():
 		default:
 			t.Fatalf("stream %d over, its context not done", ss.sid)
 		}
-		if !errors.Is(ss.ctx.Err(), context.Canceled) {
-			t.Fatalf("stream %d over, its context's Err %v", ss.sid, ss.ctx.Err())
+		if !errors.Is(ss.done.Err(), context.Canceled) {
+			t.Fatalf("stream %d over, its context's Err %v", ss.sid, ss.done.Err())
 		}
 	}
 }
