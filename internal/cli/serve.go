@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"syscall"
@@ -19,6 +20,23 @@ import (
 	"github.com/tenure-io/tenure/internal/node"
 	"github.com/tenure-io/tenure/internal/server"
 )
+
+// ServeGCPercent is the Go collector's target (GOGC) of `tenure serve`
+// when the environment sets none: the heap may grow 75 % over what is live
+// before a collection, not the runtime's 100 %. A server's live heap is
+// mostly its sessions, and the garbage its keepalives leave behind is what
+// the headroom holds: at a million idle sessions 75 keeps the server within
+// 1 GiB of RSS (100 takes about 1.1 GiB) for about a tenth of a core more
+// (docs/benchmarks.md). GOGC in the environment wins.
+const ServeGCPercent = 75
+
+// serveGCPercent sets the collector's target to ServeGCPercent unless GOGC
+// is set.
+func serveGCPercent() {
+	if _, ok := os.LookupEnv("GOGC"); !ok {
+		debug.SetGCPercent(ServeGCPercent)
+	}
+}
 
 // serveOutput is `tenure serve -o json`'s ready line.
 type serveOutput struct {
@@ -70,6 +88,7 @@ PEER_ADDR" for a member whose data directory was lost or damaged.
 names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			serveGCPercent()
 			if configFile != "" {
 				if err := applyConfigFile(cmd.Flags(), configFile); err != nil {
 					return err
