@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -179,10 +180,13 @@ type cluster struct {
 // (32768 and up on Linux, 49152 and up on macOS). A node restarted after
 // kill -9 binds the same ports again; a port from the ephemeral range could
 // meanwhile have been given to some outgoing connection.
+// An address is handed out once per test binary: two nodes asking one
+// after the other could otherwise both get a port that is free because
+// neither has bound it yet.
 func freeAddr(t testing.TB) string {
 	t.Helper()
 	for range 200 {
-		if addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)); canBind(addr) {
+		if addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)); handOut(addr) && canBind(addr) {
 			return addr
 		}
 	}
@@ -484,4 +488,22 @@ func (c *cluster) heal() {
 	for _, l := range c.links {
 		l.Unblock()
 	}
+}
+
+var (
+	// handedMu guards handed.
+	handedMu sync.Mutex
+	// handed: the addresses freeAddr has handed out.
+	handed = map[string]bool{}
+)
+
+// handOut reports whether addr was not handed out before, and records it.
+func handOut(addr string) bool {
+	handedMu.Lock()
+	defer handedMu.Unlock()
+	if handed[addr] {
+		return false
+	}
+	handed[addr] = true
+	return true
 }
