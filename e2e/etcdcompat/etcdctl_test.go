@@ -150,8 +150,9 @@ func TestEtcdctlLease(t *testing.T) {
 	if out := etcdctl(t, ep, "", "get", "leased"); out != "" {
 		t.Fatalf("the revoked lease's key: %q", out)
 	}
-	// The keep-alive stream learns the lease is gone (TTL 0) and ends.
-	if st := ka.wait(t, 10*time.Second); st == 0 && !strings.Contains(ka.stdout(), "expired or revoked") {
+	// The keep-alive stream learns the lease is gone (TTL 0) at its next
+	// keepalive, a third of the TTL (10 s) after the last one, and ends.
+	if st := ka.wait(t, 30*time.Second); st == 0 && !strings.Contains(ka.stdout(), "expired or revoked") {
 		t.Fatalf("keep-alive of a revoked lease: %d %q", st, ka.stdout())
 	}
 	if out := etcdctl(t, ep, "", "lease", "timetolive", id); !strings.Contains(out, "already expired") {
