@@ -9,15 +9,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -246,24 +243,7 @@ func readFile(t *testing.T, path string, d time.Duration) string {
 // the fault suite picks from (20000..31999), since both may run at once:
 // a port from the ephemeral range could be given to some outgoing
 // connection between this check and the child process binding it.
-// An address is handed out once per test binary: two nodes of one test
-// asking one after the other could otherwise both get a port that is
-// free because neither has bound it yet.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	for range 200 {
-		addr := fmt.Sprintf("127.0.0.1:%d", 10000+rand.IntN(10000))
-		if !handOut(addr) {
-			continue
-		}
-		if l, err := net.Listen("tcp", addr); err == nil {
-			l.Close()
-			return addr
-		}
-	}
-	t.Fatal("no free loopback port in 10000..19999")
-	return ""
-}
+func freeAddr(t *testing.T) string { return testutil.FreeAddr(t, 10000, 20000) }
 
 // startServer runs `tenure serve` and waits for its ready line.
 func startServer(t *testing.T, addr, dataDir string) *proc {
@@ -557,22 +537,4 @@ func TestSecondServerOnDataDirRefused(t *testing.T) {
 	if st.Node != "n1" || st.Leader != "n1" {
 		t.Fatalf("the first server, after the second was refused: status %+v, want node and leader n1", st)
 	}
-}
-
-var (
-	// handedMu guards handed.
-	handedMu sync.Mutex
-	// handed: the addresses freeAddr has handed out.
-	handed = map[string]bool{}
-)
-
-// handOut reports whether addr was not handed out before, and records it.
-func handOut(addr string) bool {
-	handedMu.Lock()
-	defer handedMu.Unlock()
-	if handed[addr] {
-		return false
-	}
-	handed[addr] = true
-	return true
 }

@@ -6,13 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -180,19 +178,7 @@ type cluster struct {
 // (32768 and up on Linux, 49152 and up on macOS). A node restarted after
 // kill -9 binds the same ports again; a port from the ephemeral range could
 // meanwhile have been given to some outgoing connection.
-// An address is handed out once per test binary: two nodes asking one
-// after the other could otherwise both get a port that is free because
-// neither has bound it yet.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	for range 200 {
-		if addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)); handOut(addr) && canBind(addr) {
-			return addr
-		}
-	}
-	t.Fatal("no free loopback port in 20000..31999")
-	return ""
-}
+func freeAddr(t testing.TB) string { return testutil.FreeAddr(t, 20000, 32000) }
 
 // startCluster starts cfg.n nodes bootstrapped together and waits until
 // they serve.
@@ -488,22 +474,4 @@ func (c *cluster) heal() {
 	for _, l := range c.links {
 		l.Unblock()
 	}
-}
-
-var (
-	// handedMu guards handed.
-	handedMu sync.Mutex
-	// handed: the addresses freeAddr has handed out.
-	handed = map[string]bool{}
-)
-
-// handOut reports whether addr was not handed out before, and records it.
-func handOut(addr string) bool {
-	handedMu.Lock()
-	defer handedMu.Unlock()
-	if handed[addr] {
-		return false
-	}
-	handed[addr] = true
-	return true
 }

@@ -2,11 +2,7 @@ package etcdapi_test
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
-	"net"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,30 +13,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/tenure-io/tenure/internal/daemon"
+	"github.com/tenure-io/tenure/internal/testutil"
 )
-
-func freePeerAddr(t *testing.T) string {
-	t.Helper()
-	for range 200 {
-		addr := fmt.Sprintf("127.0.0.1:%d", 61000+rand.IntN(4000))
-		if l, err := net.Listen("tcp", addr); err == nil {
-			l.Close()
-			return addr
-		}
-	}
-	t.Fatal("no free loopback port")
-	return ""
-}
-
-type logTo struct {
-	t  *testing.T
-	id string
-}
-
-func (w logTo) Write(p []byte) (int, error) {
-	w.t.Log(w.id + ": " + strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
 
 // TestStreamsThatRequireALeaderEndWithoutOne: on a node that loses its
 // leader (the other voter of two stops), a watch opened with
@@ -49,12 +23,12 @@ func (w logTo) Write(p []byte) (int, error) {
 // does; a watch without it stays open.
 func TestStreamsThatRequireALeaderEndWithoutOne(t *testing.T) {
 	root := t.TempDir()
-	peers := map[string]string{"n1": freePeerAddr(t), "n2": freePeerAddr(t)}
+	peers := map[string]string{"n1": testutil.FreeAddr(t, 61000, 65000), "n2": testutil.FreeAddr(t, 61000, 65000)}
 	daemons := map[string]*daemon.Daemon{}
 	stops := map[string]func(){}
 	for _, id := range []string{"n1", "n2"} {
 		d, err := daemon.Start(daemon.Config{NodeID: id, DataDir: filepath.Join(root, id), Listen: "127.0.0.1:0", HTTPListen: "",
-			EtcdListen: "127.0.0.1:0", PeerListen: peers[id], BootstrapPeers: peers, LogOutput: logTo{t, id}})
+			EtcdListen: "127.0.0.1:0", PeerListen: peers[id], BootstrapPeers: peers, LogOutput: testutil.LogWriter(t, id)})
 		if err != nil {
 			t.Fatal(err)
 		}

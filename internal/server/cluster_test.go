@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"path/filepath"
 	"strings"
@@ -26,18 +25,7 @@ import (
 
 // freePort returns a loopback address nothing listens on now, outside
 // the ports the system hands out for outgoing connections.
-func freePort(t *testing.T) string {
-	t.Helper()
-	for range 200 {
-		addr := fmt.Sprintf("127.0.0.1:%d", 61000+rand.IntN(4000))
-		if l, err := net.Listen("tcp", addr); err == nil {
-			l.Close()
-			return addr
-		}
-	}
-	t.Fatal("no free loopback port")
-	return ""
-}
+func freePort(t *testing.T) string { return testutil.FreeAddr(t, 61000, 65000) }
 
 // member is one in-process node of a test cluster.
 type member struct {
@@ -51,7 +39,7 @@ type member struct {
 // initial voters (nil: a node that will be added).
 func startMember(t *testing.T, root, id, peer string, bootstrap map[string]string) *member {
 	t.Helper()
-	d, err := daemon.Start(daemon.Config{NodeID: id, DataDir: filepath.Join(root, id), Listen: "127.0.0.1:0", PeerListen: peer, BootstrapPeers: bootstrap, LogOutput: tLog{t, id}})
+	d, err := daemon.Start(daemon.Config{NodeID: id, DataDir: filepath.Join(root, id), Listen: "127.0.0.1:0", PeerListen: peer, BootstrapPeers: bootstrap, LogOutput: testutil.LogWriter(t, id)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,16 +64,6 @@ func startMember(t *testing.T, root, id, peer string, bootstrap map[string]strin
 		t.Fatalf("%s not ready", id)
 	}
 	return m
-}
-
-type tLog struct {
-	t  *testing.T
-	id string
-}
-
-func (w tLog) Write(p []byte) (int, error) {
-	w.t.Log(w.id + ": " + strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }
 
 // startCluster starts a cluster of n voters on loopback.

@@ -47,7 +47,7 @@ func startLinkedMembers(t *testing.T, n int, clk clock.Clock) *linkedMembers {
 			lc.links[[2]int{i, j}] = px
 			routes[other] = px.Addr()
 		}
-		d, err := daemon.Start(daemon.Config{NodeID: id, DataDir: filepath.Join(root, id), Listen: "127.0.0.1:0", PeerListen: peers[id], BootstrapPeers: peers, Faults: node.Faults{PeerRoutes: routes}, Clock: clk, LogOutput: tLog{t, id}})
+		d, err := daemon.Start(daemon.Config{NodeID: id, DataDir: filepath.Join(root, id), Listen: "127.0.0.1:0", PeerListen: peers[id], BootstrapPeers: peers, Faults: node.Faults{PeerRoutes: routes}, Clock: clk, LogOutput: testutil.LogWriter(t, id)})
 		if err != nil {
 			t.Fatal(err)
 		}

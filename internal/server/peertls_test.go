@@ -36,7 +36,7 @@ func peerFiles(t *testing.T, dir, name string, ca *tlsconfig.CA) tlsconfig.Files
 // startDaemon runs cfg until the test ends (without waiting for Ready).
 func startDaemon(t *testing.T, cfg daemon.Config) *member {
 	t.Helper()
-	cfg.Listen, cfg.LogOutput = "127.0.0.1:0", tLog{t, cfg.NodeID}
+	cfg.Listen, cfg.LogOutput = "127.0.0.1:0", testutil.LogWriter(t, cfg.NodeID)
 	d, err := daemon.Start(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ import (
 func TestClientWaitsForALeader(t *testing.T) {
 	testutil.Slow(t)
 	for round := range 5 { // the window before the election is short: try it a few times
-		d, err := daemon.Start(daemon.Config{NodeID: "n1", DataDir: t.TempDir(), Listen: "127.0.0.1:0", HTTPListen: "", LogOutput: tLog{t, "n1"}})
+		d, err := daemon.Start(daemon.Config{NodeID: "n1", DataDir: t.TempDir(), Listen: "127.0.0.1:0", HTTPListen: "", LogOutput: testutil.LogWriter(t, "n1")})
 		if err != nil {
 			t.Fatal(err)
 		}

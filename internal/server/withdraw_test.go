@@ -116,7 +116,7 @@ func TestWithdrawNotCommittedIsRetried(t *testing.T) {
 // and client address.
 func restartMember(t *testing.T, root string, m *member, peers map[string]string) {
 	t.Helper()
-	d, err := daemon.Start(daemon.Config{NodeID: m.id, DataDir: filepath.Join(root, m.id), Listen: m.d.Addr(), PeerListen: m.peer, BootstrapPeers: peers, LogOutput: tLog{t, m.id}})
+	d, err := daemon.Start(daemon.Config{NodeID: m.id, DataDir: filepath.Join(root, m.id), Listen: m.d.Addr(), PeerListen: m.peer, BootstrapPeers: peers, LogOutput: testutil.LogWriter(t, m.id)})
 	if err != nil {
 		t.Fatal(err)
 	}
