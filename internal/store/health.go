@@ -129,11 +129,13 @@ type checked struct {
 	// else why not (wrapping ENOSPC); nil room: no check.
 	room func() error
 
-	// mu guards log and stable: reads and writes hold it shared, a
-	// restart exclusively.
+	// mu guards log, stable and closed: reads and writes hold it shared,
+	// a restart exclusively.
 	mu     sync.RWMutex
 	log    raft.LogStore
 	stable raft.StableStore
+	// closed: a restart closed the engine and failed to open it again.
+	closed bool
 }
 
 func (c *checked) FirstIndex() (uint64, error) {
@@ -166,6 +168,15 @@ func (c *checked) StoreLogs(logs []*raft.Log) error {
 		}
 	}
 	c.mu.RLock()
+	closed := c.closed
+	c.mu.RUnlock()
+	if closed {
+		// An earlier restart closed the engine and could not open it.
+		if err := c.restart(); err != nil {
+			return c.health.wrote(opAppend, fmt.Errorf("the log could not be opened again: %w", err))
+		}
+	}
+	c.mu.RLock()
 	err := c.log.StoreLogs(logs)
 	c.mu.RUnlock()
 	if err != nil && c.reopen != nil && errors.Is(err, raftwal.ErrSealed) && c.health.rotationFailed() {
@@ -187,7 +198,9 @@ func (c *checked) DeleteRange(min, max uint64) error {
 }
 
 // restart closes the engine and opens it again, if the file system has
-// room for its next segment. It returns why not otherwise.
+// room for its next segment. It returns why not otherwise. The reopen
+// function given to checked closes the engine first; if its open fails,
+// the engine stays closed and the next append tries again.
 func (c *checked) restart() error {
 	if err := c.room(); err != nil {
 		return err
@@ -196,9 +209,12 @@ func (c *checked) restart() error {
 	defer c.mu.Unlock()
 	log, stable, err := c.reopen()
 	if err != nil {
+		// reopen closes the engine before it opens it again: until an
+		// open succeeds, every append tries again.
+		c.closed = true
 		return err
 	}
-	c.log, c.stable = log, stable
+	c.log, c.stable, c.closed = log, stable, false
 	c.health.restarted()
 	return nil
 }

@@ -37,9 +37,13 @@ func TestSealedWALOpensAgain(t *testing.T) {
 	fresh := &sealedLog{}
 	var roomErr error = fmt.Errorf("3 MiB free: %w", syscall.ENOSPC)
 	reopened := 0
+	var openErr error
 	c := &checked{health: h, log: old, room: func() error { return roomErr },
 		reopen: func() (raft.LogStore, raft.StableStore, error) {
 			reopened++
+			if openErr != nil {
+				return nil, nil, openErr
+			}
 			return fresh, nil, nil
 		}}
 	logs := []*raft.Log{{Index: 1}}
@@ -54,11 +58,19 @@ func TestSealedWALOpensAgain(t *testing.T) {
 	if err := c.StoreLogs(logs); !errors.Is(err, raftwal.ErrSealed) || reopened != 0 {
 		t.Fatalf("append to a sealed log without a rotation error: %v (reopened %d)", err, reopened)
 	}
-	// The rotation failed (raft-wal logged why): opened again, retried.
+	// The rotation failed (raft-wal logged why), and the open after
+	// closing the engine fails too: refused, and the next append opens it.
 	h.Accept("wal", hclog.Error, "rotate error", "err", syscall.ENOSPC)
 	if !h.rotationFailed() {
 		t.Fatal("raft-wal's logged error was not kept")
 	}
+	openErr = errors.New("opening: disk gone")
+	if err := c.StoreLogs(logs); err == nil || reopened != 1 || !c.closed {
+		t.Fatalf("append when the open fails: %v (reopened %d, closed %v)", err, reopened, c.closed)
+	}
+	openErr = nil
+	reopened = 0
+	// Opened again, retried.
 	if err := c.StoreLogs(logs); err != nil || reopened != 1 || fresh.stored != 1 {
 		t.Fatalf("append after a failed rotation with room: %v (reopened %d, stored %d), want it stored on the engine opened again", err, reopened, fresh.stored)
 	}
