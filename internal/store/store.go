@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -51,9 +52,8 @@ type Stores struct {
 	// Dir is the directory Open was given.
 	Dir string
 
-	health  *health
-	checked *checked
-	closer  io.Closer
+	health *health
+	closer io.Closer
 }
 
 // Open opens (creating if needed) the stores under dir with the named
@@ -163,6 +163,8 @@ func open(dir, engine string, logOutput io.Writer) (s *Stores, err error) {
 		cur := &walCloser{w: w}
 		log, stable, closer = w, w, closers{cur, meta}
 		reopen = func() (raft.LogStore, raft.StableStore, error) {
+			cur.mu.Lock()
+			defer cur.mu.Unlock()
 			if err := cur.w.Close(); err != nil {
 				return nil, nil, err
 			}
@@ -185,7 +187,7 @@ func open(dir, engine string, logOutput io.Writer) (s *Stores, err error) {
 		closer.Close()
 		return nil, fmt.Errorf("store: log cache: %w", err)
 	}
-	return &Stores{Log: cache, Stable: checkedStable{c}, Engine: engine, Dir: dir, health: h, checked: c, closer: closer}, nil
+	return &Stores{Log: cache, Stable: checkedStable{c}, Engine: engine, Dir: dir, health: h, closer: closer}, nil
 }
 
 // checkWALMeta refuses a wal directory whose segment files lost their
@@ -233,9 +235,17 @@ const walRoomMargin = 4 << 20
 
 // walCloser closes the raft-wal engine open now (checked may have opened
 // it again since the stores were opened).
-type walCloser struct{ w *raftwal.WAL }
+type walCloser struct {
+	// mu guards w.
+	mu sync.Mutex
+	w  *raftwal.WAL
+}
 
-func (c *walCloser) Close() error { return c.w.Close() }
+func (c *walCloser) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.w.Close()
+}
 
 type closers []io.Closer
 
