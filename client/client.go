@@ -354,9 +354,33 @@ func (e *UnissuedTokenError) Error() string { return e.msg }
 // Unwrap makes errors.Is(err, ErrInvalid) hold.
 func (e *UnissuedTokenError) Unwrap() error { return ErrInvalid }
 
+// WrongLockError is the ErrInvalid of a fenced write that named a lock
+// other than the one its register is bound to: a register is bound to the
+// lock named by its first accepted write that named one, and takes tokens
+// of that lock only. Nothing was stored.
+type WrongLockError struct {
+	// Key is the register's key.
+	Key string
+	// Bound is the lock the register is bound to.
+	Bound string
+	// Lock is the lock the write named.
+	Lock string
+	// Token is the refused token.
+	Token uint64
+	// Revision is the service's revision when it refused the write.
+	Revision uint64
+	msg      string
+}
+
+func (e *WrongLockError) Error() string { return e.msg }
+
+// Unwrap makes errors.Is(err, ErrInvalid) hold.
+func (e *WrongLockError) Unwrap() error { return ErrInvalid }
+
 // fencedCall runs a fenced write's RPC: it returns the call's error as
-// unary does, and as an *UnissuedTokenError when the service says the
-// token was never issued.
+// unary does, as an *UnissuedTokenError when the service says the token
+// was never issued, and as a *WrongLockError when the write named another
+// lock than its register's.
 func (c *Client) fencedCall(ctx context.Context, call func(api pb.TenureClient) error) error {
 	var raw error
 	err := c.unary(ctx, func(api pb.TenureClient) error {
@@ -368,6 +392,8 @@ func (c *Client) fencedCall(ctx context.Context, call func(api pb.TenureClient) 
 			switch d := d.(type) {
 			case *pb.UnissuedToken:
 				return &UnissuedTokenError{Token: d.GetToken(), Revision: d.GetRevision(), msg: st.Message()}
+			case *pb.WrongLock:
+				return &WrongLockError{Key: d.GetKey(), Bound: d.GetBound(), Lock: d.GetLock(), Token: d.GetToken(), Revision: d.GetRevision(), msg: st.Message()}
 			case *pb.ForgedProof:
 				return &ForgedProofError{Token: d.GetToken(), Lock: d.GetLock(), Reason: d.GetReason(), msg: st.Message()}
 			}
@@ -385,6 +411,8 @@ func fencedResult(result pb.PutResult, duplicate bool, accepted, revision, token
 		return r, nil
 	case token < accepted:
 		return r, fmt.Errorf("%w: token %d is below the accepted token %d", ErrStale, token, accepted)
+	case lock == "":
+		return r, fmt.Errorf("%w: token %d is not a current grant of the lock the register is bound to", ErrStale, token)
 	default:
 		return r, fmt.Errorf("%w: token %d is not a current grant of lock %q", ErrStale, token, lock)
 	}
@@ -397,7 +425,9 @@ func fencedResult(result pb.PutResult, duplicate bool, accepted, revision, token
 // operationID returns the first result and applies nothing. A token the
 // service never issued (above its revision) is refused with an
 // *UnissuedTokenError (ErrInvalid), and nothing is stored. WithLock adds
-// the lock's check.
+// the lock's check, and binds the register to that lock if it is not bound
+// yet: every later write is then checked against it, named or not, and one
+// naming another lock is refused with a *WrongLockError (ErrInvalid).
 //
 // With several endpoints, a write whose node stops answering is retried on
 // the next one, so it may be applied twice; with an operationID the retry

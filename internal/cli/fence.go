@@ -16,7 +16,7 @@ const (
 	putAccepted  = "accepted"
 	putStale     = "stale"
 	putDuplicate = "duplicate"
-	putInvalid   = "invalid" // the token was never issued
+	putInvalid   = "invalid" // the token was never issued, or the register is bound to another lock
 	putForged    = "forged"  // --proof did not verify
 )
 
@@ -93,12 +93,15 @@ func (ff *fenceFlags) options(cmd *cobra.Command) ([]client.FenceOption, error) 
 // invalid token or anything else.
 func (a *app) emitFenced(what string, r client.PutResult, err error) error {
 	var ue *client.UnissuedTokenError
+	var wl *client.WrongLockError
 	var fe *client.ForgedProofError
 	stale := errors.Is(err, client.ErrStale)
 	out := fencePutJSON{Result: putAccepted, Token: r.Token, Revision: r.Revision}
 	switch {
 	case errors.As(err, &ue):
 		out = fencePutJSON{Result: putInvalid, Token: ue.Token, Revision: ue.Revision}
+	case errors.As(err, &wl):
+		out = fencePutJSON{Result: putInvalid, Token: wl.Token, Revision: wl.Revision}
 	case errors.As(err, &fe):
 		out = fencePutJSON{Result: putForged, Token: fe.Token}
 	case err != nil && !stale:
@@ -111,6 +114,10 @@ func (a *app) emitFenced(what string, r client.PutResult, err error) error {
 	if perr := a.emit(out, func(w io.Writer) {
 		switch out.Result {
 		case putInvalid:
+			if wl != nil {
+				fmt.Fprintf(w, "%s (%s is bound to lock %q; the write named lock %q)\n", out.Result, what, wl.Bound, wl.Lock)
+				return
+			}
 			fmt.Fprintf(w, "%s (%s: token %d was never issued; the revision is %d)\n", out.Result, what, out.Token, out.Revision)
 			return
 		case putForged:
@@ -137,14 +144,18 @@ register KEY if --token is at least the highest token the
 register has accepted (after a delete of KEY: at least the delete's token).
 With --lock, the token must also be a current grant of that lock (any of its
 holders): a holder whose grant has ended is stale even before a newer holder
-writes. docs/fencing.md says when to name the lock.
+writes. The first accepted write naming a lock binds the register to it:
+every later write is checked against that lock, named or not, and one
+naming another lock is refused as "invalid". docs/fencing.md says when to
+name the lock.
 
 JSON: {"result":"accepted"|"stale"|"duplicate"|"invalid"|"forged","token":N,"revision":N}
 where token is the register's accepted token after the call. "duplicate"
 means --op-id was seen before: nothing was applied, and the first outcome
 stands. "invalid" means the token was never issued (it is above the
-service's revision): nothing was stored; token is then the refused token and
-revision the service's. With --proof (under tenure lock:
+service's revision) or --lock names another lock than the register's:
+nothing was stored; token is then the refused token and revision the
+service's. With --proof (under tenure lock:
 --proof "$TENURE_FENCE_PROOF"), "forged" means the proof does not verify
 with the cluster's keys for the token and the lock (--lock, or else a lock
 named like KEY): nothing was stored; token is then the refused token.
@@ -181,8 +192,9 @@ func (a *app) fenceDeleteCommand() *cobra.Command {
 		Long: `Delete the register KEY, with the checks of "tenure fence put": --token at
 least the register's accepted token, --lock, --proof, --op-id, a token never
 issued.
-The key keeps the delete's token: a later write to KEY needs at least that
-token (docs/fencing.md says for how long). Deleting a register that does not
+The key keeps the delete's token and its register's lock: a later write to
+KEY needs at least that token, checked against that lock (docs/fencing.md
+says for how long). Deleting a register that does not
 exist is accepted and raises the key's token all the same.
 
 JSON: {"result":"accepted"|"stale"|"duplicate"|"invalid"|"forged","token":N,"revision":N}

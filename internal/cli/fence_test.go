@@ -141,3 +141,35 @@ func TestFenceDelete(t *testing.T) {
 	wantFenceJSON(t, decodeOne(t, r.stdout), "stale", h2.Token())
 	wantFenceJSON(t, runJSON(t, addr, 0, "fence", "put", "K", "v2", "--token", tok), "accepted", h2.Token())
 }
+
+// TestFencePutNamingAnotherLock: `fence put --lock res/A` at register
+// res/B, which res/B's holder wrote naming res/B, with A's (newer) token,
+// used to be accepted: the sender chose the lock. The register is bound to
+// res/B: exit 1, result "invalid", the register unchanged.
+func TestFencePutNamingAnotherLock(t *testing.T) {
+	addr, c, s, _ := fenceSetup(t)
+	ctx := context.Background()
+	lockOf := func(name string) *client.Hold {
+		m, err := s.Mutex(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := m.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	hb := lockOf("res/B")
+	wantFenceJSON(t, runJSON(t, addr, 0, "fence", "put", "res/B", "b1", "--token", fmt.Sprint(hb.Token()), "--lock", "res/B"), "accepted", hb.Token())
+	ha := lockOf("res/A")
+	args := []string{"fence", "put", "res/B", "evil", "--token", fmt.Sprint(ha.Token()), "--lock", "res/A"}
+	wantFenceJSON(t, runJSON(t, addr, ExitError, args...), "invalid", ha.Token())
+	r := run(t, addr, args...)
+	if r.code != ExitError || !strings.HasPrefix(r.stdout, "invalid (register res/B is bound to lock \"res/B\"") || !strings.Contains(r.stderr, `bound to lock "res/B"`) {
+		t.Fatalf("as text: %+v", r)
+	}
+	if reg, err := c.FencedGet(ctx, "res/B"); err != nil || string(reg.Value) != "b1" || reg.Token != hb.Token() {
+		t.Fatalf("res/B after the refused write: %+v %v", reg, err)
+	}
+}

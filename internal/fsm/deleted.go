@@ -11,8 +11,10 @@ const DeletedRegisterMemory = 10_000
 // deletedReg is one remembered delete, in a list from the oldest to the
 // newest.
 type deletedReg struct {
-	key        string
-	token      uint64
+	key   string
+	token uint64
+	// lock: the lock the key's register was bound to ("" none).
+	lock       string
 	prev, next *deletedReg
 }
 
@@ -36,17 +38,30 @@ func (d *deletedRegs) fence(key string) uint64 {
 	return d.floor
 }
 
-// record remembers a delete of key with token as the newest one, dropping
-// the oldest when the memory is full and raising the floor to its token.
-func (d *deletedRegs) record(key string, token uint64) {
+// lockOf is the lock key's deleted register was bound to ("" none, or
+// not remembered). A dropped delete's binding is forgotten with it.
+func (d *deletedRegs) lockOf(key string) string {
+	if e := d.byKey[key]; e != nil {
+		return e.lock
+	}
+	return ""
+}
+
+// record remembers a delete of key with token, bound to lock ("" none),
+// as the newest one, dropping the oldest when the memory is full and
+// raising the floor to its token.
+func (d *deletedRegs) record(key string, token uint64, lock string) {
 	if e := d.byKey[key]; e != nil {
 		token = max(token, e.token)
+		if e.lock != "" {
+			lock = e.lock
+		}
 		d.forget(key)
 	}
 	if d.byKey == nil {
 		d.byKey = make(map[string]*deletedReg)
 	}
-	e := &deletedReg{key: key, token: token, prev: d.tail}
+	e := &deletedReg{key: key, token: token, lock: lock, prev: d.tail}
 	if d.tail != nil {
 		d.tail.next = e
 	} else {
@@ -81,8 +96,8 @@ func (d *deletedRegs) forget(key string) {
 }
 
 // each calls fn for every remembered delete, oldest first.
-func (d *deletedRegs) each(fn func(key string, token uint64)) {
+func (d *deletedRegs) each(fn func(key string, token uint64, lock string)) {
 	for e := d.head; e != nil; e = e.next {
-		fn(e.key, e.token)
+		fn(e.key, e.token, e.lock)
 	}
 }

@@ -139,10 +139,14 @@ func TestFencedPutNamingTheLock(t *testing.T) {
 		t.Fatalf("register %+v after the late writes", got)
 	}
 
-	// Without the lock the register's own check applies: ta is not below
-	// the register's token, so the same late write goes through. This is
-	// the gap the lock check closes.
-	m.wantPut(cmdPut("k", "late", ta, ""), fsm.PutAccepted, ta)
+	// k is bound to l by the first write that named it: a write naming no
+	// lock is checked against l too, so the same late write is stale.
+	m.wantUnchanged(cmdPut("k", "late", ta, ""), ta)
+	// On a register never written naming a lock, the register's own check
+	// applies: ta is not below its token, so the late write goes through.
+	// This is the gap naming the lock closes.
+	m.wantPut(cmdPut("open", "v", ta, ""), fsm.PutAccepted, ta)
+	m.wantPut(cmdPut("open", "late", ta, ""), fsm.PutAccepted, ta)
 
 	// A grant that ended by expiry is stale too; the new holder writes.
 	tb := m.acquire(b, "l", 0)
@@ -155,8 +159,8 @@ func TestFencedPutNamingTheLock(t *testing.T) {
 	c := m.session("c")
 	tc := m.acquire(c, "l", 0)
 	newer := m.acquire(c, "newer", 0)
-	m.wantPut(cmdPut("k", "newer", newer, ""), fsm.PutAccepted, newer)
-	m.wantUnchanged(cmdPutLock("k", "c1", tc, "l", ""), newer)
+	m.wantPut(cmdPut("open", "newer", newer, ""), fsm.PutAccepted, newer)
+	m.wantUnchanged(cmdPutLock("open", "c1", tc, "l", ""), newer)
 
 	// An invalid lock name is an invalid write.
 	m.failsWith(cmdPutLock("k", "x", tc, string([]byte{0xff}), ""), fsm.ErrInvalid)

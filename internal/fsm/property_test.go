@@ -2,6 +2,7 @@ package fsm_test
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"reflect"
@@ -60,6 +61,7 @@ type propModel struct {
 	holders  map[string]acq                       // lock -> holder
 	regToken map[string]uint64                    // key -> token a write must reach
 	regFound map[string]bool                      // key -> the register exists
+	regLock  map[string]string                    // key -> the lock it is bound to
 	regSeen  map[string]uint64                    // accepted token last seen by check
 	regOps   map[string][]string                  // key -> remembered op ids, oldest first
 	opResult map[string]map[string]fsm.PutOutcome // key -> op id -> first outcome
@@ -75,6 +77,7 @@ func newPropModel() *propModel {
 		holders:  make(map[string]acq),
 		regToken: make(map[string]uint64),
 		regFound: make(map[string]bool),
+		regLock:  make(map[string]string),
 		regSeen:  make(map[string]uint64),
 		regOps:   make(map[string][]string),
 		opResult: make(map[string]map[string]fsm.PutOutcome),
@@ -296,18 +299,29 @@ func (m *propModel) fencedWrite(t *rapid.T, del bool) {
 			t.Fatalf("%v at revision %d: %v, want an unissued token", cmd, rev, r.Err)
 		}
 		return
-	case r.Err != nil:
-		t.Fatalf("%v: %v", cmd, r.Err)
 	}
 	if first, dup := m.opResult[key][opID]; opID != "" && found && dup {
-		if !r.Duplicate || r.Put != first || r.AcceptedToken != cur {
+		if r.Err != nil || !r.Duplicate || r.Put != first || r.AcceptedToken != cur {
 			t.Fatalf("replay of %q on %q: %+v, want duplicate %v accepted %d", opID, key, r, first, cur)
 		}
 		return
 	}
+	bound := m.regLock[key]
+	if bound != "" && lock != "" && lock != bound { // the resource decides
+		var wl *fsm.WrongLockError
+		if !errors.As(r.Err, &wl) || wl.Bound != bound || wl.Lock != lock {
+			t.Fatalf("%v on %q bound to %q: %v, want a wrong lock", cmd, key, bound, r.Err)
+		}
+		return
+	}
+	if r.Err != nil {
+		t.Fatalf("%v: %v", cmd, r.Err)
+	}
+	effective := cmp.Or(bound, lock)
 	want := fsm.PutStale
-	if h, held := m.holders[lock]; token >= cur && (lock == "" || held && h.token == token) {
+	if h, held := m.holders[effective]; token >= cur && (effective == "" || held && h.token == token) {
 		want = fsm.PutAccepted
+		m.regLock[key] = effective
 	}
 	if r.Duplicate || r.Put != want {
 		t.Fatalf("%v (accepted %d, holders %+v): %+v, want %v", cmd, cur, m.holders, r, want)

@@ -67,6 +67,8 @@ type RegisterView struct {
 	Token       uint64
 	ModRevision uint64
 	Found       bool
+	// Lock is the lock the register is bound to ("" none).
+	Lock string
 }
 
 // DelayView is a lock held back by a lock-delay.
@@ -274,7 +276,7 @@ func (s *State) Register(key string) RegisterView {
 	if r == nil {
 		return RegisterView{}
 	}
-	return RegisterView{Value: append([]byte(nil), r.value...), Token: r.token, ModRevision: r.modRev, Found: true}
+	return RegisterView{Value: append([]byte(nil), r.value...), Token: r.token, ModRevision: r.modRev, Found: true, Lock: r.lock}
 }
 
 // Delays lists the locks held back by a lock-delay, by name.

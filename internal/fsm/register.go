@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -22,6 +23,10 @@ type register struct {
 	ops    []opRec // ring of at most OpMemory; ops[oldest] is the oldest once full
 	oldest int
 	opIdx  map[string]int // operation id -> slot in ops
+	// lock is the lock the register is bound to ("" none): set by its
+	// first accepted write that names a lock, kept across a delete
+	// (deletedRegs), and checked on every later write (checkFenced).
+	lock string
 }
 
 // UnissuedTokenError is the ErrInvalid of a fenced write whose token is
@@ -39,23 +44,49 @@ func (e *UnissuedTokenError) Error() string {
 // Unwrap makes errors.Is(err, ErrInvalid) hold.
 func (e *UnissuedTokenError) Unwrap() error { return ErrInvalid }
 
+// WrongLockError is the ErrInvalid of a fenced write that names a lock
+// other than the one its register is bound to. The resource, not the
+// sender, decides which lock a token is checked against: a register is
+// bound to the lock named by its first accepted write that names one, and
+// a write naming another lock is refused and changes nothing, whatever
+// its token.
+type WrongLockError struct {
+	Key      string
+	Bound    string // the register's lock
+	Lock     string // the lock the write named
+	Token    uint64 // the write's token
+	Revision uint64 // the state's revision when the write was refused
+}
+
+func (e *WrongLockError) Error() string {
+	return fmt.Sprintf("%v: register %q is bound to lock %q and takes its tokens only, not lock %q's", ErrInvalid, e.Key, e.Bound, e.Lock)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalid) hold.
+func (e *WrongLockError) Unwrap() error { return ErrInvalid }
+
 // fencedWrite is what a fenced put and a fenced delete have in common.
 type fencedWrite struct {
 	key   string
 	token uint64
 	lock  string // if set, token must be a current grant of this lock
 	opID  string
+	// bind is the lock the key's register is bound to after the write, if
+	// it is accepted: its binding, or else the lock the write names
+	// (checkFenced sets it).
+	bind string
 }
 
 // checkFenced makes every check a fenced write (put or delete) goes
 // through before it may change anything, in this order: its arguments,
-// that its token was issued, a replayed operation id, then the fence (the
-// fence floor a restore set, the register's token or its deleted key's,
-// and the grant of the named lock). It
-// returns the key's register (nil: none) and either the final result
-// (done: an error or a duplicate, and nothing may change) or the outcome
-// the write has: PutAccepted or PutStale.
-func (s *State) checkFenced(w fencedWrite) (reg *register, out PutOutcome, final Result, done bool) {
+// that its token was issued, a replayed operation id, the lock the key is
+// bound to (a write naming another is invalid), then the fence (the fence
+// floor a restore set, the register's token or its deleted key's, and the
+// grant of the key's lock: the one it is bound to, or else the one the
+// write names). It sets w.bind and returns the key's register (nil: none)
+// and either the final result (done: an error or a duplicate, and nothing
+// may change) or the outcome the write has: PutAccepted or PutStale.
+func (s *State) checkFenced(w *fencedWrite) (reg *register, out PutOutcome, final Result, done bool) {
 	if err := ValidateName("register key", w.key); err != nil {
 		return nil, 0, Result{Err: err}, true
 	}
@@ -79,7 +110,12 @@ func (s *State) checkFenced(w fencedWrite) (reg *register, out PutOutcome, final
 			return reg, 0, Result{Put: reg.ops[i].result, Duplicate: true, AcceptedToken: reg.token}, true
 		}
 	}
-	pass := w.token > s.fenceFloor && w.token >= s.fenceOf(w.key, reg) && (w.lock == "" || s.isGrant(w.lock, w.token))
+	bound := s.boundLock(w.key, reg)
+	if bound != "" && w.lock != "" && w.lock != bound {
+		return reg, 0, Result{Err: &WrongLockError{Key: w.key, Bound: bound, Lock: w.lock, Token: w.token, Revision: s.revision}}, true
+	}
+	w.bind = cmp.Or(bound, w.lock)
+	pass := w.token > s.fenceFloor && w.token >= s.fenceOf(w.key, reg) && (w.bind == "" || s.isGrant(w.bind, w.token))
 	if pass || s.faults.skipFenceCheck() {
 		return reg, PutAccepted, Result{}, false
 	}
@@ -93,6 +129,15 @@ func (s *State) fenceOf(key string, reg *register) uint64 {
 		return reg.token
 	}
 	return s.deleted.fence(key)
+}
+
+// boundLock is the lock key is bound to: its register's, or for a key
+// without one its remembered delete's ("" none).
+func (s *State) boundLock(key string, reg *register) string {
+	if reg != nil {
+		return reg.lock
+	}
+	return s.deleted.lockOf(key)
 }
 
 // isGrant reports whether token is a current grant of lock name (any of
@@ -122,7 +167,7 @@ func (s *State) fencedPut(c *fsmpb.FencedPut) Result {
 		return Result{Err: fmt.Errorf("%w: value is %d bytes, the limit is %d", ErrInvalid, len(c.GetValue()), MaxValueLen)}
 	}
 	w := fencedWrite{key: c.GetKey(), token: c.GetToken(), lock: c.GetLock(), opID: c.GetOperationId()}
-	reg, out, final, done := s.checkFenced(w)
+	reg, out, final, done := s.checkFenced(&w)
 	if done {
 		return final
 	}
@@ -143,6 +188,7 @@ func (s *State) fencedPut(c *fsmpb.FencedPut) Result {
 	s.registerBytes -= uint64(len(reg.value))
 	reg.value = append([]byte(nil), c.GetValue()...)
 	reg.token = w.token
+	reg.lock = w.bind
 	if w.opID != "" {
 		reg.remember(opRec{id: w.opID, result: PutAccepted, token: w.token}, s.opMemory)
 	}
@@ -150,11 +196,12 @@ func (s *State) fencedPut(c *fsmpb.FencedPut) Result {
 }
 
 // fencedDelete removes a register with the checks of a fenced put. The
-// key's token is remembered (deletedRegs), so that a later write needs at
-// least the delete's token; the register's operation ids go with it.
+// key's token and lock are remembered (deletedRegs), so that a later write
+// needs at least the delete's token and is checked against the same lock;
+// the register's operation ids go with it.
 func (s *State) fencedDelete(c *fsmpb.FencedDelete) Result {
 	w := fencedWrite{key: c.GetKey(), token: c.GetToken(), lock: c.GetLock(), opID: c.GetOperationId()}
-	reg, out, final, done := s.checkFenced(w)
+	reg, out, final, done := s.checkFenced(&w)
 	if done {
 		return final
 	}
@@ -168,7 +215,7 @@ func (s *State) fencedDelete(c *fsmpb.FencedDelete) Result {
 		s.registerBytes -= uint64(len(w.key) + len(reg.value))
 		delete(s.registers, w.key)
 	}
-	s.deleted.record(w.key, token)
+	s.deleted.record(w.key, token, w.bind)
 	return Result{Put: PutAccepted, AcceptedToken: s.deleted.fence(w.key)}
 }
 

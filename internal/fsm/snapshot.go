@@ -63,14 +63,14 @@ func (s *State) exportCore() *fsmpb.Snapshot {
 	})
 	for _, key := range slices.Sorted(maps.Keys(s.registers)) {
 		r := s.registers[key]
-		rs := &fsmpb.RegisterState{Key: key, Value: r.value, Token: r.token, ModRevision: r.modRev}
+		rs := &fsmpb.RegisterState{Key: key, Value: r.value, Token: r.token, ModRevision: r.modRev, Lock: r.lock}
 		for _, op := range r.opsInOrder() {
 			rs.Ops = append(rs.Ops, &fsmpb.OpRecord{OperationId: op.id, Result: uint32(op.result), Token: op.token})
 		}
 		snap.Registers = append(snap.Registers, rs)
 	}
-	s.deleted.each(func(key string, token uint64) {
-		snap.DeletedRegisters = append(snap.DeletedRegisters, &fsmpb.DeletedRegister{Key: key, Token: token})
+	s.deleted.each(func(key string, token uint64, lock string) {
+		snap.DeletedRegisters = append(snap.DeletedRegisters, &fsmpb.DeletedRegister{Key: key, Token: token, Lock: lock})
 	})
 	snap.RegisterFloor = s.deleted.floor
 	snap.Security = exportSecurity(s.sec)
@@ -164,7 +164,12 @@ func importWith(snap *fsmpb.Snapshot, items *itemLoader) (*State, error) {
 		s.past.add(h.GetName(), []histRec{histFromProto(h)})
 	}
 	for _, rs := range snap.GetRegisters() {
-		r := &register{value: rs.GetValue(), token: rs.GetToken(), modRev: rs.GetModRevision(), opIdx: make(map[string]int)}
+		if l := rs.GetLock(); l != "" {
+			if err := ValidateName("register lock", l); err != nil {
+				return nil, fmt.Errorf("snapshot: register %q: %w", rs.GetKey(), err)
+			}
+		}
+		r := &register{value: rs.GetValue(), token: rs.GetToken(), modRev: rs.GetModRevision(), opIdx: make(map[string]int), lock: rs.GetLock()}
 		for _, op := range rs.GetOps() {
 			r.remember(opRec{id: op.GetOperationId(), result: PutOutcome(op.GetResult()), token: op.GetToken()}, s.opMemory)
 		}
@@ -176,7 +181,12 @@ func importWith(snap *fsmpb.Snapshot, items *itemLoader) (*State, error) {
 		if err := ValidateName("deleted register key", d.GetKey()); err != nil {
 			return nil, fmt.Errorf("snapshot: %w", err)
 		}
-		s.deleted.record(d.GetKey(), d.GetToken())
+		if l := d.GetLock(); l != "" {
+			if err := ValidateName("deleted register lock", l); err != nil {
+				return nil, fmt.Errorf("snapshot: %w", err)
+			}
+		}
+		s.deleted.record(d.GetKey(), d.GetToken(), d.GetLock())
 	}
 	if err := s.importKV(snap); err != nil {
 		return nil, err

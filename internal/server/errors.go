@@ -74,6 +74,12 @@ func toStatus(err error) error {
 			st = d
 		}
 	}
+	var wl *fsm.WrongLockError
+	if errors.As(err, &wl) {
+		if d, derr := st.WithDetails(&pb.WrongLock{Key: wl.Key, Bound: wl.Bound, Lock: wl.Lock, Token: wl.Token, Revision: wl.Revision}); derr == nil {
+			st = d
+		}
+	}
 	var fe *ForgedProofError
 	if errors.As(err, &fe) {
 		if d, derr := st.WithDetails(&pb.ForgedProof{Token: fe.Token, Lock: fe.Lock, Reason: fe.Reason}); derr == nil {

@@ -93,9 +93,11 @@ func TestFencedPutWithLock(t *testing.T) {
 	if reg, _ := c.FencedGet(ctx, "K"); string(reg.Value) != "a" {
 		t.Fatalf("register %q after the late write", reg.Value)
 	}
-	// The register alone would still take it: nobody newer has written.
-	if r, err := c.FencedPut(ctx, "K", []byte("late"), ha.Token(), ""); err != nil || !r.Accepted {
-		t.Fatalf("the same write without the lock: %+v %v", r, err)
+	// The register is bound to job by the first write that named it: the
+	// same write naming no lock is checked against job too, although
+	// nobody newer has written.
+	if r, err := c.FencedPut(ctx, "K", []byte("late"), ha.Token(), ""); !errors.Is(err, client.ErrStale) || r.Accepted {
+		t.Fatalf("the same write without the lock: %+v %v, want ErrStale", r, err)
 	}
 
 	h1 := lock(t, ctx, a, "sem", client.WithPermits(2))
@@ -149,7 +151,14 @@ func TestFencedDelete(t *testing.T) {
 	if reg, _ := c.FencedGet(ctx, "K"); reg.Found {
 		t.Fatal("a stale write re-created the deleted register")
 	}
-	if r, err := c.FencedPut(ctx, "K", []byte("v2"), h2.Token(), ""); err != nil || !r.Accepted {
-		t.Fatalf("the deleting token writes again: %+v %v", r, err)
+	// The delete named job, and the key stays bound to it across the
+	// restart: h2's grant has ended (its session closed), so h2's token
+	// is stale even without naming the lock; job's next holder writes.
+	if r, err := c.FencedPut(ctx, "K", []byte("v2"), h2.Token(), ""); !errors.Is(err, client.ErrStale) || r.Accepted {
+		t.Fatalf("the deleting token after its grant ended: %+v %v, want ErrStale", r, err)
+	}
+	h3 := lock(t, ctx, testutil.Session(t, ctx, c), "job")
+	if r, err := c.FencedPut(ctx, "K", []byte("v2"), h3.Token(), ""); err != nil || !r.Accepted {
+		t.Fatalf("job's next holder: %+v %v", r, err)
 	}
 }

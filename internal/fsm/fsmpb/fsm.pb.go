@@ -2714,9 +2714,12 @@ func (x *SetEtcdURL) GetUrl() string {
 }
 
 type DeletedRegister struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Token uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	// lock: the lock the deleted register was bound to ("" none); a write
+	// that creates it again is checked against that lock.
+	Lock          string `protobuf:"bytes,40,opt,name=lock,proto3" json:"lock,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2763,6 +2766,13 @@ func (x *DeletedRegister) GetToken() uint64 {
 		return x.Token
 	}
 	return 0
+}
+
+func (x *DeletedRegister) GetLock() string {
+	if x != nil {
+		return x.Lock
+	}
+	return ""
 }
 
 type Retention struct {
@@ -3348,7 +3358,11 @@ type RegisterState struct {
 	Token       uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	ModRevision uint64                 `protobuf:"varint,4,opt,name=mod_revision,json=modRevision,proto3" json:"mod_revision,omitempty"`
 	// ops, oldest first.
-	Ops           []*OpRecord `protobuf:"bytes,5,rep,name=ops,proto3" json:"ops,omitempty"`
+	Ops []*OpRecord `protobuf:"bytes,5,rep,name=ops,proto3" json:"ops,omitempty"`
+	// lock: the lock the register is bound to, set by its first accepted
+	// write that named a lock ("" none): every later write is checked
+	// against it, and one naming another lock is invalid.
+	Lock          string `protobuf:"bytes,40,opt,name=lock,proto3" json:"lock,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3416,6 +3430,13 @@ func (x *RegisterState) GetOps() []*OpRecord {
 		return x.Ops
 	}
 	return nil
+}
+
+func (x *RegisterState) GetLock() string {
+	if x != nil {
+		return x.Lock
+	}
+	return ""
 }
 
 // KVPut writes key. With a session the key is ephemeral: it is deleted
@@ -5327,10 +5348,11 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
 	"SetEtcdURL\x12\x16\n" +
 	"\x06member\x18\x01 \x01(\tR\x06member\x12\x10\n" +
-	"\x03url\x18\x02 \x01(\tR\x03url\"9\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\"M\n" +
 	"\x0fDeletedRegister\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token\"\\\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x12\n" +
+	"\x04lock\x18( \x01(\tR\x04lock\"\\\n" +
 	"\tRetention\x12!\n" +
 	"\flock_history\x18\x01 \x01(\rR\vlockHistory\x12,\n" +
 	"\x12register_op_memory\x18\x02 \x01(\rR\x10registerOpMemory\"\xa7\x01\n" +
@@ -5381,13 +5403,14 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\bOpRecord\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x16\n" +
 	"\x06result\x18\x02 \x01(\rR\x06result\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\"\x9b\x01\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\"\xaf\x01\n" +
 	"\rRegisterState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
 	"\fmod_revision\x18\x04 \x01(\x04R\vmodRevision\x12)\n" +
-	"\x03ops\x18\x05 \x03(\v2\x17.tenure.fsm.v1.OpRecordR\x03ops\"\xa5\x01\n" +
+	"\x03ops\x18\x05 \x03(\v2\x17.tenure.fsm.v1.OpRecordR\x03ops\x12\x12\n" +
+	"\x04lock\x18( \x01(\tR\x04lock\"\xa5\x01\n" +
 	"\x05KVPut\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x18\n" +
