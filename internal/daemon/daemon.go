@@ -72,6 +72,14 @@ type Config struct {
 	HTTPListen string
 	// Pprof serves Go's profiles under /debug/pprof/ on HTTPListen.
 	Pprof bool
+	// HTTPTLS, if set, serves HTTPListen over TLS only; a client
+	// certificate it verifies identifies its caller as on the client API.
+	HTTPTLS *tls.Config
+	// HTTPAllowedHosts are Host names the HTTP listener answers besides
+	// its listen address's (http.go: hostCheck).
+	HTTPAllowedHosts []string
+	// MetricsPublic serves /metrics without a credential under Auth.
+	MetricsPublic bool
 	// MetricsQueues is how many queues (the first by name) have metrics
 	// of their own; the others are summed. 0 means DefaultMetricsQueues,
 	// negative none.
@@ -107,9 +115,12 @@ type Daemon struct {
 	Hub  *server.Hub
 	lis  net.Listener
 	gs   *grpc.Server
-	// httpLis and httpSrv: the HTTP listener, if any (http.go).
-	httpLis net.Listener
-	httpSrv *http.Server
+	// httpLis, httpSrv, httpTLS and httpDoor: the HTTP listener, if any
+	// (http.go).
+	httpLis  net.Listener
+	httpSrv  *http.Server
+	httpTLS  *tls.Config
+	httpDoor httpDoor
 	// etcdLis, etcdGS and etcd: the etcd API's listener, gRPC server and
 	// service, if any.
 	etcdLis net.Listener
@@ -161,6 +172,8 @@ func Start(cfg Config) (*Daemon, error) {
 		}
 	}
 	if cfg.HTTPListen != "" {
+		d.httpTLS = cfg.HTTPTLS
+		d.httpDoor = httpDoor{srv: srv, metricsPublic: cfg.MetricsPublic, hosts: newHostCheck(cfg.HTTPListen, cfg.HTTPAllowedHosts)}
 		if err := d.listenHTTP(cfg.HTTPListen, cfg.Pprof, dashboard.Handler(srv.Dashboard())); err != nil {
 			lis.Close()
 			if d.etcdLis != nil {

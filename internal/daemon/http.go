@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tenure-io/tenure/internal/server"
 )
 
 // The HTTP listener (Config.HTTPListen) serves:
@@ -22,7 +25,20 @@ import (
 //	/debug/pprof/   Go's profiles, only with Config.Pprof
 //	/               the dashboard (internal/dashboard)
 //
-// It is plain HTTP on the address given (loopback by default).
+// It is plain HTTP on the address given (loopback by default), or TLS
+// with Config.HTTPTLS.
+//
+// It is a door like the client API's (docs/security.md, "The HTTP
+// listener"). With Config.Auth every path but /healthz, /readyz and the
+// dashboard's page and files (which hold no data) needs a credential the
+// cluster knows, resolved and checked as the API's are
+// (server.AuthorizeHTTP): an ACL token as "Authorization: Bearer SECRET",
+// or the client certificate of a TLS listener. /metrics needs cluster
+// read (unless Config.MetricsPublic), /debug/pprof/ cluster write (the
+// management policy's), and the dashboard's API what each view reads
+// (server.Dashboard). Always: a request whose Host is not the listener's
+// (DNS rebinding) is refused 421, and every answer carries headers that
+// forbid framing, sniffing and foreign content.
 
 // DefaultHTTPListen is `tenure serve`'s --http-listen default.
 const DefaultHTTPListen = "127.0.0.1:7071"
@@ -31,10 +47,65 @@ const DefaultHTTPListen = "127.0.0.1:7071"
 // streams are closed after it.
 const httpShutdownTimeout = 2 * time.Second
 
+// contentSecurityPolicy lets a page of the listener load only its own
+// scripts, styles and data, and be framed by nobody.
+const contentSecurityPolicy = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+
+// httpDoor is what the HTTP listener checks of every request.
+type httpDoor struct {
+	srv *server.Server
+	// metricsPublic: /metrics needs no credential.
+	metricsPublic bool
+	hosts         hostCheck
+}
+
+// gate serves h to callers with need (server.AuthorizeHTTP); others get
+// 401 or 403 with the reason in one line.
+func (g httpDoor) gate(need server.HTTPNeed, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := server.HTTPContext(r)
+		if err := g.srv.AuthorizeHTTP(ctx, "HTTP "+r.Method+" "+r.URL.Path, need); err != nil {
+			code := server.HTTPStatus(err)
+			if code == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="tenure"`)
+			}
+			http.Error(w, err.Error(), code)
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// guard sets the security headers on every answer and refuses a request
+// whose Host is not the listener's (the health endpoints excepted: a
+// load balancer's probe may name any host, and they answer no data).
+func (g httpDoor) guard(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", contentSecurityPolicy)
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("Referrer-Policy", "no-referrer")
+		if p := r.URL.Path; p != "/healthz" && p != "/readyz" && !g.hosts.allowed(r.Host) {
+			http.Error(w, fmt.Sprintf("tenure: Host %q is not this listener's (%s); --http-allowed-hosts names others", r.Host, g.hosts), http.StatusMisdirectedRequest)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 func (d *Daemon) httpHandler(pprofOn bool, dash http.Handler) http.Handler {
+	g := d.httpDoor
 	mux := http.NewServeMux()
-	mux.Handle("/", dash)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(d.Hub.Metrics().Registry(), promhttp.HandlerOpts{}))
+	mux.Handle("/", g.gate(server.HTTPKnownCaller, dash))
+	// The page and its files hold no data: the page asks for a token.
+	mux.Handle("GET /{$}", dash)
+	mux.Handle("GET /static/", dash)
+	metrics := promhttp.HandlerFor(d.Hub.Metrics().Registry(), promhttp.HandlerOpts{})
+	if !g.metricsPublic {
+		metrics = g.gate(server.HTTPClusterRead, metrics)
+	}
+	mux.Handle("GET /metrics", metrics)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
@@ -50,13 +121,14 @@ func (d *Daemon) httpHandler(pprofOn bool, dash http.Handler) http.Handler {
 		fmt.Fprintln(w, "ready")
 	})
 	if pprofOn {
-		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		prof := func(f http.HandlerFunc) http.Handler { return g.gate(server.HTTPClusterWrite, f) }
+		mux.Handle("GET /debug/pprof/", prof(pprof.Index))
+		mux.Handle("GET /debug/pprof/cmdline", prof(pprof.Cmdline))
+		mux.Handle("GET /debug/pprof/profile", prof(pprof.Profile))
+		mux.Handle("GET /debug/pprof/symbol", prof(pprof.Symbol))
+		mux.Handle("GET /debug/pprof/trace", prof(pprof.Trace))
 	}
-	return mux
+	return g.guard(mux)
 }
 
 // listenHTTP opens the HTTP listener, with the dashboard dash at /.
@@ -82,8 +154,12 @@ func (d *Daemon) HTTPAddr() string {
 // see ctx end (the dashboard's event streams stop then).
 func (d *Daemon) serveHTTP(ctx context.Context) error {
 	d.httpSrv.BaseContext = func(net.Listener) context.Context { return ctx }
+	lis := d.httpLis
+	if d.httpTLS != nil {
+		lis = tls.NewListener(lis, d.httpTLS)
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- d.httpSrv.Serve(d.httpLis) }()
+	go func() { errc <- d.httpSrv.Serve(lis) }()
 	select {
 	case err := <-errc:
 		return err

@@ -1,12 +1,21 @@
 // Package dashboard serves Tenure's web dashboard: a page built into the
 // binary (go:embed, no build step) that reads the node's state through a
-// small JSON API and redraws when a server-sent event says the state
-// changed. docs/monitoring.md describes its pages.
+// small JSON API and redraws when the server says the state changed.
+// docs/monitoring.md describes its pages; docs/security.md its door.
 //
 // It reads through a Source, the node's own view (the service implements
-// it). Its one write, requeueing dead letters, is a POST that must carry
-// the header X-Tenure-Dashboard: 1, which a page of another site cannot
-// send without the server's consent (a CORS preflight this handler never
+// it), which is handed every request's context: the Source decides what
+// the request's caller may see (on a node with --auth, only what the
+// caller's ACL policies let it read) and answers a refusal with an error
+// that carries its HTTP status (StatusError). The page itself and its
+// files hold no data and are served to anyone; the page asks for an ACL
+// token, keeps it in the tab's session storage and sends it as
+// "Authorization: Bearer SECRET" on every request, its change stream
+// included (read with fetch, not EventSource, which cannot send it).
+//
+// Its one write, requeueing dead letters, is a POST that must carry the
+// header X-Tenure-Dashboard: 1, which a page of another site cannot send
+// without the server's consent (a CORS preflight this handler never
 // grants).
 package dashboard
 
@@ -22,23 +31,38 @@ import (
 	"time"
 )
 
-// Source is what the dashboard reads. Every method must be safe for
-// concurrent use and quick (it runs under a request).
+// Source is what the dashboard reads. Every method gets the request's
+// context, must be safe for concurrent use and quick (it runs under a
+// request), and answers what the request's caller may not see with an
+// error, a StatusError for a refusal.
 type Source interface {
-	Cluster() Cluster
-	Locks(prefix string, limit int) ([]Lock, bool)
+	Cluster(ctx context.Context) (Cluster, error)
+	// Locks lists the locks under prefix the caller may read.
+	Locks(ctx context.Context, prefix string, limit int) ([]Lock, bool, error)
 	// Lock describes one lock with its grant history, oldest first.
-	Lock(name string) (Lock, []Grant)
-	Sessions(limit int) ([]Session, bool)
-	Queues(limit int) ([]Queue, bool)
-	DeadLetters(queue string, limit int) ([]DeadLetter, bool)
+	Lock(ctx context.Context, name string) (Lock, []Grant, error)
+	Sessions(ctx context.Context, limit int) ([]Session, bool, error)
+	Queues(ctx context.Context, limit int) ([]Queue, bool, error)
+	DeadLetters(ctx context.Context, queue string, limit int) ([]DeadLetter, bool, error)
 	// Requeue moves dead letters of queue back to its ready items (all
-	// of them, up to a batch, if ids is empty) and says how many.
+	// of them, up to a batch, if ids is empty) and says how many, with
+	// the checks, the log and the metrics of the API's own requeue.
 	Requeue(ctx context.Context, queue string, ids []uint64) (int, error)
-	Elections(limit int) ([]Election, bool)
-	// Changes delivers the state's revision, at least once after each
-	// change (coalesced: a slow reader sees the latest), until stop.
-	Changes() (ch <-chan uint64, stop func())
+	Elections(ctx context.Context, limit int) ([]Election, bool, error)
+	// Changes delivers the state's revision, at once and at least once
+	// after each change (coalesced: a slow reader sees the latest), until
+	// stop.
+	Changes(ctx context.Context) (ch <-chan uint64, stop func(), err error)
+	// Allowed reports whether the caller of ctx may still follow the
+	// changes: the stream ends when it may not (a revoked token).
+	Allowed(ctx context.Context) error
+}
+
+// StatusError is an error a Source answers with an HTTP status (401 for
+// no credential, 403 for a missing right, ...).
+type StatusError interface {
+	error
+	HTTPStatus() int
 }
 
 // Cluster is the node's view of the cluster.
@@ -159,26 +183,29 @@ func Handler(src Source) http.Handler {
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.ServeFileFS(w, r, files, "index.html")
 	})
-	mux.HandleFunc("GET /api/cluster", func(w http.ResponseWriter, _ *http.Request) { reply(w, src.Cluster()) })
+	mux.HandleFunc("GET /api/cluster", func(w http.ResponseWriter, r *http.Request) {
+		c, err := src.Cluster(r.Context())
+		reply(w, c, err)
+	})
 	mux.HandleFunc("GET /api/locks", func(w http.ResponseWriter, r *http.Request) {
-		locks, more := src.Locks(r.URL.Query().Get("prefix"), listLimit)
-		reply(w, map[string]any{"locks": locks, "more": more})
+		locks, more, err := src.Locks(r.Context(), r.URL.Query().Get("prefix"), listLimit)
+		reply(w, map[string]any{"locks": locks, "more": more}, err)
 	})
 	mux.HandleFunc("GET /api/lock", func(w http.ResponseWriter, r *http.Request) {
-		l, grants := src.Lock(r.URL.Query().Get("name"))
-		reply(w, map[string]any{"lock": l, "grants": grants, "now": time.Now().UnixMilli()})
+		l, grants, err := src.Lock(r.Context(), r.URL.Query().Get("name"))
+		reply(w, map[string]any{"lock": l, "grants": grants, "now": time.Now().UnixMilli()}, err)
 	})
-	mux.HandleFunc("GET /api/sessions", func(w http.ResponseWriter, _ *http.Request) {
-		s, more := src.Sessions(listLimit)
-		reply(w, map[string]any{"sessions": s, "more": more})
+	mux.HandleFunc("GET /api/sessions", func(w http.ResponseWriter, r *http.Request) {
+		s, more, err := src.Sessions(r.Context(), listLimit)
+		reply(w, map[string]any{"sessions": s, "more": more}, err)
 	})
-	mux.HandleFunc("GET /api/queues", func(w http.ResponseWriter, _ *http.Request) {
-		q, more := src.Queues(listLimit)
-		reply(w, map[string]any{"queues": q, "more": more})
+	mux.HandleFunc("GET /api/queues", func(w http.ResponseWriter, r *http.Request) {
+		q, more, err := src.Queues(r.Context(), listLimit)
+		reply(w, map[string]any{"queues": q, "more": more}, err)
 	})
 	mux.HandleFunc("GET /api/dead", func(w http.ResponseWriter, r *http.Request) {
-		d, more := src.DeadLetters(r.URL.Query().Get("queue"), listLimit)
-		reply(w, map[string]any{"items": d, "more": more})
+		d, more, err := src.DeadLetters(r.Context(), r.URL.Query().Get("queue"), listLimit)
+		reply(w, map[string]any{"items": d, "more": more}, err)
 	})
 	mux.HandleFunc("POST /api/requeue", func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Tenure-Dashboard") != "1" {
@@ -203,21 +230,36 @@ func Handler(src Source) http.Handler {
 			ids = append(ids, id)
 		}
 		n, err := src.Requeue(r.Context(), req.Queue, ids)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusConflict)
-			return
-		}
-		reply(w, map[string]any{"requeued": n})
+		reply(w, map[string]any{"requeued": n}, err)
 	})
-	mux.HandleFunc("GET /api/elections", func(w http.ResponseWriter, _ *http.Request) {
-		e, more := src.Elections(listLimit)
-		reply(w, map[string]any{"elections": e, "more": more})
+	mux.HandleFunc("GET /api/elections", func(w http.ResponseWriter, r *http.Request) {
+		e, more, err := src.Elections(r.Context(), listLimit)
+		reply(w, map[string]any{"elections": e, "more": more}, err)
 	})
 	mux.HandleFunc("GET /api/events", func(w http.ResponseWriter, r *http.Request) { events(w, r, src) })
 	return mux
 }
 
-func reply(w http.ResponseWriter, v any) {
+// fail answers err: with its status if it is a StatusError (401 with the
+// Bearer challenge), else 409.
+func fail(w http.ResponseWriter, err error) {
+	code := http.StatusConflict
+	var se StatusError
+	if errors.As(err, &se) {
+		code = se.HTTPStatus()
+	}
+	if code == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="tenure"`)
+	}
+	http.Error(w, err.Error(), code)
+}
+
+// reply answers v as JSON, or err if it is not nil.
+func reply(w http.ResponseWriter, v any, err error) {
+	if err != nil {
+		fail(w, err)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	if err := json.NewEncoder(w).Encode(v); err != nil {
@@ -226,20 +268,30 @@ func reply(w http.ResponseWriter, v any) {
 }
 
 // events streams "change" events (data: the revision) while the client
-// stays, at most one per minEventGap.
+// stays, at most one per minEventGap, in the format of server-sent
+// events. The caller is checked again before every event (and every
+// keepalive): the stream ends when its credential no longer works.
 func events(w http.ResponseWriter, r *http.Request, src Source) {
+	ctx := r.Context()
+	ch, stop, err := src.Changes(ctx)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	defer stop()
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
-	ch, stop := src.Changes()
-	defer stop()
 	send := func(rev uint64) error {
+		if err := src.Allowed(ctx); err != nil {
+			return err
+		}
 		if _, err := fmt.Fprintf(w, "event: change\ndata: %d\n\n", rev); err != nil {
 			return err
 		}
 		return rc.Flush()
 	}
-	if err := send(src.Cluster().Revision); err != nil {
+	if err := rc.Flush(); err != nil { // the headers: the stream is open
 		return
 	}
 	keepalive := time.NewTicker(15 * time.Second)
@@ -268,6 +320,9 @@ func events(w http.ResponseWriter, r *http.Request, src Source) {
 				return
 			}
 		case <-keepalive.C:
+			if src.Allowed(ctx) != nil {
+				return
+			}
 			if _, err := fmt.Fprint(w, ": keepalive\n\n"); err != nil || errors.Is(rc.Flush(), http.ErrNotSupported) {
 				return
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/internal/daemon"
 	"github.com/tenure-io/tenure/internal/testutil"
@@ -296,5 +297,86 @@ func TestDashboardAPI(t *testing.T) {
 	}
 	if st, _ := q.Stats(ctx); st.Queued != 1 || st.Dead != 0 {
 		t.Fatalf("after the requeue: %+v", st)
+	}
+}
+
+// TestDashboardUnderAuth: on a node run with --auth, the page loads (it
+// holds no data) and asks for a token; with a token whose policy reads
+// locks it shows the lock's holder and waiter, and then the hand-off live,
+// without a reload: the change stream carries the token (fetch, not
+// EventSource). The token is kept in the tab's session storage only, and
+// never appears in a URL the page requested.
+func TestDashboardUnderAuth(t *testing.T) {
+	testutil.Slow(t)
+	ctx := browser(t)
+	srv := testutil.StartConfig(t, daemon.Config{HTTPListen: "127.0.0.1:0", Auth: true})
+	cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	boot, err := testutil.Dial(t, srv.Addr()).BootstrapACL(cctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := testutil.Dial(t, srv.Addr(), client.WithAuthToken(boot.Secret))
+	if err := admin.CreatePolicy(cctx, &pb.AclPolicy{Name: "viewer", Rules: []*pb.AclRule{{Kind: "lock", Prefix: "shard-", Access: "read"}}}, false); err != nil {
+		t.Fatal(err)
+	}
+	viewer, err := admin.CreateToken(cctx, []string{"viewer"}, "dashboard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := testutil.Session(t, cctx, admin, client.WithOwner("alice"))
+	m, _ := alice.Mutex("shard-7")
+	ha, err := m.Lock(cctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob := testutil.Session(t, cctx, admin, client.WithOwner("bob"))
+	mb, _ := bob.Mutex("shard-7")
+	queued := make(chan struct{})
+	go func() {
+		if _, err := mb.Lock(cctx, client.OnQueued(func(int) { close(queued) })); err != nil && cctx.Err() == nil {
+			t.Error(err)
+		}
+	}()
+	<-queued
+
+	base := "http://" + srv.HTTPAddr()
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/#locks"), chromedp.WaitVisible(chromedp.CSS(`[data-testid=need-token]`))); err != nil {
+		t.Fatalf("the page without a token: %v", err)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.SendKeys(chromedp.CSS(`[data-testid=token]`), viewer.Secret),
+		chromedp.Click(chromedp.CSS(`[data-testid=use-token]`))); err != nil {
+		t.Fatal(err)
+	}
+	waitRow(t, ctx, []string{"alice"}, []string{"bob"})
+	if err := chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](`window.noReload = 42`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ha.Unlock(cctx); err != nil {
+		t.Fatal(err)
+	}
+	if row := waitRow(t, ctx, []string{"bob"}, nil); row.Marker != 42 {
+		t.Fatal("the page was reloaded to show the hand-off")
+	}
+	stored, err := chromedp.Run(ctx, chromedp.Evaluate[string](`sessionStorage.getItem("tenure-token") + "|" + localStorage.length`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored != viewer.Secret+"|0" {
+		t.Fatalf("session storage %q, want the token (and nothing in local storage)", stored)
+	}
+	urls, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[location.href, ...performance.getEntriesByType("resource").map(e => e.name)]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range urls {
+		if strings.Contains(u, viewer.Secret) {
+			t.Fatalf("the token is in a URL: %s", u)
+		}
+	}
+	// The viewer may not see the cluster's view: the page says so.
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/#cluster"), chromedp.WaitVisible(chromedp.CSS(`[data-testid=error]`))); err != nil {
+		t.Fatalf("the cluster page with a lock viewer's token: %v", err)
 	}
 }

@@ -8,15 +8,20 @@ import (
 	"time"
 	"unicode/utf8"
 
+	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/internal/dashboard"
 	"github.com/tenure-io/tenure/internal/fsm"
-	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 	"github.com/tenure-io/tenure/internal/version"
 )
 
 // The dashboard's view of this node (dashboard.Source): the node's own
 // state, read locally (it may lag the leader's by what it has not applied
-// yet), dated by the hub's revision clock.
+// yet), dated by the hub's revision clock. With --auth every answer is
+// the caller's (httpauth.go): a listing holds only the names the caller
+// may read (and is refused if it may read none of its kind), a view of
+// one lock or queue needs read on it, the cluster's view cluster read,
+// and a requeue is the API's QueueDeadRequeue, checked, counted and
+// logged as the API's.
 
 // Dashboard is this server as the dashboard's source.
 func (s *Server) Dashboard() dashboard.Source { return dashSource{s} }
@@ -30,12 +35,30 @@ func (d dashSource) ms(rev uint64, now time.Time) int64 {
 	return now.Sub(d.s.hub.clock.when(rev)).Milliseconds()
 }
 
-// Cluster implements dashboard.Source.
-func (d dashSource) Cluster() dashboard.Cluster {
+// httpError is an error answered with the HTTP status HTTPStatus gives.
+type httpError struct{ err error }
+
+func (e httpError) Error() string   { return e.err.Error() }
+func (e httpError) Unwrap() error   { return e.err }
+func (e httpError) HTTPStatus() int { return HTTPStatus(e.err) }
+
+// dashErr makes err a dashboard.StatusError (nil stays nil).
+func dashErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return httpError{err}
+}
+
+// Cluster implements dashboard.Source: it needs cluster read.
+func (d dashSource) Cluster(ctx context.Context) (dashboard.Cluster, error) {
+	if _, err := d.s.accessHTTP(ctx, "HTTP GET /api/cluster", clusterRead); err != nil {
+		return dashboard.Cluster{}, dashErr(err)
+	}
 	st := d.s.node.Status()
 	h := d.s.node.Health()
 	return dashboard.Cluster{Node: st.Node, Leader: h.Leader, Term: st.Term, CommitIndex: h.CommitIndex, AppliedIndex: h.AppliedIndex,
-		Revision: st.Revision, Voters: st.Voters, Ready: h.Ready(), NotReady: h.Reason(), Version: version.String()}
+		Revision: st.Revision, Voters: st.Voters, Ready: h.Ready(), NotReady: h.Reason(), Version: version.String()}, nil
 }
 
 // lockLocked describes the lock of summary l; the state's read lock is held.
@@ -63,12 +86,25 @@ func (d dashSource) lockLocked(st *fsm.State, l fsm.LockSummary, now time.Time) 
 	return out
 }
 
-// Locks implements dashboard.Source.
-func (d dashSource) Locks(prefix string, limit int) (out []dashboard.Lock, more bool) {
+// Locks implements dashboard.Source: the locks under prefix the caller
+// may read (looking through at most dashScan).
+func (d dashSource) Locks(ctx context.Context, prefix string, limit int) (out []dashboard.Lock, more bool, err error) {
+	a, err := d.s.listHTTP(ctx, "HTTP GET /api/locks", fsm.KindLock)
+	if err != nil {
+		return nil, false, dashErr(err)
+	}
 	out = []dashboard.Lock{}
 	now := time.Now()
 	d.s.node.Read(func(st *fsm.State) {
+		scanned := 0
 		for l := range st.Locks(prefix, "") {
+			if scanned++; scanned > dashScan {
+				more = true
+				break
+			}
+			if !a.can(fsm.KindLock, l.Name) {
+				continue
+			}
 			if len(out) == limit {
 				more = true
 				break
@@ -76,11 +112,14 @@ func (d dashSource) Locks(prefix string, limit int) (out []dashboard.Lock, more 
 			out = append(out, d.lockLocked(st, l, now))
 		}
 	})
-	return out, more
+	return out, more, nil
 }
 
-// Lock implements dashboard.Source.
-func (d dashSource) Lock(name string) (l dashboard.Lock, grants []dashboard.Grant) {
+// Lock implements dashboard.Source: it needs lock read on name.
+func (d dashSource) Lock(ctx context.Context, name string) (l dashboard.Lock, grants []dashboard.Grant, err error) {
+	if _, err := d.s.accessHTTP(ctx, "HTTP GET /api/lock", read(fsm.KindLock, name)); err != nil {
+		return l, nil, dashErr(err)
+	}
 	now := time.Now()
 	var hist []fsm.GrantView
 	d.s.node.Read(func(st *fsm.State) {
@@ -96,19 +135,47 @@ func (d dashSource) Lock(name string) (l dashboard.Lock, grants []dashboard.Gran
 		}
 		grants = append(grants, gr)
 	}
-	return l, grants
+	return l, grants, nil
 }
 
-// Sessions implements dashboard.Source.
-func (d dashSource) Sessions(limit int) (out []dashboard.Session, more bool) {
+// readable returns the names of names the caller may read as locks.
+func (a httpAccess) readable(names []string) []string {
+	if !a.on {
+		return names
+	}
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		if a.can(fsm.KindLock, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Sessions implements dashboard.Source: the sessions whose owner the
+// caller may read as a session, with the locks they hold and wait for
+// that it may read as locks (looking through at most dashScan).
+func (d dashSource) Sessions(ctx context.Context, limit int) (out []dashboard.Session, more bool, err error) {
+	a, err := d.s.listHTTP(ctx, "HTTP GET /api/sessions", fsm.KindSession)
+	if err != nil {
+		return nil, false, dashErr(err)
+	}
 	out = []dashboard.Session{}
 	d.s.node.Read(func(st *fsm.State) {
+		scanned := 0
 		for v := range st.SessionsAfter(0, 20) {
+			if scanned++; scanned > dashScan {
+				more = true
+				break
+			}
+			if !a.can(fsm.KindSession, v.Owner) {
+				continue
+			}
 			if len(out) == limit {
 				more = true
 				break
 			}
-			out = append(out, dashboard.Session{ID: v.ID, Owner: v.Owner, TTLMs: v.TTLMs, TimeLeftMs: -1, Held: v.Held, Waiting: v.Waiting, HeldCount: v.HeldCount, WaitCount: v.WaitingCount})
+			out = append(out, dashboard.Session{ID: v.ID, Owner: v.Owner, TTLMs: v.TTLMs, TimeLeftMs: -1, Held: a.readable(v.Held), Waiting: a.readable(v.Waiting), HeldCount: v.HeldCount, WaitCount: v.WaitingCount})
 		}
 	})
 	ids := make([]uint64, len(out))
@@ -122,19 +189,29 @@ func (d dashSource) Sessions(limit int) (out []dashboard.Session, more bool) {
 			}
 		}
 	}
-	return out, more
+	return out, more, nil
 }
 
-// Queues implements dashboard.Source.
-func (d dashSource) Queues(limit int) ([]dashboard.Queue, bool) {
+// Queues implements dashboard.Source: the queues the caller may read.
+func (d dashSource) Queues(ctx context.Context, limit int) ([]dashboard.Queue, bool, error) {
+	a, err := d.s.listHTTP(ctx, "HTTP GET /api/queues", fsm.KindQueue)
+	if err != nil {
+		return nil, false, dashErr(err)
+	}
 	var sizes []fsm.QueueSizes
-	d.s.node.Read(func(st *fsm.State) { st.EachQueue(func(q fsm.QueueSizes) { sizes = append(sizes, q) }) })
+	d.s.node.Read(func(st *fsm.State) {
+		st.EachQueue(func(q fsm.QueueSizes) {
+			if a.can(fsm.KindQueue, q.Name) {
+				sizes = append(sizes, q)
+			}
+		})
+	})
 	sort.Slice(sizes, func(i, j int) bool { return sizes[i].Name < sizes[j].Name })
 	out := []dashboard.Queue{}
 	now := time.Now()
 	for _, q := range sizes {
 		if len(out) == limit {
-			return out, true
+			return out, true, nil
 		}
 		age := int64(-1)
 		if q.OldestReady != 0 {
@@ -142,14 +219,17 @@ func (d dashSource) Queues(limit int) ([]dashboard.Queue, bool) {
 		}
 		out = append(out, dashboard.Queue{Name: q.Name, Ready: q.Ready, InFlight: q.InFlight, Dead: q.Dead, OldestReadyMs: age})
 	}
-	return out, false
+	return out, false, nil
 }
 
 // previewBytes bounds a dead letter's payload shown.
 const previewBytes = 120
 
-// DeadLetters implements dashboard.Source.
-func (d dashSource) DeadLetters(queue string, limit int) (out []dashboard.DeadLetter, more bool) {
+// DeadLetters implements dashboard.Source: it needs queue read on queue.
+func (d dashSource) DeadLetters(ctx context.Context, queue string, limit int) (out []dashboard.DeadLetter, more bool, err error) {
+	if _, err := d.s.accessHTTP(ctx, "HTTP GET /api/dead", read(fsm.KindQueue, queue)); err != nil {
+		return nil, false, dashErr(err)
+	}
 	out = []dashboard.DeadLetter{}
 	d.s.node.Read(func(st *fsm.State) {
 		for it := range st.DeadLetters(queue, 0) {
@@ -165,30 +245,37 @@ func (d dashSource) DeadLetters(queue string, limit int) (out []dashboard.DeadLe
 			out = append(out, dashboard.DeadLetter{ID: it.ID, Attempts: it.Attempts, Size: len(it.Payload), Preview: preview})
 		}
 	})
-	return out, more
+	return out, more, nil
 }
 
-// Requeue implements dashboard.Source: a requeue proposed as the API's
-// QueueDeadRequeue does.
+// Requeue implements dashboard.Source: the API's QueueDeadRequeue, with
+// its rights (queue write), its metrics and its refusal log (callHTTP).
 func (d dashSource) Requeue(ctx context.Context, queue string, ids []uint64) (int, error) {
-	if err := fsm.ValidateQueueName(queue); err != nil {
-		return 0, err
-	}
 	if len(ids) > fsm.MaxRequeueBatch {
 		ids = ids[:fsm.MaxRequeueBatch]
 	}
-	res, err := d.s.node.Propose(ctx, &fsmpb.Command{Op: &fsmpb.Command_QueueRequeueDead{QueueRequeueDead: &fsmpb.QueueRequeueDead{Queue: queue, Ids: ids}}})
+	req := &pb.QueueDeadRequeueRequest{Queue: queue, Ids: ids}
+	var resp *pb.QueueDeadRequeueResponse
+	err := d.s.callHTTP(ctx, "QueueDeadRequeue", req, func() (err error) {
+		resp, err = d.s.QueueDeadRequeue(ctx, req)
+		return err
+	})
 	if err != nil {
-		return 0, err
+		return 0, dashErr(err)
 	}
-	return res.Queue.Requeued, nil
+	return int(resp.GetRequeued()), nil
 }
 
 // dashScan bounds the locks the elections page looks through.
 const dashScan = 100_000
 
-// Elections implements dashboard.Source.
-func (d dashSource) Elections(limit int) (out []dashboard.Election, more bool) {
+// Elections implements dashboard.Source: the elections the caller may
+// read as locks.
+func (d dashSource) Elections(ctx context.Context, limit int) (out []dashboard.Election, more bool, err error) {
+	a, err := d.s.listHTTP(ctx, "HTTP GET /api/elections", fsm.KindLock)
+	if err != nil {
+		return nil, false, dashErr(err)
+	}
 	out = []dashboard.Election{}
 	d.s.node.Read(func(st *fsm.State) {
 		scanned := 0
@@ -197,7 +284,7 @@ func (d dashSource) Elections(limit int) (out []dashboard.Election, more bool) {
 				more = true
 				break
 			}
-			if l.Kind != fsm.KindElection {
+			if l.Kind != fsm.KindElection || !a.can(fsm.KindLock, l.Name) {
 				continue
 			}
 			if len(out) == limit {
@@ -212,11 +299,26 @@ func (d dashSource) Elections(limit int) (out []dashboard.Election, more bool) {
 			out = append(out, e)
 		}
 	})
-	return out, more
+	return out, more, nil
 }
 
-// Changes implements dashboard.Source.
-func (d dashSource) Changes() (<-chan uint64, func()) { return d.s.hub.changes.subscribe() }
+// Changes implements dashboard.Source: any caller the cluster knows may
+// follow the revision.
+func (d dashSource) Changes(ctx context.Context) (<-chan uint64, func(), error) {
+	if err := d.Allowed(ctx); err != nil {
+		return nil, nil, err
+	}
+	// A batch applied between the revision read here and the
+	// subscription is not published to it; the reader's first event makes
+	// it read the state, which has that batch.
+	ch, stop := d.s.hub.changes.subscribe(d.s.node.Status().Revision)
+	return ch, stop, nil
+}
+
+// Allowed implements dashboard.Source.
+func (d dashSource) Allowed(ctx context.Context) error {
+	return dashErr(d.s.AuthorizeHTTP(ctx, "HTTP GET /api/events", HTTPKnownCaller))
+}
 
 // changeFeed tells subscribers the state's revision after each applied
 // batch, coalesced: each has a buffer of one holding the latest. Safe for
@@ -228,8 +330,11 @@ type changeFeed struct {
 	subs map[chan uint64]struct{}
 }
 
-func (f *changeFeed) subscribe() (<-chan uint64, func()) {
+// subscribe adds a subscriber whose channel holds rev at once (the
+// revision its reader starts from), until a publish replaces it.
+func (f *changeFeed) subscribe(rev uint64) (<-chan uint64, func()) {
 	ch := make(chan uint64, 1)
+	ch <- rev
 	f.mu.Lock()
 	if f.subs == nil {
 		f.subs = make(map[chan uint64]struct{})
@@ -256,13 +361,18 @@ func (f *changeFeed) publish(rev uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for ch := range f.subs {
-		select {
-		case <-ch: // replace what it has not read with the latest
-		default:
-		}
-		select {
-		case ch <- rev:
-		default:
-		}
+		f.sendLocked(ch, rev)
+	}
+}
+
+// sendLocked replaces what ch has not read with rev; f.mu is held.
+func (f *changeFeed) sendLocked(ch chan uint64, rev uint64) {
+	select {
+	case <-ch: // replace what it has not read with the latest
+	default:
+	}
+	select {
+	case ch <- rev:
+	default:
 	}
 }

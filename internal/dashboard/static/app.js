@@ -1,9 +1,30 @@
 // Tenure's dashboard: hash routes, each drawn from the JSON API and drawn
-// again whenever the server-sent event stream says the state changed.
+// again whenever the change stream says the state changed.
+//
+// On a node run with --auth every request needs an ACL token: the page
+// asks for one, keeps it in this tab's session storage (never in a URL,
+// never in local storage) and sends it as "Authorization: Bearer SECRET"
+// on every request, the change stream's included: the stream is read with
+// fetch, because EventSource cannot send that header.
 "use strict";
 
 const main = document.getElementById("main");
 const live = document.getElementById("live");
+const tokenInput = document.getElementById("token");
+const TOKEN_KEY = "tenure-token";
+
+function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
+
+// headers are a request's headers: the bearer token, if one was given.
+function headers(extra) {
+  const hs = Object.assign({}, extra || {});
+  const t = token();
+  if (t) hs["Authorization"] = "Bearer " + t;
+  return hs;
+}
+
+// AuthError: the node wants a (better) token.
+class AuthError extends Error {}
 
 // h builds an element: h("td", {class: "num"}, "text", child...). Text is
 // always set as text, never as HTML.
@@ -35,7 +56,8 @@ function clock(unixMs) {
 }
 
 async function api(path) {
-  const r = await fetch(path, {cache: "no-store"});
+  const r = await fetch(path, {cache: "no-store", headers: headers()});
+  if (r.status === 401) throw new AuthError(token() ? "this node does not know that token: enter another one above" : "this node needs an ACL token: enter one above");
   if (!r.ok) throw new Error(path + ": " + r.status + " " + (await r.text()));
   return r.json();
 }
@@ -127,7 +149,7 @@ const pages = {
   async queue(name) {
     const d = await api("/api/dead?queue=" + encodeURIComponent(name));
     const requeue = async ids => {
-      const r = await fetch("/api/requeue", {method: "POST", headers: {"Content-Type": "application/json", "X-Tenure-Dashboard": "1"},
+      const r = await fetch("/api/requeue", {method: "POST", headers: headers({"Content-Type": "application/json", "X-Tenure-Dashboard": "1"}),
         body: JSON.stringify({queue: name, ids: ids.map(String)})});
       if (!r.ok) alert(await r.text());
       refresh();
@@ -189,7 +211,7 @@ function timeline(grants, now) {
       fill: inside ? "#fff" : "#1d2330", "text-anchor": !inside && x0 + w + 200 > width ? "end" : "start"}, label));
   });
   const legend = h("div", {class: "legend"}, ["held", "released", "expired"].map(k =>
-    h("span", {}, h("i", {style: "background:" + colour[k]}), k)));
+    h("span", {}, h("i", {class: "swatch " + k}), k)));
   return h("div", {}, svg, legend);
 }
 
@@ -209,7 +231,7 @@ async function refresh() {
       try {
         content = await draw(arg);
       } catch (e) {
-        content = [h("p", {class: "bad"}, String(e))];
+        content = [h("p", {class: "bad", "data-testid": e instanceof AuthError ? "need-token" : "error"}, e instanceof AuthError ? e.message : String(e))];
       }
       const focused = document.activeElement && document.activeElement.dataset.testid;
       main.replaceChildren(...content.filter(Boolean));
@@ -221,11 +243,67 @@ async function refresh() {
   }
 }
 
+// The change stream: server-sent events ("event: change", "data: REV")
+// read with fetch so that it carries the token. It reconnects after an
+// error, and is restarted when the token changes.
+let stream = null;
+
 function connect() {
-  const es = new EventSource("/api/events");
-  es.addEventListener("change", e => { live.textContent = "live · revision " + e.data; live.className = "on"; refresh(); });
-  es.onerror = () => { live.textContent = "reconnecting"; live.className = ""; };
+  if (stream) stream.abort();
+  const ctl = new AbortController();
+  stream = ctl;
+  const retry = () => { if (stream === ctl) setTimeout(() => { if (stream === ctl) connect(); }, 2000); };
+  (async () => {
+    const r = await fetch("/api/events", {cache: "no-store", headers: headers(), signal: ctl.signal});
+    if (r.status === 401 || r.status === 403) {
+      live.textContent = "no live updates: " + (r.status === 401 ? "needs a token" : "not allowed");
+      live.className = "";
+      return; // until the token changes
+    }
+    if (!r.ok || !r.body) throw new Error("events: " + r.status);
+    const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buf = "";
+    for (;;) {
+      const {value, done} = await reader.read();
+      if (done) break;
+      buf += value;
+      let i;
+      while ((i = buf.indexOf("\n\n")) >= 0) {
+        const ev = buf.slice(0, i);
+        buf = buf.slice(i + 2);
+        let name = "message", data = "";
+        for (const line of ev.split("\n")) {
+          if (line.startsWith("event: ")) name = line.slice(7);
+          else if (line.startsWith("data: ")) data = line.slice(6);
+        }
+        if (name === "change") { live.textContent = "live · revision " + data; live.className = "on"; refresh(); }
+      }
+    }
+    throw new Error("events: the stream ended");
+  })().catch(() => {
+    if (ctl.signal.aborted) return;
+    live.textContent = "reconnecting"; live.className = "";
+    retry();
+  });
 }
+
+document.getElementById("login").addEventListener("submit", e => {
+  e.preventDefault();
+  const t = tokenInput.value.trim();
+  if (t) sessionStorage.setItem(TOKEN_KEY, t); else sessionStorage.removeItem(TOKEN_KEY);
+  tokenInput.value = "";
+  tokenInput.placeholder = t ? "ACL token (one is in use)" : "ACL token";
+  refresh();
+  connect();
+});
+document.getElementById("forget").addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  tokenInput.value = "";
+  tokenInput.placeholder = "ACL token";
+  refresh();
+  connect();
+});
+if (token()) tokenInput.placeholder = "ACL token (one is in use)";
 
 window.addEventListener("hashchange", refresh);
 refresh();
