@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -59,8 +60,10 @@ func (cs *clientSecurity) options() ([]client.Option, error) {
 // serveSecurity holds the security flags of `tenure serve`.
 type serveSecurity struct {
 	tls, peer tlsconfig.Files
-	auth      bool
-	insecure  bool
+	// httpTLS: the HTTP listener's certificate (its CA is tls.CA's).
+	httpTLS  tlsconfig.Files
+	auth     bool
+	insecure bool
 }
 
 func (ss *serveSecurity) flags(f *pflag.FlagSet) {
@@ -70,8 +73,10 @@ func (ss *serveSecurity) flags(f *pflag.FlagSet) {
 	f.StringVar(&ss.peer.Cert, "peer-tls-cert", "", "raft peer traffic over mutual TLS with this certificate (PEM, for both server and client use; re-read when it changes or on SIGHUP)")
 	f.StringVar(&ss.peer.Key, "peer-tls-key", "", "the private key of --peer-tls-cert (PEM)")
 	f.StringVar(&ss.peer.CA, "peer-tls-ca", "", "the CA every peer's certificate must chain to (PEM)")
+	f.StringVar(&ss.httpTLS.Cert, "http-tls-cert", "", "serve --http-listen over TLS with this certificate (PEM; re-read when it changes or on SIGHUP); client certificates that chain to --tls-client-ca identify their callers there too")
+	f.StringVar(&ss.httpTLS.Key, "http-tls-key", "", "the private key of --http-tls-cert (PEM)")
 	f.BoolVar(&ss.auth, "auth", false, "enforce ACLs: deny every request no policy of its caller allows (create the first token with `tenure acl bootstrap`)")
-	f.BoolVar(&ss.insecure, "insecure", false, "serve outside loopback without TLS and --auth, or raft peers without peer TLS (protected mode off)")
+	f.BoolVar(&ss.insecure, "insecure", false, "serve the client API or --http-listen outside loopback without TLS and --auth, or raft peers without peer TLS (protected mode off; --pprof outside loopback still needs --auth)")
 }
 
 // configure checks protected mode and sets the daemon's TLS
@@ -85,12 +90,25 @@ func (ss *serveSecurity) configure(cfg *daemon.Config, log io.Writer) ([]*tlscon
 	if peerTLS && cfg.PeerListen == "" {
 		return nil, errors.New("--peer-tls-cert, --peer-tls-key and --peer-tls-ca need --peer-listen")
 	}
+	httpTLS := ss.httpTLS.Cert != "" || ss.httpTLS.Key != ""
+	if httpTLS && cfg.HTTPListen == "" {
+		return nil, errors.New("--http-tls-cert and --http-tls-key need --http-listen")
+	}
+	// Go's profiles read the process's memory (a heap profile holds values
+	// and payloads): outside loopback they need --auth, which gives them
+	// to the management policy only. --insecure does not waive this.
+	if cfg.Pprof && cfg.HTTPListen != "" && !isLoopback(cfg.HTTPListen) && !ss.auth {
+		return nil, fmt.Errorf("refusing to serve Go's profiles (--pprof) on %s, outside loopback, without --auth: anyone who can reach it could read the server's memory (give --auth, which leaves them to the management policy, or serve --http-listen on loopback)", cfg.HTTPListen)
+	}
 	if !ss.insecure {
 		if !isLoopback(cfg.Listen) && !(clientTLS && ss.auth) {
 			return nil, fmt.Errorf("refusing to serve the client API on %s, outside loopback, without TLS and --auth: anyone who can reach it could take every lock and read every key (give --tls-cert, --tls-key and --auth, or --insecure to serve anyway)", cfg.Listen)
 		}
 		if cfg.EtcdListen != "" && !isLoopback(cfg.EtcdListen) && ss.tls.CA == "" {
 			return nil, fmt.Errorf("refusing to serve the etcd API on %s, outside loopback, without client certificates: anyone who can reach it could take every lock and read every key, and the etcd API has no authentication (give --tls-cert, --tls-key and --tls-client-ca, or --insecure to serve anyway)", cfg.EtcdListen)
+		}
+		if cfg.HTTPListen != "" && !isLoopback(cfg.HTTPListen) && !(httpTLS && ss.auth) {
+			return nil, fmt.Errorf("refusing to serve the HTTP listener (dashboard, metrics) on %s, outside loopback, without TLS and --auth: anyone who can reach it could read every lock, election value and dead letter (give --http-tls-cert, --http-tls-key and --auth, or --insecure to serve anyway)", cfg.HTTPListen)
 		}
 		if cfg.PeerListen != "" && !isLoopback(cfg.PeerListen) && !peerTLS {
 			return nil, fmt.Errorf("refusing to serve raft peers on %s, outside loopback, without peer TLS: anyone who can reach it could rewrite the replicated log (give --peer-tls-cert, --peer-tls-key and --peer-tls-ca, or --insecure to serve anyway)", cfg.PeerListen)
@@ -106,6 +124,16 @@ func (ss *serveSecurity) configure(cfg *daemon.Config, log io.Writer) ([]*tlscon
 		cfg.TLS = r.ServerConfig()
 		out = append(out, r)
 	}
+	if httpTLS {
+		files := ss.httpTLS
+		files.CA = ss.tls.CA
+		r, err := tlsconfig.New(files, tlsconfig.Server, log)
+		if err != nil {
+			return nil, fmt.Errorf("--http-tls-cert: %w", err)
+		}
+		cfg.HTTPTLS = httpServerConfig(r)
+		out = append(out, r)
+	}
 	if peerTLS {
 		r, err := tlsconfig.New(ss.peer, tlsconfig.Peer, log)
 		if err != nil {
@@ -115,6 +143,25 @@ func (ss *serveSecurity) configure(cfg *daemon.Config, log io.Writer) ([]*tlscon
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// httpServerConfig is the HTTP listener's TLS configuration from r: a
+// client certificate is asked for and verified against the client CA, if
+// there is one, but not required (a browser sends a bearer token
+// instead).
+func httpServerConfig(r *tlsconfig.Reloader) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			c := r.Config()
+			if c.ClientCAs == nil {
+				return c, nil
+			}
+			c = c.Clone()
+			c.ClientAuth = tls.VerifyClientCertIfGiven
+			return c, nil
+		},
+	}
 }
 
 // isLoopback reports whether the listen address addr is on loopback only

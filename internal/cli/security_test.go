@@ -208,3 +208,52 @@ func TestCLIFenceProof(t *testing.T) {
 		t.Fatalf("the forged write was stored: %v", m)
 	}
 }
+
+// TestProtectedModeHTTP: protected mode covers --http-listen as it covers
+// the client API: outside loopback it needs TLS (--http-tls-cert) and
+// --auth, unless --insecure; --pprof outside loopback needs --auth even
+// with --insecure. `serve --http-listen 0.0.0.0:… --pprof` used to start
+// without a word.
+func TestProtectedModeHTTP(t *testing.T) {
+	dir := devCerts(t)
+	f := func(n string) string { return filepath.Join(dir, n) }
+	httpTLS := tlsconfig.Files{Cert: f("server.pem"), Key: f("server-key.pem")}
+	for _, c := range []struct {
+		name    string
+		sec     serveSecurity
+		http    string
+		pprof   bool
+		refused string // "" when it may serve
+	}{
+		{"loopback, nothing", serveSecurity{}, "127.0.0.1:7071", false, ""},
+		{"loopback with pprof, nothing", serveSecurity{}, "localhost:7071", true, ""},
+		{"every interface, nothing", serveSecurity{}, "0.0.0.0:7071", false, "without TLS and --auth"},
+		{"no host, nothing", serveSecurity{}, ":7071", false, "without TLS and --auth"},
+		{"every interface, auth only", serveSecurity{auth: true}, "0.0.0.0:7071", false, "without TLS and --auth"},
+		{"every interface, TLS only", serveSecurity{httpTLS: httpTLS}, "0.0.0.0:7071", false, "without TLS and --auth"},
+		{"every interface, TLS and auth", serveSecurity{httpTLS: httpTLS, auth: true}, "0.0.0.0:7071", false, ""},
+		{"every interface, TLS and auth, pprof", serveSecurity{httpTLS: httpTLS, auth: true}, "0.0.0.0:7071", true, ""},
+		{"every interface, insecure", serveSecurity{insecure: true}, "0.0.0.0:7071", false, ""},
+		{"every interface, insecure, pprof", serveSecurity{insecure: true}, "0.0.0.0:7071", true, "--pprof"},
+		{"every interface, insecure and auth, pprof", serveSecurity{insecure: true, auth: true}, "0.0.0.0:7071", true, ""},
+	} {
+		cfg := daemon.Config{Listen: "127.0.0.1:7070", HTTPListen: c.http, Pprof: c.pprof}
+		_, err := c.sec.configure(&cfg, nil)
+		switch {
+		case c.refused == "" && err != nil:
+			t.Errorf("%s: refused: %v", c.name, err)
+		case c.refused != "" && (err == nil || !strings.Contains(err.Error(), c.refused)):
+			t.Errorf("%s: %v, want a refusal saying %q", c.name, err, c.refused)
+		case c.refused == "without TLS and --auth" && !strings.Contains(err.Error(), "--insecure"):
+			t.Errorf("%s: %v, want the refusal to name --insecure", c.name, err)
+		}
+		if err == nil && c.sec.httpTLS.Cert != "" && cfg.HTTPTLS == nil {
+			t.Errorf("%s: no TLS configuration for the HTTP listener", c.name)
+		}
+	}
+	// The command line: one line, exit 1, before anything starts.
+	res := run(t, "127.0.0.1:1", "serve", "--http-listen", "0.0.0.0:0", "--pprof", "--data-dir", filepath.Join(t.TempDir(), "d"))
+	if res.code != ExitError || strings.Count(res.stderr, "\n") != 1 || !strings.Contains(res.stderr, "refusing to serve") {
+		t.Fatalf("serve --http-listen 0.0.0.0:0 --pprof: exit %d, stderr %q", res.code, res.stderr)
+	}
+}

@@ -75,8 +75,11 @@ limits or rights at warn; raft's own warnings and errors) goes to stderr,
 as text or JSON lines (--log-format, --log-level).
 
 --http-listen serves /metrics (Prometheus), /healthz, /readyz, the
-dashboard at / and, with --pprof, /debug/pprof/ (docs/monitoring.md). SIGINT or
-SIGTERM stops it cleanly (exit 0).
+dashboard at / and, with --pprof, /debug/pprof/ (docs/monitoring.md). With
+--auth everything there but /healthz and /readyz needs an ACL token
+(Authorization: Bearer SECRET) or a client certificate (--http-tls-cert);
+docs/security.md, "The HTTP listener". SIGINT or SIGTERM stops it cleanly
+(exit 0).
 
 Cluster mode: --peer-listen. A new data directory bootstraps the voters of
 --bootstrap-peers, or this node alone; with --join it bootstraps nothing and
@@ -174,7 +177,9 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 	f.StringVar(&cfg.EtcdListen, "etcd-listen", "", "also serve etcd's v3 API on this address (docs/etcd.md; empty: off)")
 	f.StringVar(&cfg.EtcdAdvertise, "etcd-advertise", "", "address etcd clients and the other members reach this node's etcd API at, if not --etcd-listen's")
 	f.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "metrics, health and dashboard address (port 0 picks a free port; empty: none)")
-	f.BoolVar(&cfg.Pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http-listen")
+	f.BoolVar(&cfg.Pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http-listen (with --auth: to the management policy only)")
+	f.BoolVar(&cfg.MetricsPublic, "metrics-public", false, "with --auth, serve /metrics to callers without a credential too (otherwise it needs cluster read)")
+	f.StringSliceVar(&cfg.HTTPAllowedHosts, "http-allowed-hosts", nil, "Host names --http-listen answers besides its own address's, comma-separated (a request naming another host is refused 421)")
 	f.IntVar(&cfg.MetricsQueues, "metrics-queues", cfg.MetricsQueues, "queues (the first by name) with metrics of their own; the others are summed")
 	f.StringVar(&cfg.LogStore, "log-store", "", "raft log engine: bolt or wal (default: the data dir's own, wal for a new one)")
 	clusterLimitFlags(f, &cfg.ClusterLimits, "when this node leads, set the cluster's limit on ")
