@@ -2,6 +2,8 @@ package daemon_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,6 +19,7 @@ import (
 	"github.com/tenure-io/tenure/internal/daemon"
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/testutil"
+	"github.com/tenure-io/tenure/internal/tlsconfig"
 )
 
 // httpNode is a node run with --auth and an HTTP listener (with pprof),
@@ -402,5 +405,117 @@ func TestHTTPListenerWithoutAuth(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusMisdirectedRequest {
 		t.Errorf("Host evil.example without --auth: %d, want 421", resp.StatusCode)
+	}
+}
+
+// TestHTTPListenerTLSClientCertificate: on a TLS HTTP listener, a client
+// certificate the client CA verifies identifies its caller as on the
+// client API (its name bound to policies), without a token; a bearer
+// token works over TLS too; neither is 401. A certificate is asked for
+// but not required (a browser sends a token).
+func TestHTTPListenerTLSClientCertificate(t *testing.T) {
+	ca, err := tlsconfig.NewCA("test CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Issue("127.0.0.1", []string{"127.0.0.1"}, tlsconfig.ServerAuth, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverCert, err := tls.X509KeyPair(leaf.CertPEM, leaf.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	h := startHTTPNode(t, daemon.Config{HTTPTLS: &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: pool, ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12}})
+	h.base = "https://" + h.srv.HTTPAddr()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.admin.CreatePolicy(ctx, &pb.AclPolicy{Name: "scraper", Rules: []*pb.AclRule{{Kind: "cluster", Access: "read"}}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.admin.BindIdentity(ctx, "prometheus", []string{"scraper"}); err != nil {
+		t.Fatal(err)
+	}
+	clientLeaf, err := ca.Issue("prometheus", nil, tlsconfig.ClientAuth, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCert, err := tls.X509KeyPair(clientLeaf.CertPEM, clientLeaf.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(path, secret string, certs ...tls.Certificate) int {
+		t.Helper()
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: certs, MinVersion: tls.VersionTLS12}}
+		defer tr.CloseIdleConnections()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, h.base+path, nil)
+		if secret != "" {
+			req.Header.Set("Authorization", "Bearer "+secret)
+		}
+		resp, err := (&http.Client{Transport: tr}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get("/metrics", "", clientCert); code != http.StatusOK {
+		t.Errorf("/metrics with a bound client certificate: %d, want 200", code)
+	}
+	if code := get("/debug/pprof/", "", clientCert); code != http.StatusForbidden {
+		t.Errorf("/debug/pprof/ with a certificate bound to cluster read: %d, want 403", code)
+	}
+	if code := get("/metrics", ""); code != http.StatusUnauthorized {
+		t.Errorf("/metrics over TLS without a credential: %d, want 401", code)
+	}
+	if code := get("/metrics", h.mgmt); code != http.StatusOK {
+		t.Errorf("/metrics over TLS with a token: %d, want 200", code)
+	}
+	// Plain HTTP to a TLS listener is no request at all.
+	if resp, err := http.Get("http://" + h.srv.HTTPAddr() + "/metrics"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Error("plain HTTP to the TLS listener was served")
+		}
+	}
+}
+
+// TestHTTPEventsEndWhenTheTokenIsRevoked: the dashboard's change stream
+// checks its caller again before every event: revoking the token ends it
+// (the revocation is itself a change), and nothing is sent after.
+func TestHTTPEventsEndWhenTheTokenIsRevoked(t *testing.T) {
+	h := startHTTPNode(t, daemon.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tok, err := h.admin.CreateToken(ctx, []string{"management"}, "viewer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, h.base+"/api/events", nil)
+	req.Header.Set("Authorization", "Bearer "+tok.Secret)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("events: %d", resp.StatusCode)
+	}
+	buf := make([]byte, 4096)
+	n, err := resp.Body.Read(buf)
+	if err != nil || !strings.HasPrefix(string(buf[:n]), "event: change") {
+		t.Fatalf("first event: %q %v", buf[:n], err)
+	}
+	if err := h.admin.RevokeToken(ctx, tok.ID); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := io.ReadAll(resp.Body) // ends when the server ends the stream
+	if err != nil {
+		t.Fatalf("the stream did not end after the revocation: %v (read %q)", err, rest)
+	}
+	if strings.Contains(string(rest), "event: change") {
+		t.Fatalf("events after the revocation: %q", rest)
 	}
 }
