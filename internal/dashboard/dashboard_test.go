@@ -324,13 +324,14 @@ func TestDashboardUnderAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	alice := testutil.Session(t, cctx, admin, client.WithOwner("alice"))
+	// Long TTLs: a loaded machine (a browser, -race) must not expire them.
+	alice := testutil.Session(t, cctx, admin, client.WithOwner("alice"), client.WithTTL(time.Minute))
 	m, _ := alice.Mutex("shard-7")
 	ha, err := m.Lock(cctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bob := testutil.Session(t, cctx, admin, client.WithOwner("bob"))
+	bob := testutil.Session(t, cctx, admin, client.WithOwner("bob"), client.WithTTL(time.Minute))
 	mb, _ := bob.Mutex("shard-7")
 	queued := make(chan struct{})
 	go func() {
