@@ -88,8 +88,9 @@ const (
 	HTTPClusterWrite
 )
 
-// AuthEnabled reports whether the server enforces the ACLs (--auth).
-func (s *Server) AuthEnabled() bool { return s.auth }
+// httpAuthOn reports whether the HTTP listener enforces the ACLs: when
+// the API does (--auth). The one place the HTTP door asks.
+func (s *Server) httpAuthOn() bool { return s.auth }
 
 // AuthorizeHTTP checks that the caller of ctx (made by HTTPContext) may
 // use an endpoint that needs need; what names the request in the refusal
@@ -99,7 +100,7 @@ func (s *Server) AuthEnabled() bool { return s.auth }
 // whose copy of the ACLs may be behind: see deny). Every refusal is
 // logged. Safe for concurrent use.
 func (s *Server) AuthorizeHTTP(ctx context.Context, what string, need HTTPNeed) error {
-	if !s.auth {
+	if !s.httpAuthOn() {
 		return nil
 	}
 	c, sec, err := s.httpCaller(ctx, what)
@@ -146,16 +147,16 @@ func (s *Server) httpRefused(what string, err error) error {
 // httpAccess is what the caller of an HTTP request may read, for
 // filtering what the dashboard lists. With auth off it allows everything.
 type httpAccess struct {
-	on       bool
-	policies []string
-	sec      *fsm.Security
+	on  bool
+	c   caller
+	sec *fsm.Security
 }
 
 // accessHTTP resolves ctx's caller for filtering: ErrUnauthenticated if
 // it is unknown, and a denial (403) if need is set and the caller lacks
 // it (what names the request in the log).
 func (s *Server) accessHTTP(ctx context.Context, what string, need ...right) (httpAccess, error) {
-	if !s.auth {
+	if !s.httpAuthOn() {
 		return httpAccess{}, nil
 	}
 	c, sec, err := s.httpCaller(ctx, what)
@@ -165,12 +166,12 @@ func (s *Server) accessHTTP(ctx context.Context, what string, need ...right) (ht
 	if err := s.httpRefused(what, s.check(c, sec, what, need...)); err != nil {
 		return httpAccess{}, err
 	}
-	return httpAccess{on: true, policies: c.policies, sec: sec}, nil
+	return httpAccess{on: true, c: c, sec: sec}, nil
 }
 
 // can reports whether the caller may read name of kind.
 func (a httpAccess) can(kind fsm.Kind, name string) bool {
-	return !a.on || a.sec.Allowed(a.policies, kind, name, fsm.AccessRead)
+	return !a.on || a.sec.Allowed(a.c.policies, kind, name, fsm.AccessRead)
 }
 
 // anyOf reports whether some rule of the caller's policies grants read
@@ -181,7 +182,7 @@ func (a httpAccess) anyOf(kind fsm.Kind) bool {
 		return true
 	}
 	for _, p := range a.sec.Policies() {
-		if !contains(a.policies, p.Name) {
+		if !contains(a.c.policies, p.Name) {
 			continue
 		}
 		for _, r := range p.Rules {
@@ -201,14 +202,9 @@ func (s *Server) listHTTP(ctx context.Context, what string, kind fsm.Kind) (http
 		return a, err
 	}
 	if !a.anyOf(kind) {
-		return a, s.httpRefused(what, s.denyHTTP(ctx, what, fmt.Sprintf("%s read on some name", kind)))
+		return a, s.httpRefused(what, s.deny(a.c, what, fmt.Sprintf("%s read on some name", kind)))
 	}
 	return a, nil
-}
-
-// denyHTTP is deny for the caller of ctx.
-func (s *Server) denyHTTP(ctx context.Context, what, right string) error {
-	return s.deny(callerOf(ctx, s.node.Security()), what, right)
 }
 
 // contains reports whether list holds s.
@@ -229,7 +225,7 @@ func contains(list []string, s string) bool {
 // logged as the API's.
 func (s *Server) callHTTP(ctx context.Context, method string, req any, h func() error) error {
 	start := time.Now()
-	if s.auth {
+	if s.httpAuthOn() {
 		if _, _, err := s.httpCaller(ctx, method); err != nil {
 			return err
 		}
@@ -249,6 +245,8 @@ func HTTPStatus(err error) int {
 	case errors.Is(err, ErrUnauthenticated):
 		return http.StatusUnauthorized
 	case errors.Is(err, fsm.ErrPermissionDenied), errors.Is(err, node.ErrNotLeader):
+		// A follower answers what it would deny "not the leader" (deny):
+		// to an HTTP caller it is a refusal all the same.
 		return http.StatusForbidden
 	}
 	switch status.Code(err) {
