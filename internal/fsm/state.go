@@ -264,6 +264,10 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 		r = s.aclBindingDelete(op.AclBindingDelete)
 	case *fsmpb.Command_AddSigningKey:
 		r = s.addSigningKey(op.AddSigningKey)
+	case *fsmpb.Command_RetireSigningKey:
+		r = s.retireSigningKey(op.RetireSigningKey)
+	case *fsmpb.Command_RemoveSigningKey:
+		r = s.removeSigningKey(op.RemoveSigningKey)
 	case *fsmpb.Command_SetEtcdUrl:
 		r = s.setEtcdURL(op.SetEtcdUrl)
 	case *fsmpb.Command_Batch:

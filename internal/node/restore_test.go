@@ -64,10 +64,10 @@ func TestForcedRestoreOfOlderSnapshotNeverReissuesTokens(t *testing.T) {
 	before := revision(n)
 
 	// Without force an older snapshot is refused.
-	if _, err := n.RestoreSnapshot(ctx, old, false); !errors.Is(err, node.ErrSnapshotBehind) {
+	if _, err := n.RestoreSnapshot(ctx, old, node.RestoreOptions{}); !errors.Is(err, node.ErrSnapshotBehind) {
 		t.Fatalf("restore of an older snapshot without force: %v", err)
 	}
-	snap, err := n.RestoreSnapshot(ctx, old, true)
+	snap, err := n.RestoreSnapshot(ctx, old, node.RestoreOptions{Force: true})
 	if err != nil {
 		t.Fatal(err)
 	}
