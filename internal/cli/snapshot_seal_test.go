@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -124,5 +125,62 @@ func TestSnapshotRestoreRefusesDamagedFiles(t *testing.T) {
 				t.Fatalf("kv after the refused restores: %v", got)
 			}
 		})
+	}
+}
+
+// TestSnapshotRestoreOfAnotherCluster: a snapshot saved by another cluster
+// is refused unless --from-cluster names that cluster; with it the
+// running cluster's ACLs, signing keys and id are kept (its management
+// token works, the snapshot's does not) unless --replace-keys takes the
+// snapshot's. Across both restores every token is above every token the
+// running cluster issued before.
+func TestSnapshotRestoreOfAnotherCluster(t *testing.T) {
+	a := testutil.StartConfig(t, daemon.Config{Auth: true})
+	adminA := runJSON(t, a.Addr(), 0, "acl", "bootstrap")["secret"].(string)
+	t.Setenv(envAuthToken, adminA)
+	runJSON(t, a.Addr(), 0, "kv", "put", "from", "a")
+	lockToken(t, a.Addr(), "job")
+	idA := clusterID(t, a.Addr())
+	file := filepath.Join(t.TempDir(), "a.snap")
+	runJSON(t, a.Addr(), 0, "snapshot", "save", file)
+
+	b := testutil.StartConfig(t, daemon.Config{Auth: true})
+	adminB := runJSON(t, b.Addr(), 0, "acl", "bootstrap")["secret"].(string)
+	t.Setenv(envAuthToken, adminB)
+	runJSON(t, b.Addr(), 0, "acl", "policy", "create", "b-only", "--rule", "kv:b/:read")
+	var last uint64
+	for i := 0; i < 20; i++ { // b's tokens pass a's revision
+		last = lockToken(t, b.Addr(), "job")
+	}
+	keysB := runJSON(t, b.Addr(), 0, "cluster", "keys")
+
+	oneLine(t, "restore of another cluster's snapshot", run(t, b.Addr(), "snapshot", "restore", "--force", file), "--from-cluster "+idA)
+	oneLine(t, "restore naming the wrong cluster", run(t, b.Addr(), "snapshot", "restore", "--force", "--from-cluster", clusterID(t, b.Addr()), file), "--from-cluster "+idA)
+
+	runJSON(t, b.Addr(), 0, "snapshot", "restore", "--force", "--from-cluster", idA, file)
+	if got := runJSON(t, b.Addr(), 0, "kv", "get", "from"); got["value"] != "a" {
+		t.Fatalf("a's data after the restore: %v", got)
+	}
+	if keys := runJSON(t, b.Addr(), 0, "cluster", "keys"); fmt.Sprint(keys) != fmt.Sprint(keysB) {
+		t.Fatalf("keys after a restore without --replace-keys: %v, before %v", keys, keysB)
+	}
+	if !strings.Contains(policyNames(runJSON(t, b.Addr(), 0, "acl", "policy", "list")), "b-only") {
+		t.Fatal("b's policies were replaced")
+	}
+	if r := run(t, b.Addr(), "status", "--auth-token", adminA); r.code != ExitError {
+		t.Fatalf("a's management token on b after a restore that kept b's ACLs: exit %d", r.code)
+	}
+	if tok := lockToken(t, b.Addr(), "job"); tok <= last {
+		t.Fatalf("token %d after the restore; b issued %d before it", tok, last)
+	}
+
+	runJSON(t, b.Addr(), 0, "snapshot", "restore", "--force", "--from-cluster", idA, "--replace-keys", file)
+	t.Setenv(envAuthToken, adminA) // a's ACLs now
+	if id := clusterID(t, b.Addr()); id != idA {
+		t.Fatalf("cluster id after --replace-keys: %s, want a's %s", id, idA)
+	}
+	runJSON(t, b.Addr(), 0, "status", "--auth-token", adminA)
+	if r := run(t, b.Addr(), "status", "--auth-token", adminB); r.code != ExitError {
+		t.Fatalf("b's management token after --replace-keys: exit %d", r.code)
 	}
 }

@@ -1363,6 +1363,9 @@ func (n *Node) RestoreSnapshot(ctx context.Context, data []byte, opt RestoreOpti
 		return nil, fmt.Errorf("%w: the file's header names cluster %s, its state cluster %s", fsm.ErrSnapshotDamaged, fsm.ClusterIDString(fileID), fsm.ClusterIDString(snap.GetSecurity().GetClusterId()))
 	}
 	if _, err := fsm.Import(snap); err != nil {
+		if errors.Is(err, fsm.ErrInvalid) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w: %v", fsm.ErrInvalid, err)
 	}
 	// Take every batcher slot: no command enters raft from here until the
