@@ -153,7 +153,10 @@ func TestRestoreRefusesInconsistentSnapshot(t *testing.T) {
 		"holder token 0":                    func(s *fsmpb.Snapshot) { s.Locks[0].Holders[0].Token = 0 },
 		"two exclusive holders":             func(s *fsmpb.Snapshot) { s.Locks[0].Holders = append(s.Locks[0].Holders, s.Locks[0].Holders[0]) },
 		"register token above the revision": func(s *fsmpb.Snapshot) { s.Registers[0].Token = s.Revision + 1 },
-		"session id above the revision":     func(s *fsmpb.Snapshot) { s.Sessions[0].Id = s.Revision + 1; s.Locks[0].Holders[0].Session = s.Revision + 1 },
+		"session id above the revision": func(s *fsmpb.Snapshot) {
+			s.Sessions[0].Id = s.Revision + 1
+			s.Locks[0].Holders[0].Session = s.Revision + 1
+		},
 		"key modified above the revision":   func(s *fsmpb.Snapshot) { s.Kv[0].ModRevision = s.Revision + 1 },
 		"fence floor above the revision":    func(s *fsmpb.Snapshot) { s.FenceFloor = s.Revision + 1 },
 		"signing key above the revision":    func(s *fsmpb.Snapshot) { s.Security.SigningKeys[0].CreateRevision = s.Revision + 1 },
