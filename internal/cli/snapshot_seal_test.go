@@ -184,3 +184,26 @@ func TestSnapshotRestoreOfAnotherCluster(t *testing.T) {
 		t.Fatalf("b's management token after --replace-keys: exit %d", r.code)
 	}
 }
+
+// TestClusterKeysRetire: `cluster keys retire` needs --after or --now;
+// the active key is refused with one line; after a rotation the old key is
+// listed as retired with --after and gone with --now.
+func TestClusterKeysRetire(t *testing.T) {
+	s := testutil.Start(t, "", nil)
+	first := runJSON(t, s.Addr(), 0, "cluster", "keys")["keys"].([]any)[0].(map[string]any)["id"].(string)
+	oneLine(t, "retire without a grace", run(t, s.Addr(), "cluster", "keys", "retire", first), "--after")
+	oneLine(t, "retire with both", run(t, s.Addr(), "cluster", "keys", "retire", first, "--now", "--after", "1m"), "not both")
+	oneLine(t, "retire the only key", run(t, s.Addr(), "cluster", "keys", "retire", first, "--now"), "rotate first")
+	runJSON(t, s.Addr(), 0, "cluster", "keys", "rotate")
+	keys := runJSON(t, s.Addr(), 0, "cluster", "keys", "retire", first, "--after", "1h")["keys"].([]any)
+	if len(keys) != 2 || keys[0].(map[string]any)["retired"] != true || keys[1].(map[string]any)["retired"] != nil {
+		t.Fatalf("keys after retire --after 1h: %v", keys)
+	}
+	if r := run(t, s.Addr(), "cluster", "keys"); !strings.Contains(r.stdout, "(retired)") {
+		t.Fatalf("cluster keys does not mark the retired key: %q", r.stdout)
+	}
+	keys = runJSON(t, s.Addr(), 0, "cluster", "keys", "retire", first, "--now")["keys"].([]any)
+	if len(keys) != 1 || keys[0].(map[string]any)["id"] == first {
+		t.Fatalf("keys after retire --now: %v", keys)
+	}
+}
