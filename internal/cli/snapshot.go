@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -98,7 +99,7 @@ revision the restored state continues from.`,
 			// Checked here too, so that a damaged file is named at once
 			// and never sent; the server checks it again.
 			if _, _, err := fsm.OpenSnapshot(data); err != nil {
-				return fmt.Errorf("%s: %w", args[0], err)
+				return fmt.Errorf("%s: %s", args[0], strings.TrimPrefix(err.Error(), "tenure: ")) // exit 1
 			}
 			opts := []client.RestoreOption{client.AboveRevision(above)}
 			if fromCluster != "" {
