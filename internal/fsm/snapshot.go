@@ -99,9 +99,6 @@ func importWith(snap *fsmpb.Snapshot, items *itemLoader) (*State, error) {
 		return nil, err
 	}
 	s.fenceFloor = snap.GetFenceFloor()
-	if err := checkSnapshotNumbers(snap); err != nil {
-		return nil, err
-	}
 	if r := snap.GetRetention(); r != nil {
 		if err := ValidateRetention(int(r.GetLockHistory()), int(r.GetRegisterOpMemory())); err != nil {
 			return nil, fmt.Errorf("snapshot: %w", err)
@@ -328,14 +325,19 @@ func histFromProto(h *fsmpb.HistoryRecord) histRec {
 	return histRec{owner: h.GetOwner(), session: h.GetSession(), token: h.GetToken(), grantedRev: h.GetGrantedRevision(), ended: h.GetEnded(), endedRev: h.GetEndedRevision()}
 }
 
-// checkSnapshotNumbers validates that every number a snapshot holds that
-// the state machine drew from its revision (session ids, grant and
-// delivery tokens, acquire, grant, modify and create revisions, queue item
+// ValidateSnapshot checks that every number a snapshot holds that the
+// state machine drew from its revision (session ids, grant and delivery
+// tokens, acquire, grant, modify, create and retire revisions, queue item
 // ids, the fence and register floors) is at or below its revision, and
-// that no lock has more holders than it can. A state edited past these
-// would let a restored holder or register carry a token above the
-// revision, so that the tokens granted after it went backwards.
-func checkSnapshotNumbers(snap *fsmpb.Snapshot) error {
+// that no lock has more holders than it can; it fails with ErrInvalid
+// naming the first that is not. A state edited past these would let a
+// restored holder or register carry a token above the revision, so that
+// the tokens granted after it went backwards. A restore through the API
+// runs it before Import (node.RestoreSnapshot); the state machine's own
+// snapshots, which it wrote, are not checked again, so that a data
+// directory written by an earlier version (which accepted fenced writes
+// with tokens never issued) still starts.
+func ValidateSnapshot(snap *fsmpb.Snapshot) error {
 	rev := snap.GetRevision()
 	above := func(what string, n uint64) error {
 		if n > rev {

@@ -1362,6 +1362,9 @@ func (n *Node) RestoreSnapshot(ctx context.Context, data []byte, opt RestoreOpti
 	if !bytes.Equal(fileID, snap.GetSecurity().GetClusterId()) {
 		return nil, fmt.Errorf("%w: the file's header names cluster %s, its state cluster %s", fsm.ErrSnapshotDamaged, fsm.ClusterIDString(fileID), fsm.ClusterIDString(snap.GetSecurity().GetClusterId()))
 	}
+	if err := fsm.ValidateSnapshot(snap); err != nil {
+		return nil, err
+	}
 	if _, err := fsm.Import(snap); err != nil {
 		if errors.Is(err, fsm.ErrInvalid) {
 			return nil, err
