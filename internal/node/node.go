@@ -1336,8 +1336,8 @@ type RestoreOptions struct {
 //
 // data must be a sealed snapshot file (fsm.OpenSnapshot): an empty, cut,
 // changed or unsealed file is refused, force or not, and so is a state
-// that fails validation (fsm.Import: every token, grant and id at or
-// below its revision). A snapshot of another cluster is refused unless
+// that fails validation (fsm.ValidateSnapshot: every token, grant and id
+// at or below its revision; then fsm.Import). A snapshot of another cluster is refused unless
 // opt.FromCluster names it. The running cluster's ACLs, signing keys and
 // cluster id are kept unless opt.ReplaceKeys. Nothing changes when it is
 // refused.
