@@ -45,6 +45,9 @@ func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 	if r.ID != 0 {
 		return nil, status.Error(codes.InvalidArgument, "etcdserver: Tenure assigns lease IDs; grant a lease with ID 0 (see docs/etcd.md)")
 	}
+	if err := s.authorize(ctx, "Lease/LeaseGrant", leaseWrite); err != nil {
+		return nil, err
+	}
 	if fw, err := s.forward(ctx); err != nil || fw != nil {
 		if err != nil {
 			return nil, err
@@ -68,6 +71,9 @@ func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 // keys are deleted, at one revision.
 func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
 	s := l.s
+	if err := s.authorize(ctx, "Lease/LeaseRevoke", leaseWrite); err != nil {
+		return nil, err
+	}
 	if fw, err := s.forward(ctx); err != nil || fw != nil {
 		if err != nil {
 			return nil, err
@@ -107,11 +113,25 @@ func (s *Server) renew(ctx context.Context, id int64) (int64, error) {
 func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 	s := l.s
 	ctx := stream.Context()
+	// The caller's credential is kept, and checked again before every
+	// renewal and every revokeCheckInterval: a revoked token or a changed
+	// policy ends the stream with "permission denied" (on a follower, the
+	// leader's end of the relayed stream ends it).
+	cred := credentialOf(ctx)
+	if err := s.authorizeCred(ctx, cred, "Lease/LeaseKeepAlive", leaseWrite); err != nil {
+		return err
+	}
 	if fw, err := s.forward(ctx); err != nil || fw != nil {
 		if err != nil {
 			return err
 		}
 		return s.relayKeepAlive(stream, fw)
+	}
+	var revokeCheck <-chan time.Time
+	if s.srv.AuthEnabled() {
+		t := time.NewTicker(revokeCheckInterval)
+		defer t.Stop()
+		revokeCheck = t.C
 	}
 	// Requests are read on a goroutine of their own, so that the stream
 	// ends when its context does (a stream that requires a leader is
@@ -143,6 +163,14 @@ func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 			return err
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-revokeCheck:
+			if err := s.stillAllowed(ctx, cred, "Lease/LeaseKeepAlive", leaseWrite); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := s.stillAllowed(ctx, cred, "Lease/LeaseKeepAlive", leaseWrite); err != nil {
+			return err
 		}
 		// The header first, as etcd: its revision is no later than the
 		// renewal.
@@ -163,6 +191,9 @@ func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 // that does not exist. Only the leader times leases.
 func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
 	s := l.s
+	if err := s.authorize(ctx, "Lease/LeaseTimeToLive", leaseWrite); err != nil {
+		return nil, err
+	}
 	if fw, err := s.forward(ctx); err != nil || fw != nil {
 		if err != nil {
 			return nil, err
@@ -207,6 +238,9 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 // this node's state.
 func (l *leaseServer) LeaseLeases(ctx context.Context, _ *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
 	s := l.s
+	if err := s.authorize(ctx, "Lease/LeaseLeases", leaseRead); err != nil {
+		return nil, err
+	}
 	out := &pb.LeaseLeasesResponse{Leases: []*pb.LeaseStatus{}}
 	var rev uint64
 	s.node.Read(func(st *fsm.State) {

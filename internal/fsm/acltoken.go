@@ -82,3 +82,15 @@ func (s *State) aclTokenUpdate(c *fsmpb.AclTokenUpdate) Result {
 	s.sec = sec
 	return Result{}
 }
+
+// Token returns the token whose id is id.
+func (sec *Security) Token(id string) (*Token, bool) {
+	t, ok := sec.tokens[id]
+	return t, ok
+}
+
+// Policy returns the policy called name.
+func (sec *Security) Policy(name string) (*Policy, bool) {
+	p, ok := sec.policies[name]
+	return p, ok
+}
