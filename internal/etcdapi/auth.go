@@ -10,7 +10,7 @@ package etcdapi
 // A denial is decided on current ACLs: a node that is not a caught-up
 // leader may hold a copy that lags a grant its client has already seen
 // acknowledged, so before it denies it waits until its state has caught
-// up with the leader's (node.LinearizableRead) and checks again.
+// up with the leader's (catchUp) and checks again.
 //
 // Streams (Watch, LeaseKeepAlive) resolve their caller's credential when
 // they open and check it again against the node's current ACLs before
@@ -22,10 +22,13 @@ import (
 	"context"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/server"
@@ -96,8 +99,8 @@ func (s *Server) authorizeCred(ctx context.Context, cred credential, method stri
 		return nil
 	}
 	if !c.Anonymous() && !s.node.CaughtUpLeader() {
-		if err := s.linearizable(ctx); err != nil {
-			return toGRPC(err)
+		if err := s.catchUp(ctx); err != nil {
+			return err
 		}
 		if c, missing, ok = s.decide(ctx, cred, rights); ok {
 			return nil
@@ -122,6 +125,46 @@ func (s *Server) decide(ctx context.Context, cred credential, rights []server.Ri
 	}
 	missing, ok := s.srv.Missing(c, sec, rights...)
 	return c, missing, ok
+}
+
+// catchUpWait bounds how long a follower waits for its state to reach
+// the leader's revision before it decides a denial.
+const catchUpWait = 5 * time.Second
+
+// catchUp returns once this node's state has caught up with the leader's
+// at the time of the call: on the leader, a linearizable read; on a
+// follower, the leader's current revision (from its AuthStatus, which
+// needs no credential, as etcd's) reached by this node.
+func (s *Server) catchUp(ctx context.Context) error {
+	fw, err := s.forward(ctx)
+	if err != nil {
+		return err
+	}
+	if fw == nil {
+		return toGRPC(s.linearizable(ctx))
+	}
+	st, err := pb.NewAuthClient(fw.conn).AuthStatus(fw.ctx, &pb.AuthStatusRequest{})
+	if err != nil {
+		return err
+	}
+	want := uint64(st.GetHeader().GetRevision())
+	if s.revision() >= want {
+		return nil
+	}
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	deadline := time.NewTimer(catchUpWait)
+	defer deadline.Stop()
+	for s.revision() < want {
+		select {
+		case <-ctx.Done():
+			return toGRPC(ctx.Err())
+		case <-deadline.C:
+			return status.Errorf(codes.Unavailable, "etcdserver: this member is %d revisions behind the leader", want-s.revision())
+		case <-t.C:
+		}
+	}
+	return nil
 }
 
 // stillAllowed is a stream's check of its caller against the node's

@@ -125,8 +125,8 @@ func (a *authServer) Authenticate(ctx context.Context, r *pb.AuthenticateRequest
 	ok := matches()
 	if !ok && !s.node.CaughtUpLeader() {
 		// A token created a moment ago may not have reached this node.
-		if err := s.linearizable(ctx); err != nil {
-			return nil, toGRPC(err)
+		if err := s.catchUp(ctx); err != nil {
+			return nil, err
 		}
 		ok = matches()
 	}
