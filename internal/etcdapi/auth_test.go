@@ -174,8 +174,14 @@ func TestEtcdUsersAndRoles(t *testing.T) {
 			_, err := auth.RoleGrantPermission(root, &pb.AuthRoleGrantPermissionRequest{Name: "r1", Perm: &authpb.Permission{PermType: authpb.Permission_READ, Key: []byte("pub/"), RangeEnd: []byte("pub0")}})
 			return err
 		},
-		func() error { _, err := auth.UserAdd(root, &pb.AuthUserAddRequest{Name: "u1", Password: "a-long-password-1"}); return err },
-		func() error { _, err := auth.UserGrantRole(root, &pb.AuthUserGrantRoleRequest{User: "u1", Role: "r1"}); return err },
+		func() error {
+			_, err := auth.UserAdd(root, &pb.AuthUserAddRequest{Name: "u1", Password: "a-long-password-1"})
+			return err
+		},
+		func() error {
+			_, err := auth.UserGrantRole(root, &pb.AuthUserGrantRoleRequest{User: "u1", Role: "r1"})
+			return err
+		},
 		func() error { _, err := auth.AuthEnable(root, &pb.AuthEnableRequest{}); return err },
 	}
 	for i, step := range steps {
