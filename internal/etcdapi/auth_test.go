@@ -140,6 +140,23 @@ func TestAuthOnTheEtcdAPI(t *testing.T) {
 	if _, err := e.lease.LeaseGrant(root, &pb.LeaseGrantRequest{TTL: 10}); err != nil {
 		t.Fatalf("a lease with session write: %v", err)
 	}
+	// A lease's keys are the keys': revoking another's lease, which
+	// deletes its keys, needs write on them, and listing them read.
+	leaser := withToken(ctx, n.token(t, "leaser", "session:etcd:write", "kv:mine/:write").GetSecret())
+	g, err := e.lease.LeaseGrant(root, &pb.LeaseGrantRequest{TTL: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.kv.Put(root, &pb.PutRequest{Key: []byte("secret/leased"), Value: []byte("v"), Lease: g.ID}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.lease.LeaseRevoke(leaser, &pb.LeaseRevokeRequest{ID: g.ID})
+	wantErr(t, err, rpctypes.ErrGRPCPermissionDenied)
+	_, err = e.lease.LeaseTimeToLive(leaser, &pb.LeaseTimeToLiveRequest{ID: g.ID, Keys: true})
+	wantErr(t, err, rpctypes.ErrGRPCPermissionDenied)
+	if r, err := e.kv.Range(root, &pb.RangeRequest{Key: []byte("secret/leased")}); err != nil || len(r.Kvs) != 1 {
+		t.Fatalf("the leased key after a refused revoke: %v %v", r, err)
+	}
 	_, err = e.kv.Range(withToken(ctx, "tnr_unknown"), &pb.RangeRequest{Key: []byte("app/x")})
 	wantErr(t, err, rpctypes.ErrGRPCInvalidAuthToken)
 	// A revoked token stops working at once.

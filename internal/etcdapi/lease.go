@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+	"github.com/tenure-io/tenure/internal/server"
 )
 
 // leaseServer is etcd's Lease service. A lease is a Tenure session
@@ -84,11 +85,31 @@ func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest)
 	if err := s.checkLease(r.ID); err != nil {
 		return nil, err
 	}
+	// Revoking a lease deletes its keys: as etcd does, the caller needs
+	// write on each of them.
+	if err := s.authorizeLeaseKeys(ctx, "Lease/LeaseRevoke", r.ID, fsm.AccessWrite); err != nil {
+		return nil, err
+	}
 	res, err := s.propose(ctx, &fsmpb.CloseSession{Session: uint64(r.ID)})
 	if err != nil {
 		return nil, toGRPC(err)
 	}
 	return &pb.LeaseRevokeResponse{Header: s.header(res.Revision)}, nil
+}
+
+// authorizeLeaseKeys checks that the caller has need on every key bound
+// to lease id (nil when auth is off).
+func (s *Server) authorizeLeaseKeys(ctx context.Context, method string, id int64, need fsm.Access) error {
+	if !s.srv.AuthEnabled() || id <= 0 {
+		return nil
+	}
+	var keys []string
+	s.node.Read(func(st *fsm.State) { keys = st.SessionKeys(uint64(id)) })
+	rights := make([]server.Right, len(keys))
+	for i, k := range keys {
+		rights[i] = spanRight([]byte(k), nil, need)
+	}
+	return s.authorize(ctx, method, rights...)
 }
 
 // renew keeps lease id alive on the leader and returns its TTL in
@@ -223,6 +244,13 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 	out.Header = s.header(rev)
 	if !found {
 		return out, nil
+	}
+	if r.Keys {
+		// The keys' names are answered: as etcd does, the caller needs
+		// read on each of them.
+		if err := s.authorizeLeaseKeys(ctx, "Lease/LeaseTimeToLive", r.ID, fsm.AccessRead); err != nil {
+			return nil, err
+		}
 	}
 	out.GrantedTTL, out.TTL = granted/1000, granted/1000
 	if left, ok := s.node.SessionsTimeLeft([]uint64{uint64(r.ID)}); ok && left[0] >= 0 {
