@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -207,5 +208,26 @@ func TestAuthClusterOverTLS(t *testing.T) {
 	}
 	if d := time.Since(revoked); d > time.Second {
 		t.Fatalf("the follower's watch ended %v after the revocation", d)
+	}
+}
+
+// TestTLSClusterNeedsPeerTLS: a member with --etcd-listen and client TLS
+// but no peer TLS is refused at start, with one line naming the peer TLS
+// flags (its followers would have nothing to forward with).
+func TestTLSClusterNeedsPeerTLS(t *testing.T) {
+	root := t.TempDir()
+	ca, err := tlsconfig.NewCA("clients", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := tlsconfig.New(issue(t, root, "server", ca, []string{"127.0.0.1"}, tlsconfig.ServerAuth), tlsconfig.Server, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := testutil.FreeAddr(t, 61000, 65000)
+	_, err = daemon.Start(daemon.Config{NodeID: "n1", DataDir: filepath.Join(root, "n1"), Listen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0",
+		PeerListen: peer, BootstrapPeers: map[string]string{"n1": peer}, TLS: r.ServerConfig(), LogOutput: testutil.LogWriter(t, "n1")})
+	if err == nil || !strings.Contains(err.Error(), "--peer-tls-cert") {
+		t.Fatalf("start: %v, want a refusal naming --peer-tls-cert", err)
 	}
 }
