@@ -1666,8 +1666,10 @@ type ClusterLimits struct {
 	MaxQueueLength   uint64 `protobuf:"varint,8,opt,name=max_queue_length,json=maxQueueLength,proto3" json:"max_queue_length,omitempty"`
 	MaxKeys          uint64 `protobuf:"varint,9,opt,name=max_keys,json=maxKeys,proto3" json:"max_keys,omitempty"`
 	MaxKvBytes       uint64 `protobuf:"varint,10,opt,name=max_kv_bytes,json=maxKvBytes,proto3" json:"max_kv_bytes,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// max_etcd_leases: live leases of the etcd API, apart from max_sessions.
+	MaxEtcdLeases uint64 `protobuf:"varint,70,opt,name=max_etcd_leases,json=maxEtcdLeases,proto3" json:"max_etcd_leases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterLimits) Reset() {
@@ -1766,6 +1768,13 @@ func (x *ClusterLimits) GetMaxKeys() uint64 {
 func (x *ClusterLimits) GetMaxKvBytes() uint64 {
 	if x != nil {
 		return x.MaxKvBytes
+	}
+	return 0
+}
+
+func (x *ClusterLimits) GetMaxEtcdLeases() uint64 {
+	if x != nil {
+		return x.MaxEtcdLeases
 	}
 	return 0
 }
@@ -8559,7 +8568,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x11AclWhoAmIResponse\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x1a\n" +
 	"\bpolicies\x18\x02 \x03(\tR\bpolicies\x12\x12\n" +
-	"\x04auth\x18\x03 \x01(\bR\x04auth\"\xf5\x02\n" +
+	"\x04auth\x18\x03 \x01(\bR\x04auth\"\x9d\x03\n" +
 	"\rClusterLimits\x12!\n" +
 	"\fmax_sessions\x18\x01 \x01(\x04R\vmaxSessions\x12\x1f\n" +
 	"\vmax_waiters\x18\x02 \x01(\x04R\n" +
@@ -8574,7 +8583,8 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\bmax_keys\x18\t \x01(\x04R\amaxKeys\x12 \n" +
 	"\fmax_kv_bytes\x18\n" +
 	" \x01(\x04R\n" +
-	"maxKvBytes\"\x12\n" +
+	"maxKvBytes\x12&\n" +
+	"\x0fmax_etcd_leases\x18F \x01(\x04R\rmaxEtcdLeases\"\x12\n" +
 	"\x10GetLimitsRequest\"D\n" +
 	"\x10SetLimitsRequest\x120\n" +
 	"\x06limits\x18\x01 \x01(\v2\x18.tenure.v1.ClusterLimitsR\x06limits\"^\n" +

@@ -556,8 +556,8 @@ func policyFromProto(p *fsmpb.AclPolicy) (*Policy, error) {
 	if err := ValidateACLName("policy name", p.GetName()); err != nil {
 		return nil, err
 	}
-	if n := len(p.GetRules()); n == 0 || n > MaxRulesPerPolicy {
-		return nil, fmt.Errorf("%w: a policy has 1..%d rules, not %d", ErrInvalid, MaxRulesPerPolicy, n)
+	if n := len(p.GetRules()); n > MaxRulesPerPolicy {
+		return nil, fmt.Errorf("%w: a policy has 0..%d rules, not %d", ErrInvalid, MaxRulesPerPolicy, n)
 	}
 	out := &Policy{Name: p.GetName()}
 	for _, r := range p.GetRules() {
