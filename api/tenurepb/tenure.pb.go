@@ -370,6 +370,67 @@ func (QueueSettleResult) EnumDescriptor() ([]byte, []int) {
 	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{5}
 }
 
+type ClusterKeyRetireRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// after_ms: the grace before the key is removed (> 0 unless now).
+	AfterMs       int64 `protobuf:"varint,2,opt,name=after_ms,json=afterMs,proto3" json:"after_ms,omitempty"`
+	Now           bool  `protobuf:"varint,3,opt,name=now,proto3" json:"now,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterKeyRetireRequest) Reset() {
+	*x = ClusterKeyRetireRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterKeyRetireRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterKeyRetireRequest) ProtoMessage() {}
+
+func (x *ClusterKeyRetireRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterKeyRetireRequest.ProtoReflect.Descriptor instead.
+func (*ClusterKeyRetireRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ClusterKeyRetireRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ClusterKeyRetireRequest) GetAfterMs() int64 {
+	if x != nil {
+		return x.AfterMs
+	}
+	return 0
+}
+
+func (x *ClusterKeyRetireRequest) GetNow() bool {
+	if x != nil {
+		return x.Now
+	}
+	return false
+}
+
 type ClusterKeysRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -378,7 +439,7 @@ type ClusterKeysRequest struct {
 
 func (x *ClusterKeysRequest) Reset() {
 	*x = ClusterKeysRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[0]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +451,7 @@ func (x *ClusterKeysRequest) String() string {
 func (*ClusterKeysRequest) ProtoMessage() {}
 
 func (x *ClusterKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[0]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +464,7 @@ func (x *ClusterKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterKeysRequest.ProtoReflect.Descriptor instead.
 func (*ClusterKeysRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{0}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{1}
 }
 
 type ClusterKeyRotateRequest struct {
@@ -414,7 +475,7 @@ type ClusterKeyRotateRequest struct {
 
 func (x *ClusterKeyRotateRequest) Reset() {
 	*x = ClusterKeyRotateRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[1]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -426,7 +487,7 @@ func (x *ClusterKeyRotateRequest) String() string {
 func (*ClusterKeyRotateRequest) ProtoMessage() {}
 
 func (x *ClusterKeyRotateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[1]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -439,7 +500,7 @@ func (x *ClusterKeyRotateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterKeyRotateRequest.ProtoReflect.Descriptor instead.
 func (*ClusterKeyRotateRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{1}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{2}
 }
 
 type ClusterKey struct {
@@ -451,13 +512,18 @@ type ClusterKey struct {
 	// active: the key that signs new grants.
 	Active         bool   `protobuf:"varint,3,opt,name=active,proto3" json:"active,omitempty"`
 	CreateRevision uint64 `protobuf:"varint,4,opt,name=create_revision,json=createRevision,proto3" json:"create_revision,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// retired: the key is retired (never the active one) and is removed
+	// once retire_grace_ms has passed since retired_revision.
+	Retired         bool   `protobuf:"varint,80,opt,name=retired,proto3" json:"retired,omitempty"`
+	RetiredRevision uint64 `protobuf:"varint,81,opt,name=retired_revision,json=retiredRevision,proto3" json:"retired_revision,omitempty"`
+	RetireGraceMs   int64  `protobuf:"varint,82,opt,name=retire_grace_ms,json=retireGraceMs,proto3" json:"retire_grace_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ClusterKey) Reset() {
 	*x = ClusterKey{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[2]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -469,7 +535,7 @@ func (x *ClusterKey) String() string {
 func (*ClusterKey) ProtoMessage() {}
 
 func (x *ClusterKey) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[2]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -482,7 +548,7 @@ func (x *ClusterKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterKey.ProtoReflect.Descriptor instead.
 func (*ClusterKey) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{2}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ClusterKey) GetId() string {
@@ -513,6 +579,27 @@ func (x *ClusterKey) GetCreateRevision() uint64 {
 	return 0
 }
 
+func (x *ClusterKey) GetRetired() bool {
+	if x != nil {
+		return x.Retired
+	}
+	return false
+}
+
+func (x *ClusterKey) GetRetiredRevision() uint64 {
+	if x != nil {
+		return x.RetiredRevision
+	}
+	return 0
+}
+
+func (x *ClusterKey) GetRetireGraceMs() int64 {
+	if x != nil {
+		return x.RetireGraceMs
+	}
+	return 0
+}
+
 type ClusterKeysResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// cluster_id: 16 bytes, drawn with the first key (empty before).
@@ -525,7 +612,7 @@ type ClusterKeysResponse struct {
 
 func (x *ClusterKeysResponse) Reset() {
 	*x = ClusterKeysResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[3]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -537,7 +624,7 @@ func (x *ClusterKeysResponse) String() string {
 func (*ClusterKeysResponse) ProtoMessage() {}
 
 func (x *ClusterKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[3]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -550,7 +637,7 @@ func (x *ClusterKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterKeysResponse.ProtoReflect.Descriptor instead.
 func (*ClusterKeysResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{3}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ClusterKeysResponse) GetClusterId() []byte {
@@ -581,7 +668,7 @@ type AclRule struct {
 
 func (x *AclRule) Reset() {
 	*x = AclRule{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[4]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -593,7 +680,7 @@ func (x *AclRule) String() string {
 func (*AclRule) ProtoMessage() {}
 
 func (x *AclRule) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[4]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -606,7 +693,7 @@ func (x *AclRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclRule.ProtoReflect.Descriptor instead.
 func (*AclRule) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{4}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AclRule) GetKind() string {
@@ -640,7 +727,7 @@ type AclPolicy struct {
 
 func (x *AclPolicy) Reset() {
 	*x = AclPolicy{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[5]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +739,7 @@ func (x *AclPolicy) String() string {
 func (*AclPolicy) ProtoMessage() {}
 
 func (x *AclPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[5]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +752,7 @@ func (x *AclPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicy.ProtoReflect.Descriptor instead.
 func (*AclPolicy) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{5}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AclPolicy) GetName() string {
@@ -690,7 +777,7 @@ type AclBootstrapRequest struct {
 
 func (x *AclBootstrapRequest) Reset() {
 	*x = AclBootstrapRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[6]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -702,7 +789,7 @@ func (x *AclBootstrapRequest) String() string {
 func (*AclBootstrapRequest) ProtoMessage() {}
 
 func (x *AclBootstrapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[6]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -715,7 +802,7 @@ func (x *AclBootstrapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBootstrapRequest.ProtoReflect.Descriptor instead.
 func (*AclBootstrapRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{6}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{7}
 }
 
 // AclTokenSecret is a new token: id is public (listings, revocation),
@@ -731,7 +818,7 @@ type AclTokenSecret struct {
 
 func (x *AclTokenSecret) Reset() {
 	*x = AclTokenSecret{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[7]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -743,7 +830,7 @@ func (x *AclTokenSecret) String() string {
 func (*AclTokenSecret) ProtoMessage() {}
 
 func (x *AclTokenSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[7]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -756,7 +843,7 @@ func (x *AclTokenSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenSecret.ProtoReflect.Descriptor instead.
 func (*AclTokenSecret) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{7}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AclTokenSecret) GetId() string {
@@ -791,7 +878,7 @@ type AclPolicyCreateRequest struct {
 
 func (x *AclPolicyCreateRequest) Reset() {
 	*x = AclPolicyCreateRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[8]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +890,7 @@ func (x *AclPolicyCreateRequest) String() string {
 func (*AclPolicyCreateRequest) ProtoMessage() {}
 
 func (x *AclPolicyCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[8]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -816,7 +903,7 @@ func (x *AclPolicyCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyCreateRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyCreateRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{8}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AclPolicyCreateRequest) GetPolicy() *AclPolicy {
@@ -841,7 +928,7 @@ type AclPolicyListRequest struct {
 
 func (x *AclPolicyListRequest) Reset() {
 	*x = AclPolicyListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[9]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +940,7 @@ func (x *AclPolicyListRequest) String() string {
 func (*AclPolicyListRequest) ProtoMessage() {}
 
 func (x *AclPolicyListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[9]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +953,7 @@ func (x *AclPolicyListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyListRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{9}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{10}
 }
 
 type AclPolicyListResponse struct {
@@ -878,7 +965,7 @@ type AclPolicyListResponse struct {
 
 func (x *AclPolicyListResponse) Reset() {
 	*x = AclPolicyListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[10]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +977,7 @@ func (x *AclPolicyListResponse) String() string {
 func (*AclPolicyListResponse) ProtoMessage() {}
 
 func (x *AclPolicyListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[10]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +990,7 @@ func (x *AclPolicyListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyListResponse.ProtoReflect.Descriptor instead.
 func (*AclPolicyListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{10}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AclPolicyListResponse) GetPolicies() []*AclPolicy {
@@ -922,7 +1009,7 @@ type AclPolicyDeleteRequest struct {
 
 func (x *AclPolicyDeleteRequest) Reset() {
 	*x = AclPolicyDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[11]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1021,7 @@ func (x *AclPolicyDeleteRequest) String() string {
 func (*AclPolicyDeleteRequest) ProtoMessage() {}
 
 func (x *AclPolicyDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[11]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1034,7 @@ func (x *AclPolicyDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyDeleteRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{11}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AclPolicyDeleteRequest) GetName() string {
@@ -966,7 +1053,7 @@ type AclDeleteResponse struct {
 
 func (x *AclDeleteResponse) Reset() {
 	*x = AclDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1065,7 @@ func (x *AclDeleteResponse) String() string {
 func (*AclDeleteResponse) ProtoMessage() {}
 
 func (x *AclDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1078,7 @@ func (x *AclDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclDeleteResponse.ProtoReflect.Descriptor instead.
 func (*AclDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{12}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AclDeleteResponse) GetRevision() uint64 {
@@ -1011,7 +1098,7 @@ type AclTokenCreateRequest struct {
 
 func (x *AclTokenCreateRequest) Reset() {
 	*x = AclTokenCreateRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1110,7 @@ func (x *AclTokenCreateRequest) String() string {
 func (*AclTokenCreateRequest) ProtoMessage() {}
 
 func (x *AclTokenCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1123,7 @@ func (x *AclTokenCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenCreateRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenCreateRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{13}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AclTokenCreateRequest) GetPolicies() []string {
@@ -1065,7 +1152,7 @@ type AclToken struct {
 
 func (x *AclToken) Reset() {
 	*x = AclToken{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1077,7 +1164,7 @@ func (x *AclToken) String() string {
 func (*AclToken) ProtoMessage() {}
 
 func (x *AclToken) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1090,7 +1177,7 @@ func (x *AclToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclToken.ProtoReflect.Descriptor instead.
 func (*AclToken) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{14}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AclToken) GetId() string {
@@ -1129,7 +1216,7 @@ type AclTokenListRequest struct {
 
 func (x *AclTokenListRequest) Reset() {
 	*x = AclTokenListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1141,7 +1228,7 @@ func (x *AclTokenListRequest) String() string {
 func (*AclTokenListRequest) ProtoMessage() {}
 
 func (x *AclTokenListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1154,7 +1241,7 @@ func (x *AclTokenListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenListRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{15}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{16}
 }
 
 type AclTokenListResponse struct {
@@ -1166,7 +1253,7 @@ type AclTokenListResponse struct {
 
 func (x *AclTokenListResponse) Reset() {
 	*x = AclTokenListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1265,7 @@ func (x *AclTokenListResponse) String() string {
 func (*AclTokenListResponse) ProtoMessage() {}
 
 func (x *AclTokenListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1278,7 @@ func (x *AclTokenListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenListResponse.ProtoReflect.Descriptor instead.
 func (*AclTokenListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{16}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AclTokenListResponse) GetTokens() []*AclToken {
@@ -1210,7 +1297,7 @@ type AclTokenRevokeRequest struct {
 
 func (x *AclTokenRevokeRequest) Reset() {
 	*x = AclTokenRevokeRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1309,7 @@ func (x *AclTokenRevokeRequest) String() string {
 func (*AclTokenRevokeRequest) ProtoMessage() {}
 
 func (x *AclTokenRevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1322,7 @@ func (x *AclTokenRevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenRevokeRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenRevokeRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{17}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AclTokenRevokeRequest) GetId() string {
@@ -1255,7 +1342,7 @@ type AclIdentity struct {
 
 func (x *AclIdentity) Reset() {
 	*x = AclIdentity{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1354,7 @@ func (x *AclIdentity) String() string {
 func (*AclIdentity) ProtoMessage() {}
 
 func (x *AclIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1367,7 @@ func (x *AclIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclIdentity.ProtoReflect.Descriptor instead.
 func (*AclIdentity) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{18}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AclIdentity) GetName() string {
@@ -1306,7 +1393,7 @@ type AclIdentityBindRequest struct {
 
 func (x *AclIdentityBindRequest) Reset() {
 	*x = AclIdentityBindRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1405,7 @@ func (x *AclIdentityBindRequest) String() string {
 func (*AclIdentityBindRequest) ProtoMessage() {}
 
 func (x *AclIdentityBindRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1418,7 @@ func (x *AclIdentityBindRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclIdentityBindRequest.ProtoReflect.Descriptor instead.
 func (*AclIdentityBindRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{19}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AclIdentityBindRequest) GetIdentity() *AclIdentity {
@@ -1349,7 +1436,7 @@ type AclIdentityListRequest struct {
 
 func (x *AclIdentityListRequest) Reset() {
 	*x = AclIdentityListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1448,7 @@ func (x *AclIdentityListRequest) String() string {
 func (*AclIdentityListRequest) ProtoMessage() {}
 
 func (x *AclIdentityListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1461,7 @@ func (x *AclIdentityListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclIdentityListRequest.ProtoReflect.Descriptor instead.
 func (*AclIdentityListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{20}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{21}
 }
 
 type AclIdentityListResponse struct {
@@ -1386,7 +1473,7 @@ type AclIdentityListResponse struct {
 
 func (x *AclIdentityListResponse) Reset() {
 	*x = AclIdentityListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +1485,7 @@ func (x *AclIdentityListResponse) String() string {
 func (*AclIdentityListResponse) ProtoMessage() {}
 
 func (x *AclIdentityListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +1498,7 @@ func (x *AclIdentityListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclIdentityListResponse.ProtoReflect.Descriptor instead.
 func (*AclIdentityListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{21}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AclIdentityListResponse) GetIdentities() []*AclIdentity {
@@ -1430,7 +1517,7 @@ type AclIdentityUnbindRequest struct {
 
 func (x *AclIdentityUnbindRequest) Reset() {
 	*x = AclIdentityUnbindRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1442,7 +1529,7 @@ func (x *AclIdentityUnbindRequest) String() string {
 func (*AclIdentityUnbindRequest) ProtoMessage() {}
 
 func (x *AclIdentityUnbindRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1455,7 +1542,7 @@ func (x *AclIdentityUnbindRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclIdentityUnbindRequest.ProtoReflect.Descriptor instead.
 func (*AclIdentityUnbindRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{22}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AclIdentityUnbindRequest) GetName() string {
@@ -1473,7 +1560,7 @@ type AclWhoAmIRequest struct {
 
 func (x *AclWhoAmIRequest) Reset() {
 	*x = AclWhoAmIRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +1572,7 @@ func (x *AclWhoAmIRequest) String() string {
 func (*AclWhoAmIRequest) ProtoMessage() {}
 
 func (x *AclWhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +1585,7 @@ func (x *AclWhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclWhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*AclWhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{23}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{24}
 }
 
 type AclWhoAmIResponse struct {
@@ -1514,7 +1601,7 @@ type AclWhoAmIResponse struct {
 
 func (x *AclWhoAmIResponse) Reset() {
 	*x = AclWhoAmIResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1613,7 @@ func (x *AclWhoAmIResponse) String() string {
 func (*AclWhoAmIResponse) ProtoMessage() {}
 
 func (x *AclWhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1626,7 @@ func (x *AclWhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclWhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*AclWhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{24}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AclWhoAmIResponse) GetIdentity() string {
@@ -1579,13 +1666,15 @@ type ClusterLimits struct {
 	MaxQueueLength   uint64 `protobuf:"varint,8,opt,name=max_queue_length,json=maxQueueLength,proto3" json:"max_queue_length,omitempty"`
 	MaxKeys          uint64 `protobuf:"varint,9,opt,name=max_keys,json=maxKeys,proto3" json:"max_keys,omitempty"`
 	MaxKvBytes       uint64 `protobuf:"varint,10,opt,name=max_kv_bytes,json=maxKvBytes,proto3" json:"max_kv_bytes,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// max_etcd_leases: live leases of the etcd API, apart from max_sessions.
+	MaxEtcdLeases uint64 `protobuf:"varint,70,opt,name=max_etcd_leases,json=maxEtcdLeases,proto3" json:"max_etcd_leases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterLimits) Reset() {
 	*x = ClusterLimits{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1597,7 +1686,7 @@ func (x *ClusterLimits) String() string {
 func (*ClusterLimits) ProtoMessage() {}
 
 func (x *ClusterLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1610,7 +1699,7 @@ func (x *ClusterLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterLimits.ProtoReflect.Descriptor instead.
 func (*ClusterLimits) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{25}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ClusterLimits) GetMaxSessions() uint64 {
@@ -1683,6 +1772,13 @@ func (x *ClusterLimits) GetMaxKvBytes() uint64 {
 	return 0
 }
 
+func (x *ClusterLimits) GetMaxEtcdLeases() uint64 {
+	if x != nil {
+		return x.MaxEtcdLeases
+	}
+	return 0
+}
+
 type GetLimitsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1691,7 +1787,7 @@ type GetLimitsRequest struct {
 
 func (x *GetLimitsRequest) Reset() {
 	*x = GetLimitsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1703,7 +1799,7 @@ func (x *GetLimitsRequest) String() string {
 func (*GetLimitsRequest) ProtoMessage() {}
 
 func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1716,7 +1812,7 @@ func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLimitsRequest.ProtoReflect.Descriptor instead.
 func (*GetLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{26}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{27}
 }
 
 type SetLimitsRequest struct {
@@ -1729,7 +1825,7 @@ type SetLimitsRequest struct {
 
 func (x *SetLimitsRequest) Reset() {
 	*x = SetLimitsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1837,7 @@ func (x *SetLimitsRequest) String() string {
 func (*SetLimitsRequest) ProtoMessage() {}
 
 func (x *SetLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1850,7 @@ func (x *SetLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLimitsRequest.ProtoReflect.Descriptor instead.
 func (*SetLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{27}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetLimitsRequest) GetLimits() *ClusterLimits {
@@ -1774,7 +1870,7 @@ type LimitsResponse struct {
 
 func (x *LimitsResponse) Reset() {
 	*x = LimitsResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +1882,7 @@ func (x *LimitsResponse) String() string {
 func (*LimitsResponse) ProtoMessage() {}
 
 func (x *LimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +1895,7 @@ func (x *LimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsResponse.ProtoReflect.Descriptor instead.
 func (*LimitsResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{28}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LimitsResponse) GetLimits() *ClusterLimits {
@@ -1824,7 +1920,7 @@ type SnapshotSaveRequest struct {
 
 func (x *SnapshotSaveRequest) Reset() {
 	*x = SnapshotSaveRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1836,7 +1932,7 @@ func (x *SnapshotSaveRequest) String() string {
 func (*SnapshotSaveRequest) ProtoMessage() {}
 
 func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1849,7 +1945,7 @@ func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{29}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{30}
 }
 
 type SnapshotChunk struct {
@@ -1857,14 +1953,26 @@ type SnapshotChunk struct {
 	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
 	// force, on the first chunk of a restore: restore even into a cluster
 	// whose revision is past the snapshot's.
-	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	Force bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	// from_cluster, on the first chunk of a restore: the hex id of the
+	// cluster that saved the snapshot, when it is not this one ("none" for
+	// a snapshot that names no cluster). Without it a snapshot of another
+	// cluster is refused.
+	FromCluster string `protobuf:"bytes,80,opt,name=from_cluster,json=fromCluster,proto3" json:"from_cluster,omitempty"`
+	// replace_keys, on the first chunk of a restore: take the snapshot's
+	// ACLs, signing keys and cluster id instead of keeping this cluster's.
+	ReplaceKeys bool `protobuf:"varint,81,opt,name=replace_keys,json=replaceKeys,proto3" json:"replace_keys,omitempty"`
+	// above_revision, on the first chunk of a restore: continue above this
+	// revision, and keep tokens up to it stale (the revision a lost data
+	// directory had reached).
+	AboveRevision uint64 `protobuf:"varint,82,opt,name=above_revision,json=aboveRevision,proto3" json:"above_revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1876,7 +1984,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1889,7 +1997,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{30}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -1906,6 +2014,27 @@ func (x *SnapshotChunk) GetForce() bool {
 	return false
 }
 
+func (x *SnapshotChunk) GetFromCluster() string {
+	if x != nil {
+		return x.FromCluster
+	}
+	return ""
+}
+
+func (x *SnapshotChunk) GetReplaceKeys() bool {
+	if x != nil {
+		return x.ReplaceKeys
+	}
+	return false
+}
+
+func (x *SnapshotChunk) GetAboveRevision() uint64 {
+	if x != nil {
+		return x.AboveRevision
+	}
+	return 0
+}
+
 type SnapshotRestoreResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
@@ -1920,7 +2049,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1932,7 +2061,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1945,7 +2074,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{31}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SnapshotRestoreResponse) GetRevision() uint64 {
@@ -2002,7 +2131,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +2143,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +2156,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{32}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Member) GetId() string {
@@ -2066,7 +2195,7 @@ type MemberListRequest struct {
 
 func (x *MemberListRequest) Reset() {
 	*x = MemberListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2078,7 +2207,7 @@ func (x *MemberListRequest) String() string {
 func (*MemberListRequest) ProtoMessage() {}
 
 func (x *MemberListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2091,7 +2220,7 @@ func (x *MemberListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberListRequest.ProtoReflect.Descriptor instead.
 func (*MemberListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{33}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{34}
 }
 
 type MemberListResponse struct {
@@ -2103,7 +2232,7 @@ type MemberListResponse struct {
 
 func (x *MemberListResponse) Reset() {
 	*x = MemberListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2244,7 @@ func (x *MemberListResponse) String() string {
 func (*MemberListResponse) ProtoMessage() {}
 
 func (x *MemberListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2257,7 @@ func (x *MemberListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberListResponse.ProtoReflect.Descriptor instead.
 func (*MemberListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{34}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *MemberListResponse) GetMembers() []*Member {
@@ -2150,7 +2279,7 @@ type MemberAddRequest struct {
 
 func (x *MemberAddRequest) Reset() {
 	*x = MemberAddRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2162,7 +2291,7 @@ func (x *MemberAddRequest) String() string {
 func (*MemberAddRequest) ProtoMessage() {}
 
 func (x *MemberAddRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2175,7 +2304,7 @@ func (x *MemberAddRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberAddRequest.ProtoReflect.Descriptor instead.
 func (*MemberAddRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{35}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *MemberAddRequest) GetId() string {
@@ -2209,7 +2338,7 @@ type MemberRemoveRequest struct {
 
 func (x *MemberRemoveRequest) Reset() {
 	*x = MemberRemoveRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2221,7 +2350,7 @@ func (x *MemberRemoveRequest) String() string {
 func (*MemberRemoveRequest) ProtoMessage() {}
 
 func (x *MemberRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2234,7 +2363,7 @@ func (x *MemberRemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRemoveRequest.ProtoReflect.Descriptor instead.
 func (*MemberRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{36}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *MemberRemoveRequest) GetId() string {
@@ -2261,7 +2390,7 @@ type SessionFrames struct {
 
 func (x *SessionFrames) Reset() {
 	*x = SessionFrames{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2273,7 +2402,7 @@ func (x *SessionFrames) String() string {
 func (*SessionFrames) ProtoMessage() {}
 
 func (x *SessionFrames) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2286,7 +2415,7 @@ func (x *SessionFrames) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionFrames.ProtoReflect.Descriptor instead.
 func (*SessionFrames) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{37}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SessionFrames) GetFrames() []*SessionFrame {
@@ -2312,7 +2441,7 @@ type SessionFrame struct {
 
 func (x *SessionFrame) Reset() {
 	*x = SessionFrame{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2324,7 +2453,7 @@ func (x *SessionFrame) String() string {
 func (*SessionFrame) ProtoMessage() {}
 
 func (x *SessionFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2337,7 +2466,7 @@ func (x *SessionFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionFrame.ProtoReflect.Descriptor instead.
 func (*SessionFrame) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{38}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SessionFrame) GetStream() uint64 {
@@ -2371,7 +2500,7 @@ type SessionReplies struct {
 
 func (x *SessionReplies) Reset() {
 	*x = SessionReplies{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2383,7 +2512,7 @@ func (x *SessionReplies) String() string {
 func (*SessionReplies) ProtoMessage() {}
 
 func (x *SessionReplies) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2396,7 +2525,7 @@ func (x *SessionReplies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReplies.ProtoReflect.Descriptor instead.
 func (*SessionReplies) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{39}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SessionReplies) GetReplies() []*SessionReply {
@@ -2424,7 +2553,7 @@ type SessionReply struct {
 
 func (x *SessionReply) Reset() {
 	*x = SessionReply{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2436,7 +2565,7 @@ func (x *SessionReply) String() string {
 func (*SessionReply) ProtoMessage() {}
 
 func (x *SessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2449,7 +2578,7 @@ func (x *SessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReply.ProtoReflect.Descriptor instead.
 func (*SessionReply) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{40}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SessionReply) GetStream() uint64 {
@@ -2514,7 +2643,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2526,7 +2655,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2539,7 +2668,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{41}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SessionRequest) GetId() uint64 {
@@ -2683,7 +2812,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2695,7 +2824,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2708,7 +2837,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{42}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *OpenSession) GetSessionId() uint64 {
@@ -2747,7 +2876,7 @@ type KeepAlive struct {
 
 func (x *KeepAlive) Reset() {
 	*x = KeepAlive{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2759,7 +2888,7 @@ func (x *KeepAlive) String() string {
 func (*KeepAlive) ProtoMessage() {}
 
 func (x *KeepAlive) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2772,7 +2901,7 @@ func (x *KeepAlive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAlive.ProtoReflect.Descriptor instead.
 func (*KeepAlive) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{43}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{44}
 }
 
 type AcquireLock struct {
@@ -2816,7 +2945,7 @@ type AcquireLock struct {
 
 func (x *AcquireLock) Reset() {
 	*x = AcquireLock{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +2957,7 @@ func (x *AcquireLock) String() string {
 func (*AcquireLock) ProtoMessage() {}
 
 func (x *AcquireLock) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +2970,7 @@ func (x *AcquireLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireLock.ProtoReflect.Descriptor instead.
 func (*AcquireLock) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{44}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AcquireLock) GetName() string {
@@ -2926,7 +3055,7 @@ type ProclaimValue struct {
 
 func (x *ProclaimValue) Reset() {
 	*x = ProclaimValue{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2938,7 +3067,7 @@ func (x *ProclaimValue) String() string {
 func (*ProclaimValue) ProtoMessage() {}
 
 func (x *ProclaimValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2951,7 +3080,7 @@ func (x *ProclaimValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProclaimValue.ProtoReflect.Descriptor instead.
 func (*ProclaimValue) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{45}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ProclaimValue) GetName() string {
@@ -2983,7 +3112,7 @@ type ValueProclaimed struct {
 
 func (x *ValueProclaimed) Reset() {
 	*x = ValueProclaimed{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2995,7 +3124,7 @@ func (x *ValueProclaimed) String() string {
 func (*ValueProclaimed) ProtoMessage() {}
 
 func (x *ValueProclaimed) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3008,7 +3137,7 @@ func (x *ValueProclaimed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValueProclaimed.ProtoReflect.Descriptor instead.
 func (*ValueProclaimed) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{46}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{47}
 }
 
 type ReleaseLock struct {
@@ -3021,7 +3150,7 @@ type ReleaseLock struct {
 
 func (x *ReleaseLock) Reset() {
 	*x = ReleaseLock{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3033,7 +3162,7 @@ func (x *ReleaseLock) String() string {
 func (*ReleaseLock) ProtoMessage() {}
 
 func (x *ReleaseLock) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3046,7 +3175,7 @@ func (x *ReleaseLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLock.ProtoReflect.Descriptor instead.
 func (*ReleaseLock) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{47}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReleaseLock) GetName() string {
@@ -3074,7 +3203,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3086,7 +3215,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3099,7 +3228,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{48}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CancelRequest) GetRequestId() uint64 {
@@ -3117,7 +3246,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3129,7 +3258,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3142,7 +3271,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{49}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{50}
 }
 
 type SessionResponse struct {
@@ -3165,7 +3294,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3177,7 +3306,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3190,7 +3319,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{50}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SessionResponse) GetId() uint64 {
@@ -3347,7 +3476,7 @@ type SessionOpened struct {
 
 func (x *SessionOpened) Reset() {
 	*x = SessionOpened{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3359,7 +3488,7 @@ func (x *SessionOpened) String() string {
 func (*SessionOpened) ProtoMessage() {}
 
 func (x *SessionOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3372,7 +3501,7 @@ func (x *SessionOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionOpened.ProtoReflect.Descriptor instead.
 func (*SessionOpened) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{51}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SessionOpened) GetSessionId() uint64 {
@@ -3412,7 +3541,7 @@ type KeepAliveAck struct {
 
 func (x *KeepAliveAck) Reset() {
 	*x = KeepAliveAck{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3424,7 +3553,7 @@ func (x *KeepAliveAck) String() string {
 func (*KeepAliveAck) ProtoMessage() {}
 
 func (x *KeepAliveAck) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3437,7 +3566,7 @@ func (x *KeepAliveAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveAck.ProtoReflect.Descriptor instead.
 func (*KeepAliveAck) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{52}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *KeepAliveAck) GetTtlMs() int64 {
@@ -3458,7 +3587,7 @@ type LockQueued struct {
 
 func (x *LockQueued) Reset() {
 	*x = LockQueued{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3470,7 +3599,7 @@ func (x *LockQueued) String() string {
 func (*LockQueued) ProtoMessage() {}
 
 func (x *LockQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3483,7 +3612,7 @@ func (x *LockQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockQueued.ProtoReflect.Descriptor instead.
 func (*LockQueued) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{53}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *LockQueued) GetPosition() uint32 {
@@ -3514,7 +3643,7 @@ type LockGranted struct {
 
 func (x *LockGranted) Reset() {
 	*x = LockGranted{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3526,7 +3655,7 @@ func (x *LockGranted) String() string {
 func (*LockGranted) ProtoMessage() {}
 
 func (x *LockGranted) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3539,7 +3668,7 @@ func (x *LockGranted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockGranted.ProtoReflect.Descriptor instead.
 func (*LockGranted) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{54}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *LockGranted) GetName() string {
@@ -3571,7 +3700,7 @@ type LockReleased struct {
 
 func (x *LockReleased) Reset() {
 	*x = LockReleased{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3583,7 +3712,7 @@ func (x *LockReleased) String() string {
 func (*LockReleased) ProtoMessage() {}
 
 func (x *LockReleased) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3596,7 +3725,7 @@ func (x *LockReleased) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockReleased.ProtoReflect.Descriptor instead.
 func (*LockReleased) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{55}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{56}
 }
 
 type SessionClosed struct {
@@ -3607,7 +3736,7 @@ type SessionClosed struct {
 
 func (x *SessionClosed) Reset() {
 	*x = SessionClosed{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3619,7 +3748,7 @@ func (x *SessionClosed) String() string {
 func (*SessionClosed) ProtoMessage() {}
 
 func (x *SessionClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3632,7 +3761,7 @@ func (x *SessionClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionClosed.ProtoReflect.Descriptor instead.
 func (*SessionClosed) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{56}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{57}
 }
 
 type Error struct {
@@ -3647,7 +3776,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3659,7 +3788,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3672,7 +3801,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{57}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *Error) GetReason() ErrorReason {
@@ -3712,7 +3841,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3724,7 +3853,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3737,7 +3866,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{58}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListSessionsRequest) GetAfterId() uint64 {
@@ -3783,7 +3912,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3795,7 +3924,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3808,7 +3937,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{59}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SessionInfo) GetId() uint64 {
@@ -3880,7 +4009,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3892,7 +4021,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3905,7 +4034,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{60}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
@@ -3950,7 +4079,7 @@ type LockStatusRequest struct {
 
 func (x *LockStatusRequest) Reset() {
 	*x = LockStatusRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3962,7 +4091,7 @@ func (x *LockStatusRequest) String() string {
 func (*LockStatusRequest) ProtoMessage() {}
 
 func (x *LockStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3975,7 +4104,7 @@ func (x *LockStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockStatusRequest.ProtoReflect.Descriptor instead.
 func (*LockStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{61}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *LockStatusRequest) GetName() string {
@@ -4027,7 +4156,7 @@ type Holder struct {
 
 func (x *Holder) Reset() {
 	*x = Holder{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4039,7 +4168,7 @@ func (x *Holder) String() string {
 func (*Holder) ProtoMessage() {}
 
 func (x *Holder) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4052,7 +4181,7 @@ func (x *Holder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holder.ProtoReflect.Descriptor instead.
 func (*Holder) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{62}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *Holder) GetOwner() string {
@@ -4109,7 +4238,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4121,7 +4250,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4134,7 +4263,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{63}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *Waiter) GetOwner() string {
@@ -4190,7 +4319,7 @@ type LockStatusResponse struct {
 
 func (x *LockStatusResponse) Reset() {
 	*x = LockStatusResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4202,7 +4331,7 @@ func (x *LockStatusResponse) String() string {
 func (*LockStatusResponse) ProtoMessage() {}
 
 func (x *LockStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4215,7 +4344,7 @@ func (x *LockStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockStatusResponse.ProtoReflect.Descriptor instead.
 func (*LockStatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{64}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *LockStatusResponse) GetName() string {
@@ -4313,7 +4442,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4325,7 +4454,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4338,7 +4467,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{65}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListLocksRequest) GetPrefix() string {
@@ -4393,7 +4522,7 @@ type LockSummary struct {
 
 func (x *LockSummary) Reset() {
 	*x = LockSummary{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4405,7 +4534,7 @@ func (x *LockSummary) String() string {
 func (*LockSummary) ProtoMessage() {}
 
 func (x *LockSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4418,7 +4547,7 @@ func (x *LockSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockSummary.ProtoReflect.Descriptor instead.
 func (*LockSummary) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{66}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *LockSummary) GetName() string {
@@ -4490,7 +4619,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4502,7 +4631,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4515,7 +4644,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{67}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListLocksResponse) GetLocks() []*LockSummary {
@@ -4551,7 +4680,7 @@ type LockHistoryRequest struct {
 
 func (x *LockHistoryRequest) Reset() {
 	*x = LockHistoryRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4563,7 +4692,7 @@ func (x *LockHistoryRequest) String() string {
 func (*LockHistoryRequest) ProtoMessage() {}
 
 func (x *LockHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4576,7 +4705,7 @@ func (x *LockHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHistoryRequest.ProtoReflect.Descriptor instead.
 func (*LockHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{68}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *LockHistoryRequest) GetName() string {
@@ -4608,7 +4737,7 @@ type GrantRecord struct {
 
 func (x *GrantRecord) Reset() {
 	*x = GrantRecord{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4620,7 +4749,7 @@ func (x *GrantRecord) String() string {
 func (*GrantRecord) ProtoMessage() {}
 
 func (x *GrantRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4633,7 +4762,7 @@ func (x *GrantRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRecord.ProtoReflect.Descriptor instead.
 func (*GrantRecord) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{69}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GrantRecord) GetOwner() string {
@@ -4689,7 +4818,7 @@ type LockHistoryResponse struct {
 
 func (x *LockHistoryResponse) Reset() {
 	*x = LockHistoryResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4701,7 +4830,7 @@ func (x *LockHistoryResponse) String() string {
 func (*LockHistoryResponse) ProtoMessage() {}
 
 func (x *LockHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4714,7 +4843,7 @@ func (x *LockHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHistoryResponse.ProtoReflect.Descriptor instead.
 func (*LockHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{70}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *LockHistoryResponse) GetName() string {
@@ -4757,7 +4886,7 @@ type FencedPutRequest struct {
 
 func (x *FencedPutRequest) Reset() {
 	*x = FencedPutRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4769,7 +4898,7 @@ func (x *FencedPutRequest) String() string {
 func (*FencedPutRequest) ProtoMessage() {}
 
 func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4782,7 +4911,7 @@ func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutRequest.ProtoReflect.Descriptor instead.
 func (*FencedPutRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{71}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *FencedPutRequest) GetKey() string {
@@ -4839,7 +4968,7 @@ type ForgedProof struct {
 
 func (x *ForgedProof) Reset() {
 	*x = ForgedProof{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4851,7 +4980,7 @@ func (x *ForgedProof) String() string {
 func (*ForgedProof) ProtoMessage() {}
 
 func (x *ForgedProof) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4864,7 +4993,7 @@ func (x *ForgedProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgedProof.ProtoReflect.Descriptor instead.
 func (*ForgedProof) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{72}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ForgedProof) GetToken() uint64 {
@@ -4903,7 +5032,7 @@ type FencedPutResponse struct {
 
 func (x *FencedPutResponse) Reset() {
 	*x = FencedPutResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4915,7 +5044,7 @@ func (x *FencedPutResponse) String() string {
 func (*FencedPutResponse) ProtoMessage() {}
 
 func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4928,7 +5057,7 @@ func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutResponse.ProtoReflect.Descriptor instead.
 func (*FencedPutResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{73}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *FencedPutResponse) GetResult() PutResult {
@@ -4975,7 +5104,7 @@ type FencedDeleteRequest struct {
 
 func (x *FencedDeleteRequest) Reset() {
 	*x = FencedDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4987,7 +5116,7 @@ func (x *FencedDeleteRequest) String() string {
 func (*FencedDeleteRequest) ProtoMessage() {}
 
 func (x *FencedDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5000,7 +5129,7 @@ func (x *FencedDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDeleteRequest.ProtoReflect.Descriptor instead.
 func (*FencedDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{74}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *FencedDeleteRequest) GetKey() string {
@@ -5054,7 +5183,7 @@ type FencedDeleteResponse struct {
 
 func (x *FencedDeleteResponse) Reset() {
 	*x = FencedDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5066,7 +5195,7 @@ func (x *FencedDeleteResponse) String() string {
 func (*FencedDeleteResponse) ProtoMessage() {}
 
 func (x *FencedDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5079,7 +5208,7 @@ func (x *FencedDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDeleteResponse.ProtoReflect.Descriptor instead.
 func (*FencedDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{75}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *FencedDeleteResponse) GetResult() PutResult {
@@ -5124,7 +5253,7 @@ type UnissuedToken struct {
 
 func (x *UnissuedToken) Reset() {
 	*x = UnissuedToken{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5136,7 +5265,7 @@ func (x *UnissuedToken) String() string {
 func (*UnissuedToken) ProtoMessage() {}
 
 func (x *UnissuedToken) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5149,7 +5278,7 @@ func (x *UnissuedToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnissuedToken.ProtoReflect.Descriptor instead.
 func (*UnissuedToken) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{76}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *UnissuedToken) GetToken() uint64 {
@@ -5186,7 +5315,7 @@ type WrongLock struct {
 
 func (x *WrongLock) Reset() {
 	*x = WrongLock{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5198,7 +5327,7 @@ func (x *WrongLock) String() string {
 func (*WrongLock) ProtoMessage() {}
 
 func (x *WrongLock) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5211,7 +5340,7 @@ func (x *WrongLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WrongLock.ProtoReflect.Descriptor instead.
 func (*WrongLock) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{77}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *WrongLock) GetKey() string {
@@ -5261,7 +5390,7 @@ type FencedGetRequest struct {
 
 func (x *FencedGetRequest) Reset() {
 	*x = FencedGetRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5273,7 +5402,7 @@ func (x *FencedGetRequest) String() string {
 func (*FencedGetRequest) ProtoMessage() {}
 
 func (x *FencedGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5286,7 +5415,7 @@ func (x *FencedGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedGetRequest.ProtoReflect.Descriptor instead.
 func (*FencedGetRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{78}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *FencedGetRequest) GetKey() string {
@@ -5316,7 +5445,7 @@ type FencedGetResponse struct {
 
 func (x *FencedGetResponse) Reset() {
 	*x = FencedGetResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5328,7 +5457,7 @@ func (x *FencedGetResponse) String() string {
 func (*FencedGetResponse) ProtoMessage() {}
 
 func (x *FencedGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5341,7 +5470,7 @@ func (x *FencedGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedGetResponse.ProtoReflect.Descriptor instead.
 func (*FencedGetResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{79}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *FencedGetResponse) GetKey() string {
@@ -5388,7 +5517,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5400,7 +5529,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5413,7 +5542,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{80}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ObserveRequest) GetName() string {
@@ -5437,7 +5566,7 @@ type LeaderEvent struct {
 
 func (x *LeaderEvent) Reset() {
 	*x = LeaderEvent{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5449,7 +5578,7 @@ func (x *LeaderEvent) String() string {
 func (*LeaderEvent) ProtoMessage() {}
 
 func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5462,7 +5591,7 @@ func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderEvent.ProtoReflect.Descriptor instead.
 func (*LeaderEvent) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{81}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *LeaderEvent) GetOwner() string {
@@ -5508,7 +5637,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5520,7 +5649,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5533,7 +5662,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{82}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{83}
 }
 
 type StatusResponse struct {
@@ -5570,7 +5699,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5582,7 +5711,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5595,7 +5724,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{83}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *StatusResponse) GetNode() string {
@@ -5708,7 +5837,7 @@ type KVKeyValue struct {
 
 func (x *KVKeyValue) Reset() {
 	*x = KVKeyValue{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5720,7 +5849,7 @@ func (x *KVKeyValue) String() string {
 func (*KVKeyValue) ProtoMessage() {}
 
 func (x *KVKeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5733,7 +5862,7 @@ func (x *KVKeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeyValue.ProtoReflect.Descriptor instead.
 func (*KVKeyValue) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{84}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *KVKeyValue) GetKey() string {
@@ -5794,7 +5923,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5806,7 +5935,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5819,7 +5948,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{85}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -5859,7 +5988,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5871,7 +6000,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5884,7 +6013,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{86}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *KVPutResponse) GetRevision() uint64 {
@@ -5915,7 +6044,7 @@ type KVRangeRequest struct {
 
 func (x *KVRangeRequest) Reset() {
 	*x = KVRangeRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5927,7 +6056,7 @@ func (x *KVRangeRequest) String() string {
 func (*KVRangeRequest) ProtoMessage() {}
 
 func (x *KVRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5940,7 +6069,7 @@ func (x *KVRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRangeRequest.ProtoReflect.Descriptor instead.
 func (*KVRangeRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{87}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *KVRangeRequest) GetKey() string {
@@ -5991,7 +6120,7 @@ type KVRangeResponse struct {
 
 func (x *KVRangeResponse) Reset() {
 	*x = KVRangeResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[88]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6003,7 +6132,7 @@ func (x *KVRangeResponse) String() string {
 func (*KVRangeResponse) ProtoMessage() {}
 
 func (x *KVRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[88]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6016,7 +6145,7 @@ func (x *KVRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRangeResponse.ProtoReflect.Descriptor instead.
 func (*KVRangeResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{88}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *KVRangeResponse) GetKvs() []*KVKeyValue {
@@ -6050,7 +6179,7 @@ type KVDeleteRequest struct {
 
 func (x *KVDeleteRequest) Reset() {
 	*x = KVDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[89]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6062,7 +6191,7 @@ func (x *KVDeleteRequest) String() string {
 func (*KVDeleteRequest) ProtoMessage() {}
 
 func (x *KVDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[89]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6075,7 +6204,7 @@ func (x *KVDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KVDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{89}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *KVDeleteRequest) GetKey() string {
@@ -6104,7 +6233,7 @@ type KVDeleteResponse struct {
 
 func (x *KVDeleteResponse) Reset() {
 	*x = KVDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[90]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6116,7 +6245,7 @@ func (x *KVDeleteResponse) String() string {
 func (*KVDeleteResponse) ProtoMessage() {}
 
 func (x *KVDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[90]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6129,7 +6258,7 @@ func (x *KVDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDeleteResponse.ProtoReflect.Descriptor instead.
 func (*KVDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{90}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *KVDeleteResponse) GetDeleted() int64 {
@@ -6162,7 +6291,7 @@ type KVCompare struct {
 
 func (x *KVCompare) Reset() {
 	*x = KVCompare{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[91]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6174,7 +6303,7 @@ func (x *KVCompare) String() string {
 func (*KVCompare) ProtoMessage() {}
 
 func (x *KVCompare) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[91]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6187,7 +6316,7 @@ func (x *KVCompare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompare.ProtoReflect.Descriptor instead.
 func (*KVCompare) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{91}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *KVCompare) GetKey() string {
@@ -6239,7 +6368,7 @@ type KVRequestOp struct {
 
 func (x *KVRequestOp) Reset() {
 	*x = KVRequestOp{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[92]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6251,7 +6380,7 @@ func (x *KVRequestOp) String() string {
 func (*KVRequestOp) ProtoMessage() {}
 
 func (x *KVRequestOp) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[92]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6264,7 +6393,7 @@ func (x *KVRequestOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRequestOp.ProtoReflect.Descriptor instead.
 func (*KVRequestOp) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{92}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *KVRequestOp) GetOp() isKVRequestOp_Op {
@@ -6337,7 +6466,7 @@ type KVResponseOp struct {
 
 func (x *KVResponseOp) Reset() {
 	*x = KVResponseOp{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[93]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6349,7 +6478,7 @@ func (x *KVResponseOp) String() string {
 func (*KVResponseOp) ProtoMessage() {}
 
 func (x *KVResponseOp) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[93]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6362,7 +6491,7 @@ func (x *KVResponseOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVResponseOp.ProtoReflect.Descriptor instead.
 func (*KVResponseOp) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{93}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *KVResponseOp) GetOp() isKVResponseOp_Op {
@@ -6432,7 +6561,7 @@ type KVTxnRequest struct {
 
 func (x *KVTxnRequest) Reset() {
 	*x = KVTxnRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[94]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6444,7 +6573,7 @@ func (x *KVTxnRequest) String() string {
 func (*KVTxnRequest) ProtoMessage() {}
 
 func (x *KVTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[94]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6457,7 +6586,7 @@ func (x *KVTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxnRequest.ProtoReflect.Descriptor instead.
 func (*KVTxnRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{94}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *KVTxnRequest) GetCompare() []*KVCompare {
@@ -6496,7 +6625,7 @@ type KVTxnResponse struct {
 
 func (x *KVTxnResponse) Reset() {
 	*x = KVTxnResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[95]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6508,7 +6637,7 @@ func (x *KVTxnResponse) String() string {
 func (*KVTxnResponse) ProtoMessage() {}
 
 func (x *KVTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[95]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6521,7 +6650,7 @@ func (x *KVTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxnResponse.ProtoReflect.Descriptor instead.
 func (*KVTxnResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{95}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *KVTxnResponse) GetSucceeded() bool {
@@ -6560,7 +6689,7 @@ type KVWatchRequest struct {
 
 func (x *KVWatchRequest) Reset() {
 	*x = KVWatchRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[96]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6572,7 +6701,7 @@ func (x *KVWatchRequest) String() string {
 func (*KVWatchRequest) ProtoMessage() {}
 
 func (x *KVWatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[96]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6585,7 +6714,7 @@ func (x *KVWatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVWatchRequest.ProtoReflect.Descriptor instead.
 func (*KVWatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{96}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *KVWatchRequest) GetKey() string {
@@ -6621,7 +6750,7 @@ type KVEvent struct {
 
 func (x *KVEvent) Reset() {
 	*x = KVEvent{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[97]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6633,7 +6762,7 @@ func (x *KVEvent) String() string {
 func (*KVEvent) ProtoMessage() {}
 
 func (x *KVEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[97]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6646,7 +6775,7 @@ func (x *KVEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEvent.ProtoReflect.Descriptor instead.
 func (*KVEvent) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{97}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *KVEvent) GetType() KVEventType {
@@ -6682,7 +6811,7 @@ type KVWatchResponse struct {
 
 func (x *KVWatchResponse) Reset() {
 	*x = KVWatchResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[98]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6694,7 +6823,7 @@ func (x *KVWatchResponse) String() string {
 func (*KVWatchResponse) ProtoMessage() {}
 
 func (x *KVWatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[98]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6707,7 +6836,7 @@ func (x *KVWatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVWatchResponse.ProtoReflect.Descriptor instead.
 func (*KVWatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{98}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *KVWatchResponse) GetEvents() []*KVEvent {
@@ -6752,7 +6881,7 @@ type KVCompacted struct {
 
 func (x *KVCompacted) Reset() {
 	*x = KVCompacted{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[99]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6764,7 +6893,7 @@ func (x *KVCompacted) String() string {
 func (*KVCompacted) ProtoMessage() {}
 
 func (x *KVCompacted) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[99]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6777,7 +6906,7 @@ func (x *KVCompacted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompacted.ProtoReflect.Descriptor instead.
 func (*KVCompacted) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{99}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *KVCompacted) GetCompactRevision() uint64 {
@@ -6810,7 +6939,7 @@ type QueueEnqueueRequest struct {
 
 func (x *QueueEnqueueRequest) Reset() {
 	*x = QueueEnqueueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[100]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6822,7 +6951,7 @@ func (x *QueueEnqueueRequest) String() string {
 func (*QueueEnqueueRequest) ProtoMessage() {}
 
 func (x *QueueEnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[100]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6835,7 +6964,7 @@ func (x *QueueEnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueRequest.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{100}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *QueueEnqueueRequest) GetQueue() string {
@@ -6879,7 +7008,7 @@ type QueueEnqueueResponse struct {
 
 func (x *QueueEnqueueResponse) Reset() {
 	*x = QueueEnqueueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[101]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6891,7 +7020,7 @@ func (x *QueueEnqueueResponse) String() string {
 func (*QueueEnqueueResponse) ProtoMessage() {}
 
 func (x *QueueEnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[101]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6904,7 +7033,7 @@ func (x *QueueEnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueResponse.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{101}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *QueueEnqueueResponse) GetId() uint64 {
@@ -6946,7 +7075,7 @@ type QueueDequeueRequest struct {
 
 func (x *QueueDequeueRequest) Reset() {
 	*x = QueueDequeueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[102]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6958,7 +7087,7 @@ func (x *QueueDequeueRequest) String() string {
 func (*QueueDequeueRequest) ProtoMessage() {}
 
 func (x *QueueDequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[102]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6971,7 +7100,7 @@ func (x *QueueDequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueRequest.ProtoReflect.Descriptor instead.
 func (*QueueDequeueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{102}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *QueueDequeueRequest) GetQueue() string {
@@ -7027,7 +7156,7 @@ type QueueItem struct {
 
 func (x *QueueItem) Reset() {
 	*x = QueueItem{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[103]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7039,7 +7168,7 @@ func (x *QueueItem) String() string {
 func (*QueueItem) ProtoMessage() {}
 
 func (x *QueueItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[103]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7052,7 +7181,7 @@ func (x *QueueItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItem.ProtoReflect.Descriptor instead.
 func (*QueueItem) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{103}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *QueueItem) GetId() uint64 {
@@ -7100,7 +7229,7 @@ type QueueDequeueResponse struct {
 
 func (x *QueueDequeueResponse) Reset() {
 	*x = QueueDequeueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[104]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7112,7 +7241,7 @@ func (x *QueueDequeueResponse) String() string {
 func (*QueueDequeueResponse) ProtoMessage() {}
 
 func (x *QueueDequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[104]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7125,7 +7254,7 @@ func (x *QueueDequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueResponse.ProtoReflect.Descriptor instead.
 func (*QueueDequeueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{104}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *QueueDequeueResponse) GetItem() *QueueItem {
@@ -7151,7 +7280,7 @@ type QueueSettleRequest struct {
 
 func (x *QueueSettleRequest) Reset() {
 	*x = QueueSettleRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[105]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7163,7 +7292,7 @@ func (x *QueueSettleRequest) String() string {
 func (*QueueSettleRequest) ProtoMessage() {}
 
 func (x *QueueSettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[105]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7176,7 +7305,7 @@ func (x *QueueSettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleRequest.ProtoReflect.Descriptor instead.
 func (*QueueSettleRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{105}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *QueueSettleRequest) GetQueue() string {
@@ -7224,7 +7353,7 @@ type QueueSettleResponse struct {
 
 func (x *QueueSettleResponse) Reset() {
 	*x = QueueSettleResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[106]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7236,7 +7365,7 @@ func (x *QueueSettleResponse) String() string {
 func (*QueueSettleResponse) ProtoMessage() {}
 
 func (x *QueueSettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[106]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7249,7 +7378,7 @@ func (x *QueueSettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleResponse.ProtoReflect.Descriptor instead.
 func (*QueueSettleResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{106}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *QueueSettleResponse) GetResult() QueueSettleResult {
@@ -7277,7 +7406,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[107]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7289,7 +7418,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[107]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7302,7 +7431,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{107}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *QueueStatsRequest) GetQueue() string {
@@ -7340,7 +7469,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[108]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7352,7 +7481,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[108]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7365,7 +7494,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{108}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *QueueStatsResponse) GetQueue() string {
@@ -7445,7 +7574,7 @@ type QueueDeadListRequest struct {
 
 func (x *QueueDeadListRequest) Reset() {
 	*x = QueueDeadListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[109]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7457,7 +7586,7 @@ func (x *QueueDeadListRequest) String() string {
 func (*QueueDeadListRequest) ProtoMessage() {}
 
 func (x *QueueDeadListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[109]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7470,7 +7599,7 @@ func (x *QueueDeadListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadListRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeadListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{109}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *QueueDeadListRequest) GetQueue() string {
@@ -7505,7 +7634,7 @@ type QueueDeadItem struct {
 
 func (x *QueueDeadItem) Reset() {
 	*x = QueueDeadItem{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[110]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7517,7 +7646,7 @@ func (x *QueueDeadItem) String() string {
 func (*QueueDeadItem) ProtoMessage() {}
 
 func (x *QueueDeadItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[110]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7530,7 +7659,7 @@ func (x *QueueDeadItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadItem.ProtoReflect.Descriptor instead.
 func (*QueueDeadItem) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{110}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *QueueDeadItem) GetId() uint64 {
@@ -7567,7 +7696,7 @@ type QueueDeadListResponse struct {
 
 func (x *QueueDeadListResponse) Reset() {
 	*x = QueueDeadListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[111]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7579,7 +7708,7 @@ func (x *QueueDeadListResponse) String() string {
 func (*QueueDeadListResponse) ProtoMessage() {}
 
 func (x *QueueDeadListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[111]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7592,7 +7721,7 @@ func (x *QueueDeadListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadListResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeadListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{111}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *QueueDeadListResponse) GetItems() []*QueueDeadItem {
@@ -7627,7 +7756,7 @@ type QueueDeadRequeueRequest struct {
 
 func (x *QueueDeadRequeueRequest) Reset() {
 	*x = QueueDeadRequeueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[112]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7639,7 +7768,7 @@ func (x *QueueDeadRequeueRequest) String() string {
 func (*QueueDeadRequeueRequest) ProtoMessage() {}
 
 func (x *QueueDeadRequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[112]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7652,7 +7781,7 @@ func (x *QueueDeadRequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadRequeueRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeadRequeueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{112}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *QueueDeadRequeueRequest) GetQueue() string {
@@ -7680,7 +7809,7 @@ type QueueDeadRequeueResponse struct {
 
 func (x *QueueDeadRequeueResponse) Reset() {
 	*x = QueueDeadRequeueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[113]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7692,7 +7821,7 @@ func (x *QueueDeadRequeueResponse) String() string {
 func (*QueueDeadRequeueResponse) ProtoMessage() {}
 
 func (x *QueueDeadRequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[113]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7705,7 +7834,7 @@ func (x *QueueDeadRequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadRequeueResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeadRequeueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{113}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *QueueDeadRequeueResponse) GetRequeued() uint64 {
@@ -7731,7 +7860,7 @@ type QueueDeleteRequest struct {
 
 func (x *QueueDeleteRequest) Reset() {
 	*x = QueueDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[114]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7743,7 +7872,7 @@ func (x *QueueDeleteRequest) String() string {
 func (*QueueDeleteRequest) ProtoMessage() {}
 
 func (x *QueueDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[114]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7756,7 +7885,7 @@ func (x *QueueDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeleteRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{114}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *QueueDeleteRequest) GetQueue() string {
@@ -7779,7 +7908,7 @@ type QueueDeleteResponse struct {
 
 func (x *QueueDeleteResponse) Reset() {
 	*x = QueueDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[115]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7791,7 +7920,7 @@ func (x *QueueDeleteResponse) String() string {
 func (*QueueDeleteResponse) ProtoMessage() {}
 
 func (x *QueueDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[115]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7804,7 +7933,7 @@ func (x *QueueDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeleteResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{115}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *QueueDeleteResponse) GetDeleted() bool {
@@ -7842,7 +7971,7 @@ type QueueEnqueueBatchRequest struct {
 
 func (x *QueueEnqueueBatchRequest) Reset() {
 	*x = QueueEnqueueBatchRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[116]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7854,7 +7983,7 @@ func (x *QueueEnqueueBatchRequest) String() string {
 func (*QueueEnqueueBatchRequest) ProtoMessage() {}
 
 func (x *QueueEnqueueBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[116]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7867,7 +7996,7 @@ func (x *QueueEnqueueBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueBatchRequest.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueBatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{116}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *QueueEnqueueBatchRequest) GetQueue() string {
@@ -7902,7 +8031,7 @@ type QueueEnqueueItem struct {
 
 func (x *QueueEnqueueItem) Reset() {
 	*x = QueueEnqueueItem{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[117]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7914,7 +8043,7 @@ func (x *QueueEnqueueItem) String() string {
 func (*QueueEnqueueItem) ProtoMessage() {}
 
 func (x *QueueEnqueueItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[117]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7927,7 +8056,7 @@ func (x *QueueEnqueueItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueItem.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueItem) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{117}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *QueueEnqueueItem) GetPayload() []byte {
@@ -7955,7 +8084,7 @@ type QueueEnqueueBatchResponse struct {
 
 func (x *QueueEnqueueBatchResponse) Reset() {
 	*x = QueueEnqueueBatchResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[118]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7967,7 +8096,7 @@ func (x *QueueEnqueueBatchResponse) String() string {
 func (*QueueEnqueueBatchResponse) ProtoMessage() {}
 
 func (x *QueueEnqueueBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[118]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7980,7 +8109,7 @@ func (x *QueueEnqueueBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueBatchResponse.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueBatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{118}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *QueueEnqueueBatchResponse) GetItems() []*QueueEnqueueResponse {
@@ -8012,7 +8141,7 @@ type QueueDequeueBatchRequest struct {
 
 func (x *QueueDequeueBatchRequest) Reset() {
 	*x = QueueDequeueBatchRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[119]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8024,7 +8153,7 @@ func (x *QueueDequeueBatchRequest) String() string {
 func (*QueueDequeueBatchRequest) ProtoMessage() {}
 
 func (x *QueueDequeueBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[119]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8037,7 +8166,7 @@ func (x *QueueDequeueBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueBatchRequest.ProtoReflect.Descriptor instead.
 func (*QueueDequeueBatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{119}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *QueueDequeueBatchRequest) GetQueue() string {
@@ -8092,7 +8221,7 @@ type QueueDequeueBatchResponse struct {
 
 func (x *QueueDequeueBatchResponse) Reset() {
 	*x = QueueDequeueBatchResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[120]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8104,7 +8233,7 @@ func (x *QueueDequeueBatchResponse) String() string {
 func (*QueueDequeueBatchResponse) ProtoMessage() {}
 
 func (x *QueueDequeueBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[120]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8117,7 +8246,7 @@ func (x *QueueDequeueBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueBatchResponse.ProtoReflect.Descriptor instead.
 func (*QueueDequeueBatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{120}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *QueueDequeueBatchResponse) GetItems() []*QueueItem {
@@ -8138,7 +8267,7 @@ type QueueDelivery struct {
 
 func (x *QueueDelivery) Reset() {
 	*x = QueueDelivery{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[121]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8150,7 +8279,7 @@ func (x *QueueDelivery) String() string {
 func (*QueueDelivery) ProtoMessage() {}
 
 func (x *QueueDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[121]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8163,7 +8292,7 @@ func (x *QueueDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDelivery.ProtoReflect.Descriptor instead.
 func (*QueueDelivery) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{121}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *QueueDelivery) GetId() uint64 {
@@ -8198,7 +8327,7 @@ type QueueSettleBatchRequest struct {
 
 func (x *QueueSettleBatchRequest) Reset() {
 	*x = QueueSettleBatchRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[122]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8210,7 +8339,7 @@ func (x *QueueSettleBatchRequest) String() string {
 func (*QueueSettleBatchRequest) ProtoMessage() {}
 
 func (x *QueueSettleBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[122]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8223,7 +8352,7 @@ func (x *QueueSettleBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleBatchRequest.ProtoReflect.Descriptor instead.
 func (*QueueSettleBatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{122}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *QueueSettleBatchRequest) GetQueue() string {
@@ -8254,7 +8383,7 @@ type QueueSettleItemResult struct {
 
 func (x *QueueSettleItemResult) Reset() {
 	*x = QueueSettleItemResult{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[123]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8266,7 +8395,7 @@ func (x *QueueSettleItemResult) String() string {
 func (*QueueSettleItemResult) ProtoMessage() {}
 
 func (x *QueueSettleItemResult) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[123]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8279,7 +8408,7 @@ func (x *QueueSettleItemResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleItemResult.ProtoReflect.Descriptor instead.
 func (*QueueSettleItemResult) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{123}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *QueueSettleItemResult) GetResult() QueueSettleResult {
@@ -8307,7 +8436,7 @@ type QueueSettleBatchResponse struct {
 
 func (x *QueueSettleBatchResponse) Reset() {
 	*x = QueueSettleBatchResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[124]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8319,7 +8448,7 @@ func (x *QueueSettleBatchResponse) String() string {
 func (*QueueSettleBatchResponse) ProtoMessage() {}
 
 func (x *QueueSettleBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[124]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8332,7 +8461,7 @@ func (x *QueueSettleBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleBatchResponse.ProtoReflect.Descriptor instead.
 func (*QueueSettleBatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{124}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *QueueSettleBatchResponse) GetItems() []*QueueSettleItemResult {
@@ -8358,7 +8487,7 @@ type QueuePurgeRequest struct {
 
 func (x *QueuePurgeRequest) Reset() {
 	*x = QueuePurgeRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[125]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8370,7 +8499,7 @@ func (x *QueuePurgeRequest) String() string {
 func (*QueuePurgeRequest) ProtoMessage() {}
 
 func (x *QueuePurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[125]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8383,7 +8512,7 @@ func (x *QueuePurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePurgeRequest.ProtoReflect.Descriptor instead.
 func (*QueuePurgeRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{125}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *QueuePurgeRequest) GetQueue() string {
@@ -8404,7 +8533,7 @@ type QueuePurgeResponse struct {
 
 func (x *QueuePurgeResponse) Reset() {
 	*x = QueuePurgeResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[126]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8416,7 +8545,7 @@ func (x *QueuePurgeResponse) String() string {
 func (*QueuePurgeResponse) ProtoMessage() {}
 
 func (x *QueuePurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[126]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8429,7 +8558,7 @@ func (x *QueuePurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePurgeResponse.ProtoReflect.Descriptor instead.
 func (*QueuePurgeResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{126}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *QueuePurgeResponse) GetPurged() uint64 {
@@ -8450,16 +8579,23 @@ var File_api_tenurepb_tenure_proto protoreflect.FileDescriptor
 
 const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\n" +
-	"\x19api/tenurepb/tenure.proto\x12\ttenure.v1\"\x14\n" +
+	"\x19api/tenurepb/tenure.proto\x12\ttenure.v1\"V\n" +
+	"\x17ClusterKeyRetireRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
+	"\bafter_ms\x18\x02 \x01(\x03R\aafterMs\x12\x10\n" +
+	"\x03now\x18\x03 \x01(\bR\x03now\"\x14\n" +
 	"\x12ClusterKeysRequest\"\x19\n" +
-	"\x17ClusterKeyRotateRequest\"|\n" +
+	"\x17ClusterKeyRotateRequest\"\xe9\x01\n" +
 	"\n" +
 	"ClusterKey\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x02 \x01(\fR\tpublicKey\x12\x16\n" +
 	"\x06active\x18\x03 \x01(\bR\x06active\x12'\n" +
-	"\x0fcreate_revision\x18\x04 \x01(\x04R\x0ecreateRevision\"_\n" +
+	"\x0fcreate_revision\x18\x04 \x01(\x04R\x0ecreateRevision\x12\x18\n" +
+	"\aretired\x18P \x01(\bR\aretired\x12)\n" +
+	"\x10retired_revision\x18Q \x01(\x04R\x0fretiredRevision\x12&\n" +
+	"\x0fretire_grace_ms\x18R \x01(\x03R\rretireGraceMs\"_\n" +
 	"\x13ClusterKeysResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\fR\tclusterId\x12)\n" +
@@ -8515,7 +8651,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x11AclWhoAmIResponse\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x1a\n" +
 	"\bpolicies\x18\x02 \x03(\tR\bpolicies\x12\x12\n" +
-	"\x04auth\x18\x03 \x01(\bR\x04auth\"\xf5\x02\n" +
+	"\x04auth\x18\x03 \x01(\bR\x04auth\"\x9d\x03\n" +
 	"\rClusterLimits\x12!\n" +
 	"\fmax_sessions\x18\x01 \x01(\x04R\vmaxSessions\x12\x1f\n" +
 	"\vmax_waiters\x18\x02 \x01(\x04R\n" +
@@ -8530,17 +8666,21 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\bmax_keys\x18\t \x01(\x04R\amaxKeys\x12 \n" +
 	"\fmax_kv_bytes\x18\n" +
 	" \x01(\x04R\n" +
-	"maxKvBytes\"\x12\n" +
+	"maxKvBytes\x12&\n" +
+	"\x0fmax_etcd_leases\x18F \x01(\x04R\rmaxEtcdLeases\"\x12\n" +
 	"\x10GetLimitsRequest\"D\n" +
 	"\x10SetLimitsRequest\x120\n" +
 	"\x06limits\x18\x01 \x01(\v2\x18.tenure.v1.ClusterLimitsR\x06limits\"^\n" +
 	"\x0eLimitsResponse\x120\n" +
 	"\x06limits\x18\x01 \x01(\v2\x18.tenure.v1.ClusterLimitsR\x06limits\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\"\x15\n" +
-	"\x13SnapshotSaveRequest\"9\n" +
+	"\x13SnapshotSaveRequest\"\xa6\x01\n" +
 	"\rSnapshotChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
-	"\x05force\x18\x02 \x01(\bR\x05force\"\xb1\x01\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\x12!\n" +
+	"\ffrom_cluster\x18P \x01(\tR\vfromCluster\x12!\n" +
+	"\freplace_keys\x18Q \x01(\bR\vreplaceKeys\x12%\n" +
+	"\x0eabove_revision\x18R \x01(\x04R\raboveRevision\"\xb1\x01\n" +
 	"\x17SnapshotRestoreResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x1a\n" +
 	"\bsessions\x18\x02 \x01(\rR\bsessions\x12\x14\n" +
@@ -9019,7 +9159,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x11QueueSettleResult\x12#\n" +
 	"\x1fQUEUE_SETTLE_RESULT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16QUEUE_SETTLE_RESULT_OK\x10\x01\x12\x1d\n" +
-	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\xde\x1d\n" +
+	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\xb6\x1e\n" +
 	"\x06Tenure\x12C\n" +
 	"\bSessions\x12\x18.tenure.v1.SessionFrames\x1a\x19.tenure.v1.SessionReplies(\x010\x01\x12O\n" +
 	"\fListSessions\x12\x1e.tenure.v1.ListSessionsRequest\x1a\x1f.tenure.v1.ListSessionsResponse\x12I\n" +
@@ -9073,7 +9213,8 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x11AclIdentityUnbind\x12#.tenure.v1.AclIdentityUnbindRequest\x1a\x1c.tenure.v1.AclDeleteResponse\x12F\n" +
 	"\tAclWhoAmI\x12\x1b.tenure.v1.AclWhoAmIRequest\x1a\x1c.tenure.v1.AclWhoAmIResponse\x12L\n" +
 	"\vClusterKeys\x12\x1d.tenure.v1.ClusterKeysRequest\x1a\x1e.tenure.v1.ClusterKeysResponse\x12V\n" +
-	"\x10ClusterKeyRotate\x12\".tenure.v1.ClusterKeyRotateRequest\x1a\x1e.tenure.v1.ClusterKeysResponseB*Z(github.com/tenure-io/tenure/api/tenurepbb\x06proto3"
+	"\x10ClusterKeyRotate\x12\".tenure.v1.ClusterKeyRotateRequest\x1a\x1e.tenure.v1.ClusterKeysResponse\x12V\n" +
+	"\x10ClusterKeyRetire\x12\".tenure.v1.ClusterKeyRetireRequest\x1a\x1e.tenure.v1.ClusterKeysResponseB*Z(github.com/tenure-io/tenure/api/tenurepbb\x06proto3"
 
 var (
 	file_api_tenurepb_tenure_proto_rawDescOnce sync.Once
@@ -9088,7 +9229,7 @@ func file_api_tenurepb_tenure_proto_rawDescGZIP() []byte {
 }
 
 var file_api_tenurepb_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 127)
+var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 128)
 var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(ErrorReason)(0),                  // 0: tenure.v1.ErrorReason
 	(PutResult)(0),                    // 1: tenure.v1.PutResult
@@ -9096,301 +9237,304 @@ var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(KVCompareResult)(0),              // 3: tenure.v1.KVCompareResult
 	(KVEventType)(0),                  // 4: tenure.v1.KVEventType
 	(QueueSettleResult)(0),            // 5: tenure.v1.QueueSettleResult
-	(*ClusterKeysRequest)(nil),        // 6: tenure.v1.ClusterKeysRequest
-	(*ClusterKeyRotateRequest)(nil),   // 7: tenure.v1.ClusterKeyRotateRequest
-	(*ClusterKey)(nil),                // 8: tenure.v1.ClusterKey
-	(*ClusterKeysResponse)(nil),       // 9: tenure.v1.ClusterKeysResponse
-	(*AclRule)(nil),                   // 10: tenure.v1.AclRule
-	(*AclPolicy)(nil),                 // 11: tenure.v1.AclPolicy
-	(*AclBootstrapRequest)(nil),       // 12: tenure.v1.AclBootstrapRequest
-	(*AclTokenSecret)(nil),            // 13: tenure.v1.AclTokenSecret
-	(*AclPolicyCreateRequest)(nil),    // 14: tenure.v1.AclPolicyCreateRequest
-	(*AclPolicyListRequest)(nil),      // 15: tenure.v1.AclPolicyListRequest
-	(*AclPolicyListResponse)(nil),     // 16: tenure.v1.AclPolicyListResponse
-	(*AclPolicyDeleteRequest)(nil),    // 17: tenure.v1.AclPolicyDeleteRequest
-	(*AclDeleteResponse)(nil),         // 18: tenure.v1.AclDeleteResponse
-	(*AclTokenCreateRequest)(nil),     // 19: tenure.v1.AclTokenCreateRequest
-	(*AclToken)(nil),                  // 20: tenure.v1.AclToken
-	(*AclTokenListRequest)(nil),       // 21: tenure.v1.AclTokenListRequest
-	(*AclTokenListResponse)(nil),      // 22: tenure.v1.AclTokenListResponse
-	(*AclTokenRevokeRequest)(nil),     // 23: tenure.v1.AclTokenRevokeRequest
-	(*AclIdentity)(nil),               // 24: tenure.v1.AclIdentity
-	(*AclIdentityBindRequest)(nil),    // 25: tenure.v1.AclIdentityBindRequest
-	(*AclIdentityListRequest)(nil),    // 26: tenure.v1.AclIdentityListRequest
-	(*AclIdentityListResponse)(nil),   // 27: tenure.v1.AclIdentityListResponse
-	(*AclIdentityUnbindRequest)(nil),  // 28: tenure.v1.AclIdentityUnbindRequest
-	(*AclWhoAmIRequest)(nil),          // 29: tenure.v1.AclWhoAmIRequest
-	(*AclWhoAmIResponse)(nil),         // 30: tenure.v1.AclWhoAmIResponse
-	(*ClusterLimits)(nil),             // 31: tenure.v1.ClusterLimits
-	(*GetLimitsRequest)(nil),          // 32: tenure.v1.GetLimitsRequest
-	(*SetLimitsRequest)(nil),          // 33: tenure.v1.SetLimitsRequest
-	(*LimitsResponse)(nil),            // 34: tenure.v1.LimitsResponse
-	(*SnapshotSaveRequest)(nil),       // 35: tenure.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),             // 36: tenure.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil),   // 37: tenure.v1.SnapshotRestoreResponse
-	(*Member)(nil),                    // 38: tenure.v1.Member
-	(*MemberListRequest)(nil),         // 39: tenure.v1.MemberListRequest
-	(*MemberListResponse)(nil),        // 40: tenure.v1.MemberListResponse
-	(*MemberAddRequest)(nil),          // 41: tenure.v1.MemberAddRequest
-	(*MemberRemoveRequest)(nil),       // 42: tenure.v1.MemberRemoveRequest
-	(*SessionFrames)(nil),             // 43: tenure.v1.SessionFrames
-	(*SessionFrame)(nil),              // 44: tenure.v1.SessionFrame
-	(*SessionReplies)(nil),            // 45: tenure.v1.SessionReplies
-	(*SessionReply)(nil),              // 46: tenure.v1.SessionReply
-	(*SessionRequest)(nil),            // 47: tenure.v1.SessionRequest
-	(*OpenSession)(nil),               // 48: tenure.v1.OpenSession
-	(*KeepAlive)(nil),                 // 49: tenure.v1.KeepAlive
-	(*AcquireLock)(nil),               // 50: tenure.v1.AcquireLock
-	(*ProclaimValue)(nil),             // 51: tenure.v1.ProclaimValue
-	(*ValueProclaimed)(nil),           // 52: tenure.v1.ValueProclaimed
-	(*ReleaseLock)(nil),               // 53: tenure.v1.ReleaseLock
-	(*CancelRequest)(nil),             // 54: tenure.v1.CancelRequest
-	(*CloseSession)(nil),              // 55: tenure.v1.CloseSession
-	(*SessionResponse)(nil),           // 56: tenure.v1.SessionResponse
-	(*SessionOpened)(nil),             // 57: tenure.v1.SessionOpened
-	(*KeepAliveAck)(nil),              // 58: tenure.v1.KeepAliveAck
-	(*LockQueued)(nil),                // 59: tenure.v1.LockQueued
-	(*LockGranted)(nil),               // 60: tenure.v1.LockGranted
-	(*LockReleased)(nil),              // 61: tenure.v1.LockReleased
-	(*SessionClosed)(nil),             // 62: tenure.v1.SessionClosed
-	(*Error)(nil),                     // 63: tenure.v1.Error
-	(*ListSessionsRequest)(nil),       // 64: tenure.v1.ListSessionsRequest
-	(*SessionInfo)(nil),               // 65: tenure.v1.SessionInfo
-	(*ListSessionsResponse)(nil),      // 66: tenure.v1.ListSessionsResponse
-	(*LockStatusRequest)(nil),         // 67: tenure.v1.LockStatusRequest
-	(*Holder)(nil),                    // 68: tenure.v1.Holder
-	(*Waiter)(nil),                    // 69: tenure.v1.Waiter
-	(*LockStatusResponse)(nil),        // 70: tenure.v1.LockStatusResponse
-	(*ListLocksRequest)(nil),          // 71: tenure.v1.ListLocksRequest
-	(*LockSummary)(nil),               // 72: tenure.v1.LockSummary
-	(*ListLocksResponse)(nil),         // 73: tenure.v1.ListLocksResponse
-	(*LockHistoryRequest)(nil),        // 74: tenure.v1.LockHistoryRequest
-	(*GrantRecord)(nil),               // 75: tenure.v1.GrantRecord
-	(*LockHistoryResponse)(nil),       // 76: tenure.v1.LockHistoryResponse
-	(*FencedPutRequest)(nil),          // 77: tenure.v1.FencedPutRequest
-	(*ForgedProof)(nil),               // 78: tenure.v1.ForgedProof
-	(*FencedPutResponse)(nil),         // 79: tenure.v1.FencedPutResponse
-	(*FencedDeleteRequest)(nil),       // 80: tenure.v1.FencedDeleteRequest
-	(*FencedDeleteResponse)(nil),      // 81: tenure.v1.FencedDeleteResponse
-	(*UnissuedToken)(nil),             // 82: tenure.v1.UnissuedToken
-	(*WrongLock)(nil),                 // 83: tenure.v1.WrongLock
-	(*FencedGetRequest)(nil),          // 84: tenure.v1.FencedGetRequest
-	(*FencedGetResponse)(nil),         // 85: tenure.v1.FencedGetResponse
-	(*ObserveRequest)(nil),            // 86: tenure.v1.ObserveRequest
-	(*LeaderEvent)(nil),               // 87: tenure.v1.LeaderEvent
-	(*StatusRequest)(nil),             // 88: tenure.v1.StatusRequest
-	(*StatusResponse)(nil),            // 89: tenure.v1.StatusResponse
-	(*KVKeyValue)(nil),                // 90: tenure.v1.KVKeyValue
-	(*KVPutRequest)(nil),              // 91: tenure.v1.KVPutRequest
-	(*KVPutResponse)(nil),             // 92: tenure.v1.KVPutResponse
-	(*KVRangeRequest)(nil),            // 93: tenure.v1.KVRangeRequest
-	(*KVRangeResponse)(nil),           // 94: tenure.v1.KVRangeResponse
-	(*KVDeleteRequest)(nil),           // 95: tenure.v1.KVDeleteRequest
-	(*KVDeleteResponse)(nil),          // 96: tenure.v1.KVDeleteResponse
-	(*KVCompare)(nil),                 // 97: tenure.v1.KVCompare
-	(*KVRequestOp)(nil),               // 98: tenure.v1.KVRequestOp
-	(*KVResponseOp)(nil),              // 99: tenure.v1.KVResponseOp
-	(*KVTxnRequest)(nil),              // 100: tenure.v1.KVTxnRequest
-	(*KVTxnResponse)(nil),             // 101: tenure.v1.KVTxnResponse
-	(*KVWatchRequest)(nil),            // 102: tenure.v1.KVWatchRequest
-	(*KVEvent)(nil),                   // 103: tenure.v1.KVEvent
-	(*KVWatchResponse)(nil),           // 104: tenure.v1.KVWatchResponse
-	(*KVCompacted)(nil),               // 105: tenure.v1.KVCompacted
-	(*QueueEnqueueRequest)(nil),       // 106: tenure.v1.QueueEnqueueRequest
-	(*QueueEnqueueResponse)(nil),      // 107: tenure.v1.QueueEnqueueResponse
-	(*QueueDequeueRequest)(nil),       // 108: tenure.v1.QueueDequeueRequest
-	(*QueueItem)(nil),                 // 109: tenure.v1.QueueItem
-	(*QueueDequeueResponse)(nil),      // 110: tenure.v1.QueueDequeueResponse
-	(*QueueSettleRequest)(nil),        // 111: tenure.v1.QueueSettleRequest
-	(*QueueSettleResponse)(nil),       // 112: tenure.v1.QueueSettleResponse
-	(*QueueStatsRequest)(nil),         // 113: tenure.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),        // 114: tenure.v1.QueueStatsResponse
-	(*QueueDeadListRequest)(nil),      // 115: tenure.v1.QueueDeadListRequest
-	(*QueueDeadItem)(nil),             // 116: tenure.v1.QueueDeadItem
-	(*QueueDeadListResponse)(nil),     // 117: tenure.v1.QueueDeadListResponse
-	(*QueueDeadRequeueRequest)(nil),   // 118: tenure.v1.QueueDeadRequeueRequest
-	(*QueueDeadRequeueResponse)(nil),  // 119: tenure.v1.QueueDeadRequeueResponse
-	(*QueueDeleteRequest)(nil),        // 120: tenure.v1.QueueDeleteRequest
-	(*QueueDeleteResponse)(nil),       // 121: tenure.v1.QueueDeleteResponse
-	(*QueueEnqueueBatchRequest)(nil),  // 122: tenure.v1.QueueEnqueueBatchRequest
-	(*QueueEnqueueItem)(nil),          // 123: tenure.v1.QueueEnqueueItem
-	(*QueueEnqueueBatchResponse)(nil), // 124: tenure.v1.QueueEnqueueBatchResponse
-	(*QueueDequeueBatchRequest)(nil),  // 125: tenure.v1.QueueDequeueBatchRequest
-	(*QueueDequeueBatchResponse)(nil), // 126: tenure.v1.QueueDequeueBatchResponse
-	(*QueueDelivery)(nil),             // 127: tenure.v1.QueueDelivery
-	(*QueueSettleBatchRequest)(nil),   // 128: tenure.v1.QueueSettleBatchRequest
-	(*QueueSettleItemResult)(nil),     // 129: tenure.v1.QueueSettleItemResult
-	(*QueueSettleBatchResponse)(nil),  // 130: tenure.v1.QueueSettleBatchResponse
-	(*QueuePurgeRequest)(nil),         // 131: tenure.v1.QueuePurgeRequest
-	(*QueuePurgeResponse)(nil),        // 132: tenure.v1.QueuePurgeResponse
+	(*ClusterKeyRetireRequest)(nil),   // 6: tenure.v1.ClusterKeyRetireRequest
+	(*ClusterKeysRequest)(nil),        // 7: tenure.v1.ClusterKeysRequest
+	(*ClusterKeyRotateRequest)(nil),   // 8: tenure.v1.ClusterKeyRotateRequest
+	(*ClusterKey)(nil),                // 9: tenure.v1.ClusterKey
+	(*ClusterKeysResponse)(nil),       // 10: tenure.v1.ClusterKeysResponse
+	(*AclRule)(nil),                   // 11: tenure.v1.AclRule
+	(*AclPolicy)(nil),                 // 12: tenure.v1.AclPolicy
+	(*AclBootstrapRequest)(nil),       // 13: tenure.v1.AclBootstrapRequest
+	(*AclTokenSecret)(nil),            // 14: tenure.v1.AclTokenSecret
+	(*AclPolicyCreateRequest)(nil),    // 15: tenure.v1.AclPolicyCreateRequest
+	(*AclPolicyListRequest)(nil),      // 16: tenure.v1.AclPolicyListRequest
+	(*AclPolicyListResponse)(nil),     // 17: tenure.v1.AclPolicyListResponse
+	(*AclPolicyDeleteRequest)(nil),    // 18: tenure.v1.AclPolicyDeleteRequest
+	(*AclDeleteResponse)(nil),         // 19: tenure.v1.AclDeleteResponse
+	(*AclTokenCreateRequest)(nil),     // 20: tenure.v1.AclTokenCreateRequest
+	(*AclToken)(nil),                  // 21: tenure.v1.AclToken
+	(*AclTokenListRequest)(nil),       // 22: tenure.v1.AclTokenListRequest
+	(*AclTokenListResponse)(nil),      // 23: tenure.v1.AclTokenListResponse
+	(*AclTokenRevokeRequest)(nil),     // 24: tenure.v1.AclTokenRevokeRequest
+	(*AclIdentity)(nil),               // 25: tenure.v1.AclIdentity
+	(*AclIdentityBindRequest)(nil),    // 26: tenure.v1.AclIdentityBindRequest
+	(*AclIdentityListRequest)(nil),    // 27: tenure.v1.AclIdentityListRequest
+	(*AclIdentityListResponse)(nil),   // 28: tenure.v1.AclIdentityListResponse
+	(*AclIdentityUnbindRequest)(nil),  // 29: tenure.v1.AclIdentityUnbindRequest
+	(*AclWhoAmIRequest)(nil),          // 30: tenure.v1.AclWhoAmIRequest
+	(*AclWhoAmIResponse)(nil),         // 31: tenure.v1.AclWhoAmIResponse
+	(*ClusterLimits)(nil),             // 32: tenure.v1.ClusterLimits
+	(*GetLimitsRequest)(nil),          // 33: tenure.v1.GetLimitsRequest
+	(*SetLimitsRequest)(nil),          // 34: tenure.v1.SetLimitsRequest
+	(*LimitsResponse)(nil),            // 35: tenure.v1.LimitsResponse
+	(*SnapshotSaveRequest)(nil),       // 36: tenure.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),             // 37: tenure.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),   // 38: tenure.v1.SnapshotRestoreResponse
+	(*Member)(nil),                    // 39: tenure.v1.Member
+	(*MemberListRequest)(nil),         // 40: tenure.v1.MemberListRequest
+	(*MemberListResponse)(nil),        // 41: tenure.v1.MemberListResponse
+	(*MemberAddRequest)(nil),          // 42: tenure.v1.MemberAddRequest
+	(*MemberRemoveRequest)(nil),       // 43: tenure.v1.MemberRemoveRequest
+	(*SessionFrames)(nil),             // 44: tenure.v1.SessionFrames
+	(*SessionFrame)(nil),              // 45: tenure.v1.SessionFrame
+	(*SessionReplies)(nil),            // 46: tenure.v1.SessionReplies
+	(*SessionReply)(nil),              // 47: tenure.v1.SessionReply
+	(*SessionRequest)(nil),            // 48: tenure.v1.SessionRequest
+	(*OpenSession)(nil),               // 49: tenure.v1.OpenSession
+	(*KeepAlive)(nil),                 // 50: tenure.v1.KeepAlive
+	(*AcquireLock)(nil),               // 51: tenure.v1.AcquireLock
+	(*ProclaimValue)(nil),             // 52: tenure.v1.ProclaimValue
+	(*ValueProclaimed)(nil),           // 53: tenure.v1.ValueProclaimed
+	(*ReleaseLock)(nil),               // 54: tenure.v1.ReleaseLock
+	(*CancelRequest)(nil),             // 55: tenure.v1.CancelRequest
+	(*CloseSession)(nil),              // 56: tenure.v1.CloseSession
+	(*SessionResponse)(nil),           // 57: tenure.v1.SessionResponse
+	(*SessionOpened)(nil),             // 58: tenure.v1.SessionOpened
+	(*KeepAliveAck)(nil),              // 59: tenure.v1.KeepAliveAck
+	(*LockQueued)(nil),                // 60: tenure.v1.LockQueued
+	(*LockGranted)(nil),               // 61: tenure.v1.LockGranted
+	(*LockReleased)(nil),              // 62: tenure.v1.LockReleased
+	(*SessionClosed)(nil),             // 63: tenure.v1.SessionClosed
+	(*Error)(nil),                     // 64: tenure.v1.Error
+	(*ListSessionsRequest)(nil),       // 65: tenure.v1.ListSessionsRequest
+	(*SessionInfo)(nil),               // 66: tenure.v1.SessionInfo
+	(*ListSessionsResponse)(nil),      // 67: tenure.v1.ListSessionsResponse
+	(*LockStatusRequest)(nil),         // 68: tenure.v1.LockStatusRequest
+	(*Holder)(nil),                    // 69: tenure.v1.Holder
+	(*Waiter)(nil),                    // 70: tenure.v1.Waiter
+	(*LockStatusResponse)(nil),        // 71: tenure.v1.LockStatusResponse
+	(*ListLocksRequest)(nil),          // 72: tenure.v1.ListLocksRequest
+	(*LockSummary)(nil),               // 73: tenure.v1.LockSummary
+	(*ListLocksResponse)(nil),         // 74: tenure.v1.ListLocksResponse
+	(*LockHistoryRequest)(nil),        // 75: tenure.v1.LockHistoryRequest
+	(*GrantRecord)(nil),               // 76: tenure.v1.GrantRecord
+	(*LockHistoryResponse)(nil),       // 77: tenure.v1.LockHistoryResponse
+	(*FencedPutRequest)(nil),          // 78: tenure.v1.FencedPutRequest
+	(*ForgedProof)(nil),               // 79: tenure.v1.ForgedProof
+	(*FencedPutResponse)(nil),         // 80: tenure.v1.FencedPutResponse
+	(*FencedDeleteRequest)(nil),       // 81: tenure.v1.FencedDeleteRequest
+	(*FencedDeleteResponse)(nil),      // 82: tenure.v1.FencedDeleteResponse
+	(*UnissuedToken)(nil),             // 83: tenure.v1.UnissuedToken
+	(*WrongLock)(nil),                 // 84: tenure.v1.WrongLock
+	(*FencedGetRequest)(nil),          // 85: tenure.v1.FencedGetRequest
+	(*FencedGetResponse)(nil),         // 86: tenure.v1.FencedGetResponse
+	(*ObserveRequest)(nil),            // 87: tenure.v1.ObserveRequest
+	(*LeaderEvent)(nil),               // 88: tenure.v1.LeaderEvent
+	(*StatusRequest)(nil),             // 89: tenure.v1.StatusRequest
+	(*StatusResponse)(nil),            // 90: tenure.v1.StatusResponse
+	(*KVKeyValue)(nil),                // 91: tenure.v1.KVKeyValue
+	(*KVPutRequest)(nil),              // 92: tenure.v1.KVPutRequest
+	(*KVPutResponse)(nil),             // 93: tenure.v1.KVPutResponse
+	(*KVRangeRequest)(nil),            // 94: tenure.v1.KVRangeRequest
+	(*KVRangeResponse)(nil),           // 95: tenure.v1.KVRangeResponse
+	(*KVDeleteRequest)(nil),           // 96: tenure.v1.KVDeleteRequest
+	(*KVDeleteResponse)(nil),          // 97: tenure.v1.KVDeleteResponse
+	(*KVCompare)(nil),                 // 98: tenure.v1.KVCompare
+	(*KVRequestOp)(nil),               // 99: tenure.v1.KVRequestOp
+	(*KVResponseOp)(nil),              // 100: tenure.v1.KVResponseOp
+	(*KVTxnRequest)(nil),              // 101: tenure.v1.KVTxnRequest
+	(*KVTxnResponse)(nil),             // 102: tenure.v1.KVTxnResponse
+	(*KVWatchRequest)(nil),            // 103: tenure.v1.KVWatchRequest
+	(*KVEvent)(nil),                   // 104: tenure.v1.KVEvent
+	(*KVWatchResponse)(nil),           // 105: tenure.v1.KVWatchResponse
+	(*KVCompacted)(nil),               // 106: tenure.v1.KVCompacted
+	(*QueueEnqueueRequest)(nil),       // 107: tenure.v1.QueueEnqueueRequest
+	(*QueueEnqueueResponse)(nil),      // 108: tenure.v1.QueueEnqueueResponse
+	(*QueueDequeueRequest)(nil),       // 109: tenure.v1.QueueDequeueRequest
+	(*QueueItem)(nil),                 // 110: tenure.v1.QueueItem
+	(*QueueDequeueResponse)(nil),      // 111: tenure.v1.QueueDequeueResponse
+	(*QueueSettleRequest)(nil),        // 112: tenure.v1.QueueSettleRequest
+	(*QueueSettleResponse)(nil),       // 113: tenure.v1.QueueSettleResponse
+	(*QueueStatsRequest)(nil),         // 114: tenure.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),        // 115: tenure.v1.QueueStatsResponse
+	(*QueueDeadListRequest)(nil),      // 116: tenure.v1.QueueDeadListRequest
+	(*QueueDeadItem)(nil),             // 117: tenure.v1.QueueDeadItem
+	(*QueueDeadListResponse)(nil),     // 118: tenure.v1.QueueDeadListResponse
+	(*QueueDeadRequeueRequest)(nil),   // 119: tenure.v1.QueueDeadRequeueRequest
+	(*QueueDeadRequeueResponse)(nil),  // 120: tenure.v1.QueueDeadRequeueResponse
+	(*QueueDeleteRequest)(nil),        // 121: tenure.v1.QueueDeleteRequest
+	(*QueueDeleteResponse)(nil),       // 122: tenure.v1.QueueDeleteResponse
+	(*QueueEnqueueBatchRequest)(nil),  // 123: tenure.v1.QueueEnqueueBatchRequest
+	(*QueueEnqueueItem)(nil),          // 124: tenure.v1.QueueEnqueueItem
+	(*QueueEnqueueBatchResponse)(nil), // 125: tenure.v1.QueueEnqueueBatchResponse
+	(*QueueDequeueBatchRequest)(nil),  // 126: tenure.v1.QueueDequeueBatchRequest
+	(*QueueDequeueBatchResponse)(nil), // 127: tenure.v1.QueueDequeueBatchResponse
+	(*QueueDelivery)(nil),             // 128: tenure.v1.QueueDelivery
+	(*QueueSettleBatchRequest)(nil),   // 129: tenure.v1.QueueSettleBatchRequest
+	(*QueueSettleItemResult)(nil),     // 130: tenure.v1.QueueSettleItemResult
+	(*QueueSettleBatchResponse)(nil),  // 131: tenure.v1.QueueSettleBatchResponse
+	(*QueuePurgeRequest)(nil),         // 132: tenure.v1.QueuePurgeRequest
+	(*QueuePurgeResponse)(nil),        // 133: tenure.v1.QueuePurgeResponse
 }
 var file_api_tenurepb_tenure_proto_depIdxs = []int32{
-	8,   // 0: tenure.v1.ClusterKeysResponse.keys:type_name -> tenure.v1.ClusterKey
-	10,  // 1: tenure.v1.AclPolicy.rules:type_name -> tenure.v1.AclRule
-	11,  // 2: tenure.v1.AclPolicyCreateRequest.policy:type_name -> tenure.v1.AclPolicy
-	11,  // 3: tenure.v1.AclPolicyListResponse.policies:type_name -> tenure.v1.AclPolicy
-	20,  // 4: tenure.v1.AclTokenListResponse.tokens:type_name -> tenure.v1.AclToken
-	24,  // 5: tenure.v1.AclIdentityBindRequest.identity:type_name -> tenure.v1.AclIdentity
-	24,  // 6: tenure.v1.AclIdentityListResponse.identities:type_name -> tenure.v1.AclIdentity
-	31,  // 7: tenure.v1.SetLimitsRequest.limits:type_name -> tenure.v1.ClusterLimits
-	31,  // 8: tenure.v1.LimitsResponse.limits:type_name -> tenure.v1.ClusterLimits
-	38,  // 9: tenure.v1.MemberListResponse.members:type_name -> tenure.v1.Member
-	44,  // 10: tenure.v1.SessionFrames.frames:type_name -> tenure.v1.SessionFrame
-	47,  // 11: tenure.v1.SessionFrame.request:type_name -> tenure.v1.SessionRequest
-	46,  // 12: tenure.v1.SessionReplies.replies:type_name -> tenure.v1.SessionReply
-	56,  // 13: tenure.v1.SessionReply.response:type_name -> tenure.v1.SessionResponse
+	9,   // 0: tenure.v1.ClusterKeysResponse.keys:type_name -> tenure.v1.ClusterKey
+	11,  // 1: tenure.v1.AclPolicy.rules:type_name -> tenure.v1.AclRule
+	12,  // 2: tenure.v1.AclPolicyCreateRequest.policy:type_name -> tenure.v1.AclPolicy
+	12,  // 3: tenure.v1.AclPolicyListResponse.policies:type_name -> tenure.v1.AclPolicy
+	21,  // 4: tenure.v1.AclTokenListResponse.tokens:type_name -> tenure.v1.AclToken
+	25,  // 5: tenure.v1.AclIdentityBindRequest.identity:type_name -> tenure.v1.AclIdentity
+	25,  // 6: tenure.v1.AclIdentityListResponse.identities:type_name -> tenure.v1.AclIdentity
+	32,  // 7: tenure.v1.SetLimitsRequest.limits:type_name -> tenure.v1.ClusterLimits
+	32,  // 8: tenure.v1.LimitsResponse.limits:type_name -> tenure.v1.ClusterLimits
+	39,  // 9: tenure.v1.MemberListResponse.members:type_name -> tenure.v1.Member
+	45,  // 10: tenure.v1.SessionFrames.frames:type_name -> tenure.v1.SessionFrame
+	48,  // 11: tenure.v1.SessionFrame.request:type_name -> tenure.v1.SessionRequest
+	47,  // 12: tenure.v1.SessionReplies.replies:type_name -> tenure.v1.SessionReply
+	57,  // 13: tenure.v1.SessionReply.response:type_name -> tenure.v1.SessionResponse
 	0,   // 14: tenure.v1.SessionReply.reason:type_name -> tenure.v1.ErrorReason
-	48,  // 15: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
-	49,  // 16: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
-	50,  // 17: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
-	53,  // 18: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
-	54,  // 19: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
-	55,  // 20: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
-	51,  // 21: tenure.v1.SessionRequest.proclaim:type_name -> tenure.v1.ProclaimValue
-	57,  // 22: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
-	58,  // 23: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
-	59,  // 24: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
-	60,  // 25: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
-	61,  // 26: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
-	62,  // 27: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
-	63,  // 28: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
-	52,  // 29: tenure.v1.SessionResponse.proclaimed:type_name -> tenure.v1.ValueProclaimed
+	49,  // 15: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
+	50,  // 16: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
+	51,  // 17: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
+	54,  // 18: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
+	55,  // 19: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
+	56,  // 20: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
+	52,  // 21: tenure.v1.SessionRequest.proclaim:type_name -> tenure.v1.ProclaimValue
+	58,  // 22: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
+	59,  // 23: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
+	60,  // 24: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
+	61,  // 25: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
+	62,  // 26: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
+	63,  // 27: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
+	64,  // 28: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
+	53,  // 29: tenure.v1.SessionResponse.proclaimed:type_name -> tenure.v1.ValueProclaimed
 	0,   // 30: tenure.v1.Error.reason:type_name -> tenure.v1.ErrorReason
-	65,  // 31: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
-	68,  // 32: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
-	68,  // 33: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
-	69,  // 34: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
-	68,  // 35: tenure.v1.LockSummary.first_holders:type_name -> tenure.v1.Holder
-	72,  // 36: tenure.v1.ListLocksResponse.locks:type_name -> tenure.v1.LockSummary
-	75,  // 37: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
+	66,  // 31: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
+	69,  // 32: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
+	69,  // 33: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
+	70,  // 34: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
+	69,  // 35: tenure.v1.LockSummary.first_holders:type_name -> tenure.v1.Holder
+	73,  // 36: tenure.v1.ListLocksResponse.locks:type_name -> tenure.v1.LockSummary
+	76,  // 37: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
 	1,   // 38: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
 	1,   // 39: tenure.v1.FencedDeleteResponse.result:type_name -> tenure.v1.PutResult
-	90,  // 40: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
+	91,  // 40: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
 	2,   // 41: tenure.v1.KVCompare.target:type_name -> tenure.v1.KVCompareTarget
 	3,   // 42: tenure.v1.KVCompare.result:type_name -> tenure.v1.KVCompareResult
-	93,  // 43: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
-	91,  // 44: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
-	95,  // 45: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
-	94,  // 46: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
-	92,  // 47: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
-	96,  // 48: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
-	97,  // 49: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
-	98,  // 50: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
-	98,  // 51: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
-	99,  // 52: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
+	94,  // 43: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
+	92,  // 44: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
+	96,  // 45: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
+	95,  // 46: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
+	93,  // 47: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
+	97,  // 48: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
+	98,  // 49: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
+	99,  // 50: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
+	99,  // 51: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
+	100, // 52: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
 	4,   // 53: tenure.v1.KVEvent.type:type_name -> tenure.v1.KVEventType
-	90,  // 54: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
-	103, // 55: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
-	109, // 56: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
+	91,  // 54: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
+	104, // 55: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
+	110, // 56: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
 	5,   // 57: tenure.v1.QueueSettleResponse.result:type_name -> tenure.v1.QueueSettleResult
-	116, // 58: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
-	123, // 59: tenure.v1.QueueEnqueueBatchRequest.items:type_name -> tenure.v1.QueueEnqueueItem
-	107, // 60: tenure.v1.QueueEnqueueBatchResponse.items:type_name -> tenure.v1.QueueEnqueueResponse
-	109, // 61: tenure.v1.QueueDequeueBatchResponse.items:type_name -> tenure.v1.QueueItem
-	127, // 62: tenure.v1.QueueSettleBatchRequest.items:type_name -> tenure.v1.QueueDelivery
+	117, // 58: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
+	124, // 59: tenure.v1.QueueEnqueueBatchRequest.items:type_name -> tenure.v1.QueueEnqueueItem
+	108, // 60: tenure.v1.QueueEnqueueBatchResponse.items:type_name -> tenure.v1.QueueEnqueueResponse
+	110, // 61: tenure.v1.QueueDequeueBatchResponse.items:type_name -> tenure.v1.QueueItem
+	128, // 62: tenure.v1.QueueSettleBatchRequest.items:type_name -> tenure.v1.QueueDelivery
 	5,   // 63: tenure.v1.QueueSettleItemResult.result:type_name -> tenure.v1.QueueSettleResult
-	63,  // 64: tenure.v1.QueueSettleItemResult.error:type_name -> tenure.v1.Error
-	129, // 65: tenure.v1.QueueSettleBatchResponse.items:type_name -> tenure.v1.QueueSettleItemResult
-	43,  // 66: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
-	64,  // 67: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
-	67,  // 68: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
-	71,  // 69: tenure.v1.Tenure.ListLocks:input_type -> tenure.v1.ListLocksRequest
-	74,  // 70: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
-	77,  // 71: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
-	84,  // 72: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
-	80,  // 73: tenure.v1.Tenure.FencedDelete:input_type -> tenure.v1.FencedDeleteRequest
-	88,  // 74: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
-	86,  // 75: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
-	39,  // 76: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
-	41,  // 77: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
-	42,  // 78: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
-	35,  // 79: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
-	36,  // 80: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
-	91,  // 81: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
-	93,  // 82: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
-	95,  // 83: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
-	100, // 84: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
-	102, // 85: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
-	106, // 86: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
-	108, // 87: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
-	111, // 88: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
-	111, // 89: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
-	111, // 90: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
-	113, // 91: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
-	115, // 92: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
-	118, // 93: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
-	120, // 94: tenure.v1.Tenure.QueueDelete:input_type -> tenure.v1.QueueDeleteRequest
-	131, // 95: tenure.v1.Tenure.QueuePurge:input_type -> tenure.v1.QueuePurgeRequest
-	122, // 96: tenure.v1.Tenure.QueueEnqueueBatch:input_type -> tenure.v1.QueueEnqueueBatchRequest
-	125, // 97: tenure.v1.Tenure.QueueDequeueBatch:input_type -> tenure.v1.QueueDequeueBatchRequest
-	128, // 98: tenure.v1.Tenure.QueueAckBatch:input_type -> tenure.v1.QueueSettleBatchRequest
-	128, // 99: tenure.v1.Tenure.QueueNackBatch:input_type -> tenure.v1.QueueSettleBatchRequest
-	32,  // 100: tenure.v1.Tenure.GetLimits:input_type -> tenure.v1.GetLimitsRequest
-	33,  // 101: tenure.v1.Tenure.SetLimits:input_type -> tenure.v1.SetLimitsRequest
-	12,  // 102: tenure.v1.Tenure.AclBootstrap:input_type -> tenure.v1.AclBootstrapRequest
-	14,  // 103: tenure.v1.Tenure.AclPolicyCreate:input_type -> tenure.v1.AclPolicyCreateRequest
-	15,  // 104: tenure.v1.Tenure.AclPolicyList:input_type -> tenure.v1.AclPolicyListRequest
-	17,  // 105: tenure.v1.Tenure.AclPolicyDelete:input_type -> tenure.v1.AclPolicyDeleteRequest
-	19,  // 106: tenure.v1.Tenure.AclTokenCreate:input_type -> tenure.v1.AclTokenCreateRequest
-	21,  // 107: tenure.v1.Tenure.AclTokenList:input_type -> tenure.v1.AclTokenListRequest
-	23,  // 108: tenure.v1.Tenure.AclTokenRevoke:input_type -> tenure.v1.AclTokenRevokeRequest
-	25,  // 109: tenure.v1.Tenure.AclIdentityBind:input_type -> tenure.v1.AclIdentityBindRequest
-	26,  // 110: tenure.v1.Tenure.AclIdentityList:input_type -> tenure.v1.AclIdentityListRequest
-	28,  // 111: tenure.v1.Tenure.AclIdentityUnbind:input_type -> tenure.v1.AclIdentityUnbindRequest
-	29,  // 112: tenure.v1.Tenure.AclWhoAmI:input_type -> tenure.v1.AclWhoAmIRequest
-	6,   // 113: tenure.v1.Tenure.ClusterKeys:input_type -> tenure.v1.ClusterKeysRequest
-	7,   // 114: tenure.v1.Tenure.ClusterKeyRotate:input_type -> tenure.v1.ClusterKeyRotateRequest
-	45,  // 115: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
-	66,  // 116: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
-	70,  // 117: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
-	73,  // 118: tenure.v1.Tenure.ListLocks:output_type -> tenure.v1.ListLocksResponse
-	76,  // 119: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
-	79,  // 120: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
-	85,  // 121: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
-	81,  // 122: tenure.v1.Tenure.FencedDelete:output_type -> tenure.v1.FencedDeleteResponse
-	89,  // 123: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
-	87,  // 124: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
-	40,  // 125: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
-	40,  // 126: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
-	40,  // 127: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
-	36,  // 128: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
-	37,  // 129: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
-	92,  // 130: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
-	94,  // 131: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
-	96,  // 132: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
-	101, // 133: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
-	104, // 134: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
-	107, // 135: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
-	110, // 136: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
-	112, // 137: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
-	112, // 138: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
-	112, // 139: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
-	114, // 140: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
-	117, // 141: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
-	119, // 142: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
-	121, // 143: tenure.v1.Tenure.QueueDelete:output_type -> tenure.v1.QueueDeleteResponse
-	132, // 144: tenure.v1.Tenure.QueuePurge:output_type -> tenure.v1.QueuePurgeResponse
-	124, // 145: tenure.v1.Tenure.QueueEnqueueBatch:output_type -> tenure.v1.QueueEnqueueBatchResponse
-	126, // 146: tenure.v1.Tenure.QueueDequeueBatch:output_type -> tenure.v1.QueueDequeueBatchResponse
-	130, // 147: tenure.v1.Tenure.QueueAckBatch:output_type -> tenure.v1.QueueSettleBatchResponse
-	130, // 148: tenure.v1.Tenure.QueueNackBatch:output_type -> tenure.v1.QueueSettleBatchResponse
-	34,  // 149: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
-	34,  // 150: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
-	13,  // 151: tenure.v1.Tenure.AclBootstrap:output_type -> tenure.v1.AclTokenSecret
-	11,  // 152: tenure.v1.Tenure.AclPolicyCreate:output_type -> tenure.v1.AclPolicy
-	16,  // 153: tenure.v1.Tenure.AclPolicyList:output_type -> tenure.v1.AclPolicyListResponse
-	18,  // 154: tenure.v1.Tenure.AclPolicyDelete:output_type -> tenure.v1.AclDeleteResponse
-	13,  // 155: tenure.v1.Tenure.AclTokenCreate:output_type -> tenure.v1.AclTokenSecret
-	22,  // 156: tenure.v1.Tenure.AclTokenList:output_type -> tenure.v1.AclTokenListResponse
-	18,  // 157: tenure.v1.Tenure.AclTokenRevoke:output_type -> tenure.v1.AclDeleteResponse
-	24,  // 158: tenure.v1.Tenure.AclIdentityBind:output_type -> tenure.v1.AclIdentity
-	27,  // 159: tenure.v1.Tenure.AclIdentityList:output_type -> tenure.v1.AclIdentityListResponse
-	18,  // 160: tenure.v1.Tenure.AclIdentityUnbind:output_type -> tenure.v1.AclDeleteResponse
-	30,  // 161: tenure.v1.Tenure.AclWhoAmI:output_type -> tenure.v1.AclWhoAmIResponse
-	9,   // 162: tenure.v1.Tenure.ClusterKeys:output_type -> tenure.v1.ClusterKeysResponse
-	9,   // 163: tenure.v1.Tenure.ClusterKeyRotate:output_type -> tenure.v1.ClusterKeysResponse
-	115, // [115:164] is the sub-list for method output_type
-	66,  // [66:115] is the sub-list for method input_type
+	64,  // 64: tenure.v1.QueueSettleItemResult.error:type_name -> tenure.v1.Error
+	130, // 65: tenure.v1.QueueSettleBatchResponse.items:type_name -> tenure.v1.QueueSettleItemResult
+	44,  // 66: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
+	65,  // 67: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
+	68,  // 68: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
+	72,  // 69: tenure.v1.Tenure.ListLocks:input_type -> tenure.v1.ListLocksRequest
+	75,  // 70: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
+	78,  // 71: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
+	85,  // 72: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
+	81,  // 73: tenure.v1.Tenure.FencedDelete:input_type -> tenure.v1.FencedDeleteRequest
+	89,  // 74: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
+	87,  // 75: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
+	40,  // 76: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
+	42,  // 77: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
+	43,  // 78: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
+	36,  // 79: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
+	37,  // 80: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
+	92,  // 81: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
+	94,  // 82: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
+	96,  // 83: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
+	101, // 84: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
+	103, // 85: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
+	107, // 86: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
+	109, // 87: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
+	112, // 88: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
+	112, // 89: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
+	112, // 90: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
+	114, // 91: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
+	116, // 92: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
+	119, // 93: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
+	121, // 94: tenure.v1.Tenure.QueueDelete:input_type -> tenure.v1.QueueDeleteRequest
+	132, // 95: tenure.v1.Tenure.QueuePurge:input_type -> tenure.v1.QueuePurgeRequest
+	123, // 96: tenure.v1.Tenure.QueueEnqueueBatch:input_type -> tenure.v1.QueueEnqueueBatchRequest
+	126, // 97: tenure.v1.Tenure.QueueDequeueBatch:input_type -> tenure.v1.QueueDequeueBatchRequest
+	129, // 98: tenure.v1.Tenure.QueueAckBatch:input_type -> tenure.v1.QueueSettleBatchRequest
+	129, // 99: tenure.v1.Tenure.QueueNackBatch:input_type -> tenure.v1.QueueSettleBatchRequest
+	33,  // 100: tenure.v1.Tenure.GetLimits:input_type -> tenure.v1.GetLimitsRequest
+	34,  // 101: tenure.v1.Tenure.SetLimits:input_type -> tenure.v1.SetLimitsRequest
+	13,  // 102: tenure.v1.Tenure.AclBootstrap:input_type -> tenure.v1.AclBootstrapRequest
+	15,  // 103: tenure.v1.Tenure.AclPolicyCreate:input_type -> tenure.v1.AclPolicyCreateRequest
+	16,  // 104: tenure.v1.Tenure.AclPolicyList:input_type -> tenure.v1.AclPolicyListRequest
+	18,  // 105: tenure.v1.Tenure.AclPolicyDelete:input_type -> tenure.v1.AclPolicyDeleteRequest
+	20,  // 106: tenure.v1.Tenure.AclTokenCreate:input_type -> tenure.v1.AclTokenCreateRequest
+	22,  // 107: tenure.v1.Tenure.AclTokenList:input_type -> tenure.v1.AclTokenListRequest
+	24,  // 108: tenure.v1.Tenure.AclTokenRevoke:input_type -> tenure.v1.AclTokenRevokeRequest
+	26,  // 109: tenure.v1.Tenure.AclIdentityBind:input_type -> tenure.v1.AclIdentityBindRequest
+	27,  // 110: tenure.v1.Tenure.AclIdentityList:input_type -> tenure.v1.AclIdentityListRequest
+	29,  // 111: tenure.v1.Tenure.AclIdentityUnbind:input_type -> tenure.v1.AclIdentityUnbindRequest
+	30,  // 112: tenure.v1.Tenure.AclWhoAmI:input_type -> tenure.v1.AclWhoAmIRequest
+	7,   // 113: tenure.v1.Tenure.ClusterKeys:input_type -> tenure.v1.ClusterKeysRequest
+	8,   // 114: tenure.v1.Tenure.ClusterKeyRotate:input_type -> tenure.v1.ClusterKeyRotateRequest
+	6,   // 115: tenure.v1.Tenure.ClusterKeyRetire:input_type -> tenure.v1.ClusterKeyRetireRequest
+	46,  // 116: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
+	67,  // 117: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
+	71,  // 118: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
+	74,  // 119: tenure.v1.Tenure.ListLocks:output_type -> tenure.v1.ListLocksResponse
+	77,  // 120: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
+	80,  // 121: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
+	86,  // 122: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
+	82,  // 123: tenure.v1.Tenure.FencedDelete:output_type -> tenure.v1.FencedDeleteResponse
+	90,  // 124: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
+	88,  // 125: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
+	41,  // 126: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
+	41,  // 127: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
+	41,  // 128: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
+	37,  // 129: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
+	38,  // 130: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
+	93,  // 131: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
+	95,  // 132: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
+	97,  // 133: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
+	102, // 134: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
+	105, // 135: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
+	108, // 136: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
+	111, // 137: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
+	113, // 138: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
+	113, // 139: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
+	113, // 140: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
+	115, // 141: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
+	118, // 142: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
+	120, // 143: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
+	122, // 144: tenure.v1.Tenure.QueueDelete:output_type -> tenure.v1.QueueDeleteResponse
+	133, // 145: tenure.v1.Tenure.QueuePurge:output_type -> tenure.v1.QueuePurgeResponse
+	125, // 146: tenure.v1.Tenure.QueueEnqueueBatch:output_type -> tenure.v1.QueueEnqueueBatchResponse
+	127, // 147: tenure.v1.Tenure.QueueDequeueBatch:output_type -> tenure.v1.QueueDequeueBatchResponse
+	131, // 148: tenure.v1.Tenure.QueueAckBatch:output_type -> tenure.v1.QueueSettleBatchResponse
+	131, // 149: tenure.v1.Tenure.QueueNackBatch:output_type -> tenure.v1.QueueSettleBatchResponse
+	35,  // 150: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
+	35,  // 151: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
+	14,  // 152: tenure.v1.Tenure.AclBootstrap:output_type -> tenure.v1.AclTokenSecret
+	12,  // 153: tenure.v1.Tenure.AclPolicyCreate:output_type -> tenure.v1.AclPolicy
+	17,  // 154: tenure.v1.Tenure.AclPolicyList:output_type -> tenure.v1.AclPolicyListResponse
+	19,  // 155: tenure.v1.Tenure.AclPolicyDelete:output_type -> tenure.v1.AclDeleteResponse
+	14,  // 156: tenure.v1.Tenure.AclTokenCreate:output_type -> tenure.v1.AclTokenSecret
+	23,  // 157: tenure.v1.Tenure.AclTokenList:output_type -> tenure.v1.AclTokenListResponse
+	19,  // 158: tenure.v1.Tenure.AclTokenRevoke:output_type -> tenure.v1.AclDeleteResponse
+	25,  // 159: tenure.v1.Tenure.AclIdentityBind:output_type -> tenure.v1.AclIdentity
+	28,  // 160: tenure.v1.Tenure.AclIdentityList:output_type -> tenure.v1.AclIdentityListResponse
+	19,  // 161: tenure.v1.Tenure.AclIdentityUnbind:output_type -> tenure.v1.AclDeleteResponse
+	31,  // 162: tenure.v1.Tenure.AclWhoAmI:output_type -> tenure.v1.AclWhoAmIResponse
+	10,  // 163: tenure.v1.Tenure.ClusterKeys:output_type -> tenure.v1.ClusterKeysResponse
+	10,  // 164: tenure.v1.Tenure.ClusterKeyRotate:output_type -> tenure.v1.ClusterKeysResponse
+	10,  // 165: tenure.v1.Tenure.ClusterKeyRetire:output_type -> tenure.v1.ClusterKeysResponse
+	116, // [116:166] is the sub-list for method output_type
+	66,  // [66:116] is the sub-list for method input_type
 	66,  // [66:66] is the sub-list for extension type_name
 	66,  // [66:66] is the sub-list for extension extendee
 	0,   // [0:66] is the sub-list for field type_name
@@ -9401,7 +9545,7 @@ func file_api_tenurepb_tenure_proto_init() {
 	if File_api_tenurepb_tenure_proto != nil {
 		return
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[41].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[42].OneofWrappers = []any{
 		(*SessionRequest_Open)(nil),
 		(*SessionRequest_KeepAlive)(nil),
 		(*SessionRequest_Acquire)(nil),
@@ -9410,7 +9554,7 @@ func file_api_tenurepb_tenure_proto_init() {
 		(*SessionRequest_Close)(nil),
 		(*SessionRequest_Proclaim)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[50].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[51].OneofWrappers = []any{
 		(*SessionResponse_Opened)(nil),
 		(*SessionResponse_Kept)(nil),
 		(*SessionResponse_Queued)(nil),
@@ -9420,12 +9564,12 @@ func file_api_tenurepb_tenure_proto_init() {
 		(*SessionResponse_Error)(nil),
 		(*SessionResponse_Proclaimed)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[92].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[93].OneofWrappers = []any{
 		(*KVRequestOp_Range)(nil),
 		(*KVRequestOp_Put)(nil),
 		(*KVRequestOp_Delete)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[93].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[94].OneofWrappers = []any{
 		(*KVResponseOp_Range)(nil),
 		(*KVResponseOp_Put)(nil),
 		(*KVResponseOp_Delete)(nil),
@@ -9436,7 +9580,7 @@ func file_api_tenurepb_tenure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_tenurepb_tenure_proto_rawDesc), len(file_api_tenurepb_tenure_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   127,
+			NumMessages:   128,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -54,6 +54,10 @@ func aclCommand(op any) *fsmpb.Command {
 		return &fsmpb.Command{Op: &fsmpb.Command_AclBindingDelete{AclBindingDelete: o}}
 	case *fsmpb.AddSigningKey:
 		return &fsmpb.Command{Op: &fsmpb.Command_AddSigningKey{AddSigningKey: o}}
+	case *fsmpb.RetireSigningKey:
+		return &fsmpb.Command{Op: &fsmpb.Command_RetireSigningKey{RetireSigningKey: o}}
+	case *fsmpb.RemoveSigningKey:
+		return &fsmpb.Command{Op: &fsmpb.Command_RemoveSigningKey{RemoveSigningKey: o}}
 	}
 	panic(fmt.Sprintf("server: no ACL command for %T", op))
 }
