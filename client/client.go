@@ -478,6 +478,9 @@ type Register struct {
 	Token       uint64
 	Found       bool
 	ModRevision uint64
+	// Lock is the lock the register is bound to ("" none): every write
+	// is checked against it (FencedPut).
+	Lock string
 }
 
 // FencedGet reads a register (linearizable unless WithSerializableReads).
@@ -490,7 +493,7 @@ func (c *Client) FencedGet(ctx context.Context, key string) (Register, error) {
 	if err != nil {
 		return Register{}, err
 	}
-	return Register{Key: resp.GetKey(), Value: resp.GetValue(), Token: resp.GetToken(), Found: resp.GetFound(), ModRevision: resp.GetModRevision()}, nil
+	return Register{Key: resp.GetKey(), Value: resp.GetValue(), Token: resp.GetToken(), Found: resp.GetFound(), ModRevision: resp.GetModRevision(), Lock: resp.GetLock()}, nil
 }
 
 // errEmptyPage: the server said more follows but listed nothing.

@@ -5433,12 +5433,15 @@ func (x *FencedGetRequest) GetSerializable() bool {
 }
 
 type FencedGetResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
-	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	Found         bool                   `protobuf:"varint,4,opt,name=found,proto3" json:"found,omitempty"`
-	ModRevision   uint64                 `protobuf:"varint,5,opt,name=mod_revision,json=modRevision,proto3" json:"mod_revision,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Key         string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value       []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Token       uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	Found       bool                   `protobuf:"varint,4,opt,name=found,proto3" json:"found,omitempty"`
+	ModRevision uint64                 `protobuf:"varint,5,opt,name=mod_revision,json=modRevision,proto3" json:"mod_revision,omitempty"`
+	// lock: the lock the register is bound to ("" none): the lock named by
+	// its first accepted write that named one.
+	Lock          string `protobuf:"bytes,60,opt,name=lock,proto3" json:"lock,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5506,6 +5509,13 @@ func (x *FencedGetResponse) GetModRevision() uint64 {
 		return x.ModRevision
 	}
 	return 0
+}
+
+func (x *FencedGetResponse) GetLock() string {
+	if x != nil {
+		return x.Lock
+	}
+	return ""
 }
 
 type ObserveRequest struct {
@@ -8914,13 +8924,14 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\brevision\x18\x05 \x01(\x04R\brevision\"H\n" +
 	"\x10FencedGetRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\"\n" +
-	"\fserializable\x18\x0f \x01(\bR\fserializable\"\x8a\x01\n" +
+	"\fserializable\x18\x0f \x01(\bR\fserializable\"\x9e\x01\n" +
 	"\x11FencedGetResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05found\x18\x04 \x01(\bR\x05found\x12!\n" +
-	"\fmod_revision\x18\x05 \x01(\x04R\vmodRevision\"$\n" +
+	"\fmod_revision\x18\x05 \x01(\x04R\vmodRevision\x12\x12\n" +
+	"\x04lock\x18< \x01(\tR\x04lock\"$\n" +
 	"\x0eObserveRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x85\x01\n" +
 	"\vLeaderEvent\x12\x14\n" +

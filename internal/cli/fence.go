@@ -36,6 +36,8 @@ type fenceGetJSON struct {
 	Token       uint64 `json:"token"`
 	Found       bool   `json:"found"`
 	ModRevision uint64 `json:"mod_revision"`
+	// Lock is the lock the register is bound to ("" none).
+	Lock string `json:"lock"`
 }
 
 func (a *app) fenceCommand() *cobra.Command {
@@ -226,8 +228,10 @@ func (a *app) fenceGetCommand() *cobra.Command {
 		Short: "Read a register (linearizable)",
 		Long: `Read the register KEY.
 
-JSON: {"key","value","token","found","mod_revision"}; value is the stored
-bytes as a string ("" and found=false for a register never written).`,
+JSON: {"key","value","token","found","mod_revision","lock"}; value is the
+stored bytes as a string ("" and found=false for a register never
+written); lock is the lock the register is bound to ("" none: no write
+naming a lock yet), which every write is checked against.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
@@ -235,10 +239,14 @@ bytes as a string ("" and found=false for a register never written).`,
 				if err != nil {
 					return err
 				}
-				out := fenceGetJSON{Key: args[0], Value: string(r.Value), Token: r.Token, Found: r.Found, ModRevision: r.ModRevision}
+				out := fenceGetJSON{Key: args[0], Value: string(r.Value), Token: r.Token, Found: r.Found, ModRevision: r.ModRevision, Lock: r.Lock}
 				return a.emit(out, func(w io.Writer) {
 					if !out.Found {
 						fmt.Fprintf(w, "register %s: not found\n", out.Key)
+						return
+					}
+					if out.Lock != "" {
+						fmt.Fprintf(w, "%s\t(token %d, lock %s)\n", out.Value, out.Token, out.Lock)
 						return
 					}
 					fmt.Fprintf(w, "%s\t(token %d)\n", out.Value, out.Token)

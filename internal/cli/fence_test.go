@@ -169,7 +169,10 @@ func TestFencePutNamingAnotherLock(t *testing.T) {
 	if r.code != ExitError || !strings.HasPrefix(r.stdout, "invalid (register res/B is bound to lock \"res/B\"") || !strings.Contains(r.stderr, `bound to lock "res/B"`) {
 		t.Fatalf("as text: %+v", r)
 	}
-	if reg, err := c.FencedGet(ctx, "res/B"); err != nil || string(reg.Value) != "b1" || reg.Token != hb.Token() {
+	if reg, err := c.FencedGet(ctx, "res/B"); err != nil || string(reg.Value) != "b1" || reg.Token != hb.Token() || reg.Lock != "res/B" {
 		t.Fatalf("res/B after the refused write: %+v %v", reg, err)
+	}
+	if m := runJSON(t, addr, 0, "fence", "get", "res/B"); m["lock"] != "res/B" || m["value"] != "b1" {
+		t.Fatalf("fence get res/B: %v, want its lock res/B", m)
 	}
 }

@@ -254,7 +254,7 @@ func (s *Server) FencedGet(ctx context.Context, req *pb.FencedGetRequest) (*pb.F
 	out := &pb.FencedGetResponse{Key: req.GetKey()}
 	err := s.read(ctx, req.GetSerializable(), func(st *fsm.State) {
 		r := st.Register(req.GetKey())
-		out.Value, out.Token, out.Found, out.ModRevision = r.Value, r.Token, r.Found, r.ModRevision
+		out.Value, out.Token, out.Found, out.ModRevision, out.Lock = r.Value, r.Token, r.Found, r.ModRevision, r.Lock
 	})
 	return out, err
 }
