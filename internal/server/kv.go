@@ -232,7 +232,9 @@ func (s *Server) KVTxn(ctx context.Context, req *pb.KVTxnRequest) (*pb.KVTxnResp
 	if err := s.admitTxn(req); err != nil {
 		return nil, toStatus(err)
 	}
-	txn := &fsmpb.KVTxn{}
+	// Each range answers one page, as a plain range does, and the whole
+	// answer is bounded before anything is written or collected.
+	txn := &fsmpb.KVTxn{Paged: true, MaxAnswerBytes: uint64(s.limits.MaxResponseBytes)}
 	for _, c := range req.GetCompare() {
 		txn.Compares = append(txn.Compares, &fsmpb.KVCompare{Key: c.GetKey(), Target: uint32(c.GetTarget()), Result: uint32(c.GetResult()), Value: c.GetValue(), Number: c.GetNumber()})
 	}

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/internal/fsm"
@@ -191,11 +192,20 @@ func (s *Server) LockHistory(ctx context.Context, req *pb.LockHistoryRequest) (*
 		return nil, toStatus(err)
 	}
 	out := &pb.LockHistoryResponse{Name: req.GetName()}
+	size, over := proto.Size(out), false
 	err := s.read(ctx, req.GetSerializable(), func(st *fsm.State) {
 		for _, g := range st.History(req.GetName()) {
-			out.Grants = append(out.Grants, &pb.GrantRecord{Owner: g.Owner, Session: g.Session, Token: g.Token, GrantedRevision: g.GrantedRevision, Ended: g.Ended, EndedRevision: g.EndedRevision})
+			rec := &pb.GrantRecord{Owner: g.Owner, Session: g.Session, Token: g.Token, GrantedRevision: g.GrantedRevision, Ended: g.Ended, EndedRevision: g.EndedRevision}
+			if size += proto.Size(rec) + 8; size > s.limits.MaxResponseBytes {
+				over = true
+				return
+			}
+			out.Grants = append(out.Grants, rec)
 		}
 	})
+	if err == nil && over {
+		return nil, toStatus(errResponseTooLarge(s.limits.MaxResponseBytes))
+	}
 	return out, err
 }
 
