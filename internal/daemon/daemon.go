@@ -91,6 +91,11 @@ type Config struct {
 	// EtcdAdvertise is the address etcd clients and the other members
 	// reach this node's etcd API at, if not EtcdListen's.
 	EtcdAdvertise string
+	// MaxConnections bounds the connections of each listener (client API,
+	// HTTP, etcd API); at the bound, or at what the descriptor limit
+	// leaves, the quietest connection is closed to make room (conns.go).
+	// 0 means DefaultMaxConnections.
+	MaxConnections int
 }
 
 // DefaultMetricsQueues is the default Config.MetricsQueues.
@@ -115,6 +120,8 @@ type Daemon struct {
 	etcdLis net.Listener
 	etcdGS  *grpc.Server
 	etcd    *etcdapi.Server
+	// conns bounds the connections of every listener (conns.go).
+	conns *connTable
 }
 
 // Start opens the node and the listener. The daemon serves after Run is
@@ -139,7 +146,15 @@ func Start(cfg Config) (*Daemon, error) {
 		n.Close()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	opts := server.GRPCOptions()
+	listeners := 1
+	for _, a := range []string{cfg.HTTPListen, cfg.EtcdListen} {
+		if a != "" {
+			listeners++
+		}
+	}
+	conns := newConnTable(cfg.MaxConnections, listeners)
+	lis = conns.wrap(lis)
+	opts := append(server.GRPCOptions(), server.ConnectionOptions()...)
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
@@ -152,7 +167,7 @@ func Start(cfg Config) (*Daemon, error) {
 	server.Register(gs, srv)
 	queues := max(cmp.Or(cfg.MetricsQueues, DefaultMetricsQueues), 0)
 	hub.Metrics().SetSource(func() metrics.Sample { return srv.Sample(queues) })
-	d := &Daemon{Node: n, Hub: hub, lis: lis, gs: gs}
+	d := &Daemon{Node: n, Hub: hub, lis: lis, gs: gs, conns: conns}
 	if cfg.EtcdListen != "" {
 		if err := d.listenEtcd(cfg, srv); err != nil {
 			lis.Close()
@@ -184,8 +199,9 @@ func (d *Daemon) listenEtcd(cfg Config, srv *server.Server) error {
 		scheme = "https://"
 	}
 	advertise := cmp.Or(cfg.EtcdAdvertise, lis.Addr().String())
+	lis = d.conns.wrap(lis)
 	api := etcdapi.New(d.Node, srv, etcdapi.Config{ClientURL: scheme + advertise})
-	opts := api.GRPCOptions()
+	opts := append(api.GRPCOptions(), server.ConnectionOptions()...)
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
