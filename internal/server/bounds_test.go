@@ -122,20 +122,29 @@ func TestKVTxnRangesArePagedAndBounded(t *testing.T) {
 	}
 }
 
-// TestMaxResponseBytes: --max-response-bytes set low refuses a
-// transaction whose ranges would answer more, and serves one under it.
+// TestMaxResponseBytes: --max-response-bytes set to its least refuses a
+// transaction whose ranges would answer more (two pages), and serves one
+// under it; a value below a page is refused at startup.
 func TestMaxResponseBytes(t *testing.T) {
 	lim := server.DefaultLimits()
-	lim.MaxResponseBytes = 200 << 10
+	lim.MaxResponseBytes = server.MinResponseBytes - 1
+	if err := lim.Validate(); err == nil || !strings.Contains(err.Error(), "--max-response-bytes") {
+		t.Fatalf("--max-response-bytes below a page: %v", err)
+	}
+	lim.MaxResponseBytes = server.MinResponseBytes
 	srv := testutil.StartConfig(t, daemon.Config{Limits: lim})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := testutil.Dial(t, srv.Addr())
-	fillBig(ctx, t, c, "k/", 4) // 240 KiB
+	fillBig(ctx, t, c, "k/", 40) // 2.3 MiB
 	api := testutil.API(t, srv.Addr())
-	_, err := api.KVTxn(ctx, &pb.KVTxnRequest{Success: rangeOps("k/", 1)})
-	refusedForSize(t, err, "a txn range of 240 KiB under a 200 KiB bound")
-	if _, err := api.KVTxn(ctx, &pb.KVTxnRequest{Success: []*pb.KVRequestOp{{Op: &pb.KVRequestOp_Range{Range: &pb.KVRangeRequest{Key: "k/", Prefix: true, Limit: 2}}}}}); err != nil {
-		t.Fatalf("a txn range of 2 keys: %v", err)
+	_, err := api.KVTxn(ctx, &pb.KVTxnRequest{Success: rangeOps("k/", 2)})
+	refusedForSize(t, err, "two txn ranges of a page each under a bound of one page")
+	limited := &pb.KVRequestOp{Op: &pb.KVRequestOp_Range{Range: &pb.KVRangeRequest{Key: "k/", Prefix: true, Limit: 10}}}
+	if resp, err := api.KVTxn(ctx, &pb.KVTxnRequest{Success: []*pb.KVRequestOp{limited, limited}}); err != nil || len(resp.GetResponses()[1].GetRange().GetKvs()) != 10 {
+		t.Fatalf("two txn ranges of 10 keys: %v", err)
+	}
+	if resp, err := api.KVTxn(ctx, &pb.KVTxnRequest{Success: rangeOps("k/", 1)}); err != nil || !resp.GetResponses()[0].GetRange().GetMore() {
+		t.Fatalf("one txn range: a page with more set, got %v", err)
 	}
 }

@@ -40,7 +40,9 @@ type Limits struct {
 	// (RESOURCE_EXHAUSTED) naming the limit, before the answer is built
 	// where its size can be known first (a transaction's ranges, a lock's
 	// history), and before it is sent otherwise. Listings page well
-	// below it. At most MaxMessageSize.
+	// below it. At least MinResponseBytes, at most MaxMessageSize.
+	// Answers carrying queue items are bounded by the payload limits
+	// instead (boundedByPayloads).
 	MaxResponseBytes int
 }
 
@@ -48,6 +50,10 @@ type Limits struct {
 // for a page (maxPageBytes) and more, and well under the 4 MiB a gRPC
 // client receives by default.
 const DefaultMaxResponseBytes = 3 << 20
+
+// MinResponseBytes is the least Limits.MaxResponseBytes: a page of a
+// listing (maxPageBytes) and room for the rest of its answer.
+const MinResponseBytes = maxPageBytes + 64<<10
 
 // errResponseTooLarge is the refusal of an answer past MaxResponseBytes.
 func errResponseTooLarge(limit int) error {
@@ -69,6 +75,9 @@ func (l Limits) Validate() error {
 	}
 	if l.MaxResponseBytes > MaxMessageSize {
 		return fmt.Errorf("%w: --max-response-bytes %d is above the largest message the service exchanges, %d", fsm.ErrInvalid, l.MaxResponseBytes, MaxMessageSize)
+	}
+	if l.MaxResponseBytes != 0 && l.MaxResponseBytes < MinResponseBytes {
+		return fmt.Errorf("%w: --max-response-bytes %d is below a page of a listing and the rest of its answer, %d", fsm.ErrInvalid, l.MaxResponseBytes, MinResponseBytes)
 	}
 	if err := l.KV.Validate(); err != nil {
 		return err
