@@ -309,3 +309,19 @@ func TestReadSnapshotClaimedLength(t *testing.T) {
 		}
 	}
 }
+
+// TestReadSnapshotEmptyQueueChunk: a snapshot whose queue items chunk
+// holds no item (found by FuzzReadSnapshot) is read as an empty queue;
+// before, reading it panicked (index out of range).
+func TestReadSnapshotEmptyQueueChunk(t *testing.T) {
+	core := mustMarshal(t, &fsmpb.Snapshot{Revision: 5, Queues: []*fsmpb.QueueState{{Name: "q", MaxAttempts: 3}}})
+	chunk := mustMarshal(t, &fsmpb.QueueItems{Queue: "q"})
+	data := protowire.AppendBytes(protowire.AppendTag(core, 11, protowire.BytesType), chunk)
+	st, err := fsm.ReadSnapshot(bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("a snapshot with an empty chunk of queue items: %v", err)
+	}
+	if qs := st.Export().GetQueues(); len(qs) != 1 || qs[0].GetName() != "q" || len(qs[0].GetReady()) != 0 {
+		t.Fatalf("queues read: %v", qs)
+	}
+}

@@ -247,10 +247,12 @@ func (s *State) importQueues(states []*fsmpb.QueueState, l *itemLoader) error {
 		q := newQueue(st.GetName(), st.GetMaxAttempts())
 		var last uint64 // the ring's newest id
 		if r := l.ready[q.name]; r != nil {
-			q.ready.fresh = *r
 			delete(l.ready, q.name)
-			lc := r.chunks[len(r.chunks)-1]
-			last = lc[len(lc)-1].id
+			if r.n > 0 { // a chunk may hold no item
+				q.ready.fresh = *r
+				lc := r.chunks[len(r.chunks)-1]
+				last = lc[len(lc)-1].id
+			}
 		}
 		for _, it := range st.GetReady() { // listed: written before the chunks
 			it := qItem{id: it.GetId(), payload: it.GetPayload(), attempts: it.GetAttempts()}
