@@ -25,14 +25,15 @@ import (
 const fdChildEnv = "TENURE_FD_FLOOD_CHILD"
 
 // TestFDFloodChild is the server of TestIdleFloodLeavesRoomForClients,
-// run in a child process under a lowered descriptor limit: it prints its
-// addresses once ready and serves until its stdin closes.
+// run in a child process under a lowered descriptor limit, with --auth:
+// it prints its addresses and a management token once ready and serves
+// until its stdin closes.
 func TestFDFloodChild(t *testing.T) {
 	dir := os.Getenv(fdChildEnv)
 	if dir == "" {
 		t.Skip("the server of TestIdleFloodLeavesRoomForClients")
 	}
-	d, err := daemon.Start(daemon.Config{NodeID: "n1", DataDir: dir, Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", LogOutput: os.Stderr})
+	d, err := daemon.Start(daemon.Config{NodeID: "n1", DataDir: dir, Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", LogOutput: os.Stderr, Auth: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,18 @@ func TestFDFloodChild(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("not ready after 30s")
 	}
-	fmt.Printf("ADDRS %s %s\n", d.Addr(), d.HTTPAddr())
+	bctx, bcancel := context.WithTimeout(ctx, 20*time.Second)
+	c, err := client.Dial(bctx, d.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := c.BootstrapACL(bctx)
+	c.Close()
+	bcancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("ADDRS %s %s %s\n", d.Addr(), d.HTTPAddr(), root.Secret)
 	io.Copy(io.Discard, os.Stdin) // until the parent closes it
 	cancel()
 	if err := <-done; err != nil {
@@ -74,11 +86,12 @@ func (s *syncBuffer) String() string {
 
 // TestIdleFloodLeavesRoomForClients: a server whose descriptor limit is
 // 256 is flooded with idle HTTP keep-alive connections and idle gRPC
-// connections (HTTP/2 preface sent, then nothing), 400 in all, more than
-// its descriptors. Before, it then accepted nothing more: status, a new
-// lock and /healthz failed for everyone until the attacker left. Now an
-// authorized client is served within a bounded time, and the server
-// closed some of the attacker's connections to make room.
+// connections (HTTP/2 preface sent, then nothing), 400 in all, none
+// authenticated, more than its descriptors. Before, it then accepted
+// nothing more: status, a new lock and /healthz failed for everyone until
+// the attacker left. Now a client with a token (the server runs --auth)
+// is served within a bounded time, and the server closed some of the
+// attacker's connections to make room.
 func TestIdleFloodLeavesRoomForClients(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("descriptor limits are set with sh's ulimit on Linux")
@@ -116,17 +129,17 @@ func TestIdleFloodLeavesRoomForClients(t *testing.T) {
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "ADDRS" {
+			if f := strings.Fields(sc.Text()); len(f) == 4 && f[0] == "ADDRS" {
 				addrs <- f[1:]
 				io.Copy(io.Discard, stdout)
 				return
 			}
 		}
 	}()
-	var grpcAddr, httpAddr string
+	var grpcAddr, httpAddr, secret string
 	select {
 	case a := <-addrs:
-		grpcAddr, httpAddr = a[0], a[1]
+		grpcAddr, httpAddr, secret = a[0], a[1], a[2]
 	case <-exited:
 		t.Fatal("the server exited before it was ready")
 	case <-time.After(60 * time.Second):
@@ -170,7 +183,7 @@ func TestIdleFloodLeavesRoomForClients(t *testing.T) {
 	// bounded time.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, grpcAddr)
+	c, err := client.Dial(ctx, grpcAddr, client.WithAuthToken(secret))
 	if err != nil {
 		t.Fatal(err)
 	}
