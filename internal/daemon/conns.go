@@ -82,6 +82,7 @@ func connBudget(fds uint64, perListener, listeners int) int {
 // process. It is safe for concurrent use.
 type connTable struct {
 	perListener, total int
+	fds                uint64 // the descriptor limit (0: unknown)
 
 	mu    sync.Mutex // guards conns and the listeners' counts
 	conns map[*trackedConn]struct{}
@@ -96,7 +97,8 @@ func newConnTable(perListener, listeners int) *connTable {
 	if perListener <= 0 {
 		perListener = DefaultMaxConnections
 	}
-	return &connTable{perListener: perListener, total: connBudget(raiseFDLimit(), perListener, listeners), conns: make(map[*trackedConn]struct{})}
+	fds := raiseFDLimit()
+	return &connTable{perListener: perListener, total: connBudget(fds, perListener, listeners), fds: fds, conns: make(map[*trackedConn]struct{})}
 }
 
 // wrap returns l accepting through t.

@@ -153,6 +153,7 @@ func Start(cfg Config) (*Daemon, error) {
 		}
 	}
 	conns := newConnTable(cfg.MaxConnections, listeners)
+	n.Logger().Info("connection limits", "per_listener", conns.perListener, "all_listeners", conns.total, "descriptor_limit", conns.fds)
 	lis = conns.wrap(lis)
 	opts := append(server.GRPCOptions(), server.ConnectionOptions()...)
 	if cfg.TLS != nil {
