@@ -398,6 +398,20 @@ func (s *State) kvApplyTxn(t *fsmpb.KVTxn, emit EventSink) Result {
 // than its max_answer_bytes; nothing was written. It is ErrLimit too.
 var ErrAnswerTooLarge = fmt.Errorf("%w: response too large", ErrLimit)
 
+// CheckTxnAnswer is the check Apply makes of t's max_answer_bytes
+// (ErrAnswerTooLarge), made on the state as it is: a node refuses an
+// obvious case before proposing it. Apply checks again.
+func (s *State) CheckTxnAnswer(t *fsmpb.KVTxn) error {
+	if t.GetMaxAnswerBytes() == 0 || ValidateKVTxn(t) != nil {
+		return nil // Apply answers an invalid one
+	}
+	_, ops, err := s.txnBranch(t)
+	if err != nil {
+		return nil // Apply answers it
+	}
+	return s.admitTxnAnswer(t, ops)
+}
+
 // admitTxnAnswer refuses a transaction whose branch ops could answer more
 // than its max_answer_bytes, before anything is written or collected. The
 // bound is computed on the state before the branch: the answer of each

@@ -68,6 +68,9 @@ func TestTxnRangesPagedAndBounded(t *testing.T) {
 		{"the failure branch, taken", &fsmpb.KVTxn{Compares: []*fsmpb.KVCompare{{Key: "none", Target: fsm.CompareVersion, Result: fsm.CompareGreater}}, Failure: []*fsmpb.KVOp{prefixRange("b/"), prefixRange("s/")}, Paged: true, MaxAnswerBytes: 2 << 20}, true},
 	}
 	for _, c := range cases {
+		if err := st.CheckTxnAnswer(c.txn); c.refuse != errors.Is(err, fsm.ErrAnswerTooLarge) {
+			t.Fatalf("%s: checked before it is proposed: %v, want refused %v", c.name, err, c.refuse)
+		}
 		r := st.Apply(txn(c.txn), nil)
 		if c.refuse != (r.Err != nil) || (c.refuse && (!errors.Is(r.Err, fsm.ErrLimit) || !errors.Is(r.Err, fsm.ErrAnswerTooLarge))) {
 			t.Fatalf("%s: %v, want refused %v", c.name, r.Err, c.refuse)

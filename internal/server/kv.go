@@ -245,6 +245,10 @@ func (s *Server) KVTxn(ctx context.Context, req *pb.KVTxnRequest) (*pb.KVTxnResp
 	if txn.Failure, err = txnOpsToFSM(req.GetFailure()); err != nil {
 		return nil, toStatus(err)
 	}
+	s.node.Read(func(st *fsm.State) { err = st.CheckTxnAnswer(txn) })
+	if err != nil { // refused before it takes a place in the log
+		return nil, toStatus(err)
+	}
 	res, err := s.proposeKV(ctx, &fsmpb.Command{Op: &fsmpb.Command_KvTxn{KvTxn: txn}})
 	if err != nil {
 		return nil, toStatus(err)
