@@ -325,3 +325,20 @@ func TestReadSnapshotEmptyQueueChunk(t *testing.T) {
 		t.Fatalf("queues read: %v", qs)
 	}
 }
+
+// TestReadSnapshotQueueItemIDZero: a snapshot listing a queue item of id
+// 0 (found by FuzzReadSnapshot) is refused; before, it was read, and the
+// snapshot the node then wrote could not be read back (its chunks hold
+// increasing ids from 1).
+func TestReadSnapshotQueueItemIDZero(t *testing.T) {
+	for _, qs := range []*fsmpb.QueueState{
+		{Name: "q", MaxAttempts: 3, Dead: []*fsmpb.QueueItemState{{Id: 0, Payload: []byte("x")}}},
+		{Name: "q", MaxAttempts: 3, Ready: []*fsmpb.QueueItemState{{Id: 0}}},
+		{Name: "q", MaxAttempts: 3, InFlight: []*fsmpb.QueueItemState{{Id: 0}}},
+	} {
+		data := mustMarshal(t, &fsmpb.Snapshot{Revision: 5, Queues: []*fsmpb.QueueState{qs}})
+		if _, err := fsm.ReadSnapshot(bytes.NewReader(data)); err == nil {
+			t.Fatalf("a snapshot with a queue item of id 0 was read: %v", qs)
+		}
+	}
+}

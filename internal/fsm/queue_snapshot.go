@@ -254,6 +254,13 @@ func (s *State) importQueues(states []*fsmpb.QueueState, l *itemLoader) error {
 				last = lc[len(lc)-1].id
 			}
 		}
+		for _, list := range [][]*fsmpb.QueueItemState{st.GetReady(), st.GetDead(), st.GetInFlight()} {
+			for _, it := range list {
+				if it.GetId() == 0 { // ids are revisions; a chunk could not hold it
+					return fmt.Errorf("snapshot: queue %q holds an item of id 0", q.name)
+				}
+			}
+		}
 		for _, it := range st.GetReady() { // listed: written before the chunks
 			it := qItem{id: it.GetId(), payload: it.GetPayload(), attempts: it.GetAttempts()}
 			if it.id > last {
