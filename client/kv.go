@@ -285,8 +285,11 @@ func OpGet(key string) Op {
 }
 
 // OpRange reads the keys under prefix (at most limit when limit > 0).
-// Unlike Range it is not paged: the whole answer of a transaction is one
-// message, so give it a limit when the prefix may hold many keys.
+// Like one page of Range it answers at most 10,000 keys or 2 MiB, with
+// OpResult.More set when keys were left out (read on with RangeFrom); and
+// a transaction whose ranges could answer more than the server's
+// --max-response-bytes is refused (RESOURCE_EXHAUSTED, nothing written),
+// so give it a limit when the prefix may hold many keys.
 func OpRange(prefix string, limit int64) Op {
 	return Op{&pb.KVRequestOp{Op: &pb.KVRequestOp_Range{Range: &pb.KVRangeRequest{Key: prefix, Prefix: true, Limit: limit}}}}
 }
@@ -315,7 +318,8 @@ type TxnResult struct {
 // OpResult is the result of one op of a transaction.
 type OpResult struct {
 	// KVs of a get or range (it sees the writes before it in the branch).
-	KVs  []KeyValue
+	KVs []KeyValue
+	// More: the range answered one page, or its limit, and left keys out.
 	More bool
 	// Deleted counts the keys a delete removed.
 	Deleted int64

@@ -185,6 +185,8 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 	clusterLimitFlags(f, &cfg.ClusterLimits, "when this node leads, set the cluster's limit on ")
 	f.IntVar(&cfg.Limits.MaxNameBytes, "max-name-len", server.DefaultLimits().MaxNameBytes, "longest lock, semaphore, election, queue or fenced register name, bytes")
 	f.IntVar(&cfg.Limits.MaxRegisterValueBytes, "max-register-value-len", server.DefaultLimits().MaxRegisterValueBytes, "largest fenced register value, bytes")
+	f.IntVar(&cfg.Limits.MaxResponseBytes, "max-response-bytes", server.DefaultLimits().MaxResponseBytes, fmt.Sprintf("largest answer to one request, bytes, at most %d: a request whose answer would take more is refused with RESOURCE_EXHAUSTED (docs/limits.md)", server.MaxMessageSize))
+	f.IntVar(&cfg.MaxConnections, "max-connections", daemon.DefaultMaxConnections, "connections each listener (client API, --http-listen, --etcd-listen) holds at most; at it, or at what the descriptor limit leaves, the quietest connection is closed to make room for a new one")
 	f.IntVar(&cfg.LockHistory, "lock-history", 0, fmt.Sprintf("grant records kept per lock, 1..%d (cluster-wide; 0 keeps the cluster's setting, initially %d)", fsm.MaxHistoryLimit, fsm.HistoryLimit))
 	f.IntVar(&cfg.RegisterOpMemory, "register-op-memory", 0, fmt.Sprintf("operation ids remembered per fenced register, 1..%d (cluster-wide; 0 keeps the cluster's setting, initially %d)", fsm.MaxOpMemory, fsm.OpMemory))
 	f.DurationVar(&groupWait, "group-commit-wait", node.DefaultGroupCommitWait, fmt.Sprintf("longest a small batch of commands waits for more before it is written, 0..%s (0: never wait)", maxGroupCommitWait))

@@ -100,6 +100,11 @@ type Config struct {
 	// EtcdAdvertise is the address etcd clients and the other members
 	// reach this node's etcd API at, if not EtcdListen's.
 	EtcdAdvertise string
+	// MaxConnections bounds the connections of each listener (client API,
+	// HTTP, etcd API); at the bound, or at what the descriptor limit
+	// leaves, the quietest connection is closed to make room (conns.go).
+	// 0 means DefaultMaxConnections.
+	MaxConnections int
 }
 
 // DefaultMetricsQueues is the default Config.MetricsQueues.
@@ -127,6 +132,8 @@ type Daemon struct {
 	etcdLis net.Listener
 	etcdGS  *grpc.Server
 	etcd    *etcdapi.Server
+	// conns bounds the connections of every listener (conns.go).
+	conns *connTable
 }
 
 // Start opens the node and the listener. The daemon serves after Run is
@@ -148,7 +155,16 @@ func Start(cfg Config) (*Daemon, error) {
 		n.Close()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	opts := server.GRPCOptions()
+	listeners := 1
+	for _, a := range []string{cfg.HTTPListen, cfg.EtcdListen} {
+		if a != "" {
+			listeners++
+		}
+	}
+	conns := newConnTable(cfg.MaxConnections, listeners)
+	n.Logger().Info("connection limits", "per_listener", conns.perListener, "all_listeners", conns.total, "descriptor_limit", conns.fds)
+	lis = conns.wrap(lis)
+	opts := append(server.GRPCOptions(), server.ConnectionOptions()...)
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
@@ -161,7 +177,7 @@ func Start(cfg Config) (*Daemon, error) {
 	server.Register(gs, srv)
 	queues := max(cmp.Or(cfg.MetricsQueues, DefaultMetricsQueues), 0)
 	hub.Metrics().SetSource(func() metrics.Sample { return srv.Sample(queues) })
-	d := &Daemon{Node: n, Hub: hub, lis: lis, gs: gs}
+	d := &Daemon{Node: n, Hub: hub, lis: lis, gs: gs, conns: conns}
 	if cfg.EtcdListen != "" {
 		if err := d.listenEtcd(cfg, srv); err != nil {
 			lis.Close()
@@ -195,8 +211,9 @@ func (d *Daemon) listenEtcd(cfg Config, srv *server.Server) error {
 		scheme = "https://"
 	}
 	advertise := cmp.Or(cfg.EtcdAdvertise, lis.Addr().String())
-	api := etcdapi.New(d.Node, srv, etcdapi.Config{ClientURL: scheme + advertise, PeerTLS: cfg.PeerTLS})
-	opts := api.GRPCOptions()
+	lis = d.conns.wrap(lis)
+	api := etcdapi.New(d.Node, srv, etcdapi.Config{ClientURL: scheme + advertise, PeerTLS: cfg.PeerTLS, MaxResponseBytes: cmp.Or(cfg.Limits.MaxResponseBytes, server.DefaultMaxResponseBytes)})
+	opts := append(api.GRPCOptions(), server.ConnectionOptions()...)
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(etcdapi.ServerTLS(cfg.TLS, cfg.PeerTLS))))
 	}

@@ -43,6 +43,14 @@ import (
 // DefaultHTTPListen is `tenure serve`'s --http-listen default.
 const DefaultHTTPListen = "127.0.0.1:7071"
 
+// httpReadTimeout bounds the reading of one request, headers and body;
+// httpIdleTimeout how long a kept-alive connection may wait for its next
+// request.
+const (
+	httpReadTimeout = 30 * time.Second
+	httpIdleTimeout = 60 * time.Second
+)
+
 // httpShutdownTimeout bounds a graceful stop of the HTTP listener; open
 // streams are closed after it.
 const httpShutdownTimeout = 2 * time.Second
@@ -137,8 +145,17 @@ func (d *Daemon) listenHTTP(addr string, pprofOn bool, dash http.Handler) error 
 	if err != nil {
 		return fmt.Errorf("http listen on %s: %w", addr, err)
 	}
-	d.httpLis = lis
-	d.httpSrv = &http.Server{Handler: d.httpHandler(pprofOn, dash), ReadHeaderTimeout: 10 * time.Second}
+	d.httpLis = d.conns.wrap(lis)
+	d.httpSrv = &http.Server{
+		Handler:           d.httpHandler(pprofOn, dash),
+		ReadHeaderTimeout: 10 * time.Second,
+		// A request is read whole within ReadTimeout; a kept-alive
+		// connection that sends nothing more is closed after IdleTimeout.
+		// No WriteTimeout: the dashboard's event streams are long
+		// answers.
+		ReadTimeout: httpReadTimeout,
+		IdleTimeout: httpIdleTimeout,
+	}
 	return nil
 }
 

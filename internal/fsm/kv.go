@@ -346,9 +346,12 @@ func (s *State) ReadTxn(t *fsmpb.KVTxn) (KVResult, error) {
 	if err != nil {
 		return KVResult{}, err
 	}
+	if err := s.admitTxnAnswer(t, ops); err != nil {
+		return KVResult{}, err
+	}
 	out := KVResult{Succeeded: ok, Ops: make([]KVOpResult, len(ops))}
 	for i, op := range ops {
-		a := s.rangeIn(rangeOp(op.GetRange()))
+		a := s.rangeIn(rangeOp(op.GetRange(), t.GetPaged()))
 		out.Ops[i].Range, out.Ops[i].More, out.Ops[i].Count = a.KVs, a.More, a.Count
 	}
 	return out, nil
@@ -371,6 +374,9 @@ func (s *State) kvApplyTxn(t *fsmpb.KVTxn, emit EventSink) Result {
 	if err := s.admitKVPuts(puts); err != nil {
 		return Result{Err: err}
 	}
+	if err := s.admitTxnAnswer(t, ops); err != nil {
+		return Result{Err: err}
+	}
 	out := &KVResult{Succeeded: ok, Ops: make([]KVOpResult, len(ops))}
 	rev := revisionOnce{s: s}
 	for i, op := range ops {
@@ -381,11 +387,73 @@ func (s *State) kvApplyTxn(t *fsmpb.KVTxn, emit EventSink) Result {
 			victims := s.kvDelete(rangeOf(o.Delete.GetKey(), o.Delete.GetPrefix(), o.Delete.GetRangeEnd()), &rev, emit)
 			out.Ops[i].Deleted, out.Ops[i].Prev = int64(len(victims)), victims
 		case *fsmpb.KVOp_Range:
-			a := s.rangeIn(rangeOp(o.Range))
+			a := s.rangeIn(rangeOp(o.Range, t.GetPaged()))
 			out.Ops[i].Range, out.Ops[i].More, out.Ops[i].Count = a.KVs, a.More, a.Count
 		}
 	}
 	return Result{KV: out}
+}
+
+// ErrAnswerTooLarge: a transaction's range answers could take more bytes
+// than its max_answer_bytes; nothing was written. It is ErrLimit too.
+var ErrAnswerTooLarge = fmt.Errorf("%w: response too large", ErrLimit)
+
+// CheckTxnAnswer is the check Apply makes of t's max_answer_bytes
+// (ErrAnswerTooLarge), made on the state as it is: a node refuses an
+// obvious case before proposing it. Apply checks again.
+func (s *State) CheckTxnAnswer(t *fsmpb.KVTxn) error {
+	if t.GetMaxAnswerBytes() == 0 || ValidateKVTxn(t) != nil {
+		return nil // Apply answers an invalid one
+	}
+	_, ops, err := s.txnBranch(t)
+	if err != nil {
+		return nil // Apply answers it
+	}
+	return s.admitTxnAnswer(t, ops)
+}
+
+// admitTxnAnswer refuses a transaction whose branch ops could answer more
+// than its max_answer_bytes, before anything is written or collected. The
+// bound is computed on the state before the branch: the answer of each
+// range (paged if the transaction is), plus every put before the range in
+// the branch that lands in it, counted whole (a put may add a key or grow
+// one; a delete only takes away). Each range's scan stops at its page or
+// at the budget, so the check costs at most what the answer would.
+func (s *State) admitTxnAnswer(t *fsmpb.KVTxn, ops []*fsmpb.KVOp) error {
+	budget := t.GetMaxAnswerBytes()
+	if budget == 0 {
+		return nil
+	}
+	var total uint64
+	for i, op := range ops {
+		r := op.GetRange()
+		if r == nil {
+			continue
+		}
+		kr, q := rangeOp(r, t.GetPaged())
+		n := s.rangeSize(kr, q, budget-total)
+		if !q.CountOnly {
+			for _, before := range ops[:i] {
+				p := before.GetPut()
+				if p == nil || !kr.contains(p.GetKey()) {
+					continue
+				}
+				n += uint64(len(p.GetKey()) + len(p.GetValue()) + answerOverhead)
+				if p.GetIgnoreValue() {
+					if old, ok := s.kv.tree.Get(KV{Key: p.GetKey()}); ok {
+						n += uint64(len(old.Value))
+					}
+				}
+			}
+		}
+		if q.Paged {
+			n = min(n, MaxPageBytes) // a page never takes more (one key is less)
+		}
+		if total += n; total > budget {
+			return fmt.Errorf("%w: the response would exceed --max-response-bytes (%d bytes); page the ranges (a limit, start_key) or split the transaction", ErrAnswerTooLarge, budget)
+		}
+	}
+	return nil
 }
 
 // admitKVPuts applies max-keys and max-kv-bytes to puts applied in order

@@ -31,6 +31,31 @@ const (
 // the other targets are in kv.go.
 const CompareLease = 5
 
+// The page of a range: a paged range (RangeQuery.Paged, a paged
+// transaction's ranges, the API's plain ranges) answers at most
+// MaxPageItems keys and MaxPageBytes bytes (each key counted as
+// AnswerSize), and at least one key, so that paging goes on; more says
+// that the page was cut short. The largest key (MaxNameLen) with the
+// largest value (MaxKVValueLen) fits a page.
+const (
+	MaxPageItems = 10_000
+	MaxPageBytes = 2 << 20
+	// answerOverhead bounds what a key's answer takes beside its key and
+	// value: the field tags and lengths and its four revisions and
+	// session as varints.
+	answerOverhead = 64
+)
+
+// AnswerSize is the bytes kv takes in an answer (its value left out when
+// keysOnly): its key, its value and a bound on the encoding of the rest.
+// Pages and the transactions' max_answer_bytes count it.
+func AnswerSize(kv *KV, keysOnly bool) int {
+	if keysOnly {
+		return len(kv.Key) + answerOverhead
+	}
+	return len(kv.Key) + len(kv.Value) + answerOverhead
+}
+
 // RangeQuery is a read of the key-value store with etcd's Range options.
 type RangeQuery struct {
 	// Key is the first key. End, in etcd's convention: empty reads Key
@@ -52,6 +77,9 @@ type RangeQuery struct {
 	// aside, as etcd's count does; without it Count is not computed
 	// (except with CountOnly) and the scan stops at the limit.
 	Count bool
+	// Paged answers at most one page (MaxPageItems, MaxPageBytes) after
+	// the limit; More then says whether keys were left out.
+	Paged bool
 }
 
 // RangeAnswer is what a RangeQuery reads.
@@ -102,6 +130,17 @@ func PrefixEnd(prefix []byte) []byte {
 		}
 	}
 	return []byte{0}
+}
+
+// contains reports whether key is in r.
+func (r keyRange) contains(key string) bool {
+	switch {
+	case r.single:
+		return key == r.start
+	case r.toEnd:
+		return key >= r.start
+	}
+	return key >= r.start && key < r.end
 }
 
 // ascend calls fn on every key of r in key order until it returns false.
@@ -170,21 +209,31 @@ func (s *State) Range(q RangeQuery) RangeAnswer {
 func (s *State) rangeIn(r keyRange, q RangeQuery) RangeAnswer {
 	var out RangeAnswer
 	// Keys to collect: all for a sort or filters (applied after), else
-	// one past the limit (to tell whether there are more).
+	// one past the limit or the page (to tell whether there are more).
 	want := int64(-1)
-	if q.Limit > 0 && q.defaultOrder() && !q.filtered() {
-		want = q.Limit + 1
+	if q.defaultOrder() && !q.filtered() {
+		if q.Limit > 0 {
+			want = q.Limit + 1
+		}
+		if q.Paged && (want < 0 || want > MaxPageItems+1) {
+			want = MaxPageItems + 1
+		}
 	}
 	counting := q.Count || q.CountOnly
+	collecting, bytes := true, 0
 	s.ascend(r, func(kv KV) bool {
 		out.Count++
 		if q.CountOnly {
 			return true
 		}
-		if want < 0 || int64(len(out.KVs)) < want {
+		if collecting {
 			out.KVs = append(out.KVs, kv)
+			bytes += AnswerSize(&kv, q.KeysOnly)
+			if want >= 0 && (int64(len(out.KVs)) >= want || (q.Paged && bytes > MaxPageBytes)) {
+				collecting = false
+			}
 		}
-		return counting || want < 0 || int64(len(out.KVs)) < want
+		return counting || collecting
 	})
 	if q.CountOnly {
 		return RangeAnswer{Count: out.Count}
@@ -205,6 +254,12 @@ func (s *State) rangeIn(r keyRange, q RangeQuery) RangeAnswer {
 	if q.Limit > 0 && int64(len(out.KVs)) > q.Limit {
 		out.KVs, out.More = out.KVs[:q.Limit], true
 	}
+	if q.Paged {
+		if n := pageCut(out.KVs, q.KeysOnly); n < len(out.KVs) {
+			clear(out.KVs[n:]) // the state's values are not kept alive by the cut
+			out.KVs, out.More = out.KVs[:n], true
+		}
+	}
 	if q.KeysOnly {
 		for i := range out.KVs {
 			out.KVs[i].Value = nil
@@ -214,6 +269,50 @@ func (s *State) rangeIn(r keyRange, q RangeQuery) RangeAnswer {
 		out.KVs = nil
 	}
 	return out
+}
+
+// pageCut is how many of kvs, from the first, make one page.
+func pageCut(kvs []KV, keysOnly bool) int {
+	bytes := 0
+	for i := range kvs {
+		bytes += AnswerSize(&kvs[i], keysOnly)
+		if i == MaxPageItems || (i > 0 && bytes > MaxPageBytes) {
+			return i
+		}
+	}
+	return len(kvs)
+}
+
+// rangeSize is the bytes (AnswerSize) of the keys q answers on r, counted
+// without collecting them when the range is in key order and unfiltered;
+// it may stop counting once past stop.
+func (s *State) rangeSize(r keyRange, q RangeQuery, stop uint64) uint64 {
+	if q.CountOnly {
+		return 0
+	}
+	var n uint64
+	if !q.defaultOrder() || q.filtered() {
+		a := s.rangeIn(r, q)
+		for i := range a.KVs {
+			n += uint64(AnswerSize(&a.KVs[i], false)) // KeysOnly already cut the values
+		}
+		return n
+	}
+	limit := q.Limit
+	if q.Paged && (limit <= 0 || limit > MaxPageItems) {
+		limit = MaxPageItems
+	}
+	var items int64
+	s.ascend(r, func(kv KV) bool {
+		size := uint64(AnswerSize(&kv, q.KeysOnly))
+		if q.Paged && items > 0 && n+size > MaxPageBytes {
+			return false
+		}
+		n += size
+		items++
+		return (limit <= 0 || items < limit) && n <= stop
+	})
+	return n
 }
 
 // kvSort sorts KVs with etcd's comparisons and sort.Sort, so that keys
@@ -256,14 +355,15 @@ func sortKVs(kvs []KV, order, target uint32) {
 	sort.Sort(srt)
 }
 
-// rangeOp is the query of a range op of a transaction.
-func rangeOp(r *fsmpb.KVRange) (keyRange, RangeQuery) {
+// rangeOp is the query of a range op of a transaction; paged: the
+// transaction's.
+func rangeOp(r *fsmpb.KVRange, paged bool) (keyRange, RangeQuery) {
 	q := RangeQuery{
 		Key: r.GetKey(), End: r.GetRangeEnd(), Limit: r.GetLimit(),
 		SortOrder: r.GetSortOrder(), SortTarget: r.GetSortTarget(), KeysOnly: r.GetKeysOnly(), CountOnly: r.GetCountOnly(),
 		MinModRevision: r.GetMinModRevision(), MaxModRevision: r.GetMaxModRevision(),
 		MinCreateRevision: r.GetMinCreateRevision(), MaxCreateRevision: r.GetMaxCreateRevision(),
-		Count: r.GetCount(),
+		Count: r.GetCount(), Paged: paged,
 	}
 	kr := rangeOf(r.GetKey(), r.GetPrefix(), r.GetRangeEnd())
 	if r.GetPrefix() && r.GetStartKey() > kr.start {

@@ -247,10 +247,19 @@ func (s *State) importQueues(states []*fsmpb.QueueState, l *itemLoader) error {
 		q := newQueue(st.GetName(), st.GetMaxAttempts())
 		var last uint64 // the ring's newest id
 		if r := l.ready[q.name]; r != nil {
-			q.ready.fresh = *r
 			delete(l.ready, q.name)
-			lc := r.chunks[len(r.chunks)-1]
-			last = lc[len(lc)-1].id
+			if r.n > 0 { // a chunk may hold no item
+				q.ready.fresh = *r
+				lc := r.chunks[len(r.chunks)-1]
+				last = lc[len(lc)-1].id
+			}
+		}
+		for _, list := range [][]*fsmpb.QueueItemState{st.GetReady(), st.GetDead(), st.GetInFlight()} {
+			for _, it := range list {
+				if it.GetId() == 0 { // ids are revisions; a chunk could not hold it
+					return fmt.Errorf("snapshot: queue %q holds an item of id 0", q.name)
+				}
+			}
 		}
 		for _, it := range st.GetReady() { // listed: written before the chunks
 			it := qItem{id: it.GetId(), payload: it.GetPayload(), attempts: it.GetAttempts()}

@@ -239,8 +239,8 @@ func ReadSnapshot(r io.Reader) (*State, error) {
 				}
 			}
 			if num == snapshotQueueItems && typ == protowire.BytesType {
-				buf := make([]byte, size)
-				if _, err := io.ReadFull(br, buf); err != nil {
+				buf, err := appendRead(nil, br, size)
+				if err != nil {
 					return nil, fmt.Errorf("reading queue items: %w", unexpectedEOF(err))
 				}
 				c, err := parseQueueItems(buf)
@@ -256,9 +256,7 @@ func ReadSnapshot(r io.Reader) (*State, error) {
 			if typ == protowire.BytesType {
 				core = protowire.AppendVarint(core, size)
 			}
-			start := len(core)
-			core = slices.Grow(core, int(size))[:start+int(size)]
-			if _, err := io.ReadFull(br, core[start:]); err != nil {
+			if core, err = appendRead(core, br, size); err != nil {
 				return nil, fmt.Errorf("reading field %d: %w", num, unexpectedEOF(err))
 			}
 		default:

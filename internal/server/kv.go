@@ -232,7 +232,9 @@ func (s *Server) KVTxn(ctx context.Context, req *pb.KVTxnRequest) (*pb.KVTxnResp
 	if err := s.admitTxn(req); err != nil {
 		return nil, toStatus(err)
 	}
-	txn := &fsmpb.KVTxn{}
+	// Each range answers one page, as a plain range does, and the whole
+	// answer is bounded before anything is written or collected.
+	txn := &fsmpb.KVTxn{Paged: true, MaxAnswerBytes: uint64(s.limits.MaxResponseBytes)}
 	for _, c := range req.GetCompare() {
 		txn.Compares = append(txn.Compares, &fsmpb.KVCompare{Key: c.GetKey(), Target: uint32(c.GetTarget()), Result: uint32(c.GetResult()), Value: c.GetValue(), Number: c.GetNumber()})
 	}
@@ -241,6 +243,10 @@ func (s *Server) KVTxn(ctx context.Context, req *pb.KVTxnRequest) (*pb.KVTxnResp
 		return nil, toStatus(err)
 	}
 	if txn.Failure, err = txnOpsToFSM(req.GetFailure()); err != nil {
+		return nil, toStatus(err)
+	}
+	s.node.Read(func(st *fsm.State) { err = st.CheckTxnAnswer(txn) })
+	if err != nil { // refused before it takes a place in the log
 		return nil, toStatus(err)
 	}
 	res, err := s.proposeKV(ctx, &fsmpb.Command{Op: &fsmpb.Command_KvTxn{KvTxn: txn}})

@@ -35,11 +35,34 @@ type Limits struct {
 	MaxQueuePayload int
 	// Restore bounds the snapshot restore streams (cluster.go).
 	Restore RestoreLimits
+	// MaxResponseBytes bounds one answer (--max-response-bytes): a
+	// request whose answer would take more is refused with ErrLimit
+	// (RESOURCE_EXHAUSTED) naming the limit, before the answer is built
+	// where its size can be known first (a transaction's ranges, a lock's
+	// history), and before it is sent otherwise. Listings page well
+	// below it. At least MinResponseBytes, at most MaxMessageSize.
+	// Answers carrying queue items are bounded by the payload limits
+	// instead (boundedByPayloads).
+	MaxResponseBytes int
+}
+
+// DefaultMaxResponseBytes is the default Limits.MaxResponseBytes: room
+// for a page (maxPageBytes) and more, and well under the 4 MiB a gRPC
+// client receives by default.
+const DefaultMaxResponseBytes = 3 << 20
+
+// MinResponseBytes is the least Limits.MaxResponseBytes: a page of a
+// listing (maxPageBytes) and room for the rest of its answer.
+const MinResponseBytes = maxPageBytes + 64<<10
+
+// errResponseTooLarge is the refusal of an answer past MaxResponseBytes.
+func errResponseTooLarge(limit int) error {
+	return fmt.Errorf("%w: the response would exceed --max-response-bytes (%d bytes)", ErrLimit, limit)
 }
 
 // DefaultLimits are the limits `tenure serve` runs with.
 func DefaultLimits() Limits {
-	return Limits{MaxNameBytes: fsm.MaxNameLen, MaxRegisterValueBytes: fsm.MaxValueLen, KV: DefaultKVLimits()}
+	return Limits{MaxNameBytes: fsm.MaxNameLen, MaxRegisterValueBytes: fsm.MaxValueLen, KV: DefaultKVLimits(), MaxResponseBytes: DefaultMaxResponseBytes}
 }
 
 // Validate reports a limit set beyond what the state machine accepts.
@@ -49,6 +72,12 @@ func (l Limits) Validate() error {
 	}
 	if l.MaxRegisterValueBytes > fsm.MaxValueLen {
 		return fmt.Errorf("%w: --max-register-value-len %d is above the largest value the service stores, %d", fsm.ErrInvalid, l.MaxRegisterValueBytes, fsm.MaxValueLen)
+	}
+	if l.MaxResponseBytes > MaxMessageSize {
+		return fmt.Errorf("%w: --max-response-bytes %d is above the largest message the service exchanges, %d", fsm.ErrInvalid, l.MaxResponseBytes, MaxMessageSize)
+	}
+	if l.MaxResponseBytes != 0 && l.MaxResponseBytes < MinResponseBytes {
+		return fmt.Errorf("%w: --max-response-bytes %d is below a page of a listing and the rest of its answer, %d", fsm.ErrInvalid, l.MaxResponseBytes, MinResponseBytes)
 	}
 	if err := l.KV.Validate(); err != nil {
 		return err
@@ -63,6 +92,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxRegisterValueBytes <= 0 {
 		l.MaxRegisterValueBytes = d.MaxRegisterValueBytes
+	}
+	if l.MaxResponseBytes <= 0 {
+		l.MaxResponseBytes = d.MaxResponseBytes
 	}
 	l.KV = l.KV.withDefaults()
 	l.Restore = l.Restore.withDefaults()

@@ -14,13 +14,14 @@ import (
 // receive limit (gRPC's default is 4 MiB) however much state there is.
 const (
 	// maxPageItems bounds the items of one list in a page; a request's
-	// limit of 0, or above it, means it.
-	maxPageItems = 10_000
+	// limit of 0, or above it, means it. A range inside a transaction
+	// has the same page (fsm.MaxPageItems).
+	maxPageItems = fsm.MaxPageItems
 	// maxPageBytes bounds a page's encoded items; a page holds at least
 	// one item, so that paging goes on. The largest item (a 1 MiB key
 	// value, a session naming maxSessionNames long lock names) is
 	// smaller.
-	maxPageBytes = 2 << 20
+	maxPageBytes = fsm.MaxPageBytes
 	// maxSessionNames bounds the held and the waited-for locks a session
 	// of a listing names (each; all are counted).
 	maxSessionNames = 1000

@@ -7,8 +7,11 @@ import (
 	"log/slog"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/internal/fsm"
@@ -49,6 +52,38 @@ func New(n *node.Node, hub *Hub, limits Limits, opts ...Option) *Server {
 	s.configureKV()
 	n.OnDemote(s.hub.queues.wakeAll) // blocked dequeues move to the new leader
 	return s
+}
+
+// Connection bounds of ConnectionOptions.
+const (
+	// MaxConcurrentStreams bounds the calls and streams open at once on
+	// one connection; a client that opens more waits for one to end.
+	MaxConcurrentStreams = 2048
+	// maxConnectionIdle: a connection with no call open for this long is
+	// closed (GOAWAY; a client reconnects when it next calls).
+	maxConnectionIdle = 5 * time.Minute
+	// keepaliveTime and keepaliveTimeout: a connection silent for
+	// keepaliveTime is pinged and closed if the ping is not answered
+	// within keepaliveTimeout (a peer that vanished).
+	keepaliveTime    = time.Minute
+	keepaliveTimeout = 20 * time.Second
+	// handshakeTimeout bounds a new connection's handshake (TLS and
+	// HTTP/2's preface).
+	handshakeTimeout = 10 * time.Second
+)
+
+// ConnectionOptions bound what one connection may hold and how long it
+// may sit idle, on every gRPC listener of a node (the client API and the
+// etcd API): streams per connection, the handshake's time, idle
+// connections closed, silent ones pinged. Each listener keeps its own
+// keepalive enforcement policy (how often a client may ping), which is
+// enforced: a client that pings more often is disconnected.
+func ConnectionOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
+		grpc.ConnectionTimeout(handshakeTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: maxConnectionIdle, Time: keepaliveTime, Timeout: keepaliveTimeout}),
+	}
 }
 
 func cmdOf(op any) *fsmpb.Command {
@@ -191,11 +226,20 @@ func (s *Server) LockHistory(ctx context.Context, req *pb.LockHistoryRequest) (*
 		return nil, toStatus(err)
 	}
 	out := &pb.LockHistoryResponse{Name: req.GetName()}
+	size, over := proto.Size(out), false
 	err := s.read(ctx, req.GetSerializable(), func(st *fsm.State) {
 		for _, g := range st.History(req.GetName()) {
-			out.Grants = append(out.Grants, &pb.GrantRecord{Owner: g.Owner, Session: g.Session, Token: g.Token, GrantedRevision: g.GrantedRevision, Ended: g.Ended, EndedRevision: g.EndedRevision})
+			rec := &pb.GrantRecord{Owner: g.Owner, Session: g.Session, Token: g.Token, GrantedRevision: g.GrantedRevision, Ended: g.Ended, EndedRevision: g.EndedRevision}
+			if size += proto.Size(rec) + 8; size > s.limits.MaxResponseBytes {
+				over = true
+				return
+			}
+			out.Grants = append(out.Grants, rec)
 		}
 	})
+	if err == nil && over {
+		return nil, toStatus(errResponseTooLarge(s.limits.MaxResponseBytes))
+	}
 	return out, err
 }
 

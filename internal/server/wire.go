@@ -65,6 +65,9 @@ func (r strictRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
 				}
 				return toStatus(r.srv.authorize(ctx, name, v))
 			}, interceptor)
+			if err == nil && !boundedByPayloads[name] {
+				resp, err = r.srv.boundAnswer(resp)
+			}
 			r.srv.answered(name, err, true, time.Since(start))
 			return resp, err
 		}
@@ -81,6 +84,24 @@ func (r strictRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
 		d.Streams[i] = s
 	}
 	r.ServiceRegistrar.RegisterService(&d, impl)
+}
+
+// boundedByPayloads are the methods whose answers carry queue items: they
+// are bounded by the payload limits (--max-queue-payload, a batch's 4 MiB)
+// rather than by --max-response-bytes, because a page of dead letters
+// holds at least one item whatever its size, and a delivery, once made,
+// cannot be taken back by refusing its answer.
+var boundedByPayloads = map[string]bool{"QueueDequeue": true, "QueueDequeueBatch": true, "QueueDeadList": true}
+
+// boundAnswer refuses an answer past --max-response-bytes before it is
+// sent: the last line for an answer whose size its handler does not bound
+// while building it (those that grow with the data do: pages, a
+// transaction's ranges, a lock's history).
+func (s *Server) boundAnswer(resp any) (any, error) {
+	if m, ok := resp.(proto.Message); ok && proto.Size(m) > s.limits.MaxResponseBytes {
+		return nil, toStatus(errResponseTooLarge(s.limits.MaxResponseBytes))
+	}
+	return resp, nil
 }
 
 // Answered counts an RPC served beside Tenure's own API on this node (the

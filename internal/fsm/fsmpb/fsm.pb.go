@@ -4235,12 +4235,20 @@ func (*KVOp_Range) isKVOp_Op() {}
 // KVTxn applies success when every compare holds, else failure; all of it
 // at one revision.
 type KVTxn struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Compares      []*KVCompare           `protobuf:"bytes,1,rep,name=compares,proto3" json:"compares,omitempty"`
-	Success       []*KVOp                `protobuf:"bytes,2,rep,name=success,proto3" json:"success,omitempty"`
-	Failure       []*KVOp                `protobuf:"bytes,3,rep,name=failure,proto3" json:"failure,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Compares []*KVCompare           `protobuf:"bytes,1,rep,name=compares,proto3" json:"compares,omitempty"`
+	Success  []*KVOp                `protobuf:"bytes,2,rep,name=success,proto3" json:"success,omitempty"`
+	Failure  []*KVOp                `protobuf:"bytes,3,rep,name=failure,proto3" json:"failure,omitempty"`
+	// paged: every range op answers at most one page, as a plain range
+	// does (fsm.MaxPageItems keys, fsm.MaxPageBytes bytes; more is set on a
+	// range cut short), its limit aside.
+	Paged bool `protobuf:"varint,60,opt,name=paged,proto3" json:"paged,omitempty"`
+	// max_answer_bytes: a transaction whose range answers could take more
+	// bytes than this (fsm.AnswerSize) is refused with fsm.ErrLimit before
+	// anything is written or collected; 0: no bound.
+	MaxAnswerBytes uint64 `protobuf:"varint,61,opt,name=max_answer_bytes,json=maxAnswerBytes,proto3" json:"max_answer_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *KVTxn) Reset() {
@@ -4292,6 +4300,20 @@ func (x *KVTxn) GetFailure() []*KVOp {
 		return x.Failure
 	}
 	return nil
+}
+
+func (x *KVTxn) GetPaged() bool {
+	if x != nil {
+		return x.Paged
+	}
+	return false
+}
+
+func (x *KVTxn) GetMaxAnswerBytes() uint64 {
+	if x != nil {
+		return x.MaxAnswerBytes
+	}
+	return 0
 }
 
 type KVState struct {
@@ -5747,11 +5769,13 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x03put\x18\x01 \x01(\v2\x14.tenure.fsm.v1.KVPutH\x00R\x03put\x121\n" +
 	"\x06delete\x18\x02 \x01(\v2\x17.tenure.fsm.v1.KVDeleteH\x00R\x06delete\x12.\n" +
 	"\x05range\x18\x03 \x01(\v2\x16.tenure.fsm.v1.KVRangeH\x00R\x05rangeB\x04\n" +
-	"\x02op\"\x9b\x01\n" +
+	"\x02op\"\xdb\x01\n" +
 	"\x05KVTxn\x124\n" +
 	"\bcompares\x18\x01 \x03(\v2\x18.tenure.fsm.v1.KVCompareR\bcompares\x12-\n" +
 	"\asuccess\x18\x02 \x03(\v2\x13.tenure.fsm.v1.KVOpR\asuccess\x12-\n" +
-	"\afailure\x18\x03 \x03(\v2\x13.tenure.fsm.v1.KVOpR\afailure\"\xb1\x01\n" +
+	"\afailure\x18\x03 \x03(\v2\x13.tenure.fsm.v1.KVOpR\afailure\x12\x14\n" +
+	"\x05paged\x18< \x01(\bR\x05paged\x12(\n" +
+	"\x10max_answer_bytes\x18= \x01(\x04R\x0emaxAnswerBytes\"\xb1\x01\n" +
 	"\aKVState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12'\n" +
