@@ -229,6 +229,9 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	if err != nil {
 		return nil, err
 	}
+	// The state machine checks the bound again where the answer is built:
+	// keys written between the measure and the apply cannot pass it.
+	t.MaxAnswerBytes = uint64(s.cfg.MaxResponseBytes)
 	if err := s.authorize(ctx, "KV/Txn", txnRights(r)...); err != nil {
 		return nil, err
 	}
