@@ -1465,6 +1465,96 @@ func (x *AclIdentityUnbindRequest) GetName() string {
 	return ""
 }
 
+type AclEnableRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclEnableRequest) Reset() {
+	*x = AclEnableRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclEnableRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclEnableRequest) ProtoMessage() {}
+
+func (x *AclEnableRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclEnableRequest.ProtoReflect.Descriptor instead.
+func (*AclEnableRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{23}
+}
+
+type AclEnableResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// changed: this call turned enforcement on (false: it was on already).
+	Changed bool `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
+	// revision: the state's revision once enforcement is on.
+	Revision      uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclEnableResponse) Reset() {
+	*x = AclEnableResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclEnableResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclEnableResponse) ProtoMessage() {}
+
+func (x *AclEnableResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclEnableResponse.ProtoReflect.Descriptor instead.
+func (*AclEnableResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *AclEnableResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+func (x *AclEnableResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 type AclWhoAmIRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1473,7 +1563,7 @@ type AclWhoAmIRequest struct {
 
 func (x *AclWhoAmIRequest) Reset() {
 	*x = AclWhoAmIRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +1575,7 @@ func (x *AclWhoAmIRequest) String() string {
 func (*AclWhoAmIRequest) ProtoMessage() {}
 
 func (x *AclWhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +1588,7 @@ func (x *AclWhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclWhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*AclWhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{23}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{25}
 }
 
 type AclWhoAmIResponse struct {
@@ -1506,7 +1596,8 @@ type AclWhoAmIResponse struct {
 	// identity: "token <id>", "certificate <name>" or "anonymous".
 	Identity string   `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
 	Policies []string `protobuf:"bytes,2,rep,name=policies,proto3" json:"policies,omitempty"`
-	// auth: the server enforces ACLs (serve --auth).
+	// auth: the server enforces ACLs (the cluster's, set by AclEnable or
+	// AclBootstrap, or this member's serve --auth).
 	Auth          bool `protobuf:"varint,3,opt,name=auth,proto3" json:"auth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1514,7 +1605,7 @@ type AclWhoAmIResponse struct {
 
 func (x *AclWhoAmIResponse) Reset() {
 	*x = AclWhoAmIResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1617,7 @@ func (x *AclWhoAmIResponse) String() string {
 func (*AclWhoAmIResponse) ProtoMessage() {}
 
 func (x *AclWhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1630,7 @@ func (x *AclWhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclWhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*AclWhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{24}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AclWhoAmIResponse) GetIdentity() string {
@@ -1585,7 +1676,7 @@ type ClusterLimits struct {
 
 func (x *ClusterLimits) Reset() {
 	*x = ClusterLimits{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1597,7 +1688,7 @@ func (x *ClusterLimits) String() string {
 func (*ClusterLimits) ProtoMessage() {}
 
 func (x *ClusterLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1610,7 +1701,7 @@ func (x *ClusterLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterLimits.ProtoReflect.Descriptor instead.
 func (*ClusterLimits) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{25}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ClusterLimits) GetMaxSessions() uint64 {
@@ -1691,7 +1782,7 @@ type GetLimitsRequest struct {
 
 func (x *GetLimitsRequest) Reset() {
 	*x = GetLimitsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1703,7 +1794,7 @@ func (x *GetLimitsRequest) String() string {
 func (*GetLimitsRequest) ProtoMessage() {}
 
 func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1716,7 +1807,7 @@ func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLimitsRequest.ProtoReflect.Descriptor instead.
 func (*GetLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{26}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{28}
 }
 
 type SetLimitsRequest struct {
@@ -1729,7 +1820,7 @@ type SetLimitsRequest struct {
 
 func (x *SetLimitsRequest) Reset() {
 	*x = SetLimitsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1832,7 @@ func (x *SetLimitsRequest) String() string {
 func (*SetLimitsRequest) ProtoMessage() {}
 
 func (x *SetLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1845,7 @@ func (x *SetLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLimitsRequest.ProtoReflect.Descriptor instead.
 func (*SetLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{27}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SetLimitsRequest) GetLimits() *ClusterLimits {
@@ -1774,7 +1865,7 @@ type LimitsResponse struct {
 
 func (x *LimitsResponse) Reset() {
 	*x = LimitsResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +1877,7 @@ func (x *LimitsResponse) String() string {
 func (*LimitsResponse) ProtoMessage() {}
 
 func (x *LimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +1890,7 @@ func (x *LimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsResponse.ProtoReflect.Descriptor instead.
 func (*LimitsResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{28}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LimitsResponse) GetLimits() *ClusterLimits {
@@ -1824,7 +1915,7 @@ type SnapshotSaveRequest struct {
 
 func (x *SnapshotSaveRequest) Reset() {
 	*x = SnapshotSaveRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1836,7 +1927,7 @@ func (x *SnapshotSaveRequest) String() string {
 func (*SnapshotSaveRequest) ProtoMessage() {}
 
 func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1849,7 +1940,7 @@ func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{29}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{31}
 }
 
 type SnapshotChunk struct {
@@ -1864,7 +1955,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1876,7 +1967,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1889,7 +1980,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{30}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -1920,7 +2011,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1932,7 +2023,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1945,7 +2036,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{31}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SnapshotRestoreResponse) GetRevision() uint64 {
@@ -2002,7 +2093,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +2105,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +2118,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{32}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Member) GetId() string {
@@ -2066,7 +2157,7 @@ type MemberListRequest struct {
 
 func (x *MemberListRequest) Reset() {
 	*x = MemberListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2078,7 +2169,7 @@ func (x *MemberListRequest) String() string {
 func (*MemberListRequest) ProtoMessage() {}
 
 func (x *MemberListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2091,7 +2182,7 @@ func (x *MemberListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberListRequest.ProtoReflect.Descriptor instead.
 func (*MemberListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{33}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{35}
 }
 
 type MemberListResponse struct {
@@ -2103,7 +2194,7 @@ type MemberListResponse struct {
 
 func (x *MemberListResponse) Reset() {
 	*x = MemberListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2206,7 @@ func (x *MemberListResponse) String() string {
 func (*MemberListResponse) ProtoMessage() {}
 
 func (x *MemberListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2219,7 @@ func (x *MemberListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberListResponse.ProtoReflect.Descriptor instead.
 func (*MemberListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{34}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *MemberListResponse) GetMembers() []*Member {
@@ -2150,7 +2241,7 @@ type MemberAddRequest struct {
 
 func (x *MemberAddRequest) Reset() {
 	*x = MemberAddRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2162,7 +2253,7 @@ func (x *MemberAddRequest) String() string {
 func (*MemberAddRequest) ProtoMessage() {}
 
 func (x *MemberAddRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2175,7 +2266,7 @@ func (x *MemberAddRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberAddRequest.ProtoReflect.Descriptor instead.
 func (*MemberAddRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{35}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *MemberAddRequest) GetId() string {
@@ -2209,7 +2300,7 @@ type MemberRemoveRequest struct {
 
 func (x *MemberRemoveRequest) Reset() {
 	*x = MemberRemoveRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2221,7 +2312,7 @@ func (x *MemberRemoveRequest) String() string {
 func (*MemberRemoveRequest) ProtoMessage() {}
 
 func (x *MemberRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2234,7 +2325,7 @@ func (x *MemberRemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRemoveRequest.ProtoReflect.Descriptor instead.
 func (*MemberRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{36}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *MemberRemoveRequest) GetId() string {
@@ -2261,7 +2352,7 @@ type SessionFrames struct {
 
 func (x *SessionFrames) Reset() {
 	*x = SessionFrames{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2273,7 +2364,7 @@ func (x *SessionFrames) String() string {
 func (*SessionFrames) ProtoMessage() {}
 
 func (x *SessionFrames) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2286,7 +2377,7 @@ func (x *SessionFrames) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionFrames.ProtoReflect.Descriptor instead.
 func (*SessionFrames) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{37}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SessionFrames) GetFrames() []*SessionFrame {
@@ -2312,7 +2403,7 @@ type SessionFrame struct {
 
 func (x *SessionFrame) Reset() {
 	*x = SessionFrame{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2324,7 +2415,7 @@ func (x *SessionFrame) String() string {
 func (*SessionFrame) ProtoMessage() {}
 
 func (x *SessionFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2337,7 +2428,7 @@ func (x *SessionFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionFrame.ProtoReflect.Descriptor instead.
 func (*SessionFrame) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{38}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SessionFrame) GetStream() uint64 {
@@ -2371,7 +2462,7 @@ type SessionReplies struct {
 
 func (x *SessionReplies) Reset() {
 	*x = SessionReplies{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2383,7 +2474,7 @@ func (x *SessionReplies) String() string {
 func (*SessionReplies) ProtoMessage() {}
 
 func (x *SessionReplies) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2396,7 +2487,7 @@ func (x *SessionReplies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReplies.ProtoReflect.Descriptor instead.
 func (*SessionReplies) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{39}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SessionReplies) GetReplies() []*SessionReply {
@@ -2424,7 +2515,7 @@ type SessionReply struct {
 
 func (x *SessionReply) Reset() {
 	*x = SessionReply{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2436,7 +2527,7 @@ func (x *SessionReply) String() string {
 func (*SessionReply) ProtoMessage() {}
 
 func (x *SessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2449,7 +2540,7 @@ func (x *SessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReply.ProtoReflect.Descriptor instead.
 func (*SessionReply) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{40}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SessionReply) GetStream() uint64 {
@@ -2514,7 +2605,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2526,7 +2617,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2539,7 +2630,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{41}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SessionRequest) GetId() uint64 {
@@ -2683,7 +2774,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2695,7 +2786,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2708,7 +2799,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{42}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *OpenSession) GetSessionId() uint64 {
@@ -2747,7 +2838,7 @@ type KeepAlive struct {
 
 func (x *KeepAlive) Reset() {
 	*x = KeepAlive{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2759,7 +2850,7 @@ func (x *KeepAlive) String() string {
 func (*KeepAlive) ProtoMessage() {}
 
 func (x *KeepAlive) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2772,7 +2863,7 @@ func (x *KeepAlive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAlive.ProtoReflect.Descriptor instead.
 func (*KeepAlive) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{43}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{45}
 }
 
 type AcquireLock struct {
@@ -2816,7 +2907,7 @@ type AcquireLock struct {
 
 func (x *AcquireLock) Reset() {
 	*x = AcquireLock{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +2919,7 @@ func (x *AcquireLock) String() string {
 func (*AcquireLock) ProtoMessage() {}
 
 func (x *AcquireLock) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +2932,7 @@ func (x *AcquireLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireLock.ProtoReflect.Descriptor instead.
 func (*AcquireLock) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{44}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AcquireLock) GetName() string {
@@ -2926,7 +3017,7 @@ type ProclaimValue struct {
 
 func (x *ProclaimValue) Reset() {
 	*x = ProclaimValue{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2938,7 +3029,7 @@ func (x *ProclaimValue) String() string {
 func (*ProclaimValue) ProtoMessage() {}
 
 func (x *ProclaimValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2951,7 +3042,7 @@ func (x *ProclaimValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProclaimValue.ProtoReflect.Descriptor instead.
 func (*ProclaimValue) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{45}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ProclaimValue) GetName() string {
@@ -2983,7 +3074,7 @@ type ValueProclaimed struct {
 
 func (x *ValueProclaimed) Reset() {
 	*x = ValueProclaimed{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2995,7 +3086,7 @@ func (x *ValueProclaimed) String() string {
 func (*ValueProclaimed) ProtoMessage() {}
 
 func (x *ValueProclaimed) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3008,7 +3099,7 @@ func (x *ValueProclaimed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValueProclaimed.ProtoReflect.Descriptor instead.
 func (*ValueProclaimed) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{46}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{48}
 }
 
 type ReleaseLock struct {
@@ -3021,7 +3112,7 @@ type ReleaseLock struct {
 
 func (x *ReleaseLock) Reset() {
 	*x = ReleaseLock{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3033,7 +3124,7 @@ func (x *ReleaseLock) String() string {
 func (*ReleaseLock) ProtoMessage() {}
 
 func (x *ReleaseLock) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3046,7 +3137,7 @@ func (x *ReleaseLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLock.ProtoReflect.Descriptor instead.
 func (*ReleaseLock) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{47}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReleaseLock) GetName() string {
@@ -3074,7 +3165,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3086,7 +3177,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3099,7 +3190,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{48}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CancelRequest) GetRequestId() uint64 {
@@ -3117,7 +3208,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3129,7 +3220,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3142,7 +3233,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{49}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{51}
 }
 
 type SessionResponse struct {
@@ -3165,7 +3256,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3177,7 +3268,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3190,7 +3281,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{50}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SessionResponse) GetId() uint64 {
@@ -3347,7 +3438,7 @@ type SessionOpened struct {
 
 func (x *SessionOpened) Reset() {
 	*x = SessionOpened{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3359,7 +3450,7 @@ func (x *SessionOpened) String() string {
 func (*SessionOpened) ProtoMessage() {}
 
 func (x *SessionOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3372,7 +3463,7 @@ func (x *SessionOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionOpened.ProtoReflect.Descriptor instead.
 func (*SessionOpened) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{51}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SessionOpened) GetSessionId() uint64 {
@@ -3412,7 +3503,7 @@ type KeepAliveAck struct {
 
 func (x *KeepAliveAck) Reset() {
 	*x = KeepAliveAck{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3424,7 +3515,7 @@ func (x *KeepAliveAck) String() string {
 func (*KeepAliveAck) ProtoMessage() {}
 
 func (x *KeepAliveAck) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3437,7 +3528,7 @@ func (x *KeepAliveAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveAck.ProtoReflect.Descriptor instead.
 func (*KeepAliveAck) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{52}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *KeepAliveAck) GetTtlMs() int64 {
@@ -3458,7 +3549,7 @@ type LockQueued struct {
 
 func (x *LockQueued) Reset() {
 	*x = LockQueued{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3470,7 +3561,7 @@ func (x *LockQueued) String() string {
 func (*LockQueued) ProtoMessage() {}
 
 func (x *LockQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3483,7 +3574,7 @@ func (x *LockQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockQueued.ProtoReflect.Descriptor instead.
 func (*LockQueued) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{53}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *LockQueued) GetPosition() uint32 {
@@ -3514,7 +3605,7 @@ type LockGranted struct {
 
 func (x *LockGranted) Reset() {
 	*x = LockGranted{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3526,7 +3617,7 @@ func (x *LockGranted) String() string {
 func (*LockGranted) ProtoMessage() {}
 
 func (x *LockGranted) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3539,7 +3630,7 @@ func (x *LockGranted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockGranted.ProtoReflect.Descriptor instead.
 func (*LockGranted) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{54}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *LockGranted) GetName() string {
@@ -3571,7 +3662,7 @@ type LockReleased struct {
 
 func (x *LockReleased) Reset() {
 	*x = LockReleased{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3583,7 +3674,7 @@ func (x *LockReleased) String() string {
 func (*LockReleased) ProtoMessage() {}
 
 func (x *LockReleased) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3596,7 +3687,7 @@ func (x *LockReleased) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockReleased.ProtoReflect.Descriptor instead.
 func (*LockReleased) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{55}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{57}
 }
 
 type SessionClosed struct {
@@ -3607,7 +3698,7 @@ type SessionClosed struct {
 
 func (x *SessionClosed) Reset() {
 	*x = SessionClosed{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3619,7 +3710,7 @@ func (x *SessionClosed) String() string {
 func (*SessionClosed) ProtoMessage() {}
 
 func (x *SessionClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3632,7 +3723,7 @@ func (x *SessionClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionClosed.ProtoReflect.Descriptor instead.
 func (*SessionClosed) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{56}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{58}
 }
 
 type Error struct {
@@ -3647,7 +3738,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3659,7 +3750,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3672,7 +3763,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{57}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Error) GetReason() ErrorReason {
@@ -3712,7 +3803,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3724,7 +3815,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3737,7 +3828,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{58}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListSessionsRequest) GetAfterId() uint64 {
@@ -3783,7 +3874,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3795,7 +3886,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3808,7 +3899,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{59}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *SessionInfo) GetId() uint64 {
@@ -3880,7 +3971,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3892,7 +3983,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3905,7 +3996,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{60}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
@@ -3950,7 +4041,7 @@ type LockStatusRequest struct {
 
 func (x *LockStatusRequest) Reset() {
 	*x = LockStatusRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3962,7 +4053,7 @@ func (x *LockStatusRequest) String() string {
 func (*LockStatusRequest) ProtoMessage() {}
 
 func (x *LockStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3975,7 +4066,7 @@ func (x *LockStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockStatusRequest.ProtoReflect.Descriptor instead.
 func (*LockStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{61}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *LockStatusRequest) GetName() string {
@@ -4027,7 +4118,7 @@ type Holder struct {
 
 func (x *Holder) Reset() {
 	*x = Holder{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4039,7 +4130,7 @@ func (x *Holder) String() string {
 func (*Holder) ProtoMessage() {}
 
 func (x *Holder) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4052,7 +4143,7 @@ func (x *Holder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holder.ProtoReflect.Descriptor instead.
 func (*Holder) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{62}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *Holder) GetOwner() string {
@@ -4109,7 +4200,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4121,7 +4212,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4134,7 +4225,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{63}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *Waiter) GetOwner() string {
@@ -4190,7 +4281,7 @@ type LockStatusResponse struct {
 
 func (x *LockStatusResponse) Reset() {
 	*x = LockStatusResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4202,7 +4293,7 @@ func (x *LockStatusResponse) String() string {
 func (*LockStatusResponse) ProtoMessage() {}
 
 func (x *LockStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4215,7 +4306,7 @@ func (x *LockStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockStatusResponse.ProtoReflect.Descriptor instead.
 func (*LockStatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{64}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *LockStatusResponse) GetName() string {
@@ -4313,7 +4404,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4325,7 +4416,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4338,7 +4429,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{65}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListLocksRequest) GetPrefix() string {
@@ -4393,7 +4484,7 @@ type LockSummary struct {
 
 func (x *LockSummary) Reset() {
 	*x = LockSummary{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4405,7 +4496,7 @@ func (x *LockSummary) String() string {
 func (*LockSummary) ProtoMessage() {}
 
 func (x *LockSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4418,7 +4509,7 @@ func (x *LockSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockSummary.ProtoReflect.Descriptor instead.
 func (*LockSummary) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{66}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *LockSummary) GetName() string {
@@ -4490,7 +4581,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4502,7 +4593,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4515,7 +4606,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{67}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListLocksResponse) GetLocks() []*LockSummary {
@@ -4551,7 +4642,7 @@ type LockHistoryRequest struct {
 
 func (x *LockHistoryRequest) Reset() {
 	*x = LockHistoryRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4563,7 +4654,7 @@ func (x *LockHistoryRequest) String() string {
 func (*LockHistoryRequest) ProtoMessage() {}
 
 func (x *LockHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4576,7 +4667,7 @@ func (x *LockHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHistoryRequest.ProtoReflect.Descriptor instead.
 func (*LockHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{68}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *LockHistoryRequest) GetName() string {
@@ -4608,7 +4699,7 @@ type GrantRecord struct {
 
 func (x *GrantRecord) Reset() {
 	*x = GrantRecord{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4620,7 +4711,7 @@ func (x *GrantRecord) String() string {
 func (*GrantRecord) ProtoMessage() {}
 
 func (x *GrantRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4633,7 +4724,7 @@ func (x *GrantRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRecord.ProtoReflect.Descriptor instead.
 func (*GrantRecord) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{69}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GrantRecord) GetOwner() string {
@@ -4689,7 +4780,7 @@ type LockHistoryResponse struct {
 
 func (x *LockHistoryResponse) Reset() {
 	*x = LockHistoryResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4701,7 +4792,7 @@ func (x *LockHistoryResponse) String() string {
 func (*LockHistoryResponse) ProtoMessage() {}
 
 func (x *LockHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4714,7 +4805,7 @@ func (x *LockHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHistoryResponse.ProtoReflect.Descriptor instead.
 func (*LockHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{70}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *LockHistoryResponse) GetName() string {
@@ -4757,7 +4848,7 @@ type FencedPutRequest struct {
 
 func (x *FencedPutRequest) Reset() {
 	*x = FencedPutRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4769,7 +4860,7 @@ func (x *FencedPutRequest) String() string {
 func (*FencedPutRequest) ProtoMessage() {}
 
 func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4782,7 +4873,7 @@ func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutRequest.ProtoReflect.Descriptor instead.
 func (*FencedPutRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{71}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *FencedPutRequest) GetKey() string {
@@ -4839,7 +4930,7 @@ type ForgedProof struct {
 
 func (x *ForgedProof) Reset() {
 	*x = ForgedProof{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4851,7 +4942,7 @@ func (x *ForgedProof) String() string {
 func (*ForgedProof) ProtoMessage() {}
 
 func (x *ForgedProof) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4864,7 +4955,7 @@ func (x *ForgedProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgedProof.ProtoReflect.Descriptor instead.
 func (*ForgedProof) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{72}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ForgedProof) GetToken() uint64 {
@@ -4903,7 +4994,7 @@ type FencedPutResponse struct {
 
 func (x *FencedPutResponse) Reset() {
 	*x = FencedPutResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4915,7 +5006,7 @@ func (x *FencedPutResponse) String() string {
 func (*FencedPutResponse) ProtoMessage() {}
 
 func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4928,7 +5019,7 @@ func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutResponse.ProtoReflect.Descriptor instead.
 func (*FencedPutResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{73}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *FencedPutResponse) GetResult() PutResult {
@@ -4975,7 +5066,7 @@ type FencedDeleteRequest struct {
 
 func (x *FencedDeleteRequest) Reset() {
 	*x = FencedDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4987,7 +5078,7 @@ func (x *FencedDeleteRequest) String() string {
 func (*FencedDeleteRequest) ProtoMessage() {}
 
 func (x *FencedDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5000,7 +5091,7 @@ func (x *FencedDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDeleteRequest.ProtoReflect.Descriptor instead.
 func (*FencedDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{74}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *FencedDeleteRequest) GetKey() string {
@@ -5054,7 +5145,7 @@ type FencedDeleteResponse struct {
 
 func (x *FencedDeleteResponse) Reset() {
 	*x = FencedDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5066,7 +5157,7 @@ func (x *FencedDeleteResponse) String() string {
 func (*FencedDeleteResponse) ProtoMessage() {}
 
 func (x *FencedDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5079,7 +5170,7 @@ func (x *FencedDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDeleteResponse.ProtoReflect.Descriptor instead.
 func (*FencedDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{75}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *FencedDeleteResponse) GetResult() PutResult {
@@ -5124,7 +5215,7 @@ type UnissuedToken struct {
 
 func (x *UnissuedToken) Reset() {
 	*x = UnissuedToken{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5136,7 +5227,7 @@ func (x *UnissuedToken) String() string {
 func (*UnissuedToken) ProtoMessage() {}
 
 func (x *UnissuedToken) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5149,7 +5240,7 @@ func (x *UnissuedToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnissuedToken.ProtoReflect.Descriptor instead.
 func (*UnissuedToken) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{76}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *UnissuedToken) GetToken() uint64 {
@@ -5178,7 +5269,7 @@ type FencedGetRequest struct {
 
 func (x *FencedGetRequest) Reset() {
 	*x = FencedGetRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5190,7 +5281,7 @@ func (x *FencedGetRequest) String() string {
 func (*FencedGetRequest) ProtoMessage() {}
 
 func (x *FencedGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5203,7 +5294,7 @@ func (x *FencedGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedGetRequest.ProtoReflect.Descriptor instead.
 func (*FencedGetRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{77}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *FencedGetRequest) GetKey() string {
@@ -5233,7 +5324,7 @@ type FencedGetResponse struct {
 
 func (x *FencedGetResponse) Reset() {
 	*x = FencedGetResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5245,7 +5336,7 @@ func (x *FencedGetResponse) String() string {
 func (*FencedGetResponse) ProtoMessage() {}
 
 func (x *FencedGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5258,7 +5349,7 @@ func (x *FencedGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedGetResponse.ProtoReflect.Descriptor instead.
 func (*FencedGetResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{78}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *FencedGetResponse) GetKey() string {
@@ -5305,7 +5396,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5317,7 +5408,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5330,7 +5421,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{79}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ObserveRequest) GetName() string {
@@ -5354,7 +5445,7 @@ type LeaderEvent struct {
 
 func (x *LeaderEvent) Reset() {
 	*x = LeaderEvent{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5366,7 +5457,7 @@ func (x *LeaderEvent) String() string {
 func (*LeaderEvent) ProtoMessage() {}
 
 func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5379,7 +5470,7 @@ func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderEvent.ProtoReflect.Descriptor instead.
 func (*LeaderEvent) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{80}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *LeaderEvent) GetOwner() string {
@@ -5425,7 +5516,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5437,7 +5528,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5450,7 +5541,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{81}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{83}
 }
 
 type StatusResponse struct {
@@ -5487,7 +5578,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5499,7 +5590,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5512,7 +5603,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{82}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *StatusResponse) GetNode() string {
@@ -5625,7 +5716,7 @@ type KVKeyValue struct {
 
 func (x *KVKeyValue) Reset() {
 	*x = KVKeyValue{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5637,7 +5728,7 @@ func (x *KVKeyValue) String() string {
 func (*KVKeyValue) ProtoMessage() {}
 
 func (x *KVKeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5650,7 +5741,7 @@ func (x *KVKeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeyValue.ProtoReflect.Descriptor instead.
 func (*KVKeyValue) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{83}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *KVKeyValue) GetKey() string {
@@ -5711,7 +5802,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5723,7 +5814,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5736,7 +5827,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{84}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -5776,7 +5867,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5788,7 +5879,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5801,7 +5892,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{85}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *KVPutResponse) GetRevision() uint64 {
@@ -5832,7 +5923,7 @@ type KVRangeRequest struct {
 
 func (x *KVRangeRequest) Reset() {
 	*x = KVRangeRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5844,7 +5935,7 @@ func (x *KVRangeRequest) String() string {
 func (*KVRangeRequest) ProtoMessage() {}
 
 func (x *KVRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5857,7 +5948,7 @@ func (x *KVRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRangeRequest.ProtoReflect.Descriptor instead.
 func (*KVRangeRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{86}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *KVRangeRequest) GetKey() string {
@@ -5908,7 +5999,7 @@ type KVRangeResponse struct {
 
 func (x *KVRangeResponse) Reset() {
 	*x = KVRangeResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5920,7 +6011,7 @@ func (x *KVRangeResponse) String() string {
 func (*KVRangeResponse) ProtoMessage() {}
 
 func (x *KVRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5933,7 +6024,7 @@ func (x *KVRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRangeResponse.ProtoReflect.Descriptor instead.
 func (*KVRangeResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{87}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *KVRangeResponse) GetKvs() []*KVKeyValue {
@@ -5967,7 +6058,7 @@ type KVDeleteRequest struct {
 
 func (x *KVDeleteRequest) Reset() {
 	*x = KVDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[88]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5979,7 +6070,7 @@ func (x *KVDeleteRequest) String() string {
 func (*KVDeleteRequest) ProtoMessage() {}
 
 func (x *KVDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[88]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5992,7 +6083,7 @@ func (x *KVDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KVDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{88}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *KVDeleteRequest) GetKey() string {
@@ -6021,7 +6112,7 @@ type KVDeleteResponse struct {
 
 func (x *KVDeleteResponse) Reset() {
 	*x = KVDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[89]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6033,7 +6124,7 @@ func (x *KVDeleteResponse) String() string {
 func (*KVDeleteResponse) ProtoMessage() {}
 
 func (x *KVDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[89]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6046,7 +6137,7 @@ func (x *KVDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDeleteResponse.ProtoReflect.Descriptor instead.
 func (*KVDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{89}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *KVDeleteResponse) GetDeleted() int64 {
@@ -6079,7 +6170,7 @@ type KVCompare struct {
 
 func (x *KVCompare) Reset() {
 	*x = KVCompare{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[90]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6091,7 +6182,7 @@ func (x *KVCompare) String() string {
 func (*KVCompare) ProtoMessage() {}
 
 func (x *KVCompare) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[90]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6104,7 +6195,7 @@ func (x *KVCompare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompare.ProtoReflect.Descriptor instead.
 func (*KVCompare) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{90}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *KVCompare) GetKey() string {
@@ -6156,7 +6247,7 @@ type KVRequestOp struct {
 
 func (x *KVRequestOp) Reset() {
 	*x = KVRequestOp{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[91]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6168,7 +6259,7 @@ func (x *KVRequestOp) String() string {
 func (*KVRequestOp) ProtoMessage() {}
 
 func (x *KVRequestOp) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[91]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6181,7 +6272,7 @@ func (x *KVRequestOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRequestOp.ProtoReflect.Descriptor instead.
 func (*KVRequestOp) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{91}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *KVRequestOp) GetOp() isKVRequestOp_Op {
@@ -6254,7 +6345,7 @@ type KVResponseOp struct {
 
 func (x *KVResponseOp) Reset() {
 	*x = KVResponseOp{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[92]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6266,7 +6357,7 @@ func (x *KVResponseOp) String() string {
 func (*KVResponseOp) ProtoMessage() {}
 
 func (x *KVResponseOp) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[92]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6279,7 +6370,7 @@ func (x *KVResponseOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVResponseOp.ProtoReflect.Descriptor instead.
 func (*KVResponseOp) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{92}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *KVResponseOp) GetOp() isKVResponseOp_Op {
@@ -6349,7 +6440,7 @@ type KVTxnRequest struct {
 
 func (x *KVTxnRequest) Reset() {
 	*x = KVTxnRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[93]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6361,7 +6452,7 @@ func (x *KVTxnRequest) String() string {
 func (*KVTxnRequest) ProtoMessage() {}
 
 func (x *KVTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[93]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6374,7 +6465,7 @@ func (x *KVTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxnRequest.ProtoReflect.Descriptor instead.
 func (*KVTxnRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{93}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *KVTxnRequest) GetCompare() []*KVCompare {
@@ -6413,7 +6504,7 @@ type KVTxnResponse struct {
 
 func (x *KVTxnResponse) Reset() {
 	*x = KVTxnResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[94]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6425,7 +6516,7 @@ func (x *KVTxnResponse) String() string {
 func (*KVTxnResponse) ProtoMessage() {}
 
 func (x *KVTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[94]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6438,7 +6529,7 @@ func (x *KVTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxnResponse.ProtoReflect.Descriptor instead.
 func (*KVTxnResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{94}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *KVTxnResponse) GetSucceeded() bool {
@@ -6477,7 +6568,7 @@ type KVWatchRequest struct {
 
 func (x *KVWatchRequest) Reset() {
 	*x = KVWatchRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[95]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6489,7 +6580,7 @@ func (x *KVWatchRequest) String() string {
 func (*KVWatchRequest) ProtoMessage() {}
 
 func (x *KVWatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[95]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6502,7 +6593,7 @@ func (x *KVWatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVWatchRequest.ProtoReflect.Descriptor instead.
 func (*KVWatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{95}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *KVWatchRequest) GetKey() string {
@@ -6538,7 +6629,7 @@ type KVEvent struct {
 
 func (x *KVEvent) Reset() {
 	*x = KVEvent{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[96]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6550,7 +6641,7 @@ func (x *KVEvent) String() string {
 func (*KVEvent) ProtoMessage() {}
 
 func (x *KVEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[96]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6563,7 +6654,7 @@ func (x *KVEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEvent.ProtoReflect.Descriptor instead.
 func (*KVEvent) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{96}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *KVEvent) GetType() KVEventType {
@@ -6599,7 +6690,7 @@ type KVWatchResponse struct {
 
 func (x *KVWatchResponse) Reset() {
 	*x = KVWatchResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[97]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6611,7 +6702,7 @@ func (x *KVWatchResponse) String() string {
 func (*KVWatchResponse) ProtoMessage() {}
 
 func (x *KVWatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[97]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6624,7 +6715,7 @@ func (x *KVWatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVWatchResponse.ProtoReflect.Descriptor instead.
 func (*KVWatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{97}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *KVWatchResponse) GetEvents() []*KVEvent {
@@ -6669,7 +6760,7 @@ type KVCompacted struct {
 
 func (x *KVCompacted) Reset() {
 	*x = KVCompacted{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[98]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6681,7 +6772,7 @@ func (x *KVCompacted) String() string {
 func (*KVCompacted) ProtoMessage() {}
 
 func (x *KVCompacted) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[98]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6694,7 +6785,7 @@ func (x *KVCompacted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompacted.ProtoReflect.Descriptor instead.
 func (*KVCompacted) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{98}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *KVCompacted) GetCompactRevision() uint64 {
@@ -6727,7 +6818,7 @@ type QueueEnqueueRequest struct {
 
 func (x *QueueEnqueueRequest) Reset() {
 	*x = QueueEnqueueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[99]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6739,7 +6830,7 @@ func (x *QueueEnqueueRequest) String() string {
 func (*QueueEnqueueRequest) ProtoMessage() {}
 
 func (x *QueueEnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[99]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6752,7 +6843,7 @@ func (x *QueueEnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueRequest.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{99}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *QueueEnqueueRequest) GetQueue() string {
@@ -6796,7 +6887,7 @@ type QueueEnqueueResponse struct {
 
 func (x *QueueEnqueueResponse) Reset() {
 	*x = QueueEnqueueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[100]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6808,7 +6899,7 @@ func (x *QueueEnqueueResponse) String() string {
 func (*QueueEnqueueResponse) ProtoMessage() {}
 
 func (x *QueueEnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[100]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6821,7 +6912,7 @@ func (x *QueueEnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueResponse.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{100}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *QueueEnqueueResponse) GetId() uint64 {
@@ -6863,7 +6954,7 @@ type QueueDequeueRequest struct {
 
 func (x *QueueDequeueRequest) Reset() {
 	*x = QueueDequeueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[101]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6875,7 +6966,7 @@ func (x *QueueDequeueRequest) String() string {
 func (*QueueDequeueRequest) ProtoMessage() {}
 
 func (x *QueueDequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[101]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6888,7 +6979,7 @@ func (x *QueueDequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueRequest.ProtoReflect.Descriptor instead.
 func (*QueueDequeueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{101}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *QueueDequeueRequest) GetQueue() string {
@@ -6944,7 +7035,7 @@ type QueueItem struct {
 
 func (x *QueueItem) Reset() {
 	*x = QueueItem{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[102]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6956,7 +7047,7 @@ func (x *QueueItem) String() string {
 func (*QueueItem) ProtoMessage() {}
 
 func (x *QueueItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[102]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6969,7 +7060,7 @@ func (x *QueueItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItem.ProtoReflect.Descriptor instead.
 func (*QueueItem) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{102}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *QueueItem) GetId() uint64 {
@@ -7017,7 +7108,7 @@ type QueueDequeueResponse struct {
 
 func (x *QueueDequeueResponse) Reset() {
 	*x = QueueDequeueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[103]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7029,7 +7120,7 @@ func (x *QueueDequeueResponse) String() string {
 func (*QueueDequeueResponse) ProtoMessage() {}
 
 func (x *QueueDequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[103]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7042,7 +7133,7 @@ func (x *QueueDequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueResponse.ProtoReflect.Descriptor instead.
 func (*QueueDequeueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{103}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *QueueDequeueResponse) GetItem() *QueueItem {
@@ -7068,7 +7159,7 @@ type QueueSettleRequest struct {
 
 func (x *QueueSettleRequest) Reset() {
 	*x = QueueSettleRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[104]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7080,7 +7171,7 @@ func (x *QueueSettleRequest) String() string {
 func (*QueueSettleRequest) ProtoMessage() {}
 
 func (x *QueueSettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[104]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7093,7 +7184,7 @@ func (x *QueueSettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleRequest.ProtoReflect.Descriptor instead.
 func (*QueueSettleRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{104}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *QueueSettleRequest) GetQueue() string {
@@ -7141,7 +7232,7 @@ type QueueSettleResponse struct {
 
 func (x *QueueSettleResponse) Reset() {
 	*x = QueueSettleResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[105]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7153,7 +7244,7 @@ func (x *QueueSettleResponse) String() string {
 func (*QueueSettleResponse) ProtoMessage() {}
 
 func (x *QueueSettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[105]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7166,7 +7257,7 @@ func (x *QueueSettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleResponse.ProtoReflect.Descriptor instead.
 func (*QueueSettleResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{105}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *QueueSettleResponse) GetResult() QueueSettleResult {
@@ -7194,7 +7285,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[106]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7206,7 +7297,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[106]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7219,7 +7310,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{106}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *QueueStatsRequest) GetQueue() string {
@@ -7257,7 +7348,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[107]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7269,7 +7360,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[107]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7282,7 +7373,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{107}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *QueueStatsResponse) GetQueue() string {
@@ -7362,7 +7453,7 @@ type QueueDeadListRequest struct {
 
 func (x *QueueDeadListRequest) Reset() {
 	*x = QueueDeadListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[108]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7374,7 +7465,7 @@ func (x *QueueDeadListRequest) String() string {
 func (*QueueDeadListRequest) ProtoMessage() {}
 
 func (x *QueueDeadListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[108]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7387,7 +7478,7 @@ func (x *QueueDeadListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadListRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeadListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{108}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *QueueDeadListRequest) GetQueue() string {
@@ -7422,7 +7513,7 @@ type QueueDeadItem struct {
 
 func (x *QueueDeadItem) Reset() {
 	*x = QueueDeadItem{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[109]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7434,7 +7525,7 @@ func (x *QueueDeadItem) String() string {
 func (*QueueDeadItem) ProtoMessage() {}
 
 func (x *QueueDeadItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[109]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7447,7 +7538,7 @@ func (x *QueueDeadItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadItem.ProtoReflect.Descriptor instead.
 func (*QueueDeadItem) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{109}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *QueueDeadItem) GetId() uint64 {
@@ -7484,7 +7575,7 @@ type QueueDeadListResponse struct {
 
 func (x *QueueDeadListResponse) Reset() {
 	*x = QueueDeadListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[110]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7496,7 +7587,7 @@ func (x *QueueDeadListResponse) String() string {
 func (*QueueDeadListResponse) ProtoMessage() {}
 
 func (x *QueueDeadListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[110]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7509,7 +7600,7 @@ func (x *QueueDeadListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadListResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeadListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{110}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *QueueDeadListResponse) GetItems() []*QueueDeadItem {
@@ -7544,7 +7635,7 @@ type QueueDeadRequeueRequest struct {
 
 func (x *QueueDeadRequeueRequest) Reset() {
 	*x = QueueDeadRequeueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[111]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7556,7 +7647,7 @@ func (x *QueueDeadRequeueRequest) String() string {
 func (*QueueDeadRequeueRequest) ProtoMessage() {}
 
 func (x *QueueDeadRequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[111]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7569,7 +7660,7 @@ func (x *QueueDeadRequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadRequeueRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeadRequeueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{111}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *QueueDeadRequeueRequest) GetQueue() string {
@@ -7597,7 +7688,7 @@ type QueueDeadRequeueResponse struct {
 
 func (x *QueueDeadRequeueResponse) Reset() {
 	*x = QueueDeadRequeueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[112]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7609,7 +7700,7 @@ func (x *QueueDeadRequeueResponse) String() string {
 func (*QueueDeadRequeueResponse) ProtoMessage() {}
 
 func (x *QueueDeadRequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[112]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7622,7 +7713,7 @@ func (x *QueueDeadRequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadRequeueResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeadRequeueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{112}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *QueueDeadRequeueResponse) GetRequeued() uint64 {
@@ -7648,7 +7739,7 @@ type QueueDeleteRequest struct {
 
 func (x *QueueDeleteRequest) Reset() {
 	*x = QueueDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[113]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7660,7 +7751,7 @@ func (x *QueueDeleteRequest) String() string {
 func (*QueueDeleteRequest) ProtoMessage() {}
 
 func (x *QueueDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[113]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7673,7 +7764,7 @@ func (x *QueueDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeleteRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{113}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *QueueDeleteRequest) GetQueue() string {
@@ -7696,7 +7787,7 @@ type QueueDeleteResponse struct {
 
 func (x *QueueDeleteResponse) Reset() {
 	*x = QueueDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[114]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7708,7 +7799,7 @@ func (x *QueueDeleteResponse) String() string {
 func (*QueueDeleteResponse) ProtoMessage() {}
 
 func (x *QueueDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[114]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7721,7 +7812,7 @@ func (x *QueueDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeleteResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{114}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *QueueDeleteResponse) GetDeleted() bool {
@@ -7759,7 +7850,7 @@ type QueueEnqueueBatchRequest struct {
 
 func (x *QueueEnqueueBatchRequest) Reset() {
 	*x = QueueEnqueueBatchRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[115]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7771,7 +7862,7 @@ func (x *QueueEnqueueBatchRequest) String() string {
 func (*QueueEnqueueBatchRequest) ProtoMessage() {}
 
 func (x *QueueEnqueueBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[115]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7784,7 +7875,7 @@ func (x *QueueEnqueueBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueBatchRequest.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueBatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{115}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *QueueEnqueueBatchRequest) GetQueue() string {
@@ -7819,7 +7910,7 @@ type QueueEnqueueItem struct {
 
 func (x *QueueEnqueueItem) Reset() {
 	*x = QueueEnqueueItem{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[116]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7831,7 +7922,7 @@ func (x *QueueEnqueueItem) String() string {
 func (*QueueEnqueueItem) ProtoMessage() {}
 
 func (x *QueueEnqueueItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[116]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7844,7 +7935,7 @@ func (x *QueueEnqueueItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueItem.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueItem) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{116}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *QueueEnqueueItem) GetPayload() []byte {
@@ -7872,7 +7963,7 @@ type QueueEnqueueBatchResponse struct {
 
 func (x *QueueEnqueueBatchResponse) Reset() {
 	*x = QueueEnqueueBatchResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[117]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7884,7 +7975,7 @@ func (x *QueueEnqueueBatchResponse) String() string {
 func (*QueueEnqueueBatchResponse) ProtoMessage() {}
 
 func (x *QueueEnqueueBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[117]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7897,7 +7988,7 @@ func (x *QueueEnqueueBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueBatchResponse.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueBatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{117}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *QueueEnqueueBatchResponse) GetItems() []*QueueEnqueueResponse {
@@ -7929,7 +8020,7 @@ type QueueDequeueBatchRequest struct {
 
 func (x *QueueDequeueBatchRequest) Reset() {
 	*x = QueueDequeueBatchRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[118]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7941,7 +8032,7 @@ func (x *QueueDequeueBatchRequest) String() string {
 func (*QueueDequeueBatchRequest) ProtoMessage() {}
 
 func (x *QueueDequeueBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[118]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7954,7 +8045,7 @@ func (x *QueueDequeueBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueBatchRequest.ProtoReflect.Descriptor instead.
 func (*QueueDequeueBatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{118}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *QueueDequeueBatchRequest) GetQueue() string {
@@ -8009,7 +8100,7 @@ type QueueDequeueBatchResponse struct {
 
 func (x *QueueDequeueBatchResponse) Reset() {
 	*x = QueueDequeueBatchResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[119]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8021,7 +8112,7 @@ func (x *QueueDequeueBatchResponse) String() string {
 func (*QueueDequeueBatchResponse) ProtoMessage() {}
 
 func (x *QueueDequeueBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[119]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8034,7 +8125,7 @@ func (x *QueueDequeueBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueBatchResponse.ProtoReflect.Descriptor instead.
 func (*QueueDequeueBatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{119}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *QueueDequeueBatchResponse) GetItems() []*QueueItem {
@@ -8055,7 +8146,7 @@ type QueueDelivery struct {
 
 func (x *QueueDelivery) Reset() {
 	*x = QueueDelivery{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[120]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8067,7 +8158,7 @@ func (x *QueueDelivery) String() string {
 func (*QueueDelivery) ProtoMessage() {}
 
 func (x *QueueDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[120]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8080,7 +8171,7 @@ func (x *QueueDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDelivery.ProtoReflect.Descriptor instead.
 func (*QueueDelivery) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{120}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *QueueDelivery) GetId() uint64 {
@@ -8115,7 +8206,7 @@ type QueueSettleBatchRequest struct {
 
 func (x *QueueSettleBatchRequest) Reset() {
 	*x = QueueSettleBatchRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[121]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8127,7 +8218,7 @@ func (x *QueueSettleBatchRequest) String() string {
 func (*QueueSettleBatchRequest) ProtoMessage() {}
 
 func (x *QueueSettleBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[121]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8140,7 +8231,7 @@ func (x *QueueSettleBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleBatchRequest.ProtoReflect.Descriptor instead.
 func (*QueueSettleBatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{121}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *QueueSettleBatchRequest) GetQueue() string {
@@ -8171,7 +8262,7 @@ type QueueSettleItemResult struct {
 
 func (x *QueueSettleItemResult) Reset() {
 	*x = QueueSettleItemResult{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[122]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8183,7 +8274,7 @@ func (x *QueueSettleItemResult) String() string {
 func (*QueueSettleItemResult) ProtoMessage() {}
 
 func (x *QueueSettleItemResult) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[122]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8196,7 +8287,7 @@ func (x *QueueSettleItemResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleItemResult.ProtoReflect.Descriptor instead.
 func (*QueueSettleItemResult) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{122}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *QueueSettleItemResult) GetResult() QueueSettleResult {
@@ -8224,7 +8315,7 @@ type QueueSettleBatchResponse struct {
 
 func (x *QueueSettleBatchResponse) Reset() {
 	*x = QueueSettleBatchResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[123]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8236,7 +8327,7 @@ func (x *QueueSettleBatchResponse) String() string {
 func (*QueueSettleBatchResponse) ProtoMessage() {}
 
 func (x *QueueSettleBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[123]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8249,7 +8340,7 @@ func (x *QueueSettleBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleBatchResponse.ProtoReflect.Descriptor instead.
 func (*QueueSettleBatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{123}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *QueueSettleBatchResponse) GetItems() []*QueueSettleItemResult {
@@ -8275,7 +8366,7 @@ type QueuePurgeRequest struct {
 
 func (x *QueuePurgeRequest) Reset() {
 	*x = QueuePurgeRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[124]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8287,7 +8378,7 @@ func (x *QueuePurgeRequest) String() string {
 func (*QueuePurgeRequest) ProtoMessage() {}
 
 func (x *QueuePurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[124]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8300,7 +8391,7 @@ func (x *QueuePurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePurgeRequest.ProtoReflect.Descriptor instead.
 func (*QueuePurgeRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{124}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *QueuePurgeRequest) GetQueue() string {
@@ -8321,7 +8412,7 @@ type QueuePurgeResponse struct {
 
 func (x *QueuePurgeResponse) Reset() {
 	*x = QueuePurgeResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[125]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8333,7 +8424,7 @@ func (x *QueuePurgeResponse) String() string {
 func (*QueuePurgeResponse) ProtoMessage() {}
 
 func (x *QueuePurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[125]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8346,7 +8437,7 @@ func (x *QueuePurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePurgeResponse.ProtoReflect.Descriptor instead.
 func (*QueuePurgeResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{125}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *QueuePurgeResponse) GetPurged() uint64 {
@@ -8428,6 +8519,10 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"identities\".\n" +
 	"\x18AclIdentityUnbindRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x12\n" +
+	"\x10AclEnableRequest\"I\n" +
+	"\x11AclEnableResponse\x12\x18\n" +
+	"\achanged\x18\x01 \x01(\bR\achanged\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"\x12\n" +
 	"\x10AclWhoAmIRequest\"_\n" +
 	"\x11AclWhoAmIResponse\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x1a\n" +
@@ -8930,7 +9025,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x11QueueSettleResult\x12#\n" +
 	"\x1fQUEUE_SETTLE_RESULT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16QUEUE_SETTLE_RESULT_OK\x10\x01\x12\x1d\n" +
-	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\xde\x1d\n" +
+	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\xa6\x1e\n" +
 	"\x06Tenure\x12C\n" +
 	"\bSessions\x12\x18.tenure.v1.SessionFrames\x1a\x19.tenure.v1.SessionReplies(\x010\x01\x12O\n" +
 	"\fListSessions\x12\x1e.tenure.v1.ListSessionsRequest\x1a\x1f.tenure.v1.ListSessionsResponse\x12I\n" +
@@ -8984,7 +9079,8 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x11AclIdentityUnbind\x12#.tenure.v1.AclIdentityUnbindRequest\x1a\x1c.tenure.v1.AclDeleteResponse\x12F\n" +
 	"\tAclWhoAmI\x12\x1b.tenure.v1.AclWhoAmIRequest\x1a\x1c.tenure.v1.AclWhoAmIResponse\x12L\n" +
 	"\vClusterKeys\x12\x1d.tenure.v1.ClusterKeysRequest\x1a\x1e.tenure.v1.ClusterKeysResponse\x12V\n" +
-	"\x10ClusterKeyRotate\x12\".tenure.v1.ClusterKeyRotateRequest\x1a\x1e.tenure.v1.ClusterKeysResponseB*Z(github.com/tenure-io/tenure/api/tenurepbb\x06proto3"
+	"\x10ClusterKeyRotate\x12\".tenure.v1.ClusterKeyRotateRequest\x1a\x1e.tenure.v1.ClusterKeysResponse\x12F\n" +
+	"\tAclEnable\x12\x1b.tenure.v1.AclEnableRequest\x1a\x1c.tenure.v1.AclEnableResponseB*Z(github.com/tenure-io/tenure/api/tenurepbb\x06proto3"
 
 var (
 	file_api_tenurepb_tenure_proto_rawDescOnce sync.Once
@@ -8999,7 +9095,7 @@ func file_api_tenurepb_tenure_proto_rawDescGZIP() []byte {
 }
 
 var file_api_tenurepb_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 126)
+var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 128)
 var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(ErrorReason)(0),                  // 0: tenure.v1.ErrorReason
 	(PutResult)(0),                    // 1: tenure.v1.PutResult
@@ -9030,109 +9126,111 @@ var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(*AclIdentityListRequest)(nil),    // 26: tenure.v1.AclIdentityListRequest
 	(*AclIdentityListResponse)(nil),   // 27: tenure.v1.AclIdentityListResponse
 	(*AclIdentityUnbindRequest)(nil),  // 28: tenure.v1.AclIdentityUnbindRequest
-	(*AclWhoAmIRequest)(nil),          // 29: tenure.v1.AclWhoAmIRequest
-	(*AclWhoAmIResponse)(nil),         // 30: tenure.v1.AclWhoAmIResponse
-	(*ClusterLimits)(nil),             // 31: tenure.v1.ClusterLimits
-	(*GetLimitsRequest)(nil),          // 32: tenure.v1.GetLimitsRequest
-	(*SetLimitsRequest)(nil),          // 33: tenure.v1.SetLimitsRequest
-	(*LimitsResponse)(nil),            // 34: tenure.v1.LimitsResponse
-	(*SnapshotSaveRequest)(nil),       // 35: tenure.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),             // 36: tenure.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil),   // 37: tenure.v1.SnapshotRestoreResponse
-	(*Member)(nil),                    // 38: tenure.v1.Member
-	(*MemberListRequest)(nil),         // 39: tenure.v1.MemberListRequest
-	(*MemberListResponse)(nil),        // 40: tenure.v1.MemberListResponse
-	(*MemberAddRequest)(nil),          // 41: tenure.v1.MemberAddRequest
-	(*MemberRemoveRequest)(nil),       // 42: tenure.v1.MemberRemoveRequest
-	(*SessionFrames)(nil),             // 43: tenure.v1.SessionFrames
-	(*SessionFrame)(nil),              // 44: tenure.v1.SessionFrame
-	(*SessionReplies)(nil),            // 45: tenure.v1.SessionReplies
-	(*SessionReply)(nil),              // 46: tenure.v1.SessionReply
-	(*SessionRequest)(nil),            // 47: tenure.v1.SessionRequest
-	(*OpenSession)(nil),               // 48: tenure.v1.OpenSession
-	(*KeepAlive)(nil),                 // 49: tenure.v1.KeepAlive
-	(*AcquireLock)(nil),               // 50: tenure.v1.AcquireLock
-	(*ProclaimValue)(nil),             // 51: tenure.v1.ProclaimValue
-	(*ValueProclaimed)(nil),           // 52: tenure.v1.ValueProclaimed
-	(*ReleaseLock)(nil),               // 53: tenure.v1.ReleaseLock
-	(*CancelRequest)(nil),             // 54: tenure.v1.CancelRequest
-	(*CloseSession)(nil),              // 55: tenure.v1.CloseSession
-	(*SessionResponse)(nil),           // 56: tenure.v1.SessionResponse
-	(*SessionOpened)(nil),             // 57: tenure.v1.SessionOpened
-	(*KeepAliveAck)(nil),              // 58: tenure.v1.KeepAliveAck
-	(*LockQueued)(nil),                // 59: tenure.v1.LockQueued
-	(*LockGranted)(nil),               // 60: tenure.v1.LockGranted
-	(*LockReleased)(nil),              // 61: tenure.v1.LockReleased
-	(*SessionClosed)(nil),             // 62: tenure.v1.SessionClosed
-	(*Error)(nil),                     // 63: tenure.v1.Error
-	(*ListSessionsRequest)(nil),       // 64: tenure.v1.ListSessionsRequest
-	(*SessionInfo)(nil),               // 65: tenure.v1.SessionInfo
-	(*ListSessionsResponse)(nil),      // 66: tenure.v1.ListSessionsResponse
-	(*LockStatusRequest)(nil),         // 67: tenure.v1.LockStatusRequest
-	(*Holder)(nil),                    // 68: tenure.v1.Holder
-	(*Waiter)(nil),                    // 69: tenure.v1.Waiter
-	(*LockStatusResponse)(nil),        // 70: tenure.v1.LockStatusResponse
-	(*ListLocksRequest)(nil),          // 71: tenure.v1.ListLocksRequest
-	(*LockSummary)(nil),               // 72: tenure.v1.LockSummary
-	(*ListLocksResponse)(nil),         // 73: tenure.v1.ListLocksResponse
-	(*LockHistoryRequest)(nil),        // 74: tenure.v1.LockHistoryRequest
-	(*GrantRecord)(nil),               // 75: tenure.v1.GrantRecord
-	(*LockHistoryResponse)(nil),       // 76: tenure.v1.LockHistoryResponse
-	(*FencedPutRequest)(nil),          // 77: tenure.v1.FencedPutRequest
-	(*ForgedProof)(nil),               // 78: tenure.v1.ForgedProof
-	(*FencedPutResponse)(nil),         // 79: tenure.v1.FencedPutResponse
-	(*FencedDeleteRequest)(nil),       // 80: tenure.v1.FencedDeleteRequest
-	(*FencedDeleteResponse)(nil),      // 81: tenure.v1.FencedDeleteResponse
-	(*UnissuedToken)(nil),             // 82: tenure.v1.UnissuedToken
-	(*FencedGetRequest)(nil),          // 83: tenure.v1.FencedGetRequest
-	(*FencedGetResponse)(nil),         // 84: tenure.v1.FencedGetResponse
-	(*ObserveRequest)(nil),            // 85: tenure.v1.ObserveRequest
-	(*LeaderEvent)(nil),               // 86: tenure.v1.LeaderEvent
-	(*StatusRequest)(nil),             // 87: tenure.v1.StatusRequest
-	(*StatusResponse)(nil),            // 88: tenure.v1.StatusResponse
-	(*KVKeyValue)(nil),                // 89: tenure.v1.KVKeyValue
-	(*KVPutRequest)(nil),              // 90: tenure.v1.KVPutRequest
-	(*KVPutResponse)(nil),             // 91: tenure.v1.KVPutResponse
-	(*KVRangeRequest)(nil),            // 92: tenure.v1.KVRangeRequest
-	(*KVRangeResponse)(nil),           // 93: tenure.v1.KVRangeResponse
-	(*KVDeleteRequest)(nil),           // 94: tenure.v1.KVDeleteRequest
-	(*KVDeleteResponse)(nil),          // 95: tenure.v1.KVDeleteResponse
-	(*KVCompare)(nil),                 // 96: tenure.v1.KVCompare
-	(*KVRequestOp)(nil),               // 97: tenure.v1.KVRequestOp
-	(*KVResponseOp)(nil),              // 98: tenure.v1.KVResponseOp
-	(*KVTxnRequest)(nil),              // 99: tenure.v1.KVTxnRequest
-	(*KVTxnResponse)(nil),             // 100: tenure.v1.KVTxnResponse
-	(*KVWatchRequest)(nil),            // 101: tenure.v1.KVWatchRequest
-	(*KVEvent)(nil),                   // 102: tenure.v1.KVEvent
-	(*KVWatchResponse)(nil),           // 103: tenure.v1.KVWatchResponse
-	(*KVCompacted)(nil),               // 104: tenure.v1.KVCompacted
-	(*QueueEnqueueRequest)(nil),       // 105: tenure.v1.QueueEnqueueRequest
-	(*QueueEnqueueResponse)(nil),      // 106: tenure.v1.QueueEnqueueResponse
-	(*QueueDequeueRequest)(nil),       // 107: tenure.v1.QueueDequeueRequest
-	(*QueueItem)(nil),                 // 108: tenure.v1.QueueItem
-	(*QueueDequeueResponse)(nil),      // 109: tenure.v1.QueueDequeueResponse
-	(*QueueSettleRequest)(nil),        // 110: tenure.v1.QueueSettleRequest
-	(*QueueSettleResponse)(nil),       // 111: tenure.v1.QueueSettleResponse
-	(*QueueStatsRequest)(nil),         // 112: tenure.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),        // 113: tenure.v1.QueueStatsResponse
-	(*QueueDeadListRequest)(nil),      // 114: tenure.v1.QueueDeadListRequest
-	(*QueueDeadItem)(nil),             // 115: tenure.v1.QueueDeadItem
-	(*QueueDeadListResponse)(nil),     // 116: tenure.v1.QueueDeadListResponse
-	(*QueueDeadRequeueRequest)(nil),   // 117: tenure.v1.QueueDeadRequeueRequest
-	(*QueueDeadRequeueResponse)(nil),  // 118: tenure.v1.QueueDeadRequeueResponse
-	(*QueueDeleteRequest)(nil),        // 119: tenure.v1.QueueDeleteRequest
-	(*QueueDeleteResponse)(nil),       // 120: tenure.v1.QueueDeleteResponse
-	(*QueueEnqueueBatchRequest)(nil),  // 121: tenure.v1.QueueEnqueueBatchRequest
-	(*QueueEnqueueItem)(nil),          // 122: tenure.v1.QueueEnqueueItem
-	(*QueueEnqueueBatchResponse)(nil), // 123: tenure.v1.QueueEnqueueBatchResponse
-	(*QueueDequeueBatchRequest)(nil),  // 124: tenure.v1.QueueDequeueBatchRequest
-	(*QueueDequeueBatchResponse)(nil), // 125: tenure.v1.QueueDequeueBatchResponse
-	(*QueueDelivery)(nil),             // 126: tenure.v1.QueueDelivery
-	(*QueueSettleBatchRequest)(nil),   // 127: tenure.v1.QueueSettleBatchRequest
-	(*QueueSettleItemResult)(nil),     // 128: tenure.v1.QueueSettleItemResult
-	(*QueueSettleBatchResponse)(nil),  // 129: tenure.v1.QueueSettleBatchResponse
-	(*QueuePurgeRequest)(nil),         // 130: tenure.v1.QueuePurgeRequest
-	(*QueuePurgeResponse)(nil),        // 131: tenure.v1.QueuePurgeResponse
+	(*AclEnableRequest)(nil),          // 29: tenure.v1.AclEnableRequest
+	(*AclEnableResponse)(nil),         // 30: tenure.v1.AclEnableResponse
+	(*AclWhoAmIRequest)(nil),          // 31: tenure.v1.AclWhoAmIRequest
+	(*AclWhoAmIResponse)(nil),         // 32: tenure.v1.AclWhoAmIResponse
+	(*ClusterLimits)(nil),             // 33: tenure.v1.ClusterLimits
+	(*GetLimitsRequest)(nil),          // 34: tenure.v1.GetLimitsRequest
+	(*SetLimitsRequest)(nil),          // 35: tenure.v1.SetLimitsRequest
+	(*LimitsResponse)(nil),            // 36: tenure.v1.LimitsResponse
+	(*SnapshotSaveRequest)(nil),       // 37: tenure.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),             // 38: tenure.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),   // 39: tenure.v1.SnapshotRestoreResponse
+	(*Member)(nil),                    // 40: tenure.v1.Member
+	(*MemberListRequest)(nil),         // 41: tenure.v1.MemberListRequest
+	(*MemberListResponse)(nil),        // 42: tenure.v1.MemberListResponse
+	(*MemberAddRequest)(nil),          // 43: tenure.v1.MemberAddRequest
+	(*MemberRemoveRequest)(nil),       // 44: tenure.v1.MemberRemoveRequest
+	(*SessionFrames)(nil),             // 45: tenure.v1.SessionFrames
+	(*SessionFrame)(nil),              // 46: tenure.v1.SessionFrame
+	(*SessionReplies)(nil),            // 47: tenure.v1.SessionReplies
+	(*SessionReply)(nil),              // 48: tenure.v1.SessionReply
+	(*SessionRequest)(nil),            // 49: tenure.v1.SessionRequest
+	(*OpenSession)(nil),               // 50: tenure.v1.OpenSession
+	(*KeepAlive)(nil),                 // 51: tenure.v1.KeepAlive
+	(*AcquireLock)(nil),               // 52: tenure.v1.AcquireLock
+	(*ProclaimValue)(nil),             // 53: tenure.v1.ProclaimValue
+	(*ValueProclaimed)(nil),           // 54: tenure.v1.ValueProclaimed
+	(*ReleaseLock)(nil),               // 55: tenure.v1.ReleaseLock
+	(*CancelRequest)(nil),             // 56: tenure.v1.CancelRequest
+	(*CloseSession)(nil),              // 57: tenure.v1.CloseSession
+	(*SessionResponse)(nil),           // 58: tenure.v1.SessionResponse
+	(*SessionOpened)(nil),             // 59: tenure.v1.SessionOpened
+	(*KeepAliveAck)(nil),              // 60: tenure.v1.KeepAliveAck
+	(*LockQueued)(nil),                // 61: tenure.v1.LockQueued
+	(*LockGranted)(nil),               // 62: tenure.v1.LockGranted
+	(*LockReleased)(nil),              // 63: tenure.v1.LockReleased
+	(*SessionClosed)(nil),             // 64: tenure.v1.SessionClosed
+	(*Error)(nil),                     // 65: tenure.v1.Error
+	(*ListSessionsRequest)(nil),       // 66: tenure.v1.ListSessionsRequest
+	(*SessionInfo)(nil),               // 67: tenure.v1.SessionInfo
+	(*ListSessionsResponse)(nil),      // 68: tenure.v1.ListSessionsResponse
+	(*LockStatusRequest)(nil),         // 69: tenure.v1.LockStatusRequest
+	(*Holder)(nil),                    // 70: tenure.v1.Holder
+	(*Waiter)(nil),                    // 71: tenure.v1.Waiter
+	(*LockStatusResponse)(nil),        // 72: tenure.v1.LockStatusResponse
+	(*ListLocksRequest)(nil),          // 73: tenure.v1.ListLocksRequest
+	(*LockSummary)(nil),               // 74: tenure.v1.LockSummary
+	(*ListLocksResponse)(nil),         // 75: tenure.v1.ListLocksResponse
+	(*LockHistoryRequest)(nil),        // 76: tenure.v1.LockHistoryRequest
+	(*GrantRecord)(nil),               // 77: tenure.v1.GrantRecord
+	(*LockHistoryResponse)(nil),       // 78: tenure.v1.LockHistoryResponse
+	(*FencedPutRequest)(nil),          // 79: tenure.v1.FencedPutRequest
+	(*ForgedProof)(nil),               // 80: tenure.v1.ForgedProof
+	(*FencedPutResponse)(nil),         // 81: tenure.v1.FencedPutResponse
+	(*FencedDeleteRequest)(nil),       // 82: tenure.v1.FencedDeleteRequest
+	(*FencedDeleteResponse)(nil),      // 83: tenure.v1.FencedDeleteResponse
+	(*UnissuedToken)(nil),             // 84: tenure.v1.UnissuedToken
+	(*FencedGetRequest)(nil),          // 85: tenure.v1.FencedGetRequest
+	(*FencedGetResponse)(nil),         // 86: tenure.v1.FencedGetResponse
+	(*ObserveRequest)(nil),            // 87: tenure.v1.ObserveRequest
+	(*LeaderEvent)(nil),               // 88: tenure.v1.LeaderEvent
+	(*StatusRequest)(nil),             // 89: tenure.v1.StatusRequest
+	(*StatusResponse)(nil),            // 90: tenure.v1.StatusResponse
+	(*KVKeyValue)(nil),                // 91: tenure.v1.KVKeyValue
+	(*KVPutRequest)(nil),              // 92: tenure.v1.KVPutRequest
+	(*KVPutResponse)(nil),             // 93: tenure.v1.KVPutResponse
+	(*KVRangeRequest)(nil),            // 94: tenure.v1.KVRangeRequest
+	(*KVRangeResponse)(nil),           // 95: tenure.v1.KVRangeResponse
+	(*KVDeleteRequest)(nil),           // 96: tenure.v1.KVDeleteRequest
+	(*KVDeleteResponse)(nil),          // 97: tenure.v1.KVDeleteResponse
+	(*KVCompare)(nil),                 // 98: tenure.v1.KVCompare
+	(*KVRequestOp)(nil),               // 99: tenure.v1.KVRequestOp
+	(*KVResponseOp)(nil),              // 100: tenure.v1.KVResponseOp
+	(*KVTxnRequest)(nil),              // 101: tenure.v1.KVTxnRequest
+	(*KVTxnResponse)(nil),             // 102: tenure.v1.KVTxnResponse
+	(*KVWatchRequest)(nil),            // 103: tenure.v1.KVWatchRequest
+	(*KVEvent)(nil),                   // 104: tenure.v1.KVEvent
+	(*KVWatchResponse)(nil),           // 105: tenure.v1.KVWatchResponse
+	(*KVCompacted)(nil),               // 106: tenure.v1.KVCompacted
+	(*QueueEnqueueRequest)(nil),       // 107: tenure.v1.QueueEnqueueRequest
+	(*QueueEnqueueResponse)(nil),      // 108: tenure.v1.QueueEnqueueResponse
+	(*QueueDequeueRequest)(nil),       // 109: tenure.v1.QueueDequeueRequest
+	(*QueueItem)(nil),                 // 110: tenure.v1.QueueItem
+	(*QueueDequeueResponse)(nil),      // 111: tenure.v1.QueueDequeueResponse
+	(*QueueSettleRequest)(nil),        // 112: tenure.v1.QueueSettleRequest
+	(*QueueSettleResponse)(nil),       // 113: tenure.v1.QueueSettleResponse
+	(*QueueStatsRequest)(nil),         // 114: tenure.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),        // 115: tenure.v1.QueueStatsResponse
+	(*QueueDeadListRequest)(nil),      // 116: tenure.v1.QueueDeadListRequest
+	(*QueueDeadItem)(nil),             // 117: tenure.v1.QueueDeadItem
+	(*QueueDeadListResponse)(nil),     // 118: tenure.v1.QueueDeadListResponse
+	(*QueueDeadRequeueRequest)(nil),   // 119: tenure.v1.QueueDeadRequeueRequest
+	(*QueueDeadRequeueResponse)(nil),  // 120: tenure.v1.QueueDeadRequeueResponse
+	(*QueueDeleteRequest)(nil),        // 121: tenure.v1.QueueDeleteRequest
+	(*QueueDeleteResponse)(nil),       // 122: tenure.v1.QueueDeleteResponse
+	(*QueueEnqueueBatchRequest)(nil),  // 123: tenure.v1.QueueEnqueueBatchRequest
+	(*QueueEnqueueItem)(nil),          // 124: tenure.v1.QueueEnqueueItem
+	(*QueueEnqueueBatchResponse)(nil), // 125: tenure.v1.QueueEnqueueBatchResponse
+	(*QueueDequeueBatchRequest)(nil),  // 126: tenure.v1.QueueDequeueBatchRequest
+	(*QueueDequeueBatchResponse)(nil), // 127: tenure.v1.QueueDequeueBatchResponse
+	(*QueueDelivery)(nil),             // 128: tenure.v1.QueueDelivery
+	(*QueueSettleBatchRequest)(nil),   // 129: tenure.v1.QueueSettleBatchRequest
+	(*QueueSettleItemResult)(nil),     // 130: tenure.v1.QueueSettleItemResult
+	(*QueueSettleBatchResponse)(nil),  // 131: tenure.v1.QueueSettleBatchResponse
+	(*QueuePurgeRequest)(nil),         // 132: tenure.v1.QueuePurgeRequest
+	(*QueuePurgeResponse)(nil),        // 133: tenure.v1.QueuePurgeResponse
 }
 var file_api_tenurepb_tenure_proto_depIdxs = []int32{
 	8,   // 0: tenure.v1.ClusterKeysResponse.keys:type_name -> tenure.v1.ClusterKey
@@ -9142,101 +9240,101 @@ var file_api_tenurepb_tenure_proto_depIdxs = []int32{
 	20,  // 4: tenure.v1.AclTokenListResponse.tokens:type_name -> tenure.v1.AclToken
 	24,  // 5: tenure.v1.AclIdentityBindRequest.identity:type_name -> tenure.v1.AclIdentity
 	24,  // 6: tenure.v1.AclIdentityListResponse.identities:type_name -> tenure.v1.AclIdentity
-	31,  // 7: tenure.v1.SetLimitsRequest.limits:type_name -> tenure.v1.ClusterLimits
-	31,  // 8: tenure.v1.LimitsResponse.limits:type_name -> tenure.v1.ClusterLimits
-	38,  // 9: tenure.v1.MemberListResponse.members:type_name -> tenure.v1.Member
-	44,  // 10: tenure.v1.SessionFrames.frames:type_name -> tenure.v1.SessionFrame
-	47,  // 11: tenure.v1.SessionFrame.request:type_name -> tenure.v1.SessionRequest
-	46,  // 12: tenure.v1.SessionReplies.replies:type_name -> tenure.v1.SessionReply
-	56,  // 13: tenure.v1.SessionReply.response:type_name -> tenure.v1.SessionResponse
+	33,  // 7: tenure.v1.SetLimitsRequest.limits:type_name -> tenure.v1.ClusterLimits
+	33,  // 8: tenure.v1.LimitsResponse.limits:type_name -> tenure.v1.ClusterLimits
+	40,  // 9: tenure.v1.MemberListResponse.members:type_name -> tenure.v1.Member
+	46,  // 10: tenure.v1.SessionFrames.frames:type_name -> tenure.v1.SessionFrame
+	49,  // 11: tenure.v1.SessionFrame.request:type_name -> tenure.v1.SessionRequest
+	48,  // 12: tenure.v1.SessionReplies.replies:type_name -> tenure.v1.SessionReply
+	58,  // 13: tenure.v1.SessionReply.response:type_name -> tenure.v1.SessionResponse
 	0,   // 14: tenure.v1.SessionReply.reason:type_name -> tenure.v1.ErrorReason
-	48,  // 15: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
-	49,  // 16: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
-	50,  // 17: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
-	53,  // 18: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
-	54,  // 19: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
-	55,  // 20: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
-	51,  // 21: tenure.v1.SessionRequest.proclaim:type_name -> tenure.v1.ProclaimValue
-	57,  // 22: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
-	58,  // 23: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
-	59,  // 24: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
-	60,  // 25: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
-	61,  // 26: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
-	62,  // 27: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
-	63,  // 28: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
-	52,  // 29: tenure.v1.SessionResponse.proclaimed:type_name -> tenure.v1.ValueProclaimed
+	50,  // 15: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
+	51,  // 16: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
+	52,  // 17: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
+	55,  // 18: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
+	56,  // 19: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
+	57,  // 20: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
+	53,  // 21: tenure.v1.SessionRequest.proclaim:type_name -> tenure.v1.ProclaimValue
+	59,  // 22: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
+	60,  // 23: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
+	61,  // 24: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
+	62,  // 25: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
+	63,  // 26: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
+	64,  // 27: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
+	65,  // 28: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
+	54,  // 29: tenure.v1.SessionResponse.proclaimed:type_name -> tenure.v1.ValueProclaimed
 	0,   // 30: tenure.v1.Error.reason:type_name -> tenure.v1.ErrorReason
-	65,  // 31: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
-	68,  // 32: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
-	68,  // 33: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
-	69,  // 34: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
-	68,  // 35: tenure.v1.LockSummary.first_holders:type_name -> tenure.v1.Holder
-	72,  // 36: tenure.v1.ListLocksResponse.locks:type_name -> tenure.v1.LockSummary
-	75,  // 37: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
+	67,  // 31: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
+	70,  // 32: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
+	70,  // 33: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
+	71,  // 34: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
+	70,  // 35: tenure.v1.LockSummary.first_holders:type_name -> tenure.v1.Holder
+	74,  // 36: tenure.v1.ListLocksResponse.locks:type_name -> tenure.v1.LockSummary
+	77,  // 37: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
 	1,   // 38: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
 	1,   // 39: tenure.v1.FencedDeleteResponse.result:type_name -> tenure.v1.PutResult
-	89,  // 40: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
+	91,  // 40: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
 	2,   // 41: tenure.v1.KVCompare.target:type_name -> tenure.v1.KVCompareTarget
 	3,   // 42: tenure.v1.KVCompare.result:type_name -> tenure.v1.KVCompareResult
-	92,  // 43: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
-	90,  // 44: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
-	94,  // 45: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
-	93,  // 46: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
-	91,  // 47: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
-	95,  // 48: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
-	96,  // 49: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
-	97,  // 50: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
-	97,  // 51: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
-	98,  // 52: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
+	94,  // 43: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
+	92,  // 44: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
+	96,  // 45: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
+	95,  // 46: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
+	93,  // 47: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
+	97,  // 48: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
+	98,  // 49: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
+	99,  // 50: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
+	99,  // 51: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
+	100, // 52: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
 	4,   // 53: tenure.v1.KVEvent.type:type_name -> tenure.v1.KVEventType
-	89,  // 54: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
-	102, // 55: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
-	108, // 56: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
+	91,  // 54: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
+	104, // 55: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
+	110, // 56: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
 	5,   // 57: tenure.v1.QueueSettleResponse.result:type_name -> tenure.v1.QueueSettleResult
-	115, // 58: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
-	122, // 59: tenure.v1.QueueEnqueueBatchRequest.items:type_name -> tenure.v1.QueueEnqueueItem
-	106, // 60: tenure.v1.QueueEnqueueBatchResponse.items:type_name -> tenure.v1.QueueEnqueueResponse
-	108, // 61: tenure.v1.QueueDequeueBatchResponse.items:type_name -> tenure.v1.QueueItem
-	126, // 62: tenure.v1.QueueSettleBatchRequest.items:type_name -> tenure.v1.QueueDelivery
+	117, // 58: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
+	124, // 59: tenure.v1.QueueEnqueueBatchRequest.items:type_name -> tenure.v1.QueueEnqueueItem
+	108, // 60: tenure.v1.QueueEnqueueBatchResponse.items:type_name -> tenure.v1.QueueEnqueueResponse
+	110, // 61: tenure.v1.QueueDequeueBatchResponse.items:type_name -> tenure.v1.QueueItem
+	128, // 62: tenure.v1.QueueSettleBatchRequest.items:type_name -> tenure.v1.QueueDelivery
 	5,   // 63: tenure.v1.QueueSettleItemResult.result:type_name -> tenure.v1.QueueSettleResult
-	63,  // 64: tenure.v1.QueueSettleItemResult.error:type_name -> tenure.v1.Error
-	128, // 65: tenure.v1.QueueSettleBatchResponse.items:type_name -> tenure.v1.QueueSettleItemResult
-	43,  // 66: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
-	64,  // 67: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
-	67,  // 68: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
-	71,  // 69: tenure.v1.Tenure.ListLocks:input_type -> tenure.v1.ListLocksRequest
-	74,  // 70: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
-	77,  // 71: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
-	83,  // 72: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
-	80,  // 73: tenure.v1.Tenure.FencedDelete:input_type -> tenure.v1.FencedDeleteRequest
-	87,  // 74: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
-	85,  // 75: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
-	39,  // 76: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
-	41,  // 77: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
-	42,  // 78: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
-	35,  // 79: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
-	36,  // 80: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
-	90,  // 81: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
-	92,  // 82: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
-	94,  // 83: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
-	99,  // 84: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
-	101, // 85: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
-	105, // 86: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
-	107, // 87: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
-	110, // 88: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
-	110, // 89: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
-	110, // 90: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
-	112, // 91: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
-	114, // 92: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
-	117, // 93: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
-	119, // 94: tenure.v1.Tenure.QueueDelete:input_type -> tenure.v1.QueueDeleteRequest
-	130, // 95: tenure.v1.Tenure.QueuePurge:input_type -> tenure.v1.QueuePurgeRequest
-	121, // 96: tenure.v1.Tenure.QueueEnqueueBatch:input_type -> tenure.v1.QueueEnqueueBatchRequest
-	124, // 97: tenure.v1.Tenure.QueueDequeueBatch:input_type -> tenure.v1.QueueDequeueBatchRequest
-	127, // 98: tenure.v1.Tenure.QueueAckBatch:input_type -> tenure.v1.QueueSettleBatchRequest
-	127, // 99: tenure.v1.Tenure.QueueNackBatch:input_type -> tenure.v1.QueueSettleBatchRequest
-	32,  // 100: tenure.v1.Tenure.GetLimits:input_type -> tenure.v1.GetLimitsRequest
-	33,  // 101: tenure.v1.Tenure.SetLimits:input_type -> tenure.v1.SetLimitsRequest
+	65,  // 64: tenure.v1.QueueSettleItemResult.error:type_name -> tenure.v1.Error
+	130, // 65: tenure.v1.QueueSettleBatchResponse.items:type_name -> tenure.v1.QueueSettleItemResult
+	45,  // 66: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
+	66,  // 67: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
+	69,  // 68: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
+	73,  // 69: tenure.v1.Tenure.ListLocks:input_type -> tenure.v1.ListLocksRequest
+	76,  // 70: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
+	79,  // 71: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
+	85,  // 72: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
+	82,  // 73: tenure.v1.Tenure.FencedDelete:input_type -> tenure.v1.FencedDeleteRequest
+	89,  // 74: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
+	87,  // 75: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
+	41,  // 76: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
+	43,  // 77: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
+	44,  // 78: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
+	37,  // 79: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
+	38,  // 80: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
+	92,  // 81: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
+	94,  // 82: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
+	96,  // 83: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
+	101, // 84: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
+	103, // 85: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
+	107, // 86: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
+	109, // 87: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
+	112, // 88: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
+	112, // 89: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
+	112, // 90: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
+	114, // 91: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
+	116, // 92: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
+	119, // 93: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
+	121, // 94: tenure.v1.Tenure.QueueDelete:input_type -> tenure.v1.QueueDeleteRequest
+	132, // 95: tenure.v1.Tenure.QueuePurge:input_type -> tenure.v1.QueuePurgeRequest
+	123, // 96: tenure.v1.Tenure.QueueEnqueueBatch:input_type -> tenure.v1.QueueEnqueueBatchRequest
+	126, // 97: tenure.v1.Tenure.QueueDequeueBatch:input_type -> tenure.v1.QueueDequeueBatchRequest
+	129, // 98: tenure.v1.Tenure.QueueAckBatch:input_type -> tenure.v1.QueueSettleBatchRequest
+	129, // 99: tenure.v1.Tenure.QueueNackBatch:input_type -> tenure.v1.QueueSettleBatchRequest
+	34,  // 100: tenure.v1.Tenure.GetLimits:input_type -> tenure.v1.GetLimitsRequest
+	35,  // 101: tenure.v1.Tenure.SetLimits:input_type -> tenure.v1.SetLimitsRequest
 	12,  // 102: tenure.v1.Tenure.AclBootstrap:input_type -> tenure.v1.AclBootstrapRequest
 	14,  // 103: tenure.v1.Tenure.AclPolicyCreate:input_type -> tenure.v1.AclPolicyCreateRequest
 	15,  // 104: tenure.v1.Tenure.AclPolicyList:input_type -> tenure.v1.AclPolicyListRequest
@@ -9247,60 +9345,62 @@ var file_api_tenurepb_tenure_proto_depIdxs = []int32{
 	25,  // 109: tenure.v1.Tenure.AclIdentityBind:input_type -> tenure.v1.AclIdentityBindRequest
 	26,  // 110: tenure.v1.Tenure.AclIdentityList:input_type -> tenure.v1.AclIdentityListRequest
 	28,  // 111: tenure.v1.Tenure.AclIdentityUnbind:input_type -> tenure.v1.AclIdentityUnbindRequest
-	29,  // 112: tenure.v1.Tenure.AclWhoAmI:input_type -> tenure.v1.AclWhoAmIRequest
+	31,  // 112: tenure.v1.Tenure.AclWhoAmI:input_type -> tenure.v1.AclWhoAmIRequest
 	6,   // 113: tenure.v1.Tenure.ClusterKeys:input_type -> tenure.v1.ClusterKeysRequest
 	7,   // 114: tenure.v1.Tenure.ClusterKeyRotate:input_type -> tenure.v1.ClusterKeyRotateRequest
-	45,  // 115: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
-	66,  // 116: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
-	70,  // 117: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
-	73,  // 118: tenure.v1.Tenure.ListLocks:output_type -> tenure.v1.ListLocksResponse
-	76,  // 119: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
-	79,  // 120: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
-	84,  // 121: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
-	81,  // 122: tenure.v1.Tenure.FencedDelete:output_type -> tenure.v1.FencedDeleteResponse
-	88,  // 123: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
-	86,  // 124: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
-	40,  // 125: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
-	40,  // 126: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
-	40,  // 127: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
-	36,  // 128: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
-	37,  // 129: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
-	91,  // 130: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
-	93,  // 131: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
-	95,  // 132: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
-	100, // 133: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
-	103, // 134: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
-	106, // 135: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
-	109, // 136: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
-	111, // 137: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
-	111, // 138: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
-	111, // 139: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
-	113, // 140: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
-	116, // 141: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
-	118, // 142: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
-	120, // 143: tenure.v1.Tenure.QueueDelete:output_type -> tenure.v1.QueueDeleteResponse
-	131, // 144: tenure.v1.Tenure.QueuePurge:output_type -> tenure.v1.QueuePurgeResponse
-	123, // 145: tenure.v1.Tenure.QueueEnqueueBatch:output_type -> tenure.v1.QueueEnqueueBatchResponse
-	125, // 146: tenure.v1.Tenure.QueueDequeueBatch:output_type -> tenure.v1.QueueDequeueBatchResponse
-	129, // 147: tenure.v1.Tenure.QueueAckBatch:output_type -> tenure.v1.QueueSettleBatchResponse
-	129, // 148: tenure.v1.Tenure.QueueNackBatch:output_type -> tenure.v1.QueueSettleBatchResponse
-	34,  // 149: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
-	34,  // 150: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
-	13,  // 151: tenure.v1.Tenure.AclBootstrap:output_type -> tenure.v1.AclTokenSecret
-	11,  // 152: tenure.v1.Tenure.AclPolicyCreate:output_type -> tenure.v1.AclPolicy
-	16,  // 153: tenure.v1.Tenure.AclPolicyList:output_type -> tenure.v1.AclPolicyListResponse
-	18,  // 154: tenure.v1.Tenure.AclPolicyDelete:output_type -> tenure.v1.AclDeleteResponse
-	13,  // 155: tenure.v1.Tenure.AclTokenCreate:output_type -> tenure.v1.AclTokenSecret
-	22,  // 156: tenure.v1.Tenure.AclTokenList:output_type -> tenure.v1.AclTokenListResponse
-	18,  // 157: tenure.v1.Tenure.AclTokenRevoke:output_type -> tenure.v1.AclDeleteResponse
-	24,  // 158: tenure.v1.Tenure.AclIdentityBind:output_type -> tenure.v1.AclIdentity
-	27,  // 159: tenure.v1.Tenure.AclIdentityList:output_type -> tenure.v1.AclIdentityListResponse
-	18,  // 160: tenure.v1.Tenure.AclIdentityUnbind:output_type -> tenure.v1.AclDeleteResponse
-	30,  // 161: tenure.v1.Tenure.AclWhoAmI:output_type -> tenure.v1.AclWhoAmIResponse
-	9,   // 162: tenure.v1.Tenure.ClusterKeys:output_type -> tenure.v1.ClusterKeysResponse
-	9,   // 163: tenure.v1.Tenure.ClusterKeyRotate:output_type -> tenure.v1.ClusterKeysResponse
-	115, // [115:164] is the sub-list for method output_type
-	66,  // [66:115] is the sub-list for method input_type
+	29,  // 115: tenure.v1.Tenure.AclEnable:input_type -> tenure.v1.AclEnableRequest
+	47,  // 116: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
+	68,  // 117: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
+	72,  // 118: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
+	75,  // 119: tenure.v1.Tenure.ListLocks:output_type -> tenure.v1.ListLocksResponse
+	78,  // 120: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
+	81,  // 121: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
+	86,  // 122: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
+	83,  // 123: tenure.v1.Tenure.FencedDelete:output_type -> tenure.v1.FencedDeleteResponse
+	90,  // 124: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
+	88,  // 125: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
+	42,  // 126: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
+	42,  // 127: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
+	42,  // 128: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
+	38,  // 129: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
+	39,  // 130: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
+	93,  // 131: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
+	95,  // 132: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
+	97,  // 133: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
+	102, // 134: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
+	105, // 135: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
+	108, // 136: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
+	111, // 137: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
+	113, // 138: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
+	113, // 139: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
+	113, // 140: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
+	115, // 141: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
+	118, // 142: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
+	120, // 143: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
+	122, // 144: tenure.v1.Tenure.QueueDelete:output_type -> tenure.v1.QueueDeleteResponse
+	133, // 145: tenure.v1.Tenure.QueuePurge:output_type -> tenure.v1.QueuePurgeResponse
+	125, // 146: tenure.v1.Tenure.QueueEnqueueBatch:output_type -> tenure.v1.QueueEnqueueBatchResponse
+	127, // 147: tenure.v1.Tenure.QueueDequeueBatch:output_type -> tenure.v1.QueueDequeueBatchResponse
+	131, // 148: tenure.v1.Tenure.QueueAckBatch:output_type -> tenure.v1.QueueSettleBatchResponse
+	131, // 149: tenure.v1.Tenure.QueueNackBatch:output_type -> tenure.v1.QueueSettleBatchResponse
+	36,  // 150: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
+	36,  // 151: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
+	13,  // 152: tenure.v1.Tenure.AclBootstrap:output_type -> tenure.v1.AclTokenSecret
+	11,  // 153: tenure.v1.Tenure.AclPolicyCreate:output_type -> tenure.v1.AclPolicy
+	16,  // 154: tenure.v1.Tenure.AclPolicyList:output_type -> tenure.v1.AclPolicyListResponse
+	18,  // 155: tenure.v1.Tenure.AclPolicyDelete:output_type -> tenure.v1.AclDeleteResponse
+	13,  // 156: tenure.v1.Tenure.AclTokenCreate:output_type -> tenure.v1.AclTokenSecret
+	22,  // 157: tenure.v1.Tenure.AclTokenList:output_type -> tenure.v1.AclTokenListResponse
+	18,  // 158: tenure.v1.Tenure.AclTokenRevoke:output_type -> tenure.v1.AclDeleteResponse
+	24,  // 159: tenure.v1.Tenure.AclIdentityBind:output_type -> tenure.v1.AclIdentity
+	27,  // 160: tenure.v1.Tenure.AclIdentityList:output_type -> tenure.v1.AclIdentityListResponse
+	18,  // 161: tenure.v1.Tenure.AclIdentityUnbind:output_type -> tenure.v1.AclDeleteResponse
+	32,  // 162: tenure.v1.Tenure.AclWhoAmI:output_type -> tenure.v1.AclWhoAmIResponse
+	9,   // 163: tenure.v1.Tenure.ClusterKeys:output_type -> tenure.v1.ClusterKeysResponse
+	9,   // 164: tenure.v1.Tenure.ClusterKeyRotate:output_type -> tenure.v1.ClusterKeysResponse
+	30,  // 165: tenure.v1.Tenure.AclEnable:output_type -> tenure.v1.AclEnableResponse
+	116, // [116:166] is the sub-list for method output_type
+	66,  // [66:116] is the sub-list for method input_type
 	66,  // [66:66] is the sub-list for extension type_name
 	66,  // [66:66] is the sub-list for extension extendee
 	0,   // [0:66] is the sub-list for field type_name
@@ -9311,7 +9411,7 @@ func file_api_tenurepb_tenure_proto_init() {
 	if File_api_tenurepb_tenure_proto != nil {
 		return
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[41].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[43].OneofWrappers = []any{
 		(*SessionRequest_Open)(nil),
 		(*SessionRequest_KeepAlive)(nil),
 		(*SessionRequest_Acquire)(nil),
@@ -9320,7 +9420,7 @@ func file_api_tenurepb_tenure_proto_init() {
 		(*SessionRequest_Close)(nil),
 		(*SessionRequest_Proclaim)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[50].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[52].OneofWrappers = []any{
 		(*SessionResponse_Opened)(nil),
 		(*SessionResponse_Kept)(nil),
 		(*SessionResponse_Queued)(nil),
@@ -9330,12 +9430,12 @@ func file_api_tenurepb_tenure_proto_init() {
 		(*SessionResponse_Error)(nil),
 		(*SessionResponse_Proclaimed)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[91].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[93].OneofWrappers = []any{
 		(*KVRequestOp_Range)(nil),
 		(*KVRequestOp_Put)(nil),
 		(*KVRequestOp_Delete)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[92].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[94].OneofWrappers = []any{
 		(*KVResponseOp_Range)(nil),
 		(*KVResponseOp_Put)(nil),
 		(*KVResponseOp_Delete)(nil),
@@ -9346,7 +9446,7 @@ func file_api_tenurepb_tenure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_tenurepb_tenure_proto_rawDesc), len(file_api_tenurepb_tenure_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   126,
+			NumMessages:   128,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

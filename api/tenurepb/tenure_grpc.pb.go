@@ -72,6 +72,7 @@ const (
 	Tenure_AclWhoAmI_FullMethodName         = "/tenure.v1.Tenure/AclWhoAmI"
 	Tenure_ClusterKeys_FullMethodName       = "/tenure.v1.Tenure/ClusterKeys"
 	Tenure_ClusterKeyRotate_FullMethodName  = "/tenure.v1.Tenure/ClusterKeyRotate"
+	Tenure_AclEnable_FullMethodName         = "/tenure.v1.Tenure/AclEnable"
 )
 
 // TenureClient is the client API for Tenure service.
@@ -234,6 +235,13 @@ type TenureClient interface {
 	// verify where they are configured (cluster write).
 	ClusterKeys(ctx context.Context, in *ClusterKeysRequest, opts ...grpc.CallOption) (*ClusterKeysResponse, error)
 	ClusterKeyRotate(ctx context.Context, in *ClusterKeyRotateRequest, opts ...grpc.CallOption) (*ClusterKeysResponse, error)
+	// AclEnable makes every member of the cluster enforce the ACLs from now
+	// on, whether or not it was started with --auth; it cannot be undone.
+	// On a cluster that does not enforce them yet anyone who reaches it may
+	// call it (as anyone may do anything there); once they are enforced it
+	// needs cluster write, and changes nothing. AclBootstrap enforces them
+	// too, and so does a member started with --auth once it leads.
+	AclEnable(ctx context.Context, in *AclEnableRequest, opts ...grpc.CallOption) (*AclEnableResponse, error)
 }
 
 type tenureClient struct {
@@ -767,6 +775,16 @@ func (c *tenureClient) ClusterKeyRotate(ctx context.Context, in *ClusterKeyRotat
 	return out, nil
 }
 
+func (c *tenureClient) AclEnable(ctx context.Context, in *AclEnableRequest, opts ...grpc.CallOption) (*AclEnableResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AclEnableResponse)
+	err := c.cc.Invoke(ctx, Tenure_AclEnable_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TenureServer is the server API for Tenure service.
 // All implementations must embed UnimplementedTenureServer
 // for forward compatibility.
@@ -927,6 +945,13 @@ type TenureServer interface {
 	// verify where they are configured (cluster write).
 	ClusterKeys(context.Context, *ClusterKeysRequest) (*ClusterKeysResponse, error)
 	ClusterKeyRotate(context.Context, *ClusterKeyRotateRequest) (*ClusterKeysResponse, error)
+	// AclEnable makes every member of the cluster enforce the ACLs from now
+	// on, whether or not it was started with --auth; it cannot be undone.
+	// On a cluster that does not enforce them yet anyone who reaches it may
+	// call it (as anyone may do anything there); once they are enforced it
+	// needs cluster write, and changes nothing. AclBootstrap enforces them
+	// too, and so does a member started with --auth once it leads.
+	AclEnable(context.Context, *AclEnableRequest) (*AclEnableResponse, error)
 	mustEmbedUnimplementedTenureServer()
 }
 
@@ -1083,6 +1108,9 @@ func (UnimplementedTenureServer) ClusterKeys(context.Context, *ClusterKeysReques
 }
 func (UnimplementedTenureServer) ClusterKeyRotate(context.Context, *ClusterKeyRotateRequest) (*ClusterKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ClusterKeyRotate not implemented")
+}
+func (UnimplementedTenureServer) AclEnable(context.Context, *AclEnableRequest) (*AclEnableResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AclEnable not implemented")
 }
 func (UnimplementedTenureServer) mustEmbedUnimplementedTenureServer() {}
 func (UnimplementedTenureServer) testEmbeddedByValue()                {}
@@ -1944,6 +1972,24 @@ func _Tenure_ClusterKeyRotate_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Tenure_AclEnable_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AclEnableRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).AclEnable(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_AclEnable_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).AclEnable(ctx, req.(*AclEnableRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Tenure_ServiceDesc is the grpc.ServiceDesc for Tenure service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -2126,6 +2172,10 @@ var Tenure_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ClusterKeyRotate",
 			Handler:    _Tenure_ClusterKeyRotate_Handler,
+		},
+		{
+			MethodName: "AclEnable",
+			Handler:    _Tenure_AclEnable_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

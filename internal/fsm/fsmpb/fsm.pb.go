@@ -67,6 +67,7 @@ type Command struct {
 	//	*Command_AclBindingSet
 	//	*Command_AclBindingDelete
 	//	*Command_AddSigningKey
+	//	*Command_AclEnable
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -460,6 +461,15 @@ func (x *Command) GetAddSigningKey() *AddSigningKey {
 	return nil
 }
 
+func (x *Command) GetAclEnable() *AclEnable {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AclEnable); ok {
+			return x.AclEnable
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -627,6 +637,11 @@ type Command_AddSigningKey struct {
 	AddSigningKey *AddSigningKey `protobuf:"bytes,77,opt,name=add_signing_key,json=addSigningKey,proto3,oneof"`
 }
 
+type Command_AclEnable struct {
+	// Whether the cluster enforces its ACLs: 90..94 (acl.go).
+	AclEnable *AclEnable `protobuf:"bytes,90,opt,name=acl_enable,json=aclEnable,proto3,oneof"`
+}
+
 func (*Command_CreateSession) isCommand_Op() {}
 
 func (*Command_CloseSession) isCommand_Op() {}
@@ -705,6 +720,47 @@ func (*Command_AclBindingDelete) isCommand_Op() {}
 
 func (*Command_AddSigningKey) isCommand_Op() {}
 
+func (*Command_AclEnable) isCommand_Op() {}
+
+// AclEnable makes the cluster enforce its ACLs on every member, from the
+// revision it is applied at on (Security.acl_enforced). There is no
+// command that turns enforcement off.
+type AclEnable struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclEnable) Reset() {
+	*x = AclEnable{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclEnable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclEnable) ProtoMessage() {}
+
+func (x *AclEnable) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclEnable.ProtoReflect.Descriptor instead.
+func (*AclEnable) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{1}
+}
+
 // ACLs. Access is "read", "write" or "deny"; kind one of fsm.Kinds.
 type AclRule struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -717,7 +773,7 @@ type AclRule struct {
 
 func (x *AclRule) Reset() {
 	*x = AclRule{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[1]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +785,7 @@ func (x *AclRule) String() string {
 func (*AclRule) ProtoMessage() {}
 
 func (x *AclRule) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[1]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +798,7 @@ func (x *AclRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclRule.ProtoReflect.Descriptor instead.
 func (*AclRule) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{1}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AclRule) GetKind() string {
@@ -776,7 +832,7 @@ type AclPolicy struct {
 
 func (x *AclPolicy) Reset() {
 	*x = AclPolicy{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -788,7 +844,7 @@ func (x *AclPolicy) String() string {
 func (*AclPolicy) ProtoMessage() {}
 
 func (x *AclPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -801,7 +857,7 @@ func (x *AclPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicy.ProtoReflect.Descriptor instead.
 func (*AclPolicy) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AclPolicy) GetName() string {
@@ -834,7 +890,7 @@ type AclToken struct {
 
 func (x *AclToken) Reset() {
 	*x = AclToken{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -846,7 +902,7 @@ func (x *AclToken) String() string {
 func (*AclToken) ProtoMessage() {}
 
 func (x *AclToken) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -859,7 +915,7 @@ func (x *AclToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclToken.ProtoReflect.Descriptor instead.
 func (*AclToken) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AclToken) GetId() string {
@@ -908,7 +964,7 @@ type AclBinding struct {
 
 func (x *AclBinding) Reset() {
 	*x = AclBinding{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -920,7 +976,7 @@ func (x *AclBinding) String() string {
 func (*AclBinding) ProtoMessage() {}
 
 func (x *AclBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -933,7 +989,7 @@ func (x *AclBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBinding.ProtoReflect.Descriptor instead.
 func (*AclBinding) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AclBinding) GetName() string {
@@ -961,7 +1017,7 @@ type AclBootstrap struct {
 
 func (x *AclBootstrap) Reset() {
 	*x = AclBootstrap{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1029,7 @@ func (x *AclBootstrap) String() string {
 func (*AclBootstrap) ProtoMessage() {}
 
 func (x *AclBootstrap) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1042,7 @@ func (x *AclBootstrap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBootstrap.ProtoReflect.Descriptor instead.
 func (*AclBootstrap) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AclBootstrap) GetToken() *AclToken {
@@ -1006,7 +1062,7 @@ type AclPolicySet struct {
 
 func (x *AclPolicySet) Reset() {
 	*x = AclPolicySet{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1074,7 @@ func (x *AclPolicySet) String() string {
 func (*AclPolicySet) ProtoMessage() {}
 
 func (x *AclPolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1087,7 @@ func (x *AclPolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicySet.ProtoReflect.Descriptor instead.
 func (*AclPolicySet) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AclPolicySet) GetPolicy() *AclPolicy {
@@ -1057,7 +1113,7 @@ type AclPolicyDelete struct {
 
 func (x *AclPolicyDelete) Reset() {
 	*x = AclPolicyDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1069,7 +1125,7 @@ func (x *AclPolicyDelete) String() string {
 func (*AclPolicyDelete) ProtoMessage() {}
 
 func (x *AclPolicyDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1082,7 +1138,7 @@ func (x *AclPolicyDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyDelete.ProtoReflect.Descriptor instead.
 func (*AclPolicyDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AclPolicyDelete) GetName() string {
@@ -1101,7 +1157,7 @@ type AclTokenCreate struct {
 
 func (x *AclTokenCreate) Reset() {
 	*x = AclTokenCreate{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1169,7 @@ func (x *AclTokenCreate) String() string {
 func (*AclTokenCreate) ProtoMessage() {}
 
 func (x *AclTokenCreate) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1182,7 @@ func (x *AclTokenCreate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenCreate.ProtoReflect.Descriptor instead.
 func (*AclTokenCreate) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AclTokenCreate) GetToken() *AclToken {
@@ -1145,7 +1201,7 @@ type AclTokenRevoke struct {
 
 func (x *AclTokenRevoke) Reset() {
 	*x = AclTokenRevoke{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1213,7 @@ func (x *AclTokenRevoke) String() string {
 func (*AclTokenRevoke) ProtoMessage() {}
 
 func (x *AclTokenRevoke) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1226,7 @@ func (x *AclTokenRevoke) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenRevoke.ProtoReflect.Descriptor instead.
 func (*AclTokenRevoke) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AclTokenRevoke) GetId() string {
@@ -1189,7 +1245,7 @@ type AclBindingSet struct {
 
 func (x *AclBindingSet) Reset() {
 	*x = AclBindingSet{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1257,7 @@ func (x *AclBindingSet) String() string {
 func (*AclBindingSet) ProtoMessage() {}
 
 func (x *AclBindingSet) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1270,7 @@ func (x *AclBindingSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBindingSet.ProtoReflect.Descriptor instead.
 func (*AclBindingSet) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AclBindingSet) GetBinding() *AclBinding {
@@ -1233,7 +1289,7 @@ type AclBindingDelete struct {
 
 func (x *AclBindingDelete) Reset() {
 	*x = AclBindingDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1301,7 @@ func (x *AclBindingDelete) String() string {
 func (*AclBindingDelete) ProtoMessage() {}
 
 func (x *AclBindingDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1314,7 @@ func (x *AclBindingDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBindingDelete.ProtoReflect.Descriptor instead.
 func (*AclBindingDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AclBindingDelete) GetName() string {
@@ -1282,7 +1338,7 @@ type SigningKey struct {
 
 func (x *SigningKey) Reset() {
 	*x = SigningKey{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1350,7 @@ func (x *SigningKey) String() string {
 func (*SigningKey) ProtoMessage() {}
 
 func (x *SigningKey) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1363,7 @@ func (x *SigningKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SigningKey.ProtoReflect.Descriptor instead.
 func (*SigningKey) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SigningKey) GetId() string {
@@ -1346,7 +1402,7 @@ type AddSigningKey struct {
 
 func (x *AddSigningKey) Reset() {
 	*x = AddSigningKey{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1358,7 +1414,7 @@ func (x *AddSigningKey) String() string {
 func (*AddSigningKey) ProtoMessage() {}
 
 func (x *AddSigningKey) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1371,7 +1427,7 @@ func (x *AddSigningKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSigningKey.ProtoReflect.Descriptor instead.
 func (*AddSigningKey) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AddSigningKey) GetClusterId() []byte {
@@ -1404,14 +1460,17 @@ type Security struct {
 	Bindings        []*AclBinding          `protobuf:"bytes,4,rep,name=bindings,proto3" json:"bindings,omitempty"`
 	ClusterId       []byte                 `protobuf:"bytes,5,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	// signing_keys, oldest first: the last signs.
-	SigningKeys   []*SigningKey `protobuf:"bytes,6,rep,name=signing_keys,json=signingKeys,proto3" json:"signing_keys,omitempty"`
+	SigningKeys []*SigningKey `protobuf:"bytes,6,rep,name=signing_keys,json=signingKeys,proto3" json:"signing_keys,omitempty"`
+	// acl_enforced: every member enforces the ACLs (AclEnable, or
+	// AclBootstrap, has been applied).
+	AclEnforced   bool `protobuf:"varint,10,opt,name=acl_enforced,json=aclEnforced,proto3" json:"acl_enforced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Security) Reset() {
 	*x = Security{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1482,7 @@ func (x *Security) String() string {
 func (*Security) ProtoMessage() {}
 
 func (x *Security) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1495,7 @@ func (x *Security) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Security.ProtoReflect.Descriptor instead.
 func (*Security) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Security) GetAclBootstrapped() bool {
@@ -1481,6 +1540,13 @@ func (x *Security) GetSigningKeys() []*SigningKey {
 	return nil
 }
 
+func (x *Security) GetAclEnforced() bool {
+	if x != nil {
+		return x.AclEnforced
+	}
+	return false
+}
+
 // SetRetention changes how much diagnostic history the state keeps: grant
 // records per lock and remembered operation ids per fenced register. 0
 // leaves a value as it is. The leader proposes it when its configuration
@@ -1495,7 +1561,7 @@ type SetRetention struct {
 
 func (x *SetRetention) Reset() {
 	*x = SetRetention{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1573,7 @@ func (x *SetRetention) String() string {
 func (*SetRetention) ProtoMessage() {}
 
 func (x *SetRetention) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1586,7 @@ func (x *SetRetention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRetention.ProtoReflect.Descriptor instead.
 func (*SetRetention) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetRetention) GetLockHistory() uint32 {
@@ -1557,7 +1623,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1635,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1648,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Limits) GetMaxSessions() uint64 {
@@ -1667,7 +1733,7 @@ type SetLimits struct {
 
 func (x *SetLimits) Reset() {
 	*x = SetLimits{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +1745,7 @@ func (x *SetLimits) String() string {
 func (*SetLimits) ProtoMessage() {}
 
 func (x *SetLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +1758,7 @@ func (x *SetLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLimits.ProtoReflect.Descriptor instead.
 func (*SetLimits) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetLimits) GetLimits() *Limits {
@@ -1713,7 +1779,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1791,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +1804,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Batch) GetCommands() []*Command {
@@ -1770,7 +1836,7 @@ type CreateSession struct {
 
 func (x *CreateSession) Reset() {
 	*x = CreateSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +1848,7 @@ func (x *CreateSession) String() string {
 func (*CreateSession) ProtoMessage() {}
 
 func (x *CreateSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +1861,7 @@ func (x *CreateSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSession.ProtoReflect.Descriptor instead.
 func (*CreateSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateSession) GetOwner() string {
@@ -1842,7 +1908,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1854,7 +1920,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1867,7 +1933,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CloseSession) GetSession() uint64 {
@@ -1888,7 +1954,7 @@ type ExpireSession struct {
 
 func (x *ExpireSession) Reset() {
 	*x = ExpireSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +1966,7 @@ func (x *ExpireSession) String() string {
 func (*ExpireSession) ProtoMessage() {}
 
 func (x *ExpireSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +1979,7 @@ func (x *ExpireSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireSession.ProtoReflect.Descriptor instead.
 func (*ExpireSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExpireSession) GetSession() uint64 {
@@ -1936,7 +2002,7 @@ type ExpireSessions struct {
 
 func (x *ExpireSessions) Reset() {
 	*x = ExpireSessions{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +2014,7 @@ func (x *ExpireSessions) String() string {
 func (*ExpireSessions) ProtoMessage() {}
 
 func (x *ExpireSessions) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2027,7 @@ func (x *ExpireSessions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireSessions.ProtoReflect.Descriptor instead.
 func (*ExpireSessions) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ExpireSessions) GetSessions() []uint64 {
@@ -1997,7 +2063,7 @@ type Acquire struct {
 
 func (x *Acquire) Reset() {
 	*x = Acquire{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2009,7 +2075,7 @@ func (x *Acquire) String() string {
 func (*Acquire) ProtoMessage() {}
 
 func (x *Acquire) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2022,7 +2088,7 @@ func (x *Acquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Acquire.ProtoReflect.Descriptor instead.
 func (*Acquire) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Acquire) GetSession() uint64 {
@@ -2102,7 +2168,7 @@ type Proclaim struct {
 
 func (x *Proclaim) Reset() {
 	*x = Proclaim{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2114,7 +2180,7 @@ func (x *Proclaim) String() string {
 func (*Proclaim) ProtoMessage() {}
 
 func (x *Proclaim) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2127,7 +2193,7 @@ func (x *Proclaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proclaim.ProtoReflect.Descriptor instead.
 func (*Proclaim) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Proclaim) GetSession() uint64 {
@@ -2171,7 +2237,7 @@ type CancelAcquire struct {
 
 func (x *CancelAcquire) Reset() {
 	*x = CancelAcquire{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2183,7 +2249,7 @@ func (x *CancelAcquire) String() string {
 func (*CancelAcquire) ProtoMessage() {}
 
 func (x *CancelAcquire) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2196,7 +2262,7 @@ func (x *CancelAcquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelAcquire.ProtoReflect.Descriptor instead.
 func (*CancelAcquire) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CancelAcquire) GetSession() uint64 {
@@ -2231,7 +2297,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2309,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2322,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Release) GetSession() uint64 {
@@ -2291,7 +2357,7 @@ type EndLockDelay struct {
 
 func (x *EndLockDelay) Reset() {
 	*x = EndLockDelay{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2303,7 +2369,7 @@ func (x *EndLockDelay) String() string {
 func (*EndLockDelay) ProtoMessage() {}
 
 func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2316,7 +2382,7 @@ func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndLockDelay.ProtoReflect.Descriptor instead.
 func (*EndLockDelay) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *EndLockDelay) GetName() string {
@@ -2347,7 +2413,7 @@ type FencedPut struct {
 
 func (x *FencedPut) Reset() {
 	*x = FencedPut{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2359,7 +2425,7 @@ func (x *FencedPut) String() string {
 func (*FencedPut) ProtoMessage() {}
 
 func (x *FencedPut) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2372,7 +2438,7 @@ func (x *FencedPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPut.ProtoReflect.Descriptor instead.
 func (*FencedPut) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FencedPut) GetKey() string {
@@ -2423,7 +2489,7 @@ type FencedDelete struct {
 
 func (x *FencedDelete) Reset() {
 	*x = FencedDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2435,7 +2501,7 @@ func (x *FencedDelete) String() string {
 func (*FencedDelete) ProtoMessage() {}
 
 func (x *FencedDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2448,7 +2514,7 @@ func (x *FencedDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDelete.ProtoReflect.Descriptor instead.
 func (*FencedDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FencedDelete) GetKey() string {
@@ -2525,7 +2591,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2537,7 +2603,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2550,7 +2616,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Snapshot) GetRevision() uint64 {
@@ -2671,7 +2737,7 @@ type SetEtcdURL struct {
 
 func (x *SetEtcdURL) Reset() {
 	*x = SetEtcdURL{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2683,7 +2749,7 @@ func (x *SetEtcdURL) String() string {
 func (*SetEtcdURL) ProtoMessage() {}
 
 func (x *SetEtcdURL) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2696,7 +2762,7 @@ func (x *SetEtcdURL) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetEtcdURL.ProtoReflect.Descriptor instead.
 func (*SetEtcdURL) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetEtcdURL) GetMember() string {
@@ -2723,7 +2789,7 @@ type DeletedRegister struct {
 
 func (x *DeletedRegister) Reset() {
 	*x = DeletedRegister{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2735,7 +2801,7 @@ func (x *DeletedRegister) String() string {
 func (*DeletedRegister) ProtoMessage() {}
 
 func (x *DeletedRegister) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2748,7 +2814,7 @@ func (x *DeletedRegister) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletedRegister.ProtoReflect.Descriptor instead.
 func (*DeletedRegister) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeletedRegister) GetKey() string {
@@ -2775,7 +2841,7 @@ type Retention struct {
 
 func (x *Retention) Reset() {
 	*x = Retention{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2787,7 +2853,7 @@ func (x *Retention) String() string {
 func (*Retention) ProtoMessage() {}
 
 func (x *Retention) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2800,7 +2866,7 @@ func (x *Retention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retention.ProtoReflect.Descriptor instead.
 func (*Retention) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Retention) GetLockHistory() uint32 {
@@ -2831,7 +2897,7 @@ type SessionState struct {
 
 func (x *SessionState) Reset() {
 	*x = SessionState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +2909,7 @@ func (x *SessionState) String() string {
 func (*SessionState) ProtoMessage() {}
 
 func (x *SessionState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +2922,7 @@ func (x *SessionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionState.ProtoReflect.Descriptor instead.
 func (*SessionState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SessionState) GetId() uint64 {
@@ -2917,7 +2983,7 @@ type GrantState struct {
 
 func (x *GrantState) Reset() {
 	*x = GrantState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2929,7 +2995,7 @@ func (x *GrantState) String() string {
 func (*GrantState) ProtoMessage() {}
 
 func (x *GrantState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2942,7 +3008,7 @@ func (x *GrantState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantState.ProtoReflect.Descriptor instead.
 func (*GrantState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GrantState) GetSession() uint64 {
@@ -3007,7 +3073,7 @@ type WaiterState struct {
 
 func (x *WaiterState) Reset() {
 	*x = WaiterState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3085,7 @@ func (x *WaiterState) String() string {
 func (*WaiterState) ProtoMessage() {}
 
 func (x *WaiterState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3098,7 @@ func (x *WaiterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaiterState.ProtoReflect.Descriptor instead.
 func (*WaiterState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WaiterState) GetSession() uint64 {
@@ -3086,7 +3152,7 @@ type HistoryRecord struct {
 
 func (x *HistoryRecord) Reset() {
 	*x = HistoryRecord{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3098,7 +3164,7 @@ func (x *HistoryRecord) String() string {
 func (*HistoryRecord) ProtoMessage() {}
 
 func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3111,7 +3177,7 @@ func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRecord.ProtoReflect.Descriptor instead.
 func (*HistoryRecord) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *HistoryRecord) GetOwner() string {
@@ -3183,7 +3249,7 @@ type LockState struct {
 
 func (x *LockState) Reset() {
 	*x = LockState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3195,7 +3261,7 @@ func (x *LockState) String() string {
 func (*LockState) ProtoMessage() {}
 
 func (x *LockState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3208,7 +3274,7 @@ func (x *LockState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockState.ProtoReflect.Descriptor instead.
 func (*LockState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *LockState) GetName() string {
@@ -3292,7 +3358,7 @@ type OpRecord struct {
 
 func (x *OpRecord) Reset() {
 	*x = OpRecord{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3304,7 +3370,7 @@ func (x *OpRecord) String() string {
 func (*OpRecord) ProtoMessage() {}
 
 func (x *OpRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3317,7 +3383,7 @@ func (x *OpRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpRecord.ProtoReflect.Descriptor instead.
 func (*OpRecord) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *OpRecord) GetOperationId() string {
@@ -3355,7 +3421,7 @@ type RegisterState struct {
 
 func (x *RegisterState) Reset() {
 	*x = RegisterState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3367,7 +3433,7 @@ func (x *RegisterState) String() string {
 func (*RegisterState) ProtoMessage() {}
 
 func (x *RegisterState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3380,7 +3446,7 @@ func (x *RegisterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterState.ProtoReflect.Descriptor instead.
 func (*RegisterState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RegisterState) GetKey() string {
@@ -3439,7 +3505,7 @@ type KVPut struct {
 
 func (x *KVPut) Reset() {
 	*x = KVPut{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3451,7 +3517,7 @@ func (x *KVPut) String() string {
 func (*KVPut) ProtoMessage() {}
 
 func (x *KVPut) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3464,7 +3530,7 @@ func (x *KVPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPut.ProtoReflect.Descriptor instead.
 func (*KVPut) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *KVPut) GetKey() string {
@@ -3523,7 +3589,7 @@ type KVDelete struct {
 
 func (x *KVDelete) Reset() {
 	*x = KVDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3535,7 +3601,7 @@ func (x *KVDelete) String() string {
 func (*KVDelete) ProtoMessage() {}
 
 func (x *KVDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3548,7 +3614,7 @@ func (x *KVDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelete.ProtoReflect.Descriptor instead.
 func (*KVDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *KVDelete) GetKey() string {
@@ -3608,7 +3674,7 @@ type KVRange struct {
 
 func (x *KVRange) Reset() {
 	*x = KVRange{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3620,7 +3686,7 @@ func (x *KVRange) String() string {
 func (*KVRange) ProtoMessage() {}
 
 func (x *KVRange) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3633,7 +3699,7 @@ func (x *KVRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRange.ProtoReflect.Descriptor instead.
 func (*KVRange) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *KVRange) GetKey() string {
@@ -3763,7 +3829,7 @@ type KVCompare struct {
 
 func (x *KVCompare) Reset() {
 	*x = KVCompare{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3775,7 +3841,7 @@ func (x *KVCompare) String() string {
 func (*KVCompare) ProtoMessage() {}
 
 func (x *KVCompare) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3788,7 +3854,7 @@ func (x *KVCompare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompare.ProtoReflect.Descriptor instead.
 func (*KVCompare) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{44}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *KVCompare) GetKey() string {
@@ -3854,7 +3920,7 @@ type KVOp struct {
 
 func (x *KVOp) Reset() {
 	*x = KVOp{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3866,7 +3932,7 @@ func (x *KVOp) String() string {
 func (*KVOp) ProtoMessage() {}
 
 func (x *KVOp) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3879,7 +3945,7 @@ func (x *KVOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVOp.ProtoReflect.Descriptor instead.
 func (*KVOp) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{45}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *KVOp) GetOp() isKVOp_Op {
@@ -3951,7 +4017,7 @@ type KVTxn struct {
 
 func (x *KVTxn) Reset() {
 	*x = KVTxn{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3963,7 +4029,7 @@ func (x *KVTxn) String() string {
 func (*KVTxn) ProtoMessage() {}
 
 func (x *KVTxn) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3976,7 +4042,7 @@ func (x *KVTxn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxn.ProtoReflect.Descriptor instead.
 func (*KVTxn) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{46}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *KVTxn) GetCompares() []*KVCompare {
@@ -4014,7 +4080,7 @@ type KVState struct {
 
 func (x *KVState) Reset() {
 	*x = KVState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4026,7 +4092,7 @@ func (x *KVState) String() string {
 func (*KVState) ProtoMessage() {}
 
 func (x *KVState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4039,7 +4105,7 @@ func (x *KVState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVState.ProtoReflect.Descriptor instead.
 func (*KVState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{47}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *KVState) GetKey() string {
@@ -4101,7 +4167,7 @@ type QueueEnqueue struct {
 
 func (x *QueueEnqueue) Reset() {
 	*x = QueueEnqueue{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4113,7 +4179,7 @@ func (x *QueueEnqueue) String() string {
 func (*QueueEnqueue) ProtoMessage() {}
 
 func (x *QueueEnqueue) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4126,7 +4192,7 @@ func (x *QueueEnqueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueue.ProtoReflect.Descriptor instead.
 func (*QueueEnqueue) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{48}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *QueueEnqueue) GetQueue() string {
@@ -4175,7 +4241,7 @@ type QueueDequeue struct {
 
 func (x *QueueDequeue) Reset() {
 	*x = QueueDequeue{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4187,7 +4253,7 @@ func (x *QueueDequeue) String() string {
 func (*QueueDequeue) ProtoMessage() {}
 
 func (x *QueueDequeue) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4200,7 +4266,7 @@ func (x *QueueDequeue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeue.ProtoReflect.Descriptor instead.
 func (*QueueDequeue) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{49}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *QueueDequeue) GetQueue() string {
@@ -4248,7 +4314,7 @@ type QueueSettle struct {
 
 func (x *QueueSettle) Reset() {
 	*x = QueueSettle{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4260,7 +4326,7 @@ func (x *QueueSettle) String() string {
 func (*QueueSettle) ProtoMessage() {}
 
 func (x *QueueSettle) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4273,7 +4339,7 @@ func (x *QueueSettle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettle.ProtoReflect.Descriptor instead.
 func (*QueueSettle) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{50}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *QueueSettle) GetQueue() string {
@@ -4318,7 +4384,7 @@ type QueueExtend struct {
 
 func (x *QueueExtend) Reset() {
 	*x = QueueExtend{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4330,7 +4396,7 @@ func (x *QueueExtend) String() string {
 func (*QueueExtend) ProtoMessage() {}
 
 func (x *QueueExtend) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4343,7 +4409,7 @@ func (x *QueueExtend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueExtend.ProtoReflect.Descriptor instead.
 func (*QueueExtend) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{51}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *QueueExtend) GetQueue() string {
@@ -4392,7 +4458,7 @@ type QueueDelete struct {
 
 func (x *QueueDelete) Reset() {
 	*x = QueueDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4404,7 +4470,7 @@ func (x *QueueDelete) String() string {
 func (*QueueDelete) ProtoMessage() {}
 
 func (x *QueueDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4417,7 +4483,7 @@ func (x *QueueDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDelete.ProtoReflect.Descriptor instead.
 func (*QueueDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{52}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *QueueDelete) GetQueue() string {
@@ -4438,7 +4504,7 @@ type QueuePurge struct {
 
 func (x *QueuePurge) Reset() {
 	*x = QueuePurge{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4450,7 +4516,7 @@ func (x *QueuePurge) String() string {
 func (*QueuePurge) ProtoMessage() {}
 
 func (x *QueuePurge) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4463,7 +4529,7 @@ func (x *QueuePurge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePurge.ProtoReflect.Descriptor instead.
 func (*QueuePurge) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{53}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *QueuePurge) GetQueue() string {
@@ -4486,7 +4552,7 @@ type QueueRequeueDead struct {
 
 func (x *QueueRequeueDead) Reset() {
 	*x = QueueRequeueDead{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4498,7 +4564,7 @@ func (x *QueueRequeueDead) String() string {
 func (*QueueRequeueDead) ProtoMessage() {}
 
 func (x *QueueRequeueDead) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4511,7 +4577,7 @@ func (x *QueueRequeueDead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRequeueDead.ProtoReflect.Descriptor instead.
 func (*QueueRequeueDead) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{54}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *QueueRequeueDead) GetQueue() string {
@@ -4554,7 +4620,7 @@ type QueueEnqueueBatch struct {
 
 func (x *QueueEnqueueBatch) Reset() {
 	*x = QueueEnqueueBatch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4566,7 +4632,7 @@ func (x *QueueEnqueueBatch) String() string {
 func (*QueueEnqueueBatch) ProtoMessage() {}
 
 func (x *QueueEnqueueBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4579,7 +4645,7 @@ func (x *QueueEnqueueBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueBatch.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueBatch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *QueueEnqueueBatch) GetQueue() string {
@@ -4619,7 +4685,7 @@ type QueueDequeueBatch struct {
 
 func (x *QueueDequeueBatch) Reset() {
 	*x = QueueDequeueBatch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4631,7 +4697,7 @@ func (x *QueueDequeueBatch) String() string {
 func (*QueueDequeueBatch) ProtoMessage() {}
 
 func (x *QueueDequeueBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4644,7 +4710,7 @@ func (x *QueueDequeueBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueBatch.ProtoReflect.Descriptor instead.
 func (*QueueDequeueBatch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{56}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *QueueDequeueBatch) GetQueue() string {
@@ -4687,7 +4753,7 @@ type QueueSettleBatch struct {
 
 func (x *QueueSettleBatch) Reset() {
 	*x = QueueSettleBatch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4699,7 +4765,7 @@ func (x *QueueSettleBatch) String() string {
 func (*QueueSettleBatch) ProtoMessage() {}
 
 func (x *QueueSettleBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4712,7 +4778,7 @@ func (x *QueueSettleBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleBatch.ProtoReflect.Descriptor instead.
 func (*QueueSettleBatch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{57}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *QueueSettleBatch) GetQueue() string {
@@ -4740,7 +4806,7 @@ type QueueSettleItem struct {
 
 func (x *QueueSettleItem) Reset() {
 	*x = QueueSettleItem{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4752,7 +4818,7 @@ func (x *QueueSettleItem) String() string {
 func (*QueueSettleItem) ProtoMessage() {}
 
 func (x *QueueSettleItem) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4765,7 +4831,7 @@ func (x *QueueSettleItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleItem.ProtoReflect.Descriptor instead.
 func (*QueueSettleItem) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{58}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *QueueSettleItem) GetId() uint64 {
@@ -4806,7 +4872,7 @@ type QueueItemState struct {
 
 func (x *QueueItemState) Reset() {
 	*x = QueueItemState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4818,7 +4884,7 @@ func (x *QueueItemState) String() string {
 func (*QueueItemState) ProtoMessage() {}
 
 func (x *QueueItemState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4831,7 +4897,7 @@ func (x *QueueItemState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItemState.ProtoReflect.Descriptor instead.
 func (*QueueItemState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{59}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *QueueItemState) GetId() uint64 {
@@ -4899,7 +4965,7 @@ type QueueItems struct {
 
 func (x *QueueItems) Reset() {
 	*x = QueueItems{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4911,7 +4977,7 @@ func (x *QueueItems) String() string {
 func (*QueueItems) ProtoMessage() {}
 
 func (x *QueueItems) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4924,7 +4990,7 @@ func (x *QueueItems) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItems.ProtoReflect.Descriptor instead.
 func (*QueueItems) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{60}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *QueueItems) GetQueue() string {
@@ -4961,7 +5027,7 @@ type QueueMemo struct {
 
 func (x *QueueMemo) Reset() {
 	*x = QueueMemo{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4973,7 +5039,7 @@ func (x *QueueMemo) String() string {
 func (*QueueMemo) ProtoMessage() {}
 
 func (x *QueueMemo) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4986,7 +5052,7 @@ func (x *QueueMemo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueMemo.ProtoReflect.Descriptor instead.
 func (*QueueMemo) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{61}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *QueueMemo) GetOperationId() string {
@@ -5042,7 +5108,7 @@ type QueueState struct {
 
 func (x *QueueState) Reset() {
 	*x = QueueState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[62]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5054,7 +5120,7 @@ func (x *QueueState) String() string {
 func (*QueueState) ProtoMessage() {}
 
 func (x *QueueState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[62]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5067,7 +5133,7 @@ func (x *QueueState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueState.ProtoReflect.Descriptor instead.
 func (*QueueState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{62}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *QueueState) GetName() string {
@@ -5130,7 +5196,7 @@ var File_internal_fsm_fsmpb_fsm_proto protoreflect.FileDescriptor
 
 const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xb7\x14\n" +
+	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xf2\x14\n" +
 	"\aCommand\x12E\n" +
 	"\x0ecreate_session\x18\x01 \x01(\v2\x1c.tenure.fsm.v1.CreateSessionH\x00R\rcreateSession\x12B\n" +
 	"\rclose_session\x18\x02 \x01(\v2\x1b.tenure.fsm.v1.CloseSessionH\x00R\fcloseSession\x12E\n" +
@@ -5176,8 +5242,11 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x10acl_token_revoke\x18J \x01(\v2\x1d.tenure.fsm.v1.AclTokenRevokeH\x00R\x0eaclTokenRevoke\x12F\n" +
 	"\x0facl_binding_set\x18K \x01(\v2\x1c.tenure.fsm.v1.AclBindingSetH\x00R\raclBindingSet\x12O\n" +
 	"\x12acl_binding_delete\x18L \x01(\v2\x1f.tenure.fsm.v1.AclBindingDeleteH\x00R\x10aclBindingDelete\x12F\n" +
-	"\x0fadd_signing_key\x18M \x01(\v2\x1c.tenure.fsm.v1.AddSigningKeyH\x00R\raddSigningKeyB\x04\n" +
-	"\x02op\"M\n" +
+	"\x0fadd_signing_key\x18M \x01(\v2\x1c.tenure.fsm.v1.AddSigningKeyH\x00R\raddSigningKey\x129\n" +
+	"\n" +
+	"acl_enable\x18Z \x01(\v2\x18.tenure.fsm.v1.AclEnableH\x00R\taclEnableB\x04\n" +
+	"\x02op\"\v\n" +
+	"\tAclEnable\"M\n" +
 	"\aAclRule\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x16\n" +
@@ -5221,7 +5290,7 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"cluster_id\x18\x01 \x01(\fR\tclusterId\x12+\n" +
 	"\x03key\x18\x02 \x01(\v2\x19.tenure.fsm.v1.SigningKeyR\x03key\x12 \n" +
 	"\fonly_if_none\x18\x03 \x01(\bR\n" +
-	"onlyIfNone\"\xb0\x02\n" +
+	"onlyIfNone\"\xd3\x02\n" +
 	"\bSecurity\x12)\n" +
 	"\x10acl_bootstrapped\x18\x01 \x01(\bR\x0faclBootstrapped\x124\n" +
 	"\bpolicies\x18\x02 \x03(\v2\x18.tenure.fsm.v1.AclPolicyR\bpolicies\x12/\n" +
@@ -5229,7 +5298,9 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\bbindings\x18\x04 \x03(\v2\x19.tenure.fsm.v1.AclBindingR\bbindings\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x05 \x01(\fR\tclusterId\x12<\n" +
-	"\fsigning_keys\x18\x06 \x03(\v2\x19.tenure.fsm.v1.SigningKeyR\vsigningKeys\"_\n" +
+	"\fsigning_keys\x18\x06 \x03(\v2\x19.tenure.fsm.v1.SigningKeyR\vsigningKeys\x12!\n" +
+	"\facl_enforced\x18\n" +
+	" \x01(\bR\vaclEnforced\"_\n" +
 	"\fSetRetention\x12!\n" +
 	"\flock_history\x18\x01 \x01(\rR\vlockHistory\x12,\n" +
 	"\x12register_op_memory\x18\x02 \x01(\rR\x10registerOpMemory\"\xee\x02\n" +
@@ -5531,158 +5602,160 @@ func file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_internal_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Command)(nil),           // 0: tenure.fsm.v1.Command
-	(*AclRule)(nil),           // 1: tenure.fsm.v1.AclRule
-	(*AclPolicy)(nil),         // 2: tenure.fsm.v1.AclPolicy
-	(*AclToken)(nil),          // 3: tenure.fsm.v1.AclToken
-	(*AclBinding)(nil),        // 4: tenure.fsm.v1.AclBinding
-	(*AclBootstrap)(nil),      // 5: tenure.fsm.v1.AclBootstrap
-	(*AclPolicySet)(nil),      // 6: tenure.fsm.v1.AclPolicySet
-	(*AclPolicyDelete)(nil),   // 7: tenure.fsm.v1.AclPolicyDelete
-	(*AclTokenCreate)(nil),    // 8: tenure.fsm.v1.AclTokenCreate
-	(*AclTokenRevoke)(nil),    // 9: tenure.fsm.v1.AclTokenRevoke
-	(*AclBindingSet)(nil),     // 10: tenure.fsm.v1.AclBindingSet
-	(*AclBindingDelete)(nil),  // 11: tenure.fsm.v1.AclBindingDelete
-	(*SigningKey)(nil),        // 12: tenure.fsm.v1.SigningKey
-	(*AddSigningKey)(nil),     // 13: tenure.fsm.v1.AddSigningKey
-	(*Security)(nil),          // 14: tenure.fsm.v1.Security
-	(*SetRetention)(nil),      // 15: tenure.fsm.v1.SetRetention
-	(*Limits)(nil),            // 16: tenure.fsm.v1.Limits
-	(*SetLimits)(nil),         // 17: tenure.fsm.v1.SetLimits
-	(*Batch)(nil),             // 18: tenure.fsm.v1.Batch
-	(*CreateSession)(nil),     // 19: tenure.fsm.v1.CreateSession
-	(*CloseSession)(nil),      // 20: tenure.fsm.v1.CloseSession
-	(*ExpireSession)(nil),     // 21: tenure.fsm.v1.ExpireSession
-	(*ExpireSessions)(nil),    // 22: tenure.fsm.v1.ExpireSessions
-	(*Acquire)(nil),           // 23: tenure.fsm.v1.Acquire
-	(*Proclaim)(nil),          // 24: tenure.fsm.v1.Proclaim
-	(*CancelAcquire)(nil),     // 25: tenure.fsm.v1.CancelAcquire
-	(*Release)(nil),           // 26: tenure.fsm.v1.Release
-	(*EndLockDelay)(nil),      // 27: tenure.fsm.v1.EndLockDelay
-	(*FencedPut)(nil),         // 28: tenure.fsm.v1.FencedPut
-	(*FencedDelete)(nil),      // 29: tenure.fsm.v1.FencedDelete
-	(*Snapshot)(nil),          // 30: tenure.fsm.v1.Snapshot
-	(*SetEtcdURL)(nil),        // 31: tenure.fsm.v1.SetEtcdURL
-	(*DeletedRegister)(nil),   // 32: tenure.fsm.v1.DeletedRegister
-	(*Retention)(nil),         // 33: tenure.fsm.v1.Retention
-	(*SessionState)(nil),      // 34: tenure.fsm.v1.SessionState
-	(*GrantState)(nil),        // 35: tenure.fsm.v1.GrantState
-	(*WaiterState)(nil),       // 36: tenure.fsm.v1.WaiterState
-	(*HistoryRecord)(nil),     // 37: tenure.fsm.v1.HistoryRecord
-	(*LockState)(nil),         // 38: tenure.fsm.v1.LockState
-	(*OpRecord)(nil),          // 39: tenure.fsm.v1.OpRecord
-	(*RegisterState)(nil),     // 40: tenure.fsm.v1.RegisterState
-	(*KVPut)(nil),             // 41: tenure.fsm.v1.KVPut
-	(*KVDelete)(nil),          // 42: tenure.fsm.v1.KVDelete
-	(*KVRange)(nil),           // 43: tenure.fsm.v1.KVRange
-	(*KVCompare)(nil),         // 44: tenure.fsm.v1.KVCompare
-	(*KVOp)(nil),              // 45: tenure.fsm.v1.KVOp
-	(*KVTxn)(nil),             // 46: tenure.fsm.v1.KVTxn
-	(*KVState)(nil),           // 47: tenure.fsm.v1.KVState
-	(*QueueEnqueue)(nil),      // 48: tenure.fsm.v1.QueueEnqueue
-	(*QueueDequeue)(nil),      // 49: tenure.fsm.v1.QueueDequeue
-	(*QueueSettle)(nil),       // 50: tenure.fsm.v1.QueueSettle
-	(*QueueExtend)(nil),       // 51: tenure.fsm.v1.QueueExtend
-	(*QueueDelete)(nil),       // 52: tenure.fsm.v1.QueueDelete
-	(*QueuePurge)(nil),        // 53: tenure.fsm.v1.QueuePurge
-	(*QueueRequeueDead)(nil),  // 54: tenure.fsm.v1.QueueRequeueDead
-	(*QueueEnqueueBatch)(nil), // 55: tenure.fsm.v1.QueueEnqueueBatch
-	(*QueueDequeueBatch)(nil), // 56: tenure.fsm.v1.QueueDequeueBatch
-	(*QueueSettleBatch)(nil),  // 57: tenure.fsm.v1.QueueSettleBatch
-	(*QueueSettleItem)(nil),   // 58: tenure.fsm.v1.QueueSettleItem
-	(*QueueItemState)(nil),    // 59: tenure.fsm.v1.QueueItemState
-	(*QueueItems)(nil),        // 60: tenure.fsm.v1.QueueItems
-	(*QueueMemo)(nil),         // 61: tenure.fsm.v1.QueueMemo
-	(*QueueState)(nil),        // 62: tenure.fsm.v1.QueueState
+	(*AclEnable)(nil),         // 1: tenure.fsm.v1.AclEnable
+	(*AclRule)(nil),           // 2: tenure.fsm.v1.AclRule
+	(*AclPolicy)(nil),         // 3: tenure.fsm.v1.AclPolicy
+	(*AclToken)(nil),          // 4: tenure.fsm.v1.AclToken
+	(*AclBinding)(nil),        // 5: tenure.fsm.v1.AclBinding
+	(*AclBootstrap)(nil),      // 6: tenure.fsm.v1.AclBootstrap
+	(*AclPolicySet)(nil),      // 7: tenure.fsm.v1.AclPolicySet
+	(*AclPolicyDelete)(nil),   // 8: tenure.fsm.v1.AclPolicyDelete
+	(*AclTokenCreate)(nil),    // 9: tenure.fsm.v1.AclTokenCreate
+	(*AclTokenRevoke)(nil),    // 10: tenure.fsm.v1.AclTokenRevoke
+	(*AclBindingSet)(nil),     // 11: tenure.fsm.v1.AclBindingSet
+	(*AclBindingDelete)(nil),  // 12: tenure.fsm.v1.AclBindingDelete
+	(*SigningKey)(nil),        // 13: tenure.fsm.v1.SigningKey
+	(*AddSigningKey)(nil),     // 14: tenure.fsm.v1.AddSigningKey
+	(*Security)(nil),          // 15: tenure.fsm.v1.Security
+	(*SetRetention)(nil),      // 16: tenure.fsm.v1.SetRetention
+	(*Limits)(nil),            // 17: tenure.fsm.v1.Limits
+	(*SetLimits)(nil),         // 18: tenure.fsm.v1.SetLimits
+	(*Batch)(nil),             // 19: tenure.fsm.v1.Batch
+	(*CreateSession)(nil),     // 20: tenure.fsm.v1.CreateSession
+	(*CloseSession)(nil),      // 21: tenure.fsm.v1.CloseSession
+	(*ExpireSession)(nil),     // 22: tenure.fsm.v1.ExpireSession
+	(*ExpireSessions)(nil),    // 23: tenure.fsm.v1.ExpireSessions
+	(*Acquire)(nil),           // 24: tenure.fsm.v1.Acquire
+	(*Proclaim)(nil),          // 25: tenure.fsm.v1.Proclaim
+	(*CancelAcquire)(nil),     // 26: tenure.fsm.v1.CancelAcquire
+	(*Release)(nil),           // 27: tenure.fsm.v1.Release
+	(*EndLockDelay)(nil),      // 28: tenure.fsm.v1.EndLockDelay
+	(*FencedPut)(nil),         // 29: tenure.fsm.v1.FencedPut
+	(*FencedDelete)(nil),      // 30: tenure.fsm.v1.FencedDelete
+	(*Snapshot)(nil),          // 31: tenure.fsm.v1.Snapshot
+	(*SetEtcdURL)(nil),        // 32: tenure.fsm.v1.SetEtcdURL
+	(*DeletedRegister)(nil),   // 33: tenure.fsm.v1.DeletedRegister
+	(*Retention)(nil),         // 34: tenure.fsm.v1.Retention
+	(*SessionState)(nil),      // 35: tenure.fsm.v1.SessionState
+	(*GrantState)(nil),        // 36: tenure.fsm.v1.GrantState
+	(*WaiterState)(nil),       // 37: tenure.fsm.v1.WaiterState
+	(*HistoryRecord)(nil),     // 38: tenure.fsm.v1.HistoryRecord
+	(*LockState)(nil),         // 39: tenure.fsm.v1.LockState
+	(*OpRecord)(nil),          // 40: tenure.fsm.v1.OpRecord
+	(*RegisterState)(nil),     // 41: tenure.fsm.v1.RegisterState
+	(*KVPut)(nil),             // 42: tenure.fsm.v1.KVPut
+	(*KVDelete)(nil),          // 43: tenure.fsm.v1.KVDelete
+	(*KVRange)(nil),           // 44: tenure.fsm.v1.KVRange
+	(*KVCompare)(nil),         // 45: tenure.fsm.v1.KVCompare
+	(*KVOp)(nil),              // 46: tenure.fsm.v1.KVOp
+	(*KVTxn)(nil),             // 47: tenure.fsm.v1.KVTxn
+	(*KVState)(nil),           // 48: tenure.fsm.v1.KVState
+	(*QueueEnqueue)(nil),      // 49: tenure.fsm.v1.QueueEnqueue
+	(*QueueDequeue)(nil),      // 50: tenure.fsm.v1.QueueDequeue
+	(*QueueSettle)(nil),       // 51: tenure.fsm.v1.QueueSettle
+	(*QueueExtend)(nil),       // 52: tenure.fsm.v1.QueueExtend
+	(*QueueDelete)(nil),       // 53: tenure.fsm.v1.QueueDelete
+	(*QueuePurge)(nil),        // 54: tenure.fsm.v1.QueuePurge
+	(*QueueRequeueDead)(nil),  // 55: tenure.fsm.v1.QueueRequeueDead
+	(*QueueEnqueueBatch)(nil), // 56: tenure.fsm.v1.QueueEnqueueBatch
+	(*QueueDequeueBatch)(nil), // 57: tenure.fsm.v1.QueueDequeueBatch
+	(*QueueSettleBatch)(nil),  // 58: tenure.fsm.v1.QueueSettleBatch
+	(*QueueSettleItem)(nil),   // 59: tenure.fsm.v1.QueueSettleItem
+	(*QueueItemState)(nil),    // 60: tenure.fsm.v1.QueueItemState
+	(*QueueItems)(nil),        // 61: tenure.fsm.v1.QueueItems
+	(*QueueMemo)(nil),         // 62: tenure.fsm.v1.QueueMemo
+	(*QueueState)(nil),        // 63: tenure.fsm.v1.QueueState
 }
 var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
-	19, // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
-	20, // 1: tenure.fsm.v1.Command.close_session:type_name -> tenure.fsm.v1.CloseSession
-	21, // 2: tenure.fsm.v1.Command.expire_session:type_name -> tenure.fsm.v1.ExpireSession
-	23, // 3: tenure.fsm.v1.Command.acquire:type_name -> tenure.fsm.v1.Acquire
-	25, // 4: tenure.fsm.v1.Command.cancel_acquire:type_name -> tenure.fsm.v1.CancelAcquire
-	26, // 5: tenure.fsm.v1.Command.release:type_name -> tenure.fsm.v1.Release
-	27, // 6: tenure.fsm.v1.Command.end_lock_delay:type_name -> tenure.fsm.v1.EndLockDelay
-	28, // 7: tenure.fsm.v1.Command.fenced_put:type_name -> tenure.fsm.v1.FencedPut
-	18, // 8: tenure.fsm.v1.Command.batch:type_name -> tenure.fsm.v1.Batch
-	24, // 9: tenure.fsm.v1.Command.proclaim:type_name -> tenure.fsm.v1.Proclaim
-	22, // 10: tenure.fsm.v1.Command.expire_sessions:type_name -> tenure.fsm.v1.ExpireSessions
-	29, // 11: tenure.fsm.v1.Command.fenced_delete:type_name -> tenure.fsm.v1.FencedDelete
-	15, // 12: tenure.fsm.v1.Command.set_retention:type_name -> tenure.fsm.v1.SetRetention
-	17, // 13: tenure.fsm.v1.Command.set_limits:type_name -> tenure.fsm.v1.SetLimits
-	31, // 14: tenure.fsm.v1.Command.set_etcd_url:type_name -> tenure.fsm.v1.SetEtcdURL
-	41, // 15: tenure.fsm.v1.Command.kv_put:type_name -> tenure.fsm.v1.KVPut
-	42, // 16: tenure.fsm.v1.Command.kv_delete:type_name -> tenure.fsm.v1.KVDelete
-	46, // 17: tenure.fsm.v1.Command.kv_txn:type_name -> tenure.fsm.v1.KVTxn
-	48, // 18: tenure.fsm.v1.Command.queue_enqueue:type_name -> tenure.fsm.v1.QueueEnqueue
-	49, // 19: tenure.fsm.v1.Command.queue_dequeue:type_name -> tenure.fsm.v1.QueueDequeue
-	50, // 20: tenure.fsm.v1.Command.queue_ack:type_name -> tenure.fsm.v1.QueueSettle
-	50, // 21: tenure.fsm.v1.Command.queue_nack:type_name -> tenure.fsm.v1.QueueSettle
-	51, // 22: tenure.fsm.v1.Command.queue_extend:type_name -> tenure.fsm.v1.QueueExtend
-	50, // 23: tenure.fsm.v1.Command.queue_expire:type_name -> tenure.fsm.v1.QueueSettle
-	54, // 24: tenure.fsm.v1.Command.queue_requeue_dead:type_name -> tenure.fsm.v1.QueueRequeueDead
-	52, // 25: tenure.fsm.v1.Command.queue_delete:type_name -> tenure.fsm.v1.QueueDelete
-	53, // 26: tenure.fsm.v1.Command.queue_purge:type_name -> tenure.fsm.v1.QueuePurge
-	55, // 27: tenure.fsm.v1.Command.queue_enqueue_batch:type_name -> tenure.fsm.v1.QueueEnqueueBatch
-	56, // 28: tenure.fsm.v1.Command.queue_dequeue_batch:type_name -> tenure.fsm.v1.QueueDequeueBatch
-	57, // 29: tenure.fsm.v1.Command.queue_ack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
-	57, // 30: tenure.fsm.v1.Command.queue_nack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
-	5,  // 31: tenure.fsm.v1.Command.acl_bootstrap:type_name -> tenure.fsm.v1.AclBootstrap
-	6,  // 32: tenure.fsm.v1.Command.acl_policy_set:type_name -> tenure.fsm.v1.AclPolicySet
-	7,  // 33: tenure.fsm.v1.Command.acl_policy_delete:type_name -> tenure.fsm.v1.AclPolicyDelete
-	8,  // 34: tenure.fsm.v1.Command.acl_token_create:type_name -> tenure.fsm.v1.AclTokenCreate
-	9,  // 35: tenure.fsm.v1.Command.acl_token_revoke:type_name -> tenure.fsm.v1.AclTokenRevoke
-	10, // 36: tenure.fsm.v1.Command.acl_binding_set:type_name -> tenure.fsm.v1.AclBindingSet
-	11, // 37: tenure.fsm.v1.Command.acl_binding_delete:type_name -> tenure.fsm.v1.AclBindingDelete
-	13, // 38: tenure.fsm.v1.Command.add_signing_key:type_name -> tenure.fsm.v1.AddSigningKey
-	1,  // 39: tenure.fsm.v1.AclPolicy.rules:type_name -> tenure.fsm.v1.AclRule
-	3,  // 40: tenure.fsm.v1.AclBootstrap.token:type_name -> tenure.fsm.v1.AclToken
-	2,  // 41: tenure.fsm.v1.AclPolicySet.policy:type_name -> tenure.fsm.v1.AclPolicy
-	3,  // 42: tenure.fsm.v1.AclTokenCreate.token:type_name -> tenure.fsm.v1.AclToken
-	4,  // 43: tenure.fsm.v1.AclBindingSet.binding:type_name -> tenure.fsm.v1.AclBinding
-	12, // 44: tenure.fsm.v1.AddSigningKey.key:type_name -> tenure.fsm.v1.SigningKey
-	2,  // 45: tenure.fsm.v1.Security.policies:type_name -> tenure.fsm.v1.AclPolicy
-	3,  // 46: tenure.fsm.v1.Security.tokens:type_name -> tenure.fsm.v1.AclToken
-	4,  // 47: tenure.fsm.v1.Security.bindings:type_name -> tenure.fsm.v1.AclBinding
-	12, // 48: tenure.fsm.v1.Security.signing_keys:type_name -> tenure.fsm.v1.SigningKey
-	16, // 49: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
-	0,  // 50: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
-	34, // 51: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
-	38, // 52: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
-	40, // 53: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
-	62, // 54: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
-	60, // 55: tenure.fsm.v1.Snapshot.queue_items:type_name -> tenure.fsm.v1.QueueItems
-	47, // 56: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
-	33, // 57: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
-	16, // 58: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
-	37, // 59: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
-	32, // 60: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
-	14, // 61: tenure.fsm.v1.Snapshot.security:type_name -> tenure.fsm.v1.Security
-	31, // 62: tenure.fsm.v1.Snapshot.etcd_urls:type_name -> tenure.fsm.v1.SetEtcdURL
-	35, // 63: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
-	35, // 64: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
-	36, // 65: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
-	37, // 66: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
-	39, // 67: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
-	41, // 68: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
-	42, // 69: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
-	43, // 70: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
-	44, // 71: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
-	45, // 72: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
-	45, // 73: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
-	58, // 74: tenure.fsm.v1.QueueSettleBatch.items:type_name -> tenure.fsm.v1.QueueSettleItem
-	59, // 75: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
-	59, // 76: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
-	59, // 77: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
-	61, // 78: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
-	61, // 79: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
-	80, // [80:80] is the sub-list for method output_type
-	80, // [80:80] is the sub-list for method input_type
-	80, // [80:80] is the sub-list for extension type_name
-	80, // [80:80] is the sub-list for extension extendee
-	0,  // [0:80] is the sub-list for field type_name
+	20, // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
+	21, // 1: tenure.fsm.v1.Command.close_session:type_name -> tenure.fsm.v1.CloseSession
+	22, // 2: tenure.fsm.v1.Command.expire_session:type_name -> tenure.fsm.v1.ExpireSession
+	24, // 3: tenure.fsm.v1.Command.acquire:type_name -> tenure.fsm.v1.Acquire
+	26, // 4: tenure.fsm.v1.Command.cancel_acquire:type_name -> tenure.fsm.v1.CancelAcquire
+	27, // 5: tenure.fsm.v1.Command.release:type_name -> tenure.fsm.v1.Release
+	28, // 6: tenure.fsm.v1.Command.end_lock_delay:type_name -> tenure.fsm.v1.EndLockDelay
+	29, // 7: tenure.fsm.v1.Command.fenced_put:type_name -> tenure.fsm.v1.FencedPut
+	19, // 8: tenure.fsm.v1.Command.batch:type_name -> tenure.fsm.v1.Batch
+	25, // 9: tenure.fsm.v1.Command.proclaim:type_name -> tenure.fsm.v1.Proclaim
+	23, // 10: tenure.fsm.v1.Command.expire_sessions:type_name -> tenure.fsm.v1.ExpireSessions
+	30, // 11: tenure.fsm.v1.Command.fenced_delete:type_name -> tenure.fsm.v1.FencedDelete
+	16, // 12: tenure.fsm.v1.Command.set_retention:type_name -> tenure.fsm.v1.SetRetention
+	18, // 13: tenure.fsm.v1.Command.set_limits:type_name -> tenure.fsm.v1.SetLimits
+	32, // 14: tenure.fsm.v1.Command.set_etcd_url:type_name -> tenure.fsm.v1.SetEtcdURL
+	42, // 15: tenure.fsm.v1.Command.kv_put:type_name -> tenure.fsm.v1.KVPut
+	43, // 16: tenure.fsm.v1.Command.kv_delete:type_name -> tenure.fsm.v1.KVDelete
+	47, // 17: tenure.fsm.v1.Command.kv_txn:type_name -> tenure.fsm.v1.KVTxn
+	49, // 18: tenure.fsm.v1.Command.queue_enqueue:type_name -> tenure.fsm.v1.QueueEnqueue
+	50, // 19: tenure.fsm.v1.Command.queue_dequeue:type_name -> tenure.fsm.v1.QueueDequeue
+	51, // 20: tenure.fsm.v1.Command.queue_ack:type_name -> tenure.fsm.v1.QueueSettle
+	51, // 21: tenure.fsm.v1.Command.queue_nack:type_name -> tenure.fsm.v1.QueueSettle
+	52, // 22: tenure.fsm.v1.Command.queue_extend:type_name -> tenure.fsm.v1.QueueExtend
+	51, // 23: tenure.fsm.v1.Command.queue_expire:type_name -> tenure.fsm.v1.QueueSettle
+	55, // 24: tenure.fsm.v1.Command.queue_requeue_dead:type_name -> tenure.fsm.v1.QueueRequeueDead
+	53, // 25: tenure.fsm.v1.Command.queue_delete:type_name -> tenure.fsm.v1.QueueDelete
+	54, // 26: tenure.fsm.v1.Command.queue_purge:type_name -> tenure.fsm.v1.QueuePurge
+	56, // 27: tenure.fsm.v1.Command.queue_enqueue_batch:type_name -> tenure.fsm.v1.QueueEnqueueBatch
+	57, // 28: tenure.fsm.v1.Command.queue_dequeue_batch:type_name -> tenure.fsm.v1.QueueDequeueBatch
+	58, // 29: tenure.fsm.v1.Command.queue_ack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
+	58, // 30: tenure.fsm.v1.Command.queue_nack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
+	6,  // 31: tenure.fsm.v1.Command.acl_bootstrap:type_name -> tenure.fsm.v1.AclBootstrap
+	7,  // 32: tenure.fsm.v1.Command.acl_policy_set:type_name -> tenure.fsm.v1.AclPolicySet
+	8,  // 33: tenure.fsm.v1.Command.acl_policy_delete:type_name -> tenure.fsm.v1.AclPolicyDelete
+	9,  // 34: tenure.fsm.v1.Command.acl_token_create:type_name -> tenure.fsm.v1.AclTokenCreate
+	10, // 35: tenure.fsm.v1.Command.acl_token_revoke:type_name -> tenure.fsm.v1.AclTokenRevoke
+	11, // 36: tenure.fsm.v1.Command.acl_binding_set:type_name -> tenure.fsm.v1.AclBindingSet
+	12, // 37: tenure.fsm.v1.Command.acl_binding_delete:type_name -> tenure.fsm.v1.AclBindingDelete
+	14, // 38: tenure.fsm.v1.Command.add_signing_key:type_name -> tenure.fsm.v1.AddSigningKey
+	1,  // 39: tenure.fsm.v1.Command.acl_enable:type_name -> tenure.fsm.v1.AclEnable
+	2,  // 40: tenure.fsm.v1.AclPolicy.rules:type_name -> tenure.fsm.v1.AclRule
+	4,  // 41: tenure.fsm.v1.AclBootstrap.token:type_name -> tenure.fsm.v1.AclToken
+	3,  // 42: tenure.fsm.v1.AclPolicySet.policy:type_name -> tenure.fsm.v1.AclPolicy
+	4,  // 43: tenure.fsm.v1.AclTokenCreate.token:type_name -> tenure.fsm.v1.AclToken
+	5,  // 44: tenure.fsm.v1.AclBindingSet.binding:type_name -> tenure.fsm.v1.AclBinding
+	13, // 45: tenure.fsm.v1.AddSigningKey.key:type_name -> tenure.fsm.v1.SigningKey
+	3,  // 46: tenure.fsm.v1.Security.policies:type_name -> tenure.fsm.v1.AclPolicy
+	4,  // 47: tenure.fsm.v1.Security.tokens:type_name -> tenure.fsm.v1.AclToken
+	5,  // 48: tenure.fsm.v1.Security.bindings:type_name -> tenure.fsm.v1.AclBinding
+	13, // 49: tenure.fsm.v1.Security.signing_keys:type_name -> tenure.fsm.v1.SigningKey
+	17, // 50: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
+	0,  // 51: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
+	35, // 52: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
+	39, // 53: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
+	41, // 54: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
+	63, // 55: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
+	61, // 56: tenure.fsm.v1.Snapshot.queue_items:type_name -> tenure.fsm.v1.QueueItems
+	48, // 57: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
+	34, // 58: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
+	17, // 59: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
+	38, // 60: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
+	33, // 61: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
+	15, // 62: tenure.fsm.v1.Snapshot.security:type_name -> tenure.fsm.v1.Security
+	32, // 63: tenure.fsm.v1.Snapshot.etcd_urls:type_name -> tenure.fsm.v1.SetEtcdURL
+	36, // 64: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
+	36, // 65: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
+	37, // 66: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
+	38, // 67: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
+	40, // 68: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
+	42, // 69: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
+	43, // 70: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
+	44, // 71: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
+	45, // 72: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
+	46, // 73: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
+	46, // 74: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
+	59, // 75: tenure.fsm.v1.QueueSettleBatch.items:type_name -> tenure.fsm.v1.QueueSettleItem
+	60, // 76: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
+	60, // 77: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
+	60, // 78: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
+	62, // 79: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
+	62, // 80: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
+	81, // [81:81] is the sub-list for method output_type
+	81, // [81:81] is the sub-list for method input_type
+	81, // [81:81] is the sub-list for extension type_name
+	81, // [81:81] is the sub-list for extension extendee
+	0,  // [0:81] is the sub-list for field type_name
 }
 
 func init() { file_internal_fsm_fsmpb_fsm_proto_init() }
@@ -5730,8 +5803,9 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 		(*Command_AclBindingSet)(nil),
 		(*Command_AclBindingDelete)(nil),
 		(*Command_AddSigningKey)(nil),
+		(*Command_AclEnable)(nil),
 	}
-	file_internal_fsm_fsmpb_fsm_proto_msgTypes[45].OneofWrappers = []any{
+	file_internal_fsm_fsmpb_fsm_proto_msgTypes[46].OneofWrappers = []any{
 		(*KVOp_Put)(nil),
 		(*KVOp_Delete)(nil),
 		(*KVOp_Range)(nil),
@@ -5742,7 +5816,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_fsm_fsmpb_fsm_proto_rawDesc), len(file_internal_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   63,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
