@@ -70,7 +70,7 @@ func (ss *serveSecurity) flags(f *pflag.FlagSet) {
 	f.StringVar(&ss.peer.Cert, "peer-tls-cert", "", "raft peer traffic over mutual TLS with this certificate (PEM, for both server and client use; re-read when it changes or on SIGHUP)")
 	f.StringVar(&ss.peer.Key, "peer-tls-key", "", "the private key of --peer-tls-cert (PEM)")
 	f.StringVar(&ss.peer.CA, "peer-tls-ca", "", "the CA every peer's certificate must chain to (PEM)")
-	f.BoolVar(&ss.auth, "auth", false, "enforce ACLs: deny every request no policy of its caller allows (create the first token with `tenure acl bootstrap`)")
+	f.BoolVar(&ss.auth, "auth", false, "enforce ACLs on this member, and as leader make the whole cluster enforce them for good: deny every request no policy of its caller allows (create the first token with `tenure acl bootstrap`)")
 	f.BoolVar(&ss.insecure, "insecure", false, "serve outside loopback without TLS and --auth, or raft peers without peer TLS (protected mode off)")
 }
 

@@ -216,9 +216,10 @@ type Node struct {
 	// lastBatch is the size of the last batch answered (see lingerProbe).
 	lastBatch atomic.Int64
 
-	// hooksMu guards onDemote.
-	hooksMu  sync.Mutex
-	onDemote []func()
+	// hooksMu guards onDemote and onPromote.
+	hooksMu   sync.Mutex
+	onDemote  []func()
+	onPromote []func(context.Context)
 
 	readyOnce sync.Once
 	closeOnce sync.Once
@@ -526,6 +527,12 @@ func (n *Node) promote(ctx context.Context) error {
 	n.lessor.Promote(promoteAllowance)
 	n.applySettings(ctx)
 	n.EnsureSigningKey(ctx) // security.go
+	n.hooksMu.Lock()
+	hooks := n.onPromote
+	n.hooksMu.Unlock()
+	for _, fn := range hooks {
+		fn(ctx)
+	}
 	return nil
 }
 
@@ -594,6 +601,16 @@ func (n *Node) OnDemote(fn func()) {
 	n.hooksMu.Lock()
 	defer n.hooksMu.Unlock()
 	n.onDemote = append(n.onDemote, fn)
+}
+
+// OnPromote registers fn to run each time this node becomes a leader that
+// serves (its state caught up, its settings and signing key proposed), on
+// the goroutine that follows leadership: fn may propose, and should
+// return soon (ctx ends when the node stops).
+func (n *Node) OnPromote(fn func(ctx context.Context)) {
+	n.hooksMu.Lock()
+	defer n.hooksMu.Unlock()
+	n.onPromote = append(n.onPromote, fn)
 }
 
 // Ready is closed the first time Health reports the node ready: it knows a

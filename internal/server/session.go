@@ -109,6 +109,12 @@ type sessionConn struct {
 	closed  bool // the RPC is over: replies are dropped
 	out     []*pb.SessionReply
 	sendErr error
+
+	// authMu guards authSec and authCaller: the RPC's caller as resolved
+	// under the ACLs authSec (again when they change).
+	authMu     sync.Mutex
+	authSec    *fsm.Security
+	authCaller caller
 }
 
 // frame serves one frame, on the reader goroutine.
@@ -213,13 +219,20 @@ func cutReplies(out []*pb.SessionReply) (batch, rest []*pb.SessionReply) {
 
 // sendLoop sends the queued replies in as few messages as possible: the
 // replies queued while a message was being sent go together in the next.
+// It also has the session streams checked again whenever the ACLs
+// change (sweep).
 func (c *sessionConn) sendLoop() {
+	acl := c.srv.hub.acl.changed()
 	for {
 		stopping := false
 		select {
 		case <-c.wake:
 		case <-c.stop:
 			stopping = true
+		case <-acl:
+			acl = c.srv.hub.acl.changed() // before the sweep reads the ACLs
+			c.srv.workers.Go(c.sweep)
+			continue
 		}
 		c.mu.Lock()
 		batch, rest := cutReplies(c.out)
@@ -252,6 +265,47 @@ func (c *sessionConn) sendLoop() {
 	}
 }
 
+// revoked returns the PERMISSION_DENIED that ends session stream ss when
+// the RPC's caller no longer has session write on its session's owner
+// under this node's current ACLs (revoke.go); nil while it has, or while
+// nothing is enforced. owner is the session's; more are other rights to
+// check (a grant's lock write).
+func (c *sessionConn) revoked(owner string, more ...right) error {
+	sec := c.srv.node.Security()
+	if !c.srv.enforcedBy(sec) {
+		return nil
+	}
+	c.authMu.Lock()
+	if c.authSec != sec {
+		c.authSec, c.authCaller = sec, callerOf(c.ctx, sec)
+	}
+	who := c.authCaller
+	c.authMu.Unlock()
+	return c.srv.revoked(who, sec, "Sessions", append([]right{write(fsm.KindSession, owner)}, more...)...)
+}
+
+// sweep ends, with PERMISSION_DENIED, every session stream of the RPC
+// whose caller lost its right to the session (the ACLs changed).
+func (c *sessionConn) sweep() {
+	c.mu.Lock()
+	streams := make([]*sessionStream, 0, len(c.streams))
+	for _, ss := range c.streams {
+		streams = append(streams, ss)
+	}
+	c.mu.Unlock()
+	for _, ss := range streams {
+		ss.inMu.Lock()
+		serving, owner := ss.state == streamServing, ss.owner
+		ss.inMu.Unlock()
+		if !serving {
+			continue // an open checks the rights itself; a closing stream ends anyway
+		}
+		if err := c.revoked(owner); err != nil {
+			ss.end(err)
+		}
+	}
+}
+
 // streamState is where a session stream is in its life.
 type streamState int
 
@@ -279,10 +333,11 @@ type sessionStream struct {
 	inMu    sync.Mutex
 	state   streamState
 	backlog []*pb.SessionRequest
-	// id and ttlMs are the session's, set by open before the stream
-	// serves and never changed after.
+	// id, ttlMs and owner are the session's, set by open before the
+	// stream serves and never changed after.
 	id    uint64
 	ttlMs int64
+	owner string
 
 	// mu guards the pending acquires (their set and their phases) and
 	// stopped. Lock order: mu, then the connection's; the hub's lock is
@@ -398,12 +453,16 @@ func (ss *sessionStream) open(id uint64, open *pb.OpenSession) {
 		ss.end(err)
 		return
 	}
+	owner := open.GetOwner()
+	if open.GetSessionId() != 0 {
+		ss.conn.srv.node.Read(func(st *fsm.State) { owner = st.SessionOwner(sid) })
+	}
 	ss.inMu.Lock()
 	defer ss.inMu.Unlock()
 	if ss.state != streamOpening {
 		return // the client left meanwhile; a session created lives on until its TTL
 	}
-	ss.id, ss.ttlMs = sid, ttlMs
+	ss.id, ss.ttlMs, ss.owner = sid, ttlMs, owner
 	ss.conn.srv.hub.attach(ss.id, ss)
 	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Opened{Opened: &pb.SessionOpened{SessionId: sid, TtlMs: ttlMs, Owner: open.GetOwner(), Secret: secret}}})
 	ss.state = streamServing
@@ -819,7 +878,16 @@ func (p *pendingAcquire) withdrawAcquisition(acqRev uint64) {
 // worker if it asked for one (off the goroutines that apply and answer
 // commands). Every signing.Add happens there before the answer of a later
 // command of the stream (see signing).
+//
+// A grant whose stream's caller lost its right to the session or to the
+// lock meanwhile is not sent: the stream ends with PERMISSION_DENIED
+// instead (the ACLs then hold every change committed before the grant;
+// revoke.go). The session keeps the grant until it ends.
 func (ss *sessionStream) sendGrant(p *pendingAcquire, token uint64) {
+	if err := ss.conn.revoked(ss.owner, write(fsm.KindLock, p.name)); err != nil {
+		ss.conn.srv.workers.Go(func() { ss.end(err) }) // not here: callers may hold ss.inMu
+		return
+	}
 	if !p.proof {
 		ss.send(ss.granted(p, token))
 		return
