@@ -285,7 +285,8 @@ func (c *sessionConn) revoked(owner string, more ...right) error {
 }
 
 // sweep ends, with PERMISSION_DENIED, every session stream of the RPC
-// whose caller lost its right to the session (the ACLs changed).
+// whose caller lost its right to the session, or to a lock it waits for
+// (the ACLs changed).
 func (c *sessionConn) sweep() {
 	c.mu.Lock()
 	streams := make([]*sessionStream, 0, len(c.streams))
@@ -300,7 +301,11 @@ func (c *sessionConn) sweep() {
 		if !serving {
 			continue // an open checks the rights itself; a closing stream ends anyway
 		}
-		if err := c.revoked(owner); err != nil {
+		var locks []right // the rights of the acquires waiting in line
+		ss.mu.Lock()
+		ss.eachPendingLocked(func(p *pendingAcquire) { locks = append(locks, write(fsm.KindLock, p.name)) })
+		ss.mu.Unlock()
+		if err := c.revoked(owner, locks...); err != nil {
 			ss.end(err)
 		}
 	}
