@@ -75,7 +75,7 @@ func WithAuth() Option {
 // cluster enforces them. Every listener of the member (the etcd API, the
 // HTTP listener) must ask this, not a flag of its own. Safe for concurrent
 // use.
-func (s *Server) AuthEnforced() bool { return s.enforcedBy(s.node.Security()) }
+func (s *Server) AuthEnforced() bool { return s.enforcedBy(s.acls()) }
 
 // enforcedBy reports whether the ACLs are enforced under sec, this node's
 // ACLs at some moment.
@@ -345,7 +345,7 @@ func kvDelete(r *pb.KVDeleteRequest) right {
 // message req) has every right it needs under this node's copy of the
 // ACLs. nil when they are not enforced.
 func (s *Server) authorize(ctx context.Context, method string, req any) error {
-	sec := s.node.Security()
+	sec := s.acls()
 	if !s.enforcedBy(sec) {
 		return nil
 	}
@@ -412,7 +412,7 @@ func (s *Server) deny(c caller, method, what string) error {
 // sessionCaller is a session stream's view of its caller, resolved again
 // for every request (a revoked token stops working at once).
 func (s *Server) sessionCaller(ctx context.Context) (caller, *fsm.Security) {
-	sec := s.node.Security()
+	sec := s.acls()
 	return callerOf(ctx, sec), sec
 }
 
@@ -461,7 +461,7 @@ func (s *Server) logStream(what string, err error) error {
 // authorizeSession checks one request of a session stream: acquires,
 // releases and proclamations need lock write on their name.
 func (s *Server) authorizeSession(ctx context.Context, req *pb.SessionRequest) error {
-	if !s.enforcedBy(s.node.Security()) {
+	if !s.enforcedBy(s.acls()) {
 		return nil
 	}
 	var name, what string

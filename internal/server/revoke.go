@@ -101,7 +101,7 @@ func (s *Server) streamRights(ctx context.Context, method string, rights ...righ
 // PERMISSION_DENIED that ends the stream. It resolves the caller again
 // only when the ACLs changed.
 func (r *streamRights) check() error {
-	sec := r.s.node.Security()
+	sec := r.s.acls()
 	if sec == r.sec {
 		return r.err
 	}

@@ -33,8 +33,12 @@ type Server struct {
 	restores restoreGate
 	// refusals bounds the refusals logged (observe.go).
 	refusals refusalBudget
-	// auth: the ACLs are enforced (auth.go).
-	auth      bool
+	// auth: this member enforces the ACLs whatever the cluster's
+	// setting (serve --auth; auth.go).
+	auth bool
+	// acls returns the node's current ACLs (node.Node.Security; a test
+	// of the session transport gives its own).
+	acls      func() *fsm.Security
 	signers   signerCache // proof.go
 	verifiers verifierCache
 }
@@ -42,7 +46,7 @@ type Server struct {
 // New returns a server for n; hub must be the one whose Sink n delivers
 // events to.
 func New(n *node.Node, hub *Hub, limits Limits, opts ...Option) *Server {
-	s := &Server{node: n, hub: hub, log: n.Logger(), limits: limits.withDefaults(), workers: workers{work: make(chan func())}}
+	s := &Server{node: n, hub: hub, log: n.Logger(), limits: limits.withDefaults(), workers: workers{work: make(chan func())}, acls: n.Security}
 	for _, o := range opts {
 		o(s)
 	}

@@ -265,15 +265,20 @@ func (c *sessionConn) sendLoop() {
 	}
 }
 
-// revoked returns the PERMISSION_DENIED that ends session stream ss when
-// the RPC's caller no longer has session write on its session's owner
-// under this node's current ACLs (revoke.go); nil while it has, or while
-// nothing is enforced. owner is the session's; more are other rights to
-// check (a grant's lock write).
-func (c *sessionConn) revoked(owner string, more ...right) error {
-	sec := c.srv.node.Security()
+// revoked returns the PERMISSION_DENIED that ends the stream of session
+// id when the RPC's caller no longer has session write on the session's
+// owner, or one of more (a grant's lock write), under this node's current
+// ACLs (revoke.go); nil while it has them, or while nothing is enforced.
+func (c *sessionConn) revoked(id uint64, more ...right) error {
+	sec := c.srv.acls()
 	if !c.srv.enforcedBy(sec) {
 		return nil
+	}
+	var owner string
+	var exists bool
+	c.srv.node.Read(func(st *fsm.State) { _, exists = st.SessionIdentity(id); owner = st.SessionOwner(id) })
+	if exists {
+		more = append([]right{write(fsm.KindSession, owner)}, more...)
 	}
 	c.authMu.Lock()
 	if c.authSec != sec {
@@ -281,7 +286,7 @@ func (c *sessionConn) revoked(owner string, more ...right) error {
 	}
 	who := c.authCaller
 	c.authMu.Unlock()
-	return c.srv.revoked(who, sec, "Sessions", append([]right{write(fsm.KindSession, owner)}, more...)...)
+	return c.srv.revoked(who, sec, "Sessions", more...)
 }
 
 // sweep ends, with PERMISSION_DENIED, every session stream of the RPC
@@ -296,7 +301,7 @@ func (c *sessionConn) sweep() {
 	c.mu.Unlock()
 	for _, ss := range streams {
 		ss.inMu.Lock()
-		serving, owner := ss.state == streamServing, ss.owner
+		serving, id := ss.state == streamServing, ss.id
 		ss.inMu.Unlock()
 		if !serving {
 			continue // an open checks the rights itself; a closing stream ends anyway
@@ -305,7 +310,7 @@ func (c *sessionConn) sweep() {
 		ss.mu.Lock()
 		ss.eachPendingLocked(func(p *pendingAcquire) { locks = append(locks, write(fsm.KindLock, p.name)) })
 		ss.mu.Unlock()
-		if err := c.revoked(owner, locks...); err != nil {
+		if err := c.revoked(id, locks...); err != nil {
 			ss.end(err)
 		}
 	}
@@ -338,11 +343,10 @@ type sessionStream struct {
 	inMu    sync.Mutex
 	state   streamState
 	backlog []*pb.SessionRequest
-	// id, ttlMs and owner are the session's, set by open before the
-	// stream serves and never changed after.
+	// id and ttlMs are the session's, set by open before the stream
+	// serves and never changed after.
 	id    uint64
 	ttlMs int64
-	owner string
 
 	// mu guards the pending acquires (their set and their phases) and
 	// stopped. Lock order: mu, then the connection's; the hub's lock is
@@ -458,16 +462,12 @@ func (ss *sessionStream) open(id uint64, open *pb.OpenSession) {
 		ss.end(err)
 		return
 	}
-	owner := open.GetOwner()
-	if open.GetSessionId() != 0 {
-		ss.conn.srv.node.Read(func(st *fsm.State) { owner = st.SessionOwner(sid) })
-	}
 	ss.inMu.Lock()
 	defer ss.inMu.Unlock()
 	if ss.state != streamOpening {
 		return // the client left meanwhile; a session created lives on until its TTL
 	}
-	ss.id, ss.ttlMs, ss.owner = sid, ttlMs, owner
+	ss.id, ss.ttlMs = sid, ttlMs
 	ss.conn.srv.hub.attach(ss.id, ss)
 	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Opened{Opened: &pb.SessionOpened{SessionId: sid, TtlMs: ttlMs, Owner: open.GetOwner(), Secret: secret}}})
 	ss.state = streamServing
@@ -889,7 +889,7 @@ func (p *pendingAcquire) withdrawAcquisition(acqRev uint64) {
 // instead (the ACLs then hold every change committed before the grant;
 // revoke.go). The session keeps the grant until it ends.
 func (ss *sessionStream) sendGrant(p *pendingAcquire, token uint64) {
-	if err := ss.conn.revoked(ss.owner, write(fsm.KindLock, p.name)); err != nil {
+	if err := ss.conn.revoked(ss.id, write(fsm.KindLock, p.name)); err != nil {
 		ss.conn.srv.workers.Go(func() { ss.end(err) }) // not here: callers may hold ss.inMu
 		return
 	}
