@@ -1328,6 +1328,7 @@ func (n *Node) SaveSnapshot(ctx context.Context) ([]byte, error) {
 // fence floor is set to the revision before the restore, so every token
 // issued until then is stale at every fenced register. A snapshot older
 // than the cluster's state is refused (ErrSnapshotBehind) unless force.
+// A cluster that enforces its ACLs still does after the restore.
 func (n *Node) RestoreSnapshot(ctx context.Context, data []byte, force bool) (*fsmpb.Snapshot, error) {
 	snap := &fsmpb.Snapshot{}
 	if err := proto.Unmarshal(data, snap); err != nil {
@@ -1368,6 +1369,14 @@ func (n *Node) RestoreSnapshot(ctx context.Context, data []byte, force bool) (*f
 	}
 	snap.Revision = max(snap.GetRevision(), floor)
 	snap.FenceFloor = max(snap.GetFenceFloor(), floor)
+	if n.Security().Enforced {
+		// Nothing turns the enforcement of the ACLs off, a restore of a
+		// snapshot from before it included.
+		if snap.Security == nil {
+			snap.Security = &fsmpb.Security{}
+		}
+		snap.Security.AclEnforced = true
+	}
 	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(snap)
 	if err != nil {
 		return nil, fmt.Errorf("node: encoding the snapshot: %w", err)

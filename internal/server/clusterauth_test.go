@@ -1,7 +1,9 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
+	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/internal/daemon"
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/server"
@@ -219,5 +222,36 @@ func TestMixedAuthClusterEnforcesTheClusterACLs(t *testing.T) {
 	}
 	if _, err := anon3.KVPut(admin, &pb.KVPutRequest{Key: "secret/k", Value: []byte("rotated")}); err != nil {
 		t.Fatalf("the management token's put on leader n3: %v", err)
+	}
+}
+
+// TestRestoreKeepsACLEnforcement: a forced restore of a snapshot taken
+// before the cluster enforced its ACLs leaves them enforced: nothing turns
+// enforcement off.
+func TestRestoreKeepsACLEnforcement(t *testing.T) {
+	srv := testutil.Start(t, "", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	anon := testutil.Dial(t, srv.Addr())
+	var snap bytes.Buffer
+	if _, err := anon.SaveSnapshot(ctx, &snap); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := anon.EnableACL(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := anon.BootstrapACL(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := testutil.Dial(t, srv.Addr(), client.WithAuthToken(tok.Secret))
+	if _, err := admin.RestoreSnapshot(ctx, bytes.NewReader(snap.Bytes()), true); err != nil {
+		t.Fatal(err)
+	}
+	if !srv.Node.Security().Enforced {
+		t.Fatal("the restore of an older snapshot turned ACL enforcement off")
+	}
+	if _, err := anon.Put(ctx, "k", []byte("v")); !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("anonymous put after the restore: %v, want PERMISSION_DENIED", err)
 	}
 }
