@@ -884,22 +884,29 @@ func (p *pendingAcquire) withdrawAcquisition(acqRev uint64) {
 // commands). Every signing.Add happens there before the answer of a later
 // command of the stream (see signing).
 //
-// A grant whose stream's caller lost its right to the session or to the
-// lock meanwhile is not sent: the stream ends with PERMISSION_DENIED
-// instead (the ACLs then hold every change committed before the grant;
-// revoke.go). The session keeps the grant until it ends.
+// Where the ACLs are enforced, every grant goes through a worker: there
+// it checks that the stream's caller still has its right to the session
+// and to the lock (which reads the state: not on the goroutines that
+// apply and answer commands). A grant made after the caller lost one is
+// not sent: the stream ends with PERMISSION_DENIED instead (the ACLs then
+// hold every change committed before the grant; revoke.go), and the
+// session keeps the grant until it ends.
 func (ss *sessionStream) sendGrant(p *pendingAcquire, token uint64) {
-	if err := ss.conn.revoked(ss.id, write(fsm.KindLock, p.name)); err != nil {
-		ss.conn.srv.workers.Go(func() { ss.end(err) }) // not here: callers may hold ss.inMu
-		return
-	}
-	if !p.proof {
+	srv := ss.conn.srv
+	enforced := srv.enforcedBy(srv.acls())
+	if !p.proof && !enforced {
 		ss.send(ss.granted(p, token))
 		return
 	}
 	ss.signing.Add(1)
-	ss.conn.srv.workers.Go(func() {
+	srv.workers.Go(func() {
 		defer ss.signing.Done()
+		if enforced {
+			if err := ss.conn.revoked(ss.id, write(fsm.KindLock, p.name)); err != nil {
+				ss.end(err)
+				return
+			}
+		}
 		ss.send(ss.granted(p, token))
 	})
 }
