@@ -311,6 +311,10 @@ func rightsOf(req any) (rights []right, sessions []uint64, free bool) {
 		return []right{read(fsm.KindQueue, r.GetQueue())}, nil, false
 	case *pb.QueueDeadListRequest:
 		return []right{read(fsm.KindQueue, r.GetQueue())}, nil, false
+	case *pb.AclEnableRequest:
+		// Checked only where the ACLs are enforced already (authorize):
+		// then it changes nothing, and needs what other ACL changes need.
+		return []right{clusterWrite}, nil, false
 	case *pb.StatusRequest, *pb.MemberListRequest, *pb.GetLimitsRequest,
 		*pb.AclPolicyListRequest, *pb.AclTokenListRequest, *pb.AclIdentityListRequest, *pb.ClusterKeysRequest:
 		return []right{clusterRead}, nil, false
