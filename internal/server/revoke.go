@@ -77,6 +77,13 @@ func (f *aclFeed) feed() {
 	}
 }
 
+// ACLChanged returns a channel closed at the next change of this node's
+// ACLs (tokens, policies, bindings, their enforcement, signing keys), for
+// the streams of the other APIs a node serves: take it, then check the
+// stream's rights against the node's ACLs, and check again once it is
+// closed. Safe for concurrent use.
+func (s *Server) ACLChanged() <-chan struct{} { return s.hub.acl.changed() }
+
 // streamRights re-checks the rights an open stream needs (see the top of
 // this file). It is not safe for concurrent use: each stream has its own.
 type streamRights struct {
