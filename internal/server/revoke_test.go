@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,8 +14,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
+	"github.com/tenure-io/tenure/client"
+	"github.com/tenure-io/tenure/internal/daemon"
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/testutil"
+	"github.com/tenure-io/tenure/internal/tlsconfig"
 )
 
 // revocationBound is how soon after a revocation is acknowledged every
@@ -465,4 +470,86 @@ func TestRevocationEndsIdleStreams(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestUnbindingEndsACertificatesWatch: a client certificate's identity
+// loses its binding: its open kv watch ends with PERMISSION_DENIED within
+// a second, and a put after the unbinding is never delivered.
+func TestUnbindingEndsACertificatesWatch(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := tlsconfig.NewCA("ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	caFile := write("ca.pem", ca.PEM)
+	leaf := func(cn string, usage tlsconfig.Usage, hosts ...string) (string, string) {
+		l, err := ca.Issue(cn, hosts, usage, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return write(cn+".pem", l.CertPEM), write(cn+"-key.pem", l.KeyPEM)
+	}
+	sc, sk := leaf("server", tlsconfig.ServerAuth, "127.0.0.1")
+	r, err := tlsconfig.New(tlsconfig.Files{Cert: sc, Key: sk, CA: caFile}, tlsconfig.Server, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := testutil.StartConfig(t, daemon.Config{TLS: r.ServerConfig(), Auth: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	as := func(cn string, opts ...client.Option) *client.Client {
+		cert, key := leaf(cn, tlsconfig.ClientAuth)
+		cfg, err := tlsconfig.ClientConfig(caFile, cert, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return testutil.Dial(t, srv.Addr(), append(opts, client.WithTLS(cfg))...)
+	}
+	tok, err := as("operator").BootstrapACL(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := as("operator", client.WithAuthToken(tok.Secret))
+	if err := admin.CreatePolicy(ctx, policyOf(t, "readers", "kv:jobs/:read"), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.BindIdentity(ctx, "watcher", []string{"readers"}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	w, err := as("watcher").Watch(wctx, "jobs/", client.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Put(ctx, "jobs/before", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if resp := <-w.C; len(resp.Events) != 1 || resp.Events[0].KV.Key != "jobs/before" {
+		t.Fatalf("the event before the unbinding: %+v", resp)
+	}
+	if err := admin.UnbindIdentity(ctx, "watcher"); err != nil {
+		t.Fatal(err)
+	}
+	unbound := time.Now()
+	if _, err := admin.Put(ctx, "jobs/after", []byte("2")); err != nil {
+		t.Fatal(err)
+	}
+	for resp := range w.C {
+		if len(resp.Events) > 0 {
+			t.Fatalf("delivered after the unbinding: %+v", resp)
+		}
+	}
+	took := time.Since(unbound)
+	if err := w.Err(); !errors.Is(err, client.ErrPermissionDenied) || took > revocationBound {
+		t.Fatalf("the watch ended %v after the unbinding with %v, want PERMISSION_DENIED within %v", took, err, revocationBound)
+	}
+	t.Logf("the certificate's watch ended %v after the unbinding: %v", took, w.Err())
 }
