@@ -665,7 +665,9 @@ func (c *Client) SetLimits(ctx context.Context, change *pb.ClusterLimits) (*pb.L
 const sessionTimeout = 5 * time.Second
 
 // SaveSnapshot writes a consistent copy of the whole service state to w
-// (for backups) and returns its size.
+// (for backups), sealed with a checksum and the cluster's id, and returns
+// its size. It holds the cluster's private signing keys: keep it like a
+// private key (a file of mode 0600).
 func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer) (int64, error) {
 	var n int64
 	err := c.unary(ctx, func(api pb.TenureClient) error {
@@ -695,11 +697,41 @@ func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer) (int64, error) {
 	return n, err
 }
 
+// RestoreOption changes how RestoreSnapshot may replace the state.
+type RestoreOption func(*pb.SnapshotChunk)
+
+// FromCluster allows restoring a snapshot saved by the cluster with id
+// clusterID (hex, as `tenure cluster keys` prints it; "none" for a
+// snapshot that names no cluster): without it a snapshot of another
+// cluster is refused. The running cluster's ACLs and signing keys are
+// still kept unless ReplaceKeys.
+func FromCluster(clusterID string) RestoreOption {
+	return func(c *pb.SnapshotChunk) { c.FromCluster = clusterID }
+}
+
+// ReplaceKeys takes the snapshot's ACLs, signing keys and cluster id
+// instead of keeping the running cluster's: tokens and keys of the
+// snapshot work again, and the running cluster's stop working.
+func ReplaceKeys() RestoreOption {
+	return func(c *pb.SnapshotChunk) { c.ReplaceKeys = true }
+}
+
+// AboveRevision makes the restored state continue above rev and keeps
+// tokens up to it stale: the revision a lost data directory had reached.
+func AboveRevision(rev uint64) RestoreOption {
+	return func(c *pb.SnapshotChunk) { c.AboveRevision = rev }
+}
+
 // RestoreSnapshot replaces the state with a snapshot read from r (disaster
-// recovery). The revision never goes back: the restored state continues
-// above the cluster's, and tokens issued before the restore stay stale.
-// A snapshot older than the cluster's state is refused unless force.
-func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader, force bool) (*pb.SnapshotRestoreResponse, error) {
+// recovery), a sealed file as SaveSnapshot writes it: an empty, cut,
+// changed or unsealed file is refused (ErrInvalid), force or not, and so
+// is a state whose tokens are not at or below its revision, and a
+// snapshot of another cluster unless FromCluster names it. The running
+// cluster's ACLs and signing keys are kept unless ReplaceKeys. The
+// revision never goes back: the restored state continues above the
+// cluster's, and tokens issued before the restore stay stale. A snapshot
+// older than the cluster's state is refused unless force.
+func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader, force bool, opts ...RestoreOption) (*pb.SnapshotRestoreResponse, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return nil, fmt.Errorf("reading snapshot: %w", err)
@@ -714,7 +746,14 @@ func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader, force bool) (
 		first := true
 		for rest := data; first || len(rest) > 0; first = false {
 			n := min(len(rest), chunk)
-			if err := stream.Send(&pb.SnapshotChunk{Data: rest[:n], Force: first && force}); err != nil {
+			msg := &pb.SnapshotChunk{Data: rest[:n]}
+			if first {
+				msg.Force = force
+				for _, o := range opts {
+					o(msg)
+				}
+			}
+			if err := stream.Send(msg); err != nil {
 				break // the error comes with CloseAndRecv
 			}
 			rest = rest[n:]

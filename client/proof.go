@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/fenceproof"
@@ -82,10 +83,32 @@ func (c *Client) RotateClusterKey(ctx context.Context) (fenceproof.Keyset, error
 	return keyset(resp), err
 }
 
+// RetireClusterKey retires signing key id, which must not be the active
+// one (rotate first): it keeps verifying proofs for the grace after, and
+// the cluster then removes it from its keys; with after 0 it is removed at
+// once. Proofs it signed stop verifying on the server at its removal, and
+// at a resource once its verifier's keyset is refreshed
+// (fenceproof.Verifier.Refresh). It returns the keys.
+func (c *Client) RetireClusterKey(ctx context.Context, id string, after time.Duration) (fenceproof.Keyset, error) {
+	if after < 0 {
+		return fenceproof.Keyset{}, fmt.Errorf("%w: RetireClusterKey: a negative grace", ErrInvalid)
+	}
+	req := &pb.ClusterKeyRetireRequest{Id: id, AfterMs: after.Milliseconds(), Now: after == 0}
+	if after > 0 && req.AfterMs == 0 {
+		req.AfterMs = 1
+	}
+	var resp *pb.ClusterKeysResponse
+	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.ClusterKeyRetire(ctx, req)
+		return err
+	})
+	return keyset(resp), err
+}
+
 func keyset(resp *pb.ClusterKeysResponse) fenceproof.Keyset {
 	ks := fenceproof.Keyset{ClusterID: hex.EncodeToString(resp.GetClusterId()), Keys: []fenceproof.KeysetKey{}}
 	for _, k := range resp.GetKeys() {
-		ks.Keys = append(ks.Keys, fenceproof.KeysetKey{ID: k.GetId(), PublicKey: base64.RawURLEncoding.EncodeToString(k.GetPublicKey()), Active: k.GetActive()})
+		ks.Keys = append(ks.Keys, fenceproof.KeysetKey{ID: k.GetId(), PublicKey: base64.RawURLEncoding.EncodeToString(k.GetPublicKey()), Active: k.GetActive(), Retired: k.GetRetired()})
 	}
 	return ks
 }

@@ -36,10 +36,18 @@ func TestSnapshotRestoreIntoNewCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	saved := buf.Bytes()
+	ks, err := c.ClusterKeys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	fresh := testutil.Start(t, "", nil)
 	c2 := dial(t, fresh.Addr())
-	resp, err := c2.RestoreSnapshot(ctx, bytes.NewReader(saved), false)
+	// Another cluster's snapshot is refused unless its id is named.
+	if _, err := c2.RestoreSnapshot(ctx, bytes.NewReader(saved), false); !errors.Is(err, client.ErrInvalid) {
+		t.Fatalf("restore of another cluster's snapshot: %v, want refusal", err)
+	}
+	resp, err := c2.RestoreSnapshot(ctx, bytes.NewReader(saved), false, client.FromCluster(ks.ClusterID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +76,7 @@ func TestSnapshotRestoreIntoNewCluster(t *testing.T) {
 	}
 	// The new cluster has moved on: restoring the old snapshot again would
 	// reissue tokens, so it is refused.
-	if _, err := c2.RestoreSnapshot(ctx, bytes.NewReader(saved), false); !errors.Is(err, client.ErrInvalid) {
+	if _, err := c2.RestoreSnapshot(ctx, bytes.NewReader(saved), false, client.FromCluster(ks.ClusterID)); !errors.Is(err, client.ErrInvalid) {
 		t.Fatalf("restore over newer state: %v, want refusal", err)
 	}
 }

@@ -35,6 +35,7 @@ package fenceproof
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/base64"
@@ -43,6 +44,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"time"
 )
 
 // ErrForged: a proof is missing, malformed, signed by a key the verifier
@@ -129,11 +132,13 @@ type Key struct {
 	Public ed25519.PublicKey
 }
 
-// Verifier checks proofs against one cluster's public keys. It is
-// immutable and safe for concurrent use.
+// Verifier checks proofs against one cluster's public keys. It is safe
+// for concurrent use; Replace and Refresh swap its keys atomically (a
+// check uses either the old keys or the new ones), and the cluster it
+// verifies for never changes.
 type Verifier struct {
 	clusterID []byte
-	keys      map[string]ed25519.PublicKey
+	keys      atomic.Pointer[map[string]ed25519.PublicKey]
 }
 
 // NewVerifier returns a verifier for the cluster with id clusterID (hex,
@@ -144,10 +149,20 @@ func NewVerifier(clusterID string, keys ...Key) (*Verifier, error) {
 	if err != nil || len(id) == 0 || len(id) > 255 {
 		return nil, fmt.Errorf("fenceproof: cluster id %q is not hex", clusterID)
 	}
+	table, err := keyTable(keys)
+	if err != nil {
+		return nil, err
+	}
+	v := &Verifier{clusterID: id}
+	v.keys.Store(&table)
+	return v, nil
+}
+
+func keyTable(keys []Key) (map[string]ed25519.PublicKey, error) {
 	if len(keys) == 0 {
 		return nil, errors.New("fenceproof: a verifier needs at least one public key")
 	}
-	v := &Verifier{clusterID: id, keys: make(map[string]ed25519.PublicKey, len(keys))}
+	table := make(map[string]ed25519.PublicKey, len(keys))
 	for _, k := range keys {
 		if len(k.Public) != ed25519.PublicKeySize {
 			return nil, fmt.Errorf("fenceproof: key %s is %d bytes, not an Ed25519 public key", k.ID, len(k.Public))
@@ -155,9 +170,61 @@ func NewVerifier(clusterID string, keys ...Key) (*Verifier, error) {
 		if KeyID(k.Public) != k.ID {
 			return nil, fmt.Errorf("fenceproof: key id %s does not match its public key (%s)", k.ID, KeyID(k.Public))
 		}
-		v.keys[k.ID] = bytes.Clone(k.Public)
+		table[k.ID] = bytes.Clone(k.Public)
 	}
-	return v, nil
+	return table, nil
+}
+
+// Replace makes v verify with the keys of ks, a newer keyset of the same
+// cluster, from now on: a key ks no longer lists (one the cluster retired
+// and removed) stops verifying at once. A keyset of another cluster, one
+// with no keys, or a malformed one is refused, and v keeps its keys.
+func (v *Verifier) Replace(ks Keyset) error {
+	id, err := hex.DecodeString(ks.ClusterID)
+	if err != nil || !bytes.Equal(id, v.clusterID) {
+		return fmt.Errorf("fenceproof: the keyset is of cluster %q, the verifier's is %x", ks.ClusterID, v.clusterID)
+	}
+	keys, err := ks.keys()
+	if err != nil {
+		return err
+	}
+	table, err := keyTable(keys)
+	if err != nil {
+		return err
+	}
+	v.keys.Store(&table)
+	return nil
+}
+
+// Refresh replaces v's keys (Replace) with what fetch answers, at once
+// and then every interval, until ctx ends, and returns ctx's error. A
+// failed fetch or a refused keyset is handed to onErr (if not nil) and v
+// keeps the keys it had. With a Tenure client:
+//
+//	go v.Refresh(ctx, time.Minute, c.ClusterKeys, nil)
+//
+// so that a key the cluster retires stops verifying here within interval
+// of its removal.
+func (v *Verifier) Refresh(ctx context.Context, interval time.Duration, fetch func(context.Context) (Keyset, error), onErr func(error)) error {
+	if interval <= 0 {
+		return errors.New("fenceproof: Refresh needs an interval above 0")
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		ks, err := fetch(ctx)
+		if err == nil {
+			err = v.Replace(ks)
+		}
+		if err != nil && onErr != nil && ctx.Err() == nil {
+			onErr(err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // Keyset is the JSON form of a cluster's public keys: what `tenure
@@ -174,6 +241,9 @@ type KeysetKey struct {
 	PublicKey string `json:"public_key"`
 	// Active: the key that signs new grants.
 	Active bool `json:"active"`
+	// Retired: the cluster retired the key; it still verifies until the
+	// cluster removes it, after a grace (it is then no longer listed).
+	Retired bool `json:"retired,omitempty"`
 }
 
 // ParseKeyset returns a verifier for the keys in data, a Keyset in JSON
@@ -183,6 +253,15 @@ func ParseKeyset(data []byte) (*Verifier, error) {
 	if err := json.Unmarshal(data, &ks); err != nil {
 		return nil, fmt.Errorf("fenceproof: keyset: %w", err)
 	}
+	keys, err := ks.keys()
+	if err != nil {
+		return nil, err
+	}
+	return NewVerifier(ks.ClusterID, keys...)
+}
+
+// keys decodes the keyset's public keys.
+func (ks Keyset) keys() ([]Key, error) {
 	keys := make([]Key, 0, len(ks.Keys))
 	for _, k := range ks.Keys {
 		pub, err := base64.RawURLEncoding.DecodeString(k.PublicKey)
@@ -191,7 +270,7 @@ func ParseKeyset(data []byte) (*Verifier, error) {
 		}
 		keys = append(keys, Key{ID: k.ID, Public: pub})
 	}
-	return NewVerifier(ks.ClusterID, keys...)
+	return keys, nil
 }
 
 // Verify checks that proof is the cluster's proof of a grant of lock with
@@ -201,7 +280,7 @@ func (v *Verifier) Verify(lock string, token uint64, proof string) error {
 	if err != nil {
 		return err
 	}
-	pub, ok := v.keys[p.KeyID]
+	pub, ok := (*v.keys.Load())[p.KeyID]
 	if !ok {
 		return fmt.Errorf("%w: signed by key %s, which is not one of the cluster's keys given to this verifier", ErrForged, p.KeyID)
 	}

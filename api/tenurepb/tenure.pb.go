@@ -370,6 +370,67 @@ func (QueueSettleResult) EnumDescriptor() ([]byte, []int) {
 	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{5}
 }
 
+type ClusterKeyRetireRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// after_ms: the grace before the key is removed (> 0 unless now).
+	AfterMs       int64 `protobuf:"varint,2,opt,name=after_ms,json=afterMs,proto3" json:"after_ms,omitempty"`
+	Now           bool  `protobuf:"varint,3,opt,name=now,proto3" json:"now,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterKeyRetireRequest) Reset() {
+	*x = ClusterKeyRetireRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterKeyRetireRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterKeyRetireRequest) ProtoMessage() {}
+
+func (x *ClusterKeyRetireRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterKeyRetireRequest.ProtoReflect.Descriptor instead.
+func (*ClusterKeyRetireRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ClusterKeyRetireRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ClusterKeyRetireRequest) GetAfterMs() int64 {
+	if x != nil {
+		return x.AfterMs
+	}
+	return 0
+}
+
+func (x *ClusterKeyRetireRequest) GetNow() bool {
+	if x != nil {
+		return x.Now
+	}
+	return false
+}
+
 type ClusterKeysRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -378,7 +439,7 @@ type ClusterKeysRequest struct {
 
 func (x *ClusterKeysRequest) Reset() {
 	*x = ClusterKeysRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[0]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +451,7 @@ func (x *ClusterKeysRequest) String() string {
 func (*ClusterKeysRequest) ProtoMessage() {}
 
 func (x *ClusterKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[0]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +464,7 @@ func (x *ClusterKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterKeysRequest.ProtoReflect.Descriptor instead.
 func (*ClusterKeysRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{0}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{1}
 }
 
 type ClusterKeyRotateRequest struct {
@@ -414,7 +475,7 @@ type ClusterKeyRotateRequest struct {
 
 func (x *ClusterKeyRotateRequest) Reset() {
 	*x = ClusterKeyRotateRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[1]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -426,7 +487,7 @@ func (x *ClusterKeyRotateRequest) String() string {
 func (*ClusterKeyRotateRequest) ProtoMessage() {}
 
 func (x *ClusterKeyRotateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[1]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -439,7 +500,7 @@ func (x *ClusterKeyRotateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterKeyRotateRequest.ProtoReflect.Descriptor instead.
 func (*ClusterKeyRotateRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{1}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{2}
 }
 
 type ClusterKey struct {
@@ -451,13 +512,18 @@ type ClusterKey struct {
 	// active: the key that signs new grants.
 	Active         bool   `protobuf:"varint,3,opt,name=active,proto3" json:"active,omitempty"`
 	CreateRevision uint64 `protobuf:"varint,4,opt,name=create_revision,json=createRevision,proto3" json:"create_revision,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// retired: the key is retired (never the active one) and is removed
+	// once retire_grace_ms has passed since retired_revision.
+	Retired         bool   `protobuf:"varint,80,opt,name=retired,proto3" json:"retired,omitempty"`
+	RetiredRevision uint64 `protobuf:"varint,81,opt,name=retired_revision,json=retiredRevision,proto3" json:"retired_revision,omitempty"`
+	RetireGraceMs   int64  `protobuf:"varint,82,opt,name=retire_grace_ms,json=retireGraceMs,proto3" json:"retire_grace_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ClusterKey) Reset() {
 	*x = ClusterKey{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[2]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -469,7 +535,7 @@ func (x *ClusterKey) String() string {
 func (*ClusterKey) ProtoMessage() {}
 
 func (x *ClusterKey) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[2]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -482,7 +548,7 @@ func (x *ClusterKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterKey.ProtoReflect.Descriptor instead.
 func (*ClusterKey) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{2}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ClusterKey) GetId() string {
@@ -513,6 +579,27 @@ func (x *ClusterKey) GetCreateRevision() uint64 {
 	return 0
 }
 
+func (x *ClusterKey) GetRetired() bool {
+	if x != nil {
+		return x.Retired
+	}
+	return false
+}
+
+func (x *ClusterKey) GetRetiredRevision() uint64 {
+	if x != nil {
+		return x.RetiredRevision
+	}
+	return 0
+}
+
+func (x *ClusterKey) GetRetireGraceMs() int64 {
+	if x != nil {
+		return x.RetireGraceMs
+	}
+	return 0
+}
+
 type ClusterKeysResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// cluster_id: 16 bytes, drawn with the first key (empty before).
@@ -525,7 +612,7 @@ type ClusterKeysResponse struct {
 
 func (x *ClusterKeysResponse) Reset() {
 	*x = ClusterKeysResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[3]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -537,7 +624,7 @@ func (x *ClusterKeysResponse) String() string {
 func (*ClusterKeysResponse) ProtoMessage() {}
 
 func (x *ClusterKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[3]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -550,7 +637,7 @@ func (x *ClusterKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterKeysResponse.ProtoReflect.Descriptor instead.
 func (*ClusterKeysResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{3}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ClusterKeysResponse) GetClusterId() []byte {
@@ -581,7 +668,7 @@ type AclRule struct {
 
 func (x *AclRule) Reset() {
 	*x = AclRule{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[4]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -593,7 +680,7 @@ func (x *AclRule) String() string {
 func (*AclRule) ProtoMessage() {}
 
 func (x *AclRule) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[4]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -606,7 +693,7 @@ func (x *AclRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclRule.ProtoReflect.Descriptor instead.
 func (*AclRule) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{4}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AclRule) GetKind() string {
@@ -640,7 +727,7 @@ type AclPolicy struct {
 
 func (x *AclPolicy) Reset() {
 	*x = AclPolicy{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[5]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +739,7 @@ func (x *AclPolicy) String() string {
 func (*AclPolicy) ProtoMessage() {}
 
 func (x *AclPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[5]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +752,7 @@ func (x *AclPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicy.ProtoReflect.Descriptor instead.
 func (*AclPolicy) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{5}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AclPolicy) GetName() string {
@@ -690,7 +777,7 @@ type AclBootstrapRequest struct {
 
 func (x *AclBootstrapRequest) Reset() {
 	*x = AclBootstrapRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[6]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -702,7 +789,7 @@ func (x *AclBootstrapRequest) String() string {
 func (*AclBootstrapRequest) ProtoMessage() {}
 
 func (x *AclBootstrapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[6]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -715,7 +802,7 @@ func (x *AclBootstrapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBootstrapRequest.ProtoReflect.Descriptor instead.
 func (*AclBootstrapRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{6}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{7}
 }
 
 // AclTokenSecret is a new token: id is public (listings, revocation),
@@ -731,7 +818,7 @@ type AclTokenSecret struct {
 
 func (x *AclTokenSecret) Reset() {
 	*x = AclTokenSecret{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[7]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -743,7 +830,7 @@ func (x *AclTokenSecret) String() string {
 func (*AclTokenSecret) ProtoMessage() {}
 
 func (x *AclTokenSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[7]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -756,7 +843,7 @@ func (x *AclTokenSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenSecret.ProtoReflect.Descriptor instead.
 func (*AclTokenSecret) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{7}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AclTokenSecret) GetId() string {
@@ -791,7 +878,7 @@ type AclPolicyCreateRequest struct {
 
 func (x *AclPolicyCreateRequest) Reset() {
 	*x = AclPolicyCreateRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[8]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +890,7 @@ func (x *AclPolicyCreateRequest) String() string {
 func (*AclPolicyCreateRequest) ProtoMessage() {}
 
 func (x *AclPolicyCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[8]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -816,7 +903,7 @@ func (x *AclPolicyCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyCreateRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyCreateRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{8}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AclPolicyCreateRequest) GetPolicy() *AclPolicy {
@@ -841,7 +928,7 @@ type AclPolicyListRequest struct {
 
 func (x *AclPolicyListRequest) Reset() {
 	*x = AclPolicyListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[9]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +940,7 @@ func (x *AclPolicyListRequest) String() string {
 func (*AclPolicyListRequest) ProtoMessage() {}
 
 func (x *AclPolicyListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[9]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +953,7 @@ func (x *AclPolicyListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyListRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{9}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{10}
 }
 
 type AclPolicyListResponse struct {
@@ -878,7 +965,7 @@ type AclPolicyListResponse struct {
 
 func (x *AclPolicyListResponse) Reset() {
 	*x = AclPolicyListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[10]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +977,7 @@ func (x *AclPolicyListResponse) String() string {
 func (*AclPolicyListResponse) ProtoMessage() {}
 
 func (x *AclPolicyListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[10]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +990,7 @@ func (x *AclPolicyListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyListResponse.ProtoReflect.Descriptor instead.
 func (*AclPolicyListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{10}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AclPolicyListResponse) GetPolicies() []*AclPolicy {
@@ -922,7 +1009,7 @@ type AclPolicyDeleteRequest struct {
 
 func (x *AclPolicyDeleteRequest) Reset() {
 	*x = AclPolicyDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[11]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1021,7 @@ func (x *AclPolicyDeleteRequest) String() string {
 func (*AclPolicyDeleteRequest) ProtoMessage() {}
 
 func (x *AclPolicyDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[11]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1034,7 @@ func (x *AclPolicyDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyDeleteRequest.ProtoReflect.Descriptor instead.
 func (*AclPolicyDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{11}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AclPolicyDeleteRequest) GetName() string {
@@ -966,7 +1053,7 @@ type AclDeleteResponse struct {
 
 func (x *AclDeleteResponse) Reset() {
 	*x = AclDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1065,7 @@ func (x *AclDeleteResponse) String() string {
 func (*AclDeleteResponse) ProtoMessage() {}
 
 func (x *AclDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[12]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1078,7 @@ func (x *AclDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclDeleteResponse.ProtoReflect.Descriptor instead.
 func (*AclDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{12}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AclDeleteResponse) GetRevision() uint64 {
@@ -1011,7 +1098,7 @@ type AclTokenCreateRequest struct {
 
 func (x *AclTokenCreateRequest) Reset() {
 	*x = AclTokenCreateRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1110,7 @@ func (x *AclTokenCreateRequest) String() string {
 func (*AclTokenCreateRequest) ProtoMessage() {}
 
 func (x *AclTokenCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[13]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1123,7 @@ func (x *AclTokenCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenCreateRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenCreateRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{13}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AclTokenCreateRequest) GetPolicies() []string {
@@ -1065,7 +1152,7 @@ type AclToken struct {
 
 func (x *AclToken) Reset() {
 	*x = AclToken{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1077,7 +1164,7 @@ func (x *AclToken) String() string {
 func (*AclToken) ProtoMessage() {}
 
 func (x *AclToken) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[14]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1090,7 +1177,7 @@ func (x *AclToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclToken.ProtoReflect.Descriptor instead.
 func (*AclToken) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{14}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AclToken) GetId() string {
@@ -1129,7 +1216,7 @@ type AclTokenListRequest struct {
 
 func (x *AclTokenListRequest) Reset() {
 	*x = AclTokenListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1141,7 +1228,7 @@ func (x *AclTokenListRequest) String() string {
 func (*AclTokenListRequest) ProtoMessage() {}
 
 func (x *AclTokenListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[15]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1154,7 +1241,7 @@ func (x *AclTokenListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenListRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{15}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{16}
 }
 
 type AclTokenListResponse struct {
@@ -1166,7 +1253,7 @@ type AclTokenListResponse struct {
 
 func (x *AclTokenListResponse) Reset() {
 	*x = AclTokenListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1265,7 @@ func (x *AclTokenListResponse) String() string {
 func (*AclTokenListResponse) ProtoMessage() {}
 
 func (x *AclTokenListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[16]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1278,7 @@ func (x *AclTokenListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenListResponse.ProtoReflect.Descriptor instead.
 func (*AclTokenListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{16}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AclTokenListResponse) GetTokens() []*AclToken {
@@ -1210,7 +1297,7 @@ type AclTokenRevokeRequest struct {
 
 func (x *AclTokenRevokeRequest) Reset() {
 	*x = AclTokenRevokeRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1309,7 @@ func (x *AclTokenRevokeRequest) String() string {
 func (*AclTokenRevokeRequest) ProtoMessage() {}
 
 func (x *AclTokenRevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[17]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1322,7 @@ func (x *AclTokenRevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenRevokeRequest.ProtoReflect.Descriptor instead.
 func (*AclTokenRevokeRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{17}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AclTokenRevokeRequest) GetId() string {
@@ -1255,7 +1342,7 @@ type AclIdentity struct {
 
 func (x *AclIdentity) Reset() {
 	*x = AclIdentity{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1354,7 @@ func (x *AclIdentity) String() string {
 func (*AclIdentity) ProtoMessage() {}
 
 func (x *AclIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[18]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1367,7 @@ func (x *AclIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclIdentity.ProtoReflect.Descriptor instead.
 func (*AclIdentity) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{18}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AclIdentity) GetName() string {
@@ -1306,7 +1393,7 @@ type AclIdentityBindRequest struct {
 
 func (x *AclIdentityBindRequest) Reset() {
 	*x = AclIdentityBindRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1405,7 @@ func (x *AclIdentityBindRequest) String() string {
 func (*AclIdentityBindRequest) ProtoMessage() {}
 
 func (x *AclIdentityBindRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[19]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1418,7 @@ func (x *AclIdentityBindRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclIdentityBindRequest.ProtoReflect.Descriptor instead.
 func (*AclIdentityBindRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{19}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AclIdentityBindRequest) GetIdentity() *AclIdentity {
@@ -1349,7 +1436,7 @@ type AclIdentityListRequest struct {
 
 func (x *AclIdentityListRequest) Reset() {
 	*x = AclIdentityListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1448,7 @@ func (x *AclIdentityListRequest) String() string {
 func (*AclIdentityListRequest) ProtoMessage() {}
 
 func (x *AclIdentityListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[20]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1461,7 @@ func (x *AclIdentityListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclIdentityListRequest.ProtoReflect.Descriptor instead.
 func (*AclIdentityListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{20}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{21}
 }
 
 type AclIdentityListResponse struct {
@@ -1386,7 +1473,7 @@ type AclIdentityListResponse struct {
 
 func (x *AclIdentityListResponse) Reset() {
 	*x = AclIdentityListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +1485,7 @@ func (x *AclIdentityListResponse) String() string {
 func (*AclIdentityListResponse) ProtoMessage() {}
 
 func (x *AclIdentityListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[21]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +1498,7 @@ func (x *AclIdentityListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclIdentityListResponse.ProtoReflect.Descriptor instead.
 func (*AclIdentityListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{21}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AclIdentityListResponse) GetIdentities() []*AclIdentity {
@@ -1430,7 +1517,7 @@ type AclIdentityUnbindRequest struct {
 
 func (x *AclIdentityUnbindRequest) Reset() {
 	*x = AclIdentityUnbindRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1442,7 +1529,7 @@ func (x *AclIdentityUnbindRequest) String() string {
 func (*AclIdentityUnbindRequest) ProtoMessage() {}
 
 func (x *AclIdentityUnbindRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[22]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1455,7 +1542,7 @@ func (x *AclIdentityUnbindRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclIdentityUnbindRequest.ProtoReflect.Descriptor instead.
 func (*AclIdentityUnbindRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{22}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AclIdentityUnbindRequest) GetName() string {
@@ -1473,7 +1560,7 @@ type AclEnableRequest struct {
 
 func (x *AclEnableRequest) Reset() {
 	*x = AclEnableRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +1572,7 @@ func (x *AclEnableRequest) String() string {
 func (*AclEnableRequest) ProtoMessage() {}
 
 func (x *AclEnableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[23]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +1585,7 @@ func (x *AclEnableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclEnableRequest.ProtoReflect.Descriptor instead.
 func (*AclEnableRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{23}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{24}
 }
 
 type AclEnableResponse struct {
@@ -1513,7 +1600,7 @@ type AclEnableResponse struct {
 
 func (x *AclEnableResponse) Reset() {
 	*x = AclEnableResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1525,7 +1612,7 @@ func (x *AclEnableResponse) String() string {
 func (*AclEnableResponse) ProtoMessage() {}
 
 func (x *AclEnableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[24]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1538,7 +1625,7 @@ func (x *AclEnableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclEnableResponse.ProtoReflect.Descriptor instead.
 func (*AclEnableResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{24}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AclEnableResponse) GetChanged() bool {
@@ -1563,7 +1650,7 @@ type AclWhoAmIRequest struct {
 
 func (x *AclWhoAmIRequest) Reset() {
 	*x = AclWhoAmIRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1575,7 +1662,7 @@ func (x *AclWhoAmIRequest) String() string {
 func (*AclWhoAmIRequest) ProtoMessage() {}
 
 func (x *AclWhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[25]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1588,7 +1675,7 @@ func (x *AclWhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclWhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*AclWhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{25}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{26}
 }
 
 type AclWhoAmIResponse struct {
@@ -1605,7 +1692,7 @@ type AclWhoAmIResponse struct {
 
 func (x *AclWhoAmIResponse) Reset() {
 	*x = AclWhoAmIResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +1704,7 @@ func (x *AclWhoAmIResponse) String() string {
 func (*AclWhoAmIResponse) ProtoMessage() {}
 
 func (x *AclWhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[26]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +1717,7 @@ func (x *AclWhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclWhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*AclWhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{26}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AclWhoAmIResponse) GetIdentity() string {
@@ -1670,13 +1757,15 @@ type ClusterLimits struct {
 	MaxQueueLength   uint64 `protobuf:"varint,8,opt,name=max_queue_length,json=maxQueueLength,proto3" json:"max_queue_length,omitempty"`
 	MaxKeys          uint64 `protobuf:"varint,9,opt,name=max_keys,json=maxKeys,proto3" json:"max_keys,omitempty"`
 	MaxKvBytes       uint64 `protobuf:"varint,10,opt,name=max_kv_bytes,json=maxKvBytes,proto3" json:"max_kv_bytes,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// max_etcd_leases: live leases of the etcd API, apart from max_sessions.
+	MaxEtcdLeases uint64 `protobuf:"varint,70,opt,name=max_etcd_leases,json=maxEtcdLeases,proto3" json:"max_etcd_leases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterLimits) Reset() {
 	*x = ClusterLimits{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +1777,7 @@ func (x *ClusterLimits) String() string {
 func (*ClusterLimits) ProtoMessage() {}
 
 func (x *ClusterLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[27]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +1790,7 @@ func (x *ClusterLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterLimits.ProtoReflect.Descriptor instead.
 func (*ClusterLimits) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{27}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ClusterLimits) GetMaxSessions() uint64 {
@@ -1774,6 +1863,13 @@ func (x *ClusterLimits) GetMaxKvBytes() uint64 {
 	return 0
 }
 
+func (x *ClusterLimits) GetMaxEtcdLeases() uint64 {
+	if x != nil {
+		return x.MaxEtcdLeases
+	}
+	return 0
+}
+
 type GetLimitsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1782,7 +1878,7 @@ type GetLimitsRequest struct {
 
 func (x *GetLimitsRequest) Reset() {
 	*x = GetLimitsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +1890,7 @@ func (x *GetLimitsRequest) String() string {
 func (*GetLimitsRequest) ProtoMessage() {}
 
 func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[28]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +1903,7 @@ func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLimitsRequest.ProtoReflect.Descriptor instead.
 func (*GetLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{28}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{29}
 }
 
 type SetLimitsRequest struct {
@@ -1820,7 +1916,7 @@ type SetLimitsRequest struct {
 
 func (x *SetLimitsRequest) Reset() {
 	*x = SetLimitsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1832,7 +1928,7 @@ func (x *SetLimitsRequest) String() string {
 func (*SetLimitsRequest) ProtoMessage() {}
 
 func (x *SetLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[29]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1845,7 +1941,7 @@ func (x *SetLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLimitsRequest.ProtoReflect.Descriptor instead.
 func (*SetLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{29}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SetLimitsRequest) GetLimits() *ClusterLimits {
@@ -1865,7 +1961,7 @@ type LimitsResponse struct {
 
 func (x *LimitsResponse) Reset() {
 	*x = LimitsResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1877,7 +1973,7 @@ func (x *LimitsResponse) String() string {
 func (*LimitsResponse) ProtoMessage() {}
 
 func (x *LimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[30]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1890,7 +1986,7 @@ func (x *LimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsResponse.ProtoReflect.Descriptor instead.
 func (*LimitsResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{30}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LimitsResponse) GetLimits() *ClusterLimits {
@@ -1915,7 +2011,7 @@ type SnapshotSaveRequest struct {
 
 func (x *SnapshotSaveRequest) Reset() {
 	*x = SnapshotSaveRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2023,7 @@ func (x *SnapshotSaveRequest) String() string {
 func (*SnapshotSaveRequest) ProtoMessage() {}
 
 func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[31]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2036,7 @@ func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{31}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{32}
 }
 
 type SnapshotChunk struct {
@@ -1948,14 +2044,26 @@ type SnapshotChunk struct {
 	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
 	// force, on the first chunk of a restore: restore even into a cluster
 	// whose revision is past the snapshot's.
-	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	Force bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	// from_cluster, on the first chunk of a restore: the hex id of the
+	// cluster that saved the snapshot, when it is not this one ("none" for
+	// a snapshot that names no cluster). Without it a snapshot of another
+	// cluster is refused.
+	FromCluster string `protobuf:"bytes,80,opt,name=from_cluster,json=fromCluster,proto3" json:"from_cluster,omitempty"`
+	// replace_keys, on the first chunk of a restore: take the snapshot's
+	// ACLs, signing keys and cluster id instead of keeping this cluster's.
+	ReplaceKeys bool `protobuf:"varint,81,opt,name=replace_keys,json=replaceKeys,proto3" json:"replace_keys,omitempty"`
+	// above_revision, on the first chunk of a restore: continue above this
+	// revision, and keep tokens up to it stale (the revision a lost data
+	// directory had reached).
+	AboveRevision uint64 `protobuf:"varint,82,opt,name=above_revision,json=aboveRevision,proto3" json:"above_revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1967,7 +2075,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[32]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1980,7 +2088,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{32}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -1997,6 +2105,27 @@ func (x *SnapshotChunk) GetForce() bool {
 	return false
 }
 
+func (x *SnapshotChunk) GetFromCluster() string {
+	if x != nil {
+		return x.FromCluster
+	}
+	return ""
+}
+
+func (x *SnapshotChunk) GetReplaceKeys() bool {
+	if x != nil {
+		return x.ReplaceKeys
+	}
+	return false
+}
+
+func (x *SnapshotChunk) GetAboveRevision() uint64 {
+	if x != nil {
+		return x.AboveRevision
+	}
+	return 0
+}
+
 type SnapshotRestoreResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
@@ -2011,7 +2140,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2152,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[33]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2165,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{33}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SnapshotRestoreResponse) GetRevision() uint64 {
@@ -2093,7 +2222,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2234,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[34]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2247,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{34}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Member) GetId() string {
@@ -2157,7 +2286,7 @@ type MemberListRequest struct {
 
 func (x *MemberListRequest) Reset() {
 	*x = MemberListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2169,7 +2298,7 @@ func (x *MemberListRequest) String() string {
 func (*MemberListRequest) ProtoMessage() {}
 
 func (x *MemberListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[35]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2182,7 +2311,7 @@ func (x *MemberListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberListRequest.ProtoReflect.Descriptor instead.
 func (*MemberListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{35}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{36}
 }
 
 type MemberListResponse struct {
@@ -2194,7 +2323,7 @@ type MemberListResponse struct {
 
 func (x *MemberListResponse) Reset() {
 	*x = MemberListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2206,7 +2335,7 @@ func (x *MemberListResponse) String() string {
 func (*MemberListResponse) ProtoMessage() {}
 
 func (x *MemberListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[36]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2219,7 +2348,7 @@ func (x *MemberListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberListResponse.ProtoReflect.Descriptor instead.
 func (*MemberListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{36}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *MemberListResponse) GetMembers() []*Member {
@@ -2241,7 +2370,7 @@ type MemberAddRequest struct {
 
 func (x *MemberAddRequest) Reset() {
 	*x = MemberAddRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2382,7 @@ func (x *MemberAddRequest) String() string {
 func (*MemberAddRequest) ProtoMessage() {}
 
 func (x *MemberAddRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2395,7 @@ func (x *MemberAddRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberAddRequest.ProtoReflect.Descriptor instead.
 func (*MemberAddRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{37}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *MemberAddRequest) GetId() string {
@@ -2300,7 +2429,7 @@ type MemberRemoveRequest struct {
 
 func (x *MemberRemoveRequest) Reset() {
 	*x = MemberRemoveRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2312,7 +2441,7 @@ func (x *MemberRemoveRequest) String() string {
 func (*MemberRemoveRequest) ProtoMessage() {}
 
 func (x *MemberRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2325,7 +2454,7 @@ func (x *MemberRemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRemoveRequest.ProtoReflect.Descriptor instead.
 func (*MemberRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{38}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *MemberRemoveRequest) GetId() string {
@@ -2352,7 +2481,7 @@ type SessionFrames struct {
 
 func (x *SessionFrames) Reset() {
 	*x = SessionFrames{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2364,7 +2493,7 @@ func (x *SessionFrames) String() string {
 func (*SessionFrames) ProtoMessage() {}
 
 func (x *SessionFrames) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2377,7 +2506,7 @@ func (x *SessionFrames) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionFrames.ProtoReflect.Descriptor instead.
 func (*SessionFrames) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{39}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SessionFrames) GetFrames() []*SessionFrame {
@@ -2403,7 +2532,7 @@ type SessionFrame struct {
 
 func (x *SessionFrame) Reset() {
 	*x = SessionFrame{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2544,7 @@ func (x *SessionFrame) String() string {
 func (*SessionFrame) ProtoMessage() {}
 
 func (x *SessionFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2557,7 @@ func (x *SessionFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionFrame.ProtoReflect.Descriptor instead.
 func (*SessionFrame) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{40}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SessionFrame) GetStream() uint64 {
@@ -2462,7 +2591,7 @@ type SessionReplies struct {
 
 func (x *SessionReplies) Reset() {
 	*x = SessionReplies{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +2603,7 @@ func (x *SessionReplies) String() string {
 func (*SessionReplies) ProtoMessage() {}
 
 func (x *SessionReplies) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +2616,7 @@ func (x *SessionReplies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReplies.ProtoReflect.Descriptor instead.
 func (*SessionReplies) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{41}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SessionReplies) GetReplies() []*SessionReply {
@@ -2515,7 +2644,7 @@ type SessionReply struct {
 
 func (x *SessionReply) Reset() {
 	*x = SessionReply{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2527,7 +2656,7 @@ func (x *SessionReply) String() string {
 func (*SessionReply) ProtoMessage() {}
 
 func (x *SessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2540,7 +2669,7 @@ func (x *SessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReply.ProtoReflect.Descriptor instead.
 func (*SessionReply) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{42}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SessionReply) GetStream() uint64 {
@@ -2605,7 +2734,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2617,7 +2746,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2630,7 +2759,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{43}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SessionRequest) GetId() uint64 {
@@ -2774,7 +2903,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2786,7 +2915,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2799,7 +2928,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{44}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *OpenSession) GetSessionId() uint64 {
@@ -2838,7 +2967,7 @@ type KeepAlive struct {
 
 func (x *KeepAlive) Reset() {
 	*x = KeepAlive{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2850,7 +2979,7 @@ func (x *KeepAlive) String() string {
 func (*KeepAlive) ProtoMessage() {}
 
 func (x *KeepAlive) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2863,7 +2992,7 @@ func (x *KeepAlive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAlive.ProtoReflect.Descriptor instead.
 func (*KeepAlive) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{45}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{46}
 }
 
 type AcquireLock struct {
@@ -2907,7 +3036,7 @@ type AcquireLock struct {
 
 func (x *AcquireLock) Reset() {
 	*x = AcquireLock{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2919,7 +3048,7 @@ func (x *AcquireLock) String() string {
 func (*AcquireLock) ProtoMessage() {}
 
 func (x *AcquireLock) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2932,7 +3061,7 @@ func (x *AcquireLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireLock.ProtoReflect.Descriptor instead.
 func (*AcquireLock) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{46}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AcquireLock) GetName() string {
@@ -3017,7 +3146,7 @@ type ProclaimValue struct {
 
 func (x *ProclaimValue) Reset() {
 	*x = ProclaimValue{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3029,7 +3158,7 @@ func (x *ProclaimValue) String() string {
 func (*ProclaimValue) ProtoMessage() {}
 
 func (x *ProclaimValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3042,7 +3171,7 @@ func (x *ProclaimValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProclaimValue.ProtoReflect.Descriptor instead.
 func (*ProclaimValue) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{47}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ProclaimValue) GetName() string {
@@ -3074,7 +3203,7 @@ type ValueProclaimed struct {
 
 func (x *ValueProclaimed) Reset() {
 	*x = ValueProclaimed{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3086,7 +3215,7 @@ func (x *ValueProclaimed) String() string {
 func (*ValueProclaimed) ProtoMessage() {}
 
 func (x *ValueProclaimed) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3099,7 +3228,7 @@ func (x *ValueProclaimed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValueProclaimed.ProtoReflect.Descriptor instead.
 func (*ValueProclaimed) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{48}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{49}
 }
 
 type ReleaseLock struct {
@@ -3112,7 +3241,7 @@ type ReleaseLock struct {
 
 func (x *ReleaseLock) Reset() {
 	*x = ReleaseLock{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3124,7 +3253,7 @@ func (x *ReleaseLock) String() string {
 func (*ReleaseLock) ProtoMessage() {}
 
 func (x *ReleaseLock) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3137,7 +3266,7 @@ func (x *ReleaseLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLock.ProtoReflect.Descriptor instead.
 func (*ReleaseLock) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{49}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReleaseLock) GetName() string {
@@ -3165,7 +3294,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3177,7 +3306,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3190,7 +3319,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{50}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CancelRequest) GetRequestId() uint64 {
@@ -3208,7 +3337,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3220,7 +3349,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3233,7 +3362,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{51}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{52}
 }
 
 type SessionResponse struct {
@@ -3256,7 +3385,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3268,7 +3397,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3281,7 +3410,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{52}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SessionResponse) GetId() uint64 {
@@ -3438,7 +3567,7 @@ type SessionOpened struct {
 
 func (x *SessionOpened) Reset() {
 	*x = SessionOpened{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3450,7 +3579,7 @@ func (x *SessionOpened) String() string {
 func (*SessionOpened) ProtoMessage() {}
 
 func (x *SessionOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3463,7 +3592,7 @@ func (x *SessionOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionOpened.ProtoReflect.Descriptor instead.
 func (*SessionOpened) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{53}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SessionOpened) GetSessionId() uint64 {
@@ -3503,7 +3632,7 @@ type KeepAliveAck struct {
 
 func (x *KeepAliveAck) Reset() {
 	*x = KeepAliveAck{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3515,7 +3644,7 @@ func (x *KeepAliveAck) String() string {
 func (*KeepAliveAck) ProtoMessage() {}
 
 func (x *KeepAliveAck) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3528,7 +3657,7 @@ func (x *KeepAliveAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveAck.ProtoReflect.Descriptor instead.
 func (*KeepAliveAck) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{54}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *KeepAliveAck) GetTtlMs() int64 {
@@ -3549,7 +3678,7 @@ type LockQueued struct {
 
 func (x *LockQueued) Reset() {
 	*x = LockQueued{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3561,7 +3690,7 @@ func (x *LockQueued) String() string {
 func (*LockQueued) ProtoMessage() {}
 
 func (x *LockQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3574,7 +3703,7 @@ func (x *LockQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockQueued.ProtoReflect.Descriptor instead.
 func (*LockQueued) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{55}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *LockQueued) GetPosition() uint32 {
@@ -3605,7 +3734,7 @@ type LockGranted struct {
 
 func (x *LockGranted) Reset() {
 	*x = LockGranted{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3617,7 +3746,7 @@ func (x *LockGranted) String() string {
 func (*LockGranted) ProtoMessage() {}
 
 func (x *LockGranted) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3630,7 +3759,7 @@ func (x *LockGranted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockGranted.ProtoReflect.Descriptor instead.
 func (*LockGranted) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{56}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *LockGranted) GetName() string {
@@ -3662,7 +3791,7 @@ type LockReleased struct {
 
 func (x *LockReleased) Reset() {
 	*x = LockReleased{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3674,7 +3803,7 @@ func (x *LockReleased) String() string {
 func (*LockReleased) ProtoMessage() {}
 
 func (x *LockReleased) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3687,7 +3816,7 @@ func (x *LockReleased) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockReleased.ProtoReflect.Descriptor instead.
 func (*LockReleased) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{57}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{58}
 }
 
 type SessionClosed struct {
@@ -3698,7 +3827,7 @@ type SessionClosed struct {
 
 func (x *SessionClosed) Reset() {
 	*x = SessionClosed{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3710,7 +3839,7 @@ func (x *SessionClosed) String() string {
 func (*SessionClosed) ProtoMessage() {}
 
 func (x *SessionClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3723,7 +3852,7 @@ func (x *SessionClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionClosed.ProtoReflect.Descriptor instead.
 func (*SessionClosed) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{58}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{59}
 }
 
 type Error struct {
@@ -3738,7 +3867,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3750,7 +3879,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3763,7 +3892,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{59}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *Error) GetReason() ErrorReason {
@@ -3803,7 +3932,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3815,7 +3944,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3828,7 +3957,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{60}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListSessionsRequest) GetAfterId() uint64 {
@@ -3874,7 +4003,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3886,7 +4015,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3899,7 +4028,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{61}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *SessionInfo) GetId() uint64 {
@@ -3971,7 +4100,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3983,7 +4112,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3996,7 +4125,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{62}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
@@ -4041,7 +4170,7 @@ type LockStatusRequest struct {
 
 func (x *LockStatusRequest) Reset() {
 	*x = LockStatusRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4053,7 +4182,7 @@ func (x *LockStatusRequest) String() string {
 func (*LockStatusRequest) ProtoMessage() {}
 
 func (x *LockStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4066,7 +4195,7 @@ func (x *LockStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockStatusRequest.ProtoReflect.Descriptor instead.
 func (*LockStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{63}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *LockStatusRequest) GetName() string {
@@ -4118,7 +4247,7 @@ type Holder struct {
 
 func (x *Holder) Reset() {
 	*x = Holder{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4130,7 +4259,7 @@ func (x *Holder) String() string {
 func (*Holder) ProtoMessage() {}
 
 func (x *Holder) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4143,7 +4272,7 @@ func (x *Holder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holder.ProtoReflect.Descriptor instead.
 func (*Holder) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{64}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *Holder) GetOwner() string {
@@ -4200,7 +4329,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4212,7 +4341,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4225,7 +4354,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{65}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *Waiter) GetOwner() string {
@@ -4281,7 +4410,7 @@ type LockStatusResponse struct {
 
 func (x *LockStatusResponse) Reset() {
 	*x = LockStatusResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4293,7 +4422,7 @@ func (x *LockStatusResponse) String() string {
 func (*LockStatusResponse) ProtoMessage() {}
 
 func (x *LockStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4306,7 +4435,7 @@ func (x *LockStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockStatusResponse.ProtoReflect.Descriptor instead.
 func (*LockStatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{66}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *LockStatusResponse) GetName() string {
@@ -4404,7 +4533,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4416,7 +4545,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4429,7 +4558,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{67}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListLocksRequest) GetPrefix() string {
@@ -4484,7 +4613,7 @@ type LockSummary struct {
 
 func (x *LockSummary) Reset() {
 	*x = LockSummary{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4496,7 +4625,7 @@ func (x *LockSummary) String() string {
 func (*LockSummary) ProtoMessage() {}
 
 func (x *LockSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4509,7 +4638,7 @@ func (x *LockSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockSummary.ProtoReflect.Descriptor instead.
 func (*LockSummary) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{68}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *LockSummary) GetName() string {
@@ -4581,7 +4710,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4593,7 +4722,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4606,7 +4735,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{69}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListLocksResponse) GetLocks() []*LockSummary {
@@ -4642,7 +4771,7 @@ type LockHistoryRequest struct {
 
 func (x *LockHistoryRequest) Reset() {
 	*x = LockHistoryRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4654,7 +4783,7 @@ func (x *LockHistoryRequest) String() string {
 func (*LockHistoryRequest) ProtoMessage() {}
 
 func (x *LockHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4667,7 +4796,7 @@ func (x *LockHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHistoryRequest.ProtoReflect.Descriptor instead.
 func (*LockHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{70}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *LockHistoryRequest) GetName() string {
@@ -4699,7 +4828,7 @@ type GrantRecord struct {
 
 func (x *GrantRecord) Reset() {
 	*x = GrantRecord{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4711,7 +4840,7 @@ func (x *GrantRecord) String() string {
 func (*GrantRecord) ProtoMessage() {}
 
 func (x *GrantRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4724,7 +4853,7 @@ func (x *GrantRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRecord.ProtoReflect.Descriptor instead.
 func (*GrantRecord) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{71}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *GrantRecord) GetOwner() string {
@@ -4780,7 +4909,7 @@ type LockHistoryResponse struct {
 
 func (x *LockHistoryResponse) Reset() {
 	*x = LockHistoryResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4792,7 +4921,7 @@ func (x *LockHistoryResponse) String() string {
 func (*LockHistoryResponse) ProtoMessage() {}
 
 func (x *LockHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4805,7 +4934,7 @@ func (x *LockHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHistoryResponse.ProtoReflect.Descriptor instead.
 func (*LockHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{72}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *LockHistoryResponse) GetName() string {
@@ -4848,7 +4977,7 @@ type FencedPutRequest struct {
 
 func (x *FencedPutRequest) Reset() {
 	*x = FencedPutRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4860,7 +4989,7 @@ func (x *FencedPutRequest) String() string {
 func (*FencedPutRequest) ProtoMessage() {}
 
 func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4873,7 +5002,7 @@ func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutRequest.ProtoReflect.Descriptor instead.
 func (*FencedPutRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{73}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *FencedPutRequest) GetKey() string {
@@ -4930,7 +5059,7 @@ type ForgedProof struct {
 
 func (x *ForgedProof) Reset() {
 	*x = ForgedProof{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4942,7 +5071,7 @@ func (x *ForgedProof) String() string {
 func (*ForgedProof) ProtoMessage() {}
 
 func (x *ForgedProof) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4955,7 +5084,7 @@ func (x *ForgedProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgedProof.ProtoReflect.Descriptor instead.
 func (*ForgedProof) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{74}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ForgedProof) GetToken() uint64 {
@@ -4994,7 +5123,7 @@ type FencedPutResponse struct {
 
 func (x *FencedPutResponse) Reset() {
 	*x = FencedPutResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5006,7 +5135,7 @@ func (x *FencedPutResponse) String() string {
 func (*FencedPutResponse) ProtoMessage() {}
 
 func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5019,7 +5148,7 @@ func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutResponse.ProtoReflect.Descriptor instead.
 func (*FencedPutResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{75}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *FencedPutResponse) GetResult() PutResult {
@@ -5066,7 +5195,7 @@ type FencedDeleteRequest struct {
 
 func (x *FencedDeleteRequest) Reset() {
 	*x = FencedDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5078,7 +5207,7 @@ func (x *FencedDeleteRequest) String() string {
 func (*FencedDeleteRequest) ProtoMessage() {}
 
 func (x *FencedDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5091,7 +5220,7 @@ func (x *FencedDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDeleteRequest.ProtoReflect.Descriptor instead.
 func (*FencedDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{76}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *FencedDeleteRequest) GetKey() string {
@@ -5145,7 +5274,7 @@ type FencedDeleteResponse struct {
 
 func (x *FencedDeleteResponse) Reset() {
 	*x = FencedDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5157,7 +5286,7 @@ func (x *FencedDeleteResponse) String() string {
 func (*FencedDeleteResponse) ProtoMessage() {}
 
 func (x *FencedDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5170,7 +5299,7 @@ func (x *FencedDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDeleteResponse.ProtoReflect.Descriptor instead.
 func (*FencedDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{77}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *FencedDeleteResponse) GetResult() PutResult {
@@ -5215,7 +5344,7 @@ type UnissuedToken struct {
 
 func (x *UnissuedToken) Reset() {
 	*x = UnissuedToken{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5227,7 +5356,7 @@ func (x *UnissuedToken) String() string {
 func (*UnissuedToken) ProtoMessage() {}
 
 func (x *UnissuedToken) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5240,7 +5369,7 @@ func (x *UnissuedToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnissuedToken.ProtoReflect.Descriptor instead.
 func (*UnissuedToken) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{78}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *UnissuedToken) GetToken() uint64 {
@@ -5269,7 +5398,7 @@ type FencedGetRequest struct {
 
 func (x *FencedGetRequest) Reset() {
 	*x = FencedGetRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5281,7 +5410,7 @@ func (x *FencedGetRequest) String() string {
 func (*FencedGetRequest) ProtoMessage() {}
 
 func (x *FencedGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5294,7 +5423,7 @@ func (x *FencedGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedGetRequest.ProtoReflect.Descriptor instead.
 func (*FencedGetRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{79}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *FencedGetRequest) GetKey() string {
@@ -5324,7 +5453,7 @@ type FencedGetResponse struct {
 
 func (x *FencedGetResponse) Reset() {
 	*x = FencedGetResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5336,7 +5465,7 @@ func (x *FencedGetResponse) String() string {
 func (*FencedGetResponse) ProtoMessage() {}
 
 func (x *FencedGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5349,7 +5478,7 @@ func (x *FencedGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedGetResponse.ProtoReflect.Descriptor instead.
 func (*FencedGetResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{80}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *FencedGetResponse) GetKey() string {
@@ -5396,7 +5525,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5408,7 +5537,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5421,7 +5550,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{81}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ObserveRequest) GetName() string {
@@ -5445,7 +5574,7 @@ type LeaderEvent struct {
 
 func (x *LeaderEvent) Reset() {
 	*x = LeaderEvent{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5457,7 +5586,7 @@ func (x *LeaderEvent) String() string {
 func (*LeaderEvent) ProtoMessage() {}
 
 func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5470,7 +5599,7 @@ func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderEvent.ProtoReflect.Descriptor instead.
 func (*LeaderEvent) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{82}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *LeaderEvent) GetOwner() string {
@@ -5516,7 +5645,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5528,7 +5657,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5541,7 +5670,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{83}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{84}
 }
 
 type StatusResponse struct {
@@ -5578,7 +5707,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5590,7 +5719,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5603,7 +5732,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{84}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *StatusResponse) GetNode() string {
@@ -5716,7 +5845,7 @@ type KVKeyValue struct {
 
 func (x *KVKeyValue) Reset() {
 	*x = KVKeyValue{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5728,7 +5857,7 @@ func (x *KVKeyValue) String() string {
 func (*KVKeyValue) ProtoMessage() {}
 
 func (x *KVKeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5741,7 +5870,7 @@ func (x *KVKeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeyValue.ProtoReflect.Descriptor instead.
 func (*KVKeyValue) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{85}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *KVKeyValue) GetKey() string {
@@ -5802,7 +5931,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5814,7 +5943,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5827,7 +5956,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{86}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -5867,7 +5996,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5879,7 +6008,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5892,7 +6021,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{87}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *KVPutResponse) GetRevision() uint64 {
@@ -5923,7 +6052,7 @@ type KVRangeRequest struct {
 
 func (x *KVRangeRequest) Reset() {
 	*x = KVRangeRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[88]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5935,7 +6064,7 @@ func (x *KVRangeRequest) String() string {
 func (*KVRangeRequest) ProtoMessage() {}
 
 func (x *KVRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[88]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5948,7 +6077,7 @@ func (x *KVRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRangeRequest.ProtoReflect.Descriptor instead.
 func (*KVRangeRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{88}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *KVRangeRequest) GetKey() string {
@@ -5999,7 +6128,7 @@ type KVRangeResponse struct {
 
 func (x *KVRangeResponse) Reset() {
 	*x = KVRangeResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[89]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6011,7 +6140,7 @@ func (x *KVRangeResponse) String() string {
 func (*KVRangeResponse) ProtoMessage() {}
 
 func (x *KVRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[89]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6024,7 +6153,7 @@ func (x *KVRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRangeResponse.ProtoReflect.Descriptor instead.
 func (*KVRangeResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{89}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *KVRangeResponse) GetKvs() []*KVKeyValue {
@@ -6058,7 +6187,7 @@ type KVDeleteRequest struct {
 
 func (x *KVDeleteRequest) Reset() {
 	*x = KVDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[90]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6070,7 +6199,7 @@ func (x *KVDeleteRequest) String() string {
 func (*KVDeleteRequest) ProtoMessage() {}
 
 func (x *KVDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[90]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6083,7 +6212,7 @@ func (x *KVDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KVDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{90}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *KVDeleteRequest) GetKey() string {
@@ -6112,7 +6241,7 @@ type KVDeleteResponse struct {
 
 func (x *KVDeleteResponse) Reset() {
 	*x = KVDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[91]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6124,7 +6253,7 @@ func (x *KVDeleteResponse) String() string {
 func (*KVDeleteResponse) ProtoMessage() {}
 
 func (x *KVDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[91]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6137,7 +6266,7 @@ func (x *KVDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDeleteResponse.ProtoReflect.Descriptor instead.
 func (*KVDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{91}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *KVDeleteResponse) GetDeleted() int64 {
@@ -6170,7 +6299,7 @@ type KVCompare struct {
 
 func (x *KVCompare) Reset() {
 	*x = KVCompare{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[92]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6182,7 +6311,7 @@ func (x *KVCompare) String() string {
 func (*KVCompare) ProtoMessage() {}
 
 func (x *KVCompare) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[92]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6195,7 +6324,7 @@ func (x *KVCompare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompare.ProtoReflect.Descriptor instead.
 func (*KVCompare) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{92}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *KVCompare) GetKey() string {
@@ -6247,7 +6376,7 @@ type KVRequestOp struct {
 
 func (x *KVRequestOp) Reset() {
 	*x = KVRequestOp{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[93]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6259,7 +6388,7 @@ func (x *KVRequestOp) String() string {
 func (*KVRequestOp) ProtoMessage() {}
 
 func (x *KVRequestOp) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[93]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6272,7 +6401,7 @@ func (x *KVRequestOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRequestOp.ProtoReflect.Descriptor instead.
 func (*KVRequestOp) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{93}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *KVRequestOp) GetOp() isKVRequestOp_Op {
@@ -6345,7 +6474,7 @@ type KVResponseOp struct {
 
 func (x *KVResponseOp) Reset() {
 	*x = KVResponseOp{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[94]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6357,7 +6486,7 @@ func (x *KVResponseOp) String() string {
 func (*KVResponseOp) ProtoMessage() {}
 
 func (x *KVResponseOp) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[94]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6370,7 +6499,7 @@ func (x *KVResponseOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVResponseOp.ProtoReflect.Descriptor instead.
 func (*KVResponseOp) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{94}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *KVResponseOp) GetOp() isKVResponseOp_Op {
@@ -6440,7 +6569,7 @@ type KVTxnRequest struct {
 
 func (x *KVTxnRequest) Reset() {
 	*x = KVTxnRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[95]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6452,7 +6581,7 @@ func (x *KVTxnRequest) String() string {
 func (*KVTxnRequest) ProtoMessage() {}
 
 func (x *KVTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[95]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6465,7 +6594,7 @@ func (x *KVTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxnRequest.ProtoReflect.Descriptor instead.
 func (*KVTxnRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{95}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *KVTxnRequest) GetCompare() []*KVCompare {
@@ -6504,7 +6633,7 @@ type KVTxnResponse struct {
 
 func (x *KVTxnResponse) Reset() {
 	*x = KVTxnResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[96]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6516,7 +6645,7 @@ func (x *KVTxnResponse) String() string {
 func (*KVTxnResponse) ProtoMessage() {}
 
 func (x *KVTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[96]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6529,7 +6658,7 @@ func (x *KVTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxnResponse.ProtoReflect.Descriptor instead.
 func (*KVTxnResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{96}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *KVTxnResponse) GetSucceeded() bool {
@@ -6568,7 +6697,7 @@ type KVWatchRequest struct {
 
 func (x *KVWatchRequest) Reset() {
 	*x = KVWatchRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[97]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6580,7 +6709,7 @@ func (x *KVWatchRequest) String() string {
 func (*KVWatchRequest) ProtoMessage() {}
 
 func (x *KVWatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[97]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6593,7 +6722,7 @@ func (x *KVWatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVWatchRequest.ProtoReflect.Descriptor instead.
 func (*KVWatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{97}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *KVWatchRequest) GetKey() string {
@@ -6629,7 +6758,7 @@ type KVEvent struct {
 
 func (x *KVEvent) Reset() {
 	*x = KVEvent{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[98]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6641,7 +6770,7 @@ func (x *KVEvent) String() string {
 func (*KVEvent) ProtoMessage() {}
 
 func (x *KVEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[98]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6654,7 +6783,7 @@ func (x *KVEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEvent.ProtoReflect.Descriptor instead.
 func (*KVEvent) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{98}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *KVEvent) GetType() KVEventType {
@@ -6690,7 +6819,7 @@ type KVWatchResponse struct {
 
 func (x *KVWatchResponse) Reset() {
 	*x = KVWatchResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[99]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6702,7 +6831,7 @@ func (x *KVWatchResponse) String() string {
 func (*KVWatchResponse) ProtoMessage() {}
 
 func (x *KVWatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[99]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6715,7 +6844,7 @@ func (x *KVWatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVWatchResponse.ProtoReflect.Descriptor instead.
 func (*KVWatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{99}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *KVWatchResponse) GetEvents() []*KVEvent {
@@ -6760,7 +6889,7 @@ type KVCompacted struct {
 
 func (x *KVCompacted) Reset() {
 	*x = KVCompacted{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[100]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6772,7 +6901,7 @@ func (x *KVCompacted) String() string {
 func (*KVCompacted) ProtoMessage() {}
 
 func (x *KVCompacted) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[100]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6785,7 +6914,7 @@ func (x *KVCompacted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompacted.ProtoReflect.Descriptor instead.
 func (*KVCompacted) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{100}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *KVCompacted) GetCompactRevision() uint64 {
@@ -6818,7 +6947,7 @@ type QueueEnqueueRequest struct {
 
 func (x *QueueEnqueueRequest) Reset() {
 	*x = QueueEnqueueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[101]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6830,7 +6959,7 @@ func (x *QueueEnqueueRequest) String() string {
 func (*QueueEnqueueRequest) ProtoMessage() {}
 
 func (x *QueueEnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[101]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6843,7 +6972,7 @@ func (x *QueueEnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueRequest.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{101}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *QueueEnqueueRequest) GetQueue() string {
@@ -6887,7 +7016,7 @@ type QueueEnqueueResponse struct {
 
 func (x *QueueEnqueueResponse) Reset() {
 	*x = QueueEnqueueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[102]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6899,7 +7028,7 @@ func (x *QueueEnqueueResponse) String() string {
 func (*QueueEnqueueResponse) ProtoMessage() {}
 
 func (x *QueueEnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[102]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6912,7 +7041,7 @@ func (x *QueueEnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueResponse.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{102}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *QueueEnqueueResponse) GetId() uint64 {
@@ -6954,7 +7083,7 @@ type QueueDequeueRequest struct {
 
 func (x *QueueDequeueRequest) Reset() {
 	*x = QueueDequeueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[103]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6966,7 +7095,7 @@ func (x *QueueDequeueRequest) String() string {
 func (*QueueDequeueRequest) ProtoMessage() {}
 
 func (x *QueueDequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[103]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6979,7 +7108,7 @@ func (x *QueueDequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueRequest.ProtoReflect.Descriptor instead.
 func (*QueueDequeueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{103}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *QueueDequeueRequest) GetQueue() string {
@@ -7035,7 +7164,7 @@ type QueueItem struct {
 
 func (x *QueueItem) Reset() {
 	*x = QueueItem{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[104]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7047,7 +7176,7 @@ func (x *QueueItem) String() string {
 func (*QueueItem) ProtoMessage() {}
 
 func (x *QueueItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[104]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7060,7 +7189,7 @@ func (x *QueueItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItem.ProtoReflect.Descriptor instead.
 func (*QueueItem) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{104}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *QueueItem) GetId() uint64 {
@@ -7108,7 +7237,7 @@ type QueueDequeueResponse struct {
 
 func (x *QueueDequeueResponse) Reset() {
 	*x = QueueDequeueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[105]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7120,7 +7249,7 @@ func (x *QueueDequeueResponse) String() string {
 func (*QueueDequeueResponse) ProtoMessage() {}
 
 func (x *QueueDequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[105]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7133,7 +7262,7 @@ func (x *QueueDequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueResponse.ProtoReflect.Descriptor instead.
 func (*QueueDequeueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{105}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *QueueDequeueResponse) GetItem() *QueueItem {
@@ -7159,7 +7288,7 @@ type QueueSettleRequest struct {
 
 func (x *QueueSettleRequest) Reset() {
 	*x = QueueSettleRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[106]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7171,7 +7300,7 @@ func (x *QueueSettleRequest) String() string {
 func (*QueueSettleRequest) ProtoMessage() {}
 
 func (x *QueueSettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[106]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7184,7 +7313,7 @@ func (x *QueueSettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleRequest.ProtoReflect.Descriptor instead.
 func (*QueueSettleRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{106}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *QueueSettleRequest) GetQueue() string {
@@ -7232,7 +7361,7 @@ type QueueSettleResponse struct {
 
 func (x *QueueSettleResponse) Reset() {
 	*x = QueueSettleResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[107]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7244,7 +7373,7 @@ func (x *QueueSettleResponse) String() string {
 func (*QueueSettleResponse) ProtoMessage() {}
 
 func (x *QueueSettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[107]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7257,7 +7386,7 @@ func (x *QueueSettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleResponse.ProtoReflect.Descriptor instead.
 func (*QueueSettleResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{107}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *QueueSettleResponse) GetResult() QueueSettleResult {
@@ -7285,7 +7414,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[108]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7297,7 +7426,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[108]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7310,7 +7439,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{108}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *QueueStatsRequest) GetQueue() string {
@@ -7348,7 +7477,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[109]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7360,7 +7489,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[109]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7373,7 +7502,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{109}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *QueueStatsResponse) GetQueue() string {
@@ -7453,7 +7582,7 @@ type QueueDeadListRequest struct {
 
 func (x *QueueDeadListRequest) Reset() {
 	*x = QueueDeadListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[110]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7465,7 +7594,7 @@ func (x *QueueDeadListRequest) String() string {
 func (*QueueDeadListRequest) ProtoMessage() {}
 
 func (x *QueueDeadListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[110]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7478,7 +7607,7 @@ func (x *QueueDeadListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadListRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeadListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{110}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *QueueDeadListRequest) GetQueue() string {
@@ -7513,7 +7642,7 @@ type QueueDeadItem struct {
 
 func (x *QueueDeadItem) Reset() {
 	*x = QueueDeadItem{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[111]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7525,7 +7654,7 @@ func (x *QueueDeadItem) String() string {
 func (*QueueDeadItem) ProtoMessage() {}
 
 func (x *QueueDeadItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[111]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7538,7 +7667,7 @@ func (x *QueueDeadItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadItem.ProtoReflect.Descriptor instead.
 func (*QueueDeadItem) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{111}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *QueueDeadItem) GetId() uint64 {
@@ -7575,7 +7704,7 @@ type QueueDeadListResponse struct {
 
 func (x *QueueDeadListResponse) Reset() {
 	*x = QueueDeadListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[112]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7587,7 +7716,7 @@ func (x *QueueDeadListResponse) String() string {
 func (*QueueDeadListResponse) ProtoMessage() {}
 
 func (x *QueueDeadListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[112]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7600,7 +7729,7 @@ func (x *QueueDeadListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadListResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeadListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{112}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *QueueDeadListResponse) GetItems() []*QueueDeadItem {
@@ -7635,7 +7764,7 @@ type QueueDeadRequeueRequest struct {
 
 func (x *QueueDeadRequeueRequest) Reset() {
 	*x = QueueDeadRequeueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[113]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7647,7 +7776,7 @@ func (x *QueueDeadRequeueRequest) String() string {
 func (*QueueDeadRequeueRequest) ProtoMessage() {}
 
 func (x *QueueDeadRequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[113]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7660,7 +7789,7 @@ func (x *QueueDeadRequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadRequeueRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeadRequeueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{113}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *QueueDeadRequeueRequest) GetQueue() string {
@@ -7688,7 +7817,7 @@ type QueueDeadRequeueResponse struct {
 
 func (x *QueueDeadRequeueResponse) Reset() {
 	*x = QueueDeadRequeueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[114]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7700,7 +7829,7 @@ func (x *QueueDeadRequeueResponse) String() string {
 func (*QueueDeadRequeueResponse) ProtoMessage() {}
 
 func (x *QueueDeadRequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[114]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7713,7 +7842,7 @@ func (x *QueueDeadRequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadRequeueResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeadRequeueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{114}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *QueueDeadRequeueResponse) GetRequeued() uint64 {
@@ -7739,7 +7868,7 @@ type QueueDeleteRequest struct {
 
 func (x *QueueDeleteRequest) Reset() {
 	*x = QueueDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[115]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7751,7 +7880,7 @@ func (x *QueueDeleteRequest) String() string {
 func (*QueueDeleteRequest) ProtoMessage() {}
 
 func (x *QueueDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[115]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7764,7 +7893,7 @@ func (x *QueueDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeleteRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{115}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *QueueDeleteRequest) GetQueue() string {
@@ -7787,7 +7916,7 @@ type QueueDeleteResponse struct {
 
 func (x *QueueDeleteResponse) Reset() {
 	*x = QueueDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[116]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7799,7 +7928,7 @@ func (x *QueueDeleteResponse) String() string {
 func (*QueueDeleteResponse) ProtoMessage() {}
 
 func (x *QueueDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[116]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7812,7 +7941,7 @@ func (x *QueueDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeleteResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{116}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *QueueDeleteResponse) GetDeleted() bool {
@@ -7850,7 +7979,7 @@ type QueueEnqueueBatchRequest struct {
 
 func (x *QueueEnqueueBatchRequest) Reset() {
 	*x = QueueEnqueueBatchRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[117]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7862,7 +7991,7 @@ func (x *QueueEnqueueBatchRequest) String() string {
 func (*QueueEnqueueBatchRequest) ProtoMessage() {}
 
 func (x *QueueEnqueueBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[117]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7875,7 +8004,7 @@ func (x *QueueEnqueueBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueBatchRequest.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueBatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{117}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *QueueEnqueueBatchRequest) GetQueue() string {
@@ -7910,7 +8039,7 @@ type QueueEnqueueItem struct {
 
 func (x *QueueEnqueueItem) Reset() {
 	*x = QueueEnqueueItem{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[118]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7922,7 +8051,7 @@ func (x *QueueEnqueueItem) String() string {
 func (*QueueEnqueueItem) ProtoMessage() {}
 
 func (x *QueueEnqueueItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[118]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7935,7 +8064,7 @@ func (x *QueueEnqueueItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueItem.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueItem) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{118}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *QueueEnqueueItem) GetPayload() []byte {
@@ -7963,7 +8092,7 @@ type QueueEnqueueBatchResponse struct {
 
 func (x *QueueEnqueueBatchResponse) Reset() {
 	*x = QueueEnqueueBatchResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[119]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7975,7 +8104,7 @@ func (x *QueueEnqueueBatchResponse) String() string {
 func (*QueueEnqueueBatchResponse) ProtoMessage() {}
 
 func (x *QueueEnqueueBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[119]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7988,7 +8117,7 @@ func (x *QueueEnqueueBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueBatchResponse.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueBatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{119}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *QueueEnqueueBatchResponse) GetItems() []*QueueEnqueueResponse {
@@ -8020,7 +8149,7 @@ type QueueDequeueBatchRequest struct {
 
 func (x *QueueDequeueBatchRequest) Reset() {
 	*x = QueueDequeueBatchRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[120]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8032,7 +8161,7 @@ func (x *QueueDequeueBatchRequest) String() string {
 func (*QueueDequeueBatchRequest) ProtoMessage() {}
 
 func (x *QueueDequeueBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[120]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8045,7 +8174,7 @@ func (x *QueueDequeueBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueBatchRequest.ProtoReflect.Descriptor instead.
 func (*QueueDequeueBatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{120}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *QueueDequeueBatchRequest) GetQueue() string {
@@ -8100,7 +8229,7 @@ type QueueDequeueBatchResponse struct {
 
 func (x *QueueDequeueBatchResponse) Reset() {
 	*x = QueueDequeueBatchResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[121]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8112,7 +8241,7 @@ func (x *QueueDequeueBatchResponse) String() string {
 func (*QueueDequeueBatchResponse) ProtoMessage() {}
 
 func (x *QueueDequeueBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[121]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8125,7 +8254,7 @@ func (x *QueueDequeueBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueBatchResponse.ProtoReflect.Descriptor instead.
 func (*QueueDequeueBatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{121}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *QueueDequeueBatchResponse) GetItems() []*QueueItem {
@@ -8146,7 +8275,7 @@ type QueueDelivery struct {
 
 func (x *QueueDelivery) Reset() {
 	*x = QueueDelivery{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[122]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8158,7 +8287,7 @@ func (x *QueueDelivery) String() string {
 func (*QueueDelivery) ProtoMessage() {}
 
 func (x *QueueDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[122]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8171,7 +8300,7 @@ func (x *QueueDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDelivery.ProtoReflect.Descriptor instead.
 func (*QueueDelivery) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{122}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *QueueDelivery) GetId() uint64 {
@@ -8206,7 +8335,7 @@ type QueueSettleBatchRequest struct {
 
 func (x *QueueSettleBatchRequest) Reset() {
 	*x = QueueSettleBatchRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[123]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8218,7 +8347,7 @@ func (x *QueueSettleBatchRequest) String() string {
 func (*QueueSettleBatchRequest) ProtoMessage() {}
 
 func (x *QueueSettleBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[123]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8231,7 +8360,7 @@ func (x *QueueSettleBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleBatchRequest.ProtoReflect.Descriptor instead.
 func (*QueueSettleBatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{123}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *QueueSettleBatchRequest) GetQueue() string {
@@ -8262,7 +8391,7 @@ type QueueSettleItemResult struct {
 
 func (x *QueueSettleItemResult) Reset() {
 	*x = QueueSettleItemResult{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[124]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8274,7 +8403,7 @@ func (x *QueueSettleItemResult) String() string {
 func (*QueueSettleItemResult) ProtoMessage() {}
 
 func (x *QueueSettleItemResult) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[124]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8287,7 +8416,7 @@ func (x *QueueSettleItemResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleItemResult.ProtoReflect.Descriptor instead.
 func (*QueueSettleItemResult) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{124}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *QueueSettleItemResult) GetResult() QueueSettleResult {
@@ -8315,7 +8444,7 @@ type QueueSettleBatchResponse struct {
 
 func (x *QueueSettleBatchResponse) Reset() {
 	*x = QueueSettleBatchResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[125]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8327,7 +8456,7 @@ func (x *QueueSettleBatchResponse) String() string {
 func (*QueueSettleBatchResponse) ProtoMessage() {}
 
 func (x *QueueSettleBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[125]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8340,7 +8469,7 @@ func (x *QueueSettleBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleBatchResponse.ProtoReflect.Descriptor instead.
 func (*QueueSettleBatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{125}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *QueueSettleBatchResponse) GetItems() []*QueueSettleItemResult {
@@ -8366,7 +8495,7 @@ type QueuePurgeRequest struct {
 
 func (x *QueuePurgeRequest) Reset() {
 	*x = QueuePurgeRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[126]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8378,7 +8507,7 @@ func (x *QueuePurgeRequest) String() string {
 func (*QueuePurgeRequest) ProtoMessage() {}
 
 func (x *QueuePurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[126]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8391,7 +8520,7 @@ func (x *QueuePurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePurgeRequest.ProtoReflect.Descriptor instead.
 func (*QueuePurgeRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{126}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *QueuePurgeRequest) GetQueue() string {
@@ -8412,7 +8541,7 @@ type QueuePurgeResponse struct {
 
 func (x *QueuePurgeResponse) Reset() {
 	*x = QueuePurgeResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[127]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8424,7 +8553,7 @@ func (x *QueuePurgeResponse) String() string {
 func (*QueuePurgeResponse) ProtoMessage() {}
 
 func (x *QueuePurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[127]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8437,7 +8566,7 @@ func (x *QueuePurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePurgeResponse.ProtoReflect.Descriptor instead.
 func (*QueuePurgeResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{127}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *QueuePurgeResponse) GetPurged() uint64 {
@@ -8458,16 +8587,23 @@ var File_api_tenurepb_tenure_proto protoreflect.FileDescriptor
 
 const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\n" +
-	"\x19api/tenurepb/tenure.proto\x12\ttenure.v1\"\x14\n" +
+	"\x19api/tenurepb/tenure.proto\x12\ttenure.v1\"V\n" +
+	"\x17ClusterKeyRetireRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
+	"\bafter_ms\x18\x02 \x01(\x03R\aafterMs\x12\x10\n" +
+	"\x03now\x18\x03 \x01(\bR\x03now\"\x14\n" +
 	"\x12ClusterKeysRequest\"\x19\n" +
-	"\x17ClusterKeyRotateRequest\"|\n" +
+	"\x17ClusterKeyRotateRequest\"\xe9\x01\n" +
 	"\n" +
 	"ClusterKey\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x02 \x01(\fR\tpublicKey\x12\x16\n" +
 	"\x06active\x18\x03 \x01(\bR\x06active\x12'\n" +
-	"\x0fcreate_revision\x18\x04 \x01(\x04R\x0ecreateRevision\"_\n" +
+	"\x0fcreate_revision\x18\x04 \x01(\x04R\x0ecreateRevision\x12\x18\n" +
+	"\aretired\x18P \x01(\bR\aretired\x12)\n" +
+	"\x10retired_revision\x18Q \x01(\x04R\x0fretiredRevision\x12&\n" +
+	"\x0fretire_grace_ms\x18R \x01(\x03R\rretireGraceMs\"_\n" +
 	"\x13ClusterKeysResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\fR\tclusterId\x12)\n" +
@@ -8527,7 +8663,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x11AclWhoAmIResponse\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x1a\n" +
 	"\bpolicies\x18\x02 \x03(\tR\bpolicies\x12\x12\n" +
-	"\x04auth\x18\x03 \x01(\bR\x04auth\"\xf5\x02\n" +
+	"\x04auth\x18\x03 \x01(\bR\x04auth\"\x9d\x03\n" +
 	"\rClusterLimits\x12!\n" +
 	"\fmax_sessions\x18\x01 \x01(\x04R\vmaxSessions\x12\x1f\n" +
 	"\vmax_waiters\x18\x02 \x01(\x04R\n" +
@@ -8542,17 +8678,21 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\bmax_keys\x18\t \x01(\x04R\amaxKeys\x12 \n" +
 	"\fmax_kv_bytes\x18\n" +
 	" \x01(\x04R\n" +
-	"maxKvBytes\"\x12\n" +
+	"maxKvBytes\x12&\n" +
+	"\x0fmax_etcd_leases\x18F \x01(\x04R\rmaxEtcdLeases\"\x12\n" +
 	"\x10GetLimitsRequest\"D\n" +
 	"\x10SetLimitsRequest\x120\n" +
 	"\x06limits\x18\x01 \x01(\v2\x18.tenure.v1.ClusterLimitsR\x06limits\"^\n" +
 	"\x0eLimitsResponse\x120\n" +
 	"\x06limits\x18\x01 \x01(\v2\x18.tenure.v1.ClusterLimitsR\x06limits\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\"\x15\n" +
-	"\x13SnapshotSaveRequest\"9\n" +
+	"\x13SnapshotSaveRequest\"\xa6\x01\n" +
 	"\rSnapshotChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
-	"\x05force\x18\x02 \x01(\bR\x05force\"\xb1\x01\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\x12!\n" +
+	"\ffrom_cluster\x18P \x01(\tR\vfromCluster\x12!\n" +
+	"\freplace_keys\x18Q \x01(\bR\vreplaceKeys\x12%\n" +
+	"\x0eabove_revision\x18R \x01(\x04R\raboveRevision\"\xb1\x01\n" +
 	"\x17SnapshotRestoreResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x1a\n" +
 	"\bsessions\x18\x02 \x01(\rR\bsessions\x12\x14\n" +
@@ -9025,7 +9165,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x11QueueSettleResult\x12#\n" +
 	"\x1fQUEUE_SETTLE_RESULT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16QUEUE_SETTLE_RESULT_OK\x10\x01\x12\x1d\n" +
-	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\xa6\x1e\n" +
+	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\xfe\x1e\n" +
 	"\x06Tenure\x12C\n" +
 	"\bSessions\x12\x18.tenure.v1.SessionFrames\x1a\x19.tenure.v1.SessionReplies(\x010\x01\x12O\n" +
 	"\fListSessions\x12\x1e.tenure.v1.ListSessionsRequest\x1a\x1f.tenure.v1.ListSessionsResponse\x12I\n" +
@@ -9079,7 +9219,8 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x11AclIdentityUnbind\x12#.tenure.v1.AclIdentityUnbindRequest\x1a\x1c.tenure.v1.AclDeleteResponse\x12F\n" +
 	"\tAclWhoAmI\x12\x1b.tenure.v1.AclWhoAmIRequest\x1a\x1c.tenure.v1.AclWhoAmIResponse\x12L\n" +
 	"\vClusterKeys\x12\x1d.tenure.v1.ClusterKeysRequest\x1a\x1e.tenure.v1.ClusterKeysResponse\x12V\n" +
-	"\x10ClusterKeyRotate\x12\".tenure.v1.ClusterKeyRotateRequest\x1a\x1e.tenure.v1.ClusterKeysResponse\x12F\n" +
+	"\x10ClusterKeyRotate\x12\".tenure.v1.ClusterKeyRotateRequest\x1a\x1e.tenure.v1.ClusterKeysResponse\x12V\n" +
+	"\x10ClusterKeyRetire\x12\".tenure.v1.ClusterKeyRetireRequest\x1a\x1e.tenure.v1.ClusterKeysResponse\x12F\n" +
 	"\tAclEnable\x12\x1b.tenure.v1.AclEnableRequest\x1a\x1c.tenure.v1.AclEnableResponseB*Z(github.com/tenure-io/tenure/api/tenurepbb\x06proto3"
 
 var (
@@ -9095,7 +9236,7 @@ func file_api_tenurepb_tenure_proto_rawDescGZIP() []byte {
 }
 
 var file_api_tenurepb_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 128)
+var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 129)
 var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(ErrorReason)(0),                  // 0: tenure.v1.ErrorReason
 	(PutResult)(0),                    // 1: tenure.v1.PutResult
@@ -9103,304 +9244,307 @@ var file_api_tenurepb_tenure_proto_goTypes = []any{
 	(KVCompareResult)(0),              // 3: tenure.v1.KVCompareResult
 	(KVEventType)(0),                  // 4: tenure.v1.KVEventType
 	(QueueSettleResult)(0),            // 5: tenure.v1.QueueSettleResult
-	(*ClusterKeysRequest)(nil),        // 6: tenure.v1.ClusterKeysRequest
-	(*ClusterKeyRotateRequest)(nil),   // 7: tenure.v1.ClusterKeyRotateRequest
-	(*ClusterKey)(nil),                // 8: tenure.v1.ClusterKey
-	(*ClusterKeysResponse)(nil),       // 9: tenure.v1.ClusterKeysResponse
-	(*AclRule)(nil),                   // 10: tenure.v1.AclRule
-	(*AclPolicy)(nil),                 // 11: tenure.v1.AclPolicy
-	(*AclBootstrapRequest)(nil),       // 12: tenure.v1.AclBootstrapRequest
-	(*AclTokenSecret)(nil),            // 13: tenure.v1.AclTokenSecret
-	(*AclPolicyCreateRequest)(nil),    // 14: tenure.v1.AclPolicyCreateRequest
-	(*AclPolicyListRequest)(nil),      // 15: tenure.v1.AclPolicyListRequest
-	(*AclPolicyListResponse)(nil),     // 16: tenure.v1.AclPolicyListResponse
-	(*AclPolicyDeleteRequest)(nil),    // 17: tenure.v1.AclPolicyDeleteRequest
-	(*AclDeleteResponse)(nil),         // 18: tenure.v1.AclDeleteResponse
-	(*AclTokenCreateRequest)(nil),     // 19: tenure.v1.AclTokenCreateRequest
-	(*AclToken)(nil),                  // 20: tenure.v1.AclToken
-	(*AclTokenListRequest)(nil),       // 21: tenure.v1.AclTokenListRequest
-	(*AclTokenListResponse)(nil),      // 22: tenure.v1.AclTokenListResponse
-	(*AclTokenRevokeRequest)(nil),     // 23: tenure.v1.AclTokenRevokeRequest
-	(*AclIdentity)(nil),               // 24: tenure.v1.AclIdentity
-	(*AclIdentityBindRequest)(nil),    // 25: tenure.v1.AclIdentityBindRequest
-	(*AclIdentityListRequest)(nil),    // 26: tenure.v1.AclIdentityListRequest
-	(*AclIdentityListResponse)(nil),   // 27: tenure.v1.AclIdentityListResponse
-	(*AclIdentityUnbindRequest)(nil),  // 28: tenure.v1.AclIdentityUnbindRequest
-	(*AclEnableRequest)(nil),          // 29: tenure.v1.AclEnableRequest
-	(*AclEnableResponse)(nil),         // 30: tenure.v1.AclEnableResponse
-	(*AclWhoAmIRequest)(nil),          // 31: tenure.v1.AclWhoAmIRequest
-	(*AclWhoAmIResponse)(nil),         // 32: tenure.v1.AclWhoAmIResponse
-	(*ClusterLimits)(nil),             // 33: tenure.v1.ClusterLimits
-	(*GetLimitsRequest)(nil),          // 34: tenure.v1.GetLimitsRequest
-	(*SetLimitsRequest)(nil),          // 35: tenure.v1.SetLimitsRequest
-	(*LimitsResponse)(nil),            // 36: tenure.v1.LimitsResponse
-	(*SnapshotSaveRequest)(nil),       // 37: tenure.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),             // 38: tenure.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil),   // 39: tenure.v1.SnapshotRestoreResponse
-	(*Member)(nil),                    // 40: tenure.v1.Member
-	(*MemberListRequest)(nil),         // 41: tenure.v1.MemberListRequest
-	(*MemberListResponse)(nil),        // 42: tenure.v1.MemberListResponse
-	(*MemberAddRequest)(nil),          // 43: tenure.v1.MemberAddRequest
-	(*MemberRemoveRequest)(nil),       // 44: tenure.v1.MemberRemoveRequest
-	(*SessionFrames)(nil),             // 45: tenure.v1.SessionFrames
-	(*SessionFrame)(nil),              // 46: tenure.v1.SessionFrame
-	(*SessionReplies)(nil),            // 47: tenure.v1.SessionReplies
-	(*SessionReply)(nil),              // 48: tenure.v1.SessionReply
-	(*SessionRequest)(nil),            // 49: tenure.v1.SessionRequest
-	(*OpenSession)(nil),               // 50: tenure.v1.OpenSession
-	(*KeepAlive)(nil),                 // 51: tenure.v1.KeepAlive
-	(*AcquireLock)(nil),               // 52: tenure.v1.AcquireLock
-	(*ProclaimValue)(nil),             // 53: tenure.v1.ProclaimValue
-	(*ValueProclaimed)(nil),           // 54: tenure.v1.ValueProclaimed
-	(*ReleaseLock)(nil),               // 55: tenure.v1.ReleaseLock
-	(*CancelRequest)(nil),             // 56: tenure.v1.CancelRequest
-	(*CloseSession)(nil),              // 57: tenure.v1.CloseSession
-	(*SessionResponse)(nil),           // 58: tenure.v1.SessionResponse
-	(*SessionOpened)(nil),             // 59: tenure.v1.SessionOpened
-	(*KeepAliveAck)(nil),              // 60: tenure.v1.KeepAliveAck
-	(*LockQueued)(nil),                // 61: tenure.v1.LockQueued
-	(*LockGranted)(nil),               // 62: tenure.v1.LockGranted
-	(*LockReleased)(nil),              // 63: tenure.v1.LockReleased
-	(*SessionClosed)(nil),             // 64: tenure.v1.SessionClosed
-	(*Error)(nil),                     // 65: tenure.v1.Error
-	(*ListSessionsRequest)(nil),       // 66: tenure.v1.ListSessionsRequest
-	(*SessionInfo)(nil),               // 67: tenure.v1.SessionInfo
-	(*ListSessionsResponse)(nil),      // 68: tenure.v1.ListSessionsResponse
-	(*LockStatusRequest)(nil),         // 69: tenure.v1.LockStatusRequest
-	(*Holder)(nil),                    // 70: tenure.v1.Holder
-	(*Waiter)(nil),                    // 71: tenure.v1.Waiter
-	(*LockStatusResponse)(nil),        // 72: tenure.v1.LockStatusResponse
-	(*ListLocksRequest)(nil),          // 73: tenure.v1.ListLocksRequest
-	(*LockSummary)(nil),               // 74: tenure.v1.LockSummary
-	(*ListLocksResponse)(nil),         // 75: tenure.v1.ListLocksResponse
-	(*LockHistoryRequest)(nil),        // 76: tenure.v1.LockHistoryRequest
-	(*GrantRecord)(nil),               // 77: tenure.v1.GrantRecord
-	(*LockHistoryResponse)(nil),       // 78: tenure.v1.LockHistoryResponse
-	(*FencedPutRequest)(nil),          // 79: tenure.v1.FencedPutRequest
-	(*ForgedProof)(nil),               // 80: tenure.v1.ForgedProof
-	(*FencedPutResponse)(nil),         // 81: tenure.v1.FencedPutResponse
-	(*FencedDeleteRequest)(nil),       // 82: tenure.v1.FencedDeleteRequest
-	(*FencedDeleteResponse)(nil),      // 83: tenure.v1.FencedDeleteResponse
-	(*UnissuedToken)(nil),             // 84: tenure.v1.UnissuedToken
-	(*FencedGetRequest)(nil),          // 85: tenure.v1.FencedGetRequest
-	(*FencedGetResponse)(nil),         // 86: tenure.v1.FencedGetResponse
-	(*ObserveRequest)(nil),            // 87: tenure.v1.ObserveRequest
-	(*LeaderEvent)(nil),               // 88: tenure.v1.LeaderEvent
-	(*StatusRequest)(nil),             // 89: tenure.v1.StatusRequest
-	(*StatusResponse)(nil),            // 90: tenure.v1.StatusResponse
-	(*KVKeyValue)(nil),                // 91: tenure.v1.KVKeyValue
-	(*KVPutRequest)(nil),              // 92: tenure.v1.KVPutRequest
-	(*KVPutResponse)(nil),             // 93: tenure.v1.KVPutResponse
-	(*KVRangeRequest)(nil),            // 94: tenure.v1.KVRangeRequest
-	(*KVRangeResponse)(nil),           // 95: tenure.v1.KVRangeResponse
-	(*KVDeleteRequest)(nil),           // 96: tenure.v1.KVDeleteRequest
-	(*KVDeleteResponse)(nil),          // 97: tenure.v1.KVDeleteResponse
-	(*KVCompare)(nil),                 // 98: tenure.v1.KVCompare
-	(*KVRequestOp)(nil),               // 99: tenure.v1.KVRequestOp
-	(*KVResponseOp)(nil),              // 100: tenure.v1.KVResponseOp
-	(*KVTxnRequest)(nil),              // 101: tenure.v1.KVTxnRequest
-	(*KVTxnResponse)(nil),             // 102: tenure.v1.KVTxnResponse
-	(*KVWatchRequest)(nil),            // 103: tenure.v1.KVWatchRequest
-	(*KVEvent)(nil),                   // 104: tenure.v1.KVEvent
-	(*KVWatchResponse)(nil),           // 105: tenure.v1.KVWatchResponse
-	(*KVCompacted)(nil),               // 106: tenure.v1.KVCompacted
-	(*QueueEnqueueRequest)(nil),       // 107: tenure.v1.QueueEnqueueRequest
-	(*QueueEnqueueResponse)(nil),      // 108: tenure.v1.QueueEnqueueResponse
-	(*QueueDequeueRequest)(nil),       // 109: tenure.v1.QueueDequeueRequest
-	(*QueueItem)(nil),                 // 110: tenure.v1.QueueItem
-	(*QueueDequeueResponse)(nil),      // 111: tenure.v1.QueueDequeueResponse
-	(*QueueSettleRequest)(nil),        // 112: tenure.v1.QueueSettleRequest
-	(*QueueSettleResponse)(nil),       // 113: tenure.v1.QueueSettleResponse
-	(*QueueStatsRequest)(nil),         // 114: tenure.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),        // 115: tenure.v1.QueueStatsResponse
-	(*QueueDeadListRequest)(nil),      // 116: tenure.v1.QueueDeadListRequest
-	(*QueueDeadItem)(nil),             // 117: tenure.v1.QueueDeadItem
-	(*QueueDeadListResponse)(nil),     // 118: tenure.v1.QueueDeadListResponse
-	(*QueueDeadRequeueRequest)(nil),   // 119: tenure.v1.QueueDeadRequeueRequest
-	(*QueueDeadRequeueResponse)(nil),  // 120: tenure.v1.QueueDeadRequeueResponse
-	(*QueueDeleteRequest)(nil),        // 121: tenure.v1.QueueDeleteRequest
-	(*QueueDeleteResponse)(nil),       // 122: tenure.v1.QueueDeleteResponse
-	(*QueueEnqueueBatchRequest)(nil),  // 123: tenure.v1.QueueEnqueueBatchRequest
-	(*QueueEnqueueItem)(nil),          // 124: tenure.v1.QueueEnqueueItem
-	(*QueueEnqueueBatchResponse)(nil), // 125: tenure.v1.QueueEnqueueBatchResponse
-	(*QueueDequeueBatchRequest)(nil),  // 126: tenure.v1.QueueDequeueBatchRequest
-	(*QueueDequeueBatchResponse)(nil), // 127: tenure.v1.QueueDequeueBatchResponse
-	(*QueueDelivery)(nil),             // 128: tenure.v1.QueueDelivery
-	(*QueueSettleBatchRequest)(nil),   // 129: tenure.v1.QueueSettleBatchRequest
-	(*QueueSettleItemResult)(nil),     // 130: tenure.v1.QueueSettleItemResult
-	(*QueueSettleBatchResponse)(nil),  // 131: tenure.v1.QueueSettleBatchResponse
-	(*QueuePurgeRequest)(nil),         // 132: tenure.v1.QueuePurgeRequest
-	(*QueuePurgeResponse)(nil),        // 133: tenure.v1.QueuePurgeResponse
+	(*ClusterKeyRetireRequest)(nil),   // 6: tenure.v1.ClusterKeyRetireRequest
+	(*ClusterKeysRequest)(nil),        // 7: tenure.v1.ClusterKeysRequest
+	(*ClusterKeyRotateRequest)(nil),   // 8: tenure.v1.ClusterKeyRotateRequest
+	(*ClusterKey)(nil),                // 9: tenure.v1.ClusterKey
+	(*ClusterKeysResponse)(nil),       // 10: tenure.v1.ClusterKeysResponse
+	(*AclRule)(nil),                   // 11: tenure.v1.AclRule
+	(*AclPolicy)(nil),                 // 12: tenure.v1.AclPolicy
+	(*AclBootstrapRequest)(nil),       // 13: tenure.v1.AclBootstrapRequest
+	(*AclTokenSecret)(nil),            // 14: tenure.v1.AclTokenSecret
+	(*AclPolicyCreateRequest)(nil),    // 15: tenure.v1.AclPolicyCreateRequest
+	(*AclPolicyListRequest)(nil),      // 16: tenure.v1.AclPolicyListRequest
+	(*AclPolicyListResponse)(nil),     // 17: tenure.v1.AclPolicyListResponse
+	(*AclPolicyDeleteRequest)(nil),    // 18: tenure.v1.AclPolicyDeleteRequest
+	(*AclDeleteResponse)(nil),         // 19: tenure.v1.AclDeleteResponse
+	(*AclTokenCreateRequest)(nil),     // 20: tenure.v1.AclTokenCreateRequest
+	(*AclToken)(nil),                  // 21: tenure.v1.AclToken
+	(*AclTokenListRequest)(nil),       // 22: tenure.v1.AclTokenListRequest
+	(*AclTokenListResponse)(nil),      // 23: tenure.v1.AclTokenListResponse
+	(*AclTokenRevokeRequest)(nil),     // 24: tenure.v1.AclTokenRevokeRequest
+	(*AclIdentity)(nil),               // 25: tenure.v1.AclIdentity
+	(*AclIdentityBindRequest)(nil),    // 26: tenure.v1.AclIdentityBindRequest
+	(*AclIdentityListRequest)(nil),    // 27: tenure.v1.AclIdentityListRequest
+	(*AclIdentityListResponse)(nil),   // 28: tenure.v1.AclIdentityListResponse
+	(*AclIdentityUnbindRequest)(nil),  // 29: tenure.v1.AclIdentityUnbindRequest
+	(*AclEnableRequest)(nil),          // 30: tenure.v1.AclEnableRequest
+	(*AclEnableResponse)(nil),         // 31: tenure.v1.AclEnableResponse
+	(*AclWhoAmIRequest)(nil),          // 32: tenure.v1.AclWhoAmIRequest
+	(*AclWhoAmIResponse)(nil),         // 33: tenure.v1.AclWhoAmIResponse
+	(*ClusterLimits)(nil),             // 34: tenure.v1.ClusterLimits
+	(*GetLimitsRequest)(nil),          // 35: tenure.v1.GetLimitsRequest
+	(*SetLimitsRequest)(nil),          // 36: tenure.v1.SetLimitsRequest
+	(*LimitsResponse)(nil),            // 37: tenure.v1.LimitsResponse
+	(*SnapshotSaveRequest)(nil),       // 38: tenure.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),             // 39: tenure.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),   // 40: tenure.v1.SnapshotRestoreResponse
+	(*Member)(nil),                    // 41: tenure.v1.Member
+	(*MemberListRequest)(nil),         // 42: tenure.v1.MemberListRequest
+	(*MemberListResponse)(nil),        // 43: tenure.v1.MemberListResponse
+	(*MemberAddRequest)(nil),          // 44: tenure.v1.MemberAddRequest
+	(*MemberRemoveRequest)(nil),       // 45: tenure.v1.MemberRemoveRequest
+	(*SessionFrames)(nil),             // 46: tenure.v1.SessionFrames
+	(*SessionFrame)(nil),              // 47: tenure.v1.SessionFrame
+	(*SessionReplies)(nil),            // 48: tenure.v1.SessionReplies
+	(*SessionReply)(nil),              // 49: tenure.v1.SessionReply
+	(*SessionRequest)(nil),            // 50: tenure.v1.SessionRequest
+	(*OpenSession)(nil),               // 51: tenure.v1.OpenSession
+	(*KeepAlive)(nil),                 // 52: tenure.v1.KeepAlive
+	(*AcquireLock)(nil),               // 53: tenure.v1.AcquireLock
+	(*ProclaimValue)(nil),             // 54: tenure.v1.ProclaimValue
+	(*ValueProclaimed)(nil),           // 55: tenure.v1.ValueProclaimed
+	(*ReleaseLock)(nil),               // 56: tenure.v1.ReleaseLock
+	(*CancelRequest)(nil),             // 57: tenure.v1.CancelRequest
+	(*CloseSession)(nil),              // 58: tenure.v1.CloseSession
+	(*SessionResponse)(nil),           // 59: tenure.v1.SessionResponse
+	(*SessionOpened)(nil),             // 60: tenure.v1.SessionOpened
+	(*KeepAliveAck)(nil),              // 61: tenure.v1.KeepAliveAck
+	(*LockQueued)(nil),                // 62: tenure.v1.LockQueued
+	(*LockGranted)(nil),               // 63: tenure.v1.LockGranted
+	(*LockReleased)(nil),              // 64: tenure.v1.LockReleased
+	(*SessionClosed)(nil),             // 65: tenure.v1.SessionClosed
+	(*Error)(nil),                     // 66: tenure.v1.Error
+	(*ListSessionsRequest)(nil),       // 67: tenure.v1.ListSessionsRequest
+	(*SessionInfo)(nil),               // 68: tenure.v1.SessionInfo
+	(*ListSessionsResponse)(nil),      // 69: tenure.v1.ListSessionsResponse
+	(*LockStatusRequest)(nil),         // 70: tenure.v1.LockStatusRequest
+	(*Holder)(nil),                    // 71: tenure.v1.Holder
+	(*Waiter)(nil),                    // 72: tenure.v1.Waiter
+	(*LockStatusResponse)(nil),        // 73: tenure.v1.LockStatusResponse
+	(*ListLocksRequest)(nil),          // 74: tenure.v1.ListLocksRequest
+	(*LockSummary)(nil),               // 75: tenure.v1.LockSummary
+	(*ListLocksResponse)(nil),         // 76: tenure.v1.ListLocksResponse
+	(*LockHistoryRequest)(nil),        // 77: tenure.v1.LockHistoryRequest
+	(*GrantRecord)(nil),               // 78: tenure.v1.GrantRecord
+	(*LockHistoryResponse)(nil),       // 79: tenure.v1.LockHistoryResponse
+	(*FencedPutRequest)(nil),          // 80: tenure.v1.FencedPutRequest
+	(*ForgedProof)(nil),               // 81: tenure.v1.ForgedProof
+	(*FencedPutResponse)(nil),         // 82: tenure.v1.FencedPutResponse
+	(*FencedDeleteRequest)(nil),       // 83: tenure.v1.FencedDeleteRequest
+	(*FencedDeleteResponse)(nil),      // 84: tenure.v1.FencedDeleteResponse
+	(*UnissuedToken)(nil),             // 85: tenure.v1.UnissuedToken
+	(*FencedGetRequest)(nil),          // 86: tenure.v1.FencedGetRequest
+	(*FencedGetResponse)(nil),         // 87: tenure.v1.FencedGetResponse
+	(*ObserveRequest)(nil),            // 88: tenure.v1.ObserveRequest
+	(*LeaderEvent)(nil),               // 89: tenure.v1.LeaderEvent
+	(*StatusRequest)(nil),             // 90: tenure.v1.StatusRequest
+	(*StatusResponse)(nil),            // 91: tenure.v1.StatusResponse
+	(*KVKeyValue)(nil),                // 92: tenure.v1.KVKeyValue
+	(*KVPutRequest)(nil),              // 93: tenure.v1.KVPutRequest
+	(*KVPutResponse)(nil),             // 94: tenure.v1.KVPutResponse
+	(*KVRangeRequest)(nil),            // 95: tenure.v1.KVRangeRequest
+	(*KVRangeResponse)(nil),           // 96: tenure.v1.KVRangeResponse
+	(*KVDeleteRequest)(nil),           // 97: tenure.v1.KVDeleteRequest
+	(*KVDeleteResponse)(nil),          // 98: tenure.v1.KVDeleteResponse
+	(*KVCompare)(nil),                 // 99: tenure.v1.KVCompare
+	(*KVRequestOp)(nil),               // 100: tenure.v1.KVRequestOp
+	(*KVResponseOp)(nil),              // 101: tenure.v1.KVResponseOp
+	(*KVTxnRequest)(nil),              // 102: tenure.v1.KVTxnRequest
+	(*KVTxnResponse)(nil),             // 103: tenure.v1.KVTxnResponse
+	(*KVWatchRequest)(nil),            // 104: tenure.v1.KVWatchRequest
+	(*KVEvent)(nil),                   // 105: tenure.v1.KVEvent
+	(*KVWatchResponse)(nil),           // 106: tenure.v1.KVWatchResponse
+	(*KVCompacted)(nil),               // 107: tenure.v1.KVCompacted
+	(*QueueEnqueueRequest)(nil),       // 108: tenure.v1.QueueEnqueueRequest
+	(*QueueEnqueueResponse)(nil),      // 109: tenure.v1.QueueEnqueueResponse
+	(*QueueDequeueRequest)(nil),       // 110: tenure.v1.QueueDequeueRequest
+	(*QueueItem)(nil),                 // 111: tenure.v1.QueueItem
+	(*QueueDequeueResponse)(nil),      // 112: tenure.v1.QueueDequeueResponse
+	(*QueueSettleRequest)(nil),        // 113: tenure.v1.QueueSettleRequest
+	(*QueueSettleResponse)(nil),       // 114: tenure.v1.QueueSettleResponse
+	(*QueueStatsRequest)(nil),         // 115: tenure.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),        // 116: tenure.v1.QueueStatsResponse
+	(*QueueDeadListRequest)(nil),      // 117: tenure.v1.QueueDeadListRequest
+	(*QueueDeadItem)(nil),             // 118: tenure.v1.QueueDeadItem
+	(*QueueDeadListResponse)(nil),     // 119: tenure.v1.QueueDeadListResponse
+	(*QueueDeadRequeueRequest)(nil),   // 120: tenure.v1.QueueDeadRequeueRequest
+	(*QueueDeadRequeueResponse)(nil),  // 121: tenure.v1.QueueDeadRequeueResponse
+	(*QueueDeleteRequest)(nil),        // 122: tenure.v1.QueueDeleteRequest
+	(*QueueDeleteResponse)(nil),       // 123: tenure.v1.QueueDeleteResponse
+	(*QueueEnqueueBatchRequest)(nil),  // 124: tenure.v1.QueueEnqueueBatchRequest
+	(*QueueEnqueueItem)(nil),          // 125: tenure.v1.QueueEnqueueItem
+	(*QueueEnqueueBatchResponse)(nil), // 126: tenure.v1.QueueEnqueueBatchResponse
+	(*QueueDequeueBatchRequest)(nil),  // 127: tenure.v1.QueueDequeueBatchRequest
+	(*QueueDequeueBatchResponse)(nil), // 128: tenure.v1.QueueDequeueBatchResponse
+	(*QueueDelivery)(nil),             // 129: tenure.v1.QueueDelivery
+	(*QueueSettleBatchRequest)(nil),   // 130: tenure.v1.QueueSettleBatchRequest
+	(*QueueSettleItemResult)(nil),     // 131: tenure.v1.QueueSettleItemResult
+	(*QueueSettleBatchResponse)(nil),  // 132: tenure.v1.QueueSettleBatchResponse
+	(*QueuePurgeRequest)(nil),         // 133: tenure.v1.QueuePurgeRequest
+	(*QueuePurgeResponse)(nil),        // 134: tenure.v1.QueuePurgeResponse
 }
 var file_api_tenurepb_tenure_proto_depIdxs = []int32{
-	8,   // 0: tenure.v1.ClusterKeysResponse.keys:type_name -> tenure.v1.ClusterKey
-	10,  // 1: tenure.v1.AclPolicy.rules:type_name -> tenure.v1.AclRule
-	11,  // 2: tenure.v1.AclPolicyCreateRequest.policy:type_name -> tenure.v1.AclPolicy
-	11,  // 3: tenure.v1.AclPolicyListResponse.policies:type_name -> tenure.v1.AclPolicy
-	20,  // 4: tenure.v1.AclTokenListResponse.tokens:type_name -> tenure.v1.AclToken
-	24,  // 5: tenure.v1.AclIdentityBindRequest.identity:type_name -> tenure.v1.AclIdentity
-	24,  // 6: tenure.v1.AclIdentityListResponse.identities:type_name -> tenure.v1.AclIdentity
-	33,  // 7: tenure.v1.SetLimitsRequest.limits:type_name -> tenure.v1.ClusterLimits
-	33,  // 8: tenure.v1.LimitsResponse.limits:type_name -> tenure.v1.ClusterLimits
-	40,  // 9: tenure.v1.MemberListResponse.members:type_name -> tenure.v1.Member
-	46,  // 10: tenure.v1.SessionFrames.frames:type_name -> tenure.v1.SessionFrame
-	49,  // 11: tenure.v1.SessionFrame.request:type_name -> tenure.v1.SessionRequest
-	48,  // 12: tenure.v1.SessionReplies.replies:type_name -> tenure.v1.SessionReply
-	58,  // 13: tenure.v1.SessionReply.response:type_name -> tenure.v1.SessionResponse
+	9,   // 0: tenure.v1.ClusterKeysResponse.keys:type_name -> tenure.v1.ClusterKey
+	11,  // 1: tenure.v1.AclPolicy.rules:type_name -> tenure.v1.AclRule
+	12,  // 2: tenure.v1.AclPolicyCreateRequest.policy:type_name -> tenure.v1.AclPolicy
+	12,  // 3: tenure.v1.AclPolicyListResponse.policies:type_name -> tenure.v1.AclPolicy
+	21,  // 4: tenure.v1.AclTokenListResponse.tokens:type_name -> tenure.v1.AclToken
+	25,  // 5: tenure.v1.AclIdentityBindRequest.identity:type_name -> tenure.v1.AclIdentity
+	25,  // 6: tenure.v1.AclIdentityListResponse.identities:type_name -> tenure.v1.AclIdentity
+	34,  // 7: tenure.v1.SetLimitsRequest.limits:type_name -> tenure.v1.ClusterLimits
+	34,  // 8: tenure.v1.LimitsResponse.limits:type_name -> tenure.v1.ClusterLimits
+	41,  // 9: tenure.v1.MemberListResponse.members:type_name -> tenure.v1.Member
+	47,  // 10: tenure.v1.SessionFrames.frames:type_name -> tenure.v1.SessionFrame
+	50,  // 11: tenure.v1.SessionFrame.request:type_name -> tenure.v1.SessionRequest
+	49,  // 12: tenure.v1.SessionReplies.replies:type_name -> tenure.v1.SessionReply
+	59,  // 13: tenure.v1.SessionReply.response:type_name -> tenure.v1.SessionResponse
 	0,   // 14: tenure.v1.SessionReply.reason:type_name -> tenure.v1.ErrorReason
-	50,  // 15: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
-	51,  // 16: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
-	52,  // 17: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
-	55,  // 18: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
-	56,  // 19: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
-	57,  // 20: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
-	53,  // 21: tenure.v1.SessionRequest.proclaim:type_name -> tenure.v1.ProclaimValue
-	59,  // 22: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
-	60,  // 23: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
-	61,  // 24: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
-	62,  // 25: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
-	63,  // 26: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
-	64,  // 27: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
-	65,  // 28: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
-	54,  // 29: tenure.v1.SessionResponse.proclaimed:type_name -> tenure.v1.ValueProclaimed
+	51,  // 15: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
+	52,  // 16: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
+	53,  // 17: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
+	56,  // 18: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
+	57,  // 19: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
+	58,  // 20: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
+	54,  // 21: tenure.v1.SessionRequest.proclaim:type_name -> tenure.v1.ProclaimValue
+	60,  // 22: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
+	61,  // 23: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
+	62,  // 24: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
+	63,  // 25: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
+	64,  // 26: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
+	65,  // 27: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
+	66,  // 28: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
+	55,  // 29: tenure.v1.SessionResponse.proclaimed:type_name -> tenure.v1.ValueProclaimed
 	0,   // 30: tenure.v1.Error.reason:type_name -> tenure.v1.ErrorReason
-	67,  // 31: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
-	70,  // 32: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
-	70,  // 33: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
-	71,  // 34: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
-	70,  // 35: tenure.v1.LockSummary.first_holders:type_name -> tenure.v1.Holder
-	74,  // 36: tenure.v1.ListLocksResponse.locks:type_name -> tenure.v1.LockSummary
-	77,  // 37: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
+	68,  // 31: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
+	71,  // 32: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
+	71,  // 33: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
+	72,  // 34: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
+	71,  // 35: tenure.v1.LockSummary.first_holders:type_name -> tenure.v1.Holder
+	75,  // 36: tenure.v1.ListLocksResponse.locks:type_name -> tenure.v1.LockSummary
+	78,  // 37: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
 	1,   // 38: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
 	1,   // 39: tenure.v1.FencedDeleteResponse.result:type_name -> tenure.v1.PutResult
-	91,  // 40: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
+	92,  // 40: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
 	2,   // 41: tenure.v1.KVCompare.target:type_name -> tenure.v1.KVCompareTarget
 	3,   // 42: tenure.v1.KVCompare.result:type_name -> tenure.v1.KVCompareResult
-	94,  // 43: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
-	92,  // 44: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
-	96,  // 45: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
-	95,  // 46: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
-	93,  // 47: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
-	97,  // 48: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
-	98,  // 49: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
-	99,  // 50: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
-	99,  // 51: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
-	100, // 52: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
+	95,  // 43: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
+	93,  // 44: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
+	97,  // 45: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
+	96,  // 46: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
+	94,  // 47: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
+	98,  // 48: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
+	99,  // 49: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
+	100, // 50: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
+	100, // 51: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
+	101, // 52: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
 	4,   // 53: tenure.v1.KVEvent.type:type_name -> tenure.v1.KVEventType
-	91,  // 54: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
-	104, // 55: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
-	110, // 56: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
+	92,  // 54: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
+	105, // 55: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
+	111, // 56: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
 	5,   // 57: tenure.v1.QueueSettleResponse.result:type_name -> tenure.v1.QueueSettleResult
-	117, // 58: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
-	124, // 59: tenure.v1.QueueEnqueueBatchRequest.items:type_name -> tenure.v1.QueueEnqueueItem
-	108, // 60: tenure.v1.QueueEnqueueBatchResponse.items:type_name -> tenure.v1.QueueEnqueueResponse
-	110, // 61: tenure.v1.QueueDequeueBatchResponse.items:type_name -> tenure.v1.QueueItem
-	128, // 62: tenure.v1.QueueSettleBatchRequest.items:type_name -> tenure.v1.QueueDelivery
+	118, // 58: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
+	125, // 59: tenure.v1.QueueEnqueueBatchRequest.items:type_name -> tenure.v1.QueueEnqueueItem
+	109, // 60: tenure.v1.QueueEnqueueBatchResponse.items:type_name -> tenure.v1.QueueEnqueueResponse
+	111, // 61: tenure.v1.QueueDequeueBatchResponse.items:type_name -> tenure.v1.QueueItem
+	129, // 62: tenure.v1.QueueSettleBatchRequest.items:type_name -> tenure.v1.QueueDelivery
 	5,   // 63: tenure.v1.QueueSettleItemResult.result:type_name -> tenure.v1.QueueSettleResult
-	65,  // 64: tenure.v1.QueueSettleItemResult.error:type_name -> tenure.v1.Error
-	130, // 65: tenure.v1.QueueSettleBatchResponse.items:type_name -> tenure.v1.QueueSettleItemResult
-	45,  // 66: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
-	66,  // 67: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
-	69,  // 68: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
-	73,  // 69: tenure.v1.Tenure.ListLocks:input_type -> tenure.v1.ListLocksRequest
-	76,  // 70: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
-	79,  // 71: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
-	85,  // 72: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
-	82,  // 73: tenure.v1.Tenure.FencedDelete:input_type -> tenure.v1.FencedDeleteRequest
-	89,  // 74: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
-	87,  // 75: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
-	41,  // 76: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
-	43,  // 77: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
-	44,  // 78: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
-	37,  // 79: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
-	38,  // 80: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
-	92,  // 81: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
-	94,  // 82: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
-	96,  // 83: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
-	101, // 84: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
-	103, // 85: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
-	107, // 86: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
-	109, // 87: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
-	112, // 88: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
-	112, // 89: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
-	112, // 90: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
-	114, // 91: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
-	116, // 92: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
-	119, // 93: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
-	121, // 94: tenure.v1.Tenure.QueueDelete:input_type -> tenure.v1.QueueDeleteRequest
-	132, // 95: tenure.v1.Tenure.QueuePurge:input_type -> tenure.v1.QueuePurgeRequest
-	123, // 96: tenure.v1.Tenure.QueueEnqueueBatch:input_type -> tenure.v1.QueueEnqueueBatchRequest
-	126, // 97: tenure.v1.Tenure.QueueDequeueBatch:input_type -> tenure.v1.QueueDequeueBatchRequest
-	129, // 98: tenure.v1.Tenure.QueueAckBatch:input_type -> tenure.v1.QueueSettleBatchRequest
-	129, // 99: tenure.v1.Tenure.QueueNackBatch:input_type -> tenure.v1.QueueSettleBatchRequest
-	34,  // 100: tenure.v1.Tenure.GetLimits:input_type -> tenure.v1.GetLimitsRequest
-	35,  // 101: tenure.v1.Tenure.SetLimits:input_type -> tenure.v1.SetLimitsRequest
-	12,  // 102: tenure.v1.Tenure.AclBootstrap:input_type -> tenure.v1.AclBootstrapRequest
-	14,  // 103: tenure.v1.Tenure.AclPolicyCreate:input_type -> tenure.v1.AclPolicyCreateRequest
-	15,  // 104: tenure.v1.Tenure.AclPolicyList:input_type -> tenure.v1.AclPolicyListRequest
-	17,  // 105: tenure.v1.Tenure.AclPolicyDelete:input_type -> tenure.v1.AclPolicyDeleteRequest
-	19,  // 106: tenure.v1.Tenure.AclTokenCreate:input_type -> tenure.v1.AclTokenCreateRequest
-	21,  // 107: tenure.v1.Tenure.AclTokenList:input_type -> tenure.v1.AclTokenListRequest
-	23,  // 108: tenure.v1.Tenure.AclTokenRevoke:input_type -> tenure.v1.AclTokenRevokeRequest
-	25,  // 109: tenure.v1.Tenure.AclIdentityBind:input_type -> tenure.v1.AclIdentityBindRequest
-	26,  // 110: tenure.v1.Tenure.AclIdentityList:input_type -> tenure.v1.AclIdentityListRequest
-	28,  // 111: tenure.v1.Tenure.AclIdentityUnbind:input_type -> tenure.v1.AclIdentityUnbindRequest
-	31,  // 112: tenure.v1.Tenure.AclWhoAmI:input_type -> tenure.v1.AclWhoAmIRequest
-	6,   // 113: tenure.v1.Tenure.ClusterKeys:input_type -> tenure.v1.ClusterKeysRequest
-	7,   // 114: tenure.v1.Tenure.ClusterKeyRotate:input_type -> tenure.v1.ClusterKeyRotateRequest
-	29,  // 115: tenure.v1.Tenure.AclEnable:input_type -> tenure.v1.AclEnableRequest
-	47,  // 116: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
-	68,  // 117: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
-	72,  // 118: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
-	75,  // 119: tenure.v1.Tenure.ListLocks:output_type -> tenure.v1.ListLocksResponse
-	78,  // 120: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
-	81,  // 121: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
-	86,  // 122: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
-	83,  // 123: tenure.v1.Tenure.FencedDelete:output_type -> tenure.v1.FencedDeleteResponse
-	90,  // 124: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
-	88,  // 125: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
-	42,  // 126: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
-	42,  // 127: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
-	42,  // 128: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
-	38,  // 129: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
-	39,  // 130: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
-	93,  // 131: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
-	95,  // 132: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
-	97,  // 133: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
-	102, // 134: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
-	105, // 135: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
-	108, // 136: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
-	111, // 137: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
-	113, // 138: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
-	113, // 139: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
-	113, // 140: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
-	115, // 141: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
-	118, // 142: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
-	120, // 143: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
-	122, // 144: tenure.v1.Tenure.QueueDelete:output_type -> tenure.v1.QueueDeleteResponse
-	133, // 145: tenure.v1.Tenure.QueuePurge:output_type -> tenure.v1.QueuePurgeResponse
-	125, // 146: tenure.v1.Tenure.QueueEnqueueBatch:output_type -> tenure.v1.QueueEnqueueBatchResponse
-	127, // 147: tenure.v1.Tenure.QueueDequeueBatch:output_type -> tenure.v1.QueueDequeueBatchResponse
-	131, // 148: tenure.v1.Tenure.QueueAckBatch:output_type -> tenure.v1.QueueSettleBatchResponse
-	131, // 149: tenure.v1.Tenure.QueueNackBatch:output_type -> tenure.v1.QueueSettleBatchResponse
-	36,  // 150: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
-	36,  // 151: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
-	13,  // 152: tenure.v1.Tenure.AclBootstrap:output_type -> tenure.v1.AclTokenSecret
-	11,  // 153: tenure.v1.Tenure.AclPolicyCreate:output_type -> tenure.v1.AclPolicy
-	16,  // 154: tenure.v1.Tenure.AclPolicyList:output_type -> tenure.v1.AclPolicyListResponse
-	18,  // 155: tenure.v1.Tenure.AclPolicyDelete:output_type -> tenure.v1.AclDeleteResponse
-	13,  // 156: tenure.v1.Tenure.AclTokenCreate:output_type -> tenure.v1.AclTokenSecret
-	22,  // 157: tenure.v1.Tenure.AclTokenList:output_type -> tenure.v1.AclTokenListResponse
-	18,  // 158: tenure.v1.Tenure.AclTokenRevoke:output_type -> tenure.v1.AclDeleteResponse
-	24,  // 159: tenure.v1.Tenure.AclIdentityBind:output_type -> tenure.v1.AclIdentity
-	27,  // 160: tenure.v1.Tenure.AclIdentityList:output_type -> tenure.v1.AclIdentityListResponse
-	18,  // 161: tenure.v1.Tenure.AclIdentityUnbind:output_type -> tenure.v1.AclDeleteResponse
-	32,  // 162: tenure.v1.Tenure.AclWhoAmI:output_type -> tenure.v1.AclWhoAmIResponse
-	9,   // 163: tenure.v1.Tenure.ClusterKeys:output_type -> tenure.v1.ClusterKeysResponse
-	9,   // 164: tenure.v1.Tenure.ClusterKeyRotate:output_type -> tenure.v1.ClusterKeysResponse
-	30,  // 165: tenure.v1.Tenure.AclEnable:output_type -> tenure.v1.AclEnableResponse
-	116, // [116:166] is the sub-list for method output_type
-	66,  // [66:116] is the sub-list for method input_type
+	66,  // 64: tenure.v1.QueueSettleItemResult.error:type_name -> tenure.v1.Error
+	131, // 65: tenure.v1.QueueSettleBatchResponse.items:type_name -> tenure.v1.QueueSettleItemResult
+	46,  // 66: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
+	67,  // 67: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
+	70,  // 68: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
+	74,  // 69: tenure.v1.Tenure.ListLocks:input_type -> tenure.v1.ListLocksRequest
+	77,  // 70: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
+	80,  // 71: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
+	86,  // 72: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
+	83,  // 73: tenure.v1.Tenure.FencedDelete:input_type -> tenure.v1.FencedDeleteRequest
+	90,  // 74: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
+	88,  // 75: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
+	42,  // 76: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
+	44,  // 77: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
+	45,  // 78: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
+	38,  // 79: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
+	39,  // 80: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
+	93,  // 81: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
+	95,  // 82: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
+	97,  // 83: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
+	102, // 84: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
+	104, // 85: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
+	108, // 86: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
+	110, // 87: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
+	113, // 88: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
+	113, // 89: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
+	113, // 90: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
+	115, // 91: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
+	117, // 92: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
+	120, // 93: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
+	122, // 94: tenure.v1.Tenure.QueueDelete:input_type -> tenure.v1.QueueDeleteRequest
+	133, // 95: tenure.v1.Tenure.QueuePurge:input_type -> tenure.v1.QueuePurgeRequest
+	124, // 96: tenure.v1.Tenure.QueueEnqueueBatch:input_type -> tenure.v1.QueueEnqueueBatchRequest
+	127, // 97: tenure.v1.Tenure.QueueDequeueBatch:input_type -> tenure.v1.QueueDequeueBatchRequest
+	130, // 98: tenure.v1.Tenure.QueueAckBatch:input_type -> tenure.v1.QueueSettleBatchRequest
+	130, // 99: tenure.v1.Tenure.QueueNackBatch:input_type -> tenure.v1.QueueSettleBatchRequest
+	35,  // 100: tenure.v1.Tenure.GetLimits:input_type -> tenure.v1.GetLimitsRequest
+	36,  // 101: tenure.v1.Tenure.SetLimits:input_type -> tenure.v1.SetLimitsRequest
+	13,  // 102: tenure.v1.Tenure.AclBootstrap:input_type -> tenure.v1.AclBootstrapRequest
+	15,  // 103: tenure.v1.Tenure.AclPolicyCreate:input_type -> tenure.v1.AclPolicyCreateRequest
+	16,  // 104: tenure.v1.Tenure.AclPolicyList:input_type -> tenure.v1.AclPolicyListRequest
+	18,  // 105: tenure.v1.Tenure.AclPolicyDelete:input_type -> tenure.v1.AclPolicyDeleteRequest
+	20,  // 106: tenure.v1.Tenure.AclTokenCreate:input_type -> tenure.v1.AclTokenCreateRequest
+	22,  // 107: tenure.v1.Tenure.AclTokenList:input_type -> tenure.v1.AclTokenListRequest
+	24,  // 108: tenure.v1.Tenure.AclTokenRevoke:input_type -> tenure.v1.AclTokenRevokeRequest
+	26,  // 109: tenure.v1.Tenure.AclIdentityBind:input_type -> tenure.v1.AclIdentityBindRequest
+	27,  // 110: tenure.v1.Tenure.AclIdentityList:input_type -> tenure.v1.AclIdentityListRequest
+	29,  // 111: tenure.v1.Tenure.AclIdentityUnbind:input_type -> tenure.v1.AclIdentityUnbindRequest
+	32,  // 112: tenure.v1.Tenure.AclWhoAmI:input_type -> tenure.v1.AclWhoAmIRequest
+	7,   // 113: tenure.v1.Tenure.ClusterKeys:input_type -> tenure.v1.ClusterKeysRequest
+	8,   // 114: tenure.v1.Tenure.ClusterKeyRotate:input_type -> tenure.v1.ClusterKeyRotateRequest
+	6,   // 115: tenure.v1.Tenure.ClusterKeyRetire:input_type -> tenure.v1.ClusterKeyRetireRequest
+	30,  // 116: tenure.v1.Tenure.AclEnable:input_type -> tenure.v1.AclEnableRequest
+	48,  // 117: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
+	69,  // 118: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
+	73,  // 119: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
+	76,  // 120: tenure.v1.Tenure.ListLocks:output_type -> tenure.v1.ListLocksResponse
+	79,  // 121: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
+	82,  // 122: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
+	87,  // 123: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
+	84,  // 124: tenure.v1.Tenure.FencedDelete:output_type -> tenure.v1.FencedDeleteResponse
+	91,  // 125: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
+	89,  // 126: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
+	43,  // 127: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
+	43,  // 128: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
+	43,  // 129: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
+	39,  // 130: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
+	40,  // 131: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
+	94,  // 132: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
+	96,  // 133: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
+	98,  // 134: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
+	103, // 135: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
+	106, // 136: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
+	109, // 137: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
+	112, // 138: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
+	114, // 139: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
+	114, // 140: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
+	114, // 141: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
+	116, // 142: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
+	119, // 143: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
+	121, // 144: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
+	123, // 145: tenure.v1.Tenure.QueueDelete:output_type -> tenure.v1.QueueDeleteResponse
+	134, // 146: tenure.v1.Tenure.QueuePurge:output_type -> tenure.v1.QueuePurgeResponse
+	126, // 147: tenure.v1.Tenure.QueueEnqueueBatch:output_type -> tenure.v1.QueueEnqueueBatchResponse
+	128, // 148: tenure.v1.Tenure.QueueDequeueBatch:output_type -> tenure.v1.QueueDequeueBatchResponse
+	132, // 149: tenure.v1.Tenure.QueueAckBatch:output_type -> tenure.v1.QueueSettleBatchResponse
+	132, // 150: tenure.v1.Tenure.QueueNackBatch:output_type -> tenure.v1.QueueSettleBatchResponse
+	37,  // 151: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
+	37,  // 152: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
+	14,  // 153: tenure.v1.Tenure.AclBootstrap:output_type -> tenure.v1.AclTokenSecret
+	12,  // 154: tenure.v1.Tenure.AclPolicyCreate:output_type -> tenure.v1.AclPolicy
+	17,  // 155: tenure.v1.Tenure.AclPolicyList:output_type -> tenure.v1.AclPolicyListResponse
+	19,  // 156: tenure.v1.Tenure.AclPolicyDelete:output_type -> tenure.v1.AclDeleteResponse
+	14,  // 157: tenure.v1.Tenure.AclTokenCreate:output_type -> tenure.v1.AclTokenSecret
+	23,  // 158: tenure.v1.Tenure.AclTokenList:output_type -> tenure.v1.AclTokenListResponse
+	19,  // 159: tenure.v1.Tenure.AclTokenRevoke:output_type -> tenure.v1.AclDeleteResponse
+	25,  // 160: tenure.v1.Tenure.AclIdentityBind:output_type -> tenure.v1.AclIdentity
+	28,  // 161: tenure.v1.Tenure.AclIdentityList:output_type -> tenure.v1.AclIdentityListResponse
+	19,  // 162: tenure.v1.Tenure.AclIdentityUnbind:output_type -> tenure.v1.AclDeleteResponse
+	33,  // 163: tenure.v1.Tenure.AclWhoAmI:output_type -> tenure.v1.AclWhoAmIResponse
+	10,  // 164: tenure.v1.Tenure.ClusterKeys:output_type -> tenure.v1.ClusterKeysResponse
+	10,  // 165: tenure.v1.Tenure.ClusterKeyRotate:output_type -> tenure.v1.ClusterKeysResponse
+	10,  // 166: tenure.v1.Tenure.ClusterKeyRetire:output_type -> tenure.v1.ClusterKeysResponse
+	31,  // 167: tenure.v1.Tenure.AclEnable:output_type -> tenure.v1.AclEnableResponse
+	117, // [117:168] is the sub-list for method output_type
+	66,  // [66:117] is the sub-list for method input_type
 	66,  // [66:66] is the sub-list for extension type_name
 	66,  // [66:66] is the sub-list for extension extendee
 	0,   // [0:66] is the sub-list for field type_name
@@ -9411,7 +9555,7 @@ func file_api_tenurepb_tenure_proto_init() {
 	if File_api_tenurepb_tenure_proto != nil {
 		return
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[43].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[44].OneofWrappers = []any{
 		(*SessionRequest_Open)(nil),
 		(*SessionRequest_KeepAlive)(nil),
 		(*SessionRequest_Acquire)(nil),
@@ -9420,7 +9564,7 @@ func file_api_tenurepb_tenure_proto_init() {
 		(*SessionRequest_Close)(nil),
 		(*SessionRequest_Proclaim)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[52].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[53].OneofWrappers = []any{
 		(*SessionResponse_Opened)(nil),
 		(*SessionResponse_Kept)(nil),
 		(*SessionResponse_Queued)(nil),
@@ -9430,12 +9574,12 @@ func file_api_tenurepb_tenure_proto_init() {
 		(*SessionResponse_Error)(nil),
 		(*SessionResponse_Proclaimed)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[93].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[94].OneofWrappers = []any{
 		(*KVRequestOp_Range)(nil),
 		(*KVRequestOp_Put)(nil),
 		(*KVRequestOp_Delete)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[94].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[95].OneofWrappers = []any{
 		(*KVResponseOp_Range)(nil),
 		(*KVResponseOp_Put)(nil),
 		(*KVResponseOp_Delete)(nil),
@@ -9446,7 +9590,7 @@ func file_api_tenurepb_tenure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_tenurepb_tenure_proto_rawDesc), len(file_api_tenurepb_tenure_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   128,
+			NumMessages:   129,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

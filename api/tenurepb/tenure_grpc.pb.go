@@ -72,6 +72,7 @@ const (
 	Tenure_AclWhoAmI_FullMethodName         = "/tenure.v1.Tenure/AclWhoAmI"
 	Tenure_ClusterKeys_FullMethodName       = "/tenure.v1.Tenure/ClusterKeys"
 	Tenure_ClusterKeyRotate_FullMethodName  = "/tenure.v1.Tenure/ClusterKeyRotate"
+	Tenure_ClusterKeyRetire_FullMethodName  = "/tenure.v1.Tenure/ClusterKeyRetire"
 	Tenure_AclEnable_FullMethodName         = "/tenure.v1.Tenure/AclEnable"
 )
 
@@ -235,6 +236,11 @@ type TenureClient interface {
 	// verify where they are configured (cluster write).
 	ClusterKeys(ctx context.Context, in *ClusterKeysRequest, opts ...grpc.CallOption) (*ClusterKeysResponse, error)
 	ClusterKeyRotate(ctx context.Context, in *ClusterKeyRotateRequest, opts ...grpc.CallOption) (*ClusterKeysResponse, error)
+	// ClusterKeyRetire retires a signing key other than the active one:
+	// with now it is removed at once (proofs it signed stop verifying);
+	// otherwise it stays listed, retired, and the leader removes it once
+	// after_ms has passed (cluster write).
+	ClusterKeyRetire(ctx context.Context, in *ClusterKeyRetireRequest, opts ...grpc.CallOption) (*ClusterKeysResponse, error)
 	// AclEnable makes every member of the cluster enforce the ACLs from now
 	// on, whether or not it was started with --auth; it cannot be undone.
 	// On a cluster that does not enforce them yet anyone who reaches it may
@@ -775,6 +781,16 @@ func (c *tenureClient) ClusterKeyRotate(ctx context.Context, in *ClusterKeyRotat
 	return out, nil
 }
 
+func (c *tenureClient) ClusterKeyRetire(ctx context.Context, in *ClusterKeyRetireRequest, opts ...grpc.CallOption) (*ClusterKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClusterKeysResponse)
+	err := c.cc.Invoke(ctx, Tenure_ClusterKeyRetire_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *tenureClient) AclEnable(ctx context.Context, in *AclEnableRequest, opts ...grpc.CallOption) (*AclEnableResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AclEnableResponse)
@@ -945,6 +961,11 @@ type TenureServer interface {
 	// verify where they are configured (cluster write).
 	ClusterKeys(context.Context, *ClusterKeysRequest) (*ClusterKeysResponse, error)
 	ClusterKeyRotate(context.Context, *ClusterKeyRotateRequest) (*ClusterKeysResponse, error)
+	// ClusterKeyRetire retires a signing key other than the active one:
+	// with now it is removed at once (proofs it signed stop verifying);
+	// otherwise it stays listed, retired, and the leader removes it once
+	// after_ms has passed (cluster write).
+	ClusterKeyRetire(context.Context, *ClusterKeyRetireRequest) (*ClusterKeysResponse, error)
 	// AclEnable makes every member of the cluster enforce the ACLs from now
 	// on, whether or not it was started with --auth; it cannot be undone.
 	// On a cluster that does not enforce them yet anyone who reaches it may
@@ -1108,6 +1129,9 @@ func (UnimplementedTenureServer) ClusterKeys(context.Context, *ClusterKeysReques
 }
 func (UnimplementedTenureServer) ClusterKeyRotate(context.Context, *ClusterKeyRotateRequest) (*ClusterKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ClusterKeyRotate not implemented")
+}
+func (UnimplementedTenureServer) ClusterKeyRetire(context.Context, *ClusterKeyRetireRequest) (*ClusterKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClusterKeyRetire not implemented")
 }
 func (UnimplementedTenureServer) AclEnable(context.Context, *AclEnableRequest) (*AclEnableResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AclEnable not implemented")
@@ -1972,6 +1996,24 @@ func _Tenure_ClusterKeyRotate_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Tenure_ClusterKeyRetire_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClusterKeyRetireRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).ClusterKeyRetire(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_ClusterKeyRetire_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).ClusterKeyRetire(ctx, req.(*ClusterKeyRetireRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Tenure_AclEnable_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(AclEnableRequest)
 	if err := dec(in); err != nil {
@@ -2172,6 +2214,10 @@ var Tenure_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ClusterKeyRotate",
 			Handler:    _Tenure_ClusterKeyRotate_Handler,
+		},
+		{
+			MethodName: "ClusterKeyRetire",
+			Handler:    _Tenure_ClusterKeyRetire_Handler,
 		},
 		{
 			MethodName: "AclEnable",

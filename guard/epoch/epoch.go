@@ -161,7 +161,8 @@ type Option func(*Dirs) error
 // (WithProof) that v verifies for a grant of lock, the Tenure lock whose
 // holders write these epochs: any other token is ErrForged before a
 // directory is created, with no round trip to Tenure. Build v from the
-// cluster's public keys (fenceproof.ParseKeyset).
+// cluster's public keys (fenceproof.ParseKeyset), and keep it fresh
+// (Verifier.Refresh) so that keys the cluster retires stop verifying here.
 func WithVerifier(v *fenceproof.Verifier, lock string) Option {
 	return func(d *Dirs) error {
 		if v == nil || lock == "" {

@@ -55,7 +55,8 @@ type Config struct {
 	// lock: anything else is answered 403 with Tenure-Fence-Result:
 	// forged, before the store or the handler, with no round trip to
 	// Tenure. Build it from the cluster's public keys
-	// (fenceproof.ParseKeyset).
+	// (fenceproof.ParseKeyset), and keep it fresh (Verifier.Refresh) so
+	// that keys the cluster retires stop verifying here.
 	Verifier *fenceproof.Verifier
 	// LockOf names the Tenure lock whose grants may act on a resource key,
 	// for the proof check; nil means the lock named like the key. The

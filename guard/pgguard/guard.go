@@ -115,7 +115,9 @@ func WithTxOptions(o pgx.TxOptions) Option {
 // verifies for the fence's lock (Fence.Proof, Fence.Lock): anything else
 // is ErrForged before the database is touched, with no round trip to
 // Tenure. Build v from the cluster's public keys (fenceproof.ParseKeyset
-// of `tenure cluster keys -o json`). A nil v is an error.
+// of `tenure cluster keys -o json`), and keep it fresh (Verifier.Refresh)
+// so that keys the cluster retires stop verifying here. A nil v is an
+// error.
 func WithVerifier(v *fenceproof.Verifier) Option {
 	return func(g *Guard) error {
 		if v == nil {

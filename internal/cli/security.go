@@ -89,8 +89,8 @@ func (ss *serveSecurity) configure(cfg *daemon.Config, log io.Writer) ([]*tlscon
 		if !isLoopback(cfg.Listen) && !(clientTLS && ss.auth) {
 			return nil, fmt.Errorf("refusing to serve the client API on %s, outside loopback, without TLS and --auth: anyone who can reach it could take every lock and read every key (give --tls-cert, --tls-key and --auth, or --insecure to serve anyway)", cfg.Listen)
 		}
-		if cfg.EtcdListen != "" && !isLoopback(cfg.EtcdListen) && ss.tls.CA == "" {
-			return nil, fmt.Errorf("refusing to serve the etcd API on %s, outside loopback, without client certificates: anyone who can reach it could take every lock and read every key, and the etcd API has no authentication (give --tls-cert, --tls-key and --tls-client-ca, or --insecure to serve anyway)", cfg.EtcdListen)
+		if cfg.EtcdListen != "" && !isLoopback(cfg.EtcdListen) && !(clientTLS && ss.auth) && ss.tls.CA == "" {
+			return nil, fmt.Errorf("refusing to serve the etcd API on %s, outside loopback, without TLS and --auth or client certificates: anyone who can reach it could take every lock and read every key (give --tls-cert, --tls-key and --auth, or --tls-client-ca, or --insecure to serve anyway)", cfg.EtcdListen)
 		}
 		if cfg.PeerListen != "" && !isLoopback(cfg.PeerListen) && !peerTLS {
 			return nil, fmt.Errorf("refusing to serve raft peers on %s, outside loopback, without peer TLS: anyone who can reach it could rewrite the replicated log (give --peer-tls-cert, --peer-tls-key and --peer-tls-ca, or --insecure to serve anyway)", cfg.PeerListen)

@@ -94,8 +94,8 @@ func TestProtectedMode(t *testing.T) {
 			t.Errorf("%s: %v, want a refusal saying %q and naming --insecure", c.name, err, c.refused)
 		}
 	}
-	// The etcd API has no authentication: outside loopback it needs
-	// client certificates.
+	// Outside loopback the etcd API needs TLS and --auth, or client
+	// certificates, as the client API does.
 	for _, c := range []struct {
 		name, etcd string
 		sec        serveSecurity
@@ -104,6 +104,7 @@ func TestProtectedMode(t *testing.T) {
 		{"etcd API on loopback", "127.0.0.1:2379", serveSecurity{}, false},
 		{"etcd API on the network", "0.0.0.0:2379", serveSecurity{}, true},
 		{"etcd API on the network with TLS only", "0.0.0.0:2379", serveSecurity{tls: withTLSAuth.tls}, true},
+		{"etcd API on the network with TLS and --auth", "0.0.0.0:2379", withTLSAuth, false},
 		{"etcd API on the network, insecure", "0.0.0.0:2379", serveSecurity{insecure: true}, false},
 	} {
 		cfg := daemon.Config{Listen: "127.0.0.1:7070", EtcdListen: c.etcd}

@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/tenure-io/tenure/client"
-	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/server"
 )
 
@@ -23,28 +24,22 @@ func (a *app) snapshotCommand() *cobra.Command {
 	}
 	save := &cobra.Command{
 		Use:   "save FILE",
-		Short: "Write a consistent copy of the whole state to FILE",
-		Long:  `Write a consistent copy of the whole state to FILE. JSON: {"file","bytes"}.`,
-		Args:  cobra.ExactArgs(1),
+		Short: "Write a consistent copy of the whole state to FILE (mode 0600)",
+		Long: `Write a consistent copy of the whole state to FILE, sealed with a SHA-256
+checksum and the cluster's id (docs/security.md, "Snapshots"). The file
+holds the cluster's private signing keys and its token hashes: it is
+written with mode 0600, through a temporary file in the same directory
+that is synced and then renamed, so FILE is never left half-written.
+JSON: {"file","bytes"}.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
-				tmp := args[0] + ".partial"
-				f, err := os.Create(tmp)
-				if err != nil {
+				var n int64
+				err := writeFileAtomic(args[0], func(w io.Writer) (err error) {
+					n, err = c.SaveSnapshot(ctx, w)
 					return err
-				}
-				n, err := c.SaveSnapshot(ctx, f)
-				if err == nil {
-					err = f.Sync()
-				}
-				if cerr := f.Close(); err == nil {
-					err = cerr
-				}
-				if err == nil {
-					err = os.Rename(tmp, args[0])
-				}
+				})
 				if err != nil {
-					os.Remove(tmp)
 					return err
 				}
 				out := struct {
@@ -55,12 +50,26 @@ func (a *app) snapshotCommand() *cobra.Command {
 			})
 		},
 	}
-	var force bool
+	var force, replaceKeys bool
 	var above uint64
+	var fromCluster string
 	restore := &cobra.Command{
 		Use:   "restore FILE",
 		Short: "Replace the whole state with a saved snapshot, never lowering the revision",
 		Long: `Replace the whole state with the snapshot in FILE (disaster recovery).
+
+FILE must be a whole, unchanged snapshot as "tenure snapshot save" wrote
+it: an empty, cut or changed file, or one saved before snapshots were
+sealed, is refused with one line, --force or not. So is a snapshot whose
+state is inconsistent (a token, grant, session or key above its
+revision). Nothing changes when a restore is refused.
+
+A snapshot saved by another cluster is refused unless --from-cluster ID
+names that cluster (the id the refusal prints). Whichever cluster saved
+it, the running cluster's ACLs (policies, tokens, identity bindings),
+signing keys and cluster id are kept, unless --replace-keys takes the
+snapshot's: then the snapshot's tokens work again and the running
+cluster's stop working, and resources must be given the snapshot's keys.
 
 A restore never moves the revision, and so the fencing tokens, backwards:
 the restored state continues above the highest of the snapshot's
@@ -83,24 +92,24 @@ JSON: {"revision","sessions","locks","registers","queues","keys"}, with the
 revision the restored state continues from.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f, err := os.Open(args[0])
+			data, err := os.ReadFile(args[0])
 			if err != nil {
 				return err
 			}
-			defer f.Close()
-			var snap io.Reader = f
-			if above > 0 {
-				data, err := io.ReadAll(f)
-				if err == nil {
-					data, err = raiseRevision(data, above)
-				}
-				if err != nil {
-					return fmt.Errorf("%s: %w", args[0], err)
-				}
-				snap = bytes.NewReader(data)
+			// Checked here too, so that a damaged file is named at once
+			// and never sent; the server checks it again.
+			if _, _, err := fsm.OpenSnapshot(data); err != nil {
+				return fmt.Errorf("%s: %s", args[0], strings.TrimPrefix(err.Error(), "tenure: ")) // exit 1
+			}
+			opts := []client.RestoreOption{client.AboveRevision(above)}
+			if fromCluster != "" {
+				opts = append(opts, client.FromCluster(fromCluster))
+			}
+			if replaceKeys {
+				opts = append(opts, client.ReplaceKeys())
 			}
 			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
-				resp, err := c.RestoreSnapshot(ctx, snap, force)
+				resp, err := c.RestoreSnapshot(ctx, bytes.NewReader(data), force, opts...)
 				if err != nil {
 					return err
 				}
@@ -120,20 +129,50 @@ revision the restored state continues from.`,
 	}
 	restore.Flags().BoolVar(&force, "force", false, "restore even though the snapshot is older than the cluster's state (the revision still never goes back)")
 	restore.Flags().Uint64Var(&above, "above-revision", 0, "continue above this revision, and keep tokens up to it stale (the revision of a lost data directory)")
+	restore.Flags().StringVar(&fromCluster, "from-cluster", "", "the id of the cluster that saved the snapshot, to restore a snapshot of another cluster (\"none\" for one that names no cluster)")
+	restore.Flags().BoolVar(&replaceKeys, "replace-keys", false, "take the snapshot's ACLs, signing keys and cluster id instead of keeping the running cluster's")
 	cmd.AddCommand(save, restore)
 	return cmd
 }
 
-// raiseRevision returns the snapshot in data with its revision and fence
-// floor raised to at least rev.
-func raiseRevision(data []byte, rev uint64) ([]byte, error) {
-	snap := &fsmpb.Snapshot{}
-	if err := proto.Unmarshal(data, snap); err != nil {
-		return nil, fmt.Errorf("not a Tenure snapshot: %w", err)
+// writeFileAtomic writes path with mode 0600 through fill: into a
+// temporary file in the same directory, synced, then renamed over path
+// (and the directory synced), so that path is either its old self or the
+// whole new file, never part of it. The temporary file is removed on
+// failure.
+func writeFileAtomic(path string, fill func(io.Writer) error) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".partial-*")
+	if err != nil {
+		return err
 	}
-	snap.Revision = max(snap.GetRevision(), rev)
-	snap.FenceFloor = max(snap.GetFenceFloor(), rev)
-	return proto.MarshalOptions{Deterministic: true}.Marshal(snap)
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if err = f.Chmod(0o600); err != nil { // CreateTemp's mode, whatever the umask did
+		return err
+	}
+	if err = fill(f); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return err
+	}
+	if d, derr := os.Open(dir); derr == nil { // the rename itself, durable
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
 }
 
 // restoreServeFlags adds serve's restore limits (per node).

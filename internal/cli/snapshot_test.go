@@ -23,7 +23,8 @@ func TestSnapshotSaveRestoreAndMembers(t *testing.T) {
 	hasKeys(t, saved, map[string]string{"file": "string", "bytes": "number"})
 
 	fresh := testutil.Start(t, "", nil)
-	restored := runJSON(t, fresh.Addr(), 0, "snapshot", "restore", file)
+	// Another cluster's snapshot: its id must be named.
+	restored := runJSON(t, fresh.Addr(), 0, "snapshot", "restore", "--from-cluster", clusterID(t, old.Addr()), file)
 	hasKeys(t, restored, map[string]string{"revision": "number", "sessions": "number", "locks": "number", "registers": "number", "queues": "number", "keys": "number"})
 	if num(t, restored, "registers") != 1 || num(t, restored, "queues") != 1 || num(t, restored, "keys") != 2 {
 		t.Fatalf("restored %v", restored)
@@ -34,7 +35,7 @@ func TestSnapshotSaveRestoreAndMembers(t *testing.T) {
 	}
 	// Moving on, then restoring the older snapshot again is refused.
 	runJSON(t, fresh.Addr(), 0, "fence", "put", "reg", "v2", "--token", "4")
-	if r := run(t, fresh.Addr(), "snapshot", "restore", file); r.code != 1 {
+	if r := run(t, fresh.Addr(), "snapshot", "restore", "--from-cluster", clusterID(t, old.Addr()), file); r.code != 1 {
 		t.Fatalf("restore over newer state: exit %d, stderr %q", r.code, r.stderr)
 	}
 
@@ -48,6 +49,16 @@ func TestSnapshotSaveRestoreAndMembers(t *testing.T) {
 	if r := run(t, fresh.Addr(), "member", "add", "n2", "127.0.0.1:1"); r.code != 1 {
 		t.Fatalf("member add to an even count: exit %d, stderr %q", r.code, r.stderr)
 	}
+}
+
+// clusterID returns the id of the cluster at addr.
+func clusterID(t *testing.T, addr string) string {
+	t.Helper()
+	id, _ := runJSON(t, addr, 0, "cluster", "keys")["cluster_id"].(string)
+	if id == "" {
+		t.Fatalf("cluster at %s has no id", addr)
+	}
+	return id
 }
 
 // lockToken takes lock name with `tenure lock` and returns the token its
@@ -112,7 +123,7 @@ func TestRestoreAboveRevision(t *testing.T) {
 
 	fresh := testutil.Start(t, "", nil)
 	const lost = 5000
-	restored := runJSON(t, fresh.Addr(), 0, "snapshot", "restore", "--above-revision", fmt.Sprint(lost), file)
+	restored := runJSON(t, fresh.Addr(), 0, "snapshot", "restore", "--above-revision", fmt.Sprint(lost), "--from-cluster", clusterID(t, old.Addr()), "--replace-keys", file)
 	if num(t, restored, "revision") < lost {
 		t.Fatalf("restored revision %d, want at least %d", num(t, restored, "revision"), lost)
 	}

@@ -88,8 +88,9 @@ type Config struct {
 	// (server.Server.AuthEnforced). Denials are logged to LogOutput.
 	Auth bool
 	// EtcdListen, if set, serves etcd's v3 API there too (internal/etcdapi),
-	// with TLS when the client API has it. It cannot be combined with
-	// Auth: etcd's authentication is not mapped onto the ACLs yet.
+	// with TLS when the client API has it, under the same ACLs as the
+	// client API when Auth is set. In a cluster with TLS it needs PeerTLS:
+	// followers forward to the leader's etcd API with it.
 	EtcdListen string
 	// EtcdAdvertise is the address etcd clients and the other members
 	// reach this node's etcd API at, if not EtcdListen's.
@@ -126,11 +127,8 @@ func Start(cfg Config) (*Daemon, error) {
 	if err := cfg.Limits.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.EtcdListen != "" && cfg.Auth {
-		return nil, errors.New("--etcd-listen cannot be combined with --auth: etcd's authentication is not mapped onto Tenure's ACLs yet, and the etcd API would bypass them")
-	}
-	if cfg.EtcdListen != "" && cfg.TLS != nil && cfg.PeerListen != "" {
-		return nil, errors.New("--etcd-listen with --tls-cert is supported on a standalone node only: a follower cannot forward etcd requests to the leader over TLS yet")
+	if cfg.EtcdListen != "" && cfg.TLS != nil && cfg.PeerListen != "" && cfg.PeerTLS == nil {
+		return nil, errors.New("--etcd-listen with --tls-cert in a cluster needs peer TLS (--peer-tls-cert, --peer-tls-key, --peer-tls-ca): followers forward etcd requests to the leader's etcd API with it")
 	}
 	hub := server.NewHub()
 	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, Logger: cfg.Logger, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, PeerAdvertise: cfg.PeerAdvertise, PeerTLS: cfg.PeerTLS, BootstrapPeers: cfg.BootstrapPeers, Join: cfg.Join, Faults: cfg.Faults, LockHistory: cfg.LockHistory, RegisterOpMemory: cfg.RegisterOpMemory, Limits: cfg.ClusterLimits, GroupCommitWait: cfg.GroupCommitWait, Observer: hub.Metrics()}, hub.Sink)
@@ -187,10 +185,10 @@ func (d *Daemon) listenEtcd(cfg Config, srv *server.Server) error {
 		scheme = "https://"
 	}
 	advertise := cmp.Or(cfg.EtcdAdvertise, lis.Addr().String())
-	api := etcdapi.New(d.Node, srv, etcdapi.Config{ClientURL: scheme + advertise})
+	api := etcdapi.New(d.Node, srv, etcdapi.Config{ClientURL: scheme + advertise, PeerTLS: cfg.PeerTLS})
 	opts := api.GRPCOptions()
 	if cfg.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+		opts = append(opts, grpc.Creds(credentials.NewTLS(etcdapi.ServerTLS(cfg.TLS, cfg.PeerTLS))))
 	}
 	gs := grpc.NewServer(opts...)
 	api.Register(gs)

@@ -52,6 +52,9 @@ func (s *Server) clientURLs() map[string]string {
 // MemberList implements etcd's Cluster.MemberList, from this node's view
 // of the raft configuration.
 func (c *clusterServer) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	if err := c.s.authorize(ctx, "Cluster/MemberList"); err != nil {
+		return nil, err // any known caller may list the members, as in etcd
+	}
 	ms, err := c.s.members()
 	if err != nil {
 		return nil, err
@@ -90,6 +93,9 @@ type maintenanceServer struct {
 // leader, and raft's index and term.
 func (m *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
 	s := m.s
+	if err := s.authorize(ctx, "Maintenance/Status"); err != nil {
+		return nil, err
+	}
 	st := s.node.RaftStats()
 	size := s.node.DataSize()
 	out := &pb.StatusResponse{
@@ -116,5 +122,8 @@ func (m *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*p
 // every action answers an empty list (and etcdctl endpoint health finds
 // the node healthy).
 func (m *maintenanceServer) Alarm(ctx context.Context, _ *pb.AlarmRequest) (*pb.AlarmResponse, error) {
+	if err := m.s.authorize(ctx, "Maintenance/Alarm"); err != nil {
+		return nil, err
+	}
 	return &pb.AlarmResponse{Header: m.s.header(0), Alarms: []*pb.AlarmMember{}}, nil
 }

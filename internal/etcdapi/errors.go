@@ -75,6 +75,8 @@ func command(op any) *fsmpb.Command {
 		return &fsmpb.Command{Op: &fsmpb.Command_CloseSession{CloseSession: o}}
 	case *fsmpb.SetEtcdURL:
 		return &fsmpb.Command{Op: &fsmpb.Command_SetEtcdUrl{SetEtcdUrl: o}}
+	case *fsmpb.AclTokenUpdate:
+		return &fsmpb.Command{Op: &fsmpb.Command_AclTokenUpdate{AclTokenUpdate: o}}
 	}
 	panic(fmt.Sprintf("etcdapi: no command for %T", op))
 }

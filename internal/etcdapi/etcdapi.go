@@ -28,6 +28,7 @@ package etcdapi
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"log/slog"
@@ -71,7 +72,19 @@ type Config struct {
 	ClientURL string
 	// Logger receives the API's log; nil: the node's.
 	Logger *slog.Logger
+	// PeerTLS, when the members' etcd APIs serve TLS, is the node's peer
+	// TLS configuration (node.Config.PeerTLS): a follower forwards to the
+	// leader's etcd API with it (forward.go).
+	PeerTLS func() *tls.Config
+	// MaxResponseBytes bounds one answer (the keys and values of a Range,
+	// of every range of a Txn together, of a DeleteRange's previous
+	// values), decided before it is built; 0: DefaultMaxResponseBytes.
+	MaxResponseBytes int
 }
+
+// DefaultMaxResponseBytes is the default Config.MaxResponseBytes: well
+// under gRPC's message limits and etcd's clients' receive limit.
+const DefaultMaxResponseBytes = 8 << 20
 
 // Server serves etcd's KV, Watch, Lease, Cluster and Maintenance services.
 // It is safe for concurrent use.
@@ -85,6 +98,9 @@ type Server struct {
 	conns    conns // to the leader, for forwarding (forward.go)
 	// leaderStreams: the open streams that require a leader.
 	leaderStreams leaderStreams
+	// roleMu serialises this node's changes of a role's permissions (a
+	// read of the policy, then its replacement: users.go).
+	roleMu sync.Mutex
 }
 
 // New returns the etcd API of n, whose Tenure API is srv (the watch
@@ -93,7 +109,10 @@ func New(n *node.Node, srv *server.Server, cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = n.Logger()
 	}
-	return &Server{node: n, srv: srv, cfg: cfg, log: cfg.Logger, limits: srv.KVLimits(), memberID: MemberID(n.ID())}
+	if cfg.MaxResponseBytes <= 0 {
+		cfg.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	return &Server{node: n, srv: srv, cfg: cfg, log: cfg.Logger, limits: srv.KVLimits(), memberID: MemberID(n.ID()), conns: conns{peerTLS: cfg.PeerTLS}}
 }
 
 // GRPCOptions are the options of the gRPC server the API is registered
@@ -253,7 +272,7 @@ func (s *Server) Register(gs *grpc.Server) {
 	pb.RegisterLeaseServer(gs, &leaseServer{s: s})
 	pb.RegisterClusterServer(gs, &clusterServer{s: s})
 	pb.RegisterMaintenanceServer(gs, &maintenanceServer{s: s})
-	pb.RegisterAuthServer(gs, &pb.UnimplementedAuthServer{})
+	pb.RegisterAuthServer(gs, &authServer{s: s})
 	s.registerMembers(gs)
 }
 

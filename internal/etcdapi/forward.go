@@ -10,11 +10,23 @@ package etcdapi
 // cluster's first signing key). A forwarded request carries a mark, and a
 // node that receives one while not leading answers "no leader" instead of
 // forwarding it on: requests do not bounce between nodes in an election.
+//
+// Under auth a forwarded request carries its caller's credential: the
+// etcd auth token as it came, or the names of the client certificate the
+// follower verified. The leader checks the request again; it believes
+// forwarded certificate names only on a connection from a member. Over
+// TLS a follower dials the leader's etcd API with the peer TLS settings
+// (its peer certificate, the peers' CA) and the server name
+// forwardServerName, for which the leader's listener answers with its
+// peer configuration too (ServerTLS): only members, verified against the
+// peers' CA, reach the leader that way.
 
 import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"io"
@@ -26,6 +38,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -33,13 +46,68 @@ import (
 
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+	"github.com/tenure-io/tenure/internal/server"
 )
 
 // Metadata keys of forwarding.
 const (
 	forwardedKey = "tenure-etcd-forwarded"
 	macKey       = "tenure-etcd-mac"
+	// forwardedCertKey: the names of a forwarded request's client
+	// certificate (binary metadata: names may be any UTF-8).
+	forwardedCertKey = "tenure-etcd-cert-bin"
 )
+
+// forwardServerName is the TLS server name a member dials another's etcd
+// API with to forward a request (ServerTLS, forwardTLS).
+const forwardServerName = "tenure-etcd-forward"
+
+// ServerTLS is the TLS configuration of the etcd API's listener: client,
+// the client API's, for etcd's clients; with peer TLS (peer not nil), a
+// connection that names forwardServerName gets peer's configuration
+// instead, which requires a certificate of the peers' CA: a member
+// forwarding a request.
+func ServerTLS(client *tls.Config, peer func() *tls.Config) *tls.Config {
+	if peer == nil {
+		return client
+	}
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+			if h.ServerName == forwardServerName {
+				return peer(), nil
+			}
+			if client.GetConfigForClient != nil {
+				if c, err := client.GetConfigForClient(h); c != nil || err != nil {
+					return c, err
+				}
+			}
+			return client, nil
+		},
+	}
+}
+
+// forwardTLS is the configuration a member dials host's etcd API with:
+// the peer TLS settings, the server name forwardServerName, and the
+// server's certificate verified against the peers' CA for host.
+func forwardTLS(peer *tls.Config, host string) *tls.Config {
+	c := peer.Clone()
+	c.ServerName = forwardServerName
+	c.InsecureSkipVerify = true // verified below, for host rather than the server name sent
+	roots := peer.RootCAs
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("etcdapi: the leader presented no certificate")
+		}
+		opts := x509.VerifyOptions{Roots: roots, DNSName: host, Intermediates: x509.NewCertPool()}
+		for _, ic := range cs.PeerCertificates[1:] {
+			opts.Intermediates.AddCert(ic)
+		}
+		_, err := cs.PeerCertificates[0].Verify(opts)
+		return err
+	}
+	return c
+}
 
 // publishInterval is how often a node checks that the state has its
 // address.
@@ -54,6 +122,8 @@ type leaderConn struct {
 
 // conns are the connections to other members' etcd APIs, by URL.
 type conns struct {
+	// peerTLS: see Config.PeerTLS.
+	peerTLS func() *tls.Config
 	// mu guards m.
 	mu sync.Mutex
 	m  map[string]*grpc.ClientConn
@@ -69,7 +139,14 @@ func (c *conns) get(u string) (*grpc.ClientConn, error) {
 	if err != nil || parsed.Host == "" {
 		return nil, status.Errorf(codes.Unavailable, "etcdserver: the leader's etcd URL %q does not parse", u)
 	}
-	cc, err := grpc.NewClient(parsed.Host, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if parsed.Scheme == "https" {
+		if c.peerTLS == nil || c.peerTLS() == nil {
+			return nil, status.Errorf(codes.Unavailable, "etcdserver: the leader's etcd API %s is TLS, and this member has no peer TLS settings to forward with", u)
+		}
+		creds = credentials.NewTLS(forwardTLS(c.peerTLS(), parsed.Hostname()))
+	}
+	cc, err := grpc.NewClient(parsed.Host, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "etcdserver: dialing the leader at %s: %v", u, err)
 	}
@@ -112,7 +189,22 @@ func (s *Server) forward(ctx context.Context) (*leaderConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &leaderConn{conn: cc, ctx: metadata.AppendToOutgoingContext(ctx, forwardedKey, s.node.ID())}, nil
+	return &leaderConn{conn: cc, ctx: forwardContext(ctx, s.node.ID())}, nil
+}
+
+// forwardContext is the outgoing context of a request forwarded by member
+// self: the forwarding mark and the caller's credential (credential).
+func forwardContext(ctx context.Context, self string) context.Context {
+	kv := []string{forwardedKey, self}
+	md, _ := metadata.FromIncomingContext(ctx)
+	if vs := md.Get(rpctypes.TokenFieldNameGRPC); len(vs) > 0 {
+		kv = append(kv, rpctypes.TokenFieldNameGRPC, vs[0])
+	} else {
+		for _, n := range server.CertNames(ctx) {
+			kv = append(kv, forwardedCertKey, n)
+		}
+	}
+	return metadata.AppendToOutgoingContext(ctx, kv...)
 }
 
 // headered is a response with a header.

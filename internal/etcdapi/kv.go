@@ -12,6 +12,7 @@ import (
 
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+	"github.com/tenure-io/tenure/internal/server"
 )
 
 // kvServer is etcd's KV service.
@@ -128,6 +129,9 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 	if err := s.checkRange(r); err != nil {
 		return nil, err
 	}
+	if err := s.authorize(ctx, "KV/Range", spanRight(r.Key, r.RangeEnd, fsm.AccessRead)); err != nil {
+		return nil, err
+	}
 	if !r.Serializable {
 		if fw, err := s.forward(ctx); err != nil || fw != nil {
 			if err != nil {
@@ -143,7 +147,17 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 	q, empty := rangeQuery(r)
 	var a fsm.RangeAnswer
 	var rev uint64
-	s.node.Read(func(st *fsm.State) { rev, a = st.Revision(), st.Range(q) })
+	var costErr error
+	s.node.Read(func(st *fsm.State) {
+		var cost answerCost
+		cost.rangeCost(st, r)
+		if costErr = s.checkCost(cost); costErr == nil {
+			rev, a = st.Revision(), st.Range(q)
+		}
+	})
+	if costErr != nil {
+		return nil, costErr
+	}
 	switch {
 	case r.Revision > 0 && uint64(r.Revision) > rev:
 		return nil, rpctypes.ErrGRPCFutureRev
@@ -159,6 +173,9 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
 	s := k.s
 	if err := s.checkPut(r); err != nil {
+		return nil, err
+	}
+	if err := s.authorize(ctx, "KV/Put", server.WriteRight(fsm.KindKV, string(r.Key))); err != nil {
 		return nil, err
 	}
 	if fw, err := s.forward(ctx); err != nil || fw != nil {
@@ -189,12 +206,26 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 	if err := s.checkDelete(r); err != nil {
 		return nil, err
 	}
+	if err := s.authorize(ctx, "KV/DeleteRange", spanRight(r.Key, r.RangeEnd, fsm.AccessWrite)); err != nil {
+		return nil, err
+	}
 	if fw, err := s.forward(ctx); err != nil || fw != nil {
 		if err != nil {
 			return nil, err
 		}
 		resp, err := pb.NewKVClient(fw.conn).DeleteRange(fw.ctx, r)
 		return relay(s, resp, err)
+	}
+	if r.PrevKv {
+		var costErr error
+		s.node.Read(func(st *fsm.State) {
+			var cost answerCost
+			cost.deleteCost(st, r)
+			costErr = s.checkCost(cost)
+		})
+		if costErr != nil {
+			return nil, costErr
+		}
 	}
 	res, err := s.propose(ctx, &fsmpb.KVDelete{Key: string(r.Key), RangeEnd: r.RangeEnd})
 	if err != nil {
@@ -211,6 +242,9 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 // keys, so there is nothing to compact: a revision up to the current one
 // is accepted and changes nothing.
 func (k *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	if err := k.s.authorize(ctx, "KV/Compact", server.ClusterWrite); err != nil {
+		return nil, err
+	}
 	rev := k.s.revision()
 	if r.Revision > 0 && uint64(r.Revision) > rev {
 		return nil, rpctypes.ErrGRPCFutureRev

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+	"github.com/tenure-io/tenure/internal/server"
 )
 
 // leaseServer is etcd's Lease service. A lease is a Tenure session
@@ -45,6 +46,9 @@ func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 	if r.ID != 0 {
 		return nil, status.Error(codes.InvalidArgument, "etcdserver: Tenure assigns lease IDs; grant a lease with ID 0 (see docs/etcd.md)")
 	}
+	if err := s.authorize(ctx, "Lease/LeaseGrant", leaseWrite); err != nil {
+		return nil, err
+	}
 	if fw, err := s.forward(ctx); err != nil || fw != nil {
 		if err != nil {
 			return nil, err
@@ -68,6 +72,9 @@ func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 // keys are deleted, at one revision.
 func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
 	s := l.s
+	if err := s.authorize(ctx, "Lease/LeaseRevoke", leaseWrite); err != nil {
+		return nil, err
+	}
 	if fw, err := s.forward(ctx); err != nil || fw != nil {
 		if err != nil {
 			return nil, err
@@ -78,11 +85,31 @@ func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest)
 	if err := s.checkLease(r.ID); err != nil {
 		return nil, err
 	}
+	// Revoking a lease deletes its keys: as etcd does, the caller needs
+	// write on each of them.
+	if err := s.authorizeLeaseKeys(ctx, "Lease/LeaseRevoke", r.ID, fsm.AccessWrite); err != nil {
+		return nil, err
+	}
 	res, err := s.propose(ctx, &fsmpb.CloseSession{Session: uint64(r.ID)})
 	if err != nil {
 		return nil, toGRPC(err)
 	}
 	return &pb.LeaseRevokeResponse{Header: s.header(res.Revision)}, nil
+}
+
+// authorizeLeaseKeys checks that the caller has need on every key bound
+// to lease id (nil when auth is off).
+func (s *Server) authorizeLeaseKeys(ctx context.Context, method string, id int64, need fsm.Access) error {
+	if !s.srv.AuthEnabled() || id <= 0 {
+		return nil
+	}
+	var keys []string
+	s.node.Read(func(st *fsm.State) { keys = st.SessionKeys(uint64(id)) })
+	rights := make([]server.Right, len(keys))
+	for i, k := range keys {
+		rights[i] = spanRight([]byte(k), nil, need)
+	}
+	return s.authorize(ctx, method, rights...)
 }
 
 // renew keeps lease id alive on the leader and returns its TTL in
@@ -107,11 +134,25 @@ func (s *Server) renew(ctx context.Context, id int64) (int64, error) {
 func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 	s := l.s
 	ctx := stream.Context()
+	// The caller's credential is kept, and checked again before every
+	// renewal and every revokeCheckInterval: a revoked token or a changed
+	// policy ends the stream with "permission denied" (on a follower, the
+	// leader's end of the relayed stream ends it).
+	cred := credentialOf(ctx)
+	if err := s.authorizeCred(ctx, cred, "Lease/LeaseKeepAlive", leaseWrite); err != nil {
+		return err
+	}
 	if fw, err := s.forward(ctx); err != nil || fw != nil {
 		if err != nil {
 			return err
 		}
 		return s.relayKeepAlive(stream, fw)
+	}
+	var revokeCheck <-chan time.Time
+	if s.srv.AuthEnabled() {
+		t := time.NewTicker(revokeCheckInterval)
+		defer t.Stop()
+		revokeCheck = t.C
 	}
 	// Requests are read on a goroutine of their own, so that the stream
 	// ends when its context does (a stream that requires a leader is
@@ -143,6 +184,14 @@ func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 			return err
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-revokeCheck:
+			if err := s.stillAllowed(ctx, cred, "Lease/LeaseKeepAlive", leaseWrite); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := s.stillAllowed(ctx, cred, "Lease/LeaseKeepAlive", leaseWrite); err != nil {
+			return err
 		}
 		// The header first, as etcd: its revision is no later than the
 		// renewal.
@@ -163,6 +212,9 @@ func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 // that does not exist. Only the leader times leases.
 func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
 	s := l.s
+	if err := s.authorize(ctx, "Lease/LeaseTimeToLive", leaseWrite); err != nil {
+		return nil, err
+	}
 	if fw, err := s.forward(ctx); err != nil || fw != nil {
 		if err != nil {
 			return nil, err
@@ -193,6 +245,13 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 	if !found {
 		return out, nil
 	}
+	if r.Keys {
+		// The keys' names are answered: as etcd does, the caller needs
+		// read on each of them.
+		if err := s.authorizeLeaseKeys(ctx, "Lease/LeaseTimeToLive", r.ID, fsm.AccessRead); err != nil {
+			return nil, err
+		}
+	}
 	out.GrantedTTL, out.TTL = granted/1000, granted/1000
 	if left, ok := s.node.SessionsTimeLeft([]uint64{uint64(r.ID)}); ok && left[0] >= 0 {
 		out.TTL = int64(left[0] / time.Second)
@@ -207,6 +266,9 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 // this node's state.
 func (l *leaseServer) LeaseLeases(ctx context.Context, _ *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
 	s := l.s
+	if err := s.authorize(ctx, "Lease/LeaseLeases", leaseRead); err != nil {
+		return nil, err
+	}
 	out := &pb.LeaseLeasesResponse{Leases: []*pb.LeaseStatus{}}
 	var rev uint64
 	s.node.Read(func(st *fsm.State) {

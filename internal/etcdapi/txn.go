@@ -10,6 +10,7 @@ import (
 
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+	"github.com/tenure-io/tenure/internal/server"
 )
 
 // checkTxn applies etcd's checks of a transaction (checkTxnRequest): the
@@ -86,6 +87,29 @@ func checkIntervals(ops []*pb.RequestOp) error {
 		puts[k] = true
 	}
 	return nil
+}
+
+// txnRights are the rights a transaction needs: read on each compare's
+// span, read on each range's, write on each put's key and each delete's
+// span, in both branches (whichever runs).
+func txnRights(r *pb.TxnRequest) []server.Right {
+	var rights []server.Right
+	for _, c := range r.Compare {
+		rights = append(rights, spanRight(c.Key, c.RangeEnd, fsm.AccessRead))
+	}
+	for _, branch := range [][]*pb.RequestOp{r.Success, r.Failure} {
+		for _, op := range branch {
+			switch o := op.Request.(type) {
+			case *pb.RequestOp_RequestRange:
+				rights = append(rights, spanRight(o.RequestRange.Key, o.RequestRange.RangeEnd, fsm.AccessRead))
+			case *pb.RequestOp_RequestPut:
+				rights = append(rights, server.WriteRight(fsm.KindKV, string(o.RequestPut.Key)))
+			case *pb.RequestOp_RequestDeleteRange:
+				rights = append(rights, spanRight(o.RequestDeleteRange.Key, o.RequestDeleteRange.RangeEnd, fsm.AccessWrite))
+			}
+		}
+	}
+	return rights
 }
 
 // compareTargets and compareResults map etcd's enums to the state
@@ -205,6 +229,9 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	if err != nil {
 		return nil, err
 	}
+	if err := s.authorize(ctx, "KV/Txn", txnRights(r)...); err != nil {
+		return nil, err
+	}
 	reads, serializable := readOnly(r)
 	if !serializable {
 		if fw, err := s.forward(ctx); err != nil || fw != nil {
@@ -223,12 +250,28 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 			}
 		}
 		s.node.Read(func(st *fsm.State) {
+			var cost answerCost
+			cost.txnCost(st, r)
+			if res.Err = s.checkCost(cost); res.Err != nil {
+				return
+			}
 			var kv fsm.KVResult
 			kv, res.Err = st.ReadTxn(t)
 			res.KV, res.Revision = &kv, st.Revision()
 		})
 		err = res.Err
 	} else {
+		// The answer is measured on the leader's state before the
+		// transaction is proposed: what commits before it applies can
+		// change the figure by the few commands in flight only.
+		s.node.Read(func(st *fsm.State) {
+			var cost answerCost
+			cost.txnCost(st, r)
+			err = s.checkCost(cost)
+		})
+		if err != nil {
+			return nil, err
+		}
 		res, err = s.propose(ctx, t)
 	}
 	if err != nil {

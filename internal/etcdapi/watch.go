@@ -11,6 +11,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tenure-io/tenure/internal/fsm"
@@ -76,8 +78,12 @@ func (w *watcher) match(c *server.KVChange) bool {
 // cancels watchers and sends every response, so that answers keep the
 // order of the requests and a watcher's events follow its creation.
 type watchStream struct {
-	s        *Server
-	stream   pb.Watch_WatchServer
+	s      *Server
+	stream pb.Watch_WatchServer
+	// cred is the caller's credential, read when the stream opened and
+	// checked again against the node's current ACLs before every
+	// delivery and every revokeCheckInterval (allowed).
+	cred     credential
 	ctrl     chan *pb.WatchRequest
 	watchers map[int64]*watcher
 	nextID   int64
@@ -87,9 +93,13 @@ type watchStream struct {
 
 // Watch implements etcd's Watch.Watch.
 func (ws *watchServer) Watch(stream pb.Watch_WatchServer) error {
-	st := &watchStream{s: ws.s, stream: stream, ctrl: make(chan *pb.WatchRequest, 16), watchers: make(map[int64]*watcher)}
-	defer st.closeAll()
 	ctx := stream.Context()
+	cred := credentialOf(ctx)
+	if err := ws.s.authorizeCred(ctx, cred, "Watch/Watch"); err != nil {
+		return err // no credential, or one the ACLs do not know
+	}
+	st := &watchStream{s: ws.s, stream: stream, cred: cred, ctrl: make(chan *pb.WatchRequest, 16), watchers: make(map[int64]*watcher)}
+	defer st.closeAll()
 	recvDone := make(chan error, 1)
 	go func() { recvDone <- st.recv(ctx) }()
 	err := st.loop(ctx, recvDone)
@@ -132,6 +142,12 @@ func (st *watchStream) loop(ctx context.Context, recvDone <-chan error) error {
 	interval := st.s.limits.WatchProgressInterval
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
+	var revokeCheck <-chan time.Time
+	if st.s.srv.AuthEnabled() {
+		t := time.NewTicker(revokeCheckInterval)
+		defer t.Stop()
+		revokeCheck = t.C
+	}
 	for {
 		// Requests first, without waiting.
 		for drained := false; !drained; {
@@ -166,6 +182,12 @@ func (st *watchStream) loop(ctx context.Context, recvDone <-chan error) error {
 		case <-ticker.C:
 			if err := st.tick(); err != nil {
 				return err
+			}
+		case <-revokeCheck:
+			for _, w := range st.sortedWatchers() {
+				if err := st.allowed(w); err != nil {
+					return err
+				}
 			}
 		case err := <-recvDone:
 			if err != nil {
@@ -213,11 +235,23 @@ func (st *watchStream) pump() (notify <-chan struct{}, busy bool, err error) {
 		if len(changes) == 0 {
 			continue
 		}
+		if err := st.allowed(w); err != nil {
+			return nil, false, err
+		}
 		if err := st.sendEvents(w, changes, through); err != nil {
 			return nil, false, err
 		}
 	}
 	return notify, busy, nil
+}
+
+// allowed checks that the stream's caller may still read w's span: the
+// ACLs this node holds when it delivers changes up to a revision include
+// every ACL change committed before it, so a change written after a
+// revocation is never delivered. A denial ends the stream with
+// "permission denied".
+func (st *watchStream) allowed(w *watcher) error {
+	return st.s.stillAllowed(st.stream.Context(), st.cred, "Watch/Watch", spanRight(w.key, w.end, fsm.AccessRead))
 }
 
 // compacted ends a watcher whose history is gone, as etcd does: a
@@ -329,6 +363,12 @@ func (st *watchStream) create(c *pb.WatchCreateRequest) error {
 	}
 	if len(end) > 0 && !(len(end) == 1 && end[0] == 0) && bytes.Compare(key, end) >= 0 {
 		return st.refuse(reasonEmptyRange)
+	}
+	if err := st.s.authorizeCred(st.stream.Context(), st.cred, "Watch/Watch", spanRight(key, end, fsm.AccessRead)); err != nil {
+		if s, ok := status.FromError(err); ok && s.Code() == codes.PermissionDenied {
+			return st.refuse(rpctypes.ErrGRPCPermissionDenied.Error()) // as etcd refuses a watch
+		}
+		return err
 	}
 	id := c.WatchId
 	if id == autoWatchID {

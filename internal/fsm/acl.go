@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
@@ -137,6 +138,10 @@ type SigningKey struct {
 	ID             string
 	Seed           []byte // ed25519 seed
 	CreateRevision uint64
+	// RetiredRevision is the revision that retired it (0: not retired);
+	// RetireGrace is how long after that the leader removes it.
+	RetiredRevision uint64
+	RetireGrace     time.Duration
 }
 
 // Security is the replicated ACL state and the cluster's identity. It is
@@ -572,8 +577,8 @@ func policyFromProto(p *fsmpb.AclPolicy) (*Policy, error) {
 	if err := ValidateACLName("policy name", p.GetName()); err != nil {
 		return nil, err
 	}
-	if n := len(p.GetRules()); n == 0 || n > MaxRulesPerPolicy {
-		return nil, fmt.Errorf("%w: a policy has 1..%d rules, not %d", ErrInvalid, MaxRulesPerPolicy, n)
+	if n := len(p.GetRules()); n > MaxRulesPerPolicy {
+		return nil, fmt.Errorf("%w: a policy has 0..%d rules, not %d", ErrInvalid, MaxRulesPerPolicy, n)
 	}
 	out := &Policy{Name: p.GetName()}
 	for _, r := range p.GetRules() {
@@ -615,7 +620,7 @@ func exportSecurity(sec *Security) *fsmpb.Security {
 		out.Bindings = append(out.Bindings, &fsmpb.AclBinding{Name: b.Name, Policies: b.Policies})
 	}
 	for _, k := range sec.Keys {
-		out.SigningKeys = append(out.SigningKeys, &fsmpb.SigningKey{Id: k.ID, Seed: k.Seed, CreateRevision: k.CreateRevision})
+		out.SigningKeys = append(out.SigningKeys, &fsmpb.SigningKey{Id: k.ID, Seed: k.Seed, CreateRevision: k.CreateRevision, RetiredRevision: k.RetiredRevision, RetireGraceMs: k.RetireGrace.Milliseconds()})
 	}
 	return out
 }
@@ -655,12 +660,24 @@ func importSecurity(p *fsmpb.Security) (*Security, error) {
 		if err := validateKey(k); err != nil {
 			return nil, fmt.Errorf("snapshot: %w", err)
 		}
-		sec.Keys = append(sec.Keys, SigningKey{ID: k.GetId(), Seed: k.GetSeed(), CreateRevision: k.GetCreateRevision()})
+		if k.GetRetireGraceMs() < 0 || k.GetRetireGraceMs() > MaxRetireGrace.Milliseconds() {
+			return nil, fmt.Errorf("%w: snapshot: signing key %s has a retire grace of %d ms", ErrInvalid, k.GetId(), k.GetRetireGraceMs())
+		}
+		if slices.ContainsFunc(sec.Keys, func(o SigningKey) bool { return o.ID == k.GetId() }) {
+			return nil, fmt.Errorf("%w: snapshot: signing key %s appears twice", ErrInvalid, k.GetId())
+		}
+		sec.Keys = append(sec.Keys, SigningKey{ID: k.GetId(), Seed: k.GetSeed(), CreateRevision: k.GetCreateRevision(), RetiredRevision: k.GetRetiredRevision(), RetireGrace: time.Duration(k.GetRetireGraceMs()) * time.Millisecond})
 	}
 	if len(sec.Keys) > 0 && len(sec.ClusterID) != ClusterIDBytes {
 		return nil, fmt.Errorf("snapshot: signing keys without a cluster id")
 	}
+	if len(sec.Keys) > MaxSigningKeys {
+		return nil, fmt.Errorf("%w: snapshot: %d signing keys, the limit is %d", ErrInvalid, len(sec.Keys), MaxSigningKeys)
+	}
 	sort.SliceStable(sec.Keys, func(i, j int) bool { return sec.Keys[i].CreateRevision < sec.Keys[j].CreateRevision })
+	if k, ok := sec.ActiveKey(); ok && k.RetiredRevision != 0 {
+		return nil, fmt.Errorf("%w: snapshot: the newest signing key %s, which signs new grants, is retired", ErrInvalid, k.ID)
+	}
 	return sec, nil
 }
 

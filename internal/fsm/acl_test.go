@@ -94,7 +94,6 @@ func TestACLCommands(t *testing.T) {
 		"management is built in": policyCmd(fsm.ManagementPolicy, true, "kv::read"),
 		"unknown kind":           {Op: &fsmpb.Command_AclPolicySet{AclPolicySet: &fsmpb.AclPolicySet{Policy: &fsmpb.AclPolicy{Name: "q", Rules: []*fsmpb.AclRule{{Kind: "locks", Access: "read"}}}}}},
 		"cluster with a prefix":  {Op: &fsmpb.Command_AclPolicySet{AclPolicySet: &fsmpb.AclPolicySet{Policy: &fsmpb.AclPolicy{Name: "q", Rules: []*fsmpb.AclRule{{Kind: "cluster", Prefix: "x", Access: "read"}}}}}},
-		"no rules":               {Op: &fsmpb.Command_AclPolicySet{AclPolicySet: &fsmpb.AclPolicySet{Policy: &fsmpb.AclPolicy{Name: "q"}}}},
 		"policy in use":          {Op: &fsmpb.Command_AclPolicyDelete{AclPolicyDelete: &fsmpb.AclPolicyDelete{Name: "p"}}},
 		"token of no policy":     tokenCmd("t2", "s2", "nope"),
 		"token id exists":        tokenCmd("t1", "s3", "p"),

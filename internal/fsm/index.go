@@ -20,12 +20,18 @@ func newLockOrder() *btree.BTreeG[*lock] {
 func (s *State) addSession(ss *session) {
 	s.sessions[ss.id] = ss
 	s.sessionOrder.ReplaceOrInsert(ss)
+	if ss.etcdLease {
+		s.etcdLeases++
+	}
 }
 
 // removeSession removes a session.
 func (s *State) removeSession(ss *session) {
 	delete(s.sessions, ss.id)
 	s.sessionOrder.Delete(ss)
+	if ss.etcdLease {
+		s.etcdLeases--
+	}
 }
 
 // addLock adds a new lock.

@@ -31,6 +31,7 @@ type Limits struct {
 	MaxQueueLength   uint64
 	MaxKeys          uint64
 	MaxKVBytes       uint64
+	MaxEtcdLeases    uint64
 }
 
 // LimitSpec describes one replicated limit: its name (the flag of
@@ -48,7 +49,7 @@ func (s LimitSpec) JSON() string { return strings.ReplaceAll(s.Name, "-", "_") }
 
 // LimitSpecs lists every replicated limit, in the order they are shown.
 var LimitSpecs = []LimitSpec{
-	{"max-sessions", "live sessions", 100_000, func(l *Limits) *uint64 { return &l.MaxSessions }},
+	{"max-sessions", "live sessions (etcd leases count against --max-etcd-leases instead)", 100_000, func(l *Limits) *uint64 { return &l.MaxSessions }},
 	{"max-waiters", "queued acquires per lock, semaphore, read-write lock or election", 10_000, func(l *Limits) *uint64 { return &l.MaxWaiters }},
 	{"max-total-waiters", "queued acquires on all locks together", 100_000, func(l *Limits) *uint64 { return &l.MaxTotalWaiters }},
 	{"max-locks", "locks, semaphores, read-write locks and elections in use (with a holder, a waiter or a lock-delay)", 1_000_000, func(l *Limits) *uint64 { return &l.MaxLocks }},
@@ -58,6 +59,7 @@ var LimitSpecs = []LimitSpec{
 	{"max-queue-length", "items one queue stores (ready, in flight and dead)", 2_000_000, func(l *Limits) *uint64 { return &l.MaxQueueLength }},
 	{"max-keys", "keys of the key-value store", 1_000_000, func(l *Limits) *uint64 { return &l.MaxKeys }},
 	{"max-kv-bytes", "bytes of all keys and values of the key-value store together", 1 << 30, func(l *Limits) *uint64 { return &l.MaxKVBytes }},
+	{"max-etcd-leases", "live leases of the etcd API (apart from --max-sessions, which counts Tenure's own sessions)", 10_000, func(l *Limits) *uint64 { return &l.MaxEtcdLeases }},
 }
 
 // DefaultLimits are the limits of a new state.

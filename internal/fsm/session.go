@@ -175,8 +175,14 @@ func (s *State) createSession(c *fsmpb.CreateSession, emit EventSink) Result {
 	if err := validate(c.GetOwner(), c.GetTtlMs()); err != nil {
 		return Result{Err: err}
 	}
-	if err := overLimit("max-sessions", s.limits.MaxSessions, "live sessions", uint64(len(s.sessions)), 1); err != nil {
-		return Result{Err: err}
+	// etcd leases and Tenure's sessions have limits of their own, so
+	// that clients of the one API cannot take all the other's.
+	limitErr := overLimit("max-sessions", s.limits.MaxSessions, "live sessions", uint64(len(s.sessions))-s.etcdLeases, 1)
+	if c.GetEtcdLease() {
+		limitErr = overLimit("max-etcd-leases", s.limits.MaxEtcdLeases, "live etcd leases", s.etcdLeases, 1)
+	}
+	if limitErr != nil {
+		return Result{Err: limitErr}
 	}
 	id := s.bump()
 	hash, err := secretHashOf(c.GetSecretHash())

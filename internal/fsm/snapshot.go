@@ -324,3 +324,148 @@ func histToProto(name string, h histRec) *fsmpb.HistoryRecord {
 func histFromProto(h *fsmpb.HistoryRecord) histRec {
 	return histRec{owner: h.GetOwner(), session: h.GetSession(), token: h.GetToken(), grantedRev: h.GetGrantedRevision(), ended: h.GetEnded(), endedRev: h.GetEndedRevision()}
 }
+
+// ValidateSnapshot checks that every number a snapshot holds that the
+// state machine drew from its revision (session ids, grant and delivery
+// tokens, acquire, grant, modify, create and retire revisions, queue item
+// ids, the fence and register floors) is at or below its revision, and
+// that no lock has more holders than it can; it fails with ErrInvalid
+// naming the first that is not. A state edited past these would let a
+// restored holder or register carry a token above the revision, so that
+// the tokens granted after it went backwards. A restore through the API
+// runs it before Import (node.RestoreSnapshot); the state machine's own
+// snapshots, which it wrote, are not checked again, so that a data
+// directory written by an earlier version (which accepted fenced writes
+// with tokens never issued) still starts.
+func ValidateSnapshot(snap *fsmpb.Snapshot) error {
+	rev := snap.GetRevision()
+	above := func(what string, n uint64) error {
+		if n > rev {
+			return fmt.Errorf("%w: snapshot: %s %d is above the snapshot's revision %d", ErrInvalid, what, n, rev)
+		}
+		return nil
+	}
+	check := func(errs ...error) error { // the first, for a one-line answer
+		for _, err := range errs {
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := check(above("the fence floor", snap.GetFenceFloor()), above("the register floor", snap.GetRegisterFloor())); err != nil {
+		return err
+	}
+	seen := make(map[uint64]bool, len(snap.GetSessions()))
+	for _, ss := range snap.GetSessions() {
+		if ss.GetId() == 0 || seen[ss.GetId()] {
+			return fmt.Errorf("%w: snapshot: session id %d is zero or appears twice", ErrInvalid, ss.GetId())
+		}
+		seen[ss.GetId()] = true
+		if err := above("session id", ss.GetId()); err != nil {
+			return err
+		}
+	}
+	hist := func(lock string, h *fsmpb.HistoryRecord) error {
+		return check(above(fmt.Sprintf("lock %q history token", lock), h.GetToken()),
+			above(fmt.Sprintf("lock %q history grant revision", lock), h.GetGrantedRevision()),
+			above(fmt.Sprintf("lock %q history end revision", lock), h.GetEndedRevision()))
+	}
+	for _, ls := range snap.GetLocks() {
+		holders := ls.GetHolders()
+		if g := ls.GetHolder(); g != nil && len(holders) == 0 {
+			holders = []*fsmpb.GrantState{g}
+		}
+		permits := int(max(ls.GetPermits(), 1))
+		shared := 0
+		for _, g := range holders {
+			if g.GetToken() == 0 {
+				return fmt.Errorf("%w: snapshot: lock %q has a holder with token 0", ErrInvalid, ls.GetName())
+			}
+			if err := check(above(fmt.Sprintf("lock %q holder token", ls.GetName()), g.GetToken()),
+				above(fmt.Sprintf("lock %q holder acquire revision", ls.GetName()), g.GetAcquireRevision())); err != nil {
+				return err
+			}
+			if g.GetShared() {
+				shared++
+			}
+		}
+		switch {
+		case permits > MaxPermits:
+			return fmt.Errorf("%w: snapshot: lock %q has %d permits, the limit is %d", ErrInvalid, ls.GetName(), permits, MaxPermits)
+		case shared > 0 && (shared != len(holders) || permits != 1):
+			return fmt.Errorf("%w: snapshot: lock %q has readers and %d other holders (%d permits)", ErrInvalid, ls.GetName(), len(holders)-shared, permits)
+		case shared == 0 && len(holders) > permits:
+			return fmt.Errorf("%w: snapshot: lock %q has %d holders and %d permits", ErrInvalid, ls.GetName(), len(holders), permits)
+		}
+		for _, w := range ls.GetWaiters() {
+			if err := above(fmt.Sprintf("lock %q waiter acquire revision", ls.GetName()), w.GetAcquireRevision()); err != nil {
+				return err
+			}
+		}
+		for _, h := range ls.GetHistory() {
+			if err := hist(ls.GetName(), h); err != nil {
+				return err
+			}
+		}
+	}
+	for _, h := range snap.GetRemovedLockHistory() {
+		if err := hist(h.GetName(), h); err != nil {
+			return err
+		}
+	}
+	for _, rs := range snap.GetRegisters() {
+		if err := check(above(fmt.Sprintf("register %q token", rs.GetKey()), rs.GetToken()),
+			above(fmt.Sprintf("register %q modify revision", rs.GetKey()), rs.GetModRevision())); err != nil {
+			return err
+		}
+		for _, op := range rs.GetOps() {
+			if err := above(fmt.Sprintf("register %q operation token", rs.GetKey()), op.GetToken()); err != nil {
+				return err
+			}
+		}
+	}
+	for _, d := range snap.GetDeletedRegisters() {
+		if err := above(fmt.Sprintf("deleted register %q token", d.GetKey()), d.GetToken()); err != nil {
+			return err
+		}
+	}
+	for _, kv := range snap.GetKv() {
+		if err := check(above(fmt.Sprintf("key %q create revision", kv.GetKey()), kv.GetCreateRevision()),
+			above(fmt.Sprintf("key %q modify revision", kv.GetKey()), kv.GetModRevision()),
+			above(fmt.Sprintf("key %q session", kv.GetKey()), kv.GetSession())); err != nil {
+			return err
+		}
+	}
+	for _, q := range snap.GetQueues() {
+		if err := above(fmt.Sprintf("queue %q empty-since revision", q.GetName()), q.GetEmptySince()); err != nil {
+			return err
+		}
+		for _, it := range q.GetInFlight() {
+			if err := check(above(fmt.Sprintf("queue %q item id", q.GetName()), it.GetId()),
+				above(fmt.Sprintf("queue %q delivery token", q.GetName()), it.GetDeliveryToken())); err != nil {
+				return err
+			}
+		}
+		for _, m := range append(append([]*fsmpb.QueueMemo(nil), q.GetOps()...), q.GetAcks()...) {
+			if err := check(above(fmt.Sprintf("queue %q remembered item id", q.GetName()), m.GetId()),
+				above(fmt.Sprintf("queue %q remembered token", q.GetName()), m.GetToken())); err != nil {
+				return err
+			}
+		}
+	}
+	if sec := snap.GetSecurity(); sec != nil {
+		for _, t := range sec.GetTokens() {
+			if err := above(fmt.Sprintf("ACL token %q create revision", t.GetId()), t.GetCreateRevision()); err != nil {
+				return err
+			}
+		}
+		for _, k := range sec.GetSigningKeys() {
+			if err := check(above(fmt.Sprintf("signing key %s create revision", k.GetId()), k.GetCreateRevision()),
+				above(fmt.Sprintf("signing key %s retire revision", k.GetId()), k.GetRetiredRevision())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -177,6 +177,10 @@ type State struct {
 	counters                Counters
 	sec                     *Security         // ACLs and signing keys, replaced on change (acl.go)
 	etcdURLs                map[string]string // member -> its etcd API address (etcdurls.go)
+	// etcdLeases counts the sessions that are etcd leases (derived:
+	// addSession and removeSession keep it), so that they have a limit
+	// of their own, apart from Tenure's sessions.
+	etcdLeases uint64
 }
 
 // NewState returns an empty state at revision 0.
@@ -266,6 +270,12 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 		r = s.aclBindingDelete(op.AclBindingDelete)
 	case *fsmpb.Command_AddSigningKey:
 		r = s.addSigningKey(op.AddSigningKey)
+	case *fsmpb.Command_RetireSigningKey:
+		r = s.retireSigningKey(op.RetireSigningKey)
+	case *fsmpb.Command_RemoveSigningKey:
+		r = s.removeSigningKey(op.RemoveSigningKey)
+	case *fsmpb.Command_AclTokenUpdate:
+		r = s.aclTokenUpdate(op.AclTokenUpdate)
 	case *fsmpb.Command_SetEtcdUrl:
 		r = s.setEtcdURL(op.SetEtcdUrl)
 	case *fsmpb.Command_Batch:

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 	"github.com/tenure-io/tenure/internal/node"
@@ -64,10 +66,10 @@ func TestForcedRestoreOfOlderSnapshotNeverReissuesTokens(t *testing.T) {
 	before := revision(n)
 
 	// Without force an older snapshot is refused.
-	if _, err := n.RestoreSnapshot(ctx, old, false); !errors.Is(err, node.ErrSnapshotBehind) {
+	if _, err := n.RestoreSnapshot(ctx, old, node.RestoreOptions{}); !errors.Is(err, node.ErrSnapshotBehind) {
 		t.Fatalf("restore of an older snapshot without force: %v", err)
 	}
-	snap, err := n.RestoreSnapshot(ctx, old, true)
+	snap, err := n.RestoreSnapshot(ctx, old, node.RestoreOptions{Force: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,4 +102,120 @@ func TestForcedRestoreOfOlderSnapshotNeverReissuesTokens(t *testing.T) {
 	if r := propose(t, n, fencedPutCmd("ledger", before)); r.Put != fsm.PutStale {
 		t.Fatalf("after a restart, put with pre-restore token %d: %+v", before, r)
 	}
+}
+
+// reseal returns the sealed snapshot data with its state changed by edit
+// and sealed again, as someone who can write the file could.
+func reseal(t *testing.T, data []byte, edit func(*fsmpb.Snapshot)) []byte {
+	t.Helper()
+	id, state, err := fsm.OpenSnapshot(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := &fsmpb.Snapshot{}
+	if err := proto.Unmarshal(state, snap); err != nil {
+		t.Fatal(err)
+	}
+	edit(snap)
+	state, err = proto.Marshal(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := fsm.SealSnapshot(id, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestRestoreRefusesInconsistentSnapshot: a snapshot edited so that a
+// number drawn from the revision is above it (a holder's token, a
+// register's, a session id, a key's revision, ...) is refused, also with
+// force and resealed, and nothing changes: once that holder's hold ended
+// the next grant would have been below its token, tokens going backwards.
+// The untouched snapshot is restored, and the next grant is above every
+// token issued before.
+func TestRestoreRefusesInconsistentSnapshot(t *testing.T) {
+	ctx := context.Background()
+	n := openConfig(t, node.Config{DataDir: t.TempDir()})
+	sess := propose(t, n, &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: &fsmpb.CreateSession{Owner: "a", TtlMs: 60_000}}}).Session
+	g := propose(t, n, acquireCmd(sess, "l"))
+	if r := propose(t, n, fencedPutCmd("reg", g.Token)); r.Put != fsm.PutAccepted {
+		t.Fatalf("put %+v", r)
+	}
+	propose(t, n, &fsmpb.Command{Op: &fsmpb.Command_KvPut{KvPut: &fsmpb.KVPut{Key: "k", Value: []byte("v")}}})
+	saved, err := n.SaveSnapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, edit := range map[string]func(s *fsmpb.Snapshot){
+		"holder token above the revision":   func(s *fsmpb.Snapshot) { s.Locks[0].Holders[0].Token = s.Revision + 1000 },
+		"holder token 0":                    func(s *fsmpb.Snapshot) { s.Locks[0].Holders[0].Token = 0 },
+		"two exclusive holders":             func(s *fsmpb.Snapshot) { s.Locks[0].Holders = append(s.Locks[0].Holders, s.Locks[0].Holders[0]) },
+		"register token above the revision": func(s *fsmpb.Snapshot) { s.Registers[0].Token = s.Revision + 1 },
+		"session id above the revision": func(s *fsmpb.Snapshot) {
+			s.Sessions[0].Id = s.Revision + 1
+			s.Locks[0].Holders[0].Session = s.Revision + 1
+		},
+		"key modified above the revision":   func(s *fsmpb.Snapshot) { s.Kv[0].ModRevision = s.Revision + 1 },
+		"fence floor above the revision":    func(s *fsmpb.Snapshot) { s.FenceFloor = s.Revision + 1 },
+		"signing key above the revision":    func(s *fsmpb.Snapshot) { s.Security.SigningKeys[0].CreateRevision = s.Revision + 1 },
+		"revision lowered under the tokens": func(s *fsmpb.Snapshot) { s.Revision = s.Locks[0].Holders[0].Token - 1 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := export(n)
+			_, err := n.RestoreSnapshot(ctx, reseal(t, saved, edit), node.RestoreOptions{Force: true, ReplaceKeys: true})
+			if !errors.Is(err, fsm.ErrInvalid) {
+				t.Fatalf("restore: %v, want a refusal (invalid)", err)
+			}
+			t.Logf("refused: %v", err)
+			if string(export(n)) != string(before) {
+				t.Fatal("a refused restore changed the state")
+			}
+		})
+	}
+	last := revision(n)
+	if _, err := n.RestoreSnapshot(ctx, saved, node.RestoreOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	propose(t, n, releaseCmd(sess, "l", g.Token))
+	if g2 := propose(t, n, acquireCmd(sess, "l")); !g2.Granted || g2.Token <= last {
+		t.Fatalf("grant after the restore %+v; the revision was %d before it", g2, last)
+	}
+}
+
+// TestRestoreRefusesDamagedFiles: RestoreSnapshot refuses an empty file,
+// every cut of a saved one, any byte of it changed, and an unsealed state,
+// force or not; nothing changes.
+func TestRestoreRefusesDamagedFiles(t *testing.T) {
+	ctx := context.Background()
+	n := openConfig(t, node.Config{DataDir: t.TempDir()})
+	propose(t, n, &fsmpb.Command{Op: &fsmpb.Command_KvPut{KvPut: &fsmpb.KVPut{Key: "k", Value: []byte("v")}}})
+	saved, err := n.SaveSnapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, state, err := fsm.OpenSnapshot(saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := export(n)
+	bad := [][]byte{nil, state}
+	for i := range saved {
+		bad = append(bad, saved[:i])
+		flipped := append([]byte(nil), saved...)
+		flipped[i] ^= 1 << (i % 8)
+		bad = append(bad, flipped)
+	}
+	for i, data := range bad {
+		for _, force := range []bool{false, true} {
+			if _, err := n.RestoreSnapshot(ctx, data, node.RestoreOptions{Force: force, ReplaceKeys: true}); !errors.Is(err, fsm.ErrInvalid) {
+				t.Fatalf("damaged file %d (%d bytes), force %v: %v, want a refusal", i, len(data), force, err)
+			}
+		}
+	}
+	if string(export(n)) != string(before) {
+		t.Fatal("a refused restore changed the state")
+	}
+	t.Logf("%d damaged files of a %d-byte snapshot refused", len(bad), len(saved))
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -53,4 +54,68 @@ func (n *Node) EnsureSigningKey(ctx context.Context) {
 // as any a client has seen acknowledged. A follower's may lag.
 func (n *Node) CaughtUpLeader() bool {
 	return n.raft.State() == raft.Leader && n.readTerm.Load() == n.raft.CurrentTerm()
+}
+
+// keyRetireTick is how often the leader looks for retired signing keys
+// whose grace has passed.
+const keyRetireTick = time.Second
+
+// retireKeys removes retired signing keys once their grace has passed,
+// while this node leads, until ctx ends: it proposes RemoveSigningKey
+// (time never enters Apply). The grace is measured on this node's clock
+// from when it, as leader, first saw the key retired; a new leader, or a
+// key retired again, starts it anew, so a key is never removed before its
+// grace has passed (it may be removed up to a tick, or one leader change,
+// later).
+func (n *Node) retireKeys(ctx context.Context) {
+	type retired struct {
+		id  string
+		rev uint64
+	}
+	seen := map[retired]time.Time{}
+	var term uint64
+	// The tick is wall time, not Config.Clock's timers: a test's fake
+	// clock counts the timers the lessor makes; the grace is measured on
+	// Config.Clock.
+	tick := time.NewTicker(keyRetireTick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.quit:
+			return
+		case <-tick.C:
+		}
+		if !n.CaughtUpLeader() || n.raft.CurrentTerm() != term {
+			clear(seen)
+			term = n.raft.CurrentTerm()
+			continue
+		}
+		now := n.cfg.Clock.Now()
+		keep := map[retired]time.Time{}
+		for _, k := range n.Security().Keys {
+			if k.RetiredRevision == 0 {
+				continue
+			}
+			r := retired{k.ID, k.RetiredRevision}
+			first, ok := seen[r]
+			if !ok {
+				first = now
+			}
+			keep[r] = first
+			if now.Sub(first) < k.RetireGrace {
+				continue
+			}
+			pctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
+			_, err := n.Propose(pctx, &fsmpb.Command{Op: &fsmpb.Command_RemoveSigningKey{RemoveSigningKey: &fsmpb.RemoveSigningKey{Id: k.ID}}})
+			cancel()
+			if err != nil {
+				n.cfg.Logger.Warn("removing a retired signing key", "key", k.ID, "err", err)
+				continue
+			}
+			n.cfg.Logger.Info("retired signing key removed", "key", k.ID, "grace", k.RetireGrace.String())
+		}
+		seen = keep
+	}
 }

@@ -56,6 +56,10 @@ func aclCommand(op any) *fsmpb.Command {
 		return &fsmpb.Command{Op: &fsmpb.Command_AddSigningKey{AddSigningKey: o}}
 	case *fsmpb.AclEnable:
 		return &fsmpb.Command{Op: &fsmpb.Command_AclEnable{AclEnable: o}}
+	case *fsmpb.RetireSigningKey:
+		return &fsmpb.Command{Op: &fsmpb.Command_RetireSigningKey{RetireSigningKey: o}}
+	case *fsmpb.RemoveSigningKey:
+		return &fsmpb.Command{Op: &fsmpb.Command_RemoveSigningKey{RemoveSigningKey: o}}
 	}
 	panic(fmt.Sprintf("server: no ACL command for %T", op))
 }

@@ -266,6 +266,10 @@ func aclOps(admin *client.Client) []aclOp {
 			_, err := c.RestoreSnapshot(ctx, strings.NewReader("not a snapshot"), true)
 			return err
 		}},
+		{"cluster keys retire", fsm.KindCluster, "write", false, func(ctx context.Context, c *client.Client, _ string) error {
+			_, err := c.RetireClusterKey(ctx, "0011223344556677", 0)
+			return err
+		}},
 		{"limits set", fsm.KindCluster, "write", false, func(ctx context.Context, c *client.Client, _ string) error {
 			_, err := c.SetLimits(ctx, &pb.ClusterLimits{MaxSessions: 100_000})
 			return err

@@ -168,7 +168,8 @@ func memberErr(err error, todo string) error {
 // snapshotChunk is the size of the pieces a snapshot is streamed in.
 const snapshotChunk = 1 << 20
 
-// SnapshotSave implements pb.TenureServer.
+// SnapshotSave implements pb.TenureServer. The stream is a sealed
+// snapshot file (fsm.SealSnapshot), which holds the private signing keys.
 func (s *Server) SnapshotSave(_ *pb.SnapshotSaveRequest, stream pb.Tenure_SnapshotSaveServer) error {
 	data, err := s.node.SaveSnapshot(stream.Context())
 	if err != nil {
@@ -245,7 +246,9 @@ func (g *restoreGate) reserve(n, max int64) error {
 
 func (g *restoreGate) release(n int64) { g.bytes.Add(-n) }
 
-// SnapshotRestore implements pb.TenureServer.
+// SnapshotRestore implements pb.TenureServer: the options come with the
+// first chunk, and node.RestoreSnapshot checks the seal, the cluster and
+// the state before anything is replaced (INVALID_ARGUMENT when refused).
 func (s *Server) SnapshotRestore(stream pb.Tenure_SnapshotRestoreServer) error {
 	lim := s.limits.Restore
 	if err := s.restores.enter(lim.MaxStreams); err != nil {
@@ -254,7 +257,7 @@ func (s *Server) SnapshotRestore(stream pb.Tenure_SnapshotRestoreServer) error {
 	defer s.restores.leave()
 	var data []byte
 	defer func() { s.restores.release(int64(len(data))) }()
-	force := false
+	var opt node.RestoreOptions
 	for first := true; ; first = false {
 		c, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -264,18 +267,19 @@ func (s *Server) SnapshotRestore(stream pb.Tenure_SnapshotRestoreServer) error {
 			return err
 		}
 		if first {
-			force = c.GetForce()
+			opt = node.RestoreOptions{Force: c.GetForce(), FromCluster: c.GetFromCluster(), ReplaceKeys: c.GetReplaceKeys(), AboveRevision: c.GetAboveRevision()}
 		}
 		if err := s.restores.reserve(int64(len(c.GetData())), lim.MaxBytes); err != nil {
 			return toStatus(err)
 		}
 		data = append(data, c.GetData()...)
 	}
-	snap, err := s.node.RestoreSnapshot(stream.Context(), data, force)
+	snap, err := s.node.RestoreSnapshot(stream.Context(), data, opt)
 	if err != nil {
+		s.log.Warn("snapshot restore refused", "err", err, "bytes", len(data), "force", opt.Force)
 		return toStatus(err)
 	}
-	s.log.Info("snapshot restored", "revision", snap.GetRevision(), "fence_floor", snap.GetFenceFloor(), "force", force, "bytes", len(data), "sessions", len(snap.GetSessions()), "locks", len(snap.GetLocks()))
+	s.log.Info("snapshot restored", "revision", snap.GetRevision(), "fence_floor", snap.GetFenceFloor(), "force", opt.Force, "from_cluster", opt.FromCluster, "replace_keys", opt.ReplaceKeys, "bytes", len(data), "sessions", len(snap.GetSessions()), "locks", len(snap.GetLocks()))
 	s.node.EnsureSigningKey(stream.Context()) // a snapshot from before keys has none
 	return stream.SendAndClose(&pb.SnapshotRestoreResponse{Revision: snap.GetRevision(), Sessions: uint32(len(snap.GetSessions())), Locks: uint32(len(snap.GetLocks())), Registers: uint32(len(snap.GetRegisters())), Queues: uint32(len(snap.GetQueues())), Keys: uint64(len(snap.GetKv()))})
 }

@@ -12,6 +12,7 @@ import (
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/fenceproof"
 	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 	"github.com/tenure-io/tenure/internal/node"
 )
 
@@ -164,10 +165,30 @@ func (s *Server) ClusterKeyRotate(ctx context.Context, _ *pb.ClusterKeyRotateReq
 	return keysOf(s.node.Security()), nil
 }
 
+// ClusterKeyRetire implements pb.TenureServer: with now it proposes the
+// key's removal, otherwise its retirement with the grace after_ms (the
+// leader removes it once that has passed, node.retireKeys). Either is
+// refused for the active key.
+func (s *Server) ClusterKeyRetire(ctx context.Context, req *pb.ClusterKeyRetireRequest) (*pb.ClusterKeysResponse, error) {
+	var op any = &fsmpb.RetireSigningKey{Id: req.GetId(), GraceMs: req.GetAfterMs()}
+	switch {
+	case req.GetNow() && req.GetAfterMs() != 0:
+		return nil, toStatus(fmt.Errorf("%w: give a grace (--after) or --now, not both", fsm.ErrInvalid))
+	case req.GetNow():
+		op = &fsmpb.RemoveSigningKey{Id: req.GetId()}
+	}
+	if _, err := s.proposeACL(ctx, op); err != nil {
+		return nil, err
+	}
+	s.log.Info("signing key retired", "key", req.GetId(), "now", req.GetNow(), "after_ms", req.GetAfterMs())
+	return keysOf(s.node.Security()), nil
+}
+
 func keysOf(sec *fsm.Security) *pb.ClusterKeysResponse {
 	out := &pb.ClusterKeysResponse{ClusterId: sec.ClusterID}
 	for i, k := range sec.Keys {
-		out.Keys = append(out.Keys, &pb.ClusterKey{Id: k.ID, PublicKey: k.Public(), Active: i == len(sec.Keys)-1, CreateRevision: k.CreateRevision})
+		out.Keys = append(out.Keys, &pb.ClusterKey{Id: k.ID, PublicKey: k.Public(), Active: i == len(sec.Keys)-1, CreateRevision: k.CreateRevision,
+			Retired: k.RetiredRevision != 0, RetiredRevision: k.RetiredRevision, RetireGraceMs: k.RetireGrace.Milliseconds()})
 	}
 	return out
 }

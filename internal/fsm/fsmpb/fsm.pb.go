@@ -68,6 +68,9 @@ type Command struct {
 	//	*Command_AclBindingDelete
 	//	*Command_AddSigningKey
 	//	*Command_AclEnable
+	//	*Command_RetireSigningKey
+	//	*Command_RemoveSigningKey
+	//	*Command_AclTokenUpdate
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -470,6 +473,33 @@ func (x *Command) GetAclEnable() *AclEnable {
 	return nil
 }
 
+func (x *Command) GetRetireSigningKey() *RetireSigningKey {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RetireSigningKey); ok {
+			return x.RetireSigningKey
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRemoveSigningKey() *RemoveSigningKey {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RemoveSigningKey); ok {
+			return x.RemoveSigningKey
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAclTokenUpdate() *AclTokenUpdate {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AclTokenUpdate); ok {
+			return x.AclTokenUpdate
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -642,6 +672,20 @@ type Command_AclEnable struct {
 	AclEnable *AclEnable `protobuf:"bytes,90,opt,name=acl_enable,json=aclEnable,proto3,oneof"`
 }
 
+type Command_RetireSigningKey struct {
+	// Retiring signing keys: 95..99 (keys.go).
+	RetireSigningKey *RetireSigningKey `protobuf:"bytes,95,opt,name=retire_signing_key,json=retireSigningKey,proto3,oneof"`
+}
+
+type Command_RemoveSigningKey struct {
+	RemoveSigningKey *RemoveSigningKey `protobuf:"bytes,96,opt,name=remove_signing_key,json=removeSigningKey,proto3,oneof"`
+}
+
+type Command_AclTokenUpdate struct {
+	// etcd's users (internal/etcdapi): 102..104.
+	AclTokenUpdate *AclTokenUpdate `protobuf:"bytes,102,opt,name=acl_token_update,json=aclTokenUpdate,proto3,oneof"`
+}
+
 func (*Command_CreateSession) isCommand_Op() {}
 
 func (*Command_CloseSession) isCommand_Op() {}
@@ -721,6 +765,12 @@ func (*Command_AclBindingDelete) isCommand_Op() {}
 func (*Command_AddSigningKey) isCommand_Op() {}
 
 func (*Command_AclEnable) isCommand_Op() {}
+
+func (*Command_RetireSigningKey) isCommand_Op() {}
+
+func (*Command_RemoveSigningKey) isCommand_Op() {}
+
+func (*Command_AclTokenUpdate) isCommand_Op() {}
 
 // AclEnable makes the cluster enforce its ACLs on every member, from the
 // revision it is applied at on (Security.acl_enforced). There is no
@@ -1236,6 +1286,96 @@ func (x *AclTokenRevoke) GetId() string {
 	return ""
 }
 
+// AclTokenUpdate creates or changes a token in one step, for etcd's user
+// RPCs (a user is a token whose id is the user name and whose secret is
+// the password): with create the id must be free and secret_hash is
+// required; without it the token must exist and an empty secret_hash
+// keeps its secret. grant adds policies, revoke removes them; a token so
+// made may hold 0..32 policies (an etcd user with no role).
+type AclTokenUpdate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Create        bool                   `protobuf:"varint,2,opt,name=create,proto3" json:"create,omitempty"`
+	SecretHash    []byte                 `protobuf:"bytes,3,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	Grant         []string               `protobuf:"bytes,4,rep,name=grant,proto3" json:"grant,omitempty"`
+	Revoke        []string               `protobuf:"bytes,5,rep,name=revoke,proto3" json:"revoke,omitempty"`
+	Description   string                 `protobuf:"bytes,6,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclTokenUpdate) Reset() {
+	*x = AclTokenUpdate{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclTokenUpdate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclTokenUpdate) ProtoMessage() {}
+
+func (x *AclTokenUpdate) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclTokenUpdate.ProtoReflect.Descriptor instead.
+func (*AclTokenUpdate) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *AclTokenUpdate) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AclTokenUpdate) GetCreate() bool {
+	if x != nil {
+		return x.Create
+	}
+	return false
+}
+
+func (x *AclTokenUpdate) GetSecretHash() []byte {
+	if x != nil {
+		return x.SecretHash
+	}
+	return nil
+}
+
+func (x *AclTokenUpdate) GetGrant() []string {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
+}
+
+func (x *AclTokenUpdate) GetRevoke() []string {
+	if x != nil {
+		return x.Revoke
+	}
+	return nil
+}
+
+func (x *AclTokenUpdate) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
 type AclBindingSet struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Binding       *AclBinding            `protobuf:"bytes,1,opt,name=binding,proto3" json:"binding,omitempty"`
@@ -1245,7 +1385,7 @@ type AclBindingSet struct {
 
 func (x *AclBindingSet) Reset() {
 	*x = AclBindingSet{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1397,7 @@ func (x *AclBindingSet) String() string {
 func (*AclBindingSet) ProtoMessage() {}
 
 func (x *AclBindingSet) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1410,7 @@ func (x *AclBindingSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBindingSet.ProtoReflect.Descriptor instead.
 func (*AclBindingSet) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AclBindingSet) GetBinding() *AclBinding {
@@ -1289,7 +1429,7 @@ type AclBindingDelete struct {
 
 func (x *AclBindingDelete) Reset() {
 	*x = AclBindingDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +1441,7 @@ func (x *AclBindingDelete) String() string {
 func (*AclBindingDelete) ProtoMessage() {}
 
 func (x *AclBindingDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +1454,7 @@ func (x *AclBindingDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBindingDelete.ProtoReflect.Descriptor instead.
 func (*AclBindingDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AclBindingDelete) GetName() string {
@@ -1332,13 +1472,20 @@ type SigningKey struct {
 	Id             string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Seed           []byte                 `protobuf:"bytes,2,opt,name=seed,proto3" json:"seed,omitempty"`
 	CreateRevision uint64                 `protobuf:"varint,3,opt,name=create_revision,json=createRevision,proto3" json:"create_revision,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// retired_revision: the revision of the RetireSigningKey that retired
+	// it (0: not retired). A retired key never signs; it still verifies
+	// until it is removed.
+	RetiredRevision uint64 `protobuf:"varint,10,opt,name=retired_revision,json=retiredRevision,proto3" json:"retired_revision,omitempty"`
+	// retire_grace_ms: how long after its retirement the leader proposes
+	// its removal (RemoveSigningKey), measured on the leader's clock.
+	RetireGraceMs int64 `protobuf:"varint,11,opt,name=retire_grace_ms,json=retireGraceMs,proto3" json:"retire_grace_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SigningKey) Reset() {
 	*x = SigningKey{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1350,7 +1497,7 @@ func (x *SigningKey) String() string {
 func (*SigningKey) ProtoMessage() {}
 
 func (x *SigningKey) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1363,7 +1510,7 @@ func (x *SigningKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SigningKey.ProtoReflect.Descriptor instead.
 func (*SigningKey) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SigningKey) GetId() string {
@@ -1387,6 +1534,123 @@ func (x *SigningKey) GetCreateRevision() uint64 {
 	return 0
 }
 
+func (x *SigningKey) GetRetiredRevision() uint64 {
+	if x != nil {
+		return x.RetiredRevision
+	}
+	return 0
+}
+
+func (x *SigningKey) GetRetireGraceMs() int64 {
+	if x != nil {
+		return x.RetireGraceMs
+	}
+	return 0
+}
+
+// RetireSigningKey marks a key retired: it is refused for the key that
+// signs new grants. The leader proposes its removal once grace_ms has
+// passed (time never enters Apply). Retiring a retired key again sets its
+// grace anew.
+type RetireSigningKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	GraceMs       int64                  `protobuf:"varint,2,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetireSigningKey) Reset() {
+	*x = RetireSigningKey{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetireSigningKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetireSigningKey) ProtoMessage() {}
+
+func (x *RetireSigningKey) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetireSigningKey.ProtoReflect.Descriptor instead.
+func (*RetireSigningKey) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RetireSigningKey) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RetireSigningKey) GetGraceMs() int64 {
+	if x != nil {
+		return x.GraceMs
+	}
+	return 0
+}
+
+// RemoveSigningKey removes a key from the keyset at once: proofs it
+// signed no longer verify. It is refused for the key that signs new
+// grants.
+type RemoveSigningKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveSigningKey) Reset() {
+	*x = RemoveSigningKey{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveSigningKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveSigningKey) ProtoMessage() {}
+
+func (x *RemoveSigningKey) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveSigningKey.ProtoReflect.Descriptor instead.
+func (*RemoveSigningKey) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RemoveSigningKey) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
 // AddSigningKey adds a signing key, which signs from then on. The first
 // one also sets the cluster's id (cluster_id, drawn by the proposer;
 // ignored once set). only_if_none: do nothing if a key exists (a leader
@@ -1402,7 +1666,7 @@ type AddSigningKey struct {
 
 func (x *AddSigningKey) Reset() {
 	*x = AddSigningKey{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1678,7 @@ func (x *AddSigningKey) String() string {
 func (*AddSigningKey) ProtoMessage() {}
 
 func (x *AddSigningKey) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1691,7 @@ func (x *AddSigningKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSigningKey.ProtoReflect.Descriptor instead.
 func (*AddSigningKey) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AddSigningKey) GetClusterId() []byte {
@@ -1470,7 +1734,7 @@ type Security struct {
 
 func (x *Security) Reset() {
 	*x = Security{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1746,7 @@ func (x *Security) String() string {
 func (*Security) ProtoMessage() {}
 
 func (x *Security) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1759,7 @@ func (x *Security) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Security.ProtoReflect.Descriptor instead.
 func (*Security) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Security) GetAclBootstrapped() bool {
@@ -1561,7 +1825,7 @@ type SetRetention struct {
 
 func (x *SetRetention) Reset() {
 	*x = SetRetention{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1837,7 @@ func (x *SetRetention) String() string {
 func (*SetRetention) ProtoMessage() {}
 
 func (x *SetRetention) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1850,7 @@ func (x *SetRetention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRetention.ProtoReflect.Descriptor instead.
 func (*SetRetention) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetRetention) GetLockHistory() uint32 {
@@ -1617,13 +1881,15 @@ type Limits struct {
 	MaxQueueLength   uint64                 `protobuf:"varint,8,opt,name=max_queue_length,json=maxQueueLength,proto3" json:"max_queue_length,omitempty"`
 	MaxKeys          uint64                 `protobuf:"varint,9,opt,name=max_keys,json=maxKeys,proto3" json:"max_keys,omitempty"`
 	MaxKvBytes       uint64                 `protobuf:"varint,10,opt,name=max_kv_bytes,json=maxKvBytes,proto3" json:"max_kv_bytes,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// max_etcd_leases: live etcd leases, apart from max_sessions.
+	MaxEtcdLeases uint64 `protobuf:"varint,50,opt,name=max_etcd_leases,json=maxEtcdLeases,proto3" json:"max_etcd_leases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1901,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1914,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Limits) GetMaxSessions() uint64 {
@@ -1721,6 +1987,13 @@ func (x *Limits) GetMaxKvBytes() uint64 {
 	return 0
 }
 
+func (x *Limits) GetMaxEtcdLeases() uint64 {
+	if x != nil {
+		return x.MaxEtcdLeases
+	}
+	return 0
+}
+
 // SetLimits changes the replicated admission limits; a field left 0 keeps
 // its value. A limit lowered below what the state holds refuses new
 // growth only: nothing stored is removed.
@@ -1733,7 +2006,7 @@ type SetLimits struct {
 
 func (x *SetLimits) Reset() {
 	*x = SetLimits{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +2018,7 @@ func (x *SetLimits) String() string {
 func (*SetLimits) ProtoMessage() {}
 
 func (x *SetLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +2031,7 @@ func (x *SetLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLimits.ProtoReflect.Descriptor instead.
 func (*SetLimits) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetLimits) GetLimits() *Limits {
@@ -1779,7 +2052,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1791,7 +2064,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1804,7 +2077,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Batch) GetCommands() []*Command {
@@ -1836,7 +2109,7 @@ type CreateSession struct {
 
 func (x *CreateSession) Reset() {
 	*x = CreateSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +2121,7 @@ func (x *CreateSession) String() string {
 func (*CreateSession) ProtoMessage() {}
 
 func (x *CreateSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +2134,7 @@ func (x *CreateSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSession.ProtoReflect.Descriptor instead.
 func (*CreateSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreateSession) GetOwner() string {
@@ -1908,7 +2181,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +2193,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2206,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CloseSession) GetSession() uint64 {
@@ -1954,7 +2227,7 @@ type ExpireSession struct {
 
 func (x *ExpireSession) Reset() {
 	*x = ExpireSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2239,7 @@ func (x *ExpireSession) String() string {
 func (*ExpireSession) ProtoMessage() {}
 
 func (x *ExpireSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2252,7 @@ func (x *ExpireSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireSession.ProtoReflect.Descriptor instead.
 func (*ExpireSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ExpireSession) GetSession() uint64 {
@@ -2002,7 +2275,7 @@ type ExpireSessions struct {
 
 func (x *ExpireSessions) Reset() {
 	*x = ExpireSessions{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +2287,7 @@ func (x *ExpireSessions) String() string {
 func (*ExpireSessions) ProtoMessage() {}
 
 func (x *ExpireSessions) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +2300,7 @@ func (x *ExpireSessions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireSessions.ProtoReflect.Descriptor instead.
 func (*ExpireSessions) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ExpireSessions) GetSessions() []uint64 {
@@ -2063,7 +2336,7 @@ type Acquire struct {
 
 func (x *Acquire) Reset() {
 	*x = Acquire{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2348,7 @@ func (x *Acquire) String() string {
 func (*Acquire) ProtoMessage() {}
 
 func (x *Acquire) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2361,7 @@ func (x *Acquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Acquire.ProtoReflect.Descriptor instead.
 func (*Acquire) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Acquire) GetSession() uint64 {
@@ -2168,7 +2441,7 @@ type Proclaim struct {
 
 func (x *Proclaim) Reset() {
 	*x = Proclaim{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2453,7 @@ func (x *Proclaim) String() string {
 func (*Proclaim) ProtoMessage() {}
 
 func (x *Proclaim) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2466,7 @@ func (x *Proclaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proclaim.ProtoReflect.Descriptor instead.
 func (*Proclaim) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Proclaim) GetSession() uint64 {
@@ -2237,7 +2510,7 @@ type CancelAcquire struct {
 
 func (x *CancelAcquire) Reset() {
 	*x = CancelAcquire{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2522,7 @@ func (x *CancelAcquire) String() string {
 func (*CancelAcquire) ProtoMessage() {}
 
 func (x *CancelAcquire) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2535,7 @@ func (x *CancelAcquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelAcquire.ProtoReflect.Descriptor instead.
 func (*CancelAcquire) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CancelAcquire) GetSession() uint64 {
@@ -2297,7 +2570,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2582,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2595,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Release) GetSession() uint64 {
@@ -2357,7 +2630,7 @@ type EndLockDelay struct {
 
 func (x *EndLockDelay) Reset() {
 	*x = EndLockDelay{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2369,7 +2642,7 @@ func (x *EndLockDelay) String() string {
 func (*EndLockDelay) ProtoMessage() {}
 
 func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2382,7 +2655,7 @@ func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndLockDelay.ProtoReflect.Descriptor instead.
 func (*EndLockDelay) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EndLockDelay) GetName() string {
@@ -2413,7 +2686,7 @@ type FencedPut struct {
 
 func (x *FencedPut) Reset() {
 	*x = FencedPut{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2425,7 +2698,7 @@ func (x *FencedPut) String() string {
 func (*FencedPut) ProtoMessage() {}
 
 func (x *FencedPut) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2438,7 +2711,7 @@ func (x *FencedPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPut.ProtoReflect.Descriptor instead.
 func (*FencedPut) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FencedPut) GetKey() string {
@@ -2489,7 +2762,7 @@ type FencedDelete struct {
 
 func (x *FencedDelete) Reset() {
 	*x = FencedDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2501,7 +2774,7 @@ func (x *FencedDelete) String() string {
 func (*FencedDelete) ProtoMessage() {}
 
 func (x *FencedDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2514,7 +2787,7 @@ func (x *FencedDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDelete.ProtoReflect.Descriptor instead.
 func (*FencedDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FencedDelete) GetKey() string {
@@ -2591,7 +2864,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2603,7 +2876,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2616,7 +2889,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Snapshot) GetRevision() uint64 {
@@ -2737,7 +3010,7 @@ type SetEtcdURL struct {
 
 func (x *SetEtcdURL) Reset() {
 	*x = SetEtcdURL{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2749,7 +3022,7 @@ func (x *SetEtcdURL) String() string {
 func (*SetEtcdURL) ProtoMessage() {}
 
 func (x *SetEtcdURL) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2762,7 +3035,7 @@ func (x *SetEtcdURL) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetEtcdURL.ProtoReflect.Descriptor instead.
 func (*SetEtcdURL) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SetEtcdURL) GetMember() string {
@@ -2789,7 +3062,7 @@ type DeletedRegister struct {
 
 func (x *DeletedRegister) Reset() {
 	*x = DeletedRegister{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2801,7 +3074,7 @@ func (x *DeletedRegister) String() string {
 func (*DeletedRegister) ProtoMessage() {}
 
 func (x *DeletedRegister) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2814,7 +3087,7 @@ func (x *DeletedRegister) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletedRegister.ProtoReflect.Descriptor instead.
 func (*DeletedRegister) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeletedRegister) GetKey() string {
@@ -2841,7 +3114,7 @@ type Retention struct {
 
 func (x *Retention) Reset() {
 	*x = Retention{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2853,7 +3126,7 @@ func (x *Retention) String() string {
 func (*Retention) ProtoMessage() {}
 
 func (x *Retention) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2866,7 +3139,7 @@ func (x *Retention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retention.ProtoReflect.Descriptor instead.
 func (*Retention) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Retention) GetLockHistory() uint32 {
@@ -2897,7 +3170,7 @@ type SessionState struct {
 
 func (x *SessionState) Reset() {
 	*x = SessionState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2909,7 +3182,7 @@ func (x *SessionState) String() string {
 func (*SessionState) ProtoMessage() {}
 
 func (x *SessionState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2922,7 +3195,7 @@ func (x *SessionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionState.ProtoReflect.Descriptor instead.
 func (*SessionState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SessionState) GetId() uint64 {
@@ -2983,7 +3256,7 @@ type GrantState struct {
 
 func (x *GrantState) Reset() {
 	*x = GrantState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2995,7 +3268,7 @@ func (x *GrantState) String() string {
 func (*GrantState) ProtoMessage() {}
 
 func (x *GrantState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3008,7 +3281,7 @@ func (x *GrantState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantState.ProtoReflect.Descriptor instead.
 func (*GrantState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GrantState) GetSession() uint64 {
@@ -3073,7 +3346,7 @@ type WaiterState struct {
 
 func (x *WaiterState) Reset() {
 	*x = WaiterState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3085,7 +3358,7 @@ func (x *WaiterState) String() string {
 func (*WaiterState) ProtoMessage() {}
 
 func (x *WaiterState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3098,7 +3371,7 @@ func (x *WaiterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaiterState.ProtoReflect.Descriptor instead.
 func (*WaiterState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WaiterState) GetSession() uint64 {
@@ -3152,7 +3425,7 @@ type HistoryRecord struct {
 
 func (x *HistoryRecord) Reset() {
 	*x = HistoryRecord{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3164,7 +3437,7 @@ func (x *HistoryRecord) String() string {
 func (*HistoryRecord) ProtoMessage() {}
 
 func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3177,7 +3450,7 @@ func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRecord.ProtoReflect.Descriptor instead.
 func (*HistoryRecord) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *HistoryRecord) GetOwner() string {
@@ -3249,7 +3522,7 @@ type LockState struct {
 
 func (x *LockState) Reset() {
 	*x = LockState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3261,7 +3534,7 @@ func (x *LockState) String() string {
 func (*LockState) ProtoMessage() {}
 
 func (x *LockState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3274,7 +3547,7 @@ func (x *LockState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockState.ProtoReflect.Descriptor instead.
 func (*LockState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *LockState) GetName() string {
@@ -3358,7 +3631,7 @@ type OpRecord struct {
 
 func (x *OpRecord) Reset() {
 	*x = OpRecord{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3370,7 +3643,7 @@ func (x *OpRecord) String() string {
 func (*OpRecord) ProtoMessage() {}
 
 func (x *OpRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3383,7 +3656,7 @@ func (x *OpRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpRecord.ProtoReflect.Descriptor instead.
 func (*OpRecord) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *OpRecord) GetOperationId() string {
@@ -3421,7 +3694,7 @@ type RegisterState struct {
 
 func (x *RegisterState) Reset() {
 	*x = RegisterState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3433,7 +3706,7 @@ func (x *RegisterState) String() string {
 func (*RegisterState) ProtoMessage() {}
 
 func (x *RegisterState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3446,7 +3719,7 @@ func (x *RegisterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterState.ProtoReflect.Descriptor instead.
 func (*RegisterState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RegisterState) GetKey() string {
@@ -3505,7 +3778,7 @@ type KVPut struct {
 
 func (x *KVPut) Reset() {
 	*x = KVPut{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3517,7 +3790,7 @@ func (x *KVPut) String() string {
 func (*KVPut) ProtoMessage() {}
 
 func (x *KVPut) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3530,7 +3803,7 @@ func (x *KVPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPut.ProtoReflect.Descriptor instead.
 func (*KVPut) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *KVPut) GetKey() string {
@@ -3589,7 +3862,7 @@ type KVDelete struct {
 
 func (x *KVDelete) Reset() {
 	*x = KVDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3601,7 +3874,7 @@ func (x *KVDelete) String() string {
 func (*KVDelete) ProtoMessage() {}
 
 func (x *KVDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3614,7 +3887,7 @@ func (x *KVDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelete.ProtoReflect.Descriptor instead.
 func (*KVDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *KVDelete) GetKey() string {
@@ -3674,7 +3947,7 @@ type KVRange struct {
 
 func (x *KVRange) Reset() {
 	*x = KVRange{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3686,7 +3959,7 @@ func (x *KVRange) String() string {
 func (*KVRange) ProtoMessage() {}
 
 func (x *KVRange) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3699,7 +3972,7 @@ func (x *KVRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRange.ProtoReflect.Descriptor instead.
 func (*KVRange) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{44}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *KVRange) GetKey() string {
@@ -3829,7 +4102,7 @@ type KVCompare struct {
 
 func (x *KVCompare) Reset() {
 	*x = KVCompare{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3841,7 +4114,7 @@ func (x *KVCompare) String() string {
 func (*KVCompare) ProtoMessage() {}
 
 func (x *KVCompare) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3854,7 +4127,7 @@ func (x *KVCompare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompare.ProtoReflect.Descriptor instead.
 func (*KVCompare) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{45}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *KVCompare) GetKey() string {
@@ -3920,7 +4193,7 @@ type KVOp struct {
 
 func (x *KVOp) Reset() {
 	*x = KVOp{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3932,7 +4205,7 @@ func (x *KVOp) String() string {
 func (*KVOp) ProtoMessage() {}
 
 func (x *KVOp) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3945,7 +4218,7 @@ func (x *KVOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVOp.ProtoReflect.Descriptor instead.
 func (*KVOp) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{46}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *KVOp) GetOp() isKVOp_Op {
@@ -4017,7 +4290,7 @@ type KVTxn struct {
 
 func (x *KVTxn) Reset() {
 	*x = KVTxn{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4029,7 +4302,7 @@ func (x *KVTxn) String() string {
 func (*KVTxn) ProtoMessage() {}
 
 func (x *KVTxn) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4042,7 +4315,7 @@ func (x *KVTxn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxn.ProtoReflect.Descriptor instead.
 func (*KVTxn) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{47}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *KVTxn) GetCompares() []*KVCompare {
@@ -4080,7 +4353,7 @@ type KVState struct {
 
 func (x *KVState) Reset() {
 	*x = KVState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4092,7 +4365,7 @@ func (x *KVState) String() string {
 func (*KVState) ProtoMessage() {}
 
 func (x *KVState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4105,7 +4378,7 @@ func (x *KVState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVState.ProtoReflect.Descriptor instead.
 func (*KVState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{48}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *KVState) GetKey() string {
@@ -4167,7 +4440,7 @@ type QueueEnqueue struct {
 
 func (x *QueueEnqueue) Reset() {
 	*x = QueueEnqueue{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4179,7 +4452,7 @@ func (x *QueueEnqueue) String() string {
 func (*QueueEnqueue) ProtoMessage() {}
 
 func (x *QueueEnqueue) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4192,7 +4465,7 @@ func (x *QueueEnqueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueue.ProtoReflect.Descriptor instead.
 func (*QueueEnqueue) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{49}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *QueueEnqueue) GetQueue() string {
@@ -4241,7 +4514,7 @@ type QueueDequeue struct {
 
 func (x *QueueDequeue) Reset() {
 	*x = QueueDequeue{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4253,7 +4526,7 @@ func (x *QueueDequeue) String() string {
 func (*QueueDequeue) ProtoMessage() {}
 
 func (x *QueueDequeue) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4266,7 +4539,7 @@ func (x *QueueDequeue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeue.ProtoReflect.Descriptor instead.
 func (*QueueDequeue) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{50}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *QueueDequeue) GetQueue() string {
@@ -4314,7 +4587,7 @@ type QueueSettle struct {
 
 func (x *QueueSettle) Reset() {
 	*x = QueueSettle{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4326,7 +4599,7 @@ func (x *QueueSettle) String() string {
 func (*QueueSettle) ProtoMessage() {}
 
 func (x *QueueSettle) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4339,7 +4612,7 @@ func (x *QueueSettle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettle.ProtoReflect.Descriptor instead.
 func (*QueueSettle) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{51}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *QueueSettle) GetQueue() string {
@@ -4384,7 +4657,7 @@ type QueueExtend struct {
 
 func (x *QueueExtend) Reset() {
 	*x = QueueExtend{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4396,7 +4669,7 @@ func (x *QueueExtend) String() string {
 func (*QueueExtend) ProtoMessage() {}
 
 func (x *QueueExtend) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4409,7 +4682,7 @@ func (x *QueueExtend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueExtend.ProtoReflect.Descriptor instead.
 func (*QueueExtend) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{52}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *QueueExtend) GetQueue() string {
@@ -4458,7 +4731,7 @@ type QueueDelete struct {
 
 func (x *QueueDelete) Reset() {
 	*x = QueueDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4470,7 +4743,7 @@ func (x *QueueDelete) String() string {
 func (*QueueDelete) ProtoMessage() {}
 
 func (x *QueueDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4483,7 +4756,7 @@ func (x *QueueDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDelete.ProtoReflect.Descriptor instead.
 func (*QueueDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{53}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *QueueDelete) GetQueue() string {
@@ -4504,7 +4777,7 @@ type QueuePurge struct {
 
 func (x *QueuePurge) Reset() {
 	*x = QueuePurge{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4516,7 +4789,7 @@ func (x *QueuePurge) String() string {
 func (*QueuePurge) ProtoMessage() {}
 
 func (x *QueuePurge) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4529,7 +4802,7 @@ func (x *QueuePurge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePurge.ProtoReflect.Descriptor instead.
 func (*QueuePurge) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{54}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *QueuePurge) GetQueue() string {
@@ -4552,7 +4825,7 @@ type QueueRequeueDead struct {
 
 func (x *QueueRequeueDead) Reset() {
 	*x = QueueRequeueDead{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4564,7 +4837,7 @@ func (x *QueueRequeueDead) String() string {
 func (*QueueRequeueDead) ProtoMessage() {}
 
 func (x *QueueRequeueDead) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4577,7 +4850,7 @@ func (x *QueueRequeueDead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRequeueDead.ProtoReflect.Descriptor instead.
 func (*QueueRequeueDead) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *QueueRequeueDead) GetQueue() string {
@@ -4620,7 +4893,7 @@ type QueueEnqueueBatch struct {
 
 func (x *QueueEnqueueBatch) Reset() {
 	*x = QueueEnqueueBatch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4632,7 +4905,7 @@ func (x *QueueEnqueueBatch) String() string {
 func (*QueueEnqueueBatch) ProtoMessage() {}
 
 func (x *QueueEnqueueBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4645,7 +4918,7 @@ func (x *QueueEnqueueBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueBatch.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueBatch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{56}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *QueueEnqueueBatch) GetQueue() string {
@@ -4685,7 +4958,7 @@ type QueueDequeueBatch struct {
 
 func (x *QueueDequeueBatch) Reset() {
 	*x = QueueDequeueBatch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4697,7 +4970,7 @@ func (x *QueueDequeueBatch) String() string {
 func (*QueueDequeueBatch) ProtoMessage() {}
 
 func (x *QueueDequeueBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4710,7 +4983,7 @@ func (x *QueueDequeueBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueBatch.ProtoReflect.Descriptor instead.
 func (*QueueDequeueBatch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{57}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *QueueDequeueBatch) GetQueue() string {
@@ -4753,7 +5026,7 @@ type QueueSettleBatch struct {
 
 func (x *QueueSettleBatch) Reset() {
 	*x = QueueSettleBatch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4765,7 +5038,7 @@ func (x *QueueSettleBatch) String() string {
 func (*QueueSettleBatch) ProtoMessage() {}
 
 func (x *QueueSettleBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4778,7 +5051,7 @@ func (x *QueueSettleBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleBatch.ProtoReflect.Descriptor instead.
 func (*QueueSettleBatch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{58}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *QueueSettleBatch) GetQueue() string {
@@ -4806,7 +5079,7 @@ type QueueSettleItem struct {
 
 func (x *QueueSettleItem) Reset() {
 	*x = QueueSettleItem{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4818,7 +5091,7 @@ func (x *QueueSettleItem) String() string {
 func (*QueueSettleItem) ProtoMessage() {}
 
 func (x *QueueSettleItem) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4831,7 +5104,7 @@ func (x *QueueSettleItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleItem.ProtoReflect.Descriptor instead.
 func (*QueueSettleItem) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{59}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *QueueSettleItem) GetId() uint64 {
@@ -4872,7 +5145,7 @@ type QueueItemState struct {
 
 func (x *QueueItemState) Reset() {
 	*x = QueueItemState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4884,7 +5157,7 @@ func (x *QueueItemState) String() string {
 func (*QueueItemState) ProtoMessage() {}
 
 func (x *QueueItemState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4897,7 +5170,7 @@ func (x *QueueItemState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItemState.ProtoReflect.Descriptor instead.
 func (*QueueItemState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{60}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *QueueItemState) GetId() uint64 {
@@ -4965,7 +5238,7 @@ type QueueItems struct {
 
 func (x *QueueItems) Reset() {
 	*x = QueueItems{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4977,7 +5250,7 @@ func (x *QueueItems) String() string {
 func (*QueueItems) ProtoMessage() {}
 
 func (x *QueueItems) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4990,7 +5263,7 @@ func (x *QueueItems) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItems.ProtoReflect.Descriptor instead.
 func (*QueueItems) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{61}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *QueueItems) GetQueue() string {
@@ -5027,7 +5300,7 @@ type QueueMemo struct {
 
 func (x *QueueMemo) Reset() {
 	*x = QueueMemo{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[62]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5039,7 +5312,7 @@ func (x *QueueMemo) String() string {
 func (*QueueMemo) ProtoMessage() {}
 
 func (x *QueueMemo) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[62]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5052,7 +5325,7 @@ func (x *QueueMemo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueMemo.ProtoReflect.Descriptor instead.
 func (*QueueMemo) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{62}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *QueueMemo) GetOperationId() string {
@@ -5108,7 +5381,7 @@ type QueueState struct {
 
 func (x *QueueState) Reset() {
 	*x = QueueState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[63]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5120,7 +5393,7 @@ func (x *QueueState) String() string {
 func (*QueueState) ProtoMessage() {}
 
 func (x *QueueState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[63]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5133,7 +5406,7 @@ func (x *QueueState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueState.ProtoReflect.Descriptor instead.
 func (*QueueState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{63}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *QueueState) GetName() string {
@@ -5196,7 +5469,7 @@ var File_internal_fsm_fsmpb_fsm_proto protoreflect.FileDescriptor
 
 const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xf2\x14\n" +
+	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xdf\x16\n" +
 	"\aCommand\x12E\n" +
 	"\x0ecreate_session\x18\x01 \x01(\v2\x1c.tenure.fsm.v1.CreateSessionH\x00R\rcreateSession\x12B\n" +
 	"\rclose_session\x18\x02 \x01(\v2\x1b.tenure.fsm.v1.CloseSessionH\x00R\fcloseSession\x12E\n" +
@@ -5244,7 +5517,10 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x12acl_binding_delete\x18L \x01(\v2\x1f.tenure.fsm.v1.AclBindingDeleteH\x00R\x10aclBindingDelete\x12F\n" +
 	"\x0fadd_signing_key\x18M \x01(\v2\x1c.tenure.fsm.v1.AddSigningKeyH\x00R\raddSigningKey\x129\n" +
 	"\n" +
-	"acl_enable\x18Z \x01(\v2\x18.tenure.fsm.v1.AclEnableH\x00R\taclEnableB\x04\n" +
+	"acl_enable\x18Z \x01(\v2\x18.tenure.fsm.v1.AclEnableH\x00R\taclEnable\x12O\n" +
+	"\x12retire_signing_key\x18_ \x01(\v2\x1f.tenure.fsm.v1.RetireSigningKeyH\x00R\x10retireSigningKey\x12O\n" +
+	"\x12remove_signing_key\x18` \x01(\v2\x1f.tenure.fsm.v1.RemoveSigningKeyH\x00R\x10removeSigningKey\x12I\n" +
+	"\x10acl_token_update\x18f \x01(\v2\x1d.tenure.fsm.v1.AclTokenUpdateH\x00R\x0eaclTokenUpdateB\x04\n" +
 	"\x02op\"\v\n" +
 	"\tAclEnable\"M\n" +
 	"\aAclRule\x12\x12\n" +
@@ -5275,16 +5551,32 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x0eAclTokenCreate\x12-\n" +
 	"\x05token\x18\x01 \x01(\v2\x17.tenure.fsm.v1.AclTokenR\x05token\" \n" +
 	"\x0eAclTokenRevoke\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"D\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xa9\x01\n" +
+	"\x0eAclTokenUpdate\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06create\x18\x02 \x01(\bR\x06create\x12\x1f\n" +
+	"\vsecret_hash\x18\x03 \x01(\fR\n" +
+	"secretHash\x12\x14\n" +
+	"\x05grant\x18\x04 \x03(\tR\x05grant\x12\x16\n" +
+	"\x06revoke\x18\x05 \x03(\tR\x06revoke\x12 \n" +
+	"\vdescription\x18\x06 \x01(\tR\vdescription\"D\n" +
 	"\rAclBindingSet\x123\n" +
 	"\abinding\x18\x01 \x01(\v2\x19.tenure.fsm.v1.AclBindingR\abinding\"&\n" +
 	"\x10AclBindingDelete\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"Y\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xac\x01\n" +
 	"\n" +
 	"SigningKey\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04seed\x18\x02 \x01(\fR\x04seed\x12'\n" +
-	"\x0fcreate_revision\x18\x03 \x01(\x04R\x0ecreateRevision\"}\n" +
+	"\x0fcreate_revision\x18\x03 \x01(\x04R\x0ecreateRevision\x12)\n" +
+	"\x10retired_revision\x18\n" +
+	" \x01(\x04R\x0fretiredRevision\x12&\n" +
+	"\x0fretire_grace_ms\x18\v \x01(\x03R\rretireGraceMs\"=\n" +
+	"\x10RetireSigningKey\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
+	"\bgrace_ms\x18\x02 \x01(\x03R\agraceMs\"\"\n" +
+	"\x10RemoveSigningKey\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"}\n" +
 	"\rAddSigningKey\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\fR\tclusterId\x12+\n" +
@@ -5303,7 +5595,7 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	" \x01(\bR\vaclEnforced\"_\n" +
 	"\fSetRetention\x12!\n" +
 	"\flock_history\x18\x01 \x01(\rR\vlockHistory\x12,\n" +
-	"\x12register_op_memory\x18\x02 \x01(\rR\x10registerOpMemory\"\xee\x02\n" +
+	"\x12register_op_memory\x18\x02 \x01(\rR\x10registerOpMemory\"\x96\x03\n" +
 	"\x06Limits\x12!\n" +
 	"\fmax_sessions\x18\x01 \x01(\x04R\vmaxSessions\x12\x1f\n" +
 	"\vmax_waiters\x18\x02 \x01(\x04R\n" +
@@ -5318,7 +5610,8 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\bmax_keys\x18\t \x01(\x04R\amaxKeys\x12 \n" +
 	"\fmax_kv_bytes\x18\n" +
 	" \x01(\x04R\n" +
-	"maxKvBytes\":\n" +
+	"maxKvBytes\x12&\n" +
+	"\x0fmax_etcd_leases\x182 \x01(\x04R\rmaxEtcdLeases\":\n" +
 	"\tSetLimits\x12-\n" +
 	"\x06limits\x18\x01 \x01(\v2\x15.tenure.fsm.v1.LimitsR\x06limits\";\n" +
 	"\x05Batch\x122\n" +
@@ -5602,7 +5895,7 @@ func file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_internal_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Command)(nil),           // 0: tenure.fsm.v1.Command
 	(*AclEnable)(nil),         // 1: tenure.fsm.v1.AclEnable
@@ -5615,147 +5908,153 @@ var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*AclPolicyDelete)(nil),   // 8: tenure.fsm.v1.AclPolicyDelete
 	(*AclTokenCreate)(nil),    // 9: tenure.fsm.v1.AclTokenCreate
 	(*AclTokenRevoke)(nil),    // 10: tenure.fsm.v1.AclTokenRevoke
-	(*AclBindingSet)(nil),     // 11: tenure.fsm.v1.AclBindingSet
-	(*AclBindingDelete)(nil),  // 12: tenure.fsm.v1.AclBindingDelete
-	(*SigningKey)(nil),        // 13: tenure.fsm.v1.SigningKey
-	(*AddSigningKey)(nil),     // 14: tenure.fsm.v1.AddSigningKey
-	(*Security)(nil),          // 15: tenure.fsm.v1.Security
-	(*SetRetention)(nil),      // 16: tenure.fsm.v1.SetRetention
-	(*Limits)(nil),            // 17: tenure.fsm.v1.Limits
-	(*SetLimits)(nil),         // 18: tenure.fsm.v1.SetLimits
-	(*Batch)(nil),             // 19: tenure.fsm.v1.Batch
-	(*CreateSession)(nil),     // 20: tenure.fsm.v1.CreateSession
-	(*CloseSession)(nil),      // 21: tenure.fsm.v1.CloseSession
-	(*ExpireSession)(nil),     // 22: tenure.fsm.v1.ExpireSession
-	(*ExpireSessions)(nil),    // 23: tenure.fsm.v1.ExpireSessions
-	(*Acquire)(nil),           // 24: tenure.fsm.v1.Acquire
-	(*Proclaim)(nil),          // 25: tenure.fsm.v1.Proclaim
-	(*CancelAcquire)(nil),     // 26: tenure.fsm.v1.CancelAcquire
-	(*Release)(nil),           // 27: tenure.fsm.v1.Release
-	(*EndLockDelay)(nil),      // 28: tenure.fsm.v1.EndLockDelay
-	(*FencedPut)(nil),         // 29: tenure.fsm.v1.FencedPut
-	(*FencedDelete)(nil),      // 30: tenure.fsm.v1.FencedDelete
-	(*Snapshot)(nil),          // 31: tenure.fsm.v1.Snapshot
-	(*SetEtcdURL)(nil),        // 32: tenure.fsm.v1.SetEtcdURL
-	(*DeletedRegister)(nil),   // 33: tenure.fsm.v1.DeletedRegister
-	(*Retention)(nil),         // 34: tenure.fsm.v1.Retention
-	(*SessionState)(nil),      // 35: tenure.fsm.v1.SessionState
-	(*GrantState)(nil),        // 36: tenure.fsm.v1.GrantState
-	(*WaiterState)(nil),       // 37: tenure.fsm.v1.WaiterState
-	(*HistoryRecord)(nil),     // 38: tenure.fsm.v1.HistoryRecord
-	(*LockState)(nil),         // 39: tenure.fsm.v1.LockState
-	(*OpRecord)(nil),          // 40: tenure.fsm.v1.OpRecord
-	(*RegisterState)(nil),     // 41: tenure.fsm.v1.RegisterState
-	(*KVPut)(nil),             // 42: tenure.fsm.v1.KVPut
-	(*KVDelete)(nil),          // 43: tenure.fsm.v1.KVDelete
-	(*KVRange)(nil),           // 44: tenure.fsm.v1.KVRange
-	(*KVCompare)(nil),         // 45: tenure.fsm.v1.KVCompare
-	(*KVOp)(nil),              // 46: tenure.fsm.v1.KVOp
-	(*KVTxn)(nil),             // 47: tenure.fsm.v1.KVTxn
-	(*KVState)(nil),           // 48: tenure.fsm.v1.KVState
-	(*QueueEnqueue)(nil),      // 49: tenure.fsm.v1.QueueEnqueue
-	(*QueueDequeue)(nil),      // 50: tenure.fsm.v1.QueueDequeue
-	(*QueueSettle)(nil),       // 51: tenure.fsm.v1.QueueSettle
-	(*QueueExtend)(nil),       // 52: tenure.fsm.v1.QueueExtend
-	(*QueueDelete)(nil),       // 53: tenure.fsm.v1.QueueDelete
-	(*QueuePurge)(nil),        // 54: tenure.fsm.v1.QueuePurge
-	(*QueueRequeueDead)(nil),  // 55: tenure.fsm.v1.QueueRequeueDead
-	(*QueueEnqueueBatch)(nil), // 56: tenure.fsm.v1.QueueEnqueueBatch
-	(*QueueDequeueBatch)(nil), // 57: tenure.fsm.v1.QueueDequeueBatch
-	(*QueueSettleBatch)(nil),  // 58: tenure.fsm.v1.QueueSettleBatch
-	(*QueueSettleItem)(nil),   // 59: tenure.fsm.v1.QueueSettleItem
-	(*QueueItemState)(nil),    // 60: tenure.fsm.v1.QueueItemState
-	(*QueueItems)(nil),        // 61: tenure.fsm.v1.QueueItems
-	(*QueueMemo)(nil),         // 62: tenure.fsm.v1.QueueMemo
-	(*QueueState)(nil),        // 63: tenure.fsm.v1.QueueState
+	(*AclTokenUpdate)(nil),    // 11: tenure.fsm.v1.AclTokenUpdate
+	(*AclBindingSet)(nil),     // 12: tenure.fsm.v1.AclBindingSet
+	(*AclBindingDelete)(nil),  // 13: tenure.fsm.v1.AclBindingDelete
+	(*SigningKey)(nil),        // 14: tenure.fsm.v1.SigningKey
+	(*RetireSigningKey)(nil),  // 15: tenure.fsm.v1.RetireSigningKey
+	(*RemoveSigningKey)(nil),  // 16: tenure.fsm.v1.RemoveSigningKey
+	(*AddSigningKey)(nil),     // 17: tenure.fsm.v1.AddSigningKey
+	(*Security)(nil),          // 18: tenure.fsm.v1.Security
+	(*SetRetention)(nil),      // 19: tenure.fsm.v1.SetRetention
+	(*Limits)(nil),            // 20: tenure.fsm.v1.Limits
+	(*SetLimits)(nil),         // 21: tenure.fsm.v1.SetLimits
+	(*Batch)(nil),             // 22: tenure.fsm.v1.Batch
+	(*CreateSession)(nil),     // 23: tenure.fsm.v1.CreateSession
+	(*CloseSession)(nil),      // 24: tenure.fsm.v1.CloseSession
+	(*ExpireSession)(nil),     // 25: tenure.fsm.v1.ExpireSession
+	(*ExpireSessions)(nil),    // 26: tenure.fsm.v1.ExpireSessions
+	(*Acquire)(nil),           // 27: tenure.fsm.v1.Acquire
+	(*Proclaim)(nil),          // 28: tenure.fsm.v1.Proclaim
+	(*CancelAcquire)(nil),     // 29: tenure.fsm.v1.CancelAcquire
+	(*Release)(nil),           // 30: tenure.fsm.v1.Release
+	(*EndLockDelay)(nil),      // 31: tenure.fsm.v1.EndLockDelay
+	(*FencedPut)(nil),         // 32: tenure.fsm.v1.FencedPut
+	(*FencedDelete)(nil),      // 33: tenure.fsm.v1.FencedDelete
+	(*Snapshot)(nil),          // 34: tenure.fsm.v1.Snapshot
+	(*SetEtcdURL)(nil),        // 35: tenure.fsm.v1.SetEtcdURL
+	(*DeletedRegister)(nil),   // 36: tenure.fsm.v1.DeletedRegister
+	(*Retention)(nil),         // 37: tenure.fsm.v1.Retention
+	(*SessionState)(nil),      // 38: tenure.fsm.v1.SessionState
+	(*GrantState)(nil),        // 39: tenure.fsm.v1.GrantState
+	(*WaiterState)(nil),       // 40: tenure.fsm.v1.WaiterState
+	(*HistoryRecord)(nil),     // 41: tenure.fsm.v1.HistoryRecord
+	(*LockState)(nil),         // 42: tenure.fsm.v1.LockState
+	(*OpRecord)(nil),          // 43: tenure.fsm.v1.OpRecord
+	(*RegisterState)(nil),     // 44: tenure.fsm.v1.RegisterState
+	(*KVPut)(nil),             // 45: tenure.fsm.v1.KVPut
+	(*KVDelete)(nil),          // 46: tenure.fsm.v1.KVDelete
+	(*KVRange)(nil),           // 47: tenure.fsm.v1.KVRange
+	(*KVCompare)(nil),         // 48: tenure.fsm.v1.KVCompare
+	(*KVOp)(nil),              // 49: tenure.fsm.v1.KVOp
+	(*KVTxn)(nil),             // 50: tenure.fsm.v1.KVTxn
+	(*KVState)(nil),           // 51: tenure.fsm.v1.KVState
+	(*QueueEnqueue)(nil),      // 52: tenure.fsm.v1.QueueEnqueue
+	(*QueueDequeue)(nil),      // 53: tenure.fsm.v1.QueueDequeue
+	(*QueueSettle)(nil),       // 54: tenure.fsm.v1.QueueSettle
+	(*QueueExtend)(nil),       // 55: tenure.fsm.v1.QueueExtend
+	(*QueueDelete)(nil),       // 56: tenure.fsm.v1.QueueDelete
+	(*QueuePurge)(nil),        // 57: tenure.fsm.v1.QueuePurge
+	(*QueueRequeueDead)(nil),  // 58: tenure.fsm.v1.QueueRequeueDead
+	(*QueueEnqueueBatch)(nil), // 59: tenure.fsm.v1.QueueEnqueueBatch
+	(*QueueDequeueBatch)(nil), // 60: tenure.fsm.v1.QueueDequeueBatch
+	(*QueueSettleBatch)(nil),  // 61: tenure.fsm.v1.QueueSettleBatch
+	(*QueueSettleItem)(nil),   // 62: tenure.fsm.v1.QueueSettleItem
+	(*QueueItemState)(nil),    // 63: tenure.fsm.v1.QueueItemState
+	(*QueueItems)(nil),        // 64: tenure.fsm.v1.QueueItems
+	(*QueueMemo)(nil),         // 65: tenure.fsm.v1.QueueMemo
+	(*QueueState)(nil),        // 66: tenure.fsm.v1.QueueState
 }
 var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
-	20, // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
-	21, // 1: tenure.fsm.v1.Command.close_session:type_name -> tenure.fsm.v1.CloseSession
-	22, // 2: tenure.fsm.v1.Command.expire_session:type_name -> tenure.fsm.v1.ExpireSession
-	24, // 3: tenure.fsm.v1.Command.acquire:type_name -> tenure.fsm.v1.Acquire
-	26, // 4: tenure.fsm.v1.Command.cancel_acquire:type_name -> tenure.fsm.v1.CancelAcquire
-	27, // 5: tenure.fsm.v1.Command.release:type_name -> tenure.fsm.v1.Release
-	28, // 6: tenure.fsm.v1.Command.end_lock_delay:type_name -> tenure.fsm.v1.EndLockDelay
-	29, // 7: tenure.fsm.v1.Command.fenced_put:type_name -> tenure.fsm.v1.FencedPut
-	19, // 8: tenure.fsm.v1.Command.batch:type_name -> tenure.fsm.v1.Batch
-	25, // 9: tenure.fsm.v1.Command.proclaim:type_name -> tenure.fsm.v1.Proclaim
-	23, // 10: tenure.fsm.v1.Command.expire_sessions:type_name -> tenure.fsm.v1.ExpireSessions
-	30, // 11: tenure.fsm.v1.Command.fenced_delete:type_name -> tenure.fsm.v1.FencedDelete
-	16, // 12: tenure.fsm.v1.Command.set_retention:type_name -> tenure.fsm.v1.SetRetention
-	18, // 13: tenure.fsm.v1.Command.set_limits:type_name -> tenure.fsm.v1.SetLimits
-	32, // 14: tenure.fsm.v1.Command.set_etcd_url:type_name -> tenure.fsm.v1.SetEtcdURL
-	42, // 15: tenure.fsm.v1.Command.kv_put:type_name -> tenure.fsm.v1.KVPut
-	43, // 16: tenure.fsm.v1.Command.kv_delete:type_name -> tenure.fsm.v1.KVDelete
-	47, // 17: tenure.fsm.v1.Command.kv_txn:type_name -> tenure.fsm.v1.KVTxn
-	49, // 18: tenure.fsm.v1.Command.queue_enqueue:type_name -> tenure.fsm.v1.QueueEnqueue
-	50, // 19: tenure.fsm.v1.Command.queue_dequeue:type_name -> tenure.fsm.v1.QueueDequeue
-	51, // 20: tenure.fsm.v1.Command.queue_ack:type_name -> tenure.fsm.v1.QueueSettle
-	51, // 21: tenure.fsm.v1.Command.queue_nack:type_name -> tenure.fsm.v1.QueueSettle
-	52, // 22: tenure.fsm.v1.Command.queue_extend:type_name -> tenure.fsm.v1.QueueExtend
-	51, // 23: tenure.fsm.v1.Command.queue_expire:type_name -> tenure.fsm.v1.QueueSettle
-	55, // 24: tenure.fsm.v1.Command.queue_requeue_dead:type_name -> tenure.fsm.v1.QueueRequeueDead
-	53, // 25: tenure.fsm.v1.Command.queue_delete:type_name -> tenure.fsm.v1.QueueDelete
-	54, // 26: tenure.fsm.v1.Command.queue_purge:type_name -> tenure.fsm.v1.QueuePurge
-	56, // 27: tenure.fsm.v1.Command.queue_enqueue_batch:type_name -> tenure.fsm.v1.QueueEnqueueBatch
-	57, // 28: tenure.fsm.v1.Command.queue_dequeue_batch:type_name -> tenure.fsm.v1.QueueDequeueBatch
-	58, // 29: tenure.fsm.v1.Command.queue_ack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
-	58, // 30: tenure.fsm.v1.Command.queue_nack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
+	23, // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
+	24, // 1: tenure.fsm.v1.Command.close_session:type_name -> tenure.fsm.v1.CloseSession
+	25, // 2: tenure.fsm.v1.Command.expire_session:type_name -> tenure.fsm.v1.ExpireSession
+	27, // 3: tenure.fsm.v1.Command.acquire:type_name -> tenure.fsm.v1.Acquire
+	29, // 4: tenure.fsm.v1.Command.cancel_acquire:type_name -> tenure.fsm.v1.CancelAcquire
+	30, // 5: tenure.fsm.v1.Command.release:type_name -> tenure.fsm.v1.Release
+	31, // 6: tenure.fsm.v1.Command.end_lock_delay:type_name -> tenure.fsm.v1.EndLockDelay
+	32, // 7: tenure.fsm.v1.Command.fenced_put:type_name -> tenure.fsm.v1.FencedPut
+	22, // 8: tenure.fsm.v1.Command.batch:type_name -> tenure.fsm.v1.Batch
+	28, // 9: tenure.fsm.v1.Command.proclaim:type_name -> tenure.fsm.v1.Proclaim
+	26, // 10: tenure.fsm.v1.Command.expire_sessions:type_name -> tenure.fsm.v1.ExpireSessions
+	33, // 11: tenure.fsm.v1.Command.fenced_delete:type_name -> tenure.fsm.v1.FencedDelete
+	19, // 12: tenure.fsm.v1.Command.set_retention:type_name -> tenure.fsm.v1.SetRetention
+	21, // 13: tenure.fsm.v1.Command.set_limits:type_name -> tenure.fsm.v1.SetLimits
+	35, // 14: tenure.fsm.v1.Command.set_etcd_url:type_name -> tenure.fsm.v1.SetEtcdURL
+	45, // 15: tenure.fsm.v1.Command.kv_put:type_name -> tenure.fsm.v1.KVPut
+	46, // 16: tenure.fsm.v1.Command.kv_delete:type_name -> tenure.fsm.v1.KVDelete
+	50, // 17: tenure.fsm.v1.Command.kv_txn:type_name -> tenure.fsm.v1.KVTxn
+	52, // 18: tenure.fsm.v1.Command.queue_enqueue:type_name -> tenure.fsm.v1.QueueEnqueue
+	53, // 19: tenure.fsm.v1.Command.queue_dequeue:type_name -> tenure.fsm.v1.QueueDequeue
+	54, // 20: tenure.fsm.v1.Command.queue_ack:type_name -> tenure.fsm.v1.QueueSettle
+	54, // 21: tenure.fsm.v1.Command.queue_nack:type_name -> tenure.fsm.v1.QueueSettle
+	55, // 22: tenure.fsm.v1.Command.queue_extend:type_name -> tenure.fsm.v1.QueueExtend
+	54, // 23: tenure.fsm.v1.Command.queue_expire:type_name -> tenure.fsm.v1.QueueSettle
+	58, // 24: tenure.fsm.v1.Command.queue_requeue_dead:type_name -> tenure.fsm.v1.QueueRequeueDead
+	56, // 25: tenure.fsm.v1.Command.queue_delete:type_name -> tenure.fsm.v1.QueueDelete
+	57, // 26: tenure.fsm.v1.Command.queue_purge:type_name -> tenure.fsm.v1.QueuePurge
+	59, // 27: tenure.fsm.v1.Command.queue_enqueue_batch:type_name -> tenure.fsm.v1.QueueEnqueueBatch
+	60, // 28: tenure.fsm.v1.Command.queue_dequeue_batch:type_name -> tenure.fsm.v1.QueueDequeueBatch
+	61, // 29: tenure.fsm.v1.Command.queue_ack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
+	61, // 30: tenure.fsm.v1.Command.queue_nack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
 	6,  // 31: tenure.fsm.v1.Command.acl_bootstrap:type_name -> tenure.fsm.v1.AclBootstrap
 	7,  // 32: tenure.fsm.v1.Command.acl_policy_set:type_name -> tenure.fsm.v1.AclPolicySet
 	8,  // 33: tenure.fsm.v1.Command.acl_policy_delete:type_name -> tenure.fsm.v1.AclPolicyDelete
 	9,  // 34: tenure.fsm.v1.Command.acl_token_create:type_name -> tenure.fsm.v1.AclTokenCreate
 	10, // 35: tenure.fsm.v1.Command.acl_token_revoke:type_name -> tenure.fsm.v1.AclTokenRevoke
-	11, // 36: tenure.fsm.v1.Command.acl_binding_set:type_name -> tenure.fsm.v1.AclBindingSet
-	12, // 37: tenure.fsm.v1.Command.acl_binding_delete:type_name -> tenure.fsm.v1.AclBindingDelete
-	14, // 38: tenure.fsm.v1.Command.add_signing_key:type_name -> tenure.fsm.v1.AddSigningKey
+	12, // 36: tenure.fsm.v1.Command.acl_binding_set:type_name -> tenure.fsm.v1.AclBindingSet
+	13, // 37: tenure.fsm.v1.Command.acl_binding_delete:type_name -> tenure.fsm.v1.AclBindingDelete
+	17, // 38: tenure.fsm.v1.Command.add_signing_key:type_name -> tenure.fsm.v1.AddSigningKey
 	1,  // 39: tenure.fsm.v1.Command.acl_enable:type_name -> tenure.fsm.v1.AclEnable
-	2,  // 40: tenure.fsm.v1.AclPolicy.rules:type_name -> tenure.fsm.v1.AclRule
-	4,  // 41: tenure.fsm.v1.AclBootstrap.token:type_name -> tenure.fsm.v1.AclToken
-	3,  // 42: tenure.fsm.v1.AclPolicySet.policy:type_name -> tenure.fsm.v1.AclPolicy
-	4,  // 43: tenure.fsm.v1.AclTokenCreate.token:type_name -> tenure.fsm.v1.AclToken
-	5,  // 44: tenure.fsm.v1.AclBindingSet.binding:type_name -> tenure.fsm.v1.AclBinding
-	13, // 45: tenure.fsm.v1.AddSigningKey.key:type_name -> tenure.fsm.v1.SigningKey
-	3,  // 46: tenure.fsm.v1.Security.policies:type_name -> tenure.fsm.v1.AclPolicy
-	4,  // 47: tenure.fsm.v1.Security.tokens:type_name -> tenure.fsm.v1.AclToken
-	5,  // 48: tenure.fsm.v1.Security.bindings:type_name -> tenure.fsm.v1.AclBinding
-	13, // 49: tenure.fsm.v1.Security.signing_keys:type_name -> tenure.fsm.v1.SigningKey
-	17, // 50: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
-	0,  // 51: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
-	35, // 52: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
-	39, // 53: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
-	41, // 54: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
-	63, // 55: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
-	61, // 56: tenure.fsm.v1.Snapshot.queue_items:type_name -> tenure.fsm.v1.QueueItems
-	48, // 57: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
-	34, // 58: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
-	17, // 59: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
-	38, // 60: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
-	33, // 61: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
-	15, // 62: tenure.fsm.v1.Snapshot.security:type_name -> tenure.fsm.v1.Security
-	32, // 63: tenure.fsm.v1.Snapshot.etcd_urls:type_name -> tenure.fsm.v1.SetEtcdURL
-	36, // 64: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
-	36, // 65: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
-	37, // 66: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
-	38, // 67: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
-	40, // 68: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
-	42, // 69: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
-	43, // 70: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
-	44, // 71: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
-	45, // 72: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
-	46, // 73: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
-	46, // 74: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
-	59, // 75: tenure.fsm.v1.QueueSettleBatch.items:type_name -> tenure.fsm.v1.QueueSettleItem
-	60, // 76: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
-	60, // 77: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
-	60, // 78: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
-	62, // 79: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
-	62, // 80: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
-	81, // [81:81] is the sub-list for method output_type
-	81, // [81:81] is the sub-list for method input_type
-	81, // [81:81] is the sub-list for extension type_name
-	81, // [81:81] is the sub-list for extension extendee
-	0,  // [0:81] is the sub-list for field type_name
+	15, // 40: tenure.fsm.v1.Command.retire_signing_key:type_name -> tenure.fsm.v1.RetireSigningKey
+	16, // 41: tenure.fsm.v1.Command.remove_signing_key:type_name -> tenure.fsm.v1.RemoveSigningKey
+	11, // 42: tenure.fsm.v1.Command.acl_token_update:type_name -> tenure.fsm.v1.AclTokenUpdate
+	2,  // 43: tenure.fsm.v1.AclPolicy.rules:type_name -> tenure.fsm.v1.AclRule
+	4,  // 44: tenure.fsm.v1.AclBootstrap.token:type_name -> tenure.fsm.v1.AclToken
+	3,  // 45: tenure.fsm.v1.AclPolicySet.policy:type_name -> tenure.fsm.v1.AclPolicy
+	4,  // 46: tenure.fsm.v1.AclTokenCreate.token:type_name -> tenure.fsm.v1.AclToken
+	5,  // 47: tenure.fsm.v1.AclBindingSet.binding:type_name -> tenure.fsm.v1.AclBinding
+	14, // 48: tenure.fsm.v1.AddSigningKey.key:type_name -> tenure.fsm.v1.SigningKey
+	3,  // 49: tenure.fsm.v1.Security.policies:type_name -> tenure.fsm.v1.AclPolicy
+	4,  // 50: tenure.fsm.v1.Security.tokens:type_name -> tenure.fsm.v1.AclToken
+	5,  // 51: tenure.fsm.v1.Security.bindings:type_name -> tenure.fsm.v1.AclBinding
+	14, // 52: tenure.fsm.v1.Security.signing_keys:type_name -> tenure.fsm.v1.SigningKey
+	20, // 53: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
+	0,  // 54: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
+	38, // 55: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
+	42, // 56: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
+	44, // 57: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
+	66, // 58: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
+	64, // 59: tenure.fsm.v1.Snapshot.queue_items:type_name -> tenure.fsm.v1.QueueItems
+	51, // 60: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
+	37, // 61: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
+	20, // 62: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
+	41, // 63: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
+	36, // 64: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
+	18, // 65: tenure.fsm.v1.Snapshot.security:type_name -> tenure.fsm.v1.Security
+	35, // 66: tenure.fsm.v1.Snapshot.etcd_urls:type_name -> tenure.fsm.v1.SetEtcdURL
+	39, // 67: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
+	39, // 68: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
+	40, // 69: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
+	41, // 70: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
+	43, // 71: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
+	45, // 72: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
+	46, // 73: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
+	47, // 74: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
+	48, // 75: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
+	49, // 76: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
+	49, // 77: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
+	62, // 78: tenure.fsm.v1.QueueSettleBatch.items:type_name -> tenure.fsm.v1.QueueSettleItem
+	63, // 79: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
+	63, // 80: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
+	63, // 81: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
+	65, // 82: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
+	65, // 83: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
+	84, // [84:84] is the sub-list for method output_type
+	84, // [84:84] is the sub-list for method input_type
+	84, // [84:84] is the sub-list for extension type_name
+	84, // [84:84] is the sub-list for extension extendee
+	0,  // [0:84] is the sub-list for field type_name
 }
 
 func init() { file_internal_fsm_fsmpb_fsm_proto_init() }
@@ -5804,8 +6103,11 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 		(*Command_AclBindingDelete)(nil),
 		(*Command_AddSigningKey)(nil),
 		(*Command_AclEnable)(nil),
+		(*Command_RetireSigningKey)(nil),
+		(*Command_RemoveSigningKey)(nil),
+		(*Command_AclTokenUpdate)(nil),
 	}
-	file_internal_fsm_fsmpb_fsm_proto_msgTypes[46].OneofWrappers = []any{
+	file_internal_fsm_fsmpb_fsm_proto_msgTypes[49].OneofWrappers = []any{
 		(*KVOp_Put)(nil),
 		(*KVOp_Delete)(nil),
 		(*KVOp_Range)(nil),
@@ -5816,7 +6118,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_fsm_fsmpb_fsm_proto_rawDesc), len(file_internal_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   64,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
