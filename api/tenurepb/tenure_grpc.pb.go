@@ -201,11 +201,15 @@ type TenureClient interface {
 	// enforces the same values where commands are applied.
 	GetLimits(ctx context.Context, in *GetLimitsRequest, opts ...grpc.CallOption) (*LimitsResponse, error)
 	SetLimits(ctx context.Context, in *SetLimitsRequest, opts ...grpc.CallOption) (*LimitsResponse, error)
-	// ACLs (docs/security.md). With `serve --auth` every request needs a
-	// right that a policy of its caller grants (an auth token in the
-	// metadata key tenure-auth-token, or a verified client certificate
-	// bound to policies); anything else is PERMISSION_DENIED naming the
-	// missing right. Changes need cluster write, listings cluster read.
+	// ACLs (docs/security.md). Once the cluster enforces them (AclBootstrap,
+	// AclEnable, or a member started with `serve --auth` that leads), every
+	// request to any member needs a right that a policy of its caller grants
+	// (an auth token in the metadata key tenure-auth-token, or a verified
+	// client certificate bound to policies); anything else is
+	// PERMISSION_DENIED naming the missing right. An open stream (KVWatch,
+	// Observe, a session stream, a waiting dequeue) whose caller loses its
+	// right ends with PERMISSION_DENIED, and delivers nothing written after
+	// the change. Changes need cluster write, listings cluster read.
 	//
 	// AclBootstrap runs once per cluster: it creates the policy
 	// "management" (write on everything) and a token with it, and answers
@@ -926,11 +930,15 @@ type TenureServer interface {
 	// enforces the same values where commands are applied.
 	GetLimits(context.Context, *GetLimitsRequest) (*LimitsResponse, error)
 	SetLimits(context.Context, *SetLimitsRequest) (*LimitsResponse, error)
-	// ACLs (docs/security.md). With `serve --auth` every request needs a
-	// right that a policy of its caller grants (an auth token in the
-	// metadata key tenure-auth-token, or a verified client certificate
-	// bound to policies); anything else is PERMISSION_DENIED naming the
-	// missing right. Changes need cluster write, listings cluster read.
+	// ACLs (docs/security.md). Once the cluster enforces them (AclBootstrap,
+	// AclEnable, or a member started with `serve --auth` that leads), every
+	// request to any member needs a right that a policy of its caller grants
+	// (an auth token in the metadata key tenure-auth-token, or a verified
+	// client certificate bound to policies); anything else is
+	// PERMISSION_DENIED naming the missing right. An open stream (KVWatch,
+	// Observe, a session stream, a waiting dequeue) whose caller loses its
+	// right ends with PERMISSION_DENIED, and delivers nothing written after
+	// the change. Changes need cluster write, listings cluster read.
 	//
 	// AclBootstrap runs once per cluster: it creates the policy
 	// "management" (write on everything) and a token with it, and answers
