@@ -38,6 +38,19 @@ func (c *Client) BootstrapACL(ctx context.Context) (TokenSecret, error) {
 	return tokenSecret(resp), nil
 }
 
+// EnableACL makes every member of the cluster enforce the ACLs from now
+// on, whether or not it was started with --auth; nothing turns that off.
+// changed is false when they were enforced already (the call then needs
+// cluster write). Bootstrapping the ACLs (BootstrapACL) enforces them too.
+func (c *Client) EnableACL(ctx context.Context) (changed bool, revision uint64, err error) {
+	var resp *pb.AclEnableResponse
+	err = c.unary(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.AclEnable(ctx, &pb.AclEnableRequest{})
+		return err
+	})
+	return resp.GetChanged(), resp.GetRevision(), err
+}
+
 // CreatePolicy creates a policy (with replace, replaces the policy of that
 // name). Each rule is kind (lock, fence, queue, kv, session, cluster),
 // name prefix ("" is every name) and access (read, write, deny).

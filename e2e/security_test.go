@@ -2,14 +2,17 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/fenceproof"
 	"github.com/tenure-io/tenure/internal/testutil"
 )
@@ -177,5 +180,161 @@ func TestSecureClusterWalkthrough(t *testing.T) {
 	}
 	if err := v.Verify("jobs/b", token, proof); err != nil {
 		t.Fatalf("the new leader's proof does not verify with the keys read before: %v", err)
+	}
+}
+
+// startMixedAuthCluster runs n1 and n2 with --auth and n3 without, on
+// loopback without TLS, bootstrapped together, and bootstraps the ACLs;
+// it returns the members and the management token.
+func startMixedAuthCluster(t *testing.T) ([]*member, string) {
+	t.Helper()
+	ms := make([]*member, 3)
+	var peers []string
+	for i := range ms {
+		ms[i] = &member{id: fmt.Sprintf("n%d", i+1), addr: freeAddr(t), peer: freeAddr(t)}
+		peers = append(peers, ms[i].id+"="+ms[i].peer)
+	}
+	root := t.TempDir()
+	for i, m := range ms {
+		args := []string{"serve", "--http-listen", "127.0.0.1:0", "--node-id", m.id, "--listen", m.addr, "--peer-listen", m.peer,
+			"--data-dir", filepath.Join(root, m.id), "--bootstrap-peers", strings.Join(peers, ",")}
+		if i < 2 {
+			args = append(args, "--auth")
+		}
+		m.p = start(t, m.id, m.addr, args...)
+	}
+	for _, m := range ms {
+		testutil.WaitFor(t, m.id+"'s ready line", 30*time.Second, func() bool {
+			if m.p.exited() {
+				t.Fatalf("%s exited with %d: %s", m.id, m.p.status, m.p.stderr())
+			}
+			return strings.HasPrefix(m.p.stdout(), "tenure: serving on "+m.addr)
+		})
+	}
+	var boot struct{ ID, Secret string }
+	var r result
+	testutil.WaitFor(t, "acl bootstrap", 30*time.Second, func() bool {
+		r = tenure(t, endpoints(ms), "acl", "bootstrap", "-o", "json")
+		return r.code == 0
+	})
+	if err := json.Unmarshal([]byte(r.stdout), &boot); err != nil {
+		t.Fatal(err)
+	}
+	return ms, boot.Secret
+}
+
+// moveLeader stops (SIGSTOP) leaders until the cluster's leader is one
+// for which want holds, letting each stopped one go on (SIGCONT) once
+// another leads.
+func moveLeader(t *testing.T, ctx context.Context, ms []*member, admin string, want func(*member) bool) *member {
+	t.Helper()
+	c := dial(t, ctx, endpoints(ms), client.WithAuthToken(admin))
+	for range 20 {
+		var l *member
+		testutil.WaitFor(t, "a leader", 30*time.Second, func() bool {
+			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			st, err := c.Status(sctx)
+			for _, m := range ms {
+				if err == nil && m.id == st.GetLeader() {
+					l = m
+				}
+			}
+			return l != nil
+		})
+		if want(l) {
+			return l
+		}
+		l.p.signal(syscall.SIGSTOP)
+		var others []*member
+		for _, m := range ms {
+			if m != l {
+				others = append(others, m)
+			}
+		}
+		rest := dial(t, ctx, endpoints(others), client.WithAuthToken(admin))
+		testutil.WaitFor(t, "a leader other than "+l.id, 30*time.Second, func() bool {
+			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			st, err := rest.Status(sctx)
+			return err == nil && st.GetLeader() != "" && st.GetLeader() != l.id
+		})
+		l.p.signal(syscall.SIGCONT)
+	}
+	t.Fatal("the leader never moved where it was wanted")
+	return nil
+}
+
+// TestMixedAuthClusterRefusesAnonymousCallers: n1 and n2 run with --auth,
+// n3 without, as a member given --etcd-listen had to. The ACLs are the
+// cluster's: n3 as a follower serves no anonymous serializable read of a
+// protected key, and as the leader refuses an anonymous put and the
+// minting of a management token.
+func TestMixedAuthClusterRefusesAnonymousCallers(t *testing.T) {
+	ms, admin := startMixedAuthCluster(t)
+	n3 := ms[2]
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if r := tenure(t, endpoints(ms), "kv", "put", "secret/k", "hunter2", "--auth-token", admin); r.code != 0 {
+		t.Fatalf("admin put: exit %d, %s", r.code, r.stderr)
+	}
+	testutil.WaitFor(t, "n3 to hold the key", 30*time.Second, func() bool {
+		r := tenure(t, n3.addr, "kv", "get", "secret/k", "--consistency", "serializable", "--auth-token", admin)
+		return r.code == 0 && strings.Contains(r.stdout, "hunter2")
+	})
+
+	moveLeader(t, ctx, ms, admin, func(m *member) bool { return m != n3 })
+	r := tenure(t, n3.addr, "kv", "get", "secret/k", "--consistency", "serializable")
+	if r.code == 0 || strings.Contains(r.stdout, "hunter2") {
+		t.Fatalf("follower n3 served an anonymous serializable read: exit %d, %q", r.code, r.stdout)
+	}
+
+	moveLeader(t, ctx, ms, admin, func(m *member) bool { return m == n3 })
+	for _, args := range [][]string{
+		{"kv", "put", "secret/k", "owned"},
+		{"acl", "token", "create", "--policy", "management"},
+	} {
+		r := tenure(t, n3.addr, args...)
+		if r.code != 1 || !strings.Contains(r.stderr, "permission denied") {
+			t.Errorf("anonymous %v on leader n3: exit %d, stdout %q, stderr %q; want permission denied", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	if r := tenure(t, n3.addr, "kv", "get", "secret/k", "--auth-token", admin); r.code != 0 || !strings.Contains(r.stdout, "hunter2") {
+		t.Fatalf("the key after the refused put: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestRevokedWorkersWatchEnds: a worker's `tenure kv watch` ends with
+// permission denied once its token is revoked, and prints nothing written
+// after the revocation.
+func TestRevokedWorkersWatchEnds(t *testing.T) {
+	ms, admin := startMixedAuthCluster(t)
+	eps := endpoints(ms)
+	var tok struct{ ID, Secret string }
+	if r := tenure(t, eps, "acl", "policy", "create", "reader", "--rule", "kv:jobs/:read", "--auth-token", admin); r.code != 0 {
+		t.Fatalf("policy create: exit %d, %s", r.code, r.stderr)
+	}
+	r := tenure(t, eps, "acl", "token", "create", "--policy", "reader", "-o", "json", "--auth-token", admin)
+	if err := json.Unmarshal([]byte(r.stdout), &tok); err != nil {
+		t.Fatalf("token create: %q %q: %v", r.stdout, r.stderr, err)
+	}
+	w := start(t, "watch", eps, "kv", "watch", "jobs/", "--prefix", "-o", "json", "--auth-token", tok.Secret)
+	testutil.WaitFor(t, "the watch to print a change", 30*time.Second, func() bool {
+		tenure(t, eps, "kv", "put", "jobs/before", "1", "--auth-token", admin)
+		return strings.Contains(w.stdout(), "jobs/before")
+	})
+	if r := tenure(t, eps, "acl", "token", "revoke", tok.ID, "--auth-token", admin); r.code != 0 {
+		t.Fatalf("revoke: exit %d, %s", r.code, r.stderr)
+	}
+	revoked := time.Now()
+	if r := tenure(t, eps, "kv", "put", "jobs/after", "2", "--auth-token", admin); r.code != 0 {
+		t.Fatalf("put: exit %d, %s", r.code, r.stderr)
+	}
+	if code := w.wait(10 * time.Second); code != 1 || !strings.Contains(w.stderr(), "permission denied") {
+		t.Fatalf("the watch after the revocation: exit %d, stderr %q", code, w.stderr())
+	}
+	t.Logf("the watch ended %v after the revocation was acknowledged", time.Since(revoked))
+	if strings.Contains(w.stdout(), "jobs/after") {
+		t.Fatalf("the watch printed a change written after the revocation:\n%s", w.stdout())
 	}
 }

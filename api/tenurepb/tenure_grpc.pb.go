@@ -73,6 +73,7 @@ const (
 	Tenure_ClusterKeys_FullMethodName       = "/tenure.v1.Tenure/ClusterKeys"
 	Tenure_ClusterKeyRotate_FullMethodName  = "/tenure.v1.Tenure/ClusterKeyRotate"
 	Tenure_ClusterKeyRetire_FullMethodName  = "/tenure.v1.Tenure/ClusterKeyRetire"
+	Tenure_AclEnable_FullMethodName         = "/tenure.v1.Tenure/AclEnable"
 )
 
 // TenureClient is the client API for Tenure service.
@@ -200,11 +201,15 @@ type TenureClient interface {
 	// enforces the same values where commands are applied.
 	GetLimits(ctx context.Context, in *GetLimitsRequest, opts ...grpc.CallOption) (*LimitsResponse, error)
 	SetLimits(ctx context.Context, in *SetLimitsRequest, opts ...grpc.CallOption) (*LimitsResponse, error)
-	// ACLs (docs/security.md). With `serve --auth` every request needs a
-	// right that a policy of its caller grants (an auth token in the
-	// metadata key tenure-auth-token, or a verified client certificate
-	// bound to policies); anything else is PERMISSION_DENIED naming the
-	// missing right. Changes need cluster write, listings cluster read.
+	// ACLs (docs/security.md). Once the cluster enforces them (AclBootstrap,
+	// AclEnable, or a member started with `serve --auth` that leads), every
+	// request to any member needs a right that a policy of its caller grants
+	// (an auth token in the metadata key tenure-auth-token, or a verified
+	// client certificate bound to policies); anything else is
+	// PERMISSION_DENIED naming the missing right. An open stream (KVWatch,
+	// Observe, a session stream, a waiting dequeue) whose caller loses its
+	// right ends with PERMISSION_DENIED, and delivers nothing written after
+	// the change. Changes need cluster write, listings cluster read.
 	//
 	// AclBootstrap runs once per cluster: it creates the policy
 	// "management" (write on everything) and a token with it, and answers
@@ -240,6 +245,13 @@ type TenureClient interface {
 	// otherwise it stays listed, retired, and the leader removes it once
 	// after_ms has passed (cluster write).
 	ClusterKeyRetire(ctx context.Context, in *ClusterKeyRetireRequest, opts ...grpc.CallOption) (*ClusterKeysResponse, error)
+	// AclEnable makes every member of the cluster enforce the ACLs from now
+	// on, whether or not it was started with --auth; it cannot be undone.
+	// On a cluster that does not enforce them yet anyone who reaches it may
+	// call it (as anyone may do anything there); once they are enforced it
+	// needs cluster write, and changes nothing. AclBootstrap enforces them
+	// too, and so does a member started with --auth once it leads.
+	AclEnable(ctx context.Context, in *AclEnableRequest, opts ...grpc.CallOption) (*AclEnableResponse, error)
 }
 
 type tenureClient struct {
@@ -783,6 +795,16 @@ func (c *tenureClient) ClusterKeyRetire(ctx context.Context, in *ClusterKeyRetir
 	return out, nil
 }
 
+func (c *tenureClient) AclEnable(ctx context.Context, in *AclEnableRequest, opts ...grpc.CallOption) (*AclEnableResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AclEnableResponse)
+	err := c.cc.Invoke(ctx, Tenure_AclEnable_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TenureServer is the server API for Tenure service.
 // All implementations must embed UnimplementedTenureServer
 // for forward compatibility.
@@ -908,11 +930,15 @@ type TenureServer interface {
 	// enforces the same values where commands are applied.
 	GetLimits(context.Context, *GetLimitsRequest) (*LimitsResponse, error)
 	SetLimits(context.Context, *SetLimitsRequest) (*LimitsResponse, error)
-	// ACLs (docs/security.md). With `serve --auth` every request needs a
-	// right that a policy of its caller grants (an auth token in the
-	// metadata key tenure-auth-token, or a verified client certificate
-	// bound to policies); anything else is PERMISSION_DENIED naming the
-	// missing right. Changes need cluster write, listings cluster read.
+	// ACLs (docs/security.md). Once the cluster enforces them (AclBootstrap,
+	// AclEnable, or a member started with `serve --auth` that leads), every
+	// request to any member needs a right that a policy of its caller grants
+	// (an auth token in the metadata key tenure-auth-token, or a verified
+	// client certificate bound to policies); anything else is
+	// PERMISSION_DENIED naming the missing right. An open stream (KVWatch,
+	// Observe, a session stream, a waiting dequeue) whose caller loses its
+	// right ends with PERMISSION_DENIED, and delivers nothing written after
+	// the change. Changes need cluster write, listings cluster read.
 	//
 	// AclBootstrap runs once per cluster: it creates the policy
 	// "management" (write on everything) and a token with it, and answers
@@ -948,6 +974,13 @@ type TenureServer interface {
 	// otherwise it stays listed, retired, and the leader removes it once
 	// after_ms has passed (cluster write).
 	ClusterKeyRetire(context.Context, *ClusterKeyRetireRequest) (*ClusterKeysResponse, error)
+	// AclEnable makes every member of the cluster enforce the ACLs from now
+	// on, whether or not it was started with --auth; it cannot be undone.
+	// On a cluster that does not enforce them yet anyone who reaches it may
+	// call it (as anyone may do anything there); once they are enforced it
+	// needs cluster write, and changes nothing. AclBootstrap enforces them
+	// too, and so does a member started with --auth once it leads.
+	AclEnable(context.Context, *AclEnableRequest) (*AclEnableResponse, error)
 	mustEmbedUnimplementedTenureServer()
 }
 
@@ -1107,6 +1140,9 @@ func (UnimplementedTenureServer) ClusterKeyRotate(context.Context, *ClusterKeyRo
 }
 func (UnimplementedTenureServer) ClusterKeyRetire(context.Context, *ClusterKeyRetireRequest) (*ClusterKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ClusterKeyRetire not implemented")
+}
+func (UnimplementedTenureServer) AclEnable(context.Context, *AclEnableRequest) (*AclEnableResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AclEnable not implemented")
 }
 func (UnimplementedTenureServer) mustEmbedUnimplementedTenureServer() {}
 func (UnimplementedTenureServer) testEmbeddedByValue()                {}
@@ -1986,6 +2022,24 @@ func _Tenure_ClusterKeyRetire_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Tenure_AclEnable_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AclEnableRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).AclEnable(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_AclEnable_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).AclEnable(ctx, req.(*AclEnableRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Tenure_ServiceDesc is the grpc.ServiceDesc for Tenure service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -2172,6 +2226,10 @@ var Tenure_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ClusterKeyRetire",
 			Handler:    _Tenure_ClusterKeyRetire_Handler,
+		},
+		{
+			MethodName: "AclEnable",
+			Handler:    _Tenure_AclEnable_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

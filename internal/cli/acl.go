@@ -57,11 +57,12 @@ func (a *app) emitSecret(t client.TokenSecret) error {
 func (a *app) aclCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "acl",
-		Short: "Policies, auth tokens and certificate identities (for a server run with --auth)",
-		Long: `Manage the ACLs of a server run with --auth (docs/security.md).
+		Short: "Policies, auth tokens and certificate identities, and their enforcement",
+		Long: `Manage the ACLs of a cluster (docs/security.md).
 
-With --auth every request is denied unless a policy of its caller allows
-it. A policy is a list of rules KIND:PREFIX:ACCESS: KIND is lock (which
+Once the cluster enforces them (tenure acl bootstrap, tenure acl enable,
+or a member started with --auth that leads), every member denies every
+request unless a policy of its caller allows it. A policy is a list of rules KIND:PREFIX:ACCESS: KIND is lock (which
 covers semaphores, read-write locks and elections), fence, queue, kv,
 session or cluster; PREFIX is a name prefix ("" is every name; cluster
 rules have none); ACCESS is read, write (which includes read) or deny.
@@ -73,7 +74,7 @@ client certificate). A session belongs to the identity that created it.
 Changes need cluster write; listings need cluster read. Pass the token
 with --auth-token or TENURE_AUTH_TOKEN.`,
 	}
-	cmd.AddCommand(a.aclBootstrapCommand(), a.aclPolicyCommand(), a.aclTokenCommand(), a.aclIdentityCommand(), a.aclWhoAmICommand())
+	cmd.AddCommand(a.aclBootstrapCommand(), a.aclEnableCommand(), a.aclPolicyCommand(), a.aclTokenCommand(), a.aclIdentityCommand(), a.aclWhoAmICommand())
 	return cmd
 }
 
@@ -92,6 +93,43 @@ as soon as the cluster is up. JSON: {"id","secret"}.`,
 					return err
 				}
 				return a.emitSecret(t)
+			})
+		},
+	}
+}
+
+// enableJSON is what acl enable prints.
+type enableJSON struct {
+	Enforced bool   `json:"enforced"`
+	Changed  bool   `json:"changed"`
+	Revision uint64 `json:"revision"`
+}
+
+func (a *app) aclEnableCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "enable",
+		Short: "Make every member of the cluster enforce the ACLs, for good",
+		Long: `Make every member of the cluster enforce the ACLs from now on, whether or
+not it was started with --auth. It cannot be undone. On a cluster that does
+not enforce them yet it needs no token (anyone who reaches such a cluster
+may do anything there); once they are enforced it needs cluster write and
+changes nothing. "tenure acl bootstrap" enforces them too, and so does a
+member started with --auth once it leads. JSON: {"enforced","changed","revision"}.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
+				changed, rev, err := c.EnableACL(ctx)
+				if err != nil {
+					return err
+				}
+				out := enableJSON{Enforced: true, Changed: changed, Revision: rev}
+				return a.emit(out, func(w io.Writer) {
+					if changed {
+						fmt.Fprintf(w, "the cluster enforces its ACLs from revision %d on, on every member\n", rev)
+						return
+					}
+					fmt.Fprintln(w, "the cluster enforces its ACLs already")
+				})
 			})
 		},
 	}

@@ -75,7 +75,7 @@ func (ss *serveSecurity) flags(f *pflag.FlagSet) {
 	f.StringVar(&ss.peer.CA, "peer-tls-ca", "", "the CA every peer's certificate must chain to (PEM)")
 	f.StringVar(&ss.httpTLS.Cert, "http-tls-cert", "", "serve --http-listen over TLS with this certificate (PEM; re-read when it changes or on SIGHUP); client certificates that chain to --tls-client-ca identify their callers there too")
 	f.StringVar(&ss.httpTLS.Key, "http-tls-key", "", "the private key of --http-tls-cert (PEM)")
-	f.BoolVar(&ss.auth, "auth", false, "enforce ACLs: deny every request no policy of its caller allows (create the first token with `tenure acl bootstrap`)")
+	f.BoolVar(&ss.auth, "auth", false, "enforce ACLs on this member, and as leader make the whole cluster enforce them for good: deny every request no policy of its caller allows (create the first token with `tenure acl bootstrap`)")
 	f.BoolVar(&ss.insecure, "insecure", false, "serve the client API or --http-listen outside loopback without TLS and --auth, or raft peers without peer TLS (protected mode off; --pprof outside loopback still needs --auth)")
 }
 

@@ -89,8 +89,11 @@ type Config struct {
 	TLS *tls.Config
 	// PeerTLS: see node.Config (raft over mutual TLS).
 	PeerTLS func() *tls.Config
-	// Auth enforces the ACLs (server.WithAuth); denials are logged to
-	// LogOutput.
+	// Auth (serve --auth) makes this member enforce the ACLs whatever
+	// the cluster's replicated setting, and makes the cluster enforce
+	// them for good once this member leads (server.WithAuth). A member
+	// without it enforces them as soon as the cluster does
+	// (server.Server.AuthEnforced). Denials are logged to LogOutput.
 	Auth bool
 	// EtcdListen, if set, serves etcd's v3 API there too (internal/etcdapi),
 	// with TLS when the client API has it, under the same ACLs as the

@@ -2,6 +2,7 @@ package etcdapi_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -334,5 +335,39 @@ func TestKeepAliveEndsWhenTheTokenIsRevoked(t *testing.T) {
 	wantErr(t, err, rpctypes.ErrGRPCPermissionDenied)
 	if d := time.Since(revoked); d > time.Second {
 		t.Fatalf("the keep-alive ended %v after the revocation, want within 1s", d)
+	}
+}
+
+// TestAuthEnableTurnsTheClusterACLsOn: etcd's AuthEnable on a node started
+// without --auth is `tenure acl enable`: from then on the cluster enforces
+// its ACLs, so an anonymous etcd call is refused as etcd refuses it, and a
+// second AuthEnable needs cluster write.
+func TestAuthEnableTurnsTheClusterACLsOn(t *testing.T) {
+	e2 := start(t, daemon.Config{})
+	conn, err := grpc.NewClient(e2.srv.EtcdAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	auth := pb.NewAuthClient(conn)
+	if _, err := e2.kv.Put(ctxT(t), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
+		t.Fatalf("before AuthEnable an anonymous put works: %v", err)
+	}
+	if st, err := auth.AuthStatus(ctxT(t), &pb.AuthStatusRequest{}); err != nil || st.Enabled {
+		t.Fatalf("AuthStatus before = %v, %v; want disabled", st, err)
+	}
+	if _, err := auth.AuthEnable(ctxT(t), &pb.AuthEnableRequest{}); err != nil {
+		t.Fatalf("AuthEnable: %v", err)
+	}
+	_, err = e2.kv.Put(ctxT(t), &pb.PutRequest{Key: []byte("k"), Value: []byte("w")})
+	if !errors.Is(rpctypes.Error(err), rpctypes.ErrUserEmpty) {
+		t.Fatalf("anonymous put after AuthEnable = %v, want %v", err, rpctypes.ErrUserEmpty)
+	}
+	if _, err := auth.AuthEnable(ctxT(t), &pb.AuthEnableRequest{}); !errors.Is(rpctypes.Error(err), rpctypes.ErrUserEmpty) {
+		t.Fatalf("anonymous AuthEnable where enforced = %v, want %v", err, rpctypes.ErrUserEmpty)
+	}
+	who, err := testutil.API(t, e2.srv.Addr()).AclWhoAmI(ctxT(t), &tpb.AclWhoAmIRequest{})
+	if err != nil || !who.GetAuth() {
+		t.Fatalf("whoami after AuthEnable = %v, %v; want auth on", who, err)
 	}
 }

@@ -100,7 +100,7 @@ func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest)
 // authorizeLeaseKeys checks that the caller has need on every key bound
 // to lease id (nil when auth is off).
 func (s *Server) authorizeLeaseKeys(ctx context.Context, method string, id int64, need fsm.Access) error {
-	if !s.srv.AuthEnabled() || id <= 0 {
+	if !s.srv.AuthEnforced() || id <= 0 {
 		return nil
 	}
 	var keys []string
@@ -149,7 +149,7 @@ func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 		return s.relayKeepAlive(stream, fw)
 	}
 	var revokeCheck <-chan time.Time
-	if s.srv.AuthEnabled() {
+	if s.srv.AuthEnforced() {
 		t := time.NewTicker(revokeCheckInterval)
 		defer t.Stop()
 		revokeCheck = t.C

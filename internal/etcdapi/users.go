@@ -79,19 +79,24 @@ func leaderCall[Req any, Resp headered](ctx context.Context, s *Server, method s
 	return resp, false, nil
 }
 
-// AuthEnable implements etcd's Auth.AuthEnable. Whether Tenure enforces
-// its ACLs is not the etcd API's to change: on a node that enforces them
-// it succeeds (and changes nothing); elsewhere it is refused, naming how
-// to turn them on.
+// AuthEnable implements etcd's Auth.AuthEnable as `tenure acl enable`:
+// on a cluster that does not enforce its ACLs yet it makes every member
+// enforce them for good (anyone who reaches such a cluster may); where
+// they are enforced it needs cluster write and changes nothing.
 func (a *authServer) AuthEnable(ctx context.Context, r *pb.AuthEnableRequest) (*pb.AuthEnableResponse, error) {
 	s := a.s
-	if !s.srv.AuthEnabled() {
-		return nil, status.Error(codes.FailedPrecondition, "etcdserver: Tenure's ACLs are turned on with `tenure serve --auth` (or `tenure acl enable`), not through the etcd API")
+	resp, fw, err := leaderCall(ctx, s, "AuthEnable", r, server.ClusterWrite, pb.AuthClient.AuthEnable)
+	if fw {
+		return resp, err
 	}
-	if err := s.authorize(ctx, "Auth/AuthEnable", server.ClusterWrite); err != nil {
-		return nil, err
+	if s.srv.AuthEnforced() {
+		return &pb.AuthEnableResponse{Header: s.header(0)}, nil
 	}
-	return &pb.AuthEnableResponse{Header: s.header(0)}, nil
+	out, err := s.srv.AclEnable(ctx, &tpb.AclEnableRequest{})
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return &pb.AuthEnableResponse{Header: s.header(out.GetRevision())}, nil
 }
 
 // AuthDisable implements etcd's Auth.AuthDisable: refused; the etcd API
@@ -105,14 +110,14 @@ func (a *authServer) AuthDisable(ctx context.Context, r *pb.AuthDisableRequest) 
 func (a *authServer) AuthStatus(ctx context.Context, r *pb.AuthStatusRequest) (*pb.AuthStatusResponse, error) {
 	s := a.s
 	rev := s.revision()
-	return &pb.AuthStatusResponse{Header: s.header(rev), Enabled: s.srv.AuthEnabled(), AuthRevision: rev}, nil
+	return &pb.AuthStatusResponse{Header: s.header(rev), Enabled: s.srv.AuthEnforced(), AuthRevision: rev}, nil
 }
 
 // Authenticate implements etcd's Auth.Authenticate: name is a token's id,
 // password its secret; the answer's token is the secret (see above).
 func (a *authServer) Authenticate(ctx context.Context, r *pb.AuthenticateRequest) (*pb.AuthenticateResponse, error) {
 	s := a.s
-	if !s.srv.AuthEnabled() {
+	if !s.srv.AuthEnforced() {
 		return nil, rpctypes.ErrGRPCAuthNotEnabled
 	}
 	if r.Name == "" {

@@ -143,7 +143,7 @@ func (st *watchStream) loop(ctx context.Context, recvDone <-chan error) error {
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	var revokeCheck <-chan time.Time
-	if st.s.srv.AuthEnabled() {
+	if st.s.srv.AuthEnforced() {
 		t := time.NewTicker(revokeCheckInterval)
 		defer t.Stop()
 		revokeCheck = t.C

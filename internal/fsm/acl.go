@@ -149,10 +149,14 @@ type SigningKey struct {
 type Security struct {
 	// Bootstrapped: AclBootstrap has run (it runs once).
 	Bootstrapped bool
-	policies     map[string]*Policy
-	tokens       map[string]*Token // by id
-	byHash       map[string]*Token // by hex SHA-256 of the secret
-	bindings     map[string]*Binding
+	// Enforced: every member enforces the ACLs, whether or not it was
+	// started with --auth (AclEnable or AclBootstrap has run). Once set it
+	// stays set: no command clears it.
+	Enforced bool
+	policies map[string]*Policy
+	tokens   map[string]*Token // by id
+	byHash   map[string]*Token // by hex SHA-256 of the secret
+	bindings map[string]*Binding
 	// ClusterID is drawn with the first signing key; nil before.
 	ClusterID []byte
 	// Keys are the signing keys, oldest first; the last signs.
@@ -399,6 +403,10 @@ func (s *State) aclBootstrap(c *fsmpb.AclBootstrap) Result {
 	}
 	sec := s.sec.clone()
 	sec.Bootstrapped = true
+	// Bootstrapping the ACLs puts them in force on every member: a token
+	// with the management policy must not be needed on some members and
+	// be mintable anonymously through others.
+	sec.Enforced = true
 	sec.policies[ManagementPolicy] = &Policy{Name: ManagementPolicy, Rules: rules}
 	if c.GetToken() == nil {
 		return Result{Err: fmt.Errorf("%w: bootstrap without a token", ErrInvalid)}
@@ -408,6 +416,19 @@ func (s *State) aclBootstrap(c *fsmpb.AclBootstrap) Result {
 	if r := s.addToken(sec, tok); r.Err != nil {
 		return r
 	}
+	s.sec = sec
+	return Result{}
+}
+
+// aclEnable makes the cluster enforce its ACLs; it changes nothing (and
+// does not move the revision) when they are enforced already.
+func (s *State) aclEnable() Result {
+	if s.sec.Enforced {
+		return Result{}
+	}
+	s.bump()
+	sec := s.sec.clone()
+	sec.Enforced = true
 	s.sec = sec
 	return Result{}
 }
@@ -585,10 +606,10 @@ func PolicyToProto(p *Policy) *fsmpb.AclPolicy {
 
 // exportSecurity writes sec into a snapshot (nil when empty).
 func exportSecurity(sec *Security) *fsmpb.Security {
-	if !sec.Bootstrapped && len(sec.policies) == 0 && len(sec.Keys) == 0 {
+	if !sec.Bootstrapped && !sec.Enforced && len(sec.policies) == 0 && len(sec.Keys) == 0 {
 		return nil
 	}
-	out := &fsmpb.Security{AclBootstrapped: sec.Bootstrapped, ClusterId: sec.ClusterID}
+	out := &fsmpb.Security{AclBootstrapped: sec.Bootstrapped, AclEnforced: sec.Enforced, ClusterId: sec.ClusterID}
 	for _, p := range sec.Policies() {
 		out.Policies = append(out.Policies, PolicyToProto(p))
 	}
@@ -612,6 +633,7 @@ func importSecurity(p *fsmpb.Security) (*Security, error) {
 		return sec, nil
 	}
 	sec.Bootstrapped = p.GetAclBootstrapped()
+	sec.Enforced = p.GetAclEnforced()
 	for _, pp := range p.GetPolicies() {
 		pol, err := policyFromProto(pp)
 		if err != nil {

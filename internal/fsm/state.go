@@ -264,6 +264,8 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 		r = s.aclTokenRevoke(op.AclTokenRevoke)
 	case *fsmpb.Command_AclBindingSet:
 		r = s.aclBindingSet(op.AclBindingSet)
+	case *fsmpb.Command_AclEnable:
+		r = s.aclEnable()
 	case *fsmpb.Command_AclBindingDelete:
 		r = s.aclBindingDelete(op.AclBindingDelete)
 	case *fsmpb.Command_AddSigningKey:

@@ -216,9 +216,10 @@ type Node struct {
 	// lastBatch is the size of the last batch answered (see lingerProbe).
 	lastBatch atomic.Int64
 
-	// hooksMu guards onDemote.
-	hooksMu  sync.Mutex
-	onDemote []func()
+	// hooksMu guards onDemote and onPromote.
+	hooksMu   sync.Mutex
+	onDemote  []func()
+	onPromote []func(context.Context)
 
 	readyOnce sync.Once
 	closeOnce sync.Once
@@ -528,6 +529,12 @@ func (n *Node) promote(ctx context.Context) error {
 	n.lessor.Promote(promoteAllowance)
 	n.applySettings(ctx)
 	n.EnsureSigningKey(ctx) // security.go
+	n.hooksMu.Lock()
+	hooks := n.onPromote
+	n.hooksMu.Unlock()
+	for _, fn := range hooks {
+		fn(ctx)
+	}
 	return nil
 }
 
@@ -596,6 +603,16 @@ func (n *Node) OnDemote(fn func()) {
 	n.hooksMu.Lock()
 	defer n.hooksMu.Unlock()
 	n.onDemote = append(n.onDemote, fn)
+}
+
+// OnPromote registers fn to run each time this node becomes a leader that
+// serves (its state caught up, its settings and signing key proposed), on
+// the goroutine that follows leadership: fn may propose, and should
+// return soon (ctx ends when the node stops).
+func (n *Node) OnPromote(fn func(ctx context.Context)) {
+	n.hooksMu.Lock()
+	defer n.hooksMu.Unlock()
+	n.onPromote = append(n.onPromote, fn)
 }
 
 // Ready is closed the first time Health reports the node ready: it knows a
@@ -1349,7 +1366,8 @@ type RestoreOptions struct {
 // opt.AboveRevision. Its fence floor is set to that revision, so every
 // token issued until then is stale at every fenced register. A snapshot
 // older than the cluster's state is refused (ErrSnapshotBehind) unless
-// opt.Force.
+// opt.Force. A cluster that enforces its ACLs still does after the
+// restore, whatever the snapshot says (--replace-keys included).
 func (n *Node) RestoreSnapshot(ctx context.Context, data []byte, opt RestoreOptions) (*fsmpb.Snapshot, error) {
 	fileID, state, err := fsm.OpenSnapshot(data)
 	if err != nil {
@@ -1410,6 +1428,14 @@ func (n *Node) RestoreSnapshot(ctx context.Context, data []byte, opt RestoreOpti
 	snap.FenceFloor = max(snap.GetFenceFloor(), floor)
 	if !opt.ReplaceKeys {
 		snap.Security = fsm.ExportSecurity(running)
+	}
+	if running.Enforced {
+		// Nothing turns the enforcement of the ACLs off, a restore of a
+		// snapshot from before it included.
+		if snap.Security == nil {
+			snap.Security = &fsmpb.Security{}
+		}
+		snap.Security.AclEnforced = true
 	}
 	data, err = proto.MarshalOptions{Deterministic: true}.Marshal(snap)
 	if err != nil {

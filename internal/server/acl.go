@@ -54,6 +54,8 @@ func aclCommand(op any) *fsmpb.Command {
 		return &fsmpb.Command{Op: &fsmpb.Command_AclBindingDelete{AclBindingDelete: o}}
 	case *fsmpb.AddSigningKey:
 		return &fsmpb.Command{Op: &fsmpb.Command_AddSigningKey{AddSigningKey: o}}
+	case *fsmpb.AclEnable:
+		return &fsmpb.Command{Op: &fsmpb.Command_AclEnable{AclEnable: o}}
 	case *fsmpb.RetireSigningKey:
 		return &fsmpb.Command{Op: &fsmpb.Command_RetireSigningKey{RetireSigningKey: o}}
 	case *fsmpb.RemoveSigningKey:
@@ -186,10 +188,25 @@ func (s *Server) AclIdentityUnbind(ctx context.Context, req *pb.AclIdentityUnbin
 	return &pb.AclDeleteResponse{Revision: rev}, nil
 }
 
+// AclEnable implements pb.TenureServer: every member enforces the ACLs
+// from the answer on. Its right (cluster write) is checked only where they
+// are enforced already (auth.go), and then it changes nothing: turning
+// enforcement on needs no more than what a cluster without it allows
+// anyone, and nothing turns it off.
+func (s *Server) AclEnable(ctx context.Context, _ *pb.AclEnableRequest) (*pb.AclEnableResponse, error) {
+	was := s.node.Security().Enforced
+	rev, err := s.proposeACL(ctx, &fsmpb.AclEnable{})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.AclEnableResponse{Changed: !was, Revision: rev}, nil
+}
+
 // AclWhoAmI implements pb.TenureServer.
 func (s *Server) AclWhoAmI(ctx context.Context, _ *pb.AclWhoAmIRequest) (*pb.AclWhoAmIResponse, error) {
-	c := callerOf(ctx, s.node.Security())
-	out := &pb.AclWhoAmIResponse{Auth: s.auth, Policies: c.policies}
+	sec := s.node.Security()
+	c := callerOf(ctx, sec)
+	out := &pb.AclWhoAmIResponse{Auth: s.enforcedBy(sec), Policies: c.policies}
 	switch {
 	case c.badToken:
 		out.Identity = "unknown token"

@@ -23,7 +23,17 @@ package server
 // Every denial is PERMISSION_DENIED naming the missing right and the
 // caller, and is logged (at most deniedLogBurst lines per second, then a
 // count of those left out). Only the leader denies (see deny): a follower
-// answers what it would deny with "not the leader".
+// answers what it would deny with "not the leader". Either way a member
+// serves a request (a serializable read on a follower included) only when
+// its copy of the ACLs allows it.
+//
+// Whether the ACLs are enforced is the cluster's, not a member's: it is
+// replicated state (fsm.Security.Enforced), set by AclBootstrap, by
+// AclEnable (tenure acl enable), and by a leader started with --auth (see
+// WithAuth), and never cleared. Every member enforces the ACLs once its
+// state says so, whether or not it was started with --auth; a member
+// started with --auth enforces them even before. Open streams are
+// checked again when the ACLs change (revoke.go).
 
 import (
 	"context"
@@ -38,6 +48,7 @@ import (
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 	"github.com/tenure-io/tenure/internal/node"
 )
 
@@ -48,10 +59,40 @@ const AuthTokenHeader = "tenure-auth-token"
 // Option configures New.
 type Option func(*Server)
 
-// WithAuth makes the server enforce the ACLs. Denials are logged at warn
-// with the server's other refusals (observe.go).
+// WithAuth (serve --auth) makes this member enforce the ACLs whatever the
+// cluster's replicated setting, and makes it, each time it becomes the
+// leader (and after a restore while it leads), commit AclEnable if the
+// cluster does not enforce them yet: from then on every member does.
+// Without it a member enforces them as soon as its state says the cluster
+// does. Denials are logged at warn with the server's other refusals
+// (observe.go).
 func WithAuth() Option {
 	return func(s *Server) { s.auth = true }
+}
+
+// AuthEnforced reports whether this member enforces the ACLs now: it was
+// started with --auth, or its copy of the cluster's state says the
+// cluster enforces them. Every listener of the member (the etcd API, the
+// HTTP listener) must ask this, not a flag of its own. Safe for concurrent
+// use.
+func (s *Server) AuthEnforced() bool { return s.enforcedBy(s.acls()) }
+
+// enforcedBy reports whether the ACLs are enforced under sec, this node's
+// ACLs at some moment.
+func (s *Server) enforcedBy(sec *fsm.Security) bool { return s.auth || sec.Enforced }
+
+// ensureEnforced commits AclEnable if the cluster does not enforce its
+// ACLs yet (a leader started with --auth). A failure is logged: the next
+// leader with --auth tries again, and this member enforces them anyway.
+func (s *Server) ensureEnforced(ctx context.Context) {
+	if s.node.Security().Enforced {
+		return
+	}
+	if _, err := s.node.Propose(ctx, aclCommand(&fsmpb.AclEnable{})); err != nil {
+		s.log.Error("making the cluster enforce its ACLs (serve --auth)", "err", err)
+		return
+	}
+	s.log.Info("the cluster enforces its ACLs from now on, on every member (serve --auth)")
 }
 
 // caller is who sent a request.
@@ -270,6 +311,10 @@ func rightsOf(req any) (rights []right, sessions []uint64, free bool) {
 		return []right{read(fsm.KindQueue, r.GetQueue())}, nil, false
 	case *pb.QueueDeadListRequest:
 		return []right{read(fsm.KindQueue, r.GetQueue())}, nil, false
+	case *pb.AclEnableRequest:
+		// Checked only where the ACLs are enforced already (authorize):
+		// then it changes nothing, and needs what other ACL changes need.
+		return []right{clusterWrite}, nil, false
 	case *pb.StatusRequest, *pb.MemberListRequest, *pb.GetLimitsRequest,
 		*pb.AclPolicyListRequest, *pb.AclTokenListRequest, *pb.AclIdentityListRequest, *pb.ClusterKeysRequest:
 		return []right{clusterRead}, nil, false
@@ -301,16 +346,17 @@ func kvDelete(r *pb.KVDeleteRequest) right {
 }
 
 // authorize checks that the caller of a request (method, its decoded
-// message req) has every right it needs. nil when auth is off.
+// message req) has every right it needs under this node's copy of the
+// ACLs. nil when they are not enforced.
 func (s *Server) authorize(ctx context.Context, method string, req any) error {
-	if !s.auth {
+	sec := s.acls()
+	if !s.enforcedBy(sec) {
 		return nil
 	}
 	rights, sessions, free := rightsOf(req)
 	if free {
 		return nil
 	}
-	sec := s.node.Security()
 	c := callerOf(ctx, sec)
 	if err := s.check(c, sec, method, rights...); err != nil {
 		return err
@@ -326,19 +372,22 @@ func (s *Server) authorize(ctx context.Context, method string, req any) error {
 // check returns the denial of the first right of rights c lacks.
 func (s *Server) check(c caller, sec *fsm.Security, method string, rights ...right) error {
 	for _, r := range rights {
-		var ok bool
-		switch {
-		case c.badToken:
-		case r.under:
-			ok = sec.AllowedUnder(c.policies, r.kind, r.name, r.need)
-		default:
-			ok = sec.Allowed(c.policies, r.kind, r.name, r.need)
-		}
-		if !ok {
+		if !allowed(c, sec, r) {
 			return s.deny(c, method, r.String())
 		}
 	}
 	return nil
+}
+
+// allowed reports whether sec grants c the right r.
+func allowed(c caller, sec *fsm.Security, r right) bool {
+	switch {
+	case c.badToken:
+		return false
+	case r.under:
+		return sec.AllowedUnder(c.policies, r.kind, r.name, r.need)
+	}
+	return sec.Allowed(c.policies, r.kind, r.name, r.need)
 }
 
 // ownSession checks that session id, if it exists, was created by c.
@@ -367,7 +416,7 @@ func (s *Server) deny(c caller, method, what string) error {
 // sessionCaller is a session stream's view of its caller, resolved again
 // for every request (a revoked token stops working at once).
 func (s *Server) sessionCaller(ctx context.Context) (caller, *fsm.Security) {
-	sec := s.node.Security()
+	sec := s.acls()
 	return callerOf(ctx, sec), sec
 }
 
@@ -376,10 +425,12 @@ func (s *Server) sessionCaller(ctx context.Context) (caller, *fsm.Security) {
 // owner too, and that the caller created it. It returns the identity a
 // new session records.
 func (s *Server) authorizeOpen(ctx context.Context, open *pb.OpenSession) (identity string, err error) {
-	if !s.auth {
-		return "", nil
-	}
 	c, sec := s.sessionCaller(ctx)
+	if !s.enforcedBy(sec) {
+		// Recorded all the same: the session stays its creator's once
+		// the cluster enforces the ACLs.
+		return c.identity(), nil
+	}
 	owner := open.GetOwner()
 	if id := open.GetSessionId(); id != 0 {
 		var ok bool
@@ -414,7 +465,7 @@ func (s *Server) logStream(what string, err error) error {
 // authorizeSession checks one request of a session stream: acquires,
 // releases and proclamations need lock write on their name.
 func (s *Server) authorizeSession(ctx context.Context, req *pb.SessionRequest) error {
-	if !s.auth {
+	if !s.enforcedBy(s.acls()) {
 		return nil
 	}
 	var name, what string

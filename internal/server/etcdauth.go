@@ -57,9 +57,6 @@ var (
 	ClusterWrite Right = clusterWrite
 )
 
-// AuthEnabled reports whether this server enforces the ACLs.
-func (s *Server) AuthEnabled() bool { return s.auth }
-
 // ResolveCaller resolves a caller against sec: with hasToken, by the
 // auth token secret token (BadToken when sec knows none); otherwise, when
 // forwardedCert is not nil, by those names of a client certificate another

@@ -88,10 +88,6 @@ const (
 	HTTPClusterWrite
 )
 
-// httpAuthOn reports whether the HTTP listener enforces the ACLs: when
-// the API does (--auth). The one place the HTTP door asks.
-func (s *Server) httpAuthOn() bool { return s.auth }
-
 // AuthorizeHTTP checks that the caller of ctx (made by HTTPContext) may
 // use an endpoint that needs need; what names the request in the refusal
 // log (e.g. "HTTP GET /metrics"). nil when auth is off. Otherwise
@@ -100,7 +96,7 @@ func (s *Server) httpAuthOn() bool { return s.auth }
 // whose copy of the ACLs may be behind: see deny). Every refusal is
 // logged. Safe for concurrent use.
 func (s *Server) AuthorizeHTTP(ctx context.Context, what string, need HTTPNeed) error {
-	if !s.httpAuthOn() {
+	if !s.AuthEnforced() {
 		return nil
 	}
 	c, sec, err := s.httpCaller(ctx, what)
@@ -156,7 +152,7 @@ type httpAccess struct {
 // it is unknown, and a denial (403) if need is set and the caller lacks
 // it (what names the request in the log).
 func (s *Server) accessHTTP(ctx context.Context, what string, need ...right) (httpAccess, error) {
-	if !s.httpAuthOn() {
+	if !s.AuthEnforced() {
 		return httpAccess{}, nil
 	}
 	c, sec, err := s.httpCaller(ctx, what)
@@ -225,7 +221,7 @@ func contains(list []string, s string) bool {
 // logged as the API's.
 func (s *Server) callHTTP(ctx context.Context, method string, req any, h func() error) error {
 	start := time.Now()
-	if s.httpAuthOn() {
+	if s.AuthEnforced() {
 		if _, _, err := s.httpCaller(ctx, method); err != nil {
 			return err
 		}

@@ -43,6 +43,8 @@ type Hub struct {
 	clock *revisionClock
 	// changes tells the dashboard the state changed (dashboard.go).
 	changes changeFeed
+	// acl tells open streams the ACLs changed (revoke.go).
+	acl *aclFeed
 	// metrics are this process's (internal/metrics).
 	metrics *metrics.Metrics
 }
@@ -88,7 +90,7 @@ func (h *Hub) unobserve(name string, ob *observer) {
 // NewHub returns an empty hub.
 func NewHub() *Hub {
 	h := &Hub{waits: make(map[waitKey][]grantWaiter), streams: make(map[uint64]*sessionStream), more: make(map[uint64][]*sessionStream), observers: make(map[string]map[*observer]struct{}), kv: newWatchRing(DefaultKVLimits().WatchHistory, DefaultKVLimits().WatchHistoryBytes),
-		clock: newRevisionClock(time.Now()), metrics: metrics.New()}
+		clock: newRevisionClock(time.Now()), metrics: metrics.New(), acl: newACLFeed()}
 	return h
 }
 
@@ -101,10 +103,12 @@ func (h *Hub) Sink(e fsm.Event) {
 	switch e.Kind {
 	case fsm.EventApplied:
 		h.clock.applied(e.Revision, time.Now())
+		h.acl.feed() // before the batch's events reach watchers
 		h.kv.feed(e)
 		h.changes.publish(e.Revision)
 	case fsm.EventRestored:
 		h.clock.restored(e.Revision)
+		h.acl.feed()
 		h.kv.feed(e)
 		h.changes.publish(e.Revision)
 	case fsm.EventKVPut, fsm.EventKVDelete:

@@ -302,6 +302,11 @@ func (s *Server) dequeue(ctx context.Context, name string, vis int64, session ui
 	// of line (so no second item is assigned to it meanwhile). If that one
 	// loses the race, the request goes back to its place and looks once
 	// more before it waits, so no item made ready in between is missed.
+	//
+	// The caller's right is checked again after every dequeue is applied
+	// (the items of one applied after a revocation go back to the queue)
+	// and whenever the ACLs change while it waits (revoke.go).
+	rights := s.streamRights(ctx, "QueueDequeue", write(fsm.KindQueue, name))
 	w := &s.hub.queues
 	qw := w.join(name)
 	defer w.leave(name, qw)
@@ -313,13 +318,17 @@ func (s *Server) dequeue(ctx context.Context, name string, vis int64, session ui
 			return nil, toStatus(err)
 		}
 		if got := res.Queue.Items; len(got) > 0 {
-			if ctx.Err() != nil {
+			err := ctx.Err()
+			if err == nil {
+				err = rights.check()
+			}
+			if err != nil {
 				back := &fsmpb.QueueSettleBatch{Queue: name}
 				for i, d := range got {
 					back.Items = append(back.Items, &fsmpb.QueueSettleItem{Id: d.ID, DeliveryToken: d.Token, ReceiptHash: hashes[i]})
 				}
 				_, _ = s.proposeDetached(&fsmpb.Command{Op: &fsmpb.Command_QueueNackBatch{QueueNackBatch: back}})
-				return nil, toStatus(ctx.Err())
+				return nil, toStatus(err)
 			}
 			items := make([]*pb.QueueItem, len(got))
 			for i, d := range got {
@@ -335,11 +344,27 @@ func (s *Server) dequeue(ctx context.Context, name string, vis int64, session ui
 			inLine = true
 			continue
 		}
+		if err := s.waitDequeue(ctx, qw, rights); err != nil {
+			return nil, err
+		}
+		inLine = false
+	}
+}
+
+// waitDequeue waits until qw is woken, ctx ends, or the caller loses its
+// right to dequeue.
+func (s *Server) waitDequeue(ctx context.Context, qw *qwaiter, rights *streamRights) error {
+	for {
+		acl := s.hub.acl.changed()
+		if err := rights.check(); err != nil {
+			return toStatus(err)
+		}
 		select {
 		case <-qw.wake:
-			inLine = false
+			return nil
+		case <-acl:
 		case <-ctx.Done():
-			return nil, toStatus(ctx.Err())
+			return toStatus(ctx.Err())
 		}
 	}
 }

@@ -36,8 +36,12 @@ type Server struct {
 	restores restoreGate
 	// refusals bounds the refusals logged (observe.go).
 	refusals refusalBudget
-	// auth: the ACLs are enforced (auth.go).
-	auth      bool
+	// auth: this member enforces the ACLs whatever the cluster's
+	// setting (serve --auth; auth.go).
+	auth bool
+	// acls returns the node's current ACLs (node.Node.Security; a test
+	// of the session transport gives its own).
+	acls      func() *fsm.Security
 	signers   signerCache // proof.go
 	verifiers verifierCache
 }
@@ -45,12 +49,18 @@ type Server struct {
 // New returns a server for n; hub must be the one whose Sink n delivers
 // events to.
 func New(n *node.Node, hub *Hub, limits Limits, opts ...Option) *Server {
-	s := &Server{node: n, hub: hub, log: n.Logger(), limits: limits.withDefaults(), workers: workers{work: make(chan func())}}
+	s := &Server{node: n, hub: hub, log: n.Logger(), limits: limits.withDefaults(), workers: workers{work: make(chan func())}, acls: n.Security}
 	for _, o := range opts {
 		o(s)
 	}
 	s.configureKV()
 	n.OnDemote(s.hub.queues.wakeAll) // blocked dequeues move to the new leader
+	source, changed := n.Security, s.aclChanged
+	s.hub.acl.onChange.Store(&changed)
+	s.hub.acl.source.Store(&source) // revoke.go
+	if s.auth {
+		n.OnPromote(s.ensureEnforced) // auth.go
+	}
 	return s
 }
 
@@ -180,6 +190,10 @@ func (s *Server) Observe(req *pb.ObserveRequest, stream pb.Tenure_ObserveServer)
 	if err := s.node.LinearizableRead(ctx); err != nil {
 		return toStatus(err)
 	}
+	// The caller's right is checked again before every event and when
+	// the ACLs change (revoke.go).
+	rights := s.streamRights(ctx, "Observe", read(fsm.KindLock, req.GetName()))
+	acl := s.hub.acl.changed()
 	first := &pb.LeaderEvent{}
 	s.node.Read(func(st *fsm.State) {
 		first.Revision = st.Revision()
@@ -188,6 +202,9 @@ func (s *Server) Observe(req *pb.ObserveRequest, stream pb.Tenure_ObserveServer)
 			break
 		}
 	})
+	if err := rights.check(); err != nil {
+		return toStatus(err)
+	}
 	if err := stream.Send(first); err != nil {
 		return err
 	}
@@ -197,8 +214,16 @@ func (s *Server) Observe(req *pb.ObserveRequest, stream pb.Tenure_ObserveServer)
 			if e.Revision <= first.Revision {
 				continue // already reflected in the first answer
 			}
+			if err := rights.check(); err != nil {
+				return toStatus(err)
+			}
 			if err := stream.Send(&pb.LeaderEvent{Owner: e.Owner, Session: e.Session, Token: e.Token, Value: e.Value, Revision: e.Revision}); err != nil {
 				return err
+			}
+		case <-acl:
+			acl = s.hub.acl.changed()
+			if err := rights.check(); err != nil {
+				return toStatus(err)
 			}
 		case <-ob.lost:
 			return status.Errorf(codes.ResourceExhausted, "observer fell more than %d changes behind; observe again", observerBuffer)

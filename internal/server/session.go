@@ -109,6 +109,12 @@ type sessionConn struct {
 	closed  bool // the RPC is over: replies are dropped
 	out     []*pb.SessionReply
 	sendErr error
+
+	// authMu guards authSec and authCaller: the RPC's caller as resolved
+	// under the ACLs authSec (again when they change).
+	authMu     sync.Mutex
+	authSec    *fsm.Security
+	authCaller caller
 }
 
 // frame serves one frame, on the reader goroutine.
@@ -213,13 +219,20 @@ func cutReplies(out []*pb.SessionReply) (batch, rest []*pb.SessionReply) {
 
 // sendLoop sends the queued replies in as few messages as possible: the
 // replies queued while a message was being sent go together in the next.
+// It also has the session streams checked again whenever the ACLs
+// change (sweep).
 func (c *sessionConn) sendLoop() {
+	acl := c.srv.hub.acl.changed()
 	for {
 		stopping := false
 		select {
 		case <-c.wake:
 		case <-c.stop:
 			stopping = true
+		case <-acl:
+			acl = c.srv.hub.acl.changed() // before the sweep reads the ACLs
+			c.srv.workers.Go(c.sweep)
+			continue
 		}
 		c.mu.Lock()
 		batch, rest := cutReplies(c.out)
@@ -248,6 +261,57 @@ func (c *sessionConn) sendLoop() {
 		}
 		if stopping {
 			return
+		}
+	}
+}
+
+// revoked returns the PERMISSION_DENIED that ends the stream of session
+// id when the RPC's caller no longer has session write on the session's
+// owner, or one of more (a grant's lock write), under this node's current
+// ACLs (revoke.go); nil while it has them, or while nothing is enforced.
+func (c *sessionConn) revoked(id uint64, more ...right) error {
+	sec := c.srv.acls()
+	if !c.srv.enforcedBy(sec) {
+		return nil
+	}
+	var owner string
+	var exists bool
+	c.srv.node.Read(func(st *fsm.State) { _, exists = st.SessionIdentity(id); owner = st.SessionOwner(id) })
+	if exists {
+		more = append([]right{write(fsm.KindSession, owner)}, more...)
+	}
+	c.authMu.Lock()
+	if c.authSec != sec {
+		c.authSec, c.authCaller = sec, callerOf(c.ctx, sec)
+	}
+	who := c.authCaller
+	c.authMu.Unlock()
+	return c.srv.revoked(who, sec, "Sessions", more...)
+}
+
+// sweep ends, with PERMISSION_DENIED, every session stream of the RPC
+// whose caller lost its right to the session, or to a lock it waits for
+// (the ACLs changed).
+func (c *sessionConn) sweep() {
+	c.mu.Lock()
+	streams := make([]*sessionStream, 0, len(c.streams))
+	for _, ss := range c.streams {
+		streams = append(streams, ss)
+	}
+	c.mu.Unlock()
+	for _, ss := range streams {
+		ss.inMu.Lock()
+		serving, id := ss.state == streamServing, ss.id
+		ss.inMu.Unlock()
+		if !serving {
+			continue // an open checks the rights itself; a closing stream ends anyway
+		}
+		var locks []right // the rights of the acquires waiting in line
+		ss.mu.Lock()
+		ss.eachPendingLocked(func(p *pendingAcquire) { locks = append(locks, write(fsm.KindLock, p.name)) })
+		ss.mu.Unlock()
+		if err := c.revoked(id, locks...); err != nil {
+			ss.end(err)
 		}
 	}
 }
@@ -819,14 +883,30 @@ func (p *pendingAcquire) withdrawAcquisition(acqRev uint64) {
 // worker if it asked for one (off the goroutines that apply and answer
 // commands). Every signing.Add happens there before the answer of a later
 // command of the stream (see signing).
+//
+// Where the ACLs are enforced, every grant goes through a worker: there
+// it checks that the stream's caller still has its right to the session
+// and to the lock (which reads the state: not on the goroutines that
+// apply and answer commands). A grant made after the caller lost one is
+// not sent: the stream ends with PERMISSION_DENIED instead (the ACLs then
+// hold every change committed before the grant; revoke.go), and the
+// session keeps the grant until it ends.
 func (ss *sessionStream) sendGrant(p *pendingAcquire, token uint64) {
-	if !p.proof {
+	srv := ss.conn.srv
+	enforced := srv.enforcedBy(srv.acls())
+	if !p.proof && !enforced {
 		ss.send(ss.granted(p, token))
 		return
 	}
 	ss.signing.Add(1)
-	ss.conn.srv.workers.Go(func() {
+	srv.workers.Go(func() {
 		defer ss.signing.Done()
+		if enforced {
+			if err := ss.conn.revoked(ss.id, write(fsm.KindLock, p.name)); err != nil {
+				ss.end(err)
+				return
+			}
+		}
 		ss.send(ss.granted(p, token))
 	})
 }

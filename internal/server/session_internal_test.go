@@ -14,11 +14,14 @@ import (
 	"github.com/tenure-io/tenure/internal/fsm"
 )
 
+// noACLs are the ACLs of a cluster that has none, enforcing nothing.
+func noACLs() *fsm.Security { return fsm.NewState().Security() }
+
 // TestSessionStreamBacklogIsBounded: a client that keeps sending on a
 // session stream whose open is not answered yet has that stream ended
 // with RESOURCE_EXHAUSTED instead of growing the server's memory.
 func TestSessionStreamBacklogIsBounded(t *testing.T) {
-	c := &sessionConn{srv: &Server{log: slog.New(slog.DiscardHandler)}, ctx: context.Background(), streams: make(map[uint64]*sessionStream), wake: make(chan struct{}, 1)}
+	c := &sessionConn{srv: &Server{log: slog.New(slog.DiscardHandler), acls: noACLs}, ctx: context.Background(), streams: make(map[uint64]*sessionStream), wake: make(chan struct{}, 1)}
 	ss := c.newStreamLocked(1)
 	for range maxStreamBacklog {
 		ss.deliver(&pb.SessionRequest{})
@@ -125,7 +128,7 @@ func register(h *Hub, k waitKey) chanWaiter {
 // 1, registered with the hub as acquire does before proposing.
 func queuedAcquire(t *testing.T) (*sessionConn, *sessionStream, *pendingAcquire) {
 	t.Helper()
-	srv := &Server{log: slog.New(slog.DiscardHandler), hub: NewHub()}
+	srv := &Server{log: slog.New(slog.DiscardHandler), acls: noACLs, hub: NewHub()}
 	c := &sessionConn{srv: srv, ctx: context.Background(), streams: make(map[uint64]*sessionStream), wake: make(chan struct{}, 1)}
 	ss := c.newStreamLocked(1)
 	ss.id, ss.state = 1, streamServing
@@ -226,7 +229,7 @@ func TestEndedStreamKeepsItsPlaceInLine(t *testing.T) {
 func TestStreamContextEndsWithTheStream(t *testing.T) {
 	type key struct{}
 	rpc := context.WithValue(context.Background(), key{}, "caller")
-	c := &sessionConn{srv: &Server{log: slog.New(slog.DiscardHandler), hub: NewHub()}, ctx: rpc, streams: make(map[uint64]*sessionStream), wake: make(chan struct{}, 1)}
+	c := &sessionConn{srv: &Server{log: slog.New(slog.DiscardHandler), acls: noACLs, hub: NewHub()}, ctx: rpc, streams: make(map[uint64]*sessionStream), wake: make(chan struct{}, 1)}
 	waited, late := c.newStreamLocked(1), c.newStreamLocked(2)
 	done := waited.done.Done()
 	if waited.done.Err() != nil || waited.done.Value(key{}) != "caller" {

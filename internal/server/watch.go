@@ -290,21 +290,34 @@ func (s *Server) KVWatch(req *pb.KVWatchRequest, stream pb.Tenure_KVWatchServer)
 	if err := stream.Send(&pb.KVWatchResponse{Created: true, Revision: sent}); err != nil {
 		return err
 	}
-	return s.watchLoop(ctx, stream, ring, cursor, sent, match)
+	rights, _, _ := rightsOf(req)
+	return s.watchLoop(ctx, stream, ring, cursor, sent, match, s.streamRights(ctx, "KVWatch", rights...))
 }
 
-func (s *Server) watchLoop(ctx context.Context, stream pb.Tenure_KVWatchServer, ring *watchRing, cursor, sent uint64, match func(*kvEvent) bool) error {
+// watchLoop sends the watch's events until ctx ends, or its caller loses
+// the rights the watch needs (revoke.go): checked before every send, and
+// whenever the ACLs change.
+func (s *Server) watchLoop(ctx context.Context, stream pb.Tenure_KVWatchServer, ring *watchRing, cursor, sent uint64, match func(*kvEvent) bool, rights *streamRights) error {
 	interval := s.limits.KV.WatchProgressInterval
 	progress := time.NewTimer(interval)
 	defer progress.Stop()
 	wantProgress := false
 	for {
+		acl := s.hub.acl.changed()
+		if err := rights.check(); err != nil {
+			return toStatus(err)
+		}
 		evs, cur, through, caughtUp, notify, err := ring.read(cursor, sent+1, match)
 		if err != nil {
 			return toStatus(err)
 		}
 		cursor = cur
 		if len(evs) > 0 {
+			// The ACLs now hold every change committed before these
+			// events (revoke.go).
+			if err := rights.check(); err != nil {
+				return toStatus(err)
+			}
 			resp := &pb.KVWatchResponse{Revision: max(through, sent), Events: make([]*pb.KVEvent, len(evs))}
 			for i := range evs {
 				resp.Events[i] = evs[i].wire
@@ -329,6 +342,7 @@ func (s *Server) watchLoop(ctx context.Context, stream pb.Tenure_KVWatchServer, 
 		}
 		select {
 		case <-notify:
+		case <-acl:
 		case <-progress.C:
 			wantProgress = true // after a fresh read: through moves without a notify
 		case <-ctx.Done():
