@@ -187,7 +187,7 @@ func checkLogCoversRecord(path string, rec appliedRecord, logs raft.LogStore, sn
 	if err != nil {
 		return err
 	}
-	remedy := fmt.Sprintf("restore from a backup onto an empty data directory (tenure snapshot restore --above-revision %d FILE) or rebuild this member from its peers (wipe its data directory, start it with serve --join, then run tenure member rebuild ID PEER_ADDR)", rec.Revision)
+	remedy := fmt.Sprintf("restore from a backup onto an empty data directory (tenure snapshot restore --above-revision %d --from-cluster ID --replace-keys FILE, ID being the cluster id the restore names) or rebuild this member from its peers (wipe its data directory, start it with serve --join, then run tenure member rebuild ID PEER_ADDR)", rec.Revision)
 	if rec.Index > end {
 		return fmt.Errorf("node: %s records applied index %d (revision %d), but the raft log and snapshots end at index %d: acknowledged entries are lost; %s", path, rec.Index, rec.Revision, end, remedy)
 	}
@@ -429,7 +429,7 @@ func (n *Node) checkRevisionCoversRecord() error {
 	var rev uint64
 	n.fsm.Read(func(s *fsm.State) { rev = s.Revision() })
 	if rec := n.rec.record(); rev < rec.Revision {
-		return fmt.Errorf("node: the state is at revision %d after applying the whole log, but %s records revision %d: acknowledged entries are lost and tokens would be issued again; restore from a backup onto an empty data directory (tenure snapshot restore --above-revision %d FILE) or rebuild this member from its peers (wipe its data directory, start it with serve --join, then run tenure member rebuild ID PEER_ADDR)", rev, n.rec.path, rec.Revision, rec.Revision)
+		return fmt.Errorf("node: the state is at revision %d after applying the whole log, but %s records revision %d: acknowledged entries are lost and tokens would be issued again; restore from a backup onto an empty data directory (tenure snapshot restore --above-revision %d --from-cluster ID --replace-keys FILE, ID being the cluster id the restore names) or rebuild this member from its peers (wipe its data directory, start it with serve --join, then run tenure member rebuild ID PEER_ADDR)", rev, n.rec.path, rec.Revision, rec.Revision)
 	}
 	return nil
 }
