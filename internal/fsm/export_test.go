@@ -6,8 +6,8 @@ import (
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 )
 
-// CheckIndexes reports whether the ordered indexes of sessions and locks
-// hold exactly what their maps hold (index.go), and the totals kept of
+// CheckIndexes reports whether the ordered indexes of sessions, locks and
+// registers hold exactly what their maps hold (index.go), and the totals kept of
 // the locks are right (stats.go).
 func (s *State) CheckIndexes() error {
 	if s.sessionOrder.Len() != len(s.sessions) {
@@ -29,6 +29,18 @@ func (s *State) CheckIndexes() error {
 	s.lockOrder.Ascend(func(l *lock) bool {
 		if s.locks[l.name] != l {
 			err = fmt.Errorf("lock %q indexed but not in the map", l.name)
+		}
+		return err == nil
+	})
+	if err != nil {
+		return err
+	}
+	if s.registerOrder.Len() != len(s.registers) {
+		return fmt.Errorf("%d registers indexed, %d exist", s.registerOrder.Len(), len(s.registers))
+	}
+	s.registerOrder.Ascend(func(key string) bool {
+		if s.registers[key] == nil {
+			err = fmt.Errorf("register %q indexed but not in the map", key)
 		}
 		return err == nil
 	})

@@ -235,9 +235,12 @@ func TakeResult(resp interface{}) Result {
 	return r
 }
 
-// Snapshot implements raft.FSM: it copies the state into a message that
-// Persist writes while Apply goes on. The key-value store is cloned
-// (copy-on-write, O(1)) and serialised by Persist, outside the lock.
+// Snapshot implements raft.FSM: it copies the state for Persist to write
+// while Apply goes on. It runs on raft's apply goroutine, so every apply
+// waits for it: the sessions, the key-value store and the queues are
+// cloned copy-on-write, the locks and registers copied flat in the order
+// of their indexes, without a sort (coreCopy, snapcore.go), and the
+// message is built and serialised by Persist, outside the lock.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.Lock() // cloning marks the trees copy-on-write: not alongside readers
 	if f.fatal != nil {
@@ -247,11 +250,11 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		f.mu.Unlock()
 		return nil, fmt.Errorf("fsm: no snapshot of a stopped state machine: %w", err)
 	}
-	snap := f.state.exportCore()
+	core := f.state.copyCore()
 	kv := f.state.kv.tree.Clone()
 	queues := f.state.CloneQueues() // O(1) per queue: serialised in Persist
 	f.mu.Unlock()
-	return &fsmSnapshot{snap: snap, kv: kv, queues: queues}, nil
+	return &fsmSnapshot{core: core, kv: kv, queues: queues}, nil
 }
 
 // ConsistentExport returns the whole state like State.Export, holding the
@@ -259,10 +262,11 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 // cloned copy-on-write and serialised after the lock is released).
 func (f *FSM) ConsistentExport() *fsmpb.Snapshot {
 	f.mu.Lock()
-	snap := f.state.exportCore()
+	core := f.state.copyCore()
 	kv := f.state.kv.tree.Clone()
 	queues := f.state.CloneQueues()
 	f.mu.Unlock()
+	snap := core.export()
 	exportKV(snap, kv)
 	exportQueues(snap, queues)
 	return snap
@@ -293,7 +297,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 }
 
 type fsmSnapshot struct {
-	snap   *fsmpb.Snapshot
+	core   *coreCopy
 	kv     *btree.BTreeG[KV]
 	queues QueueSnapshot
 }
@@ -301,9 +305,10 @@ type fsmSnapshot struct {
 // Persist writes the snapshot: every field but the queues' items as one
 // message, then the items chunk by chunk (queue_snapshot.go).
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	exportKV(s.snap, s.kv)
-	s.snap.Queues = s.queues.Export()
-	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(s.snap)
+	snap := s.core.export()
+	exportKV(snap, s.kv)
+	snap.Queues = s.queues.Export()
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(snap)
 	if err == nil {
 		_, err = sink.Write(data)
 	}

@@ -179,7 +179,7 @@ func (s *State) fencedPut(c *fsmpb.FencedPut) Result {
 	}
 	if reg == nil {
 		reg = &register{opIdx: make(map[string]int)}
-		s.registers[w.key] = reg
+		s.addRegister(w.key, reg)
 		s.registerBytes += uint64(len(w.key))
 		s.deleted.forget(w.key) // the register's token now fences the key
 	}
@@ -213,7 +213,7 @@ func (s *State) fencedDelete(c *fsmpb.FencedDelete) Result {
 	if reg != nil {
 		token = max(token, reg.token) // w.token is at least reg.token, unless the fence check is off
 		s.registerBytes -= uint64(len(w.key) + len(reg.value))
-		delete(s.registers, w.key)
+		s.removeRegister(w.key)
 	}
 	s.deleted.record(w.key, token, w.bind)
 	return Result{Put: PutAccepted, AcceptedToken: s.deleted.fence(w.key)}

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -37,45 +35,11 @@ func exportQueues(snap *fsmpb.Snapshot, qs QueueSnapshot) {
 
 // exportCore is Export without the keys of the key-value store and the
 // queues, which may be large: FSM.Snapshot clones those copy-on-write under
-// the lock and serialises them after it.
+// the lock and serialises them after it. It builds the message of a
+// coreCopy at once (FSM.Snapshot builds it outside the lock), so it
+// needs no clone of the session index.
 func (s *State) exportCore() *fsmpb.Snapshot {
-	snap := &fsmpb.Snapshot{Revision: s.revision, FenceFloor: s.fenceFloor, Retention: &fsmpb.Retention{LockHistory: uint32(s.historyLimit), RegisterOpMemory: uint32(s.opMemory)}, Limits: LimitsToProto(s.limits)}
-	for _, id := range slices.Sorted(maps.Keys(s.sessions)) {
-		ss := s.sessions[id]
-		snap.Sessions = append(snap.Sessions, &fsmpb.SessionState{Id: id, Owner: ss.owner, TtlMs: ss.ttlMs, SecretHash: ss.secretHashBytes(), Identity: ss.identity, EtcdLease: ss.etcdLease})
-	}
-	for _, name := range slices.Sorted(maps.Keys(s.locks)) {
-		l := s.locks[name]
-		ls := &fsmpb.LockState{Name: name, Delayed: l.delayed, DelayGeneration: l.delayGen, DelayMs: l.delayMs, Permits: uint32(l.permits), Election: l.election}
-		for _, g := range l.holders {
-			ls.Holders = append(ls.Holders, &fsmpb.GrantState{Session: g.sess.id, Owner: g.sess.owner, Token: g.token, AcquireRevision: g.acqRev, LockDelayMs: g.delayMs, Shared: g.shared, Value: g.value})
-		}
-		for w := l.head; w != nil; w = w.next {
-			ls.Waiters = append(ls.Waiters, &fsmpb.WaiterState{Session: w.sess.id, AcquireRevision: w.acqRev, LockDelayMs: w.delayMs, Shared: w.shared, Value: w.value})
-		}
-		for _, h := range l.history {
-			ls.History = append(ls.History, histToProto("", h))
-		}
-		snap.Locks = append(snap.Locks, ls)
-	}
-	s.past.each(func(r pastRec) {
-		snap.RemovedLockHistory = append(snap.RemovedLockHistory, histToProto(r.name, r.histRec))
-	})
-	for _, key := range slices.Sorted(maps.Keys(s.registers)) {
-		r := s.registers[key]
-		rs := &fsmpb.RegisterState{Key: key, Value: r.value, Token: r.token, ModRevision: r.modRev, Lock: r.lock}
-		for _, op := range r.opsInOrder() {
-			rs.Ops = append(rs.Ops, &fsmpb.OpRecord{OperationId: op.id, Result: uint32(op.result), Token: op.token})
-		}
-		snap.Registers = append(snap.Registers, rs)
-	}
-	s.deleted.each(func(key string, token uint64, lock string) {
-		snap.DeletedRegisters = append(snap.DeletedRegisters, &fsmpb.DeletedRegister{Key: key, Token: token, Lock: lock})
-	})
-	snap.RegisterFloor = s.deleted.floor
-	snap.Security = exportSecurity(s.sec)
-	snap.EtcdUrls = exportEtcdURLs(s.etcdURLs)
-	return snap
+	return s.copyCoreWith(s.sessionOrder).export()
 }
 
 // Import builds a state from a snapshot made by Export. The state may
@@ -173,7 +137,7 @@ func importWith(snap *fsmpb.Snapshot, items *itemLoader) (*State, error) {
 		for _, op := range rs.GetOps() {
 			r.remember(opRec{id: op.GetOperationId(), result: PutOutcome(op.GetResult()), token: op.GetToken()}, s.opMemory)
 		}
-		s.registers[rs.GetKey()] = r
+		s.addRegister(rs.GetKey(), r)
 		s.registerBytes += uint64(len(rs.GetKey()) + len(r.value))
 	}
 	s.deleted.floor = snap.GetRegisterFloor()

@@ -154,15 +154,16 @@ type State struct {
 	opMemory     int // operation ids remembered per fenced register
 	limits       Limits
 	waiting      uint64 // queued acquires on all locks (max-total-waiters)
-	// sessions and locks are each indexed by an ordered tree too; they
-	// change only through addSession, removeSession, addLock and
-	// removeLock (index.go).
+	// sessions, locks and registers are each indexed by an ordered tree
+	// too; they change only through addSession, removeSession, addLock,
+	// removeLock, addRegister and removeRegister (index.go).
 	sessions      map[uint64]*session
 	sessionOrder  *btree.BTreeG[*session]
 	locks         map[string]*lock
 	lockOrder     *btree.BTreeG[*lock]
 	past          pastHistory // grant records of removed locks (history.go)
 	registers     map[string]*register
+	registerOrder *btree.BTreeG[string]
 	registerBytes uint64      // keys and values of all registers (max-register-bytes)
 	deleted       deletedRegs // recent fenced deletes and the register floor (deleted.go)
 	kv            kvStore
@@ -186,16 +187,17 @@ type State struct {
 // NewState returns an empty state at revision 0.
 func NewState() *State {
 	return &State{
-		historyLimit: HistoryLimit,
-		opMemory:     OpMemory,
-		limits:       DefaultLimits(),
-		sessions:     make(map[uint64]*session),
-		sessionOrder: newSessionOrder(),
-		locks:        make(map[string]*lock),
-		lockOrder:    newLockOrder(),
-		registers:    make(map[string]*register),
-		kv:           newKVStore(),
-		sec:          emptySecurity(),
+		historyLimit:  HistoryLimit,
+		opMemory:      OpMemory,
+		limits:        DefaultLimits(),
+		sessions:      make(map[uint64]*session),
+		sessionOrder:  newSessionOrder(),
+		locks:         make(map[string]*lock),
+		lockOrder:     newLockOrder(),
+		registers:     make(map[string]*register),
+		registerOrder: newRegisterOrder(),
+		kv:            newKVStore(),
+		sec:           emptySecurity(),
 	}
 }
 
