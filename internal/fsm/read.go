@@ -282,10 +282,11 @@ func (s *State) Register(key string) RegisterView {
 // Delays lists the locks held back by a lock-delay, by name.
 func (s *State) Delays() []DelayView {
 	var out []DelayView
-	for _, name := range slices.Sorted(maps.Keys(s.locks)) {
-		if l := s.locks[name]; l.delayed {
-			out = append(out, DelayView{Name: name, DelayMs: l.delayMs, Generation: l.delayGen})
+	s.lockOrder.Ascend(func(l *lock) bool {
+		if l.delayed {
+			out = append(out, DelayView{Name: l.name, DelayMs: l.delayMs, Generation: l.delayGen})
 		}
-	}
+		return true
+	})
 	return out
 }

@@ -3,8 +3,6 @@ package fsm
 import (
 	"cmp"
 	"fmt"
-	"maps"
-	"slices"
 	"sort"
 
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
@@ -287,18 +285,19 @@ func (s *State) setRetention(c *fsmpb.SetRetention) Result {
 	s.bump()
 	if h > 0 && h != s.historyLimit {
 		s.historyLimit = h
-		for _, name := range slices.Sorted(maps.Keys(s.locks)) {
-			l := s.locks[name]
+		s.lockOrder.Ascend(func(l *lock) bool {
 			if len(l.history) > h {
 				l.history = append(l.history[:0], l.history[len(l.history)-h:]...)
 			}
-		}
+			return true
+		})
 	}
 	if m > 0 && m != s.opMemory {
 		s.opMemory = m
-		for _, key := range slices.Sorted(maps.Keys(s.registers)) {
+		s.registerOrder.Ascend(func(key string) bool {
 			s.registers[key].retain(m)
-		}
+			return true
+		})
 	}
 	return Result{}
 }
