@@ -10,6 +10,9 @@ import (
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 )
 
+// session is a live session. Its fields above held never change once it
+// is created: a snapshot reads them after the state lock is released
+// (coreCopy, snapcore.go).
 type session struct {
 	id         uint64
 	owner      string

@@ -82,25 +82,28 @@ func drawSnapCommand(t *rapid.T, rev uint64) *fsmpb.Command {
 // TestSnapshotBytesMatchSortedExport: a snapshot that walks the ordered
 // indexes writes the very bytes that sorting the maps' keys wrote, for
 // State.Export and for FSM.Snapshot's Persist, and what Persist writes is
-// the state at Snapshot even when commands are applied between Snapshot
-// and Persist (as raft does: Persist runs concurrently with Apply).
+// the state at Snapshot even when commands are applied while Persist runs
+// (as raft does: Persist runs concurrently with Apply).
 func TestSnapshotBytesMatchSortedExport(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		f := fsm.New(nil)
 		var index uint64
-		applyDrawn := func(n int) {
-			for range n {
-				var rev uint64
-				f.Read(func(s *fsm.State) { rev = s.Revision() })
-				index++
-				data, err := fsm.EncodeEntry(drawSnapCommand(t, rev), 0)
-				if err != nil {
-					t.Fatalf("encode: %v", err)
-				}
-				f.Apply(&raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data})
+		apply := func(cmd *fsmpb.Command) error {
+			index++
+			data, err := fsm.EncodeEntry(cmd, 0)
+			if err != nil {
+				return err
+			}
+			f.Apply(&raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data})
+			return nil
+		}
+		for range rapid.IntRange(0, 120).Draw(t, "before") {
+			var rev uint64
+			f.Read(func(s *fsm.State) { rev = s.Revision() })
+			if err := apply(drawSnapCommand(t, rev)); err != nil {
+				t.Fatalf("encode: %v", err)
 			}
 		}
-		applyDrawn(rapid.IntRange(0, 120).Draw(t, "before"))
 
 		var want, got []byte
 		f.Read(func(s *fsm.State) {
@@ -123,13 +126,31 @@ func TestSnapshotBytesMatchSortedExport(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Snapshot: %v", err)
 		}
-		applyDrawn(rapid.IntRange(0, 40).Draw(t, "between"))
-		var ws, gs memSink
-		if err := sorted.Persist(&ws); err != nil {
-			t.Fatalf("persist the sorted snapshot: %v", err)
+		// Commands drawn now are applied while the snapshots persist,
+		// as raft does (run with -race).
+		var between []*fsmpb.Command
+		var rev uint64
+		f.Read(func(s *fsm.State) { rev = s.Revision() })
+		for i := range rapid.IntRange(0, 40).Draw(t, "between") {
+			between = append(between, drawSnapCommand(t, rev+uint64(i)))
 		}
-		if err := indexed.Persist(&gs); err != nil {
-			t.Fatalf("Persist: %v", err)
+		applied := make(chan error, 1)
+		go func() {
+			for _, cmd := range between {
+				if err := apply(cmd); err != nil {
+					applied <- err
+					return
+				}
+			}
+			applied <- nil
+		}()
+		var ws, gs memSink
+		errSorted, errIndexed := sorted.Persist(&ws), indexed.Persist(&gs)
+		if err := <-applied; err != nil {
+			t.Fatalf("apply during Persist: %v", err)
+		}
+		if errSorted != nil || errIndexed != nil {
+			t.Fatalf("Persist: %v (the sorted snapshot: %v)", errIndexed, errSorted)
 		}
 		if !bytes.Equal(gs.buf.Bytes(), ws.buf.Bytes()) {
 			t.Fatalf("Persist wrote %d bytes unlike the sorted snapshot's %d", gs.buf.Len(), ws.buf.Len())
