@@ -72,7 +72,10 @@ func (a *app) lockCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tenure-bench --mode uncontended|contended --clients N --duration D",
 		Short: "Measure lock throughput and latency against a running server",
-		Long: `Drive a running server with N clients, each with its own session, for
+		Long: `Benchmarks of a running Tenure server: the lock benchmark (this command),
+queue and kv. They are not part of the tenure binary.
+
+Drive a running server with N clients, each with its own session, for
 --duration, and report throughput and acquire latency.
 
   uncontended  each client locks and unlocks its own lock in a loop
