@@ -4,7 +4,7 @@
 # the same run by the same load:
 #
 #   locks uncontended   CLIENTS clients, each locking and unlocking its own
-#                       name (tenure bench / etcd's concurrency.Mutex)
+#                       name (tenure-bench / etcd's concurrency.Mutex)
 #   locks contended     CLIENTS clients on one name, hold time zero
 #   kv put, kv get      KV_CLIENTS clients, each on its own key; get is
 #                       linearizable on both
@@ -56,8 +56,8 @@ free_port() {
 	return 1
 }
 
-log "building tenure, etcd-server, etcd-bench and etcd-kv-bench"
-(cd "$ROOT" && go build -buildvcs=false -o "$TMP/tenure" ./cmd/tenure)
+log "building tenure, tenure-bench, etcd-server, etcd-bench and etcd-kv-bench"
+(cd "$ROOT" && go build -buildvcs=false -o "$TMP/tenure" ./cmd/tenure && go build -buildvcs=false -o "$TMP/tenure-bench" ./bench/cmd/tenure-bench)
 for c in etcd-server etcd-bench etcd-kv-bench; do
 	(cd "$ROOT/bench/etcd" && GOWORK=off go build -buildvcs=false -o "$TMP/$c" "./cmd/$c")
 done
@@ -104,8 +104,8 @@ scrape() {
 run_tenure() { # scenario round
 	if [[ $1 == contended && $2 == 1 ]]; then scrape before; fi
 	case $1 in
-	uncontended | contended) "$T" --endpoint "$TEPS" bench --mode "$1" --clients "$CLIENTS" --duration "$DURATION" -o json ;;
-	put | get) "$T" --endpoint "$TEPS" kv bench --op "$1" --clients "$KV_CLIENTS" --duration "$DURATION" -o json ;;
+	uncontended | contended) "$TMP/tenure-bench" --endpoint "$TEPS" --mode "$1" --clients "$CLIENTS" --duration "$DURATION" -o json ;;
+	put | get) "$TMP/tenure-bench" --endpoint "$TEPS" kv --op "$1" --clients "$KV_CLIENTS" --duration "$DURATION" -o json ;;
 	esac >"$TMP/tenure-$1.r$2.json"
 	if [[ $1 == contended && $2 == 1 ]]; then scrape after; fi
 }

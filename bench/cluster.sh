@@ -22,8 +22,8 @@ log() { echo "[cluster-bench] $*" >&2; }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
-log "building tenure"
-(cd "$ROOT" && go build -o "$TMP/tenure" ./cmd/tenure)
+log "building tenure and tenure-bench"
+(cd "$ROOT" && go build -o "$TMP/tenure" ./cmd/tenure && go build -o "$TMP/tenure-bench" ./bench/cmd/tenure-bench)
 T="$TMP/tenure"
 
 declare -a ADDR PEER
@@ -42,7 +42,7 @@ for i in 1 2 3; do
 done
 for mode in uncontended contended; do
 	log "mode=$mode clients=$CLIENTS duration=$DURATION"
-	"$T" --endpoint "$EPS" bench --mode "$mode" --clients "$CLIENTS" --duration "$DURATION" -o json
+	"$TMP/tenure-bench" --endpoint "$EPS" --mode "$mode" --clients "$CLIENTS" --duration "$DURATION" -o json
 done
 
 leader=$("$T" --endpoint "$EPS" status -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["leader"])')

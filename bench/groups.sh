@@ -47,8 +47,8 @@ free_port() {
 	return 1
 }
 
-log "building tenure"
-(cd "$ROOT" && go build -buildvcs=false -o "$TMP/tenure" ./cmd/tenure)
+log "building tenure and tenure-bench"
+(cd "$ROOT" && go build -buildvcs=false -o "$TMP/tenure" ./cmd/tenure && go build -buildvcs=false -o "$TMP/tenure-bench" ./bench/cmd/tenure-bench)
 T="$TMP/tenure"
 
 for r in $(seq 1 "$ROUNDS"); do
@@ -70,7 +70,7 @@ for r in $(seq 1 "$ROUNDS"); do
 			log "round $r: $k group(s) x $per clients, $mode"
 			bench=()
 			for g in $(seq 1 "$k"); do
-				"$T" --endpoint "${EP[$g]}" bench --mode "$mode" --clients "$per" --duration "$DURATION" -o json \
+				"$TMP/tenure-bench" --endpoint "${EP[$g]}" --mode "$mode" --clients "$per" --duration "$DURATION" -o json \
 					>"$TMP/$mode.k$k.g$g.r$r.json" &
 				bench+=($!)
 			done
@@ -81,7 +81,7 @@ for r in $(seq 1 "$ROUNDS"); do
 			log "round $r: $k hot name(s) in one group x $per clients"
 			bench=()
 			for g in $(seq 1 "$k"); do
-				"$T" --endpoint "${EP[1]}" bench --mode contended --clients "$per" --duration "$DURATION" -o json \
+				"$TMP/tenure-bench" --endpoint "${EP[1]}" --mode contended --clients "$per" --duration "$DURATION" -o json \
 					>"$TMP/onegroup.k$k.g$g.r$r.json" &
 				bench+=($!)
 			done

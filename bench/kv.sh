@@ -44,8 +44,8 @@ free_port() {
 	return 1
 }
 
-log "building tenure, etcd and etcd-kv-bench"
-(cd "$ROOT" && go build -buildvcs=false -o "$TMP/tenure" ./cmd/tenure)
+log "building tenure, tenure-bench, etcd and etcd-kv-bench"
+(cd "$ROOT" && go build -buildvcs=false -o "$TMP/tenure" ./cmd/tenure && go build -buildvcs=false -o "$TMP/tenure-bench" ./bench/cmd/tenure-bench)
 (cd "$ROOT/bench/etcd" && GOWORK=off go build -buildvcs=false -o "$TMP/etcd-server" ./cmd/etcd-server)
 (cd "$ROOT/bench/etcd" && GOWORK=off go build -buildvcs=false -o "$TMP/etcd-kv-bench" ./cmd/etcd-kv-bench)
 
@@ -80,7 +80,7 @@ for r in $(seq 1 "$ROUNDS"); do
 		for sys in $order; do
 			log "round $r: $op $sys"
 			if [[ $sys == tenure ]]; then
-				"$TMP/tenure" --endpoint "$TEP" kv bench --op "$op" --clients "$CLIENTS" --duration "$DURATION" -o json
+				"$TMP/tenure-bench" --endpoint "$TEP" kv --op "$op" --clients "$CLIENTS" --duration "$DURATION" -o json
 			else
 				"$TMP/etcd-kv-bench" --endpoints "$EEP" --op "$op" --clients "$CLIENTS" --duration "$DURATION"
 			fi >"$TMP/$sys-$op.r$r.json"

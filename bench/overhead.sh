@@ -3,8 +3,10 @@
 # of tenure, the working tree and BASE (a git revision), each round on a
 # fresh server of each, the order alternating from round to round (as
 # bench/run.sh alternates Tenure and etcd). The same bench client (the
-# working tree's) drives both, unless BENCH_CLIENT=own: then each build's
-# own client drives its server (for a change to the client or the wire).
+# working tree's tenure-bench) drives both, unless BENCH_CLIENT=own: then
+# each build's own client drives its server (for a change to the client or
+# the wire): BASE's bench/cmd/tenure-bench, or for a revision from before
+# it, BASE's `tenure bench`.
 #
 #   BASE=main ROUNDS=10 DURATION=8s bench/overhead.sh
 #   BASE=main BENCH_CLIENT=own MODE=contended bench/overhead.sh
@@ -14,7 +16,7 @@
 #   ROUNDS    rounds, each one run of each build          (default 10)
 #   DURATION  measurement window per run                  (default 8s)
 #   CLIENTS   concurrent lock clients                     (default 64)
-#   MODE      tenure bench --mode                         (default uncontended)
+#   MODE      tenure-bench --mode                         (default uncontended)
 #   BENCH_CLIENT  tree (the working tree's client) or own  (default tree)
 #
 # Everything lives in one temp dir under /tmp, removed on exit; only the
@@ -41,10 +43,18 @@ cleanup() {
 trap cleanup EXIT
 
 log "building the working tree and $BASE"
-(cd "$ROOT" && go build -buildvcs=false -o "$TMP/new" ./cmd/tenure)
+(cd "$ROOT" && go build -buildvcs=false -o "$TMP/new" ./cmd/tenure && go build -buildvcs=false -o "$TMP/new-bench" ./bench/cmd/tenure-bench)
 mkdir "$TMP/base-src"
 (cd "$ROOT" && git archive "$BASE") | tar -x -C "$TMP/base-src"
 (cd "$TMP/base-src" && go build -buildvcs=false -o "$TMP/base" ./cmd/tenure)
+# bench_new and bench_base: the bench client of each build, as a command.
+bench_new=("$TMP/new-bench")
+if [[ -d "$TMP/base-src/bench/cmd/tenure-bench" ]]; then
+	(cd "$TMP/base-src" && go build -buildvcs=false -o "$TMP/base-bench" ./bench/cmd/tenure-bench)
+	bench_base=("$TMP/base-bench")
+else
+	bench_base=("$TMP/base" bench) # before the benchmarks left the tenure binary
+fi
 
 # run BUILD ROUND: one measurement on a fresh server of BUILD; prints the rate.
 run() {
@@ -59,9 +69,9 @@ run() {
 		sleep 0.1
 	done
 	[[ -n "$addr" ]] || { log "the server did not start"; exit 1; }
-	local client="$TMP/new"
-	[[ "$BENCH_CLIENT" == own ]] && client="$bin"
-	"$client" bench --endpoint "$addr" --mode "$MODE" --clients "$CLIENTS" --duration "$DURATION" -o json >"$TMP/bench.json"
+	local client=("${bench_new[@]}")
+	[[ "$BENCH_CLIENT" == own && "$1" == base ]] && client=("${bench_base[@]}")
+	"${client[@]}" --endpoint "$addr" --mode "$MODE" --clients "$CLIENTS" --duration "$DURATION" -o json >"$TMP/bench.json"
 	kill "$PID"
 	wait "$PID" 2>/dev/null || true
 	PID=

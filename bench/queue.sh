@@ -7,7 +7,8 @@
 #   ITEMS=1000000 BATCH=10 DURATION=10s bench/queue.sh
 #   ROUNDS=3 bench/queue.sh                       # three restarts
 #
-# Steps: build tenure; serve on a fresh data dir; `tenure bench queue
+# Steps: build tenure and tenure-bench; serve on a fresh data dir;
+# `tenure-bench queue
 # --stored ITEMS --batch BATCH` (prefill in batches of 1,000, then
 # PRODUCERS producers and CONSUMERS consumers for DURATION); the peer, the
 # single-item requests (16 + 16 clients on a queue of its own, the ITEMS
@@ -72,8 +73,8 @@ memory() { # prints: rss_bytes heap_live_bytes
 }
 field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$@"; }
 
-log "building tenure"
-(cd "$ROOT" && go build -buildvcs=false -o "$TMP/tenure" ./cmd/tenure)
+log "building tenure and tenure-bench"
+(cd "$ROOT" && go build -buildvcs=false -o "$TMP/tenure" ./cmd/tenure && go build -buildvcs=false -o "$TMP/tenure-bench" ./bench/cmd/tenure-bench)
 serve "$TMP/serve-0.log"
 for _ in $(seq 1 300); do
 	grep -q "serving on" "$TMP/serve-0.log" 2>/dev/null && break
@@ -81,13 +82,13 @@ for _ in $(seq 1 300); do
 done
 
 log "filling $ITEMS items and measuring batches of $BATCH"
-"$TMP/tenure" --endpoint "$EP" bench queue --stored "$ITEMS" --batch "$BATCH" --producers "$PRODUCERS" \
+"$TMP/tenure-bench" --endpoint "$EP" queue --stored "$ITEMS" --batch "$BATCH" --producers "$PRODUCERS" \
 	--consumers "$CONSUMERS" --duration "$DURATION" -o json >"$TMP/bench.json"
 Q=$(field "$TMP/bench.json" queue)
 read -r RSS HEAP < <(memory)
 STORED=$(field "$TMP/bench.json" stored_after)
 log "the peer: single-item requests, 16 producers and 16 consumers, on the same server"
-"$TMP/tenure" --endpoint "$EP" bench queue --stored 1000 --batch 1 --producers 16 --consumers 16 \
+"$TMP/tenure-bench" --endpoint "$EP" queue --stored 1000 --batch 1 --producers 16 --consumers 16 \
 	--duration "$DURATION" -o json >"$TMP/peer.json"
 
 echo "Machine: $(nproc) cores, $(free -g | awk '/^Mem:/{print $2}') GiB RAM, $(uname -sr), load $(cut -d' ' -f1-3 /proc/loadavg)."

@@ -52,8 +52,8 @@ free_port() {
 }
 field() { tr -d '\n\r\t ' <"$1" | grep -o -E "\"$2\":[-+0-9.eE]+" | head -n 1 | sed -E "s/^\"$2\"://"; }
 
-log "building tenure and redis-lock-bench in $TMP"
-(cd "$ROOT" && go build -buildvcs=false -o "$TMP/tenure" ./cmd/tenure)
+log "building tenure, tenure-bench and redis-lock-bench in $TMP"
+(cd "$ROOT" && go build -buildvcs=false -o "$TMP/tenure" ./cmd/tenure && go build -buildvcs=false -o "$TMP/tenure-bench" ./bench/cmd/tenure-bench)
 (cd "$ROOT/bench/redis" && GOWORK=off go build -buildvcs=false -o "$TMP/redis-lock-bench" ./cmd/redis-lock-bench)
 
 TPORT=$(free_port)
@@ -75,7 +75,7 @@ for _ in $(seq 1 100); do
 	sleep 0.1
 done
 
-run_tenure() { "$TMP/tenure" --endpoint "127.0.0.1:$TPORT" -o json bench --mode uncontended --clients "$CLIENTS" --duration "$DURATION" >"$1"; }
+run_tenure() { "$TMP/tenure-bench" --endpoint "127.0.0.1:$TPORT" -o json --mode uncontended --clients "$CLIENTS" --duration "$DURATION" >"$1"; }
 run_redis() { "$TMP/redis-lock-bench" --addr "127.0.0.1:$RPORT" --clients "$CLIENTS" --duration "$DURATION" >"$1"; }
 
 echo "| round | Tenure cycles/s (p50 lock ms) | Redis cycles/s (p50 lock ms) | Tenure / Redis |"

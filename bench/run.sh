@@ -23,7 +23,7 @@
 #   SKIP_TENURE=1  do not build, start or bench tenure
 #   ETCD_API=1     serve Tenure's etcd API too (--etcd-listen) and measure
 #                  Tenure through it with etcd-bench (etcd's own
-#                  concurrency.Mutex), instead of with tenure bench: the
+#                  concurrency.Mutex), instead of with tenure-bench: the
 #                  same client program against both servers
 #   KEEP_TMP=1     keep the temp dir (binaries, data, logs, raw JSON)
 #
@@ -120,8 +120,8 @@ log "building etcd server and etcd-bench (bench/etcd module)"
 (cd "$ROOT/bench/etcd" && GOWORK=off go build -buildvcs=false -o "$TMP/etcd-bench" ./cmd/etcd-bench)
 
 if [[ "$SKIP_TENURE" != 1 ]]; then
-	log "building tenure"
-	(cd "$ROOT" && go build -buildvcs=false -o "$TMP/tenure" ./cmd/tenure)
+	log "building tenure and tenure-bench"
+	(cd "$ROOT" && go build -buildvcs=false -o "$TMP/tenure" ./cmd/tenure && go build -buildvcs=false -o "$TMP/tenure-bench" ./bench/cmd/tenure-bench)
 fi
 
 # ---------------------------------------------------------------- start servers
@@ -209,13 +209,13 @@ fi
 # $TMP/<system>-<mode>.r<round>.json.
 run_tenure() {
 	log "round $2 tenure: mode=$1 clients=$CLIENTS duration=$DURATION"
-	local bench=("$TMP/tenure" bench --endpoint "$TENURE_LISTEN")
+	local bench=("$TMP/tenure-bench" --endpoint "$TENURE_LISTEN")
 	if [[ "$ETCD_API" == 1 ]]; then
 		bench=("$TMP/etcd-bench" --endpoints "$TENURE_ETCD")
 	fi
 	"${bench[@]}" --mode "$1" --clients "$CLIENTS" \
 		--duration "$DURATION" -o json >"$TMP/tenure-$1.out" 2>"$TMP/tenure-$1.err" || {
-		log "tenure bench failed:"
+		log "tenure-bench failed:"
 		cat "$TMP/tenure-$1.err" >&2
 		exit 1
 	}

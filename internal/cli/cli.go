@@ -1,6 +1,7 @@
 // Package cli implements the tenure command line: the server (serve), the
-// lock runner (lock NAME -- CMD), and inspection, register and benchmark
-// commands. cmd/tenure only calls Run.
+// lock runner (lock NAME -- CMD), and inspection, register and
+// administration commands. cmd/tenure only calls Run. Benchmarks are not
+// part of the product: they live in bench/cmd/tenure-bench.
 //
 // # Output and exit codes (a public contract)
 //
@@ -277,7 +278,6 @@ Exit codes: 0 ok, 1 error, 3 stale token, 4 lock not held, 5 timeout.
 		a.statusCommand(),
 		a.memberCommand(),
 		a.snapshotCommand(),
-		a.benchCommand(),
 		a.kvCommand(),
 		a.queueCommand(),
 		a.limitsCommand(),

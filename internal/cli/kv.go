@@ -83,7 +83,7 @@ addresses, small state): every key has a create revision, a mod revision
 and a version; transactions compare and write atomically; watches deliver
 every change from a revision on.`,
 	}
-	cmd.AddCommand(a.kvPutCommand(), a.kvGetCommand(), a.kvDelCommand(), a.kvTxnCommand(), a.kvWatchCommand(), a.kvBenchCommand())
+	cmd.AddCommand(a.kvPutCommand(), a.kvGetCommand(), a.kvDelCommand(), a.kvTxnCommand(), a.kvWatchCommand())
 	return cmd
 }
 

@@ -34,10 +34,6 @@ import (
 	"github.com/tenure-io/tenure/internal/server"
 )
 
-// revokeCheckInterval is how often an open stream checks that its caller
-// still has its rights when it has nothing to deliver.
-const revokeCheckInterval = 250 * time.Millisecond
-
 // LeaseSessionName is the session name whose write right etcd leases
 // need (a rule session:etcd:write, or any rule that covers it).
 const LeaseSessionName = "etcd"

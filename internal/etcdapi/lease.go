@@ -148,12 +148,9 @@ func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 		}
 		return s.relayKeepAlive(stream, fw)
 	}
-	var revokeCheck <-chan time.Time
-	if s.srv.AuthEnforced() {
-		t := time.NewTicker(revokeCheckInterval)
-		defer t.Stop()
-		revokeCheck = t.C
-	}
+	// aclChanged closes at the next change of the node's ACLs: the
+	// caller's right is checked again then, and before every renewal.
+	aclChanged := s.srv.ACLChanged()
 	// Requests are read on a goroutine of their own, so that the stream
 	// ends when its context does (a stream that requires a leader is
 	// ended when the node has none), not at the next request.
@@ -184,7 +181,8 @@ func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 			return err
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-revokeCheck:
+		case <-aclChanged:
+			aclChanged = s.srv.ACLChanged() // first, so that no change is missed
 			if err := s.stillAllowed(ctx, cred, "Lease/LeaseKeepAlive", leaseWrite); err != nil {
 				return err
 			}

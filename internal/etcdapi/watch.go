@@ -142,12 +142,10 @@ func (st *watchStream) loop(ctx context.Context, recvDone <-chan error) error {
 	interval := st.s.limits.WatchProgressInterval
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
-	var revokeCheck <-chan time.Time
-	if st.s.srv.AuthEnforced() {
-		t := time.NewTicker(revokeCheckInterval)
-		defer t.Stop()
-		revokeCheck = t.C
-	}
+	// aclChanged closes at the next change of the node's ACLs: the
+	// watchers' rights are checked again then (each event is checked as it
+	// is sent, in pump).
+	aclChanged := st.s.srv.ACLChanged()
 	for {
 		// Requests first, without waiting.
 		for drained := false; !drained; {
@@ -183,7 +181,8 @@ func (st *watchStream) loop(ctx context.Context, recvDone <-chan error) error {
 			if err := st.tick(); err != nil {
 				return err
 			}
-		case <-revokeCheck:
+		case <-aclChanged:
+			aclChanged = st.s.srv.ACLChanged() // first, so that no change is missed
 			for _, w := range st.sortedWatchers() {
 				if err := st.allowed(w); err != nil {
 					return err

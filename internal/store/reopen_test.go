@@ -3,12 +3,17 @@ package store
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftwal "github.com/hashicorp/raft-wal"
+	walfs "github.com/hashicorp/raft-wal/fs"
+	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/segment"
+	"github.com/hashicorp/raft-wal/types"
 )
 
 // sealedLog is a log store that refuses appends as raft-wal does once it
@@ -30,15 +35,26 @@ func (l *sealedLog) StoreLogs(logs []*raft.Log) error {
 // TestSealedWALOpensAgain: an append refused because raft-wal sealed its log
 // after failing to start a segment is refused as "full" while there is no
 // room for a segment, and once there is, the engine is opened again in
-// place and the append retried on it; the failure clears.
+// place and the append retried on it; the failure clears. The decision
+// rests on raft-wal's ErrSealed alone, never on what it logged.
 func TestSealedWALOpensAgain(t *testing.T) {
 	h := &health{}
 	old := &sealedLog{sealed: true}
 	fresh := &sealedLog{}
 	var roomErr error = fmt.Errorf("3 MiB free: %w", syscall.ENOSPC)
+	// roomAfter, when > 0, is how many more room checks pass before
+	// roomErr applies again.
+	roomAfter := 0
+	room := func() error {
+		if roomAfter > 0 {
+			roomAfter--
+			return nil
+		}
+		return roomErr
+	}
 	reopened := 0
 	var openErr error
-	c := &checked{health: h, log: old, room: func() error { return roomErr },
+	c := &checked{health: h, log: old, room: room,
 		reopen: func() (raft.LogStore, raft.StableStore, error) {
 			reopened++
 			if openErr != nil {
@@ -52,20 +68,17 @@ func TestSealedWALOpensAgain(t *testing.T) {
 	if err := c.StoreLogs(logs); !errors.Is(err, ErrFull) || reopened != 0 {
 		t.Fatalf("append without room: %v (reopened %d), want ErrFull and no reopen", err, reopened)
 	}
-	// Room, but the engine sealed its log without a failed rotation: not
-	// opened again (a sealed log is raft-wal's own business then).
+	// Room for the append, but gone by the time the engine would be
+	// opened again: refused as full and as sealed, not opened.
+	roomAfter = 1
+	if err := c.StoreLogs(logs); !errors.Is(err, ErrFull) || !errors.Is(err, raftwal.ErrSealed) || reopened != 0 {
+		t.Fatalf("append to a sealed log when the room goes: %v (reopened %d), want ErrFull and ErrSealed, no reopen", err, reopened)
+	}
+	// Room, and the open after closing the engine fails: refused (not as
+	// full), and the next append opens it.
 	roomErr = nil
-	if err := c.StoreLogs(logs); !errors.Is(err, raftwal.ErrSealed) || reopened != 0 {
-		t.Fatalf("append to a sealed log without a rotation error: %v (reopened %d)", err, reopened)
-	}
-	// The rotation failed (raft-wal logged why), and the open after
-	// closing the engine fails too: refused, and the next append opens it.
-	h.Accept("wal", hclog.Error, "rotate error", "err", syscall.ENOSPC)
-	if !h.rotationFailed() {
-		t.Fatal("raft-wal's logged error was not kept")
-	}
 	openErr = errors.New("opening: disk gone")
-	if err := c.StoreLogs(logs); err == nil || reopened != 1 || !c.closed {
+	if err := c.StoreLogs(logs); err == nil || errors.Is(err, ErrFull) || reopened != 1 || !c.closed {
 		t.Fatalf("append when the open fails: %v (reopened %d, closed %v)", err, reopened, c.closed)
 	}
 	openErr = nil
@@ -74,7 +87,102 @@ func TestSealedWALOpensAgain(t *testing.T) {
 	if err := c.StoreLogs(logs); err != nil || reopened != 1 || fresh.stored != 1 {
 		t.Fatalf("append after a failed rotation with room: %v (reopened %d, stored %d), want it stored on the engine opened again", err, reopened, fresh.stored)
 	}
-	if err := h.failure(); err != nil || h.rotationFailed() {
-		t.Fatalf("failure %v / rotation failed %v after the append succeeded", err, h.rotationFailed())
+	if err := h.failure(); err != nil {
+		t.Fatalf("failure %v after the append succeeded", err)
+	}
+}
+
+// failingFiler is raft-wal's own segment filer, whose Create fails while
+// fail is set (as preallocating a segment on a full disk does).
+type failingFiler struct {
+	types.SegmentFiler
+	fail atomic.Bool
+}
+
+func (f *failingFiler) Create(info types.SegmentInfo) (types.SegmentWriter, error) {
+	if f.fail.Load() {
+		return nil, fmt.Errorf("creating segment %d: %w", info.ID, syscall.ENOSPC)
+	}
+	return f.SegmentFiler.Create(info)
+}
+
+// TestWALRotationFailureSealsUntilReopened pins the two behaviours of
+// raft-wal that checked works around, on the real engine: when its
+// background rotation cannot start the next segment, the next append
+// fails with ErrSealed (and keeps failing), and opening the engine again on
+// the same files makes it append again with every entry kept. checked then
+// does this by itself under the append that found the log sealed.
+func TestWALRotationFailureSealsUntilReopened(t *testing.T) {
+	dir := t.TempDir()
+	meta := &metadb.BoltMetaDB{}
+	t.Cleanup(func() { meta.Close() })
+	filer := &failingFiler{SegmentFiler: segment.NewFiler(dir, walfs.New())}
+	open := func() (*raftwal.WAL, error) {
+		return raftwal.Open(dir, raftwal.WithMetaStore(meta), raftwal.WithSegmentFiler(filer),
+			raftwal.WithSegmentSize(8<<10), raftwal.WithLogger(hclog.NewNullLogger()))
+	}
+	w, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := w
+	t.Cleanup(func() { cur.Close() })
+	entry := func(i uint64) []*raft.Log {
+		return []*raft.Log{{Index: i, Term: 1, Type: raft.LogCommand, Data: make([]byte, 1<<10)}}
+	}
+
+	// Fill segments until one seals while no segment can be created.
+	filer.fail.Store(true)
+	var last uint64
+	for i := uint64(1); ; i++ {
+		if i > 1000 {
+			t.Fatal("1,000 appends of 1 KiB to 8 KiB segments never sealed the log")
+		}
+		if err = cur.StoreLogs(entry(i)); err != nil {
+			break
+		}
+		last = i
+	}
+	if !errors.Is(err, raftwal.ErrSealed) || last < 2 {
+		t.Fatalf("append after a failed rotation (%d stored): %v, want raft-wal's ErrSealed", last, err)
+	}
+	if err := cur.StoreLogs(entry(last + 1)); !errors.Is(err, raftwal.ErrSealed) {
+		t.Fatalf("second append after a failed rotation: %v, want ErrSealed again", err)
+	}
+
+	// checked opens the engine again under the append that finds it
+	// sealed; while segments still cannot be created, that open fails and
+	// the append is refused as full.
+	h := &health{}
+	c := &checked{health: h, log: cur, stable: cur, room: func() error { return nil },
+		reopen: func() (raft.LogStore, raft.StableStore, error) {
+			if err := cur.Close(); err != nil {
+				return nil, nil, err
+			}
+			w, err := open()
+			if err != nil {
+				return nil, nil, err
+			}
+			cur = w
+			return w, w, nil
+		}}
+	if err := c.StoreLogs(entry(last + 1)); !errors.Is(err, ErrFull) {
+		t.Fatalf("append while no segment can be created: %v, want ErrFull", err)
+	}
+	filer.fail.Store(false)
+	if err := c.StoreLogs(entry(last + 1)); err != nil {
+		t.Fatalf("append once a segment can be created: %v", err)
+	}
+	if n, err := c.LastIndex(); err != nil || n != last+1 {
+		t.Fatalf("last index %d (%v), want %d", n, err, last+1)
+	}
+	for i := uint64(1); i <= last+1; i++ {
+		var l raft.Log
+		if err := c.GetLog(i, &l); err != nil || l.Index != i || len(l.Data) != 1<<10 {
+			t.Fatalf("entry %d after the engine opened again: index %d, %d bytes, %v", i, l.Index, len(l.Data), err)
+		}
+	}
+	if err := h.failure(); err != nil {
+		t.Fatalf("failure %v after the append succeeded", err)
 	}
 }

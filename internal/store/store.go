@@ -38,7 +38,8 @@ var Engines = []string{"bolt", "wal"}
 // DefaultEngine is the engine of a new data directory: raft-wal, which
 // takes one fsync per append where raft-boltdb takes two. (raft-wal seals
 // its log when it cannot start its next segment, on a full disk; the store
-// opens it again once there is room, see checked.)
+// refuses appends before that, and opens it again once there is room if it
+// happens anyway, see checked.)
 const DefaultEngine = "wal"
 
 // Stores is an open log store and stable store.
@@ -149,11 +150,14 @@ func open(dir, engine string, logOutput io.Writer) (s *Stores, err error) {
 		if err := checkWALMeta(walDir); err != nil {
 			return nil, err
 		}
-		// raft-wal's Close leaves its metadata database open, so the store
-		// owns it and closes it after the log.
+		// raft-wal's Open leaves its metadata database open when it fails
+		// (v0.4.1), and the engine is opened again on the same database
+		// (checked), so the store owns it: it closes it after a failed open
+		// and after the log (WAL.Close closes it too; a second Close does
+		// nothing).
 		meta := &metadb.BoltMetaDB{}
 		openWAL := func() (*raftwal.WAL, error) {
-			return raftwal.Open(walDir, raftwal.WithMetaStore(meta), raftwal.WithLogger(h.walLogger(logOutput)))
+			return raftwal.Open(walDir, raftwal.WithMetaStore(meta), raftwal.WithLogger(walLogger(logOutput)))
 		}
 		w, err := openWAL()
 		if err != nil {
@@ -260,28 +264,8 @@ func (cs closers) Close() error {
 // Close closes the underlying files.
 func (s *Stores) Close() error { return s.closer.Close() }
 
-// walLogger is raft-wal's logger: its messages go to out (warnings and
-// errors), and the errors it reports are kept, since raft-wal starts a new
-// segment in the background and only logs why that failed.
-func (h *health) walLogger(out io.Writer) hclog.Logger {
-	l := hclog.NewInterceptLogger(&hclog.LoggerOptions{Name: "wal", Level: hclog.Warn, Output: out})
-	l.RegisterSink(h)
-	return l
+// walLogger is raft-wal's logger: its warnings and errors go to out. The
+// store decides nothing from them (see checked).
+func walLogger(out io.Writer) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: "wal", Level: hclog.Warn, Output: out})
 }
-
-// Accept implements hclog.SinkAdapter: it keeps the last error raft-wal
-// logged.
-func (h *health) Accept(_ string, level hclog.Level, _ string, args ...interface{}) {
-	if level < hclog.Error {
-		return
-	}
-	for _, a := range args {
-		if err, ok := a.(error); ok {
-			h.mu.Lock()
-			h.background = err
-			h.mu.Unlock()
-		}
-	}
-}
-
-var _ hclog.SinkAdapter = (*health)(nil)

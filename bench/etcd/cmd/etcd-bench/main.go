@@ -1,6 +1,6 @@
 // Command etcd-bench measures lock throughput and hand-off latency of etcd's
 // own distributed mutex (go.etcd.io/etcd/client/v3/concurrency.Mutex), so the
-// figures can be set side by side with `tenure bench`.
+// figures can be set side by side with `tenure-bench`.
 //
 // Usage:
 //
@@ -51,7 +51,7 @@ import (
 )
 
 // result is the single JSON object printed with -o json. The first fields are
-// the ones shared with `tenure bench`; the rest are extra detail.
+// the ones shared with `tenure-bench`; the rest are extra detail.
 type result struct {
 	System         string   `json:"system"`
 	Mode           string   `json:"mode"`

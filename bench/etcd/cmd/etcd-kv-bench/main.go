@@ -1,5 +1,5 @@
 // Command etcd-kv-bench measures etcd's key-value throughput with the same
-// load as `tenure kv bench`, so the figures can be set side by side.
+// load as `tenure-bench kv`, so the figures can be set side by side.
 //
 // Usage:
 //

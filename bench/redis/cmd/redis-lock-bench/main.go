@@ -2,7 +2,7 @@
 // Redis lock recipe: SET name token NX PX ttl to acquire, and a Lua script
 // that deletes the key only if it still holds the token to release. Each
 // client locks and unlocks a name of its own in a loop, like
-// `tenure bench --mode uncontended`, and the JSON it prints has the same
+// `tenure-bench --mode uncontended`, and the JSON it prints has the same
 // fields for the figures both report.
 package main
 

@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"context"
@@ -29,7 +29,7 @@ type benchQueueFlags struct {
 	batch                int
 }
 
-// benchQueueJSON is `tenure bench queue -o json`.
+// benchQueueJSON is `tenure-bench queue -o json`.
 type benchQueueJSON struct {
 	Queue          string  `json:"queue"`
 	Producers      int     `json:"producers"`
@@ -57,7 +57,8 @@ type benchQueueJSON struct {
 	Errors         int64   `json:"errors"`
 }
 
-func (a *app) benchQueueCommand() *cobra.Command {
+// queueCommand is the queue benchmark.
+func (a *app) queueCommand() *cobra.Command {
 	var bf benchQueueFlags
 	cmd := &cobra.Command{
 		Use:   "queue --producers N --consumers N --stored N --duration D [--batch N]",
@@ -150,16 +151,11 @@ type latencies struct {
 	errs          int64
 }
 
+// runQueueBench fills a fresh queue, then measures producers and
+// consumers against it for bf.duration.
 func (a *app) runQueueBench(ctx context.Context, bf benchQueueFlags) (benchQueueJSON, error) {
-	switch {
-	case bf.producers < 1 || bf.consumers < 1:
-		return benchQueueJSON{}, errors.New("--producers and --consumers must be at least 1")
-	case bf.stored < 0 || bf.payload < 0:
-		return benchQueueJSON{}, errors.New("--stored and --payload must not be negative")
-	case bf.duration <= 0:
-		return benchQueueJSON{}, errors.New("--duration must be positive")
-	case bf.batch < 1 || bf.batch > client.MaxBatch:
-		return benchQueueJSON{}, fmt.Errorf("--batch %d is outside 1..%d", bf.batch, client.MaxBatch)
+	if err := bf.validate(); err != nil {
+		return benchQueueJSON{}, err
 	}
 	var rid [4]byte
 	_, _ = rand.Read(rid[:])
@@ -172,38 +168,9 @@ func (a *app) runQueueBench(ctx context.Context, bf benchQueueFlags) (benchQueue
 	payload := make([]byte, bf.payload)
 	out := benchQueueJSON{Queue: q.Name(), Producers: bf.producers, Consumers: bf.consumers, Batch: bf.batch, PayloadBytes: bf.payload}
 
-	// Prefill with concurrent batches (the server commits several at once).
 	t0 := time.Now()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errc := make(chan error, 1)
-	prefill := make([]client.BatchItem, client.MaxBatch)
-	for i := range prefill {
-		prefill[i].Payload = payload
-	}
-	for range 8 {
-		wg.Go(func() {
-			for {
-				end := next.Add(client.MaxBatch)
-				n := min(int64(bf.stored)-(end-client.MaxBatch), client.MaxBatch)
-				if n <= 0 {
-					return
-				}
-				if _, err := q.EnqueueBatch(ctx, prefill[:n]); err != nil {
-					select {
-					case errc <- fmt.Errorf("prefill: %w", err):
-					default:
-					}
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	select {
-	case err := <-errc:
+	if err := prefill(ctx, q, bf.stored, payload); err != nil {
 		return out, err
-	default:
 	}
 	out.PrefillS = time.Since(t0).Seconds()
 	if bf.stored > 0 {
@@ -217,124 +184,225 @@ func (a *app) runQueueBench(ctx context.Context, bf benchQueueFlags) (benchQueue
 
 	rctx, cancel := context.WithTimeout(ctx, bf.duration)
 	defer cancel()
-	// over reports the end of the run. A call may fail with the run's own
-	// deadline a moment before rctx says so: that is not an error.
-	deadline, _ := rctx.Deadline()
-	over := func() bool { return rctx.Err() != nil || !time.Now().Before(deadline) }
-	var enqueued, acked atomic.Int64
-	// credit keeps the queue's length steady: a producer enqueues only
-	// while fewer than (producers+consumers)×batch of its items wait
-	// unacked.
-	credit := newWindow(rctx, (bf.producers+bf.consumers)*bf.batch)
-	items := make([]client.BatchItem, bf.batch)
-	for i := range items {
-		items[i].Payload = payload
-	}
-	prod := make([]*latencies, bf.producers)
-	cons := make([]*latencies, bf.consumers)
+	r := newQueueRun(rctx, q, bf, payload)
 	start := time.Now()
-	for i := range prod {
-		l := &latencies{}
-		prod[i] = l
-		wg.Go(func() {
-			for !over() {
-				if !credit.take(bf.batch) {
-					return
-				}
-				t := time.Now()
-				var err error
-				if bf.batch == 1 {
-					_, err = q.Enqueue(rctx, payload)
-				} else {
-					_, err = q.EnqueueBatch(rctx, items)
-				}
-				if err != nil {
-					credit.give(bf.batch)
-					if !over() {
-						l.errs++
-					}
-					continue
-				}
-				l.enq = append(l.enq, time.Since(t))
-				enqueued.Add(int64(bf.batch))
-			}
-		})
-	}
-	for i := range cons {
-		l := &latencies{}
-		cons[i] = l
-		wg.Go(func() {
-			for !over() {
-				t := time.Now()
-				var ds []*client.Delivery
-				var err error
-				if bf.batch == 1 {
-					var d *client.Delivery
-					if d, err = q.Dequeue(rctx, bf.visibility); err == nil {
-						ds = []*client.Delivery{d}
-					}
-				} else {
-					ds, err = q.DequeueBatch(rctx, bf.batch, bf.visibility)
-				}
-				if err != nil {
-					if !over() {
-						l.errs++
-					}
-					continue
-				}
-				l.deq = append(l.deq, time.Since(t))
-				t = time.Now()
-				actx, acancel := context.WithTimeout(context.Background(), cleanupTimeout)
-				var outcomes []error
-				if bf.batch == 1 {
-					outcomes = []error{q.Ack(actx, ds[0])}
-				} else {
-					outcomes, err = q.AckBatch(actx, ds)
-				}
-				acancel()
-				if err != nil {
-					l.errs++
-					continue
-				}
-				ok := 0
-				for _, e := range outcomes {
-					if e != nil {
-						l.errs++
-					} else {
-						ok++
-					}
-				}
-				l.ack = append(l.ack, time.Since(t))
-				acked.Add(int64(ok))
-				credit.give(len(ds))
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	out.DurationS = elapsed.Seconds()
-	out.Enqueued, out.Acked = enqueued.Load(), acked.Load()
-	out.EnqueuesPerSec = float64(out.Enqueued) / elapsed.Seconds()
-	out.ItemsPerSec = float64(out.Acked) / elapsed.Seconds()
-	var enq, deq, ack []time.Duration
-	for _, l := range append(prod, cons...) {
-		enq, deq, ack = append(enq, l.enq...), append(deq, l.deq...), append(ack, l.ack...)
-		out.Errors += l.errs
-	}
-	stats := func(d []time.Duration) (p50, p99, mx float64) {
-		slices.Sort(d)
-		if len(d) == 0 {
-			return 0, 0, 0
-		}
-		return ms(percentile(d, 50)), ms(percentile(d, 99)), ms(d[len(d)-1])
-	}
-	out.EnqueueP50Ms, out.EnqueueP99Ms, out.EnqueueMaxMs = stats(enq)
-	out.DequeueP50Ms, out.DequeueP99Ms, out.DequeueMaxMs = stats(deq)
-	out.AckP50Ms, out.AckP99Ms, out.AckMaxMs = stats(ack)
+	prod, cons := r.measure()
+	r.report(&out, time.Since(start), append(prod, cons...))
+
 	sctx, scancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer scancel()
 	if st, err := q.Stats(sctx); err == nil {
 		out.StoredAfter = st.Queued + st.InFlight
 	}
 	return out, nil
+}
+
+func (bf benchQueueFlags) validate() error {
+	switch {
+	case bf.producers < 1 || bf.consumers < 1:
+		return errors.New("--producers and --consumers must be at least 1")
+	case bf.stored < 0 || bf.payload < 0:
+		return errors.New("--stored and --payload must not be negative")
+	case bf.duration <= 0:
+		return errors.New("--duration must be positive")
+	case bf.batch < 1 || bf.batch > client.MaxBatch:
+		return fmt.Errorf("--batch %d is outside 1..%d", bf.batch, client.MaxBatch)
+	}
+	return nil
+}
+
+// prefill enqueues stored items with concurrent batches of client.MaxBatch
+// (the server commits several at once); the first error ends it.
+func prefill(ctx context.Context, q *client.Queue, stored int, payload []byte) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, 1)
+	batch := make([]client.BatchItem, client.MaxBatch)
+	for i := range batch {
+		batch[i].Payload = payload
+	}
+	for range 8 {
+		wg.Go(func() {
+			for {
+				end := next.Add(client.MaxBatch)
+				n := min(int64(stored)-(end-client.MaxBatch), client.MaxBatch)
+				if n <= 0 {
+					return
+				}
+				if _, err := q.EnqueueBatch(ctx, batch[:n]); err != nil {
+					select {
+					case errc <- fmt.Errorf("prefill: %w", err):
+					default:
+					}
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// queueRun is one measurement window: producers and consumers on one
+// queue until ctx ends.
+type queueRun struct {
+	ctx      context.Context
+	deadline time.Time
+	q        *client.Queue
+	bf       benchQueueFlags
+	payload  []byte
+	// items is the batch a producer enqueues when bf.batch > 1 (read only).
+	items []client.BatchItem
+	// credit keeps the queue's length steady: a producer enqueues only
+	// while fewer than (producers+consumers)×batch of its items wait
+	// unacked.
+	credit          *window
+	enqueued, acked atomic.Int64
+}
+
+func newQueueRun(ctx context.Context, q *client.Queue, bf benchQueueFlags, payload []byte) *queueRun {
+	deadline, _ := ctx.Deadline()
+	r := &queueRun{ctx: ctx, deadline: deadline, q: q, bf: bf, payload: payload,
+		items: make([]client.BatchItem, bf.batch), credit: newWindow(ctx, (bf.producers+bf.consumers)*bf.batch)}
+	for i := range r.items {
+		r.items[i].Payload = payload
+	}
+	return r
+}
+
+// over reports the end of the run. A call may fail with the run's own
+// deadline a moment before ctx says so: that is not an error.
+func (r *queueRun) over() bool { return r.ctx.Err() != nil || !time.Now().Before(r.deadline) }
+
+// measure runs the producers and consumers until the window ends and
+// returns their tallies.
+func (r *queueRun) measure() (prod, cons []*latencies) {
+	var wg sync.WaitGroup
+	prod = make([]*latencies, r.bf.producers)
+	cons = make([]*latencies, r.bf.consumers)
+	for i := range prod {
+		l := &latencies{}
+		prod[i] = l
+		wg.Go(func() { r.produce(l) })
+	}
+	for i := range cons {
+		l := &latencies{}
+		cons[i] = l
+		wg.Go(func() { r.consume(l) })
+	}
+	wg.Wait()
+	return prod, cons
+}
+
+// produce enqueues (one item or a batch per request) while the window
+// has credit, until the run is over.
+func (r *queueRun) produce(l *latencies) {
+	for !r.over() {
+		if !r.credit.take(r.bf.batch) {
+			return
+		}
+		t := time.Now()
+		var err error
+		if r.bf.batch == 1 {
+			_, err = r.q.Enqueue(r.ctx, r.payload)
+		} else {
+			_, err = r.q.EnqueueBatch(r.ctx, r.items)
+		}
+		if err != nil {
+			r.credit.give(r.bf.batch)
+			if !r.over() {
+				l.errs++
+			}
+			continue
+		}
+		l.enq = append(l.enq, time.Since(t))
+		r.enqueued.Add(int64(r.bf.batch))
+	}
+}
+
+// consume dequeues and acks until the run is over, giving the window back
+// the credit of what it took.
+func (r *queueRun) consume(l *latencies) {
+	for !r.over() {
+		t := time.Now()
+		ds, err := r.dequeue()
+		if err != nil {
+			if !r.over() {
+				l.errs++
+			}
+			continue
+		}
+		l.deq = append(l.deq, time.Since(t))
+		t = time.Now()
+		outcomes, err := r.ack(ds)
+		if err != nil {
+			l.errs++
+			continue
+		}
+		ok := 0
+		for _, e := range outcomes {
+			if e != nil {
+				l.errs++
+			} else {
+				ok++
+			}
+		}
+		l.ack = append(l.ack, time.Since(t))
+		r.acked.Add(int64(ok))
+		r.credit.give(len(ds))
+	}
+}
+
+// dequeue takes one delivery, or a batch of up to bf.batch.
+func (r *queueRun) dequeue() ([]*client.Delivery, error) {
+	if r.bf.batch == 1 {
+		d, err := r.q.Dequeue(r.ctx, r.bf.visibility)
+		if err != nil {
+			return nil, err
+		}
+		return []*client.Delivery{d}, nil
+	}
+	return r.q.DequeueBatch(r.ctx, r.bf.batch, r.bf.visibility)
+}
+
+// ack acknowledges ds under a fresh context (the window may have ended):
+// one outcome per delivery, or an error for the whole request.
+func (r *queueRun) ack(ds []*client.Delivery) ([]error, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if r.bf.batch == 1 {
+		return []error{r.q.Ack(ctx, ds[0])}, nil
+	}
+	return r.q.AckBatch(ctx, ds)
+}
+
+// report fills out's rates and latencies from the workers' tallies.
+func (r *queueRun) report(out *benchQueueJSON, elapsed time.Duration, tallies []*latencies) {
+	out.DurationS = elapsed.Seconds()
+	out.Enqueued, out.Acked = r.enqueued.Load(), r.acked.Load()
+	out.EnqueuesPerSec = float64(out.Enqueued) / elapsed.Seconds()
+	out.ItemsPerSec = float64(out.Acked) / elapsed.Seconds()
+	var enq, deq, ack []time.Duration
+	for _, l := range tallies {
+		enq, deq, ack = append(enq, l.enq...), append(deq, l.deq...), append(ack, l.ack...)
+		out.Errors += l.errs
+	}
+	out.EnqueueP50Ms, out.EnqueueP99Ms, out.EnqueueMaxMs = latencyStats(enq)
+	out.DequeueP50Ms, out.DequeueP99Ms, out.DequeueMaxMs = latencyStats(deq)
+	out.AckP50Ms, out.AckP99Ms, out.AckMaxMs = latencyStats(ack)
+}
+
+// latencyStats sorts d and returns its p50, p99 and maximum in ms (zeros
+// when d is empty).
+func latencyStats(d []time.Duration) (p50, p99, mx float64) {
+	slices.Sort(d)
+	if len(d) == 0 {
+		return 0, 0, 0
+	}
+	return ms(percentile(d, 50)), ms(percentile(d, 99)), ms(d[len(d)-1])
 }

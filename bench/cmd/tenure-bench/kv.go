@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/tenure-io/tenure/client"
 )
 
-// kvBenchJSON is `tenure kv bench -o json`; bench/etcd's etcd-kv-bench
+// kvBenchJSON is `tenure-bench kv -o json`; bench/etcd's etcd-kv-bench
 // prints the same fields.
 type kvBenchJSON struct {
 	System    string  `json:"system"`
@@ -26,14 +26,15 @@ type kvBenchJSON struct {
 	Errors    int64   `json:"errors"`
 }
 
-func (a *app) kvBenchCommand() *cobra.Command {
+// kvCommand is the key-value benchmark.
+func (a *app) kvCommand() *cobra.Command {
 	var (
 		op       string
 		clients  int
 		duration time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "bench --op put|get|txn --clients N --duration D",
+		Use:   "kv --op put|get|txn --clients N --duration D",
 		Short: "Measure key-value throughput against a running server",
 		Long: `Drive a running server with N concurrent clients (on one connection), each
 on a key of its own, for --duration: put writes the key, get reads it

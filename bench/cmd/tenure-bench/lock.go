@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"context"
@@ -45,7 +45,7 @@ type benchFlags struct {
 	proofs   bool
 }
 
-// benchJSON is `tenure bench -o json`.
+// benchJSON is `tenure-bench -o json`.
 type benchJSON struct {
 	Mode           string  `json:"mode"`
 	Clients        int     `json:"clients"`
@@ -66,12 +66,16 @@ type benchJSON struct {
 	GrantsPerClientMax int64    `json:"grants_per_client_max"`
 }
 
-func (a *app) benchCommand() *cobra.Command {
+// lockCommand is the root command: the lock benchmark.
+func (a *app) lockCommand() *cobra.Command {
 	var bf benchFlags
 	cmd := &cobra.Command{
-		Use:   "bench --mode uncontended|contended --clients N --duration D",
+		Use:   "tenure-bench --mode uncontended|contended --clients N --duration D",
 		Short: "Measure lock throughput and latency against a running server",
-		Long: `Drive a running server with N clients, each with its own session, for
+		Long: `Benchmarks of a running Tenure server: the lock benchmark (this command),
+queue and kv. They are not part of the tenure binary.
+
+Drive a running server with N clients, each with its own session, for
 --duration, and report throughput and acquire latency.
 
   uncontended  each client locks and unlocks its own lock in a loop
@@ -107,7 +111,6 @@ grant.`,
 	f.DurationVar(&bf.ttl, "ttl", client.DefaultTTL, "session time to live")
 	f.StringVar(&bf.conns, "conns", connsShared, "shared (one connection for all clients) or per-client")
 	f.BoolVar(&bf.proofs, "proofs", false, "ask the server to sign every grant's fence proof (client.WithFenceProofs)")
-	cmd.AddCommand(a.benchQueueCommand())
 	return cmd
 }
 
@@ -271,3 +274,21 @@ func percentile(sorted []time.Duration, p int) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// cleanupTimeout bounds closing a session or releasing a lock after the
+// run, under a fresh context.
+const cleanupTimeout = 5 * time.Second
+
+// release unlocks h under a fresh context bounded by cleanupTimeout.
+func release(h *client.Hold) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	return h.Unlock(ctx)
+}
+
+// closeSession ends the session under a fresh context bounded by timeout.
+func closeSession(s *client.Session, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	_ = s.Close(ctx)
+}
