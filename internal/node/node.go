@@ -101,18 +101,26 @@ type Node struct {
 	onDemote  []func()
 	onPromote []func(context.Context)
 
+	// workMu orders startWork against Close: once Close has begun, no
+	// goroutine of the node starts.
+	workMu      sync.Mutex
+	workStarted bool
+	closed      bool
+
 	readyOnce sync.Once
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// Run follows leadership changes and runs the lessor until ctx ends. It
-// returns early, with an error saying what to do, if this node becomes
+// Run starts the node's work (the first call: proposals are committed and
+// answered from then on, until Close), then follows leadership changes
+// and runs the lessor until ctx ends. It returns early, with an error saying what to do, if this node becomes
 // leader and finds its state below the revision it recorded (see
 // record.go), or if the state machine meets a log entry or snapshot that
 // fails its checksum or does not decode (integrity.go): it must not serve
 // then.
 func (n *Node) Run(ctx context.Context) error {
+	n.startWork()
 	var wg sync.WaitGroup
 	lctx, cancel := context.WithCancel(ctx)
 	defer func() { cancel(); wg.Wait() }()

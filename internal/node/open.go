@@ -22,7 +22,7 @@ import (
 )
 
 // Open validates cfg (Config.Validate), opens the data directory, checks
-// its integrity and starts raft. sink receives every state-machine event
+// its integrity and starts raft; the node's own work starts in Run. sink receives every state-machine event
 // (after the lessor has seen it); it must not block. On error everything
 // it opened is closed again.
 func Open(cfg Config, sink fsm.EventSink) (_ *Node, err error) {
@@ -129,12 +129,24 @@ func Open(cfg Config, sink fsm.EventSink) (_ *Node, err error) {
 		"snapshot_check_ms", snapChecked.Sub(checkStart).Milliseconds(), "log_check_ms", logChecked.Sub(snapChecked).Milliseconds(),
 		"snapshot_restore_ms", n.opened.Sub(raftStart).Milliseconds(), "snapshot_index", snapIndex, "last_log_index", lastIndex)
 	n.observeLeaders()
+	return n, nil
+}
+
+// startWork starts, once, the node's own goroutines: the batcher and the
+// answerer (proposals), the applied record's writer and the snapshotter.
+// Run calls it; Close waits for them. Proposals made before are queued.
+func (n *Node) startWork() {
+	n.workMu.Lock()
+	defer n.workMu.Unlock()
+	if n.workStarted || n.closed {
+		return
+	}
+	n.workStarted = true
 	n.wg.Add(4)
 	go n.batcher()
 	go n.answerer()
 	go func() { defer n.wg.Done(); n.rec.run(n.quit) }()
 	go n.snapshotter()
-	return n, nil
 }
 
 // openTransport sets n.trans to raft's transport: in memory for a
@@ -272,9 +284,22 @@ func (n *Node) snapshotter() {
 // goroutine of the node outlives it.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
+		n.workMu.Lock()
+		n.closed = true // no goroutine of the node starts from here on
+		n.workMu.Unlock()
 		n.futures.close() // no raft call is waited for from here on
 		close(n.quit)     // every waiter returns; the node's goroutines end
 		n.wg.Wait()
+		// The batcher's own drain, had Run never started it.
+	drain:
+		for {
+			select {
+			case p := <-n.proposals:
+				p.answer(proposeResult{err: ErrClosed})
+			default:
+				break drain
+			}
+		}
 		if !n.futures.drain(closeDrain) {
 			n.cfg.Logger.Warn("raft left futures unanswered at close; their waiting goroutines remain", "waited", closeDrain)
 		}
