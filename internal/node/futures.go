@@ -29,13 +29,17 @@ import (
 //     raft down. No goroutine is left waiting for raft after Close, which
 //     TestCloseLeavesNoWaitingGoroutine checks under load.
 //
-// A raft that answers nothing for closeDrain (a stalled disk) is shut down
-// anyway; the goroutines that wait for its queued futures are then the
-// only ones that outlive Close, and Close logs how many.
+// raft's public API offers no way to wait without a goroutine: Error is
+// the only way to learn the answer. A raft that answers nothing for
+// closeDrain (a stalled disk) is shut down anyway; the goroutines that
+// wait for its queued futures (and drain's own) are then the only ones
+// that outlive Close, and Close logs it.
 const closeDrain = 5 * time.Second
 
 // errShutDown is the answer to a wait that the node's Close ended, or that
 // Close refused to start: the command may or may not have been committed.
+// A call refused at Close was not made; it is answered the same way,
+// which is what reads and proposals got from raft after its shutdown.
 var errShutDown = fmt.Errorf("%w: node shut down before the outcome was known", ErrUnknownOutcome)
 
 // futureSet counts the raft futures this node waits for, so that Close can
@@ -149,6 +153,8 @@ func (n *Node) closing() bool {
 	}
 }
 
+// mapRaftErr maps raft's errors to the node's: ErrNotLeader, ErrClosed,
+// or ErrUnknownOutcome for everything that may have been committed.
 func mapRaftErr(err error) error {
 	switch {
 	case errors.Is(err, ErrUnknownOutcome):
