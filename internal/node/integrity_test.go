@@ -307,25 +307,33 @@ func TestStartRefusedOnDamagedSnapshot(t *testing.T) {
 	})
 	t.Run("decode", func(t *testing.T) {
 		dir, snap := snapshotted(t, "bolt")
-		garbage := []byte{0xff, 0xff, 0xff, 0xff}
-		if err := os.WriteFile(filepath.Join(snap, "state.bin"), garbage, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		metaPath := filepath.Join(snap, "meta.json")
-		var meta map[string]any
-		b, _ := os.ReadFile(metaPath)
-		if err := json.Unmarshal(b, &meta); err != nil {
-			t.Fatal(err)
-		}
-		h := crc64.New(crc64.MakeTable(crc64.ECMA))
-		h.Write(garbage)
-		meta["CRC"], meta["Size"] = h.Sum(nil), len(garbage)
-		b, _ = json.Marshal(meta)
-		if err := os.WriteFile(metaPath, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		undecodable(t, snap)
 		refused(t, dir, "bolt", snap, "does not decode", "rebuild this member")
 	})
+}
+
+// undecodable rewrites snapshot snap's state with bytes that do not
+// decode, and its checksum to match: only raft's restore at start, after
+// the data directory's checks, finds it damaged.
+func undecodable(t *testing.T, snap string) {
+	t.Helper()
+	garbage := []byte{0xff, 0xff, 0xff, 0xff}
+	if err := os.WriteFile(filepath.Join(snap, "state.bin"), garbage, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	metaPath := filepath.Join(snap, "meta.json")
+	var meta map[string]any
+	b, _ := os.ReadFile(metaPath)
+	if err := json.Unmarshal(b, &meta); err != nil {
+		t.Fatal(err)
+	}
+	h := crc64.New(crc64.MakeTable(crc64.ECMA))
+	h.Write(garbage)
+	meta["CRC"], meta["Size"] = h.Sum(nil), len(garbage)
+	b, _ = json.Marshal(meta)
+	if err := os.WriteFile(metaPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestMissingRecordRefusedAndReset: the applied record deleted from a data

@@ -214,11 +214,16 @@ func (n *Node) AddVoter(ctx context.Context, id, peerAddr string, prevIndex uint
 	}
 	for _, m := range ms {
 		if m.ID == id && m.Voter {
-			return mapConfErr(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(peerAddr), prevIndex, n.timeout(ctx)).Error())
+			return mapConfErr(n.await(context.Background(), func() raft.Future {
+				return n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(peerAddr), prevIndex, n.timeout(ctx))
+			}))
 		}
 	}
-	f := n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(peerAddr), prevIndex, n.timeout(ctx))
-	if err := f.Error(); err != nil {
+	var f raft.IndexFuture
+	if err := n.await(context.Background(), func() raft.Future {
+		f = n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(peerAddr), prevIndex, n.timeout(ctx))
+		return f
+	}); err != nil {
 		return mapConfErr(err)
 	}
 	added := f.Index()
@@ -251,13 +256,17 @@ func (n *Node) AddVoter(ctx context.Context, id, peerAddr string, prevIndex uint
 			return ErrClosed
 		}
 	}
-	return mapConfErr(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(peerAddr), added, n.timeout(ctx)).Error())
+	return mapConfErr(n.await(context.Background(), func() raft.Future {
+		return n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(peerAddr), added, n.timeout(ctx))
+	}))
 }
 
 // RemoveServer removes a member; only the leader can. prevIndex is the
 // configuration index the change was decided on (0: any).
 func (n *Node) RemoveServer(ctx context.Context, id string, prevIndex uint64) error {
-	return mapConfErr(n.raft.RemoveServer(raft.ServerID(id), prevIndex, n.timeout(ctx)).Error())
+	return mapConfErr(n.await(context.Background(), func() raft.Future {
+		return n.raft.RemoveServer(raft.ServerID(id), prevIndex, n.timeout(ctx))
+	}))
 }
 
 func mapConfErr(err error) error {

@@ -15,13 +15,13 @@ import (
 )
 
 // waiting counts the goroutines whose stack is in node's code that waits
-// for raft's futures.
+// for raft's futures (futures.go: start's goroutine, pending.wait).
 func waiting() int {
 	buf := make([]byte, 1<<22)
 	buf = buf[:runtime.Stack(buf, true)]
 	n := 0
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "tenure/internal/node.(*Node).wait") || strings.Contains(g, "tenure/internal/node.(*Node).settle") {
+		if strings.Contains(g, "tenure/internal/node.(*Node).start") || strings.Contains(g, "tenure/internal/node.(*pending).wait") || strings.Contains(g, "tenure/internal/node.(*Node).await") {
 			n++
 		}
 	}

@@ -1,0 +1,116 @@
+package node
+
+import (
+	"context"
+	"errors"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/tenure-io/tenure/internal/fsm"
+)
+
+// LinearizableRead returns once this node has confirmed it is still the
+// leader and has applied everything committed before the call: a read of
+// the state after it sees every write that completed before it began. A
+// context that has already ended is refused with its error.
+func (n *Node) LinearizableRead(ctx context.Context) (err error) {
+	defer func() { err = n.mapReadStorageErr(err) }()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	timeout := n.timeout(ctx)
+	if timeout <= 0 {
+		return context.DeadlineExceeded // 0 would mean no timeout to raft
+	}
+	if term := n.raft.CurrentTerm(); n.readTerm.Load() != term {
+		// A new leader knows what earlier leaders committed only once an
+		// entry of its own term is committed; until then its commit index
+		// may miss writes that were already acknowledged. Commit one.
+		if err := mapReadErr(n.await(ctx, func() raft.Future { return n.raft.Barrier(timeout) })); err != nil {
+			return err
+		}
+		if n.raft.CurrentTerm() == term {
+			n.readTerm.Store(term) // usually promote has done it already
+		}
+	}
+	if n.soleVoterLeader() {
+		return nil
+	}
+	commit := n.raft.CommitIndex()
+	// Not bounded by ctx: raft answers every verify future when it steps
+	// down, and the node's Close ends the rest.
+	if err := mapReadErr(n.await(context.Background(), func() raft.Future { return n.raft.VerifyLeader() })); err != nil {
+		return err
+	}
+	if n.appliedIndex() >= commit {
+		return nil
+	}
+	// Rare: wait for the apply loop to catch up with a barrier.
+	return mapReadErr(n.await(ctx, func() raft.Future { return n.raft.Barrier(timeout) }))
+}
+
+// soleVoterLeader reports whether this node leads, in the term whose
+// entries it has applied since before the call (readTerm), a cluster whose
+// latest configuration has this node as its only voter. A read of the
+// state is then linearizable without a round of raft's leader loop, which
+// is busy with the leader's own log append (fsync) under load:
+//
+//   - every write acknowledged in this term was acknowledged by this
+//     node, the term's only leader, after its state machine applied it
+//     (raft answers an Apply future once the state machine has applied
+//     the entry), and every write of an earlier term was applied before
+//     readTerm was set (the term's barrier);
+//   - no other node can lead a later term while this node's latest
+//     configuration has it as its only voter: raft changes membership one
+//     server at a time and counts a configuration from when the leader
+//     appends it, so any configuration another node may be elected under
+//     needs this node's vote, which it gives only after it has left the
+//     leader state and moved to the later term. raft's VerifyLeader
+//     answers at once on the same grounds (a quorum of one), but only
+//     when its leader loop gets to it.
+//
+// The checks run in this order so that they hold together at the moment
+// of the leader check: the configuration is read first (once a voter is
+// added, the leader's latest configuration has two and the read takes the
+// quorum path), then the state, then the term again (the state and term
+// are raft's atomics; a term that moved on means a step-down may have
+// been missed, and the read takes the quorum path, which refuses it).
+func (n *Node) soleVoterLeader() bool {
+	term := n.raft.CurrentTerm()
+	if n.readTerm.Load() != term {
+		return false
+	}
+	cf := n.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return false
+	}
+	voters := 0
+	self := false
+	for _, s := range cf.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			voters++
+			self = self || s.ID == raft.ServerID(n.cfg.NodeID)
+		}
+	}
+	if voters != 1 || !self {
+		return false
+	}
+	return n.raft.State() == raft.Leader && n.raft.CurrentTerm() == term
+}
+
+// mapReadStorageErr is ErrStorageFull for a read refused as "not the
+// leader" while the disk is full and no other node leads.
+func (n *Node) mapReadStorageErr(err error) error {
+	if !errors.Is(err, ErrNotLeader) {
+		return err
+	}
+	if full := n.storageFull(); full != nil {
+		if _, leader := n.raft.LeaderWithID(); leader == "" || string(leader) == n.cfg.NodeID {
+			return full
+		}
+	}
+	return err
+}
+
+// Read runs fn on the local state (see LinearizableRead).
+func (n *Node) Read(fn func(*fsm.State)) { n.fsm.Read(fn) }
