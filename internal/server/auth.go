@@ -88,7 +88,7 @@ func (s *Server) ensureEnforced(ctx context.Context) {
 	if s.node.Security().Enforced {
 		return
 	}
-	if _, err := s.node.Propose(ctx, aclCommand(&fsmpb.AclEnable{})); err != nil {
+	if _, err := s.proposeOp(ctx, &fsmpb.AclEnable{}); err != nil {
 		s.log.Error("making the cluster enforce its ACLs (serve --auth)", "err", err)
 		return
 	}

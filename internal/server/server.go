@@ -96,36 +96,6 @@ func ConnectionOptions() []grpc.ServerOption {
 	}
 }
 
-func cmdOf(op any) *fsmpb.Command {
-	switch o := op.(type) {
-	case *fsmpb.CreateSession:
-		return &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: o}}
-	case *fsmpb.CloseSession:
-		return &fsmpb.Command{Op: &fsmpb.Command_CloseSession{CloseSession: o}}
-	case *fsmpb.Acquire:
-		return &fsmpb.Command{Op: &fsmpb.Command_Acquire{Acquire: o}}
-	case *fsmpb.CancelAcquire:
-		return &fsmpb.Command{Op: &fsmpb.Command_CancelAcquire{CancelAcquire: o}}
-	case *fsmpb.Release:
-		return &fsmpb.Command{Op: &fsmpb.Command_Release{Release: o}}
-	case *fsmpb.FencedPut:
-		return &fsmpb.Command{Op: &fsmpb.Command_FencedPut{FencedPut: o}}
-	case *fsmpb.FencedDelete:
-		return &fsmpb.Command{Op: &fsmpb.Command_FencedDelete{FencedDelete: o}}
-	case *fsmpb.Proclaim:
-		return &fsmpb.Command{Op: &fsmpb.Command_Proclaim{Proclaim: o}}
-	}
-	panic(fmt.Sprintf("server: no command for %T", op))
-}
-
-// propose commits op with a context detached from the client's: once a
-// command is sent its outcome must be known, so it is not abandoned halfway.
-func (s *Server) propose(op any) (fsm.Result, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
-	return s.node.Propose(ctx, cmdOf(op))
-}
-
 // checkSession verifies that secret is session id's capability; the
 // secret never changes and ids are never reused, so a check before a
 // proposal stays true when the command is applied (the session may have
@@ -281,7 +251,7 @@ func (s *Server) FencedPut(ctx context.Context, req *pb.FencedPutRequest) (*pb.F
 	if n := len(req.GetValue()); n > s.limits.MaxRegisterValueBytes {
 		return nil, toStatus(fmt.Errorf("%w: value is %d bytes, the limit is %d (--max-register-value-len)", fsm.ErrInvalid, n, s.limits.MaxRegisterValueBytes))
 	}
-	res, err := s.node.Propose(ctx, cmdOf(&fsmpb.FencedPut{Key: req.GetKey(), Value: req.GetValue(), Token: req.GetToken(), OperationId: req.GetOperationId(), Lock: req.GetLock()}))
+	res, err := s.proposeOp(ctx, (&fsmpb.FencedPut{Key: req.GetKey(), Value: req.GetValue(), Token: req.GetToken(), OperationId: req.GetOperationId(), Lock: req.GetLock()}))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -296,7 +266,7 @@ func (s *Server) FencedDelete(ctx context.Context, req *pb.FencedDeleteRequest) 
 	if err := s.checkProof(req.GetKey(), req.GetLock(), req.GetProof(), req.GetToken()); err != nil {
 		return nil, toStatus(err)
 	}
-	res, err := s.node.Propose(ctx, cmdOf(&fsmpb.FencedDelete{Key: req.GetKey(), Token: req.GetToken(), Lock: req.GetLock(), OperationId: req.GetOperationId()}))
+	res, err := s.proposeOp(ctx, (&fsmpb.FencedDelete{Key: req.GetKey(), Token: req.GetToken(), Lock: req.GetLock(), OperationId: req.GetOperationId()}))
 	if err != nil {
 		return nil, toStatus(err)
 	}
