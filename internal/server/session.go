@@ -57,7 +57,9 @@ func (s *Server) Sessions(stream pb.Tenure_SessionsServer) error {
 	c := &sessionConn{srv: s, stream: stream, ctx: stream.Context(), streams: make(map[uint64]*sessionStream),
 		wake: make(chan struct{}, 1), room: make(chan struct{}, 1), stop: make(chan struct{})}
 	sent := make(chan struct{})
-	go func() { defer close(sent); c.sendLoop() }()
+	if !s.workers.start(func() { defer close(sent); c.sendLoop() }) {
+		return status.Error(codes.Unavailable, "server: closed")
+	}
 	defer func() {
 		c.mu.Lock()
 		c.closed = true // nothing more is queued
@@ -154,10 +156,12 @@ func (c *sessionConn) newStreamLocked(id uint64) *sessionStream {
 // goWork runs fn on a worker; the RPC ends only after it.
 func (c *sessionConn) goWork(fn func()) {
 	c.work.Add(1)
-	c.srv.workers.Go(func() {
+	if !c.srv.workers.Go(func() {
 		defer c.work.Done()
 		fn()
-	})
+	}) {
+		c.work.Done() // the server is closed
+	}
 }
 
 // end tells the client that session stream id is over, with err's code
@@ -635,10 +639,12 @@ func (ss *sessionStream) handleLocked(req *pb.SessionRequest) {
 			return
 		}
 		ss.wg.Add(1) // after a barrier
-		ss.conn.srv.workers.Go(func() {
+		if !ss.conn.srv.workers.Go(func() {
 			defer ss.wg.Done()
 			ss.keepAlive(id)
-		})
+		}) {
+			ss.wg.Done() // the server is closed
+		}
 	case *pb.SessionRequest_Acquire:
 		ss.acquire(id, op.Acquire)
 	case *pb.SessionRequest_Release:
@@ -899,7 +905,7 @@ func (ss *sessionStream) sendGrant(p *pendingAcquire, token uint64) {
 		return
 	}
 	ss.signing.Add(1)
-	srv.workers.Go(func() {
+	started := srv.workers.Go(func() {
 		defer ss.signing.Done()
 		if enforced {
 			if err := ss.conn.revoked(ss.id, write(fsm.KindLock, p.name)); err != nil {
@@ -909,6 +915,9 @@ func (ss *sessionStream) sendGrant(p *pendingAcquire, token uint64) {
 		}
 		ss.send(ss.granted(p, token))
 	})
+	if !started {
+		ss.signing.Done() // the server is closed
+	}
 }
 
 // cancelAcquire withdraws a queued acquisition, or releases it if it was
