@@ -124,6 +124,7 @@ type Daemon struct {
 	Hub  *server.Hub
 	lis  net.Listener
 	gs   *grpc.Server
+	srv  *server.Server // closed after the listeners stop, before the node
 	// httpLis, httpSrv, httpTLS and httpDoor: the HTTP listener, if any
 	// (http.go).
 	httpLis  net.Listener
@@ -180,7 +181,7 @@ func Start(cfg Config) (*Daemon, error) {
 	server.Register(gs, srv)
 	queues := max(cmp.Or(cfg.MetricsQueues, DefaultMetricsQueues), 0)
 	hub.Metrics().SetSource(func() metrics.Sample { return srv.Sample(queues) })
-	d := &Daemon{Node: n, Hub: hub, lis: lis, gs: gs, conns: conns}
+	d := &Daemon{Node: n, Hub: hub, lis: lis, gs: gs, srv: srv, conns: conns}
 	if cfg.EtcdListen != "" {
 		if err := d.listenEtcd(cfg, srv); err != nil {
 			lis.Close()
@@ -268,6 +269,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.etcdGS.Stop()
 	}
 	wg.Wait()
+	d.srv.Close() // its workers end before the node they propose to
 	if cerr := d.Node.Close(); err == nil {
 		err = cerr
 	}

@@ -36,37 +36,9 @@ func newToken(policies []string, description string) (*fsmpb.AclToken, string, e
 	return &fsmpb.AclToken{Id: hex.EncodeToString(id), SecretHash: fsm.HashToken(s), Policies: policies, Description: description}, s, nil
 }
 
-func aclCommand(op any) *fsmpb.Command {
-	switch o := op.(type) {
-	case *fsmpb.AclBootstrap:
-		return &fsmpb.Command{Op: &fsmpb.Command_AclBootstrap{AclBootstrap: o}}
-	case *fsmpb.AclPolicySet:
-		return &fsmpb.Command{Op: &fsmpb.Command_AclPolicySet{AclPolicySet: o}}
-	case *fsmpb.AclPolicyDelete:
-		return &fsmpb.Command{Op: &fsmpb.Command_AclPolicyDelete{AclPolicyDelete: o}}
-	case *fsmpb.AclTokenCreate:
-		return &fsmpb.Command{Op: &fsmpb.Command_AclTokenCreate{AclTokenCreate: o}}
-	case *fsmpb.AclTokenRevoke:
-		return &fsmpb.Command{Op: &fsmpb.Command_AclTokenRevoke{AclTokenRevoke: o}}
-	case *fsmpb.AclBindingSet:
-		return &fsmpb.Command{Op: &fsmpb.Command_AclBindingSet{AclBindingSet: o}}
-	case *fsmpb.AclBindingDelete:
-		return &fsmpb.Command{Op: &fsmpb.Command_AclBindingDelete{AclBindingDelete: o}}
-	case *fsmpb.AddSigningKey:
-		return &fsmpb.Command{Op: &fsmpb.Command_AddSigningKey{AddSigningKey: o}}
-	case *fsmpb.AclEnable:
-		return &fsmpb.Command{Op: &fsmpb.Command_AclEnable{AclEnable: o}}
-	case *fsmpb.RetireSigningKey:
-		return &fsmpb.Command{Op: &fsmpb.Command_RetireSigningKey{RetireSigningKey: o}}
-	case *fsmpb.RemoveSigningKey:
-		return &fsmpb.Command{Op: &fsmpb.Command_RemoveSigningKey{RemoveSigningKey: o}}
-	}
-	panic(fmt.Sprintf("server: no ACL command for %T", op))
-}
-
 // proposeACL commits an ACL change.
 func (s *Server) proposeACL(ctx context.Context, op any) (uint64, error) {
-	res, err := s.node.Propose(ctx, aclCommand(op))
+	res, err := s.proposeOp(ctx, op)
 	if err != nil {
 		return 0, toStatus(err)
 	}

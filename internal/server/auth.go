@@ -88,7 +88,7 @@ func (s *Server) ensureEnforced(ctx context.Context) {
 	if s.node.Security().Enforced {
 		return
 	}
-	if _, err := s.node.Propose(ctx, aclCommand(&fsmpb.AclEnable{})); err != nil {
+	if _, err := s.proposeOp(ctx, &fsmpb.AclEnable{}); err != nil {
 		s.log.Error("making the cluster enforce its ACLs (serve --auth)", "err", err)
 		return
 	}
@@ -137,27 +137,7 @@ func callerOf(ctx context.Context, sec *fsm.Security) caller {
 			return caller{kind: "token", name: t.ID, policies: t.Policies}
 		}
 	}
-	cert := clientCert(ctx)
-	if cert == nil {
-		return caller{}
-	}
-	names := certNames(cert)
-	if len(names) == 0 {
-		return caller{}
-	}
-	c := caller{kind: "cert", name: names[0]}
-	seen := map[string]bool{}
-	for _, n := range names {
-		if b, ok := sec.Binding(n); ok {
-			for _, p := range b.Policies {
-				if !seen[p] {
-					seen[p] = true
-					c.policies = append(c.policies, p)
-				}
-			}
-		}
-	}
-	return c
+	return certCaller(sec, CertNames(ctx))
 }
 
 // clientCert is the request's client certificate, if the TLS layer

@@ -111,8 +111,8 @@ func (s *Server) admitPut(p *pb.KVPutRequest) error {
 	return nil
 }
 
-func (s *Server) proposeKV(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
-	res, err := s.node.Propose(ctx, cmd)
+func (s *Server) proposeKV(ctx context.Context, op any) (fsm.Result, error) {
+	res, err := s.proposeOp(ctx, op)
 	if err == nil {
 		err = res.Err
 	}
@@ -124,7 +124,7 @@ func (s *Server) KVPut(ctx context.Context, req *pb.KVPutRequest) (*pb.KVPutResp
 	if err := s.admitPut(req); err != nil {
 		return nil, toStatus(err)
 	}
-	res, err := s.proposeKV(ctx, &fsmpb.Command{Op: &fsmpb.Command_KvPut{KvPut: &fsmpb.KVPut{Key: req.GetKey(), Value: req.GetValue(), Session: req.GetSession()}}})
+	res, err := s.proposeKV(ctx, &fsmpb.KVPut{Key: req.GetKey(), Value: req.GetValue(), Session: req.GetSession()})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -136,7 +136,7 @@ func (s *Server) KVDelete(ctx context.Context, req *pb.KVDeleteRequest) (*pb.KVD
 	if err := s.admitKey(req.GetKey()); err != nil {
 		return nil, toStatus(err)
 	}
-	res, err := s.proposeKV(ctx, &fsmpb.Command{Op: &fsmpb.Command_KvDelete{KvDelete: &fsmpb.KVDelete{Key: req.GetKey(), Prefix: req.GetPrefix()}}})
+	res, err := s.proposeKV(ctx, &fsmpb.KVDelete{Key: req.GetKey(), Prefix: req.GetPrefix()})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -249,7 +249,7 @@ func (s *Server) KVTxn(ctx context.Context, req *pb.KVTxnRequest) (*pb.KVTxnResp
 	if err != nil { // refused before it takes a place in the log
 		return nil, toStatus(err)
 	}
-	res, err := s.proposeKV(ctx, &fsmpb.Command{Op: &fsmpb.Command_KvTxn{KvTxn: txn}})
+	res, err := s.proposeKV(ctx, txn)
 	if err != nil {
 		return nil, toStatus(err)
 	}

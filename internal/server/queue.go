@@ -211,34 +211,6 @@ func (h *Hub) QueueWakeups() uint64 { return h.queues.wakeups.Load() }
 // QueueWaiting reports how many dequeues wait on the named queue.
 func (h *Hub) QueueWaiting(name string) int { return h.queues.waiting(name) }
 
-func queueCmd(op any) *fsmpb.Command {
-	switch o := op.(type) {
-	case *fsmpb.QueueEnqueue:
-		return &fsmpb.Command{Op: &fsmpb.Command_QueueEnqueue{QueueEnqueue: o}}
-	case *fsmpb.QueueDequeue:
-		return &fsmpb.Command{Op: &fsmpb.Command_QueueDequeue{QueueDequeue: o}}
-	case *fsmpb.QueueRequeueDead:
-		return &fsmpb.Command{Op: &fsmpb.Command_QueueRequeueDead{QueueRequeueDead: o}}
-	case *fsmpb.QueuePurge:
-		return &fsmpb.Command{Op: &fsmpb.Command_QueuePurge{QueuePurge: o}}
-	case *fsmpb.QueueDelete:
-		return &fsmpb.Command{Op: &fsmpb.Command_QueueDelete{QueueDelete: o}}
-	case *fsmpb.QueueEnqueueBatch:
-		return &fsmpb.Command{Op: &fsmpb.Command_QueueEnqueueBatch{QueueEnqueueBatch: o}}
-	case *fsmpb.QueueDequeueBatch:
-		return &fsmpb.Command{Op: &fsmpb.Command_QueueDequeueBatch{QueueDequeueBatch: o}}
-	}
-	panic(fmt.Sprintf("server: no queue command for %T", op))
-}
-
-// proposeDetached commits cmd with a context detached from the client's
-// (see propose).
-func (s *Server) proposeDetached(cmd *fsmpb.Command) (fsm.Result, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
-	return s.node.Propose(ctx, cmd)
-}
-
 // admitEnqueue applies the queue's admission limits.
 func (s *Server) admitEnqueue(req *pb.QueueEnqueueRequest) error {
 	if err := s.checkName("queue name", req.GetQueue()); err != nil {
@@ -255,7 +227,7 @@ func (s *Server) QueueEnqueue(ctx context.Context, req *pb.QueueEnqueueRequest) 
 	if err := s.admitEnqueue(req); err != nil {
 		return nil, toStatus(err)
 	}
-	res, err := s.node.Propose(ctx, queueCmd(&fsmpb.QueueEnqueue{Queue: req.GetQueue(), Payload: req.GetPayload(), OperationId: req.GetOperationId(), MaxAttempts: req.GetMaxAttempts()}))
+	res, err := s.proposeOp(ctx, (&fsmpb.QueueEnqueue{Queue: req.GetQueue(), Payload: req.GetPayload(), OperationId: req.GetOperationId(), MaxAttempts: req.GetMaxAttempts()}))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -313,7 +285,7 @@ func (s *Server) dequeue(ctx context.Context, name string, vis int64, session ui
 	inLine := true
 	for {
 		receipts, hashes := newReceipts(n)
-		res, err := s.proposeDetached(queueCmd(&fsmpb.QueueDequeueBatch{Queue: name, Session: session, VisibilityMs: vis, ReceiptHashes: hashes}))
+		res, err := s.proposeDetached((&fsmpb.QueueDequeueBatch{Queue: name, Session: session, VisibilityMs: vis, ReceiptHashes: hashes}))
 		if err != nil {
 			return nil, toStatus(err)
 		}
@@ -327,7 +299,7 @@ func (s *Server) dequeue(ctx context.Context, name string, vis int64, session ui
 				for i, d := range got {
 					back.Items = append(back.Items, &fsmpb.QueueSettleItem{Id: d.ID, DeliveryToken: d.Token, ReceiptHash: hashes[i]})
 				}
-				_, _ = s.proposeDetached(&fsmpb.Command{Op: &fsmpb.Command_QueueNackBatch{QueueNackBatch: back}})
+				_, _ = s.proposeDetached(queueNackBatch{back})
 				return nil, toStatus(err)
 			}
 			items := make([]*pb.QueueItem, len(got))
@@ -369,8 +341,8 @@ func (s *Server) waitDequeue(ctx context.Context, qw *qwaiter, rights *streamRig
 	}
 }
 
-func (s *Server) settle(ctx context.Context, cmd *fsmpb.Command) (*pb.QueueSettleResponse, error) {
-	res, err := s.node.Propose(ctx, cmd)
+func (s *Server) settle(ctx context.Context, op any) (*pb.QueueSettleResponse, error) {
+	res, err := s.proposeOp(ctx, op)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -392,12 +364,12 @@ func settleArgs(req *pb.QueueSettleRequest) *fsmpb.QueueSettle {
 // token and receipt answers OK again (among the queue's 10,000 latest
 // acks).
 func (s *Server) QueueAck(ctx context.Context, req *pb.QueueSettleRequest) (*pb.QueueSettleResponse, error) {
-	return s.settle(ctx, &fsmpb.Command{Op: &fsmpb.Command_QueueAck{QueueAck: settleArgs(req)}})
+	return s.settle(ctx, queueAck{settleArgs(req)})
 }
 
 // QueueNack implements pb.TenureServer.
 func (s *Server) QueueNack(ctx context.Context, req *pb.QueueSettleRequest) (*pb.QueueSettleResponse, error) {
-	return s.settle(ctx, &fsmpb.Command{Op: &fsmpb.Command_QueueNack{QueueNack: settleArgs(req)}})
+	return s.settle(ctx, queueNack{settleArgs(req)})
 }
 
 // QueueExtend implements pb.TenureServer.
@@ -405,7 +377,7 @@ func (s *Server) QueueExtend(ctx context.Context, req *pb.QueueSettleRequest) (*
 	if err := fsm.ValidateVisibility(req.GetVisibilityMs()); err != nil {
 		return nil, toStatus(err)
 	}
-	return s.settle(ctx, &fsmpb.Command{Op: &fsmpb.Command_QueueExtend{QueueExtend: &fsmpb.QueueExtend{Queue: req.GetQueue(), Id: req.GetId(), DeliveryToken: req.GetDeliveryToken(), VisibilityMs: req.GetVisibilityMs(), ReceiptHash: fsm.ReceiptHash(req.GetReceipt())}}})
+	return s.settle(ctx, &fsmpb.QueueExtend{Queue: req.GetQueue(), Id: req.GetId(), DeliveryToken: req.GetDeliveryToken(), VisibilityMs: req.GetVisibilityMs(), ReceiptHash: fsm.ReceiptHash(req.GetReceipt())})
 }
 
 // QueuePurge implements pb.TenureServer.
@@ -413,7 +385,7 @@ func (s *Server) QueuePurge(ctx context.Context, req *pb.QueuePurgeRequest) (*pb
 	if err := fsm.ValidateQueueName(req.GetQueue()); err != nil {
 		return nil, toStatus(err)
 	}
-	res, err := s.node.Propose(ctx, queueCmd(&fsmpb.QueuePurge{Queue: req.GetQueue()}))
+	res, err := s.proposeOp(ctx, (&fsmpb.QueuePurge{Queue: req.GetQueue()}))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -425,7 +397,7 @@ func (s *Server) QueueDelete(ctx context.Context, req *pb.QueueDeleteRequest) (*
 	if err := fsm.ValidateQueueName(req.GetQueue()); err != nil {
 		return nil, toStatus(err)
 	}
-	res, err := s.node.Propose(ctx, queueCmd(&fsmpb.QueueDelete{Queue: req.GetQueue()}))
+	res, err := s.proposeOp(ctx, (&fsmpb.QueueDelete{Queue: req.GetQueue()}))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -484,7 +456,7 @@ func (s *Server) QueueDeadRequeue(ctx context.Context, req *pb.QueueDeadRequeueR
 	if err := fsm.ValidateQueueName(req.GetQueue()); err != nil {
 		return nil, toStatus(err)
 	}
-	res, err := s.node.Propose(ctx, queueCmd(&fsmpb.QueueRequeueDead{Queue: req.GetQueue(), Ids: req.GetIds()}))
+	res, err := s.proposeOp(ctx, (&fsmpb.QueueRequeueDead{Queue: req.GetQueue(), Ids: req.GetIds()}))
 	if err != nil {
 		return nil, toStatus(err)
 	}

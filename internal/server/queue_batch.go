@@ -61,7 +61,7 @@ func (s *Server) QueueEnqueueBatch(ctx context.Context, req *pb.QueueEnqueueBatc
 	for _, it := range req.GetItems() {
 		c.Items = fsm.AppendBatchItem(c.Items, it.GetPayload(), it.GetOperationId())
 	}
-	res, err := s.node.Propose(ctx, queueCmd(c))
+	res, err := s.proposeOp(ctx, c)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -101,11 +101,11 @@ func (s *Server) settleBatch(ctx context.Context, req *pb.QueueSettleBatchReques
 	for i, d := range req.GetItems() {
 		c.Items[i] = &fsmpb.QueueSettleItem{Id: d.GetId(), DeliveryToken: d.GetDeliveryToken(), ReceiptHash: fsm.ReceiptHash(d.GetReceipt())}
 	}
-	cmd := &fsmpb.Command{Op: &fsmpb.Command_QueueNackBatch{QueueNackBatch: c}}
+	var op any = queueNackBatch{c}
 	if ack {
-		cmd = &fsmpb.Command{Op: &fsmpb.Command_QueueAckBatch{QueueAckBatch: c}}
+		op = queueAckBatch{c}
 	}
-	res, err := s.node.Propose(ctx, cmd)
+	res, err := s.proposeOp(ctx, op)
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -30,7 +31,7 @@ type Server struct {
 	hub     *Hub
 	log     *slog.Logger
 	limits  Limits
-	workers workers
+	workers *workers
 	watches watchSlots // open KVWatch and Observe streams (watchlimit.go)
 	// restores admits restore streams within limits.Restore (cluster.go).
 	restores restoreGate
@@ -49,7 +50,7 @@ type Server struct {
 // New returns a server for n; hub must be the one whose Sink n delivers
 // events to.
 func New(n *node.Node, hub *Hub, limits Limits, opts ...Option) *Server {
-	s := &Server{node: n, hub: hub, log: n.Logger(), limits: limits.withDefaults(), workers: workers{work: make(chan func())}, acls: n.Security}
+	s := &Server{node: n, hub: hub, log: n.Logger(), limits: limits.withDefaults(), workers: newWorkers(), acls: n.Security}
 	for _, o := range opts {
 		o(s)
 	}
@@ -96,36 +97,6 @@ func ConnectionOptions() []grpc.ServerOption {
 	}
 }
 
-func cmdOf(op any) *fsmpb.Command {
-	switch o := op.(type) {
-	case *fsmpb.CreateSession:
-		return &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: o}}
-	case *fsmpb.CloseSession:
-		return &fsmpb.Command{Op: &fsmpb.Command_CloseSession{CloseSession: o}}
-	case *fsmpb.Acquire:
-		return &fsmpb.Command{Op: &fsmpb.Command_Acquire{Acquire: o}}
-	case *fsmpb.CancelAcquire:
-		return &fsmpb.Command{Op: &fsmpb.Command_CancelAcquire{CancelAcquire: o}}
-	case *fsmpb.Release:
-		return &fsmpb.Command{Op: &fsmpb.Command_Release{Release: o}}
-	case *fsmpb.FencedPut:
-		return &fsmpb.Command{Op: &fsmpb.Command_FencedPut{FencedPut: o}}
-	case *fsmpb.FencedDelete:
-		return &fsmpb.Command{Op: &fsmpb.Command_FencedDelete{FencedDelete: o}}
-	case *fsmpb.Proclaim:
-		return &fsmpb.Command{Op: &fsmpb.Command_Proclaim{Proclaim: o}}
-	}
-	panic(fmt.Sprintf("server: no command for %T", op))
-}
-
-// propose commits op with a context detached from the client's: once a
-// command is sent its outcome must be known, so it is not abandoned halfway.
-func (s *Server) propose(op any) (fsm.Result, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
-	return s.node.Propose(ctx, cmdOf(op))
-}
-
 // checkSession verifies that secret is session id's capability; the
 // secret never changes and ids are never reused, so a check before a
 // proposal stays true when the command is applied (the session may have
@@ -145,18 +116,60 @@ func (s *Server) checkSession(id uint64, secret []byte) error {
 // workerIdle is how long an idle worker waits for more work before it ends.
 const workerIdle = 10 * time.Second
 
-// workers runs request handlers on goroutines kept for reuse: a request
-// does not pay for a new goroutine and for growing its stack again. There
-// is no bound: a handler that finds no idle worker gets a new one.
-type workers struct{ work chan func() }
+// workers runs the server's background work (opening and closing session
+// streams, renewals after a barrier, withdrawals, signing grants, sweeps
+// after an ACL change) on goroutines kept for reuse: a request does not
+// pay for a new goroutine and for growing its stack again. Every goroutine
+// the server starts goes through start, which does both the WaitGroup's
+// Add and its Done, so Close can wait for all of them.
+//
+// There is no bound on the goroutines running at once: work may wait for
+// other work (a session's close waits for its grants being signed, a
+// stream's stop for its renewals, a Sessions RPC for its opens and
+// closes), and it is handed to workers from the goroutine that applies
+// commands, which must never wait for a worker; a bound would have to
+// queue work behind work that waits for it. The work is bounded by the
+// requests gRPC admits (MaxConcurrentStreams) and the server's limits.
+type workers struct {
+	work chan func() // hands work to an idle worker
+	quit chan struct{}
+	wg   sync.WaitGroup
 
-// Go runs fn on an idle worker, or on a new one.
-func (w *workers) Go(fn func()) {
+	// mu guards closed, and orders wg.Add before Close's wg.Wait.
+	mu     sync.Mutex
+	closed bool
+}
+
+func newWorkers() *workers {
+	return &workers{work: make(chan func()), quit: make(chan struct{})}
+}
+
+// Go runs fn on an idle worker, or on a new one. It reports false, and
+// does not run fn, once the server is closed.
+func (w *workers) Go(fn func()) bool {
 	select {
 	case w.work <- fn:
+		return true
 	default:
-		go w.run(fn)
+		return w.start(func() { w.run(fn) })
 	}
+}
+
+// start runs fn on a new goroutine that Close waits for: the one place the
+// server starts a goroutine. It reports false, and does not run fn, once
+// the server is closed.
+func (w *workers) start(fn func()) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return false
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		fn()
+	}()
+	return true
 }
 
 func (w *workers) run(fn func()) {
@@ -170,9 +183,31 @@ func (w *workers) run(fn func()) {
 		case fn = <-w.work:
 		case <-idle.C:
 			return
+		case <-w.quit:
+			return
 		}
 	}
 }
+
+// close refuses new work, ends idle workers and waits for every goroutine
+// started through start. It is idempotent.
+func (w *workers) close() {
+	w.mu.Lock()
+	if !w.closed {
+		w.closed = true
+		close(w.quit)
+	}
+	w.mu.Unlock()
+	w.wg.Wait()
+}
+
+// Close stops the server's background work: no new work starts, and it
+// returns once every goroutine the server started has ended (work in
+// progress, such as a proposal, finishes first; it is bounded by
+// cleanupTimeout). Call it after the gRPC servers that serve s have
+// stopped and before the node closes. It is idempotent and safe for
+// concurrent use; s must not serve requests afterwards.
+func (s *Server) Close() { s.workers.close() }
 
 // Observe implements pb.TenureServer.
 func (s *Server) Observe(req *pb.ObserveRequest, stream pb.Tenure_ObserveServer) error {
@@ -281,7 +316,7 @@ func (s *Server) FencedPut(ctx context.Context, req *pb.FencedPutRequest) (*pb.F
 	if n := len(req.GetValue()); n > s.limits.MaxRegisterValueBytes {
 		return nil, toStatus(fmt.Errorf("%w: value is %d bytes, the limit is %d (--max-register-value-len)", fsm.ErrInvalid, n, s.limits.MaxRegisterValueBytes))
 	}
-	res, err := s.node.Propose(ctx, cmdOf(&fsmpb.FencedPut{Key: req.GetKey(), Value: req.GetValue(), Token: req.GetToken(), OperationId: req.GetOperationId(), Lock: req.GetLock()}))
+	res, err := s.proposeOp(ctx, (&fsmpb.FencedPut{Key: req.GetKey(), Value: req.GetValue(), Token: req.GetToken(), OperationId: req.GetOperationId(), Lock: req.GetLock()}))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -296,7 +331,7 @@ func (s *Server) FencedDelete(ctx context.Context, req *pb.FencedDeleteRequest) 
 	if err := s.checkProof(req.GetKey(), req.GetLock(), req.GetProof(), req.GetToken()); err != nil {
 		return nil, toStatus(err)
 	}
-	res, err := s.node.Propose(ctx, cmdOf(&fsmpb.FencedDelete{Key: req.GetKey(), Token: req.GetToken(), Lock: req.GetLock(), OperationId: req.GetOperationId()}))
+	res, err := s.proposeOp(ctx, (&fsmpb.FencedDelete{Key: req.GetKey(), Token: req.GetToken(), Lock: req.GetLock(), OperationId: req.GetOperationId()}))
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -57,7 +57,9 @@ func (s *Server) Sessions(stream pb.Tenure_SessionsServer) error {
 	c := &sessionConn{srv: s, stream: stream, ctx: stream.Context(), streams: make(map[uint64]*sessionStream),
 		wake: make(chan struct{}, 1), room: make(chan struct{}, 1), stop: make(chan struct{})}
 	sent := make(chan struct{})
-	go func() { defer close(sent); c.sendLoop() }()
+	if !s.workers.start(func() { defer close(sent); c.sendLoop() }) {
+		return status.Error(codes.Unavailable, "server: closed")
+	}
 	defer func() {
 		c.mu.Lock()
 		c.closed = true // nothing more is queued
@@ -154,10 +156,12 @@ func (c *sessionConn) newStreamLocked(id uint64) *sessionStream {
 // goWork runs fn on a worker; the RPC ends only after it.
 func (c *sessionConn) goWork(fn func()) {
 	c.work.Add(1)
-	c.srv.workers.Go(func() {
+	if !c.srv.workers.Go(func() {
 		defer c.work.Done()
 		fn()
-	})
+	}) {
+		c.work.Done() // the server is closed
+	}
 }
 
 // end tells the client that session stream id is over, with err's code
@@ -506,7 +510,7 @@ func (s *Server) openSession(ctx context.Context, open *pb.OpenSession) (id uint
 	if _, err := rand.Read(secret); err != nil {
 		return 0, 0, nil, fmt.Errorf("drawing a session secret: %w", err)
 	}
-	res, err := s.propose(&fsmpb.CreateSession{Owner: open.GetOwner(), TtlMs: open.GetTtlMs(), SecretHash: fsm.HashSecret(secret), Identity: identity})
+	res, err := s.proposeDetached(&fsmpb.CreateSession{Owner: open.GetOwner(), TtlMs: open.GetTtlMs(), SecretHash: fsm.HashSecret(secret), Identity: identity})
 	if err != nil {
 		return 0, 0, nil, err
 	}
@@ -635,20 +639,22 @@ func (ss *sessionStream) handleLocked(req *pb.SessionRequest) {
 			return
 		}
 		ss.wg.Add(1) // after a barrier
-		ss.conn.srv.workers.Go(func() {
+		if !ss.conn.srv.workers.Go(func() {
 			defer ss.wg.Done()
 			ss.keepAlive(id)
-		})
+		}) {
+			ss.wg.Done() // the server is closed
+		}
 	case *pb.SessionRequest_Acquire:
 		ss.acquire(id, op.Acquire)
 	case *pb.SessionRequest_Release:
 		r := op.Release
-		ss.conn.srv.node.ProposeAsync(cmdOf(&fsmpb.Release{Session: ss.id, Name: r.GetName(), Token: r.GetToken()}), func(_ fsm.Result, err error) {
+		ss.conn.srv.proposeAsync((&fsmpb.Release{Session: ss.id, Name: r.GetName(), Token: r.GetToken()}), func(_ fsm.Result, err error) {
 			ss.answer(id, err, &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Released{Released: &pb.LockReleased{}}})
 		})
 	case *pb.SessionRequest_Proclaim:
 		p := op.Proclaim
-		ss.conn.srv.node.ProposeAsync(cmdOf(&fsmpb.Proclaim{Session: ss.id, Name: p.GetName(), Token: p.GetToken(), Value: p.GetValue()}), func(_ fsm.Result, err error) {
+		ss.conn.srv.proposeAsync((&fsmpb.Proclaim{Session: ss.id, Name: p.GetName(), Token: p.GetToken(), Value: p.GetValue()}), func(_ fsm.Result, err error) {
 			ss.answer(id, err, &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Proclaimed{Proclaimed: &pb.ValueProclaimed{}}})
 		})
 	case *pb.SessionRequest_Cancel:
@@ -692,7 +698,7 @@ func (ss *sessionStream) keepAlive(id uint64) {
 func (ss *sessionStream) close(id uint64) {
 	ss.stop()
 	ss.conn.srv.hub.detach(ss.id, ss) // the closer learns from the answer, not a push
-	_, err := ss.conn.srv.propose(&fsmpb.CloseSession{Session: ss.id})
+	_, err := ss.conn.srv.proposeDetached(&fsmpb.CloseSession{Session: ss.id})
 	ss.signing.Wait() // the grants committed before the close are answered first
 	ss.answer(id, err, &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Closed{Closed: &pb.SessionClosed{}}})
 	ss.end(nil)
@@ -715,7 +721,7 @@ func (ss *sessionStream) acquire(id uint64, a *pb.AcquireLock) {
 	// Registered before the command is proposed, so that no event of
 	// the acquisition can be missed.
 	ss.conn.srv.hub.register(p.key(), p)
-	ss.conn.srv.node.ProposeAsync(cmdOf(acquireCommand(ss.id, a)), p.committed)
+	ss.conn.srv.proposeAsync(acquireCommand(ss.id, a), p.committed)
 }
 
 func acquireCommand(session uint64, a *pb.AcquireLock) *fsmpb.Acquire {
@@ -899,7 +905,7 @@ func (ss *sessionStream) sendGrant(p *pendingAcquire, token uint64) {
 		return
 	}
 	ss.signing.Add(1)
-	srv.workers.Go(func() {
+	started := srv.workers.Go(func() {
 		defer ss.signing.Done()
 		if enforced {
 			if err := ss.conn.revoked(ss.id, write(fsm.KindLock, p.name)); err != nil {
@@ -909,6 +915,9 @@ func (ss *sessionStream) sendGrant(p *pendingAcquire, token uint64) {
 		}
 		ss.send(ss.granted(p, token))
 	})
+	if !started {
+		ss.signing.Done() // the server is closed
+	}
 }
 
 // cancelAcquire withdraws a queued acquisition, or releases it if it was
@@ -918,7 +927,7 @@ func (ss *sessionStream) sendGrant(p *pendingAcquire, token uint64) {
 // unknown, the session ended), so that the client does not take an
 // acquisition for withdrawn while it may still be queued.
 func (ss *sessionStream) cancelAcquire(name string, acqRev uint64) error {
-	if _, err := ss.conn.srv.propose(&fsmpb.CancelAcquire{Session: ss.id, Name: name, AcquireRevision: acqRev}); err != nil {
+	if _, err := ss.conn.srv.proposeDetached(&fsmpb.CancelAcquire{Session: ss.id, Name: name, AcquireRevision: acqRev}); err != nil {
 		return err
 	}
 	return errCancelled
