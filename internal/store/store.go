@@ -1,6 +1,6 @@
 // Package store opens the raft log and stable store on local disk. It is the
-// one seam between Tenure and its storage engine: raft-boltdb (the default
-// for a new directory) or raft-wal. Both fsync every append before raft
+// one seam between Tenure and its storage engine: raft-wal (the default
+// for a new directory, DefaultEngine) or raft-boltdb. Both fsync every append before raft
 // counts it as stored.
 //
 // The stores keep track of their writes' health (Failure): a write that
