@@ -39,6 +39,7 @@ func Open(cfg Config, sink fsm.EventSink) (_ *Node, err error) {
 		proposals: make(chan *proposal, maxBatch), slots: make(chan struct{}, maxInflight),
 		applying: make(chan inflight, maxInflight), quit: make(chan struct{}), snapKick: make(chan struct{}, 1),
 	}
+	n.lead.cur.Store(&Leadership{})
 	n.fsm = fsm.New(func(e fsm.Event) {
 		n.lessor.Observe(e)
 		if sink != nil {
@@ -46,7 +47,7 @@ func Open(cfg Config, sink fsm.EventSink) (_ *Node, err error) {
 		}
 	})
 	cfg.Faults.applyTo(n.fsm)
-	n.lessor = lessor.New(cfg.Clock, n.proposeForLessor, n.fsm.Read)
+	n.lessor = lessor.New(cfg.Clock, n.proposeForLessor, n.fsm.Read, n.servingTerm)
 
 	stores, err := store.Open(filepath.Join(cfg.DataDir, "raft"), cfg.LogStore, cfg.LogOutput)
 	if err != nil {
@@ -129,6 +130,7 @@ func Open(cfg Config, sink fsm.EventSink) (_ *Node, err error) {
 		"snapshot_check_ms", snapChecked.Sub(checkStart).Milliseconds(), "log_check_ms", logChecked.Sub(snapChecked).Milliseconds(),
 		"snapshot_restore_ms", n.opened.Sub(raftStart).Milliseconds(), "snapshot_index", snapIndex, "last_log_index", lastIndex)
 	n.observeLeaders()
+	n.publish(nil) // what raft did before the observer was registered
 	return n, nil
 }
 

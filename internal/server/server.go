@@ -97,6 +97,13 @@ func ConnectionOptions() []grpc.ServerOption {
 	}
 }
 
+// Serving reports whether this server answers as the leader: its node's
+// published leadership serves (node.Leadership.Serving). Only then is its
+// state authoritative about which sessions exist and its ACLs at least as
+// new as any a client has seen acknowledged; otherwise what needs them is
+// answered "not the leader".
+func (s *Server) Serving() bool { return s.node.Serving() }
+
 // checkSession verifies that secret is session id's capability; the
 // secret never changes and ids are never reused, so a check before a
 // proposal stays true when the command is applied (the session may have
@@ -105,7 +112,7 @@ func (s *Server) checkSession(id uint64, secret []byte) error {
 	// Only a serving leader's state is authoritative about which sessions
 	// exist: a follower, or a new leader before its barrier, may not know
 	// one yet, and must not answer "expired" (clients give up on that).
-	if !s.node.Serving() {
+	if !s.Serving() {
 		return node.ErrNotLeader
 	}
 	var err error
