@@ -151,6 +151,13 @@ func (n *Node) Run(ctx context.Context) error {
 		case <-n.fsm.Failed():
 			return n.stopped()
 		case isLeader := <-n.leadCh:
+			if d := n.cfg.Faults.leaderChangeDelay(); d > 0 {
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
 			if isLeader {
 				if err := n.promote(ctx); err != nil {
 					return err
