@@ -74,12 +74,14 @@ type leadership struct {
 
 // Leadership returns the value published last; if raft's term has moved
 // on since, it first publishes the value for the new term.
-func (n *Node) Leadership() Leadership {
-	v := n.lead.cur.Load()
-	if v.Term != n.raft.CurrentTerm() {
-		return n.publish(nil)
+func (n *Node) Leadership() Leadership { return *n.leadership() }
+
+// leadership is Leadership without the copy: the value is immutable.
+func (n *Node) leadership() *Leadership {
+	if v := n.lead.cur.Load(); v.Term == n.raft.CurrentTerm() {
+		return v
 	}
-	return *v
+	return n.publish(nil)
 }
 
 // OnLeadership registers fn to be called with every value published from
@@ -94,7 +96,7 @@ func (n *Node) OnLeadership(fn func(Leadership)) {
 // publish reads raft's state, term and known leader, applies change (if
 // not nil) to the value built from them, and publishes the result if it
 // differs from the last value; it returns the value in force.
-func (n *Node) publish(change func(*Leadership)) Leadership {
+func (n *Node) publish(change func(*Leadership)) *Leadership {
 	l := &n.lead
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -120,14 +122,14 @@ func (n *Node) publish(change func(*Leadership)) Leadership {
 	}
 	next.Seq = old.Seq
 	if next == *old {
-		return next
+		return old
 	}
 	next.Seq++
 	l.cur.Store(&next)
 	for _, fn := range l.watchers {
 		fn(next)
 	}
-	return next
+	return &next
 }
 
 // promoted publishes that this node, leading term, applied the term's
@@ -164,7 +166,7 @@ func extendLease(v *Leadership, began time.Time) {
 // servingTerm is the term in which this node serves now (0 none): the
 // lessor acts only for it.
 func (n *Node) servingTerm() uint64 {
-	if v := n.Leadership(); v.Serving() {
+	if v := n.leadership(); v.Serving() {
 		return v.Term
 	}
 	return 0
@@ -172,13 +174,13 @@ func (n *Node) servingTerm() uint64 {
 
 // IsLeader reports whether this node leads (Leadership.Leading): raft has
 // it as leader, although it may not serve yet (see Serving).
-func (n *Node) IsLeader() bool { return n.Leadership().Leading }
+func (n *Node) IsLeader() bool { return n.leadership().Leading }
 
 // Serving reports whether this node serves as leader
 // (Leadership.Serving): it leads, and its state holds everything committed
 // before its term (its barrier was applied). Only then is its state
 // authoritative about which sessions exist.
-func (n *Node) Serving() bool { return n.Leadership().Serving() }
+func (n *Node) Serving() bool { return n.leadership().Serving() }
 
 // CaughtUpLeader is Serving by the name the ACL checks use: this node is
 // the leader and has applied every entry committed before its term, so its
@@ -189,12 +191,12 @@ func (n *Node) CaughtUpLeader() bool { return n.Serving() }
 // LeadershipConfirmed reports whether KeepAlive would answer now without
 // committing a barrier first (Leadership.Confirmed).
 func (n *Node) LeadershipConfirmed() bool {
-	return n.Leadership().Confirmed(n.cfg.Clock.Now())
+	return n.leadership().Confirmed(n.cfg.Clock.Now())
 }
 
 // Term is raft's current term (Leadership.Term).
-func (n *Node) Term() uint64 { return n.Leadership().Term }
+func (n *Node) Term() uint64 { return n.leadership().Term }
 
 // Leader is the id of the leader this node knows of ("" none;
 // Leadership.Leader).
-func (n *Node) Leader() string { return n.Leadership().Leader }
+func (n *Node) Leader() string { return n.leadership().Leader }
