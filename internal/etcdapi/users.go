@@ -124,11 +124,11 @@ func (a *authServer) Authenticate(ctx context.Context, r *pb.AuthenticateRequest
 		return nil, rpctypes.ErrGRPCUserEmpty
 	}
 	matches := func() bool {
-		t, ok := s.node.Security().TokenBySecret(r.Password)
+		t, ok := s.front.Security().TokenBySecret(r.Password)
 		return ok && r.Password != "" && t.ID == r.Name
 	}
 	ok := matches()
-	if !ok && !s.node.CaughtUpLeader() {
+	if !ok && !s.front.CaughtUpLeader() {
 		// A token created a moment ago may not have reached this node.
 		if err := s.catchUp(ctx); err != nil {
 			return nil, err
@@ -176,7 +176,7 @@ func (a *authServer) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*pb
 	if err := checkName("user name", r.Name); err != nil {
 		return nil, err
 	}
-	if _, ok := s.node.Security().Token(r.Name); ok {
+	if _, ok := s.front.Security().Token(r.Name); ok {
 		return nil, rpctypes.ErrGRPCUserAlreadyExist
 	}
 	rev, err := s.tokenUpdate(ctx, &fsmpb.AclTokenUpdate{Id: r.Name, Create: true, SecretHash: fsm.HashToken(r.Password), Description: "etcd user"})
@@ -193,7 +193,7 @@ func (a *authServer) UserGet(ctx context.Context, r *pb.AuthUserGetRequest) (*pb
 	if fw {
 		return resp, err
 	}
-	t, ok := s.node.Security().Token(r.Name)
+	t, ok := s.front.Security().Token(r.Name)
 	if !ok {
 		return nil, rpctypes.ErrGRPCUserNotFound
 	}
@@ -213,7 +213,7 @@ func (a *authServer) UserList(ctx context.Context, r *pb.AuthUserListRequest) (*
 		return resp, err
 	}
 	out := &pb.AuthUserListResponse{Header: s.header(0)}
-	for _, t := range s.node.Security().Tokens() {
+	for _, t := range s.front.Security().Tokens() {
 		out.Users = append(out.Users, t.ID)
 	}
 	return out, nil
@@ -226,7 +226,7 @@ func (a *authServer) UserDelete(ctx context.Context, r *pb.AuthUserDeleteRequest
 	if fw {
 		return resp, err
 	}
-	if _, ok := s.node.Security().Token(r.Name); !ok {
+	if _, ok := s.front.Security().Token(r.Name); !ok {
 		return nil, rpctypes.ErrGRPCUserNotFound
 	}
 	d, err := s.srv.AclTokenRevoke(ctx, &tpb.AclTokenRevokeRequest{Id: r.Name})
@@ -248,7 +248,7 @@ func (a *authServer) UserChangePassword(ctx context.Context, r *pb.AuthUserChang
 	if r.Password == "" {
 		return nil, status.Error(codes.InvalidArgument, "etcdserver: the new password is empty")
 	}
-	if _, ok := s.node.Security().Token(r.Name); !ok {
+	if _, ok := s.front.Security().Token(r.Name); !ok {
 		return nil, rpctypes.ErrGRPCUserNotFound
 	}
 	rev, err := s.tokenUpdate(ctx, &fsmpb.AclTokenUpdate{Id: r.Name, SecretHash: fsm.HashToken(r.Password)})
@@ -266,7 +266,7 @@ func (a *authServer) UserGrantRole(ctx context.Context, r *pb.AuthUserGrantRoleR
 	if fw {
 		return resp, err
 	}
-	sec := s.node.Security()
+	sec := s.front.Security()
 	t, ok := sec.Token(r.User)
 	if !ok {
 		return nil, rpctypes.ErrGRPCUserNotFound
@@ -291,7 +291,7 @@ func (a *authServer) UserRevokeRole(ctx context.Context, r *pb.AuthUserRevokeRol
 	if fw {
 		return resp, err
 	}
-	t, ok := s.node.Security().Token(r.Name)
+	t, ok := s.front.Security().Token(r.Name)
 	if !ok {
 		return nil, rpctypes.ErrGRPCUserNotFound
 	}
@@ -324,7 +324,7 @@ func (a *authServer) RoleAdd(ctx context.Context, r *pb.AuthRoleAddRequest) (*pb
 	if err := checkName("role name", r.Name); err != nil {
 		return nil, err
 	}
-	if _, ok := s.node.Security().Policy(r.Name); ok {
+	if _, ok := s.front.Security().Policy(r.Name); ok {
 		return nil, rpctypes.ErrGRPCRoleAlreadyExist
 	}
 	if _, err := s.srv.AclPolicyCreate(ctx, &tpb.AclPolicyCreateRequest{Policy: &tpb.AclPolicy{Name: r.Name}}); err != nil {
@@ -371,7 +371,7 @@ func (a *authServer) RoleGet(ctx context.Context, r *pb.AuthRoleGetRequest) (*pb
 	if fw {
 		return resp, err
 	}
-	p, ok := s.node.Security().Policy(policyOf(r.Role))
+	p, ok := s.front.Security().Policy(policyOf(r.Role))
 	if !ok {
 		return nil, rpctypes.ErrGRPCRoleNotFound
 	}
@@ -393,7 +393,7 @@ func (a *authServer) RoleList(ctx context.Context, r *pb.AuthRoleListRequest) (*
 		return resp, err
 	}
 	out := &pb.AuthRoleListResponse{Header: s.header(0)}
-	for _, p := range s.node.Security().Policies() {
+	for _, p := range s.front.Security().Policies() {
 		out.Roles = append(out.Roles, roleOf(p.Name))
 	}
 	slices.Sort(out.Roles)
@@ -412,7 +412,7 @@ func (a *authServer) RoleDelete(ctx context.Context, r *pb.AuthRoleDeleteRequest
 	if r.Role == rootRole {
 		return nil, status.Error(codes.FailedPrecondition, "etcdserver: the role root is Tenure's built-in management policy and cannot be deleted")
 	}
-	if _, ok := s.node.Security().Policy(r.Role); !ok {
+	if _, ok := s.front.Security().Policy(r.Role); !ok {
 		return nil, rpctypes.ErrGRPCRoleNotFound
 	}
 	d, err := s.srv.AclPolicyDelete(ctx, &tpb.AclPolicyDeleteRequest{Name: r.Role})
@@ -433,7 +433,7 @@ func (s *Server) editRole(ctx context.Context, role string, edit func([]fsm.Rule
 	if err := s.linearizable(ctx); err != nil { // the last change under the lock is read
 		return toGRPC(err)
 	}
-	p, ok := s.node.Security().Policy(role)
+	p, ok := s.front.Security().Policy(role)
 	if !ok {
 		return rpctypes.ErrGRPCRoleNotFound
 	}
