@@ -112,10 +112,10 @@ func (s *Server) checkSession(id uint64, secret []byte) error {
 	return err
 }
 
-// Close stops the server's background work: no new work starts, and it
-// returns once every goroutine the server started has ended (work in
-// progress, such as a proposal, finishes first; it is bounded by
-// cleanupTimeout). Call it after the gRPC servers that serve s have
+// Close stops the server's background work: no new work is accepted, and
+// it returns once every goroutine the server started has ended (work
+// already queued or in progress, such as a proposal, finishes first; it
+// is bounded by cleanupTimeout). Call it after the gRPC servers that serve s have
 // stopped and before the node closes. It is idempotent and safe for
 // concurrent use; s must not serve requests afterwards.
 func (s *Server) Close() { s.workers.close() }
