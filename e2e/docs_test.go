@@ -320,3 +320,18 @@ func TestSecurityWalkthroughAsWritten(t *testing.T) {
 		t.Errorf("tenure-keys.json: %q %v", b, err)
 	}
 }
+
+// TestReadmeClusterAsWritten runs README's cluster sections as written: a
+// 3-node cluster on one machine (each member with its own HTTP address),
+// a member rebuilt from its peers after losing its data directory (the
+// node started with --join first, then member rebuild), and a backup
+// saved with mode 0600 and restored.
+func TestReadmeClusterAsWritten(t *testing.T) {
+	blocks := docBlocks(t, "README.md", "## Cluster mode", "## Go client")
+	if len(blocks) != 3 {
+		t.Fatalf("README's cluster sections have %d sh blocks, want 3", len(blocks))
+	}
+	d := newDocRun(t)
+	res := d.run(blocks, 3*time.Minute)
+	d.check("README.md", blocks, res)
+}
