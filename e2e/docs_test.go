@@ -405,6 +405,9 @@ func (d *docRun) repoFarm() {
 // built with go build and run under bin/tenure, their promised lines and
 // exit statuses (3 for a stale run) included.
 func TestExampleReadmesAsWritten(t *testing.T) {
+	if _, err := exec.LookPath("psql"); err != nil {
+		t.Fatalf("examples/shard-owner's README runs psql, which is not installed (Debian: postgresql-client; .ci/run installs postgresql): %v", err)
+	}
 	readmes, err := filepath.Glob("../examples/*/README.md")
 	if err != nil || len(readmes) < 3 {
 		t.Fatalf("example READMEs %v %v", readmes, err)
