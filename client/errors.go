@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -136,6 +135,10 @@ func fromCode(code codes.Code, msg string) error {
 	return &wireError{sentinel: s, msg: msg}
 }
 
+// fromStatus maps a unary call's gRPC status back to a sentinel, by its
+// code and details only, never its message. The service puts a pb.Error
+// detail on every status it answers with (its reason, when it has one);
+// a status without one comes from gRPC itself.
 func fromStatus(err error) error {
 	if err == nil {
 		return nil
@@ -150,12 +153,10 @@ func fromStatus(err error) error {
 		}
 	}
 	if st.Code() == codes.ResourceExhausted {
-		var got, max int
-		if _, serr := fmt.Sscanf(st.Message()[strings.Index(st.Message(), "(")+1:], "%d vs. %d)", &got, &max); serr == nil && strings.Contains(st.Message(), "larger than max") {
-			// gRPC's own message limit, hit before the service could name
-			// the limit of the value or payload in it.
-			return &wireError{sentinel: ErrInvalid, msg: fmt.Sprintf("tenure: invalid argument: a message of %d bytes is larger than the %d bytes accepted; values, payloads and answers are limited (docs/limits.md: --max-value-len, --max-register-value-len, --max-queue-payload)", got, max)}
-		}
+		// Not the service's limits (they carry a detail): gRPC's own
+		// message size limit, hit on one side or the other before the
+		// service could name the limit of the value or payload in it.
+		return &wireError{sentinel: ErrInvalid, msg: "tenure: invalid argument: a message is larger than gRPC accepts (" + st.Message() + "); values, payloads and answers are limited (docs/limits.md: --max-value-len, --max-register-value-len, --max-queue-payload)"}
 	}
 	return fromCode(st.Code(), st.Message())
 }
