@@ -39,6 +39,7 @@ import (
 	"io"
 	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -74,6 +75,11 @@ type Client struct {
 	clk          Clock
 	serializable bool
 	proofs       bool // WithFenceProofs
+
+	// mu guards the fields below.
+	mu       sync.Mutex
+	closed   bool
+	sessions map[*Session]struct{} // the sessions not yet over
 }
 
 type endpoint struct {
@@ -161,16 +167,20 @@ func WithClock(clk Clock) Option {
 }
 
 // Dial connects to the service at endpoints: one host:port, or a
-// comma-separated list of cluster members. It does not block: connections
-// are made on first use.
+// comma-separated list of cluster members. It does not wait for the
+// connections (they are made on first use), but it honours ctx: when ctx
+// has ended, Dial returns ctx's error and no client.
 func Dial(ctx context.Context, endpoints string, opts ...Option) (*Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	o := dialOptions{clk: systemClock{}}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
 		}
 	}
-	c := &Client{clk: o.clk, serializable: o.serializable, proofs: o.proofs}
+	c := &Client{clk: o.clk, serializable: o.serializable, proofs: o.proofs, sessions: make(map[*Session]struct{})}
 	creds := insecure.NewCredentials()
 	if o.tls != nil {
 		creds = credentials.NewTLS(o.tls)
@@ -206,11 +216,33 @@ func Dial(ctx context.Context, endpoints string, opts ...Option) (*Client, error
 	if len(c.eps) == 0 {
 		return nil, fmt.Errorf("%w: no endpoint given", ErrInvalid)
 	}
+	if err := ctx.Err(); err != nil {
+		c.Close()
+		return nil, err
+	}
 	return c, nil
 }
 
-// Close closes the connections. Sessions on them stop renewing.
+// Close closes the connections, and returns once every goroutine of the
+// client's sessions has ended. Its sessions stop renewing: those not
+// closed before are over, with ErrClosed, and their holds Lost (on the
+// server they live until their TTL runs out; Session.Close first ends
+// them at once). Calling it again does nothing and returns nil.
 func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	sessions := make([]*Session, 0, len(c.sessions))
+	for s := range c.sessions {
+		sessions = append(sessions, s)
+	}
+	c.mu.Unlock()
+	for _, s := range sessions {
+		s.abandon(fmt.Errorf("%w: the client was closed", ErrClosed))
+	}
 	var first error
 	for _, ep := range c.eps {
 		ep.sessions.close()
@@ -218,7 +250,31 @@ func (c *Client) Close() error {
 			first = err
 		}
 	}
+	for _, s := range sessions {
+		s.wg.Wait()
+	}
 	return first
+}
+
+// track records s as one of the client's sessions and starts its keeper,
+// unless the client is closed (ErrClosed). Both happen under mu, so that
+// Close either finds s and waits for its keeper, or track fails.
+func (c *Client) track(s *Session) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	c.sessions[s] = struct{}{}
+	s.goBG(s.keeper)
+	return nil
+}
+
+// untrack forgets s, once it is over.
+func (c *Client) untrack(s *Session) {
+	c.mu.Lock()
+	delete(c.sessions, s)
+	c.mu.Unlock()
 }
 
 // Endpoint is the address currently in use.
