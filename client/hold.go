@@ -331,7 +331,11 @@ func (m *Mutex) cancelAndSettle(c *call) bool {
 			if r.resp.GetQueued() != nil {
 				continue
 			}
-			if e := r.resp.GetError(); e != nil && retryable(fromProto(e)) {
+			e := r.resp.GetError()
+			if e.GetReason() == pb.ErrorReason_ERROR_REASON_CANCELLED {
+				return true // the server committed the withdrawal
+			}
+			if e != nil && retryable(fromProto(e)) {
 				s.streamBroken(c.st) // this node cannot commit it: find the leader
 				return false
 			}
