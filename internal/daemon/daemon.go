@@ -17,6 +17,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tenure-io/tenure/internal/clock"
 	"github.com/tenure-io/tenure/internal/dashboard"
@@ -34,6 +35,11 @@ type Config struct {
 	// Listen is the client API address, e.g. 127.0.0.1:7070 (":0" picks a
 	// free port; see Addr).
 	Listen string
+	// Advertise is the address clients reach this node's client API at,
+	// if not Listen's. The node publishes it to the cluster (MemberList,
+	// and the leader's address in a follower's "not the leader"); with
+	// neither it nor a Listen host to dial (0.0.0.0, ::), none.
+	Advertise string
 	// Clock drives session deadlines; nil means the real clock.
 	Clock clock.Clock
 	// Logger receives the server's log (raft's included); nil means text
@@ -177,6 +183,16 @@ func Start(cfg Config) (*Daemon, error) {
 	if cfg.Auth {
 		sopts = append(sopts, server.WithAuth())
 	}
+	if addr := clientAdvertise(cfg.Advertise, lis.Addr()); addr != "" {
+		// A follower sends its address to the leader's client API: in
+		// plaintext only (with TLS, a member's address is committed when
+		// it leads).
+		var dial []grpc.DialOption
+		if cfg.TLS == nil {
+			dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		}
+		sopts = append(sopts, server.WithClientAddr(addr, dial...))
+	}
 	srv := server.New(n, hub, cfg.Limits, sopts...)
 	server.Register(gs, srv)
 	queues := max(cmp.Or(cfg.MetricsQueues, DefaultMetricsQueues), 0)
@@ -227,6 +243,19 @@ func (d *Daemon) listenEtcd(cfg Config, srv *server.Server) error {
 	return nil
 }
 
+// clientAdvertise is the client API address a node publishes: advertise,
+// or the listener's address unless its host is unspecified (0.0.0.0, ::),
+// which no client can dial ("").
+func clientAdvertise(advertise string, lis net.Addr) string {
+	if advertise != "" {
+		return advertise
+	}
+	if ta, ok := lis.(*net.TCPAddr); ok && ta.IP.IsUnspecified() {
+		return ""
+	}
+	return lis.String()
+}
+
 // EtcdAddr is the etcd API's address ("" when it is off).
 func (d *Daemon) EtcdAddr() string {
 	if d.etcdLis == nil {
@@ -246,9 +275,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errc := make(chan error, 4)
 	nctx, cancel := context.WithCancel(ctx)
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); errc <- d.Node.Run(nctx) }()
 	go func() { defer wg.Done(); errc <- d.gs.Serve(d.lis) }()
+	go func() { defer wg.Done(); d.srv.PublishClientAddr(nctx) }()
 	if d.httpSrv != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); errc <- d.serveHTTP(nctx) }()

@@ -43,6 +43,9 @@ type Server struct {
 	acls      func() *fsm.Security
 	signers   signerCache // proof.go
 	verifiers verifierCache
+	// clientAddrs publishes this member's Tenure API address
+	// (clientaddr.go).
+	clientAddrs clientAddrs
 }
 
 // New returns a server for n; hub must be the one whose Sink n delivers

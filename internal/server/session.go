@@ -598,6 +598,7 @@ func (ss *sessionStream) stop() {
 func (ss *sessionStream) send(r *pb.SessionResponse) {
 	if e := r.GetError(); e != nil {
 		ss.conn.srv.refused("Sessions", codes.Code(e.GetCode()), e.GetMessage())
+		ss.conn.srv.hintLeaderProto(e) // clientaddr.go
 	}
 	if ss.over.Load() {
 		return
