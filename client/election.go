@@ -137,7 +137,7 @@ func (c *Client) openObserve(ctx context.Context, name string) (pb.Tenure_Observ
 	var stream pb.Tenure_ObserveClient
 	var first *pb.LeaderEvent
 	err := c.rotate(gctx, false, func(i uint32) error {
-		st, err := c.eps[i].api.Observe(ctx, &pb.ObserveRequest{Name: name})
+		st, err := c.all()[i].api.Observe(ctx, &pb.ObserveRequest{Name: name})
 		if err == nil {
 			first, err = st.Recv()
 		}

@@ -60,6 +60,17 @@ type wireError struct {
 	sentinel error
 	msg      string
 	reason   pb.ErrorReason // the server's reason, when it gave one
+	// leaderAddr: with NOT_LEADER, the leader's client address when the
+	// member knew it (Client.follow).
+	leaderAddr string
+}
+
+// withLeader records the leader's address a NOT_LEADER answer named.
+func withLeader(err error, addr string) error {
+	if we, ok := err.(*wireError); ok && addr != "" {
+		we.leaderAddr = addr
+	}
+	return err
 }
 
 func (e *wireError) Error() string { return e.msg }
@@ -149,7 +160,7 @@ func fromStatus(err error) error {
 	}
 	for _, d := range st.Details() {
 		if e, ok := d.(*pb.Error); ok {
-			return fromReason(e.GetReason(), st.Code(), st.Message())
+			return withLeader(fromReason(e.GetReason(), st.Code(), st.Message()), e.GetLeaderAddr())
 		}
 	}
 	if st.Code() == codes.ResourceExhausted {
@@ -162,5 +173,5 @@ func fromStatus(err error) error {
 }
 
 func fromProto(e *pb.Error) error {
-	return fromReason(e.GetReason(), codes.Code(e.GetCode()), e.GetMessage())
+	return withLeader(fromReason(e.GetReason(), codes.Code(e.GetCode()), e.GetMessage()), e.GetLeaderAddr())
 }

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 )
@@ -21,6 +22,7 @@ import (
 type fakeTenure struct {
 	pb.UnimplementedTenureServer
 	addr string
+	stop func() // stops serving (also at the end of the test)
 
 	// mu guards the fields below.
 	mu       sync.Mutex
@@ -30,6 +32,8 @@ type fakeTenure struct {
 	acquires int    // acquire requests received
 	closes   int    // close requests answered
 	waiting  []queuedAcquire
+	hint     string       // the leader's address named in "not the leader"
+	members  []*pb.Member // MemberList's answer
 }
 
 type queuedAcquire struct {
@@ -55,10 +59,14 @@ func startFake(t *testing.T, leader bool, opts ...grpc.ServerOption) *fakeTenure
 		defer close(done)
 		_ = gs.Serve(lis)
 	}()
-	t.Cleanup(func() {
-		gs.Stop()
-		<-done
-	})
+	var once sync.Once
+	f.stop = func() {
+		once.Do(func() {
+			gs.Stop()
+			<-done
+		})
+	}
+	t.Cleanup(f.stop)
 	return f
 }
 
@@ -99,8 +107,39 @@ func (f *fakeTenure) grantQueued() int {
 	return len(waiting)
 }
 
-func notLeaderAnswer() *pb.SessionResponse {
-	return &pb.SessionResponse{Result: &pb.SessionResponse_Error{Error: &pb.Error{Reason: pb.ErrorReason_ERROR_REASON_NOT_LEADER, Code: uint32(codes.Unavailable), Message: "not the leader"}}}
+func (f *fakeTenure) set(fn func(f *fakeTenure)) {
+	f.mu.Lock()
+	fn(f)
+	f.mu.Unlock()
+}
+
+// notLeaderLocked is the fake's "not the leader" answer on a session
+// stream, naming the leader it was told of.
+func (f *fakeTenure) notLeaderLocked() *pb.SessionResponse {
+	return &pb.SessionResponse{Result: &pb.SessionResponse_Error{Error: &pb.Error{Reason: pb.ErrorReason_ERROR_REASON_NOT_LEADER, Code: uint32(codes.Unavailable), Message: "not the leader", LeaderAddr: f.hint}}}
+}
+
+// MemberList implements pb.TenureServer.
+func (f *fakeTenure) MemberList(context.Context, *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &pb.MemberListResponse{Members: f.members}, nil
+}
+
+// FencedGet implements pb.TenureServer: nothing is stored; a follower
+// answers "not the leader" as the service does (the detail, with the
+// leader's address).
+func (f *fakeTenure) FencedGet(_ context.Context, req *pb.FencedGetRequest) (*pb.FencedGetResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.leader {
+		st, err := status.New(codes.Unavailable, "not the leader").WithDetails(&pb.Error{Reason: pb.ErrorReason_ERROR_REASON_NOT_LEADER, Code: uint32(codes.Unavailable), LeaderAddr: f.hint})
+		if err != nil {
+			return nil, err
+		}
+		return nil, st.Err()
+	}
+	return &pb.FencedGetResponse{Key: req.GetKey()}, nil
 }
 
 // Sessions implements pb.TenureServer.
@@ -141,7 +180,7 @@ func (f *fakeTenure) answer(srv pb.Tenure_SessionsServer, sendMu *sync.Mutex, st
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, cancel := req.GetOp().(*pb.SessionRequest_Cancel); !f.leader && !cancel {
-		return notLeaderAnswer()
+		return f.notLeaderLocked()
 	}
 	switch op := req.GetOp().(type) {
 	case *pb.SessionRequest_Open:

@@ -265,13 +265,13 @@ func (s *Session) openAny(ctx context.Context, id uint64, skip *endpoint) (*stre
 	var opened *pb.SessionOpened
 	var sentAt time.Time
 	err := s.c.rotate(ctx, false, func(i uint32) (err error) {
-		ep := s.c.eps[i]
+		ep := s.c.all()[i]
 		if ep == skip {
 			skip = nil
 			return fmt.Errorf("%w: %s stopped answering", ErrUnavailable, ep.addr)
 		}
 		actx := ctx
-		if len(s.c.eps) > 1 {
+		if len(s.c.all()) > 1 {
 			var cancel context.CancelFunc
 			actx, cancel = context.WithTimeout(ctx, s.cfg.ttl/3)
 			defer cancel()
@@ -288,7 +288,7 @@ func (s *Session) openAny(ctx context.Context, id uint64, skip *endpoint) (*stre
 // openOn attaches the session to endpoint i and sends Open; it returns
 // when the server answered.
 func (s *Session) openOn(ctx context.Context, i uint32, id uint64) (*stream, *pb.SessionOpened, time.Time, error) {
-	st, err := s.c.eps[i].sessions.attach(ctx, s, i)
+	st, err := s.c.all()[i].sessions.attach(ctx, s, i)
 	if err != nil {
 		return nil, nil, time.Time{}, fromStatus(err)
 	}
@@ -498,8 +498,8 @@ func (s *Session) keeper() {
 			if s.state == sessAlive {
 				s.setStateLocked(sessSuspect, nil)
 			}
-			if st := s.st; len(s.c.eps) > 1 {
-				s.skip = s.c.eps[st.ep]
+			if st := s.st; len(s.c.all()) > 1 {
+				s.skip = s.c.all()[st.ep]
 				s.streamBrokenLocked(st)
 			}
 		}
@@ -707,7 +707,8 @@ func (s *Session) do(ctx context.Context, req *pb.SessionRequest, x exchange) (o
 			return o, err
 		}
 		if e := resp.GetError(); e != nil && retryable(fromProto(e)) {
-			s.streamBroken(c.st) // not the leader (any more): find it
+			s.c.follow(fromProto(e), c.st.ep) // the leader it names, if any, next
+			s.streamBroken(c.st)              // not the leader (any more): find it
 			continue
 		}
 		o.resp = resp

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	pb "github.com/tenure-io/tenure/api/tenurepb"
 )
 
 // documented is the hold's state machine as docs/architecture.md and the
@@ -283,4 +285,92 @@ func TestClientCloseEndsSessions(t *testing.T) {
 		t.Fatalf("NewSession on a closed client: %v", err)
 	}
 	goleak.VerifyNone(t, ignore)
+}
+
+// TestFollowsTheLeaderNamed: a member that answers "not the leader" with
+// the leader's address sends the client there at once: a session opened
+// on a follower, and a read sent to it, end on the leader. Without
+// WithDiscovery an address the client was not given is not followed.
+func TestFollowsTheLeaderNamed(t *testing.T) {
+	leader, follower := startFake(t, true), startFake(t, false)
+	follower.set(func(f *fakeTenure) { f.hint = leader.addr })
+	c, err := Dial(context.Background(), follower.addr, WithDiscovery())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx := testCtx(t)
+	s, err := c.NewSession(ctx, WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatalf("a session opened through a follower that names the leader: %v", err)
+	}
+	m, _ := s.Mutex("L")
+	if _, err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := leader.counts(); n != 1 || c.Endpoint() != leader.addr {
+		t.Fatalf("the leader saw %d acquires; the client is at %s, the leader at %s", n, c.Endpoint(), leader.addr)
+	}
+
+	// A unary read through a client given the follower alone ends on the
+	// leader too.
+	c2, err := Dial(context.Background(), follower.addr, WithDiscovery())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if _, err := c2.FencedGet(ctx, "k"); err != nil || c2.Endpoint() != leader.addr {
+		t.Fatalf("a read through the follower: %v, at %s", err, c2.Endpoint())
+	}
+
+	// Without discovery the named leader is not one of the endpoints:
+	// not followed, and no leader answers.
+	c3, err := Dial(context.Background(), follower.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := c3.FencedGet(sctx, "k"); !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("without discovery: %v, want ErrNoLeader", err)
+	}
+}
+
+// TestDiscoveryOneEndpointSuffices: a client given one member learns the
+// others from the member list after its first call, and goes on through
+// them when that member stops; a list of one member adds nothing.
+func TestDiscoveryOneEndpointSuffices(t *testing.T) {
+	a, b := startFake(t, true), startFake(t, false)
+	members := []*pb.Member{{Id: "a", ClientAddr: a.addr, Leader: true}, {Id: "b", ClientAddr: b.addr}}
+	a.set(func(f *fakeTenure) { f.members = members })
+	b.set(func(f *fakeTenure) { f.members = members })
+	c, err := Dial(context.Background(), a.addr, WithDiscovery())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := testCtx(t)
+	if _, err := c.FencedGet(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(c.all()); n != 2 {
+		t.Fatalf("after the first call the client knows %d endpoints, want 2", n)
+	}
+	a.stop()
+	b.setLeader(true)
+	if _, err := c.FencedGet(ctx, "k"); err != nil || c.Endpoint() != b.addr {
+		t.Fatalf("after the only given member stopped: %v, at %s", err, c.Endpoint())
+	}
+
+	solo := startFake(t, true)
+	solo.set(func(f *fakeTenure) { f.members = []*pb.Member{{Id: "s", ClientAddr: "127.0.0.1:1"}} })
+	c2, err := Dial(context.Background(), solo.addr, WithDiscovery())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if _, err := c2.FencedGet(ctx, "k"); err != nil || len(c2.all()) != 1 {
+		t.Fatalf("a single member's list: %v, %d endpoints", err, len(c2.all()))
+	}
 }
