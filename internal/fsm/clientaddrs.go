@@ -1,10 +1,6 @@
 package fsm
 
-import (
-	"fmt"
-
-	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
-)
+import "github.com/tenure-io/tenure/internal/fsm/fsmpb"
 
 // MaxClientAddrs bounds the members whose Tenure API address the state
 // keeps.
@@ -22,26 +18,8 @@ const maxClientAddrLen = 512
 // (and refuses it without a revision) keeps the same revisions as one that
 // applies it.
 func (s *State) setClientAddr(c *fsmpb.SetEtcdURL) Result {
-	switch {
-	case c.GetMember() == "" || len(c.GetMember()) > MaxNameLen:
-		return Result{Err: fmt.Errorf("%w: a member id of 1..%d bytes", ErrInvalid, MaxNameLen)}
-	case len(c.GetUrl()) > maxClientAddrLen:
-		return Result{Err: fmt.Errorf("%w: a client address of at most %d bytes", ErrInvalid, maxClientAddrLen)}
-	}
-	_, had := s.clientAddrs[c.GetMember()]
-	switch {
-	case c.GetUrl() == "":
-		delete(s.clientAddrs, c.GetMember())
-	default:
-		if !had && len(s.clientAddrs) >= MaxClientAddrs {
-			return Result{Err: fmt.Errorf("%w: %d members have a client address, the limit is %d", ErrLimit, len(s.clientAddrs), MaxClientAddrs)}
-		}
-		if s.clientAddrs == nil {
-			s.clientAddrs = make(map[string]string)
-		}
-		s.clientAddrs[c.GetMember()] = c.GetUrl()
-	}
-	return Result{}
+	_, err := setMemberAddr(&s.clientAddrs, c, "a client address", MaxClientAddrs, maxClientAddrLen)
+	return Result{Err: err}
 }
 
 // ClientAddr is member's Tenure API address ("" unknown).
