@@ -156,6 +156,11 @@ func (f *fakeTenure) Sessions(srv pb.Tenure_SessionsServer) error {
 			if fr.GetEnd() || req == nil {
 				continue
 			}
+			if end := f.refuseOpen(req); end != nil {
+				end.Stream = fr.GetStream()
+				out = append(out, end)
+				continue
+			}
 			resp := f.answer(srv, &sendMu, fr.GetStream(), req)
 			if resp == nil {
 				continue
@@ -173,6 +178,18 @@ func (f *fakeTenure) Sessions(srv pb.Tenure_SessionsServer) error {
 			return nil
 		}
 	}
+}
+
+// refuseOpen is the end of a session stream whose open a follower
+// refuses, as the service ends it: NOT_LEADER, naming the leader it was
+// told of (nil: req is no open, or the fake leads).
+func (f *fakeTenure) refuseOpen(req *pb.SessionRequest) *pb.SessionReply {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if req.GetOpen() == nil || f.leader {
+		return nil
+	}
+	return &pb.SessionReply{End: true, Code: uint32(codes.Unavailable), Reason: pb.ErrorReason_ERROR_REASON_NOT_LEADER, Message: "not the leader", LeaderAddr: f.hint}
 }
 
 // answer is the fake's answer to req (nil: none now).

@@ -2644,10 +2644,13 @@ type SessionReply struct {
 	// end: the session stream is over, with a gRPC status code, a message
 	// and the reason of the error (code 0: it ended normally, after a
 	// close). An open that is refused ends its session stream this way.
-	End           bool        `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
-	Code          uint32      `protobuf:"varint,4,opt,name=code,proto3" json:"code,omitempty"`
-	Message       string      `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
-	Reason        ErrorReason `protobuf:"varint,6,opt,name=reason,proto3,enum=tenure.v1.ErrorReason" json:"reason,omitempty"`
+	End     bool        `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
+	Code    uint32      `protobuf:"varint,4,opt,name=code,proto3" json:"code,omitempty"`
+	Message string      `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	Reason  ErrorReason `protobuf:"varint,6,opt,name=reason,proto3,enum=tenure.v1.ErrorReason" json:"reason,omitempty"`
+	// leader_addr: with reason NOT_LEADER, the leader's Tenure API address
+	// when the member knows it (as Error.leader_addr).
+	LeaderAddr    string `protobuf:"bytes,110,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2722,6 +2725,13 @@ func (x *SessionReply) GetReason() ErrorReason {
 		return x.Reason
 	}
 	return ErrorReason_ERROR_REASON_UNSPECIFIED
+}
+
+func (x *SessionReply) GetLeaderAddr() string {
+	if x != nil {
+		return x.LeaderAddr
+	}
+	return ""
 }
 
 type SessionRequest struct {
@@ -8838,14 +8848,16 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\arequest\x18\x02 \x01(\v2\x19.tenure.v1.SessionRequestR\arequest\x12\x10\n" +
 	"\x03end\x18\x03 \x01(\bR\x03end\"C\n" +
 	"\x0eSessionReplies\x121\n" +
-	"\areplies\x18\x01 \x03(\v2\x17.tenure.v1.SessionReplyR\areplies\"\xce\x01\n" +
+	"\areplies\x18\x01 \x03(\v2\x17.tenure.v1.SessionReplyR\areplies\"\xef\x01\n" +
 	"\fSessionReply\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\x04R\x06stream\x126\n" +
 	"\bresponse\x18\x02 \x01(\v2\x1a.tenure.v1.SessionResponseR\bresponse\x12\x10\n" +
 	"\x03end\x18\x03 \x01(\bR\x03end\x12\x12\n" +
 	"\x04code\x18\x04 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12.\n" +
-	"\x06reason\x18\x06 \x01(\x0e2\x16.tenure.v1.ErrorReasonR\x06reason\"\x90\x03\n" +
+	"\x06reason\x18\x06 \x01(\x0e2\x16.tenure.v1.ErrorReasonR\x06reason\x12\x1f\n" +
+	"\vleader_addr\x18n \x01(\tR\n" +
+	"leaderAddr\"\x90\x03\n" +
 	"\x0eSessionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12,\n" +
 	"\x04open\x18\x02 \x01(\v2\x16.tenure.v1.OpenSessionH\x00R\x04open\x125\n" +

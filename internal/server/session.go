@@ -175,6 +175,9 @@ func (c *sessionConn) end(id uint64, err error) {
 			code, reason, msg = st.Code(), pb.ErrorReason_ERROR_REASON_UNSPECIFIED, st.Message()
 		}
 		r.Code, r.Reason, r.Message = uint32(code), reason, msg
+		if reason == pb.ErrorReason_ERROR_REASON_NOT_LEADER {
+			r.LeaderAddr = c.srv.leaderClientAddr() // clientaddr.go
+		}
 		c.srv.refused("Sessions", code, msg)
 	}
 	c.send(r)
