@@ -26,6 +26,7 @@ import (
 	"github.com/tenure-io/tenure/internal/metrics"
 	"github.com/tenure-io/tenure/internal/node"
 	"github.com/tenure-io/tenure/internal/server"
+	"github.com/tenure-io/tenure/internal/tlsconfig"
 )
 
 // Config configures a daemon.
@@ -176,7 +177,8 @@ func Start(cfg Config) (*Daemon, error) {
 	lis = conns.wrap(lis)
 	opts := append(server.GRPCOptions(), server.ConnectionOptions()...)
 	if cfg.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+		// Members dial it too, with their peer certificates (memberDial).
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsconfig.MemberServer(cfg.TLS, cfg.PeerTLS))))
 	}
 	gs := grpc.NewServer(opts...)
 	var sopts []server.Option
@@ -184,14 +186,7 @@ func Start(cfg Config) (*Daemon, error) {
 		sopts = append(sopts, server.WithAuth())
 	}
 	if addr := clientAdvertise(cfg.Advertise, lis.Addr()); addr != "" {
-		// A follower sends its address to the leader's client API: in
-		// plaintext only (with TLS, a member's address is committed when
-		// it leads).
-		var dial []grpc.DialOption
-		if cfg.TLS == nil {
-			dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-		}
-		sopts = append(sopts, server.WithClientAddr(addr, dial...))
+		sopts = append(sopts, server.WithClientAddr(addr, memberDial(cfg)))
 	}
 	srv := server.New(n, hub, cfg.Limits, sopts...)
 	server.Register(gs, srv)
@@ -241,6 +236,28 @@ func (d *Daemon) listenEtcd(cfg Config, srv *server.Server) error {
 	api.Register(gs)
 	d.etcdLis, d.etcdGS, d.etcd = lis, gs, api
 	return nil
+}
+
+// memberDial is how a follower dials the leader's client API to publish
+// its own address: in plaintext when the client API is; with TLS, with
+// its peer certificate (tlsconfig.MemberClient), and not at all without
+// peer TLS (nil).
+func memberDial(cfg Config) func(addr string) []grpc.DialOption {
+	switch {
+	case cfg.TLS == nil:
+		return func(string) []grpc.DialOption {
+			return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		}
+	case cfg.PeerTLS == nil:
+		return nil
+	}
+	return func(addr string) []grpc.DialOption {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			host = addr
+		}
+		return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsconfig.MemberClient(cfg.PeerTLS(), host)))}
+	}
 }
 
 // clientAdvertise is the client API address a node publishes: advertise,

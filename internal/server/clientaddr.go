@@ -34,10 +34,10 @@ import (
 type clientAddrs struct {
 	// addr is where clients reach this member ("": it publishes none).
 	addr string
-	// dial are the options a follower dials the leader's Tenure API with
-	// to publish its address; nil: it does not (its address is then
-	// committed only while it leads).
-	dial []grpc.DialOption
+	// dial returns the options a follower dials the leader's Tenure API
+	// at addr with, to publish its address; nil: it does not (its address
+	// is then committed only while it leads).
+	dial func(addr string) []grpc.DialOption
 
 	// mu guards the connection to the leader.
 	mu       sync.Mutex
@@ -46,11 +46,11 @@ type clientAddrs struct {
 }
 
 // WithClientAddr makes the member publish addr (host:port) as its Tenure
-// API's address for clients. dial are the gRPC options a follower dials
-// the leader's Tenure API with to publish it (nil: a follower does not
-// send it; a member's address is then known from the first time it
-// leads).
-func WithClientAddr(addr string, dial ...grpc.DialOption) Option {
+// API's address for clients. dial returns the gRPC options a follower
+// dials the leader's Tenure API at an address with, to publish it (nil: a
+// follower does not send it; a member's address is then known from the
+// first time it leads).
+func WithClientAddr(addr string, dial func(addr string) []grpc.DialOption) Option {
 	return func(s *Server) { s.clientAddrs.addr, s.clientAddrs.dial = addr, dial }
 }
 
@@ -135,7 +135,7 @@ func (a *clientAddrs) leaderConn(addr string) (*grpc.ClientConn, error) {
 		a.conn.Close()
 		a.conn = nil
 	}
-	cc, err := grpc.NewClient(addr, a.dial...)
+	cc, err := grpc.NewClient(addr, a.dial(addr)...)
 	if err != nil {
 		return nil, err
 	}
