@@ -98,8 +98,12 @@ func command(op any) (*fsmpb.Command, error) {
 		c.Op = &fsmpb.Command_RetireSigningKey{RetireSigningKey: o}
 	case *fsmpb.RemoveSigningKey:
 		c.Op = &fsmpb.Command_RemoveSigningKey{RemoveSigningKey: o}
+	case *fsmpb.SetEtcdURL:
+		c.Op = &fsmpb.Command_SetEtcdUrl{SetEtcdUrl: o}
 	case setClientAddr:
 		c.Op = &fsmpb.Command_SetClientAddr{SetClientAddr: o.SetEtcdURL}
+	case *fsmpb.AclTokenUpdate:
+		c.Op = &fsmpb.Command_AclTokenUpdate{AclTokenUpdate: o}
 	default:
 		return nil, fmt.Errorf("%w: %T", errNoCommand, op)
 	}
