@@ -178,7 +178,7 @@ func Start(cfg Config) (*Daemon, error) {
 	opts := append(server.GRPCOptions(), server.ConnectionOptions()...)
 	if cfg.TLS != nil {
 		// Members dial it too, with their peer certificates (memberDial).
-		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsconfig.MemberServer(cfg.TLS, cfg.PeerTLS))))
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsconfig.MemberServer(cfg.TLS, cfg.PeerTLS, tlsconfig.MemberServerName))))
 	}
 	gs := grpc.NewServer(opts...)
 	var sopts []server.Option
@@ -256,7 +256,7 @@ func memberDial(cfg Config) func(addr string) []grpc.DialOption {
 		if err != nil {
 			host = addr
 		}
-		return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsconfig.MemberClient(cfg.PeerTLS(), host)))}
+		return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsconfig.MemberClient(cfg.PeerTLS(), host, tlsconfig.MemberServerName)))}
 	}
 }
 

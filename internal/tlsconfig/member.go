@@ -11,19 +11,18 @@ import (
 // to the leader.
 const MemberServerName = "tenure-member"
 
-// MemberServer is the TLS configuration of a client API listener that
-// members also dial: client, the client API's own, for clients; with peer
-// TLS (peer not nil), a connection that names MemberServerName gets
-// peer's configuration instead, which requires a certificate of the
-// peers' CA.
-func MemberServer(client *tls.Config, peer func() *tls.Config) *tls.Config {
+// MemberServer is the TLS configuration of a listener that members also
+// dial: client, the listener's own, for clients; with peer TLS (peer not
+// nil), a connection that names serverName gets peer's configuration
+// instead, which requires a certificate of the peers' CA: a member.
+func MemberServer(client *tls.Config, peer func() *tls.Config, serverName string) *tls.Config {
 	if peer == nil {
 		return client
 	}
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
-			if h.ServerName == MemberServerName {
+			if h.ServerName == serverName {
 				return peer(), nil
 			}
 			if client.GetConfigForClient != nil {
@@ -36,13 +35,12 @@ func MemberServer(client *tls.Config, peer func() *tls.Config) *tls.Config {
 	}
 }
 
-// MemberClient is the configuration a member dials host's client API with
-// (MemberServer): its peer TLS settings, the server name
-// MemberServerName, and the server's certificate verified against the
-// peers' CA for host.
-func MemberClient(peer *tls.Config, host string) *tls.Config {
+// MemberClient is the configuration a member dials host's listener with
+// (MemberServer): its peer TLS settings, the server name serverName, and
+// the server's certificate verified against the peers' CA for host.
+func MemberClient(peer *tls.Config, host, serverName string) *tls.Config {
 	c := peer.Clone()
-	c.ServerName = MemberServerName
+	c.ServerName = serverName
 	c.InsecureSkipVerify = true // verified below, for host rather than the server name sent
 	roots := peer.RootCAs
 	c.VerifyConnection = func(cs tls.ConnectionState) error {
