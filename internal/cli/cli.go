@@ -288,7 +288,9 @@ func (a *app) dial(ctx context.Context, extra ...client.Option) (*client.Client,
 	if err != nil {
 		return nil, err
 	}
-	opts = append(opts, extra...)
+	// The CLI finds the cluster from one endpoint: the members' published
+	// addresses, and the leader a follower names (client.WithDiscovery).
+	opts = append(append(opts, client.WithDiscovery()), extra...)
 	switch a.consistency {
 	case "linearizable":
 		return client.Dial(ctx, a.endpoint, opts...)

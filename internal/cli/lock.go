@@ -227,8 +227,12 @@ func (a *app) runLock(ctx context.Context, name string, argv []string, lf lockFl
 			return nil
 		case st, ok := <-changes:
 			if !ok {
+				// Closed after the terminal state, or because this
+				// loop fell behind (the hold lives on): subscribe again.
 				changes = nil
-				st = h.State()
+				if st = h.State(); st != client.Lost && st != client.Released {
+					changes = h.Changes()
+				}
 			}
 			if reason != "" {
 				break

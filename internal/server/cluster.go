@@ -19,9 +19,11 @@ func (s *Server) members() (*pb.MemberListResponse, error) {
 		return nil, toStatus(err)
 	}
 	out := &pb.MemberListResponse{}
-	for _, m := range ms {
-		out.Members = append(out.Members, &pb.Member{Id: m.ID, PeerAddr: m.PeerAddr, Voter: m.Voter, Leader: m.Leader})
-	}
+	s.node.Read(func(st *fsm.State) {
+		for _, m := range ms {
+			out.Members = append(out.Members, &pb.Member{Id: m.ID, PeerAddr: m.PeerAddr, Voter: m.Voter, Leader: m.Leader, ClientAddr: st.ClientAddr(m.ID)})
+		}
+	})
 	return out, nil
 }
 

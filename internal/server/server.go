@@ -8,9 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
@@ -44,6 +42,9 @@ type Server struct {
 	acls      func() *fsm.Security
 	signers   signerCache // proof.go
 	verifiers verifierCache
+	// clientAddrs publishes this member's Tenure API address
+	// (clientaddr.go).
+	clientAddrs clientAddrs
 }
 
 // New returns a server for n; hub must be the one whose Sink n delivers
@@ -179,7 +180,7 @@ func (s *Server) Observe(req *pb.ObserveRequest, stream pb.Tenure_ObserveServer)
 				return toStatus(err)
 			}
 		case <-ob.lost:
-			return status.Errorf(codes.ResourceExhausted, "observer fell more than %d changes behind; observe again", observerBuffer)
+			return toStatus(fmt.Errorf("%w: observer fell more than %d changes behind; observe again", ErrLimit, observerBuffer))
 		case <-ctx.Done():
 			return ctx.Err()
 		}
