@@ -295,11 +295,30 @@ func (n *Node) bootstrap(rc *raft.Config, snaps raft.SnapshotStore, addr raft.Se
 			boot.Servers = append(boot.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(cfg.BootstrapPeers[id])})
 		}
 	}
+	// raft writes the term, then the first entry: on a full disk the term
+	// alone would make the directory look started, and never become
+	// ready. So there must be room first, and a bootstrap that fails
+	// anyway takes its term back, so that the next start bootstraps again.
+	if err := n.stores.Room(); err != nil {
+		return fmt.Errorf("node: bootstrap of %s: %w", cfg.DataDir, err)
+	}
 	if err := raft.BootstrapCluster(rc, n.stores.Log, n.stores.Stable, snaps, n.trans, boot); err != nil {
+		if last, lerr := n.stores.Log.LastIndex(); lerr == nil && last == 0 {
+			if terr := n.stores.Stable.SetUint64(keyCurrentTerm, 0); terr != nil {
+				err = fmt.Errorf("%w (and taking its term back failed: %v; delete %s before the next start)", err, terr, cfg.DataDir)
+			}
+		}
+		if ferr := n.stores.Failure(); errors.Is(ferr, store.ErrFull) {
+			return fmt.Errorf("node: bootstrap of %s: %w", cfg.DataDir, ferr)
+		}
 		return fmt.Errorf("node: bootstrap: %w", err)
 	}
 	return nil
 }
+
+// keyCurrentTerm is where raft keeps its current term in the stable store
+// (hashicorp/raft's own key, which raft.HasExistingState reads).
+var keyCurrentTerm = []byte("CurrentTerm")
 
 // logStored counts bytes of log entries stored (checkedAppends) and asks
 // for a snapshot once Config.SnapshotBytes of them came since the last.
