@@ -178,11 +178,20 @@ var errUsage = errors.New("usage")
 
 // errUnknownCommand marks a command or subcommand that does not exist
 // (exit 2); it is a usage error too.
-var errUnknownCommand = fmt.Errorf("%w: unknown command", errUsage)
+var errUnknownCommand = errors.New("unknown command")
 
 // errLost marks a lock runner that stopped its command because its hold
 // was lost (exit 7).
 var errLost = errors.New("lost ownership")
+
+// unknownCommandError is a command line naming a command that does not
+// exist: errors.Is matches errUnknownCommand (and so errUsage).
+type unknownCommandError struct{ msg string }
+
+func (e unknownCommandError) Error() string { return e.msg }
+func (e unknownCommandError) Is(target error) bool {
+	return target == errUnknownCommand || target == errUsage
+}
 
 // unknownCommand is the error for arg, which names no subcommand of cmd.
 func unknownCommand(cmd *cobra.Command, arg string) error {
@@ -190,7 +199,7 @@ func unknownCommand(cmd *cobra.Command, arg string) error {
 	if s := cmd.SuggestionsFor(arg); len(s) > 0 {
 		msg += fmt.Sprintf(" (did you mean %s?)", strings.Join(s, ", "))
 	}
-	return fmt.Errorf("%s; see '%s --help': %w", msg, cmd.CommandPath(), errUnknownCommand)
+	return unknownCommandError{msg: fmt.Sprintf("%s; see '%s --help'", msg, cmd.CommandPath())}
 }
 
 // refuseUnknownSubcommands makes every command that groups subcommands
