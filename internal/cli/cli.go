@@ -196,6 +196,9 @@ func (e unknownCommandError) Is(target error) bool {
 // unknownCommand is the error for arg, which names no subcommand of cmd.
 func unknownCommand(cmd *cobra.Command, arg string) error {
 	msg := fmt.Sprintf("unknown command %q for %q", arg, cmd.CommandPath())
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's own default
+	}
 	if s := cmd.SuggestionsFor(arg); len(s) > 0 {
 		msg += fmt.Sprintf(" (did you mean %s?)", strings.Join(s, ", "))
 	}
