@@ -48,11 +48,11 @@ import (
 var (
 	// ErrOtherNode: the data directory was created for another node id;
 	// Open refused it without writing into it.
-	ErrOtherNode = errors.New("tenure: data directory of another node")
+	ErrOtherNode = errors.New("tenure: another node")
 	// ErrOtherCluster: the data directory belongs to another cluster than
 	// the node that contacted it; nothing of that cluster was written
 	// into it.
-	ErrOtherCluster = errors.New("tenure: data directory of another cluster")
+	ErrOtherCluster = errors.New("tenure: another cluster")
 )
 
 // identityFile is the identity's name inside the data directory.

@@ -174,6 +174,9 @@ func TestForeignClusterNeverWritesIntoDirectory(t *testing.T) {
 	_, stopJ, exited, runErr := runIdentity(t, node.Config{NodeID: "n1", DataDir: dirA, PeerAddr: addr, Join: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if err := b.ProbePeer(ctx, "n1", addr); !errors.Is(err, node.ErrOtherCluster) {
+		t.Fatalf("probing the node on cluster A's directory from cluster B: %v, want ErrOtherCluster", err)
+	}
 	if err := b.AddVoter(ctx, "n1", addr, 0); err == nil {
 		t.Fatal("cluster B added a member whose directory is cluster A's")
 	}
