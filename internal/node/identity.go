@@ -121,6 +121,13 @@ func (id *identity) writeLocked(cluster []byte) error {
 	return nil
 }
 
+// record writes the identity file with what is known now.
+func (id *identity) record() error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.writeLocked(id.cluster)
+}
+
 // clusterID is the recorded cluster id, nil before it is known.
 func (id *identity) clusterID() []byte {
 	id.mu.Lock()

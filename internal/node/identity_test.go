@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -226,4 +227,22 @@ func TestJoiningNodeLearnsClusterID(t *testing.T) {
 		return bytes.Contains(data, []byte(fsm.ClusterIDString(clusterB)))
 	})
 	testutil.WaitFor(t, "the joined node's state", 10*time.Second, func() bool { return bytes.Equal(j.Security().ClusterID, clusterB) })
+}
+
+// TestFailedFirstStartBelongsToNoNode: a first start that fails before
+// the directory is bootstrapped (here its peer port is taken) records no
+// node: the directory can be started as another.
+func TestFailedFirstStartBelongsToNoNode(t *testing.T) {
+	dir := t.TempDir()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	if n, err := node.Open(node.Config{NodeID: "typo", DataDir: dir, PeerAddr: taken.Addr().String(), LogOutput: io.Discard}, nil); err == nil {
+		n.Close()
+		t.Fatal("started on a peer port in use")
+	}
+	n, _, _, _ := runIdentity(t, node.Config{NodeID: "n1", DataDir: dir, PeerAddr: freeAddr(t)})
+	<-n.Ready()
 }

@@ -109,18 +109,14 @@ func Open(cfg Config, sink fsm.EventSink) (_ *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: reading state: %w", err)
 	}
-	if !identified {
-		// A new directory, or one of a release without the file: this
-		// node's from now on.
-		if existing {
-			if err := adopt(cfg.DataDir, cfg.NodeID, stores.Log, snaps); err != nil {
-				return nil, err
-			}
+	if !identified && existing {
+		// A directory of a release without the file: this node's from now
+		// on, if its configuration says so. (A new directory is recorded
+		// once bootstrapped or joining: see bootstrap.)
+		if err := adopt(cfg.DataDir, cfg.NodeID, stores.Log, snaps); err != nil {
+			return nil, err
 		}
-		ident.mu.Lock()
-		err := ident.writeLocked(nil)
-		ident.mu.Unlock()
-		if err != nil {
+		if err := ident.record(); err != nil {
 			return nil, err
 		}
 	}
@@ -278,13 +274,19 @@ func (n *Node) raftConfig(logger hclog.Logger) *raft.Config {
 
 // bootstrap writes the initial configuration into a new data directory:
 // this node alone, or Config.BootstrapPeers; nothing with Config.Join, or
-// when the directory has state already.
+// when the directory has state already. A new directory's identity is
+// recorded once it is bootstrapped, or before a joining node starts: one
+// whose first start failed before (a port in use, a full disk) belongs to
+// no node yet.
 func (n *Node) bootstrap(rc *raft.Config, snaps raft.SnapshotStore, addr raft.ServerAddress, existing bool) error {
 	cfg := n.cfg
 	switch {
 	case existing:
 		return nil
 	case cfg.Join:
+		if err := n.ident.record(); err != nil {
+			return err
+		}
 		fmt.Fprintf(cfg.LogOutput, "tenure: node %s has no state and waits to be added to a cluster: run tenure member add %s %s against it (member rebuild for a member that lost its data)\n", cfg.NodeID, cfg.NodeID, addr)
 		return nil
 	}
@@ -313,7 +315,7 @@ func (n *Node) bootstrap(rc *raft.Config, snaps raft.SnapshotStore, addr raft.Se
 		}
 		return fmt.Errorf("node: bootstrap: %w", err)
 	}
-	return nil
+	return n.ident.record()
 }
 
 // keyCurrentTerm is where raft keeps its current term in the stable store
