@@ -36,10 +36,11 @@ import (
 // port, every raft connection from a node of another cluster, before raft
 // reads a byte of it (ErrOtherCluster), so that no term, vote, entry or
 // snapshot of another cluster is ever written into its directory. A node
-// started with --join stops then, with one line naming both clusters: its
-// data directory is not the one it was meant to join with. Any other node
-// only logs the refusal (a misconfigured cluster must not be able to stop
-// a healthy member by dialing it).
+// started with --join on a directory that has state stops then, with one
+// line naming both clusters, if the refused node is the first to connect
+// to it: its data directory is not the one it was meant to join with.
+// Otherwise the refusal is only logged (a misconfigured cluster must not
+// be able to stop a healthy member by dialing it).
 //
 // A directory written before the file existed is adopted at its first
 // start: the node id is recorded if its raft configuration names it (or

@@ -179,11 +179,13 @@ func (n *Node) startWork() {
 
 // refusedPeer is told about every raft connection refused because the
 // peer is of another cluster (peerid.go). A node started with --join on a
-// directory that had state stops: that directory is not the one it was
-// meant to join with. Any other node logs it (at most every
-// refusedLogEvery) and goes on serving its own cluster.
-func (n *Node) refusedPeer(err error) {
-	if n.joinedWithState && errors.Is(err, ErrOtherCluster) {
+// directory that had state stops if the refused node is the first to
+// connect to it, before any of its own cluster: that directory is not the
+// one it was meant to join with. Otherwise it logs it (at most every
+// refusedLogEvery) and goes on serving its own cluster: a misconfigured
+// cluster cannot stop a member by dialing it.
+func (n *Node) refusedPeer(err error, first bool) {
+	if first && n.joinedWithState && errors.Is(err, ErrOtherCluster) {
 		select {
 		case n.identityFailed <- err:
 		default:

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -54,15 +55,18 @@ type identityStream struct {
 	raft.StreamLayer
 	ident *identity
 	// refused is told about every connection refused as another
-	// cluster's (on either side).
-	refused func(error)
+	// cluster's, on either side; first is true for one this node
+	// accepted before any node of its own cluster had connected to it.
+	refused func(err error, first bool)
+	// own: a node of this node's cluster has connected to it.
+	own atomic.Bool
 
 	// mu guards legacy.
 	mu     sync.Mutex
 	legacy map[raft.ServerAddress]time.Time
 }
 
-func newIdentityStream(inner raft.StreamLayer, ident *identity, refused func(error)) *identityStream {
+func newIdentityStream(inner raft.StreamLayer, ident *identity, refused func(error, bool)) *identityStream {
 	return &identityStream{StreamLayer: inner, ident: ident, refused: refused, legacy: map[raft.ServerAddress]time.Time{}}
 }
 
@@ -107,7 +111,7 @@ func (s *identityStream) Dial(address raft.ServerAddress, timeout time.Duration)
 	case status == identityRefused:
 		c.Close()
 		err := fmt.Errorf("%w: node %s at %s belongs to cluster %s, and this node (%s) to cluster %s: it refused this node", ErrOtherCluster, node, address, fsm.ClusterIDString(cluster), s.ident.node, fsm.ClusterIDString(s.ident.clusterID()))
-		s.refused(err)
+		s.refused(err, false)
 		return nil, err
 	case status == identityFailed:
 		c.Close()
@@ -224,10 +228,13 @@ func (c *identityConn) accept() {
 		c.err = err
 		if errors.Is(err, ErrOtherCluster) {
 			answer = []byte{identityRefused}
-			c.s.refused(err)
+			c.s.refused(err, !c.s.own.Load())
 		} else {
 			answer = appendField([]byte{identityFailed, 0}, []byte(err.Error()))
 		}
+	}
+	if answer[0] == identityOK && len(cluster) > 0 {
+		c.s.own.Store(true)
 	}
 	if answer[0] != identityFailed {
 		answer = appendField(answer, ident.clusterID())

@@ -29,7 +29,7 @@ func identityTransport(t *testing.T, node string, cluster []byte) (*raft.Network
 	}
 	var refused []error
 	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  newIdentityStream(stream, id, func(err error) { refused = append(refused, err) }),
+		Stream:  newIdentityStream(stream, id, func(err error, _ bool) { refused = append(refused, err) }),
 		MaxPool: 2, Timeout: 5 * time.Second, Logger: hclog.New(&hclog.LoggerOptions{Output: io.Discard}),
 	})
 	t.Cleanup(func() { nt.Close() })
