@@ -111,7 +111,7 @@ func (n *Node) call(ctx context.Context, id, addr string, rpc func() error) erro
 	go func() {
 		defer n.probes.Done()
 		err := rpc()
-		if err != nil && ctx.Err() == nil {
+		if err != nil && ctx.Err() == nil && !errors.Is(err, ErrOtherCluster) {
 			// The transport pools connections: one to a peer that has
 			// restarted since fails once (EOF) and is dropped, and the
 			// next RPC dials afresh.
@@ -121,6 +121,9 @@ func (n *Node) call(ctx context.Context, id, addr string, rpc func() error) erro
 	}()
 	select {
 	case err := <-done:
+		if errors.Is(err, ErrOtherCluster) {
+			return err // it answered: it is another cluster's (peerid.go)
+		}
 		if err != nil {
 			return fmt.Errorf("%w: %s at %s: %v", ErrPeerUnreachable, id, addr, err)
 		}

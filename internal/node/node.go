@@ -62,8 +62,18 @@ type Node struct {
 	snaps  raft.SnapshotStore
 	trans  raft.Transport
 	rec    *recorder
-	leadCh chan bool
-	ready  chan struct{}
+	// ident is the data directory's owner (identity.go); identityFailed
+	// reports, once, why this node must stop serving it (refusedPeer).
+	ident          *identity
+	identityFailed chan error
+	// joinedWithState: started with Config.Join on a directory that had
+	// state (see refusedPeer).
+	joinedWithState bool
+	// refusedMu guards refusedLogged.
+	refusedMu     sync.Mutex
+	refusedLogged time.Time
+	leadCh        chan bool
+	ready         chan struct{}
 
 	proposals chan *proposal
 	slots     chan struct{}
@@ -150,6 +160,8 @@ func (n *Node) Run(ctx context.Context) error {
 			return ctx.Err()
 		case <-n.fsm.Failed():
 			return n.stopped()
+		case err := <-n.identityFailed:
+			return err
 		case isLeader := <-n.leadCh:
 			if d := n.cfg.Faults.leaderChangeDelay(); d > 0 {
 				select {

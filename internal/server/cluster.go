@@ -161,7 +161,7 @@ func memberErr(err error, todo string) error {
 	switch {
 	case errors.Is(err, node.ErrPeerUnreachable):
 		return fmt.Errorf("%w: %s; %s", fsm.ErrInvalid, msg, todo)
-	case errors.Is(err, node.ErrStandalone), errors.Is(err, node.ErrCatchingUp):
+	case errors.Is(err, node.ErrStandalone), errors.Is(err, node.ErrCatchingUp), errors.Is(err, node.ErrOtherCluster):
 		return fmt.Errorf("%w: %s", fsm.ErrInvalid, msg)
 	}
 	return err
