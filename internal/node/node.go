@@ -176,6 +176,10 @@ func (n *Node) stopped() error {
 	if errors.As(err, &ce) {
 		return entryError(n.stores, ce.Index, ce.Reason)
 	}
+	var fe *fsm.FormatError
+	if errors.As(err, &fe) { // newer than this build: its data are intact
+		return fmt.Errorf("node: %s stopped: %v", n.cfg.NodeID, fe)
+	}
 	return fmt.Errorf("node: the state machine of %s stopped: %v; %s", n.cfg.DataDir, err, store.Remedy)
 }
 

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -114,6 +115,10 @@ func Open(cfg Config, sink fsm.EventSink) (_ *Node, err error) {
 	ss := &startSnapshots{FileSnapshotStore: snaps, dir: snapshotsDir(cfg.DataDir), newest: newest}
 	r, err := raft.NewRaft(rc, recordingFSM{n.fsm, n.rec, &n.fsmApplied, cfg.Logger, &n.logBytes}, checkedAppends{stores.Log, n.logStored}, stores.Stable, ss, n.trans)
 	if err != nil {
+		var fe *fsm.FormatError
+		if ferr := n.fsm.Err(); errors.As(ferr, &fe) && newest != nil { // a newer release's snapshot: a downgrade
+			return nil, fmt.Errorf("node: %v (%s)", fe, filepath.Join(snapshotsDir(cfg.DataDir), newest.ID))
+		}
 		if ferr := n.fsm.Err(); ferr != nil && newest != nil { // the newest snapshot did not decode, or failed its checksum
 			if ss.crcMismatch() {
 				ferr = errSnapshotCRC
