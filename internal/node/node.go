@@ -32,6 +32,7 @@ import (
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 	"github.com/tenure-io/tenure/internal/lessor"
 	"github.com/tenure-io/tenure/internal/store"
+	"github.com/tenure-io/tenure/internal/version"
 )
 
 var (
@@ -63,6 +64,10 @@ type Node struct {
 	rec    *recorder
 	leadCh chan bool
 	ready  chan struct{}
+	// peerStream dials other members' peer listeners (nil standalone);
+	// raiseNow asks raiseClusterVersion to try at once (upgrade.go).
+	peerStream raft.StreamLayer
+	raiseNow   chan struct{}
 
 	proposals chan *proposal
 	slots     chan struct{}
@@ -128,6 +133,8 @@ func (n *Node) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); _ = n.lessor.Run(lctx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); n.retireKeys(lctx) }() // security.go
+	wg.Add(1)
+	go func() { defer wg.Done(); n.raiseClusterVersion(lctx) }() // upgrade.go
 	if n.fsm.Err() != nil {
 		return n.stopped()
 	}
@@ -199,6 +206,13 @@ func (n *Node) promote(ctx context.Context) error {
 	n.lessor.Promote(promoteAllowance)
 	n.applySettings(ctx)
 	n.EnsureSigningKey(ctx) // security.go
+	if n.peerStream == nil && n.fsm.ClusterVersion() < version.Protocol {
+		_ = n.tryRaise(ctx) // the only voter: nothing to ask (upgrade.go)
+	}
+	select {
+	case n.raiseNow <- struct{}{}: // ask the voters at once (upgrade.go)
+	default:
+	}
 	n.hooksMu.Lock()
 	hooks := n.onPromote
 	n.hooksMu.Unlock()

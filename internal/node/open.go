@@ -39,6 +39,7 @@ func Open(cfg Config, sink fsm.EventSink) (_ *Node, err error) {
 		cfg: cfg, leadCh: make(chan bool, 16), ready: make(chan struct{}),
 		proposals: make(chan *proposal, maxBatch), slots: make(chan struct{}, maxInflight),
 		applying: make(chan inflight, maxInflight), quit: make(chan struct{}), snapKick: make(chan struct{}, 1),
+		raiseNow: make(chan struct{}, 1),
 	}
 	n.fsm = fsm.New(func(e fsm.Event) {
 		n.lessor.Observe(e)
@@ -179,11 +180,12 @@ func (n *Node) openTransport(logger hclog.Logger) (raft.ServerAddress, error) {
 	if cfg.PeerTLS != nil {
 		tcp, err = newTLSTransport(cfg.PeerAddr, adv, cfg.PeerTLS, nc)
 	} else {
-		tcp, err = raft.NewTCPTransportWithConfig(cfg.PeerAddr, adv, nc)
+		tcp, err = newPlainTransport(cfg.PeerAddr, adv, nc) // upgrade.go
 	}
 	if err != nil {
 		return "", fmt.Errorf("node: peer listener on %s: %w", cfg.PeerAddr, err)
 	}
+	n.peerStream = nc.Stream
 	n.trans = tcp
 	return tcp.LocalAddr(), nil
 }

@@ -48,7 +48,7 @@ func newTLSTransport(bind string, advertise net.Addr, config func() *tls.Config,
 		lis.Close()
 		return nil, fmt.Errorf("node: peer address %s is not one other members can dial (give --peer-advertise)", advertise)
 	}
-	nc.Stream = &tlsStream{Listener: lis, advertise: advertise, config: config}
+	nc.Stream = versionStream{&tlsStream{Listener: lis, advertise: advertise, config: config}} // version probes: upgrade.go
 	return raft.NewNetworkTransportWithConfig(nc), nil
 }
 
