@@ -291,7 +291,8 @@ func (n *Node) checkJoinerVersion(ctx context.Context, id, addr string) error {
 
 // TransferLeadership hands leadership to the voter id ("" the most up to
 // date one) and waits until this node no longer leads. Only the leader
-// can; it returns the new leader's id.
+// can; it returns the new leader's id ("" if it is not known here within
+// a few seconds).
 func (n *Node) TransferLeadership(ctx context.Context, id string) (string, error) {
 	if n.raft.State() != raft.Leader {
 		return "", ErrNotLeader
@@ -331,6 +332,18 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) (string, error
 		}
 		return "", fmt.Errorf("node: leadership transfer: %w", err)
 	}
-	_, leader := n.raft.LeaderWithID()
-	return string(leader), nil
+	// The new leader is known here once its first heartbeat arrives.
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for i := 0; i < 500; i++ {
+		if _, leader := n.raft.LeaderWithID(); leader != "" && string(leader) != n.cfg.NodeID {
+			return string(leader), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", nil // handed on; the new leader is not known here yet
+		case <-poll.C:
+		}
+	}
+	return "", nil
 }
