@@ -263,3 +263,22 @@ func checkSnapshotVersion(snap *fsmpb.Snapshot) error {
 	}
 	return nil
 }
+
+// LimitsAllowed is l without the limits the cluster version cluster does
+// not allow yet (Gates): the change a node may propose of its configured
+// limits, the rest once the version is raised.
+func LimitsAllowed(l Limits, cluster uint32) Limits {
+	p := LimitsToProto(l)
+	m := p.ProtoReflect()
+	var newer []protoreflect.FieldDescriptor
+	m.Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
+		if gates[fd.FullName()] > cluster {
+			newer = append(newer, fd)
+		}
+		return true
+	})
+	for _, fd := range newer {
+		m.Clear(fd)
+	}
+	return LimitsFromProto(p)
+}

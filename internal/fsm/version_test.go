@@ -283,3 +283,18 @@ func TestVersionedFrame(t *testing.T) {
 		t.Fatalf("SetClusterVersion 2 at version 1 is written in version %d", v)
 	}
 }
+
+// TestLimitsAllowed: a configured limit of a newer format than the
+// cluster version is left out of what a node proposes, the rest kept.
+func TestLimitsAllowed(t *testing.T) {
+	l := fsm.Limits{MaxSessions: 7, MaxEtcdLeases: 9}
+	if got := fsm.LimitsAllowed(l, 1); got != (fsm.Limits{MaxSessions: 7}) {
+		t.Fatalf("at version 1: %+v", got)
+	}
+	if got := fsm.LimitsAllowed(l, 2); got != l {
+		t.Fatalf("at version 2: %+v", got)
+	}
+	if err := fsm.CheckVersion(cmdSetLimits(fsm.LimitsAllowed(l, 1)), 1); err != nil {
+		t.Fatalf("the allowed limits at version 1 are refused: %v", err)
+	}
+}

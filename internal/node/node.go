@@ -262,8 +262,11 @@ func (n *Node) applySettings(ctx context.Context) {
 			n.cfg.Logger.Error("setting retention", "lock_history", n.cfg.LockHistory, "register_op_memory", n.cfg.RegisterOpMemory, "err", err)
 		}
 	}
-	if merged := limits.Merge(n.cfg.Limits); merged != limits {
-		if _, err := n.SetLimits(ctx, n.cfg.Limits); err != nil {
+	// Limits of a newer format than the cluster version wait for it to be
+	// raised (raiseClusterVersion applies the settings again then).
+	allowed := fsm.LimitsAllowed(n.cfg.Limits, n.fsm.ClusterVersion())
+	if merged := limits.Merge(allowed); merged != limits {
+		if _, err := n.SetLimits(ctx, allowed); err != nil {
 			n.cfg.Logger.Error("setting limits", "err", err)
 		}
 	}

@@ -75,7 +75,9 @@ type RestoreOptions struct {
 // token issued until then is stale at every fenced register. A snapshot
 // older than the cluster's state is refused (ErrSnapshotBehind) unless
 // opt.Force. A cluster that enforces its ACLs still does after the
-// restore, whatever the snapshot says (--replace-keys included).
+// restore, whatever the snapshot says (--replace-keys included). The
+// cluster version stays as it is; a snapshot saved at a newer one is
+// refused (fsm.ErrVersion).
 func (n *Node) RestoreSnapshot(ctx context.Context, data []byte, opt RestoreOptions) (*fsmpb.Snapshot, error) {
 	fileID, state, err := fsm.OpenSnapshot(data)
 	if err != nil {
@@ -131,6 +133,13 @@ func (n *Node) RestoreSnapshot(ctx context.Context, data []byte, opt RestoreOpti
 	if snap.GetRevision() < floor && !opt.Force {
 		return nil, fmt.Errorf("%w: the cluster is at revision %d, the snapshot at %d; with --force the restored state continues above revision %d and every token issued so far stays stale", ErrSnapshotBehind, floor, snap.GetRevision(), floor)
 	}
+	// The cluster version is never lowered, and a state of a newer one
+	// than the cluster's is not installed on members that may not read it.
+	cv := n.fsm.ClusterVersion()
+	if v := max(snap.GetClusterVersion(), snap.GetFormatVersion(), 1); v > cv {
+		return nil, fmt.Errorf("%w: the snapshot was saved at cluster version %d and this cluster is at version %d: finish upgrading every member first (docs/operations.md)", fsm.ErrVersion, v, cv)
+	}
+	snap.ClusterVersion, snap.FormatVersion = cv, cv
 	floor = max(floor, opt.AboveRevision)
 	snap.Revision = max(snap.GetRevision(), floor)
 	snap.FenceFloor = max(snap.GetFenceFloor(), floor)
