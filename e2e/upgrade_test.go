@@ -46,7 +46,7 @@ func buildBaseRelease(t *testing.T) string {
 	// cache: only the release's own packages are compiled.
 	build := exec.Command("go", "build", "-o", bin, "./cmd/tenure")
 	build.Dir = dir
-	build.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
+	build.Env = append(os.Environ(), "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -buildvcs=false"))
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building release %s: %v\n%s", baseRelease, err, out)
 	}
@@ -260,4 +260,48 @@ func TestRollingUpgradeFromBaseRelease(t *testing.T) {
 	}
 	t.Logf("rolling upgrade of 3 nodes from %s to protocol %d: %d acknowledged writes read back, token %d held throughout, %v in all",
 		baseRelease, version.Protocol, len(acked), token, time.Since(began).Round(time.Millisecond))
+}
+
+// TestLeadershipHandedOn: `tenure member transfer-leadership ID` makes ID
+// the leader, and a leader stopped with SIGTERM hands leadership on
+// before it exits, so the others have a leader at once, not after an
+// election timeout.
+func TestLeadershipHandedOn(t *testing.T) {
+	ms := startCluster(t, 3)
+	eps := endpoints(ms)
+	var st upgradeStatus
+	testutil.WaitFor(t, "a leader", 30*time.Second, func() bool {
+		r := tenure(t, eps, "status", "-o", "json")
+		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &st) == nil && st.Leader != ""
+	})
+	target := ms[0]
+	if target.id == st.Leader {
+		target = ms[1]
+	}
+	var moved struct {
+		Leader string `json:"leader"`
+	}
+	tenureJSON(t, eps, 0, &moved, "member", "transfer-leadership", target.id)
+	if moved.Leader != target.id {
+		t.Fatalf("transfer-leadership %s: leader %q", target.id, moved.Leader)
+	}
+	stopped := time.Now()
+	target.p.signal(syscall.SIGTERM)
+	if code := target.p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("the leader exited %d on SIGTERM: %s", code, target.p.stderr())
+	}
+	if !strings.Contains(target.p.stderr(), "stopping: leadership transferred") {
+		t.Fatalf("the leader did not hand leadership on before it stopped: %s", target.p.stderr())
+	}
+	var rest []*member
+	for _, m := range ms {
+		if m != target {
+			rest = append(rest, m)
+		}
+	}
+	testutil.WaitFor(t, "a new leader", 10*time.Second, func() bool {
+		r := tenure(t, endpoints(rest), "status", "-o", "json")
+		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &st) == nil && st.Leader != "" && st.Leader != target.id
+	})
+	t.Logf("a leader stopped with SIGTERM: %s leads %v after the signal", st.Leader, time.Since(stopped).Round(time.Millisecond))
 }
