@@ -206,7 +206,7 @@ func (n *Node) promote(ctx context.Context) error {
 	n.lessor.Promote(promoteAllowance)
 	n.applySettings(ctx)
 	n.EnsureSigningKey(ctx) // security.go
-	if n.peerStream == nil && n.fsm.ClusterVersion() < version.Protocol {
+	if n.fsm.ClusterVersion() < version.Protocol && n.soleVoterLeader() {
 		_ = n.tryRaise(ctx) // the only voter: nothing to ask (upgrade.go)
 	}
 	select {
