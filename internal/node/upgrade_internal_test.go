@@ -3,11 +3,18 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/store"
 	"github.com/tenure-io/tenure/internal/version"
 )
 
@@ -91,4 +98,51 @@ func TestVersionProbe(t *testing.T) {
 	if vs["a"].Protocol != version.Protocol || vs["b"].Protocol != version.Protocol || len(vs) != 2 {
 		t.Fatalf("MemberVersions: %+v", vs)
 	}
+}
+
+// TestStartRefusedOnNewerFormats: a data directory holding a log entry or
+// a snapshot of a newer format version than this build speaks (a
+// downgrade below the cluster version) is refused at start with one line
+// naming both versions; the node never starts on it.
+func TestStartRefusedOnNewerFormats(t *testing.T) {
+	newer := version.Protocol + 1
+	want := []string{fmt.Sprintf("format version %d", newer), fmt.Sprintf("newer than this build speaks (up to %d)", version.Protocol)}
+	t.Run("log entry", func(t *testing.T) {
+		dir := t.TempDir()
+		n := openRunning(t, Config{DataDir: dir})
+		fill(t, n, 3)
+		n.Close()
+		stores, err := store.Open(filepath.Join(dir, "raft"), "", io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, err := stores.Log.LastIndex()
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := fsm.EncodeEntryVersion(put("from-the-future"), newer, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var prev raft.Log
+		if err := stores.Log.GetLog(last, &prev); err != nil {
+			t.Fatal(err)
+		}
+		if err := stores.Log.StoreLog(&raft.Log{Index: last + 1, Term: prev.Term, Type: raft.LogCommand, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+		stores.Close()
+		refused(t, dir, "", append(want, fmt.Sprintf("raft log entry %d", last+1))...)
+	})
+	t.Run("snapshot", func(t *testing.T) {
+		dir, snap := snapshotted(t, "bolt")
+		state := fsm.NewState().Export()
+		state.FormatVersion, state.ClusterVersion = newer, newer
+		b, err := proto.Marshal(state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replaceSnapshotState(t, snap, b)
+		refused(t, dir, "bolt", append(want, "snapshot", snap)...)
+	})
 }
