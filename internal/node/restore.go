@@ -99,6 +99,17 @@ func (n *Node) RestoreSnapshot(ctx context.Context, data []byte, opt RestoreOpti
 		}
 		return nil, fmt.Errorf("%w: %v", fsm.ErrInvalid, err)
 	}
+	// A state of a newer cluster version than this cluster's is not
+	// installed on members that may not read it. A cluster whose voters
+	// all speak it may not have raised its version yet: ask them first.
+	if v := max(snap.GetClusterVersion(), snap.GetFormatVersion(), 1); v > n.fsm.ClusterVersion() {
+		if n.raft.State() == raft.Leader {
+			_ = n.tryRaise(ctx) // upgrade.go
+		}
+		if cv := n.fsm.ClusterVersion(); v > cv {
+			return nil, fmt.Errorf("%w: the snapshot was saved at cluster version %d and this cluster is at version %d: finish upgrading every member first (docs/operations.md)", fsm.ErrVersion, v, cv)
+		}
+	}
 	// Take every batcher slot: no command enters raft from here until the
 	// restore is installed, so the revision read below is the last one
 	// before the restore.
@@ -133,12 +144,8 @@ func (n *Node) RestoreSnapshot(ctx context.Context, data []byte, opt RestoreOpti
 	if snap.GetRevision() < floor && !opt.Force {
 		return nil, fmt.Errorf("%w: the cluster is at revision %d, the snapshot at %d; with --force the restored state continues above revision %d and every token issued so far stays stale", ErrSnapshotBehind, floor, snap.GetRevision(), floor)
 	}
-	// The cluster version is never lowered, and a state of a newer one
-	// than the cluster's is not installed on members that may not read it.
+	// The cluster version is never lowered (checked above).
 	cv := n.fsm.ClusterVersion()
-	if v := max(snap.GetClusterVersion(), snap.GetFormatVersion(), 1); v > cv {
-		return nil, fmt.Errorf("%w: the snapshot was saved at cluster version %d and this cluster is at version %d: finish upgrading every member first (docs/operations.md)", fsm.ErrVersion, v, cv)
-	}
 	snap.ClusterVersion, snap.FormatVersion = cv, cv
 	floor = max(floor, opt.AboveRevision)
 	snap.Revision = max(snap.GetRevision(), floor)
