@@ -204,6 +204,10 @@ const statusPoll = 100 * time.Millisecond
 type versionJSON struct {
 	Version string `json:"version"`
 	Go      string `json:"go"`
+	// Protocol is the newest format version this build speaks;
+	// MinProtocol the oldest cluster version it serves in.
+	Protocol    uint32 `json:"protocol"`
+	MinProtocol uint32 `json:"min_protocol"`
 }
 
 func (a *app) versionCommand() *cobra.Command {
@@ -212,11 +216,15 @@ func (a *app) versionCommand() *cobra.Command {
 		Short: "Show this build's version",
 		Long: `Show this build's version (the server's is in tenure status).
 
-JSON: {"version","go"}.`,
+JSON: {"version","go","protocol","min_protocol"}: protocol is the newest
+format version this build speaks, min_protocol the oldest cluster version
+it serves in (docs/operations.md, "Upgrading").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			out := versionJSON{Version: version.String(), Go: version.Go()}
-			return a.emit(out, func(w io.Writer) { fmt.Fprintf(w, "tenure %s (%s)\n", out.Version, out.Go) })
+			out := versionJSON{Version: version.String(), Go: version.Go(), Protocol: version.Protocol, MinProtocol: version.MinProtocol}
+			return a.emit(out, func(w io.Writer) {
+				fmt.Fprintf(w, "tenure %s (%s), protocol %d, serves in clusters of version %d or newer\n", out.Version, out.Go, out.Protocol, out.MinProtocol)
+			})
 		},
 	}
 }
