@@ -36,16 +36,41 @@ func buildBaseRelease(t *testing.T) string {
 	if out, err := exec.Command("git", "-C", root, "cat-file", "-e", baseRelease+"^{commit}").CombinedOutput(); err != nil {
 		t.Fatalf("commit %s (the release a rolling upgrade starts from) is not in this clone (a shallow clone? run `git fetch --unshallow`): %v %s", baseRelease, err, out)
 	}
-	dir := t.TempDir()
-	archive := exec.Command("sh", "-c", `git -C "$0" archive "$1" | tar -x -C "$2"`, root, baseRelease, dir)
-	if out, err := archive.CombinedOutput(); err != nil {
-		t.Fatalf("extracting %s: %v %s", baseRelease, err, out)
+	full, err := exec.Command("git", "-C", root, "rev-parse", baseRelease+"^{commit}").Output()
+	if err != nil {
+		t.Fatalf("resolving %s: %v", baseRelease, err)
 	}
-	bin := filepath.Join(dir, "tenure-"+baseRelease)
-	// Its dependencies are those of this build, already in the build
-	// cache: only the release's own packages are compiled.
+	// The release's source is extracted once into a directory of its own,
+	// named by its commit, beside Go's build cache: built from the same
+	// path every time, every package of it is in the build cache after the
+	// first run. An extraction is renamed into place only once complete.
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	src := filepath.Join(cache, "tenure-e2e", "release-"+strings.TrimSpace(string(full)))
+	if _, err := os.Stat(filepath.Join(src, "go.mod")); err != nil {
+		if err := os.MkdirAll(filepath.Dir(src), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		tmp, err := os.MkdirTemp(filepath.Dir(src), "extract-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(tmp) // left only if the rename below failed
+		archive := exec.Command("sh", "-c", `git -C "$0" archive "$1" | tar -x -C "$2"`, root, baseRelease, tmp)
+		if out, err := archive.CombinedOutput(); err != nil {
+			t.Fatalf("extracting %s: %v %s", baseRelease, err, out)
+		}
+		if err := os.Rename(tmp, src); err != nil {
+			if _, serr := os.Stat(filepath.Join(src, "go.mod")); serr != nil { // not another run's extraction
+				t.Fatalf("extracting %s: %v", baseRelease, err)
+			}
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "tenure-"+baseRelease)
 	build := exec.Command("go", "build", "-o", bin, "./cmd/tenure")
-	build.Dir = dir
+	build.Dir = src
 	build.Env = append(os.Environ(), "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -buildvcs=false"))
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building release %s: %v\n%s", baseRelease, err, out)
