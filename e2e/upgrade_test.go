@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -266,6 +267,27 @@ func TestRollingUpgradeFromBaseRelease(t *testing.T) {
 		})
 	}
 	progress("at the new cluster version")
+
+	// A member of the base release can no longer join: it would skip what
+	// it does not know.
+	n4 := &member{id: "n4", addr: freeAddr(t), peer: freeAddr(t)}
+	n4.p = startExec(t, "n4@"+baseRelease, n4.addr, exec.Command(old, "serve", "--http-listen", "127.0.0.1:0", "--node-id", n4.id,
+		"--listen", n4.addr, "--peer-listen", n4.peer, "--data-dir", filepath.Join(root, n4.id), "--join"))
+	testutil.WaitFor(t, "n4's peer listener", 30*time.Second, func() bool {
+		c, err := net.Dial("tcp", n4.peer)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	r := tenure(t, eps, "member", "add", n4.id, n4.peer, "--force")
+	if want := fmt.Sprintf("n4 speaks format version 1, the cluster is at version %d", version.Protocol); r.code == 0 || !strings.Contains(r.stderr, want) {
+		t.Fatalf("member add of a base-release member: exit %d, stderr %q; want a refusal saying %q", r.code, r.stderr, want)
+	}
+	tenureJSON(t, eps, 0, &list, "member", "list")
+	if len(list.Members) != 3 {
+		t.Fatalf("after the refused add: %+v", list)
+	}
 	close(stopWriter)
 	<-writerDone
 
