@@ -95,7 +95,8 @@ type upgradeStatus struct {
 // command runs throughout; every acknowledged write reads back; while
 // members of the base release remain, an upgraded node reports its
 // protocol above the cluster version (1), and once all are upgraded the
-// cluster version rises to the protocol.
+// cluster version rises to the protocol. A member of the base release
+// cannot join afterwards.
 func TestRollingUpgradeFromBaseRelease(t *testing.T) {
 	began := time.Now()
 	old := buildBaseRelease(t)
