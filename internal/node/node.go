@@ -105,6 +105,7 @@ type Node struct {
 	hooksMu   sync.Mutex
 	onDemote  []func()
 	onPromote []func(context.Context)
+	onRaise   []func(context.Context)
 
 	// workMu orders startWork against Close: once Close has begun, no
 	// goroutine of the node starts.
@@ -300,6 +301,16 @@ func (n *Node) OnPromote(fn func(ctx context.Context)) {
 	n.hooksMu.Lock()
 	defer n.hooksMu.Unlock()
 	n.onPromote = append(n.onPromote, fn)
+}
+
+// OnClusterVersionRaised registers fn to run each time this node, as
+// leader, has raised the cluster version (upgrade.go): a proposal the
+// older version refused may be made then. It runs on the goroutine that
+// raised it: fn may propose, and should return soon.
+func (n *Node) OnClusterVersionRaised(fn func(ctx context.Context)) {
+	n.hooksMu.Lock()
+	defer n.hooksMu.Unlock()
+	n.onRaise = append(n.onRaise, fn)
 }
 
 // Ready is closed the first time Health reports the node ready: it knows a

@@ -266,6 +266,12 @@ func (n *Node) tryRaise(ctx context.Context) error {
 	}
 	n.cfg.Logger.Info("cluster version raised: every voter speaks it", "from", cv, "to", n.fsm.ClusterVersion())
 	n.applySettings(ctx) // a setting the older version could not write
+	n.hooksMu.Lock()
+	hooks := n.onRaise
+	n.hooksMu.Unlock()
+	for _, fn := range hooks {
+		fn(ctx)
+	}
 	return nil
 }
 
