@@ -26,7 +26,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"io"
@@ -47,6 +46,7 @@ import (
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 	"github.com/tenure-io/tenure/internal/server"
+	"github.com/tenure-io/tenure/internal/tlsconfig"
 )
 
 // Metadata keys of forwarding.
@@ -68,45 +68,14 @@ const forwardServerName = "tenure-etcd-forward"
 // instead, which requires a certificate of the peers' CA: a member
 // forwarding a request.
 func ServerTLS(client *tls.Config, peer func() *tls.Config) *tls.Config {
-	if peer == nil {
-		return client
-	}
-	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
-			if h.ServerName == forwardServerName {
-				return peer(), nil
-			}
-			if client.GetConfigForClient != nil {
-				if c, err := client.GetConfigForClient(h); c != nil || err != nil {
-					return c, err
-				}
-			}
-			return client, nil
-		},
-	}
+	return tlsconfig.MemberServer(client, peer, forwardServerName)
 }
 
 // forwardTLS is the configuration a member dials host's etcd API with:
 // the peer TLS settings, the server name forwardServerName, and the
 // server's certificate verified against the peers' CA for host.
 func forwardTLS(peer *tls.Config, host string) *tls.Config {
-	c := peer.Clone()
-	c.ServerName = forwardServerName
-	c.InsecureSkipVerify = true // verified below, for host rather than the server name sent
-	roots := peer.RootCAs
-	c.VerifyConnection = func(cs tls.ConnectionState) error {
-		if len(cs.PeerCertificates) == 0 {
-			return errors.New("etcdapi: the leader presented no certificate")
-		}
-		opts := x509.VerifyOptions{Roots: roots, DNSName: host, Intermediates: x509.NewCertPool()}
-		for _, ic := range cs.PeerCertificates[1:] {
-			opts.Intermediates.AddCert(ic)
-		}
-		_, err := cs.PeerCertificates[0].Verify(opts)
-		return err
-	}
-	return c
+	return tlsconfig.MemberClient(peer, host, forwardServerName)
 }
 
 // publishInterval is how often a node checks that the state has its
@@ -169,19 +138,19 @@ func (c *conns) close() {
 // forward returns where to forward a request that needs the leader when
 // this node is a follower, or nil when this node leads and serves it.
 func (s *Server) forward(ctx context.Context) (*leaderConn, error) {
-	if s.node.IsLeader() {
+	if s.front.IsLeader() {
 		return nil, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	if len(md.Get(forwardedKey)) > 0 {
 		return nil, rpctypes.ErrGRPCNoLeader // the sender took this node for the leader
 	}
-	leader := s.node.Leader()
+	leader := s.front.Leader()
 	if leader == "" {
 		return nil, rpctypes.ErrGRPCNoLeader
 	}
 	var u string
-	s.node.Read(func(st *fsm.State) { u = st.EtcdURL(leader) })
+	s.front.Read(func(st *fsm.State) { u = st.EtcdURL(leader) })
 	if u == "" {
 		return nil, status.Errorf(codes.Unavailable, "etcdserver: no leader: the leader %s has not published its etcd API address yet", leader)
 	}
@@ -189,7 +158,7 @@ func (s *Server) forward(ctx context.Context) (*leaderConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &leaderConn{conn: cc, ctx: forwardContext(ctx, s.node.ID())}, nil
+	return &leaderConn{conn: cc, ctx: forwardContext(ctx, s.front.NodeID())}, nil
 }
 
 // forwardContext is the outgoing context of a request forwarded by member
@@ -284,16 +253,16 @@ func (s *Server) Run(ctx context.Context) error {
 // publish makes sure the state has this node's address: the leader
 // commits it, a follower sends it to the leader.
 func (s *Server) publish(ctx context.Context) {
-	self := s.node.ID()
+	self := s.front.NodeID()
 	var cur string
-	s.node.Read(func(st *fsm.State) { cur = st.EtcdURL(self) })
+	s.front.Read(func(st *fsm.State) { cur = st.EtcdURL(self) })
 	if cur == s.cfg.ClientURL {
 		return
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	cmd := &fsmpb.SetEtcdURL{Member: self, Url: s.cfg.ClientURL}
-	if s.node.IsLeader() {
+	if s.front.IsLeader() {
 		if _, err := s.propose(pctx, cmd); err != nil && ctx.Err() == nil {
 			s.log.Warn("publishing the etcd API address", "err", err)
 		}
@@ -313,7 +282,7 @@ func (s *Server) publish(ctx context.Context) {
 // mac authenticates a member's address: an HMAC keyed by the cluster's
 // first signing key, which only members hold.
 func (s *Server) mac(c *fsmpb.SetEtcdURL) (string, bool) {
-	sec := s.node.Security()
+	sec := s.front.Security()
 	if len(sec.Keys) == 0 {
 		return "", false
 	}
@@ -355,10 +324,10 @@ func (s *Server) accept(ctx context.Context, c *fsmpb.SetEtcdURL) error {
 	if !ok || len(got) != 1 || !hmac.Equal([]byte(got[0]), []byte(want)) {
 		return status.Error(codes.PermissionDenied, "etcdserver: permission denied: not a member's address")
 	}
-	if !s.node.IsLeader() {
+	if !s.front.IsLeader() {
 		return rpctypes.ErrGRPCNotLeader
 	}
-	ms, err := s.node.Members()
+	ms, err := s.front.Members()
 	if err != nil {
 		return toGRPC(err)
 	}

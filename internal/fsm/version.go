@@ -114,6 +114,7 @@ var Gates = []Gate{
 	{"tenure.fsm.v1.Command.retire_signing_key", 2},
 	{"tenure.fsm.v1.Command.remove_signing_key", 2},
 	{"tenure.fsm.v1.Command.acl_token_update", 2},
+	{"tenure.fsm.v1.Command.set_client_addr", 2},
 	{"tenure.fsm.v1.Limits.max_etcd_leases", 2},
 }
 

@@ -25,15 +25,15 @@ import (
 // writing anything to the log while members of an older release are
 // present. It asks each member over the peer listener raft already uses,
 // with the peer TLS that guards it: a connection whose first byte is
-// versionProbe is not raft's (raft's RPC types are small numbers) and is
-// answered with one line, "TENURE-VERSION protocol=P min=M release=R",
-// then closed. A member of a release before versions takes the byte for
-// an RPC type it does not know and closes the connection: it counts as
-// version 1. A member that cannot be reached reports nothing, and the
-// version is not raised past it.
+// versionProbe is neither raft's (raft's RPC types are small numbers) nor
+// the identity hello's (peerid.go), and is answered with one line,
+// "TENURE-VERSION protocol=P min=M release=R", then closed. A member of a
+// release before versions takes the byte for an RPC type it does not know
+// and closes the connection: it counts as version 1. A member that cannot
+// be reached reports nothing, and the version is not raised past it.
 
 // versionProbe is the first byte of a version probe.
-const versionProbe = 'T'
+const versionProbe = 'V'
 
 // versionRequest is what a prober sends; versionAnswer prefixes the answer.
 const (
@@ -111,38 +111,6 @@ func (c *probeConn) Read(b []byte) (int, error) {
 	return 0, io.EOF // raft closes the connection
 }
 
-// plainStream is raft's TCP stream layer without TLS.
-type plainStream struct {
-	net.Listener
-	advertise net.Addr
-}
-
-// Addr implements net.Listener: the address other members dial.
-func (s *plainStream) Addr() net.Addr { return s.advertise }
-
-// Dial implements raft.StreamLayer.
-func (s *plainStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return net.DialTimeout("tcp", string(address), timeout)
-}
-
-// newPlainTransport is raft.NewTCPTransportWithConfig with a stream layer
-// that answers version probes.
-func newPlainTransport(bind string, advertise net.Addr, nc *raft.NetworkTransportConfig) (*raft.NetworkTransport, error) {
-	lis, err := net.Listen("tcp", bind)
-	if err != nil {
-		return nil, err
-	}
-	if advertise == nil {
-		advertise = lis.Addr()
-	}
-	if tcp, ok := advertise.(*net.TCPAddr); !ok || tcp.IP == nil || tcp.IP.IsUnspecified() {
-		lis.Close()
-		return nil, fmt.Errorf("node: peer address %s is not one other members can dial (give --peer-advertise)", advertise)
-	}
-	nc.Stream = versionStream{&plainStream{Listener: lis, advertise: advertise}}
-	return raft.NewNetworkTransportWithConfig(nc), nil
-}
-
 // probeVersion asks the member id at addr for its version. An error means
 // it did not answer (unreachable, or the peer TLS failed); a member that
 // closes the connection without an answer reports Protocol 1.
@@ -185,18 +153,66 @@ func (n *Node) probeVersion(ctx context.Context, id, addr string) (MemberVersion
 	return v, nil
 }
 
-// MemberVersions asks every member of ms for its version, at once, within
-// versionProbeTimeout; a member that did not answer is missing from the
-// answer. This node answers for itself.
+// memberVersionTTL is how long MemberVersions reuses what a member
+// reported (or that it did not answer).
+const memberVersionTTL = 5 * time.Second
+
+// versionCache holds what each member last reported.
+type versionCache struct {
+	mu sync.Mutex
+	m  map[string]cachedVersion // by member id
+}
+
+type cachedVersion struct {
+	addr     string
+	v        MemberVersion
+	answered bool
+	at       time.Time
+}
+
+// MemberVersions returns the version of every member of ms that answers:
+// what it reported within memberVersionTTL, else what it answers now to a
+// probe (all asked at once, within ctx and versionProbeTimeout). A member
+// that did not answer is missing from the answer. This node answers for
+// itself. Safe for concurrent use.
 func (n *Node) MemberVersions(ctx context.Context, ms []Member) map[string]MemberVersion {
+	return n.memberVersions(ctx, ms, false)
+}
+
+// memberVersions is MemberVersions; fresh asks every member anew.
+func (n *Node) memberVersions(ctx context.Context, ms []Member, fresh bool) map[string]MemberVersion {
 	out := make(map[string]MemberVersion, len(ms))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	now := time.Now()
+	n.versions.mu.Lock()
+	for id, c := range n.versions.m { // a removed member's is forgotten
+		if now.Sub(c.at) > 12*memberVersionTTL {
+			delete(n.versions.m, id)
+		}
+	}
+	n.versions.mu.Unlock()
 	for _, m := range ms {
+		n.versions.mu.Lock()
+		c, ok := n.versions.m[m.ID]
+		n.versions.mu.Unlock()
+		if ok && !fresh && c.addr == m.PeerAddr && now.Sub(c.at) < memberVersionTTL {
+			if c.answered {
+				out[m.ID] = c.v
+			}
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if v, err := n.probeVersion(ctx, m.ID, m.PeerAddr); err == nil {
+			v, err := n.probeVersion(ctx, m.ID, m.PeerAddr)
+			n.versions.mu.Lock()
+			if n.versions.m == nil {
+				n.versions.m = make(map[string]cachedVersion)
+			}
+			n.versions.m[m.ID] = cachedVersion{addr: m.PeerAddr, v: v, answered: err == nil, at: time.Now()}
+			n.versions.mu.Unlock()
+			if err == nil {
 				mu.Lock()
 				out[m.ID] = v
 				mu.Unlock()
@@ -247,7 +263,7 @@ func (n *Node) tryRaise(ctx context.Context) error {
 			voters = append(voters, m)
 		}
 	}
-	vs := n.MemberVersions(ctx, voters)
+	vs := n.memberVersions(ctx, voters, true)
 	target := version.Protocol
 	for _, m := range voters {
 		v, ok := vs[m.ID]

@@ -28,7 +28,7 @@ func TestVersionProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream := versionStream{&plainStream{Listener: lis, advertise: lis.Addr()}}
+	stream := versionStream{&tcpStream{Listener: lis, advertise: lis.Addr()}}
 	defer stream.Close()
 	raftSaw := make(chan []byte, 4)
 	go func() { // raft's side: read each connection until it ends

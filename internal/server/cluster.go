@@ -7,25 +7,35 @@ import (
 	"io"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/node"
 )
 
+// memberVersionWait bounds how long a member list waits for the members'
+// versions (a member that does not answer in time is listed without).
+const memberVersionWait = time.Second
+
 // members lists the members, each with the version it reports over its
-// peer listener (node.MemberVersions; asked at once, within a bound).
+// peer listener (node.MemberVersions: a few seconds old at most, asked
+// again within memberVersionWait).
 func (s *Server) members(ctx context.Context) (*pb.MemberListResponse, error) {
 	ms, err := s.node.Members()
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	vs := s.node.MemberVersions(ctx, ms)
+	vctx, cancel := context.WithTimeout(ctx, memberVersionWait)
+	vs := s.node.MemberVersions(vctx, ms)
+	cancel()
 	out := &pb.MemberListResponse{}
-	for _, m := range ms {
-		v := vs[m.ID]
-		out.Members = append(out.Members, &pb.Member{Id: m.ID, PeerAddr: m.PeerAddr, Voter: m.Voter, Leader: m.Leader, Protocol: v.Protocol, Version: v.Release})
-	}
+	s.node.Read(func(st *fsm.State) {
+		for _, m := range ms {
+			v := vs[m.ID]
+			out.Members = append(out.Members, &pb.Member{Id: m.ID, PeerAddr: m.PeerAddr, Voter: m.Voter, Leader: m.Leader, ClientAddr: st.ClientAddr(m.ID), Protocol: v.Protocol, Version: v.Release})
+		}
+	})
 	return out, nil
 }
 
@@ -175,7 +185,7 @@ func memberErr(err error, todo string) error {
 	switch {
 	case errors.Is(err, node.ErrPeerUnreachable):
 		return fmt.Errorf("%w: %s; %s", fsm.ErrInvalid, msg, todo)
-	case errors.Is(err, node.ErrStandalone), errors.Is(err, node.ErrCatchingUp):
+	case errors.Is(err, node.ErrStandalone), errors.Is(err, node.ErrCatchingUp), errors.Is(err, node.ErrOtherCluster):
 		return fmt.Errorf("%w: %s", fsm.ErrInvalid, msg)
 	}
 	return err

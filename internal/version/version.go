@@ -52,7 +52,7 @@ func Go() string { return runtime.Version() }
 // member that reports no version counts as 1.
 //
 // Version 2: the commands AclEnable, RetireSigningKey, RemoveSigningKey,
-// AclTokenUpdate and SetClusterVersion; the etcd lease limit of its own;
+// AclTokenUpdate, SetClientAddr and SetClusterVersion; the etcd lease limit of its own;
 // registers bound to a lock; a transaction's answer bound; ACLs put in
 // force on every member by their bootstrap.
 const (
