@@ -37,7 +37,7 @@ const versionProbe = 'V'
 
 // versionRequest is what a prober sends; versionAnswer prefixes the answer.
 const (
-	versionRequest = "TENURE-VERSION?\n"
+	versionRequest = string(versionProbe) + "TENURE-VERSION?\n"
 	versionAnswer  = "TENURE-VERSION "
 )
 
