@@ -248,16 +248,20 @@ func TestRollingUpgradeFromBaseRelease(t *testing.T) {
 			Protocol uint32 `json:"protocol"`
 		} `json:"members"`
 	}
-	tenureJSON(t, order[0].addr, 0, &list, "member", "list")
-	for _, m := range list.Members {
-		want := version.Protocol
-		if m.ID == order[2].id {
-			want = 1
+	// (what members reported is reused for a few seconds).
+	testutil.WaitFor(t, "the member list to show n1, n2 and n3's versions", 20*time.Second, func() bool {
+		tenureJSON(t, order[0].addr, 0, &list, "member", "list")
+		for _, m := range list.Members {
+			want := version.Protocol
+			if m.ID == order[2].id {
+				want = 1
+			}
+			if m.Protocol != want {
+				return false
+			}
 		}
-		if m.Protocol != want {
-			t.Fatalf("member list: %s reports protocol %d, want %d (%+v)", m.ID, m.Protocol, want, list)
-		}
-	}
+		return len(list.Members) == 3
+	})
 	upgrade(order[2])
 	progress("after upgrading the old leader " + order[2].id)
 

@@ -68,7 +68,8 @@ func (a *app) memberCommand() *cobra.Command {
 JSON: {"members":[{"id","peer_addr","voter","leader","protocol","version"}]}:
 protocol is the format version the member reports over its peer address
 (1 for a release before versions, 0 when it did not answer), version its
-release.
+release; what a member reported is reused for up to 5 seconds (1 second
+for an older protocol or no answer).
 
 A change is refused, --force or not, if it would leave fewer reachable
 voters than a majority of the voters before it (for an add, also of the

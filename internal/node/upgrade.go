@@ -154,8 +154,13 @@ func (n *Node) probeVersion(ctx context.Context, id, addr string) (MemberVersion
 }
 
 // memberVersionTTL is how long MemberVersions reuses what a member
-// reported (or that it did not answer).
-const memberVersionTTL = 5 * time.Second
+// reported, when it speaks this build's protocol or a newer one;
+// memberVersionRecheck, when it speaks an older one or did not answer
+// (it is the member being upgraded, or down).
+const (
+	memberVersionTTL     = 5 * time.Second
+	memberVersionRecheck = time.Second
+)
 
 // versionCache holds what each member last reported.
 type versionCache struct {
@@ -171,7 +176,8 @@ type cachedVersion struct {
 }
 
 // MemberVersions returns the version of every member of ms that answers:
-// what it reported within memberVersionTTL, else what it answers now to a
+// what it reported within memberVersionTTL (memberVersionRecheck for one
+// of an older protocol, or that did not answer), else what it answers now to a
 // probe (all asked at once, within ctx and versionProbeTimeout). A member
 // that did not answer is missing from the answer. This node answers for
 // itself. Safe for concurrent use.
@@ -196,7 +202,11 @@ func (n *Node) memberVersions(ctx context.Context, ms []Member, fresh bool) map[
 		n.versions.mu.Lock()
 		c, ok := n.versions.m[m.ID]
 		n.versions.mu.Unlock()
-		if ok && !fresh && c.addr == m.PeerAddr && now.Sub(c.at) < memberVersionTTL {
+		ttl := memberVersionRecheck
+		if c.answered && c.v.Protocol >= version.Protocol {
+			ttl = memberVersionTTL
+		}
+		if ok && !fresh && c.addr == m.PeerAddr && now.Sub(c.at) < ttl {
 			if c.answered {
 				out[m.ID] = c.v
 			}
