@@ -860,6 +860,17 @@ func (c *Client) RemoveMember(ctx context.Context, id string, force bool) (*pb.M
 	return resp, err
 }
 
+// TransferLeadership asks the leader to hand leadership to the voter id
+// ("": the most up to date one) and returns the member that leads then.
+func (c *Client) TransferLeadership(ctx context.Context, id string) (string, error) {
+	var resp *pb.MemberTransferLeadershipResponse
+	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.MemberTransferLeadership(ctx, &pb.MemberTransferLeadershipRequest{Id: id})
+		return err
+	})
+	return resp.GetLeader(), err
+}
+
 // Limits reads the cluster's replicated admission limits.
 func (c *Client) Limits(ctx context.Context) (*pb.LimitsResponse, error) {
 	var resp *pb.LimitsResponse

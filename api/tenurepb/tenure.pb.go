@@ -2218,7 +2218,14 @@ type Member struct {
 	Leader   bool                   `protobuf:"varint,4,opt,name=leader,proto3" json:"leader,omitempty"`
 	// client_addr is where clients reach the member's Tenure API
 	// (host:port), as the member published it; empty while unknown.
-	ClientAddr    string `protobuf:"bytes,110,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	ClientAddr string `protobuf:"bytes,110,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	// protocol: the protocol version the member reports over its peer
+	// address (internal/version.Protocol): 1 for a member that answers
+	// without one (a release before versions), 0 when it did not answer.
+	Protocol uint32 `protobuf:"varint,130,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	// version: the member's release, as it reports it ("" when it reports
+	// none).
+	Version       string `protobuf:"bytes,131,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2288,6 +2295,20 @@ func (x *Member) GetClientAddr() string {
 	return ""
 }
 
+func (x *Member) GetProtocol() uint32 {
+	if x != nil {
+		return x.Protocol
+	}
+	return 0
+}
+
+func (x *Member) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
 type MemberListRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2324,6 +2345,96 @@ func (*MemberListRequest) Descriptor() ([]byte, []int) {
 	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{36}
 }
 
+type MemberTransferLeadershipRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id: the voter to lead ("": the most up to date one).
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberTransferLeadershipRequest) Reset() {
+	*x = MemberTransferLeadershipRequest{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberTransferLeadershipRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberTransferLeadershipRequest) ProtoMessage() {}
+
+func (x *MemberTransferLeadershipRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberTransferLeadershipRequest.ProtoReflect.Descriptor instead.
+func (*MemberTransferLeadershipRequest) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *MemberTransferLeadershipRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type MemberTransferLeadershipResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// leader: the member that leads now.
+	Leader        string `protobuf:"bytes,1,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberTransferLeadershipResponse) Reset() {
+	*x = MemberTransferLeadershipResponse{}
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberTransferLeadershipResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberTransferLeadershipResponse) ProtoMessage() {}
+
+func (x *MemberTransferLeadershipResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberTransferLeadershipResponse.ProtoReflect.Descriptor instead.
+func (*MemberTransferLeadershipResponse) Descriptor() ([]byte, []int) {
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *MemberTransferLeadershipResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
 type MemberListResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Members       []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
@@ -2333,7 +2444,7 @@ type MemberListResponse struct {
 
 func (x *MemberListResponse) Reset() {
 	*x = MemberListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2345,7 +2456,7 @@ func (x *MemberListResponse) String() string {
 func (*MemberListResponse) ProtoMessage() {}
 
 func (x *MemberListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[37]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2358,7 +2469,7 @@ func (x *MemberListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberListResponse.ProtoReflect.Descriptor instead.
 func (*MemberListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{37}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *MemberListResponse) GetMembers() []*Member {
@@ -2380,7 +2491,7 @@ type MemberAddRequest struct {
 
 func (x *MemberAddRequest) Reset() {
 	*x = MemberAddRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2392,7 +2503,7 @@ func (x *MemberAddRequest) String() string {
 func (*MemberAddRequest) ProtoMessage() {}
 
 func (x *MemberAddRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[38]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2405,7 +2516,7 @@ func (x *MemberAddRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberAddRequest.ProtoReflect.Descriptor instead.
 func (*MemberAddRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{38}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *MemberAddRequest) GetId() string {
@@ -2439,7 +2550,7 @@ type MemberRemoveRequest struct {
 
 func (x *MemberRemoveRequest) Reset() {
 	*x = MemberRemoveRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2451,7 +2562,7 @@ func (x *MemberRemoveRequest) String() string {
 func (*MemberRemoveRequest) ProtoMessage() {}
 
 func (x *MemberRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[39]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2464,7 +2575,7 @@ func (x *MemberRemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRemoveRequest.ProtoReflect.Descriptor instead.
 func (*MemberRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{39}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *MemberRemoveRequest) GetId() string {
@@ -2491,7 +2602,7 @@ type SessionFrames struct {
 
 func (x *SessionFrames) Reset() {
 	*x = SessionFrames{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2614,7 @@ func (x *SessionFrames) String() string {
 func (*SessionFrames) ProtoMessage() {}
 
 func (x *SessionFrames) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[40]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2627,7 @@ func (x *SessionFrames) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionFrames.ProtoReflect.Descriptor instead.
 func (*SessionFrames) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{40}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SessionFrames) GetFrames() []*SessionFrame {
@@ -2542,7 +2653,7 @@ type SessionFrame struct {
 
 func (x *SessionFrame) Reset() {
 	*x = SessionFrame{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2554,7 +2665,7 @@ func (x *SessionFrame) String() string {
 func (*SessionFrame) ProtoMessage() {}
 
 func (x *SessionFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[41]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2567,7 +2678,7 @@ func (x *SessionFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionFrame.ProtoReflect.Descriptor instead.
 func (*SessionFrame) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{41}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SessionFrame) GetStream() uint64 {
@@ -2601,7 +2712,7 @@ type SessionReplies struct {
 
 func (x *SessionReplies) Reset() {
 	*x = SessionReplies{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2613,7 +2724,7 @@ func (x *SessionReplies) String() string {
 func (*SessionReplies) ProtoMessage() {}
 
 func (x *SessionReplies) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[42]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2626,7 +2737,7 @@ func (x *SessionReplies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReplies.ProtoReflect.Descriptor instead.
 func (*SessionReplies) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{42}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SessionReplies) GetReplies() []*SessionReply {
@@ -2657,7 +2768,7 @@ type SessionReply struct {
 
 func (x *SessionReply) Reset() {
 	*x = SessionReply{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +2780,7 @@ func (x *SessionReply) String() string {
 func (*SessionReply) ProtoMessage() {}
 
 func (x *SessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[43]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +2793,7 @@ func (x *SessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReply.ProtoReflect.Descriptor instead.
 func (*SessionReply) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{43}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SessionReply) GetStream() uint64 {
@@ -2754,7 +2865,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2766,7 +2877,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[44]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2779,7 +2890,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{44}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SessionRequest) GetId() uint64 {
@@ -2923,7 +3034,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2935,7 +3046,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[45]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2948,7 +3059,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{45}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *OpenSession) GetSessionId() uint64 {
@@ -2987,7 +3098,7 @@ type KeepAlive struct {
 
 func (x *KeepAlive) Reset() {
 	*x = KeepAlive{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2999,7 +3110,7 @@ func (x *KeepAlive) String() string {
 func (*KeepAlive) ProtoMessage() {}
 
 func (x *KeepAlive) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[46]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3012,7 +3123,7 @@ func (x *KeepAlive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAlive.ProtoReflect.Descriptor instead.
 func (*KeepAlive) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{46}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{48}
 }
 
 type AcquireLock struct {
@@ -3056,7 +3167,7 @@ type AcquireLock struct {
 
 func (x *AcquireLock) Reset() {
 	*x = AcquireLock{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3068,7 +3179,7 @@ func (x *AcquireLock) String() string {
 func (*AcquireLock) ProtoMessage() {}
 
 func (x *AcquireLock) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[47]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3081,7 +3192,7 @@ func (x *AcquireLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireLock.ProtoReflect.Descriptor instead.
 func (*AcquireLock) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{47}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *AcquireLock) GetName() string {
@@ -3166,7 +3277,7 @@ type ProclaimValue struct {
 
 func (x *ProclaimValue) Reset() {
 	*x = ProclaimValue{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3178,7 +3289,7 @@ func (x *ProclaimValue) String() string {
 func (*ProclaimValue) ProtoMessage() {}
 
 func (x *ProclaimValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[48]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3191,7 +3302,7 @@ func (x *ProclaimValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProclaimValue.ProtoReflect.Descriptor instead.
 func (*ProclaimValue) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{48}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ProclaimValue) GetName() string {
@@ -3223,7 +3334,7 @@ type ValueProclaimed struct {
 
 func (x *ValueProclaimed) Reset() {
 	*x = ValueProclaimed{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3235,7 +3346,7 @@ func (x *ValueProclaimed) String() string {
 func (*ValueProclaimed) ProtoMessage() {}
 
 func (x *ValueProclaimed) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[49]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3248,7 +3359,7 @@ func (x *ValueProclaimed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValueProclaimed.ProtoReflect.Descriptor instead.
 func (*ValueProclaimed) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{49}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{51}
 }
 
 type ReleaseLock struct {
@@ -3261,7 +3372,7 @@ type ReleaseLock struct {
 
 func (x *ReleaseLock) Reset() {
 	*x = ReleaseLock{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3273,7 +3384,7 @@ func (x *ReleaseLock) String() string {
 func (*ReleaseLock) ProtoMessage() {}
 
 func (x *ReleaseLock) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[50]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3286,7 +3397,7 @@ func (x *ReleaseLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLock.ProtoReflect.Descriptor instead.
 func (*ReleaseLock) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{50}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReleaseLock) GetName() string {
@@ -3314,7 +3425,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3326,7 +3437,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[51]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3339,7 +3450,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{51}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CancelRequest) GetRequestId() uint64 {
@@ -3357,7 +3468,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3369,7 +3480,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[52]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3382,7 +3493,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{52}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{54}
 }
 
 type SessionResponse struct {
@@ -3405,7 +3516,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3417,7 +3528,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[53]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3430,7 +3541,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{53}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SessionResponse) GetId() uint64 {
@@ -3587,7 +3698,7 @@ type SessionOpened struct {
 
 func (x *SessionOpened) Reset() {
 	*x = SessionOpened{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3599,7 +3710,7 @@ func (x *SessionOpened) String() string {
 func (*SessionOpened) ProtoMessage() {}
 
 func (x *SessionOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[54]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3612,7 +3723,7 @@ func (x *SessionOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionOpened.ProtoReflect.Descriptor instead.
 func (*SessionOpened) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{54}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SessionOpened) GetSessionId() uint64 {
@@ -3652,7 +3763,7 @@ type KeepAliveAck struct {
 
 func (x *KeepAliveAck) Reset() {
 	*x = KeepAliveAck{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3664,7 +3775,7 @@ func (x *KeepAliveAck) String() string {
 func (*KeepAliveAck) ProtoMessage() {}
 
 func (x *KeepAliveAck) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[55]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3677,7 +3788,7 @@ func (x *KeepAliveAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveAck.ProtoReflect.Descriptor instead.
 func (*KeepAliveAck) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{55}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *KeepAliveAck) GetTtlMs() int64 {
@@ -3698,7 +3809,7 @@ type LockQueued struct {
 
 func (x *LockQueued) Reset() {
 	*x = LockQueued{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3710,7 +3821,7 @@ func (x *LockQueued) String() string {
 func (*LockQueued) ProtoMessage() {}
 
 func (x *LockQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[56]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3723,7 +3834,7 @@ func (x *LockQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockQueued.ProtoReflect.Descriptor instead.
 func (*LockQueued) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{56}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *LockQueued) GetPosition() uint32 {
@@ -3754,7 +3865,7 @@ type LockGranted struct {
 
 func (x *LockGranted) Reset() {
 	*x = LockGranted{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3766,7 +3877,7 @@ func (x *LockGranted) String() string {
 func (*LockGranted) ProtoMessage() {}
 
 func (x *LockGranted) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[57]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3779,7 +3890,7 @@ func (x *LockGranted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockGranted.ProtoReflect.Descriptor instead.
 func (*LockGranted) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{57}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *LockGranted) GetName() string {
@@ -3811,7 +3922,7 @@ type LockReleased struct {
 
 func (x *LockReleased) Reset() {
 	*x = LockReleased{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3823,7 +3934,7 @@ func (x *LockReleased) String() string {
 func (*LockReleased) ProtoMessage() {}
 
 func (x *LockReleased) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[58]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3836,7 +3947,7 @@ func (x *LockReleased) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockReleased.ProtoReflect.Descriptor instead.
 func (*LockReleased) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{58}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{60}
 }
 
 type SessionClosed struct {
@@ -3847,7 +3958,7 @@ type SessionClosed struct {
 
 func (x *SessionClosed) Reset() {
 	*x = SessionClosed{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3859,7 +3970,7 @@ func (x *SessionClosed) String() string {
 func (*SessionClosed) ProtoMessage() {}
 
 func (x *SessionClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[59]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3872,7 +3983,7 @@ func (x *SessionClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionClosed.ProtoReflect.Descriptor instead.
 func (*SessionClosed) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{59}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{61}
 }
 
 type Error struct {
@@ -3891,7 +4002,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3903,7 +4014,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[60]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3916,7 +4027,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{60}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *Error) GetReason() ErrorReason {
@@ -3963,7 +4074,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3975,7 +4086,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[61]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3988,7 +4099,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{61}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListSessionsRequest) GetAfterId() uint64 {
@@ -4034,7 +4145,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4046,7 +4157,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[62]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4059,7 +4170,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{62}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *SessionInfo) GetId() uint64 {
@@ -4131,7 +4242,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4143,7 +4254,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[63]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4156,7 +4267,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{63}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
@@ -4201,7 +4312,7 @@ type LockStatusRequest struct {
 
 func (x *LockStatusRequest) Reset() {
 	*x = LockStatusRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4213,7 +4324,7 @@ func (x *LockStatusRequest) String() string {
 func (*LockStatusRequest) ProtoMessage() {}
 
 func (x *LockStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[64]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4226,7 +4337,7 @@ func (x *LockStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockStatusRequest.ProtoReflect.Descriptor instead.
 func (*LockStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{64}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *LockStatusRequest) GetName() string {
@@ -4278,7 +4389,7 @@ type Holder struct {
 
 func (x *Holder) Reset() {
 	*x = Holder{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4290,7 +4401,7 @@ func (x *Holder) String() string {
 func (*Holder) ProtoMessage() {}
 
 func (x *Holder) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[65]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4303,7 +4414,7 @@ func (x *Holder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holder.ProtoReflect.Descriptor instead.
 func (*Holder) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{65}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *Holder) GetOwner() string {
@@ -4360,7 +4471,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4372,7 +4483,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[66]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4385,7 +4496,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{66}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *Waiter) GetOwner() string {
@@ -4441,7 +4552,7 @@ type LockStatusResponse struct {
 
 func (x *LockStatusResponse) Reset() {
 	*x = LockStatusResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4453,7 +4564,7 @@ func (x *LockStatusResponse) String() string {
 func (*LockStatusResponse) ProtoMessage() {}
 
 func (x *LockStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[67]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4466,7 +4577,7 @@ func (x *LockStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockStatusResponse.ProtoReflect.Descriptor instead.
 func (*LockStatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{67}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *LockStatusResponse) GetName() string {
@@ -4564,7 +4675,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4576,7 +4687,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[68]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4589,7 +4700,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{68}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListLocksRequest) GetPrefix() string {
@@ -4644,7 +4755,7 @@ type LockSummary struct {
 
 func (x *LockSummary) Reset() {
 	*x = LockSummary{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4656,7 +4767,7 @@ func (x *LockSummary) String() string {
 func (*LockSummary) ProtoMessage() {}
 
 func (x *LockSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[69]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4669,7 +4780,7 @@ func (x *LockSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockSummary.ProtoReflect.Descriptor instead.
 func (*LockSummary) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{69}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *LockSummary) GetName() string {
@@ -4741,7 +4852,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4753,7 +4864,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[70]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4766,7 +4877,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{70}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListLocksResponse) GetLocks() []*LockSummary {
@@ -4802,7 +4913,7 @@ type LockHistoryRequest struct {
 
 func (x *LockHistoryRequest) Reset() {
 	*x = LockHistoryRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4814,7 +4925,7 @@ func (x *LockHistoryRequest) String() string {
 func (*LockHistoryRequest) ProtoMessage() {}
 
 func (x *LockHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[71]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4827,7 +4938,7 @@ func (x *LockHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHistoryRequest.ProtoReflect.Descriptor instead.
 func (*LockHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{71}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *LockHistoryRequest) GetName() string {
@@ -4859,7 +4970,7 @@ type GrantRecord struct {
 
 func (x *GrantRecord) Reset() {
 	*x = GrantRecord{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4871,7 +4982,7 @@ func (x *GrantRecord) String() string {
 func (*GrantRecord) ProtoMessage() {}
 
 func (x *GrantRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[72]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4884,7 +4995,7 @@ func (x *GrantRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRecord.ProtoReflect.Descriptor instead.
 func (*GrantRecord) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{72}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *GrantRecord) GetOwner() string {
@@ -4940,7 +5051,7 @@ type LockHistoryResponse struct {
 
 func (x *LockHistoryResponse) Reset() {
 	*x = LockHistoryResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4952,7 +5063,7 @@ func (x *LockHistoryResponse) String() string {
 func (*LockHistoryResponse) ProtoMessage() {}
 
 func (x *LockHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[73]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4965,7 +5076,7 @@ func (x *LockHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHistoryResponse.ProtoReflect.Descriptor instead.
 func (*LockHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{73}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *LockHistoryResponse) GetName() string {
@@ -5008,7 +5119,7 @@ type FencedPutRequest struct {
 
 func (x *FencedPutRequest) Reset() {
 	*x = FencedPutRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5020,7 +5131,7 @@ func (x *FencedPutRequest) String() string {
 func (*FencedPutRequest) ProtoMessage() {}
 
 func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[74]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5033,7 +5144,7 @@ func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutRequest.ProtoReflect.Descriptor instead.
 func (*FencedPutRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{74}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *FencedPutRequest) GetKey() string {
@@ -5090,7 +5201,7 @@ type ForgedProof struct {
 
 func (x *ForgedProof) Reset() {
 	*x = ForgedProof{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5102,7 +5213,7 @@ func (x *ForgedProof) String() string {
 func (*ForgedProof) ProtoMessage() {}
 
 func (x *ForgedProof) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[75]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5115,7 +5226,7 @@ func (x *ForgedProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgedProof.ProtoReflect.Descriptor instead.
 func (*ForgedProof) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{75}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ForgedProof) GetToken() uint64 {
@@ -5154,7 +5265,7 @@ type FencedPutResponse struct {
 
 func (x *FencedPutResponse) Reset() {
 	*x = FencedPutResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5166,7 +5277,7 @@ func (x *FencedPutResponse) String() string {
 func (*FencedPutResponse) ProtoMessage() {}
 
 func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[76]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5179,7 +5290,7 @@ func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutResponse.ProtoReflect.Descriptor instead.
 func (*FencedPutResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{76}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *FencedPutResponse) GetResult() PutResult {
@@ -5226,7 +5337,7 @@ type FencedDeleteRequest struct {
 
 func (x *FencedDeleteRequest) Reset() {
 	*x = FencedDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5238,7 +5349,7 @@ func (x *FencedDeleteRequest) String() string {
 func (*FencedDeleteRequest) ProtoMessage() {}
 
 func (x *FencedDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[77]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5251,7 +5362,7 @@ func (x *FencedDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDeleteRequest.ProtoReflect.Descriptor instead.
 func (*FencedDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{77}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *FencedDeleteRequest) GetKey() string {
@@ -5305,7 +5416,7 @@ type FencedDeleteResponse struct {
 
 func (x *FencedDeleteResponse) Reset() {
 	*x = FencedDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5317,7 +5428,7 @@ func (x *FencedDeleteResponse) String() string {
 func (*FencedDeleteResponse) ProtoMessage() {}
 
 func (x *FencedDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[78]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5330,7 +5441,7 @@ func (x *FencedDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDeleteResponse.ProtoReflect.Descriptor instead.
 func (*FencedDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{78}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *FencedDeleteResponse) GetResult() PutResult {
@@ -5375,7 +5486,7 @@ type UnissuedToken struct {
 
 func (x *UnissuedToken) Reset() {
 	*x = UnissuedToken{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5387,7 +5498,7 @@ func (x *UnissuedToken) String() string {
 func (*UnissuedToken) ProtoMessage() {}
 
 func (x *UnissuedToken) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[79]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5400,7 +5511,7 @@ func (x *UnissuedToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnissuedToken.ProtoReflect.Descriptor instead.
 func (*UnissuedToken) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{79}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *UnissuedToken) GetToken() uint64 {
@@ -5437,7 +5548,7 @@ type WrongLock struct {
 
 func (x *WrongLock) Reset() {
 	*x = WrongLock{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5449,7 +5560,7 @@ func (x *WrongLock) String() string {
 func (*WrongLock) ProtoMessage() {}
 
 func (x *WrongLock) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[80]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5462,7 +5573,7 @@ func (x *WrongLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WrongLock.ProtoReflect.Descriptor instead.
 func (*WrongLock) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{80}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *WrongLock) GetKey() string {
@@ -5512,7 +5623,7 @@ type FencedGetRequest struct {
 
 func (x *FencedGetRequest) Reset() {
 	*x = FencedGetRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5524,7 +5635,7 @@ func (x *FencedGetRequest) String() string {
 func (*FencedGetRequest) ProtoMessage() {}
 
 func (x *FencedGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[81]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5537,7 +5648,7 @@ func (x *FencedGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedGetRequest.ProtoReflect.Descriptor instead.
 func (*FencedGetRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{81}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *FencedGetRequest) GetKey() string {
@@ -5570,7 +5681,7 @@ type FencedGetResponse struct {
 
 func (x *FencedGetResponse) Reset() {
 	*x = FencedGetResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5582,7 +5693,7 @@ func (x *FencedGetResponse) String() string {
 func (*FencedGetResponse) ProtoMessage() {}
 
 func (x *FencedGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[82]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5595,7 +5706,7 @@ func (x *FencedGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedGetResponse.ProtoReflect.Descriptor instead.
 func (*FencedGetResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{82}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *FencedGetResponse) GetKey() string {
@@ -5649,7 +5760,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5661,7 +5772,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[83]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5674,7 +5785,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{83}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ObserveRequest) GetName() string {
@@ -5698,7 +5809,7 @@ type LeaderEvent struct {
 
 func (x *LeaderEvent) Reset() {
 	*x = LeaderEvent{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5710,7 +5821,7 @@ func (x *LeaderEvent) String() string {
 func (*LeaderEvent) ProtoMessage() {}
 
 func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[84]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5723,7 +5834,7 @@ func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderEvent.ProtoReflect.Descriptor instead.
 func (*LeaderEvent) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{84}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *LeaderEvent) GetOwner() string {
@@ -5769,7 +5880,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5781,7 +5892,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[85]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5794,7 +5905,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{85}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{87}
 }
 
 type StatusResponse struct {
@@ -5825,13 +5936,20 @@ type StatusResponse struct {
 	// --watch-history); a watch from an older revision is compacted.
 	WatchCompactRevision uint64 `protobuf:"varint,60,opt,name=watch_compact_revision,json=watchCompactRevision,proto3" json:"watch_compact_revision,omitempty"`
 	WatchHistoryEvents   uint64 `protobuf:"varint,61,opt,name=watch_history_events,json=watchHistoryEvents,proto3" json:"watch_history_events,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// protocol: the newest format version this server speaks;
+	// min_protocol: the oldest cluster version it serves in;
+	// cluster_version: the format version the cluster writes now (raised
+	// to protocol once every voter speaks it).
+	Protocol       uint32 `protobuf:"varint,130,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	MinProtocol    uint32 `protobuf:"varint,131,opt,name=min_protocol,json=minProtocol,proto3" json:"min_protocol,omitempty"`
+	ClusterVersion uint32 `protobuf:"varint,132,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5843,7 +5961,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[86]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5856,7 +5974,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{86}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *StatusResponse) GetNode() string {
@@ -5950,6 +6068,27 @@ func (x *StatusResponse) GetWatchHistoryEvents() uint64 {
 	return 0
 }
 
+func (x *StatusResponse) GetProtocol() uint32 {
+	if x != nil {
+		return x.Protocol
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetMinProtocol() uint32 {
+	if x != nil {
+		return x.MinProtocol
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetClusterVersion() uint32 {
+	if x != nil {
+		return x.ClusterVersion
+	}
+	return 0
+}
+
 // KVKeyValue is a key with its metadata. version counts the puts since the
 // key was created (1 for a new key); a deleted key starts again at 1.
 type KVKeyValue struct {
@@ -5969,7 +6108,7 @@ type KVKeyValue struct {
 
 func (x *KVKeyValue) Reset() {
 	*x = KVKeyValue{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5981,7 +6120,7 @@ func (x *KVKeyValue) String() string {
 func (*KVKeyValue) ProtoMessage() {}
 
 func (x *KVKeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[87]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5994,7 +6133,7 @@ func (x *KVKeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeyValue.ProtoReflect.Descriptor instead.
 func (*KVKeyValue) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{87}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *KVKeyValue) GetKey() string {
@@ -6055,7 +6194,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[88]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6067,7 +6206,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[88]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6080,7 +6219,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{88}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -6120,7 +6259,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[89]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6132,7 +6271,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[89]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6145,7 +6284,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{89}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *KVPutResponse) GetRevision() uint64 {
@@ -6176,7 +6315,7 @@ type KVRangeRequest struct {
 
 func (x *KVRangeRequest) Reset() {
 	*x = KVRangeRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[90]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6188,7 +6327,7 @@ func (x *KVRangeRequest) String() string {
 func (*KVRangeRequest) ProtoMessage() {}
 
 func (x *KVRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[90]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6201,7 +6340,7 @@ func (x *KVRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRangeRequest.ProtoReflect.Descriptor instead.
 func (*KVRangeRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{90}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *KVRangeRequest) GetKey() string {
@@ -6252,7 +6391,7 @@ type KVRangeResponse struct {
 
 func (x *KVRangeResponse) Reset() {
 	*x = KVRangeResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[91]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6264,7 +6403,7 @@ func (x *KVRangeResponse) String() string {
 func (*KVRangeResponse) ProtoMessage() {}
 
 func (x *KVRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[91]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6277,7 +6416,7 @@ func (x *KVRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRangeResponse.ProtoReflect.Descriptor instead.
 func (*KVRangeResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{91}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *KVRangeResponse) GetKvs() []*KVKeyValue {
@@ -6311,7 +6450,7 @@ type KVDeleteRequest struct {
 
 func (x *KVDeleteRequest) Reset() {
 	*x = KVDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[92]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6323,7 +6462,7 @@ func (x *KVDeleteRequest) String() string {
 func (*KVDeleteRequest) ProtoMessage() {}
 
 func (x *KVDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[92]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6336,7 +6475,7 @@ func (x *KVDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KVDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{92}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *KVDeleteRequest) GetKey() string {
@@ -6365,7 +6504,7 @@ type KVDeleteResponse struct {
 
 func (x *KVDeleteResponse) Reset() {
 	*x = KVDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[93]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6377,7 +6516,7 @@ func (x *KVDeleteResponse) String() string {
 func (*KVDeleteResponse) ProtoMessage() {}
 
 func (x *KVDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[93]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6390,7 +6529,7 @@ func (x *KVDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDeleteResponse.ProtoReflect.Descriptor instead.
 func (*KVDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{93}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *KVDeleteResponse) GetDeleted() int64 {
@@ -6423,7 +6562,7 @@ type KVCompare struct {
 
 func (x *KVCompare) Reset() {
 	*x = KVCompare{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[94]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6435,7 +6574,7 @@ func (x *KVCompare) String() string {
 func (*KVCompare) ProtoMessage() {}
 
 func (x *KVCompare) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[94]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6448,7 +6587,7 @@ func (x *KVCompare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompare.ProtoReflect.Descriptor instead.
 func (*KVCompare) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{94}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *KVCompare) GetKey() string {
@@ -6500,7 +6639,7 @@ type KVRequestOp struct {
 
 func (x *KVRequestOp) Reset() {
 	*x = KVRequestOp{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[95]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6512,7 +6651,7 @@ func (x *KVRequestOp) String() string {
 func (*KVRequestOp) ProtoMessage() {}
 
 func (x *KVRequestOp) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[95]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6525,7 +6664,7 @@ func (x *KVRequestOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRequestOp.ProtoReflect.Descriptor instead.
 func (*KVRequestOp) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{95}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *KVRequestOp) GetOp() isKVRequestOp_Op {
@@ -6598,7 +6737,7 @@ type KVResponseOp struct {
 
 func (x *KVResponseOp) Reset() {
 	*x = KVResponseOp{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[96]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6610,7 +6749,7 @@ func (x *KVResponseOp) String() string {
 func (*KVResponseOp) ProtoMessage() {}
 
 func (x *KVResponseOp) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[96]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6623,7 +6762,7 @@ func (x *KVResponseOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVResponseOp.ProtoReflect.Descriptor instead.
 func (*KVResponseOp) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{96}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *KVResponseOp) GetOp() isKVResponseOp_Op {
@@ -6693,7 +6832,7 @@ type KVTxnRequest struct {
 
 func (x *KVTxnRequest) Reset() {
 	*x = KVTxnRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[97]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6705,7 +6844,7 @@ func (x *KVTxnRequest) String() string {
 func (*KVTxnRequest) ProtoMessage() {}
 
 func (x *KVTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[97]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6718,7 +6857,7 @@ func (x *KVTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxnRequest.ProtoReflect.Descriptor instead.
 func (*KVTxnRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{97}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *KVTxnRequest) GetCompare() []*KVCompare {
@@ -6757,7 +6896,7 @@ type KVTxnResponse struct {
 
 func (x *KVTxnResponse) Reset() {
 	*x = KVTxnResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[98]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6769,7 +6908,7 @@ func (x *KVTxnResponse) String() string {
 func (*KVTxnResponse) ProtoMessage() {}
 
 func (x *KVTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[98]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6782,7 +6921,7 @@ func (x *KVTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxnResponse.ProtoReflect.Descriptor instead.
 func (*KVTxnResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{98}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *KVTxnResponse) GetSucceeded() bool {
@@ -6821,7 +6960,7 @@ type KVWatchRequest struct {
 
 func (x *KVWatchRequest) Reset() {
 	*x = KVWatchRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[99]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6833,7 +6972,7 @@ func (x *KVWatchRequest) String() string {
 func (*KVWatchRequest) ProtoMessage() {}
 
 func (x *KVWatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[99]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6846,7 +6985,7 @@ func (x *KVWatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVWatchRequest.ProtoReflect.Descriptor instead.
 func (*KVWatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{99}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *KVWatchRequest) GetKey() string {
@@ -6882,7 +7021,7 @@ type KVEvent struct {
 
 func (x *KVEvent) Reset() {
 	*x = KVEvent{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[100]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6894,7 +7033,7 @@ func (x *KVEvent) String() string {
 func (*KVEvent) ProtoMessage() {}
 
 func (x *KVEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[100]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6907,7 +7046,7 @@ func (x *KVEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEvent.ProtoReflect.Descriptor instead.
 func (*KVEvent) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{100}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *KVEvent) GetType() KVEventType {
@@ -6943,7 +7082,7 @@ type KVWatchResponse struct {
 
 func (x *KVWatchResponse) Reset() {
 	*x = KVWatchResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[101]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6955,7 +7094,7 @@ func (x *KVWatchResponse) String() string {
 func (*KVWatchResponse) ProtoMessage() {}
 
 func (x *KVWatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[101]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6968,7 +7107,7 @@ func (x *KVWatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVWatchResponse.ProtoReflect.Descriptor instead.
 func (*KVWatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{101}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *KVWatchResponse) GetEvents() []*KVEvent {
@@ -7013,7 +7152,7 @@ type KVCompacted struct {
 
 func (x *KVCompacted) Reset() {
 	*x = KVCompacted{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[102]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7025,7 +7164,7 @@ func (x *KVCompacted) String() string {
 func (*KVCompacted) ProtoMessage() {}
 
 func (x *KVCompacted) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[102]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7038,7 +7177,7 @@ func (x *KVCompacted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompacted.ProtoReflect.Descriptor instead.
 func (*KVCompacted) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{102}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *KVCompacted) GetCompactRevision() uint64 {
@@ -7071,7 +7210,7 @@ type QueueEnqueueRequest struct {
 
 func (x *QueueEnqueueRequest) Reset() {
 	*x = QueueEnqueueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[103]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7083,7 +7222,7 @@ func (x *QueueEnqueueRequest) String() string {
 func (*QueueEnqueueRequest) ProtoMessage() {}
 
 func (x *QueueEnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[103]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7096,7 +7235,7 @@ func (x *QueueEnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueRequest.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{103}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *QueueEnqueueRequest) GetQueue() string {
@@ -7140,7 +7279,7 @@ type QueueEnqueueResponse struct {
 
 func (x *QueueEnqueueResponse) Reset() {
 	*x = QueueEnqueueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[104]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7152,7 +7291,7 @@ func (x *QueueEnqueueResponse) String() string {
 func (*QueueEnqueueResponse) ProtoMessage() {}
 
 func (x *QueueEnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[104]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7165,7 +7304,7 @@ func (x *QueueEnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueResponse.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{104}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *QueueEnqueueResponse) GetId() uint64 {
@@ -7207,7 +7346,7 @@ type QueueDequeueRequest struct {
 
 func (x *QueueDequeueRequest) Reset() {
 	*x = QueueDequeueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[105]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7219,7 +7358,7 @@ func (x *QueueDequeueRequest) String() string {
 func (*QueueDequeueRequest) ProtoMessage() {}
 
 func (x *QueueDequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[105]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7232,7 +7371,7 @@ func (x *QueueDequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueRequest.ProtoReflect.Descriptor instead.
 func (*QueueDequeueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{105}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *QueueDequeueRequest) GetQueue() string {
@@ -7288,7 +7427,7 @@ type QueueItem struct {
 
 func (x *QueueItem) Reset() {
 	*x = QueueItem{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[106]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7300,7 +7439,7 @@ func (x *QueueItem) String() string {
 func (*QueueItem) ProtoMessage() {}
 
 func (x *QueueItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[106]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7313,7 +7452,7 @@ func (x *QueueItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItem.ProtoReflect.Descriptor instead.
 func (*QueueItem) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{106}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *QueueItem) GetId() uint64 {
@@ -7361,7 +7500,7 @@ type QueueDequeueResponse struct {
 
 func (x *QueueDequeueResponse) Reset() {
 	*x = QueueDequeueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[107]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7373,7 +7512,7 @@ func (x *QueueDequeueResponse) String() string {
 func (*QueueDequeueResponse) ProtoMessage() {}
 
 func (x *QueueDequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[107]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7386,7 +7525,7 @@ func (x *QueueDequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueResponse.ProtoReflect.Descriptor instead.
 func (*QueueDequeueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{107}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *QueueDequeueResponse) GetItem() *QueueItem {
@@ -7412,7 +7551,7 @@ type QueueSettleRequest struct {
 
 func (x *QueueSettleRequest) Reset() {
 	*x = QueueSettleRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[108]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7424,7 +7563,7 @@ func (x *QueueSettleRequest) String() string {
 func (*QueueSettleRequest) ProtoMessage() {}
 
 func (x *QueueSettleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[108]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7437,7 +7576,7 @@ func (x *QueueSettleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleRequest.ProtoReflect.Descriptor instead.
 func (*QueueSettleRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{108}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *QueueSettleRequest) GetQueue() string {
@@ -7485,7 +7624,7 @@ type QueueSettleResponse struct {
 
 func (x *QueueSettleResponse) Reset() {
 	*x = QueueSettleResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[109]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7497,7 +7636,7 @@ func (x *QueueSettleResponse) String() string {
 func (*QueueSettleResponse) ProtoMessage() {}
 
 func (x *QueueSettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[109]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7510,7 +7649,7 @@ func (x *QueueSettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleResponse.ProtoReflect.Descriptor instead.
 func (*QueueSettleResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{109}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *QueueSettleResponse) GetResult() QueueSettleResult {
@@ -7538,7 +7677,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[110]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7550,7 +7689,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[110]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7563,7 +7702,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{110}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *QueueStatsRequest) GetQueue() string {
@@ -7601,7 +7740,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[111]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7613,7 +7752,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[111]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7626,7 +7765,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{111}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *QueueStatsResponse) GetQueue() string {
@@ -7706,7 +7845,7 @@ type QueueDeadListRequest struct {
 
 func (x *QueueDeadListRequest) Reset() {
 	*x = QueueDeadListRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[112]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7718,7 +7857,7 @@ func (x *QueueDeadListRequest) String() string {
 func (*QueueDeadListRequest) ProtoMessage() {}
 
 func (x *QueueDeadListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[112]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7731,7 +7870,7 @@ func (x *QueueDeadListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadListRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeadListRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{112}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *QueueDeadListRequest) GetQueue() string {
@@ -7766,7 +7905,7 @@ type QueueDeadItem struct {
 
 func (x *QueueDeadItem) Reset() {
 	*x = QueueDeadItem{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[113]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7778,7 +7917,7 @@ func (x *QueueDeadItem) String() string {
 func (*QueueDeadItem) ProtoMessage() {}
 
 func (x *QueueDeadItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[113]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7791,7 +7930,7 @@ func (x *QueueDeadItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadItem.ProtoReflect.Descriptor instead.
 func (*QueueDeadItem) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{113}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *QueueDeadItem) GetId() uint64 {
@@ -7828,7 +7967,7 @@ type QueueDeadListResponse struct {
 
 func (x *QueueDeadListResponse) Reset() {
 	*x = QueueDeadListResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[114]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7840,7 +7979,7 @@ func (x *QueueDeadListResponse) String() string {
 func (*QueueDeadListResponse) ProtoMessage() {}
 
 func (x *QueueDeadListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[114]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7853,7 +7992,7 @@ func (x *QueueDeadListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadListResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeadListResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{114}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *QueueDeadListResponse) GetItems() []*QueueDeadItem {
@@ -7888,7 +8027,7 @@ type QueueDeadRequeueRequest struct {
 
 func (x *QueueDeadRequeueRequest) Reset() {
 	*x = QueueDeadRequeueRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[115]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7900,7 +8039,7 @@ func (x *QueueDeadRequeueRequest) String() string {
 func (*QueueDeadRequeueRequest) ProtoMessage() {}
 
 func (x *QueueDeadRequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[115]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7913,7 +8052,7 @@ func (x *QueueDeadRequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadRequeueRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeadRequeueRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{115}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *QueueDeadRequeueRequest) GetQueue() string {
@@ -7941,7 +8080,7 @@ type QueueDeadRequeueResponse struct {
 
 func (x *QueueDeadRequeueResponse) Reset() {
 	*x = QueueDeadRequeueResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[116]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7953,7 +8092,7 @@ func (x *QueueDeadRequeueResponse) String() string {
 func (*QueueDeadRequeueResponse) ProtoMessage() {}
 
 func (x *QueueDeadRequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[116]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7966,7 +8105,7 @@ func (x *QueueDeadRequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeadRequeueResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeadRequeueResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{116}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *QueueDeadRequeueResponse) GetRequeued() uint64 {
@@ -7992,7 +8131,7 @@ type QueueDeleteRequest struct {
 
 func (x *QueueDeleteRequest) Reset() {
 	*x = QueueDeleteRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[117]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8004,7 +8143,7 @@ func (x *QueueDeleteRequest) String() string {
 func (*QueueDeleteRequest) ProtoMessage() {}
 
 func (x *QueueDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[117]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8017,7 +8156,7 @@ func (x *QueueDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeleteRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{117}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *QueueDeleteRequest) GetQueue() string {
@@ -8040,7 +8179,7 @@ type QueueDeleteResponse struct {
 
 func (x *QueueDeleteResponse) Reset() {
 	*x = QueueDeleteResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[118]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8052,7 +8191,7 @@ func (x *QueueDeleteResponse) String() string {
 func (*QueueDeleteResponse) ProtoMessage() {}
 
 func (x *QueueDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[118]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8065,7 +8204,7 @@ func (x *QueueDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeleteResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{118}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *QueueDeleteResponse) GetDeleted() bool {
@@ -8103,7 +8242,7 @@ type QueueEnqueueBatchRequest struct {
 
 func (x *QueueEnqueueBatchRequest) Reset() {
 	*x = QueueEnqueueBatchRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[119]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8115,7 +8254,7 @@ func (x *QueueEnqueueBatchRequest) String() string {
 func (*QueueEnqueueBatchRequest) ProtoMessage() {}
 
 func (x *QueueEnqueueBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[119]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8128,7 +8267,7 @@ func (x *QueueEnqueueBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueBatchRequest.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueBatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{119}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *QueueEnqueueBatchRequest) GetQueue() string {
@@ -8163,7 +8302,7 @@ type QueueEnqueueItem struct {
 
 func (x *QueueEnqueueItem) Reset() {
 	*x = QueueEnqueueItem{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[120]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8175,7 +8314,7 @@ func (x *QueueEnqueueItem) String() string {
 func (*QueueEnqueueItem) ProtoMessage() {}
 
 func (x *QueueEnqueueItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[120]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8188,7 +8327,7 @@ func (x *QueueEnqueueItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueItem.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueItem) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{120}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *QueueEnqueueItem) GetPayload() []byte {
@@ -8216,7 +8355,7 @@ type QueueEnqueueBatchResponse struct {
 
 func (x *QueueEnqueueBatchResponse) Reset() {
 	*x = QueueEnqueueBatchResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[121]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8228,7 +8367,7 @@ func (x *QueueEnqueueBatchResponse) String() string {
 func (*QueueEnqueueBatchResponse) ProtoMessage() {}
 
 func (x *QueueEnqueueBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[121]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8241,7 +8380,7 @@ func (x *QueueEnqueueBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueBatchResponse.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueBatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{121}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *QueueEnqueueBatchResponse) GetItems() []*QueueEnqueueResponse {
@@ -8273,7 +8412,7 @@ type QueueDequeueBatchRequest struct {
 
 func (x *QueueDequeueBatchRequest) Reset() {
 	*x = QueueDequeueBatchRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[122]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8285,7 +8424,7 @@ func (x *QueueDequeueBatchRequest) String() string {
 func (*QueueDequeueBatchRequest) ProtoMessage() {}
 
 func (x *QueueDequeueBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[122]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8298,7 +8437,7 @@ func (x *QueueDequeueBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueBatchRequest.ProtoReflect.Descriptor instead.
 func (*QueueDequeueBatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{122}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *QueueDequeueBatchRequest) GetQueue() string {
@@ -8353,7 +8492,7 @@ type QueueDequeueBatchResponse struct {
 
 func (x *QueueDequeueBatchResponse) Reset() {
 	*x = QueueDequeueBatchResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[123]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8365,7 +8504,7 @@ func (x *QueueDequeueBatchResponse) String() string {
 func (*QueueDequeueBatchResponse) ProtoMessage() {}
 
 func (x *QueueDequeueBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[123]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8378,7 +8517,7 @@ func (x *QueueDequeueBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueBatchResponse.ProtoReflect.Descriptor instead.
 func (*QueueDequeueBatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{123}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *QueueDequeueBatchResponse) GetItems() []*QueueItem {
@@ -8399,7 +8538,7 @@ type QueueDelivery struct {
 
 func (x *QueueDelivery) Reset() {
 	*x = QueueDelivery{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[124]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8411,7 +8550,7 @@ func (x *QueueDelivery) String() string {
 func (*QueueDelivery) ProtoMessage() {}
 
 func (x *QueueDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[124]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8424,7 +8563,7 @@ func (x *QueueDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDelivery.ProtoReflect.Descriptor instead.
 func (*QueueDelivery) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{124}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *QueueDelivery) GetId() uint64 {
@@ -8459,7 +8598,7 @@ type QueueSettleBatchRequest struct {
 
 func (x *QueueSettleBatchRequest) Reset() {
 	*x = QueueSettleBatchRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[125]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8471,7 +8610,7 @@ func (x *QueueSettleBatchRequest) String() string {
 func (*QueueSettleBatchRequest) ProtoMessage() {}
 
 func (x *QueueSettleBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[125]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8484,7 +8623,7 @@ func (x *QueueSettleBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleBatchRequest.ProtoReflect.Descriptor instead.
 func (*QueueSettleBatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{125}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *QueueSettleBatchRequest) GetQueue() string {
@@ -8515,7 +8654,7 @@ type QueueSettleItemResult struct {
 
 func (x *QueueSettleItemResult) Reset() {
 	*x = QueueSettleItemResult{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[126]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8527,7 +8666,7 @@ func (x *QueueSettleItemResult) String() string {
 func (*QueueSettleItemResult) ProtoMessage() {}
 
 func (x *QueueSettleItemResult) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[126]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8540,7 +8679,7 @@ func (x *QueueSettleItemResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleItemResult.ProtoReflect.Descriptor instead.
 func (*QueueSettleItemResult) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{126}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *QueueSettleItemResult) GetResult() QueueSettleResult {
@@ -8568,7 +8707,7 @@ type QueueSettleBatchResponse struct {
 
 func (x *QueueSettleBatchResponse) Reset() {
 	*x = QueueSettleBatchResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[127]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8580,7 +8719,7 @@ func (x *QueueSettleBatchResponse) String() string {
 func (*QueueSettleBatchResponse) ProtoMessage() {}
 
 func (x *QueueSettleBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[127]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8593,7 +8732,7 @@ func (x *QueueSettleBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleBatchResponse.ProtoReflect.Descriptor instead.
 func (*QueueSettleBatchResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{127}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *QueueSettleBatchResponse) GetItems() []*QueueSettleItemResult {
@@ -8619,7 +8758,7 @@ type QueuePurgeRequest struct {
 
 func (x *QueuePurgeRequest) Reset() {
 	*x = QueuePurgeRequest{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[128]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8631,7 +8770,7 @@ func (x *QueuePurgeRequest) String() string {
 func (*QueuePurgeRequest) ProtoMessage() {}
 
 func (x *QueuePurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[128]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8644,7 +8783,7 @@ func (x *QueuePurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePurgeRequest.ProtoReflect.Descriptor instead.
 func (*QueuePurgeRequest) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{128}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *QueuePurgeRequest) GetQueue() string {
@@ -8665,7 +8804,7 @@ type QueuePurgeResponse struct {
 
 func (x *QueuePurgeResponse) Reset() {
 	*x = QueuePurgeResponse{}
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[129]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8677,7 +8816,7 @@ func (x *QueuePurgeResponse) String() string {
 func (*QueuePurgeResponse) ProtoMessage() {}
 
 func (x *QueuePurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_tenurepb_tenure_proto_msgTypes[129]
+	mi := &file_api_tenurepb_tenure_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8690,7 +8829,7 @@ func (x *QueuePurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePurgeResponse.ProtoReflect.Descriptor instead.
 func (*QueuePurgeResponse) Descriptor() ([]byte, []int) {
-	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{129}
+	return file_api_tenurepb_tenure_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *QueuePurgeResponse) GetPurged() uint64 {
@@ -8823,15 +8962,21 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x05locks\x18\x03 \x01(\rR\x05locks\x12\x1c\n" +
 	"\tregisters\x18\x04 \x01(\rR\tregisters\x12\x16\n" +
 	"\x06queues\x18\x05 \x01(\rR\x06queues\x12\x12\n" +
-	"\x04keys\x18\x06 \x01(\x04R\x04keys\"\x84\x01\n" +
+	"\x04keys\x18\x06 \x01(\x04R\x04keys\"\xbc\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tpeer_addr\x18\x02 \x01(\tR\bpeerAddr\x12\x14\n" +
 	"\x05voter\x18\x03 \x01(\bR\x05voter\x12\x16\n" +
 	"\x06leader\x18\x04 \x01(\bR\x06leader\x12\x1f\n" +
 	"\vclient_addr\x18n \x01(\tR\n" +
-	"clientAddr\"\x13\n" +
-	"\x11MemberListRequest\"A\n" +
+	"clientAddr\x12\x1b\n" +
+	"\bprotocol\x18\x82\x01 \x01(\rR\bprotocol\x12\x19\n" +
+	"\aversion\x18\x83\x01 \x01(\tR\aversion\"\x13\n" +
+	"\x11MemberListRequest\"1\n" +
+	"\x1fMemberTransferLeadershipRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\":\n" +
+	" MemberTransferLeadershipResponse\x12\x16\n" +
+	"\x06leader\x18\x01 \x01(\tR\x06leader\"A\n" +
 	"\x12MemberListResponse\x12+\n" +
 	"\amembers\x18\x01 \x03(\v2\x11.tenure.v1.MemberR\amembers\"U\n" +
 	"\x10MemberAddRequest\x12\x0e\n" +
@@ -9072,7 +9217,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12\x1a\n" +
 	"\brevision\x18\x05 \x01(\x04R\brevision\"\x0f\n" +
-	"\rStatusRequest\"\xa6\x03\n" +
+	"\rStatusRequest\"\x91\x04\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x12\n" +
@@ -9087,7 +9232,10 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\aversion\x18\n" +
 	" \x01(\tR\aversion\x124\n" +
 	"\x16watch_compact_revision\x18< \x01(\x04R\x14watchCompactRevision\x120\n" +
-	"\x14watch_history_events\x18= \x01(\x04R\x12watchHistoryEvents\"\xb4\x01\n" +
+	"\x14watch_history_events\x18= \x01(\x04R\x12watchHistoryEvents\x12\x1b\n" +
+	"\bprotocol\x18\x82\x01 \x01(\rR\bprotocol\x12\"\n" +
+	"\fmin_protocol\x18\x83\x01 \x01(\rR\vminProtocol\x12(\n" +
+	"\x0fcluster_version\x18\x84\x01 \x01(\rR\x0eclusterVersion\"\xb4\x01\n" +
 	"\n" +
 	"KVKeyValue\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -9302,7 +9450,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x11QueueSettleResult\x12#\n" +
 	"\x1fQUEUE_SETTLE_RESULT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16QUEUE_SETTLE_RESULT_OK\x10\x01\x12\x1d\n" +
-	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\xfe\x1e\n" +
+	"\x19QUEUE_SETTLE_RESULT_STALE\x10\x022\xf3\x1f\n" +
 	"\x06Tenure\x12C\n" +
 	"\bSessions\x12\x18.tenure.v1.SessionFrames\x1a\x19.tenure.v1.SessionReplies(\x010\x01\x12O\n" +
 	"\fListSessions\x12\x1e.tenure.v1.ListSessionsRequest\x1a\x1f.tenure.v1.ListSessionsResponse\x12I\n" +
@@ -9318,7 +9466,8 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\n" +
 	"MemberList\x12\x1c.tenure.v1.MemberListRequest\x1a\x1d.tenure.v1.MemberListResponse\x12G\n" +
 	"\tMemberAdd\x12\x1b.tenure.v1.MemberAddRequest\x1a\x1d.tenure.v1.MemberListResponse\x12M\n" +
-	"\fMemberRemove\x12\x1e.tenure.v1.MemberRemoveRequest\x1a\x1d.tenure.v1.MemberListResponse\x12J\n" +
+	"\fMemberRemove\x12\x1e.tenure.v1.MemberRemoveRequest\x1a\x1d.tenure.v1.MemberListResponse\x12s\n" +
+	"\x18MemberTransferLeadership\x12*.tenure.v1.MemberTransferLeadershipRequest\x1a+.tenure.v1.MemberTransferLeadershipResponse\x12J\n" +
 	"\fSnapshotSave\x12\x1e.tenure.v1.SnapshotSaveRequest\x1a\x18.tenure.v1.SnapshotChunk0\x01\x12Q\n" +
 	"\x0fSnapshotRestore\x12\x18.tenure.v1.SnapshotChunk\x1a\".tenure.v1.SnapshotRestoreResponse(\x01\x12:\n" +
 	"\x05KVPut\x12\x17.tenure.v1.KVPutRequest\x1a\x18.tenure.v1.KVPutResponse\x12@\n" +
@@ -9373,144 +9522,146 @@ func file_api_tenurepb_tenure_proto_rawDescGZIP() []byte {
 }
 
 var file_api_tenurepb_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 130)
+var file_api_tenurepb_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 132)
 var file_api_tenurepb_tenure_proto_goTypes = []any{
-	(ErrorReason)(0),                  // 0: tenure.v1.ErrorReason
-	(PutResult)(0),                    // 1: tenure.v1.PutResult
-	(KVCompareTarget)(0),              // 2: tenure.v1.KVCompareTarget
-	(KVCompareResult)(0),              // 3: tenure.v1.KVCompareResult
-	(KVEventType)(0),                  // 4: tenure.v1.KVEventType
-	(QueueSettleResult)(0),            // 5: tenure.v1.QueueSettleResult
-	(*ClusterKeyRetireRequest)(nil),   // 6: tenure.v1.ClusterKeyRetireRequest
-	(*ClusterKeysRequest)(nil),        // 7: tenure.v1.ClusterKeysRequest
-	(*ClusterKeyRotateRequest)(nil),   // 8: tenure.v1.ClusterKeyRotateRequest
-	(*ClusterKey)(nil),                // 9: tenure.v1.ClusterKey
-	(*ClusterKeysResponse)(nil),       // 10: tenure.v1.ClusterKeysResponse
-	(*AclRule)(nil),                   // 11: tenure.v1.AclRule
-	(*AclPolicy)(nil),                 // 12: tenure.v1.AclPolicy
-	(*AclBootstrapRequest)(nil),       // 13: tenure.v1.AclBootstrapRequest
-	(*AclTokenSecret)(nil),            // 14: tenure.v1.AclTokenSecret
-	(*AclPolicyCreateRequest)(nil),    // 15: tenure.v1.AclPolicyCreateRequest
-	(*AclPolicyListRequest)(nil),      // 16: tenure.v1.AclPolicyListRequest
-	(*AclPolicyListResponse)(nil),     // 17: tenure.v1.AclPolicyListResponse
-	(*AclPolicyDeleteRequest)(nil),    // 18: tenure.v1.AclPolicyDeleteRequest
-	(*AclDeleteResponse)(nil),         // 19: tenure.v1.AclDeleteResponse
-	(*AclTokenCreateRequest)(nil),     // 20: tenure.v1.AclTokenCreateRequest
-	(*AclToken)(nil),                  // 21: tenure.v1.AclToken
-	(*AclTokenListRequest)(nil),       // 22: tenure.v1.AclTokenListRequest
-	(*AclTokenListResponse)(nil),      // 23: tenure.v1.AclTokenListResponse
-	(*AclTokenRevokeRequest)(nil),     // 24: tenure.v1.AclTokenRevokeRequest
-	(*AclIdentity)(nil),               // 25: tenure.v1.AclIdentity
-	(*AclIdentityBindRequest)(nil),    // 26: tenure.v1.AclIdentityBindRequest
-	(*AclIdentityListRequest)(nil),    // 27: tenure.v1.AclIdentityListRequest
-	(*AclIdentityListResponse)(nil),   // 28: tenure.v1.AclIdentityListResponse
-	(*AclIdentityUnbindRequest)(nil),  // 29: tenure.v1.AclIdentityUnbindRequest
-	(*AclEnableRequest)(nil),          // 30: tenure.v1.AclEnableRequest
-	(*AclEnableResponse)(nil),         // 31: tenure.v1.AclEnableResponse
-	(*AclWhoAmIRequest)(nil),          // 32: tenure.v1.AclWhoAmIRequest
-	(*AclWhoAmIResponse)(nil),         // 33: tenure.v1.AclWhoAmIResponse
-	(*ClusterLimits)(nil),             // 34: tenure.v1.ClusterLimits
-	(*GetLimitsRequest)(nil),          // 35: tenure.v1.GetLimitsRequest
-	(*SetLimitsRequest)(nil),          // 36: tenure.v1.SetLimitsRequest
-	(*LimitsResponse)(nil),            // 37: tenure.v1.LimitsResponse
-	(*SnapshotSaveRequest)(nil),       // 38: tenure.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),             // 39: tenure.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil),   // 40: tenure.v1.SnapshotRestoreResponse
-	(*Member)(nil),                    // 41: tenure.v1.Member
-	(*MemberListRequest)(nil),         // 42: tenure.v1.MemberListRequest
-	(*MemberListResponse)(nil),        // 43: tenure.v1.MemberListResponse
-	(*MemberAddRequest)(nil),          // 44: tenure.v1.MemberAddRequest
-	(*MemberRemoveRequest)(nil),       // 45: tenure.v1.MemberRemoveRequest
-	(*SessionFrames)(nil),             // 46: tenure.v1.SessionFrames
-	(*SessionFrame)(nil),              // 47: tenure.v1.SessionFrame
-	(*SessionReplies)(nil),            // 48: tenure.v1.SessionReplies
-	(*SessionReply)(nil),              // 49: tenure.v1.SessionReply
-	(*SessionRequest)(nil),            // 50: tenure.v1.SessionRequest
-	(*OpenSession)(nil),               // 51: tenure.v1.OpenSession
-	(*KeepAlive)(nil),                 // 52: tenure.v1.KeepAlive
-	(*AcquireLock)(nil),               // 53: tenure.v1.AcquireLock
-	(*ProclaimValue)(nil),             // 54: tenure.v1.ProclaimValue
-	(*ValueProclaimed)(nil),           // 55: tenure.v1.ValueProclaimed
-	(*ReleaseLock)(nil),               // 56: tenure.v1.ReleaseLock
-	(*CancelRequest)(nil),             // 57: tenure.v1.CancelRequest
-	(*CloseSession)(nil),              // 58: tenure.v1.CloseSession
-	(*SessionResponse)(nil),           // 59: tenure.v1.SessionResponse
-	(*SessionOpened)(nil),             // 60: tenure.v1.SessionOpened
-	(*KeepAliveAck)(nil),              // 61: tenure.v1.KeepAliveAck
-	(*LockQueued)(nil),                // 62: tenure.v1.LockQueued
-	(*LockGranted)(nil),               // 63: tenure.v1.LockGranted
-	(*LockReleased)(nil),              // 64: tenure.v1.LockReleased
-	(*SessionClosed)(nil),             // 65: tenure.v1.SessionClosed
-	(*Error)(nil),                     // 66: tenure.v1.Error
-	(*ListSessionsRequest)(nil),       // 67: tenure.v1.ListSessionsRequest
-	(*SessionInfo)(nil),               // 68: tenure.v1.SessionInfo
-	(*ListSessionsResponse)(nil),      // 69: tenure.v1.ListSessionsResponse
-	(*LockStatusRequest)(nil),         // 70: tenure.v1.LockStatusRequest
-	(*Holder)(nil),                    // 71: tenure.v1.Holder
-	(*Waiter)(nil),                    // 72: tenure.v1.Waiter
-	(*LockStatusResponse)(nil),        // 73: tenure.v1.LockStatusResponse
-	(*ListLocksRequest)(nil),          // 74: tenure.v1.ListLocksRequest
-	(*LockSummary)(nil),               // 75: tenure.v1.LockSummary
-	(*ListLocksResponse)(nil),         // 76: tenure.v1.ListLocksResponse
-	(*LockHistoryRequest)(nil),        // 77: tenure.v1.LockHistoryRequest
-	(*GrantRecord)(nil),               // 78: tenure.v1.GrantRecord
-	(*LockHistoryResponse)(nil),       // 79: tenure.v1.LockHistoryResponse
-	(*FencedPutRequest)(nil),          // 80: tenure.v1.FencedPutRequest
-	(*ForgedProof)(nil),               // 81: tenure.v1.ForgedProof
-	(*FencedPutResponse)(nil),         // 82: tenure.v1.FencedPutResponse
-	(*FencedDeleteRequest)(nil),       // 83: tenure.v1.FencedDeleteRequest
-	(*FencedDeleteResponse)(nil),      // 84: tenure.v1.FencedDeleteResponse
-	(*UnissuedToken)(nil),             // 85: tenure.v1.UnissuedToken
-	(*WrongLock)(nil),                 // 86: tenure.v1.WrongLock
-	(*FencedGetRequest)(nil),          // 87: tenure.v1.FencedGetRequest
-	(*FencedGetResponse)(nil),         // 88: tenure.v1.FencedGetResponse
-	(*ObserveRequest)(nil),            // 89: tenure.v1.ObserveRequest
-	(*LeaderEvent)(nil),               // 90: tenure.v1.LeaderEvent
-	(*StatusRequest)(nil),             // 91: tenure.v1.StatusRequest
-	(*StatusResponse)(nil),            // 92: tenure.v1.StatusResponse
-	(*KVKeyValue)(nil),                // 93: tenure.v1.KVKeyValue
-	(*KVPutRequest)(nil),              // 94: tenure.v1.KVPutRequest
-	(*KVPutResponse)(nil),             // 95: tenure.v1.KVPutResponse
-	(*KVRangeRequest)(nil),            // 96: tenure.v1.KVRangeRequest
-	(*KVRangeResponse)(nil),           // 97: tenure.v1.KVRangeResponse
-	(*KVDeleteRequest)(nil),           // 98: tenure.v1.KVDeleteRequest
-	(*KVDeleteResponse)(nil),          // 99: tenure.v1.KVDeleteResponse
-	(*KVCompare)(nil),                 // 100: tenure.v1.KVCompare
-	(*KVRequestOp)(nil),               // 101: tenure.v1.KVRequestOp
-	(*KVResponseOp)(nil),              // 102: tenure.v1.KVResponseOp
-	(*KVTxnRequest)(nil),              // 103: tenure.v1.KVTxnRequest
-	(*KVTxnResponse)(nil),             // 104: tenure.v1.KVTxnResponse
-	(*KVWatchRequest)(nil),            // 105: tenure.v1.KVWatchRequest
-	(*KVEvent)(nil),                   // 106: tenure.v1.KVEvent
-	(*KVWatchResponse)(nil),           // 107: tenure.v1.KVWatchResponse
-	(*KVCompacted)(nil),               // 108: tenure.v1.KVCompacted
-	(*QueueEnqueueRequest)(nil),       // 109: tenure.v1.QueueEnqueueRequest
-	(*QueueEnqueueResponse)(nil),      // 110: tenure.v1.QueueEnqueueResponse
-	(*QueueDequeueRequest)(nil),       // 111: tenure.v1.QueueDequeueRequest
-	(*QueueItem)(nil),                 // 112: tenure.v1.QueueItem
-	(*QueueDequeueResponse)(nil),      // 113: tenure.v1.QueueDequeueResponse
-	(*QueueSettleRequest)(nil),        // 114: tenure.v1.QueueSettleRequest
-	(*QueueSettleResponse)(nil),       // 115: tenure.v1.QueueSettleResponse
-	(*QueueStatsRequest)(nil),         // 116: tenure.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),        // 117: tenure.v1.QueueStatsResponse
-	(*QueueDeadListRequest)(nil),      // 118: tenure.v1.QueueDeadListRequest
-	(*QueueDeadItem)(nil),             // 119: tenure.v1.QueueDeadItem
-	(*QueueDeadListResponse)(nil),     // 120: tenure.v1.QueueDeadListResponse
-	(*QueueDeadRequeueRequest)(nil),   // 121: tenure.v1.QueueDeadRequeueRequest
-	(*QueueDeadRequeueResponse)(nil),  // 122: tenure.v1.QueueDeadRequeueResponse
-	(*QueueDeleteRequest)(nil),        // 123: tenure.v1.QueueDeleteRequest
-	(*QueueDeleteResponse)(nil),       // 124: tenure.v1.QueueDeleteResponse
-	(*QueueEnqueueBatchRequest)(nil),  // 125: tenure.v1.QueueEnqueueBatchRequest
-	(*QueueEnqueueItem)(nil),          // 126: tenure.v1.QueueEnqueueItem
-	(*QueueEnqueueBatchResponse)(nil), // 127: tenure.v1.QueueEnqueueBatchResponse
-	(*QueueDequeueBatchRequest)(nil),  // 128: tenure.v1.QueueDequeueBatchRequest
-	(*QueueDequeueBatchResponse)(nil), // 129: tenure.v1.QueueDequeueBatchResponse
-	(*QueueDelivery)(nil),             // 130: tenure.v1.QueueDelivery
-	(*QueueSettleBatchRequest)(nil),   // 131: tenure.v1.QueueSettleBatchRequest
-	(*QueueSettleItemResult)(nil),     // 132: tenure.v1.QueueSettleItemResult
-	(*QueueSettleBatchResponse)(nil),  // 133: tenure.v1.QueueSettleBatchResponse
-	(*QueuePurgeRequest)(nil),         // 134: tenure.v1.QueuePurgeRequest
-	(*QueuePurgeResponse)(nil),        // 135: tenure.v1.QueuePurgeResponse
+	(ErrorReason)(0),                         // 0: tenure.v1.ErrorReason
+	(PutResult)(0),                           // 1: tenure.v1.PutResult
+	(KVCompareTarget)(0),                     // 2: tenure.v1.KVCompareTarget
+	(KVCompareResult)(0),                     // 3: tenure.v1.KVCompareResult
+	(KVEventType)(0),                         // 4: tenure.v1.KVEventType
+	(QueueSettleResult)(0),                   // 5: tenure.v1.QueueSettleResult
+	(*ClusterKeyRetireRequest)(nil),          // 6: tenure.v1.ClusterKeyRetireRequest
+	(*ClusterKeysRequest)(nil),               // 7: tenure.v1.ClusterKeysRequest
+	(*ClusterKeyRotateRequest)(nil),          // 8: tenure.v1.ClusterKeyRotateRequest
+	(*ClusterKey)(nil),                       // 9: tenure.v1.ClusterKey
+	(*ClusterKeysResponse)(nil),              // 10: tenure.v1.ClusterKeysResponse
+	(*AclRule)(nil),                          // 11: tenure.v1.AclRule
+	(*AclPolicy)(nil),                        // 12: tenure.v1.AclPolicy
+	(*AclBootstrapRequest)(nil),              // 13: tenure.v1.AclBootstrapRequest
+	(*AclTokenSecret)(nil),                   // 14: tenure.v1.AclTokenSecret
+	(*AclPolicyCreateRequest)(nil),           // 15: tenure.v1.AclPolicyCreateRequest
+	(*AclPolicyListRequest)(nil),             // 16: tenure.v1.AclPolicyListRequest
+	(*AclPolicyListResponse)(nil),            // 17: tenure.v1.AclPolicyListResponse
+	(*AclPolicyDeleteRequest)(nil),           // 18: tenure.v1.AclPolicyDeleteRequest
+	(*AclDeleteResponse)(nil),                // 19: tenure.v1.AclDeleteResponse
+	(*AclTokenCreateRequest)(nil),            // 20: tenure.v1.AclTokenCreateRequest
+	(*AclToken)(nil),                         // 21: tenure.v1.AclToken
+	(*AclTokenListRequest)(nil),              // 22: tenure.v1.AclTokenListRequest
+	(*AclTokenListResponse)(nil),             // 23: tenure.v1.AclTokenListResponse
+	(*AclTokenRevokeRequest)(nil),            // 24: tenure.v1.AclTokenRevokeRequest
+	(*AclIdentity)(nil),                      // 25: tenure.v1.AclIdentity
+	(*AclIdentityBindRequest)(nil),           // 26: tenure.v1.AclIdentityBindRequest
+	(*AclIdentityListRequest)(nil),           // 27: tenure.v1.AclIdentityListRequest
+	(*AclIdentityListResponse)(nil),          // 28: tenure.v1.AclIdentityListResponse
+	(*AclIdentityUnbindRequest)(nil),         // 29: tenure.v1.AclIdentityUnbindRequest
+	(*AclEnableRequest)(nil),                 // 30: tenure.v1.AclEnableRequest
+	(*AclEnableResponse)(nil),                // 31: tenure.v1.AclEnableResponse
+	(*AclWhoAmIRequest)(nil),                 // 32: tenure.v1.AclWhoAmIRequest
+	(*AclWhoAmIResponse)(nil),                // 33: tenure.v1.AclWhoAmIResponse
+	(*ClusterLimits)(nil),                    // 34: tenure.v1.ClusterLimits
+	(*GetLimitsRequest)(nil),                 // 35: tenure.v1.GetLimitsRequest
+	(*SetLimitsRequest)(nil),                 // 36: tenure.v1.SetLimitsRequest
+	(*LimitsResponse)(nil),                   // 37: tenure.v1.LimitsResponse
+	(*SnapshotSaveRequest)(nil),              // 38: tenure.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),                    // 39: tenure.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil),          // 40: tenure.v1.SnapshotRestoreResponse
+	(*Member)(nil),                           // 41: tenure.v1.Member
+	(*MemberListRequest)(nil),                // 42: tenure.v1.MemberListRequest
+	(*MemberTransferLeadershipRequest)(nil),  // 43: tenure.v1.MemberTransferLeadershipRequest
+	(*MemberTransferLeadershipResponse)(nil), // 44: tenure.v1.MemberTransferLeadershipResponse
+	(*MemberListResponse)(nil),               // 45: tenure.v1.MemberListResponse
+	(*MemberAddRequest)(nil),                 // 46: tenure.v1.MemberAddRequest
+	(*MemberRemoveRequest)(nil),              // 47: tenure.v1.MemberRemoveRequest
+	(*SessionFrames)(nil),                    // 48: tenure.v1.SessionFrames
+	(*SessionFrame)(nil),                     // 49: tenure.v1.SessionFrame
+	(*SessionReplies)(nil),                   // 50: tenure.v1.SessionReplies
+	(*SessionReply)(nil),                     // 51: tenure.v1.SessionReply
+	(*SessionRequest)(nil),                   // 52: tenure.v1.SessionRequest
+	(*OpenSession)(nil),                      // 53: tenure.v1.OpenSession
+	(*KeepAlive)(nil),                        // 54: tenure.v1.KeepAlive
+	(*AcquireLock)(nil),                      // 55: tenure.v1.AcquireLock
+	(*ProclaimValue)(nil),                    // 56: tenure.v1.ProclaimValue
+	(*ValueProclaimed)(nil),                  // 57: tenure.v1.ValueProclaimed
+	(*ReleaseLock)(nil),                      // 58: tenure.v1.ReleaseLock
+	(*CancelRequest)(nil),                    // 59: tenure.v1.CancelRequest
+	(*CloseSession)(nil),                     // 60: tenure.v1.CloseSession
+	(*SessionResponse)(nil),                  // 61: tenure.v1.SessionResponse
+	(*SessionOpened)(nil),                    // 62: tenure.v1.SessionOpened
+	(*KeepAliveAck)(nil),                     // 63: tenure.v1.KeepAliveAck
+	(*LockQueued)(nil),                       // 64: tenure.v1.LockQueued
+	(*LockGranted)(nil),                      // 65: tenure.v1.LockGranted
+	(*LockReleased)(nil),                     // 66: tenure.v1.LockReleased
+	(*SessionClosed)(nil),                    // 67: tenure.v1.SessionClosed
+	(*Error)(nil),                            // 68: tenure.v1.Error
+	(*ListSessionsRequest)(nil),              // 69: tenure.v1.ListSessionsRequest
+	(*SessionInfo)(nil),                      // 70: tenure.v1.SessionInfo
+	(*ListSessionsResponse)(nil),             // 71: tenure.v1.ListSessionsResponse
+	(*LockStatusRequest)(nil),                // 72: tenure.v1.LockStatusRequest
+	(*Holder)(nil),                           // 73: tenure.v1.Holder
+	(*Waiter)(nil),                           // 74: tenure.v1.Waiter
+	(*LockStatusResponse)(nil),               // 75: tenure.v1.LockStatusResponse
+	(*ListLocksRequest)(nil),                 // 76: tenure.v1.ListLocksRequest
+	(*LockSummary)(nil),                      // 77: tenure.v1.LockSummary
+	(*ListLocksResponse)(nil),                // 78: tenure.v1.ListLocksResponse
+	(*LockHistoryRequest)(nil),               // 79: tenure.v1.LockHistoryRequest
+	(*GrantRecord)(nil),                      // 80: tenure.v1.GrantRecord
+	(*LockHistoryResponse)(nil),              // 81: tenure.v1.LockHistoryResponse
+	(*FencedPutRequest)(nil),                 // 82: tenure.v1.FencedPutRequest
+	(*ForgedProof)(nil),                      // 83: tenure.v1.ForgedProof
+	(*FencedPutResponse)(nil),                // 84: tenure.v1.FencedPutResponse
+	(*FencedDeleteRequest)(nil),              // 85: tenure.v1.FencedDeleteRequest
+	(*FencedDeleteResponse)(nil),             // 86: tenure.v1.FencedDeleteResponse
+	(*UnissuedToken)(nil),                    // 87: tenure.v1.UnissuedToken
+	(*WrongLock)(nil),                        // 88: tenure.v1.WrongLock
+	(*FencedGetRequest)(nil),                 // 89: tenure.v1.FencedGetRequest
+	(*FencedGetResponse)(nil),                // 90: tenure.v1.FencedGetResponse
+	(*ObserveRequest)(nil),                   // 91: tenure.v1.ObserveRequest
+	(*LeaderEvent)(nil),                      // 92: tenure.v1.LeaderEvent
+	(*StatusRequest)(nil),                    // 93: tenure.v1.StatusRequest
+	(*StatusResponse)(nil),                   // 94: tenure.v1.StatusResponse
+	(*KVKeyValue)(nil),                       // 95: tenure.v1.KVKeyValue
+	(*KVPutRequest)(nil),                     // 96: tenure.v1.KVPutRequest
+	(*KVPutResponse)(nil),                    // 97: tenure.v1.KVPutResponse
+	(*KVRangeRequest)(nil),                   // 98: tenure.v1.KVRangeRequest
+	(*KVRangeResponse)(nil),                  // 99: tenure.v1.KVRangeResponse
+	(*KVDeleteRequest)(nil),                  // 100: tenure.v1.KVDeleteRequest
+	(*KVDeleteResponse)(nil),                 // 101: tenure.v1.KVDeleteResponse
+	(*KVCompare)(nil),                        // 102: tenure.v1.KVCompare
+	(*KVRequestOp)(nil),                      // 103: tenure.v1.KVRequestOp
+	(*KVResponseOp)(nil),                     // 104: tenure.v1.KVResponseOp
+	(*KVTxnRequest)(nil),                     // 105: tenure.v1.KVTxnRequest
+	(*KVTxnResponse)(nil),                    // 106: tenure.v1.KVTxnResponse
+	(*KVWatchRequest)(nil),                   // 107: tenure.v1.KVWatchRequest
+	(*KVEvent)(nil),                          // 108: tenure.v1.KVEvent
+	(*KVWatchResponse)(nil),                  // 109: tenure.v1.KVWatchResponse
+	(*KVCompacted)(nil),                      // 110: tenure.v1.KVCompacted
+	(*QueueEnqueueRequest)(nil),              // 111: tenure.v1.QueueEnqueueRequest
+	(*QueueEnqueueResponse)(nil),             // 112: tenure.v1.QueueEnqueueResponse
+	(*QueueDequeueRequest)(nil),              // 113: tenure.v1.QueueDequeueRequest
+	(*QueueItem)(nil),                        // 114: tenure.v1.QueueItem
+	(*QueueDequeueResponse)(nil),             // 115: tenure.v1.QueueDequeueResponse
+	(*QueueSettleRequest)(nil),               // 116: tenure.v1.QueueSettleRequest
+	(*QueueSettleResponse)(nil),              // 117: tenure.v1.QueueSettleResponse
+	(*QueueStatsRequest)(nil),                // 118: tenure.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),               // 119: tenure.v1.QueueStatsResponse
+	(*QueueDeadListRequest)(nil),             // 120: tenure.v1.QueueDeadListRequest
+	(*QueueDeadItem)(nil),                    // 121: tenure.v1.QueueDeadItem
+	(*QueueDeadListResponse)(nil),            // 122: tenure.v1.QueueDeadListResponse
+	(*QueueDeadRequeueRequest)(nil),          // 123: tenure.v1.QueueDeadRequeueRequest
+	(*QueueDeadRequeueResponse)(nil),         // 124: tenure.v1.QueueDeadRequeueResponse
+	(*QueueDeleteRequest)(nil),               // 125: tenure.v1.QueueDeleteRequest
+	(*QueueDeleteResponse)(nil),              // 126: tenure.v1.QueueDeleteResponse
+	(*QueueEnqueueBatchRequest)(nil),         // 127: tenure.v1.QueueEnqueueBatchRequest
+	(*QueueEnqueueItem)(nil),                 // 128: tenure.v1.QueueEnqueueItem
+	(*QueueEnqueueBatchResponse)(nil),        // 129: tenure.v1.QueueEnqueueBatchResponse
+	(*QueueDequeueBatchRequest)(nil),         // 130: tenure.v1.QueueDequeueBatchRequest
+	(*QueueDequeueBatchResponse)(nil),        // 131: tenure.v1.QueueDequeueBatchResponse
+	(*QueueDelivery)(nil),                    // 132: tenure.v1.QueueDelivery
+	(*QueueSettleBatchRequest)(nil),          // 133: tenure.v1.QueueSettleBatchRequest
+	(*QueueSettleItemResult)(nil),            // 134: tenure.v1.QueueSettleItemResult
+	(*QueueSettleBatchResponse)(nil),         // 135: tenure.v1.QueueSettleBatchResponse
+	(*QueuePurgeRequest)(nil),                // 136: tenure.v1.QueuePurgeRequest
+	(*QueuePurgeResponse)(nil),               // 137: tenure.v1.QueuePurgeResponse
 }
 var file_api_tenurepb_tenure_proto_depIdxs = []int32{
 	9,   // 0: tenure.v1.ClusterKeysResponse.keys:type_name -> tenure.v1.ClusterKey
@@ -9523,166 +9674,168 @@ var file_api_tenurepb_tenure_proto_depIdxs = []int32{
 	34,  // 7: tenure.v1.SetLimitsRequest.limits:type_name -> tenure.v1.ClusterLimits
 	34,  // 8: tenure.v1.LimitsResponse.limits:type_name -> tenure.v1.ClusterLimits
 	41,  // 9: tenure.v1.MemberListResponse.members:type_name -> tenure.v1.Member
-	47,  // 10: tenure.v1.SessionFrames.frames:type_name -> tenure.v1.SessionFrame
-	50,  // 11: tenure.v1.SessionFrame.request:type_name -> tenure.v1.SessionRequest
-	49,  // 12: tenure.v1.SessionReplies.replies:type_name -> tenure.v1.SessionReply
-	59,  // 13: tenure.v1.SessionReply.response:type_name -> tenure.v1.SessionResponse
+	49,  // 10: tenure.v1.SessionFrames.frames:type_name -> tenure.v1.SessionFrame
+	52,  // 11: tenure.v1.SessionFrame.request:type_name -> tenure.v1.SessionRequest
+	51,  // 12: tenure.v1.SessionReplies.replies:type_name -> tenure.v1.SessionReply
+	61,  // 13: tenure.v1.SessionReply.response:type_name -> tenure.v1.SessionResponse
 	0,   // 14: tenure.v1.SessionReply.reason:type_name -> tenure.v1.ErrorReason
-	51,  // 15: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
-	52,  // 16: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
-	53,  // 17: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
-	56,  // 18: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
-	57,  // 19: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
-	58,  // 20: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
-	54,  // 21: tenure.v1.SessionRequest.proclaim:type_name -> tenure.v1.ProclaimValue
-	60,  // 22: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
-	61,  // 23: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
-	62,  // 24: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
-	63,  // 25: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
-	64,  // 26: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
-	65,  // 27: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
-	66,  // 28: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
-	55,  // 29: tenure.v1.SessionResponse.proclaimed:type_name -> tenure.v1.ValueProclaimed
+	53,  // 15: tenure.v1.SessionRequest.open:type_name -> tenure.v1.OpenSession
+	54,  // 16: tenure.v1.SessionRequest.keep_alive:type_name -> tenure.v1.KeepAlive
+	55,  // 17: tenure.v1.SessionRequest.acquire:type_name -> tenure.v1.AcquireLock
+	58,  // 18: tenure.v1.SessionRequest.release:type_name -> tenure.v1.ReleaseLock
+	59,  // 19: tenure.v1.SessionRequest.cancel:type_name -> tenure.v1.CancelRequest
+	60,  // 20: tenure.v1.SessionRequest.close:type_name -> tenure.v1.CloseSession
+	56,  // 21: tenure.v1.SessionRequest.proclaim:type_name -> tenure.v1.ProclaimValue
+	62,  // 22: tenure.v1.SessionResponse.opened:type_name -> tenure.v1.SessionOpened
+	63,  // 23: tenure.v1.SessionResponse.kept:type_name -> tenure.v1.KeepAliveAck
+	64,  // 24: tenure.v1.SessionResponse.queued:type_name -> tenure.v1.LockQueued
+	65,  // 25: tenure.v1.SessionResponse.granted:type_name -> tenure.v1.LockGranted
+	66,  // 26: tenure.v1.SessionResponse.released:type_name -> tenure.v1.LockReleased
+	67,  // 27: tenure.v1.SessionResponse.closed:type_name -> tenure.v1.SessionClosed
+	68,  // 28: tenure.v1.SessionResponse.error:type_name -> tenure.v1.Error
+	57,  // 29: tenure.v1.SessionResponse.proclaimed:type_name -> tenure.v1.ValueProclaimed
 	0,   // 30: tenure.v1.Error.reason:type_name -> tenure.v1.ErrorReason
-	68,  // 31: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
-	71,  // 32: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
-	71,  // 33: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
-	72,  // 34: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
-	71,  // 35: tenure.v1.LockSummary.first_holders:type_name -> tenure.v1.Holder
-	75,  // 36: tenure.v1.ListLocksResponse.locks:type_name -> tenure.v1.LockSummary
-	78,  // 37: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
+	70,  // 31: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.SessionInfo
+	73,  // 32: tenure.v1.LockStatusResponse.holder:type_name -> tenure.v1.Holder
+	73,  // 33: tenure.v1.LockStatusResponse.holders:type_name -> tenure.v1.Holder
+	74,  // 34: tenure.v1.LockStatusResponse.waiters:type_name -> tenure.v1.Waiter
+	73,  // 35: tenure.v1.LockSummary.first_holders:type_name -> tenure.v1.Holder
+	77,  // 36: tenure.v1.ListLocksResponse.locks:type_name -> tenure.v1.LockSummary
+	80,  // 37: tenure.v1.LockHistoryResponse.grants:type_name -> tenure.v1.GrantRecord
 	1,   // 38: tenure.v1.FencedPutResponse.result:type_name -> tenure.v1.PutResult
 	1,   // 39: tenure.v1.FencedDeleteResponse.result:type_name -> tenure.v1.PutResult
-	93,  // 40: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
+	95,  // 40: tenure.v1.KVRangeResponse.kvs:type_name -> tenure.v1.KVKeyValue
 	2,   // 41: tenure.v1.KVCompare.target:type_name -> tenure.v1.KVCompareTarget
 	3,   // 42: tenure.v1.KVCompare.result:type_name -> tenure.v1.KVCompareResult
-	96,  // 43: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
-	94,  // 44: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
-	98,  // 45: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
-	97,  // 46: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
-	95,  // 47: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
-	99,  // 48: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
-	100, // 49: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
-	101, // 50: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
-	101, // 51: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
-	102, // 52: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
+	98,  // 43: tenure.v1.KVRequestOp.range:type_name -> tenure.v1.KVRangeRequest
+	96,  // 44: tenure.v1.KVRequestOp.put:type_name -> tenure.v1.KVPutRequest
+	100, // 45: tenure.v1.KVRequestOp.delete:type_name -> tenure.v1.KVDeleteRequest
+	99,  // 46: tenure.v1.KVResponseOp.range:type_name -> tenure.v1.KVRangeResponse
+	97,  // 47: tenure.v1.KVResponseOp.put:type_name -> tenure.v1.KVPutResponse
+	101, // 48: tenure.v1.KVResponseOp.delete:type_name -> tenure.v1.KVDeleteResponse
+	102, // 49: tenure.v1.KVTxnRequest.compare:type_name -> tenure.v1.KVCompare
+	103, // 50: tenure.v1.KVTxnRequest.success:type_name -> tenure.v1.KVRequestOp
+	103, // 51: tenure.v1.KVTxnRequest.failure:type_name -> tenure.v1.KVRequestOp
+	104, // 52: tenure.v1.KVTxnResponse.responses:type_name -> tenure.v1.KVResponseOp
 	4,   // 53: tenure.v1.KVEvent.type:type_name -> tenure.v1.KVEventType
-	93,  // 54: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
-	106, // 55: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
-	112, // 56: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
+	95,  // 54: tenure.v1.KVEvent.kv:type_name -> tenure.v1.KVKeyValue
+	108, // 55: tenure.v1.KVWatchResponse.events:type_name -> tenure.v1.KVEvent
+	114, // 56: tenure.v1.QueueDequeueResponse.item:type_name -> tenure.v1.QueueItem
 	5,   // 57: tenure.v1.QueueSettleResponse.result:type_name -> tenure.v1.QueueSettleResult
-	119, // 58: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
-	126, // 59: tenure.v1.QueueEnqueueBatchRequest.items:type_name -> tenure.v1.QueueEnqueueItem
-	110, // 60: tenure.v1.QueueEnqueueBatchResponse.items:type_name -> tenure.v1.QueueEnqueueResponse
-	112, // 61: tenure.v1.QueueDequeueBatchResponse.items:type_name -> tenure.v1.QueueItem
-	130, // 62: tenure.v1.QueueSettleBatchRequest.items:type_name -> tenure.v1.QueueDelivery
+	121, // 58: tenure.v1.QueueDeadListResponse.items:type_name -> tenure.v1.QueueDeadItem
+	128, // 59: tenure.v1.QueueEnqueueBatchRequest.items:type_name -> tenure.v1.QueueEnqueueItem
+	112, // 60: tenure.v1.QueueEnqueueBatchResponse.items:type_name -> tenure.v1.QueueEnqueueResponse
+	114, // 61: tenure.v1.QueueDequeueBatchResponse.items:type_name -> tenure.v1.QueueItem
+	132, // 62: tenure.v1.QueueSettleBatchRequest.items:type_name -> tenure.v1.QueueDelivery
 	5,   // 63: tenure.v1.QueueSettleItemResult.result:type_name -> tenure.v1.QueueSettleResult
-	66,  // 64: tenure.v1.QueueSettleItemResult.error:type_name -> tenure.v1.Error
-	132, // 65: tenure.v1.QueueSettleBatchResponse.items:type_name -> tenure.v1.QueueSettleItemResult
-	46,  // 66: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
-	67,  // 67: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
-	70,  // 68: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
-	74,  // 69: tenure.v1.Tenure.ListLocks:input_type -> tenure.v1.ListLocksRequest
-	77,  // 70: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
-	80,  // 71: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
-	87,  // 72: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
-	83,  // 73: tenure.v1.Tenure.FencedDelete:input_type -> tenure.v1.FencedDeleteRequest
-	91,  // 74: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
-	89,  // 75: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
+	68,  // 64: tenure.v1.QueueSettleItemResult.error:type_name -> tenure.v1.Error
+	134, // 65: tenure.v1.QueueSettleBatchResponse.items:type_name -> tenure.v1.QueueSettleItemResult
+	48,  // 66: tenure.v1.Tenure.Sessions:input_type -> tenure.v1.SessionFrames
+	69,  // 67: tenure.v1.Tenure.ListSessions:input_type -> tenure.v1.ListSessionsRequest
+	72,  // 68: tenure.v1.Tenure.LockStatus:input_type -> tenure.v1.LockStatusRequest
+	76,  // 69: tenure.v1.Tenure.ListLocks:input_type -> tenure.v1.ListLocksRequest
+	79,  // 70: tenure.v1.Tenure.LockHistory:input_type -> tenure.v1.LockHistoryRequest
+	82,  // 71: tenure.v1.Tenure.FencedPut:input_type -> tenure.v1.FencedPutRequest
+	89,  // 72: tenure.v1.Tenure.FencedGet:input_type -> tenure.v1.FencedGetRequest
+	85,  // 73: tenure.v1.Tenure.FencedDelete:input_type -> tenure.v1.FencedDeleteRequest
+	93,  // 74: tenure.v1.Tenure.Status:input_type -> tenure.v1.StatusRequest
+	91,  // 75: tenure.v1.Tenure.Observe:input_type -> tenure.v1.ObserveRequest
 	42,  // 76: tenure.v1.Tenure.MemberList:input_type -> tenure.v1.MemberListRequest
-	44,  // 77: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
-	45,  // 78: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
-	38,  // 79: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
-	39,  // 80: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
-	94,  // 81: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
-	96,  // 82: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
-	98,  // 83: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
-	103, // 84: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
-	105, // 85: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
-	109, // 86: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
-	111, // 87: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
-	114, // 88: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
-	114, // 89: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
-	114, // 90: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
-	116, // 91: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
-	118, // 92: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
-	121, // 93: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
-	123, // 94: tenure.v1.Tenure.QueueDelete:input_type -> tenure.v1.QueueDeleteRequest
-	134, // 95: tenure.v1.Tenure.QueuePurge:input_type -> tenure.v1.QueuePurgeRequest
-	125, // 96: tenure.v1.Tenure.QueueEnqueueBatch:input_type -> tenure.v1.QueueEnqueueBatchRequest
-	128, // 97: tenure.v1.Tenure.QueueDequeueBatch:input_type -> tenure.v1.QueueDequeueBatchRequest
-	131, // 98: tenure.v1.Tenure.QueueAckBatch:input_type -> tenure.v1.QueueSettleBatchRequest
-	131, // 99: tenure.v1.Tenure.QueueNackBatch:input_type -> tenure.v1.QueueSettleBatchRequest
-	35,  // 100: tenure.v1.Tenure.GetLimits:input_type -> tenure.v1.GetLimitsRequest
-	36,  // 101: tenure.v1.Tenure.SetLimits:input_type -> tenure.v1.SetLimitsRequest
-	13,  // 102: tenure.v1.Tenure.AclBootstrap:input_type -> tenure.v1.AclBootstrapRequest
-	15,  // 103: tenure.v1.Tenure.AclPolicyCreate:input_type -> tenure.v1.AclPolicyCreateRequest
-	16,  // 104: tenure.v1.Tenure.AclPolicyList:input_type -> tenure.v1.AclPolicyListRequest
-	18,  // 105: tenure.v1.Tenure.AclPolicyDelete:input_type -> tenure.v1.AclPolicyDeleteRequest
-	20,  // 106: tenure.v1.Tenure.AclTokenCreate:input_type -> tenure.v1.AclTokenCreateRequest
-	22,  // 107: tenure.v1.Tenure.AclTokenList:input_type -> tenure.v1.AclTokenListRequest
-	24,  // 108: tenure.v1.Tenure.AclTokenRevoke:input_type -> tenure.v1.AclTokenRevokeRequest
-	26,  // 109: tenure.v1.Tenure.AclIdentityBind:input_type -> tenure.v1.AclIdentityBindRequest
-	27,  // 110: tenure.v1.Tenure.AclIdentityList:input_type -> tenure.v1.AclIdentityListRequest
-	29,  // 111: tenure.v1.Tenure.AclIdentityUnbind:input_type -> tenure.v1.AclIdentityUnbindRequest
-	32,  // 112: tenure.v1.Tenure.AclWhoAmI:input_type -> tenure.v1.AclWhoAmIRequest
-	7,   // 113: tenure.v1.Tenure.ClusterKeys:input_type -> tenure.v1.ClusterKeysRequest
-	8,   // 114: tenure.v1.Tenure.ClusterKeyRotate:input_type -> tenure.v1.ClusterKeyRotateRequest
-	6,   // 115: tenure.v1.Tenure.ClusterKeyRetire:input_type -> tenure.v1.ClusterKeyRetireRequest
-	30,  // 116: tenure.v1.Tenure.AclEnable:input_type -> tenure.v1.AclEnableRequest
-	48,  // 117: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
-	69,  // 118: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
-	73,  // 119: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
-	76,  // 120: tenure.v1.Tenure.ListLocks:output_type -> tenure.v1.ListLocksResponse
-	79,  // 121: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
-	82,  // 122: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
-	88,  // 123: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
-	84,  // 124: tenure.v1.Tenure.FencedDelete:output_type -> tenure.v1.FencedDeleteResponse
-	92,  // 125: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
-	90,  // 126: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
-	43,  // 127: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
-	43,  // 128: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
-	43,  // 129: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
-	39,  // 130: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
-	40,  // 131: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
-	95,  // 132: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
-	97,  // 133: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
-	99,  // 134: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
-	104, // 135: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
-	107, // 136: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
-	110, // 137: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
-	113, // 138: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
-	115, // 139: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
-	115, // 140: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
-	115, // 141: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
-	117, // 142: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
-	120, // 143: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
-	122, // 144: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
-	124, // 145: tenure.v1.Tenure.QueueDelete:output_type -> tenure.v1.QueueDeleteResponse
-	135, // 146: tenure.v1.Tenure.QueuePurge:output_type -> tenure.v1.QueuePurgeResponse
-	127, // 147: tenure.v1.Tenure.QueueEnqueueBatch:output_type -> tenure.v1.QueueEnqueueBatchResponse
-	129, // 148: tenure.v1.Tenure.QueueDequeueBatch:output_type -> tenure.v1.QueueDequeueBatchResponse
-	133, // 149: tenure.v1.Tenure.QueueAckBatch:output_type -> tenure.v1.QueueSettleBatchResponse
-	133, // 150: tenure.v1.Tenure.QueueNackBatch:output_type -> tenure.v1.QueueSettleBatchResponse
-	37,  // 151: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
-	37,  // 152: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
-	14,  // 153: tenure.v1.Tenure.AclBootstrap:output_type -> tenure.v1.AclTokenSecret
-	12,  // 154: tenure.v1.Tenure.AclPolicyCreate:output_type -> tenure.v1.AclPolicy
-	17,  // 155: tenure.v1.Tenure.AclPolicyList:output_type -> tenure.v1.AclPolicyListResponse
-	19,  // 156: tenure.v1.Tenure.AclPolicyDelete:output_type -> tenure.v1.AclDeleteResponse
-	14,  // 157: tenure.v1.Tenure.AclTokenCreate:output_type -> tenure.v1.AclTokenSecret
-	23,  // 158: tenure.v1.Tenure.AclTokenList:output_type -> tenure.v1.AclTokenListResponse
-	19,  // 159: tenure.v1.Tenure.AclTokenRevoke:output_type -> tenure.v1.AclDeleteResponse
-	25,  // 160: tenure.v1.Tenure.AclIdentityBind:output_type -> tenure.v1.AclIdentity
-	28,  // 161: tenure.v1.Tenure.AclIdentityList:output_type -> tenure.v1.AclIdentityListResponse
-	19,  // 162: tenure.v1.Tenure.AclIdentityUnbind:output_type -> tenure.v1.AclDeleteResponse
-	33,  // 163: tenure.v1.Tenure.AclWhoAmI:output_type -> tenure.v1.AclWhoAmIResponse
-	10,  // 164: tenure.v1.Tenure.ClusterKeys:output_type -> tenure.v1.ClusterKeysResponse
-	10,  // 165: tenure.v1.Tenure.ClusterKeyRotate:output_type -> tenure.v1.ClusterKeysResponse
-	10,  // 166: tenure.v1.Tenure.ClusterKeyRetire:output_type -> tenure.v1.ClusterKeysResponse
-	31,  // 167: tenure.v1.Tenure.AclEnable:output_type -> tenure.v1.AclEnableResponse
-	117, // [117:168] is the sub-list for method output_type
-	66,  // [66:117] is the sub-list for method input_type
+	46,  // 77: tenure.v1.Tenure.MemberAdd:input_type -> tenure.v1.MemberAddRequest
+	47,  // 78: tenure.v1.Tenure.MemberRemove:input_type -> tenure.v1.MemberRemoveRequest
+	43,  // 79: tenure.v1.Tenure.MemberTransferLeadership:input_type -> tenure.v1.MemberTransferLeadershipRequest
+	38,  // 80: tenure.v1.Tenure.SnapshotSave:input_type -> tenure.v1.SnapshotSaveRequest
+	39,  // 81: tenure.v1.Tenure.SnapshotRestore:input_type -> tenure.v1.SnapshotChunk
+	96,  // 82: tenure.v1.Tenure.KVPut:input_type -> tenure.v1.KVPutRequest
+	98,  // 83: tenure.v1.Tenure.KVRange:input_type -> tenure.v1.KVRangeRequest
+	100, // 84: tenure.v1.Tenure.KVDelete:input_type -> tenure.v1.KVDeleteRequest
+	105, // 85: tenure.v1.Tenure.KVTxn:input_type -> tenure.v1.KVTxnRequest
+	107, // 86: tenure.v1.Tenure.KVWatch:input_type -> tenure.v1.KVWatchRequest
+	111, // 87: tenure.v1.Tenure.QueueEnqueue:input_type -> tenure.v1.QueueEnqueueRequest
+	113, // 88: tenure.v1.Tenure.QueueDequeue:input_type -> tenure.v1.QueueDequeueRequest
+	116, // 89: tenure.v1.Tenure.QueueAck:input_type -> tenure.v1.QueueSettleRequest
+	116, // 90: tenure.v1.Tenure.QueueNack:input_type -> tenure.v1.QueueSettleRequest
+	116, // 91: tenure.v1.Tenure.QueueExtend:input_type -> tenure.v1.QueueSettleRequest
+	118, // 92: tenure.v1.Tenure.QueueStats:input_type -> tenure.v1.QueueStatsRequest
+	120, // 93: tenure.v1.Tenure.QueueDeadList:input_type -> tenure.v1.QueueDeadListRequest
+	123, // 94: tenure.v1.Tenure.QueueDeadRequeue:input_type -> tenure.v1.QueueDeadRequeueRequest
+	125, // 95: tenure.v1.Tenure.QueueDelete:input_type -> tenure.v1.QueueDeleteRequest
+	136, // 96: tenure.v1.Tenure.QueuePurge:input_type -> tenure.v1.QueuePurgeRequest
+	127, // 97: tenure.v1.Tenure.QueueEnqueueBatch:input_type -> tenure.v1.QueueEnqueueBatchRequest
+	130, // 98: tenure.v1.Tenure.QueueDequeueBatch:input_type -> tenure.v1.QueueDequeueBatchRequest
+	133, // 99: tenure.v1.Tenure.QueueAckBatch:input_type -> tenure.v1.QueueSettleBatchRequest
+	133, // 100: tenure.v1.Tenure.QueueNackBatch:input_type -> tenure.v1.QueueSettleBatchRequest
+	35,  // 101: tenure.v1.Tenure.GetLimits:input_type -> tenure.v1.GetLimitsRequest
+	36,  // 102: tenure.v1.Tenure.SetLimits:input_type -> tenure.v1.SetLimitsRequest
+	13,  // 103: tenure.v1.Tenure.AclBootstrap:input_type -> tenure.v1.AclBootstrapRequest
+	15,  // 104: tenure.v1.Tenure.AclPolicyCreate:input_type -> tenure.v1.AclPolicyCreateRequest
+	16,  // 105: tenure.v1.Tenure.AclPolicyList:input_type -> tenure.v1.AclPolicyListRequest
+	18,  // 106: tenure.v1.Tenure.AclPolicyDelete:input_type -> tenure.v1.AclPolicyDeleteRequest
+	20,  // 107: tenure.v1.Tenure.AclTokenCreate:input_type -> tenure.v1.AclTokenCreateRequest
+	22,  // 108: tenure.v1.Tenure.AclTokenList:input_type -> tenure.v1.AclTokenListRequest
+	24,  // 109: tenure.v1.Tenure.AclTokenRevoke:input_type -> tenure.v1.AclTokenRevokeRequest
+	26,  // 110: tenure.v1.Tenure.AclIdentityBind:input_type -> tenure.v1.AclIdentityBindRequest
+	27,  // 111: tenure.v1.Tenure.AclIdentityList:input_type -> tenure.v1.AclIdentityListRequest
+	29,  // 112: tenure.v1.Tenure.AclIdentityUnbind:input_type -> tenure.v1.AclIdentityUnbindRequest
+	32,  // 113: tenure.v1.Tenure.AclWhoAmI:input_type -> tenure.v1.AclWhoAmIRequest
+	7,   // 114: tenure.v1.Tenure.ClusterKeys:input_type -> tenure.v1.ClusterKeysRequest
+	8,   // 115: tenure.v1.Tenure.ClusterKeyRotate:input_type -> tenure.v1.ClusterKeyRotateRequest
+	6,   // 116: tenure.v1.Tenure.ClusterKeyRetire:input_type -> tenure.v1.ClusterKeyRetireRequest
+	30,  // 117: tenure.v1.Tenure.AclEnable:input_type -> tenure.v1.AclEnableRequest
+	50,  // 118: tenure.v1.Tenure.Sessions:output_type -> tenure.v1.SessionReplies
+	71,  // 119: tenure.v1.Tenure.ListSessions:output_type -> tenure.v1.ListSessionsResponse
+	75,  // 120: tenure.v1.Tenure.LockStatus:output_type -> tenure.v1.LockStatusResponse
+	78,  // 121: tenure.v1.Tenure.ListLocks:output_type -> tenure.v1.ListLocksResponse
+	81,  // 122: tenure.v1.Tenure.LockHistory:output_type -> tenure.v1.LockHistoryResponse
+	84,  // 123: tenure.v1.Tenure.FencedPut:output_type -> tenure.v1.FencedPutResponse
+	90,  // 124: tenure.v1.Tenure.FencedGet:output_type -> tenure.v1.FencedGetResponse
+	86,  // 125: tenure.v1.Tenure.FencedDelete:output_type -> tenure.v1.FencedDeleteResponse
+	94,  // 126: tenure.v1.Tenure.Status:output_type -> tenure.v1.StatusResponse
+	92,  // 127: tenure.v1.Tenure.Observe:output_type -> tenure.v1.LeaderEvent
+	45,  // 128: tenure.v1.Tenure.MemberList:output_type -> tenure.v1.MemberListResponse
+	45,  // 129: tenure.v1.Tenure.MemberAdd:output_type -> tenure.v1.MemberListResponse
+	45,  // 130: tenure.v1.Tenure.MemberRemove:output_type -> tenure.v1.MemberListResponse
+	44,  // 131: tenure.v1.Tenure.MemberTransferLeadership:output_type -> tenure.v1.MemberTransferLeadershipResponse
+	39,  // 132: tenure.v1.Tenure.SnapshotSave:output_type -> tenure.v1.SnapshotChunk
+	40,  // 133: tenure.v1.Tenure.SnapshotRestore:output_type -> tenure.v1.SnapshotRestoreResponse
+	97,  // 134: tenure.v1.Tenure.KVPut:output_type -> tenure.v1.KVPutResponse
+	99,  // 135: tenure.v1.Tenure.KVRange:output_type -> tenure.v1.KVRangeResponse
+	101, // 136: tenure.v1.Tenure.KVDelete:output_type -> tenure.v1.KVDeleteResponse
+	106, // 137: tenure.v1.Tenure.KVTxn:output_type -> tenure.v1.KVTxnResponse
+	109, // 138: tenure.v1.Tenure.KVWatch:output_type -> tenure.v1.KVWatchResponse
+	112, // 139: tenure.v1.Tenure.QueueEnqueue:output_type -> tenure.v1.QueueEnqueueResponse
+	115, // 140: tenure.v1.Tenure.QueueDequeue:output_type -> tenure.v1.QueueDequeueResponse
+	117, // 141: tenure.v1.Tenure.QueueAck:output_type -> tenure.v1.QueueSettleResponse
+	117, // 142: tenure.v1.Tenure.QueueNack:output_type -> tenure.v1.QueueSettleResponse
+	117, // 143: tenure.v1.Tenure.QueueExtend:output_type -> tenure.v1.QueueSettleResponse
+	119, // 144: tenure.v1.Tenure.QueueStats:output_type -> tenure.v1.QueueStatsResponse
+	122, // 145: tenure.v1.Tenure.QueueDeadList:output_type -> tenure.v1.QueueDeadListResponse
+	124, // 146: tenure.v1.Tenure.QueueDeadRequeue:output_type -> tenure.v1.QueueDeadRequeueResponse
+	126, // 147: tenure.v1.Tenure.QueueDelete:output_type -> tenure.v1.QueueDeleteResponse
+	137, // 148: tenure.v1.Tenure.QueuePurge:output_type -> tenure.v1.QueuePurgeResponse
+	129, // 149: tenure.v1.Tenure.QueueEnqueueBatch:output_type -> tenure.v1.QueueEnqueueBatchResponse
+	131, // 150: tenure.v1.Tenure.QueueDequeueBatch:output_type -> tenure.v1.QueueDequeueBatchResponse
+	135, // 151: tenure.v1.Tenure.QueueAckBatch:output_type -> tenure.v1.QueueSettleBatchResponse
+	135, // 152: tenure.v1.Tenure.QueueNackBatch:output_type -> tenure.v1.QueueSettleBatchResponse
+	37,  // 153: tenure.v1.Tenure.GetLimits:output_type -> tenure.v1.LimitsResponse
+	37,  // 154: tenure.v1.Tenure.SetLimits:output_type -> tenure.v1.LimitsResponse
+	14,  // 155: tenure.v1.Tenure.AclBootstrap:output_type -> tenure.v1.AclTokenSecret
+	12,  // 156: tenure.v1.Tenure.AclPolicyCreate:output_type -> tenure.v1.AclPolicy
+	17,  // 157: tenure.v1.Tenure.AclPolicyList:output_type -> tenure.v1.AclPolicyListResponse
+	19,  // 158: tenure.v1.Tenure.AclPolicyDelete:output_type -> tenure.v1.AclDeleteResponse
+	14,  // 159: tenure.v1.Tenure.AclTokenCreate:output_type -> tenure.v1.AclTokenSecret
+	23,  // 160: tenure.v1.Tenure.AclTokenList:output_type -> tenure.v1.AclTokenListResponse
+	19,  // 161: tenure.v1.Tenure.AclTokenRevoke:output_type -> tenure.v1.AclDeleteResponse
+	25,  // 162: tenure.v1.Tenure.AclIdentityBind:output_type -> tenure.v1.AclIdentity
+	28,  // 163: tenure.v1.Tenure.AclIdentityList:output_type -> tenure.v1.AclIdentityListResponse
+	19,  // 164: tenure.v1.Tenure.AclIdentityUnbind:output_type -> tenure.v1.AclDeleteResponse
+	33,  // 165: tenure.v1.Tenure.AclWhoAmI:output_type -> tenure.v1.AclWhoAmIResponse
+	10,  // 166: tenure.v1.Tenure.ClusterKeys:output_type -> tenure.v1.ClusterKeysResponse
+	10,  // 167: tenure.v1.Tenure.ClusterKeyRotate:output_type -> tenure.v1.ClusterKeysResponse
+	10,  // 168: tenure.v1.Tenure.ClusterKeyRetire:output_type -> tenure.v1.ClusterKeysResponse
+	31,  // 169: tenure.v1.Tenure.AclEnable:output_type -> tenure.v1.AclEnableResponse
+	118, // [118:170] is the sub-list for method output_type
+	66,  // [66:118] is the sub-list for method input_type
 	66,  // [66:66] is the sub-list for extension type_name
 	66,  // [66:66] is the sub-list for extension extendee
 	0,   // [0:66] is the sub-list for field type_name
@@ -9693,7 +9846,7 @@ func file_api_tenurepb_tenure_proto_init() {
 	if File_api_tenurepb_tenure_proto != nil {
 		return
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[44].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[46].OneofWrappers = []any{
 		(*SessionRequest_Open)(nil),
 		(*SessionRequest_KeepAlive)(nil),
 		(*SessionRequest_Acquire)(nil),
@@ -9702,7 +9855,7 @@ func file_api_tenurepb_tenure_proto_init() {
 		(*SessionRequest_Close)(nil),
 		(*SessionRequest_Proclaim)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[53].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[55].OneofWrappers = []any{
 		(*SessionResponse_Opened)(nil),
 		(*SessionResponse_Kept)(nil),
 		(*SessionResponse_Queued)(nil),
@@ -9712,12 +9865,12 @@ func file_api_tenurepb_tenure_proto_init() {
 		(*SessionResponse_Error)(nil),
 		(*SessionResponse_Proclaimed)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[95].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[97].OneofWrappers = []any{
 		(*KVRequestOp_Range)(nil),
 		(*KVRequestOp_Put)(nil),
 		(*KVRequestOp_Delete)(nil),
 	}
-	file_api_tenurepb_tenure_proto_msgTypes[96].OneofWrappers = []any{
+	file_api_tenurepb_tenure_proto_msgTypes[98].OneofWrappers = []any{
 		(*KVResponseOp_Range)(nil),
 		(*KVResponseOp_Put)(nil),
 		(*KVResponseOp_Delete)(nil),
@@ -9728,7 +9881,7 @@ func file_api_tenurepb_tenure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_tenurepb_tenure_proto_rawDesc), len(file_api_tenurepb_tenure_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   130,
+			NumMessages:   132,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

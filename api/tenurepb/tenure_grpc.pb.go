@@ -23,57 +23,58 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Tenure_Sessions_FullMethodName          = "/tenure.v1.Tenure/Sessions"
-	Tenure_ListSessions_FullMethodName      = "/tenure.v1.Tenure/ListSessions"
-	Tenure_LockStatus_FullMethodName        = "/tenure.v1.Tenure/LockStatus"
-	Tenure_ListLocks_FullMethodName         = "/tenure.v1.Tenure/ListLocks"
-	Tenure_LockHistory_FullMethodName       = "/tenure.v1.Tenure/LockHistory"
-	Tenure_FencedPut_FullMethodName         = "/tenure.v1.Tenure/FencedPut"
-	Tenure_FencedGet_FullMethodName         = "/tenure.v1.Tenure/FencedGet"
-	Tenure_FencedDelete_FullMethodName      = "/tenure.v1.Tenure/FencedDelete"
-	Tenure_Status_FullMethodName            = "/tenure.v1.Tenure/Status"
-	Tenure_Observe_FullMethodName           = "/tenure.v1.Tenure/Observe"
-	Tenure_MemberList_FullMethodName        = "/tenure.v1.Tenure/MemberList"
-	Tenure_MemberAdd_FullMethodName         = "/tenure.v1.Tenure/MemberAdd"
-	Tenure_MemberRemove_FullMethodName      = "/tenure.v1.Tenure/MemberRemove"
-	Tenure_SnapshotSave_FullMethodName      = "/tenure.v1.Tenure/SnapshotSave"
-	Tenure_SnapshotRestore_FullMethodName   = "/tenure.v1.Tenure/SnapshotRestore"
-	Tenure_KVPut_FullMethodName             = "/tenure.v1.Tenure/KVPut"
-	Tenure_KVRange_FullMethodName           = "/tenure.v1.Tenure/KVRange"
-	Tenure_KVDelete_FullMethodName          = "/tenure.v1.Tenure/KVDelete"
-	Tenure_KVTxn_FullMethodName             = "/tenure.v1.Tenure/KVTxn"
-	Tenure_KVWatch_FullMethodName           = "/tenure.v1.Tenure/KVWatch"
-	Tenure_QueueEnqueue_FullMethodName      = "/tenure.v1.Tenure/QueueEnqueue"
-	Tenure_QueueDequeue_FullMethodName      = "/tenure.v1.Tenure/QueueDequeue"
-	Tenure_QueueAck_FullMethodName          = "/tenure.v1.Tenure/QueueAck"
-	Tenure_QueueNack_FullMethodName         = "/tenure.v1.Tenure/QueueNack"
-	Tenure_QueueExtend_FullMethodName       = "/tenure.v1.Tenure/QueueExtend"
-	Tenure_QueueStats_FullMethodName        = "/tenure.v1.Tenure/QueueStats"
-	Tenure_QueueDeadList_FullMethodName     = "/tenure.v1.Tenure/QueueDeadList"
-	Tenure_QueueDeadRequeue_FullMethodName  = "/tenure.v1.Tenure/QueueDeadRequeue"
-	Tenure_QueueDelete_FullMethodName       = "/tenure.v1.Tenure/QueueDelete"
-	Tenure_QueuePurge_FullMethodName        = "/tenure.v1.Tenure/QueuePurge"
-	Tenure_QueueEnqueueBatch_FullMethodName = "/tenure.v1.Tenure/QueueEnqueueBatch"
-	Tenure_QueueDequeueBatch_FullMethodName = "/tenure.v1.Tenure/QueueDequeueBatch"
-	Tenure_QueueAckBatch_FullMethodName     = "/tenure.v1.Tenure/QueueAckBatch"
-	Tenure_QueueNackBatch_FullMethodName    = "/tenure.v1.Tenure/QueueNackBatch"
-	Tenure_GetLimits_FullMethodName         = "/tenure.v1.Tenure/GetLimits"
-	Tenure_SetLimits_FullMethodName         = "/tenure.v1.Tenure/SetLimits"
-	Tenure_AclBootstrap_FullMethodName      = "/tenure.v1.Tenure/AclBootstrap"
-	Tenure_AclPolicyCreate_FullMethodName   = "/tenure.v1.Tenure/AclPolicyCreate"
-	Tenure_AclPolicyList_FullMethodName     = "/tenure.v1.Tenure/AclPolicyList"
-	Tenure_AclPolicyDelete_FullMethodName   = "/tenure.v1.Tenure/AclPolicyDelete"
-	Tenure_AclTokenCreate_FullMethodName    = "/tenure.v1.Tenure/AclTokenCreate"
-	Tenure_AclTokenList_FullMethodName      = "/tenure.v1.Tenure/AclTokenList"
-	Tenure_AclTokenRevoke_FullMethodName    = "/tenure.v1.Tenure/AclTokenRevoke"
-	Tenure_AclIdentityBind_FullMethodName   = "/tenure.v1.Tenure/AclIdentityBind"
-	Tenure_AclIdentityList_FullMethodName   = "/tenure.v1.Tenure/AclIdentityList"
-	Tenure_AclIdentityUnbind_FullMethodName = "/tenure.v1.Tenure/AclIdentityUnbind"
-	Tenure_AclWhoAmI_FullMethodName         = "/tenure.v1.Tenure/AclWhoAmI"
-	Tenure_ClusterKeys_FullMethodName       = "/tenure.v1.Tenure/ClusterKeys"
-	Tenure_ClusterKeyRotate_FullMethodName  = "/tenure.v1.Tenure/ClusterKeyRotate"
-	Tenure_ClusterKeyRetire_FullMethodName  = "/tenure.v1.Tenure/ClusterKeyRetire"
-	Tenure_AclEnable_FullMethodName         = "/tenure.v1.Tenure/AclEnable"
+	Tenure_Sessions_FullMethodName                 = "/tenure.v1.Tenure/Sessions"
+	Tenure_ListSessions_FullMethodName             = "/tenure.v1.Tenure/ListSessions"
+	Tenure_LockStatus_FullMethodName               = "/tenure.v1.Tenure/LockStatus"
+	Tenure_ListLocks_FullMethodName                = "/tenure.v1.Tenure/ListLocks"
+	Tenure_LockHistory_FullMethodName              = "/tenure.v1.Tenure/LockHistory"
+	Tenure_FencedPut_FullMethodName                = "/tenure.v1.Tenure/FencedPut"
+	Tenure_FencedGet_FullMethodName                = "/tenure.v1.Tenure/FencedGet"
+	Tenure_FencedDelete_FullMethodName             = "/tenure.v1.Tenure/FencedDelete"
+	Tenure_Status_FullMethodName                   = "/tenure.v1.Tenure/Status"
+	Tenure_Observe_FullMethodName                  = "/tenure.v1.Tenure/Observe"
+	Tenure_MemberList_FullMethodName               = "/tenure.v1.Tenure/MemberList"
+	Tenure_MemberAdd_FullMethodName                = "/tenure.v1.Tenure/MemberAdd"
+	Tenure_MemberRemove_FullMethodName             = "/tenure.v1.Tenure/MemberRemove"
+	Tenure_MemberTransferLeadership_FullMethodName = "/tenure.v1.Tenure/MemberTransferLeadership"
+	Tenure_SnapshotSave_FullMethodName             = "/tenure.v1.Tenure/SnapshotSave"
+	Tenure_SnapshotRestore_FullMethodName          = "/tenure.v1.Tenure/SnapshotRestore"
+	Tenure_KVPut_FullMethodName                    = "/tenure.v1.Tenure/KVPut"
+	Tenure_KVRange_FullMethodName                  = "/tenure.v1.Tenure/KVRange"
+	Tenure_KVDelete_FullMethodName                 = "/tenure.v1.Tenure/KVDelete"
+	Tenure_KVTxn_FullMethodName                    = "/tenure.v1.Tenure/KVTxn"
+	Tenure_KVWatch_FullMethodName                  = "/tenure.v1.Tenure/KVWatch"
+	Tenure_QueueEnqueue_FullMethodName             = "/tenure.v1.Tenure/QueueEnqueue"
+	Tenure_QueueDequeue_FullMethodName             = "/tenure.v1.Tenure/QueueDequeue"
+	Tenure_QueueAck_FullMethodName                 = "/tenure.v1.Tenure/QueueAck"
+	Tenure_QueueNack_FullMethodName                = "/tenure.v1.Tenure/QueueNack"
+	Tenure_QueueExtend_FullMethodName              = "/tenure.v1.Tenure/QueueExtend"
+	Tenure_QueueStats_FullMethodName               = "/tenure.v1.Tenure/QueueStats"
+	Tenure_QueueDeadList_FullMethodName            = "/tenure.v1.Tenure/QueueDeadList"
+	Tenure_QueueDeadRequeue_FullMethodName         = "/tenure.v1.Tenure/QueueDeadRequeue"
+	Tenure_QueueDelete_FullMethodName              = "/tenure.v1.Tenure/QueueDelete"
+	Tenure_QueuePurge_FullMethodName               = "/tenure.v1.Tenure/QueuePurge"
+	Tenure_QueueEnqueueBatch_FullMethodName        = "/tenure.v1.Tenure/QueueEnqueueBatch"
+	Tenure_QueueDequeueBatch_FullMethodName        = "/tenure.v1.Tenure/QueueDequeueBatch"
+	Tenure_QueueAckBatch_FullMethodName            = "/tenure.v1.Tenure/QueueAckBatch"
+	Tenure_QueueNackBatch_FullMethodName           = "/tenure.v1.Tenure/QueueNackBatch"
+	Tenure_GetLimits_FullMethodName                = "/tenure.v1.Tenure/GetLimits"
+	Tenure_SetLimits_FullMethodName                = "/tenure.v1.Tenure/SetLimits"
+	Tenure_AclBootstrap_FullMethodName             = "/tenure.v1.Tenure/AclBootstrap"
+	Tenure_AclPolicyCreate_FullMethodName          = "/tenure.v1.Tenure/AclPolicyCreate"
+	Tenure_AclPolicyList_FullMethodName            = "/tenure.v1.Tenure/AclPolicyList"
+	Tenure_AclPolicyDelete_FullMethodName          = "/tenure.v1.Tenure/AclPolicyDelete"
+	Tenure_AclTokenCreate_FullMethodName           = "/tenure.v1.Tenure/AclTokenCreate"
+	Tenure_AclTokenList_FullMethodName             = "/tenure.v1.Tenure/AclTokenList"
+	Tenure_AclTokenRevoke_FullMethodName           = "/tenure.v1.Tenure/AclTokenRevoke"
+	Tenure_AclIdentityBind_FullMethodName          = "/tenure.v1.Tenure/AclIdentityBind"
+	Tenure_AclIdentityList_FullMethodName          = "/tenure.v1.Tenure/AclIdentityList"
+	Tenure_AclIdentityUnbind_FullMethodName        = "/tenure.v1.Tenure/AclIdentityUnbind"
+	Tenure_AclWhoAmI_FullMethodName                = "/tenure.v1.Tenure/AclWhoAmI"
+	Tenure_ClusterKeys_FullMethodName              = "/tenure.v1.Tenure/ClusterKeys"
+	Tenure_ClusterKeyRotate_FullMethodName         = "/tenure.v1.Tenure/ClusterKeyRotate"
+	Tenure_ClusterKeyRetire_FullMethodName         = "/tenure.v1.Tenure/ClusterKeyRetire"
+	Tenure_AclEnable_FullMethodName                = "/tenure.v1.Tenure/AclEnable"
 )
 
 // TenureClient is the client API for Tenure service.
@@ -119,6 +120,10 @@ type TenureClient interface {
 	MemberList(ctx context.Context, in *MemberListRequest, opts ...grpc.CallOption) (*MemberListResponse, error)
 	MemberAdd(ctx context.Context, in *MemberAddRequest, opts ...grpc.CallOption) (*MemberListResponse, error)
 	MemberRemove(ctx context.Context, in *MemberRemoveRequest, opts ...grpc.CallOption) (*MemberListResponse, error)
+	// MemberTransferLeadership makes another voter the leader (the one
+	// named, else the most up to date): sent to the leader, which stops
+	// leading once the new leader has taken over.
+	MemberTransferLeadership(ctx context.Context, in *MemberTransferLeadershipRequest, opts ...grpc.CallOption) (*MemberTransferLeadershipResponse, error)
 	// SnapshotSave streams a consistent copy of the whole state (served by the
 	// leader after a linearizable read barrier).
 	SnapshotSave(ctx context.Context, in *SnapshotSaveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
@@ -398,6 +403,16 @@ func (c *tenureClient) MemberRemove(ctx context.Context, in *MemberRemoveRequest
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(MemberListResponse)
 	err := c.cc.Invoke(ctx, Tenure_MemberRemove_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenureClient) MemberTransferLeadership(ctx context.Context, in *MemberTransferLeadershipRequest, opts ...grpc.CallOption) (*MemberTransferLeadershipResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MemberTransferLeadershipResponse)
+	err := c.cc.Invoke(ctx, Tenure_MemberTransferLeadership_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -848,6 +863,10 @@ type TenureServer interface {
 	MemberList(context.Context, *MemberListRequest) (*MemberListResponse, error)
 	MemberAdd(context.Context, *MemberAddRequest) (*MemberListResponse, error)
 	MemberRemove(context.Context, *MemberRemoveRequest) (*MemberListResponse, error)
+	// MemberTransferLeadership makes another voter the leader (the one
+	// named, else the most up to date): sent to the leader, which stops
+	// leading once the new leader has taken over.
+	MemberTransferLeadership(context.Context, *MemberTransferLeadershipRequest) (*MemberTransferLeadershipResponse, error)
 	// SnapshotSave streams a consistent copy of the whole state (served by the
 	// leader after a linearizable read barrier).
 	SnapshotSave(*SnapshotSaveRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
@@ -1029,6 +1048,9 @@ func (UnimplementedTenureServer) MemberAdd(context.Context, *MemberAddRequest) (
 }
 func (UnimplementedTenureServer) MemberRemove(context.Context, *MemberRemoveRequest) (*MemberListResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method MemberRemove not implemented")
+}
+func (UnimplementedTenureServer) MemberTransferLeadership(context.Context, *MemberTransferLeadershipRequest) (*MemberTransferLeadershipResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MemberTransferLeadership not implemented")
 }
 func (UnimplementedTenureServer) SnapshotSave(*SnapshotSaveRequest, grpc.ServerStreamingServer[SnapshotChunk]) error {
 	return status.Error(codes.Unimplemented, "method SnapshotSave not implemented")
@@ -1377,6 +1399,24 @@ func _Tenure_MemberRemove_Handler(srv interface{}, ctx context.Context, dec func
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(TenureServer).MemberRemove(ctx, req.(*MemberRemoveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tenure_MemberTransferLeadership_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MemberTransferLeadershipRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenureServer).MemberTransferLeadership(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tenure_MemberTransferLeadership_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenureServer).MemberTransferLeadership(ctx, req.(*MemberTransferLeadershipRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -2090,6 +2130,10 @@ var Tenure_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "MemberRemove",
 			Handler:    _Tenure_MemberRemove_Handler,
+		},
+		{
+			MethodName: "MemberTransferLeadership",
+			Handler:    _Tenure_MemberTransferLeadership_Handler,
 		},
 		{
 			MethodName: "KVPut",

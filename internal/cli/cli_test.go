@@ -18,6 +18,7 @@ import (
 
 	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/internal/testutil"
+	"github.com/tenure-io/tenure/internal/version"
 )
 
 // syncBuffer is a bytes.Buffer safe for a command and a child process
@@ -516,6 +517,10 @@ func TestServe(t *testing.T) {
 	m := runJSON(t, mm[1], 0, "status")
 	if m["node"] != "n7" {
 		t.Fatalf("status %v", m)
+	}
+	// A node that is its only voter runs at its own protocol at once.
+	if p := float64(version.Protocol); m["protocol"] != p || m["cluster_version"] != p || m["min_protocol"] != float64(version.MinProtocol) {
+		t.Fatalf("status %v: want protocol and cluster_version %d", m, version.Protocol)
 	}
 	// The HTTP listener (named in the log): health, readiness and the metrics.
 	hm := httpAddr.FindStringSubmatch(errb.String())

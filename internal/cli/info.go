@@ -103,8 +103,14 @@ type statusJSON struct {
 	// its storage accepts a write (/readyz); NotReady says why not.
 	Ready    bool   `json:"ready"`
 	NotReady string `json:"not_ready"`
-	// Version is the server's.
-	Version string `json:"version"`
+	// Version is the server's release; Protocol the newest format
+	// version it speaks, MinProtocol the oldest cluster version it serves
+	// in, ClusterVersion the one the cluster writes now (below Protocol
+	// until every voter speaks it: docs/operations.md).
+	Version        string `json:"version"`
+	Protocol       uint32 `json:"protocol"`
+	MinProtocol    uint32 `json:"min_protocol"`
+	ClusterVersion uint32 `json:"cluster_version"`
 	// The node's watch history (docs/kv.md).
 	WatchCompactRevision uint64 `json:"watch_compact_revision"`
 	WatchHistoryEvents   uint64 `json:"watch_history_events"`
@@ -125,8 +131,12 @@ applied everything committed and its storage accepts a write) and then
 show it; after D without that, exit 5 (timeout).
 
 JSON: {"node","leader","term","revision","voters":[..],"applied_index",
-"commit_index","ready","not_ready","version","watch_compact_revision",
-"watch_history_events","storage_error"}: not_ready says why the node is not
+"commit_index","ready","not_ready","version","protocol","min_protocol",
+"cluster_version","watch_compact_revision","watch_history_events",
+"storage_error"}: protocol is the newest format version the server speaks,
+min_protocol the oldest cluster version it serves in, cluster_version the
+one the cluster writes now (raised to the voters' oldest protocol once
+every voter reports it: docs/operations.md); not_ready says why the node is not
 ready ("" when it is); the node's watch history holds watch_history_events
 key changes, every one after watch_compact_revision; storage_error is why
 the node's last write to its disk failed ("storage full on node X: ..."),
@@ -163,6 +173,7 @@ the node's last write to its disk failed ("storage full on node X: ..."),
 				}
 				out := statusJSON{Node: st.GetNode(), Leader: st.GetLeader(), Term: st.GetTerm(), Revision: st.GetRevision(), Voters: nonNil(st.GetVoters()), AppliedIndex: st.GetAppliedIndex(),
 					CommitIndex: st.GetCommitIndex(), Ready: st.GetReady(), NotReady: st.GetNotReady(), Version: st.GetVersion(),
+					Protocol: st.GetProtocol(), MinProtocol: st.GetMinProtocol(), ClusterVersion: max(st.GetClusterVersion(), 1),
 					WatchCompactRevision: st.GetWatchCompactRevision(), WatchHistoryEvents: st.GetWatchHistoryEvents(), StorageError: st.GetStorageError()}
 				return a.emit(out, func(w io.Writer) {
 					fmt.Fprintf(w, "node:     %s\nleader:   %s\nterm:     %d\nrevision: %d\nvoters:   %s\n", out.Node, out.Leader, out.Term, out.Revision, strings.Join(out.Voters, " "))
@@ -171,6 +182,7 @@ the node's last write to its disk failed ("storage full on node X: ..."),
 						ready = "no (" + out.NotReady + ")"
 					}
 					fmt.Fprintf(w, "applied:  %d of %d committed\nready:    %s\nversion:  %s\n", out.AppliedIndex, out.CommitIndex, ready, out.Version)
+					fmt.Fprintf(w, "protocol: %d (serves in clusters of version %d or newer); cluster version %d\n", out.Protocol, out.MinProtocol, out.ClusterVersion)
 					fmt.Fprintf(w, "watch:    %d key changes held, from revision %d\n", out.WatchHistoryEvents, out.WatchCompactRevision+1)
 					storage := "ok"
 					if out.StorageError != "" {
@@ -192,6 +204,10 @@ const statusPoll = 100 * time.Millisecond
 type versionJSON struct {
 	Version string `json:"version"`
 	Go      string `json:"go"`
+	// Protocol is the newest format version this build speaks;
+	// MinProtocol the oldest cluster version it serves in.
+	Protocol    uint32 `json:"protocol"`
+	MinProtocol uint32 `json:"min_protocol"`
 }
 
 func (a *app) versionCommand() *cobra.Command {
@@ -200,11 +216,15 @@ func (a *app) versionCommand() *cobra.Command {
 		Short: "Show this build's version",
 		Long: `Show this build's version (the server's is in tenure status).
 
-JSON: {"version","go"}.`,
+JSON: {"version","go","protocol","min_protocol"}: protocol is the newest
+format version this build speaks, min_protocol the oldest cluster version
+it serves in (docs/operations.md, "Upgrading").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			out := versionJSON{Version: version.String(), Go: version.Go()}
-			return a.emit(out, func(w io.Writer) { fmt.Fprintf(w, "tenure %s (%s)\n", out.Version, out.Go) })
+			out := versionJSON{Version: version.String(), Go: version.Go(), Protocol: version.Protocol, MinProtocol: version.MinProtocol}
+			return a.emit(out, func(w io.Writer) {
+				fmt.Fprintf(w, "tenure %s (%s), protocol %d, serves in clusters of version %d or newer\n", out.Version, out.Go, out.Protocol, out.MinProtocol)
+			})
 		},
 	}
 }

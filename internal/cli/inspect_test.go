@@ -99,13 +99,13 @@ func TestSessionListTimeLeft(t *testing.T) {
 // exits 5 after the wait when nothing answers.
 func TestVersionAndStatusWait(t *testing.T) {
 	v := runJSON(t, "127.0.0.1:1", 0, "version")
-	hasKeys(t, v, map[string]string{"version": "string", "go": "string"})
+	hasKeys(t, v, map[string]string{"version": "string", "go": "string", "protocol": "number", "min_protocol": "number"})
 	if txt := run(t, "127.0.0.1:1", "version"); txt.code != 0 || !strings.HasPrefix(txt.stdout, "tenure ") {
 		t.Fatalf("version %+v", txt)
 	}
 	srv := testutil.Start(t, "", nil)
 	st := runJSON(t, srv.Addr(), 0, "status", "--wait", "10s")
-	hasKeys(t, st, map[string]string{"version": "string", "ready": "bool", "commit_index": "number", "applied_index": "number"})
+	hasKeys(t, st, map[string]string{"version": "string", "ready": "bool", "commit_index": "number", "applied_index": "number", "protocol": "number", "cluster_version": "number"})
 	if st["ready"] != true || st["version"] != v["version"] || num(t, st, "applied_index") < num(t, st, "commit_index") {
 		t.Fatalf("status %v", st)
 	}

@@ -19,6 +19,10 @@ type memberJSON struct {
 	PeerAddr string `json:"peer_addr"`
 	Voter    bool   `json:"voter"`
 	Leader   bool   `json:"leader"`
+	// Protocol is the format version the member speaks (1: a release
+	// before versions; 0: it did not answer); Version its release.
+	Protocol uint32 `json:"protocol"`
+	Version  string `json:"version"`
 }
 
 type membersJSON struct {
@@ -28,7 +32,7 @@ type membersJSON struct {
 func (a *app) emitMembers(resp *pb.MemberListResponse) error {
 	out := membersJSON{Members: []memberJSON{}}
 	for _, m := range resp.GetMembers() {
-		out.Members = append(out.Members, memberJSON{ID: m.GetId(), PeerAddr: m.GetPeerAddr(), Voter: m.GetVoter(), Leader: m.GetLeader()})
+		out.Members = append(out.Members, memberJSON{ID: m.GetId(), PeerAddr: m.GetPeerAddr(), Voter: m.GetVoter(), Leader: m.GetLeader(), Protocol: m.GetProtocol(), Version: m.GetVersion()})
 	}
 	return a.emit(out, func(w io.Writer) {
 		for _, m := range out.Members {
@@ -39,9 +43,20 @@ func (a *app) emitMembers(resp *pb.MemberListResponse) error {
 			if m.Leader {
 				role += ", leader"
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\n", m.ID, m.PeerAddr, role)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", m.ID, m.PeerAddr, role, memberVersion(m))
 		}
 	})
+}
+
+// memberVersion is a member's version as `member list` prints it.
+func memberVersion(m memberJSON) string {
+	switch {
+	case m.Protocol == 0:
+		return "version unknown (no answer)"
+	case m.Version == "":
+		return fmt.Sprintf("protocol %d", m.Protocol)
+	}
+	return fmt.Sprintf("protocol %d (%s)", m.Protocol, m.Version)
 }
 
 func (a *app) memberCommand() *cobra.Command {
@@ -50,7 +65,11 @@ func (a *app) memberCommand() *cobra.Command {
 		Short: "List and change the cluster's members",
 		Long: `List and change the raft members of a cluster.
 
-JSON: {"members":[{"id","peer_addr","voter","leader"}]}.
+JSON: {"members":[{"id","peer_addr","voter","leader","protocol","version"}]}:
+protocol is the format version the member reports over its peer address
+(1 for a release before versions, 0 when it did not answer), version its
+release; what a member reported is reused for up to 5 seconds (1 second
+for an older protocol or no answer).
 
 A change is refused, --force or not, if it would leave fewer reachable
 voters than a majority of the voters before it (for an add, also of the
@@ -108,6 +127,33 @@ a larger quorum. --force overrides only that.`,
 			})
 		},
 	}
+	transfer := &cobra.Command{
+		Use:   "transfer-leadership [ID]",
+		Short: "Hand leadership to another voter (ID, or the most up to date one)",
+		Long: `Ask the leader to hand leadership to the voter ID, or without one to
+the most up to date voter, and wait until it has. Holds and sessions carry
+over as in any leader change. Use it before stopping the leader for
+maintenance; tenure serve does it by itself when it is stopped with
+SIGTERM or SIGINT while it leads.
+
+JSON: {"leader"}: the member that leads afterwards.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := ""
+			if len(args) == 1 {
+				id = args[0]
+			}
+			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
+				leader, err := c.TransferLeadership(ctx, id)
+				if err != nil {
+					return err
+				}
+				return a.emit(struct {
+					Leader string `json:"leader"`
+				}{leader}, func(w io.Writer) { fmt.Fprintf(w, "leader: %s\n", leader) })
+			})
+		},
+	}
 	var rebuildTimeout time.Duration
 	rebuild := &cobra.Command{
 		Use:   "rebuild ID PEER_ADDR",
@@ -138,7 +184,7 @@ JSON: {"members":[{"id","peer_addr","voter","leader"}]}, after the change.`,
 	}
 	rebuild.Flags().BoolVar(&force, "force", false, "allow an even number of voters when ID was not a voter before (nothing else)")
 	rebuild.Flags().DurationVar(&rebuildTimeout, "timeout", 5*time.Minute, "how long the member may take to receive the log")
-	cmd.AddCommand(list, add, remove, rebuild)
+	cmd.AddCommand(list, add, remove, transfer, rebuild)
 	return cmd
 }
 

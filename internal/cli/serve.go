@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -141,8 +143,20 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 			if err != nil {
 				return err
 			}
+			// The daemon runs until the signal (or the caller) ends ctx
+			// and, if it leads, it has handed leadership on.
+			runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
+			defer cancelRun()
+			go func() {
+				select {
+				case <-ctx.Done():
+					handOffLeadership(d.Node, logger)
+					cancelRun()
+				case <-runCtx.Done():
+				}
+			}()
 			done := make(chan error, 1)
-			go func() { done <- d.Run(ctx) }()
+			go func() { done <- d.Run(runCtx) }()
 			select {
 			case <-d.Ready():
 			case err := <-done:
@@ -235,3 +249,26 @@ func (p peersFlag) Set(v string) error {
 }
 
 func (p peersFlag) Type() string { return "id=addr,..." }
+
+// handOffTimeout bounds the leadership transfer of a stopping leader.
+const handOffTimeout = 10 * time.Second
+
+// handOffLeadership hands leadership to another voter if n leads, so that
+// stopping it costs the cluster no election timeout: holds and sessions
+// carry over to the new leader at once. A node that does not lead, or is
+// the only voter, stops as it is.
+func handOffLeadership(n *node.Node, logger *slog.Logger) {
+	if !n.IsLeader() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), handOffTimeout)
+	defer cancel()
+	leader, err := n.TransferLeadership(ctx, "")
+	switch {
+	case errors.Is(err, fsm.ErrInvalid): // the only voter
+	case err != nil:
+		logger.Warn("stopping: leadership not transferred", "err", err)
+	default:
+		logger.Info("stopping: leadership transferred", "to", leader)
+	}
+}

@@ -406,7 +406,7 @@ func (s *State) aclBootstrap(c *fsmpb.AclBootstrap) Result {
 	// Bootstrapping the ACLs puts them in force on every member: a token
 	// with the management policy must not be needed on some members and
 	// be mintable anonymously through others.
-	sec.Enforced = true
+	sec.Enforced = s.at(2) // before version 2 each member enforces as its --auth says (version.go)
 	sec.policies[ManagementPolicy] = &Policy{Name: ManagementPolicy, Rules: rules}
 	if c.GetToken() == nil {
 		return Result{Err: fmt.Errorf("%w: bootstrap without a token", ErrInvalid)}
@@ -434,6 +434,11 @@ func (s *State) aclEnable() Result {
 }
 
 func (s *State) aclPolicySet(c *fsmpb.AclPolicySet) Result {
+	if n := len(c.GetPolicy().GetRules()); n == 0 && !s.at(2) {
+		// A policy with no rules (an etcd role with no permission) came
+		// with version 2 (version.go).
+		return Result{Err: fmt.Errorf("%w: a policy has 1..%d rules, not %d", ErrInvalid, MaxRulesPerPolicy, n)}
+	}
 	p, err := policyFromProto(c.GetPolicy())
 	if err != nil {
 		return Result{Err: err}

@@ -104,3 +104,10 @@ func QueueItemsOf(snap *fsmpb.Snapshot, name string) (ready, dead []*fsmpb.Queue
 	}
 	return ready, dead, nil
 }
+
+// NewStateAt is NewState at cluster version v.
+func NewStateAt(v uint32) *State {
+	s := NewState()
+	s.clusterVersion = v
+	return s
+}

@@ -66,6 +66,9 @@ type FSM struct {
 	// sec is the state's Security, published after every apply (it is
 	// immutable), so that readers need not take mu.
 	sec atomic.Pointer[Security]
+	// clusterVersion is the state's cluster version, published after
+	// every apply and restore for the proposal gate.
+	clusterVersion atomic.Uint32
 
 	// hintMu guards hints: commands this node proposed, by the first byte
 	// of their encoding (see Hint).
@@ -127,8 +130,11 @@ func New(sink EventSink) *FSM {
 	if sink == nil {
 		sink = func(Event) {}
 	}
-	f := &FSM{sink: sink, state: NewState(), failed: make(chan struct{})}
+	st := NewState()
+	st.clusterVersion = 1 // until the log or a snapshot says otherwise
+	f := &FSM{sink: sink, state: st, failed: make(chan struct{})}
 	f.sec.Store(f.state.sec)
+	f.clusterVersion.Store(1)
 	return f
 }
 
@@ -199,6 +205,12 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 				if err == nil && f.framed && !Framed(l.Data) {
 					err = errors.New("is not framed, yet follows framed entries (its first byte is damaged)")
 				}
+				var fe *FormatError
+				if errors.As(err, &fe) {
+					fe.Index = l.Index
+					r = Result{Err: f.failLocked(fe), Revision: f.state.revision}
+					break
+				}
 				if err != nil {
 					r = Result{Err: f.failLocked(&CorruptEntryError{Index: l.Index, Reason: err.Error()}), Revision: f.state.revision}
 					break
@@ -207,10 +219,16 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 			}
 			f.framed = f.framed || Framed(l.Data)
 			r = f.state.Apply(c, emit)
+			if fe := formatErrorOf(r); fe != nil {
+				// A command this build does not know: never skipped.
+				fe.What, fe.Index = "log entry", l.Index
+				r = Result{Err: f.failLocked(fe), Revision: f.state.revision}
+			}
 		}
 		out[i] = &r
 	}
 	emit(Event{Kind: EventApplied, Revision: f.state.revision})
+	f.clusterVersion.Store(f.state.ClusterVersion())
 	if f.state.sec != f.sec.Load() {
 		f.sec.Store(f.state.sec)
 	}
@@ -220,6 +238,25 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	}
 	return out
 }
+
+// formatErrorOf returns the FormatError of r or of one of its batch's
+// results (nil: none).
+func formatErrorOf(r Result) *FormatError {
+	var fe *FormatError
+	if errors.As(r.Err, &fe) {
+		return fe
+	}
+	for _, b := range r.Batch {
+		if errors.As(b.Err, &fe) {
+			return fe
+		}
+	}
+	return nil
+}
+
+// ClusterVersion is the cluster version in effect as of the last applied
+// entry (version.go).
+func (f *FSM) ClusterVersion() uint32 { return f.clusterVersion.Load() }
 
 // TakeResult returns the Result of a response of Apply or ApplyBatch and
 // clears it. Raft keeps each entry's future, response included, for as
@@ -284,6 +321,10 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		var fe *FormatError
+		if errors.As(err, &fe) {
+			return f.failLocked(fe) // not damaged: newer than this build
+		}
 		return f.failLocked(fmt.Errorf("%w: the snapshot does not decode: %v", ErrCorrupt, err))
 	}
 	f.mu.Lock()
@@ -291,6 +332,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	st.counters = f.state.counters // this process's counts go on across a restore
 	f.state = st
 	f.sec.Store(st.sec)
+	f.clusterVersion.Store(st.ClusterVersion())
 	f.mu.Unlock()
 	f.sink(Event{Kind: EventRestored, Revision: st.revision})
 	return nil

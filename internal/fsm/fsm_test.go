@@ -87,7 +87,7 @@ func TestFSMApplyBatch(t *testing.T) {
 	})
 
 	// The reference: the same commands on a bare State.
-	ref := fsm.NewState()
+	ref := fsm.NewStateAt(1) // as FSM starts: at the base version
 	var wantEvents []fsm.Event
 	var wantResults []fsm.Result
 	var logs []*raft.Log

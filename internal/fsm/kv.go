@@ -374,8 +374,10 @@ func (s *State) kvApplyTxn(t *fsmpb.KVTxn, emit EventSink) Result {
 	if err := s.admitKVPuts(puts); err != nil {
 		return Result{Err: err}
 	}
-	if err := s.admitTxnAnswer(t, ops); err != nil {
-		return Result{Err: err}
+	if s.at(2) { // the answer's bound came with version 2 (version.go)
+		if err := s.admitTxnAnswer(t, ops); err != nil {
+			return Result{Err: err}
+		}
 	}
 	out := &KVResult{Succeeded: ok, Ops: make([]KVOpResult, len(ops))}
 	rev := revisionOnce{s: s}

@@ -131,7 +131,11 @@ func (s *State) Limits() Limits { return s.limits }
 
 func (s *State) setLimits(c *fsmpb.SetLimits) Result {
 	s.bump()
-	s.limits = s.limits.Merge(LimitsFromProto(c.GetLimits()))
+	change := LimitsFromProto(c.GetLimits())
+	if !s.at(2) {
+		change.MaxEtcdLeases = 0 // came with version 2 (version.go): ignored, as older members do
+	}
+	s.limits = s.limits.Merge(change)
 	return Result{}
 }
 

@@ -108,12 +108,19 @@ func (s *State) checkFenced(w *fencedWrite) (reg *register, out PutOutcome, fina
 			return reg, 0, Result{Put: reg.ops[i].result, Duplicate: true, AcceptedToken: reg.token}, true
 		}
 	}
-	bound := s.boundLock(w.key, reg)
-	if bound != "" && w.lock != "" && w.lock != bound {
-		return reg, 0, Result{Err: &WrongLockError{Key: w.key, Bound: bound, Lock: w.lock, Token: w.token, Revision: s.revision}}, true
+	// Registers are bound to a lock from version 2 on (version.go): before,
+	// the token is checked against the lock the write names, and a binding
+	// is kept as it is, neither checked nor made.
+	check, bound := w.lock, s.boundLock(w.key, reg)
+	w.bind = bound
+	if s.at(2) {
+		if bound != "" && w.lock != "" && w.lock != bound {
+			return reg, 0, Result{Err: &WrongLockError{Key: w.key, Bound: bound, Lock: w.lock, Token: w.token, Revision: s.revision}}, true
+		}
+		w.bind = cmp.Or(bound, w.lock)
+		check = w.bind
 	}
-	w.bind = cmp.Or(bound, w.lock)
-	pass := w.token > s.fenceFloor && w.token >= s.fenceOf(w.key, reg) && (w.bind == "" || s.isGrant(w.bind, w.token))
+	pass := w.token > s.fenceFloor && w.token >= s.fenceOf(w.key, reg) && (check == "" || s.isGrant(check, w.token))
 	if pass || s.faults.skipFenceCheck() {
 		return reg, PutAccepted, Result{}, false
 	}

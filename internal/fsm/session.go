@@ -181,7 +181,12 @@ func (s *State) createSession(c *fsmpb.CreateSession, emit EventSink) Result {
 	// etcd leases and Tenure's sessions have limits of their own, so
 	// that clients of the one API cannot take all the other's.
 	limitErr := overLimit("max-sessions", s.limits.MaxSessions, "live sessions", uint64(len(s.sessions))-s.etcdLeases, 1)
-	if c.GetEtcdLease() {
+	switch {
+	case !s.at(2):
+		// Before version 2 every session, etcd lease or not, counted
+		// against max-sessions (version.go).
+		limitErr = overLimit("max-sessions", s.limits.MaxSessions, "live sessions", uint64(len(s.sessions)), 1)
+	case c.GetEtcdLease():
 		limitErr = overLimit("max-etcd-leases", s.limits.MaxEtcdLeases, "live etcd leases", s.etcdLeases, 1)
 	}
 	if limitErr != nil {

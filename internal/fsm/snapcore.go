@@ -75,7 +75,7 @@ func (s *State) copyCore() *coreCopy {
 // state changes (exportCore).
 func (s *State) copyCoreWith(sessions *btree.BTreeG[*session]) *coreCopy {
 	c := &coreCopy{
-		snap:      &fsmpb.Snapshot{Revision: s.revision, FenceFloor: s.fenceFloor, Retention: &fsmpb.Retention{LockHistory: uint32(s.historyLimit), RegisterOpMemory: uint32(s.opMemory)}, Limits: LimitsToProto(s.limits)},
+		snap:      &fsmpb.Snapshot{FormatVersion: s.ClusterVersion(), ClusterVersion: s.ClusterVersion(), Revision: s.revision, FenceFloor: s.fenceFloor, Retention: &fsmpb.Retention{LockHistory: uint32(s.historyLimit), RegisterOpMemory: uint32(s.opMemory)}, Limits: LimitsToProto(s.limits)},
 		sessions:  sessions,
 		locks:     make([]lockCopy, 0, s.lockOrder.Len()),
 		holders:   make([]grant, 0, s.lockOrder.Len()),

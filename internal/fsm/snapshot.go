@@ -57,7 +57,11 @@ func Import(snap *fsmpb.Snapshot) (*State, error) {
 // importWith is Import with the queue items gathered already (snap's own
 // queue_items are ignored).
 func importWith(snap *fsmpb.Snapshot, items *itemLoader) (*State, error) {
+	if err := checkSnapshotVersion(snap); err != nil {
+		return nil, err
+	}
 	s := NewState()
+	s.clusterVersion = max(snap.GetClusterVersion(), 1)
 	s.revision = snap.GetRevision()
 	if err := checkFenceFloor(snap.GetFenceFloor(), s.revision); err != nil {
 		return nil, err

@@ -18,7 +18,7 @@ import (
 // bytes must match (TestSnapshotBytesMatchSortedExport) and as the
 // "before" of BenchmarkSnapshotStall.
 func (s *State) exportCoreSorted() *fsmpb.Snapshot {
-	snap := &fsmpb.Snapshot{Revision: s.revision, FenceFloor: s.fenceFloor, Retention: &fsmpb.Retention{LockHistory: uint32(s.historyLimit), RegisterOpMemory: uint32(s.opMemory)}, Limits: LimitsToProto(s.limits)}
+	snap := &fsmpb.Snapshot{FormatVersion: s.ClusterVersion(), ClusterVersion: s.ClusterVersion(), Revision: s.revision, FenceFloor: s.fenceFloor, Retention: &fsmpb.Retention{LockHistory: uint32(s.historyLimit), RegisterOpMemory: uint32(s.opMemory)}, Limits: LimitsToProto(s.limits)}
 	for _, id := range slices.Sorted(maps.Keys(s.sessions)) {
 		ss := s.sessions[id]
 		snap.Sessions = append(snap.Sessions, &fsmpb.SessionState{Id: id, Owner: ss.owner, TtlMs: ss.ttlMs, SecretHash: ss.secretHashBytes(), Identity: ss.identity, EtcdLease: ss.etcdLease})

@@ -9,6 +9,7 @@ import (
 	"github.com/google/btree"
 
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+	"github.com/tenure-io/tenure/internal/version"
 )
 
 // Limits the state machine enforces on every command. They are part of the
@@ -183,22 +184,29 @@ type State struct {
 	// addSession and removeSession keep it), so that they have a limit
 	// of their own, apart from Tenure's sessions.
 	etcdLeases uint64
+	// clusterVersion is the replicated cluster version (version.go; 0
+	// reads as 1): which formats may be written, and which meaning the
+	// commands whose meaning changed have.
+	clusterVersion uint32
 }
 
-// NewState returns an empty state at revision 0.
+// NewState returns an empty state at revision 0, at the newest cluster
+// version (a state a node builds from a log or snapshot starts at version
+// 1 instead: FSM, Import).
 func NewState() *State {
 	return &State{
-		historyLimit:  HistoryLimit,
-		opMemory:      OpMemory,
-		limits:        DefaultLimits(),
-		sessions:      make(map[uint64]*session),
-		sessionOrder:  newSessionOrder(),
-		locks:         make(map[string]*lock),
-		lockOrder:     newLockOrder(),
-		registers:     make(map[string]*register),
-		registerOrder: newRegisterOrder(),
-		kv:            newKVStore(),
-		sec:           emptySecurity(),
+		clusterVersion: version.Protocol,
+		historyLimit:   HistoryLimit,
+		opMemory:       OpMemory,
+		limits:         DefaultLimits(),
+		sessions:       make(map[uint64]*session),
+		sessionOrder:   newSessionOrder(),
+		locks:          make(map[string]*lock),
+		lockOrder:      newLockOrder(),
+		registers:      make(map[string]*register),
+		registerOrder:  newRegisterOrder(),
+		kv:             newKVStore(),
+		sec:            emptySecurity(),
 	}
 }
 
@@ -220,7 +228,12 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 		emit = func(Event) {}
 	}
 	var r Result
+	if err := s.gateApply(cmd); err != nil {
+		return Result{Err: err, Revision: s.revision}
+	}
 	switch op := cmd.GetOp().(type) {
+	case *fsmpb.Command_SetClusterVersion:
+		r = s.setClusterVersion(op.SetClusterVersion)
 	case *fsmpb.Command_CreateSession:
 		r = s.createSession(op.CreateSession, emit)
 	case *fsmpb.Command_CloseSession:
@@ -295,7 +308,7 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 	default:
 		var ok bool
 		if r, ok = s.applyQueue(cmd, emit); !ok {
-			r.Err = fmt.Errorf("%w: unknown command", ErrInvalid)
+			r.Err = unknownCommand(cmd) // the state machine stops (FSM.ApplyBatch)
 		}
 	}
 	r.Revision = s.revision

@@ -833,9 +833,17 @@ func TestFencedPut(t *testing.T) {
 	})
 }
 
-func TestUnknownCommandIsInvalid(t *testing.T) {
+// TestUnknownCommandStops: a command this build does not know (no
+// operation it knows, as a newer release's command decodes) is a
+// FormatError, never an ErrInvalid that leaves the revision and lets the
+// log go on (version.go).
+func TestUnknownCommandStops(t *testing.T) {
 	m := newMachine(t)
-	m.failsWith(&fsmpb.Command{}, fsm.ErrInvalid)
+	r := m.s.Apply(&fsmpb.Command{}, nil)
+	var fe *fsm.FormatError
+	if !errors.As(r.Err, &fe) || errors.Is(r.Err, fsm.ErrInvalid) {
+		t.Fatalf("apply of an unknown command: %v, want a FormatError", r.Err)
+	}
 }
 
 func TestTokensIncreaseAcrossLocks(t *testing.T) {

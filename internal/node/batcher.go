@@ -79,7 +79,13 @@ type inflight struct {
 // machine refusal comes back as the result's Err (also returned as error).
 // If ctx ends after the command was handed to raft, the outcome is unknown
 // (ErrUnknownOutcome).
+//
+// A command the cluster version does not allow yet is refused at once
+// with fsm.ErrVersion (fsm.CheckVersion), unwritten.
 func (n *Node) Propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
+	if err := fsm.CheckVersion(cmd, n.fsm.ClusterVersion()); err != nil {
+		return fsm.Result{Err: err}, err
+	}
 	p := &proposal{cmd: cmd, done: make(chan proposeResult, 1)}
 	select {
 	case n.proposals <- p:
@@ -104,6 +110,10 @@ func (n *Node) Propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, err
 // slow to another goroutine). Commands proposed one after another are
 // committed in that order.
 func (n *Node) ProposeAsync(cmd *fsmpb.Command, then func(fsm.Result, error)) {
+	if err := fsm.CheckVersion(cmd, n.fsm.ClusterVersion()); err != nil {
+		then(fsm.Result{Err: err}, err)
+		return
+	}
 	p := &proposal{cmd: cmd, then: then}
 	select {
 	case <-n.quit:
@@ -201,7 +211,8 @@ func (n *Node) batcher() {
 			cmd = &fsmpb.Command{Op: &fsmpb.Command_Batch{Batch: b}}
 		}
 		// Each command's tag and length (and the batch's) come on top.
-		data, err := fsm.EncodeEntry(cmd, size+16*len(batch)+16)
+		// The entry's format version: the cluster version's (fsm/version.go).
+		data, err := fsm.EncodeEntryVersion(cmd, fsm.EntryVersionFor(cmd, n.fsm.ClusterVersion()), size+16*len(batch)+16)
 		if err != nil {
 			for _, p := range batch {
 				p.answer(proposeResult{err: fmt.Errorf("node: encoding command: %w", err)})

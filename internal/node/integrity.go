@@ -18,6 +18,7 @@ import (
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 	"github.com/tenure-io/tenure/internal/store"
+	"github.com/tenure-io/tenure/internal/version"
 )
 
 // Storage integrity
@@ -237,6 +238,11 @@ func checkLog(stores *store.Stores, snap uint64) (err error) {
 		case raft.LogCommand:
 			if err := fsm.CheckEntry(l.Data); err != nil {
 				return entryError(stores, index, err.Error())
+			}
+			if v := fsm.EntryVersion(l.Data); v > version.Protocol {
+				// Written by a newer release: a downgrade below the
+				// cluster version, refused before raft reads the log.
+				return fmt.Errorf("node: %v (%s)", &fsm.FormatError{What: "raft log entry", Index: index, Version: v}, stores.FileOf(index))
 			}
 			if fsm.Framed(l.Data) {
 				framed = true

@@ -317,7 +317,13 @@ func TestStartRefusedOnDamagedSnapshot(t *testing.T) {
 // the data directory's checks, finds it damaged.
 func undecodable(t *testing.T, snap string) {
 	t.Helper()
-	garbage := []byte{0xff, 0xff, 0xff, 0xff}
+	replaceSnapshotState(t, snap, []byte{0xff, 0xff, 0xff, 0xff})
+}
+
+// replaceSnapshotState rewrites snapshot snap's state as garbage, and its
+// checksum and size to match.
+func replaceSnapshotState(t *testing.T, snap string, garbage []byte) {
+	t.Helper()
 	if err := os.WriteFile(filepath.Join(snap, "state.bin"), garbage, 0o600); err != nil {
 		t.Fatal(err)
 	}

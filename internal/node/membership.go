@@ -211,6 +211,9 @@ func (n *Node) Reachable(ctx context.Context, ms []Member) (map[string]bool, err
 // leader can. A member still catching up when ctx ends stays a non-voter
 // and ErrCatchingUp is returned.
 func (n *Node) AddVoter(ctx context.Context, id, peerAddr string, prevIndex uint64) error {
+	if err := n.checkJoinerVersion(ctx, id, peerAddr); err != nil { // upgrade.go
+		return err
+	}
 	ms, _, err := n.Configuration()
 	if err != nil {
 		return err

@@ -33,6 +33,7 @@ import (
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 	"github.com/tenure-io/tenure/internal/lessor"
 	"github.com/tenure-io/tenure/internal/store"
+	"github.com/tenure-io/tenure/internal/version"
 )
 
 var (
@@ -74,6 +75,12 @@ type Node struct {
 	refusedLogged time.Time
 	leadCh        chan bool
 	ready         chan struct{}
+	// peerStream dials other members' peer listeners, without the
+	// identity hello (nil standalone); raiseNow asks raiseClusterVersion
+	// to try at once (upgrade.go).
+	peerStream raft.StreamLayer
+	raiseNow   chan struct{}
+	versions   versionCache // what members last reported (upgrade.go)
 
 	proposals chan *proposal
 	slots     chan struct{}
@@ -111,6 +118,7 @@ type Node struct {
 	hooksMu   sync.Mutex
 	onDemote  []func()
 	onPromote []func(context.Context)
+	onRaise   []func(context.Context)
 
 	// workMu orders startWork against Close: once Close has begun, no
 	// goroutine of the node starts.
@@ -139,6 +147,8 @@ func (n *Node) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); _ = n.lessor.Run(lctx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); n.retireKeys(lctx) }() // security.go
+	wg.Add(1)
+	go func() { defer wg.Done(); n.raiseClusterVersion(lctx) }() // upgrade.go
 	if n.fsm.Err() != nil {
 		return n.stopped()
 	}
@@ -196,6 +206,10 @@ func (n *Node) stopped() error {
 	if errors.As(err, &ce) {
 		return entryError(n.stores, ce.Index, ce.Reason)
 	}
+	var fe *fsm.FormatError
+	if errors.As(err, &fe) { // newer than this build: its data are intact
+		return fmt.Errorf("node: %s stopped: %v", n.cfg.NodeID, fe)
+	}
 	return fmt.Errorf("node: the state machine of %s stopped: %v; %s", n.cfg.DataDir, err, store.Remedy)
 }
 
@@ -217,6 +231,13 @@ func (n *Node) promote(ctx context.Context) error {
 	n.lessor.Wake()
 	n.applySettings(ctx)
 	n.EnsureSigningKey(ctx) // security.go
+	if n.fsm.ClusterVersion() < version.Protocol && n.soleVoterLeader() {
+		_ = n.tryRaise(ctx) // the only voter: nothing to ask (upgrade.go)
+	}
+	select {
+	case n.raiseNow <- struct{}{}: // ask the voters at once (upgrade.go)
+	default:
+	}
 	n.hooksMu.Lock()
 	hooks := n.onPromote
 	n.hooksMu.Unlock()
@@ -266,8 +287,11 @@ func (n *Node) applySettings(ctx context.Context) {
 			n.cfg.Logger.Error("setting retention", "lock_history", n.cfg.LockHistory, "register_op_memory", n.cfg.RegisterOpMemory, "err", err)
 		}
 	}
-	if merged := limits.Merge(n.cfg.Limits); merged != limits {
-		if _, err := n.SetLimits(ctx, n.cfg.Limits); err != nil {
+	// Limits of a newer format than the cluster version wait for it to be
+	// raised (raiseClusterVersion applies the settings again then).
+	allowed := fsm.LimitsAllowed(n.cfg.Limits, n.fsm.ClusterVersion())
+	if merged := limits.Merge(allowed); merged != limits {
+		if _, err := n.SetLimits(ctx, allowed); err != nil {
 			n.cfg.Logger.Error("setting limits", "err", err)
 		}
 	}
@@ -301,6 +325,16 @@ func (n *Node) OnPromote(fn func(ctx context.Context)) {
 	n.hooksMu.Lock()
 	defer n.hooksMu.Unlock()
 	n.onPromote = append(n.onPromote, fn)
+}
+
+// OnClusterVersionRaised registers fn to run each time this node, as
+// leader, has raised the cluster version (upgrade.go): a proposal the
+// older version refused may be made then. It runs on the goroutine that
+// raised it: fn may propose, and should return soon.
+func (n *Node) OnClusterVersionRaised(fn func(ctx context.Context)) {
+	n.hooksMu.Lock()
+	defer n.hooksMu.Unlock()
+	n.onRaise = append(n.onRaise, fn)
 }
 
 // Ready is closed the first time Health reports the node ready: it knows a

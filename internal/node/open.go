@@ -46,6 +46,7 @@ func Open(cfg Config, sink fsm.EventSink) (_ *Node, err error) {
 		cfg: cfg, leadCh: make(chan bool, 16), ready: make(chan struct{}),
 		proposals: make(chan *proposal, maxBatch), slots: make(chan struct{}, maxInflight),
 		applying: make(chan inflight, maxInflight), quit: make(chan struct{}), snapKick: make(chan struct{}, 1),
+		raiseNow: make(chan struct{}, 1),
 	}
 	n.lead.cur.Store(&Leadership{})
 	n.fsm = fsm.New(func(e fsm.Event) {
@@ -139,6 +140,10 @@ func Open(cfg Config, sink fsm.EventSink) (_ *Node, err error) {
 	ss := &startSnapshots{FileSnapshotStore: snaps, dir: snapshotsDir(cfg.DataDir), newest: newest}
 	r, err := raft.NewRaft(rc, recordingFSM{n.fsm, n.rec, n.ident, &n.fsmApplied, cfg.Logger, &n.logBytes}, checkedAppends{stores.Log, n.logStored}, stores.Stable, ss, n.trans)
 	if err != nil {
+		var fe *fsm.FormatError
+		if ferr := n.fsm.Err(); errors.As(ferr, &fe) && newest != nil { // a newer release's snapshot: a downgrade
+			return nil, fmt.Errorf("node: %v (%s)", fe, filepath.Join(snapshotsDir(cfg.DataDir), newest.ID))
+		}
 		if ferr := n.fsm.Err(); ferr != nil && newest != nil { // the newest snapshot did not decode, or failed its checksum
 			if ss.crcMismatch() {
 				ferr = errSnapshotCRC
@@ -238,7 +243,11 @@ func (n *Node) openTransport(logger hclog.Logger) (raft.ServerAddress, error) {
 	if err != nil {
 		return "", fmt.Errorf("node: peer listener on %s: %w", cfg.PeerAddr, err)
 	}
-	// Every connection proves it is of this cluster (peerid.go).
+	// A version probe is answered before anything else reads the
+	// connection (upgrade.go); every other connection proves it is of this
+	// cluster (peerid.go).
+	stream = versionStream{stream}
+	n.peerStream = stream
 	nc.Stream = newIdentityStream(stream, n.ident, n.refusedPeer)
 	tcp := raft.NewNetworkTransportWithConfig(nc)
 	n.trans = tcp

@@ -75,7 +75,9 @@ type RestoreOptions struct {
 // token issued until then is stale at every fenced register. A snapshot
 // older than the cluster's state is refused (ErrSnapshotBehind) unless
 // opt.Force. A cluster that enforces its ACLs still does after the
-// restore, whatever the snapshot says (--replace-keys included).
+// restore, whatever the snapshot says (--replace-keys included). The
+// cluster version stays as it is; a snapshot saved at a newer one is
+// refused (fsm.ErrVersion).
 func (n *Node) RestoreSnapshot(ctx context.Context, data []byte, opt RestoreOptions) (*fsmpb.Snapshot, error) {
 	fileID, state, err := fsm.OpenSnapshot(data)
 	if err != nil {
@@ -96,6 +98,17 @@ func (n *Node) RestoreSnapshot(ctx context.Context, data []byte, opt RestoreOpti
 			return nil, err
 		}
 		return nil, fmt.Errorf("%w: %v", fsm.ErrInvalid, err)
+	}
+	// A state of a newer cluster version than this cluster's is not
+	// installed on members that may not read it. A cluster whose voters
+	// all speak it may not have raised its version yet: ask them first.
+	if v := max(snap.GetClusterVersion(), snap.GetFormatVersion(), 1); v > n.fsm.ClusterVersion() {
+		if n.raft.State() == raft.Leader {
+			_ = n.tryRaise(ctx) // upgrade.go
+		}
+		if cv := n.fsm.ClusterVersion(); v > cv {
+			return nil, fmt.Errorf("%w: the snapshot was saved at cluster version %d and this cluster is at version %d: finish upgrading every member first (docs/operations.md)", fsm.ErrVersion, v, cv)
+		}
 	}
 	// Take every batcher slot: no command enters raft from here until the
 	// restore is installed, so the revision read below is the last one
@@ -131,6 +144,9 @@ func (n *Node) RestoreSnapshot(ctx context.Context, data []byte, opt RestoreOpti
 	if snap.GetRevision() < floor && !opt.Force {
 		return nil, fmt.Errorf("%w: the cluster is at revision %d, the snapshot at %d; with --force the restored state continues above revision %d and every token issued so far stays stale", ErrSnapshotBehind, floor, snap.GetRevision(), floor)
 	}
+	// The cluster version is never lowered (checked above).
+	cv := n.fsm.ClusterVersion()
+	snap.ClusterVersion, snap.FormatVersion = cv, cv
 	floor = max(floor, opt.AboveRevision)
 	snap.Revision = max(snap.GetRevision(), floor)
 	snap.FenceFloor = max(snap.GetFenceFloor(), floor)

@@ -89,6 +89,10 @@ func (s *Server) ensureEnforced(ctx context.Context) {
 		return
 	}
 	if _, err := s.proposeOp(ctx, &fsmpb.AclEnable{}); err != nil {
+		if errors.Is(err, fsm.ErrVersion) { // proposed again once the version is raised
+			s.log.Info("making the cluster enforce its ACLs (serve --auth) waits for the cluster version", "err", err)
+			return
+		}
 		s.log.Error("making the cluster enforce its ACLs (serve --auth)", "err", err)
 		return
 	}

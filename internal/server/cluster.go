@@ -7,21 +7,33 @@ import (
 	"io"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/node"
 )
 
-func (s *Server) members() (*pb.MemberListResponse, error) {
+// memberVersionWait bounds how long a member list waits for the members'
+// versions (a member that does not answer in time is listed without).
+const memberVersionWait = time.Second
+
+// members lists the members, each with the version it reports over its
+// peer listener (node.MemberVersions: a few seconds old at most, asked
+// again within memberVersionWait).
+func (s *Server) members(ctx context.Context) (*pb.MemberListResponse, error) {
 	ms, err := s.node.Members()
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	vctx, cancel := context.WithTimeout(ctx, memberVersionWait)
+	vs := s.node.MemberVersions(vctx, ms)
+	cancel()
 	out := &pb.MemberListResponse{}
 	s.node.Read(func(st *fsm.State) {
 		for _, m := range ms {
-			out.Members = append(out.Members, &pb.Member{Id: m.ID, PeerAddr: m.PeerAddr, Voter: m.Voter, Leader: m.Leader, ClientAddr: st.ClientAddr(m.ID)})
+			v := vs[m.ID]
+			out.Members = append(out.Members, &pb.Member{Id: m.ID, PeerAddr: m.PeerAddr, Voter: m.Voter, Leader: m.Leader, ClientAddr: st.ClientAddr(m.ID), Protocol: v.Protocol, Version: v.Release})
 		}
 	})
 	return out, nil
@@ -62,7 +74,7 @@ func quorumRefusal(change string, reachable, after, need, before, down int) erro
 
 // MemberList implements pb.TenureServer.
 func (s *Server) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*pb.MemberListResponse, error) {
-	return s.members()
+	return s.members(ctx)
 }
 
 // MemberAdd implements pb.TenureServer. The new voter's peer must answer
@@ -106,7 +118,7 @@ func (s *Server) MemberAdd(ctx context.Context, req *pb.MemberAddRequest) (*pb.M
 		return nil, toStatus(memberErr(err, ""))
 	}
 	s.log.Info("member added", "member", id, "peer", addr, "voters", after)
-	return s.members()
+	return s.members(ctx)
 }
 
 // MemberRemove implements pb.TenureServer. Removing a voter is refused if
@@ -151,7 +163,19 @@ func (s *Server) MemberRemove(ctx context.Context, req *pb.MemberRemoveRequest) 
 		return nil, toStatus(err)
 	}
 	s.log.Info("member removed", "member", id)
-	return s.members()
+	return s.members(ctx)
+}
+
+// MemberTransferLeadership implements pb.TenureServer: the leader hands
+// leadership to req's voter (or the most up to date one) and answers once
+// it no longer leads.
+func (s *Server) MemberTransferLeadership(ctx context.Context, req *pb.MemberTransferLeadershipRequest) (*pb.MemberTransferLeadershipResponse, error) {
+	leader, err := s.node.TransferLeadership(ctx, req.GetId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	s.log.Info("leadership transferred", "to", leader)
+	return &pb.MemberTransferLeadershipResponse{Leader: leader}, nil
 }
 
 // memberErr makes a probe or catch-up failure an INVALID_ARGUMENT that

@@ -26,6 +26,8 @@ func classify(err error) (codes.Code, pb.ErrorReason) {
 		return codes.ResourceExhausted, pb.ErrorReason_ERROR_REASON_UNSPECIFIED
 	case errors.Is(err, fsm.ErrInvalid), errors.Is(err, node.ErrSnapshotBehind):
 		return codes.InvalidArgument, pb.ErrorReason_ERROR_REASON_INVALID
+	case errors.Is(err, fsm.ErrVersion):
+		return codes.FailedPrecondition, pb.ErrorReason_ERROR_REASON_UNSPECIFIED
 	case errors.Is(err, fsm.ErrPermissionDenied):
 		return codes.PermissionDenied, pb.ErrorReason_ERROR_REASON_PERMISSION_DENIED
 	case errors.Is(err, fsm.ErrSessionNotFound):

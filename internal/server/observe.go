@@ -106,4 +106,5 @@ func (b *refusalBudget) admit(now time.Time) (log bool, dropped int) {
 func (s *Server) healthStatus(out *pb.StatusResponse) {
 	h := s.node.Health()
 	out.CommitIndex, out.Ready, out.NotReady, out.Version = h.CommitIndex, h.Ready(), h.Reason(), version.String()
+	out.Protocol, out.MinProtocol, out.ClusterVersion = version.Protocol, version.MinProtocol, s.node.ClusterVersion()
 }

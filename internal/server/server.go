@@ -61,6 +61,9 @@ func New(n *node.Node, hub *Hub, limits Limits, opts ...Option) *Server {
 	s.hub.acl.source.Store(&source) // revoke.go
 	if s.auth {
 		n.OnPromote(s.ensureEnforced) // auth.go
+		// AclEnable is of format version 2: refused until the cluster
+		// version allows it (internal/fsm/version.go).
+		n.OnClusterVersionRaised(s.ensureEnforced)
 	}
 	return s
 }

@@ -38,3 +38,28 @@ func String() string {
 
 // Go is the Go release this build was made with.
 func Go() string { return runtime.Version() }
+
+// Protocol versions
+//
+// Every replicated format this build writes (a log entry's framing and
+// command, a snapshot) has a format version, and the cluster agrees on
+// the newest one every member may write: its cluster version, raised by
+// the leader only once every voter reports a protocol at least that new
+// (internal/fsm/version.go, internal/node/upgrade.go). A build reads every
+// format from MinProtocol to Protocol and stops at anything newer.
+//
+// Version 1 is every format written before versions were recorded: a
+// member that reports no version counts as 1.
+//
+// Version 2: the commands AclEnable, RetireSigningKey, RemoveSigningKey,
+// AclTokenUpdate, SetClientAddr and SetClusterVersion; the etcd lease limit of its own;
+// registers bound to a lock; a transaction's answer bound; ACLs put in
+// force on every member by their bootstrap.
+const (
+	// Protocol is the newest format version this build reads and writes.
+	Protocol uint32 = 2
+	// MinProtocol is the oldest cluster version this build serves in:
+	// it may join (or be upgraded into) a cluster whose members speak
+	// MinProtocol or newer.
+	MinProtocol uint32 = 1
+)
