@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -167,7 +168,7 @@ func fromStatus(err error) error {
 		// Not the service's limits (they carry a detail): gRPC's own
 		// message size limit, hit on one side or the other before the
 		// service could name the limit of the value or payload in it.
-		return &wireError{sentinel: ErrInvalid, msg: "tenure: invalid argument: a message is larger than gRPC accepts (" + st.Message() + "); values, payloads and answers are limited (docs/limits.md: --max-value-len, --max-register-value-len, --max-queue-payload)"}
+		return &wireError{sentinel: ErrInvalid, msg: "tenure: invalid argument: a message is larger than the wire accepts (" + strings.TrimPrefix(st.Message(), "grpc: ") + "); values, payloads and answers are limited (docs/limits.md: --max-value-len, --max-register-value-len, --max-queue-payload)"}
 	}
 	return fromCode(st.Code(), st.Message())
 }

@@ -323,6 +323,11 @@ held, 5 timeout, 6 no leader, 7 lock lost (its command was stopped).
 	a.security.flags(pf)
 	pf.StringVar(&a.consistency, "consistency", "linearizable", "reads: linearizable (through the leader) or serializable (local to the node, may be stale)")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		// A flag unknown to a command that groups others, after a word that
+		// names none of them: the word is the mistake (tenure bench --mode x).
+		if a := cmd.Flags().Args(); cmd.HasSubCommands() && !strings.Contains(cmd.Use, " ") && len(a) > 0 {
+			return unknownCommand(cmd, a[0])
+		}
 		return fmt.Errorf("%w (see '%s --help')", usageError{err}, cmd.CommandPath())
 	})
 	root.CompletionOptions.DisableDefaultCmd = true

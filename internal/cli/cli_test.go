@@ -573,8 +573,8 @@ func TestProductHasNoBenchCommand(t *testing.T) {
 	}
 	for _, args := range [][]string{{"bench", "--mode", "contended"}, {"bench", "queue"}, {"kv", "bench", "--op", "put"}} {
 		r := run(t, "127.0.0.1:1", args...)
-		if r.code != ExitError || r.stdout != "" {
-			t.Fatalf("%v: exit %d, stdout %q, want a refusal", args, r.code, r.stdout)
+		if r.code != ExitUsage || r.stdout != "" || !strings.Contains(r.stderr, "unknown command") {
+			t.Fatalf("%v: exit %d, stdout %q, stderr %q, want an unknown command", args, r.code, r.stdout, r.stderr)
 		}
 	}
 }
