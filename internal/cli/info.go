@@ -111,6 +111,9 @@ type statusJSON struct {
 	// StorageError: why the node's last write to its disk failed; "" when
 	// it succeeded.
 	StorageError string `json:"storage_error"`
+	// Degraded: on the leader, the members that do not answer its
+	// heartbeat ("n3 unreachable"); "" when all do, and on a follower.
+	Degraded string `json:"degraded"`
 }
 
 func (a *app) statusCommand() *cobra.Command {
@@ -126,11 +129,14 @@ show it; after D without that, exit 5 (timeout).
 
 JSON: {"node","leader","term","revision","voters":[..],"applied_index",
 "commit_index","ready","not_ready","version","watch_compact_revision",
-"watch_history_events","storage_error"}: not_ready says why the node is not
+"watch_history_events","storage_error","degraded"}: not_ready says why the node is not
 ready ("" when it is); the node's watch history holds watch_history_events
 key changes, every one after watch_compact_revision; storage_error is why
 the node's last write to its disk failed ("storage full on node X: ..."),
-"" when it succeeded.`,
+"" when it succeeded; degraded, on the leader, names the members that do
+not answer its heartbeat ("n3 unreachable"), "" when all do and on a
+follower (which does not watch its peers). A degraded cluster that keeps a
+quorum is still ready.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if wait < 0 {
@@ -163,12 +169,15 @@ the node's last write to its disk failed ("storage full on node X: ..."),
 				}
 				out := statusJSON{Node: st.GetNode(), Leader: st.GetLeader(), Term: st.GetTerm(), Revision: st.GetRevision(), Voters: nonNil(st.GetVoters()), AppliedIndex: st.GetAppliedIndex(),
 					CommitIndex: st.GetCommitIndex(), Ready: st.GetReady(), NotReady: st.GetNotReady(), Version: st.GetVersion(),
-					WatchCompactRevision: st.GetWatchCompactRevision(), WatchHistoryEvents: st.GetWatchHistoryEvents(), StorageError: st.GetStorageError()}
+					WatchCompactRevision: st.GetWatchCompactRevision(), WatchHistoryEvents: st.GetWatchHistoryEvents(), StorageError: st.GetStorageError(), Degraded: st.GetDegraded()}
 				return a.emit(out, func(w io.Writer) {
 					fmt.Fprintf(w, "node:     %s\nleader:   %s\nterm:     %d\nrevision: %d\nvoters:   %s\n", out.Node, out.Leader, out.Term, out.Revision, strings.Join(out.Voters, " "))
 					ready := "yes"
 					if !out.Ready {
 						ready = "no (" + out.NotReady + ")"
+					}
+					if out.Degraded != "" {
+						ready += " (degraded: " + out.Degraded + ")"
 					}
 					fmt.Fprintf(w, "applied:  %d of %d committed\nready:    %s\nversion:  %s\n", out.AppliedIndex, out.CommitIndex, ready, out.Version)
 					fmt.Fprintf(w, "watch:    %d key changes held, from revision %d\n", out.WatchHistoryEvents, out.WatchCompactRevision+1)

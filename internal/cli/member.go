@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,22 +12,58 @@ import (
 	"github.com/tenure-io/tenure/client"
 )
 
-// memberJSON is one member in `tenure member ... -o json`.
+// memberJSON is one member in `tenure member ... -o json`. The health
+// fields are the leader's view; null when a follower answered (it does
+// not watch its peers).
 type memberJSON struct {
-	ID       string `json:"id"`
-	PeerAddr string `json:"peer_addr"`
-	Voter    bool   `json:"voter"`
-	Leader   bool   `json:"leader"`
+	ID            string  `json:"id"`
+	PeerAddr      string  `json:"peer_addr"`
+	Voter         bool    `json:"voter"`
+	Leader        bool    `json:"leader"`
+	Reachable     *bool   `json:"reachable"`
+	LastContactMs *int64  `json:"last_contact_ms"`
+	MatchIndex    *uint64 `json:"match_index"`
+	Lag           *uint64 `json:"lag"`
+	// Version is the protocol version the member reports; null when it
+	// reports none.
+	Version any `json:"version"`
 }
 
 type membersJSON struct {
+	// View is the leader whose view the health fields give; "" when a
+	// follower answered.
+	View    string       `json:"view"`
 	Members []memberJSON `json:"members"`
 }
 
+// memberVersion is the version m reports, if the API carries one.
+func memberVersion(m *pb.Member) any {
+	switch v := any(m).(type) {
+	case interface{ GetVersion() string }:
+		if s := v.GetVersion(); s != "" {
+			return s
+		}
+	case interface{ GetVersion() uint32 }:
+		if n := v.GetVersion(); n != 0 {
+			return n
+		}
+	case interface{ GetVersion() uint64 }:
+		if n := v.GetVersion(); n != 0 {
+			return n
+		}
+	}
+	return nil
+}
+
 func (a *app) emitMembers(resp *pb.MemberListResponse) error {
-	out := membersJSON{Members: []memberJSON{}}
+	out := membersJSON{View: resp.GetView(), Members: []memberJSON{}}
 	for _, m := range resp.GetMembers() {
-		out.Members = append(out.Members, memberJSON{ID: m.GetId(), PeerAddr: m.GetPeerAddr(), Voter: m.GetVoter(), Leader: m.GetLeader()})
+		j := memberJSON{ID: m.GetId(), PeerAddr: m.GetPeerAddr(), Voter: m.GetVoter(), Leader: m.GetLeader(), Version: memberVersion(m)}
+		if out.View != "" {
+			reachable, contact, match, lag := m.GetReachable(), m.GetLastContactMs(), m.GetMatchIndex(), m.GetLag()
+			j.Reachable, j.LastContactMs, j.MatchIndex, j.Lag = &reachable, &contact, &match, &lag
+		}
+		out.Members = append(out.Members, j)
 	}
 	return a.emit(out, func(w io.Writer) {
 		for _, m := range out.Members {
@@ -39,7 +74,22 @@ func (a *app) emitMembers(resp *pb.MemberListResponse) error {
 			if m.Leader {
 				role += ", leader"
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\n", m.ID, m.PeerAddr, role)
+			health := ""
+			switch {
+			case m.Reachable == nil:
+			case *m.Reachable:
+				health = fmt.Sprintf("\treachable, last contact %s ago, match index %d, lag %d", time.Duration(*m.LastContactMs)*time.Millisecond, *m.MatchIndex, *m.Lag)
+			default:
+				health = fmt.Sprintf("\tUNREACHABLE, last contact %s ago, match index %d, lag %d", time.Duration(*m.LastContactMs)*time.Millisecond, *m.MatchIndex, *m.Lag)
+			}
+			version := ""
+			if m.Version != nil {
+				version = fmt.Sprintf("\tversion %v", m.Version)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s%s%s\n", m.ID, m.PeerAddr, role, health, version)
+		}
+		if out.View == "" && len(out.Members) > 0 {
+			fmt.Fprintln(w, "(answered by a follower, which does not watch its peers: ask the leader for their reachability and lag)")
 		}
 	})
 }
@@ -50,26 +100,36 @@ func (a *app) memberCommand() *cobra.Command {
 		Short: "List and change the cluster's members",
 		Long: `List and change the raft members of a cluster.
 
-JSON: {"members":[{"id","peer_addr","voter","leader"}]}.
+JSON: {"view","members":[{"id","peer_addr","voter","leader","reachable",
+"last_contact_ms","match_index","lag","version"}]}. The health fields are
+the leader's view, which view names: reachable is whether the member
+answered the leader's heartbeat within the last few election timeouts,
+last_contact_ms the time since it last did, match_index the last log index
+it reported and lag the entries it is behind the leader's last one. A
+follower does not watch its peers: when one answers, view is "" and the
+health fields are null (ask the leader). version is the protocol version
+the member reports (null if none).
 
 A change is refused, --force or not, if it would leave fewer reachable
 voters than a majority of the voters before it (for an add, also of the
 voters after it); the leader asks every voter first. A new voter's peer
-address must answer before anything changes: it joins as a non-voter and
-becomes a voter once it holds the whole log (if it is still catching up
-when the request ends it stays a non-voter; add it again later).
+address must answer before anything changes (the leader waits for it up
+to --timeout): it joins as a non-voter and becomes a voter once it holds
+the whole log (if it is still catching up when the request ends it stays a
+non-voter; add it again later).
 
 A change that leaves an even number of voters is refused unless --force:
 an even number tolerates no more failures than one voter fewer, yet needs
 a larger quorum. --force overrides only that.`,
 	}
 	var force bool
+	var addTimeout time.Duration
 	add := &cobra.Command{
 		Use:   "add ID PEER_ADDR",
 		Short: "Add a voter (start its server with --peer-listen PEER_ADDR --join first)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.unary(cmd, func(ctx context.Context, c *client.Client) error {
+			return a.call(cmd, addTimeout, func(ctx context.Context, c *client.Client) error {
 				resp, err := c.AddMember(ctx, args[0], args[1], force)
 				if err != nil {
 					return err
@@ -79,6 +139,7 @@ a larger quorum. --force overrides only that.`,
 		},
 	}
 	add.Flags().BoolVar(&force, "force", false, "allow an even number of voters (nothing else)")
+	add.Flags().DurationVar(&addTimeout, "timeout", time.Minute, "how long the new member may take to answer (nothing changes before it does) and to receive the log")
 	remove := &cobra.Command{
 		Use:   "remove ID",
 		Short: "Remove a member (refused if the reachable voters left would be no majority)",
@@ -115,20 +176,24 @@ a larger quorum. --force overrides only that.`,
 		Long: `Rebuild member ID, whose data directory was lost or damaged, from the
 other members. First move its data directory aside and start it again on an
 empty one with "tenure serve --node-id ID --peer-listen PEER_ADDR --join".
-Then run this against the cluster: it removes ID's old entry from the
-configuration (a voter that has forgotten its log and its vote must not
-count for a quorum), then adds it back the way "member add" does: as a
-non-voter that receives the log and is made a voter only once it holds all
-of it. The number of voters ends where it began.
+Then run this against the cluster. The leader waits (up to --timeout) until
+the member answers at PEER_ADDR and changes nothing before: a rebuild run
+before the member listens fails after --timeout with the configuration
+untouched. Then it removes ID's old entry from the configuration (a voter
+that has forgotten its log and its vote must not count for a quorum), and
+adds it back the way "member add" does: as a non-voter that receives the
+log and is made a voter only once it holds all of it. The number of voters
+ends where it began.
 
 Running it again after an interruption is safe: a member that is already a
-non-voter is not removed again but promoted once it has caught up.
+non-voter (or absent) is not removed again but added, and promoted once it
+has caught up.
 
-JSON: {"members":[{"id","peer_addr","voter","leader"}]}, after the change.`,
+JSON: as member list, after the change.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, rebuildTimeout, func(ctx context.Context, c *client.Client) error {
-				resp, err := rebuildMember(ctx, c, args[0], args[1], force)
+				resp, err := c.RebuildMember(ctx, args[0], args[1], force)
 				if err != nil {
 					return err
 				}
@@ -137,50 +202,7 @@ JSON: {"members":[{"id","peer_addr","voter","leader"}]}, after the change.`,
 		},
 	}
 	rebuild.Flags().BoolVar(&force, "force", false, "allow an even number of voters when ID was not a voter before (nothing else)")
-	rebuild.Flags().DurationVar(&rebuildTimeout, "timeout", 5*time.Minute, "how long the member may take to receive the log")
+	rebuild.Flags().DurationVar(&rebuildTimeout, "timeout", 5*time.Minute, "how long the member may take to answer (nothing changes before it does) and to receive the log")
 	cmd.AddCommand(list, add, remove, rebuild)
 	return cmd
 }
-
-// rebuildMember removes voter id from the configuration, if it is one,
-// and adds it back at peerAddr through the add path: a non-voter first,
-// promoted once it holds the log. The removal passes force because the add
-// restores the number of voters; force applies to the add only when id was
-// not a voter.
-func rebuildMember(ctx context.Context, c *client.Client, id, peerAddr string, force bool) (*pb.MemberListResponse, error) {
-	ms, err := c.Members(ctx)
-	if err != nil {
-		return nil, err
-	}
-	removed := false
-	for _, m := range ms.GetMembers() {
-		if m.GetId() != id || !m.GetVoter() {
-			continue
-		}
-		if _, err := c.RemoveMember(ctx, id, true); err != nil {
-			return nil, stepError{"removing " + id + "'s old entry", err}
-		}
-		removed, force = true, true
-	}
-	resp, err := c.AddMember(ctx, id, peerAddr, force)
-	if err != nil {
-		step := "adding " + id + " at " + peerAddr
-		if removed {
-			step += " (its old entry is removed; run member rebuild again once it answers)"
-		}
-		return nil, stepError{step, err}
-	}
-	return resp, nil
-}
-
-// stepError names the step of a command that failed; errors.Is sees err.
-type stepError struct {
-	step string
-	err  error
-}
-
-func (e stepError) Error() string {
-	return e.step + ": " + strings.TrimPrefix(e.err.Error(), "tenure: ")
-}
-
-func (e stepError) Unwrap() error { return e.err }

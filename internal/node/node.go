@@ -93,6 +93,9 @@ type Node struct {
 	// lease is until when this node may confirm keepalives (see KeepAlive).
 	lease leaderLease
 
+	// peers is the leader's view of the other members' health (peers.go).
+	peers peerWatch
+
 	// lastBatch is the size of the last batch answered (see lingerProbe).
 	lastBatch atomic.Int64
 

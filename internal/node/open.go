@@ -133,8 +133,9 @@ func Open(cfg Config, sink fsm.EventSink) (_ *Node, err error) {
 }
 
 // startWork starts, once, the node's own goroutines: the batcher and the
-// answerer (proposals), the applied record's writer and the snapshotter.
-// Run calls it; Close waits for them. Proposals made before are queued.
+// answerer (proposals), the applied record's writer, the snapshotter and
+// the leader's watch of its peers (peers.go). Run calls it; Close waits
+// for them. Proposals made before are queued.
 func (n *Node) startWork() {
 	n.workMu.Lock()
 	defer n.workMu.Unlock()
@@ -142,11 +143,12 @@ func (n *Node) startWork() {
 		return
 	}
 	n.workStarted = true
-	n.wg.Add(4)
+	n.wg.Add(5)
 	go n.batcher()
 	go n.answerer()
 	go func() { defer n.wg.Done(); n.rec.run(n.quit) }()
 	go n.snapshotter()
+	go n.watchPeers()
 }
 
 // openTransport sets n.trans to raft's transport: in memory for a
@@ -202,15 +204,10 @@ func (n *Node) raftConfig(logger hclog.Logger) *raft.Config {
 	// 500 ms keeps fail-over near one second on loopback while tolerating
 	// scheduling stalls of a busy 2-core machine; raft's defaults (1 s) fail
 	// over in about two seconds.
-	rc.HeartbeatTimeout = 500 * time.Millisecond
-	rc.ElectionTimeout = 500 * time.Millisecond
-	rc.LeaderLeaseTimeout = 250 * time.Millisecond
-	if n.cfg.PeerAddr == "" {
-		// A standalone voter elects itself after one heartbeat timeout.
-		rc.HeartbeatTimeout = 200 * time.Millisecond
-		rc.ElectionTimeout = 200 * time.Millisecond
-		rc.LeaderLeaseTimeout = 100 * time.Millisecond
-	}
+	// The values, and their defaults, are Config's (config.go).
+	rc.HeartbeatTimeout = n.cfg.HeartbeatTimeout
+	rc.ElectionTimeout = n.cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = n.cfg.LeaderLeaseTimeout
 	return rc
 }
 
