@@ -127,7 +127,9 @@ func TestMemberRebuild(t *testing.T) {
 	}
 	// Run again, the rebuild waits for n3, which starts meanwhile.
 	rebuilt := make(chan result, 1)
-	go func() { rebuilt <- run(t, others, "member", "rebuild", "n3", peers["n3"], "--timeout", "25s", "-o", "json") }()
+	go func() {
+		rebuilt <- run(t, others, "member", "rebuild", "n3", peers["n3"], "--timeout", "25s", "-o", "json")
+	}()
 	testutil.WaitFor(t, "the leader to wait for n3", 20*time.Second, func() bool {
 		waits := 0 // the refused rebuild logged one
 		for _, id := range []string{"n1", "n2"} {
