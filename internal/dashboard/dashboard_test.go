@@ -240,12 +240,27 @@ func TestDashboardAPI(t *testing.T) {
 		}
 	}
 	var cl struct {
-		Leader string `json:"leader"`
-		Ready  bool   `json:"ready"`
+		Leader  string `json:"leader"`
+		Ready   bool   `json:"ready"`
+		View    string `json:"view"`
+		Members []struct {
+			ID        string `json:"id"`
+			Leader    bool   `json:"leader"`
+			Reachable bool   `json:"reachable"`
+		} `json:"members"`
+		Summary struct {
+			Held     int `json:"held"`
+			Sessions int `json:"sessions"`
+		} `json:"summary"`
 	}
 	getJSON("/api/cluster", &cl)
 	if cl.Leader != "n1" || !cl.Ready {
 		t.Fatalf("cluster %+v", cl)
+	}
+	// The members with their health (the leader's view: this node's), and
+	// the summary of the state (the election's leader holds its lock).
+	if cl.View != "n1" || len(cl.Members) != 1 || cl.Members[0].ID != "n1" || !cl.Members[0].Leader || !cl.Members[0].Reachable || cl.Summary.Held == 0 || cl.Summary.Sessions == 0 {
+		t.Fatalf("cluster members and summary %+v", cl)
 	}
 	var el struct {
 		Elections []struct{ Name, Leader, Value string } `json:"elections"`
