@@ -274,3 +274,34 @@ func memberVoters(t *testing.T, addr string) map[string]bool {
 	}
 	return out
 }
+
+// TestServeTimingFlags: --heartbeat-timeout, --election-timeout and
+// --leader-lease-timeout that cannot work together are refused with one
+// line naming the flags, before the data dir is created; timings with
+// which the clients' default session TTL may not outlive an election
+// start, with a warning that names the shortest TTL that does.
+func TestServeTimingFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--leader-lease-timeout", "600ms"}, "tenure: --leader-lease-timeout 600ms must not exceed --heartbeat-timeout 500ms"},
+		{[]string{"--heartbeat-timeout", "1s", "--election-timeout", "800ms"}, "tenure: --election-timeout 800ms must not be shorter than --heartbeat-timeout 1s\n"},
+		{[]string{"--heartbeat-timeout", "1ms"}, "tenure: --heartbeat-timeout 1ms is outside 10ms..1m0s\n"},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		r := run(t, "127.0.0.1:1", append([]string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "", "--peer-listen", freeLoopback(t)}, tc.args...)...)
+		if r.code != 1 || !strings.HasPrefix(r.stderr, tc.want) || strings.Count(r.stderr, "\n") != 1 {
+			t.Fatalf("serve %v: exit %d, stderr %q, want %q", tc.args, r.code, r.stderr, tc.want)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Fatalf("serve %v created its data dir (%v)", tc.args, err)
+		}
+	}
+	s := startServe(t, "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", "127.0.0.1:0", "--peer-listen", freeLoopback(t),
+		"--heartbeat-timeout", "1s", "--election-timeout", "1s", "--leader-lease-timeout", "1s")
+	s.waitServing(t)
+	if log := s.errb.String(); !regexp.MustCompile(`level=WARN msg="sessions with a TTL shorter than min_surviving_ttl, the clients' default included, may be lost to their clients while a leader is elected" min_surviving_ttl=12s`).MatchString(log) {
+		t.Fatalf("no warning of the TTLs an election may cost:\n%s", log)
+	}
+}

@@ -203,7 +203,7 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 	f.StringVar(&cfg.PeerListen, "peer-listen", "", "raft peer address (cluster mode), e.g. 127.0.0.1:7072")
 	f.StringVar(&cfg.PeerAdvertise, "peer-advertise", "", "peer address other members dial, if not --peer-listen (NAT, proxies)")
 	faultFlags(f, &cfg.Faults)
-	f.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", node.DefaultHeartbeatTimeout, "with --peer-listen: a follower that hears nothing from the leader this long (randomised up to twice that) starts an election (docs/operations.md, \"Timing\")")
+	f.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", node.DefaultHeartbeatTimeout, "with --peer-listen: a follower that hears nothing from the leader this long (randomised up to twice that) starts an election (docs/timing.md)")
 	f.DurationVar(&cfg.ElectionTimeout, "election-timeout", node.DefaultElectionTimeout, "with --peer-listen: how long a candidate waits for a majority (randomised up to twice that) before it tries again; at least --heartbeat-timeout")
 	f.DurationVar(&cfg.LeaderLeaseTimeout, "leader-lease-timeout", node.DefaultLeaderLeaseTimeout, "with --peer-listen: a leader that hears from no majority this long steps down; at most --heartbeat-timeout")
 	f.BoolVar(&cfg.Join, "join", false, "with a new data dir, bootstrap nothing and wait to be added to a cluster (tenure member add or member rebuild); ignored once the data dir exists")
