@@ -21,8 +21,11 @@ import (
 // (an AppendEntries without entries, which changes nothing on the peer but
 // its last contact with the leader, see membership.go) and keeps when the
 // peer last answered and the last log index it reported. A member is
-// reachable while it answered within reachWindow election timeouts; its lag
-// is the leader's last index minus the one it reported.
+// reachable while it answered within reachWindow election timeouts. Its lag
+// is the leader's last index when the probe was sent minus the one the
+// member reported (so entries written during the round trip do not count),
+// and for an unreachable member the leader's last index now minus the one
+// it last reported.
 //
 // Only the leader watches: a follower's heartbeat would make its peers take
 // it for the leader, and a pre-vote (the harmless probe a follower could
@@ -55,6 +58,7 @@ type peerWatch struct {
 type peerSeen struct {
 	contact  time.Time // its last answer; zero: none yet in this term
 	lastLog  uint64    // the last log index it reported
+	sentLast uint64    // the leader's last index when that probe was sent
 	inflight bool      // a probe is under way
 }
 
@@ -116,8 +120,9 @@ func (n *Node) watchPeers() {
 			probes.Add(1)
 			go func() {
 				defer probes.Done()
+				sent := n.raft.LastIndex()
 				last, _, err := n.beat(ctx, string(s.ID), string(s.Address), 0, 0, false)
-				n.peers.answered(term, string(s.ID), last, err == nil, time.Now())
+				n.peers.answered(term, string(s.ID), last, sent, err == nil, time.Now())
 			}()
 		}
 	}
@@ -169,9 +174,10 @@ func (w *peerWatch) due(term uint64, now time.Time, servers []raft.Server, self 
 	return out
 }
 
-// answered records the end of a probe of id in term: ok if it answered,
-// with its last log index.
-func (w *peerWatch) answered(term uint64, id string, lastLog uint64, ok bool, now time.Time) {
+// answered records the end of a probe of id in term, sent when the
+// leader's last index was sentLast: ok if it answered, with its last log
+// index.
+func (w *peerWatch) answered(term uint64, id string, lastLog, sentLast uint64, ok bool, now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.peers[id]
@@ -180,7 +186,7 @@ func (w *peerWatch) answered(term uint64, id string, lastLog uint64, ok bool, no
 	}
 	p.inflight = false
 	if ok {
-		p.contact, p.lastLog = now, lastLog
+		p.contact, p.lastLog, p.sentLast = now, lastLog, sentLast
 	}
 }
 
@@ -210,15 +216,18 @@ func (n *Node) MembersHealth() (_ []MemberHealth, ok bool, err error) {
 			h.Reachable, h.MatchIndex = true, last
 			continue
 		}
-		contact, lastLog := w.since, uint64(0)
+		contact, lastLog, ref := w.since, uint64(0), last
 		if p := w.peers[h.ID]; p != nil && !p.contact.IsZero() {
-			contact, lastLog = p.contact, p.lastLog
+			contact, lastLog, ref = p.contact, p.lastLog, p.sentLast
 		}
 		h.LastContact = max(now.Sub(contact), 0)
 		h.Reachable = h.LastContact <= n.reachable()
 		h.MatchIndex = lastLog
-		if last > lastLog {
-			h.Lag = last - lastLog
+		if !h.Reachable {
+			ref = last // it misses everything written since
+		}
+		if ref > lastLog {
+			h.Lag = ref - lastLog
 		}
 	}
 	return out, true, nil

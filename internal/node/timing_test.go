@@ -80,9 +80,9 @@ func TestPeerWatchView(t *testing.T) {
 	if again := w.due(5, t0.Add(time.Second), servers, "n1"); len(again) != 0 {
 		t.Fatalf("probes in flight were sent again: %v", again)
 	}
-	w.answered(5, "n2", 42, true, t0.Add(2*time.Second))
-	w.answered(5, "n3", 0, false, t0.Add(2*time.Second))
-	if p := w.peers["n2"]; p.contact != t0.Add(2*time.Second) || p.lastLog != 42 || p.inflight {
+	w.answered(5, "n2", 42, 45, true, t0.Add(2*time.Second))
+	w.answered(5, "n3", 0, 45, false, t0.Add(2*time.Second))
+	if p := w.peers["n2"]; p.contact != t0.Add(2*time.Second) || p.lastLog != 42 || p.sentLast != 45 || p.inflight {
 		t.Fatalf("n2 after its answer: %+v", p)
 	}
 	if p := w.peers["n3"]; !p.contact.IsZero() || p.inflight {
@@ -93,7 +93,7 @@ func TestPeerWatchView(t *testing.T) {
 		t.Fatalf("after n3's removal: due %v, peers %v", due, w.peers)
 	}
 	w.due(6, t0.Add(4*time.Second), servers, "n1")
-	w.answered(5, "n2", 50, true, t0.Add(5*time.Second)) // a probe of term 5
+	w.answered(5, "n2", 50, 50, true, t0.Add(5*time.Second)) // a probe of term 5
 	if p := w.peers["n2"]; w.since != t0.Add(4*time.Second) || !p.contact.IsZero() {
 		t.Fatalf("term 6's view took term 5's answer: since %v, n2 %+v", w.since, p)
 	}
