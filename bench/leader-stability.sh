@@ -6,6 +6,7 @@
 #   bench/leader-stability.sh                       # defaults: 60s idle, then 60s with 8 burners
 #   BURNERS="0 4 8" DURATION=60 bench/leader-stability.sh
 #   TENURE_SERVE_FLAGS="--heartbeat-timeout 1s --election-timeout 1s --leader-lease-timeout 500ms" bench/leader-stability.sh
+#   CLIENTS=64 bench/leader-stability.sh            # and tenure-bench's 64 lock loops against the cluster meanwhile
 #
 # For each number of burners it starts a fresh cluster, waits until it
 # serves, starts the burners, and after DURATION seconds reads from each
@@ -16,6 +17,7 @@
 set -euo pipefail
 BURNERS=${BURNERS:-"0 8"}
 DURATION=${DURATION:-60}
+CLIENTS=${CLIENTS:-0}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TMP=$(mktemp -d)
 PIDS=()
@@ -35,8 +37,8 @@ log() { echo "[leader-stability] $*" >&2; }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
-log "building tenure"
-(cd "$ROOT" && go build -o "$TMP/tenure" ./cmd/tenure)
+log "building tenure and tenure-bench"
+(cd "$ROOT" && go build -o "$TMP/tenure" ./cmd/tenure && go build -o "$TMP/tenure-bench" ./bench/cmd/tenure-bench)
 T="$TMP/tenure"
 
 # metric NAME FILE: the value of an unlabelled metric in an exposition.
@@ -62,8 +64,13 @@ for burners in $BURNERS; do
 		BURN+=($!)
 	done
 	load0=$(cut -d' ' -f1 /proc/loadavg)
-	log "burners=$burners duration=${DURATION}s load=$load0"
-	sleep "$DURATION" # the measured window itself, not a synchronisation
+	log "burners=$burners clients=$CLIENTS duration=${DURATION}s load=$load0"
+	start=$SECONDS
+	if (( CLIENTS > 0 )); then
+		"$TMP/tenure-bench" --endpoint "${ADDR[1]},${ADDR[2]},${ADDR[3]}" --mode uncontended --clients "$CLIENTS" --duration "${DURATION}s" -o json >"$run/bench.json" 2>"$run/bench.err" || true
+	fi
+	left=$(( DURATION - (SECONDS - start) ))
+	(( left > 0 )) && sleep "$left" # the rest of the measured window (a bench that stopped early), not a synchronisation
 	load1=$(cut -d' ' -f1 /proc/loadavg)
 	for i in 1 2 3; do curl -fsS "http://${HTTP[$i]}/metrics" >"$run/after$i"; done
 	changes=0
@@ -74,6 +81,16 @@ for burners in $BURNERS; do
 		(( c > changes )) && changes=$c
 		(( e > elections )) && elections=$e
 	done
-	echo "{\"burners\": $burners, \"duration_s\": $DURATION, \"leader_changes\": $changes, \"terms\": $elections, \"load_start\": $load0, \"load_end\": $load1, \"flags\": \"${TENURE_SERVE_FLAGS:-}\"}"
+	bench="null"
+	if (( CLIENTS > 0 )); then
+		bench=$(python3 -c 'import json,sys
+try:
+    b = json.load(open(sys.argv[1]))
+    print(json.dumps({k: b.get(k) for k in ("ops_per_sec", "p50_ms", "p99_ms", "max_ms", "errors")}))
+except Exception:
+    err = open(sys.argv[2]).read().strip().splitlines()
+    print(json.dumps({"failed": err[-1] if err else "no output"}))' "$run/bench.json" "$run/bench.err")
+	fi
+	echo "{\"burners\": $burners, \"clients\": $CLIENTS, \"duration_s\": $DURATION, \"leader_changes\": $changes, \"terms\": $elections, \"load_start\": $load0, \"load_end\": $load1, \"flags\": \"${TENURE_SERVE_FLAGS:-}\", \"bench\": $bench}"
 	stop_all
 done

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -165,6 +166,9 @@ a larger quorum. --force overrides only that.`,
 				if err != nil {
 					return err
 				}
+				if resp.GetView() == "" {
+					resp = a.leaderMembers(ctx, resp)
+				}
 				return a.emitMembers(resp)
 			})
 		},
@@ -205,4 +209,30 @@ JSON: as member list, after the change.`,
 	rebuild.Flags().DurationVar(&rebuildTimeout, "timeout", 5*time.Minute, "how long the member may take to answer (nothing changes before it does) and to receive the log")
 	cmd.AddCommand(list, add, remove, rebuild)
 	return cmd
+}
+
+// leaderMembers asks each of the endpoints given (when there are several)
+// for the member list until one answers with the leader's view; resp, a
+// follower's answer, when none does.
+func (a *app) leaderMembers(ctx context.Context, resp *pb.MemberListResponse) *pb.MemberListResponse {
+	eps := strings.Split(a.endpoint, ",")
+	if len(eps) < 2 {
+		return resp
+	}
+	opts, err := a.security.options()
+	if err != nil {
+		return resp
+	}
+	for _, ep := range eps {
+		c, err := client.Dial(ctx, strings.TrimSpace(ep), opts...)
+		if err != nil {
+			continue
+		}
+		r, err := c.Members(ctx)
+		c.Close()
+		if err == nil && r.GetView() != "" {
+			return r
+		}
+	}
+	return resp
 }

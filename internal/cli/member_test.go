@@ -107,11 +107,31 @@ func TestMemberRebuild(t *testing.T) {
 	others := addrs["n1"] + "," + addrs["n2"]
 	runJSON(t, others+","+addrs["n3"], 0, "kv", "put", "before", "v1")
 
+	// member list gives the leader's view, whichever endpoint comes first.
+	all := others + "," + addrs["n3"]
+	health := func() (view string, reachable map[string]any) {
+		m := runJSON(t, all, 0, "member", "list")
+		reachable = make(map[string]any)
+		for _, x := range m["members"].([]any) {
+			mem := x.(map[string]any)
+			hasKeys(t, mem, map[string]string{"id": "string", "peer_addr": "string", "voter": "bool", "leader": "bool", "reachable": "bool", "last_contact_ms": "number", "match_index": "number", "lag": "number"})
+			reachable[mem["id"].(string)] = mem["reachable"]
+		}
+		return m["view"].(string), reachable
+	}
+	if view, up := health(); view == "" || up["n1"] != true || up["n2"] != true || up["n3"] != true {
+		t.Fatalf("member list of a healthy cluster: view %q, reachable %v", view, up)
+	}
+
 	// n3 loses its data.
 	nodes["n3"].stop()
 	if <-nodes["n3"].done; nodes["n3"].code != 0 {
 		t.Fatalf("n3 stopped with %d: %s", nodes["n3"].code, nodes["n3"].errb.String())
 	}
+	testutil.WaitFor(t, "member list to show n3 unreachable", 20*time.Second, func() bool {
+		_, up := health()
+		return up["n3"] == false && up["n1"] == true && up["n2"] == true
+	})
 	if err := os.RemoveAll(dataDir("n3")); err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,10 @@ import (
 // send) is logged as a warning by every peer that has a leader. A follower
 // therefore reports no member health (MembersHealth's ok is false).
 //
+// Reachable (membership.go) still asks every voter afresh before a
+// configuration change: a change must be decided on who answers now, not
+// on a view up to reachWindow election timeouts old.
+//
 // The view is reset when leadership (or the term) changes: a new leader
 // counts each peer's silence from the moment it took over, so an election
 // does not make every member look unreachable.
