@@ -78,6 +78,8 @@ func (a *app) emitMembers(resp *pb.MemberListResponse) error {
 			health := ""
 			switch {
 			case m.Reachable == nil:
+			case m.Leader:
+				health = fmt.Sprintf("\tmatch index %d", *m.MatchIndex)
 			case *m.Reachable:
 				health = fmt.Sprintf("\treachable, last contact %s ago, match index %d, lag %d", time.Duration(*m.LastContactMs)*time.Millisecond, *m.MatchIndex, *m.Lag)
 			default:

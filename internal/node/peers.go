@@ -37,8 +37,9 @@ import (
 // on a view up to reachWindow election timeouts old.
 //
 // The view is reset when leadership (or the term) changes: a new leader
-// counts each peer's silence from the moment it took over, so an election
-// does not make every member look unreachable.
+// counts each peer's silence from the moment it took over (a member added
+// later, from when it was added), so neither an election nor an add makes
+// a member look unreachable.
 
 // reachWindow is how many election timeouts a member may go without
 // answering the leader's heartbeat before it counts as unreachable.
@@ -60,6 +61,7 @@ type peerWatch struct {
 
 // peerSeen is what the leader has seen of one peer.
 type peerSeen struct {
+	added    time.Time // when the view took it in (its silence counts from then)
 	contact  time.Time // its last answer; zero: none yet in this term
 	lastLog  uint64    // the last log index it reported
 	sentLast uint64    // the leader's last index when that probe was sent
@@ -162,7 +164,7 @@ func (w *peerWatch) due(term uint64, now time.Time, servers []raft.Server, self 
 		configured[id] = true
 		p := w.peers[id]
 		if p == nil {
-			p = &peerSeen{}
+			p = &peerSeen{added: now}
 			w.peers[id] = p
 		}
 		if !p.inflight {
@@ -220,9 +222,14 @@ func (n *Node) MembersHealth() (_ []MemberHealth, ok bool, err error) {
 			h.Reachable, h.MatchIndex = true, last
 			continue
 		}
-		contact, lastLog, ref := w.since, uint64(0), last
-		if p := w.peers[h.ID]; p != nil && !p.contact.IsZero() {
-			contact, lastLog, ref = p.contact, p.lastLog, p.sentLast
+		// A member not probed yet (added a moment ago) counts as just
+		// seen; one not answered yet since the view took it in, from then.
+		contact, lastLog, ref := now, uint64(0), last
+		if p := w.peers[h.ID]; p != nil {
+			contact = p.added
+			if !p.contact.IsZero() {
+				contact, lastLog, ref = p.contact, p.lastLog, p.sentLast
+			}
 		}
 		h.LastContact = max(now.Sub(contact), 0)
 		h.Reachable = h.LastContact <= n.reachable()

@@ -77,6 +77,9 @@ func TestPeerWatchView(t *testing.T) {
 	if len(due) != 2 || w.since != t0 {
 		t.Fatalf("first round: due %v, since %v", due, w.since)
 	}
+	if p := w.peers["n2"]; p.added != t0 || !p.contact.IsZero() {
+		t.Fatalf("n2 before its first answer: %+v", p)
+	}
 	if again := w.due(5, t0.Add(time.Second), servers, "n1"); len(again) != 0 {
 		t.Fatalf("probes in flight were sent again: %v", again)
 	}
