@@ -5857,9 +5857,9 @@ type StatusResponse struct {
 	WatchCompactRevision uint64 `protobuf:"varint,60,opt,name=watch_compact_revision,json=watchCompactRevision,proto3" json:"watch_compact_revision,omitempty"`
 	WatchHistoryEvents   uint64 `protobuf:"varint,61,opt,name=watch_history_events,json=watchHistoryEvents,proto3" json:"watch_history_events,omitempty"`
 	// degraded: on the leader, the members that did not answer its
-	// heartbeat lately ("degraded: n3 unreachable"); empty when all did, and
-	// on a follower, which does not watch its peers. A degraded cluster
-	// with a quorum is still ready.
+	// heartbeat lately ("n3 unreachable": the cluster is degraded); empty
+	// when all did, and on a follower, which does not watch its peers. A
+	// degraded cluster with a quorum is still ready.
 	Degraded      string `protobuf:"bytes,166,opt,name=degraded,proto3" json:"degraded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
