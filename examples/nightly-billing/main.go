@@ -4,7 +4,8 @@
 //
 // Run it under the lock, which hands it a fencing token:
 //
-//	tenure lock nightly-billing -- go run ./examples/nightly-billing
+//	go build -o bin/send-reminders ./examples/nightly-billing
+//	bin/tenure lock nightly-billing -- bin/send-reminders
 //
 // It reads TENURE_FENCE_TOKEN (set by `tenure lock`), TENURE_LOCK (the fence
 // key; default nightly-billing) and TENURE_PG_DSN (default

@@ -74,7 +74,7 @@ func Run(ctx context.Context, args []string, s Streams) int {
 	if s.Err == nil {
 		s.Err = io.Discard
 	}
-	out := &countingWriter{w: s.Out}
+	out := NewOutput(s.Out)
 	s.Out = out
 	a := &app{streams: s}
 	root := a.rootCommand()
@@ -87,15 +87,10 @@ func Run(ctx context.Context, args []string, s Streams) int {
 		return ExitOK
 	}
 	var ee *exitError
-	if !errors.As(err, &ee) || ee.err != nil {
-		line := errorLine(err)
-		fmt.Fprintln(s.Err, line)
-		if (a.json() || wantsJSON(args)) && out.n == 0 { // one JSON object on stdout, also for a failure
-			b, _ := json.Marshal(errorJSON{Error: errorBody{Code: ErrorCode(err), Message: strings.TrimPrefix(line, "tenure: ")}})
-			fmt.Fprintf(s.Out, "%s\n", b)
-		}
+	if errors.As(err, &ee) && ee.err == nil {
+		return ExitCode(err) // the command's own status, printed by it
 	}
-	return ExitCode(err)
+	return Report("tenure", err, a.json() || wantsJSON(args), out, s.Err)
 }
 
 // errorJSON is what a command prints on stdout with -o json when it fails
@@ -170,18 +165,6 @@ func (e usageError) Error() string        { return e.err.Error() }
 func (e usageError) Is(target error) bool { return target == errUsage }
 func (e usageError) Unwrap() error        { return e.err }
 
-// countingWriter counts what is written through it.
-type countingWriter struct {
-	w io.Writer
-	n int
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += n
-	return n, err
-}
-
 // ExitCode maps an error to the process exit code; this is the only place
 // where the mapping lives.
 func ExitCode(err error) int {
@@ -218,14 +201,7 @@ func (e *exitError) Error() string {
 func (e *exitError) Unwrap() error { return e.err }
 
 // errorLine renders err as the single stderr line "tenure: <message>".
-func errorLine(err error) string {
-	msg := err.Error()
-	for strings.HasPrefix(msg, "tenure: ") {
-		msg = strings.TrimPrefix(msg, "tenure: ")
-	}
-	msg = strings.Join(strings.Fields(msg), " ")
-	return "tenure: " + msg
-}
+func errorLine(err error) string { return ErrorLine("tenure", err) }
 
 type app struct {
 	streams     Streams

@@ -9,13 +9,13 @@ import (
 
 // TestDeployExamples: the systemd units and the config file under
 // examples/deploy parse with this version's serve flags, so they cannot
-// fall behind the flags they use.
+// fall behind the flags they use. (e2e's TestDeploy* run them.)
 func TestDeployExamples(t *testing.T) {
 	units, err := filepath.Glob("../../examples/deploy/*.service")
 	if err != nil || len(units) < 2 {
 		t.Fatalf("units %v %v", units, err)
 	}
-	expand := strings.NewReplacer("%i", "n1", "${TENURE_LISTEN}", "10.0.0.1:7070", "${TENURE_PEER}", "10.0.0.1:7071")
+	expand := strings.NewReplacer("%i", "n1", "${TENURE_LISTEN}", "10.0.0.1:7070", "${TENURE_PEER}", "10.0.0.1:7072", "${TENURE_HTTP}", "127.0.0.1:7071")
 	for _, unit := range units {
 		b, err := os.ReadFile(unit)
 		if err != nil {
@@ -42,6 +42,9 @@ func TestDeployExamples(t *testing.T) {
 	}
 	if got := cmd.Flags().Lookup("data-dir").Value.String(); got != "/var/lib/tenure" {
 		t.Fatalf("data-dir from the config file: %q", got)
+	}
+	if got := cmd.Flags().Lookup("auth").Value.String(); got != "true" {
+		t.Fatalf("auth from the config file: %q", got)
 	}
 }
 

@@ -220,7 +220,7 @@ func (d *Daemon) listenEtcd(cfg Config, srv *server.Server) error {
 	}
 	advertise := cmp.Or(cfg.EtcdAdvertise, lis.Addr().String())
 	lis = d.conns.wrap(lis)
-	api := etcdapi.New(d.Node, srv, etcdapi.Config{ClientURL: scheme + advertise, PeerTLS: cfg.PeerTLS, MaxResponseBytes: cmp.Or(cfg.Limits.MaxResponseBytes, server.DefaultMaxResponseBytes)})
+	api := etcdapi.New(srv, etcdapi.Config{ClientURL: scheme + advertise, PeerTLS: cfg.PeerTLS, MaxResponseBytes: cmp.Or(cfg.Limits.MaxResponseBytes, server.DefaultMaxResponseBytes)})
 	opts := append(api.GRPCOptions(), server.ConnectionOptions()...)
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(etcdapi.ServerTLS(cfg.TLS, cfg.PeerTLS))))

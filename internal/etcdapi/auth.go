@@ -94,7 +94,7 @@ func (s *Server) authorizeCred(ctx context.Context, cred credential, method stri
 	if ok {
 		return nil
 	}
-	if !c.Anonymous() && !s.node.CaughtUpLeader() {
+	if !c.Anonymous() && !s.front.CaughtUpLeader() {
 		if err := s.catchUp(ctx); err != nil {
 			return err
 		}
@@ -114,7 +114,7 @@ func (s *Server) authorizeCred(ctx context.Context, cred credential, method stri
 
 // decide checks rights against this node's current ACLs.
 func (s *Server) decide(ctx context.Context, cred credential, rights []server.Right) (server.Caller, server.Right, bool) {
-	sec := s.node.Security()
+	sec := s.front.Security()
 	c := s.srv.ResolveCaller(ctx, sec, cred.token, cred.hasToken, cred.forwarded)
 	if c.Anonymous() || c.BadToken() {
 		return c, server.Right{}, false

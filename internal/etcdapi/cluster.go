@@ -21,7 +21,7 @@ type clusterServer struct {
 // from the node id (MemberID), the node id as name, the raft peer address
 // as peer URL and the member's etcd API as client URL, where it is known.
 func (s *Server) members() ([]*pb.Member, error) {
-	ms, err := s.node.Members()
+	ms, err := s.front.Members()
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -44,8 +44,8 @@ func (s *Server) members() ([]*pb.Member, error) {
 // published (forward.go), and this node's own.
 func (s *Server) clientURLs() map[string]string {
 	var urls map[string]string
-	s.node.Read(func(st *fsm.State) { urls = st.EtcdURLs() })
-	urls[s.node.ID()] = s.cfg.ClientURL
+	s.front.Read(func(st *fsm.State) { urls = st.EtcdURLs() })
+	urls[s.front.NodeID()] = s.cfg.ClientURL
 	return urls
 }
 
@@ -96,23 +96,23 @@ func (m *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*p
 	if err := s.authorize(ctx, "Maintenance/Status"); err != nil {
 		return nil, err
 	}
-	st := s.node.RaftStats()
-	size := s.node.DataSize()
+	st := s.front.RaftStats()
+	size := s.front.DataSize()
 	out := &pb.StatusResponse{
 		Header: s.header(0), Version: version.Version, DbSize: size, DbSizeInUse: size,
 		RaftIndex: st.LastIndex, RaftTerm: st.Term, RaftAppliedIndex: st.AppliedIndex,
 	}
-	if l := s.node.Leader(); l != "" {
+	if l := s.front.Leader(); l != "" {
 		out.Leader = MemberID(l)
 	}
-	if ms, err := s.node.Members(); err == nil {
+	if ms, err := s.front.Members(); err == nil {
 		for _, mb := range ms {
-			if mb.ID == s.node.ID() {
+			if mb.ID == s.front.NodeID() {
 				out.IsLearner = !mb.Voter
 			}
 		}
 	}
-	if e := s.node.Status().StorageError; e != "" {
+	if e := s.front.StorageError(); e != "" {
 		out.Errors = []string{e}
 	}
 	return out, nil

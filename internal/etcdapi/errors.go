@@ -3,15 +3,13 @@ package etcdapi
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/tenure-io/tenure/internal/fsm"
-	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
-	"github.com/tenure-io/tenure/internal/node"
+	"github.com/tenure-io/tenure/internal/server"
 )
 
 // toGRPC is the one place where Tenure's errors become etcd's wire errors
@@ -32,7 +30,7 @@ func toGRPC(err error) error {
 		return rpctypes.ErrGRPCFutureRev
 	case errors.Is(err, fsm.ErrCompactedRevision):
 		return rpctypes.ErrGRPCCompacted
-	case errors.Is(err, node.ErrStorageFull):
+	case errors.Is(err, server.ErrStorageFull):
 		return rpctypes.ErrGRPCNoSpace
 	case errors.Is(err, fsm.ErrLimit):
 		return status.Error(codes.ResourceExhausted, "etcdserver: "+err.Error())
@@ -40,13 +38,13 @@ func toGRPC(err error) error {
 		return rpctypes.ErrGRPCPermissionDenied
 	case errors.Is(err, fsm.ErrInvalid):
 		return status.Error(codes.InvalidArgument, "etcdserver: "+err.Error())
-	case errors.Is(err, node.ErrNotLeader):
+	case errors.Is(err, server.ErrNotLeader):
 		return rpctypes.ErrGRPCNoLeader
-	case errors.Is(err, node.ErrUnknownOutcome):
+	case errors.Is(err, server.ErrUnknownOutcome):
 		// The command may have been committed: etcd's clients do not
 		// retry a write after this answer.
 		return rpctypes.ErrGRPCTimeout
-	case errors.Is(err, node.ErrClosed):
+	case errors.Is(err, server.ErrClosed):
 		return rpctypes.ErrGRPCStopped
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
@@ -58,25 +56,4 @@ func toGRPC(err error) error {
 // not supported.
 func errUnsupported(what string) error {
 	return status.Errorf(codes.Unimplemented, "etcdserver: %s is not supported by Tenure's etcd API (see docs/etcd.md)", what)
-}
-
-// command wraps a key-value or session operation in a log command.
-func command(op any) *fsmpb.Command {
-	switch o := op.(type) {
-	case *fsmpb.KVPut:
-		return &fsmpb.Command{Op: &fsmpb.Command_KvPut{KvPut: o}}
-	case *fsmpb.KVDelete:
-		return &fsmpb.Command{Op: &fsmpb.Command_KvDelete{KvDelete: o}}
-	case *fsmpb.KVTxn:
-		return &fsmpb.Command{Op: &fsmpb.Command_KvTxn{KvTxn: o}}
-	case *fsmpb.CreateSession:
-		return &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: o}}
-	case *fsmpb.CloseSession:
-		return &fsmpb.Command{Op: &fsmpb.Command_CloseSession{CloseSession: o}}
-	case *fsmpb.SetEtcdURL:
-		return &fsmpb.Command{Op: &fsmpb.Command_SetEtcdUrl{SetEtcdUrl: o}}
-	case *fsmpb.AclTokenUpdate:
-		return &fsmpb.Command{Op: &fsmpb.Command_AclTokenUpdate{AclTokenUpdate: o}}
-	}
-	panic(fmt.Sprintf("etcdapi: no command for %T", op))
 }

@@ -43,7 +43,6 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/tenure-io/tenure/internal/fsm"
-	"github.com/tenure-io/tenure/internal/node"
 	"github.com/tenure-io/tenure/internal/server"
 )
 
@@ -70,7 +69,7 @@ type Config struct {
 	// ClientURL is how etcd clients reach this node's etcd API (as
 	// MemberList reports it), e.g. http://127.0.0.1:2379.
 	ClientURL string
-	// Logger receives the API's log; nil: the node's.
+	// Logger receives the API's log; nil: the server's.
 	Logger *slog.Logger
 	// PeerTLS, when the members' etcd APIs serve TLS, is the node's peer
 	// TLS configuration (node.Config.PeerTLS): a follower forwards to the
@@ -89,7 +88,7 @@ const DefaultMaxResponseBytes = 8 << 20
 // Server serves etcd's KV, Watch, Lease, Cluster and Maintenance services.
 // It is safe for concurrent use.
 type Server struct {
-	node     *node.Node
+	front    server.Front // every request reaches the node through it
 	srv      *server.Server
 	cfg      Config
 	log      *slog.Logger
@@ -103,16 +102,18 @@ type Server struct {
 	roleMu sync.Mutex
 }
 
-// New returns the etcd API of n, whose Tenure API is srv (the watch
-// history, the watch limits and the key-value limits are srv's).
-func New(n *node.Node, srv *server.Server, cfg Config) *Server {
+// New returns the etcd API of the node whose Tenure API is srv: it
+// reaches the node only through srv (Server.Front), and the watch
+// history, the watch limits and the key-value limits are srv's.
+func New(srv *server.Server, cfg Config) *Server {
+	front := srv.Front()
 	if cfg.Logger == nil {
-		cfg.Logger = n.Logger()
+		cfg.Logger = front.Logger()
 	}
 	if cfg.MaxResponseBytes <= 0 {
 		cfg.MaxResponseBytes = DefaultMaxResponseBytes
 	}
-	return &Server{node: n, srv: srv, cfg: cfg, log: cfg.Logger, limits: srv.KVLimits(), memberID: MemberID(n.ID()), conns: conns{peerTLS: cfg.PeerTLS}}
+	return &Server{front: front, srv: srv, cfg: cfg, log: cfg.Logger, limits: srv.KVLimits(), memberID: MemberID(front.NodeID()), conns: conns{peerTLS: cfg.PeerTLS}}
 }
 
 // GRPCOptions are the options of the gRPC server the API is registered
@@ -243,7 +244,7 @@ func (s *Server) monitorLeader(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if s.node.Leader() != "" {
+		if s.front.Leader() != "" {
 			none = 0
 			continue
 		}
@@ -259,7 +260,7 @@ func (s *Server) monitorLeader(ctx context.Context) {
 // knows none (a stream is checked when it opens, and ended later if the
 // node loses its leader: see monitorLeader).
 func (s *Server) requireLeader(ctx context.Context) error {
-	if requiresLeader(ctx) && s.node.Leader() == "" {
+	if requiresLeader(ctx) && s.front.Leader() == "" {
 		return rpctypes.ErrGRPCNoLeader
 	}
 	return nil
@@ -289,7 +290,7 @@ func MemberID(nodeID string) uint64 {
 // clusterID is the etcd cluster id: the first 8 bytes of Tenure's cluster
 // id (0 before the first leader has drawn it).
 func (s *Server) clusterID() uint64 {
-	id := s.node.Security().ClusterID
+	id := s.front.Security().ClusterID
 	if len(id) < 8 {
 		return 0
 	}
@@ -302,21 +303,21 @@ func (s *Server) header(rev uint64) *pb.ResponseHeader {
 	if rev == 0 {
 		rev = s.revision()
 	}
-	return &pb.ResponseHeader{ClusterId: s.clusterID(), MemberId: s.memberID, Revision: int64(rev), RaftTerm: s.node.Term()}
+	return &pb.ResponseHeader{ClusterId: s.clusterID(), MemberId: s.memberID, Revision: int64(rev), RaftTerm: s.front.Term()}
 }
 
 // revision is this node's current revision.
 func (s *Server) revision() uint64 {
 	var rev uint64
-	s.node.Read(func(st *fsm.State) { rev = st.Revision() })
+	s.front.Read(func(st *fsm.State) { rev = st.Revision() })
 	return rev
 }
 
-// propose commits cmd; a refusal of the state machine is the error. When
-// the client gave up (ctx ended) it is answered as etcd answers it: with
-// the context's error.
-func (s *Server) propose(ctx context.Context, cmd any) (fsm.Result, error) {
-	res, err := s.node.Propose(ctx, command(cmd))
+// propose commits op through the server (server.Front.Propose); a
+// refusal of the state machine is the error. When the client gave up
+// (ctx ended) it is answered as etcd answers it: with the context's error.
+func (s *Server) propose(ctx context.Context, op any) (fsm.Result, error) {
+	res, err := s.front.Propose(ctx, op)
 	if err == nil {
 		err = res.Err
 	} else if cerr := ctx.Err(); cerr != nil {
@@ -326,7 +327,7 @@ func (s *Server) propose(ctx context.Context, cmd any) (fsm.Result, error) {
 }
 
 // linearizable waits until a read of this node's state sees every write
-// completed before the call (node.LinearizableRead).
+// completed before the call (server.Front.LinearizableRead).
 func (s *Server) linearizable(ctx context.Context) error {
-	return s.node.LinearizableRead(ctx)
+	return s.front.LinearizableRead(ctx)
 }

@@ -169,19 +169,19 @@ func (c *conns) close() {
 // forward returns where to forward a request that needs the leader when
 // this node is a follower, or nil when this node leads and serves it.
 func (s *Server) forward(ctx context.Context) (*leaderConn, error) {
-	if s.node.IsLeader() {
+	if s.front.IsLeader() {
 		return nil, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	if len(md.Get(forwardedKey)) > 0 {
 		return nil, rpctypes.ErrGRPCNoLeader // the sender took this node for the leader
 	}
-	leader := s.node.Leader()
+	leader := s.front.Leader()
 	if leader == "" {
 		return nil, rpctypes.ErrGRPCNoLeader
 	}
 	var u string
-	s.node.Read(func(st *fsm.State) { u = st.EtcdURL(leader) })
+	s.front.Read(func(st *fsm.State) { u = st.EtcdURL(leader) })
 	if u == "" {
 		return nil, status.Errorf(codes.Unavailable, "etcdserver: no leader: the leader %s has not published its etcd API address yet", leader)
 	}
@@ -189,7 +189,7 @@ func (s *Server) forward(ctx context.Context) (*leaderConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &leaderConn{conn: cc, ctx: forwardContext(ctx, s.node.ID())}, nil
+	return &leaderConn{conn: cc, ctx: forwardContext(ctx, s.front.NodeID())}, nil
 }
 
 // forwardContext is the outgoing context of a request forwarded by member
@@ -284,16 +284,16 @@ func (s *Server) Run(ctx context.Context) error {
 // publish makes sure the state has this node's address: the leader
 // commits it, a follower sends it to the leader.
 func (s *Server) publish(ctx context.Context) {
-	self := s.node.ID()
+	self := s.front.NodeID()
 	var cur string
-	s.node.Read(func(st *fsm.State) { cur = st.EtcdURL(self) })
+	s.front.Read(func(st *fsm.State) { cur = st.EtcdURL(self) })
 	if cur == s.cfg.ClientURL {
 		return
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	cmd := &fsmpb.SetEtcdURL{Member: self, Url: s.cfg.ClientURL}
-	if s.node.IsLeader() {
+	if s.front.IsLeader() {
 		if _, err := s.propose(pctx, cmd); err != nil && ctx.Err() == nil {
 			s.log.Warn("publishing the etcd API address", "err", err)
 		}
@@ -313,7 +313,7 @@ func (s *Server) publish(ctx context.Context) {
 // mac authenticates a member's address: an HMAC keyed by the cluster's
 // first signing key, which only members hold.
 func (s *Server) mac(c *fsmpb.SetEtcdURL) (string, bool) {
-	sec := s.node.Security()
+	sec := s.front.Security()
 	if len(sec.Keys) == 0 {
 		return "", false
 	}
@@ -355,10 +355,10 @@ func (s *Server) accept(ctx context.Context, c *fsmpb.SetEtcdURL) error {
 	if !ok || len(got) != 1 || !hmac.Equal([]byte(got[0]), []byte(want)) {
 		return status.Error(codes.PermissionDenied, "etcdserver: permission denied: not a member's address")
 	}
-	if !s.node.IsLeader() {
+	if !s.front.IsLeader() {
 		return rpctypes.ErrGRPCNotLeader
 	}
-	ms, err := s.node.Members()
+	ms, err := s.front.Members()
 	if err != nil {
 		return toGRPC(err)
 	}

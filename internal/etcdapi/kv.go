@@ -148,7 +148,7 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 	var a fsm.RangeAnswer
 	var rev uint64
 	var costErr error
-	s.node.Read(func(st *fsm.State) {
+	s.front.Read(func(st *fsm.State) {
 		var cost answerCost
 		cost.rangeCost(st, r)
 		if costErr = s.checkCost(cost); costErr == nil {
@@ -218,7 +218,7 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 	}
 	if r.PrevKv {
 		var costErr error
-		s.node.Read(func(st *fsm.State) {
+		s.front.Read(func(st *fsm.State) {
 			var cost answerCost
 			cost.deleteCost(st, r)
 			costErr = s.checkCost(cost)

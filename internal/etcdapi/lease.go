@@ -31,7 +31,7 @@ func (s *Server) checkLease(id int64) error {
 		return rpctypes.ErrGRPCLeaseNotFound
 	}
 	var err error
-	s.node.Read(func(st *fsm.State) { err = st.CheckEtcdLease(uint64(id)) })
+	s.front.Read(func(st *fsm.State) { err = st.CheckEtcdLease(uint64(id)) })
 	return toGRPC(err)
 }
 
@@ -104,7 +104,7 @@ func (s *Server) authorizeLeaseKeys(ctx context.Context, method string, id int64
 		return nil
 	}
 	var keys []string
-	s.node.Read(func(st *fsm.State) { keys = st.SessionKeys(uint64(id)) })
+	s.front.Read(func(st *fsm.State) { keys = st.SessionKeys(uint64(id)) })
 	rights := make([]server.Right, len(keys))
 	for i, k := range keys {
 		rights[i] = spanRight([]byte(k), nil, need)
@@ -118,7 +118,7 @@ func (s *Server) renew(ctx context.Context, id int64) (int64, error) {
 	if s.checkLease(id) != nil {
 		return 0, nil
 	}
-	ttl, err := s.node.KeepAlive(ctx, uint64(id))
+	ttl, err := s.front.KeepAlive(ctx, uint64(id))
 	switch {
 	case errors.Is(err, fsm.ErrSessionNotFound):
 		return 0, nil
@@ -230,7 +230,7 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 		keys    []string
 		rev     uint64
 	)
-	s.node.Read(func(st *fsm.State) {
+	s.front.Read(func(st *fsm.State) {
 		rev = st.Revision()
 		if r.ID > 0 {
 			granted, found = st.EtcdLease(uint64(r.ID))
@@ -251,7 +251,7 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 		}
 	}
 	out.GrantedTTL, out.TTL = granted/1000, granted/1000
-	if left, ok := s.node.SessionsTimeLeft([]uint64{uint64(r.ID)}); ok && left[0] >= 0 {
+	if left, ok := s.front.SessionsTimeLeft([]uint64{uint64(r.ID)}); ok && left[0] >= 0 {
 		out.TTL = int64(left[0] / time.Second)
 	}
 	for _, k := range keys {
@@ -269,7 +269,7 @@ func (l *leaseServer) LeaseLeases(ctx context.Context, _ *pb.LeaseLeasesRequest)
 	}
 	out := &pb.LeaseLeasesResponse{Leases: []*pb.LeaseStatus{}}
 	var rev uint64
-	s.node.Read(func(st *fsm.State) {
+	s.front.Read(func(st *fsm.State) {
 		rev = st.Revision()
 		for _, id := range st.EtcdLeases() {
 			out.Leases = append(out.Leases, &pb.LeaseStatus{ID: int64(id)})

@@ -252,7 +252,7 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 				return nil, toGRPC(err)
 			}
 		}
-		s.node.Read(func(st *fsm.State) {
+		s.front.Read(func(st *fsm.State) {
 			var cost answerCost
 			cost.txnCost(st, r)
 			if res.Err = s.checkCost(cost); res.Err != nil {
@@ -267,7 +267,7 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 		// The answer is measured on the leader's state before the
 		// transaction is proposed: what commits before it applies can
 		// change the figure by the few commands in flight only.
-		s.node.Read(func(st *fsm.State) {
+		s.front.Read(func(st *fsm.State) {
 			var cost answerCost
 			cost.txnCost(st, r)
 			err = s.checkCost(cost)

@@ -393,7 +393,7 @@ func (st *watchStream) create(c *pb.WatchCreateRequest) error {
 		}
 	}
 	var current uint64
-	st.s.node.Read(func(s *fsm.State) { current = s.Revision() })
+	st.s.front.Read(func(s *fsm.State) { current = s.Revision() })
 	from := w.start
 	if from == 0 {
 		from = current + 1

@@ -96,6 +96,10 @@ func command(op any) (*fsmpb.Command, error) {
 		c.Op = &fsmpb.Command_RetireSigningKey{RetireSigningKey: o}
 	case *fsmpb.RemoveSigningKey:
 		c.Op = &fsmpb.Command_RemoveSigningKey{RemoveSigningKey: o}
+	case *fsmpb.SetEtcdURL:
+		c.Op = &fsmpb.Command_SetEtcdUrl{SetEtcdUrl: o}
+	case *fsmpb.AclTokenUpdate:
+		c.Op = &fsmpb.Command_AclTokenUpdate{AclTokenUpdate: o}
 	default:
 		return nil, fmt.Errorf("%w: %T", errNoCommand, op)
 	}

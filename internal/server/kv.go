@@ -98,12 +98,19 @@ func (s *Server) admitKey(key string) error {
 	return nil
 }
 
+func (s *Server) admitValue(v []byte) error {
+	if len(v) > s.limits.KV.MaxValueLen {
+		return fmt.Errorf("%w: value is %d bytes, the limit is %d (--max-value-len)", fsm.ErrInvalid, len(v), s.limits.KV.MaxValueLen)
+	}
+	return nil
+}
+
 func (s *Server) admitPut(p *pb.KVPutRequest) error {
 	if err := s.admitKey(p.GetKey()); err != nil {
 		return err
 	}
-	if len(p.GetValue()) > s.limits.KV.MaxValueLen {
-		return fmt.Errorf("%w: value is %d bytes, the limit is %d (--max-value-len)", fsm.ErrInvalid, len(p.GetValue()), s.limits.KV.MaxValueLen)
+	if err := s.admitValue(p.GetValue()); err != nil {
+		return err
 	}
 	if p.GetSession() != 0 {
 		return s.checkSession(p.GetSession(), p.GetSessionSecret())

@@ -140,7 +140,7 @@ func (s *Server) revoked(c caller, sec *fsm.Security, method string, rights ...r
 // were enforced.
 func (s *Server) aclChanged(sec *fsm.Security) {
 	if s.auth && !sec.Enforced && s.node.IsLeader() {
-		s.workers.Go(func() {
+		s.workers.Go(leafWork, func() {
 			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 			defer cancel()
 			s.ensureEnforced(ctx)

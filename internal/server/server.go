@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -50,7 +49,7 @@ type Server struct {
 // New returns a server for n; hub must be the one whose Sink n delivers
 // events to.
 func New(n *node.Node, hub *Hub, limits Limits, opts ...Option) *Server {
-	s := &Server{node: n, hub: hub, log: n.Logger(), limits: limits.withDefaults(), workers: newWorkers(), acls: n.Security}
+	s := &Server{node: n, hub: hub, log: n.Logger(), limits: limits.withDefaults(), workers: newWorkers(maxWorkers), acls: n.Security}
 	for _, o := range opts {
 		o(s)
 	}
@@ -113,98 +112,10 @@ func (s *Server) checkSession(id uint64, secret []byte) error {
 	return err
 }
 
-// workerIdle is how long an idle worker waits for more work before it ends.
-const workerIdle = 10 * time.Second
-
-// workers runs the server's background work (opening and closing session
-// streams, renewals after a barrier, withdrawals, signing grants, sweeps
-// after an ACL change) on goroutines kept for reuse: a request does not
-// pay for a new goroutine and for growing its stack again. Every goroutine
-// the server starts goes through start, which does both the WaitGroup's
-// Add and its Done, so Close can wait for all of them.
-//
-// There is no bound on the goroutines running at once: work may wait for
-// other work (a session's close waits for its grants being signed, a
-// stream's stop for its renewals, a Sessions RPC for its opens and
-// closes), and it is handed to workers from the goroutine that applies
-// commands, which must never wait for a worker; a bound would have to
-// queue work behind work that waits for it. The work is bounded by the
-// requests gRPC admits (MaxConcurrentStreams) and the server's limits.
-type workers struct {
-	work chan func() // hands work to an idle worker
-	quit chan struct{}
-	wg   sync.WaitGroup
-
-	// mu guards closed, and orders wg.Add before Close's wg.Wait.
-	mu     sync.Mutex
-	closed bool
-}
-
-func newWorkers() *workers {
-	return &workers{work: make(chan func()), quit: make(chan struct{})}
-}
-
-// Go runs fn on an idle worker, or on a new one. It reports false, and
-// does not run fn, once the server is closed.
-func (w *workers) Go(fn func()) bool {
-	select {
-	case w.work <- fn:
-		return true
-	default:
-		return w.start(func() { w.run(fn) })
-	}
-}
-
-// start runs fn on a new goroutine that Close waits for: the one place the
-// server starts a goroutine. It reports false, and does not run fn, once
-// the server is closed.
-func (w *workers) start(fn func()) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		return false
-	}
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		fn()
-	}()
-	return true
-}
-
-func (w *workers) run(fn func()) {
-	idle := time.NewTimer(workerIdle)
-	defer idle.Stop()
-	for {
-		fn()
-		fn = nil // an idle worker must not keep the finished request alive
-		idle.Reset(workerIdle)
-		select {
-		case fn = <-w.work:
-		case <-idle.C:
-			return
-		case <-w.quit:
-			return
-		}
-	}
-}
-
-// close refuses new work, ends idle workers and waits for every goroutine
-// started through start. It is idempotent.
-func (w *workers) close() {
-	w.mu.Lock()
-	if !w.closed {
-		w.closed = true
-		close(w.quit)
-	}
-	w.mu.Unlock()
-	w.wg.Wait()
-}
-
-// Close stops the server's background work: no new work starts, and it
-// returns once every goroutine the server started has ended (work in
-// progress, such as a proposal, finishes first; it is bounded by
-// cleanupTimeout). Call it after the gRPC servers that serve s have
+// Close stops the server's background work: no new work is accepted, and
+// it returns once every goroutine the server started has ended (work
+// already queued or in progress, such as a proposal, finishes first; it
+// is bounded by cleanupTimeout). Call it after the gRPC servers that serve s have
 // stopped and before the node closes. It is idempotent and safe for
 // concurrent use; s must not serve requests afterwards.
 func (s *Server) Close() { s.workers.close() }

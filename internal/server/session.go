@@ -156,7 +156,7 @@ func (c *sessionConn) newStreamLocked(id uint64) *sessionStream {
 // goWork runs fn on a worker; the RPC ends only after it.
 func (c *sessionConn) goWork(fn func()) {
 	c.work.Add(1)
-	if !c.srv.workers.Go(func() {
+	if !c.srv.workers.Go(streamWork, func() {
 		defer c.work.Done()
 		fn()
 	}) {
@@ -235,7 +235,7 @@ func (c *sessionConn) sendLoop() {
 			stopping = true
 		case <-acl:
 			acl = c.srv.hub.acl.changed() // before the sweep reads the ACLs
-			c.srv.workers.Go(c.sweep)
+			c.srv.workers.Go(streamWork, c.sweep)
 			continue
 		}
 		c.mu.Lock()
@@ -639,7 +639,7 @@ func (ss *sessionStream) handleLocked(req *pb.SessionRequest) {
 			return
 		}
 		ss.wg.Add(1) // after a barrier
-		if !ss.conn.srv.workers.Go(func() {
+		if !ss.conn.srv.workers.Go(leafWork, func() {
 			defer ss.wg.Done()
 			ss.keepAlive(id)
 		}) {
@@ -882,7 +882,7 @@ func (ss *sessionStream) eachPendingLocked(fn func(p *pendingAcquire)) {
 // acqRev on a worker, and answers p with the outcome (cancelAcquire).
 func (p *pendingAcquire) withdrawAcquisition(acqRev uint64) {
 	ss := p.ss
-	ss.conn.srv.workers.Go(func() { ss.sendErr(p.id, ss.cancelAcquire(p.name, acqRev)) })
+	ss.conn.srv.workers.Go(leafWork, func() { ss.sendErr(p.id, ss.cancelAcquire(p.name, acqRev)) })
 }
 
 // sendGrant answers p with its grant of token, signing its proof on a
@@ -905,7 +905,7 @@ func (ss *sessionStream) sendGrant(p *pendingAcquire, token uint64) {
 		return
 	}
 	ss.signing.Add(1)
-	started := srv.workers.Go(func() {
+	started := srv.workers.Go(grantWork, func() {
 		defer ss.signing.Done()
 		if enforced {
 			if err := ss.conn.revoked(ss.id, write(fsm.KindLock, p.name)); err != nil {

@@ -168,7 +168,7 @@ func (a *app) runBench(ctx context.Context, bf benchFlags) (benchJSON, error) {
 		var wg sync.WaitGroup
 		for _, w := range workers {
 			if w != nil {
-				wg.Go(func() { closeSession(w.s, cleanupTimeout) })
+				wg.Go(func() { _ = cleanup(w.s.Close) })
 			}
 		}
 		wg.Wait()
@@ -184,7 +184,7 @@ func (a *app) runBench(ctx context.Context, bf benchFlags) (benchJSON, error) {
 		}
 		m, err := s.Mutex(name)
 		if err != nil {
-			closeSession(s, cleanupTimeout)
+			_ = cleanup(s.Close)
 			return benchJSON{}, err
 		}
 		workers[i] = &benchWorker{m: m, s: s}
@@ -227,7 +227,7 @@ func (a *app) runBench(ctx context.Context, bf benchFlags) (benchJSON, error) {
 					last = i
 					mu.Unlock()
 				}
-				if err := release(h); err != nil {
+				if err := cleanup(h.Unlock); err != nil { // the run's context may have ended
 					w.errCount++
 					continue
 				}
@@ -275,20 +275,15 @@ func percentile(sorted []time.Duration, p int) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// cleanupTimeout bounds closing a session or releasing a lock after the
-// run, under a fresh context.
+// cleanupTimeout bounds what is done after a request or the run under a
+// fresh context (cleanup).
 const cleanupTimeout = 5 * time.Second
 
-// release unlocks h under a fresh context bounded by cleanupTimeout.
-func release(h *client.Hold) error {
+// cleanup runs fn under a fresh context bounded by cleanupTimeout:
+// releasing a lock, closing a session, what must not be cut short by the
+// run's context ending.
+func cleanup(fn func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	return h.Unlock(ctx)
-}
-
-// closeSession ends the session under a fresh context bounded by timeout.
-func closeSession(s *client.Session, timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	_ = s.Close(ctx)
+	return fn(ctx)
 }

@@ -58,7 +58,7 @@ type app struct {
 
 // run executes args (without the program name) and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	out := &countingWriter{w: stdout}
+	out := cli.NewOutput(stdout)
 	a := &app{out: out, errw: stderr}
 	root := a.rootCommand()
 	root.SetArgs(args)
@@ -69,35 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return cli.ExitOK
 	}
-	line := errorLine(err)
-	fmt.Fprintln(stderr, line)
-	if a.output == "json" && out.n == 0 { // one JSON object on stdout, also for a failure
-		b, _ := json.Marshal(map[string]any{"error": map[string]string{"code": cli.ErrorCode(err), "message": strings.TrimPrefix(line, "tenure-bench: ")}})
-		fmt.Fprintf(stdout, "%s\n", b)
-	}
-	return cli.ExitCode(err)
-}
-
-// errorLine renders err as the single stderr line "tenure-bench: <message>"
-// (without the client's own "tenure: " prefix).
-func errorLine(err error) string {
-	msg := err.Error()
-	for strings.HasPrefix(msg, "tenure: ") {
-		msg = strings.TrimPrefix(msg, "tenure: ")
-	}
-	return "tenure-bench: " + strings.Join(strings.Fields(msg), " ")
-}
-
-// countingWriter counts what is written through it.
-type countingWriter struct {
-	w io.Writer
-	n int
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += n
-	return n, err
+	return cli.Report("tenure-bench", err, a.output == "json", out, stderr)
 }
 
 func (a *app) rootCommand() *cobra.Command {

@@ -189,11 +189,13 @@ func (a *app) runQueueBench(ctx context.Context, bf benchQueueFlags) (benchQueue
 	prod, cons := r.measure()
 	r.report(&out, time.Since(start), append(prod, cons...))
 
-	sctx, scancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer scancel()
-	if st, err := q.Stats(sctx); err == nil {
-		out.StoredAfter = st.Queued + st.InFlight
-	}
+	_ = cleanup(func(ctx context.Context) error {
+		st, err := q.Stats(ctx)
+		if err == nil {
+			out.StoredAfter = st.Queued + st.InFlight
+		}
+		return err
+	})
 	return out, nil
 }
 
