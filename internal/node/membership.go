@@ -46,6 +46,10 @@ var (
 	ErrStandalone = errors.New("tenure: this node runs without --peer-listen and cannot have other members")
 )
 
+// peerPool is how many idle connections raft's transport keeps to each
+// peer.
+const peerPool = 3
+
 // probeTimeout bounds one probe of a peer.
 const probeTimeout = 3 * time.Second
 
@@ -120,11 +124,14 @@ func (n *Node) call(ctx context.Context, id, addr string, dial bool, rpc func() 
 	n.probes.Add(1)
 	go func() {
 		defer n.probes.Done()
+		// The transport pools up to peerPool connections per peer: each
+		// one to a peer that has restarted since fails once (EOF) and is
+		// dropped, so the attempt after the last of them dials afresh.
 		err := rpc()
-		if err != nil && ctx.Err() == nil {
-			// The transport pools connections: one to a peer that has
-			// restarted since fails once (EOF) and is dropped, and the
-			// next RPC dials afresh.
+		for range peerPool {
+			if err == nil || ctx.Err() != nil {
+				break
+			}
 			err = rpc()
 		}
 		done <- err

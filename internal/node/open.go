@@ -170,7 +170,7 @@ func (n *Node) openTransport(logger hclog.Logger) (raft.ServerAddress, error) {
 		return "", fmt.Errorf("node: peer address %q: %w", advertise, err)
 	}
 	nc := &raft.NetworkTransportConfig{
-		ServerAddressProvider: cfg.Faults.addressProvider(), Logger: logger, MaxPool: 3, Timeout: 10 * time.Second,
+		ServerAddressProvider: cfg.Faults.addressProvider(), Logger: logger, MaxPool: peerPool, Timeout: 10 * time.Second,
 	}
 	var tcp *raft.NetworkTransport
 	if cfg.PeerTLS != nil {
