@@ -203,6 +203,12 @@ JSON: as member list, after the change.`,
 				if err != nil {
 					return err
 				}
+				if resp.GetView() == "" {
+					// Every leader that knows rebuild names itself in the
+					// answer; an older one took the request for a plain
+					// add, which changes only a voter's address.
+					return fmt.Errorf("the leader runs an older version that does not know member rebuild: it removed nothing (%s's old entry is still a voter); upgrade the leader first, or run member remove %s --force and then member add %s %s", args[0], args[0], args[0], args[1])
+				}
 				return a.emitMembers(resp)
 			})
 		},
