@@ -207,7 +207,7 @@ JSON: as member list, after the change.`,
 					// Every leader that knows rebuild names itself in the
 					// answer; an older one took the request for a plain
 					// add, which changes only a voter's address.
-					return fmt.Errorf("the leader runs an older version that does not know member rebuild: it removed nothing (%s's old entry is still a voter); upgrade the leader first, or run member remove %s --force and then member add %s %s", args[0], args[0], args[0], args[1])
+					return fmt.Errorf("the answer names no leader's view: the leader may run an older version that does not know member rebuild and took it for a plain add, which removes nothing; check member list (%s must not stay a voter on an empty data directory): upgrade the leader first, or run member remove %s --force and then member add %s %s", args[0], args[0], args[0], args[1])
 				}
 				return a.emitMembers(resp)
 			})
