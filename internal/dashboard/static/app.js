@@ -115,7 +115,7 @@ const pages = {
       h("dt", {}, "voters"), h("dd", {}, (c.voters || []).join(", ")),
       h("dt", {}, "version"), h("dd", {}, c.version)),
       h("h2", {}, "Members"),
-      members(c),
+      ...members(c),
       h("h2", {}, "Summary"),
       summary(c.summary || {})];
   },
