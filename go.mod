@@ -16,6 +16,9 @@ require (
 	github.com/prometheus/common v0.72.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10
+	github.com/tenure-io/tenure/api v0.0.0-00010101000000-000000000000
+	github.com/tenure-io/tenure/client v0.0.0-00010101000000-000000000000
+	github.com/tenure-io/tenure/fenceproof v0.0.0-00010101000000-000000000000
 	go.etcd.io/bbolt v1.5.0
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.uber.org/goleak v1.3.0
@@ -57,4 +60,14 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+)
+
+// The client and the packages it needs are modules of their own, so that a
+// program that imports the client does not require the server's
+// dependencies. The server builds against the copies in this checkout;
+// releases tag all four modules together (docs/client.md).
+replace (
+	github.com/tenure-io/tenure/api => ./api
+	github.com/tenure-io/tenure/client => ./client
+	github.com/tenure-io/tenure/fenceproof => ./fenceproof
 )

@@ -59,7 +59,7 @@ fi
 # run BUILD ROUND: one measurement on a fresh server of BUILD; prints the rate.
 run() {
 	local bin="$TMP/$1" data="$TMP/data-$1-$2" out="$TMP/serve-$1-$2.out" addr="" extra=()
-	if "$bin" serve --help 2>&1 | grep -q -- --http-listen; then extra=(--http-listen 127.0.0.1:0); fi
+	if "$bin" serve --help 2>&1 | grep -- --http-listen >/dev/null; then extra=(--http-listen 127.0.0.1:0); fi
 	"$bin" serve --data-dir "$data" --listen 127.0.0.1:0 "${extra[@]}" >"$out" 2>"$out.err" &
 	PID=$!
 	for _ in $(seq 1 300); do

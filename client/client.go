@@ -39,6 +39,7 @@ import (
 	"io"
 	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -69,11 +70,35 @@ const (
 // that is not the leader answers "unavailable" and the client moves on to
 // the next endpoint by itself. It is safe for concurrent use.
 type Client struct {
-	eps          []*endpoint
+	// eps are the endpoints, those given to Dial first, then those
+	// learned (WithDiscovery); the slice only grows (an index names one
+	// endpoint for good) and is replaced whole, under mu.
+	eps          atomic.Pointer[[]*endpoint]
 	cur          atomic.Uint32 // index of the endpoint in use
 	clk          Clock
 	serializable bool
 	proofs       bool // WithFenceProofs
+	discover     bool // WithDiscovery
+	gopts        []grpc.DialOption
+	learned      atomic.Bool  // the first successful call asked for the members
+	learnedAt    atomic.Int64 // when a failed round last asked (unix ns)
+
+	// mu guards the fields below and the replacement of eps.
+	mu       sync.Mutex
+	closed   bool
+	sessions map[*Session]struct{} // the sessions not yet over
+}
+
+// maxEndpoints bounds the endpoints a client connects to, given and
+// learned together: a member list cannot make it open more.
+const maxEndpoints = 64
+
+// all returns the endpoints (never empty once Dial returned).
+func (c *Client) all() []*endpoint {
+	if eps := c.eps.Load(); eps != nil {
+		return *eps
+	}
+	return nil
 }
 
 type endpoint struct {
@@ -93,6 +118,24 @@ type dialOptions struct {
 	tls          *tls.Config // security.go
 	authToken    string
 	proofs       bool
+	discover     bool
+}
+
+// WithDiscovery makes the client learn the cluster's members from the
+// cluster, so that one endpoint suffices: after its first successful
+// call, and again when no known endpoint can serve, it asks for the
+// member list and adds every member's client address (as the members
+// publish it, `tenure serve --advertise`) to its endpoints; and a member
+// that answers "not the leader" naming the leader's address sends it
+// there at once, known or not. At most 64 endpoints are kept. A
+// single-member list adds nothing. Leave it off when the endpoints given
+// are the only way to the members (proxies, tunnels): the addresses the
+// members publish bypass them.
+func WithDiscovery() Option {
+	return func(o *dialOptions) error {
+		o.discover = true
+		return nil
+	}
 }
 
 // WithSerializableReads makes FencedGet, LockStatus, LockHistory and
@@ -161,16 +204,20 @@ func WithClock(clk Clock) Option {
 }
 
 // Dial connects to the service at endpoints: one host:port, or a
-// comma-separated list of cluster members. It does not block: connections
-// are made on first use.
+// comma-separated list of cluster members. It does not wait for the
+// connections (they are made on first use), but it honours ctx: when ctx
+// has ended, Dial returns ctx's error and no client.
 func Dial(ctx context.Context, endpoints string, opts ...Option) (*Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	o := dialOptions{clk: systemClock{}}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
 		}
 	}
-	c := &Client{clk: o.clk, serializable: o.serializable, proofs: o.proofs}
+	c := &Client{clk: o.clk, serializable: o.serializable, proofs: o.proofs, discover: o.discover, sessions: make(map[*Session]struct{})}
 	creds := insecure.NewCredentials()
 	if o.tls != nil {
 		creds = credentials.NewTLS(o.tls)
@@ -190,43 +237,167 @@ func Dial(ctx context.Context, endpoints string, opts ...Option) (*Client, error
 	if o.authToken != "" {
 		gopts = append(gopts, grpc.WithPerRPCCredentials(tokenCreds(o.authToken)))
 	}
+	c.gopts = gopts
 	for _, addr := range strings.Split(endpoints, ",") {
 		addr = strings.TrimSpace(addr)
 		if addr == "" {
 			continue
 		}
-		conn, err := grpc.NewClient(addr, gopts...)
-		if err != nil {
+		if _, err := c.addEndpoint(addr); err != nil {
 			c.Close()
-			return nil, fmt.Errorf("%w: endpoint %q: %v", ErrInvalid, addr, err)
+			return nil, err
 		}
-		api := pb.NewTenureClient(conn)
-		c.eps = append(c.eps, &endpoint{addr: addr, conn: conn, api: api, sessions: &transport{api: api}})
 	}
-	if len(c.eps) == 0 {
+	if len(c.all()) == 0 {
 		return nil, fmt.Errorf("%w: no endpoint given", ErrInvalid)
+	}
+	if err := ctx.Err(); err != nil {
+		c.Close()
+		return nil, err
 	}
 	return c, nil
 }
 
-// Close closes the connections. Sessions on them stop renewing.
+// Close closes the connections, and returns once every goroutine of the
+// client's sessions has ended. Its sessions stop renewing: those not
+// closed before are over, with ErrClosed, and their holds Lost (on the
+// server they live until their TTL runs out; Session.Close first ends
+// them at once). Calling it again does nothing and returns nil.
 func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	sessions := make([]*Session, 0, len(c.sessions))
+	for s := range c.sessions {
+		sessions = append(sessions, s)
+	}
+	c.mu.Unlock()
+	for _, s := range sessions {
+		s.abandon(fmt.Errorf("%w: the client was closed", ErrClosed))
+	}
 	var first error
-	for _, ep := range c.eps {
+	for _, ep := range c.all() {
 		ep.sessions.close()
 		if err := ep.conn.Close(); err != nil && first == nil {
 			first = err
 		}
 	}
+	for _, s := range sessions {
+		s.wg.Wait()
+	}
 	return first
 }
 
+// track records s as one of the client's sessions and starts its keeper,
+// unless the client is closed (ErrClosed). Both happen under mu, so that
+// Close either finds s and waits for its keeper, or track fails.
+func (c *Client) track(s *Session) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	c.sessions[s] = struct{}{}
+	s.goBG(s.keeper)
+	return nil
+}
+
+// untrack forgets s, once it is over.
+func (c *Client) untrack(s *Session) {
+	c.mu.Lock()
+	delete(c.sessions, s)
+	c.mu.Unlock()
+}
+
+// addEndpoint connects to addr (without waiting) and returns its index,
+// or the index it already has. It fails when the client is closed or
+// already has maxEndpoints.
+func (c *Client) addEndpoint(addr string) (uint32, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	eps := c.all()
+	for i, ep := range eps {
+		if ep.addr == addr {
+			return uint32(i), nil
+		}
+	}
+	switch {
+	case c.closed:
+		return 0, ErrClosed
+	case len(eps) >= maxEndpoints:
+		return 0, fmt.Errorf("%w: more than %d endpoints", ErrLimit, maxEndpoints)
+	}
+	conn, err := grpc.NewClient(addr, c.gopts...)
+	if err != nil {
+		return 0, fmt.Errorf("%w: endpoint %q: %v", ErrInvalid, addr, err)
+	}
+	api := pb.NewTenureClient(conn)
+	next := append(append(make([]*endpoint, 0, len(eps)+1), eps...), &endpoint{addr: addr, conn: conn, api: api, sessions: &transport{api: api}})
+	c.eps.Store(&next)
+	return uint32(len(eps)), nil
+}
+
+// learn asks endpoint i for the members and adds their client addresses
+// (WithDiscovery); a list of one member adds nothing. Errors are ignored:
+// the endpoints known so far serve on.
+func (c *Client) learn(ctx context.Context, i uint32) {
+	ctx, cancel := context.WithTimeout(ctx, learnTimeout)
+	defer cancel()
+	resp, err := c.all()[i].api.MemberList(ctx, &pb.MemberListRequest{})
+	if err != nil || len(resp.GetMembers()) < 2 {
+		return
+	}
+	for _, m := range resp.GetMembers() {
+		if a := m.GetClientAddr(); a != "" {
+			if _, err := c.addEndpoint(a); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// learnTimeout bounds one member list asked for by learn.
+const learnTimeout = 2 * time.Second
+
+// follow moves the client to the leader that err names (a member's "not
+// the leader" answer with the leader's address): an endpoint it has, or,
+// WithDiscovery, a new one. It reports whether it moved.
+func (c *Client) follow(err error, from uint32) bool {
+	var we *wireError
+	if !errors.As(err, &we) || we.leaderAddr == "" {
+		return false
+	}
+	j, known := uint32(0), false
+	for k, ep := range c.all() {
+		if ep.addr == we.leaderAddr {
+			j, known = uint32(k), true
+			break
+		}
+	}
+	if !known {
+		if !c.discover {
+			return false
+		}
+		var aerr error
+		if j, aerr = c.addEndpoint(we.leaderAddr); aerr != nil {
+			return false
+		}
+	}
+	return j != from && c.cur.CompareAndSwap(from, j)
+}
+
 // Endpoint is the address currently in use.
-func (c *Client) Endpoint() string { return c.eps[c.cur.Load()%uint32(len(c.eps))].addr }
+func (c *Client) Endpoint() string {
+	eps := c.all()
+	return eps[c.cur.Load()%uint32(len(eps))].addr
+}
 
 // next moves on from endpoint i (unless another caller already did).
 func (c *Client) next(i uint32) {
-	c.cur.CompareAndSwap(i, (i+1)%uint32(len(c.eps)))
+	c.cur.CompareAndSwap(i, (i+1)%uint32(len(c.all())))
 }
 
 // unavailable reports whether err means "try another node": the node
@@ -251,17 +422,33 @@ func (c *Client) rotate(ctx context.Context, persist bool, try func(ep uint32) e
 	for {
 		var err error
 		answered := false
-		for range c.eps {
-			i := c.cur.Load() % uint32(len(c.eps))
+		n := len(c.all())
+		for range n {
+			i := c.cur.Load() % uint32(len(c.all()))
 			if err = try(i); !unavailable(err) {
+				if err == nil && c.discover && c.learned.CompareAndSwap(false, true) {
+					c.learn(ctx, i)
+				}
 				return err
 			}
 			answered = answered || notLeader(err)
-			c.next(i)
+			if !c.follow(err, i) { // a leader named: go there next
+				c.next(i)
+			}
 		}
 		everAnswered = everAnswered || answered
-		if len(c.eps) == 1 && !answered && !persist {
+		if n == 1 && len(c.all()) == 1 && !answered && !persist {
 			return err
+		}
+		if now := time.Now().UnixNano(); c.discover && now-c.learnedAt.Load() >= int64(time.Second) {
+			// No endpoint known could serve: ask them for members that
+			// may (at most once a second).
+			c.learnedAt.Store(now)
+			for i := range c.all() {
+				if c.learn(ctx, uint32(i)); len(c.all()) > n {
+					break
+				}
+			}
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -279,8 +466,9 @@ func (c *Client) rotate(ctx context.Context, persist bool, try func(ep uint32) e
 
 // endpoints lists the client's endpoints, comma-separated.
 func (c *Client) endpoints() string {
-	addrs := make([]string, len(c.eps))
-	for i, ep := range c.eps {
+	eps := c.all()
+	addrs := make([]string, len(eps))
+	for i, ep := range eps {
 		addrs[i] = ep.addr
 	}
 	return strings.Join(addrs, ",")
@@ -289,7 +477,7 @@ func (c *Client) endpoints() string {
 // unary runs a request with rotate: on the leader, waiting for one within
 // ctx.
 func (c *Client) unary(ctx context.Context, fn func(pb.TenureClient) error) error {
-	return c.rotate(ctx, false, func(i uint32) error { return fromStatus(fn(c.eps[i].api)) })
+	return c.rotate(ctx, false, func(i uint32) error { return fromStatus(fn(c.all()[i].api)) })
 }
 
 // PutResult is the answer of a fenced register write or delete.

@@ -61,11 +61,11 @@ func (e *Election) Resign(ctx context.Context, h *Hold) error {
 // fails with ErrNotHeld if h no longer leads.
 func (e *Election) Proclaim(ctx context.Context, h *Hold, value []byte) error {
 	// Proclaiming the same value again is harmless, so call may resend it.
-	resp, _, err := e.m.s.call(ctx, &pb.SessionRequest{Op: &pb.SessionRequest_Proclaim{Proclaim: &pb.ProclaimValue{Name: e.m.name, Token: h.Token(), Value: value}}})
+	o, err := e.m.s.do(ctx, &pb.SessionRequest{Op: &pb.SessionRequest_Proclaim{Proclaim: &pb.ProclaimValue{Name: e.m.name, Token: h.Token(), Value: value}}}, exchange{})
 	if err != nil {
 		return err
 	}
-	if pe := resp.GetError(); pe != nil {
+	if pe := o.resp.GetError(); pe != nil {
 		return fromProto(pe)
 	}
 	return nil
@@ -137,7 +137,7 @@ func (c *Client) openObserve(ctx context.Context, name string) (pb.Tenure_Observ
 	var stream pb.Tenure_ObserveClient
 	var first *pb.LeaderEvent
 	err := c.rotate(gctx, false, func(i uint32) error {
-		st, err := c.eps[i].api.Observe(ctx, &pb.ObserveRequest{Name: name})
+		st, err := c.all()[i].api.Observe(ctx, &pb.ObserveRequest{Name: name})
 		if err == nil {
 			first, err = st.Recv()
 		}

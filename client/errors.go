@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -61,6 +60,17 @@ type wireError struct {
 	sentinel error
 	msg      string
 	reason   pb.ErrorReason // the server's reason, when it gave one
+	// leaderAddr: with NOT_LEADER, the leader's client address when the
+	// member knew it (Client.follow).
+	leaderAddr string
+}
+
+// withLeader records the leader's address a NOT_LEADER answer named.
+func withLeader(err error, addr string) error {
+	if we, ok := err.(*wireError); ok && addr != "" {
+		we.leaderAddr = addr
+	}
+	return err
 }
 
 func (e *wireError) Error() string { return e.msg }
@@ -136,6 +146,10 @@ func fromCode(code codes.Code, msg string) error {
 	return &wireError{sentinel: s, msg: msg}
 }
 
+// fromStatus maps a unary call's gRPC status back to a sentinel, by its
+// code and details only, never its message. The service puts a pb.Error
+// detail on every status it answers with (its reason, when it has one);
+// a status without one comes from gRPC itself.
 func fromStatus(err error) error {
 	if err == nil {
 		return nil
@@ -146,20 +160,18 @@ func fromStatus(err error) error {
 	}
 	for _, d := range st.Details() {
 		if e, ok := d.(*pb.Error); ok {
-			return fromReason(e.GetReason(), st.Code(), st.Message())
+			return withLeader(fromReason(e.GetReason(), st.Code(), st.Message()), e.GetLeaderAddr())
 		}
 	}
 	if st.Code() == codes.ResourceExhausted {
-		var got, max int
-		if _, serr := fmt.Sscanf(st.Message()[strings.Index(st.Message(), "(")+1:], "%d vs. %d)", &got, &max); serr == nil && strings.Contains(st.Message(), "larger than max") {
-			// gRPC's own message limit, hit before the service could name
-			// the limit of the value or payload in it.
-			return &wireError{sentinel: ErrInvalid, msg: fmt.Sprintf("tenure: invalid argument: a message of %d bytes is larger than the %d bytes accepted; values, payloads and answers are limited (docs/limits.md: --max-value-len, --max-register-value-len, --max-queue-payload)", got, max)}
-		}
+		// Not the service's limits (they carry a detail): gRPC's own
+		// message size limit, hit on one side or the other before the
+		// service could name the limit of the value or payload in it.
+		return &wireError{sentinel: ErrInvalid, msg: "tenure: invalid argument: a message is larger than gRPC accepts (" + st.Message() + "); values, payloads and answers are limited (docs/limits.md: --max-value-len, --max-register-value-len, --max-queue-payload)"}
 	}
 	return fromCode(st.Code(), st.Message())
 }
 
 func fromProto(e *pb.Error) error {
-	return fromReason(e.GetReason(), codes.Code(e.GetCode()), e.GetMessage())
+	return withLeader(fromReason(e.GetReason(), codes.Code(e.GetCode()), e.GetMessage()), e.GetLeaderAddr())
 }

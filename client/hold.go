@@ -13,10 +13,21 @@ import (
 // State is where a hold is in its ownership life cycle.
 type State int
 
-// Ownership states. Acquiring → Held → Suspect → (Held | Lost); Held →
-// Released. Lost and Released are terminal.
+// Ownership states. A hold moves only along the edges of transitions:
+//
+//	acquiring → held | suspect | lost | released
+//	held      → suspect | lost | released
+//	suspect   → held | lost | released
+//
+// Lost and Released are terminal.
 const (
-	// Acquiring: the request is queued on the server.
+	// Acquiring: the acquire is in flight (sent, or waiting in line on
+	// the server); nothing is held yet, the Token is 0 and the Context is
+	// cancelled. A hold is seen in this state only through OnAcquiring:
+	// Lock returns it once granted. It moves to Held (or Suspect, if its
+	// session is suspect when the grant arrives), to Released when the
+	// acquire ends without a grant (refused, or withdrawn when its
+	// context ended), or to Lost with its session.
 	Acquiring State = iota
 	// Held: the hold is confirmed until the session's safe deadline.
 	Held
@@ -29,6 +40,33 @@ const (
 	// Released: the hold was given up by Unlock or Session.Close.
 	Released
 )
+
+// transitions is the hold's state machine, the one documented above and in
+// docs/architecture.md: for each state, the states it may move to.
+// setState refuses every other move.
+var transitions = [...][]State{
+	Acquiring: {Held, Suspect, Lost, Released},
+	Held:      {Suspect, Lost, Released},
+	Suspect:   {Held, Lost, Released},
+	Lost:      nil,
+	Released:  nil,
+}
+
+// canMove reports whether a hold in state from may move to state to.
+func canMove(from, to State) bool {
+	if from < 0 || int(from) >= len(transitions) {
+		return false
+	}
+	for _, t := range transitions[from] {
+		if t == to {
+			return true
+		}
+	}
+	return false
+}
+
+// terminal reports whether no state follows s.
+func (s State) terminal() bool { return s == Lost || s == Released }
 
 func (s State) String() string {
 	switch s {
@@ -117,10 +155,11 @@ func (m *Mutex) Name() string { return m.name }
 type LockOption func(*lockCall)
 
 type lockCall struct {
-	onQueued func(position int)
-	shared   bool
-	election bool
-	value    []byte
+	onQueued    func(position int)
+	onAcquiring func(*Hold)
+	shared      bool
+	election    bool
+	value       []byte
 }
 
 // OnQueued calls fn with the 1-based queue position when the request has
@@ -128,6 +167,15 @@ type lockCall struct {
 // (a quiet acquire): one message less per wait.
 func OnQueued(fn func(position int)) LockOption {
 	return func(c *lockCall) { c.onQueued = fn }
+}
+
+// OnAcquiring calls fn, before the acquire is sent, with the hold it is
+// for: in state Acquiring until the grant, when Lock returns it Held (or
+// Suspect); it ends Released when the acquire ends without a grant, and
+// Lost with its session. Its Changes report each move. fn runs on the
+// caller's goroutine and must not block.
+func OnAcquiring(fn func(h *Hold)) LockOption {
+	return func(c *lockCall) { c.onAcquiring = fn }
 }
 
 // Lock waits, in FIFO order, until the lock is granted or ctx ends. On
@@ -182,86 +230,47 @@ func retryable(err error) bool {
 }
 
 // acquire reserves the name for this session (one acquisition of a name
-// at a time), then asks until the server answers. The name stays reserved
-// while the hold lives, or, when ctx ends while the server may hold a
-// place in line, until withdraw has settled that in the background.
-func (m *Mutex) acquire(ctx context.Context, wait bool, lc lockCall) (h *Hold, err error) {
+// at a time), then asks until the server answers (Session.do). The name
+// stays reserved while the hold lives, or, when ctx ends while the server
+// may hold a place in line, until withdraw has settled that in the
+// background. The hold exists, Acquiring, from the first send.
+func (m *Mutex) acquire(ctx context.Context, wait bool, lc lockCall) (*Hold, error) {
 	s := m.s
 	if !s.reserve(m.name) {
 		return nil, ErrAlreadyHeld
 	}
-	sent := false     // a request reached a stream
-	var pending *call // a request still pending when ctx ended
-	giveUp := false   // withdraw what the server may hold
-	defer func() {
-		switch {
-		case h != nil:
-		case giveUp:
-			s.goBG(func() { m.withdraw(pending) })
-		default:
-			s.unreserve(m.name)
-		}
-	}()
-	for {
-		if err := s.waitConnected(ctx); err != nil {
-			giveUp = sent && ctx.Err() != nil // the server may still hold our place
-			return nil, err
-		}
-		c, err := s.start(m.request(wait, lc))
-		if errors.Is(err, errDisconnected) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		sent = true
-		h, err := m.await(ctx, c, lc)
-		switch {
-		case err == nil:
+	h, err := s.newHold(m.name)
+	if err != nil {
+		s.unreserve(m.name)
+		return nil, err
+	}
+	if lc.onAcquiring != nil {
+		lc.onAcquiring(h)
+	}
+	x := exchange{keep: true}
+	if lc.onQueued != nil {
+		x.interim = func(r *pb.SessionResponse) { lc.onQueued(int(r.GetQueued().GetPosition())) }
+	}
+	o, err := s.do(ctx, m.request(wait, lc), x)
+	if err == nil {
+		if g := o.resp.GetGranted(); g != nil {
+			h.granted(g.GetToken(), g.GetProof())
 			return h, nil
-		case errors.Is(err, errAbandoned):
-			pending, giveUp = c, true
-			return nil, ctx.Err()
-		case retryable(err):
-			if !errors.Is(err, errDisconnected) {
-				s.streamBroken(c.st) // this node cannot serve us: find the leader
-			}
-			continue
-		default:
-			return nil, err
+		}
+		err = fmt.Errorf("%w: unexpected answer to an acquire", ErrUnknownOutcome)
+		if e := o.resp.GetError(); e != nil {
+			err = fromProto(e)
 		}
 	}
-}
-
-var errAbandoned = errors.New("tenure: acquire abandoned")
-
-// await waits for the final answer to acquire request c; errAbandoned:
-// ctx ended first, and c is still pending.
-func (m *Mutex) await(ctx context.Context, c *call, lc lockCall) (*Hold, error) {
-	s := m.s
-	for {
-		select {
-		case r := <-c.ch:
-			if r.err != nil {
-				s.finish(c)
-				return nil, r.err
-			}
-			switch res := r.resp.GetResult().(type) {
-			case *pb.SessionResponse_Queued:
-				if lc.onQueued != nil {
-					lc.onQueued(int(res.Queued.GetPosition()))
-				}
-			case *pb.SessionResponse_Granted:
-				s.finish(c)
-				return s.newHold(m.name, res.Granted.GetToken(), res.Granted.GetProof()), nil
-			case *pb.SessionResponse_Error:
-				s.finish(c)
-				return nil, fromProto(res.Error)
-			}
-		case <-ctx.Done():
-			return nil, errAbandoned
-		}
+	h.end(Released, err, false)
+	if o.pending != nil || (o.sent > 0 && ctx.Err() != nil && errors.Is(err, ctx.Err())) {
+		// The server may still hold our place in line (or a grant):
+		// withdraw it before the name is free again.
+		s.goBG(func() { m.withdraw(o.pending) })
+		return nil, ctx.Err()
 	}
+	s.unreserve(m.name)
+	return nil, err
 }
 
 // withdraw settles an acquisition given up on, then frees the name: it
@@ -278,16 +287,9 @@ func (m *Mutex) withdraw(c *call) {
 		if c != nil && m.cancelAndSettle(c) {
 			return
 		}
-		if err := s.waitConnected(s.ctx); err != nil {
-			return
-		}
 		var err error
-		c, err = s.start(m.request(true, lockCall{})) // resume finds the acquisition, whatever its kind
-		if errors.Is(err, errDisconnected) {
-			c = nil
-			continue
-		}
-		if err != nil {
+		// resume finds the acquisition, whatever its kind
+		if c, err = s.send(s.ctx, m.request(true, lockCall{})); err != nil {
 			return
 		}
 	}
@@ -319,17 +321,21 @@ func (m *Mutex) cancelAndSettle(c *call) bool {
 				// If that may not have happened, the next attempt finds
 				// the grant again (or nothing).
 				ctx, cancel := context.WithTimeout(s.ctx, sessionTimeout)
-				resp, _, err := s.call(ctx, &pb.SessionRequest{Op: &pb.SessionRequest_Release{Release: &pb.ReleaseLock{Name: m.name, Token: g.GetToken()}}})
+				o, err := s.do(ctx, &pb.SessionRequest{Op: &pb.SessionRequest_Release{Release: &pb.ReleaseLock{Name: m.name, Token: g.GetToken()}}}, exchange{})
 				cancel()
-				if err == nil && resp.GetError() != nil {
-					err = fromProto(resp.GetError())
+				if err == nil && o.resp.GetError() != nil {
+					err = fromProto(o.resp.GetError())
 				}
 				return err == nil || !retryable(err) // ErrNotHeld: released already
 			}
 			if r.resp.GetQueued() != nil {
 				continue
 			}
-			if e := r.resp.GetError(); e != nil && retryable(fromProto(e)) {
+			e := r.resp.GetError()
+			if e.GetReason() == pb.ErrorReason_ERROR_REASON_CANCELLED {
+				return true // the server committed the withdrawal
+			}
+			if e != nil && retryable(fromProto(e)) {
 				s.streamBroken(c.st) // this node cannot commit it: find the leader
 				return false
 			}
@@ -344,16 +350,17 @@ func (m *Mutex) cancelAndSettle(c *call) bool {
 }
 
 // Hold is one grant of a lock: the proof of ownership to pass to the
-// resource (Token) and the context to run the work under (Context). It is
-// safe for concurrent use.
+// resource (Token) and the context to run the work under (Context). Its
+// State moves only along the documented transitions. It is safe for
+// concurrent use.
 type Hold struct {
-	s     *Session
-	name  string
-	token uint64
-	proof string
+	s    *Session
+	name string
 
-	// mu guards the fields below.
+	// mu guards the fields below. Lock order: Session.mu before Hold.mu.
 	mu     sync.Mutex
+	token  uint64 // set once, at the grant
+	proof  string // set once, at the grant
 	state  State
 	err    error
 	ctx    context.Context
@@ -362,21 +369,56 @@ type Hold struct {
 	done   chan struct{}
 }
 
-func (s *Session) newHold(name string, token uint64, proof string) *Hold {
-	h := &Hold{s: s, name: name, token: token, proof: proof, done: make(chan struct{})}
+// maxLag is how many changes a Changes receiver may fall behind before its
+// channel is closed (see Changes).
+const maxLag = 16
+
+// newHold makes the hold of an acquire about to be sent: Acquiring, in
+// the session's holds (so that it ends with the session), with a
+// cancelled Context. It fails with the session's error when the session
+// is over.
+func (s *Session) newHold(name string) (*Hold, error) {
+	h := &Hold{s: s, name: name, state: Acquiring, done: make(chan struct{})}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
+	h.cancel() // nothing is held yet
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h.state = Held
-	switch s.state {
-	case sessSuspect:
-		h.setState(Suspect, nil)
-	case sessLost, sessClosed:
-		h.setState(Lost, s.err)
-		return h
+	if s.state >= sessLost {
+		return nil, s.err
 	}
 	s.holds[h] = struct{}{}
-	return h
+	return h, nil
+}
+
+// granted moves an acquiring hold to the state its session's grant gives
+// it: Held, or Suspect while the session is suspect (Lost if the session
+// ended meanwhile: the hold already is).
+func (h *Hold) granted(token uint64, proof string) {
+	s := h.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h.mu.Lock()
+	h.token, h.proof = token, proof
+	h.mu.Unlock()
+	switch s.state {
+	case sessAlive:
+		h.setState(Held, nil)
+	case sessSuspect:
+		h.setState(Suspect, nil)
+	}
+}
+
+// sessionMoved moves the hold with its session (Session.setStateLocked):
+// a hold still acquiring holds nothing, so only the session's end reaches
+// it.
+func (h *Hold) sessionMoved(st State, err error) {
+	h.mu.Lock()
+	acquiring := h.state == Acquiring
+	h.mu.Unlock()
+	if acquiring && !st.terminal() {
+		return
+	}
+	h.setState(st, err)
 }
 
 // Name is the lock's name.
@@ -384,14 +426,24 @@ func (h *Hold) Name() string { return h.name }
 
 // Token is the fencing token of this grant: pass it with every effect and
 // let the resource reject anything lower than what it already accepted.
-func (h *Hold) Token() uint64 { return h.token }
+// It is 0 while the hold is Acquiring.
+func (h *Hold) Token() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.token
+}
 
 // Proof is the cluster's signature of this grant (package fenceproof):
 // one URL-safe base64 string that a resource with the cluster's public
 // keys verifies offline, so that it can tell this token from one nobody
 // was granted (see docs/fencing.md). It is empty if the server signed
-// none (a cluster without a signing key yet).
-func (h *Hold) Proof() string { return h.proof }
+// none (a cluster without a signing key yet), or while the hold is
+// Acquiring.
+func (h *Hold) Proof() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.proof
+}
 
 // SessionID is the lease id of the grant.
 func (h *Hold) SessionID() uint64 { return h.s.id }
@@ -424,12 +476,15 @@ func (h *Hold) Done() <-chan struct{} { return h.done }
 
 // Changes returns a channel that receives every later state change, in
 // order, and is closed after the terminal state (then Err tells why).
-// Changes are dropped if the receiver lags more than 16 behind.
+// Nothing is dropped: a receiver that falls 16 changes behind gets every
+// change up to that point, and then its channel is closed although the
+// hold lives on (State is then neither Lost nor Released): the overflow is
+// reported by that close, and Changes may be called again.
 func (h *Hold) Changes() <-chan State {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	ch := make(chan State, 16)
-	if h.state == Lost || h.state == Released {
+	ch := make(chan State, maxLag)
+	if h.state.terminal() {
 		ch <- h.state
 		close(ch)
 		return ch
@@ -441,12 +496,14 @@ func (h *Hold) Changes() <-chan State {
 // Progress tells the session's progress watchdog that work advances.
 func (h *Hold) Progress() { h.s.Progress() }
 
-// setState moves the hold. Terminal states stick.
-func (h *Hold) setState(st State, err error) {
+// setState moves the hold to st if transitions allows it, and reports
+// whether it moved; any other move (from a terminal state, back to
+// Acquiring, or to the state it is in) changes nothing.
+func (h *Hold) setState(st State, err error) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.state == Lost || h.state == Released || h.state == st {
-		return
+	if !canMove(h.state, st) {
+		return false
 	}
 	if h.state == Held {
 		h.cancel()
@@ -461,25 +518,32 @@ func (h *Hold) setState(st State, err error) {
 			h.err = ErrSessionExpired
 		}
 	}
+	// Only this goroutine sends (under mu) and receivers only take, so
+	// a channel with room keeps it: the send never blocks. A channel
+	// whose receiver is maxLag behind takes this change in its last slot
+	// and is closed: the overflow is reported, nothing is dropped.
+	subs := h.subs[:0]
 	for _, ch := range h.subs {
-		select {
-		case ch <- st:
-		default:
-		}
-	}
-	if st == Lost || st == Released {
-		h.cancel()
-		for _, ch := range h.subs {
+		ch <- st
+		if st.terminal() || len(ch) == cap(ch) {
 			close(ch)
+			continue
 		}
-		h.subs = nil
+		subs = append(subs, ch)
+	}
+	clear(h.subs[len(subs):])
+	h.subs = subs
+	if st.terminal() {
+		h.cancel()
 		close(h.done)
 	}
+	return true
 }
 
 // Unlock releases the grant. It returns ErrNotHeld if the grant had
-// already ended (the hold is then Lost); a retried Unlock after success
-// returns nil. It never releases a later holder: the server checks the
+// already ended (the hold is then Lost), or while the hold is still
+// Acquiring (nothing changes); a retried Unlock after success returns
+// nil. It never releases a later holder: the server checks the
 // exact (session, token) handle.
 func (h *Hold) Unlock(ctx context.Context) error {
 	h.mu.Lock()
@@ -491,32 +555,40 @@ func (h *Hold) Unlock(ctx context.Context) error {
 		err := h.err
 		h.mu.Unlock()
 		return fmt.Errorf("%w: %v", ErrNotHeld, err)
+	case Acquiring:
+		h.mu.Unlock()
+		return fmt.Errorf("%w: the acquire is still in flight (end its context to withdraw it)", ErrNotHeld)
 	}
+	token := h.token
 	h.mu.Unlock()
-	resp, sent, err := h.s.call(ctx, &pb.SessionRequest{Op: &pb.SessionRequest_Release{Release: &pb.ReleaseLock{Name: h.name, Token: h.token}}})
+	o, err := h.s.do(ctx, &pb.SessionRequest{Op: &pb.SessionRequest_Release{Release: &pb.ReleaseLock{Name: h.name, Token: token}}}, exchange{})
 	if err != nil {
 		return err
 	}
-	if e := resp.GetError(); e != nil {
+	if e := o.resp.GetError(); e != nil {
 		err := fromProto(e)
-		if errors.Is(err, ErrNotHeld) && sent > 1 {
+		if errors.Is(err, ErrNotHeld) && o.sent > 1 {
 			// An earlier attempt reached the server before its stream
 			// broke: the grant is gone either way.
 			err = nil
 		}
 		if err != nil {
-			h.end(Lost, err)
+			h.end(Lost, err, true)
 			return err
 		}
 	}
-	h.end(Released, nil)
+	h.end(Released, nil, true)
 	return nil
 }
 
-func (h *Hold) end(st State, err error) {
+// end takes the hold out of its session and moves it to st (terminal);
+// free also frees its lock's name for the session's next acquire.
+func (h *Hold) end(st State, err error, free bool) {
 	h.s.mu.Lock()
 	delete(h.s.holds, h)
-	delete(h.s.inUse, h.name)
+	if free {
+		delete(h.s.inUse, h.name)
+	}
 	h.s.mu.Unlock()
 	h.setState(st, err)
 }

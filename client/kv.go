@@ -474,7 +474,7 @@ func (c *Client) openWatch(ctx context.Context, req *pb.KVWatchRequest, persist 
 	var created *pb.KVWatchResponse
 	compacted := 0
 	err := c.rotate(ctx, persist, func(i uint32) error {
-		st, err := c.eps[i].api.KVWatch(ctx, req)
+		st, err := c.all()[i].api.KVWatch(ctx, req)
 		var first *pb.KVWatchResponse
 		if err == nil {
 			first, err = st.Recv()
@@ -486,7 +486,7 @@ func (c *Client) openWatch(ctx context.Context, req *pb.KVWatchRequest, persist 
 		case err == nil:
 			return fmt.Errorf("%w: the watch was answered %v before it was created", ErrUnavailable, first)
 		case ce != nil:
-			if compacted++; compacted < len(c.eps) {
+			if compacted++; compacted < len(c.all()) {
 				return fmt.Errorf("%w: %v", ErrUnavailable, ce) // another node may hold more history
 			}
 			return ce

@@ -173,8 +173,27 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	s.lastProgress = s.clk.Now()
 	s.attachLocked(st, sentAt)
 	s.mu.Unlock()
-	s.goBG(s.keeper)
+	if err := c.track(s); err != nil { // the client was closed meanwhile
+		s.abandon(err)
+		s.mu.Lock()
+		if s.st != nil {
+			s.st.leave()
+			s.st = nil
+		}
+		s.mu.Unlock()
+		return nil, err
+	}
 	return s, nil
+}
+
+// abandon ends the session on this side only (Client.Close): it stops
+// renewing, its holds are Lost with err, and its keeper returns. The
+// server keeps the session until its TTL runs out.
+func (s *Session) abandon(err error) {
+	s.mu.Lock()
+	s.setStateLocked(sessLost, err)
+	s.mu.Unlock()
+	s.stop()
 }
 
 // ID is the session's id on the server (the lease id of its grants). It
@@ -246,13 +265,13 @@ func (s *Session) openAny(ctx context.Context, id uint64, skip *endpoint) (*stre
 	var opened *pb.SessionOpened
 	var sentAt time.Time
 	err := s.c.rotate(ctx, false, func(i uint32) (err error) {
-		ep := s.c.eps[i]
+		ep := s.c.all()[i]
 		if ep == skip {
 			skip = nil
 			return fmt.Errorf("%w: %s stopped answering", ErrUnavailable, ep.addr)
 		}
 		actx := ctx
-		if len(s.c.eps) > 1 {
+		if len(s.c.all()) > 1 {
 			var cancel context.CancelFunc
 			actx, cancel = context.WithTimeout(ctx, s.cfg.ttl/3)
 			defer cancel()
@@ -269,7 +288,7 @@ func (s *Session) openAny(ctx context.Context, id uint64, skip *endpoint) (*stre
 // openOn attaches the session to endpoint i and sends Open; it returns
 // when the server answered.
 func (s *Session) openOn(ctx context.Context, i uint32, id uint64) (*stream, *pb.SessionOpened, time.Time, error) {
-	st, err := s.c.eps[i].sessions.attach(ctx, s, i)
+	st, err := s.c.all()[i].sessions.attach(ctx, s, i)
 	if err != nil {
 		return nil, nil, time.Time{}, fromStatus(err)
 	}
@@ -415,7 +434,7 @@ func (s *Session) setStateLocked(st sessState, err error) {
 		hs = Released
 	}
 	for h := range s.holds {
-		h.setState(hs, err)
+		h.sessionMoved(hs, err)
 	}
 	if st >= sessLost {
 		close(s.done)
@@ -440,6 +459,7 @@ func (s *Session) loseLocked(err error) {
 // watchdog, and reconnects broken streams. All timing uses the injected
 // clock.
 func (s *Session) keeper() {
+	defer s.c.untrack(s)
 	renewEvery := s.cfg.ttl / 3
 	nextRenew := s.clk.Now().Add(renewEvery)
 	backoff := minBackoff
@@ -478,8 +498,8 @@ func (s *Session) keeper() {
 			if s.state == sessAlive {
 				s.setStateLocked(sessSuspect, nil)
 			}
-			if st := s.st; len(s.c.eps) > 1 {
-				s.skip = s.c.eps[st.ep]
+			if st := s.st; len(s.c.all()) > 1 {
+				s.skip = s.c.all()[st.ep]
 				s.streamBrokenLocked(st)
 			}
 		}
@@ -617,46 +637,112 @@ func (s *Session) waitConnected(ctx context.Context) error {
 	}
 }
 
-// start sends a request on the current stream.
-// call sends req on the session's stream and waits for its answer,
-// sending it again after a broken stream or a "not leader" answer (so the
-// request must be safe to repeat). sent counts the sends that reached a
-// stream. The answer may still carry a final error (resp.GetError()).
-func (s *Session) call(ctx context.Context, req *pb.SessionRequest) (resp *pb.SessionResponse, sent int, err error) {
+// send is the one way a request reaches the session's stream: it waits
+// (within ctx) until the session has a stream and sends req on it, waiting
+// again when the stream breaks before req is on it. The call it returns
+// receives req's answers; finish it once done with them.
+func (s *Session) send(ctx context.Context, req *pb.SessionRequest) (*call, error) {
 	for {
 		if err := s.waitConnected(ctx); err != nil {
-			return nil, sent, err
+			return nil, err
 		}
 		c, err := s.start(req)
 		if errors.Is(err, errDisconnected) {
-			continue
+			continue // broke meanwhile: wait for the next stream
 		}
-		if err != nil {
-			return nil, sent, err
-		}
-		sent++
-		var r callResult
-		select {
-		case r = <-c.ch:
-		case <-ctx.Done():
-			s.finish(c)
-			return nil, sent, fmt.Errorf("%w: %v", ErrUnknownOutcome, ctx.Err())
-		}
-		s.finish(c)
-		if errors.Is(r.err, errDisconnected) {
-			continue
-		}
-		if r.err != nil {
-			return nil, sent, r.err
-		}
-		if e := r.resp.GetError(); e != nil && retryable(fromProto(e)) {
-			s.streamBroken(c.st) // not the leader (any more): find it
-			continue
-		}
-		return r.resp, sent, nil
+		return c, err
 	}
 }
 
+// exchange says how do treats a request's answers.
+type exchange struct {
+	// interim takes the answers that are not final (Queued: a waiting
+	// acquire's place in line); nil when none come.
+	interim func(*pb.SessionResponse)
+	// keep: when ctx ends while the request is pending, do leaves it
+	// pending and returns it (outcome.pending), for the caller to
+	// withdraw; otherwise it is forgotten.
+	keep bool
+}
+
+// outcome is what do reports besides the error.
+type outcome struct {
+	// resp is the final answer; it may still carry a final error
+	// (resp.GetError()).
+	resp *pb.SessionResponse
+	// sent counts the sends that reached a stream.
+	sent int
+	// pending is the request still pending when ctx ended (exchange.keep).
+	pending *call
+}
+
+// do is the session's one request loop, used by every request a session
+// sends (acquires, releases, proclaims, the close, the withdrawal of an
+// acquire): it sends req (send), waits for its final answer, and sends it
+// again after a broken stream or an answer that the node cannot serve it
+// (not the leader, or it lost leadership while committing), after moving
+// the session to a node that can. So req must be safe to repeat: acquires
+// are sent with resume, releases name the exact grant. When ctx ends with
+// req pending, the error matches ErrUnknownOutcome and ctx's error.
+func (s *Session) do(ctx context.Context, req *pb.SessionRequest, x exchange) (outcome, error) {
+	var o outcome
+	for {
+		c, err := s.send(ctx, req)
+		if err != nil {
+			return o, err
+		}
+		o.sent++
+		resp, err := s.await(ctx, c, x.interim)
+		switch {
+		case errors.Is(err, errAbandoned):
+			if x.keep {
+				o.pending = c
+			} else {
+				s.finish(c)
+			}
+			return o, fmt.Errorf("%w: %w", ErrUnknownOutcome, ctx.Err())
+		case errors.Is(err, errDisconnected):
+			continue
+		case err != nil:
+			return o, err
+		}
+		if e := resp.GetError(); e != nil && retryable(fromProto(e)) {
+			s.c.follow(fromProto(e), c.st.ep) // the leader it names, if any, next
+			s.streamBroken(c.st)              // not the leader (any more): find it
+			continue
+		}
+		o.resp = resp
+		return o, nil
+	}
+}
+
+// errAbandoned: ctx ended while a request was pending.
+var errAbandoned = errors.New("tenure: request abandoned")
+
+// await waits for c's final answer, handing interim answers to interim;
+// errAbandoned when ctx ends first (c is then still pending).
+func (s *Session) await(ctx context.Context, c *call, interim func(*pb.SessionResponse)) (*pb.SessionResponse, error) {
+	for {
+		select {
+		case r := <-c.ch:
+			if r.err != nil {
+				s.finish(c)
+				return nil, r.err
+			}
+			if interim != nil && r.resp.GetQueued() != nil {
+				interim(r.resp)
+				continue
+			}
+			s.finish(c)
+			return r.resp, nil
+		case <-ctx.Done():
+			return nil, errAbandoned
+		}
+	}
+}
+
+// start sends req on the current stream, if there is one
+// (errDisconnected otherwise).
 func (s *Session) start(req *pb.SessionRequest) (*call, error) {
 	s.mu.Lock()
 	if s.state >= sessLost {
@@ -720,35 +806,9 @@ func (s *Session) Close(ctx context.Context) error {
 		return err
 	}
 	s.mu.Unlock()
-	var err error
-	for {
-		if err = s.waitConnected(ctx); err != nil {
-			break
-		}
-		c, serr := s.start(&pb.SessionRequest{Op: &pb.SessionRequest_Close{Close: &pb.CloseSession{}}})
-		if errors.Is(serr, errDisconnected) {
-			continue
-		}
-		if serr != nil {
-			err = serr
-			break
-		}
-		select {
-		case r := <-c.ch:
-			s.finish(c)
-			if errors.Is(r.err, errDisconnected) {
-				continue
-			}
-			if r.err == nil && r.resp.GetError() != nil {
-				err = fromProto(r.resp.GetError())
-			} else {
-				err = r.err
-			}
-		case <-ctx.Done():
-			s.finish(c)
-			err = ctx.Err()
-		}
-		break
+	o, err := s.do(ctx, &pb.SessionRequest{Op: &pb.SessionRequest_Close{Close: &pb.CloseSession{}}}, exchange{})
+	if err == nil && o.resp.GetError() != nil {
+		err = fromProto(o.resp.GetError())
 	}
 	s.mu.Lock()
 	s.setStateLocked(sessClosed, ErrClosed)

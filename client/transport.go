@@ -157,7 +157,7 @@ func endError(rep *pb.SessionReply) error {
 	if code == codes.OK {
 		return status.Error(codes.Unavailable, "the server ended the session stream")
 	}
-	return fromReason(rep.GetReason(), code, rep.GetMessage())
+	return withLeader(fromReason(rep.GetReason(), code, rep.GetMessage()), rep.GetLeaderAddr())
 }
 
 // queue adds f to the frames to send, unless the stream is no longer

@@ -56,7 +56,7 @@ func TestLockExitsWhenItsCommandHas(t *testing.T) {
 	readFile(t, ready, 10*time.Second)
 	srv.signal(syscall.SIGTERM)
 	srv.wait(10 * time.Second)
-	if code := p.wait(3 * time.Second); code != 1 || !strings.Contains(p.stderr(), "lost ownership of lock L") {
+	if code := p.wait(3 * time.Second); code != 7 || !strings.Contains(p.stderr(), "lost ownership of lock L") {
 		t.Fatalf("tenure lock exited %d: %s", code, p.stderr())
 	}
 }

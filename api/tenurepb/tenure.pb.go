@@ -2227,6 +2227,9 @@ type Member struct {
 	LastContactMs int64  `protobuf:"varint,161,opt,name=last_contact_ms,json=lastContactMs,proto3" json:"last_contact_ms,omitempty"`
 	MatchIndex    uint64 `protobuf:"varint,162,opt,name=match_index,json=matchIndex,proto3" json:"match_index,omitempty"`
 	Lag           uint64 `protobuf:"varint,163,opt,name=lag,proto3" json:"lag,omitempty"`
+	// client_addr is where clients reach the member's Tenure API
+	// (host:port), as the member published it; empty while unknown.
+	ClientAddr    string `protobuf:"bytes,110,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2315,6 +2318,13 @@ func (x *Member) GetLag() uint64 {
 		return x.Lag
 	}
 	return 0
+}
+
+func (x *Member) GetClientAddr() string {
+	if x != nil {
+		return x.ClientAddr
+	}
+	return ""
 }
 
 type MemberListRequest struct {
@@ -2696,10 +2706,13 @@ type SessionReply struct {
 	// end: the session stream is over, with a gRPC status code, a message
 	// and the reason of the error (code 0: it ended normally, after a
 	// close). An open that is refused ends its session stream this way.
-	End           bool        `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
-	Code          uint32      `protobuf:"varint,4,opt,name=code,proto3" json:"code,omitempty"`
-	Message       string      `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
-	Reason        ErrorReason `protobuf:"varint,6,opt,name=reason,proto3,enum=tenure.v1.ErrorReason" json:"reason,omitempty"`
+	End     bool        `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
+	Code    uint32      `protobuf:"varint,4,opt,name=code,proto3" json:"code,omitempty"`
+	Message string      `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	Reason  ErrorReason `protobuf:"varint,6,opt,name=reason,proto3,enum=tenure.v1.ErrorReason" json:"reason,omitempty"`
+	// leader_addr: with reason NOT_LEADER, the leader's Tenure API address
+	// when the member knows it (as Error.leader_addr).
+	LeaderAddr    string `protobuf:"bytes,110,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2774,6 +2787,13 @@ func (x *SessionReply) GetReason() ErrorReason {
 		return x.Reason
 	}
 	return ErrorReason_ERROR_REASON_UNSPECIFIED
+}
+
+func (x *SessionReply) GetLeaderAddr() string {
+	if x != nil {
+		return x.LeaderAddr
+	}
+	return ""
 }
 
 type SessionRequest struct {
@@ -3921,8 +3941,12 @@ type Error struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Reason ErrorReason            `protobuf:"varint,1,opt,name=reason,proto3,enum=tenure.v1.ErrorReason" json:"reason,omitempty"`
 	// code is the gRPC status code the same failure has on a unary call.
-	Code          uint32 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
-	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Code    uint32 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// leader_addr, on a NOT_LEADER answer, is the leader's Tenure API
+	// address (host:port) when the answering member knows it: a client
+	// goes there at once.
+	LeaderAddr    string `protobuf:"bytes,110,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3974,6 +3998,13 @@ func (x *Error) GetCode() uint32 {
 func (x *Error) GetMessage() string {
 	if x != nil {
 		return x.Message
+	}
+	return ""
+}
+
+func (x *Error) GetLeaderAddr() string {
+	if x != nil {
+		return x.LeaderAddr
 	}
 	return ""
 }
@@ -8866,7 +8897,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x05locks\x18\x03 \x01(\rR\x05locks\x12\x1c\n" +
 	"\tregisters\x18\x04 \x01(\rR\tregisters\x12\x16\n" +
 	"\x06queues\x18\x05 \x01(\rR\x06queues\x12\x12\n" +
-	"\x04keys\x18\x06 \x01(\x04R\x04keys\"\xe0\x01\n" +
+	"\x04keys\x18\x06 \x01(\x04R\x04keys\"\x81\x02\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tpeer_addr\x18\x02 \x01(\tR\bpeerAddr\x12\x14\n" +
@@ -8876,7 +8907,9 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x0flast_contact_ms\x18\xa1\x01 \x01(\x03R\rlastContactMs\x12 \n" +
 	"\vmatch_index\x18\xa2\x01 \x01(\x04R\n" +
 	"matchIndex\x12\x11\n" +
-	"\x03lag\x18\xa3\x01 \x01(\x04R\x03lag\"\x13\n" +
+	"\x03lag\x18\xa3\x01 \x01(\x04R\x03lag\x12\x1f\n" +
+	"\vclient_addr\x18n \x01(\tR\n" +
+	"clientAddr\"\x13\n" +
 	"\x11MemberListRequest\"V\n" +
 	"\x12MemberListResponse\x12+\n" +
 	"\amembers\x18\x01 \x03(\v2\x11.tenure.v1.MemberR\amembers\x12\x13\n" +
@@ -8896,14 +8929,16 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\arequest\x18\x02 \x01(\v2\x19.tenure.v1.SessionRequestR\arequest\x12\x10\n" +
 	"\x03end\x18\x03 \x01(\bR\x03end\"C\n" +
 	"\x0eSessionReplies\x121\n" +
-	"\areplies\x18\x01 \x03(\v2\x17.tenure.v1.SessionReplyR\areplies\"\xce\x01\n" +
+	"\areplies\x18\x01 \x03(\v2\x17.tenure.v1.SessionReplyR\areplies\"\xef\x01\n" +
 	"\fSessionReply\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\x04R\x06stream\x126\n" +
 	"\bresponse\x18\x02 \x01(\v2\x1a.tenure.v1.SessionResponseR\bresponse\x12\x10\n" +
 	"\x03end\x18\x03 \x01(\bR\x03end\x12\x12\n" +
 	"\x04code\x18\x04 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12.\n" +
-	"\x06reason\x18\x06 \x01(\x0e2\x16.tenure.v1.ErrorReasonR\x06reason\"\x90\x03\n" +
+	"\x06reason\x18\x06 \x01(\x0e2\x16.tenure.v1.ErrorReasonR\x06reason\x12\x1f\n" +
+	"\vleader_addr\x18n \x01(\tR\n" +
+	"leaderAddr\"\x90\x03\n" +
 	"\x0eSessionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12,\n" +
 	"\x04open\x18\x02 \x01(\v2\x16.tenure.v1.OpenSessionH\x00R\x04open\x125\n" +
@@ -8976,11 +9011,13 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05proof\x18\x03 \x01(\tR\x05proof\"\x0e\n" +
 	"\fLockReleased\"\x0f\n" +
-	"\rSessionClosed\"e\n" +
+	"\rSessionClosed\"\x86\x01\n" +
 	"\x05Error\x12.\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x16.tenure.v1.ErrorReasonR\x06reason\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"j\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1f\n" +
+	"\vleader_addr\x18n \x01(\tR\n" +
+	"leaderAddr\"j\n" +
 	"\x13ListSessionsRequest\x12\x19\n" +
 	"\bafter_id\x18\x01 \x01(\x04R\aafterId\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\x12\"\n" +

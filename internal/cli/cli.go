@@ -14,9 +14,14 @@
 //
 //	0 ok
 //	1 error
+//	2 unknown command or subcommand
 //	3 stale: a fenced write was rejected (client.ErrStale)
 //	4 not held: the lock was not held by the caller (client.ErrNotHeld)
 //	5 timeout: a deadline passed (context.DeadlineExceeded)
+//	6 no leader: the servers answered, but none led within the time
+//	  given (client.ErrNoLeader)
+//	7 lost: `tenure lock` (sem, rwlock, elect) stopped CMD because its
+//	  hold was lost (or, with --on-suspect stop, unproven)
 //
 // `tenure lock NAME -- CMD` exits with CMD's own status instead (128+N if
 // CMD was killed by signal N), unless it could not run CMD to the end.
@@ -28,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -39,11 +45,14 @@ import (
 
 // Exit codes. They are part of the command line's public contract.
 const (
-	ExitOK      = 0
-	ExitError   = 1
-	ExitStale   = 3
-	ExitNotHeld = 4
-	ExitTimeout = 5
+	ExitOK       = 0
+	ExitError    = 1
+	ExitUsage    = 2 // an unknown command or subcommand
+	ExitStale    = 3
+	ExitNotHeld  = 4
+	ExitTimeout  = 5
+	ExitNoLeader = 6 // no node led the cluster within the time given
+	ExitLost     = 7 // a lock runner's hold was lost: its command was stopped
 )
 
 // requestTimeout bounds each unary call (status, fence, ...).
@@ -106,11 +115,13 @@ type errorBody struct {
 
 // ErrorCode names the kind of a failure in JSON output (a public
 // contract, like the exit codes): stale, not_held, timeout,
-// invalid_argument, resource_exhausted, permission_denied, unavailable,
-// session_expired, unknown_outcome, locked, already_held, cancelled, or
-// error for anything else.
+// invalid_argument, resource_exhausted, permission_denied, no_leader,
+// unavailable, session_expired, unknown_outcome, locked, already_held,
+// lost, cancelled, or error for anything else.
 func ErrorCode(err error) string {
 	switch {
+	case errors.Is(err, errLost):
+		return "lost"
 	case errors.Is(err, client.ErrStale):
 		return "stale"
 	case errors.Is(err, client.ErrNotHeld):
@@ -123,6 +134,8 @@ func ErrorCode(err error) string {
 		return "resource_exhausted"
 	case errors.Is(err, client.ErrPermissionDenied):
 		return "permission_denied"
+	case errors.Is(err, client.ErrNoLeader):
+		return "no_leader"
 	case errors.Is(err, client.ErrUnavailable):
 		return "unavailable"
 	case errors.Is(err, client.ErrSessionExpired):
@@ -158,6 +171,69 @@ func wantsJSON(args []string) bool {
 // errUsage marks a command line that cannot be parsed.
 var errUsage = errors.New("usage")
 
+// errUnknownCommand marks a command or subcommand that does not exist
+// (exit 2); it is a usage error too.
+var errUnknownCommand = errors.New("unknown command")
+
+// errLost marks a lock runner that stopped its command because its hold
+// was lost (exit 7).
+var errLost = errors.New("lost ownership")
+
+// unknownCommandError is a command line naming a command that does not
+// exist: errors.Is matches errUnknownCommand (and so errUsage).
+type unknownCommandError struct{ msg string }
+
+func (e unknownCommandError) Error() string { return e.msg }
+func (e unknownCommandError) Is(target error) bool {
+	return target == errUnknownCommand || target == errUsage
+}
+
+// unknownCommand is the error for arg, which names no subcommand of cmd.
+func unknownCommand(cmd *cobra.Command, arg string) error {
+	msg := fmt.Sprintf("unknown command %q for %q", arg, cmd.CommandPath())
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's own default
+	}
+	if s := cmd.SuggestionsFor(arg); len(s) > 0 {
+		msg += fmt.Sprintf(" (did you mean %s?)", strings.Join(s, ", "))
+	}
+	return unknownCommandError{msg: fmt.Sprintf("%s; see '%s --help'", msg, cmd.CommandPath())}
+}
+
+// refuseUnknownSubcommands makes every command that groups subcommands
+// (tenure member, tenure kv, ..., the root) fail on an argument that names
+// none of them, instead of printing its help and exiting 0; given no
+// argument it still prints its help (or runs, if it runs by itself).
+func refuseUnknownSubcommands(cmd *cobra.Command) {
+	for _, c := range cmd.Commands() {
+		refuseUnknownSubcommands(c)
+	}
+	if !cmd.HasSubCommands() {
+		return
+	}
+	if cmd.Runnable() {
+		// One that also runs by itself (tenure cluster keys): if it takes
+		// no arguments (its Use names none), one it refuses was meant as
+		// a subcommand.
+		if args := cmd.Args; args != nil && !strings.Contains(cmd.Use, " ") {
+			cmd.Args = func(cmd *cobra.Command, a []string) error {
+				if err := args(cmd, a); err != nil && len(a) > 0 {
+					return unknownCommand(cmd, a[0])
+				}
+				return nil
+			}
+		}
+		return
+	}
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		return unknownCommand(cmd, args[0])
+	}
+}
+
 // usageError is a flag error: its text, and errors.Is(err, errUsage).
 type usageError struct{ err error }
 
@@ -174,6 +250,12 @@ func ExitCode(err error) int {
 		return ExitOK
 	case errors.As(err, &ee):
 		return ee.code
+	case errors.Is(err, errUnknownCommand):
+		return ExitUsage
+	case errors.Is(err, errLost):
+		return ExitLost
+	case errors.Is(err, client.ErrNoLeader):
+		return ExitNoLeader
 	case errors.Is(err, client.ErrStale):
 		return ExitStale
 	case errors.Is(err, client.ErrNotHeld):
@@ -218,7 +300,8 @@ func (a *app) rootCommand() *cobra.Command {
 		Long: `Tenure is a lock service: a replicated lock authority that grants named
 locks to sessions and issues a fencing token with every grant.
 
-Exit codes: 0 ok, 1 error, 3 stale token, 4 lock not held, 5 timeout.
+Exit codes: 0 ok, 1 error, 2 unknown command, 3 stale token, 4 lock not
+held, 5 timeout, 6 no leader, 7 lock lost (its command was stopped).
 "tenure lock NAME -- CMD" exits with CMD's status.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
@@ -262,6 +345,7 @@ Exit codes: 0 ok, 1 error, 3 stale token, 4 lock not held, 5 timeout.
 		a.aclCommand(),
 		a.clusterCommand(),
 	)
+	refuseUnknownSubcommands(root)
 	return root
 }
 
@@ -284,11 +368,16 @@ func (a *app) emit(v any, text func(w io.Writer)) error {
 // dial connects to the endpoint, with extra options after the flags'; the
 // caller closes the client.
 func (a *app) dial(ctx context.Context, extra ...client.Option) (*client.Client, error) {
+	if err := checkEndpoints(a.endpoint); err != nil {
+		return nil, err
+	}
 	opts, err := a.security.options()
 	if err != nil {
 		return nil, err
 	}
-	opts = append(opts, extra...)
+	// The CLI finds the cluster from one endpoint: the members' published
+	// addresses, and the leader a follower names (client.WithDiscovery).
+	opts = append(append(opts, client.WithDiscovery()), extra...)
 	switch a.consistency {
 	case "linearizable":
 		return client.Dial(ctx, a.endpoint, opts...)
@@ -297,6 +386,21 @@ func (a *app) dial(ctx context.Context, extra ...client.Option) (*client.Client,
 		return client.Dial(ctx, a.endpoint, append(opts, client.WithSerializableReads())...)
 	}
 	return nil, fmt.Errorf("--consistency must be linearizable or serializable, not %q", a.consistency)
+}
+
+// checkEndpoints refuses an endpoint without a port: gRPC would dial a
+// bare host on port 443.
+func checkEndpoints(endpoints string) error {
+	for _, ep := range strings.Split(endpoints, ",") {
+		ep = strings.TrimSpace(ep)
+		if ep == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(ep); err != nil || port == "" {
+			return fmt.Errorf("--endpoint %q has no port: give host:port (the server listens on 7070 by default)", ep)
+		}
+	}
+	return nil
 }
 
 // listTimeout bounds a listing that follows the server's pages (each page

@@ -133,6 +133,10 @@ func TestExitCode(t *testing.T) {
 		{"wrapped deadline", fmt.Errorf("waiting: %w", context.DeadlineExceeded), ExitTimeout},
 		{"session expired", client.ErrSessionExpired, ExitError},
 		{"unavailable", client.ErrUnavailable, ExitError},
+		{"no leader", fmt.Errorf("session: %w", client.ErrNoLeader), ExitNoLeader},
+		{"no leader after a deadline", fmt.Errorf("%w (%v)", client.ErrNoLeader, context.DeadlineExceeded), ExitNoLeader},
+		{"lost", fmt.Errorf("%w of lock x", errLost), ExitLost},
+		{"unknown command", fmt.Errorf("x: %w", errUnknownCommand), ExitUsage},
 		{"child status", &exitError{code: 42}, 42},
 		{"child signal", &exitError{code: 130, err: errors.New("interrupted")}, 130},
 	}
@@ -475,8 +479,8 @@ func TestLockStopsCommandOnSuspect(t *testing.T) {
 	if took := time.Since(stopped); took > 5*time.Second {
 		t.Fatalf("stopping took %v", took)
 	}
-	if code != ExitError {
-		t.Fatalf("exit %d, want 1 (stderr %q)", code, errb.String())
+	if code != ExitLost {
+		t.Fatalf("exit %d, want %d (stderr %q)", code, ExitLost, errb.String())
 	}
 	if !regexp.MustCompile(`^tenure: lost ownership of lock res \((suspect|lost)\): stopped command\n$`).MatchString(errb.String()) {
 		t.Fatalf("stderr %q", errb.String())

@@ -73,7 +73,7 @@ func lockArgs(use, noun string) cobra.PositionalArgs {
 func lockRunFlags(cmd *cobra.Command, lf *lockFlags) {
 	f := cmd.Flags()
 	f.DurationVar(&lf.ttl, "ttl", client.DefaultTTL, "session time to live (1s..1h)")
-	f.DurationVar(&lf.timeout, "timeout", 30*time.Second, "give up waiting after this long (0: wait forever); exit 5")
+	f.DurationVar(&lf.timeout, "timeout", 30*time.Second, "give up waiting after this long (0: wait forever); exit 5, or 6 if no node led the cluster")
 	f.DurationVar(&lf.killGrace, "kill-grace", 5*time.Second, "after ownership is lost, wait this long between SIGTERM and SIGKILL")
 	f.StringVar(&lf.onSuspect, "on-suspect", "pause", "when ownership becomes unproven: pause (SIGSTOP the command, SIGCONT once the hold is confirmed again, stop it if lost) or stop (SIGTERM at once)")
 	f.DurationVar(&lf.lockDelay, "lock-delay", 0, "if this grant ends by expiry, keep the name from others this long (0..1m)")
@@ -112,17 +112,19 @@ once (SIGSTOP): it cannot act while ownership is unproven. When the hold is
 confirmed again (the same session and token, e.g. after a fail-over to
 another member) it is resumed (SIGCONT). When the hold is lost (the session
 expired), COMMAND is sent SIGTERM (and SIGCONT) and SIGKILL after
---kill-grace, and tenure exits 1 saying so. --on-suspect stop stops
-COMMAND at the first suspicion instead. Without a terminal, COMMAND runs in
+--kill-grace, and tenure exits 7 saying so. --on-suspect stop stops
+COMMAND at the first suspicion instead (also exit 7). Without a terminal, COMMAND runs in
 a process group of its own and signals go to the whole group.
 
 tenure exits as soon as COMMAND has. On Linux COMMAND is killed if tenure
 itself dies (even by SIGKILL); processes COMMAND started are not (exec the
 last one, or trap). On other systems COMMAND runs on without the lock.
 
-Exit codes: COMMAND's status; 5 if --timeout passed while waiting; 128+N
-if signal N interrupted the wait; 1 on other errors. -o does not apply:
-stdout belongs to COMMAND.
+Exit codes: COMMAND's status; 5 if --timeout passed while waiting for
+the lock (--timeout 0 waits forever); 6 if it passed and no node led the
+cluster meanwhile ("no leader"); 7 if the hold was lost and COMMAND was
+stopped; 128+N if signal N interrupted the wait; 1 on other errors. -o
+does not apply: stdout belongs to COMMAND.
 
 "status", "history" and "list" are subcommands, so they cannot be used
 as lock names with this form.`,
@@ -169,7 +171,7 @@ func (a *app) runLock(ctx context.Context, name string, argv []string, lf lockFl
 	closeWait := min(cleanupTimeout, lf.ttl)
 	defer func() { closeSession(sess, closeWait) }()
 	if h.Context().Err() != nil {
-		return fmt.Errorf("lost ownership of lock %s (%s) before the command started", name, h.State())
+		return fmt.Errorf("%w of lock %s (%s) before the command started", errLost, name, h.State())
 	}
 
 	env := append(os.Environ(),
@@ -216,7 +218,7 @@ func (a *app) runLock(ctx context.Context, name string, argv []string, lf lockFl
 			if reason != "" {
 				ch.reapGroup(killAt)
 				closeWait = min(closeWait, lostCloseWait)
-				return fmt.Errorf("lost ownership of lock %s (%s): stopped command", name, reason)
+				return fmt.Errorf("%w of lock %s (%s): stopped command", errLost, name, reason)
 			}
 			if err := release(h); err != nil {
 				fmt.Fprintln(a.streams.Err, errorLine(fmt.Errorf("releasing lock %s: %w", name, err)))
@@ -227,8 +229,12 @@ func (a *app) runLock(ctx context.Context, name string, argv []string, lf lockFl
 			return nil
 		case st, ok := <-changes:
 			if !ok {
+				// Closed after the terminal state, or because this
+				// loop fell behind (the hold lives on): subscribe again.
 				changes = nil
-				st = h.State()
+				if st = h.State(); st != client.Lost && st != client.Released {
+					changes = h.Changes()
+				}
 			}
 			if reason != "" {
 				break
@@ -339,6 +345,9 @@ func (a *app) acquire(ctx context.Context, c *client.Client, name, owner string,
 				return nil, nil, &exitError{code: 128 + int(signalNumber(sig)), err: fmt.Errorf("interrupted by %s while waiting for lock %s", sigName(sig), name)}
 			case r.err == nil:
 				return r.s, r.h, nil
+			case errors.Is(r.err, client.ErrNoLeader):
+				// Not contention: nothing could be granted at all.
+				return nil, nil, fmt.Errorf("no leader: waited %v for lock %s, and no node led the cluster meanwhile (is a majority of its members up?): %w", lf.timeout, name, r.err)
 			case errors.Is(wctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
 				return nil, nil, fmt.Errorf("timed out after %v waiting for lock %s: %w", lf.timeout, name, context.DeadlineExceeded)
 			}

@@ -177,6 +177,7 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 	f.StringVar(&configFile, "config", "", "YAML file of flag values (keys are flag names, e.g. data-dir: /var/lib/tenure); flags given on the command line win")
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory holding the server's state")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "client API address (port 0 picks a free port)")
+	f.StringVar(&cfg.Advertise, "advertise", "", "address clients reach this node's client API at, if not --listen's; published to the cluster so that clients find every member and the leader")
 	f.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this node's id")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "least level logged: debug, info, warn or error (debug also shows raft's own info)")

@@ -17,6 +17,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tenure-io/tenure/internal/clock"
 	"github.com/tenure-io/tenure/internal/dashboard"
@@ -25,6 +26,7 @@ import (
 	"github.com/tenure-io/tenure/internal/metrics"
 	"github.com/tenure-io/tenure/internal/node"
 	"github.com/tenure-io/tenure/internal/server"
+	"github.com/tenure-io/tenure/internal/tlsconfig"
 )
 
 // Config configures a daemon.
@@ -34,6 +36,11 @@ type Config struct {
 	// Listen is the client API address, e.g. 127.0.0.1:7070 (":0" picks a
 	// free port; see Addr).
 	Listen string
+	// Advertise is the address clients reach this node's client API at,
+	// if not Listen's. The node publishes it to the cluster (MemberList,
+	// and the leader's address in a follower's "not the leader"); with
+	// neither it nor a Listen host to dial (0.0.0.0, ::), none.
+	Advertise string
 	// Clock drives session deadlines; nil means the real clock.
 	Clock clock.Clock
 	// Logger receives the server's log (raft's included); nil means text
@@ -174,12 +181,16 @@ func Start(cfg Config) (*Daemon, error) {
 	lis = conns.wrap(lis)
 	opts := append(server.GRPCOptions(), server.ConnectionOptions()...)
 	if cfg.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+		// Members dial it too, with their peer certificates (memberDial).
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsconfig.MemberServer(cfg.TLS, cfg.PeerTLS, tlsconfig.MemberServerName))))
 	}
 	gs := grpc.NewServer(opts...)
 	var sopts []server.Option
 	if cfg.Auth {
 		sopts = append(sopts, server.WithAuth())
+	}
+	if addr := clientAdvertise(cfg.Advertise, lis.Addr()); addr != "" {
+		sopts = append(sopts, server.WithClientAddr(addr, memberDial(cfg)))
 	}
 	srv := server.New(n, hub, cfg.Limits, sopts...)
 	server.Register(gs, srv)
@@ -231,6 +242,41 @@ func (d *Daemon) listenEtcd(cfg Config, srv *server.Server) error {
 	return nil
 }
 
+// memberDial is how a follower dials the leader's client API to publish
+// its own address: in plaintext when the client API is; with TLS, with
+// its peer certificate (tlsconfig.MemberClient), and not at all without
+// peer TLS (nil).
+func memberDial(cfg Config) func(addr string) []grpc.DialOption {
+	switch {
+	case cfg.TLS == nil:
+		return func(string) []grpc.DialOption {
+			return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		}
+	case cfg.PeerTLS == nil:
+		return nil
+	}
+	return func(addr string) []grpc.DialOption {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			host = addr
+		}
+		return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsconfig.MemberClient(cfg.PeerTLS(), host, tlsconfig.MemberServerName)))}
+	}
+}
+
+// clientAdvertise is the client API address a node publishes: advertise,
+// or the listener's address unless its host is unspecified (0.0.0.0, ::),
+// which no client can dial ("").
+func clientAdvertise(advertise string, lis net.Addr) string {
+	if advertise != "" {
+		return advertise
+	}
+	if ta, ok := lis.(*net.TCPAddr); ok && ta.IP.IsUnspecified() {
+		return ""
+	}
+	return lis.String()
+}
+
 // EtcdAddr is the etcd API's address ("" when it is off).
 func (d *Daemon) EtcdAddr() string {
 	if d.etcdLis == nil {
@@ -250,9 +296,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errc := make(chan error, 4)
 	nctx, cancel := context.WithCancel(ctx)
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); errc <- d.Node.Run(nctx) }()
 	go func() { defer wg.Done(); errc <- d.gs.Serve(d.lis) }()
+	go func() { defer wg.Done(); d.srv.PublishClientAddr(nctx) }()
 	if d.httpSrv != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); errc <- d.serveHTTP(nctx) }()

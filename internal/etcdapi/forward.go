@@ -26,7 +26,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"io"
@@ -47,6 +46,7 @@ import (
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 	"github.com/tenure-io/tenure/internal/server"
+	"github.com/tenure-io/tenure/internal/tlsconfig"
 )
 
 // Metadata keys of forwarding.
@@ -68,45 +68,14 @@ const forwardServerName = "tenure-etcd-forward"
 // instead, which requires a certificate of the peers' CA: a member
 // forwarding a request.
 func ServerTLS(client *tls.Config, peer func() *tls.Config) *tls.Config {
-	if peer == nil {
-		return client
-	}
-	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
-			if h.ServerName == forwardServerName {
-				return peer(), nil
-			}
-			if client.GetConfigForClient != nil {
-				if c, err := client.GetConfigForClient(h); c != nil || err != nil {
-					return c, err
-				}
-			}
-			return client, nil
-		},
-	}
+	return tlsconfig.MemberServer(client, peer, forwardServerName)
 }
 
 // forwardTLS is the configuration a member dials host's etcd API with:
 // the peer TLS settings, the server name forwardServerName, and the
 // server's certificate verified against the peers' CA for host.
 func forwardTLS(peer *tls.Config, host string) *tls.Config {
-	c := peer.Clone()
-	c.ServerName = forwardServerName
-	c.InsecureSkipVerify = true // verified below, for host rather than the server name sent
-	roots := peer.RootCAs
-	c.VerifyConnection = func(cs tls.ConnectionState) error {
-		if len(cs.PeerCertificates) == 0 {
-			return errors.New("etcdapi: the leader presented no certificate")
-		}
-		opts := x509.VerifyOptions{Roots: roots, DNSName: host, Intermediates: x509.NewCertPool()}
-		for _, ic := range cs.PeerCertificates[1:] {
-			opts.Intermediates.AddCert(ic)
-		}
-		_, err := cs.PeerCertificates[0].Verify(opts)
-		return err
-	}
-	return c
+	return tlsconfig.MemberClient(peer, host, forwardServerName)
 }
 
 // publishInterval is how often a node checks that the state has its

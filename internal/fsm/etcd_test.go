@@ -207,3 +207,36 @@ func TestEtcdURLs(t *testing.T) {
 		t.Fatalf("past the bound: %v", r.Err)
 	}
 }
+
+// TestClientAddrs: the members' Tenure API addresses are replicated state,
+// bounded, kept by snapshots, and never take a revision (a replica that
+// does not know the command keeps the same revisions).
+func TestClientAddrs(t *testing.T) {
+	st := fsm.NewState()
+	set := func(member, addr string) *fsmpb.Command {
+		return &fsmpb.Command{Op: &fsmpb.Command_SetClientAddr{SetClientAddr: &fsmpb.SetEtcdURL{Member: member, Url: addr}}}
+	}
+	before := st.Revision()
+	applied(t, st, set("n1", "127.0.0.1:7070"))
+	applied(t, st, set("n1", "127.0.0.1:7071"))
+	if st.Revision() != before || st.ClientAddr("n1") != "127.0.0.1:7071" {
+		t.Fatalf("revision %d (was %d), address %q", st.Revision(), before, st.ClientAddr("n1"))
+	}
+	back, err := fsm.Import(st.Export())
+	if err != nil || back.ClientAddr("n1") != "127.0.0.1:7071" {
+		t.Fatalf("after a snapshot: %q %v", back.ClientAddr("n1"), err)
+	}
+	applied(t, st, set("n1", ""))
+	if st.ClientAddr("n1") != "" {
+		t.Fatal("an empty address did not remove the member's")
+	}
+	for i := range fsm.MaxClientAddrs {
+		applied(t, st, set(fmt.Sprint("m", i), "127.0.0.1:1"))
+	}
+	if r := st.Apply(set("one-too-many", "127.0.0.1:1"), nil); !errors.Is(r.Err, fsm.ErrLimit) {
+		t.Fatalf("past the bound: %v", r.Err)
+	}
+	if r := st.Apply(set("", "127.0.0.1:1"), nil); !errors.Is(r.Err, fsm.ErrInvalid) {
+		t.Fatalf("no member: %v", r.Err)
+	}
+}

@@ -15,30 +15,41 @@ const maxEtcdURLLen = 512
 // setEtcdURL records (or, with an empty url, removes) a member's etcd API
 // address. It changes the revision only when the address changes.
 func (s *State) setEtcdURL(c *fsmpb.SetEtcdURL) Result {
-	switch {
-	case c.GetMember() == "" || len(c.GetMember()) > MaxNameLen:
-		return Result{Err: fmt.Errorf("%w: a member id of 1..%d bytes", ErrInvalid, MaxNameLen)}
-	case len(c.GetUrl()) > maxEtcdURLLen:
-		return Result{Err: fmt.Errorf("%w: an etcd URL of at most %d bytes", ErrInvalid, maxEtcdURLLen)}
+	changed, err := setMemberAddr(&s.etcdURLs, c, "an etcd URL", MaxEtcdURLs, maxEtcdURLLen)
+	if err != nil {
+		return Result{Err: err}
 	}
-	old, had := s.etcdURLs[c.GetMember()]
-	switch {
-	case c.GetUrl() == "":
-		if had {
-			delete(s.etcdURLs, c.GetMember())
-			s.bump()
-		}
-	case old != c.GetUrl():
-		if !had && len(s.etcdURLs) >= MaxEtcdURLs {
-			return Result{Err: fmt.Errorf("%w: %d members have an etcd URL, the limit is %d", ErrLimit, len(s.etcdURLs), MaxEtcdURLs)}
-		}
-		if s.etcdURLs == nil {
-			s.etcdURLs = make(map[string]string)
-		}
-		s.etcdURLs[c.GetMember()] = c.GetUrl()
+	if changed {
 		s.bump()
 	}
 	return Result{}
+}
+
+// setMemberAddr sets (or, with an empty url, removes) member c.Member's
+// address in *m, at most limit members and maxLen bytes (what names the
+// address in errors), and reports whether *m changed.
+func setMemberAddr(m *map[string]string, c *fsmpb.SetEtcdURL, what string, limit, maxLen int) (bool, error) {
+	switch {
+	case c.GetMember() == "" || len(c.GetMember()) > MaxNameLen:
+		return false, fmt.Errorf("%w: a member id of 1..%d bytes", ErrInvalid, MaxNameLen)
+	case len(c.GetUrl()) > maxLen:
+		return false, fmt.Errorf("%w: %s of at most %d bytes", ErrInvalid, what, maxLen)
+	}
+	old, had := (*m)[c.GetMember()]
+	switch {
+	case c.GetUrl() == "":
+		delete(*m, c.GetMember())
+		return had, nil
+	case had && old == c.GetUrl():
+		return false, nil
+	case !had && len(*m) >= limit:
+		return false, fmt.Errorf("%w: %d members have %s, the limit is %d", ErrLimit, len(*m), what, limit)
+	}
+	if *m == nil {
+		*m = make(map[string]string)
+	}
+	(*m)[c.GetMember()] = c.GetUrl()
+	return true, nil
 }
 
 // EtcdURL is member's etcd API address ("" unknown).

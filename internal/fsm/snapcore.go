@@ -112,6 +112,7 @@ func (s *State) copyCoreWith(sessions *btree.BTreeG[*session]) *coreCopy {
 	snap.RegisterFloor = s.deleted.floor
 	snap.Security = exportSecurity(s.sec)
 	snap.EtcdUrls = exportEtcdURLs(s.etcdURLs)
+	snap.ClientAddrs = exportEtcdURLs(s.clientAddrs)
 	return c
 }
 

@@ -81,6 +81,7 @@ func importWith(snap *fsmpb.Snapshot, items *itemLoader) (*State, error) {
 	}
 	s.sec = sec
 	s.etcdURLs = importEtcdURLs(snap.GetEtcdUrls())
+	s.clientAddrs = importEtcdURLs(snap.GetClientAddrs())
 	for _, ss := range snap.GetSessions() {
 		hash, err := secretHashOf(ss.GetSecretHash())
 		if err != nil {

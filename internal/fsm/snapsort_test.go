@@ -54,6 +54,7 @@ func (s *State) exportCoreSorted() *fsmpb.Snapshot {
 	snap.RegisterFloor = s.deleted.floor
 	snap.Security = exportSecurity(s.sec)
 	snap.EtcdUrls = exportEtcdURLs(s.etcdURLs)
+	snap.ClientAddrs = exportEtcdURLs(s.clientAddrs)
 	return snap
 }
 

@@ -178,6 +178,7 @@ type State struct {
 	counters                Counters
 	sec                     *Security         // ACLs and signing keys, replaced on change (acl.go)
 	etcdURLs                map[string]string // member -> its etcd API address (etcdurls.go)
+	clientAddrs             map[string]string // member -> its Tenure API address (clientaddrs.go)
 	// etcdLeases counts the sessions that are etcd leases (derived:
 	// addSession and removeSession keep it), so that they have a limit
 	// of their own, apart from Tenure's sessions.
@@ -280,6 +281,8 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 		r = s.aclTokenUpdate(op.AclTokenUpdate)
 	case *fsmpb.Command_SetEtcdUrl:
 		r = s.setEtcdURL(op.SetEtcdUrl)
+	case *fsmpb.Command_SetClientAddr:
+		r = s.setClientAddr(op.SetClientAddr)
 	case *fsmpb.Command_Batch:
 		r.Batch = make([]Result, len(op.Batch.GetCommands()))
 		for i, c := range op.Batch.GetCommands() {

@@ -50,6 +50,11 @@ import (
 // ErrNotLeader is returned by KeepAlive on a node that is not the leader.
 var ErrNotLeader = errors.New("lessor: not the leader")
 
+// ServingTerm reports the term in which the node serves as leader now, 0
+// when it does not: the node's published leadership, which the lessor
+// acts on and never keeps a copy of.
+type ServingTerm func() uint64
+
 // Proposer commits a command to the replicated log.
 type Proposer func(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error)
 
@@ -90,16 +95,27 @@ const stallTick = 100 * time.Millisecond
 const maxDelayEnds = 1024
 
 // Lessor tracks deadlines. It is safe for concurrent use.
+//
+// It acts (confirms keepalives, proposes expiries, reports times left)
+// only while the node serves in the term its deadlines were promoted for:
+// the node's leadership, read through ServingTerm on every decision, is
+// the only answer to whether it leads. A step-down stops it at once, before
+// Demote has cleared its deadlines.
 type Lessor struct {
 	clk     clock.Clock
 	epoch   time.Time // the lessor's clock counts from here (see tick)
 	propose Proposer
 	read    StateReader
+	serving ServingTerm
 	wake    chan struct{}
 
-	// mu guards the fields below.
-	mu       sync.Mutex
-	leader   bool
+	// mu guards the fields below. It may be held while serving is
+	// called.
+	mu sync.Mutex
+	// term is the term the deadlines were promoted for (0: none, not
+	// promoted since the last Demote). Events are recorded while it is
+	// set; the lessor acts only while serving reports it (actingLocked).
+	term     uint64
 	sessions map[uint64]*sessionEntry
 	sessionQ deadlineHeap[*sessionEntry] // the sessions not being expired
 	delays   map[string]*delayEntry
@@ -116,10 +132,10 @@ type Lessor struct {
 }
 
 // New returns a lessor; it does nothing until Run is called and the node is
-// promoted.
-func New(clk clock.Clock, propose Proposer, read StateReader) *Lessor {
+// promoted and serves.
+func New(clk clock.Clock, propose Proposer, read StateReader, serving ServingTerm) *Lessor {
 	return &Lessor{
-		clk: clk, epoch: clk.Now(), propose: propose, read: read,
+		clk: clk, epoch: clk.Now(), propose: propose, read: read, serving: serving,
 		wake:     make(chan struct{}, 1),
 		sessions: make(map[uint64]*sessionEntry),
 		delays:   make(map[string]*delayEntry),
@@ -133,15 +149,24 @@ func (l *Lessor) poke() {
 	}
 }
 
-// Promote is called when this node has become leader and has applied every
-// committed entry. Every session gets a fresh TTL plus allowance, and every
+// Wake makes the lessor look at its deadlines now: the node calls it once
+// it serves in the term the lessor was promoted for.
+func (l *Lessor) Wake() { l.poke() }
+
+// actingLocked reports whether the lessor acts now: it was promoted for
+// the term in which the node serves.
+func (l *Lessor) actingLocked() bool { return l.term != 0 && l.serving() == l.term }
+
+// Promote is called when this node has become leader of term and has
+// applied every committed entry; the lessor acts once the node serves in
+// term. Every session gets a fresh TTL plus allowance, and every
 // lock-delay starts again in full: nothing expires early because leadership
 // moved. The allowance covers keepalives that an earlier leader may have
 // confirmed up to the moment this one took over (see node.KeepAlive).
-func (l *Lessor) Promote(allowance time.Duration) {
+func (l *Lessor) Promote(term uint64, allowance time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.leader = true
+	l.term = term
 	l.seen = l.clk.Now()
 	l.resetLocked()
 	now := l.nowLocked()
@@ -199,19 +224,24 @@ func (l *Lessor) addDelayLocked(name string, gen uint64, at tick) {
 	l.delayQ.push(d, at)
 }
 
-// Demote is called when this node stops being leader.
+// Demote is called when this node stops being leader: it forgets every
+// deadline (it stopped acting when the node stopped serving).
 func (l *Lessor) Demote() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.leader = false
+	l.term = 0
 	l.resetLocked()
 }
 
-// IsLeader reports whether the lessor is acting as leader.
-func (l *Lessor) IsLeader() bool {
+// Term reports the term the lessor acts for now: the one it was promoted
+// for, while the node serves in it; 0 when it does not act.
+func (l *Lessor) Term() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.leader
+	if l.actingLocked() {
+		return l.term
+	}
+	return 0
 }
 
 // Observe feeds one state-machine event to the lessor. Events are applied
@@ -221,7 +251,7 @@ func (l *Lessor) IsLeader() bool {
 func (l *Lessor) Observe(e fsm.Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.leader {
+	if l.term == 0 {
 		return
 	}
 	now := l.nowLocked()
@@ -264,7 +294,7 @@ func (l *Lessor) beatLocked() tick {
 func (l *Lessor) KeepAlive(id uint64) (time.Duration, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.leader {
+	if !l.actingLocked() {
 		return 0, ErrNotLeader
 	}
 	now := l.beatLocked() // a stall first: this keepalive may be one it held up
@@ -289,8 +319,8 @@ func (l *Lessor) KeepAlive(id uint64) (time.Duration, error) {
 func (l *Lessor) due() (expire []uint64, ends []*fsmpb.EndLockDelay, next time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.leader {
-		return nil, nil, time.Hour
+	if !l.actingLocked() {
+		return nil, nil, time.Hour // Wake or Promote wakes it
 	}
 	now := l.beatLocked()
 	next = time.Hour

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,10 +26,18 @@ type harness struct {
 	proposed chan *fsmpb.Command
 	// refuse, if set, decides which proposals fail (not applied).
 	refuse func(*fsmpb.Command) error
+	// serving is the node's serving term the lessor reads (servingTerm
+	// unless a test changes it).
+	serving atomic.Uint64
 }
+
+// servingTerm is the term the harness's node serves in, and the lessor is
+// promoted for.
+const servingTerm = 1
 
 func newHarness(t *testing.T) *harness {
 	h := &harness{t: t, clk: clock.NewFake(), st: fsm.NewState(), proposed: make(chan *fsmpb.Command, 16)}
+	h.serving.Store(servingTerm)
 	propose := func(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
 		h.mu.Lock()
 		refuse := h.refuse
@@ -48,7 +57,7 @@ func newHarness(t *testing.T) *harness {
 		defer h.mu.Unlock()
 		fn(h.st)
 	}
-	h.l = lessor.New(h.clk, propose, read)
+	h.l = lessor.New(h.clk, propose, read, h.serving.Load)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	armed := h.clk.TimerCreated()
@@ -81,10 +90,10 @@ func (h *harness) settle(fn func()) {
 	}
 }
 
-func (h *harness) promote() { h.settle(func() { h.l.Promote(0) }) }
+func (h *harness) promote() { h.settle(func() { h.l.Promote(servingTerm, 0) }) }
 
 func (h *harness) session(ttl time.Duration) uint64 {
-	if h.l.IsLeader() {
+	if h.l.Term() != 0 {
 		var id uint64
 		h.settle(func() { id = h.session0(ttl) })
 		return id
@@ -194,7 +203,7 @@ func TestPromoteAllowance(t *testing.T) {
 	h := newHarness(t)
 	a := h.session(3 * time.Second)
 	b := h.session(3 * time.Second)
-	h.settle(func() { h.l.Promote(500 * time.Millisecond) })
+	h.settle(func() { h.l.Promote(servingTerm, 500*time.Millisecond) })
 	if got := h.step(3400 * time.Millisecond); len(got) != 0 {
 		t.Fatalf("proposed %v within TTL plus allowance", got)
 	}
@@ -227,6 +236,45 @@ func TestKeepAliveRefusedOnFollowerAndForUnknown(t *testing.T) {
 	h.l.Demote()
 	if got := h.step(time.Hour); len(got) != 0 {
 		t.Fatalf("demoted lessor proposed %v", got)
+	}
+}
+
+// TestActsOnlyWhileTheNodeServesItsTerm: the lessor acts on the node's
+// published leadership, not on a copy of its own: once the node stops
+// serving (before Demote comes) it confirms no keepalive, reports no
+// times left and proposes no expiry; promoted for one term it does not act
+// while the node serves in a later one, until it is promoted for that.
+func TestActsOnlyWhileTheNodeServesItsTerm(t *testing.T) {
+	h := newHarness(t)
+	h.promote()
+	id := h.session(time.Second)
+	if term := h.l.Term(); term != servingTerm {
+		t.Fatalf("promoted lessor acts for term %d, want %d", term, servingTerm)
+	}
+	for _, serving := range []uint64{0, servingTerm + 1} {
+		h.serving.Store(serving)
+		if _, err := h.l.KeepAlive(id); !errors.Is(err, lessor.ErrNotLeader) {
+			t.Fatalf("node serving term %d: keepalive answered %v, want ErrNotLeader", serving, err)
+		}
+		if _, ok := h.l.TimesLeft([]uint64{id}); ok {
+			t.Fatalf("node serving term %d: the lessor reported times left", serving)
+		}
+		if term := h.l.Term(); term != 0 {
+			t.Fatalf("node serving term %d: the lessor acts for term %d", serving, term)
+		}
+		if got := h.step(2 * time.Second); len(got) != 0 {
+			t.Fatalf("node serving term %d: the lessor proposed %v", serving, got)
+		}
+	}
+	h.settle(func() { h.l.Promote(servingTerm+1, 0) })
+	if term := h.l.Term(); term != servingTerm+1 {
+		t.Fatalf("lessor promoted for the term served acts for term %d", term)
+	}
+	if left, ok := h.l.TimesLeft([]uint64{id}); !ok || left[0] != time.Second {
+		t.Fatalf("after the promotion: times left %v (ok %v), want a fresh 1s", left, ok)
+	}
+	if _, err := h.l.KeepAlive(id); err != nil {
+		t.Fatalf("keepalive after the promotion: %v", err)
 	}
 }
 
@@ -350,7 +398,7 @@ func TestFailedExpiryKeepsANewLeadershipsTTL(t *testing.T) {
 		if cmd.GetExpireSessions() != nil && first {
 			first = false
 			h.l.Demote()
-			h.l.Promote(0) // leads again before the failure comes back
+			h.l.Promote(servingTerm, 0) // leads again before the failure comes back
 			return errors.New("leadership lost")
 		}
 		return nil
@@ -409,7 +457,7 @@ func TestExpiriesDueTogetherAreOneCommand(t *testing.T) {
 func TestKeepAliveAfterPromotionKeepsTheTTL(t *testing.T) {
 	h := newHarness(t)
 	id := h.session(2 * time.Second)
-	h.settle(func() { h.l.Promote(3 * time.Second) })
+	h.settle(func() { h.l.Promote(servingTerm, 3*time.Second) })
 	if _, err := h.l.KeepAlive(id); err != nil {
 		t.Fatal(err)
 	}

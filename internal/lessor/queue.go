@@ -140,7 +140,7 @@ func (l *Lessor) observeQueue(now tick, e fsm.Event) {
 func (l *Lessor) dueQueue() ([]qtimer, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.leader {
+	if !l.actingLocked() {
 		return nil, time.Hour
 	}
 	return l.queue.due(l.nowLocked())
@@ -152,7 +152,7 @@ func (l *Lessor) expireDelivery(ctx context.Context, e qtimer) {
 	cmd := &fsmpb.Command{Op: &fsmpb.Command_QueueExpire{QueueExpire: &fsmpb.QueueSettle{Queue: e.key.queue, Id: e.key.id, DeliveryToken: e.token}}}
 	if _, err := l.propose(ctx, cmd); err != nil && ctx.Err() == nil {
 		l.mu.Lock()
-		if _, rearmed := l.queue.byKey[e.key]; l.leader && !rearmed {
+		if _, rearmed := l.queue.byKey[e.key]; l.term != 0 && !rearmed {
 			l.queue.arm(e.key, e.token, l.nowLocked().add(retryBackoff))
 		}
 		l.mu.Unlock()

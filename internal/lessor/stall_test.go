@@ -86,8 +86,8 @@ func BenchmarkStall(b *testing.B) {
 		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) {
 			clk := clock.NewFake()
 			st := fsm.NewState()
-			l := lessor.New(clk, nil, func(fn func(*fsm.State)) { fn(st) })
-			l.Promote(0)
+			l := lessor.New(clk, nil, func(fn func(*fsm.State)) { fn(st) }, func() uint64 { return servingTerm })
+			l.Promote(servingTerm, 0)
 			for i := range n {
 				l.Observe(fsm.Event{Kind: fsm.EventSessionCreated, Session: uint64(i + 1), TTLMs: 3600000})
 			}

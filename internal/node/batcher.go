@@ -277,7 +277,7 @@ func (n *Node) mapApplyErr(err error) error {
 		errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrAbortedByRestore):
 		return mapRaftErr(err)
 	case errors.Is(err, raft.ErrNotLeader):
-		if _, leader := n.raft.LeaderWithID(); leader != "" && string(leader) != n.cfg.NodeID {
+		if leader := n.Leader(); leader != "" && leader != n.cfg.NodeID {
 			return ErrNotLeader
 		}
 	}

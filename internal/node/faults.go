@@ -3,6 +3,8 @@
 package node
 
 import (
+	"time"
+
 	"github.com/hashicorp/raft"
 
 	"github.com/tenure-io/tenure/internal/fsm"
@@ -19,3 +21,6 @@ func (Faults) applyTo(*fsm.FSM) {}
 func (Faults) addressProvider() raft.ServerAddressProvider { return nil }
 
 func (Faults) route(string) (string, bool) { return "", false }
+
+// leaderChangeDelay: leadership notifications are handled at once.
+func (Faults) leaderChangeDelay() time.Duration { return 0 }

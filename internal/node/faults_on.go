@@ -4,6 +4,7 @@ package node
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -20,7 +21,14 @@ type Faults struct {
 	// SkipFenceCheck disables the fenced registers' token check: for
 	// proving that the fault-injection checker catches stale writes only.
 	SkipFenceCheck bool
+	// LeaderChangeDelay holds up the node's handling of each leadership
+	// notification (promotion, demotion) by this long, as a promotion
+	// busy proposing its settings holds up the demotion that follows: no
+	// consumer of the node's leadership may lag behind it meanwhile.
+	LeaderChangeDelay time.Duration
 }
+
+func (f Faults) leaderChangeDelay() time.Duration { return f.LeaderChangeDelay }
 
 func (f Faults) applyTo(m *fsm.FSM) {
 	if f.SkipFenceCheck {

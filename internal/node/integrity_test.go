@@ -378,7 +378,7 @@ func TestCorruptEntryWhileServingStopsRun(t *testing.T) {
 	bad, _ := fsm.EncodeEntry(put("x"), 0)
 	bad[len(bad)-1] ^= 0xff
 	// As raft hands the state machine an entry it read back.
-	out := recordingFSM{n.fsm, n.rec, &n.fsmApplied, n.cfg.Logger, &n.logBytes}.ApplyBatch([]*raft.Log{{Index: n.raft.LastIndex() + 1, Type: raft.LogCommand, Data: bad}})
+	out := recordingFSM{n.fsm, n.rec, n.ident, &n.fsmApplied, n.cfg.Logger, &n.logBytes}.ApplyBatch([]*raft.Log{{Index: n.raft.LastIndex() + 1, Type: raft.LogCommand, Data: bad}})
 	if r := fsm.TakeResult(out[0]); !errors.Is(r.Err, fsm.ErrCorrupt) {
 		t.Fatalf("the corrupt entry's result: %+v", r)
 	}

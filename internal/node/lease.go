@@ -43,12 +43,11 @@ const (
 	leaseRounds = 3
 )
 
-// leaderLease records when leadership was last confirmed.
+// leaderLease runs the rounds that confirm leadership; what they
+// confirm is published in the node's Leadership (LeaseUntil).
 type leaderLease struct {
-	// mu guards the fields below.
+	// mu guards round.
 	mu    sync.Mutex
-	term  uint64
-	until time.Time   // keepalives may be confirmed before it, in term
 	round *leaseRound // the confirmation under way, or nil
 }
 
@@ -57,37 +56,13 @@ type leaseRound struct {
 	err  error // set before done is closed
 }
 
-// held reports whether leadership is confirmed now, in the current term.
-func (l *leaderLease) held(n *Node) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.heldLocked(n)
-}
-
-func (l *leaderLease) heldLocked(n *Node) bool {
-	return l.term == n.raft.CurrentTerm() && n.cfg.Clock.Now().Before(l.until)
-}
-
-// confirmed records that an entry of term, created after began, was
-// committed.
-func (l *leaderLease) confirmed(n *Node, term uint64, began time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if n.raft.CurrentTerm() != term {
-		return
-	}
-	if until := began.Add(keepAliveLease); l.term != term || until.After(l.until) {
-		l.term, l.until = term, until
-	}
-}
-
 // confirm returns nil once leadership is confirmed now (see KeepAlive). A
 // caller that finds no round under way runs one itself; the others wait
 // for it.
 func (l *leaderLease) confirm(ctx context.Context, n *Node) error {
 	for range leaseRounds {
 		l.mu.Lock()
-		if l.heldLocked(n) {
+		if n.LeadershipConfirmed() {
 			l.mu.Unlock()
 			return nil
 		}
@@ -96,10 +71,10 @@ func (l *leaderLease) confirm(ctx context.Context, n *Node) error {
 			r = &leaseRound{done: make(chan struct{})}
 			l.round = r
 			l.mu.Unlock()
-			term, began := n.raft.CurrentTerm(), n.cfg.Clock.Now()
+			term, began := n.Leadership().Term, n.cfg.Clock.Now()
 			r.err = mapReadErr(n.await(context.Background(), func() raft.Future { return n.raft.Barrier(n.cfg.ApplyTimeout) }))
 			if r.err == nil {
-				l.confirmed(n, term, began)
+				n.leaseConfirmed(term, began)
 			}
 			l.mu.Lock()
 			l.round = nil
@@ -128,7 +103,7 @@ func (l *leaderLease) confirm(ctx context.Context, n *Node) error {
 // no longer is, and fsm.ErrSessionNotFound for a session that is unknown
 // or being expired.
 func (n *Node) KeepAlive(ctx context.Context, id uint64) (time.Duration, error) {
-	if !n.lessor.IsLeader() {
+	if !n.Serving() {
 		return 0, ErrNotLeader
 	}
 	if err := n.lease.confirm(ctx, n); err != nil {
@@ -140,13 +115,3 @@ func (n *Node) KeepAlive(ctx context.Context, id uint64) (time.Duration, error) 
 	}
 	return ttl, err
 }
-
-// Serving reports whether this node serves as leader: it leads, and its
-// state holds everything committed before its term (its barrier was
-// applied). Only then is its state authoritative about which sessions
-// exist.
-func (n *Node) Serving() bool { return n.lessor.IsLeader() }
-
-// LeadershipConfirmed reports whether KeepAlive would answer now without
-// committing a barrier first.
-func (n *Node) LeadershipConfirmed() bool { return n.lease.held(n) }

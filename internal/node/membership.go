@@ -72,10 +72,10 @@ func (n *Node) Configuration() ([]Member, uint64, error) {
 	if err := f.Error(); err != nil {
 		return nil, 0, mapRaftErr(err)
 	}
-	_, leader := n.raft.LeaderWithID()
+	leader := raft.ServerID(n.Leader())
 	var out []Member
 	for _, s := range f.Configuration().Servers {
-		out = append(out, Member{ID: string(s.ID), PeerAddr: string(s.Address), Voter: s.Suffrage == raft.Voter, Leader: s.ID == leader})
+		out = append(out, Member{ID: string(s.ID), PeerAddr: string(s.Address), Voter: s.Suffrage == raft.Voter, Leader: leader != "" && s.ID == leader})
 	}
 	return out, f.Index(), nil
 }
@@ -129,7 +129,7 @@ func (n *Node) call(ctx context.Context, id, addr string, dial bool, rpc func() 
 		// dropped, so the attempt after the last of them dials afresh.
 		err := rpc()
 		for range peerPool {
-			if err == nil || ctx.Err() != nil {
+			if err == nil || ctx.Err() != nil || errors.Is(err, ErrOtherCluster) {
 				break
 			}
 			err = rpc()
@@ -138,6 +138,9 @@ func (n *Node) call(ctx context.Context, id, addr string, dial bool, rpc func() 
 	}()
 	select {
 	case err := <-done:
+		if errors.Is(err, ErrOtherCluster) {
+			return err // it answered: it is another cluster's (peerid.go)
+		}
 		if err != nil {
 			return fmt.Errorf("%w: %s at %s: %v", ErrPeerUnreachable, id, addr, err)
 		}
@@ -193,7 +196,7 @@ func (n *Node) beat(ctx context.Context, id, addr string, prev, prevTerm uint64,
 // Reachable returns the voters among ms that answer the leader's
 // heartbeat now, this node included; only the leader can ask.
 func (n *Node) Reachable(ctx context.Context, ms []Member) (map[string]bool, error) {
-	if n.raft.State() != raft.Leader {
+	if !n.IsLeader() {
 		return nil, ErrNotLeader
 	}
 	var mu sync.Mutex

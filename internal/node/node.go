@@ -13,7 +13,8 @@
 // status), batcher.go (proposals and group commit), futures.go (the one
 // way to wait for raft), read.go (linearizable reads), lease.go (the
 // leader lease that confirms keepalives), restore.go (saving and
-// restoring snapshots), membership.go, record.go (the applied record),
+// restoring snapshots), leadership.go (the one leadership value every
+// predicate is derived from), membership.go, record.go (the applied record),
 // integrity.go (checks of the data directory), security.go (signing
 // keys), observe.go (measurements and health), peertls.go.
 package node
@@ -61,8 +62,18 @@ type Node struct {
 	snaps  raft.SnapshotStore
 	trans  raft.Transport
 	rec    *recorder
-	leadCh chan bool
-	ready  chan struct{}
+	// ident is the data directory's owner (identity.go); identityFailed
+	// reports, once, why this node must stop serving it (refusedPeer).
+	ident          *identity
+	identityFailed chan error
+	// joinedWithState: started with Config.Join on a directory that had
+	// state (see refusedPeer).
+	joinedWithState bool
+	// refusedMu guards refusedLogged.
+	refusedMu     sync.Mutex
+	refusedLogged time.Time
+	leadCh        chan bool
+	ready         chan struct{}
 
 	proposals chan *proposal
 	slots     chan struct{}
@@ -72,9 +83,8 @@ type Node struct {
 	futures   futureSet      // raft futures waited for (futures.go)
 	probes    sync.WaitGroup // RPCs to peers in flight (membership.go)
 
-	// readTerm is the term in which this node, as leader, has committed
-	// and applied an entry of its own (see LinearizableRead).
-	readTerm atomic.Uint64
+	// lead is the one leadership value (leadership.go).
+	lead leadership
 	// logBytes counts the bytes of log entries stored since the last
 	// snapshot; snapKick asks for one (see logStored).
 	logBytes atomic.Int64
@@ -90,7 +100,8 @@ type Node struct {
 	// started (its applied record): its state is not loaded below it.
 	startIndex uint64
 
-	// lease is until when this node may confirm keepalives (see KeepAlive).
+	// lease runs the rounds that confirm leadership for keepalives (see
+	// KeepAlive).
 	lease leaderLease
 
 	// peers is the leader's view of the other members' health (peers.go).
@@ -134,7 +145,7 @@ func (n *Node) Run(ctx context.Context) error {
 	if n.fsm.Err() != nil {
 		return n.stopped()
 	}
-	if n.raft.State() == raft.Leader {
+	if n.Leadership().Leading {
 		if err := n.promote(ctx); err != nil {
 			return err
 		}
@@ -152,7 +163,16 @@ func (n *Node) Run(ctx context.Context) error {
 			return ctx.Err()
 		case <-n.fsm.Failed():
 			return n.stopped()
+		case err := <-n.identityFailed:
+			return err
 		case isLeader := <-n.leadCh:
+			if d := n.cfg.Faults.leaderChangeDelay(); d > 0 {
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
 			if isLeader {
 				if err := n.promote(ctx); err != nil {
 					return err
@@ -183,19 +203,21 @@ func (n *Node) stopped() error {
 }
 
 // promote waits until every committed entry is applied, then hands the
-// sessions to the lessor with fresh TTLs plus promoteAllowance. It fails if
-// the state is then below the recorded revision.
+// sessions to the lessor with fresh TTLs plus promoteAllowance, and
+// publishes that the node serves in its term (Leadership.BarrierApplied):
+// the lessor acts from then on. It fails if the state is then below the
+// recorded revision.
 func (n *Node) promote(ctx context.Context) error {
-	term, began := n.raft.CurrentTerm(), n.cfg.Clock.Now()
+	term, began := n.Leadership().Term, n.cfg.Clock.Now()
 	if err := n.await(ctx, func() raft.Future { return n.raft.Barrier(n.cfg.ApplyTimeout) }); err != nil {
 		return nil // leadership lost again (or the node stops); a new notification follows
 	}
 	if err := n.checkRevisionCoversRecord(); err != nil {
 		return err
 	}
-	n.readTerm.Store(term)
-	n.lease.confirmed(n, term, began) // the barrier is a confirmation too
-	n.lessor.Promote(promoteAllowance)
+	n.lessor.Promote(term, promoteAllowance)
+	n.promoted(term, began) // the barrier confirms leadership too
+	n.lessor.Wake()
 	n.applySettings(ctx)
 	n.EnsureSigningKey(ctx) // security.go
 	n.hooksMu.Lock()
@@ -220,7 +242,7 @@ func (n *Node) markReady() bool {
 	}
 	n.readyOnce.Do(func() {
 		applied := n.raft.AppliedIndex()
-		n.cfg.Logger.Info("ready", "ms_since_open", time.Since(n.opened).Milliseconds(), "log_entries_applied", applied-min(applied, n.openedIndex), "leader", n.raft.State() == raft.Leader)
+		n.cfg.Logger.Info("ready", "ms_since_open", time.Since(n.opened).Milliseconds(), "log_entries_applied", applied-min(applied, n.openedIndex), "leader", n.Leadership().Leading)
 		close(n.ready)
 	})
 	return true
@@ -306,10 +328,8 @@ type Status struct {
 
 // Status reports raft's view and the state's revision.
 func (n *Node) Status() Status {
-	st := Status{Node: n.cfg.NodeID, AppliedIndex: n.appliedIndex()}
-	_, leader := n.raft.LeaderWithID()
-	st.Leader = string(leader)
-	st.Term = n.raft.CurrentTerm()
+	lead := n.Leadership()
+	st := Status{Node: n.cfg.NodeID, Leader: lead.Leader, Term: lead.Term, AppliedIndex: n.appliedIndex()}
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {
 			if s.Suffrage == raft.Voter {

@@ -34,23 +34,26 @@ type Observer interface {
 	LeaderChanged(leader string)
 }
 
-// observeLeaders registers a raft observer that reports every new leader
-// this node learns of. It runs in raft's goroutine and sends nothing on a
-// channel: the filter itself reports, and returns false.
-// Each change is also logged.
+// observeLeaders registers a raft observer that publishes the node's
+// Leadership each time raft changes its state or the leader it knows of,
+// on raft's goroutine as it changes them, and reports and logs every new
+// leader. It sends nothing on a channel: the filter itself publishes, and
+// returns false.
 func (n *Node) observeLeaders() {
 	n.raft.RegisterObserver(raft.NewObserver(nil, false, func(o *raft.Observation) bool {
-		lo, ok := o.Data.(raft.LeaderObservation)
-		if !ok {
-			return false
-		}
-		if lo.LeaderID == "" {
-			n.cfg.Logger.Info("no leader", "term", n.raft.CurrentTerm())
-			return false
-		}
-		n.cfg.Logger.Info("leader changed", "leader", string(lo.LeaderID), "term", n.raft.CurrentTerm(), "self", lo.LeaderID == raft.ServerID(n.cfg.NodeID))
-		if n.cfg.Observer != nil {
-			n.cfg.Observer.LeaderChanged(string(lo.LeaderID))
+		switch d := o.Data.(type) {
+		case raft.RaftState:
+			n.publish(nil)
+		case raft.LeaderObservation:
+			v := n.publish(nil)
+			if d.LeaderID == "" {
+				n.cfg.Logger.Info("no leader", "term", v.Term)
+				return false
+			}
+			n.cfg.Logger.Info("leader changed", "leader", string(d.LeaderID), "term", v.Term, "self", d.LeaderID == raft.ServerID(n.cfg.NodeID))
+			if n.cfg.Observer != nil {
+				n.cfg.Observer.LeaderChanged(string(d.LeaderID))
+			}
 		}
 		return false
 	}))
@@ -118,10 +121,12 @@ type RaftStats struct {
 	LastIndex                 uint64
 }
 
-// RaftStats reads raft's view without waiting for anything.
+// RaftStats reads raft's view without waiting for anything; IsLeader and
+// Term are the node's Leadership.
 func (n *Node) RaftStats() RaftStats {
+	lead := n.Leadership()
 	return RaftStats{
-		IsLeader: n.raft.State() == raft.Leader, Term: n.raft.CurrentTerm(),
+		IsLeader: lead.Leading, Term: lead.Term,
 		CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.appliedIndex(), LastIndex: n.raft.LastIndex(),
 	}
 }
@@ -141,10 +146,11 @@ func (n *Node) appliedIndex() uint64 {
 
 // Health is what a node's readiness is decided on (see Ready).
 type Health struct {
-	// Leader is the leader this node knows of ("" none).
-	Leader string
-	// IsLeader: this node leads; then CaughtUp also needs the barrier of
-	// its term applied (see LinearizableRead).
+	// Term, Leader and IsLeader are the node's Leadership: its term, the
+	// leader it knows of ("" none) and whether it leads; a leader is
+	// CaughtUp only once it serves (Leadership.Serving).
+	Term     uint64
+	Leader   string
 	IsLeader bool
 	// CommitIndex and AppliedIndex: raft's, read together.
 	CommitIndex, AppliedIndex uint64
@@ -222,9 +228,9 @@ const probeFile = ".probe"
 // Health checks this node now. The storage check writes, fsyncs and
 // removes a small file beside the raft log, so it costs one fsync.
 func (n *Node) Health() Health {
-	_, leader := n.raft.LeaderWithID()
-	h := Health{Leader: string(leader), IsLeader: n.raft.State() == raft.Leader, CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.appliedIndex(), StartIndex: n.startIndex}
-	h.CaughtUp = h.AppliedIndex >= max(h.CommitIndex, h.StartIndex) && n.caughtUp(h.AppliedIndex) && (!h.IsLeader || n.readTerm.Load() == n.raft.CurrentTerm())
+	lead := n.Leadership()
+	h := Health{Term: lead.Term, Leader: lead.Leader, IsLeader: lead.Leading, CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.appliedIndex(), StartIndex: n.startIndex}
+	h.CaughtUp = h.AppliedIndex >= max(h.CommitIndex, h.StartIndex) && n.caughtUp(h.AppliedIndex) && (!lead.Leading || lead.Serving())
 	// The log's own last write first (a full disk, an I/O error), then a
 	// probe: a node can be idle with a disk that fails.
 	if h.Storage = n.stores.Failure(); h.Storage == nil {
@@ -253,15 +259,6 @@ func (n *Node) SessionsTimeLeft(ids []uint64) (left []time.Duration, ok bool) {
 	return n.lessor.TimesLeft(ids)
 }
 
-// Term is raft's current term.
-func (n *Node) Term() uint64 { return n.raft.CurrentTerm() }
-
-// Leader is the id of the leader this node knows of ("" none).
-func (n *Node) Leader() string {
-	_, id := n.raft.LeaderWithID()
-	return string(id)
-}
-
 // ID is this node's id.
 func (n *Node) ID() string { return n.cfg.NodeID }
 
@@ -279,6 +276,3 @@ func (n *Node) DataSize() int64 {
 	})
 	return size
 }
-
-// IsLeader reports whether raft has this node as leader now.
-func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,14 +32,22 @@ func Open(cfg Config, sink fsm.EventSink) (_ *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// A directory of another node is refused before anything in it is
+	// opened or written (identity.go).
+	ident, identified, err := openIdentity(cfg.DataDir, cfg.NodeID)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("node: creating data dir: %w", err)
 	}
 	n := &Node{
+		ident: ident, identityFailed: make(chan error, 1),
 		cfg: cfg, leadCh: make(chan bool, 16), ready: make(chan struct{}),
 		proposals: make(chan *proposal, maxBatch), slots: make(chan struct{}, maxInflight),
 		applying: make(chan inflight, maxInflight), quit: make(chan struct{}), snapKick: make(chan struct{}, 1),
 	}
+	n.lead.cur.Store(&Leadership{})
 	n.fsm = fsm.New(func(e fsm.Event) {
 		n.lessor.Observe(e)
 		if sink != nil {
@@ -46,7 +55,7 @@ func Open(cfg Config, sink fsm.EventSink) (_ *Node, err error) {
 		}
 	})
 	cfg.Faults.applyTo(n.fsm)
-	n.lessor = lessor.New(cfg.Clock, n.proposeForLessor, n.fsm.Read)
+	n.lessor = lessor.New(cfg.Clock, n.proposeForLessor, n.fsm.Read, n.servingTerm)
 
 	stores, err := store.Open(filepath.Join(cfg.DataDir, "raft"), cfg.LogStore, cfg.LogOutput)
 	if err != nil {
@@ -97,6 +106,22 @@ func Open(cfg Config, sink fsm.EventSink) (_ *Node, err error) {
 		return nil, err
 	}
 	logChecked := time.Now()
+	existing, err := raft.HasExistingState(stores.Log, stores.Stable, snaps)
+	if err != nil {
+		return nil, fmt.Errorf("node: reading state: %w", err)
+	}
+	if !identified && existing {
+		// A directory of a release without the file: this node's from now
+		// on, if its configuration says so. (A new directory is recorded
+		// once bootstrapped or joining: see bootstrap.)
+		if err := adopt(cfg.DataDir, cfg.NodeID, stores.Log, snaps); err != nil {
+			return nil, err
+		}
+		if err := ident.record(); err != nil {
+			return nil, err
+		}
+	}
+	n.joinedWithState = cfg.Join && existing
 	if err := n.rec.startRecord(stores.Stable); err != nil {
 		return nil, err
 	}
@@ -105,14 +130,14 @@ func Open(cfg Config, sink fsm.EventSink) (_ *Node, err error) {
 		return nil, err
 	}
 	rc := n.raftConfig(logger)
-	if err := n.bootstrap(rc, snaps, addr); err != nil {
+	if err := n.bootstrap(rc, snaps, addr, existing); err != nil {
 		return nil, err
 	}
 	// Raft restores the newest snapshot (checked above) before it starts.
 	n.fsmApplied.Store(snapIndex)
 	raftStart := time.Now()
 	ss := &startSnapshots{FileSnapshotStore: snaps, dir: snapshotsDir(cfg.DataDir), newest: newest}
-	r, err := raft.NewRaft(rc, recordingFSM{n.fsm, n.rec, &n.fsmApplied, cfg.Logger, &n.logBytes}, checkedAppends{stores.Log, n.logStored}, stores.Stable, ss, n.trans)
+	r, err := raft.NewRaft(rc, recordingFSM{n.fsm, n.rec, n.ident, &n.fsmApplied, cfg.Logger, &n.logBytes}, checkedAppends{stores.Log, n.logStored}, stores.Stable, ss, n.trans)
 	if err != nil {
 		if ferr := n.fsm.Err(); ferr != nil && newest != nil { // the newest snapshot did not decode, or failed its checksum
 			if ss.crcMismatch() {
@@ -129,6 +154,7 @@ func Open(cfg Config, sink fsm.EventSink) (_ *Node, err error) {
 		"snapshot_check_ms", snapChecked.Sub(checkStart).Milliseconds(), "log_check_ms", logChecked.Sub(snapChecked).Milliseconds(),
 		"snapshot_restore_ms", n.opened.Sub(raftStart).Milliseconds(), "snapshot_index", snapIndex, "last_log_index", lastIndex)
 	n.observeLeaders()
+	n.publish(nil) // what raft did before the observer was registered
 	return n, nil
 }
 
@@ -143,13 +169,46 @@ func (n *Node) startWork() {
 		return
 	}
 	n.workStarted = true
-	n.wg.Add(5)
+	n.wg.Add(6)
 	go n.batcher()
 	go n.answerer()
 	go func() { defer n.wg.Done(); n.rec.run(n.quit) }()
 	go n.snapshotter()
 	go n.watchPeers()
+	go func() {
+		defer n.wg.Done()
+		n.ident.run(n.quit, n.fsm.Security, func(err error) { n.cfg.Logger.Error("recording the cluster id", "err", err) })
+	}()
 }
+
+// refusedPeer is told about every raft connection refused because the
+// peer is of another cluster (peerid.go). A node started with --join on a
+// directory that had state stops if the refused node is the first to
+// connect to it, before any of its own cluster: that directory is not the
+// one it was meant to join with. Otherwise it logs it (at most every
+// refusedLogEvery) and goes on serving its own cluster: a misconfigured
+// cluster cannot stop a member by dialing it.
+func (n *Node) refusedPeer(err error, first bool) {
+	if first && n.joinedWithState && errors.Is(err, ErrOtherCluster) {
+		select {
+		case n.identityFailed <- err:
+		default:
+		}
+	}
+	n.refusedMu.Lock()
+	now := time.Now()
+	log := now.Sub(n.refusedLogged) >= refusedLogEvery
+	if log {
+		n.refusedLogged = now
+	}
+	n.refusedMu.Unlock()
+	if log {
+		n.cfg.Logger.Error("raft connection refused", "err", err)
+	}
+}
+
+// refusedLogEvery bounds how often refusedPeer logs.
+const refusedLogEvery = 10 * time.Second
 
 // openTransport sets n.trans to raft's transport: in memory for a
 // standalone node, TCP (or mutual TLS) on Config.PeerAddr otherwise. It
@@ -172,15 +231,18 @@ func (n *Node) openTransport(logger hclog.Logger) (raft.ServerAddress, error) {
 	nc := &raft.NetworkTransportConfig{
 		ServerAddressProvider: cfg.Faults.addressProvider(), Logger: logger, MaxPool: peerPool, Timeout: 10 * time.Second,
 	}
-	var tcp *raft.NetworkTransport
+	var stream raft.StreamLayer
 	if cfg.PeerTLS != nil {
-		tcp, err = newTLSTransport(cfg.PeerAddr, adv, cfg.PeerTLS, nc)
+		stream, err = newTLSStream(cfg.PeerAddr, adv, cfg.PeerTLS)
 	} else {
-		tcp, err = raft.NewTCPTransportWithConfig(cfg.PeerAddr, adv, nc)
+		stream, err = newTCPStream(cfg.PeerAddr, adv)
 	}
 	if err != nil {
 		return "", fmt.Errorf("node: peer listener on %s: %w", cfg.PeerAddr, err)
 	}
+	// Every connection proves it is of this cluster (peerid.go).
+	nc.Stream = newIdentityStream(stream, n.ident, n.refusedPeer)
+	tcp := raft.NewNetworkTransportWithConfig(nc)
 	n.trans = tcp
 	return tcp.LocalAddr(), nil
 }
@@ -213,17 +275,19 @@ func (n *Node) raftConfig(logger hclog.Logger) *raft.Config {
 
 // bootstrap writes the initial configuration into a new data directory:
 // this node alone, or Config.BootstrapPeers; nothing with Config.Join, or
-// when the directory has state already.
-func (n *Node) bootstrap(rc *raft.Config, snaps raft.SnapshotStore, addr raft.ServerAddress) error {
+// when the directory has state already. A new directory's identity is
+// recorded once it is bootstrapped, or before a joining node starts: one
+// whose first start failed before (a port in use, a full disk) belongs to
+// no node yet.
+func (n *Node) bootstrap(rc *raft.Config, snaps raft.SnapshotStore, addr raft.ServerAddress, existing bool) error {
 	cfg := n.cfg
-	existing, err := raft.HasExistingState(n.stores.Log, n.stores.Stable, snaps)
-	if err != nil {
-		return fmt.Errorf("node: reading state: %w", err)
-	}
 	switch {
 	case existing:
 		return nil
 	case cfg.Join:
+		if err := n.ident.record(); err != nil {
+			return err
+		}
 		fmt.Fprintf(cfg.LogOutput, "tenure: node %s has no state and waits to be added to a cluster: run tenure member add %s %s against it (member rebuild for a member that lost its data)\n", cfg.NodeID, cfg.NodeID, addr)
 		return nil
 	}
@@ -234,11 +298,30 @@ func (n *Node) bootstrap(rc *raft.Config, snaps raft.SnapshotStore, addr raft.Se
 			boot.Servers = append(boot.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(cfg.BootstrapPeers[id])})
 		}
 	}
+	// raft writes the term, then the first entry: on a full disk the term
+	// alone would make the directory look started, and never become
+	// ready. So there must be room first, and a bootstrap that fails
+	// anyway takes its term back, so that the next start bootstraps again.
+	if err := n.stores.Room(); err != nil {
+		return fmt.Errorf("node: bootstrap of %s: %w", cfg.DataDir, err)
+	}
 	if err := raft.BootstrapCluster(rc, n.stores.Log, n.stores.Stable, snaps, n.trans, boot); err != nil {
+		if last, lerr := n.stores.Log.LastIndex(); lerr == nil && last == 0 {
+			if terr := n.stores.Stable.SetUint64(keyCurrentTerm, 0); terr != nil {
+				err = fmt.Errorf("%w (and taking its term back failed: %v; delete %s before the next start)", err, terr, cfg.DataDir)
+			}
+		}
+		if ferr := n.stores.Failure(); errors.Is(ferr, store.ErrFull) {
+			return fmt.Errorf("node: bootstrap of %s: %w", cfg.DataDir, ferr)
+		}
 		return fmt.Errorf("node: bootstrap: %w", err)
 	}
-	return nil
+	return n.ident.record()
 }
+
+// keyCurrentTerm is where raft keeps its current term in the stable store
+// (hashicorp/raft's own key, which raft.HasExistingState reads).
+var keyCurrentTerm = []byte("CurrentTerm")
 
 // logStored counts bytes of log entries stored (checkedAppends) and asks
 // for a snapshot once Config.SnapshotBytes of them came since the last.

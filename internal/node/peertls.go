@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"net"
 	"sync"
 	"time"
@@ -32,24 +31,16 @@ type tlsStream struct {
 	config       func() *tls.Config
 }
 
-// newTLSTransport is raft.NewTCPTransportWithConfig over TLS.
-func newTLSTransport(bind string, advertise net.Addr, config func() *tls.Config, nc *raft.NetworkTransportConfig) (*raft.NetworkTransport, error) {
+// newTLSStream is raft's TCP stream layer over TLS.
+func newTLSStream(bind string, advertise net.Addr, config func() *tls.Config) (*tlsStream, error) {
 	if config == nil || config() == nil {
 		return nil, errors.New("node: peer TLS without a configuration")
 	}
-	lis, err := net.Listen("tcp", bind)
+	tcp, err := newTCPStream(bind, advertise)
 	if err != nil {
 		return nil, err
 	}
-	if advertise == nil {
-		advertise = lis.Addr()
-	}
-	if tcp, ok := advertise.(*net.TCPAddr); !ok || tcp.IP == nil || tcp.IP.IsUnspecified() {
-		lis.Close()
-		return nil, fmt.Errorf("node: peer address %s is not one other members can dial (give --peer-advertise)", advertise)
-	}
-	nc.Stream = &tlsStream{Listener: lis, advertise: advertise, config: config}
-	return raft.NewNetworkTransportWithConfig(nc), nil
+	return &tlsStream{Listener: tcp.Listener, advertise: tcp.advertise, config: config}, nil
 }
 
 // Accept implements net.Listener: the connection's handshake runs (with

@@ -22,15 +22,13 @@ func (n *Node) LinearizableRead(ctx context.Context) (err error) {
 	if timeout <= 0 {
 		return context.DeadlineExceeded // 0 would mean no timeout to raft
 	}
-	if term := n.raft.CurrentTerm(); n.readTerm.Load() != term {
+	if !n.Serving() {
 		// A new leader knows what earlier leaders committed only once an
 		// entry of its own term is committed; until then its commit index
-		// may miss writes that were already acknowledged. Commit one.
+		// may miss writes that were already acknowledged. Commit one (its
+		// promotion, which publishes that it serves, usually has).
 		if err := mapReadErr(n.await(ctx, func() raft.Future { return n.raft.Barrier(timeout) })); err != nil {
 			return err
-		}
-		if n.raft.CurrentTerm() == term {
-			n.readTerm.Store(term) // usually promote has done it already
 		}
 	}
 	if n.soleVoterLeader() {
@@ -49,35 +47,36 @@ func (n *Node) LinearizableRead(ctx context.Context) (err error) {
 	return mapReadErr(n.await(ctx, func() raft.Future { return n.raft.Barrier(timeout) }))
 }
 
-// soleVoterLeader reports whether this node leads, in the term whose
-// entries it has applied since before the call (readTerm), a cluster whose
-// latest configuration has this node as its only voter. A read of the
-// state is then linearizable without a round of raft's leader loop, which
-// is busy with the leader's own log append (fsync) under load:
+// soleVoterLeader reports whether this node serves as leader
+// (Leadership.Serving: it has applied every entry of earlier terms) of a
+// cluster whose latest configuration has this node as its only voter. A
+// read of the state is then linearizable without a round of raft's leader
+// loop, which is busy with the leader's own log append (fsync) under load:
 //
 //   - every write acknowledged in this term was acknowledged by this
 //     node, the term's only leader, after its state machine applied it
 //     (raft answers an Apply future once the state machine has applied
 //     the entry), and every write of an earlier term was applied before
-//     readTerm was set (the term's barrier);
+//     the node served in this term (the term's barrier);
 //   - no other node can lead a later term while this node's latest
 //     configuration has it as its only voter: raft changes membership one
 //     server at a time and counts a configuration from when the leader
 //     appends it, so any configuration another node may be elected under
 //     needs this node's vote, which it gives only after it has left the
-//     leader state and moved to the later term. raft's VerifyLeader
+//     leader state (which raft's goroutine publishes as it leaves it,
+//     before it votes) and moved to the later term. raft's VerifyLeader
 //     answers at once on the same grounds (a quorum of one), but only
 //     when its leader loop gets to it.
 //
 // The checks run in this order so that they hold together at the moment
-// of the leader check: the configuration is read first (once a voter is
-// added, the leader's latest configuration has two and the read takes the
-// quorum path), then the state, then the term again (the state and term
-// are raft's atomics; a term that moved on means a step-down may have
-// been missed, and the read takes the quorum path, which refuses it).
+// of the last leadership read: the configuration is read after the first
+// (once a voter is added, the leader's latest configuration has two and
+// the read takes the quorum path), then the leadership again (a term that
+// moved on, or a step-down, means the read takes the quorum path, which
+// refuses it).
 func (n *Node) soleVoterLeader() bool {
-	term := n.raft.CurrentTerm()
-	if n.readTerm.Load() != term {
+	first := n.Leadership()
+	if !first.Serving() {
 		return false
 	}
 	cf := n.raft.GetConfiguration()
@@ -95,7 +94,8 @@ func (n *Node) soleVoterLeader() bool {
 	if voters != 1 || !self {
 		return false
 	}
-	return n.raft.State() == raft.Leader && n.raft.CurrentTerm() == term
+	now := n.Leadership()
+	return now.Serving() && now.Term == first.Term
 }
 
 // mapReadStorageErr is ErrStorageFull for a read refused as "not the
@@ -105,7 +105,7 @@ func (n *Node) mapReadStorageErr(err error) error {
 		return err
 	}
 	if full := n.storageFull(); full != nil {
-		if _, leader := n.raft.LeaderWithID(); leader == "" || string(leader) == n.cfg.NodeID {
+		if leader := n.Leader(); leader == "" || leader == n.cfg.NodeID {
 			return full
 		}
 	}

@@ -288,7 +288,8 @@ func (r *recorder) flush() error {
 // and restore is also observed by the recorder.
 type recordingFSM struct {
 	*fsm.FSM
-	rec *recorder
+	rec   *recorder
+	ident *identity
 	// applied is the index of the last entry the state machine applied
 	// (appliedUnknown after a restore at run time, until the next entry:
 	// see Node.caughtUp).
@@ -316,6 +317,7 @@ func (f recordingFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	if len(logs) > 0 {
 		f.applied.Store(logs[len(logs)-1].Index)
 	}
+	f.ident.observe(f.FSM.Security())
 	// The last entry applied: none from a corrupt one on (see fsm.FSM.Err).
 	for i := len(out) - 1; i >= 0; i-- {
 		if res, ok := out[i].(*fsm.Result); ok && !errors.Is(res.Err, fsm.ErrCorrupt) {
@@ -339,6 +341,7 @@ func (f recordingFSM) Restore(rc io.ReadCloser) error {
 	var rev uint64
 	f.FSM.Read(func(s *fsm.State) { rev = s.Revision() })
 	f.rec.observe(0, rev)
+	f.ident.observe(f.FSM.Security())
 	return nil
 }
 

@@ -156,7 +156,7 @@ func (n *Node) RestoreSnapshot(ctx context.Context, data []byte, opt RestoreOpti
 	for ; held > 0; held-- {
 		<-n.slots
 	}
-	n.lessor.Promote(0)
+	n.lessor.Promote(n.servingTerm(), 0) // times the restored sessions if this node still serves
 	return snap, nil
 }
 

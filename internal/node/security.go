@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/tenure-io/tenure/fenceproof"
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
@@ -49,13 +47,6 @@ func (n *Node) EnsureSigningKey(ctx context.Context) {
 	}
 }
 
-// CaughtUpLeader reports whether this node is the leader and has applied
-// every entry committed before its term: its ACLs are then at least as new
-// as any a client has seen acknowledged. A follower's may lag.
-func (n *Node) CaughtUpLeader() bool {
-	return n.raft.State() == raft.Leader && n.readTerm.Load() == n.raft.CurrentTerm()
-}
-
 // keyRetireTick is how often the leader looks for retired signing keys
 // whose grace has passed.
 const keyRetireTick = time.Second
@@ -87,9 +78,9 @@ func (n *Node) retireKeys(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		if !n.CaughtUpLeader() || n.raft.CurrentTerm() != term {
+		if lead := n.Leadership(); !lead.Serving() || lead.Term != term {
 			clear(seen)
-			term = n.raft.CurrentTerm()
+			term = lead.Term
 			continue
 		}
 		now := n.cfg.Clock.Now()

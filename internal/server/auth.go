@@ -387,7 +387,7 @@ func (s *Server) ownSession(c caller, method string, id uint64) error {
 // policy change the client has already seen acknowledged, so a follower
 // answers "not the leader" instead, and the client asks the leader.
 func (s *Server) deny(c caller, method, what string) error {
-	if !s.node.CaughtUpLeader() {
+	if !s.Serving() {
 		return fmt.Errorf("%w: %s: %s is not granted to %s by this node's copy of the ACLs, which may be behind the leader's", node.ErrNotLeader, method, what, c)
 	}
 	return fmt.Errorf("%w: %s: %s is not granted to %s", fsm.ErrPermissionDenied, method, what, c)

@@ -25,13 +25,15 @@ func (s *Server) members() (*pb.MemberListResponse, error) {
 	if known {
 		out.View = s.node.ID()
 	}
-	for _, h := range hs {
-		m := &pb.Member{Id: h.ID, PeerAddr: h.PeerAddr, Voter: h.Voter, Leader: h.Leader}
-		if known {
-			m.Reachable, m.LastContactMs, m.MatchIndex, m.Lag = h.Reachable, h.LastContact.Milliseconds(), h.MatchIndex, h.Lag
+	s.node.Read(func(st *fsm.State) {
+		for _, h := range hs {
+			m := &pb.Member{Id: h.ID, PeerAddr: h.PeerAddr, Voter: h.Voter, Leader: h.Leader, ClientAddr: st.ClientAddr(h.ID)}
+			if known {
+				m.Reachable, m.LastContactMs, m.MatchIndex, m.Lag = h.Reachable, h.LastContact.Milliseconds(), h.MatchIndex, h.Lag
+			}
+			out.Members = append(out.Members, m)
 		}
-		out.Members = append(out.Members, m)
-	}
+	})
 	return out, nil
 }
 
@@ -289,7 +291,7 @@ func memberErr(err error, todo string) error {
 	switch {
 	case errors.Is(err, node.ErrPeerUnreachable):
 		return fmt.Errorf("%w: %s; %s", fsm.ErrInvalid, msg, todo)
-	case errors.Is(err, node.ErrStandalone), errors.Is(err, node.ErrCatchingUp):
+	case errors.Is(err, node.ErrStandalone), errors.Is(err, node.ErrCatchingUp), errors.Is(err, node.ErrOtherCluster):
 		return fmt.Errorf("%w: %s", fsm.ErrInvalid, msg)
 	}
 	return err

@@ -39,7 +39,14 @@ type member struct {
 // initial voters (nil: a node that will be added).
 func startMember(t *testing.T, root, id, peer string, bootstrap map[string]string) *member {
 	t.Helper()
-	d, err := daemon.Start(daemon.Config{NodeID: id, DataDir: filepath.Join(root, id), Listen: "127.0.0.1:0", PeerListen: peer, BootstrapPeers: bootstrap, LogOutput: testutil.LogWriter(t, id)})
+	return startMemberJoin(t, root, id, peer, bootstrap, false)
+}
+
+// startMemberJoin is startMember; with join, the node starts with --join
+// and is returned at once: it is ready only once a leader adds it.
+func startMemberJoin(t *testing.T, root, id, peer string, bootstrap map[string]string, join bool) *member {
+	t.Helper()
+	d, err := daemon.Start(daemon.Config{NodeID: id, DataDir: filepath.Join(root, id), Listen: "127.0.0.1:0", PeerListen: peer, BootstrapPeers: bootstrap, Join: join, LogOutput: testutil.LogWriter(t, id)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,6 +63,9 @@ func startMember(t *testing.T, root, id, peer string, bootstrap map[string]strin
 		}
 	}
 	t.Cleanup(m.stop)
+	if join {
+		return m
+	}
 	select {
 	case <-d.Ready():
 	case err := <-done:
@@ -239,9 +249,10 @@ func TestMemberRemoveOfAnUnreachableVoterAllowed(t *testing.T) {
 	wantWrites(t, ctx, c)
 }
 
-// TestMemberAddJoinsAndCatchesUp: a new node started with a peer address
-// and no bootstrap list is added (a non-voter first, promoted once it
-// holds the log) and then has the cluster's state.
+// TestMemberAddJoinsAndCatchesUp: a new node started with --join is added
+// (a non-voter first, promoted once it holds the log) and then has the
+// cluster's state. (One that bootstrapped itself instead is another
+// cluster, and refuses it: see node's TestForeignClusterNeverWritesIntoDirectory.)
 func TestMemberAddJoinsAndCatchesUp(t *testing.T) {
 	testutil.Slow(t)
 	ms := startCluster(t, 3)
@@ -251,7 +262,7 @@ func TestMemberAddJoinsAndCatchesUp(t *testing.T) {
 	if _, err := c.Put(ctx, "before-join", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
-	n4 := startMember(t, t.TempDir(), "n4", freePort(t), nil)
+	n4 := startMemberJoin(t, t.TempDir(), "n4", freePort(t), nil, true)
 	if _, err := c.AddMember(ctx, "n4", n4.peer, false); !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), "--force") {
 		t.Fatalf("add to an even count without force: %v", err)
 	}

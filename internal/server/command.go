@@ -20,6 +20,8 @@ type (
 	queueNack      struct{ *fsmpb.QueueSettle }
 	queueAckBatch  struct{ *fsmpb.QueueSettleBatch }
 	queueNackBatch struct{ *fsmpb.QueueSettleBatch }
+	// setClientAddr: a member's Tenure API address (clientaddr.go).
+	setClientAddr struct{ *fsmpb.SetEtcdURL }
 )
 
 // command is the one way the server builds a replicated command from its
@@ -98,6 +100,8 @@ func command(op any) (*fsmpb.Command, error) {
 		c.Op = &fsmpb.Command_RemoveSigningKey{RemoveSigningKey: o}
 	case *fsmpb.SetEtcdURL:
 		c.Op = &fsmpb.Command_SetEtcdUrl{SetEtcdUrl: o}
+	case setClientAddr:
+		c.Op = &fsmpb.Command_SetClientAddr{SetClientAddr: o.SetEtcdURL}
 	case *fsmpb.AclTokenUpdate:
 		c.Op = &fsmpb.Command_AclTokenUpdate{AclTokenUpdate: o}
 	default:

@@ -55,12 +55,13 @@ func toStatus(err error) error {
 	}
 	code, reason := classify(err)
 	st := status.New(code, err.Error())
-	if reason != pb.ErrorReason_ERROR_REASON_UNSPECIFIED {
-		// The reason, typed, as on a session stream: a client tells "this
-		// node is not the leader" from "this node cannot be reached".
-		if d, derr := st.WithDetails(&pb.Error{Reason: reason, Code: uint32(code)}); derr == nil {
-			st = d
-		}
+	// The reason, typed, as on a session stream, on every answer the
+	// service gives (with no reason when it has none): a client tells
+	// "this node is not the leader" from "this node cannot be reached",
+	// and the service's answers from gRPC's own (a message over gRPC's
+	// size limit is also RESOURCE_EXHAUSTED), without reading messages.
+	if d, derr := st.WithDetails(&pb.Error{Reason: reason, Code: uint32(code)}); derr == nil {
+		st = d
 	}
 	var ce *CompactedError
 	if errors.As(err, &ce) { // the numbers a client needs to resume, typed

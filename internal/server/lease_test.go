@@ -27,6 +27,12 @@ type linkedMembers struct {
 
 // startLinkedMembers starts n voters whose lessors run on clk.
 func startLinkedMembers(t *testing.T, n int, clk clock.Clock) *linkedMembers {
+	return startLinkedMembersFaults(t, n, clk, node.Faults{})
+}
+
+// startLinkedMembersFaults is startLinkedMembers with faults (its
+// PeerRoutes are set to the proxies).
+func startLinkedMembersFaults(t *testing.T, n int, clk clock.Clock, faults node.Faults) *linkedMembers {
 	t.Helper()
 	root := t.TempDir()
 	lc := &linkedMembers{ms: make([]*member, n), links: make(map[[2]int]*testutil.Proxy)}
@@ -47,7 +53,8 @@ func startLinkedMembers(t *testing.T, n int, clk clock.Clock) *linkedMembers {
 			lc.links[[2]int{i, j}] = px
 			routes[other] = px.Addr()
 		}
-		d, err := daemon.Start(daemon.Config{NodeID: id, DataDir: filepath.Join(root, id), Listen: "127.0.0.1:0", PeerListen: peers[id], BootstrapPeers: peers, Faults: node.Faults{PeerRoutes: routes}, Clock: clk, LogOutput: testutil.LogWriter(t, id)})
+		faults.PeerRoutes = routes
+		d, err := daemon.Start(daemon.Config{NodeID: id, DataDir: filepath.Join(root, id), Listen: "127.0.0.1:0", PeerListen: peers[id], BootstrapPeers: peers, Faults: faults, Clock: clk, LogOutput: testutil.LogWriter(t, id)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,9 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
@@ -44,6 +42,9 @@ type Server struct {
 	acls      func() *fsm.Security
 	signers   signerCache // proof.go
 	verifiers verifierCache
+	// clientAddrs publishes this member's Tenure API address
+	// (clientaddr.go).
+	clientAddrs clientAddrs
 }
 
 // New returns a server for n; hub must be the one whose Sink n delivers
@@ -96,6 +97,13 @@ func ConnectionOptions() []grpc.ServerOption {
 	}
 }
 
+// Serving reports whether this server answers as the leader: its node's
+// published leadership serves (node.Leadership.Serving). Only then is its
+// state authoritative about which sessions exist and its ACLs at least as
+// new as any a client has seen acknowledged; otherwise what needs them is
+// answered "not the leader".
+func (s *Server) Serving() bool { return s.node.Serving() }
+
 // checkSession verifies that secret is session id's capability; the
 // secret never changes and ids are never reused, so a check before a
 // proposal stays true when the command is applied (the session may have
@@ -104,7 +112,7 @@ func (s *Server) checkSession(id uint64, secret []byte) error {
 	// Only a serving leader's state is authoritative about which sessions
 	// exist: a follower, or a new leader before its barrier, may not know
 	// one yet, and must not answer "expired" (clients give up on that).
-	if !s.node.Serving() {
+	if !s.Serving() {
 		return node.ErrNotLeader
 	}
 	var err error
@@ -172,7 +180,7 @@ func (s *Server) Observe(req *pb.ObserveRequest, stream pb.Tenure_ObserveServer)
 				return toStatus(err)
 			}
 		case <-ob.lost:
-			return status.Errorf(codes.ResourceExhausted, "observer fell more than %d changes behind; observe again", observerBuffer)
+			return toStatus(fmt.Errorf("%w: observer fell more than %d changes behind; observe again", ErrLimit, observerBuffer))
 		case <-ctx.Done():
 			return ctx.Err()
 		}

@@ -175,6 +175,9 @@ func (c *sessionConn) end(id uint64, err error) {
 			code, reason, msg = st.Code(), pb.ErrorReason_ERROR_REASON_UNSPECIFIED, st.Message()
 		}
 		r.Code, r.Reason, r.Message = uint32(code), reason, msg
+		if reason == pb.ErrorReason_ERROR_REASON_NOT_LEADER {
+			r.LeaderAddr = c.srv.leaderClientAddr() // clientaddr.go
+		}
 		c.srv.refused("Sessions", code, msg)
 	}
 	c.send(r)
@@ -598,6 +601,7 @@ func (ss *sessionStream) stop() {
 func (ss *sessionStream) send(r *pb.SessionResponse) {
 	if e := r.GetError(); e != nil {
 		ss.conn.srv.refused("Sessions", codes.Code(e.GetCode()), e.GetMessage())
+		ss.conn.srv.hintLeaderProto(e) // clientaddr.go
 	}
 	if ss.over.Load() {
 		return

@@ -41,6 +41,7 @@ import (
 // have been made with GRPCOptions.
 func Register(gs *grpc.Server, srv *Server) {
 	pb.RegisterTenureServer(strictRegistrar{gs, srv}, srv)
+	srv.registerMembers(gs) // clientaddr.go
 }
 
 // strictRegistrar registers services whose handlers decode their requests
@@ -67,6 +68,9 @@ func (r strictRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
 			}, interceptor)
 			if err == nil && !boundedByPayloads[name] {
 				resp, err = r.srv.boundAnswer(resp)
+			}
+			if err != nil {
+				err = r.srv.hintLeader(err) // clientaddr.go
 			}
 			r.srv.answered(name, err, true, time.Since(start))
 			return resp, err

@@ -55,6 +55,7 @@ type Stores struct {
 
 	health *health
 	closer io.Closer
+	room   func() error
 }
 
 // Open opens (creating if needed) the stores under dir with the named
@@ -150,6 +151,15 @@ func open(dir, engine string, logOutput io.Writer) (s *Stores, err error) {
 		if err := checkWALMeta(walDir); err != nil {
 			return nil, err
 		}
+		room = func() error { return roomFor(walDir, int64(raftwal.DefaultSegmentSize)+walRoomMargin) }
+		if newWAL(walDir) {
+			// raft-wal's first segment must fit, and the first append
+			// after it: on a full disk a first start stops here, having
+			// written nothing, and starts afresh once there is room.
+			if err := room(); err != nil {
+				return nil, diskFull(walDir, err)
+			}
+		}
 		// raft-wal's Open leaves its metadata database open when it fails
 		// (v0.4.1), and the engine is opened again on the same database
 		// (checked), so the store owns it: it closes it after a failed open
@@ -162,6 +172,9 @@ func open(dir, engine string, logOutput io.Writer) (s *Stores, err error) {
 		w, err := openWAL()
 		if err != nil {
 			meta.Close()
+			if isFull(err) {
+				return nil, diskFull(walDir, err)
+			}
 			return nil, fmt.Errorf("store: opening %s: %v: the log or its metadata is damaged; %s", walDir, err, Remedy)
 		}
 		cur := &walCloser{w: w}
@@ -181,17 +194,46 @@ func open(dir, engine string, logOutput io.Writer) (s *Stores, err error) {
 			cur.w = w
 			return w, w, nil
 		}
-		room = func() error { return roomFor(walDir, int64(raftwal.DefaultSegmentSize)+walRoomMargin) }
 	default:
 		return nil, fmt.Errorf("store: unknown engine %q (want bolt or wal)", engine)
 	}
 	c := &checked{log: log, stable: stable, health: h, reopen: reopen, room: room}
+	if room == nil {
+		room = func() error { return nil }
+	}
 	cache, err := raft.NewLogCache(LogCacheSize, c)
 	if err != nil {
 		closer.Close()
 		return nil, fmt.Errorf("store: log cache: %w", err)
 	}
-	return &Stores{Log: cache, Stable: checkedStable{c}, Engine: engine, Dir: dir, health: h, closer: closer}, nil
+	return &Stores{Log: cache, Stable: checkedStable{c}, Engine: engine, Dir: dir, health: h, closer: closer, room: room}, nil
+}
+
+// newWAL reports whether walDir holds no log yet (no metadata, no
+// segment).
+func newWAL(walDir string) bool {
+	if _, err := os.Stat(filepath.Join(walDir, metadb.FileName)); err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	segs, _ := filepath.Glob(filepath.Join(walDir, "*.wal"))
+	return len(segs) == 0
+}
+
+// diskFull is the error for a log that cannot be opened for want of
+// space: nothing is damaged, and the same start succeeds once there is
+// room.
+func diskFull(dir string, err error) error {
+	return &WriteError{Op: fmt.Sprintf("store: disk full: opening the log in %s (free space on its file system, then start again; nothing was written)", dir), Err: err, Full: true}
+}
+
+// Room returns nil if the stores have room for the next append, else an
+// error that wraps ErrFull and says how much there is (the wal engine
+// keeps room for its next segment; the bolt engine cannot tell).
+func (s *Stores) Room() error {
+	if err := s.room(); err != nil {
+		return &WriteError{Op: "disk full: " + opNames[opAppend], Err: err, Full: true}
+	}
+	return nil
 }
 
 // checkWALMeta refuses a wal directory whose segment files lost their

@@ -71,6 +71,7 @@ type Command struct {
 	//	*Command_RetireSigningKey
 	//	*Command_RemoveSigningKey
 	//	*Command_AclTokenUpdate
+	//	*Command_SetClientAddr
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -500,6 +501,15 @@ func (x *Command) GetAclTokenUpdate() *AclTokenUpdate {
 	return nil
 }
 
+func (x *Command) GetSetClientAddr() *SetEtcdURL {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetClientAddr); ok {
+			return x.SetClientAddr
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -686,6 +696,12 @@ type Command_AclTokenUpdate struct {
 	AclTokenUpdate *AclTokenUpdate `protobuf:"bytes,102,opt,name=acl_token_update,json=aclTokenUpdate,proto3,oneof"`
 }
 
+type Command_SetClientAddr struct {
+	// The members' Tenure API addresses (internal/server): 110..119.
+	// It changes no revision (see fsm/clientaddrs.go).
+	SetClientAddr *SetEtcdURL `protobuf:"bytes,110,opt,name=set_client_addr,json=setClientAddr,proto3,oneof"`
+}
+
 func (*Command_CreateSession) isCommand_Op() {}
 
 func (*Command_CloseSession) isCommand_Op() {}
@@ -771,6 +787,8 @@ func (*Command_RetireSigningKey) isCommand_Op() {}
 func (*Command_RemoveSigningKey) isCommand_Op() {}
 
 func (*Command_AclTokenUpdate) isCommand_Op() {}
+
+func (*Command_SetClientAddr) isCommand_Op() {}
 
 // AclEnable makes the cluster enforce its ACLs on every member, from the
 // revision it is applied at on (Security.acl_enforced). There is no
@@ -2857,7 +2875,10 @@ type Snapshot struct {
 	// security: ACLs and signing keys (absent: none).
 	Security *Security `protobuf:"bytes,60,opt,name=security,proto3" json:"security,omitempty"`
 	// etcd_urls: each member's etcd API address, by member id.
-	EtcdUrls      []*SetEtcdURL `protobuf:"bytes,70,rep,name=etcd_urls,json=etcdUrls,proto3" json:"etcd_urls,omitempty"`
+	EtcdUrls []*SetEtcdURL `protobuf:"bytes,70,rep,name=etcd_urls,json=etcdUrls,proto3" json:"etcd_urls,omitempty"`
+	// client_addrs: each member's Tenure API address (host:port), by member
+	// id, in url.
+	ClientAddrs   []*SetEtcdURL `protobuf:"bytes,110,rep,name=client_addrs,json=clientAddrs,proto3" json:"client_addrs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2993,6 +3014,13 @@ func (x *Snapshot) GetSecurity() *Security {
 func (x *Snapshot) GetEtcdUrls() []*SetEtcdURL {
 	if x != nil {
 		return x.EtcdUrls
+	}
+	return nil
+}
+
+func (x *Snapshot) GetClientAddrs() []*SetEtcdURL {
+	if x != nil {
+		return x.ClientAddrs
 	}
 	return nil
 }
@@ -5512,7 +5540,7 @@ var File_internal_fsm_fsmpb_fsm_proto protoreflect.FileDescriptor
 
 const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xdf\x16\n" +
+	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xa4\x17\n" +
 	"\aCommand\x12E\n" +
 	"\x0ecreate_session\x18\x01 \x01(\v2\x1c.tenure.fsm.v1.CreateSessionH\x00R\rcreateSession\x12B\n" +
 	"\rclose_session\x18\x02 \x01(\v2\x1b.tenure.fsm.v1.CloseSessionH\x00R\fcloseSession\x12E\n" +
@@ -5563,7 +5591,8 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"acl_enable\x18Z \x01(\v2\x18.tenure.fsm.v1.AclEnableH\x00R\taclEnable\x12O\n" +
 	"\x12retire_signing_key\x18_ \x01(\v2\x1f.tenure.fsm.v1.RetireSigningKeyH\x00R\x10retireSigningKey\x12O\n" +
 	"\x12remove_signing_key\x18` \x01(\v2\x1f.tenure.fsm.v1.RemoveSigningKeyH\x00R\x10removeSigningKey\x12I\n" +
-	"\x10acl_token_update\x18f \x01(\v2\x1d.tenure.fsm.v1.AclTokenUpdateH\x00R\x0eaclTokenUpdateB\x04\n" +
+	"\x10acl_token_update\x18f \x01(\v2\x1d.tenure.fsm.v1.AclTokenUpdateH\x00R\x0eaclTokenUpdate\x12C\n" +
+	"\x0fset_client_addr\x18n \x01(\v2\x19.tenure.fsm.v1.SetEtcdURLH\x00R\rsetClientAddrB\x04\n" +
 	"\x02op\"\v\n" +
 	"\tAclEnable\"M\n" +
 	"\aAclRule\x12\x12\n" +
@@ -5711,7 +5740,7 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x12\n" +
 	"\x04lock\x18\x03 \x01(\tR\x04lock\x12!\n" +
-	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\x9b\x06\n" +
+	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\xd9\x06\n" +
 	"\bSnapshot\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x127\n" +
 	"\bsessions\x18\x02 \x03(\v2\x1b.tenure.fsm.v1.SessionStateR\bsessions\x12.\n" +
@@ -5730,7 +5759,8 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x11deleted_registers\x182 \x03(\v2\x1e.tenure.fsm.v1.DeletedRegisterR\x10deletedRegisters\x12%\n" +
 	"\x0eregister_floor\x183 \x01(\x04R\rregisterFloor\x123\n" +
 	"\bsecurity\x18< \x01(\v2\x17.tenure.fsm.v1.SecurityR\bsecurity\x126\n" +
-	"\tetcd_urls\x18F \x03(\v2\x19.tenure.fsm.v1.SetEtcdURLR\betcdUrls\"6\n" +
+	"\tetcd_urls\x18F \x03(\v2\x19.tenure.fsm.v1.SetEtcdURLR\betcdUrls\x12<\n" +
+	"\fclient_addrs\x18n \x03(\v2\x19.tenure.fsm.v1.SetEtcdURLR\vclientAddrs\"6\n" +
 	"\n" +
 	"SetEtcdURL\x12\x16\n" +
 	"\x06member\x18\x01 \x01(\tR\x06member\x12\x10\n" +
@@ -6056,52 +6086,54 @@ var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	15, // 40: tenure.fsm.v1.Command.retire_signing_key:type_name -> tenure.fsm.v1.RetireSigningKey
 	16, // 41: tenure.fsm.v1.Command.remove_signing_key:type_name -> tenure.fsm.v1.RemoveSigningKey
 	11, // 42: tenure.fsm.v1.Command.acl_token_update:type_name -> tenure.fsm.v1.AclTokenUpdate
-	2,  // 43: tenure.fsm.v1.AclPolicy.rules:type_name -> tenure.fsm.v1.AclRule
-	4,  // 44: tenure.fsm.v1.AclBootstrap.token:type_name -> tenure.fsm.v1.AclToken
-	3,  // 45: tenure.fsm.v1.AclPolicySet.policy:type_name -> tenure.fsm.v1.AclPolicy
-	4,  // 46: tenure.fsm.v1.AclTokenCreate.token:type_name -> tenure.fsm.v1.AclToken
-	5,  // 47: tenure.fsm.v1.AclBindingSet.binding:type_name -> tenure.fsm.v1.AclBinding
-	14, // 48: tenure.fsm.v1.AddSigningKey.key:type_name -> tenure.fsm.v1.SigningKey
-	3,  // 49: tenure.fsm.v1.Security.policies:type_name -> tenure.fsm.v1.AclPolicy
-	4,  // 50: tenure.fsm.v1.Security.tokens:type_name -> tenure.fsm.v1.AclToken
-	5,  // 51: tenure.fsm.v1.Security.bindings:type_name -> tenure.fsm.v1.AclBinding
-	14, // 52: tenure.fsm.v1.Security.signing_keys:type_name -> tenure.fsm.v1.SigningKey
-	20, // 53: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
-	0,  // 54: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
-	38, // 55: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
-	42, // 56: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
-	44, // 57: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
-	66, // 58: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
-	64, // 59: tenure.fsm.v1.Snapshot.queue_items:type_name -> tenure.fsm.v1.QueueItems
-	51, // 60: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
-	37, // 61: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
-	20, // 62: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
-	41, // 63: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
-	36, // 64: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
-	18, // 65: tenure.fsm.v1.Snapshot.security:type_name -> tenure.fsm.v1.Security
-	35, // 66: tenure.fsm.v1.Snapshot.etcd_urls:type_name -> tenure.fsm.v1.SetEtcdURL
-	39, // 67: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
-	39, // 68: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
-	40, // 69: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
-	41, // 70: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
-	43, // 71: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
-	45, // 72: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
-	46, // 73: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
-	47, // 74: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
-	48, // 75: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
-	49, // 76: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
-	49, // 77: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
-	62, // 78: tenure.fsm.v1.QueueSettleBatch.items:type_name -> tenure.fsm.v1.QueueSettleItem
-	63, // 79: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
-	63, // 80: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
-	63, // 81: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
-	65, // 82: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
-	65, // 83: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
-	84, // [84:84] is the sub-list for method output_type
-	84, // [84:84] is the sub-list for method input_type
-	84, // [84:84] is the sub-list for extension type_name
-	84, // [84:84] is the sub-list for extension extendee
-	0,  // [0:84] is the sub-list for field type_name
+	35, // 43: tenure.fsm.v1.Command.set_client_addr:type_name -> tenure.fsm.v1.SetEtcdURL
+	2,  // 44: tenure.fsm.v1.AclPolicy.rules:type_name -> tenure.fsm.v1.AclRule
+	4,  // 45: tenure.fsm.v1.AclBootstrap.token:type_name -> tenure.fsm.v1.AclToken
+	3,  // 46: tenure.fsm.v1.AclPolicySet.policy:type_name -> tenure.fsm.v1.AclPolicy
+	4,  // 47: tenure.fsm.v1.AclTokenCreate.token:type_name -> tenure.fsm.v1.AclToken
+	5,  // 48: tenure.fsm.v1.AclBindingSet.binding:type_name -> tenure.fsm.v1.AclBinding
+	14, // 49: tenure.fsm.v1.AddSigningKey.key:type_name -> tenure.fsm.v1.SigningKey
+	3,  // 50: tenure.fsm.v1.Security.policies:type_name -> tenure.fsm.v1.AclPolicy
+	4,  // 51: tenure.fsm.v1.Security.tokens:type_name -> tenure.fsm.v1.AclToken
+	5,  // 52: tenure.fsm.v1.Security.bindings:type_name -> tenure.fsm.v1.AclBinding
+	14, // 53: tenure.fsm.v1.Security.signing_keys:type_name -> tenure.fsm.v1.SigningKey
+	20, // 54: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
+	0,  // 55: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
+	38, // 56: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
+	42, // 57: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
+	44, // 58: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
+	66, // 59: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
+	64, // 60: tenure.fsm.v1.Snapshot.queue_items:type_name -> tenure.fsm.v1.QueueItems
+	51, // 61: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
+	37, // 62: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
+	20, // 63: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
+	41, // 64: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
+	36, // 65: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
+	18, // 66: tenure.fsm.v1.Snapshot.security:type_name -> tenure.fsm.v1.Security
+	35, // 67: tenure.fsm.v1.Snapshot.etcd_urls:type_name -> tenure.fsm.v1.SetEtcdURL
+	35, // 68: tenure.fsm.v1.Snapshot.client_addrs:type_name -> tenure.fsm.v1.SetEtcdURL
+	39, // 69: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
+	39, // 70: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
+	40, // 71: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
+	41, // 72: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
+	43, // 73: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
+	45, // 74: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
+	46, // 75: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
+	47, // 76: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
+	48, // 77: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
+	49, // 78: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
+	49, // 79: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
+	62, // 80: tenure.fsm.v1.QueueSettleBatch.items:type_name -> tenure.fsm.v1.QueueSettleItem
+	63, // 81: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
+	63, // 82: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
+	63, // 83: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
+	65, // 84: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
+	65, // 85: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
+	86, // [86:86] is the sub-list for method output_type
+	86, // [86:86] is the sub-list for method input_type
+	86, // [86:86] is the sub-list for extension type_name
+	86, // [86:86] is the sub-list for extension extendee
+	0,  // [0:86] is the sub-list for field type_name
 }
 
 func init() { file_internal_fsm_fsmpb_fsm_proto_init() }
@@ -6153,6 +6185,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 		(*Command_RetireSigningKey)(nil),
 		(*Command_RemoveSigningKey)(nil),
 		(*Command_AclTokenUpdate)(nil),
+		(*Command_SetClientAddr)(nil),
 	}
 	file_internal_fsm_fsmpb_fsm_proto_msgTypes[49].OneofWrappers = []any{
 		(*KVOp_Put)(nil),

@@ -1,0 +1,3 @@
+module github.com/tenure-io/tenure/fenceproof
+
+go 1.26.8
