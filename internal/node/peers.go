@@ -112,11 +112,12 @@ func (n *Node) watchPeers() {
 			return
 		case <-tick.C:
 		}
-		if n.raft.State() != raft.Leader {
+		l := n.leadership() // the one leadership value (leadership.go)
+		if !l.Leading {
 			n.peers.reset(0, time.Time{})
 			continue
 		}
-		term := n.raft.CurrentTerm()
+		term := l.Term
 		f := n.raft.GetConfiguration()
 		if f.Error() != nil {
 			continue
@@ -208,10 +209,11 @@ func (n *Node) MembersHealth() (_ []MemberHealth, ok bool, err error) {
 	for i, m := range ms {
 		out[i].Member = m
 	}
-	if n.raft.State() != raft.Leader {
+	l := n.leadership()
+	if !l.Leading {
 		return out, false, nil
 	}
-	term, last, now := n.raft.CurrentTerm(), n.raft.LastIndex(), time.Now()
+	term, last, now := l.Term, n.raft.LastIndex(), time.Now()
 	w := &n.peers
 	w.mu.Lock()
 	defer w.mu.Unlock()
