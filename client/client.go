@@ -838,12 +838,28 @@ func (c *Client) Members(ctx context.Context) (*pb.MemberListResponse, error) {
 	return resp, err
 }
 
-// AddMember adds a voter (sent to the leader). force allows an even
-// number of voters.
+// AddMember adds a voter (sent to the leader) once its peer at peerAddr
+// answers: the leader waits for that up to ctx's deadline and changes
+// nothing before. force allows an even number of voters.
 func (c *Client) AddMember(ctx context.Context, id, peerAddr string, force bool) (*pb.MemberListResponse, error) {
 	var resp *pb.MemberListResponse
 	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
 		resp, err = api.MemberAdd(ctx, &pb.MemberAddRequest{Id: id, PeerAddr: peerAddr, Force: force})
+		return err
+	})
+	return resp, err
+}
+
+// RebuildMember rebuilds member id, whose data was lost, from the others
+// (sent to the leader): once its peer at peerAddr answers (the leader
+// waits for that up to ctx's deadline, and changes nothing before), its
+// old voter entry is removed and it is added back as AddMember adds. Run
+// again after an interruption, it only adds the member. force allows an
+// even number of voters when id was not a voter before.
+func (c *Client) RebuildMember(ctx context.Context, id, peerAddr string, force bool) (*pb.MemberListResponse, error) {
+	var resp *pb.MemberListResponse
+	err := c.unary(ctx, func(api pb.TenureClient) (err error) {
+		resp, err = api.MemberAdd(ctx, &pb.MemberAddRequest{Id: id, PeerAddr: peerAddr, Force: force, Rebuild: true})
 		return err
 	})
 	return resp, err

@@ -2216,6 +2216,17 @@ type Member struct {
 	PeerAddr string                 `protobuf:"bytes,2,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
 	Voter    bool                   `protobuf:"varint,3,opt,name=voter,proto3" json:"voter,omitempty"`
 	Leader   bool                   `protobuf:"varint,4,opt,name=leader,proto3" json:"leader,omitempty"`
+	// The member's health from the leader's view, set only when
+	// MemberListResponse.view names the leader that answered (a follower
+	// does not watch its peers). reachable: the member answered the
+	// leader's heartbeat within the last few election timeouts (the leader
+	// itself always). last_contact_ms: since that answer (0 for the leader).
+	// match_index: the member's last log index as it last reported it; lag:
+	// the entries it is behind the leader's last index.
+	Reachable     bool   `protobuf:"varint,160,opt,name=reachable,proto3" json:"reachable,omitempty"`
+	LastContactMs int64  `protobuf:"varint,161,opt,name=last_contact_ms,json=lastContactMs,proto3" json:"last_contact_ms,omitempty"`
+	MatchIndex    uint64 `protobuf:"varint,162,opt,name=match_index,json=matchIndex,proto3" json:"match_index,omitempty"`
+	Lag           uint64 `protobuf:"varint,163,opt,name=lag,proto3" json:"lag,omitempty"`
 	// client_addr is where clients reach the member's Tenure API
 	// (host:port), as the member published it; empty while unknown.
 	ClientAddr string `protobuf:"bytes,110,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
@@ -2286,6 +2297,34 @@ func (x *Member) GetLeader() bool {
 		return x.Leader
 	}
 	return false
+}
+
+func (x *Member) GetReachable() bool {
+	if x != nil {
+		return x.Reachable
+	}
+	return false
+}
+
+func (x *Member) GetLastContactMs() int64 {
+	if x != nil {
+		return x.LastContactMs
+	}
+	return 0
+}
+
+func (x *Member) GetMatchIndex() uint64 {
+	if x != nil {
+		return x.MatchIndex
+	}
+	return 0
+}
+
+func (x *Member) GetLag() uint64 {
+	if x != nil {
+		return x.Lag
+	}
+	return 0
 }
 
 func (x *Member) GetClientAddr() string {
@@ -2436,8 +2475,12 @@ func (x *MemberTransferLeadershipResponse) GetLeader() string {
 }
 
 type MemberListResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Members       []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Members []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	// view: the id of the leader whose view of the members' health the
+	// answer gives; empty when a follower answered (the health fields are
+	// then unknown, not false).
+	View          string `protobuf:"bytes,164,opt,name=view,proto3" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2479,12 +2522,24 @@ func (x *MemberListResponse) GetMembers() []*Member {
 	return nil
 }
 
+func (x *MemberListResponse) GetView() string {
+	if x != nil {
+		return x.View
+	}
+	return ""
+}
+
 type MemberAddRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	PeerAddr string                 `protobuf:"bytes,2,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
 	// force allows a change that leaves an even number of voters.
-	Force         bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
+	Force bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
+	// rebuild: id's data was lost; once its peer answers, its old voter
+	// entry (if any) is removed and it is added back as for an add. Nothing
+	// changes before the peer answers; the server waits for that up to the
+	// request's deadline (a plain add waits likewise).
+	Rebuild       bool `protobuf:"varint,165,opt,name=rebuild,proto3" json:"rebuild,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2536,6 +2591,13 @@ func (x *MemberAddRequest) GetPeerAddr() string {
 func (x *MemberAddRequest) GetForce() bool {
 	if x != nil {
 		return x.Force
+	}
+	return false
+}
+
+func (x *MemberAddRequest) GetRebuild() bool {
+	if x != nil {
+		return x.Rebuild
 	}
 	return false
 }
@@ -5943,8 +6005,13 @@ type StatusResponse struct {
 	Protocol       uint32 `protobuf:"varint,130,opt,name=protocol,proto3" json:"protocol,omitempty"`
 	MinProtocol    uint32 `protobuf:"varint,131,opt,name=min_protocol,json=minProtocol,proto3" json:"min_protocol,omitempty"`
 	ClusterVersion uint32 `protobuf:"varint,132,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// degraded: on the leader, the members that did not answer its
+	// heartbeat lately ("n3 unreachable": the cluster is degraded); empty
+	// when all did, and on a follower, which does not watch its peers. A
+	// degraded cluster with a quorum is still ready.
+	Degraded      string `protobuf:"bytes,166,opt,name=degraded,proto3" json:"degraded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -6087,6 +6154,13 @@ func (x *StatusResponse) GetClusterVersion() uint32 {
 		return x.ClusterVersion
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetDegraded() string {
+	if x != nil {
+		return x.Degraded
+	}
+	return ""
 }
 
 // KVKeyValue is a key with its metadata. version counts the puts since the
@@ -8962,12 +9036,17 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x05locks\x18\x03 \x01(\rR\x05locks\x12\x1c\n" +
 	"\tregisters\x18\x04 \x01(\rR\tregisters\x12\x16\n" +
 	"\x06queues\x18\x05 \x01(\rR\x06queues\x12\x12\n" +
-	"\x04keys\x18\x06 \x01(\x04R\x04keys\"\xbc\x01\n" +
+	"\x04keys\x18\x06 \x01(\x04R\x04keys\"\xb9\x02\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tpeer_addr\x18\x02 \x01(\tR\bpeerAddr\x12\x14\n" +
 	"\x05voter\x18\x03 \x01(\bR\x05voter\x12\x16\n" +
-	"\x06leader\x18\x04 \x01(\bR\x06leader\x12\x1f\n" +
+	"\x06leader\x18\x04 \x01(\bR\x06leader\x12\x1d\n" +
+	"\treachable\x18\xa0\x01 \x01(\bR\treachable\x12'\n" +
+	"\x0flast_contact_ms\x18\xa1\x01 \x01(\x03R\rlastContactMs\x12 \n" +
+	"\vmatch_index\x18\xa2\x01 \x01(\x04R\n" +
+	"matchIndex\x12\x11\n" +
+	"\x03lag\x18\xa3\x01 \x01(\x04R\x03lag\x12\x1f\n" +
 	"\vclient_addr\x18n \x01(\tR\n" +
 	"clientAddr\x12\x1b\n" +
 	"\bprotocol\x18\x82\x01 \x01(\rR\bprotocol\x12\x19\n" +
@@ -8976,13 +9055,15 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x1fMemberTransferLeadershipRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\":\n" +
 	" MemberTransferLeadershipResponse\x12\x16\n" +
-	"\x06leader\x18\x01 \x01(\tR\x06leader\"A\n" +
+	"\x06leader\x18\x01 \x01(\tR\x06leader\"V\n" +
 	"\x12MemberListResponse\x12+\n" +
-	"\amembers\x18\x01 \x03(\v2\x11.tenure.v1.MemberR\amembers\"U\n" +
+	"\amembers\x18\x01 \x03(\v2\x11.tenure.v1.MemberR\amembers\x12\x13\n" +
+	"\x04view\x18\xa4\x01 \x01(\tR\x04view\"p\n" +
 	"\x10MemberAddRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tpeer_addr\x18\x02 \x01(\tR\bpeerAddr\x12\x14\n" +
-	"\x05force\x18\x03 \x01(\bR\x05force\";\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\x12\x19\n" +
+	"\arebuild\x18\xa5\x01 \x01(\bR\arebuild\";\n" +
 	"\x13MemberRemoveRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"@\n" +
@@ -9217,7 +9298,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12\x1a\n" +
 	"\brevision\x18\x05 \x01(\x04R\brevision\"\x0f\n" +
-	"\rStatusRequest\"\x91\x04\n" +
+	"\rStatusRequest\"\xae\x04\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x12\n" +
@@ -9235,7 +9316,8 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x14watch_history_events\x18= \x01(\x04R\x12watchHistoryEvents\x12\x1b\n" +
 	"\bprotocol\x18\x82\x01 \x01(\rR\bprotocol\x12\"\n" +
 	"\fmin_protocol\x18\x83\x01 \x01(\rR\vminProtocol\x12(\n" +
-	"\x0fcluster_version\x18\x84\x01 \x01(\rR\x0eclusterVersion\"\xb4\x01\n" +
+	"\x0fcluster_version\x18\x84\x01 \x01(\rR\x0eclusterVersion\x12\x1b\n" +
+	"\bdegraded\x18\xa6\x01 \x01(\tR\bdegraded\"\xb4\x01\n" +
 	"\n" +
 	"KVKeyValue\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +

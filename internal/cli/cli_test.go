@@ -218,8 +218,8 @@ func TestJSONOutput(t *testing.T) {
 
 	t.Run("status", func(t *testing.T) {
 		m := runJSON(t, addr, 0, "status")
-		hasKeys(t, m, map[string]string{"node": "string", "leader": "string", "term": "number", "revision": "number", "voters": "array", "storage_error": "string"})
-		if m["node"] != "n1" || m["leader"] != "n1" || m["storage_error"] != "" {
+		hasKeys(t, m, map[string]string{"node": "string", "leader": "string", "term": "number", "revision": "number", "voters": "array", "storage_error": "string", "degraded": "string"})
+		if m["node"] != "n1" || m["leader"] != "n1" || m["storage_error"] != "" || m["degraded"] != "" {
 			t.Fatalf("status %v", m)
 		}
 		if r := run(t, addr, "status"); !strings.Contains(r.stdout, "storage:  ok\n") {

@@ -117,6 +117,9 @@ type statusJSON struct {
 	// StorageError: why the node's last write to its disk failed; "" when
 	// it succeeded.
 	StorageError string `json:"storage_error"`
+	// Degraded: on the leader, the members that do not answer its
+	// heartbeat ("n3 unreachable"); "" when all do, and on a follower.
+	Degraded string `json:"degraded"`
 }
 
 func (a *app) statusCommand() *cobra.Command {
@@ -133,14 +136,17 @@ show it; after D without that, exit 5 (timeout).
 JSON: {"node","leader","term","revision","voters":[..],"applied_index",
 "commit_index","ready","not_ready","version","protocol","min_protocol",
 "cluster_version","watch_compact_revision","watch_history_events",
-"storage_error"}: protocol is the newest format version the server speaks,
+"storage_error","degraded"}: protocol is the newest format version the server speaks,
 min_protocol the oldest cluster version it serves in, cluster_version the
 one the cluster writes now (raised to the voters' oldest protocol once
 every voter reports it: docs/operations.md); not_ready says why the node is not
 ready ("" when it is); the node's watch history holds watch_history_events
 key changes, every one after watch_compact_revision; storage_error is why
 the node's last write to its disk failed ("storage full on node X: ..."),
-"" when it succeeded.`,
+"" when it succeeded; degraded, on the leader, names the members that do
+not answer its heartbeat ("n3 unreachable"), "" when all do and on a
+follower (which does not watch its peers). A degraded cluster that keeps a
+quorum is still ready.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if wait < 0 {
@@ -174,12 +180,15 @@ the node's last write to its disk failed ("storage full on node X: ..."),
 				out := statusJSON{Node: st.GetNode(), Leader: st.GetLeader(), Term: st.GetTerm(), Revision: st.GetRevision(), Voters: nonNil(st.GetVoters()), AppliedIndex: st.GetAppliedIndex(),
 					CommitIndex: st.GetCommitIndex(), Ready: st.GetReady(), NotReady: st.GetNotReady(), Version: st.GetVersion(),
 					Protocol: st.GetProtocol(), MinProtocol: st.GetMinProtocol(), ClusterVersion: max(st.GetClusterVersion(), 1),
-					WatchCompactRevision: st.GetWatchCompactRevision(), WatchHistoryEvents: st.GetWatchHistoryEvents(), StorageError: st.GetStorageError()}
+					WatchCompactRevision: st.GetWatchCompactRevision(), WatchHistoryEvents: st.GetWatchHistoryEvents(), StorageError: st.GetStorageError(), Degraded: st.GetDegraded()}
 				return a.emit(out, func(w io.Writer) {
 					fmt.Fprintf(w, "node:     %s\nleader:   %s\nterm:     %d\nrevision: %d\nvoters:   %s\n", out.Node, out.Leader, out.Term, out.Revision, strings.Join(out.Voters, " "))
 					ready := "yes"
 					if !out.Ready {
 						ready = "no (" + out.NotReady + ")"
+					}
+					if out.Degraded != "" {
+						ready += " (degraded: " + out.Degraded + ")"
 					}
 					fmt.Fprintf(w, "applied:  %d of %d committed\nready:    %s\nversion:  %s\n", out.AppliedIndex, out.CommitIndex, ready, out.Version)
 					fmt.Fprintf(w, "protocol: %d (serves in clusters of version %d or newer); cluster version %d\n", out.Protocol, out.MinProtocol, out.ClusterVersion)

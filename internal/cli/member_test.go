@@ -76,13 +76,14 @@ func (s *serving) waitServing(t *testing.T) string {
 }
 
 // TestMemberRebuild: `tenure member rebuild` run for a member that lost
-// its data and is still down removes its old entry, and its add is refused
-// with one line saying to run it again. Started again on an empty data dir
-// with --join, the member bootstraps nothing (it has no configuration and
-// does not lead itself); the rebuild run again adds it through the add
-// path: it ends a voter holding the state written before it was lost, and
-// the cluster has three voters again. Run once more on the healthy member,
-// it removes and adds it again and nothing is lost.
+// its data and is still down waits for its peer up to --timeout and then
+// fails with one line saying that nothing was changed: the member is still
+// a voter (before, it had already been removed). Run again, it waits for
+// the member, started meanwhile on an empty data dir with --join, and
+// rebuilds it. A rebuild interrupted after its removal (the member left
+// out) is resumed by running it again; run on the healthy member, it
+// removes and adds it again. Each time the member ends a voter holding the
+// state written before it was lost, and nothing is lost.
 func TestMemberRebuild(t *testing.T) {
 	testutil.Slow(t)
 	root := t.TempDir()
@@ -106,38 +107,83 @@ func TestMemberRebuild(t *testing.T) {
 	others := addrs["n1"] + "," + addrs["n2"]
 	runJSON(t, others+","+addrs["n3"], 0, "kv", "put", "before", "v1")
 
+	// member list gives the leader's view, whichever endpoint comes first
+	// (while there is a leader: from followers only, the health is null).
+	all := others + "," + addrs["n3"]
+	health := func() (reachable map[string]any) {
+		m := runJSON(t, all, 0, "member", "list")
+		if m["view"] == "" {
+			return nil
+		}
+		reachable = make(map[string]any)
+		for _, x := range m["members"].([]any) {
+			mem := x.(map[string]any)
+			hasKeys(t, mem, map[string]string{"id": "string", "peer_addr": "string", "voter": "bool", "leader": "bool", "reachable": "bool", "last_contact_ms": "number", "match_index": "number", "lag": "number"})
+			reachable[mem["id"].(string)] = mem["reachable"]
+		}
+		return reachable
+	}
+	testutil.WaitFor(t, "member list to show every member reachable", 20*time.Second, func() bool {
+		up := health()
+		return up["n1"] == true && up["n2"] == true && up["n3"] == true
+	})
+
 	// n3 loses its data.
 	nodes["n3"].stop()
 	if <-nodes["n3"].done; nodes["n3"].code != 0 {
 		t.Fatalf("n3 stopped with %d: %s", nodes["n3"].code, nodes["n3"].errb.String())
 	}
+	testutil.WaitFor(t, "member list to show n3 unreachable", 20*time.Second, func() bool {
+		up := health()
+		return up["n3"] == false && up["n1"] == true && up["n2"] == true
+	})
 	if err := os.RemoveAll(dataDir("n3")); err != nil {
 		t.Fatal(err)
 	}
-	// Run before n3 is back: its old entry is removed, the add is refused
-	// (its peer does not answer) and the error says to run it again.
-	r := run(t, others, "member", "rebuild", "n3", peers["n3"])
-	if r.code != 1 || !strings.Contains(r.stderr, "its old entry is removed; run member rebuild again once it answers") {
+	// Run before n3 listens again (the README's order run too early): it
+	// waits up to --timeout for n3's peer, then fails with one line saying
+	// that nothing was changed: n3 is still a voter.
+	r := run(t, others, "member", "rebuild", "n3", peers["n3"], "--timeout", "2s")
+	if r.code == 0 || !strings.Contains(r.stderr, "nothing was changed") || !strings.Contains(r.stderr, "--peer-listen "+peers["n3"]+" --join") {
 		t.Fatalf("rebuild of a member that is down: exit %d, stderr %q", r.code, r.stderr)
 	}
-	if m := runJSON(t, others, 0, "member", "list"); len(m["members"].([]any)) != 2 {
-		t.Fatalf("after the refused add: %v", m)
+	if voters := memberVoters(t, others); len(voters) != 3 || !voters["n3"] {
+		t.Fatalf("after the rebuild that found n3 down: voters %v, want n1, n2, n3 unchanged", voters)
+	}
+	// Run again, the rebuild waits for n3, which starts meanwhile.
+	rebuilt := make(chan result, 1)
+	go func() {
+		rebuilt <- run(t, others, "member", "rebuild", "n3", peers["n3"], "--timeout", "25s", "-o", "json")
+	}()
+	testutil.WaitFor(t, "the leader to wait for n3", 20*time.Second, func() bool {
+		waits := 0 // the refused rebuild logged one
+		for _, id := range []string{"n1", "n2"} {
+			waits += strings.Count(nodes[id].errb.String(), "waiting for a new member's peer to listen")
+		}
+		return waits >= 2
+	})
+	if voters := memberVoters(t, others); len(voters) != 3 {
+		t.Fatalf("while the rebuild waits: voters %v, want n1, n2, n3 unchanged", voters)
 	}
 	n3addr := freeLoopback(t)
 	n3 := startServe(t, "--node-id", "n3", "--listen", n3addr, "--peer-listen", peers["n3"], "--data-dir", dataDir("n3"), "--join")
-	testutil.WaitFor(t, "n3's waiting line", 30*time.Second, func() bool {
-		return strings.Contains(n3.errb.String(), "tenure: node n3 has no state and waits to be added to a cluster")
-	})
-	// Bootstrapped, it would list itself as the one voter (and lead).
-	testutil.WaitFor(t, "n3's client API", 10*time.Second, func() bool { return run(t, n3addr, "member", "list").code == 0 })
-	if m := runJSON(t, n3addr, 0, "member", "list"); len(m["members"].([]any)) != 0 {
-		t.Fatalf("n3 started with --join has a configuration of its own: %v", m)
+	if r := <-rebuilt; r.code != 0 {
+		t.Fatalf("rebuild that waited for n3: exit %d, stderr %q", r.code, r.stderr)
 	}
-	if n3.out.String() != "" {
-		t.Fatalf("n3 says it serves before it was added: %q", n3.out.String())
+	if got := n3.waitServing(t); got != n3addr {
+		t.Fatalf("n3 serves on %s, want %s", got, n3addr)
+	}
+	if voters := memberVoters(t, others); len(voters) != 3 || !voters["n3"] {
+		t.Fatalf("after the rebuild: voters %v", voters)
+	}
+	// A rebuild interrupted after it removed the old entry leaves the
+	// member out (or a non-voter): run again, it adds the member back.
+	runJSON(t, others, 0, "member", "remove", "n3", "--force")
+	if voters := memberVoters(t, others); len(voters) != 2 {
+		t.Fatalf("after removing n3: voters %v", voters)
 	}
 
-	for round := 1; round <= 2; round++ {
+	for round := 1; round <= 2; round++ { // resumed, then on a healthy member
 		m := runJSON(t, others, 0, "member", "rebuild", "n3", peers["n3"])
 		voters := 0
 		for _, x := range m["members"].([]any) {
@@ -152,11 +198,6 @@ func TestMemberRebuild(t *testing.T) {
 		}
 		if voters != 3 {
 			t.Fatalf("round %d: %d voters after the rebuild: %v", round, voters, m)
-		}
-		if round == 1 {
-			if got := n3.waitServing(t); got != n3addr {
-				t.Fatalf("n3 serves on %s, want %s", got, n3addr)
-			}
 		}
 		want := fmt.Sprint("v", round+1)
 		runJSON(t, others, 0, "kv", "put", "after", want)
@@ -190,9 +231,9 @@ func TestServeJoinFlags(t *testing.T) {
 }
 
 // TestMemberAddAfterThePeerRestarted: the leader's pooled connection to
-// a peer it probed before the peer restarted is stale; the next add must
-// still reach the restarted peer. (An add refused after its probe, here
-// for an even number of voters, leaves such a connection behind.)
+// a peer it reached before the peer restarted is stale; the next add must
+// still reach the restarted peer. (A member added and removed again
+// leaves such a connection behind.)
 func TestMemberAddAfterThePeerRestarted(t *testing.T) {
 	testutil.Slow(t)
 	root := t.TempDir()
@@ -216,19 +257,76 @@ func TestMemberAddAfterThePeerRestarted(t *testing.T) {
 	}
 	cluster := strings.Join(eps, ",")
 	join := func() *serving {
-		s := startServe(t, "--node-id", "n4", "--listen", "127.0.0.1:0", "--peer-listen", peers["n4"], "--data-dir", filepath.Join(root, "n4"), "--join")
+		addr := freeLoopback(t)
+		s := startServe(t, "--node-id", "n4", "--listen", addr, "--peer-listen", peers["n4"], "--data-dir", filepath.Join(root, "n4"), "--join")
 		testutil.WaitFor(t, "n4's waiting line", 30*time.Second, func() bool { return strings.Contains(s.errb.String(), "waits to be added") })
+		// Bootstrapped, it would list itself as the one voter (and lead).
+		testutil.WaitFor(t, "n4's client API", 10*time.Second, func() bool { return run(t, addr, "member", "list").code == 0 })
+		if m := runJSON(t, addr, 0, "member", "list"); len(m["members"].([]any)) != 0 {
+			t.Fatalf("n4 started with --join has a configuration of its own: %v", m)
+		}
+		if s.out.String() != "" {
+			t.Fatalf("n4 says it serves before it was added: %q", s.out.String())
+		}
 		return s
 	}
 	n4 := join()
 	if r := run(t, cluster, "member", "add", "n4", peers["n4"]); r.code != 1 || !strings.Contains(r.stderr, "--force") {
 		t.Fatalf("add to an even count: exit %d, stderr %q", r.code, r.stderr)
 	}
+	runJSON(t, cluster, 0, "member", "add", "n4", peers["n4"], "--force")
+	runJSON(t, cluster, 0, "member", "remove", "n4", "--force")
 	n4.stop()
 	<-n4.done
+	if err := os.RemoveAll(filepath.Join(root, "n4")); err != nil {
+		t.Fatal(err)
+	}
 	join()
 	m := runJSON(t, cluster, 0, "member", "add", "n4", peers["n4"], "--force")
 	if len(m["members"].([]any)) != 4 {
 		t.Fatalf("members after the add: %v", m)
+	}
+}
+
+// memberVoters lists the voters of `member list` at addr.
+func memberVoters(t *testing.T, addr string) map[string]bool {
+	t.Helper()
+	out := make(map[string]bool)
+	for _, x := range runJSON(t, addr, 0, "member", "list")["members"].([]any) {
+		if m := x.(map[string]any); m["voter"] == true {
+			out[m["id"].(string)] = true
+		}
+	}
+	return out
+}
+
+// TestServeTimingFlags: --heartbeat-timeout, --election-timeout and
+// --leader-lease-timeout that cannot work together are refused with one
+// line naming the flags, before the data dir is created; timings with
+// which the clients' default session TTL may not outlive an election
+// start, with a warning that names the shortest TTL that does.
+func TestServeTimingFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--leader-lease-timeout", "600ms"}, "tenure: --leader-lease-timeout 600ms must not exceed --heartbeat-timeout 500ms"},
+		{[]string{"--heartbeat-timeout", "1s", "--election-timeout", "800ms"}, "tenure: --election-timeout 800ms must not be shorter than --heartbeat-timeout 1s\n"},
+		{[]string{"--heartbeat-timeout", "1ms"}, "tenure: --heartbeat-timeout 1ms is outside 10ms..1m0s\n"},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		r := run(t, "127.0.0.1:1", append([]string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "", "--peer-listen", freeLoopback(t)}, tc.args...)...)
+		if r.code != 1 || !strings.HasPrefix(r.stderr, tc.want) || strings.Count(r.stderr, "\n") != 1 {
+			t.Fatalf("serve %v: exit %d, stderr %q, want %q", tc.args, r.code, r.stderr, tc.want)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Fatalf("serve %v created its data dir (%v)", tc.args, err)
+		}
+	}
+	s := startServe(t, "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", "127.0.0.1:0", "--peer-listen", freeLoopback(t),
+		"--heartbeat-timeout", "1s", "--election-timeout", "1s", "--leader-lease-timeout", "1s")
+	s.waitServing(t)
+	if log := s.errb.String(); !regexp.MustCompile(`level=WARN msg="sessions with a TTL shorter than min_surviving_ttl, the clients' default included, may be lost to their clients while a leader is elected" min_surviving_ttl=12s`).MatchString(log) {
+		t.Fatalf("no warning of the TTLs an election may cost:\n%s", log)
 	}
 }

@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
+	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/internal/daemon"
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/logging"
@@ -134,6 +136,9 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 				return fmt.Errorf("--log-format/--log-level: %w", err)
 			}
 			cfg.Logger, cfg.LogOutput = logger, a.streams.Err
+			if err := serveTiming(cmd.Flags(), &cfg, logger); err != nil {
+				return err
+			}
 			reloaders, err := sec.configure(&cfg, a.streams.Err)
 			if err != nil {
 				return err
@@ -212,6 +217,9 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 	f.StringVar(&cfg.PeerListen, "peer-listen", "", "raft peer address (cluster mode), e.g. 127.0.0.1:7072")
 	f.StringVar(&cfg.PeerAdvertise, "peer-advertise", "", "peer address other members dial, if not --peer-listen (NAT, proxies)")
 	faultFlags(f, &cfg.Faults)
+	f.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", node.DefaultHeartbeatTimeout, "with --peer-listen: a follower that hears nothing from the leader this long (randomised up to twice that) starts an election (docs/timing.md)")
+	f.DurationVar(&cfg.ElectionTimeout, "election-timeout", node.DefaultElectionTimeout, "with --peer-listen: how long a candidate waits for a majority (randomised up to twice that) before it tries again; at least --heartbeat-timeout")
+	f.DurationVar(&cfg.LeaderLeaseTimeout, "leader-lease-timeout", node.DefaultLeaderLeaseTimeout, "with --peer-listen: a leader that hears from no majority this long steps down; at most --heartbeat-timeout")
 	f.BoolVar(&cfg.Join, "join", false, "with a new data dir, bootstrap nothing and wait to be added to a cluster (tenure member add or member rebuild); ignored once the data dir exists")
 	f.Var(peersFlag{&cfg.BootstrapPeers}, "bootstrap-peers", "initial voters as id=peer-addr,... (the same list on every initial member; ignored once the data dir exists)")
 	return cmd
@@ -271,4 +279,34 @@ func handOffLeadership(n *node.Node, logger *slog.Logger) {
 	default:
 		logger.Info("stopping: leadership transferred", "to", leader)
 	}
+}
+
+// serveTiming checks the failure-detection flags (node.Config.Validate's
+// rules, before anything is opened): flags left at their defaults leave
+// the choice to the node (a standalone node elects itself sooner). In a
+// cluster it logs the shortest session TTL that outlives one election, at
+// warn when the clients' default TTL does not.
+func serveTiming(f *pflag.FlagSet, cfg *daemon.Config, logger *slog.Logger) error {
+	for _, t := range []struct {
+		flag string
+		d    *time.Duration
+	}{{"heartbeat-timeout", &cfg.HeartbeatTimeout}, {"election-timeout", &cfg.ElectionTimeout}, {"leader-lease-timeout", &cfg.LeaderLeaseTimeout}} {
+		if !f.Changed(t.flag) {
+			*t.d = 0
+		}
+	}
+	nc := node.Config{PeerAddr: cfg.PeerListen, HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout, LeaderLeaseTimeout: cfg.LeaderLeaseTimeout}
+	if err := nc.Validate(); err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "node: "))
+	}
+	if cfg.PeerListen == "" {
+		return nil
+	}
+	ttl := nc.MinSurvivingTTL()
+	if ttl > client.DefaultTTL {
+		logger.Warn("sessions with a TTL shorter than min_surviving_ttl, the clients' default included, may be lost to their clients while a leader is elected", "min_surviving_ttl", ttl, "election_bound", nc.ElectionBound(), "default_ttl", client.DefaultTTL)
+		return nil
+	}
+	logger.Info("sessions with a TTL shorter than min_surviving_ttl may be lost to their clients while a leader is elected", "min_surviving_ttl", ttl, "election_bound", nc.ElectionBound())
+	return nil
 }

@@ -74,6 +74,9 @@ type Config struct {
 	// GroupCommitWait: see node.Config (0 is the default wait, negative
 	// disables it).
 	GroupCommitWait time.Duration
+	// HeartbeatTimeout, ElectionTimeout and LeaderLeaseTimeout: raft's
+	// failure detection, see node.Config (0: the defaults).
+	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout time.Duration
 	// HTTPListen is the address of the metrics, health and dashboard
 	// listener (http.go); empty: none.
 	HTTPListen string
@@ -157,7 +160,8 @@ func Start(cfg Config) (*Daemon, error) {
 		return nil, errors.New("--etcd-listen with --tls-cert in a cluster needs peer TLS (--peer-tls-cert, --peer-tls-key, --peer-tls-ca): followers forward etcd requests to the leader's etcd API with it")
 	}
 	hub := server.NewHub()
-	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, Logger: cfg.Logger, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, PeerAdvertise: cfg.PeerAdvertise, PeerTLS: cfg.PeerTLS, BootstrapPeers: cfg.BootstrapPeers, Join: cfg.Join, Faults: cfg.Faults, LockHistory: cfg.LockHistory, RegisterOpMemory: cfg.RegisterOpMemory, Limits: cfg.ClusterLimits, GroupCommitWait: cfg.GroupCommitWait, Observer: hub.Metrics()}, hub.Sink)
+	n, err := node.Open(node.Config{NodeID: cfg.NodeID, DataDir: cfg.DataDir, Clock: cfg.Clock, Logger: cfg.Logger, LogOutput: cfg.LogOutput, LogStore: cfg.LogStore, PeerAddr: cfg.PeerListen, PeerAdvertise: cfg.PeerAdvertise, PeerTLS: cfg.PeerTLS, BootstrapPeers: cfg.BootstrapPeers, Join: cfg.Join, Faults: cfg.Faults, LockHistory: cfg.LockHistory, RegisterOpMemory: cfg.RegisterOpMemory, Limits: cfg.ClusterLimits, GroupCommitWait: cfg.GroupCommitWait, Observer: hub.Metrics(),
+		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout, LeaderLeaseTimeout: cfg.LeaderLeaseTimeout}, hub.Sink)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -18,7 +19,9 @@ import (
 // The HTTP listener (Config.HTTPListen) serves:
 //
 //	/metrics        Prometheus exposition of internal/metrics
-//	/healthz        200 while the process is up
+//	/healthz        200 while the process is up; with ?verbose, also
+//	                the node's readiness and, on the leader, the members
+//	                that do not answer it ("degraded: n3 unreachable")
 //	/readyz         200 when the node knows a leader, has applied what is
 //	                committed and its storage accepts a write; else 503
 //	                with the reason
@@ -114,8 +117,12 @@ func (d *Daemon) httpHandler(pprofOn bool, dash http.Handler) http.Handler {
 		metrics = g.gate(server.HTTPClusterRead, metrics)
 	}
 	mux.Handle("GET /metrics", metrics)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if _, verbose := r.URL.Query()["verbose"]; verbose {
+			d.healthVerbose(w)
+			return
+		}
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -191,4 +198,30 @@ func (d *Daemon) serveHTTP(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// healthVerbose writes /healthz?verbose: one line per check, "[+]" or
+// "[-]" as Kubernetes' components write theirs. It is still 200: the
+// process is up. A degraded cluster (a member does not answer the leader)
+// that keeps its quorum is ready; a follower does not watch its peers and
+// says which node does.
+func (d *Daemon) healthVerbose(w io.Writer) {
+	fmt.Fprintln(w, "[+]process ok")
+	h := d.Node.Health()
+	if h.Ready() {
+		fmt.Fprintln(w, "[+]ready ok")
+	} else {
+		fmt.Fprintf(w, "[-]ready failed: %s\n", h.Reason())
+	}
+	switch degraded := d.Node.Degraded(); {
+	case !h.IsLeader && h.Leader != "":
+		fmt.Fprintf(w, "[+]members not watched here: the leader (%s) watches them\n", h.Leader)
+	case !h.IsLeader:
+		fmt.Fprintln(w, "[-]members unknown: no leader")
+	case degraded != "":
+		fmt.Fprintf(w, "[-]members degraded: %s\n", degraded)
+	default:
+		fmt.Fprintln(w, "[+]members ok")
+	}
+	fmt.Fprintf(w, "healthz check passed (node %s)\n", d.Node.ID())
 }

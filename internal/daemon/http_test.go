@@ -196,7 +196,7 @@ func TestMetricsFollowTheWork(t *testing.T) {
 		{"tenure_kv_keys", nil, 1},
 		{"tenure_watchers", nil, 0},
 		{"tenure_raft_is_leader", nil, 1},
-		{"tenure_raft_leader_changes_total", nil, 1},
+		{"tenure_leader_changes_total", nil, 1},
 		{"tenure_rpc_requests_total", []string{"method", "FencedPut", "code", "OK"}, 2},
 		{"tenure_rpc_duration_seconds", []string{"method", "FencedPut"}, 2},
 	} {

@@ -77,6 +77,43 @@ type Cluster struct {
 	Ready        bool     `json:"ready"`
 	NotReady     string   `json:"not_ready"`
 	Version      string   `json:"version"`
+	// Members lists every member; their health is the leader's view,
+	// which View names ("" when this node is a follower: unknown).
+	Members []Member `json:"members"`
+	View    string   `json:"view"`
+	// Degraded names the members that do not answer the leader ("" when
+	// all do, or on a follower).
+	Degraded string  `json:"degraded"`
+	Summary  Summary `json:"summary"`
+}
+
+// Member is one member of the cluster and its health from the leader's
+// view (zero on a follower).
+type Member struct {
+	ID            string `json:"id"`
+	PeerAddr      string `json:"peer_addr"`
+	Voter         bool   `json:"voter"`
+	Leader        bool   `json:"leader"`
+	Reachable     bool   `json:"reachable"`
+	LastContactMs int64  `json:"last_contact_ms"`
+	MatchIndex    uint64 `json:"match_index"`
+	Lag           uint64 `json:"lag"`
+	// Version is the protocol version the member reports ("" none).
+	Version string `json:"version"`
+}
+
+// Summary counts what the state holds.
+type Summary struct {
+	Locks    int `json:"locks"`
+	Held     int `json:"held"`
+	Waiters  int `json:"waiters"`
+	Delayed  int `json:"delayed"`
+	Sessions int `json:"sessions"`
+	Queues   int `json:"queues"`
+	// Ready, InFlight and Dead sum the items of every queue.
+	Ready    int `json:"ready"`
+	InFlight int `json:"inflight"`
+	Dead     int `json:"dead"`
 }
 
 // Holder is one holder of a lock.

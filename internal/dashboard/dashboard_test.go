@@ -183,6 +183,28 @@ func TestDashboardShowsHandOffLive(t *testing.T) {
 	}
 	shot("dashboard-locks.png")
 
+	// The cluster page: this node as the one member, leader and reachable,
+	// and the summary of the state (bob holds the lock, carol waits).
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	err = chromedp.Do(wctx, chromedp.Navigate(base+"/#cluster"), chromedp.WaitVisible(chromedp.CSS(`[data-testid=member]`)))
+	wcancel()
+	if err != nil {
+		t.Fatalf("the cluster page shows no member: %v", err)
+	}
+	members, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('[data-testid=member]')].map(r => r.textContent)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	summary, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('[data-testid=summary]').textContent`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(members) != 1 || !strings.Contains(members[0], "n1") || !strings.Contains(members[0], "leader") || !strings.Contains(members[0], "reachable") ||
+		!strings.Contains(summary, "locks held1") || !strings.Contains(summary, "waiters1") {
+		t.Fatalf("cluster page: members %q, summary %q", members, summary)
+	}
+	shot("dashboard-cluster.png")
+
 	// The lock's timeline: alice's grant released, bob's held.
 	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/#lock/shard-7"), chromedp.WaitVisible(chromedp.CSS(`[data-testid=timeline]`))); err != nil {
 		t.Fatal(err)
@@ -240,12 +262,27 @@ func TestDashboardAPI(t *testing.T) {
 		}
 	}
 	var cl struct {
-		Leader string `json:"leader"`
-		Ready  bool   `json:"ready"`
+		Leader  string `json:"leader"`
+		Ready   bool   `json:"ready"`
+		View    string `json:"view"`
+		Members []struct {
+			ID        string `json:"id"`
+			Leader    bool   `json:"leader"`
+			Reachable bool   `json:"reachable"`
+		} `json:"members"`
+		Summary struct {
+			Held     int `json:"held"`
+			Sessions int `json:"sessions"`
+		} `json:"summary"`
 	}
 	getJSON("/api/cluster", &cl)
 	if cl.Leader != "n1" || !cl.Ready {
 		t.Fatalf("cluster %+v", cl)
+	}
+	// The members with their health (the leader's view: this node's), and
+	// the summary of the state (the election's leader holds its lock).
+	if cl.View != "n1" || len(cl.Members) != 1 || cl.Members[0].ID != "n1" || !cl.Members[0].Leader || !cl.Members[0].Reachable || cl.Summary.Held == 0 || cl.Summary.Sessions == 0 {
+		t.Fatalf("cluster members and summary %+v", cl)
 	}
 	var el struct {
 		Elections []struct{ Name, Leader, Value string } `json:"elections"`

@@ -17,8 +17,8 @@
 //
 // Label sets are bounded: kind (4 values), result (4 for fenced writes, 2
 // for group-commit waits), method (the RPCs of the API), code (gRPC's
-// 17), state (3) and queue (at most the configured number of queues, plus
-// "" for all the others together).
+// 17), state (3), queue (at most the configured number of queues, plus
+// "" for all the others together) and member (the cluster's members).
 // There is no label per lock or per session.
 package metrics
 
@@ -62,6 +62,18 @@ type Sample struct {
 	Queues   []QueueSample
 	Watchers int
 	Raft     RaftSample
+	// Members: on the leader, every member's health from its view
+	// (node.MembersHealth); empty on a follower, which does not watch its
+	// peers.
+	Members []MemberSample
+}
+
+// MemberSample is one member's health from the leader's view.
+type MemberSample struct {
+	ID          string
+	Reachable   bool
+	LastContact time.Duration
+	Lag         uint64
 }
 
 // QueueSample is one queue's (or the other queues') sizes.
@@ -128,8 +140,8 @@ func New() *Metrics {
 	}, []string{"result"})
 	m.commitWaits = map[bool]prometheus.Counter{true: waits.WithLabelValues("gained"), false: waits.WithLabelValues("missed")}
 	m.leaderChanges = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "tenure_raft_leader_changes_total",
-		Help: "New leaders this node has seen.",
+		Name: "tenure_leader_changes_total",
+		Help: "New leaders this node has seen (an election flapping under load shows here first).",
 	})
 	m.reg.MustRegister(wait, m.rpcRequests, m.rpcSeconds, m.logAppend, m.batch, waits, m.leaderChanges, stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -204,7 +216,10 @@ var (
 	descTerm          = desc("tenure_raft_term", "This node's current raft term.")
 	descCommitIndex   = desc("tenure_raft_commit_index", "The highest log index this node knows is committed.")
 	descAppliedIndex  = desc("tenure_raft_applied_index", "The highest log index this node has applied to its state.")
-	stateDescriptions = []*prometheus.Desc{descLocksHeld, descLockWaiters, descLockDelays, descGrants, descHandoffs, descSessions, descExpired, descClosed, descFence, descQueueItems, descQueueAge, descRedeliveries, descDeadLettered, descKVKeys, descWatchers, descIsLeader, descTerm, descCommitIndex, descAppliedIndex}
+	descReachable     = desc("tenure_member_reachable", "1 if the member answered the leader's heartbeat within the last few election timeouts, else 0; exported by the leader only, for every member (itself included).", "member")
+	descMemberLag     = desc("tenure_member_replication_lag_entries", "Log entries the member is behind the leader's last index, as it last reported; exported by the leader only.", "member")
+	descMemberContact = desc("tenure_member_last_contact_seconds", "Time since the member last answered the leader's heartbeat (0 for the leader); exported by the leader only.", "member")
+	stateDescriptions = []*prometheus.Desc{descLocksHeld, descLockWaiters, descLockDelays, descGrants, descHandoffs, descSessions, descExpired, descClosed, descFence, descQueueItems, descQueueAge, descRedeliveries, descDeadLettered, descKVKeys, descWatchers, descIsLeader, descTerm, descCommitIndex, descAppliedIndex, descReachable, descMemberLag, descMemberContact}
 )
 
 // Describe implements prometheus.Collector.
@@ -262,6 +277,15 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descTerm, float64(s.Raft.Term))
 	gauge(descCommitIndex, float64(s.Raft.CommitIndex))
 	gauge(descAppliedIndex, float64(s.Raft.AppliedIndex))
+	for _, m := range s.Members {
+		up := 0.0
+		if m.Reachable {
+			up = 1
+		}
+		gauge(descReachable, up, m.ID)
+		gauge(descMemberLag, float64(m.Lag), m.ID)
+		gauge(descMemberContact, m.LastContact.Seconds(), m.ID)
+	}
 }
 
 // Names lists the name of every metric this package defines (not the Go
@@ -275,7 +299,8 @@ func Names() []string {
 		"tenure_fence_writes_total",
 		"tenure_queue_items", "tenure_queue_oldest_ready_age_seconds", "tenure_queue_redeliveries_total", "tenure_queue_dead_lettered_total",
 		"tenure_kv_keys", "tenure_watchers",
-		"tenure_raft_is_leader", "tenure_raft_term", "tenure_raft_commit_index", "tenure_raft_applied_index", "tenure_raft_leader_changes_total",
+		"tenure_raft_is_leader", "tenure_raft_term", "tenure_raft_commit_index", "tenure_raft_applied_index", "tenure_leader_changes_total",
+		"tenure_member_reachable", "tenure_member_replication_lag_entries", "tenure_member_last_contact_seconds",
 		"tenure_log_append_seconds", "tenure_apply_batch_commands", "tenure_group_commit_waits_total",
 		"tenure_rpc_requests_total", "tenure_rpc_duration_seconds",
 	}

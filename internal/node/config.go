@@ -84,7 +84,57 @@ type Config struct {
 	GroupCommitWait time.Duration
 	// Observer, if set, receives the node's measurements (observe.go).
 	Observer Observer
+	// HeartbeatTimeout, ElectionTimeout and LeaderLeaseTimeout are raft's
+	// failure detection (serve --heartbeat-timeout, --election-timeout,
+	// --leader-lease-timeout). A follower that hears nothing from the
+	// leader for HeartbeatTimeout (randomised up to twice that) starts an
+	// election; a candidate that wins no majority within ElectionTimeout
+	// (randomised likewise) tries again; a leader that hears from no
+	// majority for LeaderLeaseTimeout steps down. Zero: DefaultHeartbeatTimeout,
+	// DefaultElectionTimeout and DefaultLeaderLeaseTimeout for a node with
+	// peers, a fifth of a second (and half that for the lease) for a
+	// standalone one, which elects itself after one heartbeat timeout.
+	// Validate checks them against each other; MinSurvivingTTL is the
+	// shortest session TTL that outlives one election with them.
+	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout time.Duration
 }
+
+// The default failure detection of a node with peers: 500 ms keeps a
+// fail-over near one second on loopback while tolerating the scheduling
+// stalls of a busy 2-core machine; raft's own defaults (1 s) fail over in
+// about two seconds. docs/timing.md gives the measurements under load.
+const (
+	DefaultHeartbeatTimeout   = 500 * time.Millisecond
+	DefaultElectionTimeout    = 500 * time.Millisecond
+	DefaultLeaderLeaseTimeout = 250 * time.Millisecond
+)
+
+// Bounds of the timing settings: below minTiming raft's own timers and a
+// busy scheduler are of the same order; above maxTiming a lost leader
+// goes unnoticed for minutes, and one election could outlast the longest
+// session TTL.
+const (
+	minTiming = 10 * time.Millisecond
+	maxTiming = time.Minute
+)
+
+// ElectionBound is the longest one election may take with these timings,
+// from the leader's last heartbeat to a new leader, one split vote
+// included: a follower notices the silence within twice the heartbeat
+// timeout, and a candidate that wins no majority waits up to twice the
+// election timeout before it tries again.
+func (c Config) ElectionBound() time.Duration {
+	c.fill()
+	return 2*c.HeartbeatTimeout + 2*c.ElectionTimeout
+}
+
+// MinSurvivingTTL is the shortest session TTL that outlives one election
+// (ElectionBound) in the worst case: a client renews every third of its
+// TTL and stops trusting its hold a drift margin (up to another third)
+// before the TTL runs out, so the election must fit in the third left.
+// A session with a shorter TTL is valid, but may be lost to its client
+// while a new leader is elected.
+func (c Config) MinSurvivingTTL() time.Duration { return 3 * c.ElectionBound() }
 
 // DefaultSnapshotBytes is the default Config.SnapshotBytes: about a
 // second of replay on the reference machine.
@@ -129,6 +179,19 @@ func (c *Config) fill() {
 	if c.GroupCommitWait == 0 {
 		c.GroupCommitWait = DefaultGroupCommitWait
 	}
+	hb, el, lease := DefaultHeartbeatTimeout, DefaultElectionTimeout, DefaultLeaderLeaseTimeout
+	if c.PeerAddr == "" {
+		hb, el, lease = 200*time.Millisecond, 200*time.Millisecond, 100*time.Millisecond
+	}
+	if c.HeartbeatTimeout == 0 {
+		c.HeartbeatTimeout = hb
+	}
+	if c.ElectionTimeout == 0 {
+		c.ElectionTimeout = max(el, c.HeartbeatTimeout)
+	}
+	if c.LeaderLeaseTimeout == 0 {
+		c.LeaderLeaseTimeout = min(lease, c.HeartbeatTimeout)
+	}
 }
 
 // Validate reports the first setting that cannot work, whatever the data
@@ -142,6 +205,9 @@ func (c Config) Validate() error {
 	if c.Join && (c.PeerAddr == "" || len(c.BootstrapPeers) > 0) {
 		return errors.New("node: joining a cluster needs a peer address and no bootstrap peers")
 	}
+	if err := c.validateTiming(); err != nil {
+		return err
+	}
 	if len(c.BootstrapPeers) > 0 {
 		if c.PeerAddr == "" {
 			return errors.New("node: bootstrap peers need a peer address")
@@ -149,6 +215,31 @@ func (c Config) Validate() error {
 		if _, self := c.BootstrapPeers[c.NodeID]; !self {
 			return fmt.Errorf("node: --bootstrap-peers does not name this node (%s)", c.NodeID)
 		}
+	}
+	return nil
+}
+
+// validateTiming checks the filled timing settings: each within bounds,
+// the lease within the heartbeat timeout and the election timeout no
+// shorter than it (raft's own rules). Within the bounds one election
+// (ElectionBound) takes at most 4 minutes, which the longest session TTL
+// (1 h) outlives; which shorter TTLs do not is the operator's to know
+// (MinSurvivingTTL: serve logs it, at warn when the clients' default TTL
+// is among them).
+func (c Config) validateTiming() error {
+	for _, t := range []struct {
+		flag string
+		d    time.Duration
+	}{{"--heartbeat-timeout", c.HeartbeatTimeout}, {"--election-timeout", c.ElectionTimeout}, {"--leader-lease-timeout", c.LeaderLeaseTimeout}} {
+		if t.d < minTiming || t.d > maxTiming {
+			return fmt.Errorf("node: %s %s is outside %s..%s", t.flag, t.d, minTiming, maxTiming)
+		}
+	}
+	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
+		return fmt.Errorf("node: --leader-lease-timeout %s must not exceed --heartbeat-timeout %s: a leader would keep leading after its followers started to elect another", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
+	}
+	if c.ElectionTimeout < c.HeartbeatTimeout {
+		return fmt.Errorf("node: --election-timeout %s must not be shorter than --heartbeat-timeout %s", c.ElectionTimeout, c.HeartbeatTimeout)
 	}
 	return nil
 }

@@ -32,6 +32,12 @@ import (
 var (
 	// ErrPeerUnreachable: a peer did not answer a raft RPC in time.
 	ErrPeerUnreachable = errors.New("tenure: peer did not answer")
+	// ErrPeerNotListening: nothing accepted a connection at a peer's
+	// address (its server is not started yet, or the address is wrong).
+	// It comes with ErrPeerUnreachable; a peer that accepts but does not
+	// answer, or does not speak raft (or mutual TLS), is ErrPeerUnreachable
+	// alone.
+	ErrPeerNotListening = errors.New("tenure: nothing listens at the peer address")
 	// ErrCatchingUp: a new member joined as a non-voter but has not
 	// caught up with the log yet, so it was not made a voter.
 	ErrCatchingUp = errors.New("tenure: new member still catching up")
@@ -39,6 +45,10 @@ var (
 	// cannot have other members.
 	ErrStandalone = errors.New("tenure: this node runs without --peer-listen and cannot have other members")
 )
+
+// peerPool is how many idle connections raft's transport keeps to each
+// peer.
+const peerPool = 3
 
 // probeTimeout bounds one probe of a peer.
 const probeTimeout = 3 * time.Second
@@ -90,31 +100,38 @@ func (n *Node) rpcHeader(nt *raft.NetworkTransport) raft.RPCHeader {
 }
 
 // call runs one RPC of nt, bounded by ctx and probeTimeout. The RPC itself
-// ends within the transport's timeout; Close waits for it.
-func (n *Node) call(ctx context.Context, id, addr string, rpc func() error) error {
+// ends within the transport's timeout; Close waits for it. With dial, a
+// plain TCP dial comes first: it fails fast on a port nothing listens on
+// and honours ctx, which the transport's own dial does not (the leader's
+// periodic watch of its peers, peers.go, skips it: its RPCs go over the
+// transport's pooled connections).
+func (n *Node) call(ctx context.Context, id, addr string, dial bool, rpc func() error) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	// A plain dial first: it fails fast on a port nothing listens on and
-	// honours ctx, which the transport's own dial does not.
-	target := addr
-	if r, ok := n.cfg.Faults.route(id); ok {
-		target = r
+	if dial {
+		target := addr
+		if r, ok := n.cfg.Faults.route(id); ok {
+			target = r
+		}
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", target)
+		if err != nil {
+			return fmt.Errorf("%w: %s at %s: %w", ErrPeerUnreachable, id, addr, notListening{err})
+		}
+		c.Close()
 	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", target)
-	if err != nil {
-		return fmt.Errorf("%w: %s at %s: %v", ErrPeerUnreachable, id, addr, err)
-	}
-	c.Close()
 	done := make(chan error, 1)
 	n.probes.Add(1)
 	go func() {
 		defer n.probes.Done()
+		// The transport pools up to peerPool connections per peer: each
+		// one to a peer that has restarted since fails once (EOF) and is
+		// dropped, so the attempt after the last of them dials afresh.
 		err := rpc()
-		if err != nil && ctx.Err() == nil && !errors.Is(err, ErrOtherCluster) {
-			// The transport pools connections: one to a peer that has
-			// restarted since fails once (EOF) and is dropped, and the
-			// next RPC dials afresh.
+		for range peerPool {
+			if err == nil || ctx.Err() != nil || errors.Is(err, ErrOtherCluster) {
+				break
+			}
 			err = rpc()
 		}
 		done <- err
@@ -142,7 +159,7 @@ func (n *Node) ProbePeer(ctx context.Context, id, addr string) error {
 	}
 	term := n.raft.CurrentTerm()
 	req := &raft.RequestPreVoteRequest{RPCHeader: n.rpcHeader(nt), Term: term, LastLogIndex: n.raft.LastIndex(), LastLogTerm: term}
-	return n.call(ctx, id, addr, func() error {
+	return n.call(ctx, id, addr, true, func() error {
 		var resp raft.RequestPreVoteResponse
 		return nt.RequestPreVote(raft.ServerID(id), raft.ServerAddress(addr), req, &resp)
 	})
@@ -152,6 +169,11 @@ func (n *Node) ProbePeer(ctx context.Context, id, addr string) error {
 // last log index; with prev > 0 it also asks whether the peer holds entry
 // prev of term prevTerm (holds).
 func (n *Node) heartbeat(ctx context.Context, id, addr string, prev, prevTerm uint64) (last uint64, holds bool, err error) {
+	return n.beat(ctx, id, addr, prev, prevTerm, true)
+}
+
+// beat is heartbeat, with call's dial.
+func (n *Node) beat(ctx context.Context, id, addr string, prev, prevTerm uint64, dial bool) (last uint64, holds bool, err error) {
 	nt, err := n.netTransport()
 	if err != nil {
 		return 0, false, err
@@ -159,7 +181,7 @@ func (n *Node) heartbeat(ctx context.Context, id, addr string, prev, prevTerm ui
 	term := n.raft.CurrentTerm()
 	req := &raft.AppendEntriesRequest{RPCHeader: n.rpcHeader(nt), Term: term, PrevLogEntry: prev, PrevLogTerm: prevTerm}
 	var resp raft.AppendEntriesResponse
-	err = n.call(ctx, id, addr, func() error {
+	err = n.call(ctx, id, addr, dial, func() error {
 		return nt.AppendEntries(raft.ServerID(id), raft.ServerAddress(addr), req, &resp)
 	})
 	if err != nil {
@@ -281,3 +303,9 @@ func mapConfErr(err error) error {
 	}
 	return mapRaftErr(err)
 }
+
+// notListening is a failed dial: ErrPeerNotListening, saying why.
+type notListening struct{ err error }
+
+func (e notListening) Error() string        { return e.err.Error() }
+func (e notListening) Is(target error) bool { return target == ErrPeerNotListening }

@@ -111,6 +111,9 @@ type Node struct {
 	// KeepAlive).
 	lease leaderLease
 
+	// peers is the leader's view of the other members' health (peers.go).
+	peers peerWatch
+
 	// lastBatch is the size of the last batch answered (see lingerProbe).
 	lastBatch atomic.Int64
 

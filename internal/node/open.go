@@ -164,8 +164,9 @@ func Open(cfg Config, sink fsm.EventSink) (_ *Node, err error) {
 }
 
 // startWork starts, once, the node's own goroutines: the batcher and the
-// answerer (proposals), the applied record's writer and the snapshotter.
-// Run calls it; Close waits for them. Proposals made before are queued.
+// answerer (proposals), the applied record's writer, the snapshotter and
+// the leader's watch of its peers (peers.go). Run calls it; Close waits
+// for them. Proposals made before are queued.
 func (n *Node) startWork() {
 	n.workMu.Lock()
 	defer n.workMu.Unlock()
@@ -173,11 +174,12 @@ func (n *Node) startWork() {
 		return
 	}
 	n.workStarted = true
-	n.wg.Add(5)
+	n.wg.Add(6)
 	go n.batcher()
 	go n.answerer()
 	go func() { defer n.wg.Done(); n.rec.run(n.quit) }()
 	go n.snapshotter()
+	go n.watchPeers()
 	go func() {
 		defer n.wg.Done()
 		n.ident.run(n.quit, n.fsm.Security, func(err error) { n.cfg.Logger.Error("recording the cluster id", "err", err) })
@@ -232,7 +234,7 @@ func (n *Node) openTransport(logger hclog.Logger) (raft.ServerAddress, error) {
 		return "", fmt.Errorf("node: peer address %q: %w", advertise, err)
 	}
 	nc := &raft.NetworkTransportConfig{
-		ServerAddressProvider: cfg.Faults.addressProvider(), Logger: logger, MaxPool: 3, Timeout: 10 * time.Second,
+		ServerAddressProvider: cfg.Faults.addressProvider(), Logger: logger, MaxPool: peerPool, Timeout: 10 * time.Second,
 	}
 	var stream raft.StreamLayer
 	if cfg.PeerTLS != nil {
@@ -273,15 +275,10 @@ func (n *Node) raftConfig(logger hclog.Logger) *raft.Config {
 	// 500 ms keeps fail-over near one second on loopback while tolerating
 	// scheduling stalls of a busy 2-core machine; raft's defaults (1 s) fail
 	// over in about two seconds.
-	rc.HeartbeatTimeout = 500 * time.Millisecond
-	rc.ElectionTimeout = 500 * time.Millisecond
-	rc.LeaderLeaseTimeout = 250 * time.Millisecond
-	if n.cfg.PeerAddr == "" {
-		// A standalone voter elects itself after one heartbeat timeout.
-		rc.HeartbeatTimeout = 200 * time.Millisecond
-		rc.ElectionTimeout = 200 * time.Millisecond
-		rc.LeaderLeaseTimeout = 100 * time.Millisecond
-	}
+	// The values, and their defaults, are Config's (config.go).
+	rc.HeartbeatTimeout = n.cfg.HeartbeatTimeout
+	rc.ElectionTimeout = n.cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = n.cfg.LeaderLeaseTimeout
 	return rc
 }
 

@@ -18,22 +18,35 @@ import (
 // versions (a member that does not answer in time is listed without).
 const memberVersionWait = time.Second
 
-// members lists the members, each with the version it reports over its
-// peer listener (node.MemberVersions: a few seconds old at most, asked
-// again within memberVersionWait).
+// members lists the configuration, each member with the version it
+// reports over its peer listener (node.MemberVersions: a few seconds old
+// at most, asked again within memberVersionWait); on the leader also with
+// each member's health from its view (node.MembersHealth), which view
+// names.
 func (s *Server) members(ctx context.Context) (*pb.MemberListResponse, error) {
-	ms, err := s.node.Members()
+	hs, known, err := s.node.MembersHealth()
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	vctx, cancel := context.WithTimeout(ctx, memberVersionWait)
+	ms := make([]node.Member, len(hs))
+	for i, h := range hs {
+		ms[i] = h.Member
+	}
 	vs := s.node.MemberVersions(vctx, ms)
 	cancel()
 	out := &pb.MemberListResponse{}
+	if known {
+		out.View = s.node.ID()
+	}
 	s.node.Read(func(st *fsm.State) {
-		for _, m := range ms {
-			v := vs[m.ID]
-			out.Members = append(out.Members, &pb.Member{Id: m.ID, PeerAddr: m.PeerAddr, Voter: m.Voter, Leader: m.Leader, ClientAddr: st.ClientAddr(m.ID), Protocol: v.Protocol, Version: v.Release})
+		for _, h := range hs {
+			v := vs[h.ID]
+			m := &pb.Member{Id: h.ID, PeerAddr: h.PeerAddr, Voter: h.Voter, Leader: h.Leader, ClientAddr: st.ClientAddr(h.ID), Protocol: v.Protocol, Version: v.Release}
+			if known {
+				m.Reachable, m.LastContactMs, m.MatchIndex, m.Lag = h.Reachable, h.LastContact.Milliseconds(), h.MatchIndex, h.Lag
+			}
+			out.Members = append(out.Members, m)
 		}
 	})
 	return out, nil
@@ -77,15 +90,47 @@ func (s *Server) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*pb.M
 	return s.members(ctx)
 }
 
-// MemberAdd implements pb.TenureServer. The new voter's peer must answer
-// first; the change is refused if the reachable voters, the new one
-// included, would be fewer than a majority of the voters before or after
-// it. It then joins as a non-voter and is promoted once it has caught up
-// (node.AddVoter). Force only allows an even number of voters.
+// MemberAdd implements pb.TenureServer. Nothing changes before the new
+// member's peer answers a raft RPC: the leader waits for that until
+// shortly before the request's deadline (awaitPeer). With rebuild, the
+// member's old voter entry, if any, is then removed (its data was lost: a
+// voter that has forgotten its log and its vote must not count for a
+// quorum), checked as MemberRemove checks, and the member is added back
+// as below; run again after an interruption it finds the member absent or
+// a non-voter and only adds it. The add is refused if the reachable
+// voters, the new one included, would be fewer than a majority of the
+// voters before or after it. The member joins as a non-voter and is
+// promoted once it has caught up (node.AddVoter). Force only allows an
+// even number of voters (a rebuild of a voter restores the number it
+// began with and needs none).
 func (s *Server) MemberAdd(ctx context.Context, req *pb.MemberAddRequest) (*pb.MemberListResponse, error) {
 	id, addr := req.GetId(), req.GetPeerAddr()
 	if id == "" || addr == "" {
 		return nil, toStatus(fmt.Errorf("%w: member add needs an id and a peer address", fsm.ErrInvalid))
+	}
+	if !s.node.IsLeader() {
+		return nil, toStatus(node.ErrNotLeader)
+	}
+	if req.GetRebuild() && id == s.node.ID() {
+		return nil, toStatus(fmt.Errorf("%w: %s is the leader answering this request, so its data is not lost; rebuild another member, or stop this one and rebuild it from the others", fsm.ErrInvalid, id))
+	}
+	// What can be refused without the new member is refused first: an
+	// even number of voters (a rebuild of a voter keeps the number).
+	if ms, _, err := s.node.Configuration(); err != nil {
+		return nil, toStatus(err)
+	} else if _, after := addCounts(ms, id); after%2 == 0 && !req.GetForce() && !(req.GetRebuild() && isVoter(ms, id)) {
+		return nil, toStatus(evenRefusal(after))
+	}
+	if err := s.awaitPeer(ctx, id, addr); err != nil {
+		return nil, toStatus(err)
+	}
+	force := req.GetForce()
+	if req.GetRebuild() {
+		removed, err := s.removeOldEntry(ctx, id)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		force = force || removed
 	}
 	ms, index, err := s.node.Configuration()
 	if err != nil {
@@ -95,30 +140,133 @@ func (s *Server) MemberAdd(ctx context.Context, req *pb.MemberAddRequest) (*pb.M
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if err := s.node.ProbePeer(ctx, id, addr); err != nil {
-		return nil, toStatus(memberErr(err, fmt.Sprintf("start its server with --peer-listen %s --join first", addr)))
-	}
-	before := voters(ms)
-	after, reachable := before+1, len(up)+1
-	for _, m := range ms {
-		if m.ID == id && m.Voter {
-			after--
-			if up[id] {
-				reachable--
-			}
-		}
+	before, after := addCounts(ms, id)
+	reachable := len(up) + 1
+	if up[id] {
+		reachable--
 	}
 	if need := max(majority(before), majority(after)); reachable < need {
 		return nil, toStatus(quorumRefusal("adding "+id, reachable, after, need, before, before-len(up)))
 	}
-	if after%2 == 0 && !req.GetForce() {
+	if after%2 == 0 && !force {
 		return nil, toStatus(evenRefusal(after))
 	}
 	if err := s.node.AddVoter(ctx, id, addr, index); err != nil {
 		return nil, toStatus(memberErr(err, ""))
 	}
-	s.log.Info("member added", "member", id, "peer", addr, "voters", after)
+	s.log.Info("member added", "member", id, "peer", addr, "voters", after, "rebuild", req.GetRebuild())
 	return s.members(ctx)
+}
+
+// addCounts returns the voters of ms, and how many there are once id is a
+// voter.
+func addCounts(ms []node.Member, id string) (before, after int) {
+	before = voters(ms)
+	if isVoter(ms, id) {
+		return before, before
+	}
+	return before, before + 1
+}
+
+// isVoter reports whether id is a voter of ms.
+func isVoter(ms []node.Member, id string) bool {
+	for _, m := range ms {
+		if m.ID == id && m.Voter {
+			return true
+		}
+	}
+	return false
+}
+
+// peerPoll is how often awaitPeer asks a new member's peer again.
+const peerPoll = 200 * time.Millisecond
+
+// awaitPeer waits until member id's peer answers a raft RPC at addr
+// (node.ProbePeer). While nothing listens there (its server is not
+// started yet) it asks again every peerPoll, until shortly before ctx's
+// deadline: the refusal, which says that nothing changed, must reach the
+// caller before its deadline does. A peer that listens but does not
+// answer, or not as raft (another protocol, a peer TLS it does not pass),
+// is refused at once.
+func (s *Server) awaitPeer(ctx context.Context, id, addr string) error {
+	if dl, ok := ctx.Deadline(); ok {
+		margin := min(time.Until(dl)/10, 2*time.Second)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl.Add(-margin))
+		defer cancel()
+	}
+	start, logged := time.Now(), false
+	tick := time.NewTicker(peerPoll)
+	defer tick.Stop()
+	for {
+		err := s.node.ProbePeer(ctx, id, addr)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, node.ErrPeerNotListening) {
+			return memberErr(err, fmt.Sprintf("nothing was changed: start its server with --peer-listen %s --join first", addr))
+		}
+		if !logged {
+			logged = true
+			s.log.Info("waiting for a new member's peer to listen", "member", id, "peer", addr, "err", err)
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return memberErr(err, fmt.Sprintf("waited %s for it; nothing was changed: start its server with --peer-listen %s --join first, or give more time (--timeout)", time.Since(start).Round(time.Millisecond), addr))
+		}
+	}
+}
+
+// removeOldEntry removes voter id's entry for a rebuild (refused if the
+// reachable voters left would be fewer than a majority of the voters
+// before); removed is false when id was no voter (absent, or a non-voter
+// left by an interrupted rebuild).
+func (s *Server) removeOldEntry(ctx context.Context, id string) (removed bool, err error) {
+	ms, index, err := s.node.Configuration()
+	if err != nil {
+		return false, err
+	}
+	voter := false
+	for _, m := range ms {
+		voter = voter || (m.ID == id && m.Voter)
+	}
+	if !voter {
+		return false, nil
+	}
+	if err := s.checkRemoval(ctx, ms, id, true); err != nil {
+		return false, err
+	}
+	if err := s.node.RemoveServer(ctx, id, index); err != nil {
+		return false, err
+	}
+	s.log.Info("member removed for a rebuild", "member", id)
+	return true, nil
+}
+
+// checkRemoval refuses the removal of voter id from ms if the reachable
+// voters left would be fewer than a majority of the voters before, or
+// (unless force) an even number would be left, or none.
+func (s *Server) checkRemoval(ctx context.Context, ms []node.Member, id string, force bool) error {
+	if voters(ms) == 1 {
+		return fmt.Errorf("%w: %s is the cluster's only voter; a cluster needs at least one (to retire it, stop the node instead)", fsm.ErrInvalid, id)
+	}
+	up, err := s.node.Reachable(ctx, ms)
+	if err != nil {
+		return err
+	}
+	before := voters(ms)
+	after, reachable := before-1, len(up)
+	if up[id] {
+		reachable--
+	}
+	if reachable < majority(before) {
+		return quorumRefusal("removing "+id, reachable, after, majority(before), before, before-len(up))
+	}
+	if after%2 == 0 && after > 0 && !force {
+		return evenRefusal(after)
+	}
+	return nil
 }
 
 // MemberRemove implements pb.TenureServer. Removing a voter is refused if
@@ -139,24 +287,9 @@ func (s *Server) MemberRemove(ctx context.Context, req *pb.MemberRemoveRequest) 
 	if target == nil {
 		return nil, toStatus(fmt.Errorf("%w: no member %q", fsm.ErrInvalid, id))
 	}
-	if target.Voter && voters(ms) == 1 {
-		return nil, toStatus(fmt.Errorf("%w: %s is the cluster's only voter; a cluster needs at least one (to retire it, stop the node instead)", fsm.ErrInvalid, id))
-	}
 	if target.Voter {
-		up, err := s.node.Reachable(ctx, ms)
-		if err != nil {
+		if err := s.checkRemoval(ctx, ms, id, req.GetForce()); err != nil {
 			return nil, toStatus(err)
-		}
-		before := voters(ms)
-		after, reachable := before-1, len(up)
-		if up[id] {
-			reachable--
-		}
-		if reachable < majority(before) {
-			return nil, toStatus(quorumRefusal("removing "+id, reachable, after, majority(before), before, before-len(up)))
-		}
-		if after%2 == 0 && after > 0 && !req.GetForce() {
-			return nil, toStatus(evenRefusal(after))
 		}
 	}
 	if err := s.node.RemoveServer(ctx, id, index); err != nil {

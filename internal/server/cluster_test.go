@@ -141,9 +141,10 @@ func wantWrites(t *testing.T, ctx context.Context, c *client.Client) {
 }
 
 // TestMemberAddRefusesAPeerThatNeverAnswered: adding a voter at an
-// address where nothing listens, or where something that is not a raft
-// server listens, is refused with INVALID_ARGUMENT even with force, and
-// the configuration is unchanged.
+// address where nothing listens (after waiting for it up to the request's
+// deadline), or where something that is not a raft server listens (at
+// once), is refused with INVALID_ARGUMENT even with force, saying that
+// nothing was changed, and the configuration is unchanged.
 func TestMemberAddRefusesAPeerThatNeverAnswered(t *testing.T) {
 	testutil.Slow(t)
 	ms := startCluster(t, 3)
@@ -167,8 +168,12 @@ func TestMemberAddRefusesAPeerThatNeverAnswered(t *testing.T) {
 	}()
 	for _, addr := range []string{freePort(t), silent.Addr().String()} {
 		began := time.Now()
-		_, err := c.AddMember(ctx, "n4", addr, true)
-		if !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), "did not answer") || !strings.Contains(err.Error(), "--peer-listen "+addr) {
+		// Where nothing listens the leader waits for the peer until
+		// shortly before the request's deadline.
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := c.AddMember(actx, "n4", addr, true)
+		acancel()
+		if !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), "did not answer") || !strings.Contains(err.Error(), "--peer-listen "+addr) || !strings.Contains(err.Error(), "nothing was changed") {
 			t.Fatalf("add of a voter at %s that never answers: %v", addr, err)
 		}
 		t.Logf("refused after %v: %v", time.Since(began), err)

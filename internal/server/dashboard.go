@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,6 +12,7 @@ import (
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/internal/dashboard"
 	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/node"
 	"github.com/tenure-io/tenure/internal/version"
 )
 
@@ -57,8 +59,46 @@ func (d dashSource) Cluster(ctx context.Context) (dashboard.Cluster, error) {
 	}
 	st := d.s.node.Status()
 	h := d.s.node.Health()
-	return dashboard.Cluster{Node: st.Node, Leader: h.Leader, Term: st.Term, CommitIndex: h.CommitIndex, AppliedIndex: h.AppliedIndex,
-		Revision: st.Revision, Voters: st.Voters, Ready: h.Ready(), NotReady: h.Reason(), Version: version.String()}, nil
+	out := dashboard.Cluster{Node: st.Node, Leader: h.Leader, Term: st.Term, CommitIndex: h.CommitIndex, AppliedIndex: h.AppliedIndex,
+		Revision: st.Revision, Voters: st.Voters, Ready: h.Ready(), NotReady: h.Reason(), Version: version.String(), Members: []dashboard.Member{}}
+	ms, err := d.s.members(ctx) // the member list's own view
+	if err != nil {
+		return dashboard.Cluster{}, dashErr(err)
+	}
+	out.View = ms.GetView()
+	for _, m := range ms.GetMembers() {
+		out.Members = append(out.Members, dashboard.Member{ID: m.GetId(), PeerAddr: m.GetPeerAddr(), Voter: m.GetVoter(), Leader: m.GetLeader(),
+			Reachable: m.GetReachable(), LastContactMs: m.GetLastContactMs(), MatchIndex: m.GetMatchIndex(), Lag: m.GetLag(), Version: memberVersion(m)})
+	}
+	if out.View != "" {
+		var hs []node.MemberHealth
+		for _, m := range out.Members {
+			hs = append(hs, node.MemberHealth{Member: node.Member{ID: m.ID}, Reachable: m.Reachable})
+		}
+		out.Degraded = node.Degraded(hs)
+	}
+	d.s.node.Read(func(s *fsm.State) {
+		t := s.Totals()
+		out.Summary = dashboard.Summary{Locks: t.Locks, Held: t.Held, Waiters: t.Waiters, Delayed: t.Delayed, Sessions: t.Sessions, Queues: t.Queues}
+		s.EachQueue(func(q fsm.QueueSizes) {
+			out.Summary.Ready += q.Ready
+			out.Summary.InFlight += q.InFlight
+			out.Summary.Dead += q.Dead
+		})
+	})
+	return out, nil
+}
+
+// memberVersion is member m's release and protocol as text ("" if it
+// did not answer).
+func memberVersion(m *pb.Member) string {
+	switch {
+	case m.GetProtocol() == 0:
+		return ""
+	case m.GetVersion() == "":
+		return "protocol " + strconv.FormatUint(uint64(m.GetProtocol()), 10)
+	}
+	return m.GetVersion() + " (protocol " + strconv.FormatUint(uint64(m.GetProtocol()), 10) + ")"
 }
 
 // lockLocked describes the lock of summary l; the state's read lock is held.

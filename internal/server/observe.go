@@ -51,6 +51,11 @@ func (s *Server) Sample(maxQueues int) metrics.Sample {
 	out.Watchers = s.watches.open()
 	r := s.node.RaftStats()
 	out.Raft = metrics.RaftSample{IsLeader: r.IsLeader, Term: r.Term, CommitIndex: r.CommitIndex, AppliedIndex: r.AppliedIndex}
+	if hs, ok, err := s.node.MembersHealth(); err == nil && ok {
+		for _, h := range hs {
+			out.Members = append(out.Members, metrics.MemberSample{ID: h.ID, Reachable: h.Reachable, LastContact: h.LastContact, Lag: h.Lag})
+		}
+	}
 	return out
 }
 
@@ -107,4 +112,5 @@ func (s *Server) healthStatus(out *pb.StatusResponse) {
 	h := s.node.Health()
 	out.CommitIndex, out.Ready, out.NotReady, out.Version = h.CommitIndex, h.Ready(), h.Reason(), version.String()
 	out.Protocol, out.MinProtocol, out.ClusterVersion = version.Protocol, version.MinProtocol, s.node.ClusterVersion()
+	out.Degraded = s.node.Degraded()
 }

@@ -75,6 +75,31 @@ function route() {
 // The locks page keeps its filter across redraws.
 let lockPrefix = "";
 
+// members draws the cluster's members: their health is the leader's view
+// (c.view names it); a follower knows only who they are.
+function members(c) {
+  const known = !!c.view;
+  const rows = (c.members || []).map(m => h("tr", {"data-testid": "member", "data-id": m.id},
+    h("td", {}, m.id),
+    h("td", {}, m.peer_addr),
+    h("td", {}, h("span", {class: "tag"}, m.leader ? "leader" : (m.voter ? "voter" : "non-voter"))),
+    h("td", {class: known ? (m.reachable ? "ok" : "bad") : "muted", "data-testid": "reachable"}, known ? (m.reachable ? "reachable" : "unreachable") : "?"),
+    h("td", {class: "num"}, known ? m.lag : "?"),
+    h("td", {class: "num"}, known ? (m.leader ? "-" : dur(m.last_contact_ms) + " ago") : "?"),
+    h("td", {}, m.version || h("span", {class: "muted"}, "?"))));
+  return [table(["id", "peer address", "state", "reachable", "lag (entries)", "last contact", "version"], rows, {"data-testid": "members"}),
+    known ? null : h("p", {class: "muted"}, "This node is a follower and does not watch its peers: open the leader's dashboard for their reachability, lag and last contact.")];
+}
+
+// summary draws the counts of what the state holds.
+function summary(s) {
+  const row = (k, v) => [h("dt", {}, k), h("dd", {class: "num"}, v || 0)];
+  return h("dl", {class: "kv", "data-testid": "summary"},
+    row("locks", s.locks), row("locks held", s.held), row("waiters", s.waiters), row("lock-delays", s.delayed),
+    row("sessions", s.sessions), row("queues", s.queues),
+    row("queue items ready", s.ready), row("in flight", s.inflight), row("dead", s.dead));
+}
+
 const pages = {
   async cluster() {
     const c = await api("/api/cluster");
@@ -86,8 +111,13 @@ const pages = {
       h("dt", {}, "applied index"), h("dd", {}, c.applied_index),
       h("dt", {}, "revision"), h("dd", {}, c.revision),
       h("dt", {}, "health"), h("dd", {class: c.ready ? "ok" : "bad", "data-testid": "health"}, c.ready ? "ready" : "not ready: " + c.not_ready),
+      c.degraded ? [h("dt", {}, "members"), h("dd", {class: "bad", "data-testid": "degraded"}, "degraded: " + c.degraded)] : null,
       h("dt", {}, "voters"), h("dd", {}, (c.voters || []).join(", ")),
-      h("dt", {}, "version"), h("dd", {}, c.version))];
+      h("dt", {}, "version"), h("dd", {}, c.version)),
+      h("h2", {}, "Members"),
+      ...members(c),
+      h("h2", {}, "Summary"),
+      summary(c.summary || {})];
   },
 
   async locks() {
