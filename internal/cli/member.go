@@ -38,7 +38,6 @@ type membersJSON struct {
 	Members []memberJSON `json:"members"`
 }
 
-
 func (a *app) emitMembers(resp *pb.MemberListResponse) error {
 	out := membersJSON{View: resp.GetView(), Members: []memberJSON{}}
 	for _, m := range resp.GetMembers() {
