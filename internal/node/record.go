@@ -128,36 +128,7 @@ func readRecord(path string) (r appliedRecord, found bool, err error) {
 }
 
 // writeRecord replaces the record at path atomically and durably.
-func writeRecord(path string, r appliedRecord) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(r.encode())
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	dir, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	err = dir.Sync()
-	if cerr := dir.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
+func writeRecord(path string, r appliedRecord) error { return writeFileAtomic(path, r.encode()) }
 
 // recordRemedy is what to do about a damaged or missing record.
 func recordRemedy(path string) string {
