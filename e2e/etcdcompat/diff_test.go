@@ -123,8 +123,18 @@ func putLease(key, val string, lease int, opts ...clientv3.OpOption) step {
 }
 
 func get(key string, opts ...clientv3.OpOption) step {
+	return getAt(key, func(*recorder) []clientv3.OpOption { return opts })
+}
+
+// at is the revision of the n-th change of a key (from 1): the same
+// point of the workload on both servers, whatever else each counts in its
+// revisions (Tenure's first key need not be at revision 2, as etcd's is).
+func (r *recorder) at(n int) int64 { return r.writes[n-1] }
+
+// getAt is get with options that name revisions through the recorder.
+func getAt(key string, opts func(*recorder) []clientv3.OpOption) step {
 	return func(ctx context.Context, r *recorder) {
-		resp, err := r.cli.Get(ctx, key, opts...)
+		resp, err := r.cli.Get(ctx, key, opts(r)...)
 		if err != nil {
 			r.log("get %s%s", key, errText(err))
 			return
@@ -272,8 +282,12 @@ func workload() []step {
 		get("d/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend)),
 		get("d/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
 		get("d/", clientv3.WithFirstCreate()...), get("d/", clientv3.WithLastCreate()...), get("d/", clientv3.WithLastKey()...),
-		get("d/", clientv3.WithPrefix(), clientv3.WithMinModRev(3)),
-		get("d/", clientv3.WithPrefix(), clientv3.WithMaxCreateRev(2), clientv3.WithLimit(1)),
+		getAt("d/", func(r *recorder) []clientv3.OpOption {
+			return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithMinModRev(r.at(2))}
+		}),
+		getAt("d/", func(r *recorder) []clientv3.OpOption {
+			return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithMaxCreateRev(r.at(1)), clientv3.WithLimit(1)}
+		}),
 		get("d/", clientv3.WithPrefix(), clientv3.WithSerializable()),
 		get("absent"), get("d/x", clientv3.WithRange("d/z")),
 		get("d/a", clientv3.WithRev(100000)),
