@@ -172,13 +172,22 @@ func (n *Node) heartbeat(ctx context.Context, id, addr string, prev, prevTerm ui
 	return n.beat(ctx, id, addr, prev, prevTerm, true)
 }
 
-// beat is heartbeat, with call's dial.
+// beat is heartbeat, with call's dial. Only a leader sends one, stamped
+// with the term it leads (ErrNotLeader otherwise).
 func (n *Node) beat(ctx context.Context, id, addr string, prev, prevTerm uint64, dial bool) (last uint64, holds bool, err error) {
 	nt, err := n.netTransport()
 	if err != nil {
 		return 0, false, err
 	}
-	term := n.raft.CurrentTerm()
+	// The term this node leads, never raft's current term: a deposed
+	// leader has learned a newer term in which another node leads, and a
+	// heartbeat stamped with it would make that leader step down and take
+	// this node for the leader of its term.
+	l := n.leadership()
+	if !l.Leading {
+		return 0, false, ErrNotLeader
+	}
+	term := l.Term
 	req := &raft.AppendEntriesRequest{RPCHeader: n.rpcHeader(nt), Term: term, PrevLogEntry: prev, PrevLogTerm: prevTerm}
 	var resp raft.AppendEntriesResponse
 	err = n.call(ctx, id, addr, dial, func() error {
