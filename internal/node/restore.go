@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -104,7 +105,7 @@ func (n *Node) RestoreSnapshot(ctx context.Context, data []byte, opt RestoreOpti
 	// all speak it may not have raised its version yet: ask them first.
 	if v := max(snap.GetClusterVersion(), snap.GetFormatVersion(), 1); v > n.fsm.ClusterVersion() {
 		if n.raft.State() == raft.Leader {
-			_ = n.tryRaise(ctx) // upgrade.go
+			n.raiseForRestore(ctx, v)
 		}
 		if cv := n.fsm.ClusterVersion(); v > cv {
 			return nil, fmt.Errorf("%w: the snapshot was saved at cluster version %d and this cluster is at version %d: finish upgrading every member first (docs/operations.md)", fsm.ErrVersion, v, cv)
@@ -179,4 +180,30 @@ func (n *Node) RestoreSnapshot(ctx context.Context, data []byte, opt RestoreOpti
 // Snapshot asks raft to take a snapshot now (used by tests and operators).
 func (n *Node) Snapshot() error {
 	return n.await(context.Background(), func() raft.Future { return n.raft.Snapshot() })
+}
+
+// restoreRaiseWait bounds how long a restore waits for the voters to
+// report their versions (a cluster just started is ready with a quorum,
+// before its last member answers).
+const restoreRaiseWait = 10 * time.Second
+
+// raiseForRestore raises the cluster version towards v before a restore,
+// asking the voters again until they all report it, for up to
+// restoreRaiseWait (or ctx): a member that is still starting may not
+// answer yet, or close the probe as a release before versions does.
+func (n *Node) raiseForRestore(ctx context.Context, v uint32) {
+	deadline := time.Now().Add(restoreRaiseWait)
+	for {
+		err := n.tryRaise(ctx) // upgrade.go
+		if err == nil || n.fsm.ClusterVersion() >= v || time.Now().After(deadline) {
+			return
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return
+		case <-n.quit:
+			return
+		}
+	}
 }

@@ -261,6 +261,10 @@ func (n *Node) raiseClusterVersion(ctx context.Context) {
 	}
 }
 
+// errVoterSilent: a voter did not report its version (not listening yet,
+// or down); the cluster version is not raised past it.
+var errVoterSilent = errors.New("a voter did not report its version")
+
 // tryRaise is one attempt of raiseClusterVersion.
 func (n *Node) tryRaise(ctx context.Context) error {
 	ms, err := n.Members()
@@ -278,7 +282,7 @@ func (n *Node) tryRaise(ctx context.Context) error {
 	for _, m := range voters {
 		v, ok := vs[m.ID]
 		if !ok {
-			return fmt.Errorf("voter %s did not report its version", m.ID)
+			return fmt.Errorf("%w: %s", errVoterSilent, m.ID)
 		}
 		target = min(target, v.Protocol)
 	}
