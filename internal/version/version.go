@@ -55,9 +55,13 @@ func Go() string { return runtime.Version() }
 // AclTokenUpdate, SetClientAddr and SetClusterVersion; the etcd lease limit of its own;
 // registers bound to a lock; a transaction's answer bound; ACLs put in
 // force on every member by their bootstrap.
+//
+// Version 3: the etcd API's history of past revisions and its compaction,
+// nested transactions, and ZooKeeper's znodes (each command and field is
+// named in internal/fsm's Gates).
 const (
 	// Protocol is the newest format version this build reads and writes.
-	Protocol uint32 = 2
+	Protocol uint32 = 3
 	// MinProtocol is the oldest cluster version this build serves in:
 	// it may join (or be upgraded into) a cluster whose members speak
 	// MinProtocol or newer.
