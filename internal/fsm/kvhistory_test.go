@@ -39,12 +39,12 @@ func everyKey(st *fsm.State, rev uint64) []fsm.KV {
 // versions of that time; deleted keys absent), after other keys changed.
 func TestKVRangeAtPastRevision(t *testing.T) {
 	st := fsm.NewState()
-	mustApply(t, st, cmdKVPut("a", "a1", 0)) // 1
-	mustApply(t, st, cmdKVPut("b", "b1", 0)) // 2
-	mustApply(t, st, cmdKVPut("a", "a2", 0)) // 3
+	mustApply(t, st, cmdKVPut("a", "a1", 0))  // 1
+	mustApply(t, st, cmdKVPut("b", "b1", 0))  // 2
+	mustApply(t, st, cmdKVPut("a", "a2", 0))  // 3
 	mustApply(t, st, cmdKVDelete("b", false)) // 4
-	mustApply(t, st, cmdKVPut("b", "b2", 0)) // 5
-	mustApply(t, st, cmdKVPut("c", "c1", 0)) // 6
+	mustApply(t, st, cmdKVPut("b", "b2", 0))  // 5
+	mustApply(t, st, cmdKVPut("c", "c1", 0))  // 6
 	want := map[uint64][]fsm.KV{
 		1: {{Key: "a", Value: []byte("a1"), CreateRevision: 1, ModRevision: 1, Version: 1}},
 		2: {{Key: "a", Value: []byte("a1"), CreateRevision: 1, ModRevision: 1, Version: 1}, {Key: "b", Value: []byte("b1"), CreateRevision: 2, ModRevision: 2, Version: 1}},
