@@ -79,6 +79,9 @@ type Config struct {
 	// of every range of a Txn together, of a DeleteRange's previous
 	// values), decided before it is built; 0: DefaultMaxResponseBytes.
 	MaxResponseBytes int
+	// AutoCompaction is etcd's automatic compaction of the history of
+	// past revisions, run by the leader (history.go); zero: none.
+	AutoCompaction AutoCompaction
 }
 
 // DefaultMaxResponseBytes is the default Config.MaxResponseBytes: well

@@ -172,6 +172,10 @@ func (s *State) KVCompactRevision() uint64 {
 	return s.kv.hist.compactRev
 }
 
+// KVHistoryKept reports whether the history window is kept: from cluster
+// version 3 on.
+func (s *State) KVHistoryKept() bool { return s.at(historyVersion) }
+
 // KVHistoryStats reports the window: its records and the bytes they count
 // against max-kv-history-bytes.
 func (s *State) KVHistoryStats() (records int, bytes uint64) {
@@ -419,4 +423,45 @@ func (s *State) importKVHistory(snap *fsmpb.Snapshot) error {
 	}
 	s.kv.hist = h
 	return nil
+}
+
+// KVChange is one change of a key in the history window.
+type KVChange struct {
+	// Put: the key was written; else deleted, and KV holds only its Key
+	// and ModRevision (the delete's revision).
+	Put bool
+	KV  KV
+	// Prev is the key before the change; nil: it did not exist. Read
+	// only.
+	Prev *KV
+}
+
+// KVChangesFrom returns the window's changes at revision from and after,
+// in revision order: at most about limit, never half of a revision.
+// through is the revision up to which they are complete: the state's
+// revision once they reach the end of the window. A revision before the
+// window's start (or any, below cluster version 3) is
+// ErrCompactedRevision.
+func (s *State) KVChangesFrom(from uint64, limit int) (changes []KVChange, through uint64, err error) {
+	if !s.at(historyVersion) || from < s.kv.hist.compactRev {
+		return nil, 0, ErrCompactedRevision
+	}
+	recs := s.kv.hist.records()
+	i, _ := slices.BinarySearchFunc(recs, from, func(r kvRecord, rev uint64) int {
+		switch {
+		case r.rev < rev:
+			return -1
+		case r.rev > rev:
+			return 1
+		}
+		return 0
+	})
+	for ; i < len(recs); i++ {
+		r := &recs[i]
+		if len(changes) >= limit && r.rev != changes[len(changes)-1].KV.ModRevision {
+			return changes, changes[len(changes)-1].KV.ModRevision, nil
+		}
+		changes = append(changes, KVChange{Put: r.put, KV: r.kv, Prev: r.prev})
+	}
+	return changes, max(s.revision, from-1), nil
 }

@@ -152,7 +152,7 @@ func (s *Server) admitFront(op any) error {
 			}
 		}
 		return nil
-	case *fsmpb.CreateSession, *fsmpb.CloseSession, *fsmpb.SetEtcdURL, *fsmpb.AclTokenUpdate:
+	case *fsmpb.CreateSession, *fsmpb.CloseSession, *fsmpb.SetEtcdURL, *fsmpb.AclTokenUpdate, *fsmpb.KVHistoryCompact:
 		return nil
 	}
 	return fmt.Errorf("%w: %T is not an operation a front proposes", errNoCommand, op)
