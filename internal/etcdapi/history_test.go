@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tenure-io/tenure/internal/daemon"
+	"github.com/tenure-io/tenure/internal/etcdapi"
 	"github.com/tenure-io/tenure/internal/testutil"
 )
 
@@ -260,5 +261,23 @@ func TestHashKVAgreesOnThreeMembers(t *testing.T) {
 	})
 	if hashes[0].Hash != hashes[1].Hash || hashes[1].Hash != hashes[2].Hash {
 		t.Fatalf("Hash differs between members at revision %d: %v", hashes[0].Header.Revision, hashes)
+	}
+}
+
+// TestAutoCompaction: with --auto-compaction-mode periodic and a retention
+// of a second, the leader compacts the history as time passes: a read of
+// the first revisions becomes "compacted" without a client's Compact.
+func TestAutoCompaction(t *testing.T) {
+	e := start(t, daemon.Config{EtcdAutoCompaction: etcdapi.AutoCompaction{Mode: etcdapi.CompactionPeriodic, Period: time.Second}})
+	first := waitHistory(t, e.srv.Daemon, e)
+	ctx := ctxT(t)
+	testutil.WaitFor(t, "an automatic compaction past the first revision", 20*time.Second, func() bool {
+		e.put(t, "auto", "x", 0)
+		_, err := e.kv.Range(ctx, &pb.RangeRequest{Key: []byte("auto"), Revision: first})
+		return err != nil && err.Error() == rpctypes.ErrGRPCCompacted.Error()
+	})
+	h, err := e.maint.HashKV(ctx, &pb.HashKVRequest{})
+	if err != nil || h.CompactRevision <= first {
+		t.Fatalf("HashKV after auto-compaction: %+v %v", h, err)
 	}
 }
