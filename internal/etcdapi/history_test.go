@@ -24,8 +24,14 @@ import (
 // from it on.
 func waitHistory(t *testing.T, d *daemon.Daemon, e *etcd) int64 {
 	t.Helper()
-	testutil.WaitFor(t, "cluster version 3", 30*time.Second, func() bool { return d.Node.ClusterVersion() >= 3 })
+	waitVersion3(t, d)
 	return e.put(t, "history-start", "", 0).Header.Revision
+}
+
+// waitVersion3 waits until the cluster version keeps the history window.
+func waitVersion3(t *testing.T, d *daemon.Daemon) {
+	t.Helper()
+	testutil.WaitFor(t, "cluster version 3", 30*time.Second, func() bool { return d.Node.ClusterVersion() >= 3 })
 }
 
 // TestRangeAtPastRevision: etcdctl get --rev after other keys changed
@@ -200,6 +206,10 @@ func TestHashKVAgreesOnThreeMembers(t *testing.T) {
 	defer conn.Close()
 	kv := pb.NewKVClient(conn)
 	ctx := ctxT(t)
+	testutil.WaitFor(t, "a write through member 0", 20*time.Second, func() bool {
+		_, err := kv.Put(ctx, &pb.PutRequest{Key: []byte("h/start")})
+		return err == nil // the leader may not have published its etcd address yet
+	})
 	var mid, last int64
 	for i := range 20 {
 		r, err := kv.Put(ctx, &pb.PutRequest{Key: []byte(fmt.Sprint("h/", i%5)), Value: []byte(fmt.Sprint(i))})
