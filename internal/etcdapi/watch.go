@@ -281,13 +281,16 @@ func (st *watchStream) remove(w *watcher) {
 	delete(st.watchers, w.id)
 }
 
-func event(w *watcher, c *server.KVChange) *mvccpb.Event {
+// event is c as etcd sends it to w. etcd reads an event's previous key at
+// the revision before it when it sends it: once that revision is
+// compacted (before compactRev; 0: no history kept) the event has none.
+func event(w *watcher, c *server.KVChange, compactRev uint64) *mvccpb.Event {
 	ev := &mvccpb.Event{Type: mvccpb.PUT, Kv: keyValue(&c.KV)}
 	if !c.Put {
 		ev.Type = mvccpb.DELETE
 		ev.Kv = &mvccpb.KeyValue{Key: []byte(c.KV.Key), ModRevision: int64(c.KV.ModRevision)}
 	}
-	if w.prevKV && c.Prev != nil {
+	if w.prevKV && c.Prev != nil && c.KV.ModRevision-1 >= compactRev {
 		ev.PrevKv = keyValue(c.Prev)
 	}
 	return ev
@@ -295,8 +298,12 @@ func event(w *watcher, c *server.KVChange) *mvccpb.Event {
 
 func (st *watchStream) sendEvents(w *watcher, changes []server.KVChange, through uint64) error {
 	resp := &pb.WatchResponse{Header: st.s.header(through), WatchId: w.id, Events: make([]*mvccpb.Event, len(changes))}
+	var compactRev uint64
+	if w.prevKV {
+		compactRev = st.s.compactRevision()
+	}
 	for i := range changes {
-		resp.Events[i] = event(w, &changes[i])
+		resp.Events[i] = event(w, &changes[i], compactRev)
 	}
 	w.sent = true
 	if !w.fragment {
