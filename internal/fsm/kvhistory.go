@@ -44,9 +44,10 @@ import (
 const historyVersion = 3
 
 // kvRecordOverhead is what a record takes beside its key and the value it
-// keeps alive: the record, the copy of the previous key and its index
-// entry. max-kv-history-bytes counts it.
-const kvRecordOverhead = 160
+// keeps alive: the record in the log (with the log's spare capacity), the
+// copy of the previous key and its index entry (measured:
+// BenchmarkKVHistoryWindow). max-kv-history-bytes counts it.
+const kvRecordOverhead = 256
 
 // kvRecord is one change of a key.
 type kvRecord struct {
@@ -91,7 +92,8 @@ type kvHistory struct {
 	// Records are never modified once appended, and the records before
 	// head are not cleared: a snapshot shares the slice (historyCopy)
 	// while Apply appends and compacts. Compaction copies the rest to a
-	// new array once head passes half of it.
+	// new array once head passes a quarter of it, so the dropped records
+	// keep at most a third of the window's size alive.
 	log  []kvRecord
 	head int
 	// versions indexes the records' prev by (key, mod revision).
@@ -118,7 +120,7 @@ func (h *kvHistory) compactTo(c uint64) {
 	switch {
 	case h.head == len(h.log):
 		h.log, h.head = nil, 0
-	case h.head > 1024 && 2*h.head > len(h.log):
+	case h.head > 1024 && 4*h.head > len(h.log):
 		h.log, h.head = slices.Clone(h.log[h.head:]), 0
 	}
 	h.compactRev = max(h.compactRev, c)
