@@ -4259,9 +4259,11 @@ type KVRange struct {
 	// count: also count every key of the range, the limit and the revision
 	// filters aside (etcd's count).
 	Count bool `protobuf:"varint,14,opt,name=count,proto3" json:"count,omitempty"`
-	// revision: read at this revision (0: the current one). Only the
-	// revision before the transaction can be read; a later one is refused
-	// with fsm.ErrFutureRevision, an earlier one with fsm.ErrCompactedRevision.
+	// revision: read at this revision (0: the current one): one inside the
+	// history window (from cluster version 3; below it only the revision
+	// before the transaction). A later one than the transaction's is
+	// refused with fsm.ErrFutureRevision, one before the window's start with
+	// fsm.ErrCompactedRevision.
 	Revision      uint64 `protobuf:"varint,15,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
