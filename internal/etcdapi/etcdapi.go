@@ -19,7 +19,9 @@
 // keepalives, TimeToLive) are forwarded by a follower to the leader's etcd
 // API (forward.go), because etcd's clients do not retry a write on
 // another member. Watches are served by the node that receives them, from
-// its own watch history (server.KVCursor), as etcd serves them.
+// its own watch history (server.KVCursor), as etcd serves them, and from
+// the state machine's history window (fsm/kvhistory.go) for the revisions
+// the watch history no longer holds (watch.go, history.go).
 //
 // Errors are etcd's (rpctypes), mapped in one place (errors.go). What is
 // not supported, and where Tenure differs, is listed in docs/etcd.md.
