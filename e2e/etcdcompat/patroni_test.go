@@ -200,10 +200,20 @@ func (m *patroniMember) start(t *testing.T) *proc {
 		p.kill()
 		<-p.done
 		if t.Failed() {
-			t.Logf("patroni (pid %d) output:\n%s%s", p.cmd.Process.Pid, p.stdout(), p.stderr())
+			t.Logf("patroni (pid %d) output, its last 40 lines:\n%s", p.cmd.Process.Pid, lastLines(p.stdout()+p.stderr(), 40))
 		}
 	})
 	return p
+}
+
+// lastLines is the last n lines of s: Patroni repeats a failure every
+// loop, so its last lines tell the story.
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > n {
+		l = append([]string{fmt.Sprintf("[%d lines]", len(l)-n)}, l[len(l)-n:]...)
+	}
+	return strings.Join(l, "\n")
 }
 
 // stop stops Patroni as an operator does, with SIGTERM to its PID: it
@@ -333,7 +343,7 @@ func runPatroni(t *testing.T, env patroniEnv, etcdAddr string) {
 	// Bootstrap: initdb, the initialize key, the leader race.
 	began := time.Now()
 	p := m.start(t)
-	st := m.waitPrimary(t, p, 60*time.Second)
+	st := m.waitPrimary(t, p, 45*time.Second)
 	t.Logf("bootstrapped and leading in %v: %+v", time.Since(began).Round(time.Millisecond), st)
 	if st.SystemID == "" {
 		t.Fatalf("Patroni reports no system identifier: %+v", st)
@@ -383,7 +393,7 @@ func runPatroni(t *testing.T, env patroniEnv, etcdAddr string) {
 	// was), and it takes the leader key again.
 	began = time.Now()
 	p = m.start(t)
-	again := m.waitPrimary(t, p, 60*time.Second)
+	again := m.waitPrimary(t, p, 45*time.Second)
 	t.Logf("restarted and leading in %v: %+v", time.Since(began).Round(time.Millisecond), again)
 	if again.SystemID != st.SystemID {
 		t.Fatalf("after the restart the system identifier is %s, was %s: Patroni bootstrapped a new cluster", again.SystemID, st.SystemID)
