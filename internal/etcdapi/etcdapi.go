@@ -117,12 +117,15 @@ func New(srv *server.Server, cfg Config) *Server {
 }
 
 // GRPCOptions are the options of the gRPC server the API is registered
-// on: etcd's request size, keepalive pings as often as etcdctl sends them
+// on and Serve serves: the transport credentials of Serve's listener
+// (which does the TLS handshake itself), etcd's request size, keepalive pings as often as etcdctl sends them
 // (every 2 s by default), and etcd's check of a request that requires a
 // leader (clientv3.WithRequireLeader): on a node that knows no leader it
 // is refused with "no leader".
 func (s *Server) GRPCOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
+		// Serve does any TLS handshake; these report it (listen.go).
+		grpc.Creds(connCreds{}),
 		grpc.MaxRecvMsgSize(maxRequestBytes),
 		// Fixed flow-control windows, as on Tenure's own API
 		// (server.GRPCOptions): gRPC's dynamic window is sized by ping
