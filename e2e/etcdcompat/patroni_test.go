@@ -216,6 +216,18 @@ func lastLines(s string, n int) string {
 	return strings.Join(l, "\n")
 }
 
+// patroniErrors is the ERROR lines and tracebacks' first lines of
+// Patroni's log (the test shows the log's end when it fails).
+func patroniErrors(log string) string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, " ERROR: ") || strings.HasPrefix(l, "Traceback") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 // stop stops Patroni as an operator does, with SIGTERM to its PID: it
 // stops PostgreSQL and gives up its leader key.
 func (m *patroniMember) stop(t *testing.T, p *proc) {
@@ -290,13 +302,17 @@ func (s patroniStatus) isPrimary() bool {
 	return (s.Role == "master" || s.Role == "primary") && s.State == "running"
 }
 
-// waitPrimary polls Patroni's REST API until it reports a running primary,
-// and fails the test after d or when Patroni exits.
-func (m *patroniMember) waitPrimary(t *testing.T, p *proc, d time.Duration) patroniStatus {
+// waitLeader polls Patroni's REST API and the store until Patroni reports
+// a running primary of a cluster with a system identifier and the leader
+// key names it (while it bootstraps, Patroni already reports a running
+// primary, before it takes the key), and fails the test after d or when
+// Patroni exits.
+func (m *patroniMember) waitLeader(t *testing.T, p *proc, d time.Duration, leaderKey func() patroniKey) patroniStatus {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	var last patroniStatus
 	var lastErr error
+	var key patroniKey
 	for {
 		select {
 		case <-p.done:
@@ -304,11 +320,13 @@ func (m *patroniMember) waitPrimary(t *testing.T, p *proc, d time.Duration) patr
 		default:
 		}
 		last, lastErr = m.status()
-		if lastErr == nil && last.isPrimary() {
-			return last
+		if lastErr == nil && last.isPrimary() && last.SystemID != "" {
+			if key = leaderKey(); key.present && key.value == m.name {
+				return last
+			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("Patroni is not a running primary within %v: last status %+v, %v", d, last, lastErr)
+			t.Fatalf("Patroni does not lead within %v: last status %+v, %v; leader key %+v", d, last, lastErr, key)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -341,13 +359,11 @@ func runPatroni(t *testing.T, env patroniEnv, etcdAddr string) {
 	}
 
 	// Bootstrap: initdb, the initialize key, the leader race.
+	leaderKey := func() patroniKey { return get("leader") }
 	began := time.Now()
 	p := m.start(t)
-	st := m.waitPrimary(t, p, 45*time.Second)
+	st := m.waitLeader(t, p, 45*time.Second, leaderKey)
 	t.Logf("bootstrapped and leading in %v: %+v", time.Since(began).Round(time.Millisecond), st)
-	if st.SystemID == "" {
-		t.Fatalf("Patroni reports no system identifier: %+v", st)
-	}
 	initKey := get("initialize")
 	if !initKey.present || initKey.value != st.SystemID {
 		t.Fatalf("initialize key %+v, want the system identifier %s", initKey, st.SystemID)
@@ -359,8 +375,7 @@ func runPatroni(t *testing.T, env patroniEnv, etcdAddr string) {
 	// The leader key names the member and is bound to a lease of the
 	// configured TTL, which Patroni keeps alive: it is there at every look
 	// for well over two TTLs.
-	var leader patroniKey
-	waitFor(t, 10*time.Second, "the leader key", func() bool { leader = get("leader"); return leader.present })
+	leader := get("leader")
 	if leader.value != m.name || leader.lease == 0 {
 		t.Fatalf("leader key %+v, want %q bound to a lease", leader, m.name)
 	}
@@ -382,7 +397,16 @@ func runPatroni(t *testing.T, env patroniEnv, etcdAddr string) {
 	if st, err := m.status(); err != nil || !st.isPrimary() {
 		t.Fatalf("after %v of leading Patroni reports %+v, %v", watchFor, st, err)
 	}
-	t.Logf("the leader key lived %v (%.1f TTLs) under %d lease(s)", watchFor, watchFor.Seconds()/patroniTTL, len(leases))
+	if len(leases) != 1 {
+		t.Fatalf("the leader key was bound to %d leases in %v: Patroni's keep-alives did not keep its lease", len(leases), watchFor)
+	}
+	// Patroni recovers from what goes wrong (a failed keep-alive, a
+	// broken watch stream) by logging an error and trying again: there
+	// must be none.
+	if errs := patroniErrors(p.stdout() + p.stderr()); errs != "" {
+		t.Fatalf("Patroni logged errors while it led:\n%s", errs)
+	}
+	t.Logf("the leader key lived %v (%.1f TTLs) on one lease", watchFor, watchFor.Seconds()/patroniTTL)
 
 	// Stopped, Patroni stops PostgreSQL and gives up its leader key.
 	m.stop(t, p)
@@ -390,20 +414,16 @@ func runPatroni(t *testing.T, env patroniEnv, etcdAddr string) {
 
 	// Started again on the same data directory, it finds its cluster:
 	// no new initdb (the same system identifier, the initialize key as it
-	// was), and it takes the leader key again.
+	// was), and it takes the leader key again (waitLeader).
 	began = time.Now()
 	p = m.start(t)
-	again := m.waitPrimary(t, p, 45*time.Second)
+	again := m.waitLeader(t, p, 45*time.Second, leaderKey)
 	t.Logf("restarted and leading in %v: %+v", time.Since(began).Round(time.Millisecond), again)
 	if again.SystemID != st.SystemID {
 		t.Fatalf("after the restart the system identifier is %s, was %s: Patroni bootstrapped a new cluster", again.SystemID, st.SystemID)
 	}
 	if now := get("initialize"); now != initKey {
 		t.Fatalf("after the restart the initialize key is %+v, was %+v", now, initKey)
-	}
-	waitFor(t, 10*time.Second, "the leader key after the restart", func() bool { leader = get("leader"); return leader.present })
-	if leader.value != m.name {
-		t.Fatalf("after the restart the leader key is %+v, want %q", leader, m.name)
 	}
 	if strings.Contains(p.stderr(), "bootstrap a new cluster") {
 		t.Fatalf("after the restart Patroni tried to bootstrap a new cluster")
