@@ -21,6 +21,10 @@
 // another member. Watches are served by the node that receives them, from
 // its own watch history (server.KVCursor), as etcd serves them.
 //
+// The same listener serves etcd's JSON gateway, /version and /health
+// beside gRPC (listen.go, gateway.go); the gateway is a client of the
+// same gRPC server, so its requests meet every check gRPC's do.
+//
 // Errors are etcd's (rpctypes), mapped in one place (errors.go). What is
 // not supported, and where Tenure differs, is listed in docs/etcd.md.
 package etcdapi
