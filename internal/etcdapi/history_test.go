@@ -124,6 +124,7 @@ func TestCompact(t *testing.T) {
 func TestWatchReplaysTheWindow(t *testing.T) {
 	cfg := daemon.Config{}
 	cfg.Limits.KV.WatchHistory = 4
+	cfg.Limits.KV.WatchProgressInterval = time.Minute // nothing but the new change may wake the stream
 	e := start(t, cfg)
 	first := waitHistory(t, e.srv.Daemon, e) + 1
 	for i := range 10 {

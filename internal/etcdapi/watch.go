@@ -220,7 +220,7 @@ func (st *watchStream) pump() (notify <-chan struct{}, busy bool, err error) {
 			if err := st.replay(w); err != nil {
 				return nil, false, err
 			}
-			busy = busy || w.cursor == nil
+			busy = true // read again: from the window, or from the watch history (which gives the channel to wait on)
 			continue
 		}
 		changes, through, caughtUp, n, err := w.cursor.Read(w.match)
