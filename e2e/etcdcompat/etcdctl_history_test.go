@@ -67,6 +67,14 @@ func TestEtcdctlEndpointHashKV(t *testing.T) {
 	eps := strings.Join(etcdEndpoints(ns), ",")
 	cli := client(t, etcdEndpoints(ns)...)
 	waitHistory(t, cli)
+	waitFor(t, 30*time.Second, "writes through every member (the leader publishes its etcd address first)", func() bool {
+		for _, ep := range etcdEndpoints(ns) {
+			if _, _, err := etcdctlRun(ep, "", "put", "hk/probe", "x"); err != nil {
+				return false
+			}
+		}
+		return true
+	})
 	var rev int64
 	for i := range 10 {
 		rev = putRev(t, eps, fmt.Sprint("hk/", i%3), fmt.Sprint(i))
