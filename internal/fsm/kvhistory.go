@@ -61,6 +61,13 @@ type kvRecord struct {
 	prev *KV
 }
 
+// indexed reports whether the version the record superseded is in the
+// index: one written at an earlier revision. A version written and
+// superseded at the same revision (a transaction that writes a key twice)
+// was current at no revision, and would share its (key, mod revision)
+// with the one that superseded it.
+func (r *kvRecord) indexed() bool { return r.prev != nil && r.prev.ModRevision < r.rev }
+
 func (r *kvRecord) size() uint64 {
 	n := uint64(len(r.kv.Key) + kvRecordOverhead)
 	if r.prev != nil {
@@ -111,7 +118,7 @@ func (h *kvHistory) records() []kvRecord { return h.log[h.head:] }
 func (h *kvHistory) compactTo(c uint64) {
 	for h.head < len(h.log) && h.log[h.head].rev < c {
 		rec := &h.log[h.head]
-		if rec.prev != nil {
+		if rec.indexed() {
 			h.versions.Delete(kvVersion{kv: rec.prev})
 		}
 		h.bytes -= rec.size()
@@ -129,7 +136,7 @@ func (h *kvHistory) compactTo(c uint64) {
 // add appends a record.
 func (h *kvHistory) add(rec kvRecord) {
 	h.log = append(h.log, rec)
-	if rec.prev != nil {
+	if rec.indexed() {
 		h.versions.ReplaceOrInsert(kvVersion{kv: rec.prev, until: rec.rev})
 	}
 	h.bytes += rec.size()

@@ -329,3 +329,28 @@ func TestKVHistoryGated(t *testing.T) {
 		t.Fatalf("at 3: %+v", got)
 	}
 }
+
+// TestKVHistoryTwiceInOneTxn: a transaction that writes a key twice (the
+// native API allows it) leaves the key's versions readable at every
+// revision, before and after the oldest are compacted.
+func TestKVHistoryTwiceInOneTxn(t *testing.T) {
+	st := fsm.NewState()
+	mustApply(t, st, cmdKVPut("k", "a", 0))                                                                  // 1
+	mustApply(t, st, cmdKVTxn(&fsmpb.KVTxn{Success: []*fsmpb.KVOp{opPut("k", "b", 0), opPut("k", "c", 0)}})) // 2
+	mustApply(t, st, cmdKVPut("x", "x", 0))                                                                  // 3
+	mustApply(t, st, cmdKVPut("k", "d", 0))                                                                  // 4
+	check := func(rev uint64, want string) {
+		t.Helper()
+		got := st.Range(fsm.RangeQuery{Key: "k", Revision: rev}).KVs
+		if len(got) != 1 || string(got[0].Value) != want {
+			t.Fatalf("k at %d: %+v, want %s", rev, got, want)
+		}
+	}
+	check(1, "a")
+	check(2, "c")
+	check(3, "c")
+	check(4, "d")
+	mustApply(t, st, cmdCompact(3))
+	check(3, "c")
+	check(4, "d")
+}
