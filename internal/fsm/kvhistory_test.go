@@ -102,8 +102,11 @@ func TestKVHistoryMatchesEveryRevision(t *testing.T) {
 				cmd = cmdKVDelete(key(), false)
 			case 5:
 				cmd = cmdKVDelete("k1", true)
-			case 6, 7:
+			case 6:
 				cmd = cmdKVTxn(&fsmpb.KVTxn{Success: []*fsmpb.KVOp{opPut(key(), "t", 0), opDelete(key()+"x", false), opPut("z"+key(), "u", 0)}})
+			case 7: // a key written twice, then deleted or written again, in one transaction
+				k := key()
+				cmd = cmdKVTxn(&fsmpb.KVTxn{Success: []*fsmpb.KVOp{opPut(k, "t1", 0), opPut(k, "t2", 0), opDelete(key(), false), opPut(key(), "t3", 0)}})
 			case 8:
 				if st.Revision() > 5 {
 					cmd = cmdCompact(st.KVCompactRevision() + 1 + uint64(rng.IntN(3)))
