@@ -12,14 +12,18 @@ package server
 // What is forwarded: a unary request the follower answers "not the
 // leader" (a write, a linearizable read, a request its copy of the ACLs
 // would refuse) is sent to the leader and the leader's answer returned
-// in its place; so is a server stream (Observe, KVWatch, SnapshotSave)
+// in its place, and so is MemberList, whose answer only the leader gives
+// with every member's health and the configuration it decides on
+// (leaderView; a follower that cannot forward it answers from its own
+// view); so is a server stream (Observe, KVWatch, SnapshotSave)
 // that ended "not the leader" before sending anything. A stream the
 // client sends on (Sessions, which carries keepalives, acquires and
 // grants; SnapshotRestore) is relayed, frame by frame, undecoded, from its
 // start when the follower is not the serving leader. What a follower
 // serves itself (serializable reads, Status, MemberList) it serves. When
 // the leader cannot be reached over the peer port within
-// forwardConnectWait, or is not known, the follower answers "not the
+// forwardConnectWait (half the request's time at most; at once when the
+// last dial failed), or is not known, the follower answers "not the
 // leader" naming the leader's client address, as before: the client goes
 // there itself.
 //
@@ -73,6 +77,10 @@ const (
 	// UTF-8).
 	forwardedCertKey = "tenure-forwarded-cert-bin"
 )
+
+// leaderView are the methods a follower answers from its own copy, which
+// the leader answers better: a follower forwards them when it can.
+var leaderView = map[string]bool{"MemberList": true}
 
 // forwardConnectWait bounds how long a follower waits for its connection
 // to the leader's forward door before it answers "not the leader"
@@ -211,7 +219,13 @@ func (s *Server) forwardConn(ctx context.Context, id string) (*grpc.ClientConn, 
 		f.conns[id] = cc
 	}
 	f.mu.Unlock()
-	wctx, cancel := context.WithTimeout(ctx, forwardConnectWait)
+	// Half the request's time at most, so that the answer given here
+	// instead still reaches the client in time.
+	wait := forwardConnectWait
+	if d, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(d)/2)
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	for {
 		st := cc.GetState()
@@ -220,6 +234,9 @@ func (s *Server) forwardConn(ctx context.Context, id string) (*grpc.ClientConn, 
 			return cc, nil
 		case connectivity.Idle:
 			cc.Connect()
+		case connectivity.TransientFailure:
+			// The last dial failed; gRPC dials again after its backoff.
+			return nil, errors.New("server: the leader's forward door cannot be reached")
 		case connectivity.Shutdown:
 			return nil, errors.New("server: the forwarding connection was closed")
 		}

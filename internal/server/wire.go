@@ -79,9 +79,15 @@ func (r strictRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
 			if err == nil && !boundedByPayloads[name] {
 				resp, err = r.srv.boundAnswer(resp)
 			}
-			if err != nil && !r.forwardDoor && isNotLeader(err) {
+			switch {
+			case r.forwardDoor:
+			case err != nil && isNotLeader(err):
 				if fresp, ferr, ok := r.srv.forwardUnary(ctx, full, name, req, newResp); ok {
 					resp, err = fresp, ferr
+				}
+			case err == nil && leaderView[name] && !r.srv.Serving():
+				if fresp, ferr, ok := r.srv.forwardUnary(ctx, full, name, req, newResp); ok && ferr == nil {
+					resp = fresp
 				}
 			}
 			if err != nil {
