@@ -2,8 +2,10 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,9 +16,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
+	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/internal/daemon"
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/testutil"
+	"github.com/tenure-io/tenure/internal/tlsconfig"
 )
 
 // forwardAPI is Tenure's API at member to's forward door, dialled by from
@@ -142,5 +146,106 @@ func TestForwardedCallsAnswerToTheLeadersACLs(t *testing.T) {
 	}
 	if _, err := c.Read(make([]byte, 1)); err == nil {
 		t.Fatal("the connection stayed open after the refusal")
+	}
+}
+
+// TestFollowerForwardsAVerifiedClientCertificate: with client TLS
+// (client certificates required) and peer TLS, under --auth, a client
+// whose certificate is bound to a policy works through a follower: the
+// follower verifies the certificate and forwards its names over the peer
+// port's TLS, and the leader grants what the binding allows and refuses
+// the rest; a session opened through the follower holds a lock.
+func TestFollowerForwardsAVerifiedClientCertificate(t *testing.T) {
+	testutil.Slow(t)
+	dir := t.TempDir()
+	clientCA, err := tlsconfig.NewCA("clients", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerCA, err := tlsconfig.NewCA("peers", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverTLS, err := tlsconfig.New(peerFiles(t, dir, "server", clientCA), tlsconfig.Server, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := map[string]string{"n1": freePort(t), "n2": freePort(t), "n3": freePort(t)}
+	var ms []*member
+	for id := range peers {
+		pr, err := tlsconfig.New(peerFiles(t, dir, "peer-"+id, peerCA), tlsconfig.Peer, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, startDaemon(t, daemon.Config{NodeID: id, DataDir: filepath.Join(dir, id), PeerListen: peers[id], BootstrapPeers: peers, TLS: serverTLS.ServerConfig(), PeerTLS: pr.Config, Auth: true}))
+	}
+	dial := func(name string, m *member, opts ...client.Option) *client.Client {
+		t.Helper()
+		f := peerFiles(t, dir, name, clientCA)
+		cfg, err := tlsconfig.ClientConfig(f.CA, f.Cert, f.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return testutil.Dial(t, m.d.Addr(), append(opts, client.WithTLS(cfg))...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var leader, follower *member
+	testutil.WaitFor(t, "a leader every member knows, and the keys on every member", 30*time.Second, func() bool {
+		leader, follower = nil, nil
+		for _, m := range ms {
+			if len(m.d.Node.Security().Keys) == 0 {
+				return false
+			}
+			if m.d.Node.IsLeader() {
+				leader = m
+			}
+		}
+		for _, m := range ms {
+			if leader == nil || m.d.Node.Leader() != leader.id {
+				return false
+			}
+			if m != leader {
+				follower = m
+			}
+		}
+		return true
+	})
+	boot, err := dial("operator", leader).BootstrapACL(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := dial("operator", leader, client.WithAuthToken(boot.Secret))
+	if err := admin.CreatePolicy(ctx, &pb.AclPolicy{Name: "app", Rules: []*pb.AclRule{{Kind: "kv", Prefix: "app/", Access: "write"}, {Kind: "lock", Prefix: "app/", Access: "write"}, {Kind: "session", Prefix: "", Access: "write"}}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.BindIdentity(ctx, "app-client", []string{"app"}); err != nil {
+		t.Fatal(err)
+	}
+	app := dial("app-client", follower)
+	if _, err := app.Put(ctx, "app/k", []byte("v")); err != nil {
+		t.Fatalf("the certificate's put through the follower: %v", err)
+	}
+	if _, err := app.Put(ctx, "other/k", []byte("v")); status.Code(err) != codes.PermissionDenied && !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("the certificate's put outside its policy, through the follower: %v, want PERMISSION_DENIED", err)
+	}
+	s := testutil.Session(t, ctx, app, client.WithOwner("app"))
+	m, err := s.Mutex("app/lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatalf("a lock through the follower: %v", err)
+	}
+	if app.Endpoint() != follower.d.Addr() {
+		t.Fatalf("the client is at %s, not the follower", app.Endpoint())
+	}
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	anon := dial("stranger", follower)
+	if _, err := anon.Put(ctx, "app/k", []byte("v")); status.Code(err) != codes.PermissionDenied && !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("an unbound certificate's put through the follower: %v, want PERMISSION_DENIED", err)
 	}
 }

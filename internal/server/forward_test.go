@@ -25,8 +25,15 @@ func TestFollowersForwardWhenTheLeadersClientAPIIsCut(t *testing.T) {
 	defer cancel()
 	var leader *member
 	var followers []*member
-	tu.WaitFor(t, "a leader every member knows", 30*time.Second, func() bool {
+	// Forwarding starts once a member holds the cluster's signing keys
+	// (its proof on the forward door); until then a follower redirects.
+	tu.WaitFor(t, "a leader every member knows, and the keys on every member", 30*time.Second, func() bool {
 		leader, followers = nil, nil
+		for _, m := range ms {
+			if len(m.d.Node.Security().Keys) == 0 {
+				return false
+			}
+		}
 		for _, m := range ms {
 			if m.d.Node.IsLeader() {
 				leader = m
@@ -115,9 +122,26 @@ watch:
 	if err := h3.Unlock(ctx); err != nil {
 		t.Fatalf("unlock through the follower: %v", err)
 	}
+	// A watch from now needs the leader (a linearizable read of the
+	// revision): the follower forwards the stream with its request.
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	w, err := viaFollower.Watch(wctx, "k")
+	if err != nil {
+		t.Fatalf("watch through the follower: %v", err)
+	}
 	if _, err := viaFollower.Put(ctx, "k", []byte("v")); err != nil {
 		t.Fatalf("put through the follower: %v", err)
 	}
+	select {
+	case r, ok := <-w.C:
+		if !ok || len(r.Events) != 1 || string(r.Events[0].KV.Value) != "v" {
+			t.Fatalf("the watch through the follower: %+v %v (%v)", r, ok, w.Err())
+		}
+	case <-ctx.Done():
+		t.Fatal("the watch through the follower saw nothing")
+	}
+	wcancel()
 	if res, err := viaFollower.FencedPut(ctx, "reg", []byte("x"), tok1, "op-1", client.WithLock("one")); err != nil || !res.Accepted {
 		t.Fatalf("fenced put through the follower: %+v %v", res, err)
 	}

@@ -115,7 +115,7 @@ func (r strictRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
 			}
 			ss := &strictStream{ServerStream: stream, authorize: func(v any) error { return r.srv.authorize(stream.Context(), name, v) }}
 			err := handler(srv, ss)
-			if err != nil && !r.forwardDoor && !clientStreams && ss.req != nil && !ss.sent && isNotLeader(toStatus(err)) {
+			if err != nil && !r.forwardDoor && !clientStreams && ss.req != nil && !ss.sent && isNotLeader(err) {
 				// A server stream that needs the leader, answered here
 				// before it sent anything: forwarded with its request.
 				if ferr, ok := r.srv.relay(stream, full, name, ss.req); ok {
