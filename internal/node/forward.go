@@ -69,11 +69,11 @@ type forwardListener struct {
 	addr  net.Addr
 	conns chan net.Conn
 	done  chan struct{}
-	once  sync.Once
 
-	// mu guards open.
-	mu   sync.Mutex
-	open int
+	// mu guards open and closed, and orders hand against Close.
+	mu     sync.Mutex
+	open   int
+	closed bool
 }
 
 func newForwardListener(addr net.Addr) *forwardListener {
@@ -91,9 +91,21 @@ func (l *forwardListener) Accept() (net.Conn, error) {
 }
 
 // Close implements net.Listener; it is idempotent. Connections handed to
-// it afterwards are closed.
+// it and not accepted yet, or handed to it afterwards, are closed.
 func (l *forwardListener) Close() error {
-	l.once.Do(func() { close(l.done) })
+	l.mu.Lock()
+	if !l.closed {
+		l.closed = true
+		close(l.done)
+	}
+	var left []net.Conn
+	for len(l.conns) > 0 {
+		left = append(left, <-l.conns)
+	}
+	l.mu.Unlock()
+	for _, c := range left {
+		c.Close()
+	}
 	return nil
 }
 
@@ -104,20 +116,22 @@ func (l *forwardListener) Addr() net.Addr { return l.addr }
 // full, or holds MaxForwardConns already.
 func (l *forwardListener) hand(c net.Conn) {
 	l.mu.Lock()
-	if l.open >= MaxForwardConns {
+	if l.closed || l.open >= MaxForwardConns {
 		l.mu.Unlock()
 		c.Close()
 		return
 	}
 	l.open++
-	l.mu.Unlock()
 	fc := &countedConn{Conn: c, l: l}
+	queued := false
 	select {
 	case l.conns <- fc:
-	case <-l.done:
+		queued = true
+	default: // nobody accepts: the server is not serving
+	}
+	l.mu.Unlock()
+	if !queued {
 		fc.Close()
-	default:
-		fc.Close() // nobody accepts: the server is not serving
 	}
 }
 
