@@ -23,7 +23,7 @@ import (
 
 // freePort returns a loopback address nothing listens on now, outside
 // the ports the system hands out for outgoing connections.
-func freePort(t *testing.T) string { return testutil.FreeAddr(t, 61000, 65000) }
+func freePort(t testing.TB) string { return testutil.FreeAddr(t, 61000, 65000) }
 
 // member is one in-process node of a test cluster.
 type member struct {
@@ -35,14 +35,14 @@ type member struct {
 
 // startMember starts node id with peer address peer; bootstrap lists the
 // initial voters (nil: a node that will be added).
-func startMember(t *testing.T, root, id, peer string, bootstrap map[string]string) *member {
+func startMember(t testing.TB, root, id, peer string, bootstrap map[string]string) *member {
 	t.Helper()
 	return startMemberJoin(t, root, id, peer, bootstrap, false)
 }
 
 // startMemberJoin is startMember; with join, the node starts with --join
 // and is returned at once: it is ready only once a leader adds it.
-func startMemberJoin(t *testing.T, root, id, peer string, bootstrap map[string]string, join bool) *member {
+func startMemberJoin(t testing.TB, root, id, peer string, bootstrap map[string]string, join bool) *member {
 	t.Helper()
 	d, err := daemon.Start(daemon.Config{NodeID: id, DataDir: filepath.Join(root, id), Listen: "127.0.0.1:0", PeerListen: peer, BootstrapPeers: bootstrap, Join: join, LogOutput: testutil.LogWriter(t, id)})
 	if err != nil {
@@ -75,7 +75,7 @@ func startMemberJoin(t *testing.T, root, id, peer string, bootstrap map[string]s
 }
 
 // startCluster starts a cluster of n voters on loopback.
-func startCluster(t *testing.T, n int) []*member {
+func startCluster(t testing.TB, n int) []*member {
 	t.Helper()
 	root := t.TempDir()
 	peers := make(map[string]string)
