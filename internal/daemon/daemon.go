@@ -154,6 +154,14 @@ type Daemon struct {
 	etcd    *etcdapi.Server
 	// conns bounds the connections of every listener (conns.go).
 	conns *connTable
+	// fwdLis and fwdGS: the forward door, where followers relay the
+	// requests that need the leader over the peer port (nil standalone;
+	// internal/server's forward.go).
+	fwdLis net.Listener
+	fwdGS  *grpc.Server
+	// clientFaults: the client API listener's fault switches (empty
+	// unless built with the tenurefault tag).
+	clientFaults clientFaults
 }
 
 // Start opens the node and the listener. The daemon serves after Run is
@@ -185,6 +193,7 @@ func Start(cfg Config) (*Daemon, error) {
 	conns := newConnTable(cfg.MaxConnections, listeners)
 	n.Logger().Info("connection limits", "per_listener", conns.perListener, "all_listeners", conns.total, "descriptor_limit", conns.fds)
 	lis = conns.wrap(lis)
+	lis, faults := newClientFaults(lis)
 	opts := append(server.GRPCOptions(), server.ConnectionOptions()...)
 	if cfg.TLS != nil {
 		// Members dial it too, with their peer certificates (memberDial).
@@ -202,7 +211,11 @@ func Start(cfg Config) (*Daemon, error) {
 	server.Register(gs, srv)
 	queues := max(cmp.Or(cfg.MetricsQueues, DefaultMetricsQueues), 0)
 	hub.Metrics().SetSource(func() metrics.Sample { return srv.Sample(queues) })
-	d := &Daemon{Node: n, Hub: hub, lis: lis, gs: gs, srv: srv, conns: conns}
+	d := &Daemon{Node: n, Hub: hub, lis: lis, gs: gs, srv: srv, conns: conns, clientFaults: faults}
+	if fl := n.ForwardListener(); fl != nil {
+		d.fwdLis, d.fwdGS = fl, grpc.NewServer(server.ForwardOptions()...)
+		server.RegisterForwarded(d.fwdGS, srv)
+	}
 	if cfg.EtcdListen != "" {
 		if err := d.listenEtcd(cfg, srv); err != nil {
 			lis.Close()
@@ -299,7 +312,7 @@ func (d *Daemon) Ready() <-chan struct{} { return d.Node.Ready() }
 // Run serves until ctx ends, then stops gracefully and closes the node.
 func (d *Daemon) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	errc := make(chan error, 4)
+	errc := make(chan error, 5)
 	nctx, cancel := context.WithCancel(ctx)
 	wg.Add(3)
 	go func() { defer wg.Done(); errc <- d.Node.Run(nctx) }()
@@ -308,6 +321,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.httpSrv != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); errc <- d.serveHTTP(nctx) }()
+	}
+	if d.fwdGS != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); errc <- d.fwdGS.Serve(d.fwdLis) }()
 	}
 	if d.etcdGS != nil {
 		wg.Add(2)
@@ -321,6 +338,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	cancel()
 	d.gs.Stop() // streams are long-lived: close them rather than wait for them
+	if d.fwdGS != nil {
+		d.fwdGS.Stop()
+	}
 	if d.etcdGS != nil {
 		d.etcdGS.Stop()
 	}
