@@ -678,8 +678,8 @@ func TestClusterAndMaintenance(t *testing.T) {
 	if _, err := e.cluster.MemberAdd(ctx, &pb.MemberAddRequest{}); status.Code(err) != codes.Unimplemented {
 		t.Fatalf("member add: %v", err)
 	}
-	if _, err := e.maint.Defragment(ctx, &pb.DefragmentRequest{}); status.Code(err) != codes.Unimplemented {
-		t.Fatalf("defragment: %v", err)
+	if _, err := e.maint.Downgrade(ctx, &pb.DowngradeRequest{}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("downgrade: %v", err)
 	}
 }
 
