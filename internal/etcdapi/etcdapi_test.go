@@ -374,10 +374,6 @@ func TestTxn(t *testing.T) {
 	}
 	_, err = e.kv.Txn(ctx, &pb.TxnRequest{Success: many})
 	wantErr(t, err, rpctypes.ErrGRPCTooManyOps)
-	nested := &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{}}}
-	if _, err := e.kv.Txn(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{nested}}); status.Code(err) != codes.Unimplemented {
-		t.Fatalf("nested txn: %v", err)
-	}
 	// A read-only transaction takes no revision.
 	ro, err := e.kv.Txn(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{getOp("t")}})
 	if err != nil || ro.Header.Revision != w-0 && ro.Header.Revision < w {

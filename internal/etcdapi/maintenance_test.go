@@ -231,3 +231,39 @@ func TestMoveLeaderAndSnapshotInACluster(t *testing.T) {
 		return err == nil && st.Leader == etcdapi.MemberID(target)
 	})
 }
+
+// TestMaintenanceAndNestedTxnRights: under auth, Defragment, Snapshot
+// and MoveLeader need cluster write (etcd asks root of them), and a
+// nested transaction needs the rights of its ops, as etcd's
+// checkTxnReqsPermission asks.
+func TestMaintenanceAndNestedTxnRights(t *testing.T) {
+	e, n, _ := startAuth(t)
+	ctx := ctxT(t)
+	app := withToken(ctx, n.token(t, "app", "kv:app/:write").GetSecret())
+	root := withToken(ctx, n.root)
+	_, err := e.maint.Defragment(app, &pb.DefragmentRequest{})
+	wantErr(t, err, rpctypes.ErrGRPCPermissionDenied)
+	st, err := e.maint.Status(app, &pb.StatusRequest{})
+	if err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	_, err = e.maint.MoveLeader(app, &pb.MoveLeaderRequest{TargetID: st.Leader})
+	wantErr(t, err, rpctypes.ErrGRPCPermissionDenied)
+	s, err := e.maint.Snapshot(app, &pb.SnapshotRequest{})
+	if err == nil {
+		_, err = s.Recv()
+	}
+	wantErr(t, err, rpctypes.ErrGRPCPermissionDenied)
+	if _, err := e.maint.Defragment(root, &pb.DefragmentRequest{}); err != nil {
+		t.Fatalf("defragment as root: %v", err)
+	}
+	nested := &pb.TxnRequest{Success: []*pb.RequestOp{putOp("app/a", "1"), txnOp(&pb.TxnRequest{Failure: []*pb.RequestOp{putOp("secret/b", "2")}})}}
+	_, err = e.kv.Txn(app, nested)
+	wantErr(t, err, rpctypes.ErrGRPCPermissionDenied)
+	nested = &pb.TxnRequest{Success: []*pb.RequestOp{txnOp(&pb.TxnRequest{Compare: []*pb.Compare{keyExists("secret/c")}})}}
+	_, err = e.kv.Txn(app, nested)
+	wantErr(t, err, rpctypes.ErrGRPCPermissionDenied)
+	if _, err := e.kv.Txn(app, &pb.TxnRequest{Success: []*pb.RequestOp{txnOp(&pb.TxnRequest{Success: []*pb.RequestOp{putOp("app/b", "2")}})}}); err != nil {
+		t.Fatalf("a nested transaction within the token's rules: %v", err)
+	}
+}

@@ -95,7 +95,8 @@ type KVOpResult struct {
 	More    bool  // a range op: cut short by its limit
 	Count   int64 // a range op with count or count_only
 	Deleted int64
-	Prev    []KV // a put or a delete: as KVResult.Prev
+	Prev    []KV      // a put or a delete: as KVResult.Prev
+	Txn     *KVResult // a nested transaction: its result
 }
 
 // Errors of the key-value store's etcd options. Both are ErrInvalid too.
@@ -194,7 +195,7 @@ func (s *State) checkPut(p *fsmpb.KVPut) error {
 	return nil
 }
 
-func validateKVOps(ops []*fsmpb.KVOp) error {
+func validateKVOps(ops []*fsmpb.KVOp, depth int) error {
 	if len(ops) > MaxTxnOps {
 		return fmt.Errorf("%w: %d ops in a transaction branch, the limit is %d", ErrInvalid, len(ops), MaxTxnOps)
 	}
@@ -207,6 +208,8 @@ func validateKVOps(ops []*fsmpb.KVOp) error {
 			err = validateKVDelete(o.Delete)
 		case *fsmpb.KVOp_Range:
 			err = validateRangeOp(o.Range)
+		case *fsmpb.KVOp_Txn:
+			err = validateNestedTxn(o.Txn, depth+1)
 		default:
 			err = fmt.Errorf("%w: empty transaction op", ErrInvalid)
 		}
@@ -244,7 +247,10 @@ func validateKVCompare(c *fsmpb.KVCompare) error {
 }
 
 // ValidateKVTxn checks a transaction's arguments (not the sessions).
-func ValidateKVTxn(t *fsmpb.KVTxn) error {
+func ValidateKVTxn(t *fsmpb.KVTxn) error { return validateKVTxnAt(t, 0) }
+
+// validateKVTxnAt is ValidateKVTxn of a transaction nested depth deep.
+func validateKVTxnAt(t *fsmpb.KVTxn, depth int) error {
 	if len(t.GetCompares()) > MaxTxnOps {
 		return fmt.Errorf("%w: %d compares in a transaction, the limit is %d", ErrInvalid, len(t.GetCompares()), MaxTxnOps)
 	}
@@ -253,10 +259,10 @@ func ValidateKVTxn(t *fsmpb.KVTxn) error {
 			return err
 		}
 	}
-	if err := validateKVOps(t.GetSuccess()); err != nil {
+	if err := validateKVOps(t.GetSuccess(), depth); err != nil {
 		return err
 	}
-	return validateKVOps(t.GetFailure())
+	return validateKVOps(t.GetFailure(), depth)
 }
 
 // revisionOnce hands out one new revision on first use and the same one
@@ -295,36 +301,29 @@ func (s *State) kvApplyDelete(d *fsmpb.KVDelete, emit EventSink) Result {
 	return Result{KV: &KVResult{Deleted: int64(len(victims)), Prev: victims}}
 }
 
-// txnBranch evaluates a transaction's compares and checks the ops of the
-// branch they choose, changing nothing: the transaction is all or nothing.
-func (s *State) txnBranch(t *fsmpb.KVTxn) (ok bool, ops []*fsmpb.KVOp, err error) {
-	ok = true
-	for _, c := range t.GetCompares() {
-		if !s.kvCompare(c) {
-			ok = false
-			break
-		}
-	}
-	ops = t.GetSuccess()
-	if !ok {
-		ops = t.GetFailure()
-	}
+// txnBranch evaluates a transaction's compares, with those of its nested
+// transactions (planTxn), and checks the ops of the branches they choose,
+// changing nothing: the transaction is all or nothing. ops are the
+// branches' puts, deletes and ranges in the order they run.
+func (s *State) txnBranch(t *fsmpb.KVTxn) (plan *txnPlan, ops []*fsmpb.KVOp, err error) {
+	plan = s.planTxn(t)
+	ops = plan.flat()
 	for _, op := range ops {
 		if p := op.GetPut(); p != nil {
 			if err := s.checkPut(p); err != nil {
-				return ok, nil, err
+				return plan, nil, err
 			}
 		}
 		if r := op.GetRange(); r != nil && r.GetRevision() != 0 {
 			switch {
 			case r.GetRevision() > s.revision:
-				return ok, nil, ErrFutureRevision
+				return plan, nil, ErrFutureRevision
 			case r.GetRevision() < s.revision:
-				return ok, nil, ErrCompactedRevision
+				return plan, nil, ErrCompactedRevision
 			}
 		}
 	}
-	return ok, ops, nil
+	return plan, ops, nil
 }
 
 // ReadTxn evaluates a transaction whose ops are all ranges without
@@ -335,33 +334,47 @@ func (s *State) ReadTxn(t *fsmpb.KVTxn) (KVResult, error) {
 	if err := ValidateKVTxn(t); err != nil {
 		return KVResult{}, err
 	}
-	for _, branch := range [][]*fsmpb.KVOp{t.GetSuccess(), t.GetFailure()} {
-		for _, op := range branch {
-			if op.GetRange() == nil {
-				return KVResult{}, fmt.Errorf("%w: a transaction read holds ranges only", ErrInvalid)
-			}
-		}
+	if err := s.checkNestedVersion(t); err != nil {
+		return KVResult{}, err
 	}
-	ok, ops, err := s.txnBranch(t)
+	if !rangesOnly(t) {
+		return KVResult{}, fmt.Errorf("%w: a transaction read holds ranges only", ErrInvalid)
+	}
+	plan, ops, err := s.txnBranch(t)
 	if err != nil {
 		return KVResult{}, err
 	}
 	if err := s.admitTxnAnswer(t, ops); err != nil {
 		return KVResult{}, err
 	}
-	out := KVResult{Succeeded: ok, Ops: make([]KVOpResult, len(ops))}
-	for i, op := range ops {
-		a := s.rangeIn(rangeOp(op.GetRange(), t.GetPaged()))
-		out.Ops[i].Range, out.Ops[i].More, out.Ops[i].Count = a.KVs, a.More, a.Count
+	return *s.runPlan(plan, t.GetPaged(), &revisionOnce{s: s}, nil), nil
+}
+
+// rangesOnly reports whether every op of t's branches, and of its nested
+// transactions', is a range.
+func rangesOnly(t *fsmpb.KVTxn) bool {
+	for _, branch := range [][]*fsmpb.KVOp{t.GetSuccess(), t.GetFailure()} {
+		for _, op := range branch {
+			if nt := op.GetTxn(); nt != nil {
+				if !rangesOnly(nt) {
+					return false
+				}
+			} else if op.GetRange() == nil {
+				return false
+			}
+		}
 	}
-	return out, nil
+	return true
 }
 
 func (s *State) kvApplyTxn(t *fsmpb.KVTxn, emit EventSink) Result {
 	if err := ValidateKVTxn(t); err != nil {
 		return Result{Err: err}
 	}
-	ok, ops, err := s.txnBranch(t)
+	if err := s.checkNestedVersion(t); err != nil {
+		return Result{Err: err}
+	}
+	plan, ops, err := s.txnBranch(t)
 	if err != nil {
 		return Result{Err: err}
 	}
@@ -379,21 +392,7 @@ func (s *State) kvApplyTxn(t *fsmpb.KVTxn, emit EventSink) Result {
 			return Result{Err: err}
 		}
 	}
-	out := &KVResult{Succeeded: ok, Ops: make([]KVOpResult, len(ops))}
-	rev := revisionOnce{s: s}
-	for i, op := range ops {
-		switch o := op.GetOp().(type) {
-		case *fsmpb.KVOp_Put:
-			out.Ops[i].Prev = s.kvPut(o.Put, rev.get(), emit)
-		case *fsmpb.KVOp_Delete:
-			victims := s.kvDelete(rangeOf(o.Delete.GetKey(), o.Delete.GetPrefix(), o.Delete.GetRangeEnd()), &rev, emit)
-			out.Ops[i].Deleted, out.Ops[i].Prev = int64(len(victims)), victims
-		case *fsmpb.KVOp_Range:
-			a := s.rangeIn(rangeOp(o.Range, t.GetPaged()))
-			out.Ops[i].Range, out.Ops[i].More, out.Ops[i].Count = a.KVs, a.More, a.Count
-		}
-	}
-	return Result{KV: out}
+	return Result{KV: s.runPlan(plan, t.GetPaged(), &revisionOnce{s: s}, emit)}
 }
 
 // ErrAnswerTooLarge: a transaction's range answers could take more bytes

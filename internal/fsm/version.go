@@ -109,6 +109,10 @@ type Gate struct {
 //   - KVTxn ignores max_answer_bytes (the server checks the answer's size
 //     before it proposes; paged shapes only the answer, not the state);
 //   - SetLimits ignores max_etcd_leases.
+//
+// Below version 3, KVTxn refuses a nested transaction (KVOp.txn) with
+// ErrVersion, changing nothing, as an older member refuses the op it
+// does not know.
 var Gates = []Gate{
 	{"tenure.fsm.v1.Command.acl_enable", 2},
 	{"tenure.fsm.v1.Command.retire_signing_key", 2},
@@ -116,6 +120,7 @@ var Gates = []Gate{
 	{"tenure.fsm.v1.Command.acl_token_update", 2},
 	{"tenure.fsm.v1.Command.set_client_addr", 2},
 	{"tenure.fsm.v1.Limits.max_etcd_leases", 2},
+	{"tenure.fsm.v1.KVOp.txn", 3},
 }
 
 // gates is Gates by field; maxGate the newest version it names.

@@ -4321,6 +4321,7 @@ type KVOp struct {
 	//	*KVOp_Put
 	//	*KVOp_Delete
 	//	*KVOp_Range
+	//	*KVOp_Txn
 	Op            isKVOp_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4390,6 +4391,15 @@ func (x *KVOp) GetRange() *KVRange {
 	return nil
 }
 
+func (x *KVOp) GetTxn() *KVTxn {
+	if x != nil {
+		if x, ok := x.Op.(*KVOp_Txn); ok {
+			return x.Txn
+		}
+	}
+	return nil
+}
+
 type isKVOp_Op interface {
 	isKVOp_Op()
 }
@@ -4406,11 +4416,21 @@ type KVOp_Range struct {
 	Range *KVRange `protobuf:"bytes,3,opt,name=range,proto3,oneof"`
 }
 
+type KVOp_Txn struct {
+	// txn: a nested transaction (etcd 3.3+), run where it stands in its
+	// branch. Its compares are evaluated with every other compare of the
+	// transaction, on the state before it; its writes share the
+	// transaction's revision. Gated at cluster version 3.
+	Txn *KVTxn `protobuf:"bytes,4,opt,name=txn,proto3,oneof"`
+}
+
 func (*KVOp_Put) isKVOp_Op() {}
 
 func (*KVOp_Delete) isKVOp_Op() {}
 
 func (*KVOp_Range) isKVOp_Op() {}
+
+func (*KVOp_Txn) isKVOp_Op() {}
 
 // KVTxn applies success when every compare holds, else failure; all of it
 // at one revision.
@@ -5956,11 +5976,12 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12\x16\n" +
 	"\x06number\x18\x05 \x01(\x04R\x06number\x12\x1b\n" +
 	"\trange_end\x18\x06 \x01(\fR\brangeEnd\x12\x16\n" +
-	"\x06signed\x18\a \x01(\bR\x06signed\"\x99\x01\n" +
+	"\x06signed\x18\a \x01(\bR\x06signed\"\xc3\x01\n" +
 	"\x04KVOp\x12(\n" +
 	"\x03put\x18\x01 \x01(\v2\x14.tenure.fsm.v1.KVPutH\x00R\x03put\x121\n" +
 	"\x06delete\x18\x02 \x01(\v2\x17.tenure.fsm.v1.KVDeleteH\x00R\x06delete\x12.\n" +
-	"\x05range\x18\x03 \x01(\v2\x16.tenure.fsm.v1.KVRangeH\x00R\x05rangeB\x04\n" +
+	"\x05range\x18\x03 \x01(\v2\x16.tenure.fsm.v1.KVRangeH\x00R\x05range\x12(\n" +
+	"\x03txn\x18\x04 \x01(\v2\x14.tenure.fsm.v1.KVTxnH\x00R\x03txnB\x04\n" +
 	"\x02op\"\xdb\x01\n" +
 	"\x05KVTxn\x124\n" +
 	"\bcompares\x18\x01 \x03(\v2\x18.tenure.fsm.v1.KVCompareR\bcompares\x12-\n" +
@@ -6213,20 +6234,21 @@ var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	46, // 75: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
 	47, // 76: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
 	48, // 77: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
-	49, // 78: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
-	50, // 79: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
-	50, // 80: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
-	63, // 81: tenure.fsm.v1.QueueSettleBatch.items:type_name -> tenure.fsm.v1.QueueSettleItem
-	64, // 82: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
-	64, // 83: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
-	64, // 84: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
-	66, // 85: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
-	66, // 86: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
-	87, // [87:87] is the sub-list for method output_type
-	87, // [87:87] is the sub-list for method input_type
-	87, // [87:87] is the sub-list for extension type_name
-	87, // [87:87] is the sub-list for extension extendee
-	0,  // [0:87] is the sub-list for field type_name
+	51, // 78: tenure.fsm.v1.KVOp.txn:type_name -> tenure.fsm.v1.KVTxn
+	49, // 79: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
+	50, // 80: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
+	50, // 81: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
+	63, // 82: tenure.fsm.v1.QueueSettleBatch.items:type_name -> tenure.fsm.v1.QueueSettleItem
+	64, // 83: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
+	64, // 84: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
+	64, // 85: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
+	66, // 86: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
+	66, // 87: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
+	88, // [88:88] is the sub-list for method output_type
+	88, // [88:88] is the sub-list for method input_type
+	88, // [88:88] is the sub-list for extension type_name
+	88, // [88:88] is the sub-list for extension extendee
+	0,  // [0:88] is the sub-list for field type_name
 }
 
 func init() { file_internal_fsm_fsmpb_fsm_proto_init() }
@@ -6285,6 +6307,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 		(*KVOp_Put)(nil),
 		(*KVOp_Delete)(nil),
 		(*KVOp_Range)(nil),
+		(*KVOp_Txn)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
