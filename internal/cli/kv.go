@@ -547,7 +547,7 @@ re-read with "tenure kv get --prefix" and watch from its revision + 1.`,
 func kvFlags(f *pflag.FlagSet, l *server.KVLimits) {
 	d := server.DefaultKVLimits()
 	f.IntVar(&l.MaxKeyLen, "max-key-len", d.MaxKeyLen, "longest key, bytes (INVALID_ARGUMENT past it)")
-	f.IntVar(&l.MaxValueLen, "max-value-len", d.MaxValueLen, "largest value, bytes, at most 1 MiB (INVALID_ARGUMENT past it)")
+	f.IntVar(&l.MaxValueLen, "max-value-len", d.MaxValueLen, "largest value, bytes, at most 1.5 MiB, etcd's request limit (INVALID_ARGUMENT past it)")
 	f.IntVar(&l.MaxTxnOps, "max-txn-ops", d.MaxTxnOps, "most compares plus ops in one transaction (INVALID_ARGUMENT past it)")
 	f.IntVar(&l.WatchHistory, "watch-history", d.WatchHistory, "key changes kept in memory for watches; older revisions answer OUT_OF_RANGE (compacted)")
 	f.IntVar(&l.WatchHistoryBytes, "watch-history-bytes", d.WatchHistoryBytes, "bytes of key changes kept for watches")

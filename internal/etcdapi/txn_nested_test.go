@@ -1,10 +1,13 @@
 package etcdapi_test
 
 import (
+	"bytes"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tenure-io/tenure/internal/daemon"
 	"github.com/tenure-io/tenure/internal/server"
@@ -106,4 +109,30 @@ func TestNestedTxn(t *testing.T) {
 	// An empty op inside is etcd's "key not found".
 	_, err = e.kv.Txn(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{txnOp(&pb.TxnRequest{Success: []*pb.RequestOp{{}}})}})
 	wantErr(t, err, rpctypes.ErrGRPCKeyNotFound)
+}
+
+// TestLargeValues: with the default limits the etcd API stores a value
+// of 1.5 MiB less its key (etcd's --max-request-bytes) and reads it back;
+// one byte more than --max-value-len is refused.
+func TestLargeValues(t *testing.T) {
+	e := start(t, daemon.Config{})
+	ctx := ctxT(t)
+	limit := server.DefaultKVLimits().MaxValueLen
+	if limit < 3<<19 {
+		t.Fatalf("default --max-value-len %d, want etcd's 1.5 MiB", limit)
+	}
+	value := make([]byte, limit)
+	for i := range value {
+		value[i] = byte(i)
+	}
+	if _, err := e.kv.Put(ctx, &pb.PutRequest{Key: []byte("big"), Value: value}); err != nil {
+		t.Fatalf("put of %d bytes: %v", len(value), err)
+	}
+	r, err := e.kv.Range(ctx, &pb.RangeRequest{Key: []byte("big")})
+	if err != nil || len(r.Kvs) != 1 || !bytes.Equal(r.Kvs[0].Value, value) {
+		t.Fatalf("get: %v", err)
+	}
+	if _, err := e.kv.Put(ctx, &pb.PutRequest{Key: []byte("big"), Value: append(value, 0)}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("put of a byte more: %v", err)
+	}
 }

@@ -85,3 +85,17 @@ func TestNestedTxnRunsAsEtcd(t *testing.T) {
 	bad := &fsmpb.KVTxn{Success: []*fsmpb.KVOp{opPut("d", "1", 0), opTxn(&fsmpb.KVTxn{Success: []*fsmpb.KVOp{{Op: &fsmpb.KVOp_Put{Put: &fsmpb.KVPut{Key: "e", Lease: 999}}}}})}}
 	m.failsWith(cmdKVTxn(bad), fsm.ErrSessionNotFound)
 }
+
+// TestValueLimitGatedAtVersion3: from cluster version 3 a key holds a
+// value up to etcd's request limit (1.5 MiB); below it, over 1 MiB is
+// refused as a member of an older release refuses it, changing nothing.
+func TestValueLimitGatedAtVersion3(t *testing.T) {
+	big := string(make([]byte, 1<<20+1))
+	old := &machine{tb: t, s: fsm.NewStateAt(2)}
+	old.failsWith(cmdKVPut("k", big, 0), fsm.ErrInvalid)
+	old.failsWith(cmdKVTxn(&fsmpb.KVTxn{Success: []*fsmpb.KVOp{opPut("k", big, 0)}}), fsm.ErrInvalid)
+	m := newMachine(t)
+	m.ok(cmdKVPut("k", string(make([]byte, fsm.MaxKVValueLen)), 0))
+	m.ok(cmdKVTxn(&fsmpb.KVTxn{Success: []*fsmpb.KVOp{opPut("k", big, 0)}}))
+	m.failsWith(cmdKVPut("k", string(make([]byte, fsm.MaxKVValueLen+1)), 0), fsm.ErrInvalid)
+}

@@ -112,7 +112,8 @@ type Gate struct {
 //
 // Below version 3, KVTxn refuses a nested transaction (KVOp.txn) with
 // ErrVersion, changing nothing, as an older member refuses the op it
-// does not know.
+// does not know; and KVPut and KVTxn refuse a value over 1 MiB (version
+// 3 raises MaxKVValueLen to etcd's 1.5 MiB).
 var Gates = []Gate{
 	{"tenure.fsm.v1.Command.acl_enable", 2},
 	{"tenure.fsm.v1.Command.retire_signing_key", 2},

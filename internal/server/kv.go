@@ -40,7 +40,7 @@ type KVLimits struct {
 func DefaultKVLimits() KVLimits {
 	return KVLimits{
 		MaxKeyLen:             fsm.MaxNameLen,
-		MaxValueLen:           64 << 10,
+		MaxValueLen:           fsm.MaxKVValueLen,
 		MaxTxnOps:             128,
 		WatchHistory:          100_000,
 		WatchHistoryBytes:     128 << 20,
