@@ -143,22 +143,36 @@ func (k *kvStore) unbind(session uint64, key string) {
 	}
 }
 
-// ValidateKVKey checks a key, or with prefix a key prefix ("" allowed).
+// ValidateKVKey checks a key, or with prefix a key prefix ("" allowed),
+// as Tenure's own API takes them: UTF-8 text. The state machine takes any
+// bytes (validateKVBytes): the etcd API's keys are bytes.
 func ValidateKVKey(key string, prefix bool) error {
-	if !prefix {
-		return ValidateName("key", key)
+	if !utf8.ValidString(key) {
+		return fmt.Errorf("%w: key is not valid UTF-8", ErrInvalid)
 	}
-	switch {
-	case len(key) > MaxNameLen:
+	return validateKVBytes(key, prefix)
+}
+
+// validateKVBytes checks a key, or with prefix a key prefix ("" allowed), of
+// any bytes (keysbin.go).
+func validateKVBytes(key string, prefix bool) error {
+	if !prefix {
+		switch {
+		case key == "":
+			return fmt.Errorf("%w: key must not be empty", ErrInvalid)
+		case len(key) > MaxNameLen:
+			return fmt.Errorf("%w: key is %d bytes, the limit is %d", ErrInvalid, len(key), MaxNameLen)
+		}
+		return nil
+	}
+	if len(key) > MaxNameLen {
 		return fmt.Errorf("%w: key prefix is %d bytes, the limit is %d", ErrInvalid, len(key), MaxNameLen)
-	case !utf8.ValidString(key):
-		return fmt.Errorf("%w: key prefix is not valid UTF-8", ErrInvalid)
 	}
 	return nil
 }
 
 func validateKVPut(p *fsmpb.KVPut) error {
-	if err := ValidateKVKey(p.GetKey(), false); err != nil {
+	if err := validateKVBytes(p.GetKey(), false); err != nil {
 		return err
 	}
 	switch {
@@ -222,7 +236,7 @@ func validateKVOps(ops []*fsmpb.KVOp, depth int) error {
 }
 
 func validateKVDelete(d *fsmpb.KVDelete) error {
-	if err := ValidateKVKey(d.GetKey(), d.GetPrefix() || len(d.GetRangeEnd()) > 0); err != nil {
+	if err := validateKVBytes(d.GetKey(), d.GetPrefix() || len(d.GetRangeEnd()) > 0); err != nil {
 		return err
 	}
 	if len(d.GetRangeEnd()) > MaxNameLen {
@@ -232,7 +246,7 @@ func validateKVDelete(d *fsmpb.KVDelete) error {
 }
 
 func validateKVCompare(c *fsmpb.KVCompare) error {
-	if err := ValidateKVKey(c.GetKey(), len(c.GetRangeEnd()) > 0); err != nil {
+	if err := validateKVBytes(c.GetKey(), len(c.GetRangeEnd()) > 0); err != nil {
 		return err
 	}
 	if len(c.GetRangeEnd()) > MaxNameLen {
@@ -690,7 +704,7 @@ func (s *State) KVCount() int { return s.kv.tree.Len() }
 func exportKV(snap *fsmpb.Snapshot, tree *btree.BTreeG[KV]) {
 	snap.Kv = make([]*fsmpb.KVState, 0, tree.Len())
 	tree.Ascend(func(kv KV) bool {
-		snap.Kv = append(snap.Kv, &fsmpb.KVState{Key: kv.Key, Value: kv.Value, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Session: kv.Session})
+		snap.Kv = append(snap.Kv, kvStateOf(&kv))
 		return true
 	})
 	if len(snap.Kv) == 0 {
@@ -701,7 +715,7 @@ func exportKV(snap *fsmpb.Snapshot, tree *btree.BTreeG[KV]) {
 // importKV loads the keys of snap; sessions must be loaded already.
 func (s *State) importKV(snap *fsmpb.Snapshot) error {
 	for _, ks := range snap.GetKv() {
-		kv := KV{Key: ks.GetKey(), Value: ks.GetValue(), CreateRevision: ks.GetCreateRevision(), ModRevision: ks.GetModRevision(), Version: ks.GetVersion(), Session: ks.GetSession()}
+		kv := KV{Key: keyOfState(ks), Value: ks.GetValue(), CreateRevision: ks.GetCreateRevision(), ModRevision: ks.GetModRevision(), Version: ks.GetVersion(), Session: ks.GetSession()}
 		if kv.Session != 0 {
 			if _, ok := s.sessions[kv.Session]; !ok {
 				return fmt.Errorf("snapshot: key %q bound to unknown session %d", kv.Key, kv.Session)

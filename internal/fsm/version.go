@@ -122,6 +122,12 @@ var Gates = []Gate{
 	{"tenure.fsm.v1.Command.set_client_addr", 2},
 	{"tenure.fsm.v1.Limits.max_etcd_leases", 2},
 	{"tenure.fsm.v1.KVOp.txn", 3},
+	{"tenure.fsm.v1.KVPut.key_bin", 3},
+	{"tenure.fsm.v1.KVDelete.key_bin", 3},
+	{"tenure.fsm.v1.KVRange.key_bin", 3},
+	{"tenure.fsm.v1.KVRange.start_key_bin", 3},
+	{"tenure.fsm.v1.KVCompare.key_bin", 3},
+	{"tenure.fsm.v1.KVState.key_bin", 3},
 }
 
 // gates is Gates by field; maxGate the newest version it names.
@@ -187,7 +193,8 @@ func CheckVersion(cmd *fsmpb.Command, cluster uint32) error {
 	if cluster >= maxGate || cmd.GetSetClusterVersion() != nil {
 		return nil
 	}
-	if need, what := requiredVersion(cmd); need > cluster {
+	// As it will be encoded: a key that is not UTF-8 takes key_bin.
+	if need, what := requiredVersion(PackKeys(cmd)); need > cluster {
 		return &VersionError{What: what, Need: need, Cluster: cluster}
 	}
 	return nil

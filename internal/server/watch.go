@@ -243,7 +243,9 @@ func (s *Server) watchStatus(out *pb.StatusResponse) {
 }
 
 func kvToProto(kv *fsm.KV) *pb.KVKeyValue {
-	return &pb.KVKeyValue{Key: kv.Key, Value: kv.Value, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Session: kv.Session}
+	// A key that is not UTF-8 (the etcd API's) shows Go-quoted: Tenure's
+	// keys are text (fsm.ShowKey).
+	return &pb.KVKeyValue{Key: fsm.ShowKey(kv.Key), Value: kv.Value, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Session: kv.Session}
 }
 
 // KVWatch implements pb.TenureServer.

@@ -3905,8 +3905,12 @@ type KVPut struct {
 	Lease uint64 `protobuf:"varint,4,opt,name=lease,proto3" json:"lease,omitempty"`
 	// ignore_value keeps the key's current value, ignore_lease its current
 	// session or lease; either needs the key to exist (fsm.ErrKeyNotFound).
-	IgnoreValue   bool `protobuf:"varint,5,opt,name=ignore_value,json=ignoreValue,proto3" json:"ignore_value,omitempty"`
-	IgnoreLease   bool `protobuf:"varint,6,opt,name=ignore_lease,json=ignoreLease,proto3" json:"ignore_lease,omitempty"`
+	IgnoreValue bool `protobuf:"varint,5,opt,name=ignore_value,json=ignoreValue,proto3" json:"ignore_value,omitempty"`
+	IgnoreLease bool `protobuf:"varint,6,opt,name=ignore_lease,json=ignoreLease,proto3" json:"ignore_lease,omitempty"`
+	// key_bin holds the key instead of key when it is not valid UTF-8
+	// (written through the etcd API), which a string field cannot carry;
+	// key is then empty (fsm.PackKeys). Gated at cluster version 3.
+	KeyBin        []byte `protobuf:"bytes,150,opt,name=key_bin,json=keyBin,proto3" json:"key_bin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3983,6 +3987,13 @@ func (x *KVPut) GetIgnoreLease() bool {
 	return false
 }
 
+func (x *KVPut) GetKeyBin() []byte {
+	if x != nil {
+		return x.KeyBin
+	}
+	return nil
+}
+
 // KVDelete deletes key, or every key starting with key when prefix.
 type KVDelete struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -3990,7 +4001,11 @@ type KVDelete struct {
 	Prefix bool                   `protobuf:"varint,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	// range_end, if set (and not prefix), deletes the keys in [key,
 	// range_end) instead; the single byte 0 means every key from key on.
-	RangeEnd      []byte `protobuf:"bytes,3,opt,name=range_end,json=rangeEnd,proto3" json:"range_end,omitempty"`
+	RangeEnd []byte `protobuf:"bytes,3,opt,name=range_end,json=rangeEnd,proto3" json:"range_end,omitempty"`
+	// key_bin holds the key instead of key when it is not valid UTF-8
+	// (written through the etcd API), which a string field cannot carry;
+	// key is then empty (fsm.PackKeys). Gated at cluster version 3.
+	KeyBin        []byte `protobuf:"bytes,150,opt,name=key_bin,json=keyBin,proto3" json:"key_bin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4046,6 +4061,13 @@ func (x *KVDelete) GetRangeEnd() []byte {
 	return nil
 }
 
+func (x *KVDelete) GetKeyBin() []byte {
+	if x != nil {
+		return x.KeyBin
+	}
+	return nil
+}
+
 // KVRange reads key, or every key starting with key when prefix (in key
 // order, at most limit when limit > 0). Used inside transactions.
 type KVRange struct {
@@ -4072,6 +4094,12 @@ type KVRange struct {
 	// count: also count every key of the range, the limit and the revision
 	// filters aside (etcd's count).
 	Count bool `protobuf:"varint,14,opt,name=count,proto3" json:"count,omitempty"`
+	// key_bin holds the key instead of key when it is not valid UTF-8
+	// (written through the etcd API), which a string field cannot carry;
+	// key is then empty (fsm.PackKeys). Gated at cluster version 3.
+	KeyBin []byte `protobuf:"bytes,150,opt,name=key_bin,json=keyBin,proto3" json:"key_bin,omitempty"`
+	// start_key_bin: start_key, when it is not valid UTF-8.
+	StartKeyBin []byte `protobuf:"bytes,151,opt,name=start_key_bin,json=startKeyBin,proto3" json:"start_key_bin,omitempty"`
 	// revision: read at this revision (0: the current one). Only the
 	// revision before the transaction can be read; a later one is refused
 	// with fsm.ErrFutureRevision, an earlier one with fsm.ErrCompactedRevision.
@@ -4208,6 +4236,20 @@ func (x *KVRange) GetCount() bool {
 	return false
 }
 
+func (x *KVRange) GetKeyBin() []byte {
+	if x != nil {
+		return x.KeyBin
+	}
+	return nil
+}
+
+func (x *KVRange) GetStartKeyBin() []byte {
+	if x != nil {
+		return x.StartKeyBin
+	}
+	return nil
+}
+
 func (x *KVRange) GetRevision() uint64 {
 	if x != nil {
 		return x.Revision
@@ -4230,7 +4272,11 @@ type KVCompare struct {
 	RangeEnd []byte `protobuf:"bytes,6,opt,name=range_end,json=rangeEnd,proto3" json:"range_end,omitempty"`
 	// signed: number holds an int64 (etcd's numbers, which may be
 	// negative); the key's numbers are compared as int64 too.
-	Signed        bool `protobuf:"varint,7,opt,name=signed,proto3" json:"signed,omitempty"`
+	Signed bool `protobuf:"varint,7,opt,name=signed,proto3" json:"signed,omitempty"`
+	// key_bin holds the key instead of key when it is not valid UTF-8
+	// (written through the etcd API), which a string field cannot carry;
+	// key is then empty (fsm.PackKeys). Gated at cluster version 3.
+	KeyBin        []byte `protobuf:"bytes,150,opt,name=key_bin,json=keyBin,proto3" json:"key_bin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4312,6 +4358,13 @@ func (x *KVCompare) GetSigned() bool {
 		return x.Signed
 	}
 	return false
+}
+
+func (x *KVCompare) GetKeyBin() []byte {
+	if x != nil {
+		return x.KeyBin
+	}
+	return nil
 }
 
 type KVOp struct {
@@ -4524,8 +4577,12 @@ type KVState struct {
 	ModRevision    uint64                 `protobuf:"varint,4,opt,name=mod_revision,json=modRevision,proto3" json:"mod_revision,omitempty"`
 	Version        uint64                 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
 	Session        uint64                 `protobuf:"varint,6,opt,name=session,proto3" json:"session,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// key_bin holds the key instead of key when it is not valid UTF-8
+	// (written through the etcd API), which a string field cannot carry;
+	// key is then empty (fsm.PackKeys). Gated at cluster version 3.
+	KeyBin        []byte `protobuf:"bytes,150,opt,name=key_bin,json=keyBin,proto3" json:"key_bin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KVState) Reset() {
@@ -4598,6 +4655,13 @@ func (x *KVState) GetSession() uint64 {
 		return x.Session
 	}
 	return 0
+}
+
+func (x *KVState) GetKeyBin() []byte {
+	if x != nil {
+		return x.KeyBin
+	}
+	return nil
 }
 
 // QueueEnqueue appends an item; its id is the revision of the enqueue.
@@ -5937,18 +6001,20 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
 	"\fmod_revision\x18\x04 \x01(\x04R\vmodRevision\x12)\n" +
 	"\x03ops\x18\x05 \x03(\v2\x17.tenure.fsm.v1.OpRecordR\x03ops\x12\x12\n" +
-	"\x04lock\x18( \x01(\tR\x04lock\"\xa5\x01\n" +
+	"\x04lock\x18( \x01(\tR\x04lock\"\xbf\x01\n" +
 	"\x05KVPut\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x18\n" +
 	"\asession\x18\x03 \x01(\x04R\asession\x12\x14\n" +
 	"\x05lease\x18\x04 \x01(\x04R\x05lease\x12!\n" +
 	"\fignore_value\x18\x05 \x01(\bR\vignoreValue\x12!\n" +
-	"\fignore_lease\x18\x06 \x01(\bR\vignoreLease\"Q\n" +
+	"\fignore_lease\x18\x06 \x01(\bR\vignoreLease\x12\x18\n" +
+	"\akey_bin\x18\x96\x01 \x01(\fR\x06keyBin\"k\n" +
 	"\bKVDelete\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12\x1b\n" +
-	"\trange_end\x18\x03 \x01(\fR\brangeEnd\"\xe5\x03\n" +
+	"\trange_end\x18\x03 \x01(\fR\brangeEnd\x12\x18\n" +
+	"\akey_bin\x18\x96\x01 \x01(\fR\x06keyBin\"\xa4\x04\n" +
 	"\aKVRange\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12\x14\n" +
@@ -5967,8 +6033,10 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x10max_mod_revision\x18\v \x01(\x04R\x0emaxModRevision\x12.\n" +
 	"\x13min_create_revision\x18\f \x01(\x04R\x11minCreateRevision\x12.\n" +
 	"\x13max_create_revision\x18\r \x01(\x04R\x11maxCreateRevision\x12\x14\n" +
-	"\x05count\x18\x0e \x01(\bR\x05count\x12\x1a\n" +
-	"\brevision\x18\x0f \x01(\x04R\brevision\"\xb0\x01\n" +
+	"\x05count\x18\x0e \x01(\bR\x05count\x12\x18\n" +
+	"\akey_bin\x18\x96\x01 \x01(\fR\x06keyBin\x12#\n" +
+	"\rstart_key_bin\x18\x97\x01 \x01(\fR\vstartKeyBin\x12\x1a\n" +
+	"\brevision\x18\x0f \x01(\x04R\brevision\"\xca\x01\n" +
 	"\tKVCompare\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\rR\x06target\x12\x16\n" +
@@ -5976,7 +6044,8 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12\x16\n" +
 	"\x06number\x18\x05 \x01(\x04R\x06number\x12\x1b\n" +
 	"\trange_end\x18\x06 \x01(\fR\brangeEnd\x12\x16\n" +
-	"\x06signed\x18\a \x01(\bR\x06signed\"\xc3\x01\n" +
+	"\x06signed\x18\a \x01(\bR\x06signed\x12\x18\n" +
+	"\akey_bin\x18\x96\x01 \x01(\fR\x06keyBin\"\xc3\x01\n" +
 	"\x04KVOp\x12(\n" +
 	"\x03put\x18\x01 \x01(\v2\x14.tenure.fsm.v1.KVPutH\x00R\x03put\x121\n" +
 	"\x06delete\x18\x02 \x01(\v2\x17.tenure.fsm.v1.KVDeleteH\x00R\x06delete\x12.\n" +
@@ -5988,14 +6057,15 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\asuccess\x18\x02 \x03(\v2\x13.tenure.fsm.v1.KVOpR\asuccess\x12-\n" +
 	"\afailure\x18\x03 \x03(\v2\x13.tenure.fsm.v1.KVOpR\afailure\x12\x14\n" +
 	"\x05paged\x18< \x01(\bR\x05paged\x12(\n" +
-	"\x10max_answer_bytes\x18= \x01(\x04R\x0emaxAnswerBytes\"\xb1\x01\n" +
+	"\x10max_answer_bytes\x18= \x01(\x04R\x0emaxAnswerBytes\"\xcb\x01\n" +
 	"\aKVState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12'\n" +
 	"\x0fcreate_revision\x18\x03 \x01(\x04R\x0ecreateRevision\x12!\n" +
 	"\fmod_revision\x18\x04 \x01(\x04R\vmodRevision\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\x04R\aversion\x12\x18\n" +
-	"\asession\x18\x06 \x01(\x04R\asession\"\x84\x01\n" +
+	"\asession\x18\x06 \x01(\x04R\asession\x12\x18\n" +
+	"\akey_bin\x18\x96\x01 \x01(\fR\x06keyBin\"\x84\x01\n" +
 	"\fQueueEnqueue\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12!\n" +
