@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -91,4 +92,36 @@ func TestEtcdctlMoveLeader(t *testing.T) {
 		t.Fatalf("move-leader: %q", out)
 	}
 	waitFor(t, 30*time.Second, target.id+" leading", func() bool { return leaderNode(t, ctx, ns) == target })
+}
+
+// TestPythonEtcd3NestedTxn: Debian's python3-etcd3 (.ci/setup-maint.sh
+// installs it) sends a nested transaction (transactions.txn) as etcd 3.3+
+// takes it: the nested compare reads the state before the transaction,
+// so its failure branch runs, after the outer put, which a range inside
+// it sees.
+func TestPythonEtcd3NestedTxn(t *testing.T) {
+	host, port, err := net.SplitHostPort(startTenure(t).Etcd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := `
+import sys, etcd3
+c = etcd3.client(host=sys.argv[1], port=int(sys.argv[2]))
+t = c.transactions
+ok, rs = c.transaction(compare=[], success=[
+    t.put('a', '1'),
+    t.txn(compare=[t.version('a') > 0], success=[t.put('b', 'then')], failure=[t.put('b', 'else'), t.get('a')]),
+], failure=[])
+inner = rs[1].response_txn
+print(ok, inner.succeeded, c.get('b')[0].decode(), inner.responses[1].response_range.kvs[0].value.decode())
+`
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "/usr/bin/python3", "-c", script, host, port).CombinedOutput()
+	if err != nil {
+		t.Fatalf("python3-etcd3 (Debian's python3-etcd3: .ci/setup-maint.sh installs it): %v\n%s", err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != "True False else 1" {
+		t.Fatalf("python3-etcd3's nested transaction: %q, want %q", got, "True False else 1")
+	}
 }

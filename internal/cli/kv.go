@@ -81,7 +81,11 @@ func (a *app) kvCommand() *cobra.Command {
 		Long: `A small key-value store for coordination data (configuration, service
 addresses, small state): every key has a create revision, a mod revision
 and a version; transactions compare and write atomically; watches deliver
-every change from a revision on.`,
+every change from a revision on.
+
+Keys are UTF-8 text. A key written through the etcd API that is not UTF-8
+shows Go-quoted, quotes included ("k\xff1"), in every listing, watch and
+JSON output; read or write it by name through the etcd API.`,
 	}
 	cmd.AddCommand(a.kvPutCommand(), a.kvGetCommand(), a.kvDelCommand(), a.kvTxnCommand(), a.kvWatchCommand())
 	return cmd
