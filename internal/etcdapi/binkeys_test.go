@@ -66,6 +66,24 @@ func TestBinaryKeysOnTheEtcdAPI(t *testing.T) {
 	if len(shown) != 3 || shown[0] != "kz" || shown[1] != `"k\xff\x002"` || shown[2] != `"k\xff1"` {
 		t.Fatalf("Tenure's API shows %q", shown)
 	}
+	// Tenure's watch replays them from the start, Go-quoted.
+	tw, err := api.KVWatch(ctx, &tpb.KVWatchRequest{Key: "k", Prefix: true, StartRevision: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var watched []string
+	for len(watched) < 4 {
+		resp, err := tw.Recv()
+		if err != nil {
+			t.Fatalf("Tenure's watch of binary keys: %v (after %q)", err, watched)
+		}
+		for _, ev := range resp.GetEvents() {
+			watched = append(watched, ev.GetKv().GetKey())
+		}
+	}
+	if watched[0] != `"k\xff1"` || watched[3] != `"k\xff\x002"` {
+		t.Fatalf("Tenure's watch shows %q", watched)
+	}
 
 	// A snapshot (Defragment takes one) and a restart keep them.
 	if _, err := e.maint.Defragment(ctx, &pb.DefragmentRequest{}); err != nil {
