@@ -136,3 +136,35 @@ func TestLargeValues(t *testing.T) {
 		t.Fatalf("put of a byte more: %v", err)
 	}
 }
+
+// TestWatchOfLargeValues: a watch replaying puts of values at the default
+// --max-value-len reaches a client with gRPC's default 4 MiB receive
+// limit (python-etcd3's, for one): responses are split at revisions.
+func TestWatchOfLargeValues(t *testing.T) {
+	e := start(t, daemon.Config{})
+	ctx := ctxT(t)
+	value := make([]byte, server.DefaultKVLimits().MaxValueLen)
+	var first int64
+	for range 3 {
+		r, err := e.kv.Put(ctx, &pb.PutRequest{Key: []byte("big"), Value: value})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == 0 {
+			first = r.Header.Revision
+		}
+	}
+	w, err := e.watch.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	create(t, w, &pb.WatchCreateRequest{Key: []byte("big"), StartRevision: first})
+	got := 0
+	for got < 3 {
+		r, err := w.Recv()
+		if err != nil {
+			t.Fatalf("after %d events: %v", got, err)
+		}
+		got += len(r.Events)
+	}
+}
