@@ -113,6 +113,10 @@ type Config struct {
 	// EtcdAdvertise is the address etcd clients and the other members
 	// reach this node's etcd API at, if not EtcdListen's.
 	EtcdAdvertise string
+	// EtcdAutoCompaction is etcd's automatic compaction of the history
+	// of past revisions (--auto-compaction-mode and
+	// --auto-compaction-retention), run by the leader's etcd API.
+	EtcdAutoCompaction etcdapi.AutoCompaction
 	// MaxConnections bounds the connections of each listener (client API,
 	// HTTP, etcd API); at the bound, or at what the descriptor limit
 	// leaves, the quietest connection is closed to make room (conns.go).
@@ -233,7 +237,7 @@ func (d *Daemon) listenEtcd(cfg Config, srv *server.Server) error {
 	}
 	advertise := cmp.Or(cfg.EtcdAdvertise, lis.Addr().String())
 	lis = d.conns.wrap(lis)
-	api := etcdapi.New(srv, etcdapi.Config{ClientURL: scheme + advertise, PeerTLS: cfg.PeerTLS, MaxResponseBytes: cmp.Or(cfg.Limits.MaxResponseBytes, server.DefaultMaxResponseBytes)})
+	api := etcdapi.New(srv, etcdapi.Config{ClientURL: scheme + advertise, PeerTLS: cfg.PeerTLS, MaxResponseBytes: cmp.Or(cfg.Limits.MaxResponseBytes, server.DefaultMaxResponseBytes), AutoCompaction: cfg.EtcdAutoCompaction})
 	gs := grpc.NewServer(append(api.GRPCOptions(), server.ConnectionOptions()...)...)
 	api.Register(gs)
 	d.etcdLis, d.etcdGS, d.etcd = lis, gs, api

@@ -129,9 +129,9 @@ func (s *State) unpackKeys(cmd *fsmpb.Command) {
 		func(r *fsmpb.KVRange) { fromBin(&r.Key, &r.KeyBin); fromBin(&r.StartKey, &r.StartKeyBin) }, func(c *fsmpb.KVCompare) { fromBin(&c.Key, &c.KeyBin) })
 }
 
-// kvStateOf is a key's snapshot record, its key in key_bin when it is not
-// UTF-8.
-func kvStateOf(kv *KV) *fsmpb.KVState {
+// kvStateRecord is a key's snapshot record, its key in key_bin when it is
+// not UTF-8.
+func kvStateRecord(kv *KV) *fsmpb.KVState {
 	ks := &fsmpb.KVState{Key: kv.Key, Value: kv.Value, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Session: kv.Session}
 	binKey(&ks.Key, &ks.KeyBin)
 	return ks

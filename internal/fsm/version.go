@@ -114,6 +114,11 @@ type Gate struct {
 // ErrVersion, changing nothing, as an older member refuses the op it
 // does not know; and KVPut and KVTxn refuse a value over 1 MiB (version
 // 3 raises MaxKVValueLen to etcd's 1.5 MiB).
+//
+// Below version 3 (kvhistory.go) no past version of a key is kept: a
+// read names the current revision or nothing, SetLimits ignores
+// max_kv_history_revisions and max_kv_history_bytes, and a snapshot holds
+// no history window.
 var Gates = []Gate{
 	{"tenure.fsm.v1.Command.acl_enable", 2},
 	{"tenure.fsm.v1.Command.retire_signing_key", 2},
@@ -121,6 +126,11 @@ var Gates = []Gate{
 	{"tenure.fsm.v1.Command.acl_token_update", 2},
 	{"tenure.fsm.v1.Command.set_client_addr", 2},
 	{"tenure.fsm.v1.Limits.max_etcd_leases", 2},
+	{"tenure.fsm.v1.Command.kv_compact", 3},
+	{"tenure.fsm.v1.Limits.max_kv_history_revisions", 3},
+	{"tenure.fsm.v1.Limits.max_kv_history_bytes", 3},
+	{"tenure.fsm.v1.Snapshot.kv_history", 3},
+	{"tenure.fsm.v1.Snapshot.kv_compact_revision", 3},
 	{"tenure.fsm.v1.KVOp.txn", 3},
 	{"tenure.fsm.v1.KVPut.key_bin", 3},
 	{"tenure.fsm.v1.KVDelete.key_bin", 3},
@@ -128,6 +138,7 @@ var Gates = []Gate{
 	{"tenure.fsm.v1.KVRange.start_key_bin", 3},
 	{"tenure.fsm.v1.KVCompare.key_bin", 3},
 	{"tenure.fsm.v1.KVState.key_bin", 3},
+	{"tenure.fsm.v1.KVHistoryRecord.key_bin", 3},
 }
 
 // gates is Gates by field; maxGate the newest version it names.
@@ -255,7 +266,11 @@ func (s *State) setClusterVersion(c *fsmpb.SetClusterVersion) Result {
 		return Result{Err: &FormatError{What: "command", Unknown: fmt.Sprintf("SetClusterVersion to %d", v)}}
 	}
 	s.bump()
+	before := s.ClusterVersion()
 	s.clusterVersion = v
+	if before < historyVersion && v >= historyVersion {
+		s.startKVHistory()
+	}
 	return Result{}
 }
 

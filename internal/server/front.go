@@ -131,7 +131,7 @@ func (s *Server) admitFront(op any) error {
 		return s.admitFrontDelete(o)
 	case *fsmpb.KVTxn:
 		return s.admitFrontTxn(o, 0)
-	case *fsmpb.CreateSession, *fsmpb.CloseSession, *fsmpb.SetEtcdURL, *fsmpb.AclTokenUpdate:
+	case *fsmpb.CreateSession, *fsmpb.CloseSession, *fsmpb.SetEtcdURL, *fsmpb.AclTokenUpdate, *fsmpb.KVHistoryCompact:
 		return nil
 	}
 	return fmt.Errorf("%w: %T is not an operation a front proposes", errNoCommand, op)
