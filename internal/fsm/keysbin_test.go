@@ -80,3 +80,32 @@ func TestBinaryKeys(t *testing.T) {
 		t.Fatal("KeyFromShown")
 	}
 }
+
+// TestBinaryKeysInTheHistoryWindow: past versions of a key that is not
+// UTF-8 are read at their revision, and kept by a snapshot's history.
+func TestBinaryKeysInTheHistoryWindow(t *testing.T) {
+	bin := "h\xff"
+	m := newMachine(t)
+	r1, _ := m.ok(viaLog(t, cmdKVPut(bin, "1", 0)))
+	m.ok(viaLog(t, cmdKVPut(bin, "2", 0)))
+	snap := m.s.Export()
+	if len(snap.GetKvHistory()) == 0 {
+		t.Fatal("no history in the snapshot")
+	}
+	b, err := proto.Marshal(snap)
+	if err != nil {
+		t.Fatalf("a snapshot with binary keys in its history: %v", err)
+	}
+	var back fsmpb.Snapshot
+	if err := proto.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	st, err := fsm.Import(&back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.ReadTxn(&fsmpb.KVTxn{Success: []*fsmpb.KVOp{{Op: &fsmpb.KVOp_Range{Range: &fsmpb.KVRange{Key: bin, Revision: r1.Revision}}}}})
+	if err != nil || len(res.Ops[0].Range) != 1 || string(res.Ops[0].Range[0].Value) != "1" {
+		t.Fatalf("the binary key at its first revision after the snapshot: %+v %v", res, err)
+	}
+}
