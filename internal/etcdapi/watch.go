@@ -307,9 +307,33 @@ func (st *watchStream) sendEvents(w *watcher, changes []server.KVChange, through
 	}
 	w.sent = true
 	if !w.fragment {
-		return st.send(resp)
+		return sendByRevision(resp, st.send)
 	}
 	return sendFragments(resp, st.send)
+}
+
+// sendByRevision sends a response of several revisions' events above
+// maxRequestBytes as several, each of whole revisions, as etcd sends a
+// response per revision: values up to --max-value-len then reach a client
+// with gRPC's default 4 MiB receive limit (one revision's events stay in
+// one response).
+func sendByRevision(wr *pb.WatchResponse, send func(*pb.WatchResponse) error) error {
+	if len(wr.Events) < 2 || proto.Size(wr) < maxRequestBytes {
+		return send(wr)
+	}
+	evs := wr.Events
+	size := 0
+	start := 0
+	for i, ev := range evs {
+		if i > start && size >= maxRequestBytes/2 && ev.Kv.ModRevision != evs[i-1].Kv.ModRevision {
+			if err := send(&pb.WatchResponse{Header: wr.Header, WatchId: wr.WatchId, Events: evs[start:i]}); err != nil {
+				return err
+			}
+			start, size = i, 0
+		}
+		size += proto.Size(ev)
+	}
+	return send(&pb.WatchResponse{Header: wr.Header, WatchId: wr.WatchId, Events: evs[start:]})
 }
 
 // sendFragments is etcd's: a response above maxRequestBytes with more

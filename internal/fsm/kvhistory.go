@@ -377,6 +377,7 @@ func exportKVHistory(snap *fsmpb.Snapshot, c historyCopy) {
 	for i := range c.log {
 		rec := &c.log[i]
 		out := &fsmpb.KVHistoryRecord{Revision: rec.rev, Key: rec.kv.Key, Put: rec.put}
+		binKey(&out.Key, &out.KeyBin) // a key that is not UTF-8 (keysbin.go)
 		if rec.put {
 			out.Kv = kvStateOf(&rec.kv)
 		}
@@ -407,17 +408,19 @@ func (s *State) importKVHistory(snap *fsmpb.Snapshot) error {
 	var prevRev uint64
 	for _, r := range snap.GetKvHistory() {
 		rec := kvRecord{rev: r.GetRevision(), put: r.GetPut()}
+		key := r.GetKey()
+		fromBin(&key, &r.KeyBin) // a key that is not UTF-8 (keysbin.go)
 		switch {
 		case rec.rev < h.compactRev || rec.rev > s.revision || rec.rev < prevRev:
 			return fmt.Errorf("snapshot: key-value history record at revision %d outside %d..%d or out of order", rec.rev, h.compactRev, s.revision)
-		case ValidateKVKey(r.GetKey(), false) != nil:
-			return fmt.Errorf("snapshot: key-value history record with an invalid key %q", r.GetKey())
+		case validateKVBytes(key, false) != nil:
+			return fmt.Errorf("snapshot: key-value history record with an invalid key %q", key)
 		}
 		prevRev = rec.rev
-		rec.kv = KV{Key: r.GetKey(), ModRevision: rec.rev}
+		rec.kv = KV{Key: key, ModRevision: rec.rev}
 		if rec.put {
 			k := r.GetKv()
-			rec.kv = KV{Key: r.GetKey(), Value: k.GetValue(), CreateRevision: k.GetCreateRevision(), ModRevision: rec.rev, Version: k.GetVersion(), Session: k.GetSession()}
+			rec.kv = KV{Key: key, Value: k.GetValue(), CreateRevision: k.GetCreateRevision(), ModRevision: rec.rev, Version: k.GetVersion(), Session: k.GetSession()}
 		}
 		if l := last[rec.kv.Key]; l != nil {
 			if l.put {
@@ -425,7 +428,7 @@ func (s *State) importKVHistory(snap *fsmpb.Snapshot) error {
 				rec.prev = &kv
 			}
 		} else if p := r.GetPrev(); p != nil {
-			rec.prev = &KV{Key: r.GetKey(), Value: p.GetValue(), CreateRevision: p.GetCreateRevision(), ModRevision: p.GetModRevision(), Version: p.GetVersion(), Session: p.GetSession()}
+			rec.prev = &KV{Key: key, Value: p.GetValue(), CreateRevision: p.GetCreateRevision(), ModRevision: p.GetModRevision(), Version: p.GetVersion(), Session: p.GetSession()}
 		}
 		h.add(rec)
 		last[rec.kv.Key] = &h.log[len(h.log)-1]

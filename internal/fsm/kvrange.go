@@ -187,7 +187,7 @@ func (q *RangeQuery) keep(kv *KV) bool {
 
 // ValidateRangeQuery checks a query's key, range end and options.
 func ValidateRangeQuery(q *RangeQuery) error {
-	if err := ValidateKVKey(q.Key, len(q.End) > 0); err != nil {
+	if err := validateKVBytes(q.Key, len(q.End) > 0); err != nil {
 		return err
 	}
 	if len(q.End) > MaxNameLen {
@@ -380,7 +380,7 @@ func rangeOp(r *fsmpb.KVRange, paged bool) (keyRange, RangeQuery) {
 }
 
 func validateRangeOp(r *fsmpb.KVRange) error {
-	if err := ValidateKVKey(r.GetKey(), r.GetPrefix() || len(r.GetRangeEnd()) > 0); err != nil {
+	if err := validateKVBytes(r.GetKey(), r.GetPrefix() || len(r.GetRangeEnd()) > 0); err != nil {
 		return err
 	}
 	switch {

@@ -231,6 +231,7 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 	if err := s.gateApply(cmd); err != nil {
 		return Result{Err: err, Revision: s.revision}
 	}
+	s.unpackKeys(cmd) // keys that are not UTF-8 (keysbin.go)
 	switch op := cmd.GetOp().(type) {
 	case *fsmpb.Command_SetClusterVersion:
 		r = s.setClusterVersion(op.SetClusterVersion)

@@ -881,12 +881,15 @@ func (x *KVHistoryCompact) GetRevision() uint64 {
 // the list; a later record's prev is the key's previous record (its kv if
 // a put; none if a delete).
 type KVHistoryRecord struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
-	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Put           bool                   `protobuf:"varint,3,opt,name=put,proto3" json:"put,omitempty"`
-	Kv            *KVState               `protobuf:"bytes,4,opt,name=kv,proto3" json:"kv,omitempty"`
-	Prev          *KVState               `protobuf:"bytes,5,opt,name=prev,proto3" json:"prev,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Revision uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Key      string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Put      bool                   `protobuf:"varint,3,opt,name=put,proto3" json:"put,omitempty"`
+	Kv       *KVState               `protobuf:"bytes,4,opt,name=kv,proto3" json:"kv,omitempty"`
+	Prev     *KVState               `protobuf:"bytes,5,opt,name=prev,proto3" json:"prev,omitempty"`
+	// key_bin holds the key instead of key when it is not valid UTF-8
+	// (fsm.PackKeys). Gated at cluster version 3.
+	KeyBin        []byte `protobuf:"bytes,150,opt,name=key_bin,json=keyBin,proto3" json:"key_bin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -952,6 +955,13 @@ func (x *KVHistoryRecord) GetKv() *KVState {
 func (x *KVHistoryRecord) GetPrev() *KVState {
 	if x != nil {
 		return x.Prev
+	}
+	return nil
+}
+
+func (x *KVHistoryRecord) GetKeyBin() []byte {
+	if x != nil {
+		return x.KeyBin
 	}
 	return nil
 }
@@ -4092,8 +4102,12 @@ type KVPut struct {
 	Lease uint64 `protobuf:"varint,4,opt,name=lease,proto3" json:"lease,omitempty"`
 	// ignore_value keeps the key's current value, ignore_lease its current
 	// session or lease; either needs the key to exist (fsm.ErrKeyNotFound).
-	IgnoreValue   bool `protobuf:"varint,5,opt,name=ignore_value,json=ignoreValue,proto3" json:"ignore_value,omitempty"`
-	IgnoreLease   bool `protobuf:"varint,6,opt,name=ignore_lease,json=ignoreLease,proto3" json:"ignore_lease,omitempty"`
+	IgnoreValue bool `protobuf:"varint,5,opt,name=ignore_value,json=ignoreValue,proto3" json:"ignore_value,omitempty"`
+	IgnoreLease bool `protobuf:"varint,6,opt,name=ignore_lease,json=ignoreLease,proto3" json:"ignore_lease,omitempty"`
+	// key_bin holds the key instead of key when it is not valid UTF-8
+	// (written through the etcd API), which a string field cannot carry;
+	// key is then empty (fsm.PackKeys). Gated at cluster version 3.
+	KeyBin        []byte `protobuf:"bytes,150,opt,name=key_bin,json=keyBin,proto3" json:"key_bin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4170,6 +4184,13 @@ func (x *KVPut) GetIgnoreLease() bool {
 	return false
 }
 
+func (x *KVPut) GetKeyBin() []byte {
+	if x != nil {
+		return x.KeyBin
+	}
+	return nil
+}
+
 // KVDelete deletes key, or every key starting with key when prefix.
 type KVDelete struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -4177,7 +4198,11 @@ type KVDelete struct {
 	Prefix bool                   `protobuf:"varint,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	// range_end, if set (and not prefix), deletes the keys in [key,
 	// range_end) instead; the single byte 0 means every key from key on.
-	RangeEnd      []byte `protobuf:"bytes,3,opt,name=range_end,json=rangeEnd,proto3" json:"range_end,omitempty"`
+	RangeEnd []byte `protobuf:"bytes,3,opt,name=range_end,json=rangeEnd,proto3" json:"range_end,omitempty"`
+	// key_bin holds the key instead of key when it is not valid UTF-8
+	// (written through the etcd API), which a string field cannot carry;
+	// key is then empty (fsm.PackKeys). Gated at cluster version 3.
+	KeyBin        []byte `protobuf:"bytes,150,opt,name=key_bin,json=keyBin,proto3" json:"key_bin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4233,6 +4258,13 @@ func (x *KVDelete) GetRangeEnd() []byte {
 	return nil
 }
 
+func (x *KVDelete) GetKeyBin() []byte {
+	if x != nil {
+		return x.KeyBin
+	}
+	return nil
+}
+
 // KVRange reads key, or every key starting with key when prefix (in key
 // order, at most limit when limit > 0). Used inside transactions.
 type KVRange struct {
@@ -4259,6 +4291,12 @@ type KVRange struct {
 	// count: also count every key of the range, the limit and the revision
 	// filters aside (etcd's count).
 	Count bool `protobuf:"varint,14,opt,name=count,proto3" json:"count,omitempty"`
+	// key_bin holds the key instead of key when it is not valid UTF-8
+	// (written through the etcd API), which a string field cannot carry;
+	// key is then empty (fsm.PackKeys). Gated at cluster version 3.
+	KeyBin []byte `protobuf:"bytes,150,opt,name=key_bin,json=keyBin,proto3" json:"key_bin,omitempty"`
+	// start_key_bin: start_key, when it is not valid UTF-8.
+	StartKeyBin []byte `protobuf:"bytes,151,opt,name=start_key_bin,json=startKeyBin,proto3" json:"start_key_bin,omitempty"`
 	// revision: read at this revision (0: the current one): one inside the
 	// history window (from cluster version 3; below it only the revision
 	// before the transaction). A later one than the transaction's is
@@ -4397,6 +4435,20 @@ func (x *KVRange) GetCount() bool {
 	return false
 }
 
+func (x *KVRange) GetKeyBin() []byte {
+	if x != nil {
+		return x.KeyBin
+	}
+	return nil
+}
+
+func (x *KVRange) GetStartKeyBin() []byte {
+	if x != nil {
+		return x.StartKeyBin
+	}
+	return nil
+}
+
 func (x *KVRange) GetRevision() uint64 {
 	if x != nil {
 		return x.Revision
@@ -4419,7 +4471,11 @@ type KVCompare struct {
 	RangeEnd []byte `protobuf:"bytes,6,opt,name=range_end,json=rangeEnd,proto3" json:"range_end,omitempty"`
 	// signed: number holds an int64 (etcd's numbers, which may be
 	// negative); the key's numbers are compared as int64 too.
-	Signed        bool `protobuf:"varint,7,opt,name=signed,proto3" json:"signed,omitempty"`
+	Signed bool `protobuf:"varint,7,opt,name=signed,proto3" json:"signed,omitempty"`
+	// key_bin holds the key instead of key when it is not valid UTF-8
+	// (written through the etcd API), which a string field cannot carry;
+	// key is then empty (fsm.PackKeys). Gated at cluster version 3.
+	KeyBin        []byte `protobuf:"bytes,150,opt,name=key_bin,json=keyBin,proto3" json:"key_bin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4503,6 +4559,13 @@ func (x *KVCompare) GetSigned() bool {
 	return false
 }
 
+func (x *KVCompare) GetKeyBin() []byte {
+	if x != nil {
+		return x.KeyBin
+	}
+	return nil
+}
+
 type KVOp struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Op:
@@ -4510,6 +4573,7 @@ type KVOp struct {
 	//	*KVOp_Put
 	//	*KVOp_Delete
 	//	*KVOp_Range
+	//	*KVOp_Txn
 	Op            isKVOp_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4579,6 +4643,15 @@ func (x *KVOp) GetRange() *KVRange {
 	return nil
 }
 
+func (x *KVOp) GetTxn() *KVTxn {
+	if x != nil {
+		if x, ok := x.Op.(*KVOp_Txn); ok {
+			return x.Txn
+		}
+	}
+	return nil
+}
+
 type isKVOp_Op interface {
 	isKVOp_Op()
 }
@@ -4595,11 +4668,21 @@ type KVOp_Range struct {
 	Range *KVRange `protobuf:"bytes,3,opt,name=range,proto3,oneof"`
 }
 
+type KVOp_Txn struct {
+	// txn: a nested transaction (etcd 3.3+), run where it stands in its
+	// branch. Its compares are evaluated with every other compare of the
+	// transaction, on the state before it; its writes share the
+	// transaction's revision. Gated at cluster version 3.
+	Txn *KVTxn `protobuf:"bytes,4,opt,name=txn,proto3,oneof"`
+}
+
 func (*KVOp_Put) isKVOp_Op() {}
 
 func (*KVOp_Delete) isKVOp_Op() {}
 
 func (*KVOp_Range) isKVOp_Op() {}
+
+func (*KVOp_Txn) isKVOp_Op() {}
 
 // KVTxn applies success when every compare holds, else failure; all of it
 // at one revision.
@@ -4693,8 +4776,12 @@ type KVState struct {
 	ModRevision    uint64                 `protobuf:"varint,4,opt,name=mod_revision,json=modRevision,proto3" json:"mod_revision,omitempty"`
 	Version        uint64                 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
 	Session        uint64                 `protobuf:"varint,6,opt,name=session,proto3" json:"session,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// key_bin holds the key instead of key when it is not valid UTF-8
+	// (written through the etcd API), which a string field cannot carry;
+	// key is then empty (fsm.PackKeys). Gated at cluster version 3.
+	KeyBin        []byte `protobuf:"bytes,150,opt,name=key_bin,json=keyBin,proto3" json:"key_bin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KVState) Reset() {
@@ -4767,6 +4854,13 @@ func (x *KVState) GetSession() uint64 {
 		return x.Session
 	}
 	return 0
+}
+
+func (x *KVState) GetKeyBin() []byte {
+	if x != nil {
+		return x.KeyBin
+	}
+	return nil
 }
 
 // QueueEnqueue appends an item; its id is the revision of the enqueue.
@@ -5873,13 +5967,14 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"kv_compact\x18\x8c\x01 \x01(\v2\x1f.tenure.fsm.v1.KVHistoryCompactH\x00R\tkvCompactB\x04\n" +
 	"\x02op\".\n" +
 	"\x10KVHistoryCompact\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x04R\brevision\"\xa5\x01\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\"\xbf\x01\n" +
 	"\x0fKVHistoryRecord\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x10\n" +
 	"\x03put\x18\x03 \x01(\bR\x03put\x12&\n" +
 	"\x02kv\x18\x04 \x01(\v2\x16.tenure.fsm.v1.KVStateR\x02kv\x12*\n" +
-	"\x04prev\x18\x05 \x01(\v2\x16.tenure.fsm.v1.KVStateR\x04prev\"-\n" +
+	"\x04prev\x18\x05 \x01(\v2\x16.tenure.fsm.v1.KVStateR\x04prev\x12\x18\n" +
+	"\akey_bin\x18\x96\x01 \x01(\fR\x06keyBin\"-\n" +
 	"\x11SetClusterVersion\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\"\v\n" +
 	"\tAclEnable\"M\n" +
@@ -6121,18 +6216,20 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
 	"\fmod_revision\x18\x04 \x01(\x04R\vmodRevision\x12)\n" +
 	"\x03ops\x18\x05 \x03(\v2\x17.tenure.fsm.v1.OpRecordR\x03ops\x12\x12\n" +
-	"\x04lock\x18( \x01(\tR\x04lock\"\xa5\x01\n" +
+	"\x04lock\x18( \x01(\tR\x04lock\"\xbf\x01\n" +
 	"\x05KVPut\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x18\n" +
 	"\asession\x18\x03 \x01(\x04R\asession\x12\x14\n" +
 	"\x05lease\x18\x04 \x01(\x04R\x05lease\x12!\n" +
 	"\fignore_value\x18\x05 \x01(\bR\vignoreValue\x12!\n" +
-	"\fignore_lease\x18\x06 \x01(\bR\vignoreLease\"Q\n" +
+	"\fignore_lease\x18\x06 \x01(\bR\vignoreLease\x12\x18\n" +
+	"\akey_bin\x18\x96\x01 \x01(\fR\x06keyBin\"k\n" +
 	"\bKVDelete\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12\x1b\n" +
-	"\trange_end\x18\x03 \x01(\fR\brangeEnd\"\xe5\x03\n" +
+	"\trange_end\x18\x03 \x01(\fR\brangeEnd\x12\x18\n" +
+	"\akey_bin\x18\x96\x01 \x01(\fR\x06keyBin\"\xa4\x04\n" +
 	"\aKVRange\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12\x14\n" +
@@ -6151,8 +6248,10 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x10max_mod_revision\x18\v \x01(\x04R\x0emaxModRevision\x12.\n" +
 	"\x13min_create_revision\x18\f \x01(\x04R\x11minCreateRevision\x12.\n" +
 	"\x13max_create_revision\x18\r \x01(\x04R\x11maxCreateRevision\x12\x14\n" +
-	"\x05count\x18\x0e \x01(\bR\x05count\x12\x1a\n" +
-	"\brevision\x18\x0f \x01(\x04R\brevision\"\xb0\x01\n" +
+	"\x05count\x18\x0e \x01(\bR\x05count\x12\x18\n" +
+	"\akey_bin\x18\x96\x01 \x01(\fR\x06keyBin\x12#\n" +
+	"\rstart_key_bin\x18\x97\x01 \x01(\fR\vstartKeyBin\x12\x1a\n" +
+	"\brevision\x18\x0f \x01(\x04R\brevision\"\xca\x01\n" +
 	"\tKVCompare\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\rR\x06target\x12\x16\n" +
@@ -6160,25 +6259,28 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12\x16\n" +
 	"\x06number\x18\x05 \x01(\x04R\x06number\x12\x1b\n" +
 	"\trange_end\x18\x06 \x01(\fR\brangeEnd\x12\x16\n" +
-	"\x06signed\x18\a \x01(\bR\x06signed\"\x99\x01\n" +
+	"\x06signed\x18\a \x01(\bR\x06signed\x12\x18\n" +
+	"\akey_bin\x18\x96\x01 \x01(\fR\x06keyBin\"\xc3\x01\n" +
 	"\x04KVOp\x12(\n" +
 	"\x03put\x18\x01 \x01(\v2\x14.tenure.fsm.v1.KVPutH\x00R\x03put\x121\n" +
 	"\x06delete\x18\x02 \x01(\v2\x17.tenure.fsm.v1.KVDeleteH\x00R\x06delete\x12.\n" +
-	"\x05range\x18\x03 \x01(\v2\x16.tenure.fsm.v1.KVRangeH\x00R\x05rangeB\x04\n" +
+	"\x05range\x18\x03 \x01(\v2\x16.tenure.fsm.v1.KVRangeH\x00R\x05range\x12(\n" +
+	"\x03txn\x18\x04 \x01(\v2\x14.tenure.fsm.v1.KVTxnH\x00R\x03txnB\x04\n" +
 	"\x02op\"\xdb\x01\n" +
 	"\x05KVTxn\x124\n" +
 	"\bcompares\x18\x01 \x03(\v2\x18.tenure.fsm.v1.KVCompareR\bcompares\x12-\n" +
 	"\asuccess\x18\x02 \x03(\v2\x13.tenure.fsm.v1.KVOpR\asuccess\x12-\n" +
 	"\afailure\x18\x03 \x03(\v2\x13.tenure.fsm.v1.KVOpR\afailure\x12\x14\n" +
 	"\x05paged\x18< \x01(\bR\x05paged\x12(\n" +
-	"\x10max_answer_bytes\x18= \x01(\x04R\x0emaxAnswerBytes\"\xb1\x01\n" +
+	"\x10max_answer_bytes\x18= \x01(\x04R\x0emaxAnswerBytes\"\xcb\x01\n" +
 	"\aKVState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12'\n" +
 	"\x0fcreate_revision\x18\x03 \x01(\x04R\x0ecreateRevision\x12!\n" +
 	"\fmod_revision\x18\x04 \x01(\x04R\vmodRevision\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\x04R\aversion\x12\x18\n" +
-	"\asession\x18\x06 \x01(\x04R\asession\"\x84\x01\n" +
+	"\asession\x18\x06 \x01(\x04R\asession\x12\x18\n" +
+	"\akey_bin\x18\x96\x01 \x01(\fR\x06keyBin\"\x84\x01\n" +
 	"\fQueueEnqueue\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12!\n" +
@@ -6423,20 +6525,21 @@ var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	48, // 79: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
 	49, // 80: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
 	50, // 81: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
-	51, // 82: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
-	52, // 83: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
-	52, // 84: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
-	65, // 85: tenure.fsm.v1.QueueSettleBatch.items:type_name -> tenure.fsm.v1.QueueSettleItem
-	66, // 86: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
-	66, // 87: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
-	66, // 88: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
-	68, // 89: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
-	68, // 90: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
-	91, // [91:91] is the sub-list for method output_type
-	91, // [91:91] is the sub-list for method input_type
-	91, // [91:91] is the sub-list for extension type_name
-	91, // [91:91] is the sub-list for extension extendee
-	0,  // [0:91] is the sub-list for field type_name
+	53, // 82: tenure.fsm.v1.KVOp.txn:type_name -> tenure.fsm.v1.KVTxn
+	51, // 83: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
+	52, // 84: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
+	52, // 85: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
+	65, // 86: tenure.fsm.v1.QueueSettleBatch.items:type_name -> tenure.fsm.v1.QueueSettleItem
+	66, // 87: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
+	66, // 88: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
+	66, // 89: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
+	68, // 90: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
+	68, // 91: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
+	92, // [92:92] is the sub-list for method output_type
+	92, // [92:92] is the sub-list for method input_type
+	92, // [92:92] is the sub-list for extension type_name
+	92, // [92:92] is the sub-list for extension extendee
+	0,  // [0:92] is the sub-list for field type_name
 }
 
 func init() { file_internal_fsm_fsmpb_fsm_proto_init() }
@@ -6496,6 +6599,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 		(*KVOp_Put)(nil),
 		(*KVOp_Delete)(nil),
 		(*KVOp_Range)(nil),
+		(*KVOp_Txn)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
