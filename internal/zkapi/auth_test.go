@@ -113,4 +113,3 @@ func TestZnodeACLs(t *testing.T) {
 		t.Fatalf("auth ACL without an id: %v, want InvalidACL", err)
 	}
 }
-
