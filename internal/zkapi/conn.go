@@ -206,11 +206,12 @@ func (c *conn) serve(ctx context.Context) {
 		_ = c.nc.SetReadDeadline(time.Now().Add(2 * c.timeout))
 		pkt, err := readPacket(c.nc, buf)
 		if err != nil {
+			c.z.log.Debug("zookeeper connection ended", "remote", c.nc.RemoteAddr().String(), "session", c.session, "err", err)
 			return
 		}
 		buf = pkt
 		if err := c.request(ctx, pkt); err != nil {
-			if !errors.Is(err, errConnLoss) && !errors.Is(err, errClosing) {
+			if !errors.Is(err, errClosing) {
 				c.z.log.Debug("zookeeper connection ended", "remote", c.nc.RemoteAddr().String(), "session", c.session, "err", err)
 			}
 			if errors.Is(err, errClosing) {

@@ -84,3 +84,51 @@ func sessionPassword(t *testing.T, c *zk.Conn) []byte {
 	}
 	return append([]byte(nil), reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Bytes()...)
 }
+
+// call sends one request on a connected rawConn and reads the answer,
+// skipping watch events.
+func (r *rawConn) call(t *testing.T, xid, op int32, body []byte) (code int32, resp []byte) {
+	t.Helper()
+	var b []byte
+	b = binary.BigEndian.AppendUint32(b, uint32(len(body)+8))
+	b = binary.BigEndian.AppendUint32(b, uint32(xid))
+	b = binary.BigEndian.AppendUint32(b, uint32(op))
+	if _, err := r.nc.Write(append(b, body...)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_ = r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		var lenb [4]byte
+		if _, err := io.ReadFull(r.nc, lenb[:]); err != nil {
+			t.Fatalf("op %d: %v", op, err)
+		}
+		pkt := make([]byte, binary.BigEndian.Uint32(lenb[:]))
+		if _, err := io.ReadFull(r.nc, pkt); err != nil {
+			t.Fatal(err)
+		}
+		got := int32(binary.BigEndian.Uint32(pkt))
+		if got == -1 {
+			continue
+		}
+		if got != xid {
+			t.Fatalf("op %d: answer to xid %d, want %d", op, got, xid)
+		}
+		return int32(binary.BigEndian.Uint32(pkt[12:])), pkt[16:]
+	}
+}
+
+// jute builds a request body.
+type jute []byte
+
+func (j jute) int(v int32) jute { return binary.BigEndian.AppendUint32(j, uint32(v)) }
+func (j jute) str(s string) jute {
+	return append(j.int(int32(len(s))), s...)
+}
+func (j jute) bool(v bool) jute {
+	if v {
+		return append(j, 1)
+	}
+	return append(j, 0)
+}
+
+func (j jute) append8(v int64) jute { return binary.BigEndian.AppendUint64(j, uint64(v)) }

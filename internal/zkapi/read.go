@@ -17,7 +17,9 @@ func (c *conn) readOp(ctx context.Context, h requestHeader, body []byte) error {
 		if d.err != nil {
 			return errBadPacket
 		}
-		if err := fsm.ValidateZnodePath(path); err != nil {
+		// ZooKeeper does not validate the path of a read (clients do):
+		// a path no znode has is NoNode; exists refuses a NUL.
+		if h.op == opExists && strings.IndexByte(path, 0) >= 0 {
 			return c.read(ctx, h.xid, func(*fsm.State) (fsm.ZkCode, []byte) { return fsm.ZkBadArguments, nil })
 		}
 		if !c.allowed(opReadName(h.op), false, path) {
@@ -82,10 +84,18 @@ func (c *conn) readOp(ctx context.Context, h requestHeader, body []byte) error {
 			if !fsm.ZkAllowed(list, fsm.ZkPermRead|fsm.ZkPermAdmin, c.ids) {
 				return fsm.ZkNoAuth, nil
 			}
+			// Without admin, digest ids are masked (user:x), as ZooKeeper
+			// masks them.
+			admin := fsm.ZkAllowed(list, fsm.ZkPermAdmin, c.ids)
 			var e encoder
 			as := make([]acl, 0, len(list))
 			for _, a := range list {
-				as = append(as, aclOf(a.GetPerms(), a.GetScheme(), a.GetId()))
+				id := a.GetId()
+				if !admin && a.GetScheme() == "digest" {
+					user, _, _ := strings.Cut(id, ":")
+					id = user + ":x"
+				}
+				as = append(as, aclOf(a.GetPerms(), a.GetScheme(), id))
 			}
 			e.acls(as)
 			e.stat(wireStat(s))
@@ -137,7 +147,10 @@ func (c *conn) readOp(ctx context.Context, h requestHeader, body []byte) error {
 			if !w.addPersistentLocked(path, c, mode == addWatchPersistentRecursive) {
 				return fsm.ZkQuotaExceeded, nil
 			}
-			return fsm.ZkOK, nil
+			// ZooKeeper answers addWatch with an ErrorResponse of 0.
+			var e encoder
+			e.int(0)
+			return fsm.ZkOK, e.b
 		})
 	case opRemoveWatches, opCheckWatches:
 		path, kind := d.string(), d.int()
