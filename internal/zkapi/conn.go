@@ -1,6 +1,7 @@
 package zkapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -185,7 +186,15 @@ func (c *conn) serve(ctx context.Context) {
 		}
 	}()
 	_ = c.nc.SetReadDeadline(time.Now().Add(c.z.cfg.MaxSessionTimeout))
-	pkt, err := readPacket(c.nc, nil)
+	var first [4]byte
+	if _, err := io.ReadFull(c.nc, first[:]); err != nil {
+		return
+	}
+	if isFourLetterWord(first[:]) {
+		c.fourLetterWord(string(first[:]))
+		return
+	}
+	pkt, err := readPacket(io.MultiReader(bytes.NewReader(first[:]), c.nc), nil)
 	if err != nil {
 		return
 	}

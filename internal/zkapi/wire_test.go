@@ -3,6 +3,7 @@ package zkapi_test
 import (
 	"bytes"
 	"encoding/binary"
+	"io"
 	"testing"
 	"time"
 
@@ -72,5 +73,22 @@ func TestWireAnswers(t *testing.T) {
 	}
 	if !r.closed(t) {
 		t.Fatal("a packet over jute.maxbuffer did not close the connection")
+	}
+}
+
+// TestFourLetterWords: ruok, isro and srvr are answered, the others
+// refused as ZooKeeper's default whitelist refuses them.
+func TestFourLetterWords(t *testing.T) {
+	_, addr := startNode(t, nil)
+	for cmd, want := range map[string]string{"ruok": "imok", "isro": "rw", "srvr": "Mode: leader", "stat": "stat is not executed because it is not in the whitelist."} {
+		r := raw(t, addr)
+		if _, err := r.nc.Write([]byte(cmd)); err != nil {
+			t.Fatal(err)
+		}
+		_ = r.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got, _ := io.ReadAll(r.nc)
+		if !bytes.Contains(got, []byte(want)) {
+			t.Fatalf("%s: %q, want it to contain %q", cmd, got, want)
+		}
 	}
 }
