@@ -46,6 +46,14 @@ type conn struct {
 	// watchCount is guarded by z.w.mu.
 	watchCount int
 
+	// cur is the request being served (serve's goroutine only), for the
+	// request metrics.
+	cur struct {
+		xid, op int32
+		start   time.Time
+		pending bool
+	}
+
 	// out is the queue of packets to write.
 	out struct {
 		mu      sync.Mutex
@@ -150,6 +158,7 @@ func (c *conn) reply(xid int32, zxid int64, code fsm.ZkCode, body []byte) {
 		e.b = append(e.b, body...)
 	}
 	c.queue(e.b)
+	c.answered(xid, code)
 }
 
 // readPacket reads one length-prefixed packet.

@@ -31,6 +31,7 @@ func (c *conn) request(ctx context.Context, pkt []byte) error {
 	if d.err != nil {
 		return errBadPacket
 	}
+	c.cur.xid, c.cur.op, c.cur.start, c.cur.pending = h.xid, h.op, time.Now(), true
 	if err := c.touch(ctx, h.op == opPing); err != nil {
 		return err
 	}

@@ -62,7 +62,7 @@ func connect(t *testing.T, addrs []string, timeout time.Duration) (*zk.Conn, <-c
 // TestBasicOps: create, get, set, delete, exists and children answer as
 // ZooKeeper does, errors included.
 func TestBasicOps(t *testing.T) {
-	_, addr := startNode(t, nil)
+	d, addr := startNode(t, nil)
 	c, _ := connect(t, []string{addr}, 5*time.Second)
 	acl := zk.WorldACL(zk.PermAll)
 
@@ -135,6 +135,35 @@ func TestBasicOps(t *testing.T) {
 	if st.EphemeralOwner != c.SessionID() {
 		t.Fatalf("ephemeralOwner %d, want the session %d", st.EphemeralOwner, c.SessionID())
 	}
+	// The answers count in the request metrics, by op and code.
+	for _, want := range []struct{ method, code string }{{"zk.create", "OK"}, {"zk.create", "AlreadyExists"}, {"zk.delete", "FailedPrecondition"}, {"zk.getChildren2", "OK"}} {
+		if n := requestCount(t, d, want.method, want.code); n < 1 {
+			t.Errorf("tenure_rpc_requests_total{method=%q,code=%q} = %v", want.method, want.code, n)
+		}
+	}
+}
+
+func requestCount(t *testing.T, d *daemon.Daemon, method, code string) float64 {
+	t.Helper()
+	mfs, err := d.Hub.Metrics().Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "tenure_rpc_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["method"] == method && labels["code"] == code {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 // TestSequentialNames: a sequential node's suffix is its parent's
