@@ -18,7 +18,7 @@ import (
 
 // aclToken bootstraps the ACLs of the node at addr and creates a token
 // holding rules.
-func aclToken(t *testing.T, addr string, rules ...string) *tpb.AclTokenSecret {
+func aclToken(t *testing.T, addr string, rules ...string) (*tpb.AclTokenSecret, context.Context) {
 	t.Helper()
 	api := testutil.API(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -43,7 +43,7 @@ func aclToken(t *testing.T, addr string, rules ...string) *tpb.AclTokenSecret {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tok
+	return tok, mctx
 }
 
 // TestAuthMapsOntoPolicies: under --auth a client without addAuth is
@@ -52,7 +52,7 @@ func aclToken(t *testing.T, addr string, rules ...string) *tpb.AclTokenSecret {
 // fails with AuthFailed.
 func TestAuthMapsOntoPolicies(t *testing.T) {
 	d, addr := startNode(t, func(c *daemon.Config) { c.Auth = true })
-	tok := aclToken(t, d.Addr(), "kv:zk/app:write", "kv:zk/ro:read")
+	tok, mgmt := aclToken(t, d.Addr(), "kv:zk/app:write", "kv:zk/ro:read")
 	acl := zk.WorldACL(zk.PermAll)
 
 	anon, _ := connect(t, []string{addr}, 5*time.Second)
@@ -75,6 +75,15 @@ func TestAuthMapsOntoPolicies(t *testing.T) {
 	}
 	if _, _, err := c.Get("/app"); err != nil {
 		t.Fatalf("read with write access: %v", err)
+	}
+
+	// A revoked token ends the connections it authenticated.
+	api := testutil.API(t, d.Addr())
+	if _, err := api.AclTokenRevoke(mgmt, &tpb.AclTokenRevokeRequest{Id: tok.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Create("/app/after", nil, 0, acl); err == nil {
+		t.Fatal("a revoked token's connection still creates znodes")
 	}
 
 	bad, _ := connect(t, []string{addr}, 5*time.Second)

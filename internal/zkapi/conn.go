@@ -39,9 +39,10 @@ type conn struct {
 	// ids: the ZooKeeper identities of the connection (ip, then what
 	// addAuth added); caller and hasToken: the Tenure token addAuth
 	// named (under --auth, the rights of every request are its).
-	ids      []*fsmpb.ZnodeACL
-	caller   server.Caller
-	hasToken bool
+	ids         []*fsmpb.ZnodeACL
+	caller      server.Caller
+	hasToken    bool
+	tokenSecret string
 
 	// watchCount is guarded by z.w.mu.
 	watchCount int

@@ -32,6 +32,11 @@ func (c *conn) request(ctx context.Context, pkt []byte) error {
 		return errBadPacket
 	}
 	c.cur.xid, c.cur.op, c.cur.start, c.cur.pending = h.xid, h.op, time.Now(), true
+	if c.hasToken && !c.tokenValid(ctx) {
+		// The token was revoked: what it opened ends. The client,
+		// reconnecting, sends its addAuth again and is refused.
+		return errConnLoss
+	}
 	if err := c.touch(ctx, h.op == opPing); err != nil {
 		return err
 	}
@@ -97,6 +102,17 @@ func (c *conn) allowed(method string, write bool, paths ...string) bool {
 			return false
 		}
 	}
+	return true
+}
+
+// tokenValid re-resolves the connection's token against the current
+// ACLs (its policies may have changed, or it may have been revoked).
+func (c *conn) tokenValid(ctx context.Context) bool {
+	caller := c.z.srv.ResolveCaller(ctx, c.z.front.Security(), c.tokenSecret, true, nil)
+	if caller.BadToken() || caller.Identity() != c.caller.Identity() {
+		return false
+	}
+	c.caller = caller
 	return true
 }
 
@@ -385,7 +401,7 @@ func (c *conn) addAuth(ctx context.Context, h requestHeader, body []byte) error 
 		}
 	}
 	if known {
-		c.caller, c.hasToken = caller, true
+		c.caller, c.hasToken, c.tokenSecret = caller, true, secret
 	}
 	id := &fsmpb.ZnodeACL{Scheme: "digest", Id: digestID(userPass)}
 	dup := false
