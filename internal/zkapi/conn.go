@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenure-io/tenure/internal/fsm"
@@ -62,6 +63,9 @@ type conn struct {
 		bytes   int
 		closing bool // close once the queue is written
 	}
+	// ending: the client asked to close its session; the session's end
+	// then leaves this connection to answer it before closing.
+	ending    atomic.Bool
 	wake      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once

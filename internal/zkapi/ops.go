@@ -48,6 +48,7 @@ func (c *conn) request(ctx context.Context, pkt []byte) error {
 		c.z.w.mu.Unlock()
 		return nil
 	case opCloseSession:
+		c.ending.Store(true)
 		if c.up != nil {
 			rh, rb, err := c.up.call(ctx, opCloseSession, nil)
 			if err != nil {

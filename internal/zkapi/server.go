@@ -219,7 +219,9 @@ func (z *Server) sessionEnded(id uint64) {
 	}
 	z.mu.Unlock()
 	for _, c := range conns {
-		c.close()
+		if !c.ending.Load() {
+			c.close()
+		}
 	}
 }
 

@@ -92,3 +92,22 @@ func TestFourLetterWords(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseSessionIsAnswered: closeSession is answered before the
+// connection closes (the session's end must not close the connection
+// that asked for it first), on the leader and through a relay alike.
+func TestCloseSessionIsAnswered(t *testing.T) {
+	_, addr := startNode(t, nil)
+	for i := range 5 {
+		r := raw(t, addr)
+		if got := r.connect(t, 0, make([]byte, 16), true); got.sessionID == 0 {
+			t.Fatal("no session")
+		}
+		if code, _ := r.call(t, int32(i+1), -11, nil); code != 0 {
+			t.Fatalf("closeSession: code %d", code)
+		}
+		if !r.closed(t) {
+			t.Fatal("the connection stayed open after closeSession")
+		}
+	}
+}
