@@ -147,9 +147,11 @@ type znode struct {
 	children                    map[string]struct{}
 }
 
-func (n *znode) clone() *znode {
+// shallow copies n for a txn to change; the children map is shared with
+// n (a txn records its changes of children apart, zkOverlay.kids, and
+// writes them into the map only when it commits).
+func (n *znode) shallow() *znode {
 	c := *n
-	c.children = maps.Clone(n.children)
 	return &c
 }
 
@@ -389,9 +391,117 @@ type zkOverlay struct {
 	s       *State
 	changed map[string]*znode
 	order   []string // paths in the order they were first changed
-	events  []Event
-	nodes   int   // change of the node count
-	bytes   int64 // change of the byte count
+	// fresh: nodes the txn created, whose children map is their own;
+	// kids: the changes of the children of the other changed nodes
+	// (name: true added, false removed), over the map they share with
+	// the state's node, so that a txn costs no copy of a large parent's
+	// children.
+	fresh  map[string]bool
+	kids   map[string]map[string]bool
+	events []Event
+	nodes  int   // change of the node count
+	bytes  int64 // change of the byte count
+}
+
+func newOverlay(s *State) *zkOverlay {
+	return &zkOverlay{s: s, changed: make(map[string]*znode), fresh: make(map[string]bool), kids: make(map[string]map[string]bool)}
+}
+
+// childCount is how many children path's node n has in the txn's view.
+func (o *zkOverlay) childCount(path string, n *znode) int {
+	c := len(n.children)
+	if o.fresh[path] {
+		return c
+	}
+	for _, added := range o.kids[path] {
+		if added {
+			c++
+		} else {
+			c--
+		}
+	}
+	return c
+}
+
+func (o *zkOverlay) addChild(path string, n *znode, name string) {
+	if o.fresh[path] {
+		if n.children == nil {
+			n.children = make(map[string]struct{})
+		}
+		n.children[name] = struct{}{}
+		return
+	}
+	k := o.kids[path]
+	if k == nil {
+		k = make(map[string]bool)
+		o.kids[path] = k
+	}
+	if _, base := n.children[name]; base {
+		delete(k, name) // removed earlier in the txn, back again
+	} else {
+		k[name] = true
+	}
+}
+
+func (o *zkOverlay) removeChild(path string, n *znode, name string) {
+	if o.fresh[path] {
+		delete(n.children, name)
+		return
+	}
+	k := o.kids[path]
+	if k == nil {
+		k = make(map[string]bool)
+		o.kids[path] = k
+	}
+	if _, base := n.children[name]; base {
+		k[name] = false
+	} else {
+		delete(k, name) // added earlier in the txn
+	}
+}
+
+// stat is n's stat in the txn's view.
+func (o *zkOverlay) stat(path string, n *znode) ZnodeStat {
+	st := n.stat()
+	st.NumChildren = int32(o.childCount(path, n))
+	return st
+}
+
+// commit writes the overlay into the state: the nodes, each session's
+// ephemerals, the children and the byte count.
+func (o *zkOverlay) commit() {
+	s := o.s
+	for _, p := range o.order {
+		n := o.changed[p]
+		old := s.zk.nodes[p]
+		if old != nil && old.owner != 0 && (n == nil || n.owner != old.owner) {
+			s.unEphemeral(old.owner, p)
+		}
+		if n == nil {
+			delete(s.zk.nodes, p)
+			continue
+		}
+		if n.owner != 0 && (old == nil || old.owner != n.owner) {
+			if s.zk.ephemerals[n.owner] == nil {
+				s.zk.ephemerals[n.owner] = make(map[string]struct{})
+			}
+			s.zk.ephemerals[n.owner][p] = struct{}{}
+		}
+		s.zk.nodes[p] = n
+		if k := o.kids[p]; len(k) > 0 && !o.fresh[p] {
+			for _, name := range slices.Sorted(maps.Keys(k)) {
+				if k[name] {
+					if n.children == nil {
+						n.children = make(map[string]struct{})
+					}
+					n.children[name] = struct{}{}
+				} else {
+					delete(n.children, name)
+				}
+			}
+		}
+	}
+	s.zk.bytes = uint64(int64(s.zk.bytes) + o.bytes)
 }
 
 func (o *zkOverlay) get(path string) *znode {
@@ -406,7 +516,7 @@ func (o *zkOverlay) edit(path string) *znode {
 	if n, ok := o.changed[path]; ok {
 		return n
 	}
-	n := o.s.zk.nodes[path].clone()
+	n := o.s.zk.nodes[path].shallow()
 	o.set(path, n)
 	return n
 }
@@ -437,7 +547,7 @@ func (s *State) zkTxn(c *fsmpb.ZkTxn, emit EventSink) Result {
 		}
 	}
 	rev := s.revision + 1
-	o := &zkOverlay{s: s, changed: make(map[string]*znode)}
+	o := newOverlay(s)
 	failed := -1
 	for i, op := range ops {
 		r, err := o.apply(op, c, rev)
@@ -474,25 +584,7 @@ func (s *State) zkTxn(c *fsmpb.ZkTxn, emit EventSink) Result {
 		return Result{Zk: res}
 	}
 	s.bump()
-	for _, p := range o.order {
-		n := o.changed[p]
-		old := s.zk.nodes[p]
-		if old != nil && old.owner != 0 && (n == nil || n.owner != old.owner) {
-			s.unEphemeral(old.owner, p)
-		}
-		if n == nil {
-			delete(s.zk.nodes, p)
-			continue
-		}
-		if n.owner != 0 && (old == nil || old.owner != n.owner) {
-			if s.zk.ephemerals[n.owner] == nil {
-				s.zk.ephemerals[n.owner] = make(map[string]struct{})
-			}
-			s.zk.ephemerals[n.owner][p] = struct{}{}
-		}
-		s.zk.nodes[p] = n
-	}
-	s.zk.bytes = uint64(int64(s.zk.bytes) + o.bytes)
+	o.commit()
 	for _, e := range o.events {
 		e.Revision = s.revision
 		emit(e)
@@ -535,7 +627,7 @@ func (o *zkOverlay) apply(op *fsmpb.ZkOp, c *fsmpb.ZkTxn, rev uint64) (ZkOpResul
 		if v := d.GetVersion(); v != -1 && v != n.version {
 			return ZkOpResult{}, zkErr(ZkBadVersion, "%s", d.GetPath())
 		}
-		if len(n.children) > 0 {
+		if o.childCount(d.GetPath(), n) > 0 {
 			return ZkOpResult{}, zkErr(ZkNotEmpty, "%s", d.GetPath())
 		}
 		o.remove(d.GetPath(), parentPath, name, n, rev)
@@ -564,7 +656,7 @@ func (o *zkOverlay) apply(op *fsmpb.ZkOp, c *fsmpb.ZkTxn, rev uint64) (ZkOpResul
 		e.version++
 		e.mzxid, e.mtime = rev, c.GetTimeMs()
 		o.event(ZnodeDataChanged, sd.GetPath())
-		return ZkOpResult{Stat: e.stat()}, nil
+		return ZkOpResult{Stat: o.stat(sd.GetPath(), e)}, nil
 	case op.GetCheck() != nil:
 		ck := op.GetCheck()
 		if err := ValidateZnodePath(ck.GetPath()); err != nil {
@@ -603,7 +695,7 @@ func (o *zkOverlay) apply(op *fsmpb.ZkOp, c *fsmpb.ZkTxn, rev uint64) (ZkOpResul
 		e := o.edit(sa.GetPath())
 		e.acl = acl
 		e.aversion++
-		return ZkOpResult{Stat: e.stat()}, nil
+		return ZkOpResult{Stat: o.stat(sa.GetPath(), e)}, nil
 	}
 	return ZkOpResult{}, zkErr(ZkUnimplemented, "unknown op")
 }
@@ -656,15 +748,12 @@ func (o *zkOverlay) create(cr *fsmpb.ZkCreate, c *fsmpb.ZkTxn, rev uint64) (ZkOp
 	if parent.owner != 0 {
 		return ZkOpResult{}, zkErr(ZkNoChildrenForEphemerals, "%s", path)
 	}
-	if len(parent.children) >= MaxZnodeChildren {
+	if o.childCount(parentPath, parent) >= MaxZnodeChildren {
 		return ZkOpResult{}, zkErr(ZkQuotaExceeded, "%s has %d children, the limit", parentPath, MaxZnodeChildren)
 	}
 	_, name := ZnodeParent(path)
 	p := o.edit(parentPath)
-	if p.children == nil {
-		p.children = make(map[string]struct{})
-	}
-	p.children[name] = struct{}{}
+	o.addChild(parentPath, p, name)
 	p.cversion++
 	p.pzxid = rev
 	n := &znode{data: append([]byte(nil), cr.GetData()...), acl: acl, czxid: rev, mzxid: rev, pzxid: rev,
@@ -673,6 +762,8 @@ func (o *zkOverlay) create(cr *fsmpb.ZkCreate, c *fsmpb.ZkTxn, rev uint64) (ZkOp
 		n.owner = c.GetSession()
 	}
 	o.set(path, n)
+	o.fresh[path] = true
+	delete(o.kids, path)
 	o.nodes++
 	o.bytes += int64(len(path) + len(n.data))
 	o.event(ZnodeCreated, path)
@@ -685,15 +776,17 @@ func (o *zkOverlay) create(cr *fsmpb.ZkCreate, c *fsmpb.ZkTxn, rev uint64) (ZkOp
 // removes such a container later; here it is the same command).
 func (o *zkOverlay) remove(path, parentPath, name string, n *znode, rev uint64) {
 	o.set(path, nil)
+	delete(o.fresh, path)
+	delete(o.kids, path)
 	o.nodes--
 	o.bytes -= int64(len(path) + len(n.data))
 	p := o.edit(parentPath)
-	delete(p.children, name)
+	o.removeChild(parentPath, p, name)
 	p.cversion++
 	p.pzxid = rev
 	o.event(ZnodeDeleted, path)
 	o.event(ZnodeChildrenChanged, parentPath)
-	if p.container && len(p.children) == 0 && parentPath != "/" {
+	if p.container && o.childCount(parentPath, p) == 0 && parentPath != "/" {
 		gp, gname := ZnodeParent(parentPath)
 		o.remove(parentPath, gp, gname, p, rev)
 	}
@@ -708,7 +801,7 @@ func (s *State) zkEndSession(id uint64, emit EventSink) {
 		return
 	}
 	rev := s.revision
-	o := &zkOverlay{s: s, changed: make(map[string]*znode)}
+	o := newOverlay(s)
 	for _, p := range slices.Sorted(maps.Keys(paths)) {
 		n := o.get(p)
 		if n == nil {
@@ -717,14 +810,7 @@ func (s *State) zkEndSession(id uint64, emit EventSink) {
 		parentPath, name := ZnodeParent(p)
 		o.remove(p, parentPath, name, n, rev)
 	}
-	for _, p := range o.order {
-		if n := o.changed[p]; n == nil {
-			delete(s.zk.nodes, p)
-		} else {
-			s.zk.nodes[p] = n
-		}
-	}
-	s.zk.bytes = uint64(int64(s.zk.bytes) + o.bytes)
+	o.commit()
 	delete(s.zk.ephemerals, id)
 	for _, e := range o.events {
 		e.Revision = rev

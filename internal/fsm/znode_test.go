@@ -149,3 +149,41 @@ func TestZnodeGate(t *testing.T) {
 		t.Fatalf("a version-2 snapshot holds %d znodes", n)
 	}
 }
+
+// TestZnodeMultiChildren: a multi that adds and removes children of one
+// parent leaves exactly its net change, and a failed one none (a txn
+// shares the parent's children with the state until it commits).
+func TestZnodeMultiChildren(t *testing.T) {
+	st := fsm.NewState()
+	apply(t, st, zkTxn(0, false, zkCreate("/m", 0)))
+	apply(t, st, zkTxn(0, false, zkCreate("/m/x", 0)))
+	r, _ := apply(t, st, zkTxn(0, true, zkCreate("/m/a", 0), zkDelete("/m/a", -1), zkCreate("/m/b", 0), zkDelete("/m/x", -1), zkCreate("/m/x", 0),
+		&fsmpb.ZkOp{Op: &fsmpb.ZkOp_SetData{SetData: &fsmpb.ZkSetData{Path: "/m", Data: []byte("v"), Version: -1}}}))
+	if r.Err != nil || failedOps(r) {
+		t.Fatalf("multi: %+v", r.Zk)
+	}
+	if got := r.Zk.Ops[5].Stat.NumChildren; got != 2 {
+		t.Fatalf("setData's stat in the multi: %d children, want 2", got)
+	}
+	kids, _ := st.ZnodeChildren("/m")
+	if len(kids) != 2 || kids[0] != "b" || kids[1] != "x" {
+		t.Fatalf("children %v, want [b x]", kids)
+	}
+	r, _ = apply(t, st, zkTxn(0, true, zkDelete("/m/b", -1), zkCreate("/m/c", 0), zkDelete("/m", -1)))
+	if !failedOps(r) {
+		t.Fatalf("multi deleting a parent with children passed: %+v", r.Zk)
+	}
+	kids, _ = st.ZnodeChildren("/m")
+	if _, _, s, _ := st.Znode("/m"); len(kids) != 2 || s.NumChildren != 2 || kids[0] != "b" {
+		t.Fatalf("after a failed multi: children %v, stat %+v", kids, s)
+	}
+}
+
+func failedOps(r fsm.Result) bool {
+	for _, o := range r.Zk.Ops {
+		if o.Code != fsm.ZkOK {
+			return true
+		}
+	}
+	return false
+}
