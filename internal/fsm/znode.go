@@ -179,14 +179,16 @@ func openACL() []*fsmpb.ZnodeACL {
 	return []*fsmpb.ZnodeACL{{Perms: ZkPermAll, Scheme: "world", Id: "anyone"}}
 }
 
-// newZnodeStore is the tree of a new ZooKeeper server: the root and
-// /zookeeper with its quota and config nodes.
+// newZnodeStore is the tree of a new ZooKeeper 3.8 server: the root and
+// /zookeeper with its quota and config nodes, with the stats ZooKeeper
+// reports for them (the root's cversion -1, /zookeeper's -2, the config
+// node's aversion -1).
 func newZnodeStore() znodeStore {
 	z := znodeStore{nodes: make(map[string]*znode), ephemerals: make(map[uint64]map[string]struct{})}
-	z.nodes["/"] = &znode{acl: openACL(), children: map[string]struct{}{"zookeeper": {}}}
-	z.nodes["/zookeeper"] = &znode{acl: openACL(), children: map[string]struct{}{"quota": {}, "config": {}}}
+	z.nodes["/"] = &znode{acl: openACL(), cversion: -1, children: map[string]struct{}{"zookeeper": {}}}
+	z.nodes["/zookeeper"] = &znode{acl: openACL(), cversion: -2, children: map[string]struct{}{"quota": {}, "config": {}}}
 	z.nodes["/zookeeper/quota"] = &znode{acl: openACL()}
-	z.nodes["/zookeeper/config"] = &znode{acl: []*fsmpb.ZnodeACL{{Perms: ZkPermRead, Scheme: "world", Id: "anyone"}}}
+	z.nodes["/zookeeper/config"] = &znode{aversion: -1, acl: []*fsmpb.ZnodeACL{{Perms: ZkPermRead, Scheme: "world", Id: "anyone"}}}
 	return z
 }
 
@@ -737,7 +739,10 @@ func (o *zkOverlay) create(cr *fsmpb.ZkCreate, c *fsmpb.ZkTxn, rev uint64) (ZkOp
 		return ZkOpResult{}, zkErr(ZkNoAuth, "%s", path)
 	}
 	if sequential {
-		path = fmt.Sprintf("%s%010d", path, parent.cversion)
+		// The suffix is the parent's cversion (never below 0: the
+		// root's starts at -1, and its first is 0000000000, as on
+		// ZooKeeper).
+		path = fmt.Sprintf("%s%010d", path, max(parent.cversion, 0))
 	}
 	if err := ValidateZnodePath(path); err != nil {
 		return ZkOpResult{}, err.(*ZkError)
