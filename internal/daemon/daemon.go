@@ -114,6 +114,10 @@ type Config struct {
 	// EtcdAdvertise is the address etcd clients and the other members
 	// reach this node's etcd API at, if not EtcdListen's.
 	EtcdAdvertise string
+	// EtcdAutoCompaction is etcd's automatic compaction of the history
+	// of past revisions (--auto-compaction-mode and
+	// --auto-compaction-retention), run by the leader's etcd API.
+	EtcdAutoCompaction etcdapi.AutoCompaction
 	// ZkListen, if set, serves ZooKeeper's client protocol there too
 	// (internal/zkapi); ZkAdvertise is the address the other members
 	// reach it at, if not ZkListen's. ZkMinSessionTimeout and
@@ -151,16 +155,26 @@ type Daemon struct {
 	httpSrv  *http.Server
 	httpTLS  *tls.Config
 	httpDoor httpDoor
-	// etcdLis, etcdGS and etcd: the etcd API's listener, gRPC server and
-	// service, if any.
+	// etcdLis, etcdGS, etcdTLS and etcd: the etcd API's listener, gRPC
+	// server, TLS configuration (nil: plaintext) and service, if any. The
+	// listener serves gRPC and etcd's JSON gateway (etcdapi.Server.Serve).
 	etcdLis net.Listener
 	etcdGS  *grpc.Server
+	etcdTLS *tls.Config
 	etcd    *etcdapi.Server
 	// zkLis and zk: the ZooKeeper front's listener and server, if any.
 	zkLis net.Listener
 	zk    *zkapi.Server
 	// conns bounds the connections of every listener (conns.go).
 	conns *connTable
+	// fwdLis and fwdGS: the forward door, where followers relay the
+	// requests that need the leader over the peer port (nil standalone;
+	// internal/server's forward.go).
+	fwdLis net.Listener
+	fwdGS  *grpc.Server
+	// clientFaults: the client API listener's fault switches (empty
+	// unless built with the tenurefault tag).
+	clientFaults clientFaults
 }
 
 // Start opens the node and the listener. The daemon serves after Run is
@@ -192,6 +206,7 @@ func Start(cfg Config) (*Daemon, error) {
 	conns := newConnTable(cfg.MaxConnections, listeners)
 	n.Logger().Info("connection limits", "per_listener", conns.perListener, "all_listeners", conns.total, "descriptor_limit", conns.fds)
 	lis = conns.wrap(lis)
+	lis, faults := newClientFaults(lis)
 	opts := append(server.GRPCOptions(), server.ConnectionOptions()...)
 	if cfg.TLS != nil {
 		// Members dial it too, with their peer certificates (memberDial).
@@ -209,7 +224,11 @@ func Start(cfg Config) (*Daemon, error) {
 	server.Register(gs, srv)
 	queues := max(cmp.Or(cfg.MetricsQueues, DefaultMetricsQueues), 0)
 	hub.Metrics().SetSource(func() metrics.Sample { return srv.Sample(queues) })
-	d := &Daemon{Node: n, Hub: hub, lis: lis, gs: gs, srv: srv, conns: conns}
+	d := &Daemon{Node: n, Hub: hub, lis: lis, gs: gs, srv: srv, conns: conns, clientFaults: faults}
+	if fl := n.ForwardListener(); fl != nil {
+		d.fwdLis, d.fwdGS = fl, grpc.NewServer(server.ForwardOptions()...)
+		server.RegisterForwarded(d.fwdGS, srv)
+	}
 	if cfg.EtcdListen != "" {
 		if err := d.listenEtcd(cfg, srv); err != nil {
 			lis.Close()
@@ -281,14 +300,13 @@ func (d *Daemon) listenEtcd(cfg Config, srv *server.Server) error {
 	}
 	advertise := cmp.Or(cfg.EtcdAdvertise, lis.Addr().String())
 	lis = d.conns.wrap(lis)
-	api := etcdapi.New(srv, etcdapi.Config{ClientURL: scheme + advertise, PeerTLS: cfg.PeerTLS, MaxResponseBytes: cmp.Or(cfg.Limits.MaxResponseBytes, server.DefaultMaxResponseBytes)})
-	opts := append(api.GRPCOptions(), server.ConnectionOptions()...)
-	if cfg.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(etcdapi.ServerTLS(cfg.TLS, cfg.PeerTLS))))
-	}
-	gs := grpc.NewServer(opts...)
+	api := etcdapi.New(srv, etcdapi.Config{ClientURL: scheme + advertise, PeerTLS: cfg.PeerTLS, MaxResponseBytes: cmp.Or(cfg.Limits.MaxResponseBytes, server.DefaultMaxResponseBytes), AutoCompaction: cfg.EtcdAutoCompaction})
+	gs := grpc.NewServer(append(api.GRPCOptions(), server.ConnectionOptions()...)...)
 	api.Register(gs)
 	d.etcdLis, d.etcdGS, d.etcd = lis, gs, api
+	if cfg.TLS != nil {
+		d.etcdTLS = etcdapi.ServerTLS(cfg.TLS, cfg.PeerTLS) // the listener's handshake (etcdapi.Server.Serve)
+	}
 	return nil
 }
 
@@ -354,13 +372,17 @@ func (d *Daemon) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); errc <- d.serveHTTP(nctx) }()
 	}
+	if d.fwdGS != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); errc <- d.fwdGS.Serve(d.fwdLis) }()
+	}
 	if d.zk != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); errc <- d.zk.Serve(nctx, d.zkLis) }()
 	}
 	if d.etcdGS != nil {
 		wg.Add(2)
-		go func() { defer wg.Done(); errc <- d.etcdGS.Serve(d.etcdLis) }()
+		go func() { defer wg.Done(); errc <- d.etcd.Serve(nctx, d.etcdLis, d.etcdGS, d.etcdTLS) }()
 		go func() { defer wg.Done(); _ = d.etcd.Run(nctx) }()
 	}
 	var err error
@@ -370,6 +392,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	cancel()
 	d.gs.Stop() // streams are long-lived: close them rather than wait for them
+	if d.fwdGS != nil {
+		d.fwdGS.Stop()
+	}
 	if d.etcdGS != nil {
 		d.etcdGS.Stop()
 	}

@@ -166,8 +166,8 @@ func (s *Server) forward(ctx context.Context) (*leaderConn, error) {
 func forwardContext(ctx context.Context, self string) context.Context {
 	kv := []string{forwardedKey, self}
 	md, _ := metadata.FromIncomingContext(ctx)
-	if vs := md.Get(rpctypes.TokenFieldNameGRPC); len(vs) > 0 {
-		kv = append(kv, rpctypes.TokenFieldNameGRPC, vs[0])
+	if token, ok := tokenOf(md); ok {
+		kv = append(kv, rpctypes.TokenFieldNameGRPC, token)
 	} else {
 		for _, n := range server.CertNames(ctx) {
 			kv = append(kv, forwardedCertKey, n)
@@ -238,6 +238,9 @@ func (s *Server) Run(ctx context.Context) error {
 	monitored := make(chan struct{})
 	go func() { defer close(monitored); s.monitorLeader(ctx) }()
 	defer func() { <-monitored }()
+	compacting := make(chan struct{})
+	go func() { defer close(compacting); s.autoCompact(ctx) }()
+	defer func() { <-compacting }()
 	t := time.NewTicker(publishInterval)
 	defer t.Stop()
 	for {

@@ -115,11 +115,12 @@ func kvLess(a, b KV) bool { return a.Key < b.Key }
 type kvStore struct {
 	tree      *btree.BTreeG[KV]
 	ephemeral map[uint64]map[string]struct{}
-	bytes     uint64 // of every key and value (max-kv-bytes)
+	bytes     uint64    // of every key and value (max-kv-bytes)
+	hist      kvHistory // past versions, from cluster version 3 (kvhistory.go)
 }
 
 func newKVStore() kvStore {
-	return kvStore{tree: btree.NewG(32, kvLess), ephemeral: make(map[uint64]map[string]struct{})}
+	return kvStore{tree: btree.NewG(32, kvLess), ephemeral: make(map[uint64]map[string]struct{}), hist: newKVHistory()}
 }
 
 func (k *kvStore) bind(session uint64, key string) {
@@ -315,12 +316,9 @@ func (s *State) txnBranch(t *fsmpb.KVTxn) (ok bool, ops []*fsmpb.KVOp, err error
 				return ok, nil, err
 			}
 		}
-		if r := op.GetRange(); r != nil && r.GetRevision() != 0 {
-			switch {
-			case r.GetRevision() > s.revision:
-				return ok, nil, ErrFutureRevision
-			case r.GetRevision() < s.revision:
-				return ok, nil, ErrCompactedRevision
+		if r := op.GetRange(); r != nil {
+			if err := s.CheckKVRevision(r.GetRevision()); err != nil {
+				return ok, nil, err
 			}
 		}
 	}
@@ -599,6 +597,7 @@ func (s *State) kvPut(p *fsmpb.KVPut, rev uint64, emit EventSink) (prev []KV) {
 		s.kv.bind(kv.Session, kv.Key)
 	}
 	s.kv.tree.ReplaceOrInsert(kv)
+	s.kvRecordChange(true, kv, oldp, rev)
 	emit(Event{Kind: EventKVPut, Name: kv.Key, Revision: rev, KV: &kv, Prev: oldp})
 	return prev
 }
@@ -621,6 +620,7 @@ func (s *State) kvRemove(kv KV, rev uint64, emit EventSink) {
 	s.kv.tree.Delete(kv)
 	s.kv.unbind(kv.Session, kv.Key)
 	s.kv.bytes -= uint64(len(kv.Key) + len(kv.Value))
+	s.kvRecordChange(false, kv, &kv, rev)
 	emit(Event{Kind: EventKVDelete, Name: kv.Key, Revision: rev, KV: &KV{Key: kv.Key, ModRevision: rev}, Prev: &kv})
 }
 

@@ -274,6 +274,8 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 		r = s.kvApplyDelete(op.KvDelete, emit)
 	case *fsmpb.Command_KvTxn:
 		r = s.kvApplyTxn(op.KvTxn, emit)
+	case *fsmpb.Command_KvCompact:
+		r = s.kvCompact(op.KvCompact)
 	case *fsmpb.Command_AclBootstrap:
 		r = s.aclBootstrap(op.AclBootstrap)
 	case *fsmpb.Command_AclPolicySet:

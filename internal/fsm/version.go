@@ -109,6 +109,11 @@ type Gate struct {
 //   - KVTxn ignores max_answer_bytes (the server checks the answer's size
 //     before it proposes; paged shapes only the answer, not the state);
 //   - SetLimits ignores max_etcd_leases.
+//
+// Below version 3 (kvhistory.go) no past version of a key is kept: a
+// read names the current revision or nothing, SetLimits ignores
+// max_kv_history_revisions and max_kv_history_bytes, and a snapshot holds
+// no history window.
 var Gates = []Gate{
 	{"tenure.fsm.v1.Command.acl_enable", 2},
 	{"tenure.fsm.v1.Command.retire_signing_key", 2},
@@ -116,8 +121,15 @@ var Gates = []Gate{
 	{"tenure.fsm.v1.Command.acl_token_update", 2},
 	{"tenure.fsm.v1.Command.set_client_addr", 2},
 	{"tenure.fsm.v1.Limits.max_etcd_leases", 2},
+	{"tenure.fsm.v1.Command.kv_compact", 3},
+	{"tenure.fsm.v1.Limits.max_kv_history_revisions", 3},
+	{"tenure.fsm.v1.Limits.max_kv_history_bytes", 3},
+	{"tenure.fsm.v1.Snapshot.kv_history", 3},
+	{"tenure.fsm.v1.Snapshot.kv_compact_revision", 3},
 	{"tenure.fsm.v1.Command.zk_txn", 3},
 	{"tenure.fsm.v1.Command.zk_set_addr", 3},
+	{"tenure.fsm.v1.Snapshot.znodes", 3},
+	{"tenure.fsm.v1.Snapshot.zk_addrs", 3},
 }
 
 // gates is Gates by field; maxGate the newest version it names.
@@ -244,7 +256,11 @@ func (s *State) setClusterVersion(c *fsmpb.SetClusterVersion) Result {
 		return Result{Err: &FormatError{What: "command", Unknown: fmt.Sprintf("SetClusterVersion to %d", v)}}
 	}
 	s.bump()
+	before := s.ClusterVersion()
 	s.clusterVersion = v
+	if before < historyVersion && v >= historyVersion {
+		s.startKVHistory()
+	}
 	return Result{}
 }
 

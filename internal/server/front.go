@@ -168,7 +168,7 @@ func (s *Server) admitFront(op any) error {
 			}
 		}
 		return nil
-	case *fsmpb.CreateSession, *fsmpb.CloseSession, *fsmpb.SetEtcdURL, *fsmpb.AclTokenUpdate, *fsmpb.ZkTxn, ZkSetAddr:
+	case *fsmpb.CreateSession, *fsmpb.CloseSession, *fsmpb.SetEtcdURL, *fsmpb.AclTokenUpdate, *fsmpb.KVHistoryCompact, *fsmpb.ZkTxn, ZkSetAddr:
 		return nil
 	}
 	return fmt.Errorf("%w: %T is not an operation a front proposes", errNoCommand, op)
