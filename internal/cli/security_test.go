@@ -113,6 +113,23 @@ func TestProtectedMode(t *testing.T) {
 			t.Errorf("%s: %v", c.name, err)
 		}
 	}
+	// Outside loopback the ZooKeeper API, which has no TLS, needs --auth.
+	for _, c := range []struct {
+		name, zk string
+		sec      serveSecurity
+		refused  bool
+	}{
+		{"ZooKeeper API on loopback", "127.0.0.1:2181", serveSecurity{}, false},
+		{"ZooKeeper API on the network", "0.0.0.0:2181", serveSecurity{}, true},
+		{"ZooKeeper API on the network with --auth", "0.0.0.0:2181", serveSecurity{auth: true}, false},
+		{"ZooKeeper API on the network, insecure", "0.0.0.0:2181", serveSecurity{insecure: true}, false},
+	} {
+		cfg := daemon.Config{Listen: "127.0.0.1:7070", ZkListen: c.zk}
+		_, err := c.sec.configure(&cfg, nil)
+		if (err != nil) != c.refused || (err != nil && !strings.Contains(err.Error(), "--insecure")) {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
 	// The command line: one line, exit 1, before anything starts.
 	res := run(t, "127.0.0.1:1", "serve", "--listen", "0.0.0.0:0", "--data-dir", filepath.Join(t.TempDir(), "d"))
 	if res.code != ExitError || strings.Count(res.stderr, "\n") != 1 || !strings.Contains(res.stderr, "refusing to serve") {

@@ -139,6 +139,10 @@ var Gates = []Gate{
 	{"tenure.fsm.v1.KVCompare.key_bin", 3},
 	{"tenure.fsm.v1.KVState.key_bin", 3},
 	{"tenure.fsm.v1.KVHistoryRecord.key_bin", 3},
+	{"tenure.fsm.v1.Command.zk_txn", 3},
+	{"tenure.fsm.v1.Command.zk_set_addr", 3},
+	{"tenure.fsm.v1.Snapshot.znodes", 3},
+	{"tenure.fsm.v1.Snapshot.zk_addrs", 3},
 }
 
 // gates is Gates by field; maxGate the newest version it names.

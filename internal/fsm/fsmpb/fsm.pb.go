@@ -74,6 +74,8 @@ type Command struct {
 	//	*Command_SetClientAddr
 	//	*Command_SetClusterVersion
 	//	*Command_KvCompact
+	//	*Command_ZkTxn
+	//	*Command_ZkSetAddr
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -530,6 +532,24 @@ func (x *Command) GetKvCompact() *KVHistoryCompact {
 	return nil
 }
 
+func (x *Command) GetZkTxn() *ZkTxn {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ZkTxn); ok {
+			return x.ZkTxn
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetZkSetAddr() *SetEtcdURL {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ZkSetAddr); ok {
+			return x.ZkSetAddr
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -732,6 +752,17 @@ type Command_KvCompact struct {
 	KvCompact *KVHistoryCompact `protobuf:"bytes,140,opt,name=kv_compact,json=kvCompact,proto3,oneof"`
 }
 
+type Command_ZkTxn struct {
+	// ZooKeeper's znodes (internal/fsm/znode.go, internal/zkapi): 160..179.
+	ZkTxn *ZkTxn `protobuf:"bytes,160,opt,name=zk_txn,json=zkTxn,proto3,oneof"`
+}
+
+type Command_ZkSetAddr struct {
+	// zk_set_addr: a member's ZooKeeper listener address (host:port) in
+	// url; it changes no revision, as set_client_addr.
+	ZkSetAddr *SetEtcdURL `protobuf:"bytes,161,opt,name=zk_set_addr,json=zkSetAddr,proto3,oneof"`
+}
+
 func (*Command_CreateSession) isCommand_Op() {}
 
 func (*Command_CloseSession) isCommand_Op() {}
@@ -824,6 +855,725 @@ func (*Command_SetClusterVersion) isCommand_Op() {}
 
 func (*Command_KvCompact) isCommand_Op() {}
 
+func (*Command_ZkTxn) isCommand_Op() {}
+
+func (*Command_ZkSetAddr) isCommand_Op() {}
+
+// ZkTxn is one ZooKeeper write request, or a multi: its ops are applied
+// all or nothing, at one revision (ZooKeeper's zxid).
+type ZkTxn struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session: the session that asks (the owner of an ephemeral it
+	// creates); it must be live.
+	Session uint64 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
+	// time_ms: the proposer's wall clock, in ms since the epoch: the
+	// ctime and mtime of what the txn creates or changes.
+	TimeMs int64   `protobuf:"varint,2,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
+	Ops    []*ZkOp `protobuf:"bytes,3,rep,name=ops,proto3" json:"ops,omitempty"`
+	// ids: the caller's ZooKeeper identities (scheme, id; perms unused),
+	// which the znodes' ACLs are checked against. "world:anyone" is
+	// always one of them.
+	Ids []*ZnodeACL `protobuf:"bytes,4,rep,name=ids,proto3" json:"ids,omitempty"`
+	// multi: the request was a multi (its results are per op, and its
+	// failure is a result, not an error).
+	Multi         bool `protobuf:"varint,5,opt,name=multi,proto3" json:"multi,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ZkTxn) Reset() {
+	*x = ZkTxn{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ZkTxn) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ZkTxn) ProtoMessage() {}
+
+func (x *ZkTxn) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ZkTxn.ProtoReflect.Descriptor instead.
+func (*ZkTxn) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ZkTxn) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *ZkTxn) GetTimeMs() int64 {
+	if x != nil {
+		return x.TimeMs
+	}
+	return 0
+}
+
+func (x *ZkTxn) GetOps() []*ZkOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+func (x *ZkTxn) GetIds() []*ZnodeACL {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *ZkTxn) GetMulti() bool {
+	if x != nil {
+		return x.Multi
+	}
+	return false
+}
+
+type ZkOp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*ZkOp_Create
+	//	*ZkOp_Delete
+	//	*ZkOp_SetData
+	//	*ZkOp_Check
+	//	*ZkOp_SetAcl
+	Op            isZkOp_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ZkOp) Reset() {
+	*x = ZkOp{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ZkOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ZkOp) ProtoMessage() {}
+
+func (x *ZkOp) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ZkOp.ProtoReflect.Descriptor instead.
+func (*ZkOp) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ZkOp) GetOp() isZkOp_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *ZkOp) GetCreate() *ZkCreate {
+	if x != nil {
+		if x, ok := x.Op.(*ZkOp_Create); ok {
+			return x.Create
+		}
+	}
+	return nil
+}
+
+func (x *ZkOp) GetDelete() *ZkDelete {
+	if x != nil {
+		if x, ok := x.Op.(*ZkOp_Delete); ok {
+			return x.Delete
+		}
+	}
+	return nil
+}
+
+func (x *ZkOp) GetSetData() *ZkSetData {
+	if x != nil {
+		if x, ok := x.Op.(*ZkOp_SetData); ok {
+			return x.SetData
+		}
+	}
+	return nil
+}
+
+func (x *ZkOp) GetCheck() *ZkCheck {
+	if x != nil {
+		if x, ok := x.Op.(*ZkOp_Check); ok {
+			return x.Check
+		}
+	}
+	return nil
+}
+
+func (x *ZkOp) GetSetAcl() *ZkSetACL {
+	if x != nil {
+		if x, ok := x.Op.(*ZkOp_SetAcl); ok {
+			return x.SetAcl
+		}
+	}
+	return nil
+}
+
+type isZkOp_Op interface {
+	isZkOp_Op()
+}
+
+type ZkOp_Create struct {
+	Create *ZkCreate `protobuf:"bytes,1,opt,name=create,proto3,oneof"`
+}
+
+type ZkOp_Delete struct {
+	Delete *ZkDelete `protobuf:"bytes,2,opt,name=delete,proto3,oneof"`
+}
+
+type ZkOp_SetData struct {
+	SetData *ZkSetData `protobuf:"bytes,3,opt,name=set_data,json=setData,proto3,oneof"`
+}
+
+type ZkOp_Check struct {
+	Check *ZkCheck `protobuf:"bytes,4,opt,name=check,proto3,oneof"`
+}
+
+type ZkOp_SetAcl struct {
+	SetAcl *ZkSetACL `protobuf:"bytes,5,opt,name=set_acl,json=setAcl,proto3,oneof"`
+}
+
+func (*ZkOp_Create) isZkOp_Op() {}
+
+func (*ZkOp_Delete) isZkOp_Op() {}
+
+func (*ZkOp_SetData) isZkOp_Op() {}
+
+func (*ZkOp_Check) isZkOp_Op() {}
+
+func (*ZkOp_SetAcl) isZkOp_Op() {}
+
+// ZkCreate: flags are ZooKeeper's CreateMode (0 persistent, 1 ephemeral,
+// 2 persistent sequential, 3 ephemeral sequential, 4 container).
+type ZkCreate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Acl           []*ZnodeACL            `protobuf:"bytes,3,rep,name=acl,proto3" json:"acl,omitempty"`
+	Flags         int32                  `protobuf:"varint,4,opt,name=flags,proto3" json:"flags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ZkCreate) Reset() {
+	*x = ZkCreate{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ZkCreate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ZkCreate) ProtoMessage() {}
+
+func (x *ZkCreate) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ZkCreate.ProtoReflect.Descriptor instead.
+func (*ZkCreate) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ZkCreate) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ZkCreate) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ZkCreate) GetAcl() []*ZnodeACL {
+	if x != nil {
+		return x.Acl
+	}
+	return nil
+}
+
+func (x *ZkCreate) GetFlags() int32 {
+	if x != nil {
+		return x.Flags
+	}
+	return 0
+}
+
+// ZkDelete, ZkSetData, ZkCheck, ZkSetACL: version -1 matches any.
+type ZkDelete struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Version       int32                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ZkDelete) Reset() {
+	*x = ZkDelete{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ZkDelete) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ZkDelete) ProtoMessage() {}
+
+func (x *ZkDelete) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ZkDelete.ProtoReflect.Descriptor instead.
+func (*ZkDelete) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ZkDelete) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ZkDelete) GetVersion() int32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type ZkSetData struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Version       int32                  `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ZkSetData) Reset() {
+	*x = ZkSetData{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ZkSetData) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ZkSetData) ProtoMessage() {}
+
+func (x *ZkSetData) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ZkSetData.ProtoReflect.Descriptor instead.
+func (*ZkSetData) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ZkSetData) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ZkSetData) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ZkSetData) GetVersion() int32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type ZkCheck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Version       int32                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ZkCheck) Reset() {
+	*x = ZkCheck{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ZkCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ZkCheck) ProtoMessage() {}
+
+func (x *ZkCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ZkCheck.ProtoReflect.Descriptor instead.
+func (*ZkCheck) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ZkCheck) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ZkCheck) GetVersion() int32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type ZkSetACL struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Acl           []*ZnodeACL            `protobuf:"bytes,2,rep,name=acl,proto3" json:"acl,omitempty"`
+	Version       int32                  `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ZkSetACL) Reset() {
+	*x = ZkSetACL{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ZkSetACL) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ZkSetACL) ProtoMessage() {}
+
+func (x *ZkSetACL) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ZkSetACL.ProtoReflect.Descriptor instead.
+func (*ZkSetACL) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ZkSetACL) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ZkSetACL) GetAcl() []*ZnodeACL {
+	if x != nil {
+		return x.Acl
+	}
+	return nil
+}
+
+func (x *ZkSetACL) GetVersion() int32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+// ZnodeACL is one entry of a znode's ACL: perms (ZooKeeper's bits: read
+// 1, write 2, create 4, delete 8, admin 16) for the identity scheme:id.
+type ZnodeACL struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Perms         int32                  `protobuf:"varint,1,opt,name=perms,proto3" json:"perms,omitempty"`
+	Scheme        string                 `protobuf:"bytes,2,opt,name=scheme,proto3" json:"scheme,omitempty"`
+	Id            string                 `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ZnodeACL) Reset() {
+	*x = ZnodeACL{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ZnodeACL) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ZnodeACL) ProtoMessage() {}
+
+func (x *ZnodeACL) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ZnodeACL.ProtoReflect.Descriptor instead.
+func (*ZnodeACL) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ZnodeACL) GetPerms() int32 {
+	if x != nil {
+		return x.Perms
+	}
+	return 0
+}
+
+func (x *ZnodeACL) GetScheme() string {
+	if x != nil {
+		return x.Scheme
+	}
+	return ""
+}
+
+func (x *ZnodeACL) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// ZnodeState is one znode in a snapshot.
+type ZnodeState struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Path           string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Data           []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Acl            []*ZnodeACL            `protobuf:"bytes,3,rep,name=acl,proto3" json:"acl,omitempty"`
+	Czxid          uint64                 `protobuf:"varint,4,opt,name=czxid,proto3" json:"czxid,omitempty"`
+	Mzxid          uint64                 `protobuf:"varint,5,opt,name=mzxid,proto3" json:"mzxid,omitempty"`
+	Pzxid          uint64                 `protobuf:"varint,6,opt,name=pzxid,proto3" json:"pzxid,omitempty"`
+	Ctime          int64                  `protobuf:"varint,7,opt,name=ctime,proto3" json:"ctime,omitempty"`
+	Mtime          int64                  `protobuf:"varint,8,opt,name=mtime,proto3" json:"mtime,omitempty"`
+	Version        int32                  `protobuf:"varint,9,opt,name=version,proto3" json:"version,omitempty"`
+	Cversion       int32                  `protobuf:"varint,10,opt,name=cversion,proto3" json:"cversion,omitempty"`
+	Aversion       int32                  `protobuf:"varint,11,opt,name=aversion,proto3" json:"aversion,omitempty"`
+	EphemeralOwner uint64                 `protobuf:"varint,12,opt,name=ephemeral_owner,json=ephemeralOwner,proto3" json:"ephemeral_owner,omitempty"`
+	Container      bool                   `protobuf:"varint,13,opt,name=container,proto3" json:"container,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ZnodeState) Reset() {
+	*x = ZnodeState{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ZnodeState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ZnodeState) ProtoMessage() {}
+
+func (x *ZnodeState) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ZnodeState.ProtoReflect.Descriptor instead.
+func (*ZnodeState) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ZnodeState) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ZnodeState) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ZnodeState) GetAcl() []*ZnodeACL {
+	if x != nil {
+		return x.Acl
+	}
+	return nil
+}
+
+func (x *ZnodeState) GetCzxid() uint64 {
+	if x != nil {
+		return x.Czxid
+	}
+	return 0
+}
+
+func (x *ZnodeState) GetMzxid() uint64 {
+	if x != nil {
+		return x.Mzxid
+	}
+	return 0
+}
+
+func (x *ZnodeState) GetPzxid() uint64 {
+	if x != nil {
+		return x.Pzxid
+	}
+	return 0
+}
+
+func (x *ZnodeState) GetCtime() int64 {
+	if x != nil {
+		return x.Ctime
+	}
+	return 0
+}
+
+func (x *ZnodeState) GetMtime() int64 {
+	if x != nil {
+		return x.Mtime
+	}
+	return 0
+}
+
+func (x *ZnodeState) GetVersion() int32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ZnodeState) GetCversion() int32 {
+	if x != nil {
+		return x.Cversion
+	}
+	return 0
+}
+
+func (x *ZnodeState) GetAversion() int32 {
+	if x != nil {
+		return x.Aversion
+	}
+	return 0
+}
+
+func (x *ZnodeState) GetEphemeralOwner() uint64 {
+	if x != nil {
+		return x.EphemeralOwner
+	}
+	return 0
+}
+
+func (x *ZnodeState) GetContainer() bool {
+	if x != nil {
+		return x.Container
+	}
+	return false
+}
+
 // KVHistoryCompact moves the start of the key-value store's history
 // window to revision: reads at an older revision are refused with
 // fsm.ErrCompactedRevision from then on (etcd's Compact). A revision at or
@@ -839,7 +1589,7 @@ type KVHistoryCompact struct {
 
 func (x *KVHistoryCompact) Reset() {
 	*x = KVHistoryCompact{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[1]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -851,7 +1601,7 @@ func (x *KVHistoryCompact) String() string {
 func (*KVHistoryCompact) ProtoMessage() {}
 
 func (x *KVHistoryCompact) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[1]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -864,7 +1614,7 @@ func (x *KVHistoryCompact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVHistoryCompact.ProtoReflect.Descriptor instead.
 func (*KVHistoryCompact) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{1}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *KVHistoryCompact) GetRevision() uint64 {
@@ -896,7 +1646,7 @@ type KVHistoryRecord struct {
 
 func (x *KVHistoryRecord) Reset() {
 	*x = KVHistoryRecord{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +1658,7 @@ func (x *KVHistoryRecord) String() string {
 func (*KVHistoryRecord) ProtoMessage() {}
 
 func (x *KVHistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1671,7 @@ func (x *KVHistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVHistoryRecord.ProtoReflect.Descriptor instead.
 func (*KVHistoryRecord) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *KVHistoryRecord) GetRevision() uint64 {
@@ -979,7 +1729,7 @@ type SetClusterVersion struct {
 
 func (x *SetClusterVersion) Reset() {
 	*x = SetClusterVersion{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1741,7 @@ func (x *SetClusterVersion) String() string {
 func (*SetClusterVersion) ProtoMessage() {}
 
 func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1754,7 @@ func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterVersion.ProtoReflect.Descriptor instead.
 func (*SetClusterVersion) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetClusterVersion) GetVersion() uint32 {
@@ -1025,7 +1775,7 @@ type AclEnable struct {
 
 func (x *AclEnable) Reset() {
 	*x = AclEnable{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1787,7 @@ func (x *AclEnable) String() string {
 func (*AclEnable) ProtoMessage() {}
 
 func (x *AclEnable) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1800,7 @@ func (x *AclEnable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclEnable.ProtoReflect.Descriptor instead.
 func (*AclEnable) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 // ACLs. Access is "read", "write" or "deny"; kind one of fsm.Kinds.
@@ -1065,7 +1815,7 @@ type AclRule struct {
 
 func (x *AclRule) Reset() {
 	*x = AclRule{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1077,7 +1827,7 @@ func (x *AclRule) String() string {
 func (*AclRule) ProtoMessage() {}
 
 func (x *AclRule) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1090,7 +1840,7 @@ func (x *AclRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclRule.ProtoReflect.Descriptor instead.
 func (*AclRule) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AclRule) GetKind() string {
@@ -1124,7 +1874,7 @@ type AclPolicy struct {
 
 func (x *AclPolicy) Reset() {
 	*x = AclPolicy{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1886,7 @@ func (x *AclPolicy) String() string {
 func (*AclPolicy) ProtoMessage() {}
 
 func (x *AclPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1899,7 @@ func (x *AclPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicy.ProtoReflect.Descriptor instead.
 func (*AclPolicy) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AclPolicy) GetName() string {
@@ -1182,7 +1932,7 @@ type AclToken struct {
 
 func (x *AclToken) Reset() {
 	*x = AclToken{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1944,7 @@ func (x *AclToken) String() string {
 func (*AclToken) ProtoMessage() {}
 
 func (x *AclToken) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1957,7 @@ func (x *AclToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclToken.ProtoReflect.Descriptor instead.
 func (*AclToken) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AclToken) GetId() string {
@@ -1256,7 +2006,7 @@ type AclBinding struct {
 
 func (x *AclBinding) Reset() {
 	*x = AclBinding{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +2018,7 @@ func (x *AclBinding) String() string {
 func (*AclBinding) ProtoMessage() {}
 
 func (x *AclBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +2031,7 @@ func (x *AclBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBinding.ProtoReflect.Descriptor instead.
 func (*AclBinding) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AclBinding) GetName() string {
@@ -1309,7 +2059,7 @@ type AclBootstrap struct {
 
 func (x *AclBootstrap) Reset() {
 	*x = AclBootstrap{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1321,7 +2071,7 @@ func (x *AclBootstrap) String() string {
 func (*AclBootstrap) ProtoMessage() {}
 
 func (x *AclBootstrap) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1334,7 +2084,7 @@ func (x *AclBootstrap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBootstrap.ProtoReflect.Descriptor instead.
 func (*AclBootstrap) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AclBootstrap) GetToken() *AclToken {
@@ -1354,7 +2104,7 @@ type AclPolicySet struct {
 
 func (x *AclPolicySet) Reset() {
 	*x = AclPolicySet{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1366,7 +2116,7 @@ func (x *AclPolicySet) String() string {
 func (*AclPolicySet) ProtoMessage() {}
 
 func (x *AclPolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1379,7 +2129,7 @@ func (x *AclPolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicySet.ProtoReflect.Descriptor instead.
 func (*AclPolicySet) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AclPolicySet) GetPolicy() *AclPolicy {
@@ -1405,7 +2155,7 @@ type AclPolicyDelete struct {
 
 func (x *AclPolicyDelete) Reset() {
 	*x = AclPolicyDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +2167,7 @@ func (x *AclPolicyDelete) String() string {
 func (*AclPolicyDelete) ProtoMessage() {}
 
 func (x *AclPolicyDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +2180,7 @@ func (x *AclPolicyDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyDelete.ProtoReflect.Descriptor instead.
 func (*AclPolicyDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AclPolicyDelete) GetName() string {
@@ -1449,7 +2199,7 @@ type AclTokenCreate struct {
 
 func (x *AclTokenCreate) Reset() {
 	*x = AclTokenCreate{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +2211,7 @@ func (x *AclTokenCreate) String() string {
 func (*AclTokenCreate) ProtoMessage() {}
 
 func (x *AclTokenCreate) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +2224,7 @@ func (x *AclTokenCreate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenCreate.ProtoReflect.Descriptor instead.
 func (*AclTokenCreate) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AclTokenCreate) GetToken() *AclToken {
@@ -1493,7 +2243,7 @@ type AclTokenRevoke struct {
 
 func (x *AclTokenRevoke) Reset() {
 	*x = AclTokenRevoke{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +2255,7 @@ func (x *AclTokenRevoke) String() string {
 func (*AclTokenRevoke) ProtoMessage() {}
 
 func (x *AclTokenRevoke) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +2268,7 @@ func (x *AclTokenRevoke) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenRevoke.ProtoReflect.Descriptor instead.
 func (*AclTokenRevoke) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AclTokenRevoke) GetId() string {
@@ -1548,7 +2298,7 @@ type AclTokenUpdate struct {
 
 func (x *AclTokenUpdate) Reset() {
 	*x = AclTokenUpdate{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +2310,7 @@ func (x *AclTokenUpdate) String() string {
 func (*AclTokenUpdate) ProtoMessage() {}
 
 func (x *AclTokenUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +2323,7 @@ func (x *AclTokenUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenUpdate.ProtoReflect.Descriptor instead.
 func (*AclTokenUpdate) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AclTokenUpdate) GetId() string {
@@ -1627,7 +2377,7 @@ type AclBindingSet struct {
 
 func (x *AclBindingSet) Reset() {
 	*x = AclBindingSet{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1639,7 +2389,7 @@ func (x *AclBindingSet) String() string {
 func (*AclBindingSet) ProtoMessage() {}
 
 func (x *AclBindingSet) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1652,7 +2402,7 @@ func (x *AclBindingSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBindingSet.ProtoReflect.Descriptor instead.
 func (*AclBindingSet) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AclBindingSet) GetBinding() *AclBinding {
@@ -1671,7 +2421,7 @@ type AclBindingDelete struct {
 
 func (x *AclBindingDelete) Reset() {
 	*x = AclBindingDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1683,7 +2433,7 @@ func (x *AclBindingDelete) String() string {
 func (*AclBindingDelete) ProtoMessage() {}
 
 func (x *AclBindingDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1696,7 +2446,7 @@ func (x *AclBindingDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBindingDelete.ProtoReflect.Descriptor instead.
 func (*AclBindingDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AclBindingDelete) GetName() string {
@@ -1727,7 +2477,7 @@ type SigningKey struct {
 
 func (x *SigningKey) Reset() {
 	*x = SigningKey{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +2489,7 @@ func (x *SigningKey) String() string {
 func (*SigningKey) ProtoMessage() {}
 
 func (x *SigningKey) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +2502,7 @@ func (x *SigningKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SigningKey.ProtoReflect.Descriptor instead.
 func (*SigningKey) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SigningKey) GetId() string {
@@ -1804,7 +2554,7 @@ type RetireSigningKey struct {
 
 func (x *RetireSigningKey) Reset() {
 	*x = RetireSigningKey{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +2566,7 @@ func (x *RetireSigningKey) String() string {
 func (*RetireSigningKey) ProtoMessage() {}
 
 func (x *RetireSigningKey) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +2579,7 @@ func (x *RetireSigningKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireSigningKey.ProtoReflect.Descriptor instead.
 func (*RetireSigningKey) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RetireSigningKey) GetId() string {
@@ -1858,7 +2608,7 @@ type RemoveSigningKey struct {
 
 func (x *RemoveSigningKey) Reset() {
 	*x = RemoveSigningKey{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1870,7 +2620,7 @@ func (x *RemoveSigningKey) String() string {
 func (*RemoveSigningKey) ProtoMessage() {}
 
 func (x *RemoveSigningKey) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1883,7 +2633,7 @@ func (x *RemoveSigningKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveSigningKey.ProtoReflect.Descriptor instead.
 func (*RemoveSigningKey) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RemoveSigningKey) GetId() string {
@@ -1908,7 +2658,7 @@ type AddSigningKey struct {
 
 func (x *AddSigningKey) Reset() {
 	*x = AddSigningKey{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +2670,7 @@ func (x *AddSigningKey) String() string {
 func (*AddSigningKey) ProtoMessage() {}
 
 func (x *AddSigningKey) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2683,7 @@ func (x *AddSigningKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSigningKey.ProtoReflect.Descriptor instead.
 func (*AddSigningKey) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AddSigningKey) GetClusterId() []byte {
@@ -1976,7 +2726,7 @@ type Security struct {
 
 func (x *Security) Reset() {
 	*x = Security{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +2738,7 @@ func (x *Security) String() string {
 func (*Security) ProtoMessage() {}
 
 func (x *Security) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +2751,7 @@ func (x *Security) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Security.ProtoReflect.Descriptor instead.
 func (*Security) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Security) GetAclBootstrapped() bool {
@@ -2067,7 +2817,7 @@ type SetRetention struct {
 
 func (x *SetRetention) Reset() {
 	*x = SetRetention{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2829,7 @@ func (x *SetRetention) String() string {
 func (*SetRetention) ProtoMessage() {}
 
 func (x *SetRetention) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2842,7 @@ func (x *SetRetention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRetention.ProtoReflect.Descriptor instead.
 func (*SetRetention) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetRetention) GetLockHistory() uint32 {
@@ -2135,7 +2885,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2897,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2910,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Limits) GetMaxSessions() uint64 {
@@ -2266,7 +3016,7 @@ type SetLimits struct {
 
 func (x *SetLimits) Reset() {
 	*x = SetLimits{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2278,7 +3028,7 @@ func (x *SetLimits) String() string {
 func (*SetLimits) ProtoMessage() {}
 
 func (x *SetLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2291,7 +3041,7 @@ func (x *SetLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLimits.ProtoReflect.Descriptor instead.
 func (*SetLimits) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetLimits) GetLimits() *Limits {
@@ -2312,7 +3062,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2324,7 +3074,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2337,7 +3087,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Batch) GetCommands() []*Command {
@@ -2369,7 +3119,7 @@ type CreateSession struct {
 
 func (x *CreateSession) Reset() {
 	*x = CreateSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2381,7 +3131,7 @@ func (x *CreateSession) String() string {
 func (*CreateSession) ProtoMessage() {}
 
 func (x *CreateSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2394,7 +3144,7 @@ func (x *CreateSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSession.ProtoReflect.Descriptor instead.
 func (*CreateSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateSession) GetOwner() string {
@@ -2441,7 +3191,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2453,7 +3203,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2466,7 +3216,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CloseSession) GetSession() uint64 {
@@ -2487,7 +3237,7 @@ type ExpireSession struct {
 
 func (x *ExpireSession) Reset() {
 	*x = ExpireSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2499,7 +3249,7 @@ func (x *ExpireSession) String() string {
 func (*ExpireSession) ProtoMessage() {}
 
 func (x *ExpireSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2512,7 +3262,7 @@ func (x *ExpireSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireSession.ProtoReflect.Descriptor instead.
 func (*ExpireSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ExpireSession) GetSession() uint64 {
@@ -2535,7 +3285,7 @@ type ExpireSessions struct {
 
 func (x *ExpireSessions) Reset() {
 	*x = ExpireSessions{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2547,7 +3297,7 @@ func (x *ExpireSessions) String() string {
 func (*ExpireSessions) ProtoMessage() {}
 
 func (x *ExpireSessions) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2560,7 +3310,7 @@ func (x *ExpireSessions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireSessions.ProtoReflect.Descriptor instead.
 func (*ExpireSessions) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ExpireSessions) GetSessions() []uint64 {
@@ -2596,7 +3346,7 @@ type Acquire struct {
 
 func (x *Acquire) Reset() {
 	*x = Acquire{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2608,7 +3358,7 @@ func (x *Acquire) String() string {
 func (*Acquire) ProtoMessage() {}
 
 func (x *Acquire) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2621,7 +3371,7 @@ func (x *Acquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Acquire.ProtoReflect.Descriptor instead.
 func (*Acquire) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Acquire) GetSession() uint64 {
@@ -2701,7 +3451,7 @@ type Proclaim struct {
 
 func (x *Proclaim) Reset() {
 	*x = Proclaim{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2713,7 +3463,7 @@ func (x *Proclaim) String() string {
 func (*Proclaim) ProtoMessage() {}
 
 func (x *Proclaim) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2726,7 +3476,7 @@ func (x *Proclaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proclaim.ProtoReflect.Descriptor instead.
 func (*Proclaim) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Proclaim) GetSession() uint64 {
@@ -2770,7 +3520,7 @@ type CancelAcquire struct {
 
 func (x *CancelAcquire) Reset() {
 	*x = CancelAcquire{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2782,7 +3532,7 @@ func (x *CancelAcquire) String() string {
 func (*CancelAcquire) ProtoMessage() {}
 
 func (x *CancelAcquire) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2795,7 +3545,7 @@ func (x *CancelAcquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelAcquire.ProtoReflect.Descriptor instead.
 func (*CancelAcquire) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CancelAcquire) GetSession() uint64 {
@@ -2830,7 +3580,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2842,7 +3592,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2855,7 +3605,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Release) GetSession() uint64 {
@@ -2890,7 +3640,7 @@ type EndLockDelay struct {
 
 func (x *EndLockDelay) Reset() {
 	*x = EndLockDelay{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2902,7 +3652,7 @@ func (x *EndLockDelay) String() string {
 func (*EndLockDelay) ProtoMessage() {}
 
 func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2915,7 +3665,7 @@ func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndLockDelay.ProtoReflect.Descriptor instead.
 func (*EndLockDelay) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *EndLockDelay) GetName() string {
@@ -2946,7 +3696,7 @@ type FencedPut struct {
 
 func (x *FencedPut) Reset() {
 	*x = FencedPut{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2958,7 +3708,7 @@ func (x *FencedPut) String() string {
 func (*FencedPut) ProtoMessage() {}
 
 func (x *FencedPut) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2971,7 +3721,7 @@ func (x *FencedPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPut.ProtoReflect.Descriptor instead.
 func (*FencedPut) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FencedPut) GetKey() string {
@@ -3022,7 +3772,7 @@ type FencedDelete struct {
 
 func (x *FencedDelete) Reset() {
 	*x = FencedDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3034,7 +3784,7 @@ func (x *FencedDelete) String() string {
 func (*FencedDelete) ProtoMessage() {}
 
 func (x *FencedDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3047,7 +3797,7 @@ func (x *FencedDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDelete.ProtoReflect.Descriptor instead.
 func (*FencedDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FencedDelete) GetKey() string {
@@ -3133,14 +3883,19 @@ type Snapshot struct {
 	KvCompactRevision uint64             `protobuf:"varint,141,opt,name=kv_compact_revision,json=kvCompactRevision,proto3" json:"kv_compact_revision,omitempty"`
 	// client_addrs: each member's Tenure API address (host:port), by member
 	// id, in url.
-	ClientAddrs   []*SetEtcdURL `protobuf:"bytes,110,rep,name=client_addrs,json=clientAddrs,proto3" json:"client_addrs,omitempty"`
+	ClientAddrs []*SetEtcdURL `protobuf:"bytes,110,rep,name=client_addrs,json=clientAddrs,proto3" json:"client_addrs,omitempty"`
+	// znodes: ZooKeeper's znodes, in path order (absent: only the root and
+	// /zookeeper, as a new state has).
+	Znodes []*ZnodeState `protobuf:"bytes,160,rep,name=znodes,proto3" json:"znodes,omitempty"`
+	// zk_addrs: each member's ZooKeeper listener address, by member id.
+	ZkAddrs       []*SetEtcdURL `protobuf:"bytes,161,rep,name=zk_addrs,json=zkAddrs,proto3" json:"zk_addrs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3152,7 +3907,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3165,7 +3920,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Snapshot) GetRevision() uint64 {
@@ -3308,6 +4063,20 @@ func (x *Snapshot) GetClientAddrs() []*SetEtcdURL {
 	return nil
 }
 
+func (x *Snapshot) GetZnodes() []*ZnodeState {
+	if x != nil {
+		return x.Znodes
+	}
+	return nil
+}
+
+func (x *Snapshot) GetZkAddrs() []*SetEtcdURL {
+	if x != nil {
+		return x.ZkAddrs
+	}
+	return nil
+}
+
 // SetEtcdURL records the URL a member's etcd API is reached at (MemberList
 // reports it; a follower forwards to the leader's). An empty url removes
 // the member's.
@@ -3321,7 +4090,7 @@ type SetEtcdURL struct {
 
 func (x *SetEtcdURL) Reset() {
 	*x = SetEtcdURL{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3333,7 +4102,7 @@ func (x *SetEtcdURL) String() string {
 func (*SetEtcdURL) ProtoMessage() {}
 
 func (x *SetEtcdURL) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3346,7 +4115,7 @@ func (x *SetEtcdURL) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetEtcdURL.ProtoReflect.Descriptor instead.
 func (*SetEtcdURL) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SetEtcdURL) GetMember() string {
@@ -3376,7 +4145,7 @@ type DeletedRegister struct {
 
 func (x *DeletedRegister) Reset() {
 	*x = DeletedRegister{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3388,7 +4157,7 @@ func (x *DeletedRegister) String() string {
 func (*DeletedRegister) ProtoMessage() {}
 
 func (x *DeletedRegister) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3401,7 +4170,7 @@ func (x *DeletedRegister) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletedRegister.ProtoReflect.Descriptor instead.
 func (*DeletedRegister) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeletedRegister) GetKey() string {
@@ -3435,7 +4204,7 @@ type Retention struct {
 
 func (x *Retention) Reset() {
 	*x = Retention{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3447,7 +4216,7 @@ func (x *Retention) String() string {
 func (*Retention) ProtoMessage() {}
 
 func (x *Retention) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3460,7 +4229,7 @@ func (x *Retention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retention.ProtoReflect.Descriptor instead.
 func (*Retention) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Retention) GetLockHistory() uint32 {
@@ -3491,7 +4260,7 @@ type SessionState struct {
 
 func (x *SessionState) Reset() {
 	*x = SessionState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3503,7 +4272,7 @@ func (x *SessionState) String() string {
 func (*SessionState) ProtoMessage() {}
 
 func (x *SessionState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3516,7 +4285,7 @@ func (x *SessionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionState.ProtoReflect.Descriptor instead.
 func (*SessionState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SessionState) GetId() uint64 {
@@ -3577,7 +4346,7 @@ type GrantState struct {
 
 func (x *GrantState) Reset() {
 	*x = GrantState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3589,7 +4358,7 @@ func (x *GrantState) String() string {
 func (*GrantState) ProtoMessage() {}
 
 func (x *GrantState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3602,7 +4371,7 @@ func (x *GrantState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantState.ProtoReflect.Descriptor instead.
 func (*GrantState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GrantState) GetSession() uint64 {
@@ -3667,7 +4436,7 @@ type WaiterState struct {
 
 func (x *WaiterState) Reset() {
 	*x = WaiterState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3679,7 +4448,7 @@ func (x *WaiterState) String() string {
 func (*WaiterState) ProtoMessage() {}
 
 func (x *WaiterState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3692,7 +4461,7 @@ func (x *WaiterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaiterState.ProtoReflect.Descriptor instead.
 func (*WaiterState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *WaiterState) GetSession() uint64 {
@@ -3746,7 +4515,7 @@ type HistoryRecord struct {
 
 func (x *HistoryRecord) Reset() {
 	*x = HistoryRecord{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3758,7 +4527,7 @@ func (x *HistoryRecord) String() string {
 func (*HistoryRecord) ProtoMessage() {}
 
 func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3771,7 +4540,7 @@ func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRecord.ProtoReflect.Descriptor instead.
 func (*HistoryRecord) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{44}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *HistoryRecord) GetOwner() string {
@@ -3843,7 +4612,7 @@ type LockState struct {
 
 func (x *LockState) Reset() {
 	*x = LockState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3855,7 +4624,7 @@ func (x *LockState) String() string {
 func (*LockState) ProtoMessage() {}
 
 func (x *LockState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3868,7 +4637,7 @@ func (x *LockState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockState.ProtoReflect.Descriptor instead.
 func (*LockState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{45}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *LockState) GetName() string {
@@ -3952,7 +4721,7 @@ type OpRecord struct {
 
 func (x *OpRecord) Reset() {
 	*x = OpRecord{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3964,7 +4733,7 @@ func (x *OpRecord) String() string {
 func (*OpRecord) ProtoMessage() {}
 
 func (x *OpRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3977,7 +4746,7 @@ func (x *OpRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpRecord.ProtoReflect.Descriptor instead.
 func (*OpRecord) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{46}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *OpRecord) GetOperationId() string {
@@ -4019,7 +4788,7 @@ type RegisterState struct {
 
 func (x *RegisterState) Reset() {
 	*x = RegisterState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4031,7 +4800,7 @@ func (x *RegisterState) String() string {
 func (*RegisterState) ProtoMessage() {}
 
 func (x *RegisterState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4044,7 +4813,7 @@ func (x *RegisterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterState.ProtoReflect.Descriptor instead.
 func (*RegisterState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{47}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RegisterState) GetKey() string {
@@ -4114,7 +4883,7 @@ type KVPut struct {
 
 func (x *KVPut) Reset() {
 	*x = KVPut{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4126,7 +4895,7 @@ func (x *KVPut) String() string {
 func (*KVPut) ProtoMessage() {}
 
 func (x *KVPut) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4139,7 +4908,7 @@ func (x *KVPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPut.ProtoReflect.Descriptor instead.
 func (*KVPut) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{48}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *KVPut) GetKey() string {
@@ -4209,7 +4978,7 @@ type KVDelete struct {
 
 func (x *KVDelete) Reset() {
 	*x = KVDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4221,7 +4990,7 @@ func (x *KVDelete) String() string {
 func (*KVDelete) ProtoMessage() {}
 
 func (x *KVDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4234,7 +5003,7 @@ func (x *KVDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelete.ProtoReflect.Descriptor instead.
 func (*KVDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{49}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *KVDelete) GetKey() string {
@@ -4309,7 +5078,7 @@ type KVRange struct {
 
 func (x *KVRange) Reset() {
 	*x = KVRange{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4321,7 +5090,7 @@ func (x *KVRange) String() string {
 func (*KVRange) ProtoMessage() {}
 
 func (x *KVRange) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4334,7 +5103,7 @@ func (x *KVRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRange.ProtoReflect.Descriptor instead.
 func (*KVRange) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{50}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *KVRange) GetKey() string {
@@ -4482,7 +5251,7 @@ type KVCompare struct {
 
 func (x *KVCompare) Reset() {
 	*x = KVCompare{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4494,7 +5263,7 @@ func (x *KVCompare) String() string {
 func (*KVCompare) ProtoMessage() {}
 
 func (x *KVCompare) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4507,7 +5276,7 @@ func (x *KVCompare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompare.ProtoReflect.Descriptor instead.
 func (*KVCompare) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{51}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *KVCompare) GetKey() string {
@@ -4581,7 +5350,7 @@ type KVOp struct {
 
 func (x *KVOp) Reset() {
 	*x = KVOp{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4593,7 +5362,7 @@ func (x *KVOp) String() string {
 func (*KVOp) ProtoMessage() {}
 
 func (x *KVOp) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4606,7 +5375,7 @@ func (x *KVOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVOp.ProtoReflect.Descriptor instead.
 func (*KVOp) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{52}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *KVOp) GetOp() isKVOp_Op {
@@ -4705,7 +5474,7 @@ type KVTxn struct {
 
 func (x *KVTxn) Reset() {
 	*x = KVTxn{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4717,7 +5486,7 @@ func (x *KVTxn) String() string {
 func (*KVTxn) ProtoMessage() {}
 
 func (x *KVTxn) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4730,7 +5499,7 @@ func (x *KVTxn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxn.ProtoReflect.Descriptor instead.
 func (*KVTxn) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{53}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *KVTxn) GetCompares() []*KVCompare {
@@ -4786,7 +5555,7 @@ type KVState struct {
 
 func (x *KVState) Reset() {
 	*x = KVState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4798,7 +5567,7 @@ func (x *KVState) String() string {
 func (*KVState) ProtoMessage() {}
 
 func (x *KVState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4811,7 +5580,7 @@ func (x *KVState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVState.ProtoReflect.Descriptor instead.
 func (*KVState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{54}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *KVState) GetKey() string {
@@ -4880,7 +5649,7 @@ type QueueEnqueue struct {
 
 func (x *QueueEnqueue) Reset() {
 	*x = QueueEnqueue{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4892,7 +5661,7 @@ func (x *QueueEnqueue) String() string {
 func (*QueueEnqueue) ProtoMessage() {}
 
 func (x *QueueEnqueue) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4905,7 +5674,7 @@ func (x *QueueEnqueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueue.ProtoReflect.Descriptor instead.
 func (*QueueEnqueue) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *QueueEnqueue) GetQueue() string {
@@ -4954,7 +5723,7 @@ type QueueDequeue struct {
 
 func (x *QueueDequeue) Reset() {
 	*x = QueueDequeue{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4966,7 +5735,7 @@ func (x *QueueDequeue) String() string {
 func (*QueueDequeue) ProtoMessage() {}
 
 func (x *QueueDequeue) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4979,7 +5748,7 @@ func (x *QueueDequeue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeue.ProtoReflect.Descriptor instead.
 func (*QueueDequeue) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{56}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *QueueDequeue) GetQueue() string {
@@ -5027,7 +5796,7 @@ type QueueSettle struct {
 
 func (x *QueueSettle) Reset() {
 	*x = QueueSettle{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5039,7 +5808,7 @@ func (x *QueueSettle) String() string {
 func (*QueueSettle) ProtoMessage() {}
 
 func (x *QueueSettle) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5052,7 +5821,7 @@ func (x *QueueSettle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettle.ProtoReflect.Descriptor instead.
 func (*QueueSettle) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{57}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *QueueSettle) GetQueue() string {
@@ -5097,7 +5866,7 @@ type QueueExtend struct {
 
 func (x *QueueExtend) Reset() {
 	*x = QueueExtend{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5109,7 +5878,7 @@ func (x *QueueExtend) String() string {
 func (*QueueExtend) ProtoMessage() {}
 
 func (x *QueueExtend) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5122,7 +5891,7 @@ func (x *QueueExtend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueExtend.ProtoReflect.Descriptor instead.
 func (*QueueExtend) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{58}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *QueueExtend) GetQueue() string {
@@ -5171,7 +5940,7 @@ type QueueDelete struct {
 
 func (x *QueueDelete) Reset() {
 	*x = QueueDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5183,7 +5952,7 @@ func (x *QueueDelete) String() string {
 func (*QueueDelete) ProtoMessage() {}
 
 func (x *QueueDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5196,7 +5965,7 @@ func (x *QueueDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDelete.ProtoReflect.Descriptor instead.
 func (*QueueDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{59}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *QueueDelete) GetQueue() string {
@@ -5217,7 +5986,7 @@ type QueuePurge struct {
 
 func (x *QueuePurge) Reset() {
 	*x = QueuePurge{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5229,7 +5998,7 @@ func (x *QueuePurge) String() string {
 func (*QueuePurge) ProtoMessage() {}
 
 func (x *QueuePurge) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5242,7 +6011,7 @@ func (x *QueuePurge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePurge.ProtoReflect.Descriptor instead.
 func (*QueuePurge) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{60}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *QueuePurge) GetQueue() string {
@@ -5265,7 +6034,7 @@ type QueueRequeueDead struct {
 
 func (x *QueueRequeueDead) Reset() {
 	*x = QueueRequeueDead{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5277,7 +6046,7 @@ func (x *QueueRequeueDead) String() string {
 func (*QueueRequeueDead) ProtoMessage() {}
 
 func (x *QueueRequeueDead) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5290,7 +6059,7 @@ func (x *QueueRequeueDead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRequeueDead.ProtoReflect.Descriptor instead.
 func (*QueueRequeueDead) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{61}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *QueueRequeueDead) GetQueue() string {
@@ -5333,7 +6102,7 @@ type QueueEnqueueBatch struct {
 
 func (x *QueueEnqueueBatch) Reset() {
 	*x = QueueEnqueueBatch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[62]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5345,7 +6114,7 @@ func (x *QueueEnqueueBatch) String() string {
 func (*QueueEnqueueBatch) ProtoMessage() {}
 
 func (x *QueueEnqueueBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[62]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5358,7 +6127,7 @@ func (x *QueueEnqueueBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueBatch.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueBatch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{62}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *QueueEnqueueBatch) GetQueue() string {
@@ -5398,7 +6167,7 @@ type QueueDequeueBatch struct {
 
 func (x *QueueDequeueBatch) Reset() {
 	*x = QueueDequeueBatch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[63]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5410,7 +6179,7 @@ func (x *QueueDequeueBatch) String() string {
 func (*QueueDequeueBatch) ProtoMessage() {}
 
 func (x *QueueDequeueBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[63]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5423,7 +6192,7 @@ func (x *QueueDequeueBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueBatch.ProtoReflect.Descriptor instead.
 func (*QueueDequeueBatch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{63}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *QueueDequeueBatch) GetQueue() string {
@@ -5466,7 +6235,7 @@ type QueueSettleBatch struct {
 
 func (x *QueueSettleBatch) Reset() {
 	*x = QueueSettleBatch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[64]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5478,7 +6247,7 @@ func (x *QueueSettleBatch) String() string {
 func (*QueueSettleBatch) ProtoMessage() {}
 
 func (x *QueueSettleBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[64]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5491,7 +6260,7 @@ func (x *QueueSettleBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleBatch.ProtoReflect.Descriptor instead.
 func (*QueueSettleBatch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{64}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *QueueSettleBatch) GetQueue() string {
@@ -5519,7 +6288,7 @@ type QueueSettleItem struct {
 
 func (x *QueueSettleItem) Reset() {
 	*x = QueueSettleItem{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[65]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5531,7 +6300,7 @@ func (x *QueueSettleItem) String() string {
 func (*QueueSettleItem) ProtoMessage() {}
 
 func (x *QueueSettleItem) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[65]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5544,7 +6313,7 @@ func (x *QueueSettleItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleItem.ProtoReflect.Descriptor instead.
 func (*QueueSettleItem) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{65}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *QueueSettleItem) GetId() uint64 {
@@ -5585,7 +6354,7 @@ type QueueItemState struct {
 
 func (x *QueueItemState) Reset() {
 	*x = QueueItemState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[66]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5597,7 +6366,7 @@ func (x *QueueItemState) String() string {
 func (*QueueItemState) ProtoMessage() {}
 
 func (x *QueueItemState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[66]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5610,7 +6379,7 @@ func (x *QueueItemState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItemState.ProtoReflect.Descriptor instead.
 func (*QueueItemState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{66}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *QueueItemState) GetId() uint64 {
@@ -5678,7 +6447,7 @@ type QueueItems struct {
 
 func (x *QueueItems) Reset() {
 	*x = QueueItems{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[67]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5690,7 +6459,7 @@ func (x *QueueItems) String() string {
 func (*QueueItems) ProtoMessage() {}
 
 func (x *QueueItems) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[67]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5703,7 +6472,7 @@ func (x *QueueItems) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItems.ProtoReflect.Descriptor instead.
 func (*QueueItems) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{67}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *QueueItems) GetQueue() string {
@@ -5740,7 +6509,7 @@ type QueueMemo struct {
 
 func (x *QueueMemo) Reset() {
 	*x = QueueMemo{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[68]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5752,7 +6521,7 @@ func (x *QueueMemo) String() string {
 func (*QueueMemo) ProtoMessage() {}
 
 func (x *QueueMemo) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[68]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5765,7 +6534,7 @@ func (x *QueueMemo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueMemo.ProtoReflect.Descriptor instead.
 func (*QueueMemo) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{68}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *QueueMemo) GetOperationId() string {
@@ -5821,7 +6590,7 @@ type QueueState struct {
 
 func (x *QueueState) Reset() {
 	*x = QueueState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[69]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5833,7 +6602,7 @@ func (x *QueueState) String() string {
 func (*QueueState) ProtoMessage() {}
 
 func (x *QueueState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[69]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5846,7 +6615,7 @@ func (x *QueueState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueState.ProtoReflect.Descriptor instead.
 func (*QueueState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{69}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *QueueState) GetName() string {
@@ -5909,7 +6678,7 @@ var File_internal_fsm_fsmpb_fsm_proto protoreflect.FileDescriptor
 
 const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xbc\x18\n" +
+	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xaa\x19\n" +
 	"\aCommand\x12E\n" +
 	"\x0ecreate_session\x18\x01 \x01(\v2\x1c.tenure.fsm.v1.CreateSessionH\x00R\rcreateSession\x12B\n" +
 	"\rclose_session\x18\x02 \x01(\v2\x1b.tenure.fsm.v1.CloseSessionH\x00R\fcloseSession\x12E\n" +
@@ -5964,8 +6733,62 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x0fset_client_addr\x18n \x01(\v2\x19.tenure.fsm.v1.SetEtcdURLH\x00R\rsetClientAddr\x12S\n" +
 	"\x13set_cluster_version\x18\x82\x01 \x01(\v2 .tenure.fsm.v1.SetClusterVersionH\x00R\x11setClusterVersion\x12A\n" +
 	"\n" +
-	"kv_compact\x18\x8c\x01 \x01(\v2\x1f.tenure.fsm.v1.KVHistoryCompactH\x00R\tkvCompactB\x04\n" +
-	"\x02op\".\n" +
+	"kv_compact\x18\x8c\x01 \x01(\v2\x1f.tenure.fsm.v1.KVHistoryCompactH\x00R\tkvCompact\x12.\n" +
+	"\x06zk_txn\x18\xa0\x01 \x01(\v2\x14.tenure.fsm.v1.ZkTxnH\x00R\x05zkTxn\x12<\n" +
+	"\vzk_set_addr\x18\xa1\x01 \x01(\v2\x19.tenure.fsm.v1.SetEtcdURLH\x00R\tzkSetAddrB\x04\n" +
+	"\x02op\"\xa2\x01\n" +
+	"\x05ZkTxn\x12\x18\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\x12\x17\n" +
+	"\atime_ms\x18\x02 \x01(\x03R\x06timeMs\x12%\n" +
+	"\x03ops\x18\x03 \x03(\v2\x13.tenure.fsm.v1.ZkOpR\x03ops\x12)\n" +
+	"\x03ids\x18\x04 \x03(\v2\x17.tenure.fsm.v1.ZnodeACLR\x03ids\x12\x14\n" +
+	"\x05multi\x18\x05 \x01(\bR\x05multi\"\x8d\x02\n" +
+	"\x04ZkOp\x121\n" +
+	"\x06create\x18\x01 \x01(\v2\x17.tenure.fsm.v1.ZkCreateH\x00R\x06create\x121\n" +
+	"\x06delete\x18\x02 \x01(\v2\x17.tenure.fsm.v1.ZkDeleteH\x00R\x06delete\x125\n" +
+	"\bset_data\x18\x03 \x01(\v2\x18.tenure.fsm.v1.ZkSetDataH\x00R\asetData\x12.\n" +
+	"\x05check\x18\x04 \x01(\v2\x16.tenure.fsm.v1.ZkCheckH\x00R\x05check\x122\n" +
+	"\aset_acl\x18\x05 \x01(\v2\x17.tenure.fsm.v1.ZkSetACLH\x00R\x06setAclB\x04\n" +
+	"\x02op\"s\n" +
+	"\bZkCreate\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12)\n" +
+	"\x03acl\x18\x03 \x03(\v2\x17.tenure.fsm.v1.ZnodeACLR\x03acl\x12\x14\n" +
+	"\x05flags\x18\x04 \x01(\x05R\x05flags\"8\n" +
+	"\bZkDelete\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x05R\aversion\"M\n" +
+	"\tZkSetData\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x05R\aversion\"7\n" +
+	"\aZkCheck\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x05R\aversion\"c\n" +
+	"\bZkSetACL\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12)\n" +
+	"\x03acl\x18\x02 \x03(\v2\x17.tenure.fsm.v1.ZnodeACLR\x03acl\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x05R\aversion\"H\n" +
+	"\bZnodeACL\x12\x14\n" +
+	"\x05perms\x18\x01 \x01(\x05R\x05perms\x12\x16\n" +
+	"\x06scheme\x18\x02 \x01(\tR\x06scheme\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\"\xe6\x02\n" +
+	"\n" +
+	"ZnodeState\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12)\n" +
+	"\x03acl\x18\x03 \x03(\v2\x17.tenure.fsm.v1.ZnodeACLR\x03acl\x12\x14\n" +
+	"\x05czxid\x18\x04 \x01(\x04R\x05czxid\x12\x14\n" +
+	"\x05mzxid\x18\x05 \x01(\x04R\x05mzxid\x12\x14\n" +
+	"\x05pzxid\x18\x06 \x01(\x04R\x05pzxid\x12\x14\n" +
+	"\x05ctime\x18\a \x01(\x03R\x05ctime\x12\x14\n" +
+	"\x05mtime\x18\b \x01(\x03R\x05mtime\x12\x18\n" +
+	"\aversion\x18\t \x01(\x05R\aversion\x12\x1a\n" +
+	"\bcversion\x18\n" +
+	" \x01(\x05R\bcversion\x12\x1a\n" +
+	"\baversion\x18\v \x01(\x05R\baversion\x12'\n" +
+	"\x0fephemeral_owner\x18\f \x01(\x04R\x0eephemeralOwner\x12\x1c\n" +
+	"\tcontainer\x18\r \x01(\bR\tcontainer\".\n" +
 	"\x10KVHistoryCompact\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\"\xbf\x01\n" +
 	"\x0fKVHistoryRecord\x12\x1a\n" +
@@ -6125,7 +6948,7 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x12\n" +
 	"\x04lock\x18\x03 \x01(\tR\x04lock\x12!\n" +
-	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\x9c\b\n" +
+	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\x87\t\n" +
 	"\bSnapshot\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12&\n" +
 	"\x0eformat_version\x18\x82\x01 \x01(\rR\rformatVersion\x12(\n" +
@@ -6150,7 +6973,9 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
 	"kv_history\x18\x8c\x01 \x03(\v2\x1e.tenure.fsm.v1.KVHistoryRecordR\tkvHistory\x12/\n" +
 	"\x13kv_compact_revision\x18\x8d\x01 \x01(\x04R\x11kvCompactRevision\x12<\n" +
-	"\fclient_addrs\x18n \x03(\v2\x19.tenure.fsm.v1.SetEtcdURLR\vclientAddrs\"6\n" +
+	"\fclient_addrs\x18n \x03(\v2\x19.tenure.fsm.v1.SetEtcdURLR\vclientAddrs\x122\n" +
+	"\x06znodes\x18\xa0\x01 \x03(\v2\x19.tenure.fsm.v1.ZnodeStateR\x06znodes\x125\n" +
+	"\bzk_addrs\x18\xa1\x01 \x03(\v2\x19.tenure.fsm.v1.SetEtcdURLR\azkAddrs\"6\n" +
 	"\n" +
 	"SetEtcdURL\x12\x16\n" +
 	"\x06member\x18\x01 \x01(\tR\x06member\x12\x10\n" +
@@ -6369,177 +7194,200 @@ func file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_internal_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
 var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Command)(nil),           // 0: tenure.fsm.v1.Command
-	(*KVHistoryCompact)(nil),  // 1: tenure.fsm.v1.KVHistoryCompact
-	(*KVHistoryRecord)(nil),   // 2: tenure.fsm.v1.KVHistoryRecord
-	(*SetClusterVersion)(nil), // 3: tenure.fsm.v1.SetClusterVersion
-	(*AclEnable)(nil),         // 4: tenure.fsm.v1.AclEnable
-	(*AclRule)(nil),           // 5: tenure.fsm.v1.AclRule
-	(*AclPolicy)(nil),         // 6: tenure.fsm.v1.AclPolicy
-	(*AclToken)(nil),          // 7: tenure.fsm.v1.AclToken
-	(*AclBinding)(nil),        // 8: tenure.fsm.v1.AclBinding
-	(*AclBootstrap)(nil),      // 9: tenure.fsm.v1.AclBootstrap
-	(*AclPolicySet)(nil),      // 10: tenure.fsm.v1.AclPolicySet
-	(*AclPolicyDelete)(nil),   // 11: tenure.fsm.v1.AclPolicyDelete
-	(*AclTokenCreate)(nil),    // 12: tenure.fsm.v1.AclTokenCreate
-	(*AclTokenRevoke)(nil),    // 13: tenure.fsm.v1.AclTokenRevoke
-	(*AclTokenUpdate)(nil),    // 14: tenure.fsm.v1.AclTokenUpdate
-	(*AclBindingSet)(nil),     // 15: tenure.fsm.v1.AclBindingSet
-	(*AclBindingDelete)(nil),  // 16: tenure.fsm.v1.AclBindingDelete
-	(*SigningKey)(nil),        // 17: tenure.fsm.v1.SigningKey
-	(*RetireSigningKey)(nil),  // 18: tenure.fsm.v1.RetireSigningKey
-	(*RemoveSigningKey)(nil),  // 19: tenure.fsm.v1.RemoveSigningKey
-	(*AddSigningKey)(nil),     // 20: tenure.fsm.v1.AddSigningKey
-	(*Security)(nil),          // 21: tenure.fsm.v1.Security
-	(*SetRetention)(nil),      // 22: tenure.fsm.v1.SetRetention
-	(*Limits)(nil),            // 23: tenure.fsm.v1.Limits
-	(*SetLimits)(nil),         // 24: tenure.fsm.v1.SetLimits
-	(*Batch)(nil),             // 25: tenure.fsm.v1.Batch
-	(*CreateSession)(nil),     // 26: tenure.fsm.v1.CreateSession
-	(*CloseSession)(nil),      // 27: tenure.fsm.v1.CloseSession
-	(*ExpireSession)(nil),     // 28: tenure.fsm.v1.ExpireSession
-	(*ExpireSessions)(nil),    // 29: tenure.fsm.v1.ExpireSessions
-	(*Acquire)(nil),           // 30: tenure.fsm.v1.Acquire
-	(*Proclaim)(nil),          // 31: tenure.fsm.v1.Proclaim
-	(*CancelAcquire)(nil),     // 32: tenure.fsm.v1.CancelAcquire
-	(*Release)(nil),           // 33: tenure.fsm.v1.Release
-	(*EndLockDelay)(nil),      // 34: tenure.fsm.v1.EndLockDelay
-	(*FencedPut)(nil),         // 35: tenure.fsm.v1.FencedPut
-	(*FencedDelete)(nil),      // 36: tenure.fsm.v1.FencedDelete
-	(*Snapshot)(nil),          // 37: tenure.fsm.v1.Snapshot
-	(*SetEtcdURL)(nil),        // 38: tenure.fsm.v1.SetEtcdURL
-	(*DeletedRegister)(nil),   // 39: tenure.fsm.v1.DeletedRegister
-	(*Retention)(nil),         // 40: tenure.fsm.v1.Retention
-	(*SessionState)(nil),      // 41: tenure.fsm.v1.SessionState
-	(*GrantState)(nil),        // 42: tenure.fsm.v1.GrantState
-	(*WaiterState)(nil),       // 43: tenure.fsm.v1.WaiterState
-	(*HistoryRecord)(nil),     // 44: tenure.fsm.v1.HistoryRecord
-	(*LockState)(nil),         // 45: tenure.fsm.v1.LockState
-	(*OpRecord)(nil),          // 46: tenure.fsm.v1.OpRecord
-	(*RegisterState)(nil),     // 47: tenure.fsm.v1.RegisterState
-	(*KVPut)(nil),             // 48: tenure.fsm.v1.KVPut
-	(*KVDelete)(nil),          // 49: tenure.fsm.v1.KVDelete
-	(*KVRange)(nil),           // 50: tenure.fsm.v1.KVRange
-	(*KVCompare)(nil),         // 51: tenure.fsm.v1.KVCompare
-	(*KVOp)(nil),              // 52: tenure.fsm.v1.KVOp
-	(*KVTxn)(nil),             // 53: tenure.fsm.v1.KVTxn
-	(*KVState)(nil),           // 54: tenure.fsm.v1.KVState
-	(*QueueEnqueue)(nil),      // 55: tenure.fsm.v1.QueueEnqueue
-	(*QueueDequeue)(nil),      // 56: tenure.fsm.v1.QueueDequeue
-	(*QueueSettle)(nil),       // 57: tenure.fsm.v1.QueueSettle
-	(*QueueExtend)(nil),       // 58: tenure.fsm.v1.QueueExtend
-	(*QueueDelete)(nil),       // 59: tenure.fsm.v1.QueueDelete
-	(*QueuePurge)(nil),        // 60: tenure.fsm.v1.QueuePurge
-	(*QueueRequeueDead)(nil),  // 61: tenure.fsm.v1.QueueRequeueDead
-	(*QueueEnqueueBatch)(nil), // 62: tenure.fsm.v1.QueueEnqueueBatch
-	(*QueueDequeueBatch)(nil), // 63: tenure.fsm.v1.QueueDequeueBatch
-	(*QueueSettleBatch)(nil),  // 64: tenure.fsm.v1.QueueSettleBatch
-	(*QueueSettleItem)(nil),   // 65: tenure.fsm.v1.QueueSettleItem
-	(*QueueItemState)(nil),    // 66: tenure.fsm.v1.QueueItemState
-	(*QueueItems)(nil),        // 67: tenure.fsm.v1.QueueItems
-	(*QueueMemo)(nil),         // 68: tenure.fsm.v1.QueueMemo
-	(*QueueState)(nil),        // 69: tenure.fsm.v1.QueueState
+	(*ZkTxn)(nil),             // 1: tenure.fsm.v1.ZkTxn
+	(*ZkOp)(nil),              // 2: tenure.fsm.v1.ZkOp
+	(*ZkCreate)(nil),          // 3: tenure.fsm.v1.ZkCreate
+	(*ZkDelete)(nil),          // 4: tenure.fsm.v1.ZkDelete
+	(*ZkSetData)(nil),         // 5: tenure.fsm.v1.ZkSetData
+	(*ZkCheck)(nil),           // 6: tenure.fsm.v1.ZkCheck
+	(*ZkSetACL)(nil),          // 7: tenure.fsm.v1.ZkSetACL
+	(*ZnodeACL)(nil),          // 8: tenure.fsm.v1.ZnodeACL
+	(*ZnodeState)(nil),        // 9: tenure.fsm.v1.ZnodeState
+	(*KVHistoryCompact)(nil),  // 10: tenure.fsm.v1.KVHistoryCompact
+	(*KVHistoryRecord)(nil),   // 11: tenure.fsm.v1.KVHistoryRecord
+	(*SetClusterVersion)(nil), // 12: tenure.fsm.v1.SetClusterVersion
+	(*AclEnable)(nil),         // 13: tenure.fsm.v1.AclEnable
+	(*AclRule)(nil),           // 14: tenure.fsm.v1.AclRule
+	(*AclPolicy)(nil),         // 15: tenure.fsm.v1.AclPolicy
+	(*AclToken)(nil),          // 16: tenure.fsm.v1.AclToken
+	(*AclBinding)(nil),        // 17: tenure.fsm.v1.AclBinding
+	(*AclBootstrap)(nil),      // 18: tenure.fsm.v1.AclBootstrap
+	(*AclPolicySet)(nil),      // 19: tenure.fsm.v1.AclPolicySet
+	(*AclPolicyDelete)(nil),   // 20: tenure.fsm.v1.AclPolicyDelete
+	(*AclTokenCreate)(nil),    // 21: tenure.fsm.v1.AclTokenCreate
+	(*AclTokenRevoke)(nil),    // 22: tenure.fsm.v1.AclTokenRevoke
+	(*AclTokenUpdate)(nil),    // 23: tenure.fsm.v1.AclTokenUpdate
+	(*AclBindingSet)(nil),     // 24: tenure.fsm.v1.AclBindingSet
+	(*AclBindingDelete)(nil),  // 25: tenure.fsm.v1.AclBindingDelete
+	(*SigningKey)(nil),        // 26: tenure.fsm.v1.SigningKey
+	(*RetireSigningKey)(nil),  // 27: tenure.fsm.v1.RetireSigningKey
+	(*RemoveSigningKey)(nil),  // 28: tenure.fsm.v1.RemoveSigningKey
+	(*AddSigningKey)(nil),     // 29: tenure.fsm.v1.AddSigningKey
+	(*Security)(nil),          // 30: tenure.fsm.v1.Security
+	(*SetRetention)(nil),      // 31: tenure.fsm.v1.SetRetention
+	(*Limits)(nil),            // 32: tenure.fsm.v1.Limits
+	(*SetLimits)(nil),         // 33: tenure.fsm.v1.SetLimits
+	(*Batch)(nil),             // 34: tenure.fsm.v1.Batch
+	(*CreateSession)(nil),     // 35: tenure.fsm.v1.CreateSession
+	(*CloseSession)(nil),      // 36: tenure.fsm.v1.CloseSession
+	(*ExpireSession)(nil),     // 37: tenure.fsm.v1.ExpireSession
+	(*ExpireSessions)(nil),    // 38: tenure.fsm.v1.ExpireSessions
+	(*Acquire)(nil),           // 39: tenure.fsm.v1.Acquire
+	(*Proclaim)(nil),          // 40: tenure.fsm.v1.Proclaim
+	(*CancelAcquire)(nil),     // 41: tenure.fsm.v1.CancelAcquire
+	(*Release)(nil),           // 42: tenure.fsm.v1.Release
+	(*EndLockDelay)(nil),      // 43: tenure.fsm.v1.EndLockDelay
+	(*FencedPut)(nil),         // 44: tenure.fsm.v1.FencedPut
+	(*FencedDelete)(nil),      // 45: tenure.fsm.v1.FencedDelete
+	(*Snapshot)(nil),          // 46: tenure.fsm.v1.Snapshot
+	(*SetEtcdURL)(nil),        // 47: tenure.fsm.v1.SetEtcdURL
+	(*DeletedRegister)(nil),   // 48: tenure.fsm.v1.DeletedRegister
+	(*Retention)(nil),         // 49: tenure.fsm.v1.Retention
+	(*SessionState)(nil),      // 50: tenure.fsm.v1.SessionState
+	(*GrantState)(nil),        // 51: tenure.fsm.v1.GrantState
+	(*WaiterState)(nil),       // 52: tenure.fsm.v1.WaiterState
+	(*HistoryRecord)(nil),     // 53: tenure.fsm.v1.HistoryRecord
+	(*LockState)(nil),         // 54: tenure.fsm.v1.LockState
+	(*OpRecord)(nil),          // 55: tenure.fsm.v1.OpRecord
+	(*RegisterState)(nil),     // 56: tenure.fsm.v1.RegisterState
+	(*KVPut)(nil),             // 57: tenure.fsm.v1.KVPut
+	(*KVDelete)(nil),          // 58: tenure.fsm.v1.KVDelete
+	(*KVRange)(nil),           // 59: tenure.fsm.v1.KVRange
+	(*KVCompare)(nil),         // 60: tenure.fsm.v1.KVCompare
+	(*KVOp)(nil),              // 61: tenure.fsm.v1.KVOp
+	(*KVTxn)(nil),             // 62: tenure.fsm.v1.KVTxn
+	(*KVState)(nil),           // 63: tenure.fsm.v1.KVState
+	(*QueueEnqueue)(nil),      // 64: tenure.fsm.v1.QueueEnqueue
+	(*QueueDequeue)(nil),      // 65: tenure.fsm.v1.QueueDequeue
+	(*QueueSettle)(nil),       // 66: tenure.fsm.v1.QueueSettle
+	(*QueueExtend)(nil),       // 67: tenure.fsm.v1.QueueExtend
+	(*QueueDelete)(nil),       // 68: tenure.fsm.v1.QueueDelete
+	(*QueuePurge)(nil),        // 69: tenure.fsm.v1.QueuePurge
+	(*QueueRequeueDead)(nil),  // 70: tenure.fsm.v1.QueueRequeueDead
+	(*QueueEnqueueBatch)(nil), // 71: tenure.fsm.v1.QueueEnqueueBatch
+	(*QueueDequeueBatch)(nil), // 72: tenure.fsm.v1.QueueDequeueBatch
+	(*QueueSettleBatch)(nil),  // 73: tenure.fsm.v1.QueueSettleBatch
+	(*QueueSettleItem)(nil),   // 74: tenure.fsm.v1.QueueSettleItem
+	(*QueueItemState)(nil),    // 75: tenure.fsm.v1.QueueItemState
+	(*QueueItems)(nil),        // 76: tenure.fsm.v1.QueueItems
+	(*QueueMemo)(nil),         // 77: tenure.fsm.v1.QueueMemo
+	(*QueueState)(nil),        // 78: tenure.fsm.v1.QueueState
 }
 var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
-	26, // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
-	27, // 1: tenure.fsm.v1.Command.close_session:type_name -> tenure.fsm.v1.CloseSession
-	28, // 2: tenure.fsm.v1.Command.expire_session:type_name -> tenure.fsm.v1.ExpireSession
-	30, // 3: tenure.fsm.v1.Command.acquire:type_name -> tenure.fsm.v1.Acquire
-	32, // 4: tenure.fsm.v1.Command.cancel_acquire:type_name -> tenure.fsm.v1.CancelAcquire
-	33, // 5: tenure.fsm.v1.Command.release:type_name -> tenure.fsm.v1.Release
-	34, // 6: tenure.fsm.v1.Command.end_lock_delay:type_name -> tenure.fsm.v1.EndLockDelay
-	35, // 7: tenure.fsm.v1.Command.fenced_put:type_name -> tenure.fsm.v1.FencedPut
-	25, // 8: tenure.fsm.v1.Command.batch:type_name -> tenure.fsm.v1.Batch
-	31, // 9: tenure.fsm.v1.Command.proclaim:type_name -> tenure.fsm.v1.Proclaim
-	29, // 10: tenure.fsm.v1.Command.expire_sessions:type_name -> tenure.fsm.v1.ExpireSessions
-	36, // 11: tenure.fsm.v1.Command.fenced_delete:type_name -> tenure.fsm.v1.FencedDelete
-	22, // 12: tenure.fsm.v1.Command.set_retention:type_name -> tenure.fsm.v1.SetRetention
-	24, // 13: tenure.fsm.v1.Command.set_limits:type_name -> tenure.fsm.v1.SetLimits
-	38, // 14: tenure.fsm.v1.Command.set_etcd_url:type_name -> tenure.fsm.v1.SetEtcdURL
-	48, // 15: tenure.fsm.v1.Command.kv_put:type_name -> tenure.fsm.v1.KVPut
-	49, // 16: tenure.fsm.v1.Command.kv_delete:type_name -> tenure.fsm.v1.KVDelete
-	53, // 17: tenure.fsm.v1.Command.kv_txn:type_name -> tenure.fsm.v1.KVTxn
-	55, // 18: tenure.fsm.v1.Command.queue_enqueue:type_name -> tenure.fsm.v1.QueueEnqueue
-	56, // 19: tenure.fsm.v1.Command.queue_dequeue:type_name -> tenure.fsm.v1.QueueDequeue
-	57, // 20: tenure.fsm.v1.Command.queue_ack:type_name -> tenure.fsm.v1.QueueSettle
-	57, // 21: tenure.fsm.v1.Command.queue_nack:type_name -> tenure.fsm.v1.QueueSettle
-	58, // 22: tenure.fsm.v1.Command.queue_extend:type_name -> tenure.fsm.v1.QueueExtend
-	57, // 23: tenure.fsm.v1.Command.queue_expire:type_name -> tenure.fsm.v1.QueueSettle
-	61, // 24: tenure.fsm.v1.Command.queue_requeue_dead:type_name -> tenure.fsm.v1.QueueRequeueDead
-	59, // 25: tenure.fsm.v1.Command.queue_delete:type_name -> tenure.fsm.v1.QueueDelete
-	60, // 26: tenure.fsm.v1.Command.queue_purge:type_name -> tenure.fsm.v1.QueuePurge
-	62, // 27: tenure.fsm.v1.Command.queue_enqueue_batch:type_name -> tenure.fsm.v1.QueueEnqueueBatch
-	63, // 28: tenure.fsm.v1.Command.queue_dequeue_batch:type_name -> tenure.fsm.v1.QueueDequeueBatch
-	64, // 29: tenure.fsm.v1.Command.queue_ack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
-	64, // 30: tenure.fsm.v1.Command.queue_nack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
-	9,  // 31: tenure.fsm.v1.Command.acl_bootstrap:type_name -> tenure.fsm.v1.AclBootstrap
-	10, // 32: tenure.fsm.v1.Command.acl_policy_set:type_name -> tenure.fsm.v1.AclPolicySet
-	11, // 33: tenure.fsm.v1.Command.acl_policy_delete:type_name -> tenure.fsm.v1.AclPolicyDelete
-	12, // 34: tenure.fsm.v1.Command.acl_token_create:type_name -> tenure.fsm.v1.AclTokenCreate
-	13, // 35: tenure.fsm.v1.Command.acl_token_revoke:type_name -> tenure.fsm.v1.AclTokenRevoke
-	15, // 36: tenure.fsm.v1.Command.acl_binding_set:type_name -> tenure.fsm.v1.AclBindingSet
-	16, // 37: tenure.fsm.v1.Command.acl_binding_delete:type_name -> tenure.fsm.v1.AclBindingDelete
-	20, // 38: tenure.fsm.v1.Command.add_signing_key:type_name -> tenure.fsm.v1.AddSigningKey
-	4,  // 39: tenure.fsm.v1.Command.acl_enable:type_name -> tenure.fsm.v1.AclEnable
-	18, // 40: tenure.fsm.v1.Command.retire_signing_key:type_name -> tenure.fsm.v1.RetireSigningKey
-	19, // 41: tenure.fsm.v1.Command.remove_signing_key:type_name -> tenure.fsm.v1.RemoveSigningKey
-	14, // 42: tenure.fsm.v1.Command.acl_token_update:type_name -> tenure.fsm.v1.AclTokenUpdate
-	38, // 43: tenure.fsm.v1.Command.set_client_addr:type_name -> tenure.fsm.v1.SetEtcdURL
-	3,  // 44: tenure.fsm.v1.Command.set_cluster_version:type_name -> tenure.fsm.v1.SetClusterVersion
-	1,  // 45: tenure.fsm.v1.Command.kv_compact:type_name -> tenure.fsm.v1.KVHistoryCompact
-	54, // 46: tenure.fsm.v1.KVHistoryRecord.kv:type_name -> tenure.fsm.v1.KVState
-	54, // 47: tenure.fsm.v1.KVHistoryRecord.prev:type_name -> tenure.fsm.v1.KVState
-	5,  // 48: tenure.fsm.v1.AclPolicy.rules:type_name -> tenure.fsm.v1.AclRule
-	7,  // 49: tenure.fsm.v1.AclBootstrap.token:type_name -> tenure.fsm.v1.AclToken
-	6,  // 50: tenure.fsm.v1.AclPolicySet.policy:type_name -> tenure.fsm.v1.AclPolicy
-	7,  // 51: tenure.fsm.v1.AclTokenCreate.token:type_name -> tenure.fsm.v1.AclToken
-	8,  // 52: tenure.fsm.v1.AclBindingSet.binding:type_name -> tenure.fsm.v1.AclBinding
-	17, // 53: tenure.fsm.v1.AddSigningKey.key:type_name -> tenure.fsm.v1.SigningKey
-	6,  // 54: tenure.fsm.v1.Security.policies:type_name -> tenure.fsm.v1.AclPolicy
-	7,  // 55: tenure.fsm.v1.Security.tokens:type_name -> tenure.fsm.v1.AclToken
-	8,  // 56: tenure.fsm.v1.Security.bindings:type_name -> tenure.fsm.v1.AclBinding
-	17, // 57: tenure.fsm.v1.Security.signing_keys:type_name -> tenure.fsm.v1.SigningKey
-	23, // 58: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
-	0,  // 59: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
-	41, // 60: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
-	45, // 61: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
-	47, // 62: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
-	69, // 63: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
-	67, // 64: tenure.fsm.v1.Snapshot.queue_items:type_name -> tenure.fsm.v1.QueueItems
-	54, // 65: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
-	40, // 66: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
-	23, // 67: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
-	44, // 68: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
-	39, // 69: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
-	21, // 70: tenure.fsm.v1.Snapshot.security:type_name -> tenure.fsm.v1.Security
-	38, // 71: tenure.fsm.v1.Snapshot.etcd_urls:type_name -> tenure.fsm.v1.SetEtcdURL
-	2,  // 72: tenure.fsm.v1.Snapshot.kv_history:type_name -> tenure.fsm.v1.KVHistoryRecord
-	38, // 73: tenure.fsm.v1.Snapshot.client_addrs:type_name -> tenure.fsm.v1.SetEtcdURL
-	42, // 74: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
-	42, // 75: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
-	43, // 76: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
-	44, // 77: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
-	46, // 78: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
-	48, // 79: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
-	49, // 80: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
-	50, // 81: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
-	53, // 82: tenure.fsm.v1.KVOp.txn:type_name -> tenure.fsm.v1.KVTxn
-	51, // 83: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
-	52, // 84: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
-	52, // 85: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
-	65, // 86: tenure.fsm.v1.QueueSettleBatch.items:type_name -> tenure.fsm.v1.QueueSettleItem
-	66, // 87: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
-	66, // 88: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
-	66, // 89: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
-	68, // 90: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
-	68, // 91: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
-	92, // [92:92] is the sub-list for method output_type
-	92, // [92:92] is the sub-list for method input_type
-	92, // [92:92] is the sub-list for extension type_name
-	92, // [92:92] is the sub-list for extension extendee
-	0,  // [0:92] is the sub-list for field type_name
+	35,  // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
+	36,  // 1: tenure.fsm.v1.Command.close_session:type_name -> tenure.fsm.v1.CloseSession
+	37,  // 2: tenure.fsm.v1.Command.expire_session:type_name -> tenure.fsm.v1.ExpireSession
+	39,  // 3: tenure.fsm.v1.Command.acquire:type_name -> tenure.fsm.v1.Acquire
+	41,  // 4: tenure.fsm.v1.Command.cancel_acquire:type_name -> tenure.fsm.v1.CancelAcquire
+	42,  // 5: tenure.fsm.v1.Command.release:type_name -> tenure.fsm.v1.Release
+	43,  // 6: tenure.fsm.v1.Command.end_lock_delay:type_name -> tenure.fsm.v1.EndLockDelay
+	44,  // 7: tenure.fsm.v1.Command.fenced_put:type_name -> tenure.fsm.v1.FencedPut
+	34,  // 8: tenure.fsm.v1.Command.batch:type_name -> tenure.fsm.v1.Batch
+	40,  // 9: tenure.fsm.v1.Command.proclaim:type_name -> tenure.fsm.v1.Proclaim
+	38,  // 10: tenure.fsm.v1.Command.expire_sessions:type_name -> tenure.fsm.v1.ExpireSessions
+	45,  // 11: tenure.fsm.v1.Command.fenced_delete:type_name -> tenure.fsm.v1.FencedDelete
+	31,  // 12: tenure.fsm.v1.Command.set_retention:type_name -> tenure.fsm.v1.SetRetention
+	33,  // 13: tenure.fsm.v1.Command.set_limits:type_name -> tenure.fsm.v1.SetLimits
+	47,  // 14: tenure.fsm.v1.Command.set_etcd_url:type_name -> tenure.fsm.v1.SetEtcdURL
+	57,  // 15: tenure.fsm.v1.Command.kv_put:type_name -> tenure.fsm.v1.KVPut
+	58,  // 16: tenure.fsm.v1.Command.kv_delete:type_name -> tenure.fsm.v1.KVDelete
+	62,  // 17: tenure.fsm.v1.Command.kv_txn:type_name -> tenure.fsm.v1.KVTxn
+	64,  // 18: tenure.fsm.v1.Command.queue_enqueue:type_name -> tenure.fsm.v1.QueueEnqueue
+	65,  // 19: tenure.fsm.v1.Command.queue_dequeue:type_name -> tenure.fsm.v1.QueueDequeue
+	66,  // 20: tenure.fsm.v1.Command.queue_ack:type_name -> tenure.fsm.v1.QueueSettle
+	66,  // 21: tenure.fsm.v1.Command.queue_nack:type_name -> tenure.fsm.v1.QueueSettle
+	67,  // 22: tenure.fsm.v1.Command.queue_extend:type_name -> tenure.fsm.v1.QueueExtend
+	66,  // 23: tenure.fsm.v1.Command.queue_expire:type_name -> tenure.fsm.v1.QueueSettle
+	70,  // 24: tenure.fsm.v1.Command.queue_requeue_dead:type_name -> tenure.fsm.v1.QueueRequeueDead
+	68,  // 25: tenure.fsm.v1.Command.queue_delete:type_name -> tenure.fsm.v1.QueueDelete
+	69,  // 26: tenure.fsm.v1.Command.queue_purge:type_name -> tenure.fsm.v1.QueuePurge
+	71,  // 27: tenure.fsm.v1.Command.queue_enqueue_batch:type_name -> tenure.fsm.v1.QueueEnqueueBatch
+	72,  // 28: tenure.fsm.v1.Command.queue_dequeue_batch:type_name -> tenure.fsm.v1.QueueDequeueBatch
+	73,  // 29: tenure.fsm.v1.Command.queue_ack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
+	73,  // 30: tenure.fsm.v1.Command.queue_nack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
+	18,  // 31: tenure.fsm.v1.Command.acl_bootstrap:type_name -> tenure.fsm.v1.AclBootstrap
+	19,  // 32: tenure.fsm.v1.Command.acl_policy_set:type_name -> tenure.fsm.v1.AclPolicySet
+	20,  // 33: tenure.fsm.v1.Command.acl_policy_delete:type_name -> tenure.fsm.v1.AclPolicyDelete
+	21,  // 34: tenure.fsm.v1.Command.acl_token_create:type_name -> tenure.fsm.v1.AclTokenCreate
+	22,  // 35: tenure.fsm.v1.Command.acl_token_revoke:type_name -> tenure.fsm.v1.AclTokenRevoke
+	24,  // 36: tenure.fsm.v1.Command.acl_binding_set:type_name -> tenure.fsm.v1.AclBindingSet
+	25,  // 37: tenure.fsm.v1.Command.acl_binding_delete:type_name -> tenure.fsm.v1.AclBindingDelete
+	29,  // 38: tenure.fsm.v1.Command.add_signing_key:type_name -> tenure.fsm.v1.AddSigningKey
+	13,  // 39: tenure.fsm.v1.Command.acl_enable:type_name -> tenure.fsm.v1.AclEnable
+	27,  // 40: tenure.fsm.v1.Command.retire_signing_key:type_name -> tenure.fsm.v1.RetireSigningKey
+	28,  // 41: tenure.fsm.v1.Command.remove_signing_key:type_name -> tenure.fsm.v1.RemoveSigningKey
+	23,  // 42: tenure.fsm.v1.Command.acl_token_update:type_name -> tenure.fsm.v1.AclTokenUpdate
+	47,  // 43: tenure.fsm.v1.Command.set_client_addr:type_name -> tenure.fsm.v1.SetEtcdURL
+	12,  // 44: tenure.fsm.v1.Command.set_cluster_version:type_name -> tenure.fsm.v1.SetClusterVersion
+	10,  // 45: tenure.fsm.v1.Command.kv_compact:type_name -> tenure.fsm.v1.KVHistoryCompact
+	1,   // 46: tenure.fsm.v1.Command.zk_txn:type_name -> tenure.fsm.v1.ZkTxn
+	47,  // 47: tenure.fsm.v1.Command.zk_set_addr:type_name -> tenure.fsm.v1.SetEtcdURL
+	2,   // 48: tenure.fsm.v1.ZkTxn.ops:type_name -> tenure.fsm.v1.ZkOp
+	8,   // 49: tenure.fsm.v1.ZkTxn.ids:type_name -> tenure.fsm.v1.ZnodeACL
+	3,   // 50: tenure.fsm.v1.ZkOp.create:type_name -> tenure.fsm.v1.ZkCreate
+	4,   // 51: tenure.fsm.v1.ZkOp.delete:type_name -> tenure.fsm.v1.ZkDelete
+	5,   // 52: tenure.fsm.v1.ZkOp.set_data:type_name -> tenure.fsm.v1.ZkSetData
+	6,   // 53: tenure.fsm.v1.ZkOp.check:type_name -> tenure.fsm.v1.ZkCheck
+	7,   // 54: tenure.fsm.v1.ZkOp.set_acl:type_name -> tenure.fsm.v1.ZkSetACL
+	8,   // 55: tenure.fsm.v1.ZkCreate.acl:type_name -> tenure.fsm.v1.ZnodeACL
+	8,   // 56: tenure.fsm.v1.ZkSetACL.acl:type_name -> tenure.fsm.v1.ZnodeACL
+	8,   // 57: tenure.fsm.v1.ZnodeState.acl:type_name -> tenure.fsm.v1.ZnodeACL
+	63,  // 58: tenure.fsm.v1.KVHistoryRecord.kv:type_name -> tenure.fsm.v1.KVState
+	63,  // 59: tenure.fsm.v1.KVHistoryRecord.prev:type_name -> tenure.fsm.v1.KVState
+	14,  // 60: tenure.fsm.v1.AclPolicy.rules:type_name -> tenure.fsm.v1.AclRule
+	16,  // 61: tenure.fsm.v1.AclBootstrap.token:type_name -> tenure.fsm.v1.AclToken
+	15,  // 62: tenure.fsm.v1.AclPolicySet.policy:type_name -> tenure.fsm.v1.AclPolicy
+	16,  // 63: tenure.fsm.v1.AclTokenCreate.token:type_name -> tenure.fsm.v1.AclToken
+	17,  // 64: tenure.fsm.v1.AclBindingSet.binding:type_name -> tenure.fsm.v1.AclBinding
+	26,  // 65: tenure.fsm.v1.AddSigningKey.key:type_name -> tenure.fsm.v1.SigningKey
+	15,  // 66: tenure.fsm.v1.Security.policies:type_name -> tenure.fsm.v1.AclPolicy
+	16,  // 67: tenure.fsm.v1.Security.tokens:type_name -> tenure.fsm.v1.AclToken
+	17,  // 68: tenure.fsm.v1.Security.bindings:type_name -> tenure.fsm.v1.AclBinding
+	26,  // 69: tenure.fsm.v1.Security.signing_keys:type_name -> tenure.fsm.v1.SigningKey
+	32,  // 70: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
+	0,   // 71: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
+	50,  // 72: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
+	54,  // 73: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
+	56,  // 74: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
+	78,  // 75: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
+	76,  // 76: tenure.fsm.v1.Snapshot.queue_items:type_name -> tenure.fsm.v1.QueueItems
+	63,  // 77: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
+	49,  // 78: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
+	32,  // 79: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
+	53,  // 80: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
+	48,  // 81: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
+	30,  // 82: tenure.fsm.v1.Snapshot.security:type_name -> tenure.fsm.v1.Security
+	47,  // 83: tenure.fsm.v1.Snapshot.etcd_urls:type_name -> tenure.fsm.v1.SetEtcdURL
+	11,  // 84: tenure.fsm.v1.Snapshot.kv_history:type_name -> tenure.fsm.v1.KVHistoryRecord
+	47,  // 85: tenure.fsm.v1.Snapshot.client_addrs:type_name -> tenure.fsm.v1.SetEtcdURL
+	9,   // 86: tenure.fsm.v1.Snapshot.znodes:type_name -> tenure.fsm.v1.ZnodeState
+	47,  // 87: tenure.fsm.v1.Snapshot.zk_addrs:type_name -> tenure.fsm.v1.SetEtcdURL
+	51,  // 88: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
+	51,  // 89: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
+	52,  // 90: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
+	53,  // 91: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
+	55,  // 92: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
+	57,  // 93: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
+	58,  // 94: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
+	59,  // 95: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
+	62,  // 96: tenure.fsm.v1.KVOp.txn:type_name -> tenure.fsm.v1.KVTxn
+	60,  // 97: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
+	61,  // 98: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
+	61,  // 99: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
+	74,  // 100: tenure.fsm.v1.QueueSettleBatch.items:type_name -> tenure.fsm.v1.QueueSettleItem
+	75,  // 101: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
+	75,  // 102: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
+	75,  // 103: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
+	77,  // 104: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
+	77,  // 105: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
+	106, // [106:106] is the sub-list for method output_type
+	106, // [106:106] is the sub-list for method input_type
+	106, // [106:106] is the sub-list for extension type_name
+	106, // [106:106] is the sub-list for extension extendee
+	0,   // [0:106] is the sub-list for field type_name
 }
 
 func init() { file_internal_fsm_fsmpb_fsm_proto_init() }
@@ -6594,8 +7442,17 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 		(*Command_SetClientAddr)(nil),
 		(*Command_SetClusterVersion)(nil),
 		(*Command_KvCompact)(nil),
+		(*Command_ZkTxn)(nil),
+		(*Command_ZkSetAddr)(nil),
 	}
-	file_internal_fsm_fsmpb_fsm_proto_msgTypes[52].OneofWrappers = []any{
+	file_internal_fsm_fsmpb_fsm_proto_msgTypes[2].OneofWrappers = []any{
+		(*ZkOp_Create)(nil),
+		(*ZkOp_Delete)(nil),
+		(*ZkOp_SetData)(nil),
+		(*ZkOp_Check)(nil),
+		(*ZkOp_SetAcl)(nil),
+	}
+	file_internal_fsm_fsmpb_fsm_proto_msgTypes[61].OneofWrappers = []any{
 		(*KVOp_Put)(nil),
 		(*KVOp_Delete)(nil),
 		(*KVOp_Range)(nil),
@@ -6607,7 +7464,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_fsm_fsmpb_fsm_proto_rawDesc), len(file_internal_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   70,
+			NumMessages:   79,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

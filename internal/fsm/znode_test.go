@@ -1,0 +1,189 @@
+package fsm_test
+
+import (
+	"errors"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+)
+
+func zkTxn(session uint64, multi bool, ops ...*fsmpb.ZkOp) *fsmpb.Command {
+	return &fsmpb.Command{Op: &fsmpb.Command_ZkTxn{ZkTxn: &fsmpb.ZkTxn{Session: session, TimeMs: 1000, Ops: ops, Multi: multi}}}
+}
+
+func zkCreate(path string, flags int32) *fsmpb.ZkOp {
+	return &fsmpb.ZkOp{Op: &fsmpb.ZkOp_Create{Create: &fsmpb.ZkCreate{Path: path, Data: []byte("d"), Flags: flags,
+		Acl: []*fsmpb.ZnodeACL{{Perms: fsm.ZkPermAll, Scheme: "world", Id: "anyone"}}}}}
+}
+
+func zkDelete(path string, version int32) *fsmpb.ZkOp {
+	return &fsmpb.ZkOp{Op: &fsmpb.ZkOp_Delete{Delete: &fsmpb.ZkDelete{Path: path, Version: version}}}
+}
+
+func zkCode(err error) fsm.ZkCode {
+	var ze *fsm.ZkError
+	if errors.As(err, &ze) {
+		return ze.Code
+	}
+	return 1
+}
+
+// TestZnodeTxn: creates, sequential names, errors in ZooKeeper's codes,
+// and a multi that fails at one op changing nothing (not even the
+// revision).
+func TestZnodeTxn(t *testing.T) {
+	st := fsm.NewState()
+	sess := st.Apply(cmdCreate("zk", 10_000), nil).Session
+	if r, _ := apply(t, st, zkTxn(sess, false, zkCreate("/a", fsm.ZkPersistent))); r.Err != nil || r.Zk.Ops[0].Stat.Czxid != r.Revision {
+		t.Fatalf("create /a: %+v", r)
+	}
+	cases := []struct {
+		op   *fsmpb.ZkOp
+		code fsm.ZkCode
+	}{
+		{zkCreate("/a", 0), fsm.ZkNodeExists},
+		{zkCreate("/x/y", 0), fsm.ZkNoNode},
+		{zkCreate("/a/", 0), fsm.ZkBadArguments},
+		{zkCreate("/a/./b", 0), fsm.ZkBadArguments},
+		{zkDelete("/a", 3), fsm.ZkBadVersion},
+		{zkDelete("/", -1), fsm.ZkBadArguments},
+		{zkDelete("/nope", -1), fsm.ZkNoNode},
+	}
+	for _, c := range cases {
+		rev := st.Revision()
+		r, evs := apply(t, st, zkTxn(sess, false, c.op))
+		if zkCode(r.Err) != c.code || st.Revision() != rev || len(evs) != 0 {
+			t.Fatalf("%v: %v (revision %d -> %d, %d events), want code %d and nothing changed", c.op, r.Err, rev, st.Revision(), len(evs), c.code)
+		}
+	}
+	for i, want := range []string{"/a/s-0000000000", "/a/s-0000000001"} {
+		r, _ := apply(t, st, zkTxn(sess, false, zkCreate("/a/s-", fsm.ZkEphemeralSequential)))
+		if r.Err != nil || r.Zk.Ops[0].Path != want {
+			t.Fatalf("sequential %d: %+v, want %s", i, r, want)
+		}
+	}
+	rev := st.Revision()
+	r, evs := apply(t, st, zkTxn(sess, true, zkCreate("/b", 0), zkCreate("/b/c", 0), zkDelete("/a", -1)))
+	if r.Err != nil || st.Revision() != rev || len(evs) != 0 {
+		t.Fatalf("failed multi: %+v, revision %d -> %d, %d events", r, rev, st.Revision(), len(evs))
+	}
+	if got := []fsm.ZkCode{r.Zk.Ops[0].Code, r.Zk.Ops[1].Code, r.Zk.Ops[2].Code}; got[0] != fsm.ZkOK || got[1] != fsm.ZkOK || got[2] != fsm.ZkNotEmpty {
+		t.Fatalf("failed multi's codes %v, want [0 0 NotEmpty]", got)
+	}
+	if _, _, _, ok := st.Znode("/b"); ok {
+		t.Fatal("a failed multi created /b")
+	}
+	// The session's end removes its ephemerals, in the same command.
+	r, evs = apply(t, st, &fsmpb.Command{Op: &fsmpb.Command_CloseSession{CloseSession: &fsmpb.CloseSession{Session: sess}}})
+	kids, _ := st.ZnodeChildren("/a")
+	if r.Err != nil || len(kids) != 0 {
+		t.Fatalf("after the session closed: %v, children %v", r.Err, kids)
+	}
+	deleted := 0
+	for _, e := range evs {
+		if e.Kind == fsm.EventZnode && e.ZnodeType == fsm.ZnodeDeleted {
+			deleted++
+		}
+	}
+	if deleted != 2 {
+		t.Fatalf("%d NodeDeleted events, want 2", deleted)
+	}
+	if r, _ := apply(t, st, zkTxn(sess, false, zkCreate("/e", fsm.ZkEphemeral))); zkCode(r.Err) != fsm.ZkSessionExpired {
+		t.Fatalf("create by an ended session: %v, want SessionExpired", r.Err)
+	}
+}
+
+// TestZnodeContainerGoesWithItsLastChild: a container is removed by the
+// command that removes its last child.
+func TestZnodeContainerGoesWithItsLastChild(t *testing.T) {
+	st := fsm.NewState()
+	apply(t, st, zkTxn(0, false, zkCreate("/c", fsm.ZkContainer)))
+	apply(t, st, zkTxn(0, false, zkCreate("/c/x", 0)))
+	if _, _, s, _ := st.Znode("/c"); s.EphemeralOwner != fsm.ZkContainerOwner {
+		t.Fatalf("container stat %+v", s)
+	}
+	if r, _ := apply(t, st, zkTxn(0, false, zkDelete("/c/x", -1))); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if _, _, _, ok := st.Znode("/c"); ok {
+		t.Fatal("the empty container stayed")
+	}
+}
+
+// TestZnodeSnapshot: the tree and each session's ephemerals survive a
+// snapshot; an ephemeral of a live session still goes with it.
+func TestZnodeSnapshot(t *testing.T) {
+	st := fsm.NewState()
+	sess := st.Apply(cmdCreate("zk", 10_000), nil).Session
+	apply(t, st, zkTxn(0, false, zkCreate("/p", 0)))
+	apply(t, st, zkTxn(sess, false, zkCreate("/p/e", fsm.ZkEphemeral)))
+	snap := st.Export()
+	back, err := fsm.Import(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(back.Export(), snap) {
+		t.Fatal("the snapshot does not round-trip")
+	}
+	apply(t, back, &fsmpb.Command{Op: &fsmpb.Command_CloseSession{CloseSession: &fsmpb.CloseSession{Session: sess}}})
+	if _, _, _, ok := back.Znode("/p/e"); ok {
+		t.Fatal("an ephemeral restored from a snapshot outlived its session")
+	}
+}
+
+// TestZnodeGate: below cluster version 3 a ZkTxn is refused and changes
+// nothing; the snapshot writes no znodes.
+func TestZnodeGate(t *testing.T) {
+	st := fsm.NewStateAt(2)
+	r, _ := apply(t, st, zkTxn(0, false, zkCreate("/a", 0)))
+	if !errors.Is(r.Err, fsm.ErrVersion) || st.Revision() != 0 {
+		t.Fatalf("at version 2: %v, revision %d", r.Err, st.Revision())
+	}
+	if err := fsm.CheckVersion(zkTxn(0, false, zkCreate("/a", 0)), 2); !errors.Is(err, fsm.ErrVersion) {
+		t.Fatalf("proposal gate at version 2: %v", err)
+	}
+	if n := len(st.Export().GetZnodes()); n != 0 {
+		t.Fatalf("a version-2 snapshot holds %d znodes", n)
+	}
+}
+
+// TestZnodeMultiChildren: a multi that adds and removes children of one
+// parent leaves exactly its net change, and a failed one none (a txn
+// shares the parent's children with the state until it commits).
+func TestZnodeMultiChildren(t *testing.T) {
+	st := fsm.NewState()
+	apply(t, st, zkTxn(0, false, zkCreate("/m", 0)))
+	apply(t, st, zkTxn(0, false, zkCreate("/m/x", 0)))
+	r, _ := apply(t, st, zkTxn(0, true, zkCreate("/m/a", 0), zkDelete("/m/a", -1), zkCreate("/m/b", 0), zkDelete("/m/x", -1), zkCreate("/m/x", 0),
+		&fsmpb.ZkOp{Op: &fsmpb.ZkOp_SetData{SetData: &fsmpb.ZkSetData{Path: "/m", Data: []byte("v"), Version: -1}}}))
+	if r.Err != nil || failedOps(r) {
+		t.Fatalf("multi: %+v", r.Zk)
+	}
+	if got := r.Zk.Ops[5].Stat.NumChildren; got != 2 {
+		t.Fatalf("setData's stat in the multi: %d children, want 2", got)
+	}
+	kids, _ := st.ZnodeChildren("/m")
+	if len(kids) != 2 || kids[0] != "b" || kids[1] != "x" {
+		t.Fatalf("children %v, want [b x]", kids)
+	}
+	r, _ = apply(t, st, zkTxn(0, true, zkDelete("/m/b", -1), zkCreate("/m/c", 0), zkDelete("/m", -1)))
+	if !failedOps(r) {
+		t.Fatalf("multi deleting a parent with children passed: %+v", r.Zk)
+	}
+	kids, _ = st.ZnodeChildren("/m")
+	if _, _, s, _ := st.Znode("/m"); len(kids) != 2 || s.NumChildren != 2 || kids[0] != "b" {
+		t.Fatalf("after a failed multi: children %v, stat %+v", kids, s)
+	}
+}
+
+func failedOps(r fsm.Result) bool {
+	for _, o := range r.Zk.Ops {
+		if o.Code != fsm.ZkOK {
+			return true
+		}
+	}
+	return false
+}
