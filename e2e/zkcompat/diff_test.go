@@ -1,0 +1,461 @@
+package zkcompat
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The differential test: one sequence of requests, sent on the wire by
+// two sessions, against ZooKeeper 3.8 and against Tenure; the transcripts
+// (every reply's error code and body, every watch event, in order) must be
+// equal once zxids and session ids are replaced by what is the same on
+// both: a zxid by the order in which its value first appears in the
+// transcript (so "created and modified by the same change" and "changed
+// later" survive, the numbers do not), a session id by which of the test's
+// sessions it is.
+
+// transcript renders the answers of one run.
+type transcript struct {
+	zxids    map[int64]string
+	sessions map[int64]string
+	lines    []string
+}
+
+func (tr *transcript) zxid(v int64) string {
+	if v == 0 {
+		return "0"
+	}
+	if s, ok := tr.zxids[v]; ok {
+		return s
+	}
+	s := fmt.Sprintf("z%d", len(tr.zxids)+1)
+	tr.zxids[v] = s
+	return s
+}
+
+func (tr *transcript) session(v int64) string {
+	if v == 0 {
+		return "-"
+	}
+	if s, ok := tr.sessions[v]; ok {
+		return s
+	}
+	return "unknown-session"
+}
+
+func (tr *transcript) stat(s stat) string {
+	return fmt.Sprintf("{czxid=%s mzxid=%s pzxid=%s version=%d cversion=%d aversion=%d owner=%s dataLength=%d numChildren=%d}",
+		tr.zxid(s.Czxid), tr.zxid(s.Mzxid), tr.zxid(s.Pzxid), s.Version, s.Cversion, s.Aversion,
+		tr.session(s.EphemeralOwner), s.DataLength, s.NumChildren)
+}
+
+// step is one request of the sequence: sent on session conn, its
+// successful reply's body rendered by body.
+type step struct {
+	conn  int
+	label string
+	op    int32
+	req   enc
+	body  func(tr *transcript, d *dec) string
+}
+
+func noBody(*transcript, *dec) string { return "" }
+
+func pathBody(_ *transcript, d *dec) string { return d.str() }
+
+func statBody(tr *transcript, d *dec) string { return tr.stat(d.stat()) }
+
+func dataStatBody(tr *transcript, d *dec) string {
+	data := d.buf()
+	return fmt.Sprintf("%q %s", data, tr.stat(d.stat()))
+}
+
+// sortedStrs renders a list of names sorted (ZooKeeper does not order
+// children).
+func sortedStrs(d *dec) string {
+	ss := d.strs()
+	sort.Strings(ss)
+	return fmt.Sprintf("%q", ss)
+}
+
+func createStep(conn int, path, data string, flags int32) step {
+	return step{conn, fmt.Sprintf("create %s %q flags=%d", path, data, flags), opCreate,
+		enc{}.str(path).buf([]byte(data)).acls(openACL).i32(flags), pathBody}
+}
+
+func create2Step(conn int, op int32, path, data string, flags int32) step {
+	return step{conn, fmt.Sprintf("create2(op %d) %s %q flags=%d", op, path, data, flags), op,
+		enc{}.str(path).buf([]byte(data)).acls(openACL).i32(flags),
+		func(tr *transcript, d *dec) string { return d.str() + " " + tr.stat(d.stat()) }}
+}
+
+func deleteStep(conn int, path string, version int32) step {
+	return step{conn, fmt.Sprintf("delete %s version=%d", path, version), opDelete, enc{}.str(path).i32(version), noBody}
+}
+
+func setStep(conn int, path, data string, version int32) step {
+	return step{conn, fmt.Sprintf("setData %s %q version=%d", path, data, version), opSetData,
+		enc{}.str(path).buf([]byte(data)).i32(version), statBody}
+}
+
+func existsStep(conn int, path string, watch bool) step {
+	return step{conn, fmt.Sprintf("exists %s watch=%v", path, watch), opExists, enc{}.str(path).boolean(watch), statBody}
+}
+
+func getStep(conn int, path string, watch bool) step {
+	return step{conn, fmt.Sprintf("getData %s watch=%v", path, watch), opGetData, enc{}.str(path).boolean(watch), dataStatBody}
+}
+
+func childrenStep(conn int, path string, watch bool) step {
+	return step{conn, fmt.Sprintf("getChildren %s watch=%v", path, watch), opGetChildren, enc{}.str(path).boolean(watch),
+		func(_ *transcript, d *dec) string { return sortedStrs(d) }}
+}
+
+func children2Step(conn int, path string, watch bool) step {
+	return step{conn, fmt.Sprintf("getChildren2 %s watch=%v", path, watch), opGetChildren2, enc{}.str(path).boolean(watch),
+		func(tr *transcript, d *dec) string { s := sortedStrs(d); return s + " " + tr.stat(d.stat()) }}
+}
+
+// multiOp is one operation of a multi: its op code and record.
+type multiOp struct {
+	op  int32
+	rec enc
+}
+
+func mCreate(path, data string, flags int32) multiOp {
+	return multiOp{opCreate, enc{}.str(path).buf([]byte(data)).acls(openACL).i32(flags)}
+}
+func mCreate2(path, data string, flags int32) multiOp {
+	return multiOp{opCreate2, enc{}.str(path).buf([]byte(data)).acls(openACL).i32(flags)}
+}
+func mDelete(path string, version int32) multiOp {
+	return multiOp{opDelete, enc{}.str(path).i32(version)}
+}
+func mSet(path, data string, version int32) multiOp {
+	return multiOp{opSetData, enc{}.str(path).buf([]byte(data)).i32(version)}
+}
+func mCheck(path string, version int32) multiOp {
+	return multiOp{opCheck, enc{}.str(path).i32(version)}
+}
+
+func multiStep(conn int, label string, ops ...multiOp) step {
+	req := enc{}
+	for _, o := range ops {
+		req = append(req.i32(o.op).boolean(false).i32(-1), o.rec...)
+	}
+	req = req.i32(-1).boolean(true).i32(-1)
+	return step{conn, "multi " + label, opMulti, req, func(tr *transcript, d *dec) string {
+		var out []string
+		for i := 0; i < 64 && d.err == nil; i++ {
+			typ, done, herr := d.i32(), d.boolean(), d.i32()
+			if done {
+				break
+			}
+			switch typ {
+			case opCreate:
+				out = append(out, "create:"+d.str())
+			case opCreate2:
+				out = append(out, "create2:"+d.str()+" "+tr.stat(d.stat()))
+			case opDelete:
+				out = append(out, "delete")
+			case opSetData:
+				out = append(out, "setData:"+tr.stat(d.stat()))
+			case opCheck:
+				out = append(out, "check")
+			case opError:
+				out = append(out, "error:"+errName(d.i32()))
+			default:
+				out = append(out, fmt.Sprintf("type(%d) err=%d", typ, herr))
+			}
+		}
+		return "[" + strings.Join(out, ", ") + "]"
+	}}
+}
+
+// diffSequence is the sequence under root: session 0 acts and watches,
+// session 1 owns ephemerals and fires the watches.
+func diffSequence(root string) []step {
+	r := root
+	return []step{
+		// Creation, errors, reads.
+		createStep(0, r, "root", flagPersistent),
+		createStep(0, r, "again", flagPersistent),
+		createStep(0, r+"/missing/child", "", flagPersistent),
+		createStep(0, r+"/", "", flagPersistent),
+		createStep(0, r+"//x", "", flagPersistent),
+		createStep(0, r+"/./x", "", flagPersistent),
+		createStep(0, r+"/a", "", flagPersistent),
+		getStep(0, r, false),
+		getStep(0, r+"/a", false),
+		getStep(0, r+"/nope", false),
+		existsStep(0, r+"/a", false),
+		existsStep(0, r+"/nope", false),
+		// Versions.
+		setStep(0, r+"/a", "one", 0),
+		setStep(0, r+"/a", "two", 0),
+		setStep(0, r+"/a", "three", -1),
+		setStep(0, r+"/nope", "x", -1),
+		deleteStep(0, r+"/a", 0),
+		deleteStep(0, r+"/nope", -1),
+		getStep(0, r+"/a", false),
+		// Sequential nodes: the counter is the parent's cversion.
+		createStep(0, r+"/q", "", flagPersistent),
+		createStep(0, r+"/q/x", "", flagPersistent),
+		deleteStep(0, r+"/q/x", -1),
+		createStep(0, r+"/q/s-", "1", flagSequential),
+		createStep(0, r+"/q/s-", "2", flagSequential),
+		createStep(1, r+"/q/e-", "3", flagEphemeralSeq),
+		createStep(0, r+"/q/", "4", flagSequential),
+		children2Step(0, r+"/q", false),
+		getStep(0, r+"/q", false),
+		// Ephemerals: owner, no children, listed per session.
+		createStep(1, r+"/eph", "mine", flagEphemeral),
+		getStep(0, r+"/eph", false),
+		createStep(1, r+"/eph/child", "", flagPersistent),
+		{1, "getEphemerals " + r, opGetEphemerals, enc{}.str(r), func(_ *transcript, d *dec) string { return sortedStrs(d) }},
+		{0, "getEphemerals " + r, opGetEphemerals, enc{}.str(r), func(_ *transcript, d *dec) string { return sortedStrs(d) }},
+		{0, "getAllChildrenNumber " + r, opGetAllChildrenNumber, enc{}.str(r), func(_ *transcript, d *dec) string { return fmt.Sprint(d.i32()) }},
+		deleteStep(0, r+"/q", -1),
+		// create2 and containers.
+		create2Step(0, opCreate2, r+"/c2", "stat", flagPersistent),
+		create2Step(0, opCreate2, r+"/c2", "stat", flagPersistent),
+		create2Step(0, opCreateContainer, r+"/box", "", flagContainer),
+		getStep(0, r+"/box", false),
+		// One-shot watches, fired by the other session.
+		getStep(0, r+"/c2", true),
+		existsStep(0, r+"/w", true),
+		childrenStep(0, r, true),
+		setStep(1, r+"/c2", "changed", -1),
+		createStep(1, r+"/w", "", flagPersistent),
+		setStep(1, r+"/c2", "again", -1), // the data watch fired once: no second event
+		getStep(0, r+"/w", true),
+		childrenStep(0, r+"/w", true),
+		deleteStep(1, r+"/w", -1),
+		existsStep(0, r+"/eph", true),
+		// multi: all or nothing, ZooKeeper's per-op results.
+		multiStep(0, "ok", mCheck(r+"/c2", 2), mCreate(r+"/m1", "a", flagPersistent), mCreate2(r+"/m2", "b", flagPersistent),
+			mSet(r+"/m1", "a2", 0), mDelete(r+"/m2", 0)),
+		getStep(0, r+"/m1", false),
+		multiStep(0, "fails at check", mCreate(r+"/m3", "", flagPersistent), mCheck(r+"/c2", 99), mSet(r+"/m1", "x", -1)),
+		existsStep(0, r+"/m3", false),
+		multiStep(0, "fails at create", mSet(r+"/m1", "y", -1), mCreate(r+"/m1", "", flagPersistent)),
+		getStep(0, r+"/m1", false),
+		multiStep(0, "fails at delete of a parent", mDelete(r, -1)),
+		multiStep(0, "empty"),
+		// ACLs.
+		{0, "getACL " + r + "/m1", opGetACL, enc{}.str(r + "/m1"), func(tr *transcript, d *dec) string {
+			return fmt.Sprintf("%v %s", d.acls(), tr.stat(d.stat()))
+		}},
+		{0, "setACL read-only, version 5", opSetACL, enc{}.str(r + "/m1").acls([]acl{{1, "world", "anyone"}}).i32(5), statBody},
+		{0, "setACL read-only", opSetACL, enc{}.str(r + "/m1").acls([]acl{{1, "world", "anyone"}}).i32(0), statBody},
+		setStep(0, r+"/m1", "refused", -1),
+		getStep(0, r+"/m1", false),
+		createStep(0, r+"/m1/kid", "", flagPersistent),
+		// Persistent recursive watch.
+		{0, "addWatch " + r + "/tree recursive", opAddWatch, enc{}.str(r + "/tree").i32(1),
+			func(_ *transcript, d *dec) string { return fmt.Sprintf("err=%d", d.i32()) }},
+		createStep(1, r+"/tree", "", flagPersistent),
+		createStep(1, r+"/tree/x", "", flagPersistent),
+		setStep(1, r+"/tree/x", "v", -1),
+		deleteStep(1, r+"/tree/x", -1),
+		{0, "sync " + r, opSync, enc{}.str(r), pathBody},
+		{0, "whoAmI", opWhoAmI, nil, func(_ *transcript, d *dec) string {
+			var out []string
+			for n := d.i32(); n > 0 && d.err == nil; n-- {
+				out = append(out, d.str()+":"+d.str())
+			}
+			return fmt.Sprintf("%q", out)
+		}},
+		// Deletion order, and the end of a session.
+		deleteStep(0, r, -1),
+		{1, "close session 1", opClose, nil, noBody},
+		existsStep(0, r+"/eph", false),
+	}
+}
+
+// record runs the sequence against s and returns the transcript.
+func record(t *testing.T, s *server, root string) []string {
+	t.Helper()
+	tr := &transcript{zxids: map[int64]string{}, sessions: map[int64]string{}}
+	var conns []*zkConn
+	for i := 0; i < 2; i++ {
+		c, err := dialZK(s.Addr, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.close)
+		tr.sessions[c.SessionID] = fmt.Sprintf("session%d", i)
+		conns = append(conns, c)
+	}
+	closed := map[int]bool{}
+	for _, st := range diffSequence(root) {
+		r, err := conns[st.conn].call(st.op, st.req)
+		if err != nil {
+			t.Fatalf("%s: %v", st.label, err)
+		}
+		line := fmt.Sprintf("s%d %s -> %s", st.conn, st.label, errName(r.Err))
+		if r.Err == 0 {
+			d := &dec{b: r.Body}
+			if b := st.body(tr, d); b != "" {
+				line += " " + b
+			}
+			if d.err != nil {
+				line += " [malformed: " + d.err.Error() + "]"
+			} else if len(d.b) != 0 {
+				line += fmt.Sprintf(" [%d bytes more]", len(d.b))
+			}
+		}
+		tr.lines = append(tr.lines, line)
+		if st.op == opClose {
+			closed[st.conn] = true
+		}
+		// Whatever events each session has by the time it gets an answer to
+		// a request sent now.
+		for i, c := range conns {
+			if closed[i] {
+				continue
+			}
+			if _, err := c.call(opExists, enc{}.str("/").boolean(false)); err != nil {
+				t.Fatalf("probe of session %d: %v", i, err)
+			}
+			for _, e := range c.takeEvents() {
+				tr.lines = append(tr.lines, fmt.Sprintf("  s%d event %s", i, strings.Replace(e.String(), root, "ROOT", 1)))
+			}
+		}
+	}
+	resume(t, s, root, conns[0], tr)
+	for i := range tr.lines {
+		tr.lines[i] = strings.ReplaceAll(tr.lines[i], root, "ROOT")
+	}
+	return tr.lines
+}
+
+// resume drops a session's connection (no closeSession), changes a node
+// it watched while it is away, and comes back: with a wrong password (to
+// be refused), then with its password (the same session, its ephemeral
+// still there), re-registering its watch with setWatches.
+func resume(t *testing.T, s *server, root string, other *zkConn, tr *transcript) {
+	t.Helper()
+	add := func(format string, args ...any) { tr.lines = append(tr.lines, fmt.Sprintf(format, args...)) }
+	for _, ms := range []int{1000, 10000, 100000} {
+		c, err := dialZK(s.Addr, time.Duration(ms)*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		add("connect asking %dms -> timeout %dms", ms, c.Timeout)
+		c.close()
+	}
+	c, err := dialZK(s.Addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.sessions[c.SessionID] = "session2"
+	if _, code, err := c.create(root+"/e2", []byte("e2"), flagEphemeral); err != nil || code != 0 {
+		t.Fatalf("create %s/e2: %s %v", root, errName(code), err)
+	}
+	if _, err := c.call(opGetData, enc{}.str(root+"/c2").boolean(true)); err != nil {
+		t.Fatal(err)
+	}
+	seen := c.seenZxid()
+	c.drop()
+	if _, err := other.call(opSetData, enc{}.str(root+"/c2").buf([]byte("while away")).i32(-1)); err != nil {
+		t.Fatal(err)
+	}
+	wrong := append([]byte{}, c.Passwd...)
+	wrong[0] ^= 0xff
+	if bad, err := dialSession(s.Addr, 10*time.Second, c.SessionID, wrong); err == nil {
+		add("s2 reconnect with a wrong password -> accepted as %s", tr.session(bad.SessionID))
+		bad.drop()
+	} else {
+		add("s2 reconnect with a wrong password -> %v", err)
+	}
+	back, err := dialSession(s.Addr, 10*time.Second, c.SessionID, c.Passwd)
+	if err != nil {
+		add("s2 reconnect with its password -> %v", err)
+		return
+	}
+	t.Cleanup(back.close)
+	add("s2 reconnect with its password -> %s timeout %dms", tr.session(back.SessionID), back.Timeout)
+	r, err := back.call(opSetWatches, enc{}.i64(seen).strs([]string{root + "/c2"}).strs(nil).strs(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	add("s2 setWatches data=[ROOT/c2] -> %s", errName(r.Err))
+	if _, err := back.call(opExists, enc{}.str("/").boolean(false)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range back.takeEvents() {
+		add("  s2 event %s", strings.Replace(e.String(), root, "ROOT", 1))
+	}
+	r, err = back.call(opExists, enc{}.str(root+"/e2").boolean(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := "s2 exists ROOT/e2 -> " + errName(r.Err)
+	if r.Err == 0 {
+		line += " " + tr.stat((&dec{b: r.Body}).stat())
+	}
+	add("%s", line)
+}
+
+// TestDifferential runs the sequence against ZooKeeper and, where Tenure
+// is a target, against Tenure, and compares each with ZooKeeper's.
+func TestDifferential(t *testing.T) {
+	var want []string
+	eachTarget(t, func(t *testing.T, s *server, root string) {
+		got := record(t, s, root)
+		if s.Name == zooKeeper {
+			want = got
+			t.Logf("ZooKeeper's transcript:\n%s", strings.Join(got, "\n"))
+			return
+		}
+		if want == nil {
+			t.Fatal("no ZooKeeper transcript to compare with")
+		}
+		if diff := diffLines(want, got); diff != "" {
+			t.Errorf("Tenure's answers differ from ZooKeeper 3.8's (- ZooKeeper, + Tenure):\n%s", diff)
+		}
+	})
+}
+
+// diffLines shows the lines of a and b that differ, aligned by a longest
+// common subsequence.
+func diffLines(a, b []string) string {
+	n, m := len(a), len(b)
+	lcs := make([][]int, n+1)
+	for i := range lcs {
+		lcs[i] = make([]int, m+1)
+	}
+	for i := n - 1; i >= 0; i-- {
+		for j := m - 1; j >= 0; j-- {
+			if a[i] == b[j] {
+				lcs[i][j] = lcs[i+1][j+1] + 1
+			} else {
+				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
+			}
+		}
+	}
+	var out []string
+	changed := false
+	i, j := 0, 0
+	for i < n || j < m {
+		switch {
+		case i < n && j < m && a[i] == b[j]:
+			out = append(out, "  "+a[i])
+			i, j = i+1, j+1
+		case j < m && (i == n || lcs[i][j+1] >= lcs[i+1][j]):
+			out = append(out, "+ "+b[j])
+			j, changed = j+1, true
+		default:
+			out = append(out, "- "+a[i])
+			i, changed = i+1, true
+		}
+	}
+	if !changed {
+		return ""
+	}
+	return strings.Join(out, "\n")
+}

@@ -1,0 +1,1 @@
+public class Recipes { public static void main(String[] a) {} }
