@@ -291,10 +291,23 @@ func record(t *testing.T, s *server, root string) []string {
 		conns = append(conns, c)
 	}
 	closed := map[int]bool{}
+	// redial replaces session i's connection after the server closed it
+	// (the transcript says so, and goes on with a new session).
+	redial := func(i int) {
+		c, err := dialZK(s.Addr, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.close)
+		tr.sessions[c.SessionID] = fmt.Sprintf("session%d(new)", i)
+		conns[i] = c
+	}
 	for _, st := range diffSequence(root) {
 		r, err := conns[st.conn].call(st.op, st.req)
-		if err != nil {
-			t.Fatalf("%s: %v", st.label, err)
+		if err != nil && st.op != opClose {
+			tr.lines = append(tr.lines, fmt.Sprintf("s%d %s -> CONNECTION LOST (%v)", st.conn, st.label, err))
+			redial(st.conn)
+			continue
 		}
 		line := fmt.Sprintf("s%d %s -> %s", st.conn, st.label, errName(r.Err))
 		if r.Err == 0 {
@@ -319,7 +332,9 @@ func record(t *testing.T, s *server, root string) []string {
 				continue
 			}
 			if _, err := c.call(opExists, enc{}.str("/").boolean(false)); err != nil {
-				t.Fatalf("probe of session %d: %v", i, err)
+				tr.lines = append(tr.lines, fmt.Sprintf("  s%d CONNECTION LOST (%v)", i, err))
+				redial(i)
+				continue
 			}
 			for _, e := range c.takeEvents() {
 				tr.lines = append(tr.lines, fmt.Sprintf("  s%d event %s", i, strings.Replace(e.String(), root, "ROOT", 1)))

@@ -118,7 +118,8 @@ const (
 // tenureReady names the tests whose cases run against Tenure too; the
 // others run against ZooKeeper 3.8 only (the harness proving itself) until
 // Tenure's ZooKeeper front passes them. ZKCOMPAT_TENURE_ALL=1 runs every
-// test against Tenure.
+// test against Tenure too (ZKCOMPAT_TENURE_BIN names a tenure binary to
+// run instead of the one built from ../..).
 var tenureReady = map[string]bool{}
 
 // targets lists the targets test t runs against.
@@ -217,28 +218,26 @@ func startZooKeeper() (*server, error) {
 }
 
 // startTenure runs a single-member `tenure serve` with its ZooKeeper front
-// on a free loopback port.
+// on a free loopback port and ZooKeeper's tick (so the same session
+// timeout bounds).
 func startTenure() (*server, error) {
 	dir, err := os.MkdirTemp("", "zkcompat-tenure-")
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	p, err := spawn(dir, "", filepath.Join(bin, "tenure"), "serve", "-o", "json", "--data-dir", filepath.Join(dir, "data"),
-		"--listen", "127.0.0.1:0", "--http-listen", "", "--zk-listen", addr)
+	p, err := spawn(dir, "", tenureBin(), "serve", "-o", "json", "--data-dir", filepath.Join(dir, "data"),
+		"--listen", "127.0.0.1:0", "--http-listen", "", "--zk-listen", "127.0.0.1:0",
+		"--zk-tick-time", fmt.Sprint(tickMs*time.Millisecond))
 	if err != nil {
 		return nil, err
 	}
 	deadline := time.Now().Add(30 * time.Second)
+	var ready struct {
+		Serving   string `json:"serving"`
+		ZooKeeper string `json:"zookeeper"`
+	}
 	for {
 		line, _, _ := strings.Cut(p.stdout(), "\n")
-		var ready struct {
-			Serving string `json:"serving"`
-		}
 		if json.Unmarshal([]byte(line), &ready) == nil && ready.Serving != "" {
 			break
 		}
@@ -253,8 +252,21 @@ func startTenure() (*server, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	s := &server{Name: tenureT, Addr: addr, p: p}
+	if ready.ZooKeeper == "" {
+		p.kill()
+		return nil, fmt.Errorf("tenure serve's ready line names no ZooKeeper address: %s", p.stdout())
+	}
+	s := &server{Name: tenureT, Addr: ready.ZooKeeper, p: p}
 	return s, s.waitReady()
+}
+
+// tenureBin is the tenure binary the tests run: TestMain's build, or
+// ZKCOMPAT_TENURE_BIN's.
+func tenureBin() string {
+	if b := os.Getenv("ZKCOMPAT_TENURE_BIN"); b != "" {
+		return b
+	}
+	return filepath.Join(bin, "tenure")
 }
 
 // waitReady polls until a ZooKeeper session can be opened.

@@ -236,6 +236,10 @@ type reply struct {
 	Body []byte
 }
 
+// callTimeout bounds the wait for a reply (as a client's connection-loss
+// detection would, at 2/3 of a 15s session).
+const callTimeout = 10 * time.Second
+
 // errConnClosed is returned for a request on a connection the server
 // closed.
 var errConnClosed = errors.New("zkwire: connection closed")
@@ -416,8 +420,8 @@ func (c *zkConn) call(op int32, body []byte) (reply, error) {
 			return r, fmt.Errorf("zkwire: reply xid %d to request xid %d", r.Xid, xid)
 		}
 		return r, nil
-	case <-time.After(30 * time.Second):
-		return reply{}, fmt.Errorf("zkwire: no reply to op %d within 30s", op)
+	case <-time.After(callTimeout):
+		return reply{}, fmt.Errorf("zkwire: no reply to op %d within %v", op, callTimeout)
 	}
 }
 
