@@ -15,11 +15,7 @@ import (
 // kazoo starts recipes.py's case against s, under root.
 func kazoo(t *testing.T, s *server, root, kase string, args ...string) *proc {
 	t.Helper()
-	script, err := filepath.Abs("kazoo/recipes.py")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return startProc(t, python, append([]string{script, s.Addr, root, kase}, args...)...)
+	return startProc(t, python, append([]string{kazooScript(t), s.Addr, root, kase}, args...)...)
 }
 
 // runKazoo runs a case to its end; it must print "ok".

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import LockTimeout
 from kazoo.recipe.partitioner import PartitionState
 
@@ -368,7 +368,62 @@ def watches():
     c1.stop()
 
 
+def peer(c):
+    """The member c is connected to (host:port), or "?"."""
+    try:
+        return "%s:%d" % c._connection._socket.getpeername()[:2]
+    except Exception:
+        return "?"
+
+
+def failover_holder(log):
+    """Takes ROOT/lock through the first of HOSTS, then waits for the test
+    to kill that member: the session must move to another member (never
+    lost), keeping the lock node, until LOG.release appears."""
+    c = KazooClient(hosts=HOSTS, timeout=10.0, randomize_hosts=False,
+                    connection_retry=dict(max_tries=-1, delay=0.1, max_delay=0.5))
+    states = []
+    c.add_listener(states.append)
+    c.start(timeout=WAIT)
+    lock = c.Lock(ROOT + "/lock", "holder")
+    check(lock.acquire(timeout=WAIT), "acquire")
+    path = ROOT + "/lock/" + lock.node
+    st = c.exists(path)
+    sid = c.client_id[0]
+    append_line(log, "enter holder")
+    print("held %x %s %d via %s" % (sid, path, st.czxid, peer(c)), flush=True)
+    wait_until(lambda: KazooState.SUSPENDED in states and c.state == KazooState.CONNECTED,
+               "the connection moved to another member (states %r)" % states, deadline=90)
+    check(KazooState.LOST not in states, "session lost: %r" % states)
+    check(c.client_id[0] == sid, "a new session %x" % c.client_id[0])
+    st2 = c.exists(path)
+    check(st2 is not None, "the lock node is gone")
+    check(st2.czxid == st.czxid and st2.ephemeralOwner == sid, "the lock node changed: %r" % (st2,))
+    check(lock.is_acquired and lock.contenders()[0] == "holder", "not the holder: %r" % lock.contenders())
+    print("reconnected via %s" % peer(c), flush=True)
+    wait_until(lambda: os.path.exists(log + ".release"), "release file", deadline=90)
+    check(last_line(log) == "enter holder", "another holder wrote inside the lock")
+    append_line(log, "exit holder")
+    lock.release()
+    c.stop()
+
+
+def failover_contender(log):
+    """Waits for ROOT/lock behind the holder, through any member."""
+    c = KazooClient(hosts=HOSTS, timeout=10.0, connection_retry=dict(max_tries=-1, delay=0.1, max_delay=0.5))
+    c.start(timeout=WAIT)
+    lock = c.Lock(ROOT + "/lock", "contender")
+    check(lock.acquire(timeout=180), "acquire")
+    append_line(log, "enter contender")
+    check(last_line(log) == "enter contender", "another holder wrote inside the lock")
+    append_line(log, "exit contender")
+    lock.release()
+    c.stop()
+
+
 CASES = {
+    "failover-holder": failover_holder,
+    "failover-contender": failover_contender,
     "lock-worker": lock_worker,
     "rwlock": rwlock,
     "semaphore": semaphore,
