@@ -107,6 +107,9 @@ func (ss *serveSecurity) configure(cfg *daemon.Config, log io.Writer) ([]*tlscon
 		if cfg.EtcdListen != "" && !isLoopback(cfg.EtcdListen) && !(clientTLS && ss.auth) && ss.tls.CA == "" {
 			return nil, fmt.Errorf("refusing to serve the etcd API on %s, outside loopback, without TLS and --auth or client certificates: anyone who can reach it could take every lock and read every key (give --tls-cert, --tls-key and --auth, or --tls-client-ca, or --insecure to serve anyway)", cfg.EtcdListen)
 		}
+		if cfg.ZkListen != "" && !isLoopback(cfg.ZkListen) && !ss.auth {
+			return nil, fmt.Errorf("refusing to serve the ZooKeeper API on %s, outside loopback, without --auth: anyone who can reach it could take every lock and read every znode (give --auth, or --insecure to serve anyway)", cfg.ZkListen)
+		}
 		if cfg.HTTPListen != "" && !isLoopback(cfg.HTTPListen) && !(httpTLS && ss.auth) {
 			return nil, fmt.Errorf("refusing to serve the HTTP listener (dashboard, metrics) on %s, outside loopback, without TLS and --auth: anyone who can reach it could read every lock, election value and dead letter (give --http-tls-cert, --http-tls-key and --auth, or --insecure to serve anyway)", cfg.HTTPListen)
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/tenure-io/tenure/internal/logging"
 	"github.com/tenure-io/tenure/internal/node"
 	"github.com/tenure-io/tenure/internal/server"
+	"github.com/tenure-io/tenure/internal/zkapi"
 )
 
 // ServeGCPercent is the Go collector's target (GOGC) of `tenure serve`
@@ -51,6 +52,8 @@ type serveOutput struct {
 	HTTP string `json:"http"`
 	// Etcd is the etcd API's address (--etcd-listen; "" none).
 	Etcd string `json:"etcd"`
+	// ZooKeeper is the ZooKeeper front's address (--zk-listen; "" none).
+	ZooKeeper string `json:"zookeeper"`
 }
 
 // maxGroupCommitWait bounds --group-commit-wait: past a few milliseconds
@@ -64,6 +67,7 @@ func (a *app) serveCommand() *cobra.Command {
 		configFile          string
 		logFormat, logLevel string
 		sec                 serveSecurity
+		zkTick              time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -99,6 +103,17 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 			if configFile != "" {
 				if err := applyConfigFile(cmd.Flags(), configFile); err != nil {
 					return err
+				}
+			}
+			if cfg.ZkListen != "" {
+				if zkTick <= 0 {
+					return fmt.Errorf("--zk-tick-time must be positive, not %s", zkTick)
+				}
+				if cfg.ZkMinSessionTimeout == 0 {
+					cfg.ZkMinSessionTimeout = max(2*zkTick, time.Second)
+				}
+				if cfg.ZkMaxSessionTimeout == 0 {
+					cfg.ZkMaxSessionTimeout = min(20*zkTick, time.Hour)
 				}
 			}
 			switch {
@@ -170,12 +185,15 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 				}
 				return err
 			}
-			out := serveOutput{Serving: d.Addr(), Node: cfg.NodeID, DataDir: cfg.DataDir, HTTP: d.HTTPAddr(), Etcd: d.EtcdAddr()}
-			logger.Info("serving", "listen", out.Serving, "http", out.HTTP, "etcd", out.Etcd, "node", out.Node, "data_dir", out.DataDir)
+			out := serveOutput{Serving: d.Addr(), Node: cfg.NodeID, DataDir: cfg.DataDir, HTTP: d.HTTPAddr(), Etcd: d.EtcdAddr(), ZooKeeper: d.ZkAddr()}
+			logger.Info("serving", "listen", out.Serving, "http", out.HTTP, "etcd", out.Etcd, "zookeeper", out.ZooKeeper, "node", out.Node, "data_dir", out.DataDir)
 			if err := a.emit(out, func(w io.Writer) {
 				fmt.Fprintf(w, "tenure: serving on %s (node %s, data %s)", out.Serving, out.Node, out.DataDir)
 				if out.Etcd != "" {
 					fmt.Fprintf(w, "; etcd API on %s", out.Etcd)
+				}
+				if out.ZooKeeper != "" {
+					fmt.Fprintf(w, "; ZooKeeper API on %s", out.ZooKeeper)
 				}
 				fmt.Fprintln(w)
 			}); err != nil {
@@ -196,6 +214,12 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 	f.StringVar(&logLevel, "log-level", "info", "least level logged: debug, info, warn or error (debug also shows raft's own info)")
 	f.StringVar(&cfg.EtcdListen, "etcd-listen", "", "also serve etcd's v3 API on this address (docs/etcd.md; empty: off)")
 	f.StringVar(&cfg.EtcdAdvertise, "etcd-advertise", "", "address etcd clients and the other members reach this node's etcd API at, if not --etcd-listen's")
+	f.StringVar(&cfg.ZkListen, "zk-listen", "", "also serve ZooKeeper's client protocol on this address (docs/zookeeper.md; empty: off)")
+	f.StringVar(&cfg.ZkAdvertise, "zk-advertise", "", "address the other members reach this node's ZooKeeper listener at, if not --zk-listen's")
+	f.DurationVar(&zkTick, "zk-tick-time", 2*time.Second, "ZooKeeper's tickTime: the session timeouts a client may negotiate are 2 to 20 ticks, unless --zk-min-session-timeout or --zk-max-session-timeout say otherwise")
+	f.DurationVar(&cfg.ZkMinSessionTimeout, "zk-min-session-timeout", 0, "the shortest ZooKeeper session timeout a client may negotiate (default 2 × --zk-tick-time, at least 1s)")
+	f.DurationVar(&cfg.ZkMaxSessionTimeout, "zk-max-session-timeout", 0, "the longest ZooKeeper session timeout a client may negotiate (default 20 × --zk-tick-time, at most 1h)")
+	f.IntVar(&cfg.ZkMaxWatches, "zk-max-watches", zkapi.DefaultMaxWatches, "watches one ZooKeeper connection may set")
 	f.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "metrics, health and dashboard address (port 0 picks a free port; empty: none)")
 	f.BoolVar(&cfg.Pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http-listen (with --auth: to the management policy only)")
 	f.BoolVar(&cfg.MetricsPublic, "metrics-public", false, "with --auth, serve /metrics to callers without a credential too (otherwise it needs cluster read)")

@@ -27,6 +27,7 @@ import (
 	"github.com/tenure-io/tenure/internal/node"
 	"github.com/tenure-io/tenure/internal/server"
 	"github.com/tenure-io/tenure/internal/tlsconfig"
+	"github.com/tenure-io/tenure/internal/zkapi"
 )
 
 // Config configures a daemon.
@@ -113,6 +114,15 @@ type Config struct {
 	// EtcdAdvertise is the address etcd clients and the other members
 	// reach this node's etcd API at, if not EtcdListen's.
 	EtcdAdvertise string
+	// ZkListen, if set, serves ZooKeeper's client protocol there too
+	// (internal/zkapi); ZkAdvertise is the address the other members
+	// reach it at, if not ZkListen's. ZkMinSessionTimeout and
+	// ZkMaxSessionTimeout bound a negotiated session timeout, ZkMaxWatches
+	// the watches of a connection (zero: zkapi's defaults).
+	ZkListen                                 string
+	ZkAdvertise                              string
+	ZkMinSessionTimeout, ZkMaxSessionTimeout time.Duration
+	ZkMaxWatches                             int
 	// MaxConnections bounds the connections of each listener (client API,
 	// HTTP, etcd API); at the bound, or at what the descriptor limit
 	// leaves, the quietest connection is closed to make room (conns.go).
@@ -146,6 +156,9 @@ type Daemon struct {
 	etcdLis net.Listener
 	etcdGS  *grpc.Server
 	etcd    *etcdapi.Server
+	// zkLis and zk: the ZooKeeper front's listener and server, if any.
+	zkLis net.Listener
+	zk    *zkapi.Server
 	// conns bounds the connections of every listener (conns.go).
 	conns *connTable
 }
@@ -171,7 +184,7 @@ func Start(cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	listeners := 1
-	for _, a := range []string{cfg.HTTPListen, cfg.EtcdListen} {
+	for _, a := range []string{cfg.HTTPListen, cfg.EtcdListen, cfg.ZkListen} {
 		if a != "" {
 			listeners++
 		}
@@ -204,10 +217,8 @@ func Start(cfg Config) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	if cfg.HTTPListen != "" {
-		d.httpTLS = cfg.HTTPTLS
-		d.httpDoor = httpDoor{srv: srv, metricsPublic: cfg.MetricsPublic, hosts: newHostCheck(cfg.HTTPListen, cfg.HTTPAllowedHosts)}
-		if err := d.listenHTTP(cfg.HTTPListen, cfg.Pprof, dashboard.Handler(srv.Dashboard())); err != nil {
+	if cfg.ZkListen != "" {
+		if err := d.listenZk(cfg, srv); err != nil {
 			lis.Close()
 			if d.etcdLis != nil {
 				d.etcdLis.Close()
@@ -216,7 +227,46 @@ func Start(cfg Config) (*Daemon, error) {
 			return nil, err
 		}
 	}
+	if cfg.HTTPListen != "" {
+		d.httpTLS = cfg.HTTPTLS
+		d.httpDoor = httpDoor{srv: srv, metricsPublic: cfg.MetricsPublic, hosts: newHostCheck(cfg.HTTPListen, cfg.HTTPAllowedHosts)}
+		if err := d.listenHTTP(cfg.HTTPListen, cfg.Pprof, dashboard.Handler(srv.Dashboard())); err != nil {
+			lis.Close()
+			if d.etcdLis != nil {
+				d.etcdLis.Close()
+			}
+			if d.zkLis != nil {
+				d.zkLis.Close()
+			}
+			n.Close()
+			return nil, err
+		}
+	}
 	return d, nil
+}
+
+// listenZk opens the ZooKeeper front's listener.
+func (d *Daemon) listenZk(cfg Config, srv *server.Server) error {
+	lis, err := net.Listen("tcp", cfg.ZkListen)
+	if err != nil {
+		return fmt.Errorf("listen on %s (--zk-listen): %w", cfg.ZkListen, err)
+	}
+	advertise := cmp.Or(cfg.ZkAdvertise, clientAdvertise("", lis.Addr()))
+	z, err := zkapi.New(srv, zkapi.Config{Advertise: advertise, MinSessionTimeout: cfg.ZkMinSessionTimeout, MaxSessionTimeout: cfg.ZkMaxSessionTimeout, MaxWatches: cfg.ZkMaxWatches})
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	d.zkLis, d.zk = d.conns.wrap(lis), z
+	return nil
+}
+
+// ZkAddr is the ZooKeeper front's address ("" when it is off).
+func (d *Daemon) ZkAddr() string {
+	if d.zkLis == nil {
+		return ""
+	}
+	return d.zkLis.Addr().String()
 }
 
 // listenEtcd opens the etcd API's listener.
@@ -294,7 +344,7 @@ func (d *Daemon) Ready() <-chan struct{} { return d.Node.Ready() }
 // Run serves until ctx ends, then stops gracefully and closes the node.
 func (d *Daemon) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	errc := make(chan error, 4)
+	errc := make(chan error, 8)
 	nctx, cancel := context.WithCancel(ctx)
 	wg.Add(3)
 	go func() { defer wg.Done(); errc <- d.Node.Run(nctx) }()
@@ -303,6 +353,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.httpSrv != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); errc <- d.serveHTTP(nctx) }()
+	}
+	if d.zk != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); errc <- d.zk.Serve(nctx, d.zkLis) }()
 	}
 	if d.etcdGS != nil {
 		wg.Add(2)
@@ -318,6 +372,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.gs.Stop() // streams are long-lived: close them rather than wait for them
 	if d.etcdGS != nil {
 		d.etcdGS.Stop()
+	}
+	if d.zk != nil {
+		d.zk.Close()
 	}
 	wg.Wait()
 	d.srv.Close() // its workers end before the node they propose to

@@ -263,6 +263,7 @@ func (s *State) endSession(id uint64, expired bool, emit EventSink) Result {
 		s.forget(l)
 	}
 	s.kvEndSession(id, emit)
+	s.zkEndSession(id, emit)
 	s.queueSessionEnded(id, emit)
 	s.removeSession(sess)
 	s.counters.sessionEnded(expired)

@@ -113,6 +113,7 @@ func (s *State) copyCoreWith(sessions *btree.BTreeG[*session]) *coreCopy {
 	snap.Security = exportSecurity(s.sec)
 	snap.EtcdUrls = exportEtcdURLs(s.etcdURLs)
 	snap.ClientAddrs = exportEtcdURLs(s.clientAddrs)
+	s.exportZnodes(snap)
 	return c
 }
 

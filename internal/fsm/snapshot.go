@@ -160,6 +160,9 @@ func importWith(snap *fsmpb.Snapshot, items *itemLoader) (*State, error) {
 	if err := s.importKV(snap); err != nil {
 		return nil, err
 	}
+	if err := s.importZnodes(snap); err != nil {
+		return nil, err
+	}
 	if err := s.importQueues(snap.GetQueues(), items); err != nil {
 		return nil, err
 	}

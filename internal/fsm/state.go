@@ -93,6 +93,8 @@ type Result struct {
 	KV *KVResult
 	// Queue: the result of a queue command (see queue.go).
 	Queue *QueueResult
+	// Zk: the result of a ZkTxn (znode.go).
+	Zk *ZkResult
 }
 
 // EventKind says what an Event reports.
@@ -140,6 +142,8 @@ type Event struct {
 	KV, Prev *KV
 	// Queue: the details of a queue event (see queue.go).
 	Queue *QueueEvent
+	// ZnodeType: what EventZnode reports of the znode Name (znode.go).
+	ZnodeType ZnodeEventType
 }
 
 // State is the pure, deterministic lock authority: sessions, locks with FIFO
@@ -168,7 +172,8 @@ type State struct {
 	registerBytes uint64      // keys and values of all registers (max-register-bytes)
 	deleted       deletedRegs // recent fenced deletes and the register floor (deleted.go)
 	kv            kvStore
-	queues        queueSet // see queue.go
+	queues        queueSet   // see queue.go
+	zk            znodeStore // ZooKeeper's znodes (znode.go)
 
 	fenceFloor uint64 // fenced writes at or below it are stale (fencefloor.go)
 
@@ -206,6 +211,7 @@ func NewState() *State {
 		registers:      make(map[string]*register),
 		registerOrder:  newRegisterOrder(),
 		kv:             newKVStore(),
+		zk:             newZnodeStore(),
 		sec:            emptySecurity(),
 	}
 }
@@ -296,6 +302,10 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 		r = s.setEtcdURL(op.SetEtcdUrl)
 	case *fsmpb.Command_SetClientAddr:
 		r = s.setClientAddr(op.SetClientAddr)
+	case *fsmpb.Command_ZkTxn:
+		r = s.zkTxn(op.ZkTxn, emit)
+	case *fsmpb.Command_ZkSetAddr:
+		r = s.setZkAddr(op.ZkSetAddr)
 	case *fsmpb.Command_Batch:
 		r.Batch = make([]Result, len(op.Batch.GetCommands()))
 		for i, c := range op.Batch.GetCommands() {

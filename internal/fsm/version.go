@@ -116,6 +116,8 @@ var Gates = []Gate{
 	{"tenure.fsm.v1.Command.acl_token_update", 2},
 	{"tenure.fsm.v1.Command.set_client_addr", 2},
 	{"tenure.fsm.v1.Limits.max_etcd_leases", 2},
+	{"tenure.fsm.v1.Command.zk_txn", 3},
+	{"tenure.fsm.v1.Command.zk_set_addr", 3},
 }
 
 // gates is Gates by field; maxGate the newest version it names.

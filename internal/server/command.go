@@ -104,6 +104,10 @@ func command(op any) (*fsmpb.Command, error) {
 		c.Op = &fsmpb.Command_SetClientAddr{SetClientAddr: o.SetEtcdURL}
 	case *fsmpb.AclTokenUpdate:
 		c.Op = &fsmpb.Command_AclTokenUpdate{AclTokenUpdate: o}
+	case *fsmpb.ZkTxn:
+		c.Op = &fsmpb.Command_ZkTxn{ZkTxn: o}
+	case ZkSetAddr:
+		c.Op = &fsmpb.Command_ZkSetAddr{ZkSetAddr: o.SetEtcdURL}
 	default:
 		return nil, fmt.Errorf("%w: %T", errNoCommand, op)
 	}

@@ -17,7 +17,7 @@ const module = "github.com/tenure-io/tenure/"
 // they propose, and never reach the node directly. Any other package
 // under internal/ that imports internal/server is taken for a front too,
 // unless it is one of wiring.
-var fronts = []string{"internal/etcdapi", "internal/dashboard"}
+var fronts = []string{"internal/etcdapi", "internal/dashboard", "internal/zkapi"}
 
 // wiring are the packages that build a node and its server and hand them
 // to each other (the daemon, the command line, test harnesses): they may

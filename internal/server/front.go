@@ -120,6 +120,22 @@ func (f Front) Propose(ctx context.Context, op any) (fsm.Result, error) {
 	return f.s.proposeOp(ctx, op)
 }
 
+// ZkSetAddr is the operation that publishes a member's ZooKeeper
+// listener address (fsmpb.Command.zk_set_addr).
+type ZkSetAddr struct{ *fsmpb.SetEtcdURL }
+
+// OnZnodeEvents makes fn receive, on the state machine's apply path and
+// in log order, every EventZnode, EventSessionEnded, EventApplied and
+// EventRestored (internal/zkapi's watches). fn must not block; one
+// function at a time is set (nil removes it).
+func (f Front) OnZnodeEvents(fn func(fsm.Event)) {
+	if fn == nil {
+		f.s.hub.znodes.Store(nil)
+		return
+	}
+	f.s.hub.znodes.Store(&fn)
+}
+
 // admitFront checks an operation a front proposes: its kind, and the key
 // and value limits of the key-value store (as Tenure's API applies them,
 // admitKey and admitPut).
@@ -152,7 +168,7 @@ func (s *Server) admitFront(op any) error {
 			}
 		}
 		return nil
-	case *fsmpb.CreateSession, *fsmpb.CloseSession, *fsmpb.SetEtcdURL, *fsmpb.AclTokenUpdate:
+	case *fsmpb.CreateSession, *fsmpb.CloseSession, *fsmpb.SetEtcdURL, *fsmpb.AclTokenUpdate, *fsmpb.ZkTxn, ZkSetAddr:
 		return nil
 	}
 	return fmt.Errorf("%w: %T is not an operation a front proposes", errNoCommand, op)

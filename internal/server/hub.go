@@ -3,6 +3,7 @@ package server
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenure-io/tenure/internal/fsm"
@@ -47,6 +48,8 @@ type Hub struct {
 	acl *aclFeed
 	// metrics are this process's (internal/metrics).
 	metrics *metrics.Metrics
+	// znodes receives the events of ZooKeeper's watches (Front.OnZnodeEvents).
+	znodes atomic.Pointer[func(fsm.Event)]
 }
 
 // grantWaiter is an acquire request waiting for the events of its
@@ -100,6 +103,12 @@ func (h *Hub) Metrics() *metrics.Metrics { return h.metrics }
 
 // Sink receives the state machine's events; it never blocks.
 func (h *Hub) Sink(e fsm.Event) {
+	switch e.Kind {
+	case fsm.EventZnode, fsm.EventSessionEnded, fsm.EventApplied, fsm.EventRestored:
+		if fn := h.znodes.Load(); fn != nil {
+			(*fn)(e)
+		}
+	}
 	switch e.Kind {
 	case fsm.EventApplied:
 		h.clock.applied(e.Revision, time.Now())

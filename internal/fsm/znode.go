@@ -1,0 +1,798 @@
+package fsm
+
+// ZooKeeper's znodes (internal/zkapi serves them): a tree of paths, each
+// with data, an ACL and ZooKeeper's stat, held in a path index beside the
+// key-value store and ordered by the same revisions. A write request (or
+// a multi) is one ZkTxn: its ops are checked and applied all or nothing
+// at one revision, which is ZooKeeper's zxid (czxid, mzxid, pzxid). An
+// ephemeral znode belongs to a session and is removed by the very command
+// that ends the session (endSession), with the session's locks and keys.
+//
+// Everything here is deterministic: the ctime and mtime come from the
+// proposer's clock in the command (ZkTxn.time_ms), the sequential
+// suffix from the parent's cversion, and children are listed sorted.
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+)
+
+// ZooKeeper's permission bits (ZooDefs.Perms).
+const (
+	ZkPermRead   = 1
+	ZkPermWrite  = 2
+	ZkPermCreate = 4
+	ZkPermDelete = 8
+	ZkPermAdmin  = 16
+	ZkPermAll    = 31
+)
+
+// ZooKeeper's create modes (CreateMode.toFlag).
+const (
+	ZkPersistent           = 0
+	ZkEphemeral            = 1
+	ZkPersistentSequential = 2
+	ZkEphemeralSequential  = 3
+	ZkContainer            = 4
+)
+
+// ZkContainerOwner is the ephemeralOwner ZooKeeper reports for a
+// container node (EphemeralType.CONTAINER_EPHEMERAL_OWNER).
+const ZkContainerOwner = uint64(1) << 63
+
+// Limits of the znode tree. They are part of the replicated contract.
+const (
+	// MaxZnodeData is the most data one znode holds: ZooKeeper's default
+	// jute.maxbuffer (0xfffff bytes).
+	MaxZnodeData = 0xfffff
+	// MaxZnodePath is the longest znode path, bytes.
+	MaxZnodePath = 4096
+	// MaxZnodeChildren is the most children one znode has (a listing of
+	// them must fit in jute.maxbuffer).
+	MaxZnodeChildren = 100_000
+	// MaxZnodes is the most znodes the tree holds, and MaxZnodeBytes the
+	// most bytes of paths and data.
+	MaxZnodes     = 1_000_000
+	MaxZnodeBytes = 1 << 30
+	// MaxZkOps is the most ops of one multi.
+	MaxZkOps = 1000
+	// MaxZnodeACL is the most entries of one ACL.
+	MaxZnodeACL = 64
+)
+
+// ZkCode is one of ZooKeeper's KeeperException codes.
+type ZkCode int32
+
+// The codes a znode command answers with (KeeperException.Code).
+const (
+	ZkOK                      ZkCode = 0
+	ZkRuntimeInconsistency    ZkCode = -2
+	ZkBadArguments            ZkCode = -8
+	ZkUnimplemented           ZkCode = -6
+	ZkNoNode                  ZkCode = -101
+	ZkNoAuth                  ZkCode = -102
+	ZkBadVersion              ZkCode = -103
+	ZkNoChildrenForEphemerals ZkCode = -108
+	ZkNodeExists              ZkCode = -110
+	ZkNotEmpty                ZkCode = -111
+	ZkSessionExpired          ZkCode = -112
+	ZkInvalidACL              ZkCode = -114
+	ZkQuotaExceeded           ZkCode = -125
+)
+
+// ZkError is a znode command's refusal: ZooKeeper's code, and a message
+// for logs.
+type ZkError struct {
+	Code ZkCode
+	Msg  string
+}
+
+func (e *ZkError) Error() string { return fmt.Sprintf("zookeeper: %s (code %d)", e.Msg, e.Code) }
+
+func zkErr(code ZkCode, format string, args ...any) *ZkError {
+	return &ZkError{Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// ZnodeEventType is ZooKeeper's watcher event type.
+type ZnodeEventType int32
+
+// The event types (Watcher.Event.EventType).
+const (
+	ZnodeCreated         ZnodeEventType = 1
+	ZnodeDeleted         ZnodeEventType = 2
+	ZnodeDataChanged     ZnodeEventType = 3
+	ZnodeChildrenChanged ZnodeEventType = 4
+)
+
+// EventZnode: the znode Name changed at Revision, as ZnodeType says.
+const EventZnode EventKind = 160
+
+// ZnodeStat is ZooKeeper's Stat of a znode.
+type ZnodeStat struct {
+	Czxid, Mzxid, Pzxid         uint64
+	Ctime, Mtime                int64
+	Version, Cversion, Aversion int32
+	EphemeralOwner              uint64
+	DataLength, NumChildren     int32
+}
+
+// ZkOpResult is the result of one op of a ZkTxn: Path (a create's
+// actual path) and Stat (of what a create or setData made), or Code.
+type ZkOpResult struct {
+	Code ZkCode
+	Path string
+	Stat ZnodeStat
+}
+
+// ZkResult is the result of a ZkTxn: one result per op. Err, for a txn
+// that is not a multi, is its one op's refusal; a multi that failed has
+// the failing op's code in its results and the others ZkOK (before it)
+// or ZkRuntimeInconsistency (after it), as ZooKeeper answers.
+type ZkResult struct {
+	Ops []ZkOpResult
+}
+
+type znode struct {
+	data                        []byte // replaced, never written into
+	acl                         []*fsmpb.ZnodeACL
+	czxid, mzxid, pzxid         uint64
+	ctime, mtime                int64
+	version, cversion, aversion int32
+	owner                       uint64 // the ephemeral owner's session (0: persistent)
+	container                   bool
+	children                    map[string]struct{}
+}
+
+func (n *znode) clone() *znode {
+	c := *n
+	c.children = maps.Clone(n.children)
+	return &c
+}
+
+func (n *znode) stat() ZnodeStat {
+	owner := n.owner
+	if n.container {
+		owner = ZkContainerOwner
+	}
+	return ZnodeStat{Czxid: n.czxid, Mzxid: n.mzxid, Pzxid: n.pzxid, Ctime: n.ctime, Mtime: n.mtime,
+		Version: n.version, Cversion: n.cversion, Aversion: n.aversion, EphemeralOwner: owner,
+		DataLength: int32(len(n.data)), NumChildren: int32(len(n.children))}
+}
+
+// znodeStore is the tree: every znode by path, and each session's
+// ephemerals.
+type znodeStore struct {
+	nodes      map[string]*znode
+	ephemerals map[uint64]map[string]struct{}
+	bytes      uint64            // paths and data
+	addrs      map[string]string // member -> its ZooKeeper listener address
+}
+
+// openACL is ZooKeeper's OPEN_ACL_UNSAFE.
+func openACL() []*fsmpb.ZnodeACL {
+	return []*fsmpb.ZnodeACL{{Perms: ZkPermAll, Scheme: "world", Id: "anyone"}}
+}
+
+// newZnodeStore is the tree of a new ZooKeeper server: the root and
+// /zookeeper with its quota and config nodes.
+func newZnodeStore() znodeStore {
+	z := znodeStore{nodes: make(map[string]*znode), ephemerals: make(map[uint64]map[string]struct{})}
+	z.nodes["/"] = &znode{acl: openACL(), children: map[string]struct{}{"zookeeper": {}}}
+	z.nodes["/zookeeper"] = &znode{acl: openACL(), children: map[string]struct{}{"quota": {}, "config": {}}}
+	z.nodes["/zookeeper/quota"] = &znode{acl: openACL()}
+	z.nodes["/zookeeper/config"] = &znode{acl: []*fsmpb.ZnodeACL{{Perms: ZkPermRead, Scheme: "world", Id: "anyone"}}}
+	return z
+}
+
+// ZnodeParent splits a path into its parent and last name ("/a/b": "/a",
+// "b"; "/a": "/", "a").
+func ZnodeParent(path string) (parent, name string) {
+	i := strings.LastIndexByte(path, '/')
+	if i <= 0 {
+		return "/", path[i+1:]
+	}
+	return path[:i], path[i+1:]
+}
+
+// ValidateZnodePath checks a path as ZooKeeper's PathUtils.validatePath
+// does; the error is ZkBadArguments.
+func ValidateZnodePath(path string) error {
+	if len(path) == 0 {
+		return zkErr(ZkBadArguments, "path length must be > 0")
+	}
+	if path[0] != '/' {
+		return zkErr(ZkBadArguments, "path %q must start with / character", path)
+	}
+	if len(path) == 1 {
+		return nil
+	}
+	if len(path) > MaxZnodePath {
+		return zkErr(ZkBadArguments, "path is %d bytes, the limit is %d", len(path), MaxZnodePath)
+	}
+	if path[len(path)-1] == '/' {
+		return zkErr(ZkBadArguments, "path %q must not end with / character", path)
+	}
+	rs := []rune(path)
+	for i := 1; i < len(rs); i++ {
+		c, last := rs[i], rs[i-1]
+		switch {
+		case c == 0:
+			return zkErr(ZkBadArguments, "null character not allowed @%d", i)
+		case c == '/' && last == '/':
+			return zkErr(ZkBadArguments, "empty node name specified @%d", i)
+		case c == '.' && last == '.':
+			if rs[i-2] == '/' && (i+1 == len(rs) || rs[i+1] == '/') {
+				return zkErr(ZkBadArguments, "relative paths not allowed @%d", i)
+			}
+		case c == '.':
+			if last == '/' && (i+1 == len(rs) || rs[i+1] == '/') {
+				return zkErr(ZkBadArguments, "relative paths not allowed @%d", i)
+			}
+		case c > 0 && c <= 0x1f, c >= 0x7f && c <= 0x9f, c >= 0xd800 && c <= 0xf8ff, c >= 0xfff0:
+			return zkErr(ZkBadArguments, "invalid character @%d", i)
+		}
+	}
+	return nil
+}
+
+// Znode returns a znode's data, ACL and stat (read only: the data is
+// shared with the state).
+func (s *State) Znode(path string) (data []byte, acl []*fsmpb.ZnodeACL, st ZnodeStat, ok bool) {
+	n, ok := s.zk.nodes[path]
+	if !ok {
+		return nil, nil, ZnodeStat{}, false
+	}
+	return n.data, n.acl, n.stat(), true
+}
+
+// ZnodeChildren returns a znode's children's names, sorted.
+func (s *State) ZnodeChildren(path string) ([]string, bool) {
+	n, ok := s.zk.nodes[path]
+	if !ok {
+		return nil, false
+	}
+	return slices.Sorted(maps.Keys(n.children)), true
+}
+
+// ZnodeDescendants counts the znodes under path (not path itself).
+func (s *State) ZnodeDescendants(path string) (int, bool) {
+	if _, ok := s.zk.nodes[path]; !ok {
+		return 0, false
+	}
+	count := 0
+	var walk func(p string)
+	walk = func(p string) {
+		n := s.zk.nodes[p]
+		for c := range n.children {
+			count++
+			walk(zkJoin(p, c))
+		}
+	}
+	walk(path)
+	return count, true
+}
+
+// ZnodeEphemerals returns the paths of a session's ephemerals that start
+// with prefix, sorted.
+func (s *State) ZnodeEphemerals(session uint64, prefix string) []string {
+	var out []string
+	for p := range s.zk.ephemerals[session] {
+		if strings.HasPrefix(p, prefix) {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ZnodeCount is how many znodes the tree holds.
+func (s *State) ZnodeCount() int { return len(s.zk.nodes) }
+
+// ZkAddr is member's ZooKeeper listener address ("" unknown).
+func (s *State) ZkAddr(member string) string { return s.zk.addrs[member] }
+
+// setZkAddr records (or with an empty address removes) a member's
+// ZooKeeper listener address; like setClientAddr it takes no revision.
+func (s *State) setZkAddr(c *fsmpb.SetEtcdURL) Result {
+	_, err := setMemberAddr(&s.zk.addrs, c, "a ZooKeeper address", MaxClientAddrs, maxClientAddrLen)
+	return Result{Err: err}
+}
+
+func zkJoin(parent, name string) string {
+	if parent == "/" {
+		return "/" + name
+	}
+	return parent + "/" + name
+}
+
+// ZkAllowed reports whether an ACL grants perm to one of ids (world:anyone
+// always matches).
+func ZkAllowed(acl []*fsmpb.ZnodeACL, perm int32, ids []*fsmpb.ZnodeACL) bool {
+	for _, a := range acl {
+		if a.GetPerms()&perm == 0 {
+			continue
+		}
+		if a.GetScheme() == "world" && a.GetId() == "anyone" {
+			return true
+		}
+		for _, id := range ids {
+			if id.GetScheme() == "super" {
+				return true
+			}
+			if id.GetScheme() == a.GetScheme() && id.GetId() == a.GetId() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// fixupZkACL is ZooKeeper's fixupACL: an empty ACL, an unknown scheme or
+// an "auth" entry with no authenticated id is InvalidACL; "auth" becomes
+// the caller's ids; duplicates are dropped.
+func fixupZkACL(acl []*fsmpb.ZnodeACL, ids []*fsmpb.ZnodeACL) ([]*fsmpb.ZnodeACL, *ZkError) {
+	if len(acl) == 0 || len(acl) > MaxZnodeACL {
+		return nil, zkErr(ZkInvalidACL, "an ACL has 1 to %d entries, not %d", MaxZnodeACL, len(acl))
+	}
+	var out []*fsmpb.ZnodeACL
+	add := func(a *fsmpb.ZnodeACL) {
+		for _, o := range out {
+			if o.GetPerms() == a.GetPerms() && o.GetScheme() == a.GetScheme() && o.GetId() == a.GetId() {
+				return
+			}
+		}
+		out = append(out, a)
+	}
+	for _, a := range acl {
+		switch a.GetScheme() {
+		case "world":
+			if a.GetId() != "anyone" {
+				return nil, zkErr(ZkInvalidACL, "world:%s is not a valid id", a.GetId())
+			}
+			add(&fsmpb.ZnodeACL{Perms: a.GetPerms(), Scheme: "world", Id: "anyone"})
+		case "auth":
+			found := false
+			for _, id := range ids {
+				if id.GetScheme() == "digest" || id.GetScheme() == "x509" {
+					add(&fsmpb.ZnodeACL{Perms: a.GetPerms(), Scheme: id.GetScheme(), Id: id.GetId()})
+					found = true
+				}
+			}
+			if !found {
+				return nil, zkErr(ZkInvalidACL, "the auth scheme needs an authenticated id")
+			}
+		case "digest":
+			if strings.Count(a.GetId(), ":") != 1 {
+				return nil, zkErr(ZkInvalidACL, "digest:%s is not user:digest", a.GetId())
+			}
+			add(&fsmpb.ZnodeACL{Perms: a.GetPerms(), Scheme: "digest", Id: a.GetId()})
+		case "ip", "x509":
+			if a.GetId() == "" {
+				return nil, zkErr(ZkInvalidACL, "%s: empty id", a.GetScheme())
+			}
+			add(&fsmpb.ZnodeACL{Perms: a.GetPerms(), Scheme: a.GetScheme(), Id: a.GetId()})
+		default:
+			return nil, zkErr(ZkInvalidACL, "unknown scheme %q", a.GetScheme())
+		}
+	}
+	return out, nil
+}
+
+// zkOverlay is a ZkTxn's view of the tree: the znodes it changed (nil:
+// deleted), over the state's. Nothing reaches the state unless every op
+// passed.
+type zkOverlay struct {
+	s       *State
+	changed map[string]*znode
+	order   []string // paths in the order they were first changed
+	events  []Event
+	nodes   int   // change of the node count
+	bytes   int64 // change of the byte count
+}
+
+func (o *zkOverlay) get(path string) *znode {
+	if n, ok := o.changed[path]; ok {
+		return n
+	}
+	return o.s.zk.nodes[path]
+}
+
+// edit returns a copy of path's node that the txn may change.
+func (o *zkOverlay) edit(path string) *znode {
+	if n, ok := o.changed[path]; ok {
+		return n
+	}
+	n := o.s.zk.nodes[path].clone()
+	o.set(path, n)
+	return n
+}
+
+func (o *zkOverlay) set(path string, n *znode) {
+	if _, ok := o.changed[path]; !ok {
+		o.order = append(o.order, path)
+	}
+	o.changed[path] = n
+}
+
+func (o *zkOverlay) event(t ZnodeEventType, path string) {
+	o.events = append(o.events, Event{Kind: EventZnode, Name: path, ZnodeType: t})
+}
+
+// zkTxn applies a ZkTxn: every op in order on an overlay; if all pass,
+// the overlay becomes the state at one new revision and the events are
+// emitted; otherwise nothing changes.
+func (s *State) zkTxn(c *fsmpb.ZkTxn, emit EventSink) Result {
+	ops := c.GetOps()
+	if len(ops) == 0 || len(ops) > MaxZkOps || (!c.GetMulti() && len(ops) != 1) {
+		return Result{Err: fmt.Errorf("%w: a znode txn has 1 to %d ops (one unless a multi), not %d", ErrInvalid, MaxZkOps, len(ops))}
+	}
+	res := &ZkResult{Ops: make([]ZkOpResult, len(ops))}
+	if c.GetSession() != 0 {
+		if _, ok := s.sessions[c.GetSession()]; !ok {
+			return Result{Err: zkErr(ZkSessionExpired, "session %d expired", c.GetSession())}
+		}
+	}
+	rev := s.revision + 1
+	o := &zkOverlay{s: s, changed: make(map[string]*znode)}
+	failed := -1
+	for i, op := range ops {
+		r, err := o.apply(op, c, rev)
+		if err != nil {
+			res.Ops[i] = ZkOpResult{Code: err.Code}
+			failed = i
+			if !c.GetMulti() {
+				return Result{Err: err, Zk: res}
+			}
+			break
+		}
+		res.Ops[i] = r
+	}
+	if failed >= 0 {
+		for i := range res.Ops {
+			switch {
+			case i < failed:
+				res.Ops[i] = ZkOpResult{Code: ZkOK}
+			case i > failed:
+				res.Ops[i] = ZkOpResult{Code: ZkRuntimeInconsistency}
+			}
+		}
+		return Result{Zk: res}
+	}
+	if uint64(int64(len(s.zk.nodes))+int64(o.nodes)) > MaxZnodes || uint64(int64(s.zk.bytes)+o.bytes) > MaxZnodeBytes {
+		e := zkErr(ZkQuotaExceeded, "the znode tree holds at most %d znodes and %d bytes", MaxZnodes, MaxZnodeBytes)
+		if !c.GetMulti() {
+			return Result{Err: e, Zk: res}
+		}
+		res.Ops[0] = ZkOpResult{Code: e.Code}
+		for i := 1; i < len(res.Ops); i++ {
+			res.Ops[i] = ZkOpResult{Code: ZkRuntimeInconsistency}
+		}
+		return Result{Zk: res}
+	}
+	s.bump()
+	for _, p := range o.order {
+		n := o.changed[p]
+		old := s.zk.nodes[p]
+		if old != nil && old.owner != 0 && (n == nil || n.owner != old.owner) {
+			s.unEphemeral(old.owner, p)
+		}
+		if n == nil {
+			delete(s.zk.nodes, p)
+			continue
+		}
+		if n.owner != 0 && (old == nil || old.owner != n.owner) {
+			if s.zk.ephemerals[n.owner] == nil {
+				s.zk.ephemerals[n.owner] = make(map[string]struct{})
+			}
+			s.zk.ephemerals[n.owner][p] = struct{}{}
+		}
+		s.zk.nodes[p] = n
+	}
+	s.zk.bytes = uint64(int64(s.zk.bytes) + o.bytes)
+	for _, e := range o.events {
+		e.Revision = s.revision
+		emit(e)
+	}
+	return Result{Zk: res}
+}
+
+func (s *State) unEphemeral(owner uint64, path string) {
+	delete(s.zk.ephemerals[owner], path)
+	if len(s.zk.ephemerals[owner]) == 0 {
+		delete(s.zk.ephemerals, owner)
+	}
+}
+
+// apply checks and applies one op on the overlay, in ZooKeeper's order of
+// checks (PrepRequestProcessor).
+func (o *zkOverlay) apply(op *fsmpb.ZkOp, c *fsmpb.ZkTxn, rev uint64) (ZkOpResult, *ZkError) {
+	ids := c.GetIds()
+	switch {
+	case op.GetCreate() != nil:
+		return o.create(op.GetCreate(), c, rev)
+	case op.GetDelete() != nil:
+		d := op.GetDelete()
+		if d.GetPath() == "/" {
+			// ZooKeeper refuses to delete the root as a bad argument.
+			return ZkOpResult{}, zkErr(ZkBadArguments, "the root cannot be deleted")
+		}
+		if err := ValidateZnodePath(d.GetPath()); err != nil {
+			return ZkOpResult{}, err.(*ZkError)
+		}
+		parentPath, name := ZnodeParent(d.GetPath())
+		parent := o.get(parentPath)
+		n := o.get(d.GetPath())
+		if parent == nil || n == nil {
+			return ZkOpResult{}, zkErr(ZkNoNode, "%s", d.GetPath())
+		}
+		if !ZkAllowed(parent.acl, ZkPermDelete, ids) {
+			return ZkOpResult{}, zkErr(ZkNoAuth, "%s", d.GetPath())
+		}
+		if v := d.GetVersion(); v != -1 && v != n.version {
+			return ZkOpResult{}, zkErr(ZkBadVersion, "%s", d.GetPath())
+		}
+		if len(n.children) > 0 {
+			return ZkOpResult{}, zkErr(ZkNotEmpty, "%s", d.GetPath())
+		}
+		o.remove(d.GetPath(), parentPath, name, n, rev)
+		return ZkOpResult{}, nil
+	case op.GetSetData() != nil:
+		sd := op.GetSetData()
+		if err := ValidateZnodePath(sd.GetPath()); err != nil {
+			return ZkOpResult{}, err.(*ZkError)
+		}
+		if len(sd.GetData()) > MaxZnodeData {
+			return ZkOpResult{}, zkErr(ZkBadArguments, "data is %d bytes, jute.maxbuffer is %d", len(sd.GetData()), MaxZnodeData)
+		}
+		n := o.get(sd.GetPath())
+		if n == nil {
+			return ZkOpResult{}, zkErr(ZkNoNode, "%s", sd.GetPath())
+		}
+		if !ZkAllowed(n.acl, ZkPermWrite, ids) {
+			return ZkOpResult{}, zkErr(ZkNoAuth, "%s", sd.GetPath())
+		}
+		if v := sd.GetVersion(); v != -1 && v != n.version {
+			return ZkOpResult{}, zkErr(ZkBadVersion, "%s", sd.GetPath())
+		}
+		e := o.edit(sd.GetPath())
+		o.bytes += int64(len(sd.GetData())) - int64(len(e.data))
+		e.data = append([]byte(nil), sd.GetData()...)
+		e.version++
+		e.mzxid, e.mtime = rev, c.GetTimeMs()
+		o.event(ZnodeDataChanged, sd.GetPath())
+		return ZkOpResult{Stat: e.stat()}, nil
+	case op.GetCheck() != nil:
+		ck := op.GetCheck()
+		if err := ValidateZnodePath(ck.GetPath()); err != nil {
+			return ZkOpResult{}, err.(*ZkError)
+		}
+		n := o.get(ck.GetPath())
+		if n == nil {
+			return ZkOpResult{}, zkErr(ZkNoNode, "%s", ck.GetPath())
+		}
+		if !ZkAllowed(n.acl, ZkPermRead, ids) {
+			return ZkOpResult{}, zkErr(ZkNoAuth, "%s", ck.GetPath())
+		}
+		if v := ck.GetVersion(); v != -1 && v != n.version {
+			return ZkOpResult{}, zkErr(ZkBadVersion, "%s", ck.GetPath())
+		}
+		return ZkOpResult{}, nil
+	case op.GetSetAcl() != nil:
+		sa := op.GetSetAcl()
+		if err := ValidateZnodePath(sa.GetPath()); err != nil {
+			return ZkOpResult{}, err.(*ZkError)
+		}
+		n := o.get(sa.GetPath())
+		if n == nil {
+			return ZkOpResult{}, zkErr(ZkNoNode, "%s", sa.GetPath())
+		}
+		if !ZkAllowed(n.acl, ZkPermAdmin, ids) {
+			return ZkOpResult{}, zkErr(ZkNoAuth, "%s", sa.GetPath())
+		}
+		acl, err := fixupZkACL(sa.GetAcl(), ids)
+		if err != nil {
+			return ZkOpResult{}, err
+		}
+		if v := sa.GetVersion(); v != -1 && v != n.aversion {
+			return ZkOpResult{}, zkErr(ZkBadVersion, "%s", sa.GetPath())
+		}
+		e := o.edit(sa.GetPath())
+		e.acl = acl
+		e.aversion++
+		return ZkOpResult{Stat: e.stat()}, nil
+	}
+	return ZkOpResult{}, zkErr(ZkUnimplemented, "unknown op")
+}
+
+func (o *zkOverlay) create(cr *fsmpb.ZkCreate, c *fsmpb.ZkTxn, rev uint64) (ZkOpResult, *ZkError) {
+	flags := cr.GetFlags()
+	if flags < ZkPersistent || flags > ZkContainer {
+		return ZkOpResult{}, zkErr(ZkBadArguments, "create flags %d", flags)
+	}
+	ephemeral := flags == ZkEphemeral || flags == ZkEphemeralSequential
+	sequential := flags == ZkPersistentSequential || flags == ZkEphemeralSequential
+	if ephemeral && c.GetSession() == 0 {
+		return ZkOpResult{}, zkErr(ZkBadArguments, "an ephemeral node needs a session")
+	}
+	path := cr.GetPath()
+	check := path
+	if sequential {
+		check = path + "1"
+	}
+	if err := ValidateZnodePath(check); err != nil {
+		return ZkOpResult{}, err.(*ZkError)
+	}
+	if path == "/" {
+		return ZkOpResult{}, zkErr(ZkNodeExists, "/")
+	}
+	if len(cr.GetData()) > MaxZnodeData {
+		return ZkOpResult{}, zkErr(ZkBadArguments, "data is %d bytes, jute.maxbuffer is %d", len(cr.GetData()), MaxZnodeData)
+	}
+	acl, aerr := fixupZkACL(cr.GetAcl(), c.GetIds())
+	if aerr != nil {
+		return ZkOpResult{}, aerr
+	}
+	parentPath, _ := ZnodeParent(path)
+	parent := o.get(parentPath)
+	if parent == nil {
+		return ZkOpResult{}, zkErr(ZkNoNode, "%s", parentPath)
+	}
+	if !ZkAllowed(parent.acl, ZkPermCreate, c.GetIds()) {
+		return ZkOpResult{}, zkErr(ZkNoAuth, "%s", path)
+	}
+	if sequential {
+		path = fmt.Sprintf("%s%010d", path, parent.cversion)
+	}
+	if err := ValidateZnodePath(path); err != nil {
+		return ZkOpResult{}, err.(*ZkError)
+	}
+	if o.get(path) != nil {
+		return ZkOpResult{}, zkErr(ZkNodeExists, "%s", path)
+	}
+	if parent.owner != 0 {
+		return ZkOpResult{}, zkErr(ZkNoChildrenForEphemerals, "%s", path)
+	}
+	if len(parent.children) >= MaxZnodeChildren {
+		return ZkOpResult{}, zkErr(ZkQuotaExceeded, "%s has %d children, the limit", parentPath, MaxZnodeChildren)
+	}
+	_, name := ZnodeParent(path)
+	p := o.edit(parentPath)
+	if p.children == nil {
+		p.children = make(map[string]struct{})
+	}
+	p.children[name] = struct{}{}
+	p.cversion++
+	p.pzxid = rev
+	n := &znode{data: append([]byte(nil), cr.GetData()...), acl: acl, czxid: rev, mzxid: rev, pzxid: rev,
+		ctime: c.GetTimeMs(), mtime: c.GetTimeMs(), container: flags == ZkContainer}
+	if ephemeral {
+		n.owner = c.GetSession()
+	}
+	o.set(path, n)
+	o.nodes++
+	o.bytes += int64(len(path) + len(n.data))
+	o.event(ZnodeCreated, path)
+	o.event(ZnodeChildrenChanged, parentPath)
+	return ZkOpResult{Path: path, Stat: n.stat()}, nil
+}
+
+// remove deletes n (a leaf) at path from the overlay; a container parent
+// left without children goes with it (ZooKeeper's container manager
+// removes such a container later; here it is the same command).
+func (o *zkOverlay) remove(path, parentPath, name string, n *znode, rev uint64) {
+	o.set(path, nil)
+	o.nodes--
+	o.bytes -= int64(len(path) + len(n.data))
+	p := o.edit(parentPath)
+	delete(p.children, name)
+	p.cversion++
+	p.pzxid = rev
+	o.event(ZnodeDeleted, path)
+	o.event(ZnodeChildrenChanged, parentPath)
+	if p.container && len(p.children) == 0 && parentPath != "/" {
+		gp, gname := ZnodeParent(parentPath)
+		o.remove(parentPath, gp, gname, p, rev)
+	}
+}
+
+// zkEndSession removes the ephemerals of a session that ends, in path
+// order (deepest first within a path: an ephemeral has no children), at
+// the revision of the command that ends it.
+func (s *State) zkEndSession(id uint64, emit EventSink) {
+	paths := s.zk.ephemerals[id]
+	if len(paths) == 0 {
+		return
+	}
+	rev := s.revision
+	o := &zkOverlay{s: s, changed: make(map[string]*znode)}
+	for _, p := range slices.Sorted(maps.Keys(paths)) {
+		n := o.get(p)
+		if n == nil {
+			continue
+		}
+		parentPath, name := ZnodeParent(p)
+		o.remove(p, parentPath, name, n, rev)
+	}
+	for _, p := range o.order {
+		if n := o.changed[p]; n == nil {
+			delete(s.zk.nodes, p)
+		} else {
+			s.zk.nodes[p] = n
+		}
+	}
+	s.zk.bytes = uint64(int64(s.zk.bytes) + o.bytes)
+	delete(s.zk.ephemerals, id)
+	for _, e := range o.events {
+		e.Revision = rev
+		emit(e)
+	}
+}
+
+// exportZnodes writes the tree, in path order, once the cluster version
+// allows znodes (before it, the tree is always the initial one).
+func (s *State) exportZnodes(snap *fsmpb.Snapshot) {
+	if !s.at(3) {
+		return
+	}
+	for _, p := range slices.Sorted(maps.Keys(s.zk.nodes)) {
+		n := s.zk.nodes[p]
+		snap.Znodes = append(snap.Znodes, &fsmpb.ZnodeState{Path: p, Data: n.data, Acl: n.acl, Czxid: n.czxid, Mzxid: n.mzxid, Pzxid: n.pzxid,
+			Ctime: n.ctime, Mtime: n.mtime, Version: n.version, Cversion: n.cversion, Aversion: n.aversion, EphemeralOwner: n.owner, Container: n.container})
+	}
+	snap.ZkAddrs = exportEtcdURLs(s.zk.addrs)
+}
+
+// importZnodes rebuilds the tree of a snapshot (absent: the initial one).
+func (s *State) importZnodes(snap *fsmpb.Snapshot) error {
+	s.zk.addrs = importEtcdURLs(snap.GetZkAddrs())
+	if len(snap.GetZnodes()) == 0 {
+		return nil
+	}
+	z := znodeStore{nodes: make(map[string]*znode), ephemerals: make(map[uint64]map[string]struct{}), addrs: s.zk.addrs}
+	for _, zs := range snap.GetZnodes() {
+		p := zs.GetPath()
+		if err := ValidateZnodePath(p); err != nil {
+			return fmt.Errorf("snapshot: znode %q: %w", p, err)
+		}
+		if _, dup := z.nodes[p]; dup {
+			return fmt.Errorf("snapshot: znode %q twice", p)
+		}
+		z.nodes[p] = &znode{data: zs.GetData(), acl: zs.GetAcl(), czxid: zs.GetCzxid(), mzxid: zs.GetMzxid(), pzxid: zs.GetPzxid(),
+			ctime: zs.GetCtime(), mtime: zs.GetMtime(), version: zs.GetVersion(), cversion: zs.GetCversion(), aversion: zs.GetAversion(),
+			owner: zs.GetEphemeralOwner(), container: zs.GetContainer()}
+		z.bytes += uint64(len(p) + len(zs.GetData()))
+	}
+	if z.nodes["/"] == nil {
+		return fmt.Errorf("snapshot: the znode tree has no root")
+	}
+	for _, p := range slices.Sorted(maps.Keys(z.nodes)) {
+		n := z.nodes[p]
+		if n.owner != 0 {
+			if _, ok := s.sessions[n.owner]; !ok {
+				return fmt.Errorf("snapshot: ephemeral znode %q of session %d, which is not live", p, n.owner)
+			}
+			if z.ephemerals[n.owner] == nil {
+				z.ephemerals[n.owner] = make(map[string]struct{})
+			}
+			z.ephemerals[n.owner][p] = struct{}{}
+		}
+		if p == "/" {
+			continue
+		}
+		pp, name := ZnodeParent(p)
+		parent := z.nodes[pp]
+		if parent == nil {
+			return fmt.Errorf("snapshot: znode %q has no parent", p)
+		}
+		if parent.children == nil {
+			parent.children = make(map[string]struct{})
+		}
+		parent.children[name] = struct{}{}
+	}
+	s.zk = z
+	return nil
+}

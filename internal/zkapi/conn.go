@@ -1,0 +1,404 @@
+package zkapi
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+	"github.com/tenure-io/tenure/internal/server"
+)
+
+// errConnLoss ends a connection whose client must reconnect (this node
+// lost its leader, or the leader's relay broke): the client sees
+// ConnectionLoss and resumes its session elsewhere.
+var errConnLoss = errors.New("zookeeper: connection loss")
+
+// conn is one client connection. Its requests are read and served one at
+// a time by serve; answers and watch events are queued (out) and written
+// by one writer goroutine, in queue order.
+type conn struct {
+	z  *Server
+	nc net.Conn
+	ip string
+
+	// Set by the handshake, then read only by serve.
+	session   uint64
+	timeout   time.Duration
+	oldClient bool
+	up        *upstream // on a follower: the relay to the leader
+	lastTouch time.Time
+
+	// ids: the ZooKeeper identities of the connection (ip, then what
+	// addAuth added); caller and hasToken: the Tenure token addAuth
+	// named (under --auth, the rights of every request are its).
+	ids      []*fsmpb.ZnodeACL
+	caller   server.Caller
+	hasToken bool
+
+	// watchCount is guarded by z.w.mu.
+	watchCount int
+
+	// out is the queue of packets to write.
+	out struct {
+		mu      sync.Mutex
+		q       [][]byte
+		bytes   int
+		closing bool // close once the queue is written
+	}
+	wake      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func newConn(z *Server, nc net.Conn) *conn {
+	ip := nc.RemoteAddr().String()
+	if h, _, err := net.SplitHostPort(ip); err == nil {
+		ip = h
+	}
+	c := &conn{z: z, nc: nc, ip: ip, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	c.ids = []*fsmpb.ZnodeACL{{Scheme: "ip", Id: ip}}
+	return c
+}
+
+// close ends the connection now; it does not block.
+func (c *conn) close() {
+	c.closeOnce.Do(func() {
+		close(c.done)
+		c.nc.Close()
+	})
+}
+
+// closeAfterWrite ends the connection once what is queued is written.
+func (c *conn) closeAfterWrite() {
+	c.out.mu.Lock()
+	c.out.closing = true
+	c.out.mu.Unlock()
+	c.signal()
+}
+
+func (c *conn) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// queue appends one packet (without its length) to the output; it never
+// blocks. A client too slow to read what is queued is disconnected.
+func (c *conn) queue(pkt []byte) {
+	c.out.mu.Lock()
+	if c.out.bytes+len(pkt) > maxQueued {
+		c.out.mu.Unlock()
+		c.close()
+		return
+	}
+	c.out.q = append(c.out.q, pkt)
+	c.out.bytes += len(pkt)
+	c.out.mu.Unlock()
+	c.signal()
+}
+
+// writer writes the queue until the connection closes.
+func (c *conn) writer() {
+	var lenb [4]byte
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-c.wake:
+		}
+		c.out.mu.Lock()
+		q, closing := c.out.q, c.out.closing
+		c.out.q, c.out.bytes = nil, 0
+		c.out.mu.Unlock()
+		bufs := make(net.Buffers, 0, 2*len(q))
+		for _, p := range q {
+			binary.BigEndian.PutUint32(lenb[:], uint32(len(p)))
+			bufs = append(bufs, append([]byte(nil), lenb[:]...), p)
+		}
+		_ = c.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		if _, err := bufs.WriteTo(c.nc); err != nil || closing {
+			c.close()
+			return
+		}
+	}
+}
+
+// notify queues a watch event.
+func (c *conn) notify(typ int32, path string, zxid int64) {
+	var e encoder
+	e.reply(replyHeader{xid: xidNotification, zxid: zxid})
+	e.int(typ)
+	e.int(stateSyncConnected)
+	e.string(path)
+	c.queue(e.b)
+}
+
+// reply queues an answer.
+func (c *conn) reply(xid int32, zxid int64, code fsm.ZkCode, body []byte) {
+	var e encoder
+	e.reply(replyHeader{xid: xid, zxid: zxid, err: int32(code)})
+	if code == fsm.ZkOK {
+		e.b = append(e.b, body...)
+	}
+	c.queue(e.b)
+}
+
+// readPacket reads one length-prefixed packet.
+func readPacket(r io.Reader, buf []byte) ([]byte, error) {
+	var lenb [4]byte
+	if _, err := io.ReadFull(r, lenb[:]); err != nil {
+		return nil, err
+	}
+	n := int32(binary.BigEndian.Uint32(lenb[:]))
+	if n < 0 || n > MaxPacket {
+		return nil, fmt.Errorf("zookeeper: packet length %d is outside 0..%d (jute.maxbuffer)", n, MaxPacket)
+	}
+	if cap(buf) < int(n) {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	_, err := io.ReadFull(r, buf)
+	return buf, err
+}
+
+// serve runs the connection: the handshake, then requests until the
+// client closes, the session ends or the connection breaks.
+func (c *conn) serve(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer func() {
+		c.close()
+		wg.Wait()
+		c.z.w.mu.Lock()
+		c.z.w.removeConnLocked(c)
+		c.z.w.mu.Unlock()
+		c.z.detach(c)
+		if c.up != nil {
+			c.up.close()
+		}
+	}()
+	_ = c.nc.SetReadDeadline(time.Now().Add(c.z.cfg.MaxSessionTimeout))
+	pkt, err := readPacket(c.nc, nil)
+	if err != nil {
+		return
+	}
+	ok := c.handshake(ctx, pkt)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.writer()
+	}()
+	if !ok {
+		c.closeAfterWrite()
+		<-c.done
+		return
+	}
+	c.z.attach(c)
+	var buf []byte
+	for {
+		_ = c.nc.SetReadDeadline(time.Now().Add(2 * c.timeout))
+		pkt, err := readPacket(c.nc, buf)
+		if err != nil {
+			return
+		}
+		buf = pkt
+		if err := c.request(ctx, pkt); err != nil {
+			if !errors.Is(err, errConnLoss) && !errors.Is(err, errClosing) {
+				c.z.log.Debug("zookeeper connection ended", "remote", c.nc.RemoteAddr().String(), "session", c.session, "err", err)
+			}
+			if errors.Is(err, errClosing) {
+				c.closeAfterWrite()
+				select {
+				case <-c.done:
+				case <-time.After(5 * time.Second):
+				}
+			}
+			return
+		}
+		select {
+		case <-c.done:
+			return
+		default:
+		}
+	}
+}
+
+// errClosing: the session was closed; the answer is written, then the
+// connection closes.
+var errClosing = errors.New("zookeeper: closing")
+
+// handshake answers the ConnectRequest: creates a session (id 0) or
+// resumes one with its password. It reports whether the connection may
+// go on; a refusal is queued for the writer.
+func (c *conn) handshake(ctx context.Context, pkt []byte) bool {
+	req, err := decodeConnect(pkt)
+	if err != nil {
+		return false
+	}
+	c.oldClient = !req.hasReadOnly
+	resp := connectResponse{hasReadOnly: req.hasReadOnly, passwd: make([]byte, 16)}
+	refuse := func() bool {
+		c.queue(resp.encode())
+		return false
+	}
+	// A client that has seen more than this member applied waits for it
+	// briefly, then goes elsewhere (ZooKeeper refuses it at once).
+	if req.lastZxidSeen > 0 && !c.waitFed(ctx, uint64(req.lastZxidSeen), 2*time.Second) {
+		c.z.log.Debug("zookeeper client has seen a newer zxid than this member applied", "zxid", req.lastZxidSeen)
+		return false
+	}
+	leader := c.z.front.IsLeader()
+	if !leader {
+		addr := c.z.leaderAddr()
+		if addr == "" {
+			return false // no leader known: the client tries another member
+		}
+		up, cresp, err := dialUpstream(ctx, addr, req)
+		if err != nil {
+			c.z.log.Debug("zookeeper relay to the leader", "addr", addr, "err", err)
+			return false
+		}
+		c.up = up
+		cresp.hasReadOnly = req.hasReadOnly
+		if cresp.sessionID == 0 || cresp.timeout <= 0 {
+			up.close()
+			c.up = nil
+			resp.passwd = cresp.passwd
+			return refuse()
+		}
+		c.session, c.timeout = uint64(cresp.sessionID), time.Duration(cresp.timeout)*time.Millisecond
+		c.lastTouch = time.Now()
+		c.queue(cresp.encode())
+		return true
+	}
+	if req.sessionID == 0 {
+		secret := newSecret()
+		ttl := c.z.negotiate(req.timeout)
+		res, err := c.z.front.Propose(ctx, &fsmpb.CreateSession{Owner: "zookeeper " + c.nc.RemoteAddr().String(), TtlMs: ttl, SecretHash: fsm.HashSecret(secret)})
+		if err == nil {
+			err = res.Err
+		}
+		if err != nil {
+			c.z.log.Debug("zookeeper session not created", "err", err)
+			return false
+		}
+		c.session, c.timeout = res.Session, time.Duration(ttl)*time.Millisecond
+		resp.sessionID, resp.timeout, resp.passwd = int64(res.Session), int32(ttl), secret
+	} else {
+		var ttl int64
+		var cerr error
+		c.z.front.Read(func(st *fsm.State) {
+			cerr = st.CheckSession(uint64(req.sessionID), req.passwd)
+			ttl, _ = st.Session(uint64(req.sessionID))
+		})
+		if cerr != nil {
+			return refuse()
+		}
+		if _, err := c.z.front.KeepAlive(ctx, uint64(req.sessionID)); err != nil {
+			if errors.Is(err, fsm.ErrSessionNotFound) {
+				return refuse()
+			}
+			return false
+		}
+		c.session, c.timeout = uint64(req.sessionID), time.Duration(ttl)*time.Millisecond
+		resp.sessionID, resp.timeout, resp.passwd = req.sessionID, int32(ttl), req.passwd
+	}
+	c.lastTouch = time.Now()
+	c.queue(resp.encode())
+	return true
+}
+
+// waitFed waits until the watches were fed revision rev.
+func (c *conn) waitFed(ctx context.Context, rev uint64, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		c.z.w.mu.Lock()
+		fed, moved := c.z.w.fed, c.z.w.moved
+		c.z.w.mu.Unlock()
+		if fed >= rev {
+			return true
+		}
+		select {
+		case <-moved:
+		case <-t.C:
+			return false
+		case <-ctx.Done():
+			return false
+		case <-c.done:
+			return false
+		}
+	}
+}
+
+// answerAt queues an answer once every watch event up to zxid is queued
+// (a write's own events before its answer), under the watches' lock so
+// that no later event overtakes it.
+func (c *conn) answerAt(ctx context.Context, zxid uint64, xid int32, code fsm.ZkCode, body []byte) error {
+	if !c.waitFed(ctx, zxid, 10*time.Second) {
+		return errConnLoss
+	}
+	c.z.w.mu.Lock()
+	defer c.z.w.mu.Unlock()
+	c.reply(xid, int64(c.z.w.fed), code, body)
+	return nil
+}
+
+// read runs fn on the applied state at the revision every watch event
+// has reached, and queues its answer before any later event.
+func (c *conn) read(ctx context.Context, xid int32, fn func(st *fsm.State) (fsm.ZkCode, []byte)) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		w := c.z.w
+		w.mu.Lock()
+		done := false
+		c.z.front.Read(func(st *fsm.State) {
+			if st.Revision() != w.fed {
+				return
+			}
+			done = true
+			code, body := fn(st)
+			c.reply(xid, int64(w.fed), code, body)
+		})
+		moved := w.moved
+		w.mu.Unlock()
+		if done {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errConnLoss
+		}
+		select {
+		case <-moved:
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.done:
+			return errConnLoss
+		}
+	}
+}
+
+// touch renews the session when a third of its timeout has passed since
+// the last renewal: every request counts as ZooKeeper's ping does.
+func (c *conn) touch(ctx context.Context, force bool) error {
+	if !force && time.Since(c.lastTouch) < c.timeout/3 {
+		return nil
+	}
+	if c.up != nil {
+		if _, _, err := c.up.call(ctx, opPing, nil); err != nil {
+			return errConnLoss
+		}
+	} else if _, err := c.z.front.KeepAlive(ctx, c.session); err != nil {
+		return errConnLoss
+	}
+	c.lastTouch = time.Now()
+	return nil
+}

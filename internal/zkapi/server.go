@@ -1,0 +1,297 @@
+// Package zkapi serves ZooKeeper's client protocol (the jute wire format
+// of ZooKeeper 3.4 to 3.8) on a Tenure node, beside Tenure's own API, so
+// that Curator's and Kazoo's recipes, zkCli.sh and the tools built on
+// them run against Tenure unmodified (docs/zookeeper.md).
+//
+// # The mapping
+//
+// A ZooKeeper session is a Tenure session: its id is the session id (an
+// int64 on the wire; Tenure's ids are revisions, far below 2^63), its
+// password the session's secret (16 bytes, as ZooKeeper's), its timeout
+// the session's TTL. Reconnecting to any member with id and password
+// resumes it; a wrong password or a session that ended gets ZooKeeper's
+// refusal (a ConnectResponse with timeout 0 and session id 0, then the
+// connection is closed), which clients report as an expired session.
+//
+// Znodes live in the replicated state (internal/fsm/znode.go), every
+// write a ZkTxn command, so a zxid is a Tenure revision: the czxid of a
+// lock node is a fencing token that Tenure's fenced registers and guards
+// accept, ordered with every other grant.
+//
+// Every member serves: reads and watches from its applied state, writes,
+// pings, session creation and closing and sync on the leader. A follower
+// relays those to the leader's ZooKeeper listener over a connection of
+// its own per client connection, as a client of the same session
+// (upstream.go); when that connection breaks, or this node loses its
+// leader, the client's connection is closed and the client, seeing
+// ConnectionLoss, reconnects with its session.
+//
+// Requests of a connection are served one at a time, in order; a watch
+// event is queued before the answer of any read that sees its change
+// (watch.go).
+package zkapi
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha1"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
+	"github.com/tenure-io/tenure/internal/server"
+)
+
+// Defaults of Config, as ZooKeeper's with its default tickTime of 2 s.
+const (
+	DefaultMinSessionTimeout = 4 * time.Second
+	DefaultMaxSessionTimeout = 40 * time.Second
+	// DefaultMaxWatches bounds the watches of one connection.
+	DefaultMaxWatches = 100_000
+	// MaxPacket is the largest packet read: ZooKeeper's default
+	// jute.maxbuffer and the 1 KiB it allows above it. A longer one
+	// closes the connection, as ZooKeeper closes it.
+	MaxPacket = fsm.MaxZnodeData + 1024
+	// maxQueued bounds the bytes queued to one connection; a client
+	// that reads slower is disconnected.
+	maxQueued = 64 << 20
+)
+
+// Config configures the ZooKeeper front.
+type Config struct {
+	// Advertise is the address (host:port) the other members reach this
+	// node's ZooKeeper listener at; the leader publishes it, followers
+	// relay to it.
+	Advertise string
+	// MinSessionTimeout and MaxSessionTimeout bound a negotiated session
+	// timeout (ZooKeeper's minSessionTimeout and maxSessionTimeout);
+	// zero: the defaults.
+	MinSessionTimeout, MaxSessionTimeout time.Duration
+	// MaxWatches bounds the watches of one connection; zero: the default.
+	MaxWatches int
+	// Logger receives the front's log; nil: the server's.
+	Logger *slog.Logger
+}
+
+// Server is the ZooKeeper front of one node. It is safe for concurrent
+// use.
+type Server struct {
+	srv   *server.Server
+	front server.Front
+	cfg   Config
+	log   *slog.Logger
+	w     *watches
+
+	// mu guards conns, sessions and closed.
+	mu       sync.Mutex
+	conns    map[*conn]struct{}
+	sessions map[uint64]map[*conn]struct{}
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+// New returns the ZooKeeper front of srv. It serves once Serve is called.
+func New(srv *server.Server, cfg Config) (*Server, error) {
+	if cfg.MinSessionTimeout == 0 {
+		cfg.MinSessionTimeout = DefaultMinSessionTimeout
+	}
+	if cfg.MaxSessionTimeout == 0 {
+		cfg.MaxSessionTimeout = DefaultMaxSessionTimeout
+	}
+	if cfg.MaxWatches == 0 {
+		cfg.MaxWatches = DefaultMaxWatches
+	}
+	minMs, maxMs := cfg.MinSessionTimeout.Milliseconds(), cfg.MaxSessionTimeout.Milliseconds()
+	if minMs < fsm.MinSessionTTLMs || maxMs > fsm.MaxSessionTTLMs || minMs > maxMs {
+		return nil, fmt.Errorf("zookeeper session timeouts %v..%v: the minimum must be at least 1s, the maximum at most 1h and not below the minimum", cfg.MinSessionTimeout, cfg.MaxSessionTimeout)
+	}
+	front := srv.Front()
+	z := &Server{srv: srv, front: front, cfg: cfg, log: cmpLogger(cfg.Logger, front.Logger()), w: newWatches(),
+		conns: map[*conn]struct{}{}, sessions: map[uint64]map[*conn]struct{}{}}
+	z.w.ended = z.sessionEnded
+	front.OnZnodeEvents(z.w.event)
+	var rev uint64
+	front.Read(func(st *fsm.State) { rev = st.Revision() })
+	z.w.mu.Lock()
+	z.w.fed = max(z.w.fed, rev)
+	z.w.mu.Unlock()
+	return z, nil
+}
+
+func cmpLogger(a, b *slog.Logger) *slog.Logger {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// Serve accepts ZooKeeper clients on lis until it is closed or ctx ends;
+// it publishes this node's address while it leads.
+func (z *Server) Serve(ctx context.Context, lis net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	z.wg.Add(1)
+	go func() {
+		defer z.wg.Done()
+		z.publish(ctx)
+	}()
+	go func() {
+		<-ctx.Done()
+		lis.Close()
+	}()
+	for {
+		nc, err := lis.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		c := newConn(z, nc)
+		z.mu.Lock()
+		if z.closed {
+			z.mu.Unlock()
+			nc.Close()
+			return nil
+		}
+		z.conns[c] = struct{}{}
+		z.wg.Add(1)
+		z.mu.Unlock()
+		go func() {
+			defer z.wg.Done()
+			c.serve(ctx)
+		}()
+	}
+}
+
+// Close closes every connection and waits for their goroutines. It is
+// idempotent.
+func (z *Server) Close() {
+	z.mu.Lock()
+	z.closed = true
+	conns := make([]*conn, 0, len(z.conns))
+	for c := range z.conns {
+		conns = append(conns, c)
+	}
+	z.mu.Unlock()
+	for _, c := range conns {
+		c.close()
+	}
+	z.front.OnZnodeEvents(nil)
+	z.wg.Wait()
+}
+
+func (z *Server) attach(c *conn) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.sessions[c.session] == nil {
+		z.sessions[c.session] = map[*conn]struct{}{}
+	}
+	z.sessions[c.session][c] = struct{}{}
+}
+
+func (z *Server) detach(c *conn) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	delete(z.conns, c)
+	if set := z.sessions[c.session]; set != nil {
+		delete(set, c)
+		if len(set) == 0 {
+			delete(z.sessions, c.session)
+		}
+	}
+}
+
+// sessionEnded closes the connections of a session that ended: the
+// client, reconnecting, learns that it expired. It runs on the apply
+// path and does not block.
+func (z *Server) sessionEnded(id uint64) {
+	z.mu.Lock()
+	var conns []*conn
+	for c := range z.sessions[id] {
+		conns = append(conns, c)
+	}
+	z.mu.Unlock()
+	for _, c := range conns {
+		c.close()
+	}
+}
+
+// publishInterval is how often the leader checks that the state has its
+// ZooKeeper address.
+const publishInterval = time.Second
+
+// publish commits this node's ZooKeeper address while it leads (a
+// follower needs the leader's only).
+func (z *Server) publish(ctx context.Context) {
+	if z.cfg.Advertise == "" {
+		return
+	}
+	t := time.NewTicker(publishInterval)
+	defer t.Stop()
+	for {
+		if z.front.CaughtUpLeader() {
+			var have string
+			var cv uint32
+			id := z.front.NodeID()
+			z.front.Read(func(st *fsm.State) { have, cv = st.ZkAddr(id), st.ClusterVersion() })
+			if have != z.cfg.Advertise && cv >= 3 {
+				pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				_, err := z.front.Propose(pctx, server.ZkSetAddr{SetEtcdURL: &fsmpb.SetEtcdURL{Member: id, Url: z.cfg.Advertise}})
+				cancel()
+				if err != nil && ctx.Err() == nil {
+					z.log.Debug("publishing the ZooKeeper address", "err", err)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// leaderAddr is the leader's ZooKeeper address, "" when unknown.
+func (z *Server) leaderAddr() string {
+	leader := z.front.Leader()
+	if leader == "" {
+		return ""
+	}
+	var addr string
+	z.front.Read(func(st *fsm.State) { addr = st.ZkAddr(leader) })
+	return addr
+}
+
+// negotiate clamps a requested session timeout as ZooKeeper does.
+func (z *Server) negotiate(ms int32) int64 {
+	v := int64(ms)
+	return min(max(v, z.cfg.MinSessionTimeout.Milliseconds()), z.cfg.MaxSessionTimeout.Milliseconds())
+}
+
+// newSecret draws a session password.
+func newSecret() []byte {
+	b := make([]byte, fsm.SecretBytes)
+	_, _ = rand.Read(b)
+	return b
+}
+
+// digestID is ZooKeeper's digest id of "user:password":
+// user:base64(sha1(user:password)).
+func digestID(userPassword string) string {
+	user := userPassword
+	for i := 0; i < len(userPassword); i++ {
+		if userPassword[i] == ':' {
+			user = userPassword[:i]
+			break
+		}
+	}
+	h := sha1.Sum([]byte(userPassword))
+	return user + ":" + base64.StdEncoding.EncodeToString(h[:])
+}

@@ -1,0 +1,191 @@
+package zkapi_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/tenure-io/tenure/internal/daemon"
+	"github.com/tenure-io/tenure/internal/testutil"
+)
+
+// startNode runs a one-node Tenure with a ZooKeeper listener; it returns
+// the daemon and the listener's address.
+func startNode(t *testing.T, mod func(*daemon.Config)) (*daemon.Daemon, string) {
+	t.Helper()
+	cfg := daemon.Config{NodeID: "n1", DataDir: filepath.Join(t.TempDir(), "n1"), Listen: "127.0.0.1:0",
+		ZkListen: "127.0.0.1:0", ZkMinSessionTimeout: time.Second, ZkMaxSessionTimeout: 20 * time.Second, LogOutput: testutil.LogWriter(t, "n1")}
+	if mod != nil {
+		mod(&cfg)
+	}
+	d, err := daemon.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	select {
+	case <-d.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("not ready")
+	}
+	return d, d.ZkAddr()
+}
+
+type testLogger struct{ t *testing.T }
+
+func (l testLogger) Printf(format string, args ...any) { l.t.Logf("zk: "+format, args...) }
+
+// connect opens a go-zookeeper client and waits for its session.
+func connect(t *testing.T, addrs []string, timeout time.Duration) (*zk.Conn, <-chan zk.Event) {
+	t.Helper()
+	c, ev, err := zk.Connect(addrs, timeout, zk.WithLogger(testLogger{t}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	testutil.WaitFor(t, "a session", 10*time.Second, func() bool { return c.State() == zk.StateHasSession })
+	return c, ev
+}
+
+// TestBasicOps: create, get, set, delete, exists and children answer as
+// ZooKeeper does, errors included.
+func TestBasicOps(t *testing.T) {
+	_, addr := startNode(t, nil)
+	c, _ := connect(t, []string{addr}, 5*time.Second)
+	acl := zk.WorldACL(zk.PermAll)
+
+	p, err := c.Create("/app", []byte("v1"), 0, acl)
+	if err != nil || p != "/app" {
+		t.Fatalf("create /app: %q, %v", p, err)
+	}
+	if _, err := c.Create("/app", nil, 0, acl); !errors.Is(err, zk.ErrNodeExists) {
+		t.Fatalf("create /app again: %v, want NodeExists", err)
+	}
+	if _, err := c.Create("/missing/child", nil, 0, acl); !errors.Is(err, zk.ErrNoNode) {
+		t.Fatalf("create under a missing parent: %v, want NoNode", err)
+	}
+	data, st, err := c.Get("/app")
+	if err != nil || string(data) != "v1" || st.Version != 0 || st.Czxid == 0 || st.Czxid != st.Mzxid || st.DataLength != 2 {
+		t.Fatalf("get /app: %q %+v %v", data, st, err)
+	}
+	czxid := st.Czxid
+	if _, err := c.Set("/app", []byte("v2"), 5); !errors.Is(err, zk.ErrBadVersion) {
+		t.Fatalf("set with a wrong version: %v, want BadVersion", err)
+	}
+	st, err = c.Set("/app", []byte("v2"), 0)
+	if err != nil || st.Version != 1 || st.Mzxid <= czxid || st.Czxid != czxid {
+		t.Fatalf("set: %+v %v", st, err)
+	}
+	if _, err := c.Create("/app/a", nil, 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Create("/app/b", []byte("x"), 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	children, st, err := c.Children("/app")
+	if err != nil || !slices.Equal(children, []string{"a", "b"}) || st.NumChildren != 2 || st.Cversion != 2 {
+		t.Fatalf("children: %v %+v %v", children, st, err)
+	}
+	if err := c.Delete("/app", -1); !errors.Is(err, zk.ErrNotEmpty) {
+		t.Fatalf("delete a parent: %v, want NotEmpty", err)
+	}
+	if err := c.Delete("/app/a", 3); !errors.Is(err, zk.ErrBadVersion) {
+		t.Fatalf("delete with a wrong version: %v, want BadVersion", err)
+	}
+	if err := c.Delete("/app/a", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete("/app/a", -1); !errors.Is(err, zk.ErrNoNode) {
+		t.Fatalf("delete again: %v, want NoNode", err)
+	}
+	ok, _, err := c.Exists("/app/a")
+	if err != nil || ok {
+		t.Fatalf("exists of a deleted node: %v %v", ok, err)
+	}
+	ok, st, err = c.Exists("/app/b")
+	if err != nil || !ok || st.DataLength != 1 {
+		t.Fatalf("exists /app/b: %v %+v %v", ok, st, err)
+	}
+	root, _, err := c.Children("/")
+	if err != nil || !slices.Equal(root, []string{"app", "zookeeper"}) {
+		t.Fatalf("children of /: %v %v", root, err)
+	}
+	if _, err := c.Create("/bad//path", nil, 0, acl); err == nil {
+		t.Fatal("an invalid path was created")
+	}
+	if _, err := c.Create("/eph", nil, zk.FlagEphemeral, acl); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Create("/eph/child", nil, 0, acl); !errors.Is(err, zk.ErrNoChildrenForEphemerals) {
+		t.Fatalf("child of an ephemeral: %v, want NoChildrenForEphemerals", err)
+	}
+	_, st, _ = c.Get("/eph")
+	if st.EphemeralOwner != c.SessionID() {
+		t.Fatalf("ephemeralOwner %d, want the session %d", st.EphemeralOwner, c.SessionID())
+	}
+}
+
+// TestSequentialNames: a sequential node's suffix is its parent's
+// cversion, in 10 digits.
+func TestSequentialNames(t *testing.T) {
+	_, addr := startNode(t, nil)
+	c, _ := connect(t, []string{addr}, 5*time.Second)
+	acl := zk.WorldACL(zk.PermAll)
+	if _, err := c.Create("/q", nil, 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Create("/q/other", nil, 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		p, err := c.Create("/q/item-", nil, zk.FlagSequence, acl)
+		want := fmt.Sprintf("/q/item-%010d", i)
+		if err != nil || p != want {
+			t.Fatalf("sequential create %d: %q %v, want %q", i, p, err, want)
+		}
+	}
+}
+
+// TestEphemeralsEndWithTheSession: closing the session removes its
+// ephemerals, and a watcher on another session sees them go.
+func TestEphemeralsEndWithTheSession(t *testing.T) {
+	_, addr := startNode(t, nil)
+	owner, _ := connect(t, []string{addr}, 5*time.Second)
+	other, _ := connect(t, []string{addr}, 5*time.Second)
+	acl := zk.WorldACL(zk.PermAll)
+	if _, err := owner.Create("/lock", nil, 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	p, err := owner.Create("/lock/n-", nil, zk.FlagEphemeral|zk.FlagSequence, acl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, _, ch, err := other.ExistsW(p)
+	if err != nil || !ok {
+		t.Fatalf("exists: %v %v", ok, err)
+	}
+	owner.Close()
+	select {
+	case e := <-ch:
+		if e.Type != zk.EventNodeDeleted || e.Path != p {
+			t.Fatalf("event %+v, want NodeDeleted of %s", e, p)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event for the ephemeral's removal")
+	}
+	if ok, _, _ := other.Exists(p); ok {
+		t.Fatal("the ephemeral outlived its session")
+	}
+}
