@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,8 +14,9 @@ import (
 // member is one server of a three-member ZooKeeper ensemble or Tenure
 // cluster that a test runs for itself.
 type member struct {
-	Addr string // the ZooKeeper client address
-	p    *proc
+	Addr   string // the ZooKeeper client address
+	Tenure string // Tenure's own API (Tenure's members only)
+	p      *proc
 }
 
 // startCluster runs three members of target name: a ZooKeeper 3.8
@@ -106,10 +108,15 @@ func startTenureCluster(t *testing.T) []*member {
 			default:
 			}
 			var out struct {
+				Serving   string `json:"serving"`
 				ZooKeeper string `json:"zookeeper"`
 			}
 			line, _, _ := strings.Cut(m.p.stdout(), "\n")
-			return json.Unmarshal([]byte(line), &out) == nil && out.ZooKeeper != ""
+			if json.Unmarshal([]byte(line), &out) != nil || out.ZooKeeper == "" {
+				return false
+			}
+			m.Tenure = out.Serving
+			return true
 		})
 	}
 	return ms
@@ -120,7 +127,9 @@ func startTenureCluster(t *testing.T) []*member {
 // member is killed with SIGKILL. The holder's client moves its session to
 // another member (never losing it), its lock node stays (same czxid, same
 // owner), and the waiting process does not get the lock until the holder
-// releases it.
+// releases it. On Tenure, a fenced register shows it too: the first
+// holder's token (its lock node's czxid) is accepted after the failover,
+// and stale once the next holder wrote with its own.
 func TestKazooLockFailover(t *testing.T) {
 	for _, name := range targets(t) {
 		t.Run(name, func(t *testing.T) {
@@ -167,6 +176,13 @@ func TestKazooLockFailover(t *testing.T) {
 			if strings.TrimSpace(string(b)) != "enter holder" {
 				t.Fatalf("a second holder while the first held the lock:\n%s", b)
 			}
+			// On Tenure, the lock node's czxid is a fencing token: the holder
+			// writes a fenced register with it, after the failover.
+			var held []string
+			if name == tenureT {
+				held = strings.Fields(holder.stdout()) // held SESSION PATH CZXID via ADDR
+				fencePut(t, ms[1].Tenure, "zk-failover", "holder", held[3], 0)
+			}
 			if err := os.WriteFile(log+".release", nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -176,7 +192,32 @@ func TestKazooLockFailover(t *testing.T) {
 			if got, want := strings.TrimSpace(string(b)), "enter holder\nexit holder\nenter contender\nexit contender"; got != want {
 				t.Fatalf("holders:\n%s\nwant:\n%s", got, want)
 			}
+			if name == tenureT {
+				// The next holder's token is accepted; the first holder's,
+				// written late, is stale.
+				acquired := strings.Fields(contender.stdout()) // acquired CZXID
+				fencePut(t, ms[2].Tenure, "zk-failover", "contender", acquired[1], 0)
+				fencePut(t, ms[1].Tenure, "zk-failover", "late holder", held[3], 3)
+			}
 		})
+	}
+}
+
+// fencePut writes register key through Tenure's `fence put` with token
+// and expects its exit code (0 accepted, 3 stale).
+func fencePut(t *testing.T, endpoint, key, value, token string, want int) {
+	t.Helper()
+	cmd := exec.Command(tenureBin(), "fence", "put", key, value, "--token", token, "--endpoint", endpoint, "-o", "json")
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("fence put %s %q --token %s: exit %d %s", key, value, token, code, strings.TrimSpace(string(out)))
+	if code != want {
+		t.Fatalf("fence put %s %q --token %s: exit %d, want %d: %s", key, value, token, code, want, out)
 	}
 }
 

@@ -43,7 +43,7 @@ func (tr *transcript) session(v int64) string {
 	if s, ok := tr.sessions[v]; ok {
 		return s
 	}
-	return "unknown-session"
+	return fmt.Sprintf("not-a-session(%#x)", uint64(v))
 }
 
 func (tr *transcript) stat(s stat) string {
@@ -175,25 +175,35 @@ func multiStep(conn int, label string, ops ...multiOp) step {
 	}}
 }
 
-// diffSequence is the sequence under root: session 0 acts and watches,
-// session 1 owns ephemerals and fires the watches.
-func diffSequence(root string) []step {
-	r := root
+// The sequences, one test each, under a root of the test's own: session
+// 0 acts and watches, session 1 owns ephemerals and fires the watches.
+
+// seqPaths: creation, and the paths a server refuses or cannot find.
+func seqPaths(r string) []step {
 	return []step{
-		// Creation, errors, reads.
 		createStep(0, r, "root", flagPersistent),
 		createStep(0, r, "again", flagPersistent),
 		createStep(0, r+"/missing/child", "", flagPersistent),
 		createStep(0, r+"/", "", flagPersistent),
 		createStep(0, r+"//x", "", flagPersistent),
 		createStep(0, r+"/./x", "", flagPersistent),
+		createStep(0, r+"/x/..", "", flagPersistent),
+		createStep(0, r+"/ok", "", flagPersistent),
+		getStep(0, r+"/ok/", false),
+		childrenStep(0, r+"/nope", false),
+	}
+}
+
+// seqVersions: reads, and setData and delete with version checks.
+func seqVersions(r string) []step {
+	return []step{
+		createStep(0, r, "root", flagPersistent),
 		createStep(0, r+"/a", "", flagPersistent),
 		getStep(0, r, false),
 		getStep(0, r+"/a", false),
 		getStep(0, r+"/nope", false),
 		existsStep(0, r+"/a", false),
 		existsStep(0, r+"/nope", false),
-		// Versions.
 		setStep(0, r+"/a", "one", 0),
 		setStep(0, r+"/a", "two", 0),
 		setStep(0, r+"/a", "three", -1),
@@ -201,30 +211,71 @@ func diffSequence(root string) []step {
 		deleteStep(0, r+"/a", 0),
 		deleteStep(0, r+"/nope", -1),
 		getStep(0, r+"/a", false),
-		// Sequential nodes: the counter is the parent's cversion.
+		deleteStep(0, r, -1),
+		deleteStep(0, r+"/a", 2),
+		deleteStep(0, r, 0),
+		existsStep(0, r, false),
+	}
+}
+
+// seqSequential: sequential names after a child was created and deleted
+// (ZooKeeper 3.8 numbers a child by the creations under its parent).
+func seqSequential(r string) []step {
+	return []step{
+		createStep(0, r, "", flagPersistent),
+		createStep(0, r+"/x", "", flagPersistent),
+		deleteStep(0, r+"/x", -1),
+		createStep(0, r+"/s-", "1", flagSequential),
+		createStep(0, r+"/s-", "2", flagSequential),
+		createStep(1, r+"/e-", "3", flagEphemeralSeq),
+		createStep(0, r+"/", "4", flagSequential),
+		children2Step(0, r, false),
+		getStep(0, r, false),
+		multiStep(0, "sequential", mCreate(r+"/m-", "", flagSequential), mCreate(r+"/m-", "", flagSequential)),
+	}
+}
+
+// seqEphemerals: the owner, no children, listed per session, removed with
+// the session.
+func seqEphemerals(r string) []step {
+	return []step{
+		createStep(0, r, "", flagPersistent),
 		createStep(0, r+"/q", "", flagPersistent),
-		createStep(0, r+"/q/x", "", flagPersistent),
-		deleteStep(0, r+"/q/x", -1),
-		createStep(0, r+"/q/s-", "1", flagSequential),
-		createStep(0, r+"/q/s-", "2", flagSequential),
-		createStep(1, r+"/q/e-", "3", flagEphemeralSeq),
-		createStep(0, r+"/q/", "4", flagSequential),
-		children2Step(0, r+"/q", false),
-		getStep(0, r+"/q", false),
-		// Ephemerals: owner, no children, listed per session.
+		createStep(1, r+"/q/e", "", flagEphemeral),
 		createStep(1, r+"/eph", "mine", flagEphemeral),
 		getStep(0, r+"/eph", false),
 		createStep(1, r+"/eph/child", "", flagPersistent),
 		{1, "getEphemerals " + r, opGetEphemerals, enc{}.str(r), func(_ *transcript, d *dec) string { return sortedStrs(d) }},
+		{1, "getEphemerals /", opGetEphemerals, enc{}.str("/"), func(_ *transcript, d *dec) string { return sortedStrs(d) }},
 		{0, "getEphemerals " + r, opGetEphemerals, enc{}.str(r), func(_ *transcript, d *dec) string { return sortedStrs(d) }},
 		{0, "getAllChildrenNumber " + r, opGetAllChildrenNumber, enc{}.str(r), func(_ *transcript, d *dec) string { return fmt.Sprint(d.i32()) }},
 		deleteStep(0, r+"/q", -1),
-		// create2 and containers.
+		existsStep(0, r+"/eph", true),
+		getStep(0, r+"/q/e", true),
+		childrenStep(0, r+"/q", true),
+		{1, "close session 1", opClose, nil, noBody},
+		existsStep(0, r+"/eph", false),
+		children2Step(0, r+"/q", false),
+	}
+}
+
+// seqContainers: create2 and a container node.
+func seqContainers(r string) []step {
+	return []step{
+		createStep(0, r, "", flagPersistent),
 		create2Step(0, opCreate2, r+"/c2", "stat", flagPersistent),
 		create2Step(0, opCreate2, r+"/c2", "stat", flagPersistent),
 		create2Step(0, opCreateContainer, r+"/box", "", flagContainer),
 		getStep(0, r+"/box", false),
-		// One-shot watches, fired by the other session.
+	}
+}
+
+// seqWatches: one-shot data, exist and child watches, fired by the other
+// session, each once.
+func seqWatches(r string) []step {
+	return []step{
+		createStep(0, r, "", flagPersistent),
+		createStep(0, r+"/c2", "x", flagPersistent),
 		getStep(0, r+"/c2", true),
 		existsStep(0, r+"/w", true),
 		childrenStep(0, r, true),
@@ -233,34 +284,60 @@ func diffSequence(root string) []step {
 		setStep(1, r+"/c2", "again", -1), // the data watch fired once: no second event
 		getStep(0, r+"/w", true),
 		childrenStep(0, r+"/w", true),
+		existsStep(0, r+"/w", true),
 		deleteStep(1, r+"/w", -1),
-		existsStep(0, r+"/eph", true),
-		// multi: all or nothing, ZooKeeper's per-op results.
-		multiStep(0, "ok", mCheck(r+"/c2", 2), mCreate(r+"/m1", "a", flagPersistent), mCreate2(r+"/m2", "b", flagPersistent),
-			mSet(r+"/m1", "a2", 0), mDelete(r+"/m2", 0)),
+		getStep(0, r+"/c2", true),
+		getStep(1, r+"/c2", true),
+		setStep(0, r+"/c2", "both see it", -1),
+	}
+}
+
+// seqMulti: all or nothing, ZooKeeper's per-op results and errors.
+func seqMulti(r string) []step {
+	return []step{
+		createStep(0, r, "", flagPersistent),
+		createStep(0, r+"/c2", "", flagPersistent),
+		setStep(0, r+"/c2", "v1", -1),
+		getStep(1, r+"/c2", true),
+		multiStep(0, "ok", mCheck(r+"/c2", 1), mCreate(r+"/m1", "a", flagPersistent), mCreate(r+"/m2", "b", flagPersistent),
+			mSet(r+"/m1", "a2", 0), mDelete(r+"/m2", 0), mSet(r+"/c2", "v2", 1)),
 		getStep(0, r+"/m1", false),
+		getStep(0, r, false),
 		multiStep(0, "fails at check", mCreate(r+"/m3", "", flagPersistent), mCheck(r+"/c2", 99), mSet(r+"/m1", "x", -1)),
 		existsStep(0, r+"/m3", false),
 		multiStep(0, "fails at create", mSet(r+"/m1", "y", -1), mCreate(r+"/m1", "", flagPersistent)),
 		getStep(0, r+"/m1", false),
 		multiStep(0, "fails at delete of a parent", mDelete(r, -1)),
+		multiStep(0, "fails at a missing node", mCheck(r+"/nope", -1)),
 		multiStep(0, "empty"),
-		// ACLs.
+	}
+}
+
+// seqMultiCreate2: a create2 inside a multi.
+func seqMultiCreate2(r string) []step {
+	return []step{
+		createStep(0, r, "", flagPersistent),
+		multiStep(0, "create2", mCreate2(r+"/m2", "b", flagPersistent), mDelete(r+"/m2", 0)),
+	}
+}
+
+// seqACL: getACL, setACL with a version, and a read-only node refusing.
+func seqACL(r string) []step {
+	return []step{
+		createStep(0, r, "", flagPersistent),
+		createStep(0, r+"/m1", "a", flagPersistent),
 		{0, "getACL " + r + "/m1", opGetACL, enc{}.str(r + "/m1"), func(tr *transcript, d *dec) string {
 			return fmt.Sprintf("%v %s", d.acls(), tr.stat(d.stat()))
 		}},
 		{0, "setACL read-only, version 5", opSetACL, enc{}.str(r + "/m1").acls([]acl{{1, "world", "anyone"}}).i32(5), statBody},
 		{0, "setACL read-only", opSetACL, enc{}.str(r + "/m1").acls([]acl{{1, "world", "anyone"}}).i32(0), statBody},
+		{0, "getACL " + r + "/m1", opGetACL, enc{}.str(r + "/m1"), func(tr *transcript, d *dec) string {
+			return fmt.Sprintf("%v %s", d.acls(), tr.stat(d.stat()))
+		}},
 		setStep(0, r+"/m1", "refused", -1),
 		getStep(0, r+"/m1", false),
 		createStep(0, r+"/m1/kid", "", flagPersistent),
-		// Persistent recursive watch.
-		{0, "addWatch " + r + "/tree recursive", opAddWatch, enc{}.str(r + "/tree").i32(1),
-			func(_ *transcript, d *dec) string { return fmt.Sprintf("err=%d", d.i32()) }},
-		createStep(1, r+"/tree", "", flagPersistent),
-		createStep(1, r+"/tree/x", "", flagPersistent),
-		setStep(1, r+"/tree/x", "v", -1),
-		deleteStep(1, r+"/tree/x", -1),
+		{0, "create with an empty ACL", opCreate, enc{}.str(r + "/noacl").buf(nil).acls(nil).i32(0), pathBody},
 		{0, "sync " + r, opSync, enc{}.str(r), pathBody},
 		{0, "whoAmI", opWhoAmI, nil, func(_ *transcript, d *dec) string {
 			var out []string
@@ -269,15 +346,30 @@ func diffSequence(root string) []step {
 			}
 			return fmt.Sprintf("%q", out)
 		}},
-		// Deletion order, and the end of a session.
-		deleteStep(0, r, -1),
-		{1, "close session 1", opClose, nil, noBody},
-		existsStep(0, r+"/eph", false),
 	}
 }
 
-// record runs the sequence against s and returns the transcript.
-func record(t *testing.T, s *server, root string) []string {
+// seqPersistentWatch: addWatch, recursive.
+func seqPersistentWatch(r string) []step {
+	return []step{
+		createStep(0, r, "", flagPersistent),
+		{0, "addWatch " + r + "/tree recursive", opAddWatch, enc{}.str(r + "/tree").i32(1),
+			func(_ *transcript, d *dec) string { return fmt.Sprintf("err=%d", d.i32()) }},
+		createStep(1, r+"/tree", "", flagPersistent),
+		createStep(1, r+"/tree/x", "", flagPersistent),
+		setStep(1, r+"/tree/x", "v", -1),
+		deleteStep(1, r+"/tree/x", -1),
+		{0, "addWatch " + r + " persistent", opAddWatch, enc{}.str(r).i32(0),
+			func(_ *transcript, d *dec) string { return fmt.Sprintf("err=%d", d.i32()) }},
+		setStep(1, r, "v", -1),
+		createStep(1, r+"/y", "", flagPersistent),
+		setStep(1, r, "w", -1),
+	}
+}
+
+// record runs steps against s and returns the transcript; with resume,
+// it also checks session resumption (resume).
+func record(t *testing.T, s *server, root string, steps []step, withResume bool) []string {
 	t.Helper()
 	tr := &transcript{zxids: map[int64]string{}, sessions: map[int64]string{}}
 	var conns []*zkConn
@@ -302,7 +394,7 @@ func record(t *testing.T, s *server, root string) []string {
 		tr.sessions[c.SessionID] = fmt.Sprintf("session%d(new)", i)
 		conns[i] = c
 	}
-	for _, st := range diffSequence(root) {
+	for _, st := range steps {
 		r, err := conns[st.conn].call(st.op, st.req)
 		if err != nil && st.op != opClose {
 			tr.lines = append(tr.lines, fmt.Sprintf("s%d %s -> CONNECTION LOST (%v)", st.conn, st.label, err))
@@ -336,12 +428,19 @@ func record(t *testing.T, s *server, root string) []string {
 				redial(i)
 				continue
 			}
+			// One write's events, sorted: ZooKeeper does not order those of
+			// one change (a closed session's ephemerals, say).
+			var evs []string
 			for _, e := range c.takeEvents() {
-				tr.lines = append(tr.lines, fmt.Sprintf("  s%d event %s", i, strings.Replace(e.String(), root, "ROOT", 1)))
+				evs = append(evs, fmt.Sprintf("  s%d event %s", i, strings.Replace(e.String(), root, "ROOT", 1)))
 			}
+			sort.Strings(evs)
+			tr.lines = append(tr.lines, evs...)
 		}
 	}
-	resume(t, s, root, conns[0], tr)
+	if withResume {
+		resume(t, s, root, conns[0], tr)
+	}
 	for i := range tr.lines {
 		tr.lines[i] = strings.ReplaceAll(tr.lines[i], root, "ROOT")
 	}
@@ -416,12 +515,13 @@ func resume(t *testing.T, s *server, root string, other *zkConn, tr *transcript)
 	add("%s", line)
 }
 
-// TestDifferential runs the sequence against ZooKeeper and, where Tenure
-// is a target, against Tenure, and compares each with ZooKeeper's.
-func TestDifferential(t *testing.T) {
+// differential runs steps against ZooKeeper and, where Tenure is a
+// target, against Tenure, and compares Tenure's transcript with
+// ZooKeeper's.
+func differential(t *testing.T, steps func(root string) []step, withResume bool) {
 	var want []string
 	eachTarget(t, func(t *testing.T, s *server, root string) {
-		got := record(t, s, root)
+		got := record(t, s, root, steps(root), withResume)
 		if s.Name == zooKeeper {
 			want = got
 			t.Logf("ZooKeeper's transcript:\n%s", strings.Join(got, "\n"))
@@ -434,6 +534,26 @@ func TestDifferential(t *testing.T) {
 			t.Errorf("Tenure's answers differ from ZooKeeper 3.8's (- ZooKeeper, + Tenure):\n%s", diff)
 		}
 	})
+}
+
+func TestDiffPaths(t *testing.T)           { differential(t, seqPaths, false) }
+func TestDiffVersions(t *testing.T)        { differential(t, seqVersions, false) }
+func TestDiffSequential(t *testing.T)      { differential(t, seqSequential, false) }
+func TestDiffEphemerals(t *testing.T)      { differential(t, seqEphemerals, false) }
+func TestDiffContainers(t *testing.T)      { differential(t, seqContainers, false) }
+func TestDiffWatches(t *testing.T)         { differential(t, seqWatches, false) }
+func TestDiffMulti(t *testing.T)           { differential(t, seqMulti, false) }
+func TestDiffMultiCreate2(t *testing.T)    { differential(t, seqMultiCreate2, false) }
+func TestDiffACL(t *testing.T)             { differential(t, seqACL, false) }
+func TestDiffPersistentWatch(t *testing.T) { differential(t, seqPersistentWatch, false) }
+
+// TestDiffSessions: timeout negotiation, a wrong password refused, a
+// session resumed on a new connection with its ephemeral and (through
+// setWatches) its watch.
+func TestDiffSessions(t *testing.T) {
+	differential(t, func(r string) []step {
+		return []step{createStep(0, r, "", flagPersistent), createStep(0, r+"/c2", "", flagPersistent)}
+	}, true)
 }
 
 // diffLines shows the lines of a and b that differ, aligned by a longest

@@ -11,8 +11,8 @@ import (
 )
 
 // zkCliRun runs one zkCli.sh command against s and returns its exit code
-// and what it printed after connecting (stdout and stderr, without the
-// connection banner and log lines).
+// and what it printed (stdout, then stderr), without the connection
+// banner and log lines.
 func zkCliRun(t *testing.T, s *server, args ...string) (int, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -29,14 +29,10 @@ func zkCliRun(t *testing.T, s *server, args ...string) (int, string) {
 		t.Fatalf("zkCli.sh %v: %v", args, err)
 	}
 	var lines []string
-	stdout := out.String()
-	if i := strings.Index(stdout, "WatchedEvent state:SyncConnected"); i >= 0 {
-		stdout = stdout[i:]
-		_, stdout, _ = strings.Cut(stdout, "\n")
-	}
-	for _, l := range strings.Split(stdout+"\n"+errOut.String(), "\n") {
-		if l = strings.TrimSpace(l); l == "" || strings.HasPrefix(l, "SLF4J:") || strings.Contains(l, " INFO ") ||
-			strings.Contains(l, " WARN ") || strings.HasPrefix(l, "log4j:") {
+	for _, l := range strings.Split(out.String()+"\n"+errOut.String(), "\n") {
+		if l = strings.TrimSpace(l); l == "" || l == "WATCHER::" || strings.HasPrefix(l, "WatchedEvent state:") ||
+			strings.HasPrefix(l, "Connecting to ") || strings.HasPrefix(l, "SLF4J:") || strings.HasPrefix(l, "log4j:") ||
+			strings.Contains(l, " INFO ") || strings.Contains(l, " WARN ") {
 			continue
 		}
 		lines = append(lines, l)

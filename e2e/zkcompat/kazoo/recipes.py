@@ -414,6 +414,7 @@ def failover_contender(log):
     c.start(timeout=WAIT)
     lock = c.Lock(ROOT + "/lock", "contender")
     check(lock.acquire(timeout=180), "acquire")
+    print("acquired %d" % c.exists(ROOT + "/lock/" + lock.node).czxid, flush=True)
     append_line(log, "enter contender")
     check(last_line(log) == "enter contender", "another holder wrote inside the lock")
     append_line(log, "exit contender")
