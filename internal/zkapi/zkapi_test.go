@@ -189,3 +189,109 @@ func TestEphemeralsEndWithTheSession(t *testing.T) {
 		t.Fatal("the ephemeral outlived its session")
 	}
 }
+
+// TestResumeAndWrongPassword: a session resumes on a new connection with
+// its id and password; a wrong password is refused as ZooKeeper refuses
+// it (the client reports an expired session), and the session lives on.
+func TestResumeAndWrongPassword(t *testing.T) {
+	_, addr := startNode(t, nil)
+	c, _ := connect(t, []string{addr}, 5*time.Second)
+	id := c.SessionID()
+	if _, err := c.Create("/e", []byte("x"), zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	good := raw(t, addr)
+	if got := good.connect(t, id, sessionPassword(t, c), true); got.sessionID != id || got.timeout != 5000 || !got.hasReadOnly {
+		t.Fatalf("resume: %+v, want session %d, timeout 5000, readOnly flag", got, id)
+	}
+	bad := raw(t, addr)
+	pw := make([]byte, 16)
+	if got := bad.connect(t, id, pw, false); got.sessionID != 0 || got.timeout != 0 || got.hasReadOnly {
+		t.Fatalf("wrong password: %+v, want session 0, timeout 0, no readOnly flag (old handshake)", got)
+	}
+	if !bad.closed(t) {
+		t.Fatal("the refused connection stayed open")
+	}
+	if ok, _, err := c.Exists("/e"); err != nil || !ok {
+		t.Fatalf("the session's ephemeral after a refused resume: %v %v", ok, err)
+	}
+}
+
+// TestWatchEventsPrecedeReads: a data watch, a child watch and an exists
+// watch each fire once, with ZooKeeper's event types, and the event
+// reaches the client before the answer of a read that sees the change.
+func TestWatchEventsPrecedeReads(t *testing.T) {
+	_, addr := startNode(t, nil)
+	watcher, _ := connect(t, []string{addr}, 5*time.Second)
+	writer, _ := connect(t, []string{addr}, 5*time.Second)
+	acl := zk.WorldACL(zk.PermAll)
+	if _, err := writer.Create("/w", []byte("0"), 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		_, _, data, err := watcher.GetW("/w")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, kids, err := watcher.ChildrenW("/w")
+		if err != nil {
+			t.Fatal(err)
+		}
+		child := fmt.Sprintf("/w/c%d", i)
+		_, _, exist, err := watcher.ExistsW(child)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := writer.Set("/w", []byte(fmt.Sprint(i)), -1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := writer.Create(child, nil, 0, acl); err != nil {
+			t.Fatal(err)
+		}
+		// The watcher reads the change: its events were sent first.
+		if ok, _, err := watcher.Exists(child); err != nil || !ok {
+			t.Fatalf("exists %s: %v %v", child, ok, err)
+		}
+		for _, w := range []struct {
+			ch   <-chan zk.Event
+			typ  zk.EventType
+			path string
+		}{{data, zk.EventNodeDataChanged, "/w"}, {kids, zk.EventNodeChildrenChanged, "/w"}, {exist, zk.EventNodeCreated, child}} {
+			select {
+			case e := <-w.ch:
+				if e.Type != w.typ || e.Path != w.path {
+					t.Fatalf("round %d: event %+v, want %v of %s", i, e, w.typ, w.path)
+				}
+			default:
+				t.Fatalf("round %d: no %v event of %s before the read that saw the change", i, w.typ, w.path)
+			}
+		}
+	}
+}
+
+// TestMultiAllOrNothing: a multi that fails at one op changes nothing and
+// answers ZooKeeper's per-op results; one that passes applies every op
+// at one zxid.
+func TestMultiAllOrNothing(t *testing.T) {
+	_, addr := startNode(t, nil)
+	c, _ := connect(t, []string{addr}, 5*time.Second)
+	acl := zk.WorldACL(zk.PermAll)
+	if _, err := c.Create("/m", nil, 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Multi(&zk.CreateRequest{Path: "/m/a", Acl: acl}, &zk.SetDataRequest{Path: "/m", Data: []byte("x"), Version: 7}, &zk.CreateRequest{Path: "/m/b", Acl: acl})
+	if !errors.Is(err, zk.ErrBadVersion) || len(res) != 3 || res[0].Error != nil || !errors.Is(res[1].Error, zk.ErrBadVersion) || res[2].Error == nil {
+		t.Fatalf("failed multi: %+v %v, want [ok, BadVersion, RuntimeInconsistency]", res, err)
+	}
+	if ok, _, _ := c.Exists("/m/a"); ok {
+		t.Fatal("a failed multi created /m/a")
+	}
+	res, err = c.Multi(&zk.CreateRequest{Path: "/m/a", Acl: acl}, &zk.SetDataRequest{Path: "/m", Data: []byte("x"), Version: 0}, &zk.CheckVersionRequest{Path: "/m", Version: 1}, &zk.DeleteRequest{Path: "/m/a", Version: 0})
+	if err != nil || len(res) != 4 || res[0].String != "/m/a" {
+		t.Fatalf("multi: %+v %v", res, err)
+	}
+	_, st, _ := c.Get("/m")
+	if st.Version != 1 || st.Cversion != 2 || st.Pzxid != st.Mzxid {
+		t.Fatalf("after the multi: %+v, want version 1, cversion 2, pzxid = mzxid (one zxid)", st)
+	}
+}

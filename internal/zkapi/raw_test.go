@@ -1,0 +1,86 @@
+package zkapi_test
+
+import (
+	"encoding/binary"
+	"io"
+	"net"
+	"reflect"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// rawConn speaks the handshake byte by byte, to check what clients
+// parse loosely.
+type rawConn struct{ nc net.Conn }
+
+func raw(t *testing.T, addr string) *rawConn {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &rawConn{nc}
+}
+
+type rawConnectResponse struct {
+	timeout     int32
+	sessionID   int64
+	passwd      []byte
+	hasReadOnly bool
+}
+
+// connect sends a ConnectRequest (with the readOnly flag of 3.4+ clients
+// or without it) and reads the answer.
+func (r *rawConn) connect(t *testing.T, session int64, passwd []byte, readOnly bool) rawConnectResponse {
+	t.Helper()
+	var b []byte
+	b = binary.BigEndian.AppendUint32(b, 0) // protocol version
+	b = binary.BigEndian.AppendUint64(b, 0) // last zxid seen
+	b = binary.BigEndian.AppendUint32(b, 30000)
+	b = binary.BigEndian.AppendUint64(b, uint64(session))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(passwd)))
+	b = append(b, passwd...)
+	if readOnly {
+		b = append(b, 0)
+	}
+	pkt := binary.BigEndian.AppendUint32(nil, uint32(len(b)))
+	if _, err := r.nc.Write(append(pkt, b...)); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var lenb [4]byte
+	if _, err := io.ReadFull(r.nc, lenb[:]); err != nil {
+		t.Fatalf("reading the connect response: %v", err)
+	}
+	resp := make([]byte, binary.BigEndian.Uint32(lenb[:]))
+	if _, err := io.ReadFull(r.nc, resp); err != nil {
+		t.Fatal(err)
+	}
+	var out rawConnectResponse
+	out.timeout = int32(binary.BigEndian.Uint32(resp[4:]))
+	out.sessionID = int64(binary.BigEndian.Uint64(resp[8:]))
+	n := binary.BigEndian.Uint32(resp[16:])
+	out.passwd = resp[20 : 20+n]
+	out.hasReadOnly = len(resp) > int(20+n)
+	return out
+}
+
+// closed reports whether the server closes the connection (EOF) soon.
+func (r *rawConn) closed(t *testing.T) bool {
+	_ = r.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err := r.nc.Read(make([]byte, 1))
+	return err == io.EOF
+}
+
+// sessionPassword reads a go-zookeeper connection's session password,
+// which it does not export.
+func sessionPassword(t *testing.T, c *zk.Conn) []byte {
+	f := reflect.ValueOf(c).Elem().FieldByName("passwd")
+	if !f.IsValid() {
+		t.Fatal("go-zookeeper has no passwd field")
+	}
+	return append([]byte(nil), reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Bytes()...)
+}
