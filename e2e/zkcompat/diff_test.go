@@ -547,6 +547,27 @@ func TestDiffMultiCreate2(t *testing.T)    { differential(t, seqMultiCreate2, fa
 func TestDiffACL(t *testing.T)             { differential(t, seqACL, false) }
 func TestDiffPersistentWatch(t *testing.T) { differential(t, seqPersistentWatch, false) }
 
+// seqLimits: data near and past jute.maxbuffer (1 MiB less one byte by
+// default): a frame over it closes the connection.
+func seqLimits(r string) []step {
+	big := func(n int) string { return strings.Repeat("z", n) }
+	lenBody := func(tr *transcript, d *dec) string {
+		data := d.buf()
+		return fmt.Sprintf("%d bytes %s", len(data), tr.stat(d.stat()))
+	}
+	return []step{
+		createStep(0, r, "", flagPersistent),
+		{0, "setData 1000000 bytes", opSetData, enc{}.str(r).buf([]byte(big(1000000))).i32(-1), statBody},
+		{0, "getData", opGetData, enc{}.str(r).boolean(false), lenBody},
+		{0, "setData 1048576 bytes", opSetData, enc{}.str(r).buf([]byte(big(1 << 20))).i32(-1), statBody},
+		{0, "getData", opGetData, enc{}.str(r).boolean(false), lenBody},
+		{0, "create with 1048576 bytes", opCreate, enc{}.str(r + "/big").buf([]byte(big(1 << 20))).acls(openACL).i32(0), pathBody},
+		existsStep(0, r+"/big", false),
+	}
+}
+
+func TestDiffLimits(t *testing.T) { differential(t, seqLimits, false) }
+
 // TestDiffSessions: timeout negotiation, a wrong password refused, a
 // session resumed on a new connection with its ephemeral and (through
 // setWatches) its watch.

@@ -234,6 +234,7 @@ func startZooKeeper() (*server, error) {
 		return nil, err
 	}
 	args := append(append([]string{}, jvmFlags...), "-Dorg.slf4j.simpleLogger.defaultLogLevel=info", "-Dzookeeper.jmx.log4j.disable=true",
+		"-Dznode.container.checkIntervalMs=1000", // containers are checked every second, not minute
 		"-cp", classpath, "org.apache.zookeeper.server.ZooKeeperServerMain", filepath.Join(dir, "zoo.cfg"))
 	p, err := spawn(dir, "", "java", args...)
 	if err != nil {
