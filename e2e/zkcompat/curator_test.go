@@ -130,8 +130,12 @@ func TestCuratorSharedCount(t *testing.T) {
 	eachTarget(t, func(t *testing.T, s *server, root string) { runCurator(t, s, root, "shared-count") })
 }
 
-// TestCuratorCaches covers PathChildrenCache and CuratorCache (the latter
-// on a persistent recursive watch).
-func TestCuratorCaches(t *testing.T) {
-	eachTarget(t, func(t *testing.T, s *server, root string) { runCurator(t, s, root, "caches") })
+func TestCuratorPathChildrenCache(t *testing.T) {
+	eachTarget(t, func(t *testing.T, s *server, root string) { runCurator(t, s, root, "path-children-cache") })
+}
+
+// TestCuratorCache: CuratorCache, on a persistent recursive watch
+// (addWatch).
+func TestCuratorCache(t *testing.T) {
+	eachTarget(t, func(t *testing.T, s *server, root string) { runCurator(t, s, root, "curator-cache") })
 }
