@@ -470,13 +470,21 @@ func resume(t *testing.T, s *server, root string, other *zkConn, tr *transcript)
 	if _, code, err := c.create(root+"/e2", []byte("e2"), flagEphemeral); err != nil || code != 0 {
 		t.Fatalf("create %s/e2: %s %v", root, errName(code), err)
 	}
-	if _, err := c.call(opGetData, enc{}.str(root+"/c2").boolean(true)); err != nil {
-		t.Fatal(err)
+	for _, w := range []struct {
+		op   int32
+		path string
+	}{{opGetData, root + "/c2"}, {opExists, root + "/born"}, {opGetChildren, root}} {
+		if _, err := c.call(w.op, enc{}.str(w.path).boolean(true)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	seen := c.seenZxid()
 	c.drop()
 	if _, err := other.call(opSetData, enc{}.str(root+"/c2").buf([]byte("while away")).i32(-1)); err != nil {
 		t.Fatal(err)
+	}
+	if _, code, err := other.create(root+"/born", nil, flagPersistent); err != nil || code != 0 {
+		t.Fatalf("create %s/born: %s %v", root, errName(code), err)
 	}
 	wrong := append([]byte{}, c.Passwd...)
 	wrong[0] ^= 0xff
@@ -493,16 +501,21 @@ func resume(t *testing.T, s *server, root string, other *zkConn, tr *transcript)
 	}
 	t.Cleanup(back.close)
 	add("s2 reconnect with its password -> %s timeout %dms", tr.session(back.SessionID), back.Timeout)
-	r, err := back.call(opSetWatches, enc{}.i64(seen).strs([]string{root + "/c2"}).strs(nil).strs(nil))
+	r, err := back.call(opSetWatches, enc{}.i64(seen).strs([]string{root + "/c2"}).strs([]string{root + "/born"}).strs([]string{root}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	add("s2 setWatches data=[ROOT/c2] -> %s", errName(r.Err))
+	add("s2 setWatches data=[ROOT/c2] exist=[ROOT/born] child=[ROOT] -> %s", errName(r.Err))
 	if _, err := back.call(opExists, enc{}.str("/").boolean(false)); err != nil {
 		t.Fatal(err)
 	}
+	var evs []string
 	for _, e := range back.takeEvents() {
-		add("  s2 event %s", strings.Replace(e.String(), root, "ROOT", 1))
+		evs = append(evs, "  s2 event "+strings.Replace(e.String(), root, "ROOT", 1))
+	}
+	sort.Strings(evs)
+	for _, e := range evs {
+		add("%s", e)
 	}
 	r, err = back.call(opExists, enc{}.str(root+"/e2").boolean(false))
 	if err != nil {
