@@ -367,14 +367,15 @@ func seqPersistentWatch(r string) []step {
 	}
 }
 
-// record runs steps against s and returns the transcript; with resume,
-// it also checks session resumption (resume).
-func record(t *testing.T, s *server, root string, steps []step, withResume bool) []string {
+// record runs steps with session i connected to addrs[i] and returns the
+// transcript; with resume, it also checks session resumption (resume) on
+// s.
+func record(t *testing.T, s *server, addrs []string, root string, steps []step, withResume bool) []string {
 	t.Helper()
 	tr := &transcript{zxids: map[int64]string{}, sessions: map[int64]string{}}
 	var conns []*zkConn
 	for i := 0; i < 2; i++ {
-		c, err := dialZK(s.Addr, 10*time.Second)
+		c, err := dialZK(addrs[i], 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -386,7 +387,7 @@ func record(t *testing.T, s *server, root string, steps []step, withResume bool)
 	// redial replaces session i's connection after the server closed it
 	// (the transcript says so, and goes on with a new session).
 	redial := func(i int) {
-		c, err := dialZK(s.Addr, 10*time.Second)
+		c, err := dialZK(addrs[i], 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -418,12 +419,13 @@ func record(t *testing.T, s *server, root string, steps []step, withResume bool)
 			closed[st.conn] = true
 		}
 		// Whatever events each session has by the time it gets an answer to
-		// a request sent now.
+		// a sync sent now (on a follower, sync catches up with the leader:
+		// the change just made is applied there, its watches fired).
 		for i, c := range conns {
 			if closed[i] {
 				continue
 			}
-			if _, err := c.call(opExists, enc{}.str("/").boolean(false)); err != nil {
+			if _, err := c.call(opSync, enc{}.str("/")); err != nil {
 				tr.lines = append(tr.lines, fmt.Sprintf("  s%d CONNECTION LOST (%v)", i, err))
 				redial(i)
 				continue
@@ -534,7 +536,7 @@ func resume(t *testing.T, s *server, root string, other *zkConn, tr *transcript)
 func differential(t *testing.T, steps func(root string) []step, withResume bool) {
 	var want []string
 	eachTarget(t, func(t *testing.T, s *server, root string) {
-		got := record(t, s, root, steps(root), withResume)
+		got := record(t, s, []string{s.Addr, s.Addr}, root, steps(root), withResume)
 		if s.Name == zooKeeper {
 			want = got
 			t.Logf("ZooKeeper's transcript:\n%s", strings.Join(got, "\n"))
@@ -580,6 +582,39 @@ func seqLimits(r string) []step {
 }
 
 func TestDiffLimits(t *testing.T) { differential(t, seqLimits, false) }
+
+// TestDiffFollowers: the versions, watches, multi, ACL and ephemerals
+// sequences with the two sessions on two other members of a three-member
+// cluster (a ZooKeeper ensemble, a Tenure cluster) than the first: writes
+// reach the leader through them, reads and watches are served by them.
+func TestDiffFollowers(t *testing.T) {
+	var want []string
+	for _, name := range targets(t) {
+		t.Run(name, func(t *testing.T) {
+			ms := startCluster(t, name)
+			r := "/followers"
+			steps := []step{createStep(0, r, "", flagPersistent)}
+			for _, seq := range []struct {
+				sub   string
+				steps func(string) []step
+			}{{"/v", seqVersions}, {"/w", seqWatches}, {"/m", seqMulti}, {"/a", seqACL}, {"/e", seqEphemerals}} {
+				steps = append(steps, seq.steps(r+seq.sub)...)
+			}
+			got := record(t, &server{Name: name, Addr: ms[1].Addr, p: ms[1].p}, []string{ms[1].Addr, ms[2].Addr}, r, steps, false)
+			if name == zooKeeper {
+				want = got
+				t.Logf("ZooKeeper's transcript:\n%s", strings.Join(got, "\n"))
+				return
+			}
+			if want == nil {
+				t.Fatal("no ZooKeeper transcript to compare with")
+			}
+			if diff := diffLines(want, got); diff != "" {
+				t.Errorf("Tenure's answers differ from ZooKeeper 3.8's (- ZooKeeper, + Tenure):\n%s", diff)
+			}
+		})
+	}
+}
 
 // TestDiffSessions: timeout negotiation, a wrong password refused, a
 // session resumed on a new connection with its ephemeral and (through

@@ -147,6 +147,7 @@ var tenureReady = map[string]bool{
 	"TestDiffMulti":                true,
 	"TestDiffACL":                  true,
 	"TestDiffSessions":             true,
+	"TestDiffFollowers":            true,
 }
 
 // targets lists the targets test t runs against.
