@@ -203,6 +203,66 @@ func TestKazooLockFailover(t *testing.T) {
 	}
 }
 
+// TestKazooWaiterFailover: a Kazoo Lock waiter connected to one member of
+// a three-member cluster, queued behind a holder on another; the waiter's
+// member is killed with SIGKILL. Its session moves to another member,
+// with the watch on the lock node ahead of it (setWatches): when the
+// holder releases, the waiter gets the lock.
+func TestKazooWaiterFailover(t *testing.T) {
+	for _, name := range targets(t) {
+		t.Run(name, func(t *testing.T) {
+			ms := startCluster(t, name)
+			root := "/waiter"
+			log := filepath.Join(t.TempDir(), "holders")
+			holder := startProc(t, python, kazooScript(t), ms[2].Addr, root, "hold-lock", log)
+			waitFor(t, time.Minute, "the holder's lock", func() bool {
+				select {
+				case <-holder.done:
+					t.Fatalf("holder exited: %s", holder.stderr())
+				default:
+				}
+				return strings.HasPrefix(holder.stdout(), "held")
+			})
+			waiter := startProc(t, python, kazooScript(t), ms[0].Addr+","+ms[1].Addr, root, "failover-waiter", log)
+			obs, err := dialZK(ms[2].Addr, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer obs.close()
+			waitFor(t, time.Minute, "the waiter's lock node", func() bool {
+				kids, err := obs.children(root + "/lock")
+				return err == nil && len(kids) == 2
+			})
+			if !strings.Contains(waiter.stdout(), "waiting via "+ms[0].Addr) {
+				t.Fatalf("the waiter is not connected to the first member %s: %s", ms[0].Addr, waiter.stdout())
+			}
+			ms[0].p.kill()
+			<-ms[0].p.done
+			waitFor(t, 90*time.Second, "the waiter back on another member", func() bool {
+				select {
+				case <-waiter.done:
+					t.Fatalf("waiter exited: %s", waiter.stderr())
+				default:
+				}
+				return strings.Contains(waiter.stdout(), "reconnected")
+			})
+			if strings.Contains(waiter.stdout(), "acquired") {
+				t.Fatalf("the waiter acquired while the holder held: %s", waiter.stdout())
+			}
+			if err := os.WriteFile(log+".release", nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			holder.mustExit0(t, time.Minute)
+			waiter.mustExit0(t, time.Minute)
+			t.Logf("waiter: %s", strings.TrimSpace(waiter.stdout()))
+			b, _ := os.ReadFile(log)
+			if got, want := strings.TrimSpace(string(b)), "enter holder\nexit holder\nenter waiter\nexit waiter"; got != want {
+				t.Fatalf("holders:\n%s\nwant:\n%s", got, want)
+			}
+		})
+	}
+}
+
 // fencePut writes register key through Tenure's `fence put` with token
 // and expects its exit code (0 accepted, 3 stale).
 func fencePut(t *testing.T, endpoint, key, value, token string, want int) {

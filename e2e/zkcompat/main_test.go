@@ -133,6 +133,7 @@ var tenureReady = map[string]bool{
 	"TestKazooWatches":             true,
 	"TestKazooEphemeralExpiry":     true,
 	"TestKazooLockFailover":        true,
+	"TestKazooWaiterFailover":      true,
 	"TestCuratorMutex":             true,
 	"TestCuratorSemaphoreV2":       true,
 	"TestCuratorLeaderLatch":       true,

@@ -422,7 +422,50 @@ def failover_contender(log):
     c.stop()
 
 
+def hold_lock(log):
+    """Takes ROOT/lock and holds it until LOG.release appears."""
+    c = client()
+    lock = c.Lock(ROOT + "/lock", "holder")
+    check(lock.acquire(timeout=WAIT), "acquire")
+    append_line(log, "enter holder")
+    print("held", flush=True)
+    wait_until(lambda: os.path.exists(log + ".release"), "release file", deadline=120)
+    append_line(log, "exit holder")
+    lock.release()
+    c.stop()
+
+
+def failover_waiter(log):
+    """Queues for ROOT/lock through the first of HOSTS; the test kills that
+    member while it waits: its session and its watch on the node ahead of
+    it move to another member, and it gets the lock once that is
+    released."""
+    c = KazooClient(hosts=HOSTS, timeout=10.0, randomize_hosts=False,
+                    connection_retry=dict(max_tries=-1, delay=0.1, max_delay=0.5))
+    states = []
+
+    def listen(state):
+        states.append(state)
+        if state == KazooState.CONNECTED and KazooState.SUSPENDED in states:
+            print("reconnected", flush=True)
+    c.add_listener(listen)
+    c.start(timeout=WAIT)
+    sid = c.client_id[0]
+    print("waiting via %s" % peer(c), flush=True)
+    lock = c.Lock(ROOT + "/lock", "waiter")
+    check(lock.acquire(timeout=180), "acquire")
+    check(KazooState.LOST not in states, "session lost: %r" % states)
+    check(c.client_id[0] == sid, "a new session %x" % c.client_id[0])
+    append_line(log, "enter waiter")
+    print("acquired via %s" % peer(c), flush=True)
+    append_line(log, "exit waiter")
+    lock.release()
+    c.stop()
+
+
 CASES = {
+    "hold-lock": hold_lock,
+    "failover-waiter": failover_waiter,
     "failover-holder": failover_holder,
     "failover-contender": failover_contender,
     "lock-worker": lock_worker,
