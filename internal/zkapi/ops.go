@@ -38,7 +38,7 @@ func (c *conn) request(ctx context.Context, pkt []byte) error {
 	switch h.op {
 	case opPing:
 		c.z.w.mu.Lock()
-		c.reply(xidPing, int64(c.z.w.fed), fsm.ZkOK, nil)
+		c.reply(h.xid, int64(c.z.w.fed), fsm.ZkOK, nil)
 		c.z.w.mu.Unlock()
 		return nil
 	case opCloseSession:
@@ -357,7 +357,7 @@ func (c *conn) addAuth(ctx context.Context, h requestHeader, body []byte) error 
 	}
 	fail := func() error {
 		c.z.w.mu.Lock()
-		c.reply(xidAuth, 0, codeAuthFailed, nil)
+		c.reply(h.xid, 0, codeAuthFailed, nil)
 		c.z.w.mu.Unlock()
 		return errClosing
 	}
@@ -395,7 +395,7 @@ func (c *conn) addAuth(ctx context.Context, h requestHeader, body []byte) error 
 		c.ids = append(c.ids, id)
 	}
 	c.z.w.mu.Lock()
-	c.reply(xidAuth, 0, fsm.ZkOK, nil)
+	c.reply(h.xid, 0, fsm.ZkOK, nil)
 	c.z.w.mu.Unlock()
 	return nil
 }
