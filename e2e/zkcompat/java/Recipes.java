@@ -1,0 +1,373 @@
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.nio.file.StandardOpenOption;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.BooleanSupplier;
+
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.cache.CuratorCache;
+import org.apache.curator.framework.recipes.cache.CuratorCacheListener;
+import org.apache.curator.framework.recipes.cache.PathChildrenCache;
+import org.apache.curator.framework.recipes.cache.PathChildrenCacheEvent;
+import org.apache.curator.framework.recipes.leader.LeaderLatch;
+import org.apache.curator.framework.recipes.leader.LeaderSelector;
+import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
+import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.framework.recipes.locks.Lease;
+import org.apache.curator.framework.recipes.queue.DistributedQueue;
+import org.apache.curator.framework.recipes.queue.QueueBuilder;
+import org.apache.curator.framework.recipes.queue.QueueConsumer;
+import org.apache.curator.framework.recipes.queue.QueueSerializer;
+import org.apache.curator.framework.recipes.shared.SharedCount;
+import org.apache.curator.framework.recipes.shared.SharedCountListener;
+import org.apache.curator.framework.recipes.shared.SharedCountReader;
+import org.apache.curator.framework.recipes.shared.VersionedValue;
+import org.apache.curator.framework.state.ConnectionState;
+import org.apache.curator.retry.ExponentialBackoffRetry;
+import org.apache.zookeeper.KeeperException;
+
+/**
+ * Curator 5.4's recipes, run unmodified against a ZooKeeper server.
+ *
+ * <p>Usage: Recipes CONNECT ROOT CASE [ARGS...]. Each case uses paths under
+ * ROOT only, prints "ok" when every check held, and exits 1 (with the failed
+ * check) otherwise. The Go tests in the parent directory compile and start
+ * it against ZooKeeper 3.8 and against Tenure.
+ */
+public final class Recipes {
+    static final long WAIT_S = 20; // seconds any awaited condition may take
+
+    static String connect;
+    static String root;
+    static final List<CuratorFramework> clients = new ArrayList<>();
+
+    public static void main(String[] args) {
+        connect = args[0];
+        root = args[1];
+        String kase = args[2];
+        String[] rest = java.util.Arrays.copyOfRange(args, 3, args.length);
+        int code = 0;
+        try {
+            switch (kase) {
+                case "mutex-worker": mutexWorker(rest[0], Integer.parseInt(rest[1])); break;
+                case "mutex-holder": mutexHolder(rest[0], rest[1]); break;
+                case "semaphore": semaphore(); break;
+                case "leader-latch": leaderLatch(); break;
+                case "leader-selector": leaderSelector(); break;
+                case "queue": queue(); break;
+                case "shared-count": sharedCount(); break;
+                case "path-children-cache": pathChildrenCache(); break;
+                case "curator-cache": curatorCache(); break;
+                default: throw new IllegalArgumentException("no case " + kase);
+            }
+            System.out.println("ok");
+        } catch (Throwable e) {
+            e.printStackTrace();
+            code = 1;
+        }
+        for (CuratorFramework c : clients) {
+            c.close();
+        }
+        System.out.flush();
+        System.exit(code);
+    }
+
+    static CuratorFramework client() throws InterruptedException {
+        CuratorFramework c = CuratorFrameworkFactory.newClient(connect, 10000, 10000, new ExponentialBackoffRetry(100, 5));
+        c.start();
+        check(c.blockUntilConnected((int) WAIT_S, TimeUnit.SECONDS), "connected to " + connect);
+        clients.add(c);
+        return c;
+    }
+
+    static void check(boolean cond, String what) {
+        if (!cond) {
+            throw new AssertionError(what);
+        }
+    }
+
+    static void waitUntil(BooleanSupplier cond, String what) throws InterruptedException {
+        long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(WAIT_S);
+        while (!cond.getAsBoolean()) {
+            if (System.nanoTime() > end) {
+                throw new AssertionError("not within " + WAIT_S + "s: " + what);
+            }
+            Thread.sleep(10);
+        }
+    }
+
+    static void appendLine(String log, String line) throws Exception {
+        Files.write(Paths.get(log), (line + "\n").getBytes(StandardCharsets.UTF_8),
+            StandardOpenOption.CREATE, StandardOpenOption.APPEND, StandardOpenOption.WRITE);
+    }
+
+    static String lastLine(String log) throws Exception {
+        List<String> lines = Files.readAllLines(Paths.get(log));
+        return lines.isEmpty() ? "" : lines.get(lines.size() - 1);
+    }
+
+    /** Takes the mutex `rounds` times; inside, the log's last line must be its own "enter". */
+    static void mutexWorker(String log, int rounds) throws Exception {
+        String me = Long.toString(ProcessHandle.current().pid());
+        InterProcessMutex m = new InterProcessMutex(client(), root + "/mutex");
+        for (int i = 0; i < rounds; i++) {
+            check(m.acquire(WAIT_S * 3, TimeUnit.SECONDS), "acquire");
+            try {
+                appendLine(log, "enter " + me);
+                Thread.sleep(10);
+                check(lastLine(log).equals("enter " + me), "another holder wrote inside the mutex");
+                // Reentrant: a second acquire by the holder does not block.
+                check(m.acquire(1, TimeUnit.SECONDS), "reentrant acquire");
+                m.release();
+                appendLine(log, "exit " + me);
+            } finally {
+                m.release();
+            }
+        }
+    }
+
+    /**
+     * Queues for the mutex, writes "acquired NAME" to the log once it holds it,
+     * and releases it when the file LOG.release-NAME appears.
+     */
+    static void mutexHolder(String log, String name) throws Exception {
+        InterProcessMutex m = new InterProcessMutex(client(), root + "/fifo");
+        System.out.println("queued");
+        check(m.acquire(WAIT_S * 3, TimeUnit.SECONDS), "acquire");
+        appendLine(log, "acquired " + name);
+        Path release = Paths.get(log + ".release-" + name);
+        waitUntil(() -> Files.exists(release), "release file " + release);
+        m.release();
+    }
+
+    static void semaphore() throws Exception {
+        String path = root + "/semaphore";
+        InterProcessSemaphoreV2 s1 = new InterProcessSemaphoreV2(client(), path, 2);
+        InterProcessSemaphoreV2 s2 = new InterProcessSemaphoreV2(client(), path, 2);
+        InterProcessSemaphoreV2 s3 = new InterProcessSemaphoreV2(client(), path, 2);
+        Lease a = s1.acquire(WAIT_S, TimeUnit.SECONDS);
+        Lease b = s2.acquire(WAIT_S, TimeUnit.SECONDS);
+        check(a != null && b != null, "two leases of two");
+        check(s3.acquire(500, TimeUnit.MILLISECONDS) == null, "a third lease of two");
+        check(s3.getParticipantNodes().size() == 2, "participants " + s3.getParticipantNodes());
+        s1.returnLease(a);
+        Lease c = s3.acquire(WAIT_S, TimeUnit.SECONDS);
+        check(c != null, "a lease after one was returned");
+        s2.returnLease(b);
+        s3.returnLease(c);
+        // No participants left (the leases node is a container: the server
+        // may delete it once empty).
+        waitUntil(() -> {
+            try {
+                return s1.getParticipantNodes().isEmpty();
+            } catch (KeeperException.NoNodeException e) {
+                return true;
+            } catch (Exception e) {
+                return false;
+            }
+        }, "no participants left");
+    }
+
+    static void leaderLatch() throws Exception {
+        String path = root + "/latch";
+        LeaderLatch a = new LeaderLatch(client(), path, "a");
+        a.start();
+        check(a.await(WAIT_S, TimeUnit.SECONDS), "a leads");
+        LeaderLatch b = new LeaderLatch(client(), path, "b");
+        b.start();
+        check(!b.await(500, TimeUnit.MILLISECONDS), "b leads beside a");
+        check(a.hasLeadership() && b.getLeader().getId().equals("a"), "b sees a as the leader");
+        waitUntil(() -> {
+            try {
+                return a.getParticipants().size() == 2;
+            } catch (Exception e) {
+                return false;
+            }
+        }, "two participants");
+        a.close();
+        check(b.await(WAIT_S, TimeUnit.SECONDS), "b leads after a closed");
+        check(b.getLeader().getId().equals("b"), "leader id " + b.getLeader().getId());
+        b.close();
+    }
+
+    static void leaderSelector() throws Exception {
+        String path = root + "/selector";
+        AtomicInteger leaders = new AtomicInteger();
+        AtomicInteger most = new AtomicInteger();
+        List<String> order = Collections.synchronizedList(new ArrayList<>());
+        CountDownLatch[] letGo = {new CountDownLatch(1), new CountDownLatch(1)};
+        List<LeaderSelector> selectors = new ArrayList<>();
+        for (int i = 0; i < 2; i++) {
+            final int me = i;
+            LeaderSelector s = new LeaderSelector(client(), path, new LeaderSelectorListenerAdapter() {
+                @Override
+                public void takeLeadership(CuratorFramework c) throws Exception {
+                    most.accumulateAndGet(leaders.incrementAndGet(), Math::max);
+                    order.add("s" + me);
+                    try {
+                        letGo[me].await(WAIT_S * 2, TimeUnit.SECONDS);
+                    } finally {
+                        leaders.decrementAndGet();
+                    }
+                }
+            });
+            s.setId("s" + i);
+            selectors.add(s);
+        }
+        selectors.get(0).start();
+        waitUntil(() -> order.size() == 1, "the first selector leads");
+        selectors.get(1).start();
+        waitUntil(() -> {
+            try {
+                return selectors.get(0).getParticipants().size() == 2;
+            } catch (Exception e) {
+                return false;
+            }
+        }, "two participants");
+        check(selectors.get(1).getLeader().getId().equals("s0"), "leader " + selectors.get(1).getLeader().getId());
+        letGo[0].countDown();
+        waitUntil(() -> order.size() == 2, "the second selector leads after the first let go");
+        check(order.equals(List.of("s0", "s1")), "order " + order);
+        check(most.get() == 1, "two leaders at once");
+        letGo[1].countDown();
+        for (LeaderSelector s : selectors) {
+            s.close();
+        }
+    }
+
+    static final QueueSerializer<String> STRINGS = new QueueSerializer<String>() {
+        public byte[] serialize(String s) {
+            return s.getBytes(StandardCharsets.UTF_8);
+        }
+
+        public String deserialize(byte[] b) {
+            return new String(b, StandardCharsets.UTF_8);
+        }
+    };
+
+    static void queue() throws Exception {
+        String path = root + "/queue";
+        List<String> got = Collections.synchronizedList(new ArrayList<>());
+        QueueConsumer<String> consumer = new QueueConsumer<String>() {
+            public void consumeMessage(String m) {
+                got.add(m);
+            }
+
+            public void stateChanged(CuratorFramework c, ConnectionState s) {}
+        };
+        DistributedQueue<String> producer = QueueBuilder.builder(client(), null, STRINGS, path).buildQueue(); // producer only
+        producer.start();
+        List<String> sent = new ArrayList<>();
+        for (int i = 0; i < 10; i++) {
+            sent.add("item-" + i);
+            producer.put("item-" + i);
+        }
+        DistributedQueue<String> q = QueueBuilder.builder(client(), consumer, STRINGS, path).buildQueue();
+        q.start();
+        waitUntil(() -> got.size() == sent.size(), "all items consumed: " + got);
+        check(got.equals(sent), "FIFO order: " + got);
+        waitUntil(() -> {
+            try {
+                return clients.get(0).getChildren().forPath(path).isEmpty();
+            } catch (KeeperException.NoNodeException e) {
+                return true; // a container the server deleted once empty
+            } catch (Exception e) {
+                return false;
+            }
+        }, "queue emptied");
+        q.close();
+        producer.close();
+    }
+
+    static void sharedCount() throws Exception {
+        String path = root + "/count";
+        SharedCount a = new SharedCount(client(), path, 0);
+        SharedCount b = new SharedCount(client(), path, 0);
+        List<Integer> seen = Collections.synchronizedList(new ArrayList<>());
+        b.addListener(new SharedCountListener() {
+            public void countHasChanged(SharedCountReader r, int n) {
+                seen.add(n);
+            }
+
+            public void stateChanged(CuratorFramework c, ConnectionState s) {}
+        });
+        a.start();
+        b.start();
+        check(a.getCount() == 0, "seed");
+        a.setCount(5);
+        waitUntil(() -> seen.contains(5) && b.getCount() == 5, "b saw 5: " + seen);
+        VersionedValue<Integer> stale = a.getVersionedValue();
+        check(b.trySetCount(b.getVersionedValue(), 6), "b sets 6 on the current version");
+        waitUntil(() -> a.getCount() == 6, "a saw 6");
+        check(!a.trySetCount(stale, 7), "a stale version must not set");
+        check(a.trySetCount(a.getVersionedValue(), 7), "a sets 7 on the current version");
+        waitUntil(() -> b.getCount() == 7, "b saw 7");
+        a.close();
+        b.close();
+    }
+
+    static void pathChildrenCache() throws Exception {
+        String path = root + "/cache";
+        CuratorFramework writer = client();
+        writer.create().creatingParentsIfNeeded().forPath(path + "/before", "b".getBytes());
+        List<String> pcc = Collections.synchronizedList(new ArrayList<>());
+        PathChildrenCache children = new PathChildrenCache(client(), path, true);
+        children.getListenable().addListener((c, e) -> {
+            if (e.getType() == PathChildrenCacheEvent.Type.INITIALIZED) {
+                pcc.add("INITIALIZED " + e.getInitialData().size());
+            } else if (e.getData() != null) {
+                pcc.add(e.getType() + " " + e.getData().getPath().substring(path.length())
+                    + " " + new String(e.getData().getData(), StandardCharsets.UTF_8));
+            }
+        });
+        children.start(PathChildrenCache.StartMode.POST_INITIALIZED_EVENT);
+        waitUntil(() -> pcc.contains("INITIALIZED 1"), "initialized: " + pcc);
+        writer.create().forPath(path + "/x", "1".getBytes());
+        waitUntil(() -> pcc.contains("CHILD_ADDED /x 1"), "saw /x created: " + pcc);
+        writer.setData().forPath(path + "/x", "2".getBytes());
+        waitUntil(() -> pcc.contains("CHILD_UPDATED /x 2"), "saw /x changed: " + pcc);
+        writer.create().forPath(path + "/x/deep", "d".getBytes());
+        writer.delete().deletingChildrenIfNeeded().forPath(path + "/x");
+        waitUntil(() -> pcc.contains("CHILD_REMOVED /x 2"), "saw /x deleted: " + pcc);
+        check(children.getCurrentData().size() == 1, "PathChildrenCache holds " + children.getCurrentData());
+        check(!pcc.contains("CHILD_ADDED /x/deep d"), "PathChildrenCache reported a grandchild: " + pcc);
+        children.close();
+    }
+
+    /** CuratorCache: a whole tree, on a persistent recursive watch (addWatch). */
+    static void curatorCache() throws Exception {
+        String path = root + "/cache";
+        CuratorFramework writer = client();
+        writer.create().creatingParentsIfNeeded().forPath(path + "/before", "b".getBytes());
+        List<String> cc = Collections.synchronizedList(new ArrayList<>());
+        CuratorCache tree = CuratorCache.build(client(), path);
+        tree.listenable().addListener(CuratorCacheListener.builder()
+            .forCreates(n -> cc.add("create " + n.getPath().substring(path.length())))
+            .forChanges((o, n) -> cc.add("change " + n.getPath().substring(path.length()) + " "
+                + new String(n.getData(), StandardCharsets.UTF_8)))
+            .forDeletes(o -> cc.add("delete " + o.getPath().substring(path.length())))
+            .forInitialized(() -> cc.add("initialized"))
+            .build());
+        tree.start();
+        waitUntil(() -> cc.contains("initialized") && cc.contains("create /before"), "initialized: " + cc);
+        writer.create().forPath(path + "/x", "1".getBytes());
+        waitUntil(() -> cc.contains("create /x"), "saw /x created: " + cc);
+        writer.setData().forPath(path + "/x", "2".getBytes());
+        waitUntil(() -> cc.contains("change /x 2"), "saw /x changed: " + cc);
+        writer.create().forPath(path + "/x/deep", "d".getBytes());
+        waitUntil(() -> cc.contains("create /x/deep"), "saw a grandchild: " + cc);
+        writer.delete().deletingChildrenIfNeeded().forPath(path + "/x");
+        waitUntil(() -> cc.contains("delete /x") && cc.contains("delete /x/deep"), "saw /x deleted: " + cc);
+        check(tree.get(path + "/before").isPresent() && !tree.get(path + "/x").isPresent(), "CuratorCache contents");
+        tree.close();
+    }
+}
