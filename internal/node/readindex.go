@@ -1,0 +1,230 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Read rounds
+//
+// A linearizable read on a leader with peers needs to know that no other
+// node has led, and acknowledged a write, since the read began. raft's
+// VerifyLeader answers that through the leader loop, which under load is
+// busy appending (and fsyncing) the leader's own log: every read then
+// waits for the appends queued before it, and etcd's concurrency.Mutex,
+// which reads twice per hand-off, waits for them twice. So the leader
+// confirms its leadership itself, outside the leader loop, the way raft's
+// ReadIndex does (Ongaro's thesis, 6.4):
+//
+//  1. it reads its Leadership: it serves in term T (it has applied its
+//     term's barrier, and with it every entry committed before T);
+//  2. it records its commit index C;
+//  3. it sends every other voter of its latest configuration a heartbeat
+//     stamped with T (the AppendEntries without entries that the member
+//     health probes send, peers.go), each a fresh RPC sent after steps
+//     1 and 2, and counts the members that answer it without a newer
+//     term: with itself, a majority confirms the round;
+//  4. it waits until it has applied C, and then reads its state.
+//
+// Why a read after step 4 sees every write acknowledged before it began:
+//
+//   - A member answers a heartbeat stamped T without a newer term only
+//     while its current term is at most T, that is before it votes in
+//     any later term (raft stores the new term before it grants a vote).
+//     Any leader of a term after T is elected by a majority of a
+//     configuration that overlaps the confirming majority (raft changes
+//     membership one server at a time, and this node's latest
+//     configuration is the newest any candidate can hold before a later
+//     leader appends one), so by a member that answered this round
+//     before it voted: every later leader was elected, and so
+//     acknowledged its first write, after the round began, after the read
+//     began. A round confirmed by replies to heartbeats sent before the
+//     read (which raft's VerifyLeader may count, and which a leader
+//     resuming from a pause finds waiting in its sockets) would prove
+//     nothing: each reply here answers a request sent after step 2, on a
+//     connection no other request uses meanwhile.
+//   - Writes of term T are acknowledged only by this node, after its
+//     state machine applied them; their indexes are at most C, since the
+//     commit index only grows. Writes of earlier terms were applied before
+//     this node served in T (step 1), and are at most C too.
+//   - What the state holds beyond C was committed (a state machine applies
+//     only committed entries) before the read looked at it, so it is
+//     state the read may see.
+//
+// Nothing here depends on clocks, timeouts or how long any node was
+// paused: a leader that was deposed while a read waited (partitioned,
+// paused) gets its heartbeats refused, or no answer, and the read fails
+// with ErrNotLeader. The read costs one round trip to the fastest
+// majority, which concurrent reads share: a read joins the next round to
+// start (never one under way, which may have recorded C before the read
+// began), and one round runs at a time.
+
+// errNoReadRound: this node cannot run a read round (it is not a voter
+// of its latest configuration); the read asks raft's leader loop.
+var errNoReadRound = errors.New("node: no read round")
+
+// readRounds runs the leader's read rounds, one at a time, each shared by
+// the reads that joined it before it began.
+type readRounds struct {
+	// mu guards running and next.
+	mu      sync.Mutex
+	running *readRound // the round under way, or nil
+	next    *readRound // the round reads join; it starts once running ends
+}
+
+// readRound is one confirmation of leadership for the reads that joined it.
+type readRound struct {
+	prev   *readRound    // the round under way when this one was created
+	done   chan struct{} // closed when commit and err are set
+	commit uint64        // the commit index recorded before the round
+	err    error
+}
+
+// confirm returns the commit index recorded by a read round that began
+// after the call and confirmed this node's leadership (see above), or why
+// it could not be confirmed: ErrNotLeader, or errNoReadRound when no round
+// can run here. The caller that creates a round runs it once the round
+// under way ends, even if its own ctx ends meanwhile: the others wait on
+// it (a round ends within probeTimeout).
+func (r *readRounds) confirm(ctx context.Context, n *Node) (uint64, error) {
+	r.mu.Lock()
+	rd := r.next
+	owner := rd == nil
+	if owner {
+		rd = &readRound{prev: r.running, done: make(chan struct{})}
+		r.next = rd
+	}
+	r.mu.Unlock()
+	if owner {
+		if rd.prev != nil {
+			<-rd.prev.done
+		}
+		r.mu.Lock()
+		r.running, r.next = rd, nil
+		r.mu.Unlock()
+		rd.commit, rd.err = n.readRound()
+		r.mu.Lock()
+		r.running = nil
+		r.mu.Unlock()
+		close(rd.done)
+	} else {
+		select {
+		case <-rd.done:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return rd.commit, rd.err
+}
+
+// readRound is steps 1 to 3 of a read round (see above): it returns the
+// commit index recorded once a majority of the latest configuration's
+// voters, this node included, answered a heartbeat stamped with the term
+// this node serves in.
+func (n *Node) readRound() (uint64, error) {
+	l := n.leadership()
+	if !l.Serving() {
+		return 0, ErrNotLeader
+	}
+	term := l.Term
+	commit := n.raft.CommitIndex()
+	n.cfg.Faults.beforeReadRound(n.cfg.NodeID)
+	nt, err := n.netTransport()
+	if err != nil {
+		return 0, errNoReadRound
+	}
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0, errNoReadRound
+	}
+	self := raft.ServerID(n.cfg.NodeID)
+	var others []raft.Server
+	voter := false
+	for _, s := range f.Configuration().Servers {
+		switch {
+		case s.Suffrage != raft.Voter:
+		case s.ID == self:
+			voter = true
+		default:
+			others = append(others, s)
+		}
+	}
+	if !voter {
+		return 0, errNoReadRound
+	}
+	need := (len(others)+1)/2 + 1 // a majority of the voters
+	need--                        // this node's own
+	if need == 0 {
+		return commit, nil
+	}
+	answers := make(chan error, len(others))
+	req := &raft.AppendEntriesRequest{RPCHeader: n.rpcHeader(nt), Term: term}
+	for _, s := range others {
+		n.probes.Add(1)
+		go func() {
+			defer n.probes.Done()
+			answers <- n.call(context.Background(), string(s.ID), string(s.Address), false, func() error {
+				var resp raft.AppendEntriesResponse
+				if err := nt.AppendEntries(s.ID, s.Address, req, &resp); err != nil {
+					return err
+				}
+				if resp.Term > term {
+					return fmt.Errorf("%w: %s is in term %d", errNewerTerm, s.ID, resp.Term)
+				}
+				return nil
+			})
+		}()
+	}
+	var errs []error
+	for range others {
+		err := <-answers
+		if err == nil {
+			if need--; need == 0 {
+				return commit, nil
+			}
+			continue
+		}
+		errs = append(errs, err)
+		if len(others)-len(errs) < need {
+			break // the rest cannot make a majority
+		}
+	}
+	return 0, fmt.Errorf("%w: no majority confirmed its leadership in term %d: %w", ErrNotLeader, term, errors.Join(errs...))
+}
+
+// errNewerTerm: a member answered a read round's heartbeat with a newer
+// term than the leader's (another node leads, or is being elected).
+var errNewerTerm = errors.New("tenure: a member is in a newer term")
+
+// waitApplied returns once this node has applied index (step 4 above),
+// or ctx's error. raft hands committed entries to the state machine a
+// moment after it advances the commit index, from the same leader loop
+// iteration, so a read rarely waits here, and then briefly: it polls,
+// backing off from readPollMin to readPollMax.
+func (n *Node) waitApplied(ctx context.Context, index uint64) error {
+	wait := readPollMin
+	for n.appliedIndex() < index {
+		if n.closing() {
+			return ErrNotLeader
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, readPollMax)
+	}
+	return nil
+}
+
+const (
+	readPollMin = 50 * time.Microsecond
+	readPollMax = 2 * time.Millisecond
+)
