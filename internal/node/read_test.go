@@ -118,7 +118,7 @@ func readsSeeAcknowledgedWrites(t *testing.T, n *node.Node, d time.Duration) {
 }
 
 // freeAddr is a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -130,7 +130,7 @@ func freeAddr(t *testing.T) string {
 
 // joining opens a node that waits to be added to a cluster, and returns
 // it with a function that stops it (also run at the end of the test).
-func joining(t *testing.T, id, addr string) (*node.Node, func()) {
+func joining(t testing.TB, id, addr string) (*node.Node, func()) {
 	t.Helper()
 	n, err := node.Open(node.Config{NodeID: id, DataDir: t.TempDir(), PeerAddr: addr, Join: true, LogOutput: io.Discard}, nil)
 	if err != nil {

@@ -162,34 +162,53 @@ func (n *Node) readRound() (uint64, error) {
 	if need == 0 {
 		return commit, nil
 	}
+	// One goroutine per peer, which calls raft's transport itself: a round
+	// runs for every batch of reads, so it spends no more goroutines and
+	// timers than it needs. The transport bounds each RPC (its timeout),
+	// the round's wait is bounded by probeTimeout, and Close waits for the
+	// goroutines (n.probes). A pooled connection to a peer that has
+	// restarted since fails once (EOF) and is dropped: the RPC is tried
+	// again, up to peerPool times, while the round's time lasts.
 	answers := make(chan error, len(others))
 	req := &raft.AppendEntriesRequest{RPCHeader: n.rpcHeader(nt), Term: term}
+	deadline := time.Now().Add(probeTimeout)
 	for _, s := range others {
 		n.probes.Add(1)
 		go func() {
 			defer n.probes.Done()
-			answers <- n.call(context.Background(), string(s.ID), string(s.Address), false, func() error {
+			var err error
+			for range peerPool + 1 {
 				var resp raft.AppendEntriesResponse
-				if err := nt.AppendEntries(s.ID, s.Address, req, &resp); err != nil {
-					return err
+				if err = nt.AppendEntries(s.ID, s.Address, req, &resp); err == nil {
+					if resp.Term > term {
+						err = fmt.Errorf("%w: %s is in term %d", errNewerTerm, s.ID, resp.Term)
+					}
+					break
 				}
-				if resp.Term > term {
-					return fmt.Errorf("%w: %s is in term %d", errNewerTerm, s.ID, resp.Term)
+				if time.Now().After(deadline) {
+					break
 				}
-				return nil
-			})
+			}
+			answers <- err
 		}()
 	}
+	timeout := time.NewTimer(time.Until(deadline))
+	defer timeout.Stop()
 	var errs []error
 	for range others {
-		err := <-answers
-		if err == nil {
-			if need--; need == 0 {
-				return commit, nil
+		select {
+		case err := <-answers:
+			if err == nil {
+				if need--; need == 0 {
+					return commit, nil
+				}
+				continue
 			}
-			continue
+			errs = append(errs, err)
+		case <-timeout.C:
+			errs = append(errs, fmt.Errorf("%w: no answer in %v", ErrPeerUnreachable, probeTimeout))
+			return 0, fmt.Errorf("%w: no majority confirmed its leadership in term %d: %w", ErrNotLeader, term, errors.Join(errs...))
 		}
-		errs = append(errs, err)
 		if len(others)-len(errs) < need {
 			break // the rest cannot make a majority
 		}
