@@ -25,12 +25,15 @@ type gate struct {
 	reached chan struct{}
 }
 
-// shut makes the hook hold node id's callers until release.
-func (g *gate) shut(id string) {
+// shut makes the hook hold node id's callers until release; the channel
+// it returns is closed when the first of them arrives.
+func (g *gate) shut(id string) <-chan struct{} {
 	g.mu.Lock()
 	g.open, g.reached = make(chan struct{}), make(chan struct{})
+	reached := g.reached
 	g.mu.Unlock()
 	g.target.Store(&id)
+	return reached
 }
 
 // release lets every held caller go on (idempotent).
@@ -95,8 +98,7 @@ func TestDeposedLeaderServesNoStaleRead(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	g.shut(lc.ms[li].id)
-	reached := g.reached
+	reached := g.shut(lc.ms[li].id)
 	type result struct {
 		err   error
 		value string
@@ -162,8 +164,7 @@ func TestReadDoesNotQueueBehindLeaderAppend(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	g.shut(lc.ms[li].id)
-	reached := g.reached
+	reached := g.shut(lc.ms[li].id)
 	put := make(chan error, 1)
 	go func() { put <- putKV(ctx, leader, "k", "2") }()
 	select {
