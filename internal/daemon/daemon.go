@@ -141,10 +141,12 @@ type Daemon struct {
 	httpSrv  *http.Server
 	httpTLS  *tls.Config
 	httpDoor httpDoor
-	// etcdLis, etcdGS and etcd: the etcd API's listener, gRPC server and
-	// service, if any.
+	// etcdLis, etcdGS, etcdTLS and etcd: the etcd API's listener, gRPC
+	// server, TLS configuration (nil: plaintext) and service, if any. The
+	// listener serves gRPC and etcd's JSON gateway (etcdapi.Server.Serve).
 	etcdLis net.Listener
 	etcdGS  *grpc.Server
+	etcdTLS *tls.Config
 	etcd    *etcdapi.Server
 	// conns bounds the connections of every listener (conns.go).
 	conns *connTable
@@ -232,13 +234,12 @@ func (d *Daemon) listenEtcd(cfg Config, srv *server.Server) error {
 	advertise := cmp.Or(cfg.EtcdAdvertise, lis.Addr().String())
 	lis = d.conns.wrap(lis)
 	api := etcdapi.New(srv, etcdapi.Config{ClientURL: scheme + advertise, PeerTLS: cfg.PeerTLS, MaxResponseBytes: cmp.Or(cfg.Limits.MaxResponseBytes, server.DefaultMaxResponseBytes)})
-	opts := append(api.GRPCOptions(), server.ConnectionOptions()...)
-	if cfg.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(etcdapi.ServerTLS(cfg.TLS, cfg.PeerTLS))))
-	}
-	gs := grpc.NewServer(opts...)
+	gs := grpc.NewServer(append(api.GRPCOptions(), server.ConnectionOptions()...)...)
 	api.Register(gs)
 	d.etcdLis, d.etcdGS, d.etcd = lis, gs, api
+	if cfg.TLS != nil {
+		d.etcdTLS = etcdapi.ServerTLS(cfg.TLS, cfg.PeerTLS) // the listener's handshake (etcdapi.Server.Serve)
+	}
 	return nil
 }
 
@@ -306,7 +307,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	if d.etcdGS != nil {
 		wg.Add(2)
-		go func() { defer wg.Done(); errc <- d.etcdGS.Serve(d.etcdLis) }()
+		go func() { defer wg.Done(); errc <- d.etcd.Serve(nctx, d.etcdLis, d.etcdGS, d.etcdTLS) }()
 		go func() { defer wg.Done(); _ = d.etcd.Run(nctx) }()
 	}
 	var err error

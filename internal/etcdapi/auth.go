@@ -3,9 +3,10 @@ package etcdapi
 // Authorization. Under auth (serve --auth) every etcd request answers to
 // Tenure's ACLs (internal/server's tables and rules, etcdauth.go there):
 // its caller is the Tenure token whose secret is the etcd auth token of
-// the request (etcd's "token" metadata, which Authenticate hands out for a
-// token's id and secret, users.go), or the client certificate of its
-// connection; etcd keys are kv names, checked by prefix (spanRight).
+// the request (etcd's "token" metadata, or "authorization" from the JSON
+// gateway, which Authenticate hands out for a token's id and secret,
+// users.go), or the client certificate of its connection; etcd keys are
+// kv names, checked by prefix (spanRight).
 //
 // A denial is decided on current ACLs: a node that is not a caught-up
 // leader may hold a copy that lags a grant its client has already seen
@@ -54,13 +55,23 @@ type credential struct {
 func credentialOf(ctx context.Context) credential {
 	md, _ := metadata.FromIncomingContext(ctx)
 	var c credential
-	if vs := md.Get(rpctypes.TokenFieldNameGRPC); len(vs) > 0 {
-		c.token, c.hasToken = vs[0], true
-	}
+	c.token, c.hasToken = tokenOf(md)
 	if fromMember(ctx) {
 		c.forwarded = append([]string{}, md.Get(forwardedCertKey)...)
 	}
 	return c
+}
+
+// tokenOf is a request's etcd auth token, as etcd reads it: the metadata
+// "token" (etcd's gRPC clients), else "authorization" (the JSON gateway's
+// Authorization header, gateway.go).
+func tokenOf(md metadata.MD) (string, bool) {
+	for _, k := range []string{rpctypes.TokenFieldNameGRPC, rpctypes.TokenFieldNameSwagger} {
+		if vs := md.Get(k); len(vs) > 0 {
+			return vs[0], true
+		}
+	}
+	return "", false
 }
 
 // fromMember reports whether ctx's connection is another member's: made

@@ -21,6 +21,10 @@
 // another member. Watches are served by the node that receives them, from
 // its own watch history (server.KVCursor), as etcd serves them.
 //
+// The same listener serves etcd's JSON gateway, /version and /health
+// beside gRPC (listen.go, gateway.go); the gateway is a client of the
+// same gRPC server, so its requests meet every check gRPC's do.
+//
 // Errors are etcd's (rpctypes), mapped in one place (errors.go). What is
 // not supported, and where Tenure differs, is listed in docs/etcd.md.
 package etcdapi
@@ -117,12 +121,15 @@ func New(srv *server.Server, cfg Config) *Server {
 }
 
 // GRPCOptions are the options of the gRPC server the API is registered
-// on: etcd's request size, keepalive pings as often as etcdctl sends them
+// on and Serve serves: the transport credentials of Serve's listener
+// (which does the TLS handshake itself), etcd's request size, keepalive pings as often as etcdctl sends them
 // (every 2 s by default), and etcd's check of a request that requires a
 // leader (clientv3.WithRequireLeader): on a node that knows no leader it
 // is refused with "no leader".
 func (s *Server) GRPCOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
+		// Serve does any TLS handshake; these report it (listen.go).
+		grpc.Creds(connCreds{}),
 		grpc.MaxRecvMsgSize(maxRequestBytes),
 		// Fixed flow-control windows, as on Tenure's own API
 		// (server.GRPCOptions): gRPC's dynamic window is sized by ping

@@ -166,8 +166,8 @@ func (s *Server) forward(ctx context.Context) (*leaderConn, error) {
 func forwardContext(ctx context.Context, self string) context.Context {
 	kv := []string{forwardedKey, self}
 	md, _ := metadata.FromIncomingContext(ctx)
-	if vs := md.Get(rpctypes.TokenFieldNameGRPC); len(vs) > 0 {
-		kv = append(kv, rpctypes.TokenFieldNameGRPC, vs[0])
+	if token, ok := tokenOf(md); ok {
+		kv = append(kv, rpctypes.TokenFieldNameGRPC, token)
 	} else {
 		for _, n := range server.CertNames(ctx) {
 			kv = append(kv, forwardedCertKey, n)

@@ -2,6 +2,7 @@ package etcdapi_test
 
 import (
 	"context"
+	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
@@ -20,7 +21,8 @@ import (
 // leader (the other voter of two stops), a watch opened with
 // clientv3.WithRequireLeader (the hasleader metadata) ends with etcd's
 // "no leader", so that its client goes on at another endpoint, as etcd
-// does; a watch without it stays open.
+// does; a watch without it stays open. The node's /health turns from
+// healthy to etcd's "RAFT NO LEADER".
 func TestStreamsThatRequireALeaderEndWithoutOne(t *testing.T) {
 	root := t.TempDir()
 	peers := map[string]string{"n1": testutil.FreeAddr(t, 61000, 65000), "n2": testutil.FreeAddr(t, 61000, 65000)}
@@ -84,7 +86,24 @@ func TestStreamsThatRequireALeaderEndWithoutOne(t *testing.T) {
 	required := watch(metadata.AppendToOutgoingContext(ctx, rpctypes.MetadataRequireLeaderKey, rpctypes.MetadataHasLeader))
 	plain := watch(ctx)
 
+	// /health on the follower: healthy once the leader answers it (its
+	// etcd address published).
+	health := http1(daemons[follower].EtcdAddr())
+	testutil.WaitFor(t, "/health on the follower: healthy", 20*time.Second, func() bool {
+		resp, b := health.do(t, http.MethodGet, "/health", nil)
+		return resp.StatusCode == http.StatusOK && sameJSON(b, `{"health":"true","reason":""}`)
+	})
+
 	stops[leader]()
+	// Then unhealthy, as etcd: 503 and "RAFT NO LEADER" once the follower
+	// knows no leader; ?serializable=true only asks whether it answers.
+	testutil.WaitFor(t, "/health: RAFT NO LEADER", 20*time.Second, func() bool {
+		resp, b := health.do(t, http.MethodGet, "/health", nil)
+		return resp.StatusCode == http.StatusServiceUnavailable && sameJSON(b, `{"health":"false","reason":"RAFT NO LEADER"}`)
+	})
+	if resp, b := health.do(t, http.MethodGet, "/health?serializable=true", nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("/health?serializable=true without a leader: %d %s", resp.StatusCode, b)
+	}
 	select {
 	case err := <-required:
 		wantErr(t, err, rpctypes.ErrGRPCNoLeader)

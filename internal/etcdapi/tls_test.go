@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -161,6 +162,16 @@ func TestAuthClusterOverTLS(t *testing.T) {
 	}
 	_, err = kv.Put(ctx, &pb.PutRequest{Key: []byte("secret/2"), Value: []byte("v")})
 	wantErr(t, err, rpctypes.ErrGRPCPermissionDenied)
+	// The JSON gateway on the follower's etcd port, over TLS (HTTP/1.1 and
+	// h2 by ALPN), forwards to the leader with etcd's token header, and
+	// with the client certificate's identity alone; another certificate's
+	// rights are its own.
+	gatewayTLS(t, follower.EtcdAddr(), app, tok.GetSecret())
+	gatewayTLS(t, follower.EtcdAddr(), app, "")
+	nobodyGW := gwClient{base: "https://" + follower.EtcdAddr(), hc: &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS(t, clientCA, nobodyFiles)}}}
+	if resp, b := nobodyGW.do(t, http.MethodPost, "/v3/kv/put", map[string]any{"key": b64("app/4"), "value": b64("v")}); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a put through the gateway with an unbound certificate: %d %s", resp.StatusCode, b)
+	}
 	// A client cannot claim another certificate's names, at the leader
 	// or at a follower.
 	for _, d := range []*daemon.Daemon{leader, follower} {

@@ -1,0 +1,11 @@
+package etcdapi
+
+import "time"
+
+// SetHTTPHeaderTimeout sets the listener's bound on an HTTP request's
+// headers for the servers started after it; restore sets it back.
+func SetHTTPHeaderTimeout(d time.Duration) (restore func()) {
+	old := httpHeaderTimeout
+	httpHeaderTimeout = d
+	return func() { httpHeaderTimeout = old }
+}
