@@ -6,6 +6,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,6 +45,7 @@ func BenchmarkClusterRead(b *testing.B) {
 			b.Run(load+"/"+r.name, func(b *testing.B) {
 				stop := make(chan struct{})
 				var wg sync.WaitGroup
+				var writes atomic.Int64
 				if load == "writes" {
 					slow.Store("a", true)
 					defer slow.Delete("a")
@@ -62,17 +64,20 @@ func BenchmarkClusterRead(b *testing.B) {
 									b.Error(err)
 									return
 								}
+								writes.Add(1)
 							}
 						}()
 					}
 				}
 				b.ResetTimer()
+				start := time.Now()
 				for range b.N {
 					if err := r.read(ctx); err != nil {
 						b.Fatal(err)
 					}
 				}
 				b.StopTimer()
+				b.ReportMetric(float64(writes.Load())/time.Since(start).Seconds(), "writes/s")
 				close(stop)
 				wg.Wait()
 			})
