@@ -75,6 +75,30 @@ type readRounds struct {
 	mu      sync.Mutex
 	running *readRound // the round under way, or nil
 	next    *readRound // the round reads join; it starts once running ends
+
+	// linesMu guards lines: per peer, its line of heartbeats.
+	linesMu sync.Mutex
+	lines   map[raft.ServerID]*peerLine
+}
+
+// peerLine keeps at most one read round heartbeat in flight to a peer: a
+// round that finds one under way waits for it to end, and the next one
+// sent answers it and every other round that waited meanwhile. So a slow
+// peer gets no pile of heartbeats (nor a pile of connections, each dialled
+// afresh once the transport's pool is full), and a round still completes
+// on the answers of the fastest majority. Every heartbeat is sent after
+// every round it answers registered, so each answer still follows the
+// round's start (see above).
+type peerLine struct {
+	busy    bool         // a heartbeat is in flight
+	waiting []lineWaiter // rounds to answer with the next heartbeat
+}
+
+// lineWaiter is one round waiting for a peer's answer.
+type lineWaiter struct {
+	term    uint64
+	answers chan<- error    // buffered: one slot per peer of the round
+	done    <-chan struct{} // closed when the round has ended
 }
 
 // readRound is one confirmation of leadership for the reads that joined it.
@@ -162,35 +186,12 @@ func (n *Node) readRound() (uint64, error) {
 	if need == 0 {
 		return commit, nil
 	}
-	// One goroutine per peer, which calls raft's transport itself: a round
-	// runs for every batch of reads, so it spends no more goroutines and
-	// timers than it needs. The transport bounds each RPC (its timeout),
-	// the round's wait is bounded by probeTimeout, and Close waits for the
-	// goroutines (n.probes). A pooled connection to a peer that has
-	// restarted since fails once (EOF) and is dropped: the RPC is tried
-	// again, up to peerPool times, while the round's time lasts.
 	answers := make(chan error, len(others))
-	req := &raft.AppendEntriesRequest{RPCHeader: n.rpcHeader(nt), Term: term}
+	done := make(chan struct{})
+	defer close(done)
 	deadline := time.Now().Add(probeTimeout)
 	for _, s := range others {
-		n.probes.Add(1)
-		go func() {
-			defer n.probes.Done()
-			var err error
-			for range peerPool + 1 {
-				var resp raft.AppendEntriesResponse
-				if err = nt.AppendEntries(s.ID, s.Address, req, &resp); err == nil {
-					if resp.Term > term {
-						err = fmt.Errorf("%w: %s is in term %d", errNewerTerm, s.ID, resp.Term)
-					}
-					break
-				}
-				if time.Now().After(deadline) {
-					break
-				}
-			}
-			answers <- err
-		}()
+		n.reads.ask(n, nt, s, lineWaiter{term: term, answers: answers, done: done})
 	}
 	timeout := time.NewTimer(time.Until(deadline))
 	defer timeout.Stop()
@@ -215,6 +216,99 @@ func (n *Node) readRound() (uint64, error) {
 	}
 	return 0, fmt.Errorf("%w: no majority confirmed its leadership in term %d: %w", ErrNotLeader, term, errors.Join(errs...))
 }
+
+// ask sends peer s a heartbeat for w, or, while one is in flight to it,
+// has the next one answer w too (see peerLine).
+func (r *readRounds) ask(n *Node, nt *raft.NetworkTransport, s raft.Server, w lineWaiter) {
+	r.linesMu.Lock()
+	if r.lines == nil {
+		r.lines = make(map[raft.ServerID]*peerLine)
+	}
+	line := r.lines[s.ID]
+	if line == nil {
+		line = &peerLine{}
+		r.lines[s.ID] = line
+	}
+	line.waiting = append(line.waiting, w)
+	if line.busy {
+		r.linesMu.Unlock()
+		return
+	}
+	line.busy = true
+	r.linesMu.Unlock()
+	n.probes.Add(1)
+	go func() {
+		defer n.probes.Done()
+		r.send(n, nt, s, line)
+	}()
+}
+
+// send runs line's heartbeats until no round waits on it: each for the
+// rounds registered before it was sent, stamped with the newest term
+// among them (a round of an older term is answered with ErrNotLeader).
+// Rounds that have all ended are not sent one. It stops at the node's
+// Close: the transport's RPCs then fail.
+func (r *readRounds) send(n *Node, nt *raft.NetworkTransport, s raft.Server, line *peerLine) {
+	for {
+		r.linesMu.Lock()
+		ws := line.waiting
+		line.waiting = nil
+		if len(ws) == 0 {
+			line.busy = false
+			r.linesMu.Unlock()
+			return
+		}
+		r.linesMu.Unlock()
+		term, open := uint64(0), false
+		for _, w := range ws {
+			term = max(term, w.term)
+			select {
+			case <-w.done:
+			default:
+				open = true
+			}
+		}
+		err := errRoundsOver // no heartbeat: no round waits for it
+		if open {
+			err = n.readBeat(nt, s, term)
+		}
+		for _, w := range ws {
+			switch {
+			case w.term != term:
+				w.answers <- fmt.Errorf("%w: the round's term %d is over", ErrNotLeader, w.term)
+			default:
+				w.answers <- err
+			}
+		}
+	}
+}
+
+// readBeat sends s one heartbeat stamped term, again on a failure (a
+// pooled connection to a peer that has restarted since fails once, EOF,
+// and is dropped) up to peerPool times within probeTimeout; raft's
+// transport bounds each try.
+func (n *Node) readBeat(nt *raft.NetworkTransport, s raft.Server, term uint64) error {
+	req := &raft.AppendEntriesRequest{RPCHeader: n.rpcHeader(nt), Term: term}
+	deadline := time.Now().Add(probeTimeout)
+	var err error
+	for range peerPool + 1 {
+		var resp raft.AppendEntriesResponse
+		if err = nt.AppendEntries(s.ID, s.Address, req, &resp); err == nil {
+			if resp.Term > term {
+				return fmt.Errorf("%w: %s is in term %d", errNewerTerm, s.ID, resp.Term)
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+	}
+	return err
+}
+
+// errRoundsOver: a line sent no heartbeat, every round it was for had
+// ended.
+var errRoundsOver = errors.New("node: read rounds over")
 
 // errNewerTerm: a member answered a read round's heartbeat with a newer
 // term than the leader's (another node leads, or is being elected).
