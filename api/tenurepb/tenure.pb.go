@@ -1759,8 +1759,12 @@ type ClusterLimits struct {
 	MaxKvBytes       uint64 `protobuf:"varint,10,opt,name=max_kv_bytes,json=maxKvBytes,proto3" json:"max_kv_bytes,omitempty"`
 	// max_etcd_leases: live leases of the etcd API, apart from max_sessions.
 	MaxEtcdLeases uint64 `protobuf:"varint,70,opt,name=max_etcd_leases,json=maxEtcdLeases,proto3" json:"max_etcd_leases,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// max_kv_history_revisions and max_kv_history_bytes bound the etcd
+	// API's history of past revisions (docs/limits.md).
+	MaxKvHistoryRevisions uint64 `protobuf:"varint,140,opt,name=max_kv_history_revisions,json=maxKvHistoryRevisions,proto3" json:"max_kv_history_revisions,omitempty"`
+	MaxKvHistoryBytes     uint64 `protobuf:"varint,141,opt,name=max_kv_history_bytes,json=maxKvHistoryBytes,proto3" json:"max_kv_history_bytes,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *ClusterLimits) Reset() {
@@ -1866,6 +1870,20 @@ func (x *ClusterLimits) GetMaxKvBytes() uint64 {
 func (x *ClusterLimits) GetMaxEtcdLeases() uint64 {
 	if x != nil {
 		return x.MaxEtcdLeases
+	}
+	return 0
+}
+
+func (x *ClusterLimits) GetMaxKvHistoryRevisions() uint64 {
+	if x != nil {
+		return x.MaxKvHistoryRevisions
+	}
+	return 0
+}
+
+func (x *ClusterLimits) GetMaxKvHistoryBytes() uint64 {
+	if x != nil {
+		return x.MaxKvHistoryBytes
 	}
 	return 0
 }
@@ -9000,7 +9018,7 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\x11AclWhoAmIResponse\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x1a\n" +
 	"\bpolicies\x18\x02 \x03(\tR\bpolicies\x12\x12\n" +
-	"\x04auth\x18\x03 \x01(\bR\x04auth\"\x9d\x03\n" +
+	"\x04auth\x18\x03 \x01(\bR\x04auth\"\x89\x04\n" +
 	"\rClusterLimits\x12!\n" +
 	"\fmax_sessions\x18\x01 \x01(\x04R\vmaxSessions\x12\x1f\n" +
 	"\vmax_waiters\x18\x02 \x01(\x04R\n" +
@@ -9016,7 +9034,9 @@ const file_api_tenurepb_tenure_proto_rawDesc = "" +
 	"\fmax_kv_bytes\x18\n" +
 	" \x01(\x04R\n" +
 	"maxKvBytes\x12&\n" +
-	"\x0fmax_etcd_leases\x18F \x01(\x04R\rmaxEtcdLeases\"\x12\n" +
+	"\x0fmax_etcd_leases\x18F \x01(\x04R\rmaxEtcdLeases\x128\n" +
+	"\x18max_kv_history_revisions\x18\x8c\x01 \x01(\x04R\x15maxKvHistoryRevisions\x120\n" +
+	"\x14max_kv_history_bytes\x18\x8d\x01 \x01(\x04R\x11maxKvHistoryBytes\"\x12\n" +
 	"\x10GetLimitsRequest\"D\n" +
 	"\x10SetLimitsRequest\x120\n" +
 	"\x06limits\x18\x01 \x01(\v2\x18.tenure.v1.ClusterLimitsR\x06limits\"^\n" +

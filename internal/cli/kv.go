@@ -81,7 +81,11 @@ func (a *app) kvCommand() *cobra.Command {
 		Long: `A small key-value store for coordination data (configuration, service
 addresses, small state): every key has a create revision, a mod revision
 and a version; transactions compare and write atomically; watches deliver
-every change from a revision on.`,
+every change from a revision on.
+
+Keys are UTF-8 text. A key written through the etcd API that is not UTF-8
+shows Go-quoted, quotes included ("k\xff1"), in every listing, watch and
+JSON output; read or write it by name through the etcd API.`,
 	}
 	cmd.AddCommand(a.kvPutCommand(), a.kvGetCommand(), a.kvDelCommand(), a.kvTxnCommand(), a.kvWatchCommand())
 	return cmd
@@ -547,7 +551,7 @@ re-read with "tenure kv get --prefix" and watch from its revision + 1.`,
 func kvFlags(f *pflag.FlagSet, l *server.KVLimits) {
 	d := server.DefaultKVLimits()
 	f.IntVar(&l.MaxKeyLen, "max-key-len", d.MaxKeyLen, "longest key, bytes (INVALID_ARGUMENT past it)")
-	f.IntVar(&l.MaxValueLen, "max-value-len", d.MaxValueLen, "largest value, bytes, at most 1 MiB (INVALID_ARGUMENT past it)")
+	f.IntVar(&l.MaxValueLen, "max-value-len", d.MaxValueLen, "largest value, bytes, at most 1.5 MiB, etcd's request limit (INVALID_ARGUMENT past it)")
 	f.IntVar(&l.MaxTxnOps, "max-txn-ops", d.MaxTxnOps, "most compares plus ops in one transaction (INVALID_ARGUMENT past it)")
 	f.IntVar(&l.WatchHistory, "watch-history", d.WatchHistory, "key changes kept in memory for watches; older revisions answer OUT_OF_RANGE (compacted)")
 	f.IntVar(&l.WatchHistoryBytes, "watch-history-bytes", d.WatchHistoryBytes, "bytes of key changes kept for watches")

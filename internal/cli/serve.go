@@ -19,6 +19,7 @@ import (
 
 	"github.com/tenure-io/tenure/client"
 	"github.com/tenure-io/tenure/internal/daemon"
+	"github.com/tenure-io/tenure/internal/etcdapi"
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/logging"
 	"github.com/tenure-io/tenure/internal/node"
@@ -61,6 +62,8 @@ func (a *app) serveCommand() *cobra.Command {
 	cfg := daemon.DefaultConfig()
 	var (
 		groupWait           time.Duration
+		compactionMode      string
+		compactionRetention string
 		configFile          string
 		logFormat, logLevel string
 		sec                 serveSecurity
@@ -109,6 +112,11 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 			default:
 				cfg.GroupCommitWait = groupWait
 			}
+			ac, err := etcdapi.ParseAutoCompaction(compactionMode, compactionRetention)
+			if err != nil {
+				return err
+			}
+			cfg.EtcdAutoCompaction = ac
 			if len(cfg.BootstrapPeers) > 0 && cfg.PeerListen == "" {
 				return errors.New("--bootstrap-peers needs --peer-listen")
 			}
@@ -196,6 +204,8 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 	f.StringVar(&logLevel, "log-level", "info", "least level logged: debug, info, warn or error (debug also shows raft's own info)")
 	f.StringVar(&cfg.EtcdListen, "etcd-listen", "", "also serve etcd's v3 API on this address (docs/etcd.md; empty: off)")
 	f.StringVar(&cfg.EtcdAdvertise, "etcd-advertise", "", "address etcd clients and the other members reach this node's etcd API at, if not --etcd-listen's")
+	f.StringVar(&compactionMode, "auto-compaction-mode", etcdapi.CompactionPeriodic, "etcd's automatic compaction of the history of past revisions, run by the leader: periodic or revision (docs/etcd.md)")
+	f.StringVar(&compactionRetention, "auto-compaction-retention", "0", "what automatic compaction keeps: with periodic a duration (1h, 30m) or a number of hours, with revision a number of revisions; 0: off (--max-kv-history-revisions and --max-kv-history-bytes bound the history anyway)")
 	f.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "metrics, health and dashboard address (port 0 picks a free port; empty: none)")
 	f.BoolVar(&cfg.Pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http-listen (with --auth: to the management policy only)")
 	f.BoolVar(&cfg.MetricsPublic, "metrics-public", false, "with --auth, serve /metrics to callers without a credential too (otherwise it needs cluster read)")

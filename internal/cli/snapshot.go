@@ -58,8 +58,8 @@ JSON: {"file","bytes"}.`,
 		Short: "Replace the whole state with a saved snapshot, never lowering the revision",
 		Long: `Replace the whole state with the snapshot in FILE (disaster recovery).
 
-FILE must be a whole, unchanged snapshot as "tenure snapshot save" wrote
-it: an empty, cut or changed file, or one saved before snapshots were
+FILE must be a whole, unchanged snapshot as "tenure snapshot save" (or
+"etcdctl snapshot save" from the etcd API) wrote it: an empty, cut or changed file, or one saved before snapshots were
 sealed, is refused with one line, --force or not. So is a snapshot whose
 state is inconsistent (a token, grant, session or key above its
 revision). Nothing changes when a restore is refused.

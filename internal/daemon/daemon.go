@@ -113,6 +113,10 @@ type Config struct {
 	// EtcdAdvertise is the address etcd clients and the other members
 	// reach this node's etcd API at, if not EtcdListen's.
 	EtcdAdvertise string
+	// EtcdAutoCompaction is etcd's automatic compaction of the history
+	// of past revisions (--auto-compaction-mode and
+	// --auto-compaction-retention), run by the leader's etcd API.
+	EtcdAutoCompaction etcdapi.AutoCompaction
 	// MaxConnections bounds the connections of each listener (client API,
 	// HTTP, etcd API); at the bound, or at what the descriptor limit
 	// leaves, the quietest connection is closed to make room (conns.go).
@@ -150,6 +154,14 @@ type Daemon struct {
 	etcd    *etcdapi.Server
 	// conns bounds the connections of every listener (conns.go).
 	conns *connTable
+	// fwdLis and fwdGS: the forward door, where followers relay the
+	// requests that need the leader over the peer port (nil standalone;
+	// internal/server's forward.go).
+	fwdLis net.Listener
+	fwdGS  *grpc.Server
+	// clientFaults: the client API listener's fault switches (empty
+	// unless built with the tenurefault tag).
+	clientFaults clientFaults
 }
 
 // Start opens the node and the listener. The daemon serves after Run is
@@ -181,6 +193,7 @@ func Start(cfg Config) (*Daemon, error) {
 	conns := newConnTable(cfg.MaxConnections, listeners)
 	n.Logger().Info("connection limits", "per_listener", conns.perListener, "all_listeners", conns.total, "descriptor_limit", conns.fds)
 	lis = conns.wrap(lis)
+	lis, faults := newClientFaults(lis)
 	opts := append(server.GRPCOptions(), server.ConnectionOptions()...)
 	if cfg.TLS != nil {
 		// Members dial it too, with their peer certificates (memberDial).
@@ -198,7 +211,11 @@ func Start(cfg Config) (*Daemon, error) {
 	server.Register(gs, srv)
 	queues := max(cmp.Or(cfg.MetricsQueues, DefaultMetricsQueues), 0)
 	hub.Metrics().SetSource(func() metrics.Sample { return srv.Sample(queues) })
-	d := &Daemon{Node: n, Hub: hub, lis: lis, gs: gs, srv: srv, conns: conns}
+	d := &Daemon{Node: n, Hub: hub, lis: lis, gs: gs, srv: srv, conns: conns, clientFaults: faults}
+	if fl := n.ForwardListener(); fl != nil {
+		d.fwdLis, d.fwdGS = fl, grpc.NewServer(server.ForwardOptions()...)
+		server.RegisterForwarded(d.fwdGS, srv)
+	}
 	if cfg.EtcdListen != "" {
 		if err := d.listenEtcd(cfg, srv); err != nil {
 			lis.Close()
@@ -233,7 +250,7 @@ func (d *Daemon) listenEtcd(cfg Config, srv *server.Server) error {
 	}
 	advertise := cmp.Or(cfg.EtcdAdvertise, lis.Addr().String())
 	lis = d.conns.wrap(lis)
-	api := etcdapi.New(srv, etcdapi.Config{ClientURL: scheme + advertise, PeerTLS: cfg.PeerTLS, MaxResponseBytes: cmp.Or(cfg.Limits.MaxResponseBytes, server.DefaultMaxResponseBytes)})
+	api := etcdapi.New(srv, etcdapi.Config{ClientURL: scheme + advertise, PeerTLS: cfg.PeerTLS, MaxResponseBytes: cmp.Or(cfg.Limits.MaxResponseBytes, server.DefaultMaxResponseBytes), AutoCompaction: cfg.EtcdAutoCompaction})
 	gs := grpc.NewServer(append(api.GRPCOptions(), server.ConnectionOptions()...)...)
 	api.Register(gs)
 	d.etcdLis, d.etcdGS, d.etcd = lis, gs, api
@@ -295,7 +312,7 @@ func (d *Daemon) Ready() <-chan struct{} { return d.Node.Ready() }
 // Run serves until ctx ends, then stops gracefully and closes the node.
 func (d *Daemon) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	errc := make(chan error, 4)
+	errc := make(chan error, 5)
 	nctx, cancel := context.WithCancel(ctx)
 	wg.Add(3)
 	go func() { defer wg.Done(); errc <- d.Node.Run(nctx) }()
@@ -304,6 +321,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.httpSrv != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); errc <- d.serveHTTP(nctx) }()
+	}
+	if d.fwdGS != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); errc <- d.fwdGS.Serve(d.fwdLis) }()
 	}
 	if d.etcdGS != nil {
 		wg.Add(2)
@@ -317,6 +338,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	cancel()
 	d.gs.Stop() // streams are long-lived: close them rather than wait for them
+	if d.fwdGS != nil {
+		d.fwdGS.Stop()
+	}
 	if d.etcdGS != nil {
 		d.etcdGS.Stop()
 	}

@@ -50,8 +50,9 @@ func (a *answerCost) deleteCost(st *fsm.State, d *pb.DeleteRangeRequest) {
 	}
 }
 
-// txnCost adds what the ranges and deletes of both branches of r take
-// (which branch runs is not known before the compares).
+// txnCost adds what the ranges and deletes of both branches of r, and of
+// its nested transactions, take (which branch runs is not known before
+// the compares).
 func (a *answerCost) txnCost(st *fsm.State, r *pb.TxnRequest) {
 	for _, branch := range [][]*pb.RequestOp{r.Success, r.Failure} {
 		for _, op := range branch {
@@ -60,6 +61,8 @@ func (a *answerCost) txnCost(st *fsm.State, r *pb.TxnRequest) {
 				a.rangeCost(st, o.RequestRange)
 			case *pb.RequestOp_RequestDeleteRange:
 				a.deleteCost(st, o.RequestDeleteRange)
+			case *pb.RequestOp_RequestTxn:
+				a.txnCost(st, o.RequestTxn)
 			}
 		}
 	}

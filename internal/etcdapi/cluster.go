@@ -29,10 +29,15 @@ func (s *Server) members() ([]*pb.Member, error) {
 	out := make([]*pb.Member, 0, len(ms))
 	for _, m := range ms {
 		pm := &pb.Member{ID: MemberID(m.ID), Name: m.ID, IsLearner: !m.Voter}
-		if strings.Contains(m.PeerAddr, ":") { // a standalone node has no peer address
+		u := urls[m.ID]
+		if strings.Contains(m.PeerAddr, ":") {
 			pm.PeerURLs = []string{"tcp://" + m.PeerAddr}
+		} else if u != "" {
+			// A standalone node has no peer address: its peer URL is
+			// its client URL (etcd's clients expect one).
+			pm.PeerURLs = []string{u}
 		}
-		if u := urls[m.ID]; u != "" {
+		if u != "" {
 			pm.ClientURLs = []string{u}
 		}
 		out = append(out, pm)
@@ -82,24 +87,26 @@ func (c *clusterServer) MemberPromote(context.Context, *pb.MemberPromoteRequest)
 	return nil, errUnsupported("changing members through the etcd API (use tenure member)")
 }
 
-// maintenanceServer is etcd's Maintenance service: Status and Alarm.
+// maintenanceServer is etcd's Maintenance service: Status and Alarm
+// here, Defragment, Snapshot and MoveLeader in maintenance.go.
 type maintenanceServer struct {
 	pb.UnimplementedMaintenanceServer
 	s *Server
 }
 
 // Status implements etcd's Maintenance.Status for this node: the etcd
-// API version it implements, the size of its data directory, its
-// leader, and raft's index and term.
+// API version it implements, the size of its data directory (db_size)
+// and of the part of it a restart reads (db_size_in_use: the raft log
+// and the newest snapshot; Defragment shrinks it), its leader, and
+// raft's index and term.
 func (m *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
 	s := m.s
 	if err := s.authorize(ctx, "Maintenance/Status"); err != nil {
 		return nil, err
 	}
 	st := s.front.RaftStats()
-	size := s.front.DataSize()
 	out := &pb.StatusResponse{
-		Header: s.header(0), Version: version.Version, DbSize: size, DbSizeInUse: size,
+		Header: s.header(0), Version: version.Version, DbSize: s.front.DataSize(), DbSizeInUse: s.front.DataSizeInUse(),
 		RaftIndex: st.LastIndex, RaftTerm: st.Term, RaftAppliedIndex: st.AppliedIndex,
 	}
 	if l := s.front.Leader(); l != "" {

@@ -32,6 +32,10 @@ func toGRPC(err error) error {
 		return rpctypes.ErrGRPCCompacted
 	case errors.Is(err, server.ErrStorageFull):
 		return rpctypes.ErrGRPCNoSpace
+	case errors.Is(err, fsm.ErrVersion):
+		// A feature of a newer cluster version (a nested transaction, a
+		// key that is not UTF-8) before every member speaks it.
+		return status.Error(codes.FailedPrecondition, "etcdserver: "+err.Error())
 	case errors.Is(err, fsm.ErrLimit):
 		return status.Error(codes.ResourceExhausted, "etcdserver: "+err.Error())
 	case errors.Is(err, fsm.ErrPermissionDenied):

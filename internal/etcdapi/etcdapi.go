@@ -19,7 +19,9 @@
 // keepalives, TimeToLive) are forwarded by a follower to the leader's etcd
 // API (forward.go), because etcd's clients do not retry a write on
 // another member. Watches are served by the node that receives them, from
-// its own watch history (server.KVCursor), as etcd serves them.
+// its own watch history (server.KVCursor), as etcd serves them, and from
+// the state machine's history window (fsm/kvhistory.go) for the revisions
+// the watch history no longer holds (watch.go, history.go).
 //
 // The same listener serves etcd's JSON gateway, /version and /health
 // beside gRPC (listen.go, gateway.go); the gateway is a client of the
@@ -83,6 +85,9 @@ type Config struct {
 	// of every range of a Txn together, of a DeleteRange's previous
 	// values), decided before it is built; 0: DefaultMaxResponseBytes.
 	MaxResponseBytes int
+	// AutoCompaction is etcd's automatic compaction of the history of
+	// past revisions, run by the leader (history.go); zero: none.
+	AutoCompaction AutoCompaction
 }
 
 // DefaultMaxResponseBytes is the default Config.MaxResponseBytes: well

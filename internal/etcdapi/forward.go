@@ -238,6 +238,9 @@ func (s *Server) Run(ctx context.Context) error {
 	monitored := make(chan struct{})
 	go func() { defer close(monitored); s.monitorLeader(ctx) }()
 	defer func() { <-monitored }()
+	compacting := make(chan struct{})
+	go func() { defer close(compacting); s.autoCompact(ctx) }()
+	defer func() { <-compacting }()
 	t := time.NewTicker(publishInterval)
 	defer t.Stop()
 	for {

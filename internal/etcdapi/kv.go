@@ -2,7 +2,7 @@ package etcdapi
 
 import (
 	"context"
-	"unicode/utf8"
+	"errors"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -22,13 +22,12 @@ type kvServer struct {
 }
 
 // checkKey applies the checks every key of a request gets: etcd's (not
-// empty), then Tenure's (UTF-8, --max-key-len).
+// empty), then Tenure's (--max-key-len). A key is any bytes, as in etcd
+// (fsm.ShowKey: how Tenure's own API shows one that is not UTF-8).
 func (s *Server) checkKey(key []byte) error {
 	switch {
 	case len(key) == 0:
 		return rpctypes.ErrGRPCEmptyKey
-	case !utf8.Valid(key):
-		return status.Error(codes.InvalidArgument, "etcdserver: key is not valid UTF-8 (Tenure's keys are UTF-8 text)")
 	case len(key) > s.limits.MaxKeyLen:
 		return status.Errorf(codes.InvalidArgument, "etcdserver: key is %d bytes, the limit is %d (--max-key-len)", len(key), s.limits.MaxKeyLen)
 	}
@@ -93,6 +92,7 @@ func rangeQuery(r *pb.RangeRequest) (q fsm.RangeQuery, empty bool) {
 		KeysOnly: r.KeysOnly, CountOnly: r.CountOnly, Count: true,
 		MinModRevision: unsigned(r.MinModRevision), MaxModRevision: unsigned(r.MaxModRevision),
 		MinCreateRevision: unsigned(r.MinCreateRevision), MaxCreateRevision: unsigned(r.MaxCreateRevision),
+		Revision: unsigned(r.Revision),
 	}
 	return q, r.MaxModRevision < 0 || r.MaxCreateRevision < 0
 }
@@ -121,9 +121,12 @@ func rangeResponse(a fsm.RangeAnswer, empty bool, rev uint64) *pb.RangeResponse 
 }
 
 // Range implements etcd's KV.Range. A serializable read is served by this
-// node; a linearizable one by the leader. A read at a past revision is
-// served only when no key changed since (the watch history tells), else
-// it is answered "compacted": Tenure keeps no older versions.
+// node; a linearizable one by the leader. A read at a past revision
+// answers the keys as they were then, from the state machine's history
+// window (fsm/kvhistory.go); one before the window's start is answered
+// "compacted". Below cluster version 3, which keeps no history, a past
+// revision is served only when no key changed since (the watch history
+// tells).
 func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	s := k.s
 	if err := s.checkRange(r); err != nil {
@@ -147,21 +150,28 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 	q, empty := rangeQuery(r)
 	var a fsm.RangeAnswer
 	var rev uint64
-	var costErr error
+	var costErr, revErr error
+	legacy := false // below cluster version 3: the current keys, if none changed since
 	s.front.Read(func(st *fsm.State) {
+		rev = st.Revision()
+		if revErr = st.CheckKVRevision(q.Revision); revErr != nil {
+			if legacy = errors.Is(revErr, fsm.ErrCompactedRevision) && !st.KVHistoryKept(); !legacy {
+				return
+			}
+			q.Revision = 0
+		}
 		var cost answerCost
 		cost.rangeCost(st, r)
 		if costErr = s.checkCost(cost); costErr == nil {
-			rev, a = st.Revision(), st.Range(q)
+			a = st.Range(q)
 		}
 	})
-	if costErr != nil {
-		return nil, costErr
-	}
 	switch {
-	case r.Revision > 0 && uint64(r.Revision) > rev:
-		return nil, rpctypes.ErrGRPCFutureRev
-	case r.Revision > 0 && uint64(r.Revision) < rev && !s.srv.KVUnchangedSince(uint64(r.Revision), rev):
+	case revErr != nil && !legacy:
+		return nil, toGRPC(revErr)
+	case costErr != nil:
+		return nil, costErr
+	case legacy && !s.srv.KVUnchangedSince(uint64(r.Revision), rev):
 		return nil, rpctypes.ErrGRPCCompacted
 	}
 	resp := rangeResponse(a, empty, rev)
@@ -236,20 +246,6 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 		out.PrevKvs = keyValues(res.KV.Prev)
 	}
 	return out, nil
-}
-
-// Compact implements etcd's KV.Compact. Tenure keeps no older versions of
-// keys, so there is nothing to compact: a revision up to the current one
-// is accepted and changes nothing.
-func (k *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
-	if err := k.s.authorize(ctx, "KV/Compact", server.ClusterWrite); err != nil {
-		return nil, err
-	}
-	rev := k.s.revision()
-	if r.Revision > 0 && uint64(r.Revision) > rev {
-		return nil, rpctypes.ErrGRPCFutureRev
-	}
-	return &pb.CompactionResponse{Header: k.s.header(rev)}, nil
 }
 
 // RangeStream implements etcd's KV.RangeStream: not supported.

@@ -15,11 +15,32 @@ import (
 
 // checkTxn applies etcd's checks of a transaction (checkTxnRequest): the
 // number of operations (the longest of the compares and the two
-// branches), the keys, each op's own checks; then etcd's duplicate-key
-// check of each branch. A nested transaction is not supported.
+// branches), the keys, each op's own checks, a nested transaction's
+// within what its parent left of the ops limit; then etcd's
+// duplicate-key check of each branch, nested transactions' included
+// (checkIntervals).
 func (s *Server) checkTxn(r *pb.TxnRequest) error {
-	if n := max(len(r.Compare), len(r.Success), len(r.Failure)); n > s.limits.MaxTxnOps {
+	if err := s.checkTxnOps(r, s.limits.MaxTxnOps, 0); err != nil {
+		return err
+	}
+	for _, branch := range [][]*pb.RequestOp{r.Success, r.Failure} {
+		if _, _, err := checkIntervals(branch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkTxnOps is checkTxn's check of r's ops, nested depth deep, with
+// maxOps ops allowed: etcd passes a nested transaction what is left of
+// the limit after its parent's longest list.
+func (s *Server) checkTxnOps(r *pb.TxnRequest, maxOps, depth int) error {
+	n := max(len(r.Compare), len(r.Success), len(r.Failure))
+	if n > maxOps {
 		return rpctypes.ErrGRPCTooManyOps
+	}
+	if depth > fsm.MaxTxnDepth {
+		return status.Errorf(codes.InvalidArgument, "etcdserver: transactions nested more than %d deep", fsm.MaxTxnDepth)
 	}
 	for _, c := range r.Compare {
 		if err := s.checkKey(c.Key); err != nil {
@@ -40,7 +61,7 @@ func (s *Server) checkTxn(r *pb.TxnRequest) error {
 			case *pb.RequestOp_RequestDeleteRange:
 				err = s.checkDelete(o.RequestDeleteRange)
 			case *pb.RequestOp_RequestTxn:
-				err = errUnsupported("a nested transaction")
+				err = s.checkTxnOps(o.RequestTxn, maxOps-n, depth+1)
 			default:
 				err = rpctypes.ErrGRPCKeyNotFound // an empty op, as etcd answers it
 			}
@@ -49,20 +70,41 @@ func (s *Server) checkTxn(r *pb.TxnRequest) error {
 			}
 		}
 	}
-	for _, branch := range [][]*pb.RequestOp{r.Success, r.Failure} {
-		if err := checkIntervals(branch); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 
-// checkIntervals is etcd's duplicate-key check of one branch: no key may
-// be put twice, nor put and deleted. etcd compares a put with a delete's
-// interval [key, range_end) as byte strings, so a delete "from key on"
-// (range end 0) overlaps no put; that is kept.
-func checkIntervals(ops []*pb.RequestOp) error {
-	type interval struct{ begin, end string } // end "": the key alone
+// interval is a delete's span in checkIntervals: [begin, end), or the key
+// begin alone when end is "".
+type interval struct{ begin, end string }
+
+// holds reports whether the put of k overlaps the delete. etcd compares
+// them as byte strings, so a delete "from key on" (range end 0) overlaps
+// no put; that is kept.
+func (d interval) holds(k string) bool {
+	if d.end == "" {
+		return k == d.begin
+	}
+	return d.begin <= k && k < d.end
+}
+
+func overlaps(dels []interval, k string) bool {
+	for _, d := range dels {
+		if d.holds(k) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkIntervals is etcd's duplicate-key check of one branch (its
+// checkIntervals): no key may be put twice, nor put and deleted, in the
+// branch and the nested transactions it holds. A nested transaction's
+// puts are checked against the deletes of the branch and of the nested
+// transactions before it, and against the puts of those; its two
+// branches may put the same key (only one runs). The branch's own puts
+// are checked against every delete below it. It returns the keys put and
+// the spans deleted, for the level above.
+func checkIntervals(ops []*pb.RequestOp) (map[string]bool, []interval, error) {
 	var dels []interval
 	for _, op := range ops {
 		if d := op.GetRequestDeleteRange(); d != nil {
@@ -71,29 +113,59 @@ func checkIntervals(ops []*pb.RequestOp) error {
 	}
 	puts := make(map[string]bool)
 	for _, op := range ops {
+		t := op.GetRequestTxn()
+		if t == nil {
+			continue
+		}
+		putsThen, delsThen, err := checkIntervals(t.Success)
+		if err != nil {
+			return nil, nil, err
+		}
+		putsElse, delsElse, err := checkIntervals(t.Failure)
+		if err != nil {
+			return nil, nil, err
+		}
+		for k := range putsThen {
+			if puts[k] || overlaps(dels, k) {
+				return nil, nil, rpctypes.ErrGRPCDuplicateKey
+			}
+			puts[k] = true
+		}
+		for k := range putsElse {
+			if puts[k] && !putsThen[k] {
+				return nil, nil, rpctypes.ErrGRPCDuplicateKey
+			}
+			if overlaps(dels, k) {
+				return nil, nil, rpctypes.ErrGRPCDuplicateKey
+			}
+			puts[k] = true
+		}
+		dels = append(dels, delsThen...)
+		dels = append(dels, delsElse...)
+	}
+	for _, op := range ops {
 		p := op.GetRequestPut()
 		if p == nil {
 			continue
 		}
 		k := string(p.Key)
-		if puts[k] {
-			return rpctypes.ErrGRPCDuplicateKey
-		}
-		for _, d := range dels {
-			if (d.end == "" && k == d.begin) || (d.end != "" && d.begin <= k && k < d.end) {
-				return rpctypes.ErrGRPCDuplicateKey
-			}
+		if puts[k] || overlaps(dels, k) {
+			return nil, nil, rpctypes.ErrGRPCDuplicateKey
 		}
 		puts[k] = true
 	}
-	return nil
+	return puts, dels, nil
 }
 
 // txnRights are the rights a transaction needs: read on each compare's
 // span, read on each range's, write on each put's key and each delete's
-// span, in both branches (whichever runs).
+// span, in both branches (whichever runs) and in every nested
+// transaction's (etcd's checkTxnReqsPermission).
 func txnRights(r *pb.TxnRequest) []server.Right {
-	var rights []server.Right
+	return appendTxnRights(nil, r)
+}
+
+func appendTxnRights(rights []server.Right, r *pb.TxnRequest) []server.Right {
 	for _, c := range r.Compare {
 		rights = append(rights, spanRight(c.Key, c.RangeEnd, fsm.AccessRead))
 	}
@@ -106,6 +178,8 @@ func txnRights(r *pb.TxnRequest) []server.Right {
 				rights = append(rights, server.WriteRight(fsm.KindKV, string(o.RequestPut.Key)))
 			case *pb.RequestOp_RequestDeleteRange:
 				rights = append(rights, spanRight(o.RequestDeleteRange.Key, o.RequestDeleteRange.RangeEnd, fsm.AccessWrite))
+			case *pb.RequestOp_RequestTxn:
+				rights = appendTxnRights(rights, o.RequestTxn)
 			}
 		}
 	}
@@ -173,7 +247,7 @@ func rangeOp(r *pb.RangeRequest) *fsmpb.KVRange {
 	}
 }
 
-func txnOps(ops []*pb.RequestOp) []*fsmpb.KVOp {
+func txnOps(ops []*pb.RequestOp) ([]*fsmpb.KVOp, error) {
 	out := make([]*fsmpb.KVOp, len(ops))
 	for i, op := range ops {
 		switch o := op.Request.(type) {
@@ -184,13 +258,27 @@ func txnOps(ops []*pb.RequestOp) []*fsmpb.KVOp {
 		case *pb.RequestOp_RequestDeleteRange:
 			d := o.RequestDeleteRange
 			out[i] = &fsmpb.KVOp{Op: &fsmpb.KVOp_Delete{Delete: &fsmpb.KVDelete{Key: string(d.Key), RangeEnd: d.RangeEnd}}}
+		case *pb.RequestOp_RequestTxn:
+			t, err := txnCommand(o.RequestTxn)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = &fsmpb.KVOp{Op: &fsmpb.KVOp_Txn{Txn: t}}
 		}
 	}
-	return out
+	return out, nil
 }
 
 func txnCommand(r *pb.TxnRequest) (*fsmpb.KVTxn, error) {
-	t := &fsmpb.KVTxn{Success: txnOps(r.Success), Failure: txnOps(r.Failure)}
+	success, err := txnOps(r.Success)
+	if err != nil {
+		return nil, err
+	}
+	failure, err := txnOps(r.Failure)
+	if err != nil {
+		return nil, err
+	}
+	t := &fsmpb.KVTxn{Success: success, Failure: failure}
 	for _, c := range r.Compare {
 		fc, err := compareOp(c)
 		if err != nil {
@@ -201,12 +289,21 @@ func txnCommand(r *pb.TxnRequest) (*fsmpb.KVTxn, error) {
 	return t, nil
 }
 
-// readOnly: every op of both branches is a range (etcd serves such a
-// transaction as a read); serializable: and every range is serializable.
-func readOnly(r *pb.TxnRequest) (readOnly, serializable bool) {
-	readOnly, serializable = true, true
+// readOnly: every op of both branches, and of every nested transaction's,
+// is a range (etcd serves such a transaction as a read); serializable:
+// and every range is serializable.
+func readOnly(r *pb.TxnRequest) (reads, serializable bool) {
+	reads, serializable = true, true
 	for _, branch := range [][]*pb.RequestOp{r.Success, r.Failure} {
 		for _, op := range branch {
+			if t := op.GetRequestTxn(); t != nil {
+				ro, ser := readOnly(t)
+				if !ro {
+					return false, false
+				}
+				serializable = serializable && ser
+				continue
+			}
 			rr := op.GetRequestRange()
 			if rr == nil {
 				return false, false
@@ -214,7 +311,7 @@ func readOnly(r *pb.TxnRequest) (readOnly, serializable bool) {
 			serializable = serializable && rr.Serializable
 		}
 	}
-	return readOnly, serializable
+	return reads, serializable
 }
 
 // Txn implements etcd's KV.Txn. A transaction of ranges only is a read (a
@@ -286,46 +383,67 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 // txnResponse builds the answer of a transaction from the state machine's
 // result. Like etcd, an op's own header carries only a revision: the
 // transaction's revision before it, or after it once an earlier op (or
-// this one) changed something.
+// this one) changed something, in the order the ops ran, nested
+// transactions' included; a nested transaction's own header is empty.
 func txnResponse(r *pb.TxnRequest, res fsm.Result, hdr *pb.ResponseHeader) *pb.TxnResponse {
-	ops := r.Success
-	if !res.KV.Succeeded {
-		ops = r.Failure
-	}
-	wrote := false
-	for i, op := range ops {
-		if op.GetRequestPut() != nil || (op.GetRequestDeleteRange() != nil && res.KV.Ops[i].Deleted > 0) {
-			wrote = true
-		}
-	}
 	before := res.Revision
-	if wrote {
+	if wroteIn(r, res.KV) {
 		before--
 	}
-	out := &pb.TxnResponse{Header: hdr, Succeeded: res.KV.Succeeded, Responses: make([]*pb.ResponseOp, len(ops))}
 	changed := false
+	out := txnAnswer(r, res.KV, before, &changed)
+	out.Header = hdr
+	return out
+}
+
+// wroteIn reports whether the branch kv took of r, or a nested
+// transaction's, wrote (a put, or a delete that deleted).
+func wroteIn(r *pb.TxnRequest, kv *fsm.KVResult) bool {
+	ops := r.Success
+	if !kv.Succeeded {
+		ops = r.Failure
+	}
 	for i, op := range ops {
-		or := res.KV.Ops[i]
+		switch {
+		case op.GetRequestPut() != nil, op.GetRequestDeleteRange() != nil && kv.Ops[i].Deleted > 0:
+			return true
+		case op.GetRequestTxn() != nil && wroteIn(op.GetRequestTxn(), kv.Ops[i].Txn):
+			return true
+		}
+	}
+	return false
+}
+
+// txnAnswer is txnResponse's answer of the branch kv took of r, without
+// its header; changed says whether an op before it changed something.
+func txnAnswer(r *pb.TxnRequest, kv *fsm.KVResult, before uint64, changed *bool) *pb.TxnResponse {
+	ops := r.Success
+	if !kv.Succeeded {
+		ops = r.Failure
+	}
+	out := &pb.TxnResponse{Header: &pb.ResponseHeader{}, Succeeded: kv.Succeeded, Responses: make([]*pb.ResponseOp, len(ops))}
+	for i, op := range ops {
+		or := kv.Ops[i]
 		switch o := op.Request.(type) {
 		case *pb.RequestOp_RequestRange:
 			rev := before
-			if changed {
+			if *changed {
 				rev++
 			}
 			_, empty := rangeQuery(o.RequestRange)
 			rr := rangeResponse(fsm.RangeAnswer{KVs: or.Range, More: or.More, Count: or.Count}, empty, rev)
 			out.Responses[i] = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: rr}}
 		case *pb.RequestOp_RequestPut:
-			changed = true
+			*changed = true
 			pr := &pb.PutResponse{Header: &pb.ResponseHeader{Revision: int64(before + 1)}}
 			if o.RequestPut.PrevKv && len(or.Prev) > 0 {
 				pr.PrevKv = keyValue(&or.Prev[0])
 			}
 			out.Responses[i] = &pb.ResponseOp{Response: &pb.ResponseOp_ResponsePut{ResponsePut: pr}}
 		case *pb.RequestOp_RequestDeleteRange:
-			changed = changed || or.Deleted > 0
+			*changed = *changed || or.Deleted > 0
 			rev := before
-			if changed {
+			if *changed {
 				rev++
 			}
 			dr := &pb.DeleteRangeResponse{Header: &pb.ResponseHeader{Revision: int64(rev)}, Deleted: or.Deleted}
@@ -333,6 +451,9 @@ func txnResponse(r *pb.TxnRequest, res fsm.Result, hdr *pb.ResponseHeader) *pb.T
 				dr.PrevKvs = keyValues(or.Prev)
 			}
 			out.Responses[i] = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: dr}}
+		case *pb.RequestOp_RequestTxn:
+			tr := txnAnswer(o.RequestTxn, or.Txn, before, changed)
+			out.Responses[i] = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseTxn{ResponseTxn: tr}}
 		}
 	}
 	return out

@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"context"
 	"slices"
+	"unicode/utf8"
 
 	"go.etcd.io/etcd/api/v3/authpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -358,6 +359,9 @@ func prefixOf(key, end []byte) (string, error) {
 	case len(end) == 1 && end[0] == 0 && (len(key) == 0 || (len(key) == 1 && key[0] == 0)):
 		return "", nil
 	case len(end) > 0 && bytes.Equal(end, fsm.PrefixEnd(key)):
+		if !utf8.Valid(key) {
+			return "", status.Error(codes.InvalidArgument, "etcdserver: Tenure's ACL rules are UTF-8 text: a permission's prefix must be valid UTF-8")
+		}
 		return string(key), nil
 	}
 	return "", status.Error(codes.InvalidArgument, "etcdserver: Tenure's ACL rules are key prefixes: grant a permission with --prefix (or on every key), not on a single key or another range (see docs/etcd.md)")

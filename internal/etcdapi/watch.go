@@ -49,8 +49,10 @@ type watcher struct {
 	prevKV   bool
 	progress bool // progress_notify
 	fragment bool
-	cursor   *server.KVCursor
-	release  func()
+	// cursor reads the node's watch history; nil while the watcher
+	// replays the state machine's history window instead (replay).
+	cursor  *server.KVCursor
+	release func()
 	// caughtUp: the last read reached the end of the published history;
 	// through: every matching change up to it has been sent.
 	caughtUp bool
@@ -214,8 +216,19 @@ func (st *watchStream) sortedWatchers() []*watcher {
 // closed at the next publication (nil with no watchers).
 func (st *watchStream) pump() (notify <-chan struct{}, busy bool, err error) {
 	for _, w := range st.sortedWatchers() {
+		if w.cursor == nil {
+			if err := st.replay(w); err != nil {
+				return nil, false, err
+			}
+			busy = true // read again: from the window, or from the watch history (which gives the channel to wait on)
+			continue
+		}
 		changes, through, caughtUp, n, err := w.cursor.Read(w.match)
 		var ce *server.CompactedError
+		if errors.As(err, &ce) && st.s.inWindow(w.through+1) {
+			w.cursor, busy = nil, true // the node's history lost it (a restore): the window has it
+			continue
+		}
 		if errors.As(err, &ce) {
 			if err := st.compacted(w, ce); err != nil {
 				return nil, false, err
@@ -268,13 +281,16 @@ func (st *watchStream) remove(w *watcher) {
 	delete(st.watchers, w.id)
 }
 
-func event(w *watcher, c *server.KVChange) *mvccpb.Event {
+// event is c as etcd sends it to w. etcd reads an event's previous key at
+// the revision before it when it sends it: once that revision is
+// compacted (before compactRev; 0: no history kept) the event has none.
+func event(w *watcher, c *server.KVChange, compactRev uint64) *mvccpb.Event {
 	ev := &mvccpb.Event{Type: mvccpb.PUT, Kv: keyValue(&c.KV)}
 	if !c.Put {
 		ev.Type = mvccpb.DELETE
 		ev.Kv = &mvccpb.KeyValue{Key: []byte(c.KV.Key), ModRevision: int64(c.KV.ModRevision)}
 	}
-	if w.prevKV && c.Prev != nil {
+	if w.prevKV && c.Prev != nil && c.KV.ModRevision-1 >= compactRev {
 		ev.PrevKv = keyValue(c.Prev)
 	}
 	return ev
@@ -282,14 +298,42 @@ func event(w *watcher, c *server.KVChange) *mvccpb.Event {
 
 func (st *watchStream) sendEvents(w *watcher, changes []server.KVChange, through uint64) error {
 	resp := &pb.WatchResponse{Header: st.s.header(through), WatchId: w.id, Events: make([]*mvccpb.Event, len(changes))}
+	var compactRev uint64
+	if w.prevKV {
+		compactRev = st.s.compactRevision()
+	}
 	for i := range changes {
-		resp.Events[i] = event(w, &changes[i])
+		resp.Events[i] = event(w, &changes[i], compactRev)
 	}
 	w.sent = true
 	if !w.fragment {
-		return st.send(resp)
+		return sendByRevision(resp, st.send)
 	}
 	return sendFragments(resp, st.send)
+}
+
+// sendByRevision sends a response of several revisions' events above
+// maxRequestBytes as several, each of whole revisions, as etcd sends a
+// response per revision: values up to --max-value-len then reach a client
+// with gRPC's default 4 MiB receive limit (one revision's events stay in
+// one response).
+func sendByRevision(wr *pb.WatchResponse, send func(*pb.WatchResponse) error) error {
+	if len(wr.Events) < 2 || proto.Size(wr) < maxRequestBytes {
+		return send(wr)
+	}
+	evs := wr.Events
+	size := 0
+	start := 0
+	for i, ev := range evs {
+		if i > start && size >= maxRequestBytes/2 && ev.Kv.ModRevision != evs[i-1].Kv.ModRevision {
+			if err := send(&pb.WatchResponse{Header: wr.Header, WatchId: wr.WatchId, Events: evs[start:i]}); err != nil {
+				return err
+			}
+			start, size = i, 0
+		}
+		size += proto.Size(ev)
+	}
+	return send(&pb.WatchResponse{Header: wr.Header, WatchId: wr.WatchId, Events: evs[start:]})
 }
 
 // sendFragments is etcd's: a response above maxRequestBytes with more
@@ -392,8 +436,13 @@ func (st *watchStream) create(c *pb.WatchCreateRequest) error {
 			w.noDelete = true
 		}
 	}
-	var current uint64
-	st.s.front.Read(func(s *fsm.State) { current = s.Revision() })
+	var current, compactRev uint64
+	st.s.front.Read(func(s *fsm.State) {
+		current = s.Revision()
+		if s.KVHistoryKept() {
+			compactRev = s.KVCompactRevision()
+		}
+	})
 	from := w.start
 	if from == 0 {
 		from = current + 1
@@ -402,8 +451,19 @@ func (st *watchStream) create(c *pb.WatchCreateRequest) error {
 		release()
 		return err
 	}
+	if from < compactRev { // before the history window: etcd's answer
+		st.watchers[id] = w
+		return st.compacted(w, &server.CompactedError{CompactRevision: compactRev - 1})
+	}
 	cursor, err := st.s.srv.WatchFrom(from)
 	var ce *server.CompactedError
+	if errors.As(err, &ce) && compactRev > 0 {
+		// Older than this node's watch history, inside the window: the
+		// watcher replays the window first (replay).
+		w.through = from - 1
+		st.watchers[id] = w
+		return nil
+	}
 	if errors.As(err, &ce) {
 		st.watchers[id] = w
 		return st.compacted(w, ce)
@@ -447,4 +507,56 @@ func (st *watchStream) tick() error {
 		w.sent = false
 	}
 	return nil
+}
+
+// replayBatch bounds the changes one replay step reads under the state's
+// lock (it goes on to the end of a revision).
+const replayBatch = 1024
+
+// replay sends a watcher that needs changes older than this node's watch
+// history what the state machine's history window holds (one bounded
+// read), then moves it to the watch history once that holds the next
+// revision it needs. A watcher whose revision the window lost too (it
+// was compacted meanwhile) is answered "compacted", as etcd answers it.
+func (st *watchStream) replay(w *watcher) error {
+	var changes []fsm.KVChange
+	var through, compactRev uint64
+	var err error
+	st.s.front.Read(func(s *fsm.State) {
+		changes, through, err = s.KVChangesFrom(w.through+1, replayBatch)
+		compactRev = s.KVCompactRevision()
+	})
+	if errors.Is(err, fsm.ErrCompactedRevision) {
+		return st.compacted(w, &server.CompactedError{CompactRevision: max(compactRev, 1) - 1})
+	}
+	if err != nil {
+		return err
+	}
+	var out []server.KVChange
+	for i := range changes {
+		c := server.KVChange{Put: changes[i].Put, KV: changes[i].KV, Prev: changes[i].Prev}
+		if w.match(&c) {
+			out = append(out, c)
+		}
+	}
+	if len(out) > 0 {
+		if err := st.allowed(w); err != nil {
+			return err
+		}
+		if err := st.sendEvents(w, out, through); err != nil {
+			return err
+		}
+	}
+	w.through, w.caughtUp = through, false
+	if cursor, err := st.s.srv.WatchFrom(through + 1); err == nil {
+		w.cursor = cursor
+	}
+	return nil
+}
+
+// inWindow reports whether the history window holds the changes from
+// revision rev on.
+func (s *Server) inWindow(rev uint64) bool {
+	c := s.compactRevision()
+	return c > 0 && rev >= c
 }

@@ -95,7 +95,7 @@ func EncodeEntryVersion(cmd *fsmpb.Command, v uint32, sizeHint int) ([]byte, err
 		head = versionedHeaderLen
 	}
 	buf := make([]byte, head, head+sizeHint)
-	buf, err := proto.MarshalOptions{}.MarshalAppend(buf, cmd)
+	buf, err := proto.MarshalOptions{}.MarshalAppend(buf, PackKeys(cmd))
 	if err != nil {
 		return nil, err
 	}

@@ -289,9 +289,10 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	}
 	core := f.state.copyCore()
 	kv := f.state.kv.tree.Clone()
+	hist := f.state.copyKVHistory() // O(1): the records are shared
 	queues := f.state.CloneQueues() // O(1) per queue: serialised in Persist
 	f.mu.Unlock()
-	return &fsmSnapshot{core: core, kv: kv, queues: queues}, nil
+	return &fsmSnapshot{core: core, kv: kv, hist: hist, queues: queues}, nil
 }
 
 // ConsistentExport returns the whole state like State.Export, holding the
@@ -301,10 +302,12 @@ func (f *FSM) ConsistentExport() *fsmpb.Snapshot {
 	f.mu.Lock()
 	core := f.state.copyCore()
 	kv := f.state.kv.tree.Clone()
+	hist := f.state.copyKVHistory()
 	queues := f.state.CloneQueues()
 	f.mu.Unlock()
 	snap := core.export()
 	exportKV(snap, kv)
+	exportKVHistory(snap, hist)
 	exportQueues(snap, queues)
 	return snap
 }
@@ -341,6 +344,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 type fsmSnapshot struct {
 	core   *coreCopy
 	kv     *btree.BTreeG[KV]
+	hist   historyCopy
 	queues QueueSnapshot
 }
 
@@ -349,6 +353,7 @@ type fsmSnapshot struct {
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	snap := s.core.export()
 	exportKV(snap, s.kv)
+	exportKVHistory(snap, s.hist)
 	snap.Queues = s.queues.Export()
 	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(snap)
 	if err == nil {

@@ -24,9 +24,10 @@ import (
 // of the replicated contract; the server's admission limits (configurable,
 // lower by default) are checked before a command is proposed.
 const (
-	// MaxKVValueLen is the largest value a key may hold, bytes. Keys are
-	// bounded by MaxNameLen.
-	MaxKVValueLen = 1 << 20
+	// MaxKVValueLen is the largest value a key may hold, bytes: etcd's
+	// request limit (--max-request-bytes, 1.5 MiB), from cluster version 3
+	// (1 MiB before it, kvvalue.go). Keys are bounded by MaxNameLen.
+	MaxKVValueLen = 3 << 19
 	// MaxTxnOps bounds the compares and the ops of each branch of a
 	// transaction.
 	MaxTxnOps = 10_000
@@ -95,7 +96,8 @@ type KVOpResult struct {
 	More    bool  // a range op: cut short by its limit
 	Count   int64 // a range op with count or count_only
 	Deleted int64
-	Prev    []KV // a put or a delete: as KVResult.Prev
+	Prev    []KV      // a put or a delete: as KVResult.Prev
+	Txn     *KVResult // a nested transaction: its result
 }
 
 // Errors of the key-value store's etcd options. Both are ErrInvalid too.
@@ -115,11 +117,12 @@ func kvLess(a, b KV) bool { return a.Key < b.Key }
 type kvStore struct {
 	tree      *btree.BTreeG[KV]
 	ephemeral map[uint64]map[string]struct{}
-	bytes     uint64 // of every key and value (max-kv-bytes)
+	bytes     uint64    // of every key and value (max-kv-bytes)
+	hist      kvHistory // past versions, from cluster version 3 (kvhistory.go)
 }
 
 func newKVStore() kvStore {
-	return kvStore{tree: btree.NewG(32, kvLess), ephemeral: make(map[uint64]map[string]struct{})}
+	return kvStore{tree: btree.NewG(32, kvLess), ephemeral: make(map[uint64]map[string]struct{}), hist: newKVHistory()}
 }
 
 func (k *kvStore) bind(session uint64, key string) {
@@ -141,22 +144,36 @@ func (k *kvStore) unbind(session uint64, key string) {
 	}
 }
 
-// ValidateKVKey checks a key, or with prefix a key prefix ("" allowed).
+// ValidateKVKey checks a key, or with prefix a key prefix ("" allowed),
+// as Tenure's own API takes them: UTF-8 text. The state machine takes any
+// bytes (validateKVBytes): the etcd API's keys are bytes.
 func ValidateKVKey(key string, prefix bool) error {
-	if !prefix {
-		return ValidateName("key", key)
+	if !utf8.ValidString(key) {
+		return fmt.Errorf("%w: key is not valid UTF-8", ErrInvalid)
 	}
-	switch {
-	case len(key) > MaxNameLen:
+	return validateKVBytes(key, prefix)
+}
+
+// validateKVBytes checks a key, or with prefix a key prefix ("" allowed), of
+// any bytes (keysbin.go).
+func validateKVBytes(key string, prefix bool) error {
+	if !prefix {
+		switch {
+		case key == "":
+			return fmt.Errorf("%w: key must not be empty", ErrInvalid)
+		case len(key) > MaxNameLen:
+			return fmt.Errorf("%w: key is %d bytes, the limit is %d", ErrInvalid, len(key), MaxNameLen)
+		}
+		return nil
+	}
+	if len(key) > MaxNameLen {
 		return fmt.Errorf("%w: key prefix is %d bytes, the limit is %d", ErrInvalid, len(key), MaxNameLen)
-	case !utf8.ValidString(key):
-		return fmt.Errorf("%w: key prefix is not valid UTF-8", ErrInvalid)
 	}
 	return nil
 }
 
 func validateKVPut(p *fsmpb.KVPut) error {
-	if err := ValidateKVKey(p.GetKey(), false); err != nil {
+	if err := validateKVBytes(p.GetKey(), false); err != nil {
 		return err
 	}
 	switch {
@@ -194,7 +211,7 @@ func (s *State) checkPut(p *fsmpb.KVPut) error {
 	return nil
 }
 
-func validateKVOps(ops []*fsmpb.KVOp) error {
+func validateKVOps(ops []*fsmpb.KVOp, depth int) error {
 	if len(ops) > MaxTxnOps {
 		return fmt.Errorf("%w: %d ops in a transaction branch, the limit is %d", ErrInvalid, len(ops), MaxTxnOps)
 	}
@@ -207,6 +224,8 @@ func validateKVOps(ops []*fsmpb.KVOp) error {
 			err = validateKVDelete(o.Delete)
 		case *fsmpb.KVOp_Range:
 			err = validateRangeOp(o.Range)
+		case *fsmpb.KVOp_Txn:
+			err = validateNestedTxn(o.Txn, depth+1)
 		default:
 			err = fmt.Errorf("%w: empty transaction op", ErrInvalid)
 		}
@@ -218,7 +237,7 @@ func validateKVOps(ops []*fsmpb.KVOp) error {
 }
 
 func validateKVDelete(d *fsmpb.KVDelete) error {
-	if err := ValidateKVKey(d.GetKey(), d.GetPrefix() || len(d.GetRangeEnd()) > 0); err != nil {
+	if err := validateKVBytes(d.GetKey(), d.GetPrefix() || len(d.GetRangeEnd()) > 0); err != nil {
 		return err
 	}
 	if len(d.GetRangeEnd()) > MaxNameLen {
@@ -228,7 +247,7 @@ func validateKVDelete(d *fsmpb.KVDelete) error {
 }
 
 func validateKVCompare(c *fsmpb.KVCompare) error {
-	if err := ValidateKVKey(c.GetKey(), len(c.GetRangeEnd()) > 0); err != nil {
+	if err := validateKVBytes(c.GetKey(), len(c.GetRangeEnd()) > 0); err != nil {
 		return err
 	}
 	if len(c.GetRangeEnd()) > MaxNameLen {
@@ -244,7 +263,10 @@ func validateKVCompare(c *fsmpb.KVCompare) error {
 }
 
 // ValidateKVTxn checks a transaction's arguments (not the sessions).
-func ValidateKVTxn(t *fsmpb.KVTxn) error {
+func ValidateKVTxn(t *fsmpb.KVTxn) error { return validateKVTxnAt(t, 0) }
+
+// validateKVTxnAt is ValidateKVTxn of a transaction nested depth deep.
+func validateKVTxnAt(t *fsmpb.KVTxn, depth int) error {
 	if len(t.GetCompares()) > MaxTxnOps {
 		return fmt.Errorf("%w: %d compares in a transaction, the limit is %d", ErrInvalid, len(t.GetCompares()), MaxTxnOps)
 	}
@@ -253,10 +275,10 @@ func ValidateKVTxn(t *fsmpb.KVTxn) error {
 			return err
 		}
 	}
-	if err := validateKVOps(t.GetSuccess()); err != nil {
+	if err := validateKVOps(t.GetSuccess(), depth); err != nil {
 		return err
 	}
-	return validateKVOps(t.GetFailure())
+	return validateKVOps(t.GetFailure(), depth)
 }
 
 // revisionOnce hands out one new revision on first use and the same one
@@ -295,36 +317,26 @@ func (s *State) kvApplyDelete(d *fsmpb.KVDelete, emit EventSink) Result {
 	return Result{KV: &KVResult{Deleted: int64(len(victims)), Prev: victims}}
 }
 
-// txnBranch evaluates a transaction's compares and checks the ops of the
-// branch they choose, changing nothing: the transaction is all or nothing.
-func (s *State) txnBranch(t *fsmpb.KVTxn) (ok bool, ops []*fsmpb.KVOp, err error) {
-	ok = true
-	for _, c := range t.GetCompares() {
-		if !s.kvCompare(c) {
-			ok = false
-			break
-		}
-	}
-	ops = t.GetSuccess()
-	if !ok {
-		ops = t.GetFailure()
-	}
+// txnBranch evaluates a transaction's compares, with those of its nested
+// transactions (planTxn), and checks the ops of the branches they choose,
+// changing nothing: the transaction is all or nothing. ops are the
+// branches' puts, deletes and ranges in the order they run.
+func (s *State) txnBranch(t *fsmpb.KVTxn) (plan *txnPlan, ops []*fsmpb.KVOp, err error) {
+	plan = s.planTxn(t)
+	ops = plan.flat()
 	for _, op := range ops {
 		if p := op.GetPut(); p != nil {
 			if err := s.checkPut(p); err != nil {
-				return ok, nil, err
+				return plan, nil, err
 			}
 		}
-		if r := op.GetRange(); r != nil && r.GetRevision() != 0 {
-			switch {
-			case r.GetRevision() > s.revision:
-				return ok, nil, ErrFutureRevision
-			case r.GetRevision() < s.revision:
-				return ok, nil, ErrCompactedRevision
+		if r := op.GetRange(); r != nil {
+			if err := s.CheckKVRevision(r.GetRevision()); err != nil {
+				return plan, nil, err
 			}
 		}
 	}
-	return ok, ops, nil
+	return plan, ops, nil
 }
 
 // ReadTxn evaluates a transaction whose ops are all ranges without
@@ -335,33 +347,47 @@ func (s *State) ReadTxn(t *fsmpb.KVTxn) (KVResult, error) {
 	if err := ValidateKVTxn(t); err != nil {
 		return KVResult{}, err
 	}
-	for _, branch := range [][]*fsmpb.KVOp{t.GetSuccess(), t.GetFailure()} {
-		for _, op := range branch {
-			if op.GetRange() == nil {
-				return KVResult{}, fmt.Errorf("%w: a transaction read holds ranges only", ErrInvalid)
-			}
-		}
+	if err := s.checkNestedVersion(t); err != nil {
+		return KVResult{}, err
 	}
-	ok, ops, err := s.txnBranch(t)
+	if !rangesOnly(t) {
+		return KVResult{}, fmt.Errorf("%w: a transaction read holds ranges only", ErrInvalid)
+	}
+	plan, ops, err := s.txnBranch(t)
 	if err != nil {
 		return KVResult{}, err
 	}
 	if err := s.admitTxnAnswer(t, ops); err != nil {
 		return KVResult{}, err
 	}
-	out := KVResult{Succeeded: ok, Ops: make([]KVOpResult, len(ops))}
-	for i, op := range ops {
-		a := s.rangeIn(rangeOp(op.GetRange(), t.GetPaged()))
-		out.Ops[i].Range, out.Ops[i].More, out.Ops[i].Count = a.KVs, a.More, a.Count
+	return *s.runPlan(plan, t.GetPaged(), &revisionOnce{s: s}, nil), nil
+}
+
+// rangesOnly reports whether every op of t's branches, and of its nested
+// transactions', is a range.
+func rangesOnly(t *fsmpb.KVTxn) bool {
+	for _, branch := range [][]*fsmpb.KVOp{t.GetSuccess(), t.GetFailure()} {
+		for _, op := range branch {
+			if nt := op.GetTxn(); nt != nil {
+				if !rangesOnly(nt) {
+					return false
+				}
+			} else if op.GetRange() == nil {
+				return false
+			}
+		}
 	}
-	return out, nil
+	return true
 }
 
 func (s *State) kvApplyTxn(t *fsmpb.KVTxn, emit EventSink) Result {
 	if err := ValidateKVTxn(t); err != nil {
 		return Result{Err: err}
 	}
-	ok, ops, err := s.txnBranch(t)
+	if err := s.checkNestedVersion(t); err != nil {
+		return Result{Err: err}
+	}
+	plan, ops, err := s.txnBranch(t)
 	if err != nil {
 		return Result{Err: err}
 	}
@@ -379,21 +405,7 @@ func (s *State) kvApplyTxn(t *fsmpb.KVTxn, emit EventSink) Result {
 			return Result{Err: err}
 		}
 	}
-	out := &KVResult{Succeeded: ok, Ops: make([]KVOpResult, len(ops))}
-	rev := revisionOnce{s: s}
-	for i, op := range ops {
-		switch o := op.GetOp().(type) {
-		case *fsmpb.KVOp_Put:
-			out.Ops[i].Prev = s.kvPut(o.Put, rev.get(), emit)
-		case *fsmpb.KVOp_Delete:
-			victims := s.kvDelete(rangeOf(o.Delete.GetKey(), o.Delete.GetPrefix(), o.Delete.GetRangeEnd()), &rev, emit)
-			out.Ops[i].Deleted, out.Ops[i].Prev = int64(len(victims)), victims
-		case *fsmpb.KVOp_Range:
-			a := s.rangeIn(rangeOp(o.Range, t.GetPaged()))
-			out.Ops[i].Range, out.Ops[i].More, out.Ops[i].Count = a.KVs, a.More, a.Count
-		}
-	}
-	return Result{KV: out}
+	return Result{KV: s.runPlan(plan, t.GetPaged(), &revisionOnce{s: s}, emit)}
 }
 
 // ErrAnswerTooLarge: a transaction's range answers could take more bytes
@@ -463,6 +475,9 @@ func (s *State) admitTxnAnswer(t *fsmpb.KVTxn, ops []*fsmpb.KVOp) error {
 // would add. Deletes in the same transaction are not counted as freeing
 // room, so the check errs on the side of refusing.
 func (s *State) admitKVPuts(puts []*fsmpb.KVPut) error {
+	if err := s.checkValueLens(puts); err != nil {
+		return err
+	}
 	var newKeys, grow uint64
 	size := make(map[string]int, len(puts)) // key -> value size after the puts so far
 	for _, p := range puts {
@@ -599,6 +614,7 @@ func (s *State) kvPut(p *fsmpb.KVPut, rev uint64, emit EventSink) (prev []KV) {
 		s.kv.bind(kv.Session, kv.Key)
 	}
 	s.kv.tree.ReplaceOrInsert(kv)
+	s.kvRecordChange(true, kv, oldp, rev)
 	emit(Event{Kind: EventKVPut, Name: kv.Key, Revision: rev, KV: &kv, Prev: oldp})
 	return prev
 }
@@ -621,6 +637,7 @@ func (s *State) kvRemove(kv KV, rev uint64, emit EventSink) {
 	s.kv.tree.Delete(kv)
 	s.kv.unbind(kv.Session, kv.Key)
 	s.kv.bytes -= uint64(len(kv.Key) + len(kv.Value))
+	s.kvRecordChange(false, kv, &kv, rev)
 	emit(Event{Kind: EventKVDelete, Name: kv.Key, Revision: rev, KV: &KV{Key: kv.Key, ModRevision: rev}, Prev: &kv})
 }
 
@@ -687,7 +704,7 @@ func (s *State) KVCount() int { return s.kv.tree.Len() }
 func exportKV(snap *fsmpb.Snapshot, tree *btree.BTreeG[KV]) {
 	snap.Kv = make([]*fsmpb.KVState, 0, tree.Len())
 	tree.Ascend(func(kv KV) bool {
-		snap.Kv = append(snap.Kv, &fsmpb.KVState{Key: kv.Key, Value: kv.Value, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Session: kv.Session})
+		snap.Kv = append(snap.Kv, kvStateRecord(&kv))
 		return true
 	})
 	if len(snap.Kv) == 0 {
@@ -698,7 +715,7 @@ func exportKV(snap *fsmpb.Snapshot, tree *btree.BTreeG[KV]) {
 // importKV loads the keys of snap; sessions must be loaded already.
 func (s *State) importKV(snap *fsmpb.Snapshot) error {
 	for _, ks := range snap.GetKv() {
-		kv := KV{Key: ks.GetKey(), Value: ks.GetValue(), CreateRevision: ks.GetCreateRevision(), ModRevision: ks.GetModRevision(), Version: ks.GetVersion(), Session: ks.GetSession()}
+		kv := KV{Key: keyOfState(ks), Value: ks.GetValue(), CreateRevision: ks.GetCreateRevision(), ModRevision: ks.GetModRevision(), Version: ks.GetVersion(), Session: ks.GetSession()}
 		if kv.Session != 0 {
 			if _, ok := s.sessions[kv.Session]; !ok {
 				return fmt.Errorf("snapshot: key %q bound to unknown session %d", kv.Key, kv.Session)

@@ -30,7 +30,7 @@ func (s *State) RangeCost(q RangeQuery) RangeCost {
 		want = q.Limit // the answer; the read gathers one more
 	}
 	var largest int64
-	s.ascend(rangeOf(q.Key, false, q.End), func(kv KV) bool {
+	s.ascendAt(rangeOf(q.Key, false, q.End), q.Revision, func(kv KV) bool {
 		if want < 0 || c.Collected <= want {
 			c.Collected++
 		}

@@ -80,6 +80,10 @@ type RangeQuery struct {
 	// Paged answers at most one page (MaxPageItems, MaxPageBytes) after
 	// the limit; More then says whether keys were left out.
 	Paged bool
+	// Revision reads the keys as they were at this revision (0: the
+	// current ones); it must be inside the history window
+	// (State.CheckKVRevision).
+	Revision uint64
 }
 
 // RangeAnswer is what a RangeQuery reads.
@@ -183,7 +187,7 @@ func (q *RangeQuery) keep(kv *KV) bool {
 
 // ValidateRangeQuery checks a query's key, range end and options.
 func ValidateRangeQuery(q *RangeQuery) error {
-	if err := ValidateKVKey(q.Key, len(q.End) > 0); err != nil {
+	if err := validateKVBytes(q.Key, len(q.End) > 0); err != nil {
 		return err
 	}
 	if len(q.End) > MaxNameLen {
@@ -221,7 +225,7 @@ func (s *State) rangeIn(r keyRange, q RangeQuery) RangeAnswer {
 	}
 	counting := q.Count || q.CountOnly
 	collecting, bytes := true, 0
-	s.ascend(r, func(kv KV) bool {
+	s.ascendAt(r, q.Revision, func(kv KV) bool {
 		out.Count++
 		if q.CountOnly {
 			return true
@@ -303,7 +307,7 @@ func (s *State) rangeSize(r keyRange, q RangeQuery, stop uint64) uint64 {
 		limit = MaxPageItems
 	}
 	var items int64
-	s.ascend(r, func(kv KV) bool {
+	s.ascendAt(r, q.Revision, func(kv KV) bool {
 		size := uint64(AnswerSize(&kv, q.KeysOnly))
 		if q.Paged && items > 0 && n+size > MaxPageBytes {
 			return false
@@ -363,7 +367,7 @@ func rangeOp(r *fsmpb.KVRange, paged bool) (keyRange, RangeQuery) {
 		SortOrder: r.GetSortOrder(), SortTarget: r.GetSortTarget(), KeysOnly: r.GetKeysOnly(), CountOnly: r.GetCountOnly(),
 		MinModRevision: r.GetMinModRevision(), MaxModRevision: r.GetMaxModRevision(),
 		MinCreateRevision: r.GetMinCreateRevision(), MaxCreateRevision: r.GetMaxCreateRevision(),
-		Count: r.GetCount(), Paged: paged,
+		Count: r.GetCount(), Paged: paged, Revision: r.GetRevision(),
 	}
 	kr := rangeOf(r.GetKey(), r.GetPrefix(), r.GetRangeEnd())
 	if r.GetPrefix() && r.GetStartKey() > kr.start {
@@ -376,7 +380,7 @@ func rangeOp(r *fsmpb.KVRange, paged bool) (keyRange, RangeQuery) {
 }
 
 func validateRangeOp(r *fsmpb.KVRange) error {
-	if err := ValidateKVKey(r.GetKey(), r.GetPrefix() || len(r.GetRangeEnd()) > 0); err != nil {
+	if err := validateKVBytes(r.GetKey(), r.GetPrefix() || len(r.GetRangeEnd()) > 0); err != nil {
 		return err
 	}
 	switch {

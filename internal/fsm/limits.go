@@ -32,6 +32,9 @@ type Limits struct {
 	MaxKeys          uint64
 	MaxKVBytes       uint64
 	MaxEtcdLeases    uint64
+	// The history window of the key-value store (kvhistory.go).
+	MaxKVHistoryRevisions uint64
+	MaxKVHistoryBytes     uint64
 }
 
 // LimitSpec describes one replicated limit: its name (the flag of
@@ -60,6 +63,8 @@ var LimitSpecs = []LimitSpec{
 	{"max-keys", "keys of the key-value store", 1_000_000, func(l *Limits) *uint64 { return &l.MaxKeys }},
 	{"max-kv-bytes", "bytes of all keys and values of the key-value store together", 1 << 30, func(l *Limits) *uint64 { return &l.MaxKVBytes }},
 	{"max-etcd-leases", "live leases of the etcd API (apart from --max-sessions, which counts Tenure's own sessions)", 10_000, func(l *Limits) *uint64 { return &l.MaxEtcdLeases }},
+	{"max-kv-history-revisions", "revisions the etcd API's history of past key versions spans (older ones are compacted as keys change)", 100_000, func(l *Limits) *uint64 { return &l.MaxKVHistoryRevisions }},
+	{"max-kv-history-bytes", "bytes the etcd API's history of past key versions holds (the oldest revisions are compacted past it)", 128 << 20, func(l *Limits) *uint64 { return &l.MaxKVHistoryBytes }},
 }
 
 // DefaultLimits are the limits of a new state.
@@ -134,6 +139,9 @@ func (s *State) setLimits(c *fsmpb.SetLimits) Result {
 	change := LimitsFromProto(c.GetLimits())
 	if !s.at(2) {
 		change.MaxEtcdLeases = 0 // came with version 2 (version.go): ignored, as older members do
+	}
+	if !s.at(historyVersion) {
+		change.MaxKVHistoryRevisions, change.MaxKVHistoryBytes = 0, 0
 	}
 	s.limits = s.limits.Merge(change)
 	return Result{}

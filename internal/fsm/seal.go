@@ -77,6 +77,7 @@ func SealSnapshot(clusterID, state []byte) ([]byte, error) {
 // with ErrNotSealed or ErrSnapshotDamaged, saying what is wrong in one
 // line.
 func OpenSnapshot(data []byte) (clusterID, state []byte, err error) {
+	data = unframeEtcd(data) // a file etcd's clients saved (sealetcd.go)
 	damaged := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrSnapshotDamaged, fmt.Sprintf(format, args...))
 	}

@@ -19,6 +19,7 @@ import (
 func (s *State) Export() *fsmpb.Snapshot {
 	snap := s.exportCore()
 	exportKV(snap, s.kv.tree)
+	exportKVHistory(snap, s.copyKVHistory())
 	exportQueues(snap, s.CloneQueues())
 	return snap
 }
@@ -158,6 +159,9 @@ func importWith(snap *fsmpb.Snapshot, items *itemLoader) (*State, error) {
 		s.deleted.record(d.GetKey(), d.GetToken(), d.GetLock())
 	}
 	if err := s.importKV(snap); err != nil {
+		return nil, err
+	}
+	if err := s.importKVHistory(snap); err != nil {
 		return nil, err
 	}
 	if err := s.importQueues(snap.GetQueues(), items); err != nil {

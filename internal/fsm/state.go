@@ -231,6 +231,7 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 	if err := s.gateApply(cmd); err != nil {
 		return Result{Err: err, Revision: s.revision}
 	}
+	s.unpackKeys(cmd) // keys that are not UTF-8 (keysbin.go)
 	switch op := cmd.GetOp().(type) {
 	case *fsmpb.Command_SetClusterVersion:
 		r = s.setClusterVersion(op.SetClusterVersion)
@@ -268,6 +269,8 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 		r = s.kvApplyDelete(op.KvDelete, emit)
 	case *fsmpb.Command_KvTxn:
 		r = s.kvApplyTxn(op.KvTxn, emit)
+	case *fsmpb.Command_KvCompact:
+		r = s.kvCompact(op.KvCompact)
 	case *fsmpb.Command_AclBootstrap:
 		r = s.aclBootstrap(op.AclBootstrap)
 	case *fsmpb.Command_AclPolicySet:

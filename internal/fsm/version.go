@@ -109,6 +109,16 @@ type Gate struct {
 //   - KVTxn ignores max_answer_bytes (the server checks the answer's size
 //     before it proposes; paged shapes only the answer, not the state);
 //   - SetLimits ignores max_etcd_leases.
+//
+// Below version 3, KVTxn refuses a nested transaction (KVOp.txn) with
+// ErrVersion, changing nothing, as an older member refuses the op it
+// does not know; and KVPut and KVTxn refuse a value over 1 MiB (version
+// 3 raises MaxKVValueLen to etcd's 1.5 MiB).
+//
+// Below version 3 (kvhistory.go) no past version of a key is kept: a
+// read names the current revision or nothing, SetLimits ignores
+// max_kv_history_revisions and max_kv_history_bytes, and a snapshot holds
+// no history window.
 var Gates = []Gate{
 	{"tenure.fsm.v1.Command.acl_enable", 2},
 	{"tenure.fsm.v1.Command.retire_signing_key", 2},
@@ -116,6 +126,19 @@ var Gates = []Gate{
 	{"tenure.fsm.v1.Command.acl_token_update", 2},
 	{"tenure.fsm.v1.Command.set_client_addr", 2},
 	{"tenure.fsm.v1.Limits.max_etcd_leases", 2},
+	{"tenure.fsm.v1.Command.kv_compact", 3},
+	{"tenure.fsm.v1.Limits.max_kv_history_revisions", 3},
+	{"tenure.fsm.v1.Limits.max_kv_history_bytes", 3},
+	{"tenure.fsm.v1.Snapshot.kv_history", 3},
+	{"tenure.fsm.v1.Snapshot.kv_compact_revision", 3},
+	{"tenure.fsm.v1.KVOp.txn", 3},
+	{"tenure.fsm.v1.KVPut.key_bin", 3},
+	{"tenure.fsm.v1.KVDelete.key_bin", 3},
+	{"tenure.fsm.v1.KVRange.key_bin", 3},
+	{"tenure.fsm.v1.KVRange.start_key_bin", 3},
+	{"tenure.fsm.v1.KVCompare.key_bin", 3},
+	{"tenure.fsm.v1.KVState.key_bin", 3},
+	{"tenure.fsm.v1.KVHistoryRecord.key_bin", 3},
 }
 
 // gates is Gates by field; maxGate the newest version it names.
@@ -181,7 +204,8 @@ func CheckVersion(cmd *fsmpb.Command, cluster uint32) error {
 	if cluster >= maxGate || cmd.GetSetClusterVersion() != nil {
 		return nil
 	}
-	if need, what := requiredVersion(cmd); need > cluster {
+	// As it will be encoded: a key that is not UTF-8 takes key_bin.
+	if need, what := requiredVersion(PackKeys(cmd)); need > cluster {
 		return &VersionError{What: what, Need: need, Cluster: cluster}
 	}
 	return nil
@@ -242,7 +266,11 @@ func (s *State) setClusterVersion(c *fsmpb.SetClusterVersion) Result {
 		return Result{Err: &FormatError{What: "command", Unknown: fmt.Sprintf("SetClusterVersion to %d", v)}}
 	}
 	s.bump()
+	before := s.ClusterVersion()
 	s.clusterVersion = v
+	if before < historyVersion && v >= historyVersion {
+		s.startKVHistory()
+	}
 	return Result{}
 }
 

@@ -40,6 +40,7 @@ type Metrics struct {
 	lockWait      map[string]prometheus.Observer // by kind
 	rpcRequests   *prometheus.CounterVec
 	rpcSeconds    *prometheus.HistogramVec
+	forwarded     *prometheus.CounterVec
 	logAppend     prometheus.Histogram
 	batch         prometheus.Histogram
 	commitWaits   map[bool]prometheus.Counter // by gained
@@ -119,6 +120,10 @@ func New() *Metrics {
 		Name: "tenure_rpc_requests_total",
 		Help: "RPCs answered, by method and gRPC status code (a stream counts when it ends).",
 	}, []string{"method", "code"})
+	m.forwarded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenure_forwarded_requests_total",
+		Help: "Requests this member relayed to the leader over the peer port, by method and the gRPC status code answered (a stream counts when it ends).",
+	}, []string{"method", "code"})
 	m.rpcSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "tenure_rpc_duration_seconds",
 		Help:    "Time to answer a unary RPC, by method.",
@@ -143,7 +148,7 @@ func New() *Metrics {
 		Name: "tenure_leader_changes_total",
 		Help: "New leaders this node has seen (an election flapping under load shows here first).",
 	})
-	m.reg.MustRegister(wait, m.rpcRequests, m.rpcSeconds, m.logAppend, m.batch, waits, m.leaderChanges, stateCollector{m},
+	m.reg.MustRegister(wait, m.rpcRequests, m.rpcSeconds, m.forwarded, m.logAppend, m.batch, waits, m.leaderChanges, stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -174,6 +179,12 @@ func (m *Metrics) ObserveRPC(method, code string, unary bool, d time.Duration) {
 	if unary {
 		m.rpcSeconds.WithLabelValues(method).Observe(d.Seconds())
 	}
+}
+
+// ObserveForwarded counts a request this member forwarded to the leader
+// (method, the code it was answered with).
+func (m *Metrics) ObserveForwarded(method, code string) {
+	m.forwarded.WithLabelValues(method, code).Inc()
 }
 
 // LogAppend implements node.Observer.
@@ -302,6 +313,6 @@ func Names() []string {
 		"tenure_raft_is_leader", "tenure_raft_term", "tenure_raft_commit_index", "tenure_raft_applied_index", "tenure_leader_changes_total",
 		"tenure_member_reachable", "tenure_member_replication_lag_entries", "tenure_member_last_contact_seconds",
 		"tenure_log_append_seconds", "tenure_apply_batch_commands", "tenure_group_commit_waits_total",
-		"tenure_rpc_requests_total", "tenure_rpc_duration_seconds",
+		"tenure_rpc_requests_total", "tenure_rpc_duration_seconds", "tenure_forwarded_requests_total",
 	}
 }

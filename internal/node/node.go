@@ -81,6 +81,9 @@ type Node struct {
 	peerStream raft.StreamLayer
 	raiseNow   chan struct{}
 	versions   versionCache // what members last reported (upgrade.go)
+	// fwd takes the forwarded-API connections of the peer listener (nil
+	// standalone; forward.go).
+	fwd *forwardListener
 
 	proposals chan *proposal
 	slots     chan struct{}

@@ -71,6 +71,9 @@ func Open(cfg Config, sink fsm.EventSink) (_ *Node, err error) {
 		if c, ok := n.trans.(io.Closer); ok {
 			c.Close()
 		}
+		if n.fwd != nil {
+			n.fwd.Close()
+		}
 		stores.Close()
 	}()
 	if cfg.Observer != nil {
@@ -250,7 +253,10 @@ func (n *Node) openTransport(logger hclog.Logger) (raft.ServerAddress, error) {
 	// cluster (peerid.go).
 	stream = versionStream{stream}
 	n.peerStream = stream
-	nc.Stream = newIdentityStream(stream, n.ident, n.refusedPeer)
+	// A forwarded-API connection is taken out of raft's way next
+	// (forward.go).
+	n.fwd = newForwardListener(adv)
+	nc.Stream = newIdentityStream(forwardStream{StreamLayer: stream, n: n}, n.ident, n.refusedPeer)
 	tcp := raft.NewNetworkTransportWithConfig(nc)
 	n.trans = tcp
 	return tcp.LocalAddr(), nil
@@ -398,6 +404,9 @@ func (n *Node) Close() error {
 		}
 		if c, ok := n.trans.(io.Closer); ok {
 			c.Close()
+		}
+		if n.fwd != nil {
+			n.fwd.Close()
 		}
 		n.probes.Wait()
 		if err := n.stores.Close(); err != nil && n.closeErr == nil {

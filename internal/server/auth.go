@@ -141,7 +141,7 @@ func callerOf(ctx context.Context, sec *fsm.Security) caller {
 			return caller{kind: "token", name: t.ID, policies: t.Policies}
 		}
 	}
-	return certCaller(sec, CertNames(ctx))
+	return certCaller(sec, callerCertNames(ctx)) // forward.go
 }
 
 // clientCert is the request's client certificate, if the TLS layer

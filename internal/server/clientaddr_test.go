@@ -24,10 +24,11 @@ import (
 
 // TestClientFindsTheClusterFromOneEndpoint: every member publishes its
 // client address (the leader commits its own, followers send theirs to
-// the leader), MemberList reports them, a follower's "not the leader"
-// names the leader's, and a client given one follower (WithDiscovery)
-// locks on the leader and, when the leader stops, goes on with the next
-// one among the members it learned.
+// the leader), MemberList reports them, a follower forwards what needs
+// the leader (and names the leader's address when it
+// cannot), and a client given one follower (WithDiscovery) locks through
+// it and, when the leader stops, goes on with the next one among the
+// members it learned.
 func TestClientFindsTheClusterFromOneEndpoint(t *testing.T) {
 	testutil.Slow(t)
 	ms := startCluster(t, 3)
@@ -90,8 +91,16 @@ func TestClientFindsTheClusterFromOneEndpoint(t *testing.T) {
 		}
 	}
 
-	// The follower's NOT_LEADER names the leader's address.
-	_, err = testutil.API(t, follower.d.Addr()).FencedGet(ctx, &pb.FencedGetRequest{Key: "k"})
+	// A follower forwards what needs the leader; what it cannot forward
+	// (here: a request forwarded to it, which is never forwarded again)
+	// it answers NOT_LEADER naming the leader's address.
+	var leaderMember *member
+	for _, m := range ms {
+		if m.id == leader {
+			leaderMember = m
+		}
+	}
+	_, err = forwardAPI(t, leaderMember.d, follower.id).FencedGet(ctx, &pb.FencedGetRequest{Key: "k"})
 	st, _ := status.FromError(err)
 	hinted := ""
 	for _, d := range st.Details() {
@@ -100,7 +109,10 @@ func TestClientFindsTheClusterFromOneEndpoint(t *testing.T) {
 		}
 	}
 	if st.Code() != codes.Unavailable || hinted != addr[leader] {
-		t.Fatalf("the follower's answer: %v, naming %q; want UNAVAILABLE naming the leader's %s", err, hinted, addr[leader])
+		t.Fatalf("the follower's answer to a forwarded request: %v, naming %q; want UNAVAILABLE naming the leader's %s", err, hinted, addr[leader])
+	}
+	if _, err := testutil.API(t, follower.d.Addr()).FencedGet(ctx, &pb.FencedGetRequest{Key: "k"}); err != nil {
+		t.Fatalf("a linearizable read on the follower's client API: %v, want it forwarded", err)
 	}
 
 	c := testutil.Dial(t, follower.d.Addr(), client.WithDiscovery())
@@ -110,8 +122,8 @@ func TestClientFindsTheClusterFromOneEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Endpoint() != addr[leader] {
-		t.Fatalf("the client locked at %s, the leader is at %s", c.Endpoint(), addr[leader])
+	if c.Endpoint() != follower.d.Addr() {
+		t.Fatalf("the client locked at %s, not through the follower %s it was given", c.Endpoint(), follower.d.Addr())
 	}
 	// The leader stops: the client finds the next one, which may be the
 	// member it was never given.

@@ -52,6 +52,8 @@ func command(op any) (*fsmpb.Command, error) {
 		c.Op = &fsmpb.Command_KvDelete{KvDelete: o}
 	case *fsmpb.KVTxn:
 		c.Op = &fsmpb.Command_KvTxn{KvTxn: o}
+	case *fsmpb.KVHistoryCompact:
+		c.Op = &fsmpb.Command_KvCompact{KvCompact: o}
 	case *fsmpb.QueueEnqueue:
 		c.Op = &fsmpb.Command_QueueEnqueue{QueueEnqueue: o}
 	case *fsmpb.QueueDequeue:

@@ -130,32 +130,43 @@ func (s *Server) admitFront(op any) error {
 	case *fsmpb.KVDelete:
 		return s.admitFrontDelete(o)
 	case *fsmpb.KVTxn:
-		for _, c := range o.GetCompares() {
-			if err := s.admitKey(c.GetKey()); err != nil {
-				return err
-			}
-		}
-		for _, branch := range [][]*fsmpb.KVOp{o.GetSuccess(), o.GetFailure()} {
-			for _, op := range branch {
-				var err error
-				switch {
-				case op.GetPut() != nil:
-					err = s.admitFrontPut(op.GetPut())
-				case op.GetDelete() != nil:
-					err = s.admitFrontDelete(op.GetDelete())
-				case op.GetRange() != nil:
-					err = s.admitKey(op.GetRange().GetKey())
-				}
-				if err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	case *fsmpb.CreateSession, *fsmpb.CloseSession, *fsmpb.SetEtcdURL, *fsmpb.AclTokenUpdate:
+		return s.admitFrontTxn(o, 0)
+	case *fsmpb.CreateSession, *fsmpb.CloseSession, *fsmpb.SetEtcdURL, *fsmpb.AclTokenUpdate, *fsmpb.KVHistoryCompact:
 		return nil
 	}
 	return fmt.Errorf("%w: %T is not an operation a front proposes", errNoCommand, op)
+}
+
+// admitFrontTxn is admitFront of a transaction nested depth deep, its
+// nested transactions' ops included.
+func (s *Server) admitFrontTxn(o *fsmpb.KVTxn, depth int) error {
+	if depth > fsm.MaxTxnDepth {
+		return fmt.Errorf("%w: transactions nested more than %d deep", fsm.ErrInvalid, fsm.MaxTxnDepth)
+	}
+	for _, c := range o.GetCompares() {
+		if err := s.admitKey(c.GetKey()); err != nil {
+			return err
+		}
+	}
+	for _, branch := range [][]*fsmpb.KVOp{o.GetSuccess(), o.GetFailure()} {
+		for _, op := range branch {
+			var err error
+			switch {
+			case op.GetPut() != nil:
+				err = s.admitFrontPut(op.GetPut())
+			case op.GetDelete() != nil:
+				err = s.admitFrontDelete(op.GetDelete())
+			case op.GetRange() != nil:
+				err = s.admitKey(op.GetRange().GetKey())
+			case op.GetTxn() != nil:
+				err = s.admitFrontTxn(op.GetTxn(), depth+1)
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func (s *Server) admitFrontPut(p *fsmpb.KVPut) error {

@@ -40,7 +40,7 @@ type KVLimits struct {
 func DefaultKVLimits() KVLimits {
 	return KVLimits{
 		MaxKeyLen:             fsm.MaxNameLen,
-		MaxValueLen:           64 << 10,
+		MaxValueLen:           fsm.MaxKVValueLen,
 		MaxTxnOps:             128,
 		WatchHistory:          100_000,
 		WatchHistoryBytes:     128 << 20,
@@ -172,7 +172,8 @@ func (s *Server) KVRange(ctx context.Context, req *pb.KVRangeRequest) (*pb.KVRan
 			}
 			return
 		}
-		for kv := range st.KVFrom(req.GetKey(), req.GetStartKey()) {
+		// A page after a key that is not UTF-8 starts from its shown form.
+		for kv := range st.KVFrom(req.GetKey(), fsm.KeyFromShown(req.GetStartKey())) {
 			pkv := kvToProto(&kv)
 			if !p.take(pkv) {
 				break
@@ -193,7 +194,7 @@ func txnOpsToFSM(ops []*pb.KVRequestOp) ([]*fsmpb.KVOp, error) {
 		case *pb.KVRequestOp_Delete:
 			out[i] = &fsmpb.KVOp{Op: &fsmpb.KVOp_Delete{Delete: &fsmpb.KVDelete{Key: o.Delete.GetKey(), Prefix: o.Delete.GetPrefix()}}}
 		case *pb.KVRequestOp_Range:
-			out[i] = &fsmpb.KVOp{Op: &fsmpb.KVOp_Range{Range: &fsmpb.KVRange{Key: o.Range.GetKey(), Prefix: o.Range.GetPrefix(), Limit: o.Range.GetLimit(), StartKey: o.Range.GetStartKey()}}}
+			out[i] = &fsmpb.KVOp{Op: &fsmpb.KVOp_Range{Range: &fsmpb.KVRange{Key: o.Range.GetKey(), Prefix: o.Range.GetPrefix(), Limit: o.Range.GetLimit(), StartKey: fsm.KeyFromShown(o.Range.GetStartKey())}}}
 		default:
 			return nil, fmt.Errorf("%w: transaction op %d is empty", fsm.ErrInvalid, i)
 		}

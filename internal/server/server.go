@@ -45,6 +45,9 @@ type Server struct {
 	// clientAddrs publishes this member's Tenure API address
 	// (clientaddr.go).
 	clientAddrs clientAddrs
+	// fwd holds the connections a follower forwards requests to the
+	// leader on (forward.go).
+	fwd forwarder
 }
 
 // New returns a server for n; hub must be the one whose Sink n delivers
@@ -129,7 +132,10 @@ func (s *Server) checkSession(id uint64, secret []byte) error {
 // is bounded by cleanupTimeout). Call it after the gRPC servers that serve s have
 // stopped and before the node closes. It is idempotent and safe for
 // concurrent use; s must not serve requests afterwards.
-func (s *Server) Close() { s.workers.close() }
+func (s *Server) Close() {
+	s.closeForward()
+	s.workers.close()
+}
 
 // Observe implements pb.TenureServer.
 func (s *Server) Observe(req *pb.ObserveRequest, stream pb.Tenure_ObserveServer) error {

@@ -242,8 +242,37 @@ func (s *Server) watchStatus(out *pb.StatusResponse) {
 	out.WatchCompactRevision, out.WatchHistoryEvents = r.compactRev, uint64(r.count())
 }
 
+// maxWatchResponseBytes bounds the events of one watch response, so that
+// values up to --max-value-len reach a client with gRPC's default 4 MiB
+// receive limit: a response ends at a revision's last event once it
+// holds this much (one revision's events are never split, so a
+// transaction's may take more).
+const maxWatchResponseBytes = 2 << 20
+
+// watchResponses are the responses that send evs, in order and whole
+// revisions each, the last one at revision through.
+func watchResponses(evs []kvEvent, through uint64) []*pb.KVWatchResponse {
+	var out []*pb.KVWatchResponse
+	cur := &pb.KVWatchResponse{}
+	size := 0
+	for i := range evs {
+		rev := evs[i].kv.ModRevision
+		if size >= maxWatchResponseBytes && len(cur.Events) > 0 && rev != evs[i-1].kv.ModRevision {
+			cur.Revision = evs[i-1].kv.ModRevision
+			out = append(out, cur)
+			cur, size = &pb.KVWatchResponse{}, 0
+		}
+		cur.Events = append(cur.Events, evs[i].wire)
+		size += len(evs[i].kv.Key) + len(evs[i].kv.Value) + 64
+	}
+	cur.Revision = through
+	return append(out, cur)
+}
+
 func kvToProto(kv *fsm.KV) *pb.KVKeyValue {
-	return &pb.KVKeyValue{Key: kv.Key, Value: kv.Value, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Session: kv.Session}
+	// A key that is not UTF-8 (the etcd API's) shows Go-quoted: Tenure's
+	// keys are text (fsm.ShowKey).
+	return &pb.KVKeyValue{Key: fsm.ShowKey(kv.Key), Value: kv.Value, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Session: kv.Session}
 }
 
 // KVWatch implements pb.TenureServer.
@@ -318,14 +347,12 @@ func (s *Server) watchLoop(ctx context.Context, stream pb.Tenure_KVWatchServer, 
 			if err := rights.check(); err != nil {
 				return toStatus(err)
 			}
-			resp := &pb.KVWatchResponse{Revision: max(through, sent), Events: make([]*pb.KVEvent, len(evs))}
-			for i := range evs {
-				resp.Events[i] = evs[i].wire
+			for _, resp := range watchResponses(evs, max(through, sent)) {
+				if err := stream.Send(resp); err != nil {
+					return err
+				}
+				sent = resp.Revision
 			}
-			if err := stream.Send(resp); err != nil {
-				return err
-			}
-			sent = resp.Revision
 			progress.Reset(interval)
 			continue
 		}

@@ -40,16 +40,20 @@ import (
 // RPC in srv's metrics (method, code; the time of a unary one). gs must
 // have been made with GRPCOptions.
 func Register(gs *grpc.Server, srv *Server) {
-	pb.RegisterTenureServer(strictRegistrar{gs, srv}, srv)
+	pb.RegisterTenureServer(strictRegistrar{ServiceRegistrar: gs, srv: srv}, srv)
 	srv.registerMembers(gs) // clientaddr.go
 }
 
 // strictRegistrar registers services whose handlers decode their requests
 // with decodeStrict and then authorize them, and are counted in srv's
-// metrics (and refusals logged).
+// metrics (and refusals logged). On a client door (forwardDoor false) a
+// request this node answers "not the leader" is forwarded to the leader
+// when it can be (forward.go); on the forward door requests are marked as
+// forwarded and never forwarded again.
 type strictRegistrar struct {
 	grpc.ServiceRegistrar
-	srv *Server
+	srv         *Server
+	forwardDoor bool
 }
 
 // RegisterService implements grpc.ServiceRegistrar.
@@ -58,16 +62,33 @@ func (r strictRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
 	d.Methods = make([]grpc.MethodDesc, len(desc.Methods))
 	for i, m := range desc.Methods {
 		handler, name := m.Handler, m.MethodName
+		full, newResp := "/"+desc.ServiceName+"/"+name, responseType(desc.ServiceName, name)
 		m.Handler = func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 			start := time.Now()
+			if r.forwardDoor {
+				ctx = forwardedContext(ctx)
+			}
+			var req proto.Message
 			resp, err := handler(srv, ctx, func(v any) error {
 				if err := decodeStrict(dec, v); err != nil {
 					return err
 				}
+				req, _ = v.(proto.Message)
 				return toStatus(r.srv.authorize(ctx, name, v))
 			}, interceptor)
 			if err == nil && !boundedByPayloads[name] {
 				resp, err = r.srv.boundAnswer(resp)
+			}
+			switch {
+			case r.forwardDoor:
+			case err != nil && isNotLeader(err):
+				if fresp, ferr, ok := r.srv.forwardUnary(ctx, full, name, req, newResp); ok {
+					resp, err = fresp, ferr
+				}
+			case err == nil && leaderView[name] && !r.srv.Serving():
+				if fresp, ferr, ok := r.srv.forwardUnary(ctx, full, name, req, newResp); ok && ferr == nil {
+					resp = fresp
+				}
 			}
 			if err != nil {
 				err = r.srv.hintLeader(err) // clientaddr.go
@@ -79,9 +100,28 @@ func (r strictRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
 	}
 	d.Streams = make([]grpc.StreamDesc, len(desc.Streams))
 	for i, s := range desc.Streams {
-		handler, name := s.Handler, s.StreamName
+		handler, name, clientStreams := s.Handler, s.StreamName, s.ClientStreams
+		full := "/" + desc.ServiceName + "/" + name
 		s.Handler = func(srv any, stream grpc.ServerStream) error {
-			err := handler(srv, strictStream{stream, func(v any) error { return r.srv.authorize(stream.Context(), name, v) }})
+			if r.forwardDoor {
+				stream = ctxStream{stream, forwardedContext(stream.Context())}
+			} else if clientStreams && !r.srv.Serving() {
+				// A stream the client sends on is relayed from its start
+				// (forward.go).
+				if err, ok := r.srv.relay(stream, full, name, nil); ok {
+					r.srv.answered(name, err, false, 0)
+					return err
+				}
+			}
+			ss := &strictStream{ServerStream: stream, authorize: func(v any) error { return r.srv.authorize(stream.Context(), name, v) }}
+			err := handler(srv, ss)
+			if err != nil && !r.forwardDoor && !clientStreams && ss.req != nil && !ss.sent && isNotLeader(err) {
+				// A server stream that needs the leader, answered here
+				// before it sent anything: forwarded with its request.
+				if ferr, ok := r.srv.relay(stream, full, name, ss.req); ok {
+					err = ferr
+				}
+			}
 			r.srv.answered(name, err, false, 0)
 			return err
 		}
@@ -137,18 +177,31 @@ func codeOf(err error) codes.Code {
 }
 
 // strictStream decodes every message it receives with decodeStrict and
-// authorizes it.
+// authorizes it. It records the first request and whether anything was
+// sent (a server stream that needs the leader is forwarded only when it
+// sent nothing).
 type strictStream struct {
 	grpc.ServerStream
 	authorize func(req any) error
+	req       proto.Message // the first request received
+	sent      bool
 }
 
 // RecvMsg implements grpc.ServerStream.
-func (s strictStream) RecvMsg(v any) error {
+func (s *strictStream) RecvMsg(v any) error {
 	if err := decodeStrict(s.ServerStream.RecvMsg, v); err != nil {
 		return err
 	}
+	if s.req == nil {
+		s.req, _ = v.(proto.Message)
+	}
 	return toStatus(s.authorize(v))
+}
+
+// SendMsg implements grpc.ServerStream.
+func (s *strictStream) SendMsg(v any) error {
+	s.sent = true
+	return s.ServerStream.SendMsg(v)
 }
 
 // wireMessage holds a received message's bytes (see codec).
@@ -236,8 +289,14 @@ type codec struct{ proto encoding.CodecV2 }
 
 func newCodec() codec { return codec{proto: encoding.GetCodecV2(grpcproto.Name)} }
 
-// Marshal implements encoding.CodecV2.
-func (c codec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+// Marshal implements encoding.CodecV2; a relayed frame (forward.go) is
+// sent as its bytes.
+func (c codec) Marshal(v any) (mem.BufferSlice, error) {
+	if f, ok := v.(*rawFrame); ok {
+		return mem.BufferSlice{mem.SliceBuffer(f.b)}, nil
+	}
+	return c.proto.Marshal(v)
+}
 
 // Unmarshal implements encoding.CodecV2.
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {

@@ -29,7 +29,7 @@ import (
 )
 
 // LogCacheSize is how many recent log entries are kept in memory in front of
-// the disk store.
+// the disk store (at most LogCacheBytes of them).
 const LogCacheSize = 1024
 
 // Engines lists the storage engines Open accepts.
@@ -201,11 +201,7 @@ func open(dir, engine string, logOutput io.Writer) (s *Stores, err error) {
 	if room == nil {
 		room = func() error { return nil }
 	}
-	cache, err := raft.NewLogCache(LogCacheSize, c)
-	if err != nil {
-		closer.Close()
-		return nil, fmt.Errorf("store: log cache: %w", err)
-	}
+	cache := newLogCache(LogCacheSize, LogCacheBytes, c)
 	return &Stores{Log: cache, Stable: checkedStable{c}, Engine: engine, Dir: dir, health: h, closer: closer, room: room}, nil
 }
 

@@ -56,9 +56,12 @@ func Go() string { return runtime.Version() }
 // registers bound to a lock; a transaction's answer bound; ACLs put in
 // force on every member by their bootstrap.
 //
-// Version 3: the etcd API's history of past revisions and its compaction,
-// nested transactions, and ZooKeeper's znodes (each command and field is
-// named in internal/fsm's Gates).
+// Version 3: the etcd API's history of past revisions and its compaction
+// (KVHistoryCompact, the limits max_kv_history_revisions and
+// max_kv_history_bytes, the snapshot's kv_history and kv_compact_revision),
+// nested transactions, keys that are not UTF-8 (key_bin) and values up
+// to 1.5 MiB, and ZooKeeper's znodes (each command and field is named in
+// internal/fsm's Gates).
 const (
 	// Protocol is the newest format version this build reads and writes.
 	Protocol uint32 = 3

@@ -73,6 +73,7 @@ type Command struct {
 	//	*Command_AclTokenUpdate
 	//	*Command_SetClientAddr
 	//	*Command_SetClusterVersion
+	//	*Command_KvCompact
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -520,6 +521,15 @@ func (x *Command) GetSetClusterVersion() *SetClusterVersion {
 	return nil
 }
 
+func (x *Command) GetKvCompact() *KVHistoryCompact {
+	if x != nil {
+		if x, ok := x.Op.(*Command_KvCompact); ok {
+			return x.KvCompact
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -717,6 +727,11 @@ type Command_SetClusterVersion struct {
 	SetClusterVersion *SetClusterVersion `protobuf:"bytes,130,opt,name=set_cluster_version,json=setClusterVersion,proto3,oneof"`
 }
 
+type Command_KvCompact struct {
+	// The etcd API's history of past revisions: 140..149 (kvhistory.go).
+	KvCompact *KVHistoryCompact `protobuf:"bytes,140,opt,name=kv_compact,json=kvCompact,proto3,oneof"`
+}
+
 func (*Command_CreateSession) isCommand_Op() {}
 
 func (*Command_CloseSession) isCommand_Op() {}
@@ -807,6 +822,150 @@ func (*Command_SetClientAddr) isCommand_Op() {}
 
 func (*Command_SetClusterVersion) isCommand_Op() {}
 
+func (*Command_KvCompact) isCommand_Op() {}
+
+// KVHistoryCompact moves the start of the key-value store's history
+// window to revision: reads at an older revision are refused with
+// fsm.ErrCompactedRevision from then on (etcd's Compact). A revision at or
+// below the window's start is refused with fsm.ErrCompactedRevision, one
+// above the state's revision with fsm.ErrFutureRevision. It takes no
+// revision.
+type KVHistoryCompact struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVHistoryCompact) Reset() {
+	*x = KVHistoryCompact{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVHistoryCompact) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVHistoryCompact) ProtoMessage() {}
+
+func (x *KVHistoryCompact) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVHistoryCompact.ProtoReflect.Descriptor instead.
+func (*KVHistoryCompact) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *KVHistoryCompact) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// KVHistoryRecord is one change of the key-value store inside the history
+// window, in a snapshot: a put of key at revision (kv: the key as written,
+// its key left empty) or its delete. prev is the key before the change
+// (its key left empty), written only for the first record of each key in
+// the list; a later record's prev is the key's previous record (its kv if
+// a put; none if a delete).
+type KVHistoryRecord struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Revision uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Key      string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Put      bool                   `protobuf:"varint,3,opt,name=put,proto3" json:"put,omitempty"`
+	Kv       *KVState               `protobuf:"bytes,4,opt,name=kv,proto3" json:"kv,omitempty"`
+	Prev     *KVState               `protobuf:"bytes,5,opt,name=prev,proto3" json:"prev,omitempty"`
+	// key_bin holds the key instead of key when it is not valid UTF-8
+	// (fsm.PackKeys). Gated at cluster version 3.
+	KeyBin        []byte `protobuf:"bytes,150,opt,name=key_bin,json=keyBin,proto3" json:"key_bin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVHistoryRecord) Reset() {
+	*x = KVHistoryRecord{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVHistoryRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVHistoryRecord) ProtoMessage() {}
+
+func (x *KVHistoryRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVHistoryRecord.ProtoReflect.Descriptor instead.
+func (*KVHistoryRecord) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *KVHistoryRecord) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *KVHistoryRecord) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KVHistoryRecord) GetPut() bool {
+	if x != nil {
+		return x.Put
+	}
+	return false
+}
+
+func (x *KVHistoryRecord) GetKv() *KVState {
+	if x != nil {
+		return x.Kv
+	}
+	return nil
+}
+
+func (x *KVHistoryRecord) GetPrev() *KVState {
+	if x != nil {
+		return x.Prev
+	}
+	return nil
+}
+
+func (x *KVHistoryRecord) GetKeyBin() []byte {
+	if x != nil {
+		return x.KeyBin
+	}
+	return nil
+}
+
 // SetClusterVersion raises the cluster version: the newest format version
 // (internal/version.Protocol) that a command or snapshot may be written
 // in. The leader proposes it only once every voter reports a protocol of
@@ -820,7 +979,7 @@ type SetClusterVersion struct {
 
 func (x *SetClusterVersion) Reset() {
 	*x = SetClusterVersion{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[1]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +991,7 @@ func (x *SetClusterVersion) String() string {
 func (*SetClusterVersion) ProtoMessage() {}
 
 func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[1]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +1004,7 @@ func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterVersion.ProtoReflect.Descriptor instead.
 func (*SetClusterVersion) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{1}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SetClusterVersion) GetVersion() uint32 {
@@ -866,7 +1025,7 @@ type AclEnable struct {
 
 func (x *AclEnable) Reset() {
 	*x = AclEnable{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +1037,7 @@ func (x *AclEnable) String() string {
 func (*AclEnable) ProtoMessage() {}
 
 func (x *AclEnable) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[2]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +1050,7 @@ func (x *AclEnable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclEnable.ProtoReflect.Descriptor instead.
 func (*AclEnable) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{2}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
 }
 
 // ACLs. Access is "read", "write" or "deny"; kind one of fsm.Kinds.
@@ -906,7 +1065,7 @@ type AclRule struct {
 
 func (x *AclRule) Reset() {
 	*x = AclRule{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -918,7 +1077,7 @@ func (x *AclRule) String() string {
 func (*AclRule) ProtoMessage() {}
 
 func (x *AclRule) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[3]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -931,7 +1090,7 @@ func (x *AclRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclRule.ProtoReflect.Descriptor instead.
 func (*AclRule) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{3}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AclRule) GetKind() string {
@@ -965,7 +1124,7 @@ type AclPolicy struct {
 
 func (x *AclPolicy) Reset() {
 	*x = AclPolicy{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1136,7 @@ func (x *AclPolicy) String() string {
 func (*AclPolicy) ProtoMessage() {}
 
 func (x *AclPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[4]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1149,7 @@ func (x *AclPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicy.ProtoReflect.Descriptor instead.
 func (*AclPolicy) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{4}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AclPolicy) GetName() string {
@@ -1023,7 +1182,7 @@ type AclToken struct {
 
 func (x *AclToken) Reset() {
 	*x = AclToken{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1194,7 @@ func (x *AclToken) String() string {
 func (*AclToken) ProtoMessage() {}
 
 func (x *AclToken) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[5]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1207,7 @@ func (x *AclToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclToken.ProtoReflect.Descriptor instead.
 func (*AclToken) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{5}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AclToken) GetId() string {
@@ -1097,7 +1256,7 @@ type AclBinding struct {
 
 func (x *AclBinding) Reset() {
 	*x = AclBinding{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1268,7 @@ func (x *AclBinding) String() string {
 func (*AclBinding) ProtoMessage() {}
 
 func (x *AclBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[6]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1281,7 @@ func (x *AclBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBinding.ProtoReflect.Descriptor instead.
 func (*AclBinding) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{6}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AclBinding) GetName() string {
@@ -1150,7 +1309,7 @@ type AclBootstrap struct {
 
 func (x *AclBootstrap) Reset() {
 	*x = AclBootstrap{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1321,7 @@ func (x *AclBootstrap) String() string {
 func (*AclBootstrap) ProtoMessage() {}
 
 func (x *AclBootstrap) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[7]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1334,7 @@ func (x *AclBootstrap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBootstrap.ProtoReflect.Descriptor instead.
 func (*AclBootstrap) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{7}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AclBootstrap) GetToken() *AclToken {
@@ -1195,7 +1354,7 @@ type AclPolicySet struct {
 
 func (x *AclPolicySet) Reset() {
 	*x = AclPolicySet{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1207,7 +1366,7 @@ func (x *AclPolicySet) String() string {
 func (*AclPolicySet) ProtoMessage() {}
 
 func (x *AclPolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[8]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1220,7 +1379,7 @@ func (x *AclPolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicySet.ProtoReflect.Descriptor instead.
 func (*AclPolicySet) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{8}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AclPolicySet) GetPolicy() *AclPolicy {
@@ -1246,7 +1405,7 @@ type AclPolicyDelete struct {
 
 func (x *AclPolicyDelete) Reset() {
 	*x = AclPolicyDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1258,7 +1417,7 @@ func (x *AclPolicyDelete) String() string {
 func (*AclPolicyDelete) ProtoMessage() {}
 
 func (x *AclPolicyDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[9]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1271,7 +1430,7 @@ func (x *AclPolicyDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclPolicyDelete.ProtoReflect.Descriptor instead.
 func (*AclPolicyDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{9}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AclPolicyDelete) GetName() string {
@@ -1290,7 +1449,7 @@ type AclTokenCreate struct {
 
 func (x *AclTokenCreate) Reset() {
 	*x = AclTokenCreate{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1461,7 @@ func (x *AclTokenCreate) String() string {
 func (*AclTokenCreate) ProtoMessage() {}
 
 func (x *AclTokenCreate) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[10]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1474,7 @@ func (x *AclTokenCreate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenCreate.ProtoReflect.Descriptor instead.
 func (*AclTokenCreate) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{10}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AclTokenCreate) GetToken() *AclToken {
@@ -1334,7 +1493,7 @@ type AclTokenRevoke struct {
 
 func (x *AclTokenRevoke) Reset() {
 	*x = AclTokenRevoke{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +1505,7 @@ func (x *AclTokenRevoke) String() string {
 func (*AclTokenRevoke) ProtoMessage() {}
 
 func (x *AclTokenRevoke) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[11]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +1518,7 @@ func (x *AclTokenRevoke) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenRevoke.ProtoReflect.Descriptor instead.
 func (*AclTokenRevoke) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{11}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AclTokenRevoke) GetId() string {
@@ -1389,7 +1548,7 @@ type AclTokenUpdate struct {
 
 func (x *AclTokenUpdate) Reset() {
 	*x = AclTokenUpdate{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1560,7 @@ func (x *AclTokenUpdate) String() string {
 func (*AclTokenUpdate) ProtoMessage() {}
 
 func (x *AclTokenUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[12]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1573,7 @@ func (x *AclTokenUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclTokenUpdate.ProtoReflect.Descriptor instead.
 func (*AclTokenUpdate) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{12}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AclTokenUpdate) GetId() string {
@@ -1468,7 +1627,7 @@ type AclBindingSet struct {
 
 func (x *AclBindingSet) Reset() {
 	*x = AclBindingSet{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1480,7 +1639,7 @@ func (x *AclBindingSet) String() string {
 func (*AclBindingSet) ProtoMessage() {}
 
 func (x *AclBindingSet) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[13]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,7 +1652,7 @@ func (x *AclBindingSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBindingSet.ProtoReflect.Descriptor instead.
 func (*AclBindingSet) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{13}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AclBindingSet) GetBinding() *AclBinding {
@@ -1512,7 +1671,7 @@ type AclBindingDelete struct {
 
 func (x *AclBindingDelete) Reset() {
 	*x = AclBindingDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1683,7 @@ func (x *AclBindingDelete) String() string {
 func (*AclBindingDelete) ProtoMessage() {}
 
 func (x *AclBindingDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[14]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1696,7 @@ func (x *AclBindingDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBindingDelete.ProtoReflect.Descriptor instead.
 func (*AclBindingDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{14}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AclBindingDelete) GetName() string {
@@ -1568,7 +1727,7 @@ type SigningKey struct {
 
 func (x *SigningKey) Reset() {
 	*x = SigningKey{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1739,7 @@ func (x *SigningKey) String() string {
 func (*SigningKey) ProtoMessage() {}
 
 func (x *SigningKey) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[15]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1752,7 @@ func (x *SigningKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SigningKey.ProtoReflect.Descriptor instead.
 func (*SigningKey) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{15}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SigningKey) GetId() string {
@@ -1645,7 +1804,7 @@ type RetireSigningKey struct {
 
 func (x *RetireSigningKey) Reset() {
 	*x = RetireSigningKey{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1816,7 @@ func (x *RetireSigningKey) String() string {
 func (*RetireSigningKey) ProtoMessage() {}
 
 func (x *RetireSigningKey) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[16]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1829,7 @@ func (x *RetireSigningKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetireSigningKey.ProtoReflect.Descriptor instead.
 func (*RetireSigningKey) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{16}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RetireSigningKey) GetId() string {
@@ -1699,7 +1858,7 @@ type RemoveSigningKey struct {
 
 func (x *RemoveSigningKey) Reset() {
 	*x = RemoveSigningKey{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1711,7 +1870,7 @@ func (x *RemoveSigningKey) String() string {
 func (*RemoveSigningKey) ProtoMessage() {}
 
 func (x *RemoveSigningKey) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[17]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1724,7 +1883,7 @@ func (x *RemoveSigningKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveSigningKey.ProtoReflect.Descriptor instead.
 func (*RemoveSigningKey) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{17}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RemoveSigningKey) GetId() string {
@@ -1749,7 +1908,7 @@ type AddSigningKey struct {
 
 func (x *AddSigningKey) Reset() {
 	*x = AddSigningKey{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +1920,7 @@ func (x *AddSigningKey) String() string {
 func (*AddSigningKey) ProtoMessage() {}
 
 func (x *AddSigningKey) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[18]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +1933,7 @@ func (x *AddSigningKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSigningKey.ProtoReflect.Descriptor instead.
 func (*AddSigningKey) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{18}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AddSigningKey) GetClusterId() []byte {
@@ -1817,7 +1976,7 @@ type Security struct {
 
 func (x *Security) Reset() {
 	*x = Security{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1829,7 +1988,7 @@ func (x *Security) String() string {
 func (*Security) ProtoMessage() {}
 
 func (x *Security) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[19]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1842,7 +2001,7 @@ func (x *Security) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Security.ProtoReflect.Descriptor instead.
 func (*Security) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{19}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Security) GetAclBootstrapped() bool {
@@ -1908,7 +2067,7 @@ type SetRetention struct {
 
 func (x *SetRetention) Reset() {
 	*x = SetRetention{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +2079,7 @@ func (x *SetRetention) String() string {
 func (*SetRetention) ProtoMessage() {}
 
 func (x *SetRetention) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[20]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2092,7 @@ func (x *SetRetention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRetention.ProtoReflect.Descriptor instead.
 func (*SetRetention) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{20}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetRetention) GetLockHistory() uint32 {
@@ -1966,13 +2125,17 @@ type Limits struct {
 	MaxKvBytes       uint64                 `protobuf:"varint,10,opt,name=max_kv_bytes,json=maxKvBytes,proto3" json:"max_kv_bytes,omitempty"`
 	// max_etcd_leases: live etcd leases, apart from max_sessions.
 	MaxEtcdLeases uint64 `protobuf:"varint,50,opt,name=max_etcd_leases,json=maxEtcdLeases,proto3" json:"max_etcd_leases,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The bounds of the key-value store's history window (kvhistory.go):
+	// the revisions it spans and the bytes it holds.
+	MaxKvHistoryRevisions uint64 `protobuf:"varint,140,opt,name=max_kv_history_revisions,json=maxKvHistoryRevisions,proto3" json:"max_kv_history_revisions,omitempty"`
+	MaxKvHistoryBytes     uint64 `protobuf:"varint,141,opt,name=max_kv_history_bytes,json=maxKvHistoryBytes,proto3" json:"max_kv_history_bytes,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1984,7 +2147,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[21]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1997,7 +2160,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{21}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Limits) GetMaxSessions() uint64 {
@@ -2077,6 +2240,20 @@ func (x *Limits) GetMaxEtcdLeases() uint64 {
 	return 0
 }
 
+func (x *Limits) GetMaxKvHistoryRevisions() uint64 {
+	if x != nil {
+		return x.MaxKvHistoryRevisions
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxKvHistoryBytes() uint64 {
+	if x != nil {
+		return x.MaxKvHistoryBytes
+	}
+	return 0
+}
+
 // SetLimits changes the replicated admission limits; a field left 0 keeps
 // its value. A limit lowered below what the state holds refuses new
 // growth only: nothing stored is removed.
@@ -2089,7 +2266,7 @@ type SetLimits struct {
 
 func (x *SetLimits) Reset() {
 	*x = SetLimits{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2101,7 +2278,7 @@ func (x *SetLimits) String() string {
 func (*SetLimits) ProtoMessage() {}
 
 func (x *SetLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[22]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2114,7 +2291,7 @@ func (x *SetLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLimits.ProtoReflect.Descriptor instead.
 func (*SetLimits) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{22}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetLimits) GetLimits() *Limits {
@@ -2135,7 +2312,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2324,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[23]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2337,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{23}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Batch) GetCommands() []*Command {
@@ -2192,7 +2369,7 @@ type CreateSession struct {
 
 func (x *CreateSession) Reset() {
 	*x = CreateSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2204,7 +2381,7 @@ func (x *CreateSession) String() string {
 func (*CreateSession) ProtoMessage() {}
 
 func (x *CreateSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[24]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2217,7 +2394,7 @@ func (x *CreateSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSession.ProtoReflect.Descriptor instead.
 func (*CreateSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{24}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreateSession) GetOwner() string {
@@ -2264,7 +2441,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2276,7 +2453,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[25]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2289,7 +2466,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{25}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CloseSession) GetSession() uint64 {
@@ -2310,7 +2487,7 @@ type ExpireSession struct {
 
 func (x *ExpireSession) Reset() {
 	*x = ExpireSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2322,7 +2499,7 @@ func (x *ExpireSession) String() string {
 func (*ExpireSession) ProtoMessage() {}
 
 func (x *ExpireSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[26]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2335,7 +2512,7 @@ func (x *ExpireSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireSession.ProtoReflect.Descriptor instead.
 func (*ExpireSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{26}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ExpireSession) GetSession() uint64 {
@@ -2358,7 +2535,7 @@ type ExpireSessions struct {
 
 func (x *ExpireSessions) Reset() {
 	*x = ExpireSessions{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2370,7 +2547,7 @@ func (x *ExpireSessions) String() string {
 func (*ExpireSessions) ProtoMessage() {}
 
 func (x *ExpireSessions) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[27]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2383,7 +2560,7 @@ func (x *ExpireSessions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireSessions.ProtoReflect.Descriptor instead.
 func (*ExpireSessions) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{27}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ExpireSessions) GetSessions() []uint64 {
@@ -2419,7 +2596,7 @@ type Acquire struct {
 
 func (x *Acquire) Reset() {
 	*x = Acquire{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2431,7 +2608,7 @@ func (x *Acquire) String() string {
 func (*Acquire) ProtoMessage() {}
 
 func (x *Acquire) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[28]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2444,7 +2621,7 @@ func (x *Acquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Acquire.ProtoReflect.Descriptor instead.
 func (*Acquire) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{28}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Acquire) GetSession() uint64 {
@@ -2524,7 +2701,7 @@ type Proclaim struct {
 
 func (x *Proclaim) Reset() {
 	*x = Proclaim{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2536,7 +2713,7 @@ func (x *Proclaim) String() string {
 func (*Proclaim) ProtoMessage() {}
 
 func (x *Proclaim) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[29]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2549,7 +2726,7 @@ func (x *Proclaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proclaim.ProtoReflect.Descriptor instead.
 func (*Proclaim) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{29}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Proclaim) GetSession() uint64 {
@@ -2593,7 +2770,7 @@ type CancelAcquire struct {
 
 func (x *CancelAcquire) Reset() {
 	*x = CancelAcquire{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2605,7 +2782,7 @@ func (x *CancelAcquire) String() string {
 func (*CancelAcquire) ProtoMessage() {}
 
 func (x *CancelAcquire) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[30]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2618,7 +2795,7 @@ func (x *CancelAcquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelAcquire.ProtoReflect.Descriptor instead.
 func (*CancelAcquire) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{30}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CancelAcquire) GetSession() uint64 {
@@ -2653,7 +2830,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2665,7 +2842,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[31]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2678,7 +2855,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{31}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Release) GetSession() uint64 {
@@ -2713,7 +2890,7 @@ type EndLockDelay struct {
 
 func (x *EndLockDelay) Reset() {
 	*x = EndLockDelay{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2725,7 +2902,7 @@ func (x *EndLockDelay) String() string {
 func (*EndLockDelay) ProtoMessage() {}
 
 func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[32]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2738,7 +2915,7 @@ func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndLockDelay.ProtoReflect.Descriptor instead.
 func (*EndLockDelay) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{32}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *EndLockDelay) GetName() string {
@@ -2769,7 +2946,7 @@ type FencedPut struct {
 
 func (x *FencedPut) Reset() {
 	*x = FencedPut{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2781,7 +2958,7 @@ func (x *FencedPut) String() string {
 func (*FencedPut) ProtoMessage() {}
 
 func (x *FencedPut) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[33]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2794,7 +2971,7 @@ func (x *FencedPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPut.ProtoReflect.Descriptor instead.
 func (*FencedPut) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{33}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *FencedPut) GetKey() string {
@@ -2845,7 +3022,7 @@ type FencedDelete struct {
 
 func (x *FencedDelete) Reset() {
 	*x = FencedDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2857,7 +3034,7 @@ func (x *FencedDelete) String() string {
 func (*FencedDelete) ProtoMessage() {}
 
 func (x *FencedDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[34]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2870,7 +3047,7 @@ func (x *FencedDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDelete.ProtoReflect.Descriptor instead.
 func (*FencedDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{34}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FencedDelete) GetKey() string {
@@ -2948,6 +3125,12 @@ type Snapshot struct {
 	Security *Security `protobuf:"bytes,60,opt,name=security,proto3" json:"security,omitempty"`
 	// etcd_urls: each member's etcd API address, by member id.
 	EtcdUrls []*SetEtcdURL `protobuf:"bytes,70,rep,name=etcd_urls,json=etcdUrls,proto3" json:"etcd_urls,omitempty"`
+	// kv_history: the key-value store's changes inside the history window,
+	// in revision order; kv_compact_revision: the window's start (the
+	// oldest revision a read may name; 0 in a snapshot written before the
+	// history was kept: the snapshot's revision).
+	KvHistory         []*KVHistoryRecord `protobuf:"bytes,140,rep,name=kv_history,json=kvHistory,proto3" json:"kv_history,omitempty"`
+	KvCompactRevision uint64             `protobuf:"varint,141,opt,name=kv_compact_revision,json=kvCompactRevision,proto3" json:"kv_compact_revision,omitempty"`
 	// client_addrs: each member's Tenure API address (host:port), by member
 	// id, in url.
 	ClientAddrs   []*SetEtcdURL `protobuf:"bytes,110,rep,name=client_addrs,json=clientAddrs,proto3" json:"client_addrs,omitempty"`
@@ -2957,7 +3140,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2969,7 +3152,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[35]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2982,7 +3165,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{35}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Snapshot) GetRevision() uint64 {
@@ -3104,6 +3287,20 @@ func (x *Snapshot) GetEtcdUrls() []*SetEtcdURL {
 	return nil
 }
 
+func (x *Snapshot) GetKvHistory() []*KVHistoryRecord {
+	if x != nil {
+		return x.KvHistory
+	}
+	return nil
+}
+
+func (x *Snapshot) GetKvCompactRevision() uint64 {
+	if x != nil {
+		return x.KvCompactRevision
+	}
+	return 0
+}
+
 func (x *Snapshot) GetClientAddrs() []*SetEtcdURL {
 	if x != nil {
 		return x.ClientAddrs
@@ -3124,7 +3321,7 @@ type SetEtcdURL struct {
 
 func (x *SetEtcdURL) Reset() {
 	*x = SetEtcdURL{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3136,7 +3333,7 @@ func (x *SetEtcdURL) String() string {
 func (*SetEtcdURL) ProtoMessage() {}
 
 func (x *SetEtcdURL) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3149,7 +3346,7 @@ func (x *SetEtcdURL) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetEtcdURL.ProtoReflect.Descriptor instead.
 func (*SetEtcdURL) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetEtcdURL) GetMember() string {
@@ -3179,7 +3376,7 @@ type DeletedRegister struct {
 
 func (x *DeletedRegister) Reset() {
 	*x = DeletedRegister{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3191,7 +3388,7 @@ func (x *DeletedRegister) String() string {
 func (*DeletedRegister) ProtoMessage() {}
 
 func (x *DeletedRegister) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3204,7 +3401,7 @@ func (x *DeletedRegister) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletedRegister.ProtoReflect.Descriptor instead.
 func (*DeletedRegister) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeletedRegister) GetKey() string {
@@ -3238,7 +3435,7 @@ type Retention struct {
 
 func (x *Retention) Reset() {
 	*x = Retention{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3250,7 +3447,7 @@ func (x *Retention) String() string {
 func (*Retention) ProtoMessage() {}
 
 func (x *Retention) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3263,7 +3460,7 @@ func (x *Retention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retention.ProtoReflect.Descriptor instead.
 func (*Retention) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Retention) GetLockHistory() uint32 {
@@ -3294,7 +3491,7 @@ type SessionState struct {
 
 func (x *SessionState) Reset() {
 	*x = SessionState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3306,7 +3503,7 @@ func (x *SessionState) String() string {
 func (*SessionState) ProtoMessage() {}
 
 func (x *SessionState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3319,7 +3516,7 @@ func (x *SessionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionState.ProtoReflect.Descriptor instead.
 func (*SessionState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SessionState) GetId() uint64 {
@@ -3380,7 +3577,7 @@ type GrantState struct {
 
 func (x *GrantState) Reset() {
 	*x = GrantState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3392,7 +3589,7 @@ func (x *GrantState) String() string {
 func (*GrantState) ProtoMessage() {}
 
 func (x *GrantState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3405,7 +3602,7 @@ func (x *GrantState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantState.ProtoReflect.Descriptor instead.
 func (*GrantState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GrantState) GetSession() uint64 {
@@ -3470,7 +3667,7 @@ type WaiterState struct {
 
 func (x *WaiterState) Reset() {
 	*x = WaiterState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3482,7 +3679,7 @@ func (x *WaiterState) String() string {
 func (*WaiterState) ProtoMessage() {}
 
 func (x *WaiterState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3495,7 +3692,7 @@ func (x *WaiterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaiterState.ProtoReflect.Descriptor instead.
 func (*WaiterState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *WaiterState) GetSession() uint64 {
@@ -3549,7 +3746,7 @@ type HistoryRecord struct {
 
 func (x *HistoryRecord) Reset() {
 	*x = HistoryRecord{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3561,7 +3758,7 @@ func (x *HistoryRecord) String() string {
 func (*HistoryRecord) ProtoMessage() {}
 
 func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3574,7 +3771,7 @@ func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRecord.ProtoReflect.Descriptor instead.
 func (*HistoryRecord) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *HistoryRecord) GetOwner() string {
@@ -3646,7 +3843,7 @@ type LockState struct {
 
 func (x *LockState) Reset() {
 	*x = LockState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3658,7 +3855,7 @@ func (x *LockState) String() string {
 func (*LockState) ProtoMessage() {}
 
 func (x *LockState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3671,7 +3868,7 @@ func (x *LockState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockState.ProtoReflect.Descriptor instead.
 func (*LockState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *LockState) GetName() string {
@@ -3755,7 +3952,7 @@ type OpRecord struct {
 
 func (x *OpRecord) Reset() {
 	*x = OpRecord{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3767,7 +3964,7 @@ func (x *OpRecord) String() string {
 func (*OpRecord) ProtoMessage() {}
 
 func (x *OpRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3780,7 +3977,7 @@ func (x *OpRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpRecord.ProtoReflect.Descriptor instead.
 func (*OpRecord) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{44}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *OpRecord) GetOperationId() string {
@@ -3822,7 +4019,7 @@ type RegisterState struct {
 
 func (x *RegisterState) Reset() {
 	*x = RegisterState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3834,7 +4031,7 @@ func (x *RegisterState) String() string {
 func (*RegisterState) ProtoMessage() {}
 
 func (x *RegisterState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3847,7 +4044,7 @@ func (x *RegisterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterState.ProtoReflect.Descriptor instead.
 func (*RegisterState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{45}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RegisterState) GetKey() string {
@@ -3905,15 +4102,19 @@ type KVPut struct {
 	Lease uint64 `protobuf:"varint,4,opt,name=lease,proto3" json:"lease,omitempty"`
 	// ignore_value keeps the key's current value, ignore_lease its current
 	// session or lease; either needs the key to exist (fsm.ErrKeyNotFound).
-	IgnoreValue   bool `protobuf:"varint,5,opt,name=ignore_value,json=ignoreValue,proto3" json:"ignore_value,omitempty"`
-	IgnoreLease   bool `protobuf:"varint,6,opt,name=ignore_lease,json=ignoreLease,proto3" json:"ignore_lease,omitempty"`
+	IgnoreValue bool `protobuf:"varint,5,opt,name=ignore_value,json=ignoreValue,proto3" json:"ignore_value,omitempty"`
+	IgnoreLease bool `protobuf:"varint,6,opt,name=ignore_lease,json=ignoreLease,proto3" json:"ignore_lease,omitempty"`
+	// key_bin holds the key instead of key when it is not valid UTF-8
+	// (written through the etcd API), which a string field cannot carry;
+	// key is then empty (fsm.PackKeys). Gated at cluster version 3.
+	KeyBin        []byte `protobuf:"bytes,150,opt,name=key_bin,json=keyBin,proto3" json:"key_bin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KVPut) Reset() {
 	*x = KVPut{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3925,7 +4126,7 @@ func (x *KVPut) String() string {
 func (*KVPut) ProtoMessage() {}
 
 func (x *KVPut) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3938,7 +4139,7 @@ func (x *KVPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPut.ProtoReflect.Descriptor instead.
 func (*KVPut) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{46}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *KVPut) GetKey() string {
@@ -3983,6 +4184,13 @@ func (x *KVPut) GetIgnoreLease() bool {
 	return false
 }
 
+func (x *KVPut) GetKeyBin() []byte {
+	if x != nil {
+		return x.KeyBin
+	}
+	return nil
+}
+
 // KVDelete deletes key, or every key starting with key when prefix.
 type KVDelete struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -3990,14 +4198,18 @@ type KVDelete struct {
 	Prefix bool                   `protobuf:"varint,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	// range_end, if set (and not prefix), deletes the keys in [key,
 	// range_end) instead; the single byte 0 means every key from key on.
-	RangeEnd      []byte `protobuf:"bytes,3,opt,name=range_end,json=rangeEnd,proto3" json:"range_end,omitempty"`
+	RangeEnd []byte `protobuf:"bytes,3,opt,name=range_end,json=rangeEnd,proto3" json:"range_end,omitempty"`
+	// key_bin holds the key instead of key when it is not valid UTF-8
+	// (written through the etcd API), which a string field cannot carry;
+	// key is then empty (fsm.PackKeys). Gated at cluster version 3.
+	KeyBin        []byte `protobuf:"bytes,150,opt,name=key_bin,json=keyBin,proto3" json:"key_bin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KVDelete) Reset() {
 	*x = KVDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4009,7 +4221,7 @@ func (x *KVDelete) String() string {
 func (*KVDelete) ProtoMessage() {}
 
 func (x *KVDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4022,7 +4234,7 @@ func (x *KVDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelete.ProtoReflect.Descriptor instead.
 func (*KVDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{47}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *KVDelete) GetKey() string {
@@ -4042,6 +4254,13 @@ func (x *KVDelete) GetPrefix() bool {
 func (x *KVDelete) GetRangeEnd() []byte {
 	if x != nil {
 		return x.RangeEnd
+	}
+	return nil
+}
+
+func (x *KVDelete) GetKeyBin() []byte {
+	if x != nil {
+		return x.KeyBin
 	}
 	return nil
 }
@@ -4072,9 +4291,17 @@ type KVRange struct {
 	// count: also count every key of the range, the limit and the revision
 	// filters aside (etcd's count).
 	Count bool `protobuf:"varint,14,opt,name=count,proto3" json:"count,omitempty"`
-	// revision: read at this revision (0: the current one). Only the
-	// revision before the transaction can be read; a later one is refused
-	// with fsm.ErrFutureRevision, an earlier one with fsm.ErrCompactedRevision.
+	// key_bin holds the key instead of key when it is not valid UTF-8
+	// (written through the etcd API), which a string field cannot carry;
+	// key is then empty (fsm.PackKeys). Gated at cluster version 3.
+	KeyBin []byte `protobuf:"bytes,150,opt,name=key_bin,json=keyBin,proto3" json:"key_bin,omitempty"`
+	// start_key_bin: start_key, when it is not valid UTF-8.
+	StartKeyBin []byte `protobuf:"bytes,151,opt,name=start_key_bin,json=startKeyBin,proto3" json:"start_key_bin,omitempty"`
+	// revision: read at this revision (0: the current one): one inside the
+	// history window (from cluster version 3; below it only the revision
+	// before the transaction). A later one than the transaction's is
+	// refused with fsm.ErrFutureRevision, one before the window's start with
+	// fsm.ErrCompactedRevision.
 	Revision      uint64 `protobuf:"varint,15,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4082,7 +4309,7 @@ type KVRange struct {
 
 func (x *KVRange) Reset() {
 	*x = KVRange{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4094,7 +4321,7 @@ func (x *KVRange) String() string {
 func (*KVRange) ProtoMessage() {}
 
 func (x *KVRange) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4107,7 +4334,7 @@ func (x *KVRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRange.ProtoReflect.Descriptor instead.
 func (*KVRange) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{48}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *KVRange) GetKey() string {
@@ -4208,6 +4435,20 @@ func (x *KVRange) GetCount() bool {
 	return false
 }
 
+func (x *KVRange) GetKeyBin() []byte {
+	if x != nil {
+		return x.KeyBin
+	}
+	return nil
+}
+
+func (x *KVRange) GetStartKeyBin() []byte {
+	if x != nil {
+		return x.StartKeyBin
+	}
+	return nil
+}
+
 func (x *KVRange) GetRevision() uint64 {
 	if x != nil {
 		return x.Revision
@@ -4230,14 +4471,18 @@ type KVCompare struct {
 	RangeEnd []byte `protobuf:"bytes,6,opt,name=range_end,json=rangeEnd,proto3" json:"range_end,omitempty"`
 	// signed: number holds an int64 (etcd's numbers, which may be
 	// negative); the key's numbers are compared as int64 too.
-	Signed        bool `protobuf:"varint,7,opt,name=signed,proto3" json:"signed,omitempty"`
+	Signed bool `protobuf:"varint,7,opt,name=signed,proto3" json:"signed,omitempty"`
+	// key_bin holds the key instead of key when it is not valid UTF-8
+	// (written through the etcd API), which a string field cannot carry;
+	// key is then empty (fsm.PackKeys). Gated at cluster version 3.
+	KeyBin        []byte `protobuf:"bytes,150,opt,name=key_bin,json=keyBin,proto3" json:"key_bin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KVCompare) Reset() {
 	*x = KVCompare{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4249,7 +4494,7 @@ func (x *KVCompare) String() string {
 func (*KVCompare) ProtoMessage() {}
 
 func (x *KVCompare) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4262,7 +4507,7 @@ func (x *KVCompare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompare.ProtoReflect.Descriptor instead.
 func (*KVCompare) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{49}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *KVCompare) GetKey() string {
@@ -4314,6 +4559,13 @@ func (x *KVCompare) GetSigned() bool {
 	return false
 }
 
+func (x *KVCompare) GetKeyBin() []byte {
+	if x != nil {
+		return x.KeyBin
+	}
+	return nil
+}
+
 type KVOp struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Op:
@@ -4321,6 +4573,7 @@ type KVOp struct {
 	//	*KVOp_Put
 	//	*KVOp_Delete
 	//	*KVOp_Range
+	//	*KVOp_Txn
 	Op            isKVOp_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4328,7 +4581,7 @@ type KVOp struct {
 
 func (x *KVOp) Reset() {
 	*x = KVOp{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4340,7 +4593,7 @@ func (x *KVOp) String() string {
 func (*KVOp) ProtoMessage() {}
 
 func (x *KVOp) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4353,7 +4606,7 @@ func (x *KVOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVOp.ProtoReflect.Descriptor instead.
 func (*KVOp) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{50}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *KVOp) GetOp() isKVOp_Op {
@@ -4390,6 +4643,15 @@ func (x *KVOp) GetRange() *KVRange {
 	return nil
 }
 
+func (x *KVOp) GetTxn() *KVTxn {
+	if x != nil {
+		if x, ok := x.Op.(*KVOp_Txn); ok {
+			return x.Txn
+		}
+	}
+	return nil
+}
+
 type isKVOp_Op interface {
 	isKVOp_Op()
 }
@@ -4406,11 +4668,21 @@ type KVOp_Range struct {
 	Range *KVRange `protobuf:"bytes,3,opt,name=range,proto3,oneof"`
 }
 
+type KVOp_Txn struct {
+	// txn: a nested transaction (etcd 3.3+), run where it stands in its
+	// branch. Its compares are evaluated with every other compare of the
+	// transaction, on the state before it; its writes share the
+	// transaction's revision. Gated at cluster version 3.
+	Txn *KVTxn `protobuf:"bytes,4,opt,name=txn,proto3,oneof"`
+}
+
 func (*KVOp_Put) isKVOp_Op() {}
 
 func (*KVOp_Delete) isKVOp_Op() {}
 
 func (*KVOp_Range) isKVOp_Op() {}
+
+func (*KVOp_Txn) isKVOp_Op() {}
 
 // KVTxn applies success when every compare holds, else failure; all of it
 // at one revision.
@@ -4433,7 +4705,7 @@ type KVTxn struct {
 
 func (x *KVTxn) Reset() {
 	*x = KVTxn{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4445,7 +4717,7 @@ func (x *KVTxn) String() string {
 func (*KVTxn) ProtoMessage() {}
 
 func (x *KVTxn) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4458,7 +4730,7 @@ func (x *KVTxn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxn.ProtoReflect.Descriptor instead.
 func (*KVTxn) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{51}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *KVTxn) GetCompares() []*KVCompare {
@@ -4504,13 +4776,17 @@ type KVState struct {
 	ModRevision    uint64                 `protobuf:"varint,4,opt,name=mod_revision,json=modRevision,proto3" json:"mod_revision,omitempty"`
 	Version        uint64                 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
 	Session        uint64                 `protobuf:"varint,6,opt,name=session,proto3" json:"session,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// key_bin holds the key instead of key when it is not valid UTF-8
+	// (written through the etcd API), which a string field cannot carry;
+	// key is then empty (fsm.PackKeys). Gated at cluster version 3.
+	KeyBin        []byte `protobuf:"bytes,150,opt,name=key_bin,json=keyBin,proto3" json:"key_bin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KVState) Reset() {
 	*x = KVState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4522,7 +4798,7 @@ func (x *KVState) String() string {
 func (*KVState) ProtoMessage() {}
 
 func (x *KVState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4535,7 +4811,7 @@ func (x *KVState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVState.ProtoReflect.Descriptor instead.
 func (*KVState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{52}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *KVState) GetKey() string {
@@ -4580,6 +4856,13 @@ func (x *KVState) GetSession() uint64 {
 	return 0
 }
 
+func (x *KVState) GetKeyBin() []byte {
+	if x != nil {
+		return x.KeyBin
+	}
+	return nil
+}
+
 // QueueEnqueue appends an item; its id is the revision of the enqueue.
 type QueueEnqueue struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -4597,7 +4880,7 @@ type QueueEnqueue struct {
 
 func (x *QueueEnqueue) Reset() {
 	*x = QueueEnqueue{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4609,7 +4892,7 @@ func (x *QueueEnqueue) String() string {
 func (*QueueEnqueue) ProtoMessage() {}
 
 func (x *QueueEnqueue) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4622,7 +4905,7 @@ func (x *QueueEnqueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueue.ProtoReflect.Descriptor instead.
 func (*QueueEnqueue) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{53}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *QueueEnqueue) GetQueue() string {
@@ -4671,7 +4954,7 @@ type QueueDequeue struct {
 
 func (x *QueueDequeue) Reset() {
 	*x = QueueDequeue{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4683,7 +4966,7 @@ func (x *QueueDequeue) String() string {
 func (*QueueDequeue) ProtoMessage() {}
 
 func (x *QueueDequeue) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4696,7 +4979,7 @@ func (x *QueueDequeue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeue.ProtoReflect.Descriptor instead.
 func (*QueueDequeue) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{54}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *QueueDequeue) GetQueue() string {
@@ -4744,7 +5027,7 @@ type QueueSettle struct {
 
 func (x *QueueSettle) Reset() {
 	*x = QueueSettle{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4756,7 +5039,7 @@ func (x *QueueSettle) String() string {
 func (*QueueSettle) ProtoMessage() {}
 
 func (x *QueueSettle) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4769,7 +5052,7 @@ func (x *QueueSettle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettle.ProtoReflect.Descriptor instead.
 func (*QueueSettle) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *QueueSettle) GetQueue() string {
@@ -4814,7 +5097,7 @@ type QueueExtend struct {
 
 func (x *QueueExtend) Reset() {
 	*x = QueueExtend{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4826,7 +5109,7 @@ func (x *QueueExtend) String() string {
 func (*QueueExtend) ProtoMessage() {}
 
 func (x *QueueExtend) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4839,7 +5122,7 @@ func (x *QueueExtend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueExtend.ProtoReflect.Descriptor instead.
 func (*QueueExtend) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{56}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *QueueExtend) GetQueue() string {
@@ -4888,7 +5171,7 @@ type QueueDelete struct {
 
 func (x *QueueDelete) Reset() {
 	*x = QueueDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4900,7 +5183,7 @@ func (x *QueueDelete) String() string {
 func (*QueueDelete) ProtoMessage() {}
 
 func (x *QueueDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4913,7 +5196,7 @@ func (x *QueueDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDelete.ProtoReflect.Descriptor instead.
 func (*QueueDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{57}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *QueueDelete) GetQueue() string {
@@ -4934,7 +5217,7 @@ type QueuePurge struct {
 
 func (x *QueuePurge) Reset() {
 	*x = QueuePurge{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4946,7 +5229,7 @@ func (x *QueuePurge) String() string {
 func (*QueuePurge) ProtoMessage() {}
 
 func (x *QueuePurge) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4959,7 +5242,7 @@ func (x *QueuePurge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePurge.ProtoReflect.Descriptor instead.
 func (*QueuePurge) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{58}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *QueuePurge) GetQueue() string {
@@ -4982,7 +5265,7 @@ type QueueRequeueDead struct {
 
 func (x *QueueRequeueDead) Reset() {
 	*x = QueueRequeueDead{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4994,7 +5277,7 @@ func (x *QueueRequeueDead) String() string {
 func (*QueueRequeueDead) ProtoMessage() {}
 
 func (x *QueueRequeueDead) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5007,7 +5290,7 @@ func (x *QueueRequeueDead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRequeueDead.ProtoReflect.Descriptor instead.
 func (*QueueRequeueDead) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{59}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *QueueRequeueDead) GetQueue() string {
@@ -5050,7 +5333,7 @@ type QueueEnqueueBatch struct {
 
 func (x *QueueEnqueueBatch) Reset() {
 	*x = QueueEnqueueBatch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5062,7 +5345,7 @@ func (x *QueueEnqueueBatch) String() string {
 func (*QueueEnqueueBatch) ProtoMessage() {}
 
 func (x *QueueEnqueueBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5075,7 +5358,7 @@ func (x *QueueEnqueueBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueBatch.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueBatch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{60}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *QueueEnqueueBatch) GetQueue() string {
@@ -5115,7 +5398,7 @@ type QueueDequeueBatch struct {
 
 func (x *QueueDequeueBatch) Reset() {
 	*x = QueueDequeueBatch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5127,7 +5410,7 @@ func (x *QueueDequeueBatch) String() string {
 func (*QueueDequeueBatch) ProtoMessage() {}
 
 func (x *QueueDequeueBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5140,7 +5423,7 @@ func (x *QueueDequeueBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueBatch.ProtoReflect.Descriptor instead.
 func (*QueueDequeueBatch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{61}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *QueueDequeueBatch) GetQueue() string {
@@ -5183,7 +5466,7 @@ type QueueSettleBatch struct {
 
 func (x *QueueSettleBatch) Reset() {
 	*x = QueueSettleBatch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[62]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5195,7 +5478,7 @@ func (x *QueueSettleBatch) String() string {
 func (*QueueSettleBatch) ProtoMessage() {}
 
 func (x *QueueSettleBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[62]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5208,7 +5491,7 @@ func (x *QueueSettleBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleBatch.ProtoReflect.Descriptor instead.
 func (*QueueSettleBatch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{62}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *QueueSettleBatch) GetQueue() string {
@@ -5236,7 +5519,7 @@ type QueueSettleItem struct {
 
 func (x *QueueSettleItem) Reset() {
 	*x = QueueSettleItem{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[63]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5248,7 +5531,7 @@ func (x *QueueSettleItem) String() string {
 func (*QueueSettleItem) ProtoMessage() {}
 
 func (x *QueueSettleItem) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[63]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5261,7 +5544,7 @@ func (x *QueueSettleItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleItem.ProtoReflect.Descriptor instead.
 func (*QueueSettleItem) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{63}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *QueueSettleItem) GetId() uint64 {
@@ -5302,7 +5585,7 @@ type QueueItemState struct {
 
 func (x *QueueItemState) Reset() {
 	*x = QueueItemState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[64]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5314,7 +5597,7 @@ func (x *QueueItemState) String() string {
 func (*QueueItemState) ProtoMessage() {}
 
 func (x *QueueItemState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[64]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5327,7 +5610,7 @@ func (x *QueueItemState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItemState.ProtoReflect.Descriptor instead.
 func (*QueueItemState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{64}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *QueueItemState) GetId() uint64 {
@@ -5395,7 +5678,7 @@ type QueueItems struct {
 
 func (x *QueueItems) Reset() {
 	*x = QueueItems{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[65]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5407,7 +5690,7 @@ func (x *QueueItems) String() string {
 func (*QueueItems) ProtoMessage() {}
 
 func (x *QueueItems) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[65]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5420,7 +5703,7 @@ func (x *QueueItems) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItems.ProtoReflect.Descriptor instead.
 func (*QueueItems) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{65}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *QueueItems) GetQueue() string {
@@ -5457,7 +5740,7 @@ type QueueMemo struct {
 
 func (x *QueueMemo) Reset() {
 	*x = QueueMemo{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[66]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5469,7 +5752,7 @@ func (x *QueueMemo) String() string {
 func (*QueueMemo) ProtoMessage() {}
 
 func (x *QueueMemo) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[66]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5482,7 +5765,7 @@ func (x *QueueMemo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueMemo.ProtoReflect.Descriptor instead.
 func (*QueueMemo) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{66}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *QueueMemo) GetOperationId() string {
@@ -5538,7 +5821,7 @@ type QueueState struct {
 
 func (x *QueueState) Reset() {
 	*x = QueueState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[67]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5550,7 +5833,7 @@ func (x *QueueState) String() string {
 func (*QueueState) ProtoMessage() {}
 
 func (x *QueueState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[67]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5563,7 +5846,7 @@ func (x *QueueState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueState.ProtoReflect.Descriptor instead.
 func (*QueueState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{67}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *QueueState) GetName() string {
@@ -5626,7 +5909,7 @@ var File_internal_fsm_fsmpb_fsm_proto protoreflect.FileDescriptor
 
 const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xf9\x17\n" +
+	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xbc\x18\n" +
 	"\aCommand\x12E\n" +
 	"\x0ecreate_session\x18\x01 \x01(\v2\x1c.tenure.fsm.v1.CreateSessionH\x00R\rcreateSession\x12B\n" +
 	"\rclose_session\x18\x02 \x01(\v2\x1b.tenure.fsm.v1.CloseSessionH\x00R\fcloseSession\x12E\n" +
@@ -5679,8 +5962,19 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x12remove_signing_key\x18` \x01(\v2\x1f.tenure.fsm.v1.RemoveSigningKeyH\x00R\x10removeSigningKey\x12I\n" +
 	"\x10acl_token_update\x18f \x01(\v2\x1d.tenure.fsm.v1.AclTokenUpdateH\x00R\x0eaclTokenUpdate\x12C\n" +
 	"\x0fset_client_addr\x18n \x01(\v2\x19.tenure.fsm.v1.SetEtcdURLH\x00R\rsetClientAddr\x12S\n" +
-	"\x13set_cluster_version\x18\x82\x01 \x01(\v2 .tenure.fsm.v1.SetClusterVersionH\x00R\x11setClusterVersionB\x04\n" +
-	"\x02op\"-\n" +
+	"\x13set_cluster_version\x18\x82\x01 \x01(\v2 .tenure.fsm.v1.SetClusterVersionH\x00R\x11setClusterVersion\x12A\n" +
+	"\n" +
+	"kv_compact\x18\x8c\x01 \x01(\v2\x1f.tenure.fsm.v1.KVHistoryCompactH\x00R\tkvCompactB\x04\n" +
+	"\x02op\".\n" +
+	"\x10KVHistoryCompact\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\"\xbf\x01\n" +
+	"\x0fKVHistoryRecord\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x10\n" +
+	"\x03put\x18\x03 \x01(\bR\x03put\x12&\n" +
+	"\x02kv\x18\x04 \x01(\v2\x16.tenure.fsm.v1.KVStateR\x02kv\x12*\n" +
+	"\x04prev\x18\x05 \x01(\v2\x16.tenure.fsm.v1.KVStateR\x04prev\x12\x18\n" +
+	"\akey_bin\x18\x96\x01 \x01(\fR\x06keyBin\"-\n" +
 	"\x11SetClusterVersion\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\"\v\n" +
 	"\tAclEnable\"M\n" +
@@ -5756,7 +6050,7 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	" \x01(\bR\vaclEnforced\"_\n" +
 	"\fSetRetention\x12!\n" +
 	"\flock_history\x18\x01 \x01(\rR\vlockHistory\x12,\n" +
-	"\x12register_op_memory\x18\x02 \x01(\rR\x10registerOpMemory\"\x96\x03\n" +
+	"\x12register_op_memory\x18\x02 \x01(\rR\x10registerOpMemory\"\x82\x04\n" +
 	"\x06Limits\x12!\n" +
 	"\fmax_sessions\x18\x01 \x01(\x04R\vmaxSessions\x12\x1f\n" +
 	"\vmax_waiters\x18\x02 \x01(\x04R\n" +
@@ -5772,7 +6066,9 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\fmax_kv_bytes\x18\n" +
 	" \x01(\x04R\n" +
 	"maxKvBytes\x12&\n" +
-	"\x0fmax_etcd_leases\x182 \x01(\x04R\rmaxEtcdLeases\":\n" +
+	"\x0fmax_etcd_leases\x182 \x01(\x04R\rmaxEtcdLeases\x128\n" +
+	"\x18max_kv_history_revisions\x18\x8c\x01 \x01(\x04R\x15maxKvHistoryRevisions\x120\n" +
+	"\x14max_kv_history_bytes\x18\x8d\x01 \x01(\x04R\x11maxKvHistoryBytes\":\n" +
 	"\tSetLimits\x12-\n" +
 	"\x06limits\x18\x01 \x01(\v2\x15.tenure.fsm.v1.LimitsR\x06limits\";\n" +
 	"\x05Batch\x122\n" +
@@ -5829,7 +6125,7 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x12\n" +
 	"\x04lock\x18\x03 \x01(\tR\x04lock\x12!\n" +
-	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\xab\a\n" +
+	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\x9c\b\n" +
 	"\bSnapshot\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12&\n" +
 	"\x0eformat_version\x18\x82\x01 \x01(\rR\rformatVersion\x12(\n" +
@@ -5850,7 +6146,10 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x11deleted_registers\x182 \x03(\v2\x1e.tenure.fsm.v1.DeletedRegisterR\x10deletedRegisters\x12%\n" +
 	"\x0eregister_floor\x183 \x01(\x04R\rregisterFloor\x123\n" +
 	"\bsecurity\x18< \x01(\v2\x17.tenure.fsm.v1.SecurityR\bsecurity\x126\n" +
-	"\tetcd_urls\x18F \x03(\v2\x19.tenure.fsm.v1.SetEtcdURLR\betcdUrls\x12<\n" +
+	"\tetcd_urls\x18F \x03(\v2\x19.tenure.fsm.v1.SetEtcdURLR\betcdUrls\x12>\n" +
+	"\n" +
+	"kv_history\x18\x8c\x01 \x03(\v2\x1e.tenure.fsm.v1.KVHistoryRecordR\tkvHistory\x12/\n" +
+	"\x13kv_compact_revision\x18\x8d\x01 \x01(\x04R\x11kvCompactRevision\x12<\n" +
 	"\fclient_addrs\x18n \x03(\v2\x19.tenure.fsm.v1.SetEtcdURLR\vclientAddrs\"6\n" +
 	"\n" +
 	"SetEtcdURL\x12\x16\n" +
@@ -5917,18 +6216,20 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
 	"\fmod_revision\x18\x04 \x01(\x04R\vmodRevision\x12)\n" +
 	"\x03ops\x18\x05 \x03(\v2\x17.tenure.fsm.v1.OpRecordR\x03ops\x12\x12\n" +
-	"\x04lock\x18( \x01(\tR\x04lock\"\xa5\x01\n" +
+	"\x04lock\x18( \x01(\tR\x04lock\"\xbf\x01\n" +
 	"\x05KVPut\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x18\n" +
 	"\asession\x18\x03 \x01(\x04R\asession\x12\x14\n" +
 	"\x05lease\x18\x04 \x01(\x04R\x05lease\x12!\n" +
 	"\fignore_value\x18\x05 \x01(\bR\vignoreValue\x12!\n" +
-	"\fignore_lease\x18\x06 \x01(\bR\vignoreLease\"Q\n" +
+	"\fignore_lease\x18\x06 \x01(\bR\vignoreLease\x12\x18\n" +
+	"\akey_bin\x18\x96\x01 \x01(\fR\x06keyBin\"k\n" +
 	"\bKVDelete\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12\x1b\n" +
-	"\trange_end\x18\x03 \x01(\fR\brangeEnd\"\xe5\x03\n" +
+	"\trange_end\x18\x03 \x01(\fR\brangeEnd\x12\x18\n" +
+	"\akey_bin\x18\x96\x01 \x01(\fR\x06keyBin\"\xa4\x04\n" +
 	"\aKVRange\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12\x14\n" +
@@ -5947,8 +6248,10 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x10max_mod_revision\x18\v \x01(\x04R\x0emaxModRevision\x12.\n" +
 	"\x13min_create_revision\x18\f \x01(\x04R\x11minCreateRevision\x12.\n" +
 	"\x13max_create_revision\x18\r \x01(\x04R\x11maxCreateRevision\x12\x14\n" +
-	"\x05count\x18\x0e \x01(\bR\x05count\x12\x1a\n" +
-	"\brevision\x18\x0f \x01(\x04R\brevision\"\xb0\x01\n" +
+	"\x05count\x18\x0e \x01(\bR\x05count\x12\x18\n" +
+	"\akey_bin\x18\x96\x01 \x01(\fR\x06keyBin\x12#\n" +
+	"\rstart_key_bin\x18\x97\x01 \x01(\fR\vstartKeyBin\x12\x1a\n" +
+	"\brevision\x18\x0f \x01(\x04R\brevision\"\xca\x01\n" +
 	"\tKVCompare\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\rR\x06target\x12\x16\n" +
@@ -5956,25 +6259,28 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12\x16\n" +
 	"\x06number\x18\x05 \x01(\x04R\x06number\x12\x1b\n" +
 	"\trange_end\x18\x06 \x01(\fR\brangeEnd\x12\x16\n" +
-	"\x06signed\x18\a \x01(\bR\x06signed\"\x99\x01\n" +
+	"\x06signed\x18\a \x01(\bR\x06signed\x12\x18\n" +
+	"\akey_bin\x18\x96\x01 \x01(\fR\x06keyBin\"\xc3\x01\n" +
 	"\x04KVOp\x12(\n" +
 	"\x03put\x18\x01 \x01(\v2\x14.tenure.fsm.v1.KVPutH\x00R\x03put\x121\n" +
 	"\x06delete\x18\x02 \x01(\v2\x17.tenure.fsm.v1.KVDeleteH\x00R\x06delete\x12.\n" +
-	"\x05range\x18\x03 \x01(\v2\x16.tenure.fsm.v1.KVRangeH\x00R\x05rangeB\x04\n" +
+	"\x05range\x18\x03 \x01(\v2\x16.tenure.fsm.v1.KVRangeH\x00R\x05range\x12(\n" +
+	"\x03txn\x18\x04 \x01(\v2\x14.tenure.fsm.v1.KVTxnH\x00R\x03txnB\x04\n" +
 	"\x02op\"\xdb\x01\n" +
 	"\x05KVTxn\x124\n" +
 	"\bcompares\x18\x01 \x03(\v2\x18.tenure.fsm.v1.KVCompareR\bcompares\x12-\n" +
 	"\asuccess\x18\x02 \x03(\v2\x13.tenure.fsm.v1.KVOpR\asuccess\x12-\n" +
 	"\afailure\x18\x03 \x03(\v2\x13.tenure.fsm.v1.KVOpR\afailure\x12\x14\n" +
 	"\x05paged\x18< \x01(\bR\x05paged\x12(\n" +
-	"\x10max_answer_bytes\x18= \x01(\x04R\x0emaxAnswerBytes\"\xb1\x01\n" +
+	"\x10max_answer_bytes\x18= \x01(\x04R\x0emaxAnswerBytes\"\xcb\x01\n" +
 	"\aKVState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12'\n" +
 	"\x0fcreate_revision\x18\x03 \x01(\x04R\x0ecreateRevision\x12!\n" +
 	"\fmod_revision\x18\x04 \x01(\x04R\vmodRevision\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\x04R\aversion\x12\x18\n" +
-	"\asession\x18\x06 \x01(\x04R\asession\"\x84\x01\n" +
+	"\asession\x18\x06 \x01(\x04R\asession\x12\x18\n" +
+	"\akey_bin\x18\x96\x01 \x01(\fR\x06keyBin\"\x84\x01\n" +
 	"\fQueueEnqueue\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12!\n" +
@@ -6063,170 +6369,177 @@ func file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_internal_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Command)(nil),           // 0: tenure.fsm.v1.Command
-	(*SetClusterVersion)(nil), // 1: tenure.fsm.v1.SetClusterVersion
-	(*AclEnable)(nil),         // 2: tenure.fsm.v1.AclEnable
-	(*AclRule)(nil),           // 3: tenure.fsm.v1.AclRule
-	(*AclPolicy)(nil),         // 4: tenure.fsm.v1.AclPolicy
-	(*AclToken)(nil),          // 5: tenure.fsm.v1.AclToken
-	(*AclBinding)(nil),        // 6: tenure.fsm.v1.AclBinding
-	(*AclBootstrap)(nil),      // 7: tenure.fsm.v1.AclBootstrap
-	(*AclPolicySet)(nil),      // 8: tenure.fsm.v1.AclPolicySet
-	(*AclPolicyDelete)(nil),   // 9: tenure.fsm.v1.AclPolicyDelete
-	(*AclTokenCreate)(nil),    // 10: tenure.fsm.v1.AclTokenCreate
-	(*AclTokenRevoke)(nil),    // 11: tenure.fsm.v1.AclTokenRevoke
-	(*AclTokenUpdate)(nil),    // 12: tenure.fsm.v1.AclTokenUpdate
-	(*AclBindingSet)(nil),     // 13: tenure.fsm.v1.AclBindingSet
-	(*AclBindingDelete)(nil),  // 14: tenure.fsm.v1.AclBindingDelete
-	(*SigningKey)(nil),        // 15: tenure.fsm.v1.SigningKey
-	(*RetireSigningKey)(nil),  // 16: tenure.fsm.v1.RetireSigningKey
-	(*RemoveSigningKey)(nil),  // 17: tenure.fsm.v1.RemoveSigningKey
-	(*AddSigningKey)(nil),     // 18: tenure.fsm.v1.AddSigningKey
-	(*Security)(nil),          // 19: tenure.fsm.v1.Security
-	(*SetRetention)(nil),      // 20: tenure.fsm.v1.SetRetention
-	(*Limits)(nil),            // 21: tenure.fsm.v1.Limits
-	(*SetLimits)(nil),         // 22: tenure.fsm.v1.SetLimits
-	(*Batch)(nil),             // 23: tenure.fsm.v1.Batch
-	(*CreateSession)(nil),     // 24: tenure.fsm.v1.CreateSession
-	(*CloseSession)(nil),      // 25: tenure.fsm.v1.CloseSession
-	(*ExpireSession)(nil),     // 26: tenure.fsm.v1.ExpireSession
-	(*ExpireSessions)(nil),    // 27: tenure.fsm.v1.ExpireSessions
-	(*Acquire)(nil),           // 28: tenure.fsm.v1.Acquire
-	(*Proclaim)(nil),          // 29: tenure.fsm.v1.Proclaim
-	(*CancelAcquire)(nil),     // 30: tenure.fsm.v1.CancelAcquire
-	(*Release)(nil),           // 31: tenure.fsm.v1.Release
-	(*EndLockDelay)(nil),      // 32: tenure.fsm.v1.EndLockDelay
-	(*FencedPut)(nil),         // 33: tenure.fsm.v1.FencedPut
-	(*FencedDelete)(nil),      // 34: tenure.fsm.v1.FencedDelete
-	(*Snapshot)(nil),          // 35: tenure.fsm.v1.Snapshot
-	(*SetEtcdURL)(nil),        // 36: tenure.fsm.v1.SetEtcdURL
-	(*DeletedRegister)(nil),   // 37: tenure.fsm.v1.DeletedRegister
-	(*Retention)(nil),         // 38: tenure.fsm.v1.Retention
-	(*SessionState)(nil),      // 39: tenure.fsm.v1.SessionState
-	(*GrantState)(nil),        // 40: tenure.fsm.v1.GrantState
-	(*WaiterState)(nil),       // 41: tenure.fsm.v1.WaiterState
-	(*HistoryRecord)(nil),     // 42: tenure.fsm.v1.HistoryRecord
-	(*LockState)(nil),         // 43: tenure.fsm.v1.LockState
-	(*OpRecord)(nil),          // 44: tenure.fsm.v1.OpRecord
-	(*RegisterState)(nil),     // 45: tenure.fsm.v1.RegisterState
-	(*KVPut)(nil),             // 46: tenure.fsm.v1.KVPut
-	(*KVDelete)(nil),          // 47: tenure.fsm.v1.KVDelete
-	(*KVRange)(nil),           // 48: tenure.fsm.v1.KVRange
-	(*KVCompare)(nil),         // 49: tenure.fsm.v1.KVCompare
-	(*KVOp)(nil),              // 50: tenure.fsm.v1.KVOp
-	(*KVTxn)(nil),             // 51: tenure.fsm.v1.KVTxn
-	(*KVState)(nil),           // 52: tenure.fsm.v1.KVState
-	(*QueueEnqueue)(nil),      // 53: tenure.fsm.v1.QueueEnqueue
-	(*QueueDequeue)(nil),      // 54: tenure.fsm.v1.QueueDequeue
-	(*QueueSettle)(nil),       // 55: tenure.fsm.v1.QueueSettle
-	(*QueueExtend)(nil),       // 56: tenure.fsm.v1.QueueExtend
-	(*QueueDelete)(nil),       // 57: tenure.fsm.v1.QueueDelete
-	(*QueuePurge)(nil),        // 58: tenure.fsm.v1.QueuePurge
-	(*QueueRequeueDead)(nil),  // 59: tenure.fsm.v1.QueueRequeueDead
-	(*QueueEnqueueBatch)(nil), // 60: tenure.fsm.v1.QueueEnqueueBatch
-	(*QueueDequeueBatch)(nil), // 61: tenure.fsm.v1.QueueDequeueBatch
-	(*QueueSettleBatch)(nil),  // 62: tenure.fsm.v1.QueueSettleBatch
-	(*QueueSettleItem)(nil),   // 63: tenure.fsm.v1.QueueSettleItem
-	(*QueueItemState)(nil),    // 64: tenure.fsm.v1.QueueItemState
-	(*QueueItems)(nil),        // 65: tenure.fsm.v1.QueueItems
-	(*QueueMemo)(nil),         // 66: tenure.fsm.v1.QueueMemo
-	(*QueueState)(nil),        // 67: tenure.fsm.v1.QueueState
+	(*KVHistoryCompact)(nil),  // 1: tenure.fsm.v1.KVHistoryCompact
+	(*KVHistoryRecord)(nil),   // 2: tenure.fsm.v1.KVHistoryRecord
+	(*SetClusterVersion)(nil), // 3: tenure.fsm.v1.SetClusterVersion
+	(*AclEnable)(nil),         // 4: tenure.fsm.v1.AclEnable
+	(*AclRule)(nil),           // 5: tenure.fsm.v1.AclRule
+	(*AclPolicy)(nil),         // 6: tenure.fsm.v1.AclPolicy
+	(*AclToken)(nil),          // 7: tenure.fsm.v1.AclToken
+	(*AclBinding)(nil),        // 8: tenure.fsm.v1.AclBinding
+	(*AclBootstrap)(nil),      // 9: tenure.fsm.v1.AclBootstrap
+	(*AclPolicySet)(nil),      // 10: tenure.fsm.v1.AclPolicySet
+	(*AclPolicyDelete)(nil),   // 11: tenure.fsm.v1.AclPolicyDelete
+	(*AclTokenCreate)(nil),    // 12: tenure.fsm.v1.AclTokenCreate
+	(*AclTokenRevoke)(nil),    // 13: tenure.fsm.v1.AclTokenRevoke
+	(*AclTokenUpdate)(nil),    // 14: tenure.fsm.v1.AclTokenUpdate
+	(*AclBindingSet)(nil),     // 15: tenure.fsm.v1.AclBindingSet
+	(*AclBindingDelete)(nil),  // 16: tenure.fsm.v1.AclBindingDelete
+	(*SigningKey)(nil),        // 17: tenure.fsm.v1.SigningKey
+	(*RetireSigningKey)(nil),  // 18: tenure.fsm.v1.RetireSigningKey
+	(*RemoveSigningKey)(nil),  // 19: tenure.fsm.v1.RemoveSigningKey
+	(*AddSigningKey)(nil),     // 20: tenure.fsm.v1.AddSigningKey
+	(*Security)(nil),          // 21: tenure.fsm.v1.Security
+	(*SetRetention)(nil),      // 22: tenure.fsm.v1.SetRetention
+	(*Limits)(nil),            // 23: tenure.fsm.v1.Limits
+	(*SetLimits)(nil),         // 24: tenure.fsm.v1.SetLimits
+	(*Batch)(nil),             // 25: tenure.fsm.v1.Batch
+	(*CreateSession)(nil),     // 26: tenure.fsm.v1.CreateSession
+	(*CloseSession)(nil),      // 27: tenure.fsm.v1.CloseSession
+	(*ExpireSession)(nil),     // 28: tenure.fsm.v1.ExpireSession
+	(*ExpireSessions)(nil),    // 29: tenure.fsm.v1.ExpireSessions
+	(*Acquire)(nil),           // 30: tenure.fsm.v1.Acquire
+	(*Proclaim)(nil),          // 31: tenure.fsm.v1.Proclaim
+	(*CancelAcquire)(nil),     // 32: tenure.fsm.v1.CancelAcquire
+	(*Release)(nil),           // 33: tenure.fsm.v1.Release
+	(*EndLockDelay)(nil),      // 34: tenure.fsm.v1.EndLockDelay
+	(*FencedPut)(nil),         // 35: tenure.fsm.v1.FencedPut
+	(*FencedDelete)(nil),      // 36: tenure.fsm.v1.FencedDelete
+	(*Snapshot)(nil),          // 37: tenure.fsm.v1.Snapshot
+	(*SetEtcdURL)(nil),        // 38: tenure.fsm.v1.SetEtcdURL
+	(*DeletedRegister)(nil),   // 39: tenure.fsm.v1.DeletedRegister
+	(*Retention)(nil),         // 40: tenure.fsm.v1.Retention
+	(*SessionState)(nil),      // 41: tenure.fsm.v1.SessionState
+	(*GrantState)(nil),        // 42: tenure.fsm.v1.GrantState
+	(*WaiterState)(nil),       // 43: tenure.fsm.v1.WaiterState
+	(*HistoryRecord)(nil),     // 44: tenure.fsm.v1.HistoryRecord
+	(*LockState)(nil),         // 45: tenure.fsm.v1.LockState
+	(*OpRecord)(nil),          // 46: tenure.fsm.v1.OpRecord
+	(*RegisterState)(nil),     // 47: tenure.fsm.v1.RegisterState
+	(*KVPut)(nil),             // 48: tenure.fsm.v1.KVPut
+	(*KVDelete)(nil),          // 49: tenure.fsm.v1.KVDelete
+	(*KVRange)(nil),           // 50: tenure.fsm.v1.KVRange
+	(*KVCompare)(nil),         // 51: tenure.fsm.v1.KVCompare
+	(*KVOp)(nil),              // 52: tenure.fsm.v1.KVOp
+	(*KVTxn)(nil),             // 53: tenure.fsm.v1.KVTxn
+	(*KVState)(nil),           // 54: tenure.fsm.v1.KVState
+	(*QueueEnqueue)(nil),      // 55: tenure.fsm.v1.QueueEnqueue
+	(*QueueDequeue)(nil),      // 56: tenure.fsm.v1.QueueDequeue
+	(*QueueSettle)(nil),       // 57: tenure.fsm.v1.QueueSettle
+	(*QueueExtend)(nil),       // 58: tenure.fsm.v1.QueueExtend
+	(*QueueDelete)(nil),       // 59: tenure.fsm.v1.QueueDelete
+	(*QueuePurge)(nil),        // 60: tenure.fsm.v1.QueuePurge
+	(*QueueRequeueDead)(nil),  // 61: tenure.fsm.v1.QueueRequeueDead
+	(*QueueEnqueueBatch)(nil), // 62: tenure.fsm.v1.QueueEnqueueBatch
+	(*QueueDequeueBatch)(nil), // 63: tenure.fsm.v1.QueueDequeueBatch
+	(*QueueSettleBatch)(nil),  // 64: tenure.fsm.v1.QueueSettleBatch
+	(*QueueSettleItem)(nil),   // 65: tenure.fsm.v1.QueueSettleItem
+	(*QueueItemState)(nil),    // 66: tenure.fsm.v1.QueueItemState
+	(*QueueItems)(nil),        // 67: tenure.fsm.v1.QueueItems
+	(*QueueMemo)(nil),         // 68: tenure.fsm.v1.QueueMemo
+	(*QueueState)(nil),        // 69: tenure.fsm.v1.QueueState
 }
 var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
-	24, // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
-	25, // 1: tenure.fsm.v1.Command.close_session:type_name -> tenure.fsm.v1.CloseSession
-	26, // 2: tenure.fsm.v1.Command.expire_session:type_name -> tenure.fsm.v1.ExpireSession
-	28, // 3: tenure.fsm.v1.Command.acquire:type_name -> tenure.fsm.v1.Acquire
-	30, // 4: tenure.fsm.v1.Command.cancel_acquire:type_name -> tenure.fsm.v1.CancelAcquire
-	31, // 5: tenure.fsm.v1.Command.release:type_name -> tenure.fsm.v1.Release
-	32, // 6: tenure.fsm.v1.Command.end_lock_delay:type_name -> tenure.fsm.v1.EndLockDelay
-	33, // 7: tenure.fsm.v1.Command.fenced_put:type_name -> tenure.fsm.v1.FencedPut
-	23, // 8: tenure.fsm.v1.Command.batch:type_name -> tenure.fsm.v1.Batch
-	29, // 9: tenure.fsm.v1.Command.proclaim:type_name -> tenure.fsm.v1.Proclaim
-	27, // 10: tenure.fsm.v1.Command.expire_sessions:type_name -> tenure.fsm.v1.ExpireSessions
-	34, // 11: tenure.fsm.v1.Command.fenced_delete:type_name -> tenure.fsm.v1.FencedDelete
-	20, // 12: tenure.fsm.v1.Command.set_retention:type_name -> tenure.fsm.v1.SetRetention
-	22, // 13: tenure.fsm.v1.Command.set_limits:type_name -> tenure.fsm.v1.SetLimits
-	36, // 14: tenure.fsm.v1.Command.set_etcd_url:type_name -> tenure.fsm.v1.SetEtcdURL
-	46, // 15: tenure.fsm.v1.Command.kv_put:type_name -> tenure.fsm.v1.KVPut
-	47, // 16: tenure.fsm.v1.Command.kv_delete:type_name -> tenure.fsm.v1.KVDelete
-	51, // 17: tenure.fsm.v1.Command.kv_txn:type_name -> tenure.fsm.v1.KVTxn
-	53, // 18: tenure.fsm.v1.Command.queue_enqueue:type_name -> tenure.fsm.v1.QueueEnqueue
-	54, // 19: tenure.fsm.v1.Command.queue_dequeue:type_name -> tenure.fsm.v1.QueueDequeue
-	55, // 20: tenure.fsm.v1.Command.queue_ack:type_name -> tenure.fsm.v1.QueueSettle
-	55, // 21: tenure.fsm.v1.Command.queue_nack:type_name -> tenure.fsm.v1.QueueSettle
-	56, // 22: tenure.fsm.v1.Command.queue_extend:type_name -> tenure.fsm.v1.QueueExtend
-	55, // 23: tenure.fsm.v1.Command.queue_expire:type_name -> tenure.fsm.v1.QueueSettle
-	59, // 24: tenure.fsm.v1.Command.queue_requeue_dead:type_name -> tenure.fsm.v1.QueueRequeueDead
-	57, // 25: tenure.fsm.v1.Command.queue_delete:type_name -> tenure.fsm.v1.QueueDelete
-	58, // 26: tenure.fsm.v1.Command.queue_purge:type_name -> tenure.fsm.v1.QueuePurge
-	60, // 27: tenure.fsm.v1.Command.queue_enqueue_batch:type_name -> tenure.fsm.v1.QueueEnqueueBatch
-	61, // 28: tenure.fsm.v1.Command.queue_dequeue_batch:type_name -> tenure.fsm.v1.QueueDequeueBatch
-	62, // 29: tenure.fsm.v1.Command.queue_ack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
-	62, // 30: tenure.fsm.v1.Command.queue_nack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
-	7,  // 31: tenure.fsm.v1.Command.acl_bootstrap:type_name -> tenure.fsm.v1.AclBootstrap
-	8,  // 32: tenure.fsm.v1.Command.acl_policy_set:type_name -> tenure.fsm.v1.AclPolicySet
-	9,  // 33: tenure.fsm.v1.Command.acl_policy_delete:type_name -> tenure.fsm.v1.AclPolicyDelete
-	10, // 34: tenure.fsm.v1.Command.acl_token_create:type_name -> tenure.fsm.v1.AclTokenCreate
-	11, // 35: tenure.fsm.v1.Command.acl_token_revoke:type_name -> tenure.fsm.v1.AclTokenRevoke
-	13, // 36: tenure.fsm.v1.Command.acl_binding_set:type_name -> tenure.fsm.v1.AclBindingSet
-	14, // 37: tenure.fsm.v1.Command.acl_binding_delete:type_name -> tenure.fsm.v1.AclBindingDelete
-	18, // 38: tenure.fsm.v1.Command.add_signing_key:type_name -> tenure.fsm.v1.AddSigningKey
-	2,  // 39: tenure.fsm.v1.Command.acl_enable:type_name -> tenure.fsm.v1.AclEnable
-	16, // 40: tenure.fsm.v1.Command.retire_signing_key:type_name -> tenure.fsm.v1.RetireSigningKey
-	17, // 41: tenure.fsm.v1.Command.remove_signing_key:type_name -> tenure.fsm.v1.RemoveSigningKey
-	12, // 42: tenure.fsm.v1.Command.acl_token_update:type_name -> tenure.fsm.v1.AclTokenUpdate
-	36, // 43: tenure.fsm.v1.Command.set_client_addr:type_name -> tenure.fsm.v1.SetEtcdURL
-	1,  // 44: tenure.fsm.v1.Command.set_cluster_version:type_name -> tenure.fsm.v1.SetClusterVersion
-	3,  // 45: tenure.fsm.v1.AclPolicy.rules:type_name -> tenure.fsm.v1.AclRule
-	5,  // 46: tenure.fsm.v1.AclBootstrap.token:type_name -> tenure.fsm.v1.AclToken
-	4,  // 47: tenure.fsm.v1.AclPolicySet.policy:type_name -> tenure.fsm.v1.AclPolicy
-	5,  // 48: tenure.fsm.v1.AclTokenCreate.token:type_name -> tenure.fsm.v1.AclToken
-	6,  // 49: tenure.fsm.v1.AclBindingSet.binding:type_name -> tenure.fsm.v1.AclBinding
-	15, // 50: tenure.fsm.v1.AddSigningKey.key:type_name -> tenure.fsm.v1.SigningKey
-	4,  // 51: tenure.fsm.v1.Security.policies:type_name -> tenure.fsm.v1.AclPolicy
-	5,  // 52: tenure.fsm.v1.Security.tokens:type_name -> tenure.fsm.v1.AclToken
-	6,  // 53: tenure.fsm.v1.Security.bindings:type_name -> tenure.fsm.v1.AclBinding
-	15, // 54: tenure.fsm.v1.Security.signing_keys:type_name -> tenure.fsm.v1.SigningKey
-	21, // 55: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
-	0,  // 56: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
-	39, // 57: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
-	43, // 58: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
-	45, // 59: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
-	67, // 60: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
-	65, // 61: tenure.fsm.v1.Snapshot.queue_items:type_name -> tenure.fsm.v1.QueueItems
-	52, // 62: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
-	38, // 63: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
-	21, // 64: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
-	42, // 65: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
-	37, // 66: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
-	19, // 67: tenure.fsm.v1.Snapshot.security:type_name -> tenure.fsm.v1.Security
-	36, // 68: tenure.fsm.v1.Snapshot.etcd_urls:type_name -> tenure.fsm.v1.SetEtcdURL
-	36, // 69: tenure.fsm.v1.Snapshot.client_addrs:type_name -> tenure.fsm.v1.SetEtcdURL
-	40, // 70: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
-	40, // 71: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
-	41, // 72: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
-	42, // 73: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
-	44, // 74: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
-	46, // 75: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
-	47, // 76: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
-	48, // 77: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
-	49, // 78: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
-	50, // 79: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
-	50, // 80: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
-	63, // 81: tenure.fsm.v1.QueueSettleBatch.items:type_name -> tenure.fsm.v1.QueueSettleItem
-	64, // 82: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
-	64, // 83: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
-	64, // 84: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
-	66, // 85: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
-	66, // 86: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
-	87, // [87:87] is the sub-list for method output_type
-	87, // [87:87] is the sub-list for method input_type
-	87, // [87:87] is the sub-list for extension type_name
-	87, // [87:87] is the sub-list for extension extendee
-	0,  // [0:87] is the sub-list for field type_name
+	26, // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
+	27, // 1: tenure.fsm.v1.Command.close_session:type_name -> tenure.fsm.v1.CloseSession
+	28, // 2: tenure.fsm.v1.Command.expire_session:type_name -> tenure.fsm.v1.ExpireSession
+	30, // 3: tenure.fsm.v1.Command.acquire:type_name -> tenure.fsm.v1.Acquire
+	32, // 4: tenure.fsm.v1.Command.cancel_acquire:type_name -> tenure.fsm.v1.CancelAcquire
+	33, // 5: tenure.fsm.v1.Command.release:type_name -> tenure.fsm.v1.Release
+	34, // 6: tenure.fsm.v1.Command.end_lock_delay:type_name -> tenure.fsm.v1.EndLockDelay
+	35, // 7: tenure.fsm.v1.Command.fenced_put:type_name -> tenure.fsm.v1.FencedPut
+	25, // 8: tenure.fsm.v1.Command.batch:type_name -> tenure.fsm.v1.Batch
+	31, // 9: tenure.fsm.v1.Command.proclaim:type_name -> tenure.fsm.v1.Proclaim
+	29, // 10: tenure.fsm.v1.Command.expire_sessions:type_name -> tenure.fsm.v1.ExpireSessions
+	36, // 11: tenure.fsm.v1.Command.fenced_delete:type_name -> tenure.fsm.v1.FencedDelete
+	22, // 12: tenure.fsm.v1.Command.set_retention:type_name -> tenure.fsm.v1.SetRetention
+	24, // 13: tenure.fsm.v1.Command.set_limits:type_name -> tenure.fsm.v1.SetLimits
+	38, // 14: tenure.fsm.v1.Command.set_etcd_url:type_name -> tenure.fsm.v1.SetEtcdURL
+	48, // 15: tenure.fsm.v1.Command.kv_put:type_name -> tenure.fsm.v1.KVPut
+	49, // 16: tenure.fsm.v1.Command.kv_delete:type_name -> tenure.fsm.v1.KVDelete
+	53, // 17: tenure.fsm.v1.Command.kv_txn:type_name -> tenure.fsm.v1.KVTxn
+	55, // 18: tenure.fsm.v1.Command.queue_enqueue:type_name -> tenure.fsm.v1.QueueEnqueue
+	56, // 19: tenure.fsm.v1.Command.queue_dequeue:type_name -> tenure.fsm.v1.QueueDequeue
+	57, // 20: tenure.fsm.v1.Command.queue_ack:type_name -> tenure.fsm.v1.QueueSettle
+	57, // 21: tenure.fsm.v1.Command.queue_nack:type_name -> tenure.fsm.v1.QueueSettle
+	58, // 22: tenure.fsm.v1.Command.queue_extend:type_name -> tenure.fsm.v1.QueueExtend
+	57, // 23: tenure.fsm.v1.Command.queue_expire:type_name -> tenure.fsm.v1.QueueSettle
+	61, // 24: tenure.fsm.v1.Command.queue_requeue_dead:type_name -> tenure.fsm.v1.QueueRequeueDead
+	59, // 25: tenure.fsm.v1.Command.queue_delete:type_name -> tenure.fsm.v1.QueueDelete
+	60, // 26: tenure.fsm.v1.Command.queue_purge:type_name -> tenure.fsm.v1.QueuePurge
+	62, // 27: tenure.fsm.v1.Command.queue_enqueue_batch:type_name -> tenure.fsm.v1.QueueEnqueueBatch
+	63, // 28: tenure.fsm.v1.Command.queue_dequeue_batch:type_name -> tenure.fsm.v1.QueueDequeueBatch
+	64, // 29: tenure.fsm.v1.Command.queue_ack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
+	64, // 30: tenure.fsm.v1.Command.queue_nack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
+	9,  // 31: tenure.fsm.v1.Command.acl_bootstrap:type_name -> tenure.fsm.v1.AclBootstrap
+	10, // 32: tenure.fsm.v1.Command.acl_policy_set:type_name -> tenure.fsm.v1.AclPolicySet
+	11, // 33: tenure.fsm.v1.Command.acl_policy_delete:type_name -> tenure.fsm.v1.AclPolicyDelete
+	12, // 34: tenure.fsm.v1.Command.acl_token_create:type_name -> tenure.fsm.v1.AclTokenCreate
+	13, // 35: tenure.fsm.v1.Command.acl_token_revoke:type_name -> tenure.fsm.v1.AclTokenRevoke
+	15, // 36: tenure.fsm.v1.Command.acl_binding_set:type_name -> tenure.fsm.v1.AclBindingSet
+	16, // 37: tenure.fsm.v1.Command.acl_binding_delete:type_name -> tenure.fsm.v1.AclBindingDelete
+	20, // 38: tenure.fsm.v1.Command.add_signing_key:type_name -> tenure.fsm.v1.AddSigningKey
+	4,  // 39: tenure.fsm.v1.Command.acl_enable:type_name -> tenure.fsm.v1.AclEnable
+	18, // 40: tenure.fsm.v1.Command.retire_signing_key:type_name -> tenure.fsm.v1.RetireSigningKey
+	19, // 41: tenure.fsm.v1.Command.remove_signing_key:type_name -> tenure.fsm.v1.RemoveSigningKey
+	14, // 42: tenure.fsm.v1.Command.acl_token_update:type_name -> tenure.fsm.v1.AclTokenUpdate
+	38, // 43: tenure.fsm.v1.Command.set_client_addr:type_name -> tenure.fsm.v1.SetEtcdURL
+	3,  // 44: tenure.fsm.v1.Command.set_cluster_version:type_name -> tenure.fsm.v1.SetClusterVersion
+	1,  // 45: tenure.fsm.v1.Command.kv_compact:type_name -> tenure.fsm.v1.KVHistoryCompact
+	54, // 46: tenure.fsm.v1.KVHistoryRecord.kv:type_name -> tenure.fsm.v1.KVState
+	54, // 47: tenure.fsm.v1.KVHistoryRecord.prev:type_name -> tenure.fsm.v1.KVState
+	5,  // 48: tenure.fsm.v1.AclPolicy.rules:type_name -> tenure.fsm.v1.AclRule
+	7,  // 49: tenure.fsm.v1.AclBootstrap.token:type_name -> tenure.fsm.v1.AclToken
+	6,  // 50: tenure.fsm.v1.AclPolicySet.policy:type_name -> tenure.fsm.v1.AclPolicy
+	7,  // 51: tenure.fsm.v1.AclTokenCreate.token:type_name -> tenure.fsm.v1.AclToken
+	8,  // 52: tenure.fsm.v1.AclBindingSet.binding:type_name -> tenure.fsm.v1.AclBinding
+	17, // 53: tenure.fsm.v1.AddSigningKey.key:type_name -> tenure.fsm.v1.SigningKey
+	6,  // 54: tenure.fsm.v1.Security.policies:type_name -> tenure.fsm.v1.AclPolicy
+	7,  // 55: tenure.fsm.v1.Security.tokens:type_name -> tenure.fsm.v1.AclToken
+	8,  // 56: tenure.fsm.v1.Security.bindings:type_name -> tenure.fsm.v1.AclBinding
+	17, // 57: tenure.fsm.v1.Security.signing_keys:type_name -> tenure.fsm.v1.SigningKey
+	23, // 58: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
+	0,  // 59: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
+	41, // 60: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
+	45, // 61: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
+	47, // 62: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
+	69, // 63: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
+	67, // 64: tenure.fsm.v1.Snapshot.queue_items:type_name -> tenure.fsm.v1.QueueItems
+	54, // 65: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
+	40, // 66: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
+	23, // 67: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
+	44, // 68: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
+	39, // 69: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
+	21, // 70: tenure.fsm.v1.Snapshot.security:type_name -> tenure.fsm.v1.Security
+	38, // 71: tenure.fsm.v1.Snapshot.etcd_urls:type_name -> tenure.fsm.v1.SetEtcdURL
+	2,  // 72: tenure.fsm.v1.Snapshot.kv_history:type_name -> tenure.fsm.v1.KVHistoryRecord
+	38, // 73: tenure.fsm.v1.Snapshot.client_addrs:type_name -> tenure.fsm.v1.SetEtcdURL
+	42, // 74: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
+	42, // 75: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
+	43, // 76: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
+	44, // 77: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
+	46, // 78: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
+	48, // 79: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
+	49, // 80: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
+	50, // 81: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
+	53, // 82: tenure.fsm.v1.KVOp.txn:type_name -> tenure.fsm.v1.KVTxn
+	51, // 83: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
+	52, // 84: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
+	52, // 85: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
+	65, // 86: tenure.fsm.v1.QueueSettleBatch.items:type_name -> tenure.fsm.v1.QueueSettleItem
+	66, // 87: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
+	66, // 88: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
+	66, // 89: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
+	68, // 90: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
+	68, // 91: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
+	92, // [92:92] is the sub-list for method output_type
+	92, // [92:92] is the sub-list for method input_type
+	92, // [92:92] is the sub-list for extension type_name
+	92, // [92:92] is the sub-list for extension extendee
+	0,  // [0:92] is the sub-list for field type_name
 }
 
 func init() { file_internal_fsm_fsmpb_fsm_proto_init() }
@@ -6280,11 +6593,13 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 		(*Command_AclTokenUpdate)(nil),
 		(*Command_SetClientAddr)(nil),
 		(*Command_SetClusterVersion)(nil),
+		(*Command_KvCompact)(nil),
 	}
-	file_internal_fsm_fsmpb_fsm_proto_msgTypes[50].OneofWrappers = []any{
+	file_internal_fsm_fsmpb_fsm_proto_msgTypes[52].OneofWrappers = []any{
 		(*KVOp_Put)(nil),
 		(*KVOp_Delete)(nil),
 		(*KVOp_Range)(nil),
+		(*KVOp_Txn)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -6292,7 +6607,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_fsm_fsmpb_fsm_proto_rawDesc), len(file_internal_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   68,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

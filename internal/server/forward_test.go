@@ -1,0 +1,181 @@
+//go:build tenurefault
+
+package server_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenure-io/tenure/client"
+	tu "github.com/tenure-io/tenure/internal/testutil"
+)
+
+// TestFollowersForwardWhenTheLeadersClientAPIIsCut: the leader's client
+// API is blackholed while it keeps leading. A client given only a
+// follower's endpoint, and one given every endpoint that locked on the
+// leader itself, keep their holds (held, token unchanged) for several
+// TTLs, and new acquires, releases and writes through a follower succeed:
+// the follower relays them to the leader over the peer port.
+func TestFollowersForwardWhenTheLeadersClientAPIIsCut(t *testing.T) {
+	tu.Slow(t)
+	ms := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var leader *member
+	var followers []*member
+	// Forwarding starts once a member holds the cluster's signing keys
+	// (its proof on the forward door); until then a follower redirects.
+	tu.WaitFor(t, "a leader every member knows, and the keys on every member", 30*time.Second, func() bool {
+		leader, followers = nil, nil
+		for _, m := range ms {
+			if len(m.d.Node.Security().Keys) == 0 {
+				return false
+			}
+		}
+		for _, m := range ms {
+			if m.d.Node.IsLeader() {
+				leader = m
+			}
+		}
+		if leader == nil {
+			return false
+		}
+		for _, m := range ms {
+			if m != leader {
+				if m.d.Node.Leader() != leader.id {
+					return false
+				}
+				followers = append(followers, m)
+			}
+		}
+		return true
+	})
+	const ttl = 2 * time.Second
+
+	// One client is given a follower only (and learns the others, as the
+	// CLI does); the other every member, the leader first.
+	viaFollower := tu.Dial(t, followers[0].d.Addr(), client.WithDiscovery())
+	all := tu.Dial(t, strings.Join([]string{leader.d.Addr(), followers[0].d.Addr(), followers[1].d.Addr()}, ","))
+	s1 := tu.Session(t, ctx, viaFollower, client.WithTTL(ttl), client.WithOwner("via-follower"))
+	s2 := tu.Session(t, ctx, all, client.WithTTL(ttl), client.WithOwner("all-endpoints"))
+	lock := func(s *client.Session, name string) *client.Hold {
+		t.Helper()
+		m, err := s.Mutex(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lctx, lcancel := context.WithTimeout(ctx, 20*time.Second)
+		defer lcancel()
+		h, err := m.Lock(lctx)
+		if err != nil {
+			t.Fatalf("lock %s: %v", name, err)
+		}
+		return h
+	}
+	h1 := lock(s1, "one")
+	h2 := lock(s2, "two")
+	if all.Endpoint() != leader.d.Addr() {
+		t.Fatalf("the client given every endpoint locked at %s, the leader is at %s", all.Endpoint(), leader.d.Addr())
+	}
+	tok1, tok2 := h1.Token(), h2.Token()
+
+	ch1, ch2 := h1.Changes(), h2.Changes()
+	leader.d.BlackholeClientAPI(true)
+	defer leader.d.BlackholeClientAPI(false)
+
+	// For four TTLs neither hold is lost; the one through the follower
+	// stays held throughout (the follower relays its keepalives), the
+	// other moves to a follower within a TTL.
+	timer := time.NewTimer(4 * ttl)
+	defer timer.Stop()
+watch:
+	for {
+		select {
+		case st := <-ch1:
+			t.Fatalf("the hold through the follower became %v (%v) with the leader's client API cut", st, h1.Err())
+		case st, ok := <-ch2:
+			if !ok || st == client.Lost || st == client.Released {
+				t.Fatalf("the hold of the client given every endpoint became %v (%v)", h2.State(), h2.Err())
+			}
+		case <-timer.C:
+			break watch
+		}
+	}
+	tu.WaitFor(t, "the hold of the client given every endpoint held again", 10*time.Second, func() bool {
+		return h2.State() == client.Held
+	})
+	if h1.Token() != tok1 || h2.Token() != tok2 {
+		t.Fatalf("tokens changed: %d→%d, %d→%d", tok1, h1.Token(), tok2, h2.Token())
+	}
+	if !leader.d.Node.IsLeader() {
+		t.Fatalf("%s stopped leading: the test proves nothing", leader.id)
+	}
+	if viaFollower.Endpoint() != followers[0].d.Addr() {
+		t.Fatalf("the client given a follower is at %s, not the follower", viaFollower.Endpoint())
+	}
+
+	// New work through the follower: an acquire, a release, a put, a
+	// fenced write with the held token.
+	h3 := lock(s1, "three")
+	if err := h3.Unlock(ctx); err != nil {
+		t.Fatalf("unlock through the follower: %v", err)
+	}
+	// A watch from now needs the leader (a linearizable read of the
+	// revision): the follower forwards the stream with its request.
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	w, err := viaFollower.Watch(wctx, "k")
+	if err != nil {
+		t.Fatalf("watch through the follower: %v", err)
+	}
+	if _, err := viaFollower.Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatalf("put through the follower: %v", err)
+	}
+	select {
+	case r, ok := <-w.C:
+		if !ok || len(r.Events) != 1 || string(r.Events[0].KV.Value) != "v" {
+			t.Fatalf("the watch through the follower: %+v %v (%v)", r, ok, w.Err())
+		}
+	case <-ctx.Done():
+		t.Fatal("the watch through the follower saw nothing")
+	}
+	wcancel()
+	if res, err := viaFollower.FencedPut(ctx, "reg", []byte("x"), tok1, "op-1", client.WithLock("one")); err != nil || !res.Accepted {
+		t.Fatalf("fenced put through the follower: %+v %v", res, err)
+	}
+	if got, err := viaFollower.Get(ctx, "k"); err != nil || len(got.KVs) != 1 {
+		t.Fatalf("linearizable get through the follower: %+v %v", got, err)
+	}
+	if !leader.d.Node.IsLeader() {
+		t.Fatalf("%s stopped leading: the test proves nothing", leader.id)
+	}
+	if n := forwardedCount(t, followers[0]); n == 0 {
+		t.Fatal("the follower counted no forwarded request (tenure_forwarded_requests_total)")
+	}
+	if err := h1.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h2.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// forwardedCount sums m's tenure_forwarded_requests_total.
+func forwardedCount(t *testing.T, m *member) float64 {
+	t.Helper()
+	mfs, err := m.d.Hub.Metrics().Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() == "tenure_forwarded_requests_total" {
+			for _, c := range mf.GetMetric() {
+				n += c.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
+}
