@@ -24,3 +24,9 @@ func (Faults) route(string) (string, bool) { return "", false }
 
 // leaderChangeDelay: leadership notifications are handled at once.
 func (Faults) leaderChangeDelay() time.Duration { return 0 }
+
+// beforeReadRound: a read round goes on at once.
+func (Faults) beforeReadRound(string) {}
+
+// appendHook: log appends go to the store at once.
+func (Faults) appendHook(string) func() { return nil }

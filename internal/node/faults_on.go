@@ -26,6 +26,28 @@ type Faults struct {
 	// busy proposing its settings holds up the demotion that follows: no
 	// consumer of the node's leadership may lag behind it meanwhile.
 	LeaderChangeDelay time.Duration
+	// BeforeReadRound, if set, is called by a leader's read round after
+	// it recorded its term and commit index and before it asks its peers
+	// (readindex.go), with the node's id: a test holds it to put a read in the state of a
+	// leader paused there.
+	BeforeReadRound func(node string)
+	// BeforeAppend, if set, is called before each append to this node's
+	// log store (in raft's leader loop on a leader), with the node's id: a test holds it to
+	// stall the leader's appends.
+	BeforeAppend func(node string)
+}
+
+func (f Faults) beforeReadRound(node string) {
+	if f.BeforeReadRound != nil {
+		f.BeforeReadRound(node)
+	}
+}
+
+func (f Faults) appendHook(node string) func() {
+	if f.BeforeAppend == nil {
+		return nil
+	}
+	return func() { f.BeforeAppend(node) }
 }
 
 func (f Faults) leaderChangeDelay() time.Duration { return f.LeaderChangeDelay }

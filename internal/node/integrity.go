@@ -276,11 +276,17 @@ func entryError(stores *store.Stores, index uint64, what string) error {
 type checkedAppends struct {
 	raft.LogStore
 	stored func(bytes int)
+	// before, if set, is called before each append (a fault switch of
+	// the tenurefault build, Faults.BeforeAppend).
+	before func()
 }
 
 func (c checkedAppends) StoreLog(l *raft.Log) error { return c.StoreLogs([]*raft.Log{l}) }
 
 func (c checkedAppends) StoreLogs(logs []*raft.Log) error {
+	if c.before != nil {
+		c.before()
+	}
 	for _, l := range logs {
 		if l.Type != raft.LogCommand {
 			continue

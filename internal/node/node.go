@@ -114,6 +114,10 @@ type Node struct {
 	// KeepAlive).
 	lease leaderLease
 
+	// reads runs the rounds that confirm leadership for linearizable
+	// reads (readindex.go).
+	reads readRounds
+
 	// peers is the leader's view of the other members' health (peers.go).
 	peers peerWatch
 

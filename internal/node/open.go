@@ -141,7 +141,7 @@ func Open(cfg Config, sink fsm.EventSink) (_ *Node, err error) {
 	n.fsmApplied.Store(snapIndex)
 	raftStart := time.Now()
 	ss := &startSnapshots{FileSnapshotStore: snaps, dir: snapshotsDir(cfg.DataDir), newest: newest}
-	r, err := raft.NewRaft(rc, recordingFSM{n.fsm, n.rec, n.ident, &n.fsmApplied, cfg.Logger, &n.logBytes}, checkedAppends{stores.Log, n.logStored}, stores.Stable, ss, n.trans)
+	r, err := raft.NewRaft(rc, recordingFSM{n.fsm, n.rec, n.ident, &n.fsmApplied, cfg.Logger, &n.logBytes}, checkedAppends{stores.Log, n.logStored, cfg.Faults.appendHook(cfg.NodeID)}, stores.Stable, ss, n.trans)
 	if err != nil {
 		var fe *fsm.FormatError
 		if ferr := n.fsm.Err(); errors.As(ferr, &fe) && newest != nil { // a newer release's snapshot: a downgrade

@@ -13,6 +13,13 @@ import (
 // leader and has applied everything committed before the call: a read of
 // the state after it sees every write that completed before it began. A
 // context that has already ended is refused with its error.
+//
+// A sole voter answers from its own state (soleVoterLeader); a leader with
+// peers confirms its leadership with a read round of its own (readRounds,
+// below) rather than through raft's leader loop, which is busy with the
+// leader's own log append and fsync under load. Only where no round can
+// run (this node is not a voter of its latest configuration) does it ask
+// raft's leader loop (VerifyLeader).
 func (n *Node) LinearizableRead(ctx context.Context) (err error) {
 	defer func() { err = n.mapReadStorageErr(err) }()
 	if err := ctx.Err(); err != nil {
@@ -34,17 +41,17 @@ func (n *Node) LinearizableRead(ctx context.Context) (err error) {
 	if n.soleVoterLeader() {
 		return nil
 	}
-	commit := n.raft.CommitIndex()
-	// Not bounded by ctx: raft answers every verify future when it steps
-	// down, and the node's Close ends the rest.
-	if err := mapReadErr(n.await(context.Background(), func() raft.Future { return n.raft.VerifyLeader() })); err != nil {
+	commit, err := n.reads.confirm(ctx, n)
+	if errors.Is(err, errNoReadRound) {
+		commit = n.raft.CommitIndex()
+		// Not bounded by ctx: raft answers every verify future when it
+		// steps down, and the node's Close ends the rest.
+		err = mapReadErr(n.await(context.Background(), func() raft.Future { return n.raft.VerifyLeader() }))
+	}
+	if err != nil {
 		return err
 	}
-	if n.appliedIndex() >= commit {
-		return nil
-	}
-	// Rare: wait for the apply loop to catch up with a barrier.
-	return mapReadErr(n.await(ctx, func() raft.Future { return n.raft.Barrier(timeout) }))
+	return n.waitApplied(ctx, commit)
 }
 
 // soleVoterLeader reports whether this node serves as leader
