@@ -50,6 +50,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 )
@@ -83,10 +84,17 @@ type Client struct {
 	learned      atomic.Bool  // the first successful call asked for the members
 	learnedAt    atomic.Int64 // when a failed round last asked (unix ns)
 
+	// bg runs the client's own goroutines (prefer.go); bgCtx ends at
+	// Close, which waits for them.
+	bg       sync.WaitGroup
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+
 	// mu guards the fields below and the replacement of eps.
 	mu       sync.Mutex
 	closed   bool
 	sessions map[*Session]struct{} // the sessions not yet over
+	pref     preferState           // prefer.go
 }
 
 // maxEndpoints bounds the endpoints a client connects to, given and
@@ -218,6 +226,7 @@ func Dial(ctx context.Context, endpoints string, opts ...Option) (*Client, error
 		}
 	}
 	c := &Client{clk: o.clk, serializable: o.serializable, proofs: o.proofs, discover: o.discover, sessions: make(map[*Session]struct{})}
+	c.bgCtx, c.bgCancel = context.WithCancel(context.Background())
 	creds := insecure.NewCredentials()
 	if o.tls != nil {
 		creds = credentials.NewTLS(o.tls)
@@ -275,6 +284,8 @@ func (c *Client) Close() error {
 		sessions = append(sessions, s)
 	}
 	c.mu.Unlock()
+	c.bgCancel()
+	c.bg.Wait()
 	for _, s := range sessions {
 		s.abandon(fmt.Errorf("%w: the client was closed", ErrClosed))
 	}
@@ -330,12 +341,14 @@ func (c *Client) addEndpoint(addr string) (uint32, error) {
 	case len(eps) >= maxEndpoints:
 		return 0, fmt.Errorf("%w: more than %d endpoints", ErrLimit, maxEndpoints)
 	}
-	conn, err := grpc.NewClient(addr, c.gopts...)
+	i := uint32(len(eps))
+	gopts := append(append(make([]grpc.DialOption, 0, len(c.gopts)+1), c.gopts...), grpc.WithChainUnaryInterceptor(c.hintInterceptor(i)))
+	conn, err := grpc.NewClient(addr, gopts...)
 	if err != nil {
 		return 0, fmt.Errorf("%w: endpoint %q: %v", ErrInvalid, addr, err)
 	}
 	api := pb.NewTenureClient(conn)
-	next := append(append(make([]*endpoint, 0, len(eps)+1), eps...), &endpoint{addr: addr, conn: conn, api: api, sessions: &transport{api: api}})
+	next := append(append(make([]*endpoint, 0, len(eps)+1), eps...), &endpoint{addr: addr, conn: conn, api: api, sessions: &transport{api: api, hint: func(md metadata.MD) { c.hinted(i, md) }}})
 	c.eps.Store(&next)
 	return uint32(len(eps)), nil
 }
