@@ -4,6 +4,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -23,35 +24,7 @@ func TestFollowersForwardWhenTheLeadersClientAPIIsCut(t *testing.T) {
 	ms := startCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var leader *member
-	var followers []*member
-	// Forwarding starts once a member holds the cluster's signing keys
-	// (its proof on the forward door); until then a follower redirects.
-	tu.WaitFor(t, "a leader every member knows, and the keys on every member", 30*time.Second, func() bool {
-		leader, followers = nil, nil
-		for _, m := range ms {
-			if len(m.d.Node.Security().Keys) == 0 {
-				return false
-			}
-		}
-		for _, m := range ms {
-			if m.d.Node.IsLeader() {
-				leader = m
-			}
-		}
-		if leader == nil {
-			return false
-		}
-		for _, m := range ms {
-			if m != leader {
-				if m.d.Node.Leader() != leader.id {
-					return false
-				}
-				followers = append(followers, m)
-			}
-		}
-		return true
-	})
+	leader, followers := forwarding(t, ms)
 	const ttl = 2 * time.Second
 
 	// One client is given a follower only (and learns the others, as the
@@ -160,6 +133,116 @@ watch:
 	if err := h2.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestClientsMoveToTheLeaderFromAForwardingFollower: a client given a
+// follower's endpoint (with discovery) is served by forwarding at first;
+// the follower names the leader in its answers, and the client, having
+// checked the leader's endpoint, moves its requests and its session
+// there. Afterwards the follower forwards nothing more for it, the
+// session's only stream on the leader came by the leader's own client
+// API, and the hold taken through the follower stayed Held with its
+// token throughout.
+func TestClientsMoveToTheLeaderFromAForwardingFollower(t *testing.T) {
+	tu.Slow(t)
+	ms := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	leader, followers := forwarding(t, ms)
+	const ttl = 2 * time.Second
+
+	c := tu.Dial(t, followers[0].d.Addr(), client.WithDiscovery())
+	s := tu.Session(t, ctx, c, client.WithTTL(ttl), client.WithOwner("follower-first"))
+	lock := func(name string) *client.Hold {
+		t.Helper()
+		m, err := s.Mutex(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lctx, lcancel := context.WithTimeout(ctx, 20*time.Second)
+		defer lcancel()
+		h, err := m.Lock(lctx)
+		if err != nil {
+			t.Fatalf("lock %s: %v", name, err)
+		}
+		return h
+	}
+	h := lock("one")
+	tok, ch := h.Token(), h.Changes()
+	if n := forwardedCount(t, followers[0]); n == 0 {
+		t.Fatal("the follower forwarded nothing: the test proves nothing")
+	}
+
+	tu.WaitFor(t, "the client on the leader, and its session's stream there", 15*time.Second, func() bool {
+		if _, err := c.Put(ctx, "k", []byte("v")); err != nil {
+			t.Fatalf("put: %v", err)
+		}
+		return c.Endpoint() == leader.d.Addr() && leader.d.Hub.DirectStreamsOf(s.ID()) == 1 && leader.d.Hub.StreamsOf(s.ID()) == 1
+	})
+	before := forwardedCount(t, followers[0])
+	for i := range 20 {
+		if _, err := c.Put(ctx, "k", []byte(fmt.Sprint(i))); err != nil {
+			t.Fatalf("put: %v", err)
+		}
+	}
+	if err := lock("two").Unlock(ctx); err != nil {
+		t.Fatalf("unlock: %v", err)
+	}
+	if after := forwardedCount(t, followers[0]); after != before {
+		t.Fatalf("the follower still forwards for the client: %v forwarded requests, then %v", before, after)
+	}
+
+	// The hold never left Held through the move.
+	select {
+	case st := <-ch:
+		t.Fatalf("the hold became %v (%v) through the move", st, h.Err())
+	default:
+	}
+	if h.State() != client.Held || h.Token() != tok {
+		t.Fatalf("the hold is %v with token %d, was Held with %d", h.State(), h.Token(), tok)
+	}
+	if !leader.d.Node.IsLeader() {
+		t.Fatalf("%s stopped leading: the test proves nothing", leader.id)
+	}
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// forwarding waits until ms have a leader every member knows and every
+// member holds the cluster's signing keys (a member's proof on the
+// forward door: until then a follower redirects rather than forwards),
+// and returns the leader and the followers.
+func forwarding(t *testing.T, ms []*member) (leader *member, followers []*member) {
+	t.Helper()
+	// Forwarding starts once a member holds the cluster's signing keys
+	// (its proof on the forward door); until then a follower redirects.
+	tu.WaitFor(t, "a leader every member knows, and the keys on every member", 30*time.Second, func() bool {
+		leader, followers = nil, nil
+		for _, m := range ms {
+			if len(m.d.Node.Security().Keys) == 0 {
+				return false
+			}
+		}
+		for _, m := range ms {
+			if m.d.Node.IsLeader() {
+				leader = m
+			}
+		}
+		if leader == nil {
+			return false
+		}
+		for _, m := range ms {
+			if m != leader {
+				if m.d.Node.Leader() != leader.id {
+					return false
+				}
+				followers = append(followers, m)
+			}
+		}
+		return true
+	})
+	return leader, followers
 }
 
 // forwardedCount sums m's tenure_forwarded_requests_total.
