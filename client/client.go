@@ -68,8 +68,11 @@ const (
 
 // Client is a connection to a Tenure service: one server or the members of
 // a cluster. Writes and linearizable reads must reach the leader; a node
-// that is not the leader answers "unavailable" and the client moves on to
-// the next endpoint by itself. It is safe for concurrent use.
+// that is not the leader forwards them there, or answers "unavailable" and
+// the client moves on to the next endpoint by itself. A client on a
+// follower that forwards for it moves to the leader once it checked that
+// it can reach it, and stays on the follower when it cannot. It is safe
+// for concurrent use.
 type Client struct {
 	// eps are the endpoints, those given to Dial first, then those
 	// learned (WithDiscovery); the slice only grows (an index names one
@@ -135,7 +138,10 @@ type dialOptions struct {
 // member list and adds every member's client address (as the members
 // publish it, `tenure serve --advertise`) to its endpoints; and a member
 // that answers "not the leader" naming the leader's address sends it
-// there at once, known or not. At most 64 endpoints are kept. A
+// there at once, known or not; so does a follower that forwards the
+// client's requests and names the leader, once the leader's endpoint
+// answered a check (prefer.go; without WithDiscovery both go only to an
+// endpoint given to Dial). At most 64 endpoints are kept. A
 // single-member list adds nothing. Leave it off when the endpoints given
 // are the only way to the members (proxies, tunnels): the addresses the
 // members publish bypass them.
