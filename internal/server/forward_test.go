@@ -15,10 +15,13 @@ import (
 
 // TestFollowersForwardWhenTheLeadersClientAPIIsCut: the leader's client
 // API is blackholed while it keeps leading. A client given only a
-// follower's endpoint, and one given every endpoint that locked on the
-// leader itself, keep their holds (held, token unchanged) for several
-// TTLs, and new acquires, releases and writes through a follower succeed:
-// the follower relays them to the leader over the peer port.
+// follower's endpoint, one given every endpoint that locked on the
+// leader itself, and one that finds the cluster from a follower after the
+// cut keep their holds (held, token unchanged) for several TTLs, and new
+// acquires, releases and writes through a follower succeed: the follower
+// relays them to the leader over the peer port. The followers name the
+// leader in their answers, but the clients, unable to reach it, stay on
+// the followers.
 func TestFollowersForwardWhenTheLeadersClientAPIIsCut(t *testing.T) {
 	tu.Slow(t)
 	ms := startCluster(t, 3)
@@ -27,9 +30,11 @@ func TestFollowersForwardWhenTheLeadersClientAPIIsCut(t *testing.T) {
 	leader, followers := forwarding(t, ms)
 	const ttl = 2 * time.Second
 
-	// One client is given a follower only (and learns the others, as the
-	// CLI does); the other every member, the leader first.
-	viaFollower := tu.Dial(t, followers[0].d.Addr(), client.WithDiscovery())
+	// One client is given a follower only, without discovery: the
+	// leader's address, which the follower names, is not one it was
+	// given, so it stays there whatever happens. The other is given every
+	// member, the leader first.
+	viaFollower := tu.Dial(t, followers[0].d.Addr())
 	all := tu.Dial(t, strings.Join([]string{leader.d.Addr(), followers[0].d.Addr(), followers[1].d.Addr()}, ","))
 	s1 := tu.Session(t, ctx, viaFollower, client.WithTTL(ttl), client.WithOwner("via-follower"))
 	s2 := tu.Session(t, ctx, all, client.WithTTL(ttl), client.WithOwner("all-endpoints"))
@@ -58,6 +63,15 @@ func TestFollowersForwardWhenTheLeadersClientAPIIsCut(t *testing.T) {
 	leader.d.BlackholeClientAPI(true)
 	defer leader.d.BlackholeClientAPI(false)
 
+	// A third finds the cluster from the other follower once the cut is
+	// in place (as the CLI does): it learns the leader's address, from
+	// the member list and from the follower's answers, but cannot reach
+	// it, so it stays on the follower.
+	late := tu.Dial(t, followers[1].d.Addr(), client.WithDiscovery())
+	s3 := tu.Session(t, ctx, late, client.WithTTL(ttl), client.WithOwner("late"))
+	h4 := lock(s3, "four")
+	tok4, ch4 := h4.Token(), h4.Changes()
+
 	// For four TTLs neither hold is lost; the one through the follower
 	// stays held throughout (the follower relays its keepalives), the
 	// other moves to a follower within a TTL.
@@ -72,6 +86,8 @@ watch:
 			if !ok || st == client.Lost || st == client.Released {
 				t.Fatalf("the hold of the client given every endpoint became %v (%v)", h2.State(), h2.Err())
 			}
+		case st := <-ch4:
+			t.Fatalf("the hold of the client that found the cluster after the cut became %v (%v)", st, h4.Err())
 		case <-timer.C:
 			break watch
 		}
@@ -79,14 +95,20 @@ watch:
 	tu.WaitFor(t, "the hold of the client given every endpoint held again", 10*time.Second, func() bool {
 		return h2.State() == client.Held
 	})
-	if h1.Token() != tok1 || h2.Token() != tok2 {
-		t.Fatalf("tokens changed: %d→%d, %d→%d", tok1, h1.Token(), tok2, h2.Token())
+	if h1.Token() != tok1 || h2.Token() != tok2 || h4.Token() != tok4 {
+		t.Fatalf("tokens changed: %d→%d, %d→%d, %d→%d", tok1, h1.Token(), tok2, h2.Token(), tok4, h4.Token())
 	}
 	if !leader.d.Node.IsLeader() {
 		t.Fatalf("%s stopped leading: the test proves nothing", leader.id)
 	}
 	if viaFollower.Endpoint() != followers[0].d.Addr() {
 		t.Fatalf("the client given a follower is at %s, not the follower", viaFollower.Endpoint())
+	}
+	if late.Endpoint() != followers[1].d.Addr() {
+		t.Fatalf("the client that found the cluster after the cut is at %s, not the follower %s", late.Endpoint(), followers[1].d.Addr())
+	}
+	if all.Endpoint() == leader.d.Addr() {
+		t.Fatal("the client given every endpoint is back on the leader, whose client API is cut")
 	}
 
 	// New work through the follower: an acquire, a release, a put, a
@@ -131,6 +153,9 @@ watch:
 		t.Fatal(err)
 	}
 	if err := h2.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h4.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
