@@ -80,6 +80,9 @@ func (c *Client) hinted(from uint32, md metadata.MD) {
 	if len(vs) == 0 || vs[0] == "" || c.cur.Load() != from {
 		return
 	}
+	if !c.discover && !c.has(vs[0]) {
+		return // not an endpoint it was given: it stays (and is forwarded)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.pref.addr = vs[0]
@@ -140,6 +143,16 @@ func (c *Client) prefer(from uint32) {
 			return
 		}
 	}
+}
+
+// has reports whether the client has an endpoint at addr.
+func (c *Client) has(addr string) bool {
+	for _, ep := range c.all() {
+		if ep.addr == addr {
+			return true
+		}
+	}
+	return false
 }
 
 // endpointOf returns the index of the endpoint at addr: one the client
