@@ -50,6 +50,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 )
@@ -67,8 +68,11 @@ const (
 
 // Client is a connection to a Tenure service: one server or the members of
 // a cluster. Writes and linearizable reads must reach the leader; a node
-// that is not the leader answers "unavailable" and the client moves on to
-// the next endpoint by itself. It is safe for concurrent use.
+// that is not the leader forwards them there, or answers "unavailable" and
+// the client moves on to the next endpoint by itself. A client on a
+// follower that forwards for it moves to the leader once it checked that
+// it can reach it, and stays on the follower when it cannot. It is safe
+// for concurrent use.
 type Client struct {
 	// eps are the endpoints, those given to Dial first, then those
 	// learned (WithDiscovery); the slice only grows (an index names one
@@ -83,10 +87,17 @@ type Client struct {
 	learned      atomic.Bool  // the first successful call asked for the members
 	learnedAt    atomic.Int64 // when a failed round last asked (unix ns)
 
+	// bg runs the client's own goroutines (prefer.go); bgCtx ends at
+	// Close, which waits for them.
+	bg       sync.WaitGroup
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+
 	// mu guards the fields below and the replacement of eps.
 	mu       sync.Mutex
 	closed   bool
 	sessions map[*Session]struct{} // the sessions not yet over
+	pref     preferState           // prefer.go
 }
 
 // maxEndpoints bounds the endpoints a client connects to, given and
@@ -127,7 +138,10 @@ type dialOptions struct {
 // member list and adds every member's client address (as the members
 // publish it, `tenure serve --advertise`) to its endpoints; and a member
 // that answers "not the leader" naming the leader's address sends it
-// there at once, known or not. At most 64 endpoints are kept. A
+// there at once, known or not; so does a follower that forwards the
+// client's requests and names the leader, once the leader's endpoint
+// answered a check (prefer.go; without WithDiscovery both go only to an
+// endpoint given to Dial). At most 64 endpoints are kept. A
 // single-member list adds nothing. Leave it off when the endpoints given
 // are the only way to the members (proxies, tunnels): the addresses the
 // members publish bypass them.
@@ -218,6 +232,7 @@ func Dial(ctx context.Context, endpoints string, opts ...Option) (*Client, error
 		}
 	}
 	c := &Client{clk: o.clk, serializable: o.serializable, proofs: o.proofs, discover: o.discover, sessions: make(map[*Session]struct{})}
+	c.bgCtx, c.bgCancel = context.WithCancel(context.Background())
 	creds := insecure.NewCredentials()
 	if o.tls != nil {
 		creds = credentials.NewTLS(o.tls)
@@ -275,6 +290,8 @@ func (c *Client) Close() error {
 		sessions = append(sessions, s)
 	}
 	c.mu.Unlock()
+	c.bgCancel()
+	c.bg.Wait()
 	for _, s := range sessions {
 		s.abandon(fmt.Errorf("%w: the client was closed", ErrClosed))
 	}
@@ -330,12 +347,14 @@ func (c *Client) addEndpoint(addr string) (uint32, error) {
 	case len(eps) >= maxEndpoints:
 		return 0, fmt.Errorf("%w: more than %d endpoints", ErrLimit, maxEndpoints)
 	}
-	conn, err := grpc.NewClient(addr, c.gopts...)
+	i := uint32(len(eps))
+	gopts := append(append(make([]grpc.DialOption, 0, len(c.gopts)+1), c.gopts...), grpc.WithChainUnaryInterceptor(c.hintInterceptor(i)))
+	conn, err := grpc.NewClient(addr, gopts...)
 	if err != nil {
 		return 0, fmt.Errorf("%w: endpoint %q: %v", ErrInvalid, addr, err)
 	}
 	api := pb.NewTenureClient(conn)
-	next := append(append(make([]*endpoint, 0, len(eps)+1), eps...), &endpoint{addr: addr, conn: conn, api: api, sessions: &transport{api: api}})
+	next := append(append(make([]*endpoint, 0, len(eps)+1), eps...), &endpoint{addr: addr, conn: conn, api: api, sessions: &transport{api: api, hint: func(md metadata.MD) { c.hinted(i, md) }}})
 	c.eps.Store(&next)
 	return uint32(len(eps)), nil
 }

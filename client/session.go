@@ -141,6 +141,9 @@ type Session struct {
 	// skip is an endpoint that stopped answering: the next reconnect
 	// passes it over once.
 	skip *endpoint
+	// moveTo is 1 + the endpoint the keeper moves the session to
+	// (prefer.go); 0 none.
+	moveTo uint32
 }
 
 // NewSession creates a session on the server.
@@ -487,6 +490,14 @@ func (s *Session) keeper() {
 			s.mu.Unlock()
 			s.letGo(st)
 			continue
+		}
+		if j := s.moveTo; j != 0 {
+			s.moveTo = 0
+			if s.st != nil && s.st.ep != j-1 && s.state == sessAlive {
+				s.mu.Unlock()
+				s.move(j - 1) // prefer.go
+				continue
+			}
 		}
 		var kaStream *stream
 		var kaID uint64

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -28,6 +29,9 @@ import (
 // needs it and again after it broke.
 type transport struct {
 	api pb.TenureClient
+	// hint is given the header of each Sessions RPC (its leader hint,
+	// prefer.go).
+	hint func(metadata.MD)
 
 	// mu guards cur and nextID.
 	mu     sync.Mutex
@@ -78,7 +82,7 @@ func (t *transport) dial(ctx context.Context) (*sessionsRPC, error) {
 		}
 		return nil, err
 	}
-	r := &sessionsRPC{cs: cs, ctx: rctx, cancel: cancel, streams: make(map[uint64]*stream), wake: make(chan struct{}, 1)}
+	r := &sessionsRPC{cs: cs, ctx: rctx, cancel: cancel, streams: make(map[uint64]*stream), wake: make(chan struct{}, 1), hint: t.hint}
 	go r.recvLoop()
 	go r.sendLoop()
 	return r, nil
@@ -100,6 +104,7 @@ type sessionsRPC struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wake   chan struct{} // frames were queued
+	hint   func(metadata.MD)
 
 	// mu guards the fields below.
 	mu      sync.Mutex
@@ -115,8 +120,14 @@ func (r *sessionsRPC) broken() bool {
 }
 
 func (r *sessionsRPC) recvLoop() {
-	for {
+	for first := true; ; first = false {
 		in, err := r.cs.Recv()
+		if first && err == nil && r.hint != nil {
+			// The header came before the first message: no wait.
+			if md, herr := r.cs.Header(); herr == nil {
+				r.hint(md)
+			}
+		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = status.Error(codes.Unavailable, "the server ended the sessions stream")

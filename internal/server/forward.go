@@ -40,6 +40,12 @@ package server
 // (naming the leader it knows) rather than passing it on; requests do not
 // bounce between members in an election.
 //
+// A forwarded request's answer carries the leader's client address, as
+// this member knows it from the replicated member list, in the header
+// LeaderHintHeader: a client that can reach the leader itself may go
+// there and save the hop (the Go client does, after a check; see
+// docs/operations.md). Only a forwarded answer carries it.
+//
 // A forwarded write whose relay breaks after it was sent is answered
 // UNAVAILABLE, as a broken connection to the leader would be: its outcome
 // is unknown to the follower as it would be to the client.
@@ -77,6 +83,20 @@ const (
 	// UTF-8).
 	forwardedCertKey = "tenure-forwarded-cert-bin"
 )
+
+// LeaderHintHeader is the response header of a request a follower
+// forwarded to the leader: the leader's client address (its Member's
+// client_addr), so that the client may go there directly. It is set only
+// when the request was forwarded and the address is known.
+const LeaderHintHeader = "tenure-leader"
+
+// hintForwarded sets LeaderHintHeader with set (a forwarded request's
+// header), when this member knows the leader's client address.
+func (s *Server) hintForwarded(set func(metadata.MD) error) {
+	if addr := s.leaderClientAddr(); addr != "" {
+		_ = set(metadata.Pairs(LeaderHintHeader, addr)) // the header may be gone already: the hint is only advice
+	}
+}
 
 // leaderView are the methods a follower answers from its own copy, which
 // the leader answers better: a follower forwards them when it can.
@@ -306,6 +326,7 @@ func (s *Server) forwardUnary(ctx context.Context, fullMethod, method string, re
 	out := newResp()
 	err = cc.Invoke(s.forwardOutgoing(ctx), fullMethod, req, out)
 	s.hub.metrics.ObserveForwarded(method, codeOf(err).String())
+	s.hintForwarded(func(md metadata.MD) error { return grpc.SetHeader(ctx, md) })
 	if err != nil {
 		return nil, err, true
 	}
@@ -329,6 +350,7 @@ func (s *Server) relay(stream grpc.ServerStream, fullMethod, method string, firs
 	if err != nil {
 		return err, true
 	}
+	s.hintForwarded(stream.SetHeader)
 	if first != nil {
 		b, err := proto.Marshal(first)
 		if err != nil {

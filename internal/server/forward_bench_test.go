@@ -12,9 +12,10 @@ import (
 
 // BenchmarkForwarding measures what a follower's forwarding costs on a
 // 3-node loopback cluster: a lock and unlock cycle, and a KV put, by one
-// client connected to the leader and by one connected to a follower
+// client connected to the leader, by one connected to a follower only
 // (which relays the session stream and the put to the leader over the
-// peer port).
+// peer port), and by one given the follower first and the leader second
+// (which moves to the leader once the follower named it).
 //
 //	go test -run '^$' -bench BenchmarkForwarding -benchtime 3s ./internal/server/
 func BenchmarkForwarding(b *testing.B) {
@@ -40,18 +41,34 @@ func BenchmarkForwarding(b *testing.B) {
 		}
 		return true
 	})
-	for _, at := range []*member{leader, follower} {
-		role := "leader"
-		if at == follower {
-			role = "follower"
-		}
+	cases := []struct {
+		role string
+		eps  string  // the endpoints the client is given
+		want *member // where its requests go in the end
+	}{
+		{"leader", leader.d.Addr(), leader},
+		// One endpoint: the follower names the leader, but the client
+		// goes only to endpoints it was given (no discovery).
+		{"follower", follower.d.Addr(), follower},
+		// The follower first, then the leader: the client moves to the
+		// leader once the follower named it.
+		{"follower-first", follower.d.Addr() + "," + leader.d.Addr(), leader},
+	}
+	for _, cs := range cases {
+		role := cs.role
 		ctx := context.Background()
-		c := testutil.Dial(b, at.d.Addr())
+		c := testutil.Dial(b, cs.eps)
 		s := testutil.Session(b, ctx, c, client.WithOwner(role))
 		m, err := s.Mutex("bench-" + role)
 		if err != nil {
 			b.Fatal(err)
 		}
+		testutil.WaitFor(b, "the client where it settles", 10*time.Second, func() bool {
+			if _, err := c.Put(ctx, "bench/"+role, []byte("v")); err != nil {
+				b.Fatal(err)
+			}
+			return c.Endpoint() == cs.want.d.Addr()
+		})
 		b.Run(fmt.Sprintf("lock-unlock/via-%s", role), func(b *testing.B) {
 			for b.Loop() {
 				h, err := m.Lock(ctx)
@@ -70,7 +87,7 @@ func BenchmarkForwarding(b *testing.B) {
 				}
 			}
 		})
-		if c.Endpoint() != at.d.Addr() {
+		if c.Endpoint() != cs.want.d.Addr() {
 			b.Fatalf("the client moved to %s", c.Endpoint())
 		}
 	}

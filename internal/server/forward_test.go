@@ -4,6 +4,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,49 +15,26 @@ import (
 
 // TestFollowersForwardWhenTheLeadersClientAPIIsCut: the leader's client
 // API is blackholed while it keeps leading. A client given only a
-// follower's endpoint, and one given every endpoint that locked on the
-// leader itself, keep their holds (held, token unchanged) for several
-// TTLs, and new acquires, releases and writes through a follower succeed:
-// the follower relays them to the leader over the peer port.
+// follower's endpoint, one given every endpoint that locked on the
+// leader itself, and one that finds the cluster from a follower after the
+// cut keep their holds (held, token unchanged) for several TTLs, and new
+// acquires, releases and writes through a follower succeed: the follower
+// relays them to the leader over the peer port. The followers name the
+// leader in their answers, but the clients, unable to reach it, stay on
+// the followers.
 func TestFollowersForwardWhenTheLeadersClientAPIIsCut(t *testing.T) {
 	tu.Slow(t)
 	ms := startCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var leader *member
-	var followers []*member
-	// Forwarding starts once a member holds the cluster's signing keys
-	// (its proof on the forward door); until then a follower redirects.
-	tu.WaitFor(t, "a leader every member knows, and the keys on every member", 30*time.Second, func() bool {
-		leader, followers = nil, nil
-		for _, m := range ms {
-			if len(m.d.Node.Security().Keys) == 0 {
-				return false
-			}
-		}
-		for _, m := range ms {
-			if m.d.Node.IsLeader() {
-				leader = m
-			}
-		}
-		if leader == nil {
-			return false
-		}
-		for _, m := range ms {
-			if m != leader {
-				if m.d.Node.Leader() != leader.id {
-					return false
-				}
-				followers = append(followers, m)
-			}
-		}
-		return true
-	})
+	leader, followers := forwarding(t, ms)
 	const ttl = 2 * time.Second
 
-	// One client is given a follower only (and learns the others, as the
-	// CLI does); the other every member, the leader first.
-	viaFollower := tu.Dial(t, followers[0].d.Addr(), client.WithDiscovery())
+	// One client is given a follower only, without discovery: the
+	// leader's address, which the follower names, is not one it was
+	// given, so it stays there whatever happens. The other is given every
+	// member, the leader first.
+	viaFollower := tu.Dial(t, followers[0].d.Addr())
 	all := tu.Dial(t, strings.Join([]string{leader.d.Addr(), followers[0].d.Addr(), followers[1].d.Addr()}, ","))
 	s1 := tu.Session(t, ctx, viaFollower, client.WithTTL(ttl), client.WithOwner("via-follower"))
 	s2 := tu.Session(t, ctx, all, client.WithTTL(ttl), client.WithOwner("all-endpoints"))
@@ -85,6 +63,15 @@ func TestFollowersForwardWhenTheLeadersClientAPIIsCut(t *testing.T) {
 	leader.d.BlackholeClientAPI(true)
 	defer leader.d.BlackholeClientAPI(false)
 
+	// A third finds the cluster from the other follower once the cut is
+	// in place (as the CLI does): it learns the leader's address, from
+	// the member list and from the follower's answers, but cannot reach
+	// it, so it stays on the follower.
+	late := tu.Dial(t, followers[1].d.Addr(), client.WithDiscovery())
+	s3 := tu.Session(t, ctx, late, client.WithTTL(ttl), client.WithOwner("late"))
+	h4 := lock(s3, "four")
+	tok4, ch4 := h4.Token(), h4.Changes()
+
 	// For four TTLs neither hold is lost; the one through the follower
 	// stays held throughout (the follower relays its keepalives), the
 	// other moves to a follower within a TTL.
@@ -99,6 +86,8 @@ watch:
 			if !ok || st == client.Lost || st == client.Released {
 				t.Fatalf("the hold of the client given every endpoint became %v (%v)", h2.State(), h2.Err())
 			}
+		case st := <-ch4:
+			t.Fatalf("the hold of the client that found the cluster after the cut became %v (%v)", st, h4.Err())
 		case <-timer.C:
 			break watch
 		}
@@ -106,14 +95,20 @@ watch:
 	tu.WaitFor(t, "the hold of the client given every endpoint held again", 10*time.Second, func() bool {
 		return h2.State() == client.Held
 	})
-	if h1.Token() != tok1 || h2.Token() != tok2 {
-		t.Fatalf("tokens changed: %d→%d, %d→%d", tok1, h1.Token(), tok2, h2.Token())
+	if h1.Token() != tok1 || h2.Token() != tok2 || h4.Token() != tok4 {
+		t.Fatalf("tokens changed: %d→%d, %d→%d, %d→%d", tok1, h1.Token(), tok2, h2.Token(), tok4, h4.Token())
 	}
 	if !leader.d.Node.IsLeader() {
 		t.Fatalf("%s stopped leading: the test proves nothing", leader.id)
 	}
 	if viaFollower.Endpoint() != followers[0].d.Addr() {
 		t.Fatalf("the client given a follower is at %s, not the follower", viaFollower.Endpoint())
+	}
+	if late.Endpoint() != followers[1].d.Addr() {
+		t.Fatalf("the client that found the cluster after the cut is at %s, not the follower %s", late.Endpoint(), followers[1].d.Addr())
+	}
+	if all.Endpoint() == leader.d.Addr() {
+		t.Fatal("the client given every endpoint is back on the leader, whose client API is cut")
 	}
 
 	// New work through the follower: an acquire, a release, a put, a
@@ -160,6 +155,119 @@ watch:
 	if err := h2.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if err := h4.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestClientsMoveToTheLeaderFromAForwardingFollower: a client given a
+// follower's endpoint (with discovery) is served by forwarding at first;
+// the follower names the leader in its answers, and the client, having
+// checked the leader's endpoint, moves its requests and its session
+// there. Afterwards the follower forwards nothing more for it, the
+// session's only stream on the leader came by the leader's own client
+// API, and the hold taken through the follower stayed Held with its
+// token throughout.
+func TestClientsMoveToTheLeaderFromAForwardingFollower(t *testing.T) {
+	tu.Slow(t)
+	ms := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	leader, followers := forwarding(t, ms)
+	const ttl = 2 * time.Second
+
+	c := tu.Dial(t, followers[0].d.Addr(), client.WithDiscovery())
+	s := tu.Session(t, ctx, c, client.WithTTL(ttl), client.WithOwner("follower-first"))
+	lock := func(name string) *client.Hold {
+		t.Helper()
+		m, err := s.Mutex(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lctx, lcancel := context.WithTimeout(ctx, 20*time.Second)
+		defer lcancel()
+		h, err := m.Lock(lctx)
+		if err != nil {
+			t.Fatalf("lock %s: %v", name, err)
+		}
+		return h
+	}
+	h := lock("one")
+	tok, ch := h.Token(), h.Changes()
+	if n := forwardedCount(t, followers[0]); n == 0 {
+		t.Fatal("the follower forwarded nothing: the test proves nothing")
+	}
+
+	tu.WaitFor(t, "the client on the leader, and its session's stream there", 15*time.Second, func() bool {
+		if _, err := c.Put(ctx, "k", []byte("v")); err != nil {
+			t.Fatalf("put: %v", err)
+		}
+		return c.Endpoint() == leader.d.Addr() && leader.d.Hub.DirectStreamsOf(s.ID()) == 1 && leader.d.Hub.StreamsOf(s.ID()) == 1
+	})
+	before := forwardedCount(t, followers[0])
+	for i := range 20 {
+		if _, err := c.Put(ctx, "k", []byte(fmt.Sprint(i))); err != nil {
+			t.Fatalf("put: %v", err)
+		}
+	}
+	if err := lock("two").Unlock(ctx); err != nil {
+		t.Fatalf("unlock: %v", err)
+	}
+	if after := forwardedCount(t, followers[0]); after != before {
+		t.Fatalf("the follower still forwards for the client: %v forwarded requests, then %v", before, after)
+	}
+
+	// The hold never left Held through the move.
+	select {
+	case st := <-ch:
+		t.Fatalf("the hold became %v (%v) through the move", st, h.Err())
+	default:
+	}
+	if h.State() != client.Held || h.Token() != tok {
+		t.Fatalf("the hold is %v with token %d, was Held with %d", h.State(), h.Token(), tok)
+	}
+	if !leader.d.Node.IsLeader() {
+		t.Fatalf("%s stopped leading: the test proves nothing", leader.id)
+	}
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// forwarding waits until ms have a leader every member knows and every
+// member holds the cluster's signing keys (a member's proof on the
+// forward door: until then a follower redirects rather than forwards),
+// and returns the leader and the followers.
+func forwarding(t *testing.T, ms []*member) (leader *member, followers []*member) {
+	t.Helper()
+	// Forwarding starts once a member holds the cluster's signing keys
+	// (its proof on the forward door); until then a follower redirects.
+	tu.WaitFor(t, "a leader every member knows, and the keys on every member", 30*time.Second, func() bool {
+		leader, followers = nil, nil
+		for _, m := range ms {
+			if len(m.d.Node.Security().Keys) == 0 {
+				return false
+			}
+		}
+		for _, m := range ms {
+			if m.d.Node.IsLeader() {
+				leader = m
+			}
+		}
+		if leader == nil {
+			return false
+		}
+		for _, m := range ms {
+			if m != leader {
+				if m.d.Node.Leader() != leader.id {
+					return false
+				}
+				followers = append(followers, m)
+			}
+		}
+		return true
+	})
+	return leader, followers
 }
 
 // forwardedCount sums m's tenure_forwarded_requests_total.
