@@ -149,6 +149,14 @@ var tenureReady = map[string]bool{
 	"TestDiffACL":                  true,
 	"TestDiffSessions":             true,
 	"TestDiffFollowers":            true,
+	"TestDiffSequential":           true,
+	"TestDiffContainers":           true,
+	"TestDiffMultiCreate2":         true,
+	"TestDiffPaths":                true,
+	"TestDiffLimits":               true,
+	"TestDiffPersistentWatch":      true,
+	"TestCuratorCache":             true,
+	"TestContainerCleanup":         true,
 }
 
 // targets lists the targets test t runs against.

@@ -10,7 +10,8 @@ package fsm
 //
 // Everything here is deterministic: the ctime and mtime come from the
 // proposer's clock in the command (ZkTxn.time_ms), the sequential
-// suffix from the parent's cversion, and children are listed sorted.
+// suffix from the parent's count of child creations, and children are
+// listed sorted.
 
 import (
 	"fmt"
@@ -39,10 +40,6 @@ const (
 	ZkEphemeralSequential  = 3
 	ZkContainer            = 4
 )
-
-// ZkContainerOwner is the ephemeralOwner ZooKeeper reports for a
-// container node (EphemeralType.CONTAINER_EPHEMERAL_OWNER).
-const ZkContainerOwner = uint64(1) << 63
 
 // Limits of the znode tree. They are part of the replicated contract.
 const (
@@ -137,12 +134,16 @@ type ZkResult struct {
 }
 
 type znode struct {
-	data                        []byte // replaced, never written into
-	acl                         []*fsmpb.ZnodeACL
-	czxid, mzxid, pzxid         uint64
-	ctime, mtime                int64
+	data                []byte // replaced, never written into
+	acl                 []*fsmpb.ZnodeACL
+	czxid, mzxid, pzxid uint64
+	ctime, mtime        int64
+	// cversion counts the creations of children, as ZooKeeper's
+	// DataTree does (a delete leaves it): it names the next sequential
+	// child; the stat reports 2*cversion - numChildren, the count of
+	// changes of children (DataNode.copyStat).
 	version, cversion, aversion int32
-	owner                       uint64 // the ephemeral owner's session (0: persistent)
+	owner                       uint64 // the ephemeral owner's session (0: persistent, a container too)
 	container                   bool
 	children                    map[string]struct{}
 }
@@ -155,14 +156,13 @@ func (n *znode) shallow() *znode {
 	return &c
 }
 
-func (n *znode) stat() ZnodeStat {
-	owner := n.owner
-	if n.container {
-		owner = ZkContainerOwner
-	}
+// stat is the node's stat with numChildren children. A container's
+// ephemeralOwner is 0, as ZooKeeper reports it (DataNode's
+// getClientEphemeralOwner).
+func (n *znode) stat(numChildren int) ZnodeStat {
 	return ZnodeStat{Czxid: n.czxid, Mzxid: n.mzxid, Pzxid: n.pzxid, Ctime: n.ctime, Mtime: n.mtime,
-		Version: n.version, Cversion: n.cversion, Aversion: n.aversion, EphemeralOwner: owner,
-		DataLength: int32(len(n.data)), NumChildren: int32(len(n.children))}
+		Version: n.version, Cversion: 2*n.cversion - int32(numChildren), Aversion: n.aversion, EphemeralOwner: n.owner,
+		DataLength: int32(len(n.data)), NumChildren: int32(numChildren)}
 }
 
 // znodeStore is the tree: every znode by path, and each session's
@@ -181,12 +181,12 @@ func openACL() []*fsmpb.ZnodeACL {
 
 // newZnodeStore is the tree of a new ZooKeeper 3.8 server: the root and
 // /zookeeper with its quota and config nodes, with the stats ZooKeeper
-// reports for them (the root's cversion -1, /zookeeper's -2, the config
-// node's aversion -1).
+// reports for them (no child created, so the root's reported cversion is
+// -1 and /zookeeper's -2; the config node's aversion -1).
 func newZnodeStore() znodeStore {
 	z := znodeStore{nodes: make(map[string]*znode), ephemerals: make(map[uint64]map[string]struct{})}
-	z.nodes["/"] = &znode{acl: openACL(), cversion: -1, children: map[string]struct{}{"zookeeper": {}}}
-	z.nodes["/zookeeper"] = &znode{acl: openACL(), cversion: -2, children: map[string]struct{}{"quota": {}, "config": {}}}
+	z.nodes["/"] = &znode{acl: openACL(), children: map[string]struct{}{"zookeeper": {}}}
+	z.nodes["/zookeeper"] = &znode{acl: openACL(), children: map[string]struct{}{"quota": {}, "config": {}}}
 	z.nodes["/zookeeper/quota"] = &znode{acl: openACL()}
 	z.nodes["/zookeeper/config"] = &znode{aversion: -1, acl: []*fsmpb.ZnodeACL{{Perms: ZkPermRead, Scheme: "world", Id: "anyone"}}}
 	return z
@@ -250,7 +250,7 @@ func (s *State) Znode(path string) (data []byte, acl []*fsmpb.ZnodeACL, st Znode
 	if !ok {
 		return nil, nil, ZnodeStat{}, false
 	}
-	return n.data, n.acl, n.stat(), true
+	return n.data, n.acl, n.stat(len(n.children)), true
 }
 
 // ZnodeChildren returns a znode's children's names, sorted.
@@ -464,9 +464,7 @@ func (o *zkOverlay) removeChild(path string, n *znode, name string) {
 
 // stat is n's stat in the txn's view.
 func (o *zkOverlay) stat(path string, n *znode) ZnodeStat {
-	st := n.stat()
-	st.NumChildren = int32(o.childCount(path, n))
-	return st
+	return n.stat(o.childCount(path, n))
 }
 
 // commit writes the overlay into the state: the nodes, each session's
@@ -712,16 +710,14 @@ func (o *zkOverlay) create(cr *fsmpb.ZkCreate, c *fsmpb.ZkTxn, rev uint64) (ZkOp
 	if ephemeral && c.GetSession() == 0 {
 		return ZkOpResult{}, zkErr(ZkBadArguments, "an ephemeral node needs a session")
 	}
+	// ZooKeeper's order of checks (PrepRequestProcessor): a path without
+	// a slash or with a NUL is refused, then the parent (what precedes the
+	// last slash) must exist, and only then is the whole path validated:
+	// "/a//x" and "/a/./x" have no parent (NoNode), "/a/" is refused.
 	path := cr.GetPath()
-	check := path
-	if sequential {
-		check = path + "1"
-	}
-	if err := ValidateZnodePath(check); err != nil {
-		return ZkOpResult{}, err.(*ZkError)
-	}
-	if path == "/" {
-		return ZkOpResult{}, zkErr(ZkNodeExists, "/")
+	slash := strings.LastIndexByte(path, '/')
+	if slash < 0 || strings.IndexByte(path, 0) >= 0 {
+		return ZkOpResult{}, zkErr(ZkBadArguments, "path %q", path)
 	}
 	if len(cr.GetData()) > MaxZnodeData {
 		return ZkOpResult{}, zkErr(ZkBadArguments, "data is %d bytes, jute.maxbuffer is %d", len(cr.GetData()), MaxZnodeData)
@@ -730,7 +726,10 @@ func (o *zkOverlay) create(cr *fsmpb.ZkCreate, c *fsmpb.ZkTxn, rev uint64) (ZkOp
 	if aerr != nil {
 		return ZkOpResult{}, aerr
 	}
-	parentPath, _ := ZnodeParent(path)
+	parentPath := path[:slash]
+	if parentPath == "" {
+		parentPath = "/"
+	}
 	parent := o.get(parentPath)
 	if parent == nil {
 		return ZkOpResult{}, zkErr(ZkNoNode, "%s", parentPath)
@@ -739,15 +738,15 @@ func (o *zkOverlay) create(cr *fsmpb.ZkCreate, c *fsmpb.ZkTxn, rev uint64) (ZkOp
 		return ZkOpResult{}, zkErr(ZkNoAuth, "%s", path)
 	}
 	if sequential {
-		// The suffix is the parent's cversion (never below 0: the
-		// root's starts at -1, and its first is 0000000000, as on
-		// ZooKeeper).
-		path = fmt.Sprintf("%s%010d", path, max(parent.cversion, 0))
+		// The suffix is the count of the parent's child creations
+		// (PrepRequestProcessor: its internal cversion, which a delete
+		// leaves), so a deleted child's number is not reused.
+		path = fmt.Sprintf("%s%010d", path, parent.cversion)
 	}
 	if err := ValidateZnodePath(path); err != nil {
 		return ZkOpResult{}, err.(*ZkError)
 	}
-	if o.get(path) != nil {
+	if path == "/" || o.get(path) != nil {
 		return ZkOpResult{}, zkErr(ZkNodeExists, "%s", path)
 	}
 	if parent.owner != 0 {
@@ -773,7 +772,7 @@ func (o *zkOverlay) create(cr *fsmpb.ZkCreate, c *fsmpb.ZkTxn, rev uint64) (ZkOp
 	o.bytes += int64(len(path) + len(n.data))
 	o.event(ZnodeCreated, path)
 	o.event(ZnodeChildrenChanged, parentPath)
-	return ZkOpResult{Path: path, Stat: n.stat()}, nil
+	return ZkOpResult{Path: path, Stat: n.stat(0)}, nil
 }
 
 // remove deletes n (a leaf) at path from the overlay; a container parent
@@ -787,7 +786,6 @@ func (o *zkOverlay) remove(path, parentPath, name string, n *znode, rev uint64) 
 	o.bytes -= int64(len(path) + len(n.data))
 	p := o.edit(parentPath)
 	o.removeChild(parentPath, p, name)
-	p.cversion++
 	p.pzxid = rev
 	o.event(ZnodeDeleted, path)
 	o.event(ZnodeChildrenChanged, parentPath)

@@ -166,15 +166,15 @@ func (c *conn) reply(xid int32, zxid int64, code fsm.ZkCode, body []byte) {
 	c.answered(xid, code)
 }
 
-// readPacket reads one length-prefixed packet.
-func readPacket(r io.Reader, buf []byte) ([]byte, error) {
+// readPacket reads one length-prefixed packet of at most limit bytes.
+func readPacket(r io.Reader, buf []byte, limit int32) ([]byte, error) {
 	var lenb [4]byte
 	if _, err := io.ReadFull(r, lenb[:]); err != nil {
 		return nil, err
 	}
 	n := int32(binary.BigEndian.Uint32(lenb[:]))
-	if n < 0 || n > MaxPacket {
-		return nil, fmt.Errorf("zookeeper: packet length %d is outside 0..%d (jute.maxbuffer)", n, MaxPacket)
+	if n < 0 || n > limit {
+		return nil, fmt.Errorf("zookeeper: packet length %d is outside 0..%d (jute.maxbuffer)", n, limit)
 	}
 	if cap(buf) < int(n) {
 		buf = make([]byte, n)
@@ -208,7 +208,7 @@ func (c *conn) serve(ctx context.Context) {
 		c.fourLetterWord(string(first[:]))
 		return
 	}
-	pkt, err := readPacket(io.MultiReader(bytes.NewReader(first[:]), c.nc), nil)
+	pkt, err := readPacket(io.MultiReader(bytes.NewReader(first[:]), c.nc), nil, MaxPacket)
 	if err != nil {
 		return
 	}
@@ -227,7 +227,7 @@ func (c *conn) serve(ctx context.Context) {
 	var buf []byte
 	for {
 		_ = c.nc.SetReadDeadline(time.Now().Add(2 * c.timeout))
-		pkt, err := readPacket(c.nc, buf)
+		pkt, err := readPacket(c.nc, buf, MaxPacket)
 		if err != nil {
 			c.z.log.Debug("zookeeper connection ended", "remote", c.nc.RemoteAddr().String(), "session", c.session, "err", err)
 			return

@@ -125,6 +125,23 @@ type op struct {
 
 // decodeWrite decodes the body of a write request of type typ.
 func decodeWrite(typ int32, d *decoder) (*fsmpb.ZkOp, fsm.ZkCode) {
+	return decodeWriteIn(typ, d, false)
+}
+
+// multiCreateType is the type of a create op of a multi: ZooKeeper
+// (MultiOperationRecord) reads create, create2 and createContainer alike
+// and types the op by its flags, so a create2 answers as a create (the
+// path alone) and a container as a create2 (path and stat).
+func multiCreateType(flags int32) int32 {
+	if flags == fsm.ZkContainer {
+		return opCreateContainer
+	}
+	return opCreate
+}
+
+// decodeWriteIn decodes a write op; inMulti: an op of a multi, whose
+// create ops are typed by their flags (multiCreateType).
+func decodeWriteIn(typ int32, d *decoder, inMulti bool) (*fsmpb.ZkOp, fsm.ZkCode) {
 	switch typ {
 	case opCreate, opCreate2, opCreateContainer, opCreateTTL:
 		cr := &fsmpb.ZkCreate{Path: d.string(), Data: d.buffer()}
@@ -135,6 +152,9 @@ func decodeWrite(typ int32, d *decoder) (*fsmpb.ZkOp, fsm.ZkCode) {
 		if typ == opCreateTTL {
 			_ = d.long()
 			return nil, fsm.ZkUnimplemented // TTL nodes, off by default in ZooKeeper too
+		}
+		if inMulti {
+			return &fsmpb.ZkOp{Op: &fsmpb.ZkOp_Create{Create: cr}}, fsm.ZkOK
 		}
 		if typ == opCreateContainer {
 			if cr.Flags != fsm.ZkContainer {
@@ -203,12 +223,15 @@ func (c *conn) write(ctx context.Context, h requestHeader, body []byte) error {
 			if i >= fsm.MaxZkOps {
 				return c.answerAt(ctx, 0, h.xid, fsm.ZkBadArguments, nil)
 			}
-			zo, code := decodeWrite(typ, &d)
+			zo, code := decodeWriteIn(typ, &d, true)
 			if d.err != nil {
 				return errBadPacket
 			}
 			if code != fsm.ZkOK {
 				return c.answerAt(ctx, 0, h.xid, code, nil)
+			}
+			if cr := zo.GetCreate(); cr != nil {
+				typ = multiCreateType(cr.GetFlags())
 			}
 			ops = append(ops, op{typ: typ, zk: zo})
 		}

@@ -54,10 +54,15 @@ const (
 	DefaultMaxSessionTimeout = 40 * time.Second
 	// DefaultMaxWatches bounds the watches of one connection.
 	DefaultMaxWatches = 100_000
-	// MaxPacket is the largest packet read: ZooKeeper's default
-	// jute.maxbuffer and the 1 KiB it allows above it. A longer one
-	// closes the connection, as ZooKeeper closes it.
-	MaxPacket = fsm.MaxZnodeData + 1024
+	// MaxPacket is the largest request packet read: ZooKeeper's default
+	// jute.maxbuffer (1 MiB - 1), which ZooKeeper checks on the packet's
+	// length. A longer one closes the connection, as ZooKeeper closes
+	// it; the session stays.
+	MaxPacket = fsm.MaxZnodeData
+	// maxRelayPacket is the largest answer read from the leader: a
+	// znode's largest data with its stat and headers (ZooKeeper's
+	// clients allow 1 KiB above jute.maxbuffer).
+	maxRelayPacket = fsm.MaxZnodeData + 1024
 	// maxQueued bounds the bytes queued to one connection; a client
 	// that reads slower is disconnected.
 	maxQueued = 64 << 20

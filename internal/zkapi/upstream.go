@@ -41,7 +41,7 @@ func dialUpstream(ctx context.Context, addr string, req connectRequest) (*upstre
 		return nil, connectResponse{}, err
 	}
 	_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	pkt, err := readPacket(nc, nil)
+	pkt, err := readPacket(nc, nil, maxRelayPacket)
 	if err != nil {
 		nc.Close()
 		return nil, connectResponse{}, err
@@ -92,7 +92,7 @@ func (u *upstream) callXid(ctx context.Context, xid, op int32, body []byte) (rep
 	}
 	for range 1 << 20 {
 		_ = u.nc.SetReadDeadline(deadline)
-		pkt, err := readPacket(u.nc, u.buf)
+		pkt, err := readPacket(u.nc, u.buf, maxRelayPacket)
 		if err != nil {
 			return replyHeader{}, nil, err
 		}
