@@ -176,3 +176,69 @@ func TestClusterLeaderStoppedKeepsEveryHold(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestFollowerCutsRelaysToAStoppedLeader: a client that reaches the
+// cluster only through a follower (no discovery: the follower forwards
+// every request to the leader) holds a lock when the leader is stopped
+// (SIGSTOP). The follower's relay of the session's stream to the stopped
+// leader is silent, not broken; once the follower sees another leader it
+// ends that relay, the client resumes its session through the same
+// follower, now forwarded to the new leader, and the hold is never lost:
+// suspect for a moment, then held again with the same token before its
+// TTL runs out.
+func TestFollowerCutsRelaysToAStoppedLeader(t *testing.T) {
+	ms := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	all := dial(t, ctx, endpoints(ms))
+	leader, others := leaderOf(t, ctx, all, ms)
+	c := dial(t, ctx, others[0].addr)
+	s, err := c.NewSession(ctx, client.WithTTL(6*time.Second), client.WithOwner("through-follower"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := s.Mutex("cut-relay")
+	h, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := h.Token()
+	var mu sync.Mutex
+	var states []client.State
+	ch := h.Changes()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for st := range ch {
+			mu.Lock()
+			states = append(states, st)
+			mu.Unlock()
+		}
+	}()
+
+	leader.p.signal(syscall.SIGSTOP)
+	stopped := time.Now()
+	t.Cleanup(func() { leader.p.signal(syscall.SIGCONT) })
+	testutil.WaitFor(t, "the hold to be suspect once the leader stopped answering", 10*time.Second, func() bool {
+		return h.State() != client.Held
+	})
+	testutil.WaitFor(t, "the hold held again through the follower", 15*time.Second, func() bool {
+		return h.State() == client.Held
+	})
+	t.Logf("held again %v after the leader stopped", time.Since(stopped).Round(time.Millisecond))
+	if got := h.Token(); got != token {
+		t.Fatalf("token changed from %d to %d", token, got)
+	}
+	leader.p.signal(syscall.SIGCONT)
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatalf("release through the follower: %v", err)
+	}
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	for _, st := range states {
+		if st == client.Lost {
+			t.Fatalf("the hold was lost: %v", states)
+		}
+	}
+}

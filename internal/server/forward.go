@@ -56,6 +56,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -72,6 +73,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
+	"github.com/tenure-io/tenure/internal/node"
 )
 
 // Metadata keys of a forwarded request.
@@ -198,6 +200,43 @@ type forwarder struct {
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
 	closed bool
+
+	// lmu guards leader and moved: moved is cancelled when this node's
+	// view of the leader moves off leader (observe), which ends every
+	// stream relayed to that leader.
+	lmu    sync.Mutex
+	leader string
+	moved  context.Context
+	cancel context.CancelFunc
+}
+
+// observe follows this node's published leadership (node.OnLeadership):
+// when the leader it names changes, streams relayed to the old one end.
+// It is quick and does not call back into the node.
+func (f *forwarder) observe(l node.Leadership) {
+	f.lmu.Lock()
+	defer f.lmu.Unlock()
+	if f.moved != nil && l.Leader == f.leader {
+		return
+	}
+	if f.cancel != nil {
+		f.cancel()
+	}
+	f.leader = l.Leader
+	f.moved, f.cancel = context.WithCancel(context.Background())
+}
+
+// leaderMoved returns a context cancelled once this node's view of the
+// leader changes after the call. Read it before the leader a request is
+// relayed to: a change in between cancels it, so a relay never outlives
+// its leader unseen.
+func (f *forwarder) leaderMoved() context.Context {
+	f.lmu.Lock()
+	defer f.lmu.Unlock()
+	if f.moved == nil {
+		f.moved, f.cancel = context.WithCancel(context.Background())
+	}
+	return f.moved
 }
 
 // conn returns a ready connection to member id's forward door, dialling
@@ -338,7 +377,14 @@ func (s *Server) forwardUnary(ctx context.Context, fullMethod, method string, re
 // here) and then every message the client sends, undecoded, and every
 // message and the status the leader answers; ok false when it cannot be
 // forwarded.
+//
+// A relay ends, Unavailable, when this node's view of the leader changes:
+// a leader that stopped (a paused process, a partition) leaves its relays
+// silent rather than broken, and a client that reaches the cluster only
+// through this node would wait on one until its session expired. Ended,
+// the client resumes at once, through this node to the new leader.
 func (s *Server) relay(stream grpc.ServerStream, fullMethod, method string, first proto.Message) (err error, ok bool) {
+	moved := s.fwd.leaderMoved()
 	cc, ok := s.forwardTarget(stream.Context())
 	if !ok {
 		return nil, false
@@ -346,6 +392,17 @@ func (s *Server) relay(stream grpc.ServerStream, fullMethod, method string, firs
 	defer func() { s.hub.metrics.ObserveForwarded(method, codeOf(err).String()) }()
 	ctx, cancel := context.WithCancel(s.forwardOutgoing(stream.Context()))
 	defer cancel()
+	var cut atomic.Bool
+	stop := context.AfterFunc(moved, func() {
+		cut.Store(true)
+		cancel()
+	})
+	defer stop()
+	defer func() {
+		if err != nil && cut.Load() {
+			err = status.Error(codes.Unavailable, "server: the leader this stream was relayed to is no longer the leader; resume")
+		}
+	}()
 	up, err := cc.NewStream(ctx, &grpc.StreamDesc{StreamName: method, ServerStreams: true, ClientStreams: true}, fullMethod, grpc.ForceCodecV2(rawCodec{}))
 	if err != nil {
 		return err, true

@@ -54,6 +54,7 @@ type Server struct {
 // events to.
 func New(n *node.Node, hub *Hub, limits Limits, opts ...Option) *Server {
 	s := &Server{node: n, hub: hub, log: n.Logger(), limits: limits.withDefaults(), workers: newWorkers(maxWorkers), acls: n.Security}
+	n.OnLeadership(s.fwd.observe)
 	for _, o := range opts {
 		o(s)
 	}

@@ -33,6 +33,7 @@ import (
 
 	pb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/node"
 )
 
 // Register registers srv on gs with the strict decoding of requests, each
@@ -112,6 +113,16 @@ func (r strictRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
 					r.srv.answered(name, err, false, 0)
 					return err
 				}
+				// Not relayed: no leader this member can reach. The
+				// call is refused "not the leader" rather than served
+				// here: a Sessions call carries many sessions' streams,
+				// and one served by a follower would answer each of them
+				// "not the leader" for as long as it lasts, even once a
+				// leader is known. Refused, the client calls again, and a
+				// later call is relayed.
+				err := r.srv.hintLeader(toStatus(fmt.Errorf("%w: no leader this member can relay to", node.ErrNotLeader)))
+				r.srv.answered(name, err, false, 0)
+				return err
 			}
 			ss := &strictStream{ServerStream: stream, authorize: func(v any) error { return r.srv.authorize(stream.Context(), name, v) }}
 			err := handler(srv, ss)
