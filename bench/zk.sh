@@ -14,7 +14,9 @@
 #   CLIENTS     Curator clients per run, each its own CuratorFramework
 #               (connection and session)                       (default 16)
 #   DURATION    measurement window per run, in seconds         (default 5)
-#   WARMUP      seconds of load before the window, not counted (default 1)
+#   WARMUP      seconds of load before each window, not counted (default 1);
+#               before round 1 every mode also runs once against both
+#               servers unmeasured (ZooKeeper's JIT warms up)
 #   ROUNDS      rounds of both modes against both systems; the order of
 #               the systems alternates from round to round      (default 3)
 #   MODES       modes to run, in order        (default "uncontended contended")
@@ -174,6 +176,15 @@ bench() { # system mode parents round
 		return 1
 	fi
 }
+
+# An unmeasured pass of every mode against both servers first: ZooKeeper's
+# JVM compiles its hot paths in its first seconds under load, and a round
+# 1 against a cold server would measure its interpreter.
+for m in $MODES; do
+	log "warm-up: $m, tenure and zookeeper"
+	bench tenure "$m" persistent 0
+	bench zookeeper "$m" persistent 0
+done
 
 for r in $(seq 1 "$ROUNDS"); do
 	for p in $PARENTS; do
