@@ -25,6 +25,10 @@
 #               and "containers" (Curator creates them as container znodes
 #               when missing)                 (default "persistent containers")
 #   NODES       1 (standalone) or 3 (three voters each)         (default 1)
+#   MEMBERS     with NODES=3, the members the clients are given: all of
+#               them (Curator picks one per client at random), the leader
+#               only, or the followers only (found with the `srvr` four-
+#               letter word, which both servers answer)     (default all)
 #   TENURE_SERVE_FLAGS  extra flags for `tenure serve`
 #   KEEP_TMP=1  keep the temp dir (data, logs, raw JSON)
 #
@@ -50,6 +54,11 @@ ROUNDS=${ROUNDS:-3}
 MODES=${MODES:-"uncontended contended"}
 PARENTS=${PARENTS:-"persistent containers"}
 NODES=${NODES:-1}
+MEMBERS=${MEMBERS:-all}
+if [[ "$MEMBERS" != all && "$MEMBERS" != leader && "$MEMBERS" != followers ]]; then
+	echo "MEMBERS must be all, leader or followers, not '$MEMBERS'" >&2
+	exit 2
+fi
 if ! [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]]; then
 	echo "ROUNDS must be a positive integer, not '$ROUNDS'" >&2
 	exit 2
@@ -146,7 +155,7 @@ for i in $(seq 1 "$NODES"); do
 	mkdir -p "$d/data"
 	{
 		printf 'tickTime=2000\ninitLimit=10\nsyncLimit=5\ndataDir=%s\nclientPort=%s\nclientPortAddress=127.0.0.1\n' "$d/data" "${ZCLI[$i]}"
-		printf 'admin.enableServer=false\nmaxClientCnxns=0\n'
+		printf 'admin.enableServer=false\nmaxClientCnxns=0\n4lw.commands.whitelist=srvr\n'
 		if ((NODES > 1)); then
 			for j in $(seq 1 "$NODES"); do printf 'server.%d=127.0.0.1:%s:%s\n' "$j" "${ZQ[$j]}" "${ZE[$j]}"; done
 		fi
@@ -162,6 +171,40 @@ for i in $(seq 1 "$NODES"); do
 	ZCONNECT+="${ZCONNECT:+,}127.0.0.1:${ZCLI[$i]}"
 done
 for i in $(seq 1 "$NODES"); do wait_port "${ZCLI[$i]}" "zookeeper z$i"; done
+
+# mode PORT: the Mode line of a server's `srvr` answer (leader, follower,
+# standalone).
+mode() {
+	local m
+	m=$( (exec 3<>"/dev/tcp/127.0.0.1/$1" && printf srvr >&3 && timeout 5 cat <&3) 2>/dev/null | awk -F': ' '/^Mode/{print $2}' | tr -d '\r')
+	echo "${m:-unknown}"
+}
+# members PORT...: the connect string of the ports MEMBERS selects.
+members() {
+	local out="" p m
+	for p in "$@"; do
+		m=all
+		[[ $MEMBERS != all ]] && m=$(mode "$p")
+		if [[ $MEMBERS == all || ($MEMBERS == leader && $m == leader) || ($MEMBERS == followers && $m == follower) ]]; then
+			out+="${out:+,}127.0.0.1:$p"
+		fi
+	done
+	if [[ -z $out ]]; then
+		log "no member is $MEMBERS among ports $*"
+		return 1
+	fi
+	echo "$out"
+}
+if [[ $MEMBERS != all ]]; then
+	# An ensemble elects its leader once a quorum is up.
+	for _ in $(seq 1 300); do
+		if members "${ZCLI[@]}" >/dev/null 2>&1 && members "${TZK[@]}" >/dev/null 2>&1; then break; fi
+		sleep 0.1
+	done
+	ZCONNECT=$(members "${ZCLI[@]}")
+	TCONNECT=$(members "${TZK[@]}")
+	log "$MEMBERS: tenure $TCONNECT, zookeeper $ZCONNECT"
+fi
 
 bench() { # system mode parents round
 	local connect=$TCONNECT
@@ -201,7 +244,7 @@ done
 ZKVER=$(dpkg-query -W -f '${Version}' zookeeper 2>/dev/null || true)
 CURVER=$(dpkg-query -W -f '${Version}' libcurator-recipes-java 2>/dev/null || true)
 echo "Machine: $(nproc) cores, $(free -g | awk '/^Mem:/{print $2}') GiB RAM, $(uname -sr); load average $(cut -d' ' -f1-3 /proc/loadavg); $(go version | awk '{print $3}'); $(java -version 2>&1 | head -1); tenure $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'); ZooKeeper ${ZKVER:-?} and Curator ${CURVER:-?} (Debian packages)."
-echo "$NODES node(s) each on loopback, fsync on; $CLIENTS Curator clients; ${DURATION}s per run after ${WARMUP}s of warm-up; $ROUNDS alternating rounds: median (min–max)."
+echo "$NODES node(s) each on loopback, clients given $MEMBERS of them, fsync on; $CLIENTS Curator clients; ${DURATION}s per run after ${WARMUP}s of warm-up; $ROUNDS alternating rounds: median (min–max)."
 echo
 python3 - "$TMP" "$ROUNDS" "$MODES" "$PARENTS" <<'PY'
 import json, statistics, sys
