@@ -1148,9 +1148,14 @@ func (x *ZkCreate) GetFlags() int32 {
 
 // ZkDelete, ZkSetData, ZkCheck, ZkSetACL: version -1 matches any.
 type ZkDelete struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Version       int32                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Path    string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Version int32                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// container: the leader's removal of an empty container (ZooKeeper's
+	// ContainerManager, its deleteContainer): no ACL or version is checked;
+	// it fails, changing nothing, unless path is a container that has no
+	// children and had one once (its count of child creations is above 0).
+	Container     bool `protobuf:"varint,162,opt,name=container,proto3" json:"container,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1197,6 +1202,13 @@ func (x *ZkDelete) GetVersion() int32 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *ZkDelete) GetContainer() bool {
+	if x != nil {
+		return x.Container
+	}
+	return false
 }
 
 type ZkSetData struct {
@@ -6754,10 +6766,11 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12)\n" +
 	"\x03acl\x18\x03 \x03(\v2\x17.tenure.fsm.v1.ZnodeACLR\x03acl\x12\x14\n" +
-	"\x05flags\x18\x04 \x01(\x05R\x05flags\"8\n" +
+	"\x05flags\x18\x04 \x01(\x05R\x05flags\"W\n" +
 	"\bZkDelete\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x05R\aversion\"M\n" +
+	"\aversion\x18\x02 \x01(\x05R\aversion\x12\x1d\n" +
+	"\tcontainer\x18\xa2\x01 \x01(\bR\tcontainer\"M\n" +
 	"\tZkSetData\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x18\n" +
