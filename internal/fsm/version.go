@@ -144,6 +144,9 @@ var Gates = []Gate{
 	{"tenure.fsm.v1.Snapshot.znodes", 3},
 	{"tenure.fsm.v1.Snapshot.zk_addrs", 3},
 	{"tenure.fsm.v1.ZkDelete.container", 3},
+	{"tenure.fsm.v1.ZkCreate.data_null", 3},
+	{"tenure.fsm.v1.ZkSetData.data_null", 3},
+	{"tenure.fsm.v1.ZnodeState.data_null", 3},
 }
 
 // gates is Gates by field; maxGate the newest version it names.

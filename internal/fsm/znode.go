@@ -135,6 +135,7 @@ type ZkResult struct {
 
 type znode struct {
 	data                []byte // replaced, never written into
+	dataNull            bool   // the data is null, not empty (data is empty then)
 	acl                 []*fsmpb.ZnodeACL
 	czxid, mzxid, pzxid uint64
 	ctime, mtime        int64
@@ -247,13 +248,22 @@ func ValidateZnodePath(path string) error {
 }
 
 // Znode returns a znode's data, ACL and stat (read only: the data is
-// shared with the state).
+// shared with the state). The data is nil when the znode's data is null
+// (created or set with null data), never otherwise.
 func (s *State) Znode(path string) (data []byte, acl []*fsmpb.ZnodeACL, st ZnodeStat, ok bool) {
 	n, ok := s.zk.nodes[path]
 	if !ok {
 		return nil, nil, ZnodeStat{}, false
 	}
-	return n.data, n.acl, n.stat(len(n.children)), true
+	switch {
+	case n.dataNull:
+		data = nil
+	case n.data == nil:
+		data = []byte{}
+	default:
+		data = n.data
+	}
+	return data, n.acl, n.stat(len(n.children)), true
 }
 
 // ZnodeChildren returns a znode's children's names, sorted.
@@ -693,6 +703,7 @@ func (o *zkOverlay) apply(op *fsmpb.ZkOp, c *fsmpb.ZkTxn, rev uint64) (ZkOpResul
 		e := o.edit(sd.GetPath())
 		o.bytes += int64(len(sd.GetData())) - int64(len(e.data))
 		e.data = append([]byte(nil), sd.GetData()...)
+		e.dataNull = sd.GetDataNull() && len(sd.GetData()) == 0
 		e.version++
 		e.mzxid, e.mtime = rev, c.GetTimeMs()
 		o.event(ZnodeDataChanged, sd.GetPath())
@@ -801,7 +812,7 @@ func (o *zkOverlay) create(cr *fsmpb.ZkCreate, c *fsmpb.ZkTxn, rev uint64) (ZkOp
 	p.cversion++
 	p.pzxid = rev
 	n := &znode{data: append([]byte(nil), cr.GetData()...), acl: acl, czxid: rev, mzxid: rev, pzxid: rev,
-		ctime: c.GetTimeMs(), mtime: c.GetTimeMs(), container: flags == ZkContainer}
+		ctime: c.GetTimeMs(), mtime: c.GetTimeMs(), container: flags == ZkContainer, dataNull: cr.GetDataNull() && len(cr.GetData()) == 0}
 	if ephemeral {
 		n.owner = c.GetSession()
 	}
@@ -868,7 +879,8 @@ func (s *State) exportZnodes(snap *fsmpb.Snapshot) {
 	for _, p := range slices.Sorted(maps.Keys(s.zk.nodes)) {
 		n := s.zk.nodes[p]
 		snap.Znodes = append(snap.Znodes, &fsmpb.ZnodeState{Path: p, Data: n.data, Acl: n.acl, Czxid: n.czxid, Mzxid: n.mzxid, Pzxid: n.pzxid,
-			Ctime: n.ctime, Mtime: n.mtime, Version: n.version, Cversion: n.cversion, Aversion: n.aversion, EphemeralOwner: n.owner, Container: n.container})
+			Ctime: n.ctime, Mtime: n.mtime, Version: n.version, Cversion: n.cversion, Aversion: n.aversion, EphemeralOwner: n.owner, Container: n.container,
+			DataNull: n.dataNull})
 	}
 	snap.ZkAddrs = exportEtcdURLs(s.zk.addrs)
 }
@@ -890,7 +902,7 @@ func (s *State) importZnodes(snap *fsmpb.Snapshot) error {
 		}
 		z.nodes[p] = &znode{data: zs.GetData(), acl: zs.GetAcl(), czxid: zs.GetCzxid(), mzxid: zs.GetMzxid(), pzxid: zs.GetPzxid(),
 			ctime: zs.GetCtime(), mtime: zs.GetMtime(), version: zs.GetVersion(), cversion: zs.GetCversion(), aversion: zs.GetAversion(),
-			owner: zs.GetEphemeralOwner(), container: zs.GetContainer()}
+			owner: zs.GetEphemeralOwner(), container: zs.GetContainer(), dataNull: zs.GetDataNull() && len(zs.GetData()) == 0}
 		z.bytes += uint64(len(p) + len(zs.GetData()))
 	}
 	if z.nodes["/"] == nil {

@@ -258,3 +258,32 @@ func failedOps(r fsm.Result) bool {
 	}
 	return false
 }
+
+// TestZnodeNullData: data created or set null reads as nil (getData
+// answers it null), empty data as empty, through a snapshot too.
+func TestZnodeNullData(t *testing.T) {
+	st := fsm.NewState()
+	null := zkCreate("/null", 0)
+	null.GetCreate().Data, null.GetCreate().DataNull = nil, true
+	apply(t, st, zkTxn(0, false, null))
+	empty := zkCreate("/empty", 0)
+	empty.GetCreate().Data = nil
+	apply(t, st, zkTxn(0, false, empty))
+	apply(t, st, zkTxn(0, false, zkCreate("/set", 0)))
+	apply(t, st, zkTxn(0, false, &fsmpb.ZkOp{Op: &fsmpb.ZkOp_SetData{SetData: &fsmpb.ZkSetData{Path: "/set", Version: -1, DataNull: true}}}))
+	back, err := fsm.Import(st.Export())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*fsm.State{st, back} {
+		for _, c := range []struct {
+			path string
+			null bool
+		}{{"/null", true}, {"/empty", false}, {"/set", true}} {
+			data, _, stat, _ := s.Znode(c.path)
+			if (data == nil) != c.null || len(data) != 0 || stat.DataLength != 0 {
+				t.Fatalf("%s: data %q (nil %v), dataLength %d; want null %v", c.path, data, data == nil, stat.DataLength, c.null)
+			}
+		}
+	}
+}

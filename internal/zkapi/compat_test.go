@@ -235,3 +235,48 @@ func TestContainerCheck(t *testing.T) {
 		}
 	}
 }
+
+// TestWireNullData: a znode created or set with null data (length -1)
+// answers getData with null data, as ZooKeeper 3.8 does; one with empty
+// data with an empty buffer. The stat's dataLength is 0 for both.
+func TestWireNullData(t *testing.T) {
+	_, addr := startNode(t, nil)
+	r := raw(t, addr)
+	if got := r.connect(t, 0, make([]byte, 16), true); got.sessionID == 0 {
+		t.Fatal("no session")
+	}
+	open := jute{}.int(1).int(31).str("world").str("anyone")
+	getData := func(xid int32, path string) (length int32, dataLength int32) {
+		t.Helper()
+		code, body := r.call(t, xid, 4, jute{}.str(path).bool(false))
+		if code != 0 || len(body) < 4 {
+			t.Fatalf("getData %s: code %d body %x", path, code, body)
+		}
+		length = int32(binary.BigEndian.Uint32(body))
+		stat := body[4+max(length, 0):]
+		return length, int32(binary.BigEndian.Uint32(stat[52:])) // after the zxids, times, versions and owner
+	}
+	steps := []struct {
+		name string
+		op   int32
+		body jute
+	}{
+		{"create /null with null data", 1, jute{}.str("/null").int(-1).append(open).int(0)},
+		{"create /empty with empty data", 1, jute{}.str("/empty").int(0).append(open).int(0)},
+		{"create /set with data", 1, jute{}.str("/set").str("x").append(open).int(0)},
+		{"setData /set to null", 5, jute{}.str("/set").int(-1).int(-1)},
+	}
+	for i, s := range steps {
+		if code, body := r.call(t, int32(i+1), s.op, s.body); code != 0 {
+			t.Fatalf("%s: code %d body %x", s.name, code, body)
+		}
+	}
+	for i, c := range []struct {
+		path string
+		want int32
+	}{{"/null", -1}, {"/empty", 0}, {"/set", -1}} {
+		if length, dl := getData(int32(10+i), c.path); length != c.want || dl != 0 {
+			t.Fatalf("getData %s: data length %d, stat dataLength %d; want %d and 0", c.path, length, dl, c.want)
+		}
+	}
+}
