@@ -151,6 +151,7 @@ var tenureReady = map[string]bool{
 	"TestDiffFollowers":            true,
 	"TestDiffSequential":           true,
 	"TestDiffContainers":           true,
+	"TestDiffNullData":             true,
 	"TestDiffMultiCreate2":         true,
 	"TestDiffPaths":                true,
 	"TestDiffLimits":               true,
