@@ -583,6 +583,29 @@ func seqLimits(r string) []step {
 
 func TestDiffLimits(t *testing.T) { differential(t, seqLimits, false) }
 
+// seqNullData: data created or set null (jute's -1) reads back null,
+// empty data empty, in getData and in a multi read.
+func seqNullData(r string) []step {
+	nullOrData := func(tr *transcript, d *dec) string {
+		data := d.buf()
+		if data == nil {
+			return "null " + tr.stat(d.stat())
+		}
+		return fmt.Sprintf("%q %s", data, tr.stat(d.stat()))
+	}
+	return []step{
+		createStep(0, r, "", flagPersistent),
+		{0, "create with null data", opCreate, enc{}.str(r + "/null").buf(nil).acls(openACL).i32(0), pathBody},
+		{0, "getData null", opGetData, enc{}.str(r + "/null").boolean(false), nullOrData},
+		{0, "create with empty data", opCreate, enc{}.str(r + "/empty").buf([]byte{}).acls(openACL).i32(0), pathBody},
+		{0, "getData empty", opGetData, enc{}.str(r + "/empty").boolean(false), nullOrData},
+		{0, "setData null", opSetData, enc{}.str(r + "/empty").buf(nil).i32(-1), statBody},
+		{0, "getData set null", opGetData, enc{}.str(r + "/empty").boolean(false), nullOrData},
+	}
+}
+
+func TestDiffNullData(t *testing.T) { differential(t, seqNullData, false) }
+
 // TestDiffFollowers: the versions, watches, multi, ACL and ephemerals
 // sequences with the two sessions on two other members of a three-member
 // cluster (a ZooKeeper ensemble, a Tenure cluster) than the first: writes

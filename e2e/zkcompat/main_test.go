@@ -151,6 +151,7 @@ var tenureReady = map[string]bool{
 	"TestDiffFollowers":            true,
 	"TestDiffSequential":           true,
 	"TestDiffContainers":           true,
+	"TestDiffNullData":             true,
 	"TestDiffMultiCreate2":         true,
 	"TestDiffPaths":                true,
 	"TestDiffLimits":               true,
@@ -256,8 +257,8 @@ func startZooKeeper() (*server, error) {
 }
 
 // startTenure runs a single-member `tenure serve` with its ZooKeeper front
-// on a free loopback port and ZooKeeper's tick (so the same session
-// timeout bounds).
+// on a free loopback port, ZooKeeper's tick (so the same session
+// timeout bounds) and its container check interval.
 func startTenure() (*server, error) {
 	dir, err := os.MkdirTemp("", "zkcompat-tenure-")
 	if err != nil {
@@ -265,7 +266,8 @@ func startTenure() (*server, error) {
 	}
 	p, err := spawn(dir, "", tenureBin(), "serve", "-o", "json", "--data-dir", filepath.Join(dir, "data"),
 		"--listen", "127.0.0.1:0", "--http-listen", "", "--zk-listen", "127.0.0.1:0",
-		"--zk-tick-time", fmt.Sprint(tickMs*time.Millisecond))
+		"--zk-tick-time", fmt.Sprint(tickMs*time.Millisecond),
+		"--zk-container-check-interval", "1s") // as ZooKeeper's checkIntervalMs here
 	if err != nil {
 		return nil, err
 	}

@@ -590,6 +590,18 @@ func TestServeRefusesAnOutOfRangeGroupCommitWait(t *testing.T) {
 	}
 }
 
+// TestServeRefusesANonPositiveZkContainerCheckInterval: the flag is
+// checked before anything is opened, with one line.
+func TestServeRefusesANonPositiveZkContainerCheckInterval(t *testing.T) {
+	for _, v := range []string{"0s", "-1s"} {
+		r := run(t, "127.0.0.1:1", "serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", "",
+			"--zk-listen", "127.0.0.1:0", "--zk-container-check-interval", v)
+		if r.code != 1 || !strings.Contains(r.stderr, "--zk-container-check-interval must be positive") {
+			t.Fatalf("--zk-container-check-interval %s: exit %d, stderr %q", v, r.code, r.stderr)
+		}
+	}
+}
+
 // TestJSONErrors: with -o json every failure prints one JSON object on
 // stdout, {"error":{"code","message"}}, with the documented exit code; a
 // command that printed its own answer (a stale write) prints only that.

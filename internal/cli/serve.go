@@ -112,6 +112,9 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 				if zkTick <= 0 {
 					return fmt.Errorf("--zk-tick-time must be positive, not %s", zkTick)
 				}
+				if cfg.ZkContainerCheckInterval <= 0 {
+					return fmt.Errorf("--zk-container-check-interval must be positive, not %s", cfg.ZkContainerCheckInterval)
+				}
 				if cfg.ZkMinSessionTimeout == 0 {
 					cfg.ZkMinSessionTimeout = max(2*zkTick, time.Second)
 				}
@@ -230,6 +233,7 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 	f.DurationVar(&cfg.ZkMinSessionTimeout, "zk-min-session-timeout", 0, "the shortest ZooKeeper session timeout a client may negotiate (default 2 × --zk-tick-time, at least 1s)")
 	f.DurationVar(&cfg.ZkMaxSessionTimeout, "zk-max-session-timeout", 0, "the longest ZooKeeper session timeout a client may negotiate (default 20 × --zk-tick-time, at most 1h)")
 	f.IntVar(&cfg.ZkMaxWatches, "zk-max-watches", zkapi.DefaultMaxWatches, "watches one ZooKeeper connection may set")
+	f.DurationVar(&cfg.ZkContainerCheckInterval, "zk-container-check-interval", zkapi.DefaultContainerCheckInterval, "how often the leader removes the ZooKeeper containers left without children (ZooKeeper's znode.container.checkIntervalMs); a container that never had a child stays")
 	f.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "metrics, health and dashboard address (port 0 picks a free port; empty: none)")
 	f.BoolVar(&cfg.Pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http-listen (with --auth: to the management policy only)")
 	f.BoolVar(&cfg.MetricsPublic, "metrics-public", false, "with --auth, serve /metrics to callers without a credential too (otherwise it needs cluster read)")

@@ -122,11 +122,13 @@ type Config struct {
 	// (internal/zkapi); ZkAdvertise is the address the other members
 	// reach it at, if not ZkListen's. ZkMinSessionTimeout and
 	// ZkMaxSessionTimeout bound a negotiated session timeout, ZkMaxWatches
-	// the watches of a connection (zero: zkapi's defaults).
+	// the watches of a connection, ZkContainerCheckInterval how often the
+	// leader removes emptied containers (zero: zkapi's defaults).
 	ZkListen                                 string
 	ZkAdvertise                              string
 	ZkMinSessionTimeout, ZkMaxSessionTimeout time.Duration
 	ZkMaxWatches                             int
+	ZkContainerCheckInterval                 time.Duration
 	// MaxConnections bounds the connections of each listener (client API,
 	// HTTP, etcd API); at the bound, or at what the descriptor limit
 	// leaves, the quietest connection is closed to make room (conns.go).
@@ -271,7 +273,8 @@ func (d *Daemon) listenZk(cfg Config, srv *server.Server) error {
 		return fmt.Errorf("listen on %s (--zk-listen): %w", cfg.ZkListen, err)
 	}
 	advertise := cmp.Or(cfg.ZkAdvertise, clientAdvertise("", lis.Addr()))
-	z, err := zkapi.New(srv, zkapi.Config{Advertise: advertise, MinSessionTimeout: cfg.ZkMinSessionTimeout, MaxSessionTimeout: cfg.ZkMaxSessionTimeout, MaxWatches: cfg.ZkMaxWatches})
+	z, err := zkapi.New(srv, zkapi.Config{Advertise: advertise, MinSessionTimeout: cfg.ZkMinSessionTimeout, MaxSessionTimeout: cfg.ZkMaxSessionTimeout, MaxWatches: cfg.ZkMaxWatches,
+		ContainerCheckInterval: cfg.ZkContainerCheckInterval})
 	if err != nil {
 		lis.Close()
 		return err

@@ -143,6 +143,10 @@ var Gates = []Gate{
 	{"tenure.fsm.v1.Command.zk_set_addr", 3},
 	{"tenure.fsm.v1.Snapshot.znodes", 3},
 	{"tenure.fsm.v1.Snapshot.zk_addrs", 3},
+	{"tenure.fsm.v1.ZkDelete.container", 3},
+	{"tenure.fsm.v1.ZkCreate.data_null", 3},
+	{"tenure.fsm.v1.ZkSetData.data_null", 3},
+	{"tenure.fsm.v1.ZnodeState.data_null", 3},
 }
 
 // gates is Gates by field; maxGate the newest version it names.

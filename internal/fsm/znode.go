@@ -135,6 +135,7 @@ type ZkResult struct {
 
 type znode struct {
 	data                []byte // replaced, never written into
+	dataNull            bool   // the data is null, not empty (data is empty then)
 	acl                 []*fsmpb.ZnodeACL
 	czxid, mzxid, pzxid uint64
 	ctime, mtime        int64
@@ -170,6 +171,9 @@ func (n *znode) stat(numChildren int) ZnodeStat {
 type znodeStore struct {
 	nodes      map[string]*znode
 	ephemerals map[uint64]map[string]struct{}
+	// containers: the paths of the container znodes (ZooKeeper's
+	// DataTree.containers), which the leader's container check reads.
+	containers map[string]struct{}
 	bytes      uint64            // paths and data
 	addrs      map[string]string // member -> its ZooKeeper listener address
 }
@@ -184,7 +188,7 @@ func openACL() []*fsmpb.ZnodeACL {
 // reports for them (no child created, so the root's reported cversion is
 // -1 and /zookeeper's -2; the config node's aversion -1).
 func newZnodeStore() znodeStore {
-	z := znodeStore{nodes: make(map[string]*znode), ephemerals: make(map[uint64]map[string]struct{})}
+	z := znodeStore{nodes: make(map[string]*znode), ephemerals: make(map[uint64]map[string]struct{}), containers: make(map[string]struct{})}
 	z.nodes["/"] = &znode{acl: openACL(), children: map[string]struct{}{"zookeeper": {}}}
 	z.nodes["/zookeeper"] = &znode{acl: openACL(), children: map[string]struct{}{"quota": {}, "config": {}}}
 	z.nodes["/zookeeper/quota"] = &znode{acl: openACL()}
@@ -244,13 +248,22 @@ func ValidateZnodePath(path string) error {
 }
 
 // Znode returns a znode's data, ACL and stat (read only: the data is
-// shared with the state).
+// shared with the state). The data is nil when the znode's data is null
+// (created or set with null data), never otherwise.
 func (s *State) Znode(path string) (data []byte, acl []*fsmpb.ZnodeACL, st ZnodeStat, ok bool) {
 	n, ok := s.zk.nodes[path]
 	if !ok {
 		return nil, nil, ZnodeStat{}, false
 	}
-	return n.data, n.acl, n.stat(len(n.children)), true
+	switch {
+	case n.dataNull:
+		data = nil
+	case n.data == nil:
+		data = []byte{}
+	default:
+		data = n.data
+	}
+	return data, n.acl, n.stat(len(n.children)), true
 }
 
 // ZnodeChildren returns a znode's children's names, sorted.
@@ -290,6 +303,23 @@ func (s *State) ZnodeEphemerals(session uint64, prefix string) []string {
 		}
 	}
 	slices.Sort(out)
+	return out
+}
+
+// ZnodeContainerCandidates is what ZooKeeper's container manager
+// removes: the containers with no children that had one once (their
+// count of child creations, ZooKeeper's stored cversion, is above 0), in
+// path order, at most limit of them.
+func (s *State) ZnodeContainerCandidates(limit int) []string {
+	var out []string
+	for _, p := range slices.Sorted(maps.Keys(s.zk.containers)) {
+		if len(out) >= limit {
+			break
+		}
+		if n := s.zk.nodes[p]; n != nil && len(n.children) == 0 && n.cversion > 0 {
+			out = append(out, p)
+		}
+	}
 	return out
 }
 
@@ -477,6 +507,11 @@ func (o *zkOverlay) commit() {
 		if old != nil && old.owner != 0 && (n == nil || n.owner != old.owner) {
 			s.unEphemeral(old.owner, p)
 		}
+		if n == nil || !n.container {
+			delete(s.zk.containers, p)
+		} else {
+			s.zk.containers[p] = struct{}{}
+		}
 		if n == nil {
 			delete(s.zk.nodes, p)
 			continue
@@ -621,6 +656,21 @@ func (o *zkOverlay) apply(op *fsmpb.ZkOp, c *fsmpb.ZkTxn, rev uint64) (ZkOpResul
 		if parent == nil || n == nil {
 			return ZkOpResult{}, zkErr(ZkNoNode, "%s", d.GetPath())
 		}
+		if d.GetContainer() {
+			// The leader's container removal (ZooKeeper's
+			// deleteContainer): a node that is not a container is
+			// refused with BadVersion, as ZooKeeper refuses it; one that
+			// has a child, or never had one (created again since the
+			// check), with NotEmpty. Neither ACL nor version is checked.
+			switch {
+			case !n.container:
+				return ZkOpResult{}, zkErr(ZkBadVersion, "%s is not a container", d.GetPath())
+			case o.childCount(d.GetPath(), n) > 0 || n.cversion == 0:
+				return ZkOpResult{}, zkErr(ZkNotEmpty, "%s is not an emptied container", d.GetPath())
+			}
+			o.remove(d.GetPath(), parentPath, name, n, rev)
+			return ZkOpResult{}, nil
+		}
 		if !ZkAllowed(parent.acl, ZkPermDelete, ids) {
 			return ZkOpResult{}, zkErr(ZkNoAuth, "%s", d.GetPath())
 		}
@@ -653,6 +703,7 @@ func (o *zkOverlay) apply(op *fsmpb.ZkOp, c *fsmpb.ZkTxn, rev uint64) (ZkOpResul
 		e := o.edit(sd.GetPath())
 		o.bytes += int64(len(sd.GetData())) - int64(len(e.data))
 		e.data = append([]byte(nil), sd.GetData()...)
+		e.dataNull = sd.GetDataNull() && len(sd.GetData()) == 0
 		e.version++
 		e.mzxid, e.mtime = rev, c.GetTimeMs()
 		o.event(ZnodeDataChanged, sd.GetPath())
@@ -761,7 +812,7 @@ func (o *zkOverlay) create(cr *fsmpb.ZkCreate, c *fsmpb.ZkTxn, rev uint64) (ZkOp
 	p.cversion++
 	p.pzxid = rev
 	n := &znode{data: append([]byte(nil), cr.GetData()...), acl: acl, czxid: rev, mzxid: rev, pzxid: rev,
-		ctime: c.GetTimeMs(), mtime: c.GetTimeMs(), container: flags == ZkContainer}
+		ctime: c.GetTimeMs(), mtime: c.GetTimeMs(), container: flags == ZkContainer, dataNull: cr.GetDataNull() && len(cr.GetData()) == 0}
 	if ephemeral {
 		n.owner = c.GetSession()
 	}
@@ -775,9 +826,11 @@ func (o *zkOverlay) create(cr *fsmpb.ZkCreate, c *fsmpb.ZkTxn, rev uint64) (ZkOp
 	return ZkOpResult{Path: path, Stat: n.stat(0)}, nil
 }
 
-// remove deletes n (a leaf) at path from the overlay; a container parent
-// left without children goes with it (ZooKeeper's container manager
-// removes such a container later; here it is the same command).
+// remove deletes n (a leaf) at path from the overlay. A container parent
+// left without children stays: the leader's container check removes it
+// later (ZkDelete.container), as ZooKeeper's container manager does, so
+// that a client that created it as the parent of a node it is about to
+// create does not see it vanish in between.
 func (o *zkOverlay) remove(path, parentPath, name string, n *znode, rev uint64) {
 	o.set(path, nil)
 	delete(o.fresh, path)
@@ -789,10 +842,6 @@ func (o *zkOverlay) remove(path, parentPath, name string, n *znode, rev uint64) 
 	p.pzxid = rev
 	o.event(ZnodeDeleted, path)
 	o.event(ZnodeChildrenChanged, parentPath)
-	if p.container && o.childCount(parentPath, p) == 0 && parentPath != "/" {
-		gp, gname := ZnodeParent(parentPath)
-		o.remove(parentPath, gp, gname, p, rev)
-	}
 }
 
 // zkEndSession removes the ephemerals of a session that ends, in path
@@ -830,7 +879,8 @@ func (s *State) exportZnodes(snap *fsmpb.Snapshot) {
 	for _, p := range slices.Sorted(maps.Keys(s.zk.nodes)) {
 		n := s.zk.nodes[p]
 		snap.Znodes = append(snap.Znodes, &fsmpb.ZnodeState{Path: p, Data: n.data, Acl: n.acl, Czxid: n.czxid, Mzxid: n.mzxid, Pzxid: n.pzxid,
-			Ctime: n.ctime, Mtime: n.mtime, Version: n.version, Cversion: n.cversion, Aversion: n.aversion, EphemeralOwner: n.owner, Container: n.container})
+			Ctime: n.ctime, Mtime: n.mtime, Version: n.version, Cversion: n.cversion, Aversion: n.aversion, EphemeralOwner: n.owner, Container: n.container,
+			DataNull: n.dataNull})
 	}
 	snap.ZkAddrs = exportEtcdURLs(s.zk.addrs)
 }
@@ -841,7 +891,7 @@ func (s *State) importZnodes(snap *fsmpb.Snapshot) error {
 	if len(snap.GetZnodes()) == 0 {
 		return nil
 	}
-	z := znodeStore{nodes: make(map[string]*znode), ephemerals: make(map[uint64]map[string]struct{}), addrs: s.zk.addrs}
+	z := znodeStore{nodes: make(map[string]*znode), ephemerals: make(map[uint64]map[string]struct{}), containers: make(map[string]struct{}), addrs: s.zk.addrs}
 	for _, zs := range snap.GetZnodes() {
 		p := zs.GetPath()
 		if err := ValidateZnodePath(p); err != nil {
@@ -852,7 +902,7 @@ func (s *State) importZnodes(snap *fsmpb.Snapshot) error {
 		}
 		z.nodes[p] = &znode{data: zs.GetData(), acl: zs.GetAcl(), czxid: zs.GetCzxid(), mzxid: zs.GetMzxid(), pzxid: zs.GetPzxid(),
 			ctime: zs.GetCtime(), mtime: zs.GetMtime(), version: zs.GetVersion(), cversion: zs.GetCversion(), aversion: zs.GetAversion(),
-			owner: zs.GetEphemeralOwner(), container: zs.GetContainer()}
+			owner: zs.GetEphemeralOwner(), container: zs.GetContainer(), dataNull: zs.GetDataNull() && len(zs.GetData()) == 0}
 		z.bytes += uint64(len(p) + len(zs.GetData()))
 	}
 	if z.nodes["/"] == nil {
@@ -860,6 +910,9 @@ func (s *State) importZnodes(snap *fsmpb.Snapshot) error {
 	}
 	for _, p := range slices.Sorted(maps.Keys(z.nodes)) {
 		n := z.nodes[p]
+		if n.container {
+			z.containers[p] = struct{}{}
+		}
 		if n.owner != 0 {
 			if _, ok := s.sessions[n.owner]; !ok {
 				return fmt.Errorf("snapshot: ephemeral znode %q of session %d, which is not live", p, n.owner)

@@ -98,20 +98,89 @@ func TestZnodeTxn(t *testing.T) {
 	}
 }
 
-// TestZnodeContainerGoesWithItsLastChild: a container is removed by the
-// command that removes its last child.
-func TestZnodeContainerGoesWithItsLastChild(t *testing.T) {
+func zkDeleteContainer(path string) *fsmpb.Command {
+	return zkTxn(0, false, &fsmpb.ZkOp{Op: &fsmpb.ZkOp_Delete{Delete: &fsmpb.ZkDelete{Path: path, Version: -1, Container: true}}})
+}
+
+// TestZnodeContainerStaysAfterItsLastChild: deleting a container's last
+// child leaves the container (ZooKeeper removes it later, from its
+// container manager; removing it in the same command let a concurrent
+// Curator client's create under it fail with NoNode), and the leader's
+// container check lists it.
+func TestZnodeContainerStaysAfterItsLastChild(t *testing.T) {
 	st := fsm.NewState()
+	sess := st.Apply(cmdCreate("zk", 10_000), nil).Session
 	apply(t, st, zkTxn(0, false, zkCreate("/c", fsm.ZkContainer)))
 	apply(t, st, zkTxn(0, false, zkCreate("/c/x", 0)))
+	apply(t, st, zkTxn(0, false, zkCreate("/d", fsm.ZkContainer)))
+	apply(t, st, zkTxn(sess, false, zkCreate("/d/e", fsm.ZkEphemeral)))
 	if _, _, s, _ := st.Znode("/c"); s.EphemeralOwner != 0 {
 		t.Fatalf("container stat %+v, want ephemeralOwner 0 (as ZooKeeper reports it)", s)
+	}
+	if got := st.ZnodeContainerCandidates(10); len(got) != 0 {
+		t.Fatalf("candidates %q with every container holding a child", got)
 	}
 	if r, _ := apply(t, st, zkTxn(0, false, zkDelete("/c/x", -1))); r.Err != nil {
 		t.Fatal(r.Err)
 	}
+	apply(t, st, &fsmpb.Command{Op: &fsmpb.Command_CloseSession{CloseSession: &fsmpb.CloseSession{Session: sess}}})
+	for _, p := range []string{"/c", "/d"} {
+		_, _, s, ok := st.Znode(p)
+		if !ok {
+			t.Fatalf("the container %s went with its last child", p)
+		}
+		if s.NumChildren != 0 || s.Cversion != 2 {
+			t.Fatalf("%s stat %+v, want no children and cversion 2 (one create, one delete)", p, s)
+		}
+	}
+	if got := st.ZnodeContainerCandidates(10); len(got) != 2 || got[0] != "/c" || got[1] != "/d" {
+		t.Fatalf("candidates %q, want [/c /d]", got)
+	}
+	if got := st.ZnodeContainerCandidates(1); len(got) != 1 {
+		t.Fatalf("candidates with a bound of 1: %q", got)
+	}
+}
+
+// TestZnodeContainerDelete: the leader's container delete removes an
+// empty container that had a child, with no ACL check, and fails,
+// changing nothing, on a container that has a child again, on one that
+// never had one, and on a node that is not a container.
+func TestZnodeContainerDelete(t *testing.T) {
+	st := fsm.NewState()
+	apply(t, st, zkTxn(0, false, zkCreate("/c", fsm.ZkContainer)))
+	apply(t, st, zkTxn(0, false, zkCreate("/c/x", 0)))
+	apply(t, st, zkTxn(0, false, zkDelete("/c/x", -1)))
+	apply(t, st, zkTxn(0, false, zkCreate("/never", fsm.ZkContainer)))
+	apply(t, st, zkTxn(0, false, zkCreate("/plain", fsm.ZkPersistent)))
+	apply(t, st, zkTxn(0, false, zkCreate("/plain/x", 0)))
+	apply(t, st, zkTxn(0, false, zkDelete("/plain/x", -1)))
+	// A child came back between the check and the delete.
+	apply(t, st, zkTxn(0, false, zkCreate("/c/y", 0)))
+	rev := st.Revision()
+	if r, _ := apply(t, st, zkDeleteContainer("/c")); zkCode(r.Err) != fsm.ZkNotEmpty || st.Revision() != rev {
+		t.Fatalf("container delete of a container with a child: %v (revision %d, was %d)", r.Err, st.Revision(), rev)
+	}
+	for _, p := range []string{"/never", "/plain"} {
+		if r, _ := apply(t, st, zkDeleteContainer(p)); r.Err == nil || st.Revision() != rev {
+			t.Fatalf("container delete of %s: %v", p, r.Err)
+		}
+		if _, _, _, ok := st.Znode(p); !ok {
+			t.Fatalf("%s removed", p)
+		}
+	}
+	apply(t, st, zkTxn(0, false, zkDelete("/c/y", -1)))
+	// Only the ACL of the parent would allow a delete: the container
+	// delete does not check it.
+	apply(t, st, zkTxn(0, false, &fsmpb.ZkOp{Op: &fsmpb.ZkOp_SetAcl{SetAcl: &fsmpb.ZkSetACL{Path: "/", Version: -1,
+		Acl: []*fsmpb.ZnodeACL{{Perms: fsm.ZkPermRead, Scheme: "world", Id: "anyone"}}}}}))
+	if r, _ := apply(t, st, zkDeleteContainer("/c")); r.Err != nil {
+		t.Fatalf("container delete of an emptied container: %v", r.Err)
+	}
 	if _, _, _, ok := st.Znode("/c"); ok {
-		t.Fatal("the empty container stayed")
+		t.Fatal("the emptied container stayed")
+	}
+	if got := st.ZnodeContainerCandidates(10); len(got) != 0 {
+		t.Fatalf("candidates %q after the delete", got)
 	}
 }
 
@@ -188,4 +257,33 @@ func failedOps(r fsm.Result) bool {
 		}
 	}
 	return false
+}
+
+// TestZnodeNullData: data created or set null reads as nil (getData
+// answers it null), empty data as empty, through a snapshot too.
+func TestZnodeNullData(t *testing.T) {
+	st := fsm.NewState()
+	null := zkCreate("/null", 0)
+	null.GetCreate().Data, null.GetCreate().DataNull = nil, true
+	apply(t, st, zkTxn(0, false, null))
+	empty := zkCreate("/empty", 0)
+	empty.GetCreate().Data = nil
+	apply(t, st, zkTxn(0, false, empty))
+	apply(t, st, zkTxn(0, false, zkCreate("/set", 0)))
+	apply(t, st, zkTxn(0, false, &fsmpb.ZkOp{Op: &fsmpb.ZkOp_SetData{SetData: &fsmpb.ZkSetData{Path: "/set", Version: -1, DataNull: true}}}))
+	back, err := fsm.Import(st.Export())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*fsm.State{st, back} {
+		for _, c := range []struct {
+			path string
+			null bool
+		}{{"/null", true}, {"/empty", false}, {"/set", true}} {
+			data, _, stat, _ := s.Znode(c.path)
+			if (data == nil) != c.null || len(data) != 0 || stat.DataLength != 0 {
+				t.Fatalf("%s: data %q (nil %v), dataLength %d; want null %v", c.path, data, data == nil, stat.DataLength, c.null)
+			}
+		}
+	}
 }

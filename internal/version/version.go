@@ -60,8 +60,9 @@ func Go() string { return runtime.Version() }
 // (KVHistoryCompact, the limits max_kv_history_revisions and
 // max_kv_history_bytes, the snapshot's kv_history and kv_compact_revision),
 // nested transactions, keys that are not UTF-8 (key_bin) and values up
-// to 1.5 MiB, and ZooKeeper's znodes (each command and field is named in
-// internal/fsm's Gates).
+// to 1.5 MiB, and ZooKeeper's znodes with the leader's removal of emptied
+// containers (ZkDelete.container) and null data (data_null; each command
+// and field is named in internal/fsm's Gates).
 const (
 	// Protocol is the newest format version this build reads and writes.
 	Protocol uint32 = 3

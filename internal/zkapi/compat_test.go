@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/tenure-io/tenure/internal/daemon"
+	"github.com/tenure-io/tenure/internal/testutil"
 )
 
 // TestSequentialNumbersSurviveDeletes: a sequential suffix counts the
@@ -170,3 +174,109 @@ func TestOversizePacketKeepsTheSession(t *testing.T) {
 }
 
 func (j jute) append(b []byte) jute { return append(j, b...) }
+
+// TestContainerStaysUntilTheCheck: a container whose last child is
+// deleted stays until the leader's container check, so a client may
+// still create under it (Curator's lock recipes create the parent, then
+// their node: removing the parent with another client's last child made
+// that create fail with NoNode).
+func TestContainerStaysUntilTheCheck(t *testing.T) {
+	_, addr := startNode(t, func(cfg *daemon.Config) { cfg.ZkContainerCheckInterval = time.Hour })
+	c, _ := connect(t, []string{addr}, 5*time.Second)
+	if _, err := c.CreateContainer("/lock", nil, zk.FlagContainer, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		node := fmt.Sprintf("/lock/n%d", i)
+		if _, err := c.Create(node, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatalf("create %s after the last child went: %v", node, err)
+		}
+		if err := c.Delete(node, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, _, err := c.Exists("/lock"); err != nil || !ok {
+		t.Fatalf("the emptied container is gone before the check (exists %v, %v)", ok, err)
+	}
+}
+
+// TestContainerCheck: with a short --zk-container-check-interval the
+// leader removes an emptied container; one that never had a child stays,
+// and so does one that got a new child before the check.
+func TestContainerCheck(t *testing.T) {
+	_, addr := startNode(t, func(cfg *daemon.Config) { cfg.ZkContainerCheckInterval = 100 * time.Millisecond })
+	c, _ := connect(t, []string{addr}, 5*time.Second)
+	for _, p := range []string{"/used", "/never", "/refilled"} {
+		if _, err := c.CreateContainer(p, nil, zk.FlagContainer, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"/used/x", "/refilled/x"} {
+		if _, err := c.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// /refilled's last child is replaced in one multi: no check sees it
+	// empty.
+	if _, err := c.Multi(&zk.DeleteRequest{Path: "/refilled/x", Version: -1},
+		&zk.CreateRequest{Path: "/refilled/y", Acl: zk.WorldACL(zk.PermAll)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete("/used/x", -1); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the emptied container removed", 10*time.Second, func() bool {
+		ok, _, err := c.Exists("/used")
+		return err == nil && !ok
+	})
+	for _, p := range []string{"/never", "/refilled"} {
+		if ok, _, err := c.Exists(p); err != nil || !ok {
+			t.Fatalf("%s removed too (exists %v, %v)", p, ok, err)
+		}
+	}
+}
+
+// TestWireNullData: a znode created or set with null data (length -1)
+// answers getData with null data, as ZooKeeper 3.8 does; one with empty
+// data with an empty buffer. The stat's dataLength is 0 for both.
+func TestWireNullData(t *testing.T) {
+	_, addr := startNode(t, nil)
+	r := raw(t, addr)
+	if got := r.connect(t, 0, make([]byte, 16), true); got.sessionID == 0 {
+		t.Fatal("no session")
+	}
+	open := jute{}.int(1).int(31).str("world").str("anyone")
+	getData := func(xid int32, path string) (length int32, dataLength int32) {
+		t.Helper()
+		code, body := r.call(t, xid, 4, jute{}.str(path).bool(false))
+		if code != 0 || len(body) < 4 {
+			t.Fatalf("getData %s: code %d body %x", path, code, body)
+		}
+		length = int32(binary.BigEndian.Uint32(body))
+		stat := body[4+max(length, 0):]
+		return length, int32(binary.BigEndian.Uint32(stat[52:])) // after the zxids, times, versions and owner
+	}
+	steps := []struct {
+		name string
+		op   int32
+		body jute
+	}{
+		{"create /null with null data", 1, jute{}.str("/null").int(-1).append(open).int(0)},
+		{"create /empty with empty data", 1, jute{}.str("/empty").int(0).append(open).int(0)},
+		{"create /set with data", 1, jute{}.str("/set").str("x").append(open).int(0)},
+		{"setData /set to null", 5, jute{}.str("/set").int(-1).int(-1)},
+	}
+	for i, s := range steps {
+		if code, body := r.call(t, int32(i+1), s.op, s.body); code != 0 {
+			t.Fatalf("%s: code %d body %x", s.name, code, body)
+		}
+	}
+	for i, c := range []struct {
+		path string
+		want int32
+	}{{"/null", -1}, {"/empty", 0}, {"/set", -1}} {
+		if length, dl := getData(int32(10+i), c.path); length != c.want || dl != 0 {
+			t.Fatalf("getData %s: data length %d, stat dataLength %d; want %d and 0", c.path, length, dl, c.want)
+		}
+	}
+}

@@ -76,6 +76,15 @@ func (d *decoder) buffer() []byte {
 	return d.take(int(n))
 }
 
+// nullableBuffer reads a buffer and whether it is null (-1).
+func (d *decoder) nullableBuffer() ([]byte, bool) {
+	if len(d.b) >= 4 && d.err == nil && int32(binary.BigEndian.Uint32(d.b)) == -1 {
+		d.take(4)
+		return nil, true
+	}
+	return d.buffer(), false
+}
+
 // string reads a ustring, which must be UTF-8.
 func (d *decoder) string() string {
 	b := d.buffer()

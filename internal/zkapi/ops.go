@@ -144,7 +144,8 @@ func multiCreateType(flags int32) int32 {
 func decodeWriteIn(typ int32, d *decoder, inMulti bool) (*fsmpb.ZkOp, fsm.ZkCode) {
 	switch typ {
 	case opCreate, opCreate2, opCreateContainer, opCreateTTL:
-		cr := &fsmpb.ZkCreate{Path: d.string(), Data: d.buffer()}
+		cr := &fsmpb.ZkCreate{Path: d.string()}
+		cr.Data, cr.DataNull = d.nullableBuffer()
 		for _, a := range d.acls() {
 			cr.Acl = append(cr.Acl, &fsmpb.ZnodeACL{Perms: a.perms, Scheme: a.scheme, Id: a.id})
 		}
@@ -167,7 +168,10 @@ func decodeWriteIn(typ int32, d *decoder, inMulti bool) (*fsmpb.ZkOp, fsm.ZkCode
 	case opDelete:
 		return &fsmpb.ZkOp{Op: &fsmpb.ZkOp_Delete{Delete: &fsmpb.ZkDelete{Path: d.string(), Version: d.int()}}}, fsm.ZkOK
 	case opSetData:
-		return &fsmpb.ZkOp{Op: &fsmpb.ZkOp_SetData{SetData: &fsmpb.ZkSetData{Path: d.string(), Data: d.buffer(), Version: d.int()}}}, fsm.ZkOK
+		sd := &fsmpb.ZkSetData{Path: d.string()}
+		sd.Data, sd.DataNull = d.nullableBuffer()
+		sd.Version = d.int()
+		return &fsmpb.ZkOp{Op: &fsmpb.ZkOp_SetData{SetData: sd}}, fsm.ZkOK
 	case opCheck:
 		return &fsmpb.ZkOp{Op: &fsmpb.ZkOp_Check{Check: &fsmpb.ZkCheck{Path: d.string(), Version: d.int()}}}, fsm.ZkOK
 	case opSetACL:

@@ -48,7 +48,7 @@ func (c *conn) readOp(ctx context.Context, h requestHeader, body []byte) error {
 				if watch && !w.addLocked(w.data, path, c) {
 					return fsm.ZkQuotaExceeded, nil
 				}
-				e.buffer(nonNil(data))
+				e.buffer(data) // nil: null data, answered as ZooKeeper answers it (-1)
 				e.stat(wireStat(s))
 				return fsm.ZkOK, e.b
 			}
@@ -201,14 +201,6 @@ func opReadName(op int32) string {
 
 func aclOf(perms int32, scheme, id string) acl { return acl{perms: perms, scheme: scheme, id: id} }
 
-// nonNil: ZooKeeper answers an empty znode's data as an empty buffer.
-func nonNil(b []byte) []byte {
-	if b == nil {
-		return []byte{}
-	}
-	return b
-}
-
 func nonNilStrings(s []string) []string {
 	if s == nil {
 		return []string{}
@@ -270,7 +262,7 @@ func (c *conn) multiRead(ctx context.Context, h requestHeader, d *decoder) error
 			e.bool(false)
 			e.int(0)
 			if r.typ == opGetData {
-				e.buffer(nonNil(data))
+				e.buffer(data) // nil: null data, answered as ZooKeeper answers it (-1)
 				e.stat(wireStat(s))
 			} else {
 				children, _ := st.ZnodeChildren(r.path)

@@ -54,6 +54,12 @@ const (
 	DefaultMaxSessionTimeout = 40 * time.Second
 	// DefaultMaxWatches bounds the watches of one connection.
 	DefaultMaxWatches = 100_000
+	// DefaultContainerCheckInterval is how often the leader removes the
+	// emptied containers: ZooKeeper's znode.container.checkIntervalMs.
+	DefaultContainerCheckInterval = time.Minute
+	// ContainerMaxPerMinute bounds the containers removed per minute:
+	// ZooKeeper's znode.container.maxPerMinute.
+	ContainerMaxPerMinute = 10_000
 	// MaxPacket is the largest request packet read: ZooKeeper's default
 	// jute.maxbuffer (1 MiB - 1), which ZooKeeper checks on the packet's
 	// length. A longer one closes the connection, as ZooKeeper closes
@@ -80,6 +86,10 @@ type Config struct {
 	MinSessionTimeout, MaxSessionTimeout time.Duration
 	// MaxWatches bounds the watches of one connection; zero: the default.
 	MaxWatches int
+	// ContainerCheckInterval is how often the leader removes the
+	// containers that have no children and had one once (ZooKeeper's
+	// container manager); zero: DefaultContainerCheckInterval.
+	ContainerCheckInterval time.Duration
 	// Logger receives the front's log; nil: the server's.
 	Logger *slog.Logger
 }
@@ -112,6 +122,12 @@ func New(srv *server.Server, cfg Config) (*Server, error) {
 	if cfg.MaxWatches == 0 {
 		cfg.MaxWatches = DefaultMaxWatches
 	}
+	if cfg.ContainerCheckInterval == 0 {
+		cfg.ContainerCheckInterval = DefaultContainerCheckInterval
+	}
+	if cfg.ContainerCheckInterval < 0 {
+		return nil, fmt.Errorf("zookeeper container check interval %v: it must be positive", cfg.ContainerCheckInterval)
+	}
 	minMs, maxMs := cfg.MinSessionTimeout.Milliseconds(), cfg.MaxSessionTimeout.Milliseconds()
 	if minMs < fsm.MinSessionTTLMs || maxMs > fsm.MaxSessionTTLMs || minMs > maxMs {
 		return nil, fmt.Errorf("zookeeper session timeouts %v..%v: the minimum must be at least 1s, the maximum at most 1h and not below the minimum", cfg.MinSessionTimeout, cfg.MaxSessionTimeout)
@@ -141,10 +157,14 @@ func cmpLogger(a, b *slog.Logger) *slog.Logger {
 func (z *Server) Serve(ctx context.Context, lis net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	z.wg.Add(1)
+	z.wg.Add(2)
 	go func() {
 		defer z.wg.Done()
 		z.publish(ctx)
+	}()
+	go func() {
+		defer z.wg.Done()
+		z.removeContainers(ctx)
 	}()
 	go func() {
 		<-ctx.Done()
@@ -261,6 +281,53 @@ func (z *Server) publish(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// removeContainers is ZooKeeper's container manager: while this node
+// leads, every ContainerCheckInterval it proposes the removal of each
+// container that has no children and had one once, one command each
+// (ZkDelete.container), at most ContainerMaxPerMinute a minute. A
+// container that got a child since it was read is left by the state
+// machine (NotEmpty), as ZooKeeper's deleteContainer leaves it; so is
+// everything when leadership moves (the new leader checks on its own
+// interval).
+func (z *Server) removeContainers(ctx context.Context) {
+	every := z.cfg.ContainerCheckInterval
+	perRound := max(1, min(ContainerMaxPerMinute, int(int64(ContainerMaxPerMinute)*int64(every)/int64(time.Minute))))
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !z.front.CaughtUpLeader() {
+			continue
+		}
+		var paths []string
+		z.front.Read(func(st *fsm.State) {
+			if st.ClusterVersion() >= 3 {
+				paths = st.ZnodeContainerCandidates(perRound)
+			}
+		})
+		for _, p := range paths {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			res, err := z.front.Propose(pctx, &fsmpb.ZkTxn{Ops: []*fsmpb.ZkOp{{Op: &fsmpb.ZkOp_Delete{
+				Delete: &fsmpb.ZkDelete{Path: p, Version: -1, Container: true}}}}})
+			cancel()
+			if res.Err != nil {
+				z.log.Debug("container left", "path", p, "err", res.Err)
+				continue
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					z.log.Debug("removing emptied containers", "err", err)
+				}
+				break
+			}
 		}
 	}
 }

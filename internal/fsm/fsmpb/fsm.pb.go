@@ -1079,11 +1079,14 @@ func (*ZkOp_SetAcl) isZkOp_Op() {}
 // ZkCreate: flags are ZooKeeper's CreateMode (0 persistent, 1 ephemeral,
 // 2 persistent sequential, 3 ephemeral sequential, 4 container).
 type ZkCreate struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
-	Acl           []*ZnodeACL            `protobuf:"bytes,3,rep,name=acl,proto3" json:"acl,omitempty"`
-	Flags         int32                  `protobuf:"varint,4,opt,name=flags,proto3" json:"flags,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Data  []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Acl   []*ZnodeACL            `protobuf:"bytes,3,rep,name=acl,proto3" json:"acl,omitempty"`
+	Flags int32                  `protobuf:"varint,4,opt,name=flags,proto3" json:"flags,omitempty"`
+	// data_null: the data is null (a jute buffer of length -1), not empty;
+	// getData answers it as null, as ZooKeeper does. Data must be empty.
+	DataNull      bool `protobuf:"varint,162,opt,name=data_null,json=dataNull,proto3" json:"data_null,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1146,11 +1149,23 @@ func (x *ZkCreate) GetFlags() int32 {
 	return 0
 }
 
+func (x *ZkCreate) GetDataNull() bool {
+	if x != nil {
+		return x.DataNull
+	}
+	return false
+}
+
 // ZkDelete, ZkSetData, ZkCheck, ZkSetACL: version -1 matches any.
 type ZkDelete struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Version       int32                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Path    string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Version int32                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// container: the leader's removal of an empty container (ZooKeeper's
+	// ContainerManager, its deleteContainer): no ACL or version is checked;
+	// it fails, changing nothing, unless path is a container that has no
+	// children and had one once (its count of child creations is above 0).
+	Container     bool `protobuf:"varint,162,opt,name=container,proto3" json:"container,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1199,11 +1214,20 @@ func (x *ZkDelete) GetVersion() int32 {
 	return 0
 }
 
+func (x *ZkDelete) GetContainer() bool {
+	if x != nil {
+		return x.Container
+	}
+	return false
+}
+
 type ZkSetData struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
-	Version       int32                  `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Path    string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Data    []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Version int32                  `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	// data_null: as ZkCreate's.
+	DataNull      bool `protobuf:"varint,162,opt,name=data_null,json=dataNull,proto3" json:"data_null,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1257,6 +1281,13 @@ func (x *ZkSetData) GetVersion() int32 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *ZkSetData) GetDataNull() bool {
+	if x != nil {
+		return x.DataNull
+	}
+	return false
 }
 
 type ZkCheck struct {
@@ -1449,8 +1480,10 @@ type ZnodeState struct {
 	Aversion       int32                  `protobuf:"varint,11,opt,name=aversion,proto3" json:"aversion,omitempty"`
 	EphemeralOwner uint64                 `protobuf:"varint,12,opt,name=ephemeral_owner,json=ephemeralOwner,proto3" json:"ephemeral_owner,omitempty"`
 	Container      bool                   `protobuf:"varint,13,opt,name=container,proto3" json:"container,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// data_null: the data is null, not empty (ZkCreate.data_null).
+	DataNull      bool `protobuf:"varint,162,opt,name=data_null,json=dataNull,proto3" json:"data_null,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ZnodeState) Reset() {
@@ -1570,6 +1603,13 @@ func (x *ZnodeState) GetEphemeralOwner() uint64 {
 func (x *ZnodeState) GetContainer() bool {
 	if x != nil {
 		return x.Container
+	}
+	return false
+}
+
+func (x *ZnodeState) GetDataNull() bool {
+	if x != nil {
+		return x.DataNull
 	}
 	return false
 }
@@ -6749,19 +6789,22 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\bset_data\x18\x03 \x01(\v2\x18.tenure.fsm.v1.ZkSetDataH\x00R\asetData\x12.\n" +
 	"\x05check\x18\x04 \x01(\v2\x16.tenure.fsm.v1.ZkCheckH\x00R\x05check\x122\n" +
 	"\aset_acl\x18\x05 \x01(\v2\x17.tenure.fsm.v1.ZkSetACLH\x00R\x06setAclB\x04\n" +
-	"\x02op\"s\n" +
+	"\x02op\"\x91\x01\n" +
 	"\bZkCreate\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12)\n" +
 	"\x03acl\x18\x03 \x03(\v2\x17.tenure.fsm.v1.ZnodeACLR\x03acl\x12\x14\n" +
-	"\x05flags\x18\x04 \x01(\x05R\x05flags\"8\n" +
+	"\x05flags\x18\x04 \x01(\x05R\x05flags\x12\x1c\n" +
+	"\tdata_null\x18\xa2\x01 \x01(\bR\bdataNull\"W\n" +
 	"\bZkDelete\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x05R\aversion\"M\n" +
+	"\aversion\x18\x02 \x01(\x05R\aversion\x12\x1d\n" +
+	"\tcontainer\x18\xa2\x01 \x01(\bR\tcontainer\"k\n" +
 	"\tZkSetData\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\x05R\aversion\"7\n" +
+	"\aversion\x18\x03 \x01(\x05R\aversion\x12\x1c\n" +
+	"\tdata_null\x18\xa2\x01 \x01(\bR\bdataNull\"7\n" +
 	"\aZkCheck\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x05R\aversion\"c\n" +
@@ -6772,7 +6815,7 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\bZnodeACL\x12\x14\n" +
 	"\x05perms\x18\x01 \x01(\x05R\x05perms\x12\x16\n" +
 	"\x06scheme\x18\x02 \x01(\tR\x06scheme\x12\x0e\n" +
-	"\x02id\x18\x03 \x01(\tR\x02id\"\xe6\x02\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\"\x84\x03\n" +
 	"\n" +
 	"ZnodeState\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
@@ -6788,7 +6831,8 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	" \x01(\x05R\bcversion\x12\x1a\n" +
 	"\baversion\x18\v \x01(\x05R\baversion\x12'\n" +
 	"\x0fephemeral_owner\x18\f \x01(\x04R\x0eephemeralOwner\x12\x1c\n" +
-	"\tcontainer\x18\r \x01(\bR\tcontainer\".\n" +
+	"\tcontainer\x18\r \x01(\bR\tcontainer\x12\x1c\n" +
+	"\tdata_null\x18\xa2\x01 \x01(\bR\bdataNull\".\n" +
 	"\x10KVHistoryCompact\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\"\xbf\x01\n" +
 	"\x0fKVHistoryRecord\x12\x1a\n" +
