@@ -262,9 +262,6 @@ func (n *Node) openTransport(logger hclog.Logger) (raft.ServerAddress, error) {
 	return tcp.LocalAddr(), nil
 }
 
-// commitTimeout is raft's CommitTimeout (raftConfig).
-const commitTimeout = 5 * time.Millisecond
-
 // raftConfig is raft's configuration for this node.
 func (n *Node) raftConfig(logger hclog.Logger) *raft.Config {
 	rc := raft.DefaultConfig()
@@ -288,15 +285,6 @@ func (n *Node) raftConfig(logger hclog.Logger) *raft.Config {
 	rc.HeartbeatTimeout = n.cfg.HeartbeatTimeout
 	rc.ElectionTimeout = n.cfg.ElectionTimeout
 	rc.LeaderLeaseTimeout = n.cfg.LeaderLeaseTimeout
-	// A follower learns that an entry is committed from the leader's next
-	// append; when no write follows, that append comes after CommitTimeout
-	// (randomised up to twice that). Raft's 50 ms made every write a
-	// follower waits to apply (a ZooKeeper client's write through it, the
-	// watch event a waiter on it needs) wait 50–100 ms: a contended lock
-	// handed over through followers ran 16 hand-offs a second. 5 ms costs
-	// an idle follower about 100–200 small appends a second on the peer
-	// port.
-	rc.CommitTimeout = commitTimeout
 	return rc
 }
 
