@@ -147,6 +147,7 @@ var Gates = []Gate{
 	{"tenure.fsm.v1.ZkCreate.data_null", 3},
 	{"tenure.fsm.v1.ZkSetData.data_null", 3},
 	{"tenure.fsm.v1.ZnodeState.data_null", 3},
+	{"tenure.fsm.v1.Command.set_session_ttl", 3},
 }
 
 // gates is Gates by field; maxGate the newest version it names.
