@@ -325,6 +325,13 @@ func (c *conn) handshake(ctx context.Context, pkt []byte) bool {
 		if cerr != nil {
 			return refuse()
 		}
+		if ttl, err = c.renegotiate(ctx, uint64(req.sessionID), ttl, req.timeout); err != nil {
+			if errors.Is(err, fsm.ErrSessionNotFound) {
+				return refuse()
+			}
+			c.z.log.Debug("zookeeper session timeout not renegotiated", "session", req.sessionID, "err", err)
+			return false
+		}
 		if _, err := c.z.front.KeepAlive(ctx, uint64(req.sessionID)); err != nil {
 			if errors.Is(err, fsm.ErrSessionNotFound) {
 				return refuse()
@@ -337,6 +344,31 @@ func (c *conn) handshake(ctx context.Context, pkt []byte) bool {
 	c.lastTouch = time.Now()
 	c.queue(resp.encode())
 	return true
+}
+
+// renegotiate gives a resumed session the timeout its client asks now,
+// clamped to the flags' bounds, as ZooKeeper does (its touchSession with
+// the reconnecting connection's timeout): when it differs from the
+// session's TTL (ttlMs), the leader commits SetSessionTTL, and the
+// session is timed, and answered, with it from then on. It returns the
+// session's TTL. Before cluster version 3 the session keeps its TTL, as
+// it did before SetSessionTTL existed.
+func (c *conn) renegotiate(ctx context.Context, id uint64, ttlMs int64, asked int32) (int64, error) {
+	want := c.z.negotiate(asked)
+	if want == ttlMs {
+		return ttlMs, nil
+	}
+	res, err := c.z.front.Propose(ctx, &fsmpb.SetSessionTTL{Session: id, TtlMs: want})
+	if err == nil {
+		err = res.Err
+	}
+	switch {
+	case errors.Is(err, fsm.ErrVersion):
+		return ttlMs, nil
+	case err != nil:
+		return 0, err
+	}
+	return want, nil
 }
 
 // waitFed waits until the watches were fed revision rev.
