@@ -148,6 +148,7 @@ var tenureReady = map[string]bool{
 	"TestDiffMulti":                true,
 	"TestDiffACL":                  true,
 	"TestDiffSessions":             true,
+	"TestDiffSessionTimeout":       true,
 	"TestDiffFollowers":            true,
 	"TestDiffSequential":           true,
 	"TestDiffContainers":           true,
