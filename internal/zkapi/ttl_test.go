@@ -2,13 +2,16 @@ package zkapi_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/tenure-io/tenure/internal/daemon"
+	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/testutil"
 )
 
@@ -195,4 +198,81 @@ func TestTTLNodeExpires(t *testing.T) {
 		ok, _, err := c.Exists("/parent")
 		return err == nil && !ok
 	})
+}
+
+// TestTTLNodeThroughAFollower: in a 3-node cluster with --zk-ttl-nodes,
+// a client of a follower creates TTL nodes (the follower relays the
+// createTTL to the leader) and reads them there at once; the leader's
+// check removes the one left idle, and the follower's client sees it go
+// (a watch event from the follower's applied state).
+func TestTTLNodeThroughAFollower(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 3-node cluster")
+	}
+	root := t.TempDir()
+	ids := []string{"n1", "n2", "n3"}
+	peers := map[string]string{}
+	for _, id := range ids {
+		peers[id] = testutil.FreeAddr(t, 61000, 65000)
+	}
+	daemons := map[string]*daemon.Daemon{}
+	for _, id := range ids {
+		d, err := daemon.Start(daemon.Config{NodeID: id, DataDir: filepath.Join(root, id), Listen: "127.0.0.1:0", ZkListen: "127.0.0.1:0",
+			ZkMinSessionTimeout: time.Second, ZkMaxSessionTimeout: 30 * time.Second, ZkTTLNodes: true, ZkContainerCheckInterval: 50 * time.Millisecond,
+			PeerListen: peers[id], BootstrapPeers: peers, LogOutput: testutil.LogWriter(t, id)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- d.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			<-done
+		})
+		daemons[id] = d
+	}
+	leaderOf := func() string {
+		for id, d := range daemons {
+			if d.Node.IsLeader() {
+				return id
+			}
+		}
+		return ""
+	}
+	testutil.WaitFor(t, "a leader", 30*time.Second, func() bool { return leaderOf() != "" })
+	leader := leaderOf()
+	follower := ids[0]
+	if follower == leader {
+		follower = ids[1]
+	}
+	testutil.WaitFor(t, "the leader's ZooKeeper address on the follower", 30*time.Second, func() bool {
+		var addr string
+		daemons[follower].Node.Read(func(st *fsm.State) { addr = st.ZkAddr(leader) })
+		return addr == daemons[leader].ZkAddr()
+	})
+	c, _ := connect(t, []string{daemons[follower].ZkAddr()}, 10*time.Second)
+	acl := zk.WorldACL(zk.PermAll)
+	if _, err := c.CreateTTL("/keep", []byte("v"), zk.FlagTTL, acl, time.Hour); err != nil {
+		t.Fatalf("createTTL through the follower: %v", err)
+	}
+	p, err := c.CreateTTL("/short-", []byte("v"), zk.FlagTTL+1, acl, 300*time.Millisecond)
+	if err != nil || p != "/short-0000000001" {
+		t.Fatalf("sequential createTTL through the follower: %q %v", p, err)
+	}
+	ok, st, ch, err := c.ExistsW(p)
+	if err != nil || !ok || st.EphemeralOwner != 0 {
+		t.Fatalf("exists %s on the follower: %v %+v %v", p, ok, st, err)
+	}
+	select {
+	case e := <-ch:
+		if e.Type != zk.EventNodeDeleted || e.Path != p {
+			t.Fatalf("event %+v, want NodeDeleted %s", e, p)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the idle TTL node was not removed within 15s")
+	}
+	if ok, _, err := c.Exists("/keep"); err != nil || !ok {
+		t.Fatalf("/keep removed (exists %v, %v)", ok, err)
+	}
 }
