@@ -159,6 +159,10 @@ var tenureReady = map[string]bool{
 	"TestDiffPersistentWatch":      true,
 	"TestCuratorCache":             true,
 	"TestContainerCleanup":         true,
+	"TestDiffTTL":                  true,
+	"TestZkCliTTL":                 true,
+	"TestCuratorTTL":               true,
+	"TestCuratorPersistentTtlNode": true,
 }
 
 // targets lists the targets test t runs against.
@@ -248,6 +252,7 @@ func startZooKeeper() (*server, error) {
 	}
 	args := append(append([]string{}, jvmFlags...), "-Dorg.slf4j.simpleLogger.defaultLogLevel=info", "-Dzookeeper.jmx.log4j.disable=true",
 		"-Dznode.container.checkIntervalMs=1000", // containers are checked every second, not minute
+		"-Dzookeeper.extendedTypesEnabled=true",  // TTL nodes on, as Tenure's --zk-ttl-nodes (ttl_test.go)
 		"-cp", classpath, "org.apache.zookeeper.server.ZooKeeperServerMain", filepath.Join(dir, "zoo.cfg"))
 	p, err := spawn(dir, "", "java", args...)
 	if err != nil {
@@ -268,7 +273,8 @@ func startTenure() (*server, error) {
 	p, err := spawn(dir, "", tenureBin(), "serve", "-o", "json", "--data-dir", filepath.Join(dir, "data"),
 		"--listen", "127.0.0.1:0", "--http-listen", "", "--zk-listen", "127.0.0.1:0",
 		"--zk-tick-time", fmt.Sprint(tickMs*time.Millisecond),
-		"--zk-container-check-interval", "1s") // as ZooKeeper's checkIntervalMs here
+		"--zk-container-check-interval", "1s", // as ZooKeeper's checkIntervalMs here
+		"--zk-ttl-nodes") // as ZooKeeper's extendedTypesEnabled here
 	if err != nil {
 		return nil, err
 	}

@@ -234,6 +234,7 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 	f.DurationVar(&cfg.ZkMaxSessionTimeout, "zk-max-session-timeout", 0, "the longest ZooKeeper session timeout a client may negotiate (default 20 × --zk-tick-time, at most 1h)")
 	f.IntVar(&cfg.ZkMaxWatches, "zk-max-watches", zkapi.DefaultMaxWatches, "watches one ZooKeeper connection may set")
 	f.DurationVar(&cfg.ZkContainerCheckInterval, "zk-container-check-interval", zkapi.DefaultContainerCheckInterval, "how often the leader removes the ZooKeeper containers left without children (ZooKeeper's znode.container.checkIntervalMs); a container that never had a child stays")
+	f.BoolVar(&cfg.ZkTTLNodes, "zk-ttl-nodes", false, "let ZooKeeper clients create TTL nodes (createTTL), as ZooKeeper's zookeeper.extendedTypesEnabled does; off, they are answered Unimplemented, as ZooKeeper answers them by default. Give it to every member: the leader's decides")
 	f.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "metrics, health and dashboard address (port 0 picks a free port; empty: none)")
 	f.BoolVar(&cfg.Pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http-listen (with --auth: to the management policy only)")
 	f.BoolVar(&cfg.MetricsPublic, "metrics-public", false, "with --auth, serve /metrics to callers without a credential too (otherwise it needs cluster read)")

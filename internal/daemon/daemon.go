@@ -129,6 +129,9 @@ type Config struct {
 	ZkMinSessionTimeout, ZkMaxSessionTimeout time.Duration
 	ZkMaxWatches                             int
 	ZkContainerCheckInterval                 time.Duration
+	// ZkTTLNodes lets ZooKeeper clients create TTL nodes
+	// (--zk-ttl-nodes; zkapi.Config.TTLNodes).
+	ZkTTLNodes bool
 	// MaxConnections bounds the connections of each listener (client API,
 	// HTTP, etcd API); at the bound, or at what the descriptor limit
 	// leaves, the quietest connection is closed to make room (conns.go).
@@ -274,7 +277,7 @@ func (d *Daemon) listenZk(cfg Config, srv *server.Server) error {
 	}
 	advertise := cmp.Or(cfg.ZkAdvertise, clientAdvertise("", lis.Addr()))
 	z, err := zkapi.New(srv, zkapi.Config{Advertise: advertise, MinSessionTimeout: cfg.ZkMinSessionTimeout, MaxSessionTimeout: cfg.ZkMaxSessionTimeout, MaxWatches: cfg.ZkMaxWatches,
-		ContainerCheckInterval: cfg.ZkContainerCheckInterval})
+		ContainerCheckInterval: cfg.ZkContainerCheckInterval, TTLNodes: cfg.ZkTTLNodes})
 	if err != nil {
 		lis.Close()
 		return err

@@ -123,9 +123,10 @@ type op struct {
 	zk  *fsmpb.ZkOp
 }
 
-// decodeWrite decodes the body of a write request of type typ.
+// decodeWrite decodes the body of a write request of type typ, TTL
+// nodes allowed.
 func decodeWrite(typ int32, d *decoder) (*fsmpb.ZkOp, fsm.ZkCode) {
-	return decodeWriteIn(typ, d, false)
+	return decodeWriteIn(typ, d, false, true)
 }
 
 // multiCreateType is the type of a create op of a multi: ZooKeeper
@@ -133,15 +134,36 @@ func decodeWrite(typ int32, d *decoder) (*fsmpb.ZkOp, fsm.ZkCode) {
 // and types the op by its flags, so a create2 answers as a create (the
 // path alone) and a container as a create2 (path and stat).
 func multiCreateType(flags int32) int32 {
-	if flags == fsm.ZkContainer {
+	switch {
+	case flags == fsm.ZkContainer:
 		return opCreateContainer
+	case isTTLMode(flags):
+		return opCreateTTL
 	}
 	return opCreate
 }
 
+// isTTLMode reports whether create flags are a TTL node's (CreateMode's
+// isTTL).
+func isTTLMode(flags int32) bool {
+	return flags == fsm.ZkPersistentWithTTL || flags == fsm.ZkPersistentSequentialWithTTL
+}
+
 // decodeWriteIn decodes a write op; inMulti: an op of a multi, whose
-// create ops are typed by their flags (multiCreateType).
-func decodeWriteIn(typ int32, d *decoder, inMulti bool) (*fsmpb.ZkOp, fsm.ZkCode) {
+// create ops are typed by their flags (multiCreateType); ttlNodes: TTL
+// nodes are on (--zk-ttl-nodes), as ZooKeeper's
+// zookeeper.extendedTypesEnabled turns them on.
+//
+// A TTL create mode (5, 6) is answered Unimplemented while TTL nodes are
+// off (PrepRequestProcessor.validateCreateRequest, before anything else).
+// Only createTTL carries a ttl: a TTL mode in any other create is
+// BadArguments (the state machine finds no ttl), as is a createTTL with
+// another mode, as ZooKeeper's EphemeralType.validateTTL refuses them.
+// In a multi, ZooKeeper 3.8 reads a createTTL op with another mode as a
+// plain create (MultiOperationRecord: the ttl is dropped), and fails a
+// multi whose create, create2 or createContainer op has a TTL mode as a
+// whole, with MarshallingError: so does this.
+func decodeWriteIn(typ int32, d *decoder, inMulti, ttlNodes bool) (*fsmpb.ZkOp, fsm.ZkCode) {
 	switch typ {
 	case opCreate, opCreate2, opCreateContainer, opCreateTTL:
 		cr := &fsmpb.ZkCreate{Path: d.string()}
@@ -150,9 +172,20 @@ func decodeWriteIn(typ int32, d *decoder, inMulti bool) (*fsmpb.ZkOp, fsm.ZkCode
 			cr.Acl = append(cr.Acl, &fsmpb.ZnodeACL{Perms: a.perms, Scheme: a.scheme, Id: a.id})
 		}
 		cr.Flags = d.int()
+		ttlMode := isTTLMode(cr.Flags)
 		if typ == opCreateTTL {
-			_ = d.long()
-			return nil, fsm.ZkUnimplemented // TTL nodes, off by default in ZooKeeper too
+			ttl := d.long()
+			switch {
+			case ttlMode:
+				cr.TtlMs = ttl
+			case !inMulti:
+				return nil, fsm.ZkBadArguments
+			}
+		} else if ttlMode && inMulti {
+			return nil, codeMarshalling
+		}
+		if ttlMode && !ttlNodes {
+			return nil, fsm.ZkUnimplemented // TTL nodes are off, as ZooKeeper's by default
 		}
 		if inMulti {
 			return &fsmpb.ZkOp{Op: &fsmpb.ZkOp_Create{Create: cr}}, fsm.ZkOK
@@ -227,7 +260,7 @@ func (c *conn) write(ctx context.Context, h requestHeader, body []byte) error {
 			if i >= fsm.MaxZkOps {
 				return c.answerAt(ctx, 0, h.xid, fsm.ZkBadArguments, nil)
 			}
-			zo, code := decodeWriteIn(typ, &d, true)
+			zo, code := decodeWriteIn(typ, &d, true, c.z.cfg.TTLNodes)
 			if d.err != nil {
 				return errBadPacket
 			}
@@ -240,7 +273,7 @@ func (c *conn) write(ctx context.Context, h requestHeader, body []byte) error {
 			ops = append(ops, op{typ: typ, zk: zo})
 		}
 	} else {
-		zo, code := decodeWrite(h.op, &d)
+		zo, code := decodeWriteIn(h.op, &d, false, c.z.cfg.TTLNodes)
 		if d.err != nil {
 			return errBadPacket
 		}
@@ -291,7 +324,7 @@ func (c *conn) write(ctx context.Context, h requestHeader, body []byte) error {
 		switch h.op {
 		case opCreate:
 			e.string(r.Path)
-		case opCreate2, opCreateContainer:
+		case opCreate2, opCreateContainer, opCreateTTL:
 			e.string(r.Path)
 			e.stat(wireStat(r.Stat))
 		case opSetData, opSetACL:

@@ -87,9 +87,17 @@ type Config struct {
 	// MaxWatches bounds the watches of one connection; zero: the default.
 	MaxWatches int
 	// ContainerCheckInterval is how often the leader removes the
-	// containers that have no children and had one once (ZooKeeper's
-	// container manager); zero: DefaultContainerCheckInterval.
+	// containers that have no children and had one once, and the TTL
+	// nodes that have no children and were not changed for their TTL
+	// (ZooKeeper's container manager); zero:
+	// DefaultContainerCheckInterval.
 	ContainerCheckInterval time.Duration
+	// TTLNodes lets clients create TTL nodes (createTTL, create modes 5
+	// and 6), as ZooKeeper's zookeeper.extendedTypesEnabled does; off,
+	// they are answered Unimplemented, as ZooKeeper answers them by
+	// default. The leader's flag decides (followers relay writes to it);
+	// TTL nodes that exist are removed when they expire either way.
+	TTLNodes bool
 	// Logger receives the front's log; nil: the server's.
 	Logger *slog.Logger
 }
@@ -288,11 +296,15 @@ func (z *Server) publish(ctx context.Context) {
 // removeContainers is ZooKeeper's container manager: while this node
 // leads, every ContainerCheckInterval it proposes the removal of each
 // container that has no children and had one once, one command each
-// (ZkDelete.container), at most ContainerMaxPerMinute a minute. A
-// container that got a child since it was read is left by the state
-// machine (NotEmpty), as ZooKeeper's deleteContainer leaves it; so is
-// everything when leadership moves (the new leader checks on its own
-// interval).
+// (ZkDelete.container), then of each TTL node that has no children and
+// whose mtime is more than its TTL before now (ZkDelete.ttl), at most
+// ContainerMaxPerMinute a minute together. A container that got a child
+// since it was read is left by the state machine (NotEmpty), as
+// ZooKeeper's deleteContainer leaves it; a TTL node that was set or got a
+// child since it was read, or has not expired at the command's time, is
+// left too (the command carries what the check read and this node's
+// clock); so is everything when leadership moves (the new leader checks
+// on its own interval).
 func (z *Server) removeContainers(ctx context.Context) {
 	every := z.cfg.ContainerCheckInterval
 	perRound := max(1, min(ContainerMaxPerMinute, int(int64(ContainerMaxPerMinute)*int64(every)/int64(time.Minute))))
@@ -307,24 +319,32 @@ func (z *Server) removeContainers(ctx context.Context) {
 		if !z.front.CaughtUpLeader() {
 			continue
 		}
-		var paths []string
+		var txns []*fsmpb.ZkTxn
+		now := time.Now().UnixMilli()
 		z.front.Read(func(st *fsm.State) {
-			if st.ClusterVersion() >= 3 {
-				paths = st.ZnodeContainerCandidates(perRound)
+			if st.ClusterVersion() < 3 {
+				return
+			}
+			for _, p := range st.ZnodeContainerCandidates(perRound) {
+				txns = append(txns, &fsmpb.ZkTxn{Ops: []*fsmpb.ZkOp{{Op: &fsmpb.ZkOp_Delete{
+					Delete: &fsmpb.ZkDelete{Path: p, Version: -1, Container: true}}}}})
+			}
+			for _, c := range st.ZnodeTTLCandidates(now, perRound-len(txns)) {
+				txns = append(txns, &fsmpb.ZkTxn{TimeMs: now, Ops: []*fsmpb.ZkOp{{Op: &fsmpb.ZkOp_Delete{
+					Delete: &fsmpb.ZkDelete{Path: c.Path, Version: -1, Ttl: true, SeenMzxid: c.Mzxid, SeenCversion: c.Cversion}}}}})
 			}
 		})
-		for _, p := range paths {
+		for _, txn := range txns {
 			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			res, err := z.front.Propose(pctx, &fsmpb.ZkTxn{Ops: []*fsmpb.ZkOp{{Op: &fsmpb.ZkOp_Delete{
-				Delete: &fsmpb.ZkDelete{Path: p, Version: -1, Container: true}}}}})
+			res, err := z.front.Propose(pctx, txn)
 			cancel()
 			if res.Err != nil {
-				z.log.Debug("container left", "path", p, "err", res.Err)
+				z.log.Debug("container or TTL node left", "path", txn.GetOps()[0].GetDelete().GetPath(), "err", res.Err)
 				continue
 			}
 			if err != nil {
 				if ctx.Err() == nil {
-					z.log.Debug("removing emptied containers", "err", err)
+					z.log.Debug("removing emptied containers and expired TTL nodes", "err", err)
 				}
 				break
 			}

@@ -1095,7 +1095,8 @@ func (*ZkOp_Check) isZkOp_Op() {}
 func (*ZkOp_SetAcl) isZkOp_Op() {}
 
 // ZkCreate: flags are ZooKeeper's CreateMode (0 persistent, 1 ephemeral,
-// 2 persistent sequential, 3 ephemeral sequential, 4 container).
+// 2 persistent sequential, 3 ephemeral sequential, 4 container, 5
+// persistent with TTL, 6 persistent sequential with TTL).
 type ZkCreate struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
@@ -1104,7 +1105,10 @@ type ZkCreate struct {
 	Flags int32                  `protobuf:"varint,4,opt,name=flags,proto3" json:"flags,omitempty"`
 	// data_null: the data is null (a jute buffer of length -1), not empty;
 	// getData answers it as null, as ZooKeeper does. Data must be empty.
-	DataNull      bool `protobuf:"varint,162,opt,name=data_null,json=dataNull,proto3" json:"data_null,omitempty"`
+	DataNull bool `protobuf:"varint,162,opt,name=data_null,json=dataNull,proto3" json:"data_null,omitempty"`
+	// ttl_ms: a TTL node's time to live (createTTL), in ms: set (1 to
+	// fsm.MaxZnodeTTL) with flags 5 and 6 only, and only with them.
+	TtlMs         int64 `protobuf:"varint,170,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1174,6 +1178,13 @@ func (x *ZkCreate) GetDataNull() bool {
 	return false
 }
 
+func (x *ZkCreate) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
 // ZkDelete, ZkSetData, ZkCheck, ZkSetACL: version -1 matches any.
 type ZkDelete struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -1183,7 +1194,17 @@ type ZkDelete struct {
 	// ContainerManager, its deleteContainer): no ACL or version is checked;
 	// it fails, changing nothing, unless path is a container that has no
 	// children and had one once (its count of child creations is above 0).
-	Container     bool `protobuf:"varint,162,opt,name=container,proto3" json:"container,omitempty"`
+	Container bool `protobuf:"varint,162,opt,name=container,proto3" json:"container,omitempty"`
+	// ttl: the leader's removal of an expired TTL node (ZooKeeper's
+	// ContainerManager, for TTL nodes): no ACL or version is checked; it
+	// fails, changing nothing, unless path is a TTL node that has no
+	// children, whose mzxid and count of child creations are still
+	// seen_mzxid and seen_cversion (what the leader read: a node set, or
+	// given a child, since is kept), and whose mtime is more than its TTL
+	// before the command's time_ms.
+	Ttl           bool   `protobuf:"varint,170,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	SeenMzxid     uint64 `protobuf:"varint,171,opt,name=seen_mzxid,json=seenMzxid,proto3" json:"seen_mzxid,omitempty"`
+	SeenCversion  int32  `protobuf:"varint,172,opt,name=seen_cversion,json=seenCversion,proto3" json:"seen_cversion,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1237,6 +1258,27 @@ func (x *ZkDelete) GetContainer() bool {
 		return x.Container
 	}
 	return false
+}
+
+func (x *ZkDelete) GetTtl() bool {
+	if x != nil {
+		return x.Ttl
+	}
+	return false
+}
+
+func (x *ZkDelete) GetSeenMzxid() uint64 {
+	if x != nil {
+		return x.SeenMzxid
+	}
+	return 0
+}
+
+func (x *ZkDelete) GetSeenCversion() int32 {
+	if x != nil {
+		return x.SeenCversion
+	}
+	return 0
 }
 
 type ZkSetData struct {
@@ -1499,7 +1541,9 @@ type ZnodeState struct {
 	EphemeralOwner uint64                 `protobuf:"varint,12,opt,name=ephemeral_owner,json=ephemeralOwner,proto3" json:"ephemeral_owner,omitempty"`
 	Container      bool                   `protobuf:"varint,13,opt,name=container,proto3" json:"container,omitempty"`
 	// data_null: the data is null, not empty (ZkCreate.data_null).
-	DataNull      bool `protobuf:"varint,162,opt,name=data_null,json=dataNull,proto3" json:"data_null,omitempty"`
+	DataNull bool `protobuf:"varint,162,opt,name=data_null,json=dataNull,proto3" json:"data_null,omitempty"`
+	// ttl_ms: a TTL node's time to live (ZkCreate.ttl_ms); 0: not one.
+	TtlMs         int64 `protobuf:"varint,170,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1630,6 +1674,13 @@ func (x *ZnodeState) GetDataNull() bool {
 		return x.DataNull
 	}
 	return false
+}
+
+func (x *ZnodeState) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
 }
 
 // KVHistoryCompact moves the start of the key-value store's history
@@ -6867,17 +6918,22 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\bset_data\x18\x03 \x01(\v2\x18.tenure.fsm.v1.ZkSetDataH\x00R\asetData\x12.\n" +
 	"\x05check\x18\x04 \x01(\v2\x16.tenure.fsm.v1.ZkCheckH\x00R\x05check\x122\n" +
 	"\aset_acl\x18\x05 \x01(\v2\x17.tenure.fsm.v1.ZkSetACLH\x00R\x06setAclB\x04\n" +
-	"\x02op\"\x91\x01\n" +
+	"\x02op\"\xa9\x01\n" +
 	"\bZkCreate\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12)\n" +
 	"\x03acl\x18\x03 \x03(\v2\x17.tenure.fsm.v1.ZnodeACLR\x03acl\x12\x14\n" +
 	"\x05flags\x18\x04 \x01(\x05R\x05flags\x12\x1c\n" +
-	"\tdata_null\x18\xa2\x01 \x01(\bR\bdataNull\"W\n" +
+	"\tdata_null\x18\xa2\x01 \x01(\bR\bdataNull\x12\x16\n" +
+	"\x06ttl_ms\x18\xaa\x01 \x01(\x03R\x05ttlMs\"\xb0\x01\n" +
 	"\bZkDelete\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x05R\aversion\x12\x1d\n" +
-	"\tcontainer\x18\xa2\x01 \x01(\bR\tcontainer\"k\n" +
+	"\tcontainer\x18\xa2\x01 \x01(\bR\tcontainer\x12\x11\n" +
+	"\x03ttl\x18\xaa\x01 \x01(\bR\x03ttl\x12\x1e\n" +
+	"\n" +
+	"seen_mzxid\x18\xab\x01 \x01(\x04R\tseenMzxid\x12$\n" +
+	"\rseen_cversion\x18\xac\x01 \x01(\x05R\fseenCversion\"k\n" +
 	"\tZkSetData\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x18\n" +
@@ -6893,7 +6949,7 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\bZnodeACL\x12\x14\n" +
 	"\x05perms\x18\x01 \x01(\x05R\x05perms\x12\x16\n" +
 	"\x06scheme\x18\x02 \x01(\tR\x06scheme\x12\x0e\n" +
-	"\x02id\x18\x03 \x01(\tR\x02id\"\x84\x03\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\"\x9c\x03\n" +
 	"\n" +
 	"ZnodeState\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
@@ -6910,7 +6966,8 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\baversion\x18\v \x01(\x05R\baversion\x12'\n" +
 	"\x0fephemeral_owner\x18\f \x01(\x04R\x0eephemeralOwner\x12\x1c\n" +
 	"\tcontainer\x18\r \x01(\bR\tcontainer\x12\x1c\n" +
-	"\tdata_null\x18\xa2\x01 \x01(\bR\bdataNull\".\n" +
+	"\tdata_null\x18\xa2\x01 \x01(\bR\bdataNull\x12\x16\n" +
+	"\x06ttl_ms\x18\xaa\x01 \x01(\x03R\x05ttlMs\".\n" +
 	"\x10KVHistoryCompact\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\"\xbf\x01\n" +
 	"\x0fKVHistoryRecord\x12\x1a\n" +
