@@ -124,13 +124,13 @@ type Config struct {
 	// ZkMaxSessionTimeout bound a negotiated session timeout, ZkMaxWatches
 	// the watches of a connection, ZkContainerCheckInterval how often the
 	// leader removes emptied containers (zero: zkapi's defaults).
-	ZkListen                                 string
-	ZkAdvertise                              string
+	ZkListen    string
+	ZkAdvertise string
 	// ZkSecureListen, if set, serves ZooKeeper's client protocol over TLS
 	// there (ZooKeeper's secureClientPort), with TLS's certificate; its
 	// client CA, if any, then requires client certificates, which
 	// identify their callers. It needs TLS.
-	ZkSecureListen string
+	ZkSecureListen                           string
 	ZkMinSessionTimeout, ZkMaxSessionTimeout time.Duration
 	ZkMaxWatches                             int
 	ZkContainerCheckInterval                 time.Duration
