@@ -124,16 +124,16 @@ type Config struct {
 	// ZkMaxSessionTimeout bound a negotiated session timeout, ZkMaxWatches
 	// the watches of a connection, ZkContainerCheckInterval how often the
 	// leader removes emptied containers (zero: zkapi's defaults).
-	ZkListen    string
-	ZkAdvertise string
+	ZkListen                                 string
+	ZkAdvertise                              string
+	ZkMinSessionTimeout, ZkMaxSessionTimeout time.Duration
+	ZkMaxWatches                             int
+	ZkContainerCheckInterval                 time.Duration
 	// ZkSecureListen, if set, serves ZooKeeper's client protocol over TLS
 	// there (ZooKeeper's secureClientPort), with TLS's certificate; its
 	// client CA, if any, then requires client certificates, which
 	// identify their callers. It needs TLS.
-	ZkSecureListen                           string
-	ZkMinSessionTimeout, ZkMaxSessionTimeout time.Duration
-	ZkMaxWatches                             int
-	ZkContainerCheckInterval                 time.Duration
+	ZkSecureListen string
 	// MaxConnections bounds the connections of each listener (client API,
 	// HTTP, etcd API); at the bound, or at what the descriptor limit
 	// leaves, the quietest connection is closed to make room (conns.go).
