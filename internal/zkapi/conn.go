@@ -37,6 +37,8 @@ type conn struct {
 	// Tenure's ACLs when it named no token (nil: no certificate).
 	x509      string
 	certNames []string
+	// relayed: a follower's relay over the peer port (upstream.go).
+	relayed bool
 
 	// Set by the handshake, then read only by serve.
 	session   uint64
@@ -334,6 +336,11 @@ func (c *conn) handshake(ctx context.Context, pkt []byte) bool {
 	}
 	leader := c.z.front.IsLeader()
 	if !leader {
+		if c.relayed {
+			// Relayed to a member that no longer leads: not relayed
+			// again; the follower's client reconnects.
+			return false
+		}
 		up, cresp, err := c.dialLeader(ctx, req)
 		if err != nil {
 			c.z.log.Debug("zookeeper relay to the leader", "err", err)

@@ -270,6 +270,46 @@ func TestRelayOverThePeerPort(t *testing.T) {
 		t.Fatalf("/x after the refused set: %q %v", data, err)
 	}
 
+	// A relay connection a member opens to the leader is served as its
+	// client's; one opened to a follower is not relayed again (the
+	// follower answers nothing, and its client goes elsewhere).
+	preamble := jute{}.int(1).str("127.0.0.9:5555").str("").bool(false).int(0)
+	relay := func(from, to string) *rawConn {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		nc, err := cl.daemons[from].Node.DialZkRelay(ctx, to)
+		if err != nil {
+			t.Fatalf("relay from %s to %s: %v", from, to, err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		if _, err := nc.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(preamble))), preamble...)); err != nil {
+			t.Fatal(err)
+		}
+		return &rawConn{nc}
+	}
+	viaLeader := relay(cl.followers[0], cl.leader)
+	if got := viaLeader.connect(t, 0, make([]byte, 16), true); got.sessionID == 0 {
+		t.Fatal("no session on a relay connection to the leader")
+	}
+	if ids := whoAmI(t, viaLeader); len(ids) != 1 || ids[0] != "ip:127.0.0.9" {
+		t.Fatalf("whoAmI on the relay = %q, want the client named by the preamble [ip:127.0.0.9]", ids)
+	}
+	viaFollower := relay(cl.leader, cl.followers[1])
+	var req []byte
+	req = binary.BigEndian.AppendUint32(req, 0)
+	req = binary.BigEndian.AppendUint64(req, 0)
+	req = binary.BigEndian.AppendUint32(req, 30000)
+	req = binary.BigEndian.AppendUint64(req, 0)
+	req = binary.BigEndian.AppendUint32(req, 16)
+	req = append(append(req, make([]byte, 16)...), 0)
+	if _, err := viaFollower.nc.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(req))), req...)); err != nil {
+		t.Fatal(err)
+	}
+	_ = viaFollower.nc.SetReadDeadline(time.Now().Add(15 * time.Second))
+	if got, err := io.ReadAll(viaFollower.nc); err != nil || len(got) != 0 {
+		t.Fatalf("a relay connection to a follower answered %x, %v; want it closed unanswered", got, err)
+	}
+
 	// A stranger on the leader's peer port: 'Z', the version, then a
 	// proof made without the cluster's signing keys.
 	var peerAddr string
