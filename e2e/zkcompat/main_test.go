@@ -158,6 +158,8 @@ var tenureReady = map[string]bool{
 	"TestDiffPersistentWatch":      true,
 	"TestCuratorCache":             true,
 	"TestContainerCleanup":         true,
+	"TestKazooTLS":                 true,
+	"TestJavaClientTLS":            true,
 }
 
 // targets lists the targets test t runs against.

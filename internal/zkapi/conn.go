@@ -107,8 +107,8 @@ func (c *conn) setCert(x509ID string, names []string) {
 		names = []string{}
 	}
 	c.x509, c.certNames = x509ID, names
-	if x509ID != "" {
-		c.ids = append(c.ids, &fsmpb.ZnodeACL{Scheme: "x509", Id: x509ID})
+	if x509ID != "" { // before the ip id, as ZooKeeper lists them
+		c.ids = append([]*fsmpb.ZnodeACL{{Scheme: "x509", Id: x509ID}}, c.ids...)
 	}
 }
 
