@@ -93,7 +93,7 @@ func buildAndRun(m *testing.M) int {
 // checkClients reports the first client or server of the suite that is
 // not installed.
 func checkClients() error {
-	for _, f := range append(strings.Split(classpath, ":"), zkCli, python) {
+	for _, f := range append(strings.Split(nettyClasspath, ":"), zkCli, python) {
 		if _, err := os.Stat(f); err != nil {
 			return fmt.Errorf("%s is not installed", f)
 		}
