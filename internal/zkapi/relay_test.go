@@ -206,21 +206,28 @@ func startZkCluster(t *testing.T, mod func(id string, cfg *daemon.Config)) *clus
 }
 
 // TestRelayOverThePeerPort: followers relay their clients to the leader
-// over the peer port, so a client of a follower writes although the
-// ZooKeeper address the leader published cannot be reached (a firewall:
-// here an address nobody listens on) and although the members serve
-// ZooKeeper over TLS only. The relay carries the client's verified
+// over the peer port, under peer TLS, so a client of a follower writes
+// although the ZooKeeper address the leader published cannot be reached
+// (a firewall: here an address nobody listens on) and although the
+// members serve ZooKeeper over TLS only. The relay carries the client's verified
 // certificate: the leader checks a write through a follower against the
 // client's x509 id, and a client without the certificate is refused by
-// the znode's ACL. A stranger on the peer port that cannot prove it is a
-// member gets no relay connection.
+// the znode's ACL. A stranger on the peer port, with a certificate of the
+// peers' CA but without the cluster's signing keys, gets no relay
+// connection.
 func TestRelayOverThePeerPort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 3-node cluster")
 	}
 	ca := newCerts(t)
 	serverTLS := ca.serverTLS(t, true)
+	peerCert, peerKey := ca.leaf(t, "peer", tlsconfig.ServerAuth|tlsconfig.ClientAuth, "127.0.0.1")
+	peer, err := tlsconfig.New(tlsconfig.Files{Cert: peerCert, Key: peerKey, CA: filepath.Join(ca.dir, "ca.pem")}, tlsconfig.Peer, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cl := startZkCluster(t, func(id string, cfg *daemon.Config) {
+		cfg.PeerTLS = peer.Config
 		cfg.TLS = serverTLS
 		cfg.ZkSecureListen = "127.0.0.1:0"
 		cfg.ZkListen = "127.0.0.1:0"
@@ -322,7 +329,9 @@ func TestRelayOverThePeerPort(t *testing.T) {
 			peerAddr = m.PeerAddr
 		}
 	}
-	nc, err := net.Dial("tcp", peerAddr)
+	stranger := peer.Config().Clone()
+	stranger.ServerName = "127.0.0.1"
+	nc, err := tls.Dial("tcp", peerAddr, stranger)
 	if err != nil {
 		t.Fatal(err)
 	}
