@@ -85,8 +85,10 @@ type forwardListener struct {
 	closed bool
 }
 
-func newForwardListener(addr net.Addr, bound int) *forwardListener {
-	return &forwardListener{addr: addr, conns: make(chan net.Conn, 8), done: make(chan struct{}), bound: bound}
+// newForwardListener returns a listener holding at most bound connections
+// open, of which up to queue may wait to be accepted.
+func newForwardListener(addr net.Addr, bound, queue int) *forwardListener {
+	return &forwardListener{addr: addr, conns: make(chan net.Conn, queue), done: make(chan struct{}), bound: bound}
 }
 
 // Accept implements net.Listener.

@@ -256,9 +256,9 @@ func (n *Node) openTransport(logger hclog.Logger) (raft.ServerAddress, error) {
 	n.peerStream = stream
 	// A forwarded-API connection is taken out of raft's way next
 	// (forward.go).
-	n.fwd = newForwardListener(adv, MaxForwardConns)
+	n.fwd = newForwardListener(adv, MaxForwardConns, 8)
 	n.fwd.served.Store(true)
-	n.zkRelay = newForwardListener(adv, MaxZkRelayConns) // served once the ZooKeeper front asks for it (zkrelay.go)
+	n.zkRelay = newForwardListener(adv, MaxZkRelayConns, zkRelayQueue) // served once the ZooKeeper front asks for it (zkrelay.go)
 	nc.Stream = newIdentityStream(forwardStream{StreamLayer: stream, n: n}, n.ident, n.refusedPeer)
 	tcp := raft.NewNetworkTransportWithConfig(nc)
 	n.trans = tcp

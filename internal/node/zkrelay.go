@@ -33,6 +33,10 @@ const zkRelayProto byte = 'Z'
 // client reconnects elsewhere.
 const MaxZkRelayConns = 10_000
 
+// zkRelayQueue bounds the relay connections waiting to be accepted: the
+// clients of every follower reconnect at once when the leader changes.
+const zkRelayQueue = 256
+
 // ErrDoorUnsupported: the member dialled closed a forwarded-API or
 // ZooKeeper relay connection before answering its handshake: a release
 // without that kind of connection, or (for the relay) a member whose
