@@ -112,8 +112,9 @@ func (c *conn) setCert(x509ID string, names []string) {
 	}
 }
 
-// handshakeTimeout bounds a TLS handshake, and a relay's preamble.
-const handshakeTimeout = 10 * time.Second
+// handshakeTimeout bounds a TLS handshake, and a relay's preamble (a
+// variable for the tests).
+var handshakeTimeout = 10 * time.Second
 
 // tlsHandshake runs the TLS handshake of a connection of the secure
 // listener, within handshakeTimeout, and takes the identity of the

@@ -21,6 +21,7 @@ import (
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/testutil"
 	"github.com/tenure-io/tenure/internal/tlsconfig"
+	"github.com/tenure-io/tenure/internal/zkapi"
 )
 
 // certs are a test CA's files: the server's certificate and clients'.
@@ -436,4 +437,33 @@ func TestSecureListenerIdentity(t *testing.T) {
 	if ids := whoAmI(t, r); len(ids) != 2 || ids[0] != "x509:CN=alice" || !strings.HasPrefix(ids[1], "ip:") {
 		t.Fatalf("whoAmI = %q, want [x509:CN=alice ip:...] (ZooKeeper's order)", ids)
 	}
+}
+
+// TestSecureListenerHandshakeDeadline: a client that opens a connection
+// to --zk-secure-listen and never finishes its TLS handshake is closed
+// once the handshake's time is up.
+func TestSecureListenerHandshakeDeadline(t *testing.T) {
+	t.Cleanup(zkapi.SetHandshakeTimeout(time.Second)) // restored once the node stopped
+	ca := newCerts(t)
+	d, _ := startNode(t, func(c *daemon.Config) {
+		c.TLS = ca.serverTLS(t, false)
+		c.ZkListen = ""
+		c.ZkSecureListen = "127.0.0.1:0"
+	})
+	nc, err := net.Dial("tcp", d.ZkSecureAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	start := time.Now()
+	_ = nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	got, err := io.ReadAll(nc)
+	if err != nil {
+		t.Fatalf("a silent client was not closed: %x %v", got, err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("closed after %v, want about the handshake's bound (1s)", took)
+	}
+	// A client that does its handshake gets a session.
+	connectTLS(t, []string{d.ZkSecureAddr()}, ca.clientTLS(t, ""))
 }
