@@ -1,6 +1,7 @@
 package zkapi_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -466,4 +467,27 @@ func TestSecureListenerHandshakeDeadline(t *testing.T) {
 	}
 	// A client that does its handshake gets a session.
 	connectTLS(t, []string{d.ZkSecureAddr()}, ca.clientTLS(t, ""))
+}
+
+// TestSecureListenerReloadsCertificate: --zk-secure-listen serves the
+// certificate the files hold now: replaced on disk, the next handshake
+// presents the new one, as Tenure's API does (internal/tlsconfig).
+func TestSecureListenerReloadsCertificate(t *testing.T) {
+	ca := newCerts(t)
+	d, _ := startNode(t, func(c *daemon.Config) {
+		c.TLS = ca.serverTLS(t, false)
+		c.ZkListen = ""
+		c.ZkSecureListen = "127.0.0.1:0"
+	})
+	served := func() []byte {
+		nc, err := tls.Dial("tcp", d.ZkSecureAddr(), ca.clientTLS(t, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		return nc.ConnectionState().PeerCertificates[0].Raw
+	}
+	before := served()
+	ca.leaf(t, "server", tlsconfig.ServerAuth, "127.0.0.1") // the same files, a new certificate
+	testutil.WaitFor(t, "the new certificate served", 10*time.Second, func() bool { return !bytes.Equal(served(), before) })
 }
