@@ -108,6 +108,9 @@ type Server struct {
 	cfg   Config
 	log   *slog.Logger
 	w     *watches
+	// relayLis takes the relay connections followers open over the peer
+	// port (nil standalone), from New on: they wait for Serve.
+	relayLis net.Listener
 
 	// mu guards conns, sessions and closed.
 	mu       sync.Mutex
@@ -123,7 +126,9 @@ type Server struct {
 	relayRefused map[string]time.Time
 }
 
-// New returns the ZooKeeper front of srv. It serves once Serve is called.
+// New returns the ZooKeeper front of srv. It serves once Serve is called;
+// from New on, the relay connections followers open to this node over
+// the peer port are taken, and wait for Serve.
 func New(srv *server.Server, cfg Config) (*Server, error) {
 	if cfg.MinSessionTimeout == 0 {
 		cfg.MinSessionTimeout = DefaultMinSessionTimeout
@@ -148,6 +153,7 @@ func New(srv *server.Server, cfg Config) (*Server, error) {
 	z := &Server{srv: srv, front: front, cfg: cfg, log: cmpLogger(cfg.Logger, front.Logger()), w: newWatches(),
 		conns: map[*conn]struct{}{}, sessions: map[uint64]map[*conn]struct{}{}, relayRefused: map[string]time.Time{}}
 	z.w.ended = z.sessionEnded
+	z.relayLis = front.ZkRelayListener()
 	front.OnZnodeEvents(z.w.event)
 	var rev uint64
 	front.Read(func(st *fsm.State) { rev = st.Revision() })
@@ -191,8 +197,8 @@ func (z *Server) Serve(ctx context.Context, lis, secure net.Listener) error {
 			doors = append(doors, door{lis: l})
 		}
 	}
-	if rl := z.front.ZkRelayListener(); rl != nil {
-		doors = append(doors, door{lis: rl, relay: true})
+	if z.relayLis != nil {
+		doors = append(doors, door{lis: z.relayLis, relay: true})
 	}
 	errc := make(chan error, len(doors))
 	for _, d := range doors {
