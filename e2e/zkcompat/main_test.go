@@ -93,7 +93,7 @@ func buildAndRun(m *testing.M) int {
 // checkClients reports the first client or server of the suite that is
 // not installed.
 func checkClients() error {
-	for _, f := range append(strings.Split(classpath, ":"), zkCli, python) {
+	for _, f := range append(strings.Split(nettyClasspath, ":"), zkCli, python) {
 		if _, err := os.Stat(f); err != nil {
 			return fmt.Errorf("%s is not installed", f)
 		}
@@ -163,6 +163,8 @@ var tenureReady = map[string]bool{
 	"TestZkCliTTL":                 true,
 	"TestCuratorTTL":               true,
 	"TestCuratorPersistentTtlNode": true,
+	"TestKazooTLS":                 true,
+	"TestJavaClientTLS":            true,
 }
 
 // targets lists the targets test t runs against.

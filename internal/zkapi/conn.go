@@ -3,6 +3,7 @@ package zkapi
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -28,7 +29,16 @@ var errConnLoss = errors.New("zookeeper: connection loss")
 type conn struct {
 	z  *Server
 	nc net.Conn
-	ip string
+	// remote and ip are the client's address and host (on the leader's
+	// side of a follower's relay, the client's as the follower names it).
+	remote, ip string
+	// x509 is ZooKeeper's x509 id of the client's verified certificate
+	// ("" none); certNames are its names, which identify the caller for
+	// Tenure's ACLs when it named no token (nil: no certificate).
+	x509      string
+	certNames []string
+	// relayed: a follower's relay over the peer port (upstream.go).
+	relayed bool
 
 	// Set by the handshake, then read only by serve.
 	session   uint64
@@ -72,13 +82,60 @@ type conn struct {
 }
 
 func newConn(z *Server, nc net.Conn) *conn {
-	ip := nc.RemoteAddr().String()
-	if h, _, err := net.SplitHostPort(ip); err == nil {
+	c := &conn{z: z, nc: nc, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	c.setRemote(nc.RemoteAddr().String())
+	return c
+}
+
+// setRemote makes addr the client's address, and its host the
+// connection's ip id.
+func (c *conn) setRemote(addr string) {
+	ip := addr
+	if h, _, err := net.SplitHostPort(addr); err == nil {
 		ip = h
 	}
-	c := &conn{z: z, nc: nc, ip: ip, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	c.remote, c.ip = addr, ip
 	c.ids = []*fsmpb.ZnodeACL{{Scheme: "ip", Id: ip}}
-	return c
+}
+
+// setCert gives the connection the identity of a verified client
+// certificate: ZooKeeper's x509 id (the subject, as RFC 2253 writes it,
+// as ZooKeeper's X509AuthenticationProvider names it) and the names
+// Tenure's ACLs bind (server.CertNamesOf).
+func (c *conn) setCert(x509ID string, names []string) {
+	if names == nil {
+		names = []string{}
+	}
+	c.x509, c.certNames = x509ID, names
+	if x509ID != "" { // before the ip id, as ZooKeeper lists them
+		c.ids = append([]*fsmpb.ZnodeACL{{Scheme: "x509", Id: x509ID}}, c.ids...)
+	}
+}
+
+// handshakeTimeout bounds a TLS handshake, and a relay's preamble (a
+// variable for the tests).
+var handshakeTimeout = 10 * time.Second
+
+// tlsHandshake runs the TLS handshake of a connection of the secure
+// listener, within handshakeTimeout, and takes the identity of the
+// client certificate it verified.
+func (c *conn) tlsHandshake(ctx context.Context) error {
+	tc, ok := c.nc.(*tls.Conn)
+	if !ok {
+		return nil
+	}
+	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	defer cancel()
+	_ = tc.SetDeadline(time.Now().Add(handshakeTimeout))
+	if err := tc.HandshakeContext(hctx); err != nil {
+		return err
+	}
+	_ = tc.SetDeadline(time.Time{})
+	if st := tc.ConnectionState(); len(st.VerifiedChains) > 0 && len(st.VerifiedChains[0]) > 0 {
+		cert := st.VerifiedChains[0][0]
+		c.setCert(cert.Subject.String(), server.CertNamesOf(cert))
+	}
+	return nil
 }
 
 // close ends the connection now; it does not block.
@@ -229,13 +286,13 @@ func (c *conn) serve(ctx context.Context) {
 		_ = c.nc.SetReadDeadline(time.Now().Add(2 * c.timeout))
 		pkt, err := readPacket(c.nc, buf, MaxPacket)
 		if err != nil {
-			c.z.log.Debug("zookeeper connection ended", "remote", c.nc.RemoteAddr().String(), "session", c.session, "err", err)
+			c.z.log.Debug("zookeeper connection ended", "remote", c.remote, "session", c.session, "err", err)
 			return
 		}
 		buf = pkt
 		if err := c.request(ctx, pkt); err != nil {
 			if !errors.Is(err, errClosing) {
-				c.z.log.Debug("zookeeper connection ended", "remote", c.nc.RemoteAddr().String(), "session", c.session, "err", err)
+				c.z.log.Debug("zookeeper connection ended", "remote", c.remote, "session", c.session, "err", err)
 			}
 			if errors.Is(err, errClosing) {
 				c.closeAfterWrite()
@@ -280,14 +337,15 @@ func (c *conn) handshake(ctx context.Context, pkt []byte) bool {
 	}
 	leader := c.z.front.IsLeader()
 	if !leader {
-		addr := c.z.leaderAddr()
-		if addr == "" {
-			return false // no leader known: the client tries another member
-		}
-		up, cresp, err := dialUpstream(ctx, addr, req)
-		if err != nil {
-			c.z.log.Debug("zookeeper relay to the leader", "addr", addr, "err", err)
+		if c.relayed {
+			// Relayed to a member that no longer leads: not relayed
+			// again; the follower's client reconnects.
 			return false
+		}
+		up, cresp, err := c.dialLeader(ctx, req)
+		if err != nil {
+			c.z.log.Debug("zookeeper relay to the leader", "err", err)
+			return false // the client tries another member
 		}
 		c.up = up
 		cresp.hasReadOnly = req.hasReadOnly
@@ -305,7 +363,7 @@ func (c *conn) handshake(ctx context.Context, pkt []byte) bool {
 	if req.sessionID == 0 {
 		secret := newSecret()
 		ttl := c.z.negotiate(req.timeout)
-		res, err := c.z.front.Propose(ctx, &fsmpb.CreateSession{Owner: "zookeeper " + c.nc.RemoteAddr().String(), TtlMs: ttl, SecretHash: fsm.HashSecret(secret)})
+		res, err := c.z.front.Propose(ctx, &fsmpb.CreateSession{Owner: "zookeeper " + c.remote, TtlMs: ttl, SecretHash: fsm.HashSecret(secret)})
 		if err == nil {
 			err = res.Err
 		}

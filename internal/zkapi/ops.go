@@ -85,21 +85,27 @@ func zkRight(path string, write bool) server.Right {
 }
 
 // allowed checks the Tenure rights of the request's paths when the ACLs
-// are enforced: an anonymous client (no addAuth with a token) or a token
-// without the right is refused with NoAuth, as ZooKeeper refuses a
-// client its ACLs do not name.
+// are enforced: an anonymous client (no addAuth with a token, no
+// verified client certificate) or a caller without the right is refused
+// with NoAuth, as ZooKeeper refuses a client its ACLs do not name. A
+// token named by addAuth takes precedence over a certificate.
 func (c *conn) allowed(method string, write bool, paths ...string) bool {
 	if !c.z.srv.AuthEnforced() {
 		return true
 	}
-	if !c.hasToken {
+	sec := c.z.front.Security()
+	caller := c.caller
+	switch {
+	case c.hasToken:
+	case c.certNames != nil: // a verified client certificate, as on Tenure's API
+		caller = c.z.srv.ResolveCaller(context.Background(), sec, "", false, c.certNames)
+	default:
 		return false
 	}
-	sec := c.z.front.Security()
 	for _, p := range paths {
 		r := zkRight(p, write)
-		if _, ok := c.z.srv.Missing(c.caller, sec, r); !ok {
-			_ = c.z.srv.Denied(c.caller, "zookeeper/"+method, r)
+		if _, ok := c.z.srv.Missing(caller, sec, r); !ok {
+			_ = c.z.srv.Denied(caller, "zookeeper/"+method, r)
 			return false
 		}
 	}

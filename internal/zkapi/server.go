@@ -20,11 +20,16 @@
 //
 // Every member serves: reads and watches from its applied state, writes,
 // pings, session creation and closing and sync on the leader. A follower
-// relays those to the leader's ZooKeeper listener over a connection of
-// its own per client connection, as a client of the same session
-// (upstream.go); when that connection breaks, or this node loses its
-// leader, the client's connection is closed and the client, seeing
-// ConnectionLoss, reconnects with its session.
+// relays those to the leader's ZooKeeper front over a connection of its
+// own per client connection, as a client of the same session, over the
+// peer port (upstream.go); when that connection breaks, or this node
+// loses its leader, the client's connection is closed and the client,
+// seeing ConnectionLoss, reconnects with its session.
+//
+// Clients connect in plaintext (--zk-listen) or over TLS
+// (--zk-secure-listen, ZooKeeper's secureClientPort); a verified client
+// certificate is the connection's x509 id and, as on Tenure's API, its
+// caller for Tenure's ACLs.
 //
 // Requests of a connection are served one at a time, in order; a watch
 // event is queued before the answer of any read that sees its change
@@ -77,8 +82,9 @@ const (
 // Config configures the ZooKeeper front.
 type Config struct {
 	// Advertise is the address (host:port) the other members reach this
-	// node's ZooKeeper listener at; the leader publishes it, followers
-	// relay to it.
+	// node's plaintext ZooKeeper listener at; the leader publishes it, and
+	// a follower relays to it when the leader does not take relay
+	// connections over the peer port (an older release). "": none.
 	Advertise string
 	// MinSessionTimeout and MaxSessionTimeout bound a negotiated session
 	// timeout (ZooKeeper's minSessionTimeout and maxSessionTimeout);
@@ -110,6 +116,9 @@ type Server struct {
 	cfg   Config
 	log   *slog.Logger
 	w     *watches
+	// relayLis takes the relay connections followers open over the peer
+	// port (nil standalone), from New on: they wait for Serve.
+	relayLis net.Listener
 
 	// mu guards conns, sessions and closed.
 	mu       sync.Mutex
@@ -117,9 +126,17 @@ type Server struct {
 	sessions map[uint64]map[*conn]struct{}
 	closed   bool
 	wg       sync.WaitGroup
+
+	// relayMu guards relayRefused: the leaders that refused a relay
+	// connection over the peer port, and until when they are reached at
+	// their published address instead (upstream.go).
+	relayMu      sync.Mutex
+	relayRefused map[string]time.Time
 }
 
-// New returns the ZooKeeper front of srv. It serves once Serve is called.
+// New returns the ZooKeeper front of srv. It serves once Serve is called;
+// from New on, the relay connections followers open to this node over
+// the peer port are taken, and wait for Serve.
 func New(srv *server.Server, cfg Config) (*Server, error) {
 	if cfg.MinSessionTimeout == 0 {
 		cfg.MinSessionTimeout = DefaultMinSessionTimeout
@@ -142,8 +159,9 @@ func New(srv *server.Server, cfg Config) (*Server, error) {
 	}
 	front := srv.Front()
 	z := &Server{srv: srv, front: front, cfg: cfg, log: cmpLogger(cfg.Logger, front.Logger()), w: newWatches(),
-		conns: map[*conn]struct{}{}, sessions: map[uint64]map[*conn]struct{}{}}
+		conns: map[*conn]struct{}{}, sessions: map[uint64]map[*conn]struct{}{}, relayRefused: map[string]time.Time{}}
 	z.w.ended = z.sessionEnded
+	z.relayLis = front.ZkRelayListener()
 	front.OnZnodeEvents(z.w.event)
 	var rev uint64
 	front.Read(func(st *fsm.State) { rev = st.Revision() })
@@ -160,9 +178,12 @@ func cmpLogger(a, b *slog.Logger) *slog.Logger {
 	return b
 }
 
-// Serve accepts ZooKeeper clients on lis until it is closed or ctx ends;
-// it publishes this node's address while it leads.
-func (z *Server) Serve(ctx context.Context, lis net.Listener) error {
+// Serve accepts ZooKeeper clients on lis (plaintext) and secure (a TLS
+// listener, tls.NewListener), either of which may be nil, and the
+// connections followers relay to this node over the peer port, until
+// ctx ends or a listener fails; it publishes this node's plaintext
+// address while it leads.
+func (z *Server) Serve(ctx context.Context, lis, secure net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	z.wg.Add(2)
@@ -174,8 +195,41 @@ func (z *Server) Serve(ctx context.Context, lis net.Listener) error {
 		defer z.wg.Done()
 		z.removeContainers(ctx)
 	}()
-	go func() {
-		<-ctx.Done()
+	type door struct {
+		lis   net.Listener
+		relay bool
+	}
+	var doors []door
+	for _, l := range []net.Listener{lis, secure} {
+		if l != nil {
+			doors = append(doors, door{lis: l})
+		}
+	}
+	if z.relayLis != nil {
+		doors = append(doors, door{lis: z.relayLis, relay: true})
+	}
+	errc := make(chan error, len(doors))
+	for _, d := range doors {
+		go func() { errc <- z.accept(ctx, d.lis, d.relay) }()
+	}
+	var err error
+	for range doors {
+		e := <-errc
+		if err == nil && e != nil {
+			err = e
+		}
+		cancel() // one door failed or ctx ended: all close
+	}
+	return err
+}
+
+// accept serves lis's connections until it is closed or ctx ends; relay:
+// they are followers' relays, each starting with a preamble that names
+// its client (upstream.go).
+func (z *Server) accept(ctx context.Context, lis net.Listener, relay bool) error {
+	stop := context.AfterFunc(ctx, func() { lis.Close() })
+	defer func() {
+		stop()
 		lis.Close()
 	}()
 	for {
@@ -198,6 +252,18 @@ func (z *Server) Serve(ctx context.Context, lis net.Listener) error {
 		z.mu.Unlock()
 		go func() {
 			defer z.wg.Done()
+			var err error
+			if relay {
+				err = c.readPreamble()
+			} else {
+				err = c.tlsHandshake(ctx)
+			}
+			if err != nil {
+				z.log.Debug("zookeeper connection refused", "remote", c.remote, "relay", relay, "err", err)
+				c.close()
+				z.detach(c)
+				return
+			}
 			c.serve(ctx)
 		}()
 	}
