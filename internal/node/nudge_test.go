@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 	"github.com/tenure-io/tenure/internal/node"
 	"github.com/tenure-io/tenure/internal/testutil"
@@ -15,11 +16,12 @@ import (
 // TestFollowerAppliesLoneWriteSoon: a follower learns that an entry is
 // committed from the leader's next append to it; when no write follows,
 // raft sends that append only on its commit timeout, 50 to 100 ms after
-// the last. A follower that answers a write once it applied it (the
-// ZooKeeper front's writes through it) waited that long for each. The
-// leader nudges its followers after a write that is the last of its log:
-// a lone write reaches a follower's state well within raft's commit
-// timeout (median of several, the machine may stall one).
+// the last. The ZooKeeper front's follower answers a write it relayed
+// once it applied it, and delivers watch events as it applies them: it
+// waited that long for each lone write. The leader nudges its followers
+// after a znode write that is the last of its log: a lone one reaches a
+// follower's state well within raft's commit timeout (median of several,
+// the machine may stall one).
 func TestFollowerAppliesLoneWriteSoon(t *testing.T) {
 	testutil.Slow(t)
 	addrA, addrB, addrC := freeAddr(t), freeAddr(t), freeAddr(t)
@@ -40,16 +42,22 @@ func TestFollowerAppliesLoneWriteSoon(t *testing.T) {
 	const writes = 9
 	var took []time.Duration
 	for i := 1; i <= writes; i++ {
+		path := "/n" + strconv.Itoa(i)
 		start := time.Now()
-		propose(t, a, &fsmpb.Command{Op: &fsmpb.Command_KvPut{KvPut: &fsmpb.KVPut{Key: "k", Value: []byte(strconv.Itoa(i))}}})
-		if err := testutil.PollUntil(10*time.Second, func() (bool, error) { return readCounter(t, b, "k") == int64(i), nil }); err != nil {
-			t.Fatalf("write %d never reached follower b: %v", i, err)
+		propose(t, a, &fsmpb.Command{Op: &fsmpb.Command_ZkTxn{ZkTxn: &fsmpb.ZkTxn{TimeMs: 1000, Ops: []*fsmpb.ZkOp{{Op: &fsmpb.ZkOp_Create{Create: &fsmpb.ZkCreate{
+			Path: path, Data: []byte("d"), Acl: []*fsmpb.ZnodeACL{{Perms: fsm.ZkPermAll, Scheme: "world", Id: "anyone"}}}}}}}}})
+		if err := testutil.PollUntil(10*time.Second, func() (bool, error) {
+			var ok bool
+			b.Read(func(s *fsm.State) { _, _, _, ok = s.Znode(path) })
+			return ok, nil
+		}); err != nil {
+			t.Fatalf("znode %s never reached follower b: %v", path, err)
 		}
 		took = append(took, time.Since(start))
 	}
 	slices.Sort(took)
 	if med := took[writes/2]; med >= raftCommitTimeout*6/10 {
-		t.Fatalf("a lone write reached a follower's state in %v (median; all: %v), want well under raft's commit timeout %v", med, took, raftCommitTimeout)
+		t.Fatalf("a lone znode write reached a follower's state in %v (median; all: %v), want well under raft's commit timeout %v", med, took, raftCommitTimeout)
 	}
-	t.Logf("a lone write on the leader to a follower's state: %v", took)
+	t.Logf("a lone znode write on the leader to a follower's state: %v", took)
 }
