@@ -30,6 +30,8 @@
 #               only, or the followers only (found with the `srvr` four-
 #               letter word, which both servers answer)     (default all)
 #   TENURE_SERVE_FLAGS  extra flags for `tenure serve`
+#   TENURE      a tenure binary to run instead of one built from this tree
+#               (to compare two builds in runs of their own)
 #   KEEP_TMP=1  keep the temp dir (data, logs, raw JSON)
 #
 # Modes (bench/zk/MutexBench.java):
@@ -123,9 +125,14 @@ wait_port() { # port what
 }
 
 log "building tenure and compiling bench/zk/MutexBench.java"
-(cd "$ROOT" && go build -buildvcs=false -o "$TMP/tenure" ./cmd/tenure)
-javac -cp "$CP" -d "$TMP/classes" "$ROOT/bench/zk/MutexBench.java"
 T="$TMP/tenure"
+if [[ -n "${TENURE:-}" ]]; then
+	[[ -x "$TENURE" ]] || { echo "TENURE=$TENURE is not an executable" >&2; exit 2; }
+	T=$TENURE
+else
+	(cd "$ROOT" && go build -buildvcs=false -o "$T" ./cmd/tenure)
+fi
+javac -cp "$CP" -d "$TMP/classes" "$ROOT/bench/zk/MutexBench.java"
 
 # Tenure: NODES members, the ZooKeeper front on each, default tick (2s).
 declare -a TZK TADDR TPEER
@@ -243,7 +250,7 @@ done
 
 ZKVER=$(dpkg-query -W -f '${Version}' zookeeper 2>/dev/null || true)
 CURVER=$(dpkg-query -W -f '${Version}' libcurator-recipes-java 2>/dev/null || true)
-echo "Machine: $(nproc) cores, $(free -g | awk '/^Mem:/{print $2}') GiB RAM, $(uname -sr); load average $(cut -d' ' -f1-3 /proc/loadavg); $(go version | awk '{print $3}'); $(java -version 2>&1 | head -1); tenure $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'); ZooKeeper ${ZKVER:-?} and Curator ${CURVER:-?} (Debian packages)."
+echo "Machine: $(nproc) cores, $(free -g | awk '/^Mem:/{print $2}') GiB RAM, $(uname -sr); load average $(cut -d' ' -f1-3 /proc/loadavg); $(go version | awk '{print $3}'); $(java -version 2>&1 | head -1); tenure ${TENURE:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')}; ZooKeeper ${ZKVER:-?} and Curator ${CURVER:-?} (Debian packages)."
 echo "$NODES node(s) each on loopback, clients given $MEMBERS of them, fsync on; $CLIENTS Curator clients; ${DURATION}s per run after ${WARMUP}s of warm-up; $ROUNDS alternating rounds: median (min–max)."
 echo
 python3 - "$TMP" "$ROUNDS" "$MODES" "$PARENTS" <<'PY'

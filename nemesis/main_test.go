@@ -22,6 +22,7 @@ var (
 	flagDuration = flag.Duration("duration", 30*time.Second, "how long TestNemesis drives its workload under faults")
 	flagHistory  = flag.String("history", "", "write TestNemesis's history (JSON lines) here (default: history.jsonl in a new temp dir)")
 	flagSeed     = flag.Uint64("seed", 0, "seed for fault targets and think times (0: from the clock)")
+	flagFaults   = flag.String("faults", "", "comma-separated fault kinds TestNemesisRealFaults injects, in order, instead of its schedule (e.g. disk-full,disk-full: the leader's disk, then a follower's)")
 )
 
 // tenureBin is the tenure binary built by TestMain; selfBin is this test

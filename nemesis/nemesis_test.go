@@ -51,13 +51,22 @@ func TestNemesis(t *testing.T) {
 // longer), its clients' connections gone silent, its disk full, its log
 // corrupted (it must refuse to start, and is rebuilt from its peers).
 func TestNemesisRealFaults(t *testing.T) {
+	schedule := realSchedule
+	if *flagFaults != "" {
+		schedule = strings.Split(*flagFaults, ",")
+		for _, k := range schedule {
+			if !slices.Contains(realSchedule, k) {
+				t.Fatalf("-faults: %q is not one of TestNemesisRealFaults's faults %v", k, realSchedule)
+			}
+		}
+	}
 	res := runSuite(t, suiteConfig{
 		keys: 3, goPerKey: 2, readersPerKey: 1, procPerKey: 1,
 		queue:     true,
 		hostile:   true,
 		duration:  realDuration,
-		schedule:  realSchedule,
-		maxFaults: len(realSchedule),
+		schedule:  schedule,
+		maxFaults: len(schedule),
 		stopEarly: true,
 		seed:      *flagSeed,
 	})
@@ -71,7 +80,7 @@ func TestNemesisRealFaults(t *testing.T) {
 	for _, f := range res.faults {
 		injected[f.Kind] = true
 	}
-	for _, kind := range realSchedule {
+	for _, kind := range schedule {
 		if !injected[kind] && (kind != faultDiskFull || res.disks) {
 			t.Errorf("no %s fault was injected", kind)
 		}

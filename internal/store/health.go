@@ -119,6 +119,9 @@ type checked struct {
 	// room returns nil when the file system has room to start a segment,
 	// else why not (wrapping ENOSPC); nil room: no check.
 	room func() error
+	// tailRoom is room for deleting a suffix of the log (see DeleteRange);
+	// nil: no check.
+	tailRoom func() error
 
 	// mu guards log, stable and closed: reads and writes hold it shared,
 	// a restart exclusively.
@@ -183,10 +186,67 @@ func (c *checked) StoreLogs(logs []*raft.Log) error {
 	return c.health.wrote(opAppend, err)
 }
 
+// DeleteRange deletes the entries min to max. A deletion of the log's
+// suffix (raft replacing entries of an old term with its leader's) happens
+// whole or not at all, as raft assumes: raft keeps its own idea of the
+// last index, which it moves only once the append that follows the
+// deletion succeeds, and a member whose log and raft disagree never
+// catches up until it restarts. raft-wal deletes a suffix by recording it
+// in its metadata, then starting a new segment (a preallocated file):
+// on a full disk the segment fails after the metadata is written, and
+// the engine, its memory and its files disagreeing, failed every later
+// deletion ("file exists") until it was opened again. So a suffix is
+// deleted only with room for that segment and for the append after it
+// (tailRoom), and should the segment fail anyway (the disk filled up in
+// between), the engine is opened again at once (restart), and the
+// deletion reported done if its metadata had recorded it, else tried
+// once more.
 func (c *checked) DeleteRange(min, max uint64) error {
+	suffix := c.isSuffix(min, max)
+	if suffix && c.tailRoom != nil {
+		if err := c.tailRoom(); err != nil {
+			return c.health.wrote(opDelete, err)
+		}
+	}
+	c.mu.RLock()
+	err := c.log.DeleteRange(min, max)
+	c.mu.RUnlock()
+	if err != nil && suffix && c.reopen != nil {
+		err = c.settleSuffix(min, max, err)
+	}
+	return c.health.wrote(opDelete, err)
+}
+
+// isSuffix reports whether deleting min to max removes the log's last
+// entries and keeps its first.
+func (c *checked) isSuffix(min, max uint64) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.health.wrote(opDelete, c.log.DeleteRange(min, max))
+	first, ferr := c.log.FirstIndex()
+	last, lerr := c.log.LastIndex()
+	return ferr == nil && lerr == nil && first < min && min <= last && max >= last
+}
+
+// settleSuffix follows a failed deletion of the suffix min to max (err):
+// it opens the engine again, then reports the deletion done if the log
+// now ends before min, else tries it once more. If the engine cannot be
+// opened again now (no room), it returns err: the engine still holds the
+// whole log in memory, and raft's next attempt, once there is room,
+// settles it here.
+func (c *checked) settleSuffix(min, max uint64, err error) error {
+	if rerr := c.restart(); rerr != nil {
+		return fmt.Errorf("%w (and opening the log again failed: %w)", err, rerr)
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	last, lerr := c.log.LastIndex()
+	if lerr != nil {
+		return fmt.Errorf("%w (and reading the log opened again failed: %w)", err, lerr)
+	}
+	if last == min-1 {
+		return nil // the metadata had recorded the deletion
+	}
+	return c.log.DeleteRange(min, max)
 }
 
 // restart closes the engine and opens it again, if the file system has

@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -184,5 +186,153 @@ func TestWALRotationFailureSealsUntilReopened(t *testing.T) {
 	}
 	if err := h.failure(); err != nil {
 		t.Fatalf("failure %v after the append succeeded", err)
+	}
+}
+
+// fullFS is raft-wal's file system as a full disk leaves it while full
+// is set: a segment's file is created, then preallocating it fails (the
+// file stays, as raft-wal's own Create leaves it).
+type fullFS struct {
+	types.VFS
+	full atomic.Bool
+}
+
+func (f *fullFS) Create(dir, name string, size uint64) (types.WritableFile, error) {
+	if !f.full.Load() {
+		return f.VFS.Create(dir, name, size)
+	}
+	fh, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	fh.Close()
+	return nil, fmt.Errorf("preallocating %s: %w", name, syscall.ENOSPC)
+}
+
+// TestWALTailTruncationOnFullDisk: a follower whose log ends with entries
+// of an old term (a leader that stepped down when its disk filled keeps
+// what it stored and never sent) must replace them with the new leader's:
+// raft deletes the suffix, then appends. raft-wal deletes a suffix by
+// recording it in its metadata, then starting a new segment; on a full
+// disk the segment fails after the metadata was written, its file stays,
+// and every later deletion failed ("file exists") until the process
+// restarted: the member never caught up by itself once its disk had room
+// again. raft keeps its own idea of the last index, so a deletion must
+// either happen whole or leave the log as it was (raft counts a failed one
+// as not done), and the append that follows it must find room.
+func TestWALTailTruncationOnFullDisk(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// roomSeen: the room check sees the space the engine lacks (the
+		// disk was full before); false: it fills up between the two.
+		roomSeen bool
+	}{{"full before", true}, {"fills after the room check", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			meta := &metadb.BoltMetaDB{}
+			t.Cleanup(func() { meta.Close() })
+			vfs := &fullFS{VFS: walfs.New()}
+			open := func() (*raftwal.WAL, error) {
+				return raftwal.Open(dir, raftwal.WithMetaStore(meta), raftwal.WithSegmentFiler(segment.NewFiler(dir, vfs)),
+					raftwal.WithSegmentSize(64<<10), raftwal.WithLogger(hclog.NewNullLogger()))
+			}
+			w, err := open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cur := w
+			t.Cleanup(func() { cur.Close() })
+			room := func() error {
+				if tc.roomSeen && vfs.full.Load() {
+					return fmt.Errorf("0 MiB free: %w", syscall.ENOSPC)
+				}
+				return nil
+			}
+			reopen := func() (raft.LogStore, raft.StableStore, error) {
+				if err := cur.Close(); err != nil {
+					return nil, nil, err
+				}
+				w, err := open()
+				if err != nil {
+					return nil, nil, err
+				}
+				cur = w
+				return w, w, nil
+			}
+			c := &checked{health: &health{}, log: cur, stable: cur, room: room, tailRoom: room, reopen: reopen}
+			entry := func(i, term uint64) *raft.Log {
+				return &raft.Log{Index: i, Term: term, Type: raft.LogCommand, Data: []byte(fmt.Sprintf("%d@%d", i, term))}
+			}
+			for i := uint64(1); i <= 10; i++ {
+				if err := c.StoreLogs([]*raft.Log{entry(i, 1)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// wantLog checks the log holds 1..last, terms as given from 8 on.
+			wantLog := func(when string, last, term uint64) {
+				t.Helper()
+				if got, err := c.LastIndex(); err != nil || got != last {
+					t.Fatalf("%s: last index %d (%v), want %d", when, got, err, last)
+				}
+				for i := uint64(1); i <= last; i++ {
+					want := entry(i, 1)
+					if i >= 8 {
+						want = entry(i, term)
+					}
+					var l raft.Log
+					if err := c.GetLog(i, &l); err != nil || l.Term != want.Term || string(l.Data) != string(want.Data) {
+						t.Fatalf("%s: entry %d is %q term %d (%v), want %q term %d", when, i, l.Data, l.Term, err, want.Data, want.Term)
+					}
+				}
+			}
+
+			vfs.full.Store(true)
+			truncated := false
+			for range 3 { // raft retries the append that needs the deletion
+				err := c.DeleteRange(8, 10)
+				if err == nil {
+					truncated = true
+					wantLog("after a deletion that succeeded on a full disk", 7, 0)
+					break
+				}
+				if tc.roomSeen && !errors.Is(err, ErrFull) {
+					t.Fatalf("deleting a suffix on a full disk: %v, want ErrFull", err)
+				}
+				wantLog("after a deletion refused on a full disk", 10, 1)
+			}
+			if tc.roomSeen {
+				if err := c.StoreLogs([]*raft.Log{entry(8, 2)}); err == nil {
+					t.Fatalf("append on a full disk succeeded")
+				}
+			}
+			if !truncated {
+				wantLog("after an append refused on a full disk", 10, 1)
+				// A restart must find the log as raft thinks it is.
+				if _, _, err := reopen(); err != nil {
+					t.Fatal(err)
+				}
+				c.log, c.stable = cur, cur
+				wantLog("after opening the engine again, still full", 10, 1)
+			}
+
+			vfs.full.Store(false)
+			if !truncated {
+				if err := c.DeleteRange(8, 10); err != nil {
+					t.Fatalf("deleting a suffix once the disk has room: %v", err)
+				}
+			}
+			if err := c.StoreLogs([]*raft.Log{entry(8, 2), entry(9, 2)}); err != nil {
+				t.Fatalf("append after the deletion, with room: %v", err)
+			}
+			wantLog("after the new leader's entries", 9, 2)
+			if err := c.health.failure(); err != nil {
+				t.Fatalf("failure %v after the append succeeded", err)
+			}
+			if _, _, err := reopen(); err != nil {
+				t.Fatal(err)
+			}
+			c.log, c.stable = cur, cur
+			wantLog("after opening the engine again", 9, 2)
+		})
 	}
 }

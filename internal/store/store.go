@@ -125,7 +125,7 @@ func open(dir, engine string, logOutput io.Writer) (s *Stores, err error) {
 	}()
 	h := &health{}
 	var reopen func() (raft.LogStore, raft.StableStore, error)
-	var room func() error
+	var room, tailRoom func() error
 	var log raft.LogStore
 	var stable raft.StableStore
 	var closer io.Closer
@@ -152,6 +152,9 @@ func open(dir, engine string, logOutput io.Writer) (s *Stores, err error) {
 			return nil, err
 		}
 		room = func() error { return roomFor(walDir, int64(raftwal.DefaultSegmentSize)+walRoomMargin) }
+		// Deleting a suffix starts a segment, and raft appends right after
+		// it (checked.DeleteRange).
+		tailRoom = func() error { return roomFor(walDir, 2*int64(raftwal.DefaultSegmentSize)+walRoomMargin) }
 		if newWAL(walDir) {
 			// raft-wal's first segment must fit, and the first append
 			// after it: on a full disk a first start stops here, having
@@ -197,7 +200,7 @@ func open(dir, engine string, logOutput io.Writer) (s *Stores, err error) {
 	default:
 		return nil, fmt.Errorf("store: unknown engine %q (want bolt or wal)", engine)
 	}
-	c := &checked{log: log, stable: stable, health: h, reopen: reopen, room: room}
+	c := &checked{log: log, stable: stable, health: h, reopen: reopen, room: room, tailRoom: tailRoom}
 	if room == nil {
 		room = func() error { return nil }
 	}
