@@ -459,6 +459,14 @@ func (c *conn) setWatches(ctx context.Context, h requestHeader, body []byte) err
 	if d.err != nil {
 		return errBadPacket
 	}
+	// Under --auth, watches are reads: every path needs the read right,
+	// or nothing is registered (an anonymous client would learn the
+	// changes of every znode otherwise).
+	for _, list := range [][]string{data, exist, child, persistent, recursive} {
+		if !c.allowed("setWatches", false, list...) {
+			return c.read(ctx, h.xid, func(*fsm.State) (fsm.ZkCode, []byte) { return fsm.ZkNoAuth, nil })
+		}
+	}
 	w := c.z.w
 	return c.read(ctx, h.xid, func(st *fsm.State) (fsm.ZkCode, []byte) {
 		fire := func(typ fsm.ZnodeEventType, p string) { c.notify(int32(typ), p, int64(w.fed)) }
