@@ -234,7 +234,9 @@ func (c *conn) serve(ctx context.Context) {
 		}
 		buf = pkt
 		if err := c.request(ctx, pkt); err != nil {
-			if !errors.Is(err, errClosing) {
+			if errors.Is(err, errTooLarge) {
+				c.z.log.Info("zookeeper connection closed: an answer would exceed jute.maxbuffer", "remote", c.nc.RemoteAddr().String(), "session", c.session, "op", c.cur.op)
+			} else if !errors.Is(err, errClosing) {
 				c.z.log.Debug("zookeeper connection ended", "remote", c.nc.RemoteAddr().String(), "session", c.session, "err", err)
 			}
 			if errors.Is(err, errClosing) {
@@ -375,24 +377,48 @@ func (c *conn) answerAt(ctx context.Context, zxid uint64, xid int32, code fsm.Zk
 	return nil
 }
 
+// maxAnswer bounds an answer read from the state: the largest packet a
+// ZooKeeper client accepts is jute.maxbuffer (Java's refuses a longer one
+// and drops the connection), and the largest answer the front sends, a
+// znode's data with its stat, fits in it and 1 KiB. A read whose answer
+// would be longer (a getChildren of many long names, a multiRead of big
+// nodes) is not built: the connection is closed, as the client would
+// close it, and the client sees ConnectionLoss.
+const maxAnswer = maxRelayPacket
+
+// codeTooLarge is what a read's fn returns, instead of building an
+// answer past maxAnswer; it is never sent.
+const codeTooLarge fsm.ZkCode = -1 << 31
+
+// errTooLarge ends a connection whose answer would pass maxAnswer.
+var errTooLarge = errors.New("zookeeper: the answer would exceed jute.maxbuffer")
+
 // read runs fn on the applied state at the revision every watch event
-// has reached, and queues its answer before any later event.
+// has reached, and queues its answer before any later event; an fn that
+// answers codeTooLarge ends the connection instead.
 func (c *conn) read(ctx context.Context, xid int32, fn func(st *fsm.State) (fsm.ZkCode, []byte)) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		w := c.z.w
 		w.mu.Lock()
-		done := false
+		done, tooLarge := false, false
 		c.z.front.Read(func(st *fsm.State) {
 			if st.Revision() != w.fed {
 				return
 			}
 			done = true
 			code, body := fn(st)
+			if code == codeTooLarge {
+				tooLarge = true
+				return
+			}
 			c.reply(xid, int64(w.fed), code, body)
 		})
 		moved := w.moved
 		w.mu.Unlock()
+		if tooLarge {
+			return errTooLarge
+		}
 		if done {
 			return nil
 		}

@@ -92,3 +92,96 @@ func TestSetWatchesNeedsRights(t *testing.T) {
 var _ = errors.Is
 var _ = net.Dial
 var _ = os.Getenv
+
+// TestAnswersAreBounded: an answer larger than a ZooKeeper client
+// accepts (jute.maxbuffer and its headers) is not built: a multiRead of
+// the same big node a hundred times, or a getChildren of many long
+// names, closes the connection (the client sees ConnectionLoss, as a
+// ZooKeeper client that refuses such a packet does), and the node goes
+// on serving.
+func TestAnswersAreBounded(t *testing.T) {
+	_, addr := startNode(t, nil)
+	c, _ := connect(t, []string{addr}, 5*time.Second)
+	acl := zk.WorldACL(zk.PermAll)
+	if _, err := c.Create("/big", make([]byte, 64<<10), 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Create("/many", nil, 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	name := make([]byte, 3000)
+	for i := range name {
+		name[i] = 'n'
+	}
+	for b := 0; b < 4; b++ {
+		var ops []any
+		for i := 0; i < 100; i++ {
+			ops = append(ops, &zk.CreateRequest{Path: "/many/" + string(name) + string(rune('a'+b)) + string(rune('a'+i%26)) + string(rune('a'+i/26)), Acl: acl})
+		}
+		if _, err := c.Multi(ops...); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	mr := jute{}
+	for i := 0; i < 100; i++ {
+		mr = mr.int(opGetDataRaw).bool(false).int(-1).str("/big").bool(false)
+	}
+	mr = mr.int(-1).bool(true).int(-1)
+	for _, req := range []struct {
+		name string
+		op   int32
+		body jute
+	}{
+		{"multiRead", opMultiReadRaw, mr},
+		{"getChildren", opGetChildrenRaw, jute{}.str("/many").bool(false)},
+	} {
+		r := raw(t, addr)
+		r.connect(t, 0, make([]byte, 16), true)
+		if n := r.answerLen(t, 1, req.op, req.body); n >= 0 {
+			t.Errorf("%s: an answer of %d bytes was sent", req.name, n)
+		}
+	}
+	if _, _, err := c.Get("/big"); err != nil {
+		t.Fatalf("the node stopped serving: %v", err)
+	}
+}
+
+const (
+	opGetDataRaw   = 4
+	opMultiReadRaw = 22
+)
+
+// answerLen sends one request and returns the length of its answer, or
+// -1 when the connection closed instead.
+func (r *rawConn) answerLen(t *testing.T, xid, op int32, body []byte) int {
+	t.Helper()
+	var b []byte
+	b = binary.BigEndian.AppendUint32(b, uint32(len(body)+8))
+	b = binary.BigEndian.AppendUint32(b, uint32(xid))
+	b = binary.BigEndian.AppendUint32(b, uint32(op))
+	if _, err := r.nc.Write(append(b, body...)); err != nil {
+		return -1
+	}
+	for {
+		_ = r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		var lenb [4]byte
+		if _, err := io.ReadFull(r.nc, lenb[:]); err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+				return -1
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("op %d: neither an answer nor a close", op)
+			}
+			return -1
+		}
+		pkt := make([]byte, binary.BigEndian.Uint32(lenb[:]))
+		if _, err := io.ReadFull(r.nc, pkt); err != nil {
+			return -1
+		}
+		if int32(binary.BigEndian.Uint32(pkt)) == xid {
+			return len(pkt)
+		}
+	}
+}
