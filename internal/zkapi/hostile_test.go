@@ -185,3 +185,48 @@ func (r *rawConn) answerLen(t *testing.T, xid, op int32, body []byte) int {
 		}
 	}
 }
+
+const (
+	opAuthRaw       = 100
+	xidAuthRaw      = -4
+	codeAuthFailRaw = -115
+)
+
+func authBody(userPass string) jute { return jute{}.int(0).str("digest").str(userPass) }
+
+// TestAddAuthIdentitiesAreBounded: the identities addAuth gives a
+// connection travel in every write it makes (the replicated command
+// carries them, for the znodes' ACLs), so they are bounded: a digest
+// longer than 1 KiB, or a 17th identity, fails AuthFailed and closes the
+// connection, as a failed addAuth does.
+func TestAddAuthIdentitiesAreBounded(t *testing.T) {
+	_, addr := startNode(t, nil)
+	r := raw(t, addr)
+	r.connect(t, 0, make([]byte, 16), true)
+	long := make([]byte, 64<<10)
+	for i := range long {
+		long[i] = 'u'
+	}
+	if code, _ := r.call(t, xidAuthRaw, opAuthRaw, authBody(string(long)+":pw")); code != codeAuthFailRaw {
+		t.Errorf("addAuth of a 64 KiB user: code %d, want AuthFailed", code)
+	}
+
+	r = raw(t, addr)
+	r.connect(t, 0, make([]byte, 16), true)
+	for i := 0; i < 16; i++ {
+		if code, _ := r.call(t, xidAuthRaw, opAuthRaw, authBody("user"+string(rune('a'+i))+":pw")); code != 0 {
+			t.Fatalf("addAuth %d: code %d", i, code)
+		}
+	}
+	if code, _ := r.call(t, xidAuthRaw, opAuthRaw, authBody("one-more:pw")); code != codeAuthFailRaw {
+		t.Errorf("the 17th identity: code %d, want AuthFailed", code)
+	}
+	// The same identity again adds nothing and is accepted.
+	r = raw(t, addr)
+	r.connect(t, 0, make([]byte, 16), true)
+	for i := 0; i < 20; i++ {
+		if code, _ := r.call(t, xidAuthRaw, opAuthRaw, authBody("same:pw")); code != 0 {
+			t.Fatalf("addAuth of the same identity, %d: code %d", i, code)
+		}
+	}
+}

@@ -387,6 +387,15 @@ func (c *conn) sync(ctx context.Context, h requestHeader, body []byte) error {
 	return c.answerAt(ctx, rev, h.xid, fsm.ZkOK, e.b)
 }
 
+// The identities addAuth gives a connection travel in every write it
+// proposes (ZkTxn.ids, for the znodes' ACLs), so they are bounded: at
+// most maxAuthIDs digests of at most maxAuthLen bytes (user:password).
+// Past either, addAuth fails as a wrong one does.
+const (
+	maxAuthIDs = 16
+	maxAuthLen = 1024
+)
+
 // addAuth serves an AuthPacket. The digest scheme's user:password is a
 // Tenure token's id and secret: a known token gives the connection the
 // token's rights under --auth; the digest id (user:base64(sha1)) is the
@@ -411,7 +420,7 @@ func (c *conn) addAuth(ctx context.Context, h requestHeader, body []byte) error 
 	}
 	userPass := string(auth)
 	user, secret, ok := strings.Cut(userPass, ":")
-	if !ok {
+	if !ok || len(userPass) > maxAuthLen {
 		return fail()
 	}
 	sec := c.z.front.Security()
@@ -437,6 +446,9 @@ func (c *conn) addAuth(ctx context.Context, h requestHeader, body []byte) error 
 		dup = dup || (o.GetScheme() == id.GetScheme() && o.GetId() == id.GetId())
 	}
 	if !dup {
+		if len(c.ids) > maxAuthIDs { // the ip, then the digests
+			return fail()
+		}
 		c.ids = append(c.ids, id)
 	}
 	c.z.w.mu.Lock()
