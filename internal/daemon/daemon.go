@@ -129,6 +129,11 @@ type Config struct {
 	ZkMinSessionTimeout, ZkMaxSessionTimeout time.Duration
 	ZkMaxWatches                             int
 	ZkContainerCheckInterval                 time.Duration
+	// ZkMaxWatchBytes bounds the watches of all ZooKeeper connections
+	// together, ZkMaxClientCnxns the connections from one IP address
+	// (zkapi.Config's; zero: zkapi's defaults, -1: no per-IP bound).
+	ZkMaxWatchBytes  int64
+	ZkMaxClientCnxns int
 	// MaxConnections bounds the connections of each listener (client API,
 	// HTTP, etcd API); at the bound, or at what the descriptor limit
 	// leaves, the quietest connection is closed to make room (conns.go).
@@ -274,7 +279,7 @@ func (d *Daemon) listenZk(cfg Config, srv *server.Server) error {
 	}
 	advertise := cmp.Or(cfg.ZkAdvertise, clientAdvertise("", lis.Addr()))
 	z, err := zkapi.New(srv, zkapi.Config{Advertise: advertise, MinSessionTimeout: cfg.ZkMinSessionTimeout, MaxSessionTimeout: cfg.ZkMaxSessionTimeout, MaxWatches: cfg.ZkMaxWatches,
-		ContainerCheckInterval: cfg.ZkContainerCheckInterval})
+		ContainerCheckInterval: cfg.ZkContainerCheckInterval, MaxWatchBytes: cfg.ZkMaxWatchBytes, MaxClientCnxns: cfg.ZkMaxClientCnxns})
 	if err != nil {
 		lis.Close()
 		return err

@@ -199,7 +199,7 @@ func (c *conn) serve(ctx context.Context) {
 			c.up.close()
 		}
 	}()
-	_ = c.nc.SetReadDeadline(time.Now().Add(c.z.cfg.MaxSessionTimeout))
+	_ = c.nc.SetReadDeadline(time.Now().Add(handshakeTimeout))
 	var first [4]byte
 	if _, err := io.ReadFull(c.nc, first[:]); err != nil {
 		return
@@ -255,6 +255,11 @@ func (c *conn) serve(ctx context.Context) {
 		}
 	}
 }
+
+// handshakeTimeout bounds the wait for a new connection's first packet
+// (a ConnectRequest or a four-letter word), however slowly it comes:
+// ZooKeeper's zookeeper.nio.sessionlessCnxnTimeout.
+var handshakeTimeout = 10 * time.Second
 
 // errClosing: the session was closed; the answer is written, then the
 // connection closes.

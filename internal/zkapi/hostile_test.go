@@ -3,15 +3,18 @@ package zkapi_test
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
-	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/tenure-io/tenure/internal/daemon"
+	"github.com/tenure-io/tenure/internal/testutil"
+	"github.com/tenure-io/tenure/internal/zkapi"
 )
 
 // ZooKeeper's opcodes the hostile tests send raw.
@@ -88,10 +91,6 @@ func TestSetWatchesNeedsRights(t *testing.T) {
 		t.Fatalf("an anonymous client got the event of %q", p)
 	}
 }
-
-var _ = errors.Is
-var _ = net.Dial
-var _ = os.Getenv
 
 // TestAnswersAreBounded: an answer larger than a ZooKeeper client
 // accepts (jute.maxbuffer and its headers) is not built: a multiRead of
@@ -230,3 +229,111 @@ func TestAddAuthIdentitiesAreBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestConnectionsPerAddress: as ZooKeeper's maxClientCnxns, one IP
+// address holds at most --zk-max-client-cnxns connections; one more is
+// closed at once, and a place freed is taken again.
+func TestConnectionsPerAddress(t *testing.T) {
+	d, addr := startNode(t, func(c *daemon.Config) { c.ZkMaxClientCnxns = 3 })
+	var held []*rawConn
+	for i := 0; i < 3; i++ {
+		r := raw(t, addr)
+		r.connect(t, 0, make([]byte, 16), true)
+		held = append(held, r)
+	}
+	extra := raw(t, addr)
+	if !extra.closed(t) {
+		t.Fatal("a 4th connection from the same address was kept")
+	}
+	if n := requestCount(t, d, "zk.connect", "ResourceExhausted"); n < 1 {
+		t.Errorf("refused connections counted: %v, want at least 1", n)
+	}
+	held[0].nc.Close()
+	testutil.WaitFor(t, "a freed place", 10*time.Second, func() bool {
+		r := raw(t, addr)
+		_ = r.nc.SetDeadline(time.Now().Add(2 * time.Second))
+		return r.tryConnect() == nil
+	})
+}
+
+// TestHandshakeIsBounded: a connection that sends nothing, or half a
+// packet, is closed once the handshake's time has passed (ZooKeeper's
+// sessionless connection timeout), not after the longest session
+// timeout.
+func TestHandshakeIsBounded(t *testing.T) {
+	t.Cleanup(zkapi.SetHandshakeTimeout(500 * time.Millisecond)) // restored after the node stops
+	_, addr := startNode(t, func(c *daemon.Config) { c.ZkMaxSessionTimeout = time.Minute })
+	silent := raw(t, addr)
+	half := raw(t, addr)
+	if _, err := half.nc.Write([]byte{0, 0, 0, 44, 0, 0}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*rawConn{silent, half} {
+		if !r.closed(t) {
+			t.Fatal("a connection without a handshake is still open after 5 s")
+		}
+	}
+}
+
+// tryConnect sends a ConnectRequest and reads a ConnectResponse.
+func (r *rawConn) tryConnect() error {
+	var b []byte
+	b = binary.BigEndian.AppendUint32(b, 0)
+	b = binary.BigEndian.AppendUint64(b, 0)
+	b = binary.BigEndian.AppendUint32(b, 30000)
+	b = binary.BigEndian.AppendUint64(b, 0)
+	b = binary.BigEndian.AppendUint32(b, 16)
+	b = append(b, make([]byte, 17)...)
+	if _, err := r.nc.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...)); err != nil {
+		return err
+	}
+	var lenb [4]byte
+	if _, err := io.ReadFull(r.nc, lenb[:]); err != nil {
+		return err
+	}
+	_, err := io.ReadFull(r.nc, make([]byte, binary.BigEndian.Uint32(lenb[:])))
+	return err
+}
+
+// TestWatchesAreBoundedOnTheNode: besides --zk-max-watches per
+// connection, the watches of all connections hold at most
+// --zk-max-watch-bytes (each its path and 128 bytes): past it a watching
+// read is answered QuotaExceeded on any connection, until watches go. A
+// watch on a path longer than any znode's is not kept (it could never
+// fire), so a client cannot make the node hold megabyte paths.
+func TestWatchesAreBoundedOnTheNode(t *testing.T) {
+	_, addr := startNode(t, func(c *daemon.Config) { c.ZkMaxWatchBytes = 64 << 10 })
+	a := raw(t, addr)
+	a.connect(t, 0, make([]byte, 16), true)
+	quota := -1
+	for i := 0; i < 1000; i++ {
+		code, _ := a.call(t, int32(i+1), opExistsRaw, jute{}.str(fmt.Sprintf("/w%04d", i)).bool(true))
+		if code == codeQuotaExceeded {
+			quota = i
+			break
+		}
+	}
+	if quota < 0 {
+		t.Fatal("1000 watches of 134 bytes were kept on a node bounded to 64 KiB")
+	}
+	b := raw(t, addr)
+	b.connect(t, 0, make([]byte, 16), true)
+	if code, _ := b.call(t, 1, opExistsRaw, jute{}.str("/b").bool(true)); code != codeQuotaExceeded {
+		t.Fatalf("another connection's watch past the node's bound: code %d, want QuotaExceeded", code)
+	}
+	a.nc.Close()
+	testutil.WaitFor(t, "the watches of a closed connection freed", 10*time.Second, func() bool {
+		code, _ := b.call(t, 2, opExistsRaw, jute{}.str("/b").bool(true))
+		return code == -101 // NoNode: the watch is set
+	})
+
+	long := "/" + strings.Repeat("x", 100<<10)
+	if code, _ := b.call(t, 3, opExistsRaw, jute{}.str(long).bool(true)); code != -101 {
+		t.Fatalf("exists of a 100 KiB path: code %d, want NoNode", code)
+	}
+	if code, _ := b.call(t, 4, opCheckWatchesRaw, jute{}.str(long).int(3)); code != -121 {
+		t.Fatalf("checkWatches of the 100 KiB path: code %d, want NoWatcher (-121): the node keeps it", code)
+	}
+}
+
+const opCheckWatchesRaw = 17

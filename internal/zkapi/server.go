@@ -43,6 +43,9 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 	"github.com/tenure-io/tenure/internal/server"
@@ -54,6 +57,12 @@ const (
 	DefaultMaxSessionTimeout = 40 * time.Second
 	// DefaultMaxWatches bounds the watches of one connection.
 	DefaultMaxWatches = 100_000
+	// DefaultMaxClientCnxns bounds the connections from one IP address:
+	// ZooKeeper's maxClientCnxns.
+	DefaultMaxClientCnxns = 60
+	// DefaultMaxWatchBytes bounds what the watches of all connections
+	// hold together (each its path and 128 bytes).
+	DefaultMaxWatchBytes = 256 << 20
 	// DefaultContainerCheckInterval is how often the leader removes the
 	// emptied containers: ZooKeeper's znode.container.checkIntervalMs.
 	DefaultContainerCheckInterval = time.Minute
@@ -86,6 +95,14 @@ type Config struct {
 	MinSessionTimeout, MaxSessionTimeout time.Duration
 	// MaxWatches bounds the watches of one connection; zero: the default.
 	MaxWatches int
+	// MaxWatchBytes bounds the watches of all connections together,
+	// each counted as its path and 128 bytes; zero: the default.
+	MaxWatchBytes int64
+	// MaxClientCnxns bounds the connections from one IP address
+	// (ZooKeeper's maxClientCnxns): past it a new connection is closed
+	// at once, as ZooKeeper closes it. Zero: the default; negative: no
+	// bound (ZooKeeper's 0).
+	MaxClientCnxns int
 	// ContainerCheckInterval is how often the leader removes the
 	// containers that have no children and had one once (ZooKeeper's
 	// container manager); zero: DefaultContainerCheckInterval.
@@ -103,9 +120,10 @@ type Server struct {
 	log   *slog.Logger
 	w     *watches
 
-	// mu guards conns, sessions and closed.
+	// mu guards conns, perIP, sessions and closed.
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
+	perIP    map[string]int // connections from each IP address
 	sessions map[uint64]map[*conn]struct{}
 	closed   bool
 	wg       sync.WaitGroup
@@ -122,6 +140,12 @@ func New(srv *server.Server, cfg Config) (*Server, error) {
 	if cfg.MaxWatches == 0 {
 		cfg.MaxWatches = DefaultMaxWatches
 	}
+	if cfg.MaxWatchBytes == 0 {
+		cfg.MaxWatchBytes = DefaultMaxWatchBytes
+	}
+	if cfg.MaxClientCnxns == 0 {
+		cfg.MaxClientCnxns = DefaultMaxClientCnxns
+	}
 	if cfg.ContainerCheckInterval == 0 {
 		cfg.ContainerCheckInterval = DefaultContainerCheckInterval
 	}
@@ -133,8 +157,8 @@ func New(srv *server.Server, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("zookeeper session timeouts %v..%v: the minimum must be at least 1s, the maximum at most 1h and not below the minimum", cfg.MinSessionTimeout, cfg.MaxSessionTimeout)
 	}
 	front := srv.Front()
-	z := &Server{srv: srv, front: front, cfg: cfg, log: cmpLogger(cfg.Logger, front.Logger()), w: newWatches(),
-		conns: map[*conn]struct{}{}, sessions: map[uint64]map[*conn]struct{}{}}
+	z := &Server{srv: srv, front: front, cfg: cfg, log: cmpLogger(cfg.Logger, front.Logger()), w: newWatches(cfg.MaxWatchBytes),
+		conns: map[*conn]struct{}{}, perIP: map[string]int{}, sessions: map[uint64]map[*conn]struct{}{}}
 	z.w.ended = z.sessionEnded
 	front.OnZnodeEvents(z.w.event)
 	var rev uint64
@@ -185,6 +209,13 @@ func (z *Server) Serve(ctx context.Context, lis net.Listener) error {
 			nc.Close()
 			return nil
 		}
+		if n := z.perIP[c.ip]; z.cfg.MaxClientCnxns > 0 && n >= z.cfg.MaxClientCnxns {
+			z.mu.Unlock()
+			nc.Close()
+			z.srv.Answered("zk.connect", status.Errorf(codes.ResourceExhausted, "too many connections from %s - max is %d (--zk-max-client-cnxns)", c.ip, n), true, 0)
+			continue
+		}
+		z.perIP[c.ip]++
 		z.conns[c] = struct{}{}
 		z.wg.Add(1)
 		z.mu.Unlock()
@@ -225,6 +256,9 @@ func (z *Server) detach(c *conn) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	delete(z.conns, c)
+	if z.perIP[c.ip]--; z.perIP[c.ip] <= 0 {
+		delete(z.perIP, c.ip)
+	}
 	if set := z.sessions[c.session]; set != nil {
 		delete(set, c)
 		if len(set) == 0 {
