@@ -56,13 +56,18 @@ type conn struct {
 		pending bool
 	}
 
-	// out is the queue of packets to write.
+	// out is the queue of packets to write. bytes counts what is queued
+	// and what the writer is writing, in the node's total too (z.queued)
+	// until it is written or the connection closes (dead).
 	out struct {
 		mu      sync.Mutex
 		q       [][]byte
 		bytes   int
 		closing bool // close once the queue is written
+		dead    bool // closed: nothing more is queued or counted
 	}
+	// written is signalled when the writer has written a batch.
+	written chan struct{}
 	// ending: the client asked to close its session; the session's end
 	// then leaves this connection to answer it before closing.
 	ending    atomic.Bool
@@ -76,7 +81,7 @@ func newConn(z *Server, nc net.Conn) *conn {
 	if h, _, err := net.SplitHostPort(ip); err == nil {
 		ip = h
 	}
-	c := &conn{z: z, nc: nc, ip: ip, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	c := &conn{z: z, nc: nc, ip: ip, wake: make(chan struct{}, 1), written: make(chan struct{}, 1), done: make(chan struct{})}
 	c.ids = []*fsmpb.ZnodeACL{{Scheme: "ip", Id: ip}}
 	return c
 }
@@ -86,6 +91,11 @@ func (c *conn) close() {
 	c.closeOnce.Do(func() {
 		close(c.done)
 		c.nc.Close()
+		c.out.mu.Lock()
+		c.out.dead = true
+		c.z.queued.Add(-int64(c.out.bytes))
+		c.out.q, c.out.bytes = nil, 0
+		c.out.mu.Unlock()
 	})
 }
 
@@ -104,10 +114,21 @@ func (c *conn) signal() {
 	}
 }
 
+// maxQueuedTotal bounds the bytes queued to all connections together:
+// past it the connection with the most queued, the slowest reader, is
+// closed (z.evictSlowest).
+var maxQueuedTotal int64 = 256 << 20
+
 // queue appends one packet (without its length) to the output; it never
-// blocks. A client too slow to read what is queued is disconnected.
+// blocks. A client too slow to read what is queued is disconnected: past
+// maxQueued on its connection, or when it is the slowest once the
+// connections together pass maxQueuedTotal.
 func (c *conn) queue(pkt []byte) {
 	c.out.mu.Lock()
+	if c.out.dead {
+		c.out.mu.Unlock()
+		return
+	}
 	if c.out.bytes+len(pkt) > maxQueued {
 		c.out.mu.Unlock()
 		c.close()
@@ -115,8 +136,35 @@ func (c *conn) queue(pkt []byte) {
 	}
 	c.out.q = append(c.out.q, pkt)
 	c.out.bytes += len(pkt)
+	total := c.z.queued.Add(int64(len(pkt)))
 	c.out.mu.Unlock()
 	c.signal()
+	if total > maxQueuedTotal {
+		c.z.evictSlowest()
+	}
+}
+
+// queuedBytes is what is queued to c and not yet written.
+func (c *conn) queuedBytes() int {
+	c.out.mu.Lock()
+	defer c.out.mu.Unlock()
+	return c.out.bytes
+}
+
+// waitWritten waits until at most limit bytes are queued to c; false if
+// the connection closed first. A connection's requests wait for it, so
+// that a client that sends requests and does not read their answers
+// stops being read (ZooKeeper stops reading a connection whose
+// answers are outstanding) instead of growing its queue.
+func (c *conn) waitWritten(limit int) bool {
+	for c.queuedBytes() > limit {
+		select {
+		case <-c.written:
+		case <-c.done:
+			return false
+		}
+	}
+	return true
 }
 
 // writer writes the queue until the connection closes.
@@ -130,15 +178,28 @@ func (c *conn) writer() {
 		}
 		c.out.mu.Lock()
 		q, closing := c.out.q, c.out.closing
-		c.out.q, c.out.bytes = nil, 0
+		c.out.q = nil
 		c.out.mu.Unlock()
 		bufs := make(net.Buffers, 0, 2*len(q))
+		n := 0
 		for _, p := range q {
 			binary.BigEndian.PutUint32(lenb[:], uint32(len(p)))
 			bufs = append(bufs, append([]byte(nil), lenb[:]...), p)
+			n += len(p)
 		}
 		_ = c.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
-		if _, err := bufs.WriteTo(c.nc); err != nil || closing {
+		_, err := bufs.WriteTo(c.nc)
+		c.out.mu.Lock()
+		if !c.out.dead {
+			c.out.bytes -= n
+			c.z.queued.Add(-int64(n))
+		}
+		c.out.mu.Unlock()
+		select {
+		case c.written <- struct{}{}:
+		default:
+		}
+		if err != nil || closing {
 			c.close()
 			return
 		}
@@ -226,6 +287,9 @@ func (c *conn) serve(ctx context.Context) {
 	c.z.attach(c)
 	var buf []byte
 	for {
+		if !c.waitWritten(maxAnswer) {
+			return
+		}
 		_ = c.nc.SetReadDeadline(time.Now().Add(2 * c.timeout))
 		pkt, err := readPacket(c.nc, buf, MaxPacket)
 		if err != nil {

@@ -9,3 +9,11 @@ func SetHandshakeTimeout(d time.Duration) (restore func()) {
 	handshakeTimeout = d
 	return func() { handshakeTimeout = old }
 }
+
+// SetMaxQueuedTotal sets the bound of the bytes queued to every
+// connection together, until the returned func restores it.
+func SetMaxQueuedTotal(n int64) (restore func()) {
+	old := maxQueuedTotal
+	maxQueuedTotal = n
+	return func() { maxQueuedTotal = old }
+}

@@ -337,3 +337,107 @@ func TestWatchesAreBoundedOnTheNode(t *testing.T) {
 }
 
 const opCheckWatchesRaw = 17
+
+// TestSlowReadersAreBoundedTogether: the bytes queued to all
+// connections together are bounded: a client that sets a watch on
+// every change and never reads is disconnected, the slowest first, once
+// the connections' queues pass their bound, however far each is from its
+// own; the clients that read go on.
+func TestSlowReadersAreBoundedTogether(t *testing.T) {
+	t.Cleanup(zkapi.SetMaxQueuedTotal(2 << 20)) // restored after the node stops
+	_, addr := startNode(t, nil)
+	slow := raw(t, addr)
+	slow.connect(t, 0, make([]byte, 16), true)
+	if code, _ := slow.call(t, 1, opAddWatchRaw, jute{}.str("/").int(1)); code != 0 {
+		t.Fatalf("addWatch: code %d", code)
+	}
+	w, _ := connect(t, []string{addr}, 5*time.Second)
+	acl := zk.WorldACL(zk.PermAll)
+	name := strings.Repeat("n", 4000)
+	if _, err := w.Create("/d", nil, 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	// 32 MiB of events: 8,000 creates of 4 KiB paths, each an event of
+	// the recursive watch.
+	for b := 0; b < 40; b++ {
+		var ops []any
+		for i := 0; i < 200; i++ {
+			ops = append(ops, &zk.CreateRequest{Path: fmt.Sprintf("/d/%s%03d%03d", name, b, i), Acl: acl})
+		}
+		if _, err := w.Multi(ops...); err != nil {
+			t.Fatalf("multi %d: %v", b, err)
+		}
+	}
+	if _, _, err := w.Get("/d"); err != nil {
+		t.Fatalf("the reading client was disconnected: %v", err)
+	}
+	// Drain what the slow client was sent: it ends with the close.
+	_ = slow.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := io.Copy(io.Discard, slow.nc)
+	if err != nil {
+		t.Fatalf("the slow client was not disconnected (read %d bytes, then %v)", n, err)
+	}
+	if n >= 30<<20 {
+		t.Fatalf("the slow client was sent %d bytes before its disconnection", n)
+	}
+	t.Logf("the slow client read %d bytes, then its connection closed", n)
+}
+
+const opAddWatchRaw = 106
+
+// TestPipelinedReadsWait: a client that sends many requests before it
+// reads their answers (a pipelining client, or one that reads slowly) is
+// not read further while its answers wait to be written, instead of
+// growing its queue: 200 reads of a 512 KiB znode (100 MiB of answers)
+// are all answered, to a client that starts reading once it has sent
+// them all.
+func TestPipelinedReadsWait(t *testing.T) {
+	_, addr := startNode(t, nil)
+	c, _ := connect(t, []string{addr}, 5*time.Second)
+	if _, err := c.Create("/big", make([]byte, 512<<10), 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	r := raw(t, addr)
+	r.connect(t, 0, make([]byte, 16), true)
+	const n = 200
+	sent := make(chan error, 1)
+	go func() {
+		var b []byte
+		body := jute{}.str("/big").bool(false)
+		for i := 0; i < n; i++ {
+			b = binary.BigEndian.AppendUint32(b, uint32(len(body)+8))
+			b = binary.BigEndian.AppendUint32(b, uint32(i+1))
+			b = binary.BigEndian.AppendUint32(b, opGetDataRaw)
+			b = append(b, body...)
+		}
+		_, err := r.nc.Write(b)
+		sent <- err
+	}()
+	// The client reads late: a second after it sent its requests (the
+	// scenario, not a synchronization: the node answers 200 reads well
+	// within it).
+	var sendErr error
+	done := false
+	select {
+	case sendErr = <-sent:
+		done = true
+	case <-time.After(time.Second):
+	}
+	time.Sleep(time.Second)
+	for i := 0; i < n; i++ {
+		_ = r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		var lenb [4]byte
+		if _, err := io.ReadFull(r.nc, lenb[:]); err != nil {
+			t.Fatalf("answer %d of %d: %v", i+1, n, err)
+		}
+		if _, err := io.ReadFull(r.nc, make([]byte, binary.BigEndian.Uint32(lenb[:]))); err != nil {
+			t.Fatalf("answer %d of %d: %v", i+1, n, err)
+		}
+	}
+	if !done {
+		sendErr = <-sent
+	}
+	if sendErr != nil {
+		t.Fatal(sendErr)
+	}
+}

@@ -41,6 +41,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -127,6 +128,9 @@ type Server struct {
 	sessions map[uint64]map[*conn]struct{}
 	closed   bool
 	wg       sync.WaitGroup
+
+	// queued counts the bytes queued to every connection (conn.queue).
+	queued atomic.Int64
 }
 
 // New returns the ZooKeeper front of srv. It serves once Serve is called.
@@ -264,6 +268,25 @@ func (z *Server) detach(c *conn) {
 		if len(set) == 0 {
 			delete(z.sessions, c.session)
 		}
+	}
+}
+
+// evictSlowest closes the connection with the most bytes queued, the
+// slowest reader, once the connections together pass maxQueuedTotal.
+// Lock order: mu, then a connection's out.mu.
+func (z *Server) evictSlowest() {
+	z.mu.Lock()
+	var slowest *conn
+	most := 0
+	for c := range z.conns {
+		if n := c.queuedBytes(); n > most {
+			slowest, most = c, n
+		}
+	}
+	z.mu.Unlock()
+	if slowest != nil && z.queued.Load() > maxQueuedTotal {
+		z.log.Info("zookeeper connection closed: the slowest reader while the connections' queues pass their bound", "remote", slowest.nc.RemoteAddr().String(), "session", slowest.session, "queued", most)
+		slowest.close()
 	}
 }
 
