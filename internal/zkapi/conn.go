@@ -29,6 +29,9 @@ type conn struct {
 	z  *Server
 	nc net.Conn
 	ip string
+	// member: the connection comes from a member's address (a
+	// follower's relay), exempt from the per-address bounds.
+	member bool
 
 	// Set by the handshake, then read only by serve.
 	session   uint64
@@ -273,7 +276,15 @@ func (c *conn) serve(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	req, err := decodeConnect(pkt)
+	newSession := err == nil && req.sessionID == 0
+	if newSession && !c.z.admitSession(c) {
+		return // refused as ZooKeeper refuses a connection past maxClientCnxns: closed
+	}
 	ok := c.handshake(ctx, pkt)
+	if ok && newSession {
+		c.z.sessionCreated(c)
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

@@ -441,3 +441,48 @@ func TestPipelinedReadsWait(t *testing.T) {
 		t.Fatal(sendErr)
 	}
 }
+
+// TestSessionsPerAddress: a session outlives its connection by its
+// timeout, so a client that connects again and again could fill the
+// cluster's --max-sessions (shared with Tenure's own clients) from one
+// address, anonymous under --auth too. The live sessions created by one
+// address are bounded (4 × --zk-max-client-cnxns): past it a connection
+// asking for a new session is closed, as ZooKeeper closes one past
+// maxClientCnxns; resuming a session is not refused, and a session's end
+// makes room.
+func TestSessionsPerAddress(t *testing.T) {
+	d, addr := startNode(t, func(c *daemon.Config) { c.ZkMaxClientCnxns = 2; c.Auth = true })
+	var first rawConnectResponse
+	for i := 0; i < 8; i++ {
+		r := raw(t, addr)
+		resp := r.connect(t, 0, make([]byte, 16), true)
+		if resp.sessionID == 0 {
+			t.Fatalf("session %d refused", i+1)
+		}
+		if i == 0 {
+			first = resp
+		}
+		r.nc.Close()
+	}
+	r := raw(t, addr)
+	_ = r.nc.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := r.tryConnect(); err == nil {
+		t.Fatal("a 9th live session was created from one address")
+	}
+	if n := requestCount(t, d, "zk.connect", "ResourceExhausted"); n < 1 {
+		t.Errorf("refused sessions counted: %v, want at least 1", n)
+	}
+	// Resuming is not refused; closing the session makes room.
+	r = raw(t, addr)
+	if resp := r.connect(t, first.sessionID, first.passwd, true); resp.sessionID != first.sessionID {
+		t.Fatalf("resuming a session: %+v", resp)
+	}
+	if code, _ := r.call(t, 1, -11, nil); code != 0 {
+		t.Fatalf("closeSession: %d", code)
+	}
+	testutil.WaitFor(t, "room for a new session", 10*time.Second, func() bool {
+		r := raw(t, addr)
+		_ = r.nc.SetDeadline(time.Now().Add(2 * time.Second))
+		return r.tryConnect() == nil
+	})
+}

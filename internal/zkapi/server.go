@@ -121,10 +121,19 @@ type Server struct {
 	log   *slog.Logger
 	w     *watches
 
-	// mu guards conns, perIP, sessions and closed.
-	mu       sync.Mutex
-	conns    map[*conn]struct{}
-	perIP    map[string]int // connections from each IP address
+	// mu guards conns, perIP, created, createdPerIP, members, sessions
+	// and closed.
+	mu    sync.Mutex
+	conns map[*conn]struct{}
+	perIP map[string]int // connections from each IP address
+	// created: the live sessions created through this node, with the IP
+	// address of the client that created each (maxSessionsPerIP).
+	created      map[uint64]string
+	createdPerIP map[string]int
+	// members: the other members' IP addresses, exempt from the
+	// per-address bounds (a follower relays all its clients'
+	// connections).
+	members  map[string]bool
 	sessions map[uint64]map[*conn]struct{}
 	closed   bool
 	wg       sync.WaitGroup
@@ -162,7 +171,8 @@ func New(srv *server.Server, cfg Config) (*Server, error) {
 	}
 	front := srv.Front()
 	z := &Server{srv: srv, front: front, cfg: cfg, log: cmpLogger(cfg.Logger, front.Logger()), w: newWatches(cfg.MaxWatchBytes),
-		conns: map[*conn]struct{}{}, perIP: map[string]int{}, sessions: map[uint64]map[*conn]struct{}{}}
+		conns: map[*conn]struct{}{}, perIP: map[string]int{}, created: map[uint64]string{}, createdPerIP: map[string]int{},
+		sessions: map[uint64]map[*conn]struct{}{}}
 	z.w.ended = z.sessionEnded
 	front.OnZnodeEvents(z.w.event)
 	var rev uint64
@@ -185,10 +195,14 @@ func cmpLogger(a, b *slog.Logger) *slog.Logger {
 func (z *Server) Serve(ctx context.Context, lis net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	z.wg.Add(2)
+	z.wg.Add(3)
 	go func() {
 		defer z.wg.Done()
 		z.publish(ctx)
+	}()
+	go func() {
+		defer z.wg.Done()
+		z.refreshMembers(ctx)
 	}()
 	go func() {
 		defer z.wg.Done()
@@ -207,13 +221,14 @@ func (z *Server) Serve(ctx context.Context, lis net.Listener) error {
 			return err
 		}
 		c := newConn(z, nc)
+		c.member = z.isMember(c.ip)
 		z.mu.Lock()
 		if z.closed {
 			z.mu.Unlock()
 			nc.Close()
 			return nil
 		}
-		if n := z.perIP[c.ip]; z.cfg.MaxClientCnxns > 0 && n >= z.cfg.MaxClientCnxns {
+		if n := z.perIP[c.ip]; z.cfg.MaxClientCnxns > 0 && n >= z.cfg.MaxClientCnxns && !c.member {
 			z.mu.Unlock()
 			nc.Close()
 			z.srv.Answered("zk.connect", status.Errorf(codes.ResourceExhausted, "too many connections from %s - max is %d (--zk-max-client-cnxns)", c.ip, n), true, 0)
@@ -290,11 +305,109 @@ func (z *Server) evictSlowest() {
 	}
 }
 
+// membersEvery is how often the members' addresses are read again.
+const membersEvery = 5 * time.Second
+
+// isMember reports whether ip is another member's (the host of its peer
+// address, resolved): a follower relaying its clients' connections,
+// exempt from the per-address bounds.
+func (z *Server) isMember(ip string) bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.members[ip]
+}
+
+// refreshMembers reads the other members' addresses every membersEvery
+// until ctx ends (name lookups stay off the accept loop).
+func (z *Server) refreshMembers(ctx context.Context) {
+	t := time.NewTicker(membersEvery)
+	defer t.Stop()
+	for {
+		if ms, err := z.front.Members(); err == nil {
+			set := map[string]bool{}
+			for _, m := range ms {
+				host, _, err := net.SplitHostPort(m.PeerAddr)
+				if err != nil || m.ID == z.front.NodeID() {
+					continue
+				}
+				set[host] = true
+				if net.ParseIP(host) == nil {
+					lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+					addrs, _ := net.DefaultResolver.LookupIPAddr(lctx, host)
+					cancel()
+					for _, a := range addrs {
+						set[a.IP.String()] = true
+					}
+				}
+			}
+			z.mu.Lock()
+			z.members = set
+			z.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// maxSessionsPerIP bounds the live sessions created through this node by
+// the clients of one IP address: a session outlives its connection by
+// its timeout, so the connections' bound alone leaves a client free to
+// fill the cluster's --max-sessions by connecting again and again.
+func (z *Server) maxSessionsPerIP() int {
+	if z.cfg.MaxClientCnxns <= 0 {
+		return 0
+	}
+	return sessionsPerCnxn * z.cfg.MaxClientCnxns
+}
+
+// sessionsPerCnxn: the live sessions an address may have created, per
+// connection it may hold (room for clients restarted before their old
+// sessions expired).
+const sessionsPerCnxn = 4
+
+// admitSession reports whether c's client may create a session.
+func (z *Server) admitSession(c *conn) bool {
+	limit := z.maxSessionsPerIP()
+	if limit == 0 || c.member {
+		return true
+	}
+	z.mu.Lock()
+	n := z.createdPerIP[c.ip]
+	z.mu.Unlock()
+	if n < limit {
+		return true
+	}
+	z.srv.Answered("zk.connect", status.Errorf(codes.ResourceExhausted, "too many sessions from %s - max is %d (4 × --zk-max-client-cnxns)", c.ip, limit), true, 0)
+	return false
+}
+
+// sessionCreated records a session created by c's client.
+func (z *Server) sessionCreated(c *conn) {
+	if c.member {
+		return
+	}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if _, ok := z.created[c.session]; !ok {
+		z.created[c.session] = c.ip
+		z.createdPerIP[c.ip]++
+	}
+}
+
 // sessionEnded closes the connections of a session that ended: the
 // client, reconnecting, learns that it expired. It runs on the apply
 // path and does not block.
 func (z *Server) sessionEnded(id uint64) {
 	z.mu.Lock()
+	if ip, ok := z.created[id]; ok {
+		delete(z.created, id)
+		if z.createdPerIP[ip]--; z.createdPerIP[ip] <= 0 {
+			delete(z.createdPerIP, ip)
+		}
+	}
 	var conns []*conn
 	for c := range z.sessions[id] {
 		conns = append(conns, c)
