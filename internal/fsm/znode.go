@@ -564,7 +564,16 @@ func (o *zkOverlay) set(path string, n *znode) {
 }
 
 func (o *zkOverlay) event(t ZnodeEventType, path string) {
-	o.events = append(o.events, Event{Kind: EventZnode, Name: path, ZnodeType: t})
+	var acl []*fsmpb.ZnodeACL
+	if n := o.get(path); n != nil {
+		acl = n.acl
+	}
+	o.eventACL(t, path, acl)
+}
+
+// eventACL records an event of a znode whose ACL is acl (a removed one's).
+func (o *zkOverlay) eventACL(t ZnodeEventType, path string, acl []*fsmpb.ZnodeACL) {
+	o.events = append(o.events, Event{Kind: EventZnode, Name: path, ZnodeType: t, ZnodeACL: acl})
 }
 
 // zkTxn applies a ZkTxn: every op in order on an overlay; if all pass,
@@ -840,7 +849,7 @@ func (o *zkOverlay) remove(path, parentPath, name string, n *znode, rev uint64) 
 	p := o.edit(parentPath)
 	o.removeChild(parentPath, p, name)
 	p.pzxid = rev
-	o.event(ZnodeDeleted, path)
+	o.eventACL(ZnodeDeleted, path, n.acl)
 	o.event(ZnodeChildrenChanged, parentPath)
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	tpb "github.com/tenure-io/tenure/api/tenurepb"
 	"github.com/tenure-io/tenure/internal/daemon"
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/testutil"
@@ -545,4 +546,82 @@ func TestMembersAreNotBoundedPerAddress(t *testing.T) {
 			t.Fatalf("client %d through the follower: %v", i, err)
 		}
 	}
+}
+
+// TestRecursiveWatchesTellOnlyWhatTheClientMayRead: a persistent
+// recursive watch on a znode the client may read is not told of the
+// descendants it may not read (their path would leak: ZooKeeper's
+// CVE-2024-23944): neither those whose own ACL refuses the client, nor,
+// under --auth, those its token's policies deny.
+func TestRecursiveWatchesTellOnlyWhatTheClientMayRead(t *testing.T) {
+	check := func(t *testing.T, owner *zk.Conn, watcher *rawConn, secretACL []zk.ACL) {
+		t.Helper()
+		open := zk.WorldACL(zk.PermAll)
+		if _, err := owner.Create("/app", nil, 0, open); err != nil {
+			t.Fatal(err)
+		}
+		if code, _ := watcher.call(t, 1, opAddWatchRaw, jute{}.str("/app").int(1)); code != 0 {
+			t.Fatalf("addWatch: code %d", code)
+		}
+		if _, err := owner.Create("/app/secret", []byte("s"), 0, secretACL); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := owner.Set("/app/secret", []byte("t"), -1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := owner.Create("/app/open", nil, 0, open); err != nil {
+			t.Fatal(err)
+		}
+		if p, ok := watcher.event(t, 5*time.Second); !ok || p != "/app/open" {
+			t.Fatalf("the first event told: %q (%v), want /app/open", p, ok)
+		}
+	}
+	t.Run("znode ACL", func(t *testing.T) {
+		_, addr := startNode(t, nil)
+		owner, _ := connect(t, []string{addr}, 5*time.Second)
+		if err := owner.AddAuth("digest", []byte("alice:pw")); err != nil {
+			t.Fatal(err)
+		}
+		watcher := raw(t, addr)
+		watcher.connect(t, 0, make([]byte, 16), true)
+		check(t, owner, watcher, zk.DigestACL(zk.PermAll, "alice", "pw"))
+	})
+	t.Run("policies", func(t *testing.T) {
+		d, addr := startNode(t, func(c *daemon.Config) { c.Auth = true })
+		tok, mgmt := aclToken(t, d.Addr(), "kv:zk/:write")
+		ro := readToken(t, d.Addr(), mgmt, "kv:zk/app:read", "kv:zk/app/secret:deny")
+		owner, _ := connect(t, []string{addr}, 5*time.Second)
+		if err := owner.AddAuth("digest", []byte(tok.GetId()+":"+tok.GetSecret())); err != nil {
+			t.Fatal(err)
+		}
+		watcher := raw(t, addr)
+		watcher.connect(t, 0, make([]byte, 16), true)
+		if code, _ := watcher.call(t, xidAuthRaw, opAuthRaw, authBody(ro.GetId()+":"+ro.GetSecret())); code != 0 {
+			t.Fatalf("addAuth: code %d", code)
+		}
+		check(t, owner, watcher, zk.WorldACL(zk.PermAll))
+	})
+}
+
+// readToken creates a token of a new policy holding rules, with the
+// management context of aclToken.
+func readToken(t *testing.T, addr string, mgmt context.Context, rules ...string) *tpb.AclTokenSecret {
+	t.Helper()
+	api := testutil.API(t, addr)
+	p := &tpb.AclPolicy{Name: "zk-ro"}
+	for _, r := range rules {
+		rule, err := fsm.ParseRule(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Rules = append(p.Rules, &tpb.AclRule{Kind: string(rule.Kind), Prefix: rule.Prefix, Access: rule.Access.String()})
+	}
+	if _, err := api.AclPolicyCreate(mgmt, &tpb.AclPolicyCreateRequest{Policy: p}); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := api.AclTokenCreate(mgmt, &tpb.AclTokenCreateRequest{Policies: []string{"zk-ro"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
 }

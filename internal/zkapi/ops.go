@@ -113,7 +113,9 @@ func (c *conn) tokenValid(ctx context.Context) bool {
 	if caller.BadToken() || caller.Identity() != c.caller.Identity() {
 		return false
 	}
+	c.z.w.mu.Lock()
 	c.caller = caller
+	c.z.w.mu.Unlock()
 	return true
 }
 
@@ -437,23 +439,25 @@ func (c *conn) addAuth(ctx context.Context, h requestHeader, body []byte) error 
 			return fail()
 		}
 	}
-	if known {
-		c.caller, c.hasToken, c.tokenSecret = caller, true, secret
-	}
 	id := &fsmpb.ZnodeACL{Scheme: "digest", Id: digestID(userPass)}
 	dup := false
 	for _, o := range c.ids {
 		dup = dup || (o.GetScheme() == id.GetScheme() && o.GetId() == id.GetId())
 	}
+	if !dup && len(c.ids) > maxAuthIDs { // the ip, then the digests
+		return fail()
+	}
+	// The identities and the token change under the watches' lock, which
+	// the delivery of events reads them under (mayReadLocked).
+	c.z.w.mu.Lock()
+	defer c.z.w.mu.Unlock()
+	if known {
+		c.caller, c.hasToken, c.tokenSecret = caller, true, secret
+	}
 	if !dup {
-		if len(c.ids) > maxAuthIDs { // the ip, then the digests
-			return fail()
-		}
 		c.ids = append(c.ids, id)
 	}
-	c.z.w.mu.Lock()
 	c.reply(h.xid, 0, fsm.ZkOK, nil)
-	c.z.w.mu.Unlock()
 	return nil
 }
 

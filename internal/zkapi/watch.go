@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 )
 
 // watches holds every watch of the node's connections and the revision
@@ -235,7 +236,7 @@ func (w *watches) triggerLocked(e fsm.Event) {
 		for p := path; p != "/"; {
 			p, _ = fsm.ZnodeParent(p)
 			for c, rec := range w.persistent[p] {
-				if rec {
+				if rec && !got[c] && c.mayReadLocked(path, e.ZnodeACL) {
 					got[c] = true
 				}
 			}
@@ -244,6 +245,25 @@ func (w *watches) triggerLocked(e fsm.Event) {
 	for c := range got {
 		c.notify(int32(typ), path, int64(e.Revision))
 	}
+}
+
+// mayReadLocked reports whether c may read the znode at path, whose ACL
+// is acl: a persistent recursive watch on an ancestor is told only of
+// the znodes its client may read (ZooKeeper checks the same since
+// CVE-2024-23944), by their own ACL and, under --auth, the Tenure right.
+// The connection's identities and token change under mu.
+func (c *conn) mayReadLocked(path string, acl []*fsmpb.ZnodeACL) bool {
+	if !fsm.ZkAllowed(acl, fsm.ZkPermRead, c.ids) {
+		return false
+	}
+	if !c.z.srv.AuthEnforced() {
+		return true
+	}
+	if !c.hasToken {
+		return false
+	}
+	_, ok := c.z.srv.Missing(c.caller, c.z.front.Security(), zkRight(path, false))
+	return ok
 }
 
 // hasLocked reports whether c has a watch of kind on path (checkWatches).
