@@ -625,3 +625,22 @@ func readToken(t *testing.T, addr string, mgmt context.Context, rules ...string)
 	}
 	return tok
 }
+
+// TestFourLetterWordsUnderAuth: a four-letter word carries no
+// credential, so under --auth srvr (the zxid, the znode count, the
+// connections) is refused as a word off ZooKeeper's whitelist; ruok and
+// isro, liveness alone, are answered.
+func TestFourLetterWordsUnderAuth(t *testing.T) {
+	_, addr := startNode(t, func(c *daemon.Config) { c.Auth = true })
+	for cmd, want := range map[string]string{"ruok": "imok", "isro": "rw", "srvr": "srvr is not executed because it is not in the whitelist."} {
+		r := raw(t, addr)
+		if _, err := r.nc.Write([]byte(cmd)); err != nil {
+			t.Fatal(err)
+		}
+		_ = r.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got, _ := io.ReadAll(r.nc)
+		if !strings.Contains(string(got), want) {
+			t.Errorf("%s under --auth: %q, want it to contain %q", cmd, got, want)
+		}
+	}
+}
