@@ -450,7 +450,7 @@ func TestPipelinedReadsWait(t *testing.T) {
 // timeout, so a client that connects again and again could fill the
 // cluster's --max-sessions (shared with Tenure's own clients) from one
 // address, anonymous under --auth too. The live sessions created by one
-// address are bounded (4 × --zk-max-client-cnxns): past it a connection
+// address are bounded (10 × --zk-max-client-cnxns): past it a connection
 // asking for a new session is closed, as ZooKeeper closes one past
 // maxClientCnxns; resuming a session is not refused, and a session's end
 // makes room.

@@ -366,7 +366,7 @@ func (z *Server) maxSessionsPerIP() int {
 // sessionsPerCnxn: the live sessions an address may have created, per
 // connection it may hold (room for clients restarted before their old
 // sessions expired).
-const sessionsPerCnxn = 4
+const sessionsPerCnxn = 10
 
 // admitSession reports whether c's client may create a session.
 func (z *Server) admitSession(c *conn) bool {
@@ -380,7 +380,7 @@ func (z *Server) admitSession(c *conn) bool {
 	if n < limit {
 		return true
 	}
-	z.srv.Answered("zk.connect", status.Errorf(codes.ResourceExhausted, "too many sessions from %s - max is %d (4 × --zk-max-client-cnxns)", c.ip, limit), true, 0)
+	z.srv.Answered("zk.connect", status.Errorf(codes.ResourceExhausted, "too many sessions from %s - max is %d (10 × --zk-max-client-cnxns)", c.ip, limit), true, 0)
 	return false
 }
 
