@@ -455,9 +455,9 @@ func TestPipelinedReadsWait(t *testing.T) {
 // maxClientCnxns; resuming a session is not refused, and a session's end
 // makes room.
 func TestSessionsPerAddress(t *testing.T) {
-	d, addr := startNode(t, func(c *daemon.Config) { c.ZkMaxClientCnxns = 2; c.Auth = true })
+	d, addr := startNode(t, func(c *daemon.Config) { c.ZkMaxClientCnxns = 2 })
 	var first rawConnectResponse
-	for i := 0; i < 8; i++ {
+	for i := 0; i < 20; i++ {
 		r := raw(t, addr)
 		resp := r.connect(t, 0, make([]byte, 16), true)
 		if resp.sessionID == 0 {
@@ -467,16 +467,19 @@ func TestSessionsPerAddress(t *testing.T) {
 			first = resp
 		}
 		r.nc.Close()
+		waitConnections(t, addr, 0) // its place is free again
 	}
 	r := raw(t, addr)
 	_ = r.nc.SetDeadline(time.Now().Add(5 * time.Second))
 	if err := r.tryConnect(); err == nil {
-		t.Fatal("a 9th live session was created from one address")
+		t.Fatal("a 21st live session was created from one address")
 	}
+	waitConnections(t, addr, 0)
 	if n := requestCount(t, d, "zk.connect", "ResourceExhausted"); n < 1 {
 		t.Errorf("refused sessions counted: %v, want at least 1", n)
 	}
 	// Resuming is not refused; closing the session makes room.
+	waitConnections(t, addr, 0)
 	r = raw(t, addr)
 	if resp := r.connect(t, first.sessionID, first.passwd, true); resp.sessionID != first.sessionID {
 		t.Fatalf("resuming a session: %+v", resp)
@@ -643,4 +646,24 @@ func TestFourLetterWordsUnderAuth(t *testing.T) {
 			t.Errorf("%s under --auth: %q, want it to contain %q", cmd, got, want)
 		}
 	}
+}
+
+// waitConnections waits until the node holds n ZooKeeper connections
+// besides the one asking (srvr's count).
+func waitConnections(t *testing.T, addr string, n int) {
+	t.Helper()
+	want := fmt.Sprintf("Connections: %d\n", n+1)
+	testutil.WaitFor(t, want, 10*time.Second, func() bool {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			return false
+		}
+		defer nc.Close()
+		_ = nc.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := nc.Write([]byte("srvr")); err != nil {
+			return false
+		}
+		got, _ := io.ReadAll(nc)
+		return strings.Contains(string(got), want)
+	})
 }
