@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs what the ZooKeeper acceptance suite (e2e/zkcompat) runs: Kazoo
 # (python3-kazoo), ZooKeeper 3.8 (zookeeper: the reference server and
-# zkCli.sh), Curator's recipes (libcurator-recipes-java) and a JDK
-# (default-jdk-headless: the suite compiles its Curator programs). Each
+# zkCli.sh), Curator's recipes (libcurator-recipes-java), Netty
+# (libnetty-java, which zookeeper pulls in: ZooKeeper's TLS, both sides)
+# and a JDK (default-jdk-headless: the suite compiles its Curator
+# programs). Each
 # package is checked first: with all of them installed this changes
 # nothing. Needs root or passwordless sudo only to install.
 set -euo pipefail
@@ -44,11 +46,11 @@ apt_get() {
 }
 
 missing=()
-for p in python3-kazoo zookeeper libcurator-recipes-java default-jdk-headless; do
+for p in python3-kazoo zookeeper libcurator-recipes-java libnetty-java default-jdk-headless; do
 	installed "$p" || missing+=("$p")
 done
 if [ "${#missing[@]}" -eq 0 ]; then
-	log "python3-kazoo, zookeeper, libcurator-recipes-java and default-jdk-headless already installed"
+	log "python3-kazoo, zookeeper, libcurator-recipes-java, libnetty-java and default-jdk-headless already installed"
 	exit 0
 fi
 log "installing ${missing[*]} (apt-get)"

@@ -97,6 +97,10 @@ func startTenureCluster(t *testing.T) []*member {
 		p := startProc(t, tenureBin(), "serve", "-o", "json", "--http-listen", "", "--node-id", id,
 			"--listen", "127.0.0.1:0", "--peer-listen", fmt.Sprintf("127.0.0.1:%d", ps[3+i]),
 			"--zk-listen", fmt.Sprintf("127.0.0.1:%d", ps[i]), "--zk-tick-time", fmt.Sprint(tickMs*time.Millisecond),
+			// Followers relay to the leader over the peer port: the
+			// address a leader publishes for older releases' followers
+			// leads nowhere here, so nothing relays through it.
+			"--zk-advertise", "127.0.0.1:1",
 			"--data-dir", filepath.Join(root, id), "--bootstrap-peers", strings.Join(peers, ","))
 		ms = append(ms, &member{Addr: fmt.Sprintf("127.0.0.1:%d", ps[i]), p: p})
 	}

@@ -12,9 +12,10 @@
 //     temporary directory, each case in JVMs of its own): InterProcessMutex
 //     (exclusion across three JVMs, FIFO order), InterProcessSemaphoreV2,
 //     LeaderLatch, LeaderSelector, DistributedQueue, SharedCount,
-//     PathChildrenCache, CuratorCache.
+//     PathChildrenCache, CuratorCache; TTL nodes (create().withTtl(),
+//     PersistentTtlNode).
 //   - zkCli.sh's create/get/set/ls/delete/stat, with their errors and exit
-//     codes.
+//     codes, and create -t (TTL nodes).
 //   - The differential tests (TestDiff*): one sequence of requests sent on
 //     the wire (wire_test.go, a minimal client that shows every reply as
 //     sent) by two sessions to both servers; the transcripts, with zxids
@@ -26,7 +27,10 @@
 // ZooKeeper runs as a process of the tests' own (ZooKeeperServerMain or,
 // for the three-member tests, QuorumPeerMain, with a temporary
 // configuration on free loopback ports, no admin server), never the
-// system's service; tickTime is 1s on both servers (sessions of 2 to 20 s).
+// system's service; tickTime is 1s on both servers (sessions of 2 to 20 s),
+// both check containers and TTL nodes every second, and both have TTL
+// nodes on (ZooKeeper's standalone server with
+// -Dzookeeper.extendedTypesEnabled=true, Tenure with --zk-ttl-nodes).
 //
 // The clients come from Debian's packages (python3-kazoo, zookeeper,
 // libcurator-recipes-java, default-jdk-headless; .ci/setup-zkc.sh installs

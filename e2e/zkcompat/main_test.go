@@ -93,7 +93,7 @@ func buildAndRun(m *testing.M) int {
 // checkClients reports the first client or server of the suite that is
 // not installed.
 func checkClients() error {
-	for _, f := range append(strings.Split(classpath, ":"), zkCli, python) {
+	for _, f := range append(strings.Split(nettyClasspath, ":"), zkCli, python) {
 		if _, err := os.Stat(f); err != nil {
 			return fmt.Errorf("%s is not installed", f)
 		}
@@ -148,6 +148,7 @@ var tenureReady = map[string]bool{
 	"TestDiffMulti":                true,
 	"TestDiffACL":                  true,
 	"TestDiffSessions":             true,
+	"TestDiffSessionTimeout":       true,
 	"TestDiffFollowers":            true,
 	"TestDiffSequential":           true,
 	"TestDiffContainers":           true,
@@ -158,6 +159,12 @@ var tenureReady = map[string]bool{
 	"TestDiffPersistentWatch":      true,
 	"TestCuratorCache":             true,
 	"TestContainerCleanup":         true,
+	"TestDiffTTL":                  true,
+	"TestZkCliTTL":                 true,
+	"TestCuratorTTL":               true,
+	"TestCuratorPersistentTtlNode": true,
+	"TestKazooTLS":                 true,
+	"TestJavaClientTLS":            true,
 }
 
 // targets lists the targets test t runs against.
@@ -247,6 +254,7 @@ func startZooKeeper() (*server, error) {
 	}
 	args := append(append([]string{}, jvmFlags...), "-Dorg.slf4j.simpleLogger.defaultLogLevel=info", "-Dzookeeper.jmx.log4j.disable=true",
 		"-Dznode.container.checkIntervalMs=1000", // containers are checked every second, not minute
+		"-Dzookeeper.extendedTypesEnabled=true",  // TTL nodes on, as Tenure's --zk-ttl-nodes (ttl_test.go)
 		"-cp", classpath, "org.apache.zookeeper.server.ZooKeeperServerMain", filepath.Join(dir, "zoo.cfg"))
 	p, err := spawn(dir, "", "java", args...)
 	if err != nil {
@@ -267,7 +275,8 @@ func startTenure() (*server, error) {
 	p, err := spawn(dir, "", tenureBin(), "serve", "-o", "json", "--data-dir", filepath.Join(dir, "data"),
 		"--listen", "127.0.0.1:0", "--http-listen", "", "--zk-listen", "127.0.0.1:0",
 		"--zk-tick-time", fmt.Sprint(tickMs*time.Millisecond),
-		"--zk-container-check-interval", "1s") // as ZooKeeper's checkIntervalMs here
+		"--zk-container-check-interval", "1s", // as ZooKeeper's checkIntervalMs here
+		"--zk-ttl-nodes") // as ZooKeeper's extendedTypesEnabled here
 	if err != nil {
 		return nil, err
 	}

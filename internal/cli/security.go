@@ -87,6 +87,9 @@ func (ss *serveSecurity) configure(cfg *daemon.Config, log io.Writer) ([]*tlscon
 	if ss.tls.CA != "" && !clientTLS {
 		return nil, errors.New("--tls-client-ca needs --tls-cert and --tls-key")
 	}
+	if cfg.ZkSecureListen != "" && !clientTLS {
+		return nil, errors.New("--zk-secure-listen needs --tls-cert and --tls-key (and, for client certificates, --tls-client-ca)")
+	}
 	if peerTLS && cfg.PeerListen == "" {
 		return nil, errors.New("--peer-tls-cert, --peer-tls-key and --peer-tls-ca need --peer-listen")
 	}
@@ -109,6 +112,9 @@ func (ss *serveSecurity) configure(cfg *daemon.Config, log io.Writer) ([]*tlscon
 		}
 		if cfg.ZkListen != "" && !isLoopback(cfg.ZkListen) && !ss.auth {
 			return nil, fmt.Errorf("refusing to serve the ZooKeeper API on %s, outside loopback, without --auth: anyone who can reach it could take every lock and read every znode (give --auth, or --insecure to serve anyway)", cfg.ZkListen)
+		}
+		if cfg.ZkSecureListen != "" && !isLoopback(cfg.ZkSecureListen) && !ss.auth && ss.tls.CA == "" {
+			return nil, fmt.Errorf("refusing to serve the ZooKeeper API over TLS on %s, outside loopback, without --auth or client certificates: anyone who can reach it could take every lock and read every znode (give --auth, or --tls-client-ca, or --insecure to serve anyway)", cfg.ZkSecureListen)
 		}
 		if cfg.HTTPListen != "" && !isLoopback(cfg.HTTPListen) && !(httpTLS && ss.auth) {
 			return nil, fmt.Errorf("refusing to serve the HTTP listener (dashboard, metrics) on %s, outside loopback, without TLS and --auth: anyone who can reach it could read every lock, election value and dead letter (give --http-tls-cert, --http-tls-key and --auth, or --insecure to serve anyway)", cfg.HTTPListen)

@@ -130,6 +130,28 @@ func TestProtectedMode(t *testing.T) {
 			t.Errorf("%s: %v", c.name, err)
 		}
 	}
+	// Outside loopback the ZooKeeper API over TLS follows the etcd API's
+	// rule: --auth or client certificates. It needs the certificate.
+	withClientCA := withTLS
+	withClientCA.tls.CA = f("ca.pem")
+	for _, c := range []struct {
+		name, zk string
+		sec      serveSecurity
+		refused  string // "" when it may serve
+	}{
+		{"ZooKeeper over TLS on loopback", "127.0.0.1:2281", withTLS, ""},
+		{"ZooKeeper over TLS without a certificate", "127.0.0.1:2281", serveSecurity{}, "needs --tls-cert"},
+		{"ZooKeeper over TLS on the network", "0.0.0.0:2281", withTLS, "--insecure"},
+		{"ZooKeeper over TLS on the network with --auth", "0.0.0.0:2281", withTLSAuth, ""},
+		{"ZooKeeper over TLS on the network with client certificates", "0.0.0.0:2281", withClientCA, ""},
+		{"ZooKeeper over TLS on the network, insecure", "0.0.0.0:2281", serveSecurity{tls: withTLS.tls, insecure: true}, ""},
+	} {
+		cfg := daemon.Config{Listen: "127.0.0.1:7070", ZkSecureListen: c.zk}
+		_, err := c.sec.configure(&cfg, nil)
+		if (err != nil) != (c.refused != "") || (err != nil && !strings.Contains(err.Error(), c.refused)) {
+			t.Errorf("%s: %v, want a refusal saying %q", c.name, err, c.refused)
+		}
+	}
 	// The command line: one line, exit 1, before anything starts.
 	res := run(t, "127.0.0.1:1", "serve", "--listen", "0.0.0.0:0", "--data-dir", filepath.Join(t.TempDir(), "d"))
 	if res.code != ExitError || strings.Count(res.stderr, "\n") != 1 || !strings.Contains(res.stderr, "refusing to serve") {

@@ -55,6 +55,8 @@ type serveOutput struct {
 	Etcd string `json:"etcd"`
 	// ZooKeeper is the ZooKeeper front's address (--zk-listen; "" none).
 	ZooKeeper string `json:"zookeeper"`
+	// ZooKeeperSecure is its TLS address (--zk-secure-listen; "" none).
+	ZooKeeperSecure string `json:"zookeeper_secure"`
 }
 
 // maxGroupCommitWait bounds --group-commit-wait: past a few milliseconds
@@ -78,8 +80,9 @@ func (a *app) serveCommand() *cobra.Command {
 		Long: `Run a single-node Tenure server with its state in --data-dir.
 
 Prints one line on stdout once it serves (with -o json: {"serving","node",
-"data_dir","http","etcd"}, http being the --http-listen address and etcd
-the --etcd-listen address, "" for none; the
+"data_dir","http","etcd","zookeeper","zookeeper_secure"}, http being the
+--http-listen address, etcd the --etcd-listen address, zookeeper and
+zookeeper_secure the --zk-listen and --zk-secure-listen ones, "" for none; the
 log's "serving" record names it too); the log (leadership changes, session expiries,
 lock-delays, membership changes, restores, storage errors; refusals for
 limits or rights at warn; raft's own warnings and errors) goes to stderr,
@@ -108,7 +111,7 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 					return err
 				}
 			}
-			if cfg.ZkListen != "" {
+			if cfg.ZkListen != "" || cfg.ZkSecureListen != "" {
 				if zkTick <= 0 {
 					return fmt.Errorf("--zk-tick-time must be positive, not %s", zkTick)
 				}
@@ -202,8 +205,8 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 				}
 				return err
 			}
-			out := serveOutput{Serving: d.Addr(), Node: cfg.NodeID, DataDir: cfg.DataDir, HTTP: d.HTTPAddr(), Etcd: d.EtcdAddr(), ZooKeeper: d.ZkAddr()}
-			logger.Info("serving", "listen", out.Serving, "http", out.HTTP, "etcd", out.Etcd, "zookeeper", out.ZooKeeper, "node", out.Node, "data_dir", out.DataDir)
+			out := serveOutput{Serving: d.Addr(), Node: cfg.NodeID, DataDir: cfg.DataDir, HTTP: d.HTTPAddr(), Etcd: d.EtcdAddr(), ZooKeeper: d.ZkAddr(), ZooKeeperSecure: d.ZkSecureAddr()}
+			logger.Info("serving", "listen", out.Serving, "http", out.HTTP, "etcd", out.Etcd, "zookeeper", out.ZooKeeper, "zookeeper_secure", out.ZooKeeperSecure, "node", out.Node, "data_dir", out.DataDir)
 			if err := a.emit(out, func(w io.Writer) {
 				fmt.Fprintf(w, "tenure: serving on %s (node %s, data %s)", out.Serving, out.Node, out.DataDir)
 				if out.Etcd != "" {
@@ -211,6 +214,9 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 				}
 				if out.ZooKeeper != "" {
 					fmt.Fprintf(w, "; ZooKeeper API on %s", out.ZooKeeper)
+				}
+				if out.ZooKeeperSecure != "" {
+					fmt.Fprintf(w, "; ZooKeeper API over TLS on %s", out.ZooKeeperSecure)
 				}
 				fmt.Fprintln(w)
 			}); err != nil {
@@ -234,7 +240,8 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 	f.StringVar(&compactionMode, "auto-compaction-mode", etcdapi.CompactionPeriodic, "etcd's automatic compaction of the history of past revisions, run by the leader: periodic or revision (docs/etcd.md)")
 	f.StringVar(&compactionRetention, "auto-compaction-retention", "0", "what automatic compaction keeps: with periodic a duration (1h, 30m) or a number of hours, with revision a number of revisions; 0: off (--max-kv-history-revisions and --max-kv-history-bytes bound the history anyway)")
 	f.StringVar(&cfg.ZkListen, "zk-listen", "", "also serve ZooKeeper's client protocol on this address (docs/zookeeper.md; empty: off)")
-	f.StringVar(&cfg.ZkAdvertise, "zk-advertise", "", "address the other members reach this node's ZooKeeper listener at, if not --zk-listen's")
+	f.StringVar(&cfg.ZkSecureListen, "zk-secure-listen", "", "also serve ZooKeeper's client protocol over TLS on this address (ZooKeeper's secureClientPort), with --tls-cert and --tls-key; with --tls-client-ca, client certificates are required and identify their callers (docs/zookeeper.md; empty: off)")
+	f.StringVar(&cfg.ZkAdvertise, "zk-advertise", "", "address the other members reach this node's --zk-listen at, if not --zk-listen's (followers relay over the peer port, and use it only with a leader of an older release)")
 	f.DurationVar(&zkTick, "zk-tick-time", 2*time.Second, "ZooKeeper's tickTime: the session timeouts a client may negotiate are 2 to 20 ticks, unless --zk-min-session-timeout or --zk-max-session-timeout say otherwise")
 	f.DurationVar(&cfg.ZkMinSessionTimeout, "zk-min-session-timeout", 0, "the shortest ZooKeeper session timeout a client may negotiate (default 2 × --zk-tick-time, at least 1s)")
 	f.DurationVar(&cfg.ZkMaxSessionTimeout, "zk-max-session-timeout", 0, "the longest ZooKeeper session timeout a client may negotiate (default 20 × --zk-tick-time, at most 1h)")
@@ -242,6 +249,7 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 	f.Int64Var(&cfg.ZkMaxWatchBytes, "zk-max-watch-bytes", zkapi.DefaultMaxWatchBytes, "bytes the watches of all ZooKeeper connections may hold together (each its path and 128 bytes)")
 	f.IntVar(&cfg.ZkMaxClientCnxns, "zk-max-client-cnxns", zkapi.DefaultMaxClientCnxns, "ZooKeeper connections one IP address may hold at once (ZooKeeper's maxClientCnxns; 0: no bound)")
 	f.DurationVar(&cfg.ZkContainerCheckInterval, "zk-container-check-interval", zkapi.DefaultContainerCheckInterval, "how often the leader removes the ZooKeeper containers left without children (ZooKeeper's znode.container.checkIntervalMs); a container that never had a child stays")
+	f.BoolVar(&cfg.ZkTTLNodes, "zk-ttl-nodes", false, "let ZooKeeper clients create TTL nodes (createTTL), as ZooKeeper's zookeeper.extendedTypesEnabled does; off, they are answered Unimplemented, as ZooKeeper answers them by default. Give it to every member: the leader's decides")
 	f.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "metrics, health and dashboard address (port 0 picks a free port; empty: none)")
 	f.BoolVar(&cfg.Pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http-listen (with --auth: to the management policy only)")
 	f.BoolVar(&cfg.MetricsPublic, "metrics-public", false, "with --auth, serve /metrics to callers without a credential too (otherwise it needs cluster read)")

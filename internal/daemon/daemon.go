@@ -129,6 +129,14 @@ type Config struct {
 	ZkMinSessionTimeout, ZkMaxSessionTimeout time.Duration
 	ZkMaxWatches                             int
 	ZkContainerCheckInterval                 time.Duration
+	// ZkTTLNodes lets ZooKeeper clients create TTL nodes
+	// (--zk-ttl-nodes; zkapi.Config.TTLNodes).
+	ZkTTLNodes bool
+	// ZkSecureListen, if set, serves ZooKeeper's client protocol over TLS
+	// there (ZooKeeper's secureClientPort), with TLS's certificate; its
+	// client CA, if any, then requires client certificates, which
+	// identify their callers. It needs TLS.
+	ZkSecureListen string
 	// ZkMaxWatchBytes bounds the watches of all ZooKeeper connections
 	// together, ZkMaxClientCnxns the connections from one IP address
 	// (zkapi.Config's; zero: zkapi's defaults, -1: no per-IP bound).
@@ -169,9 +177,10 @@ type Daemon struct {
 	etcdGS  *grpc.Server
 	etcdTLS *tls.Config
 	etcd    *etcdapi.Server
-	// zkLis and zk: the ZooKeeper front's listener and server, if any.
-	zkLis net.Listener
-	zk    *zkapi.Server
+	// zkLis, zkSecureLis and zk: the ZooKeeper front's listeners
+	// (plaintext, TLS; either may be nil) and server, if any.
+	zkLis, zkSecureLis net.Listener
+	zk                 *zkapi.Server
 	// conns bounds the connections of every listener (conns.go).
 	conns *connTable
 	// fwdLis and fwdGS: the forward door, where followers relay the
@@ -190,6 +199,9 @@ func Start(cfg Config) (*Daemon, error) {
 	if err := cfg.Limits.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.ZkSecureListen != "" && cfg.TLS == nil {
+		return nil, errors.New("--zk-secure-listen needs --tls-cert and --tls-key")
+	}
 	if cfg.EtcdListen != "" && cfg.TLS != nil && cfg.PeerListen != "" && cfg.PeerTLS == nil {
 		return nil, errors.New("--etcd-listen with --tls-cert in a cluster needs peer TLS (--peer-tls-cert, --peer-tls-key, --peer-tls-ca): followers forward etcd requests to the leader's etcd API with it")
 	}
@@ -205,7 +217,7 @@ func Start(cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	listeners := 1
-	for _, a := range []string{cfg.HTTPListen, cfg.EtcdListen, cfg.ZkListen} {
+	for _, a := range []string{cfg.HTTPListen, cfg.EtcdListen, cfg.ZkListen, cfg.ZkSecureListen} {
 		if a != "" {
 			listeners++
 		}
@@ -243,7 +255,7 @@ func Start(cfg Config) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	if cfg.ZkListen != "" {
+	if cfg.ZkListen != "" || cfg.ZkSecureListen != "" {
 		if err := d.listenZk(cfg, srv); err != nil {
 			lis.Close()
 			if d.etcdLis != nil {
@@ -261,9 +273,7 @@ func Start(cfg Config) (*Daemon, error) {
 			if d.etcdLis != nil {
 				d.etcdLis.Close()
 			}
-			if d.zkLis != nil {
-				d.zkLis.Close()
-			}
+			d.closeZkListeners()
 			n.Close()
 			return nil, err
 		}
@@ -271,29 +281,60 @@ func Start(cfg Config) (*Daemon, error) {
 	return d, nil
 }
 
-// listenZk opens the ZooKeeper front's listener.
+// listenZk opens the ZooKeeper front's listeners.
 func (d *Daemon) listenZk(cfg Config, srv *server.Server) error {
-	lis, err := net.Listen("tcp", cfg.ZkListen)
-	if err != nil {
-		return fmt.Errorf("listen on %s (--zk-listen): %w", cfg.ZkListen, err)
+	var advertise string
+	if cfg.ZkListen != "" {
+		lis, err := net.Listen("tcp", cfg.ZkListen)
+		if err != nil {
+			return fmt.Errorf("listen on %s (--zk-listen): %w", cfg.ZkListen, err)
+		}
+		advertise = cmp.Or(cfg.ZkAdvertise, clientAdvertise("", lis.Addr()))
+		d.zkLis = d.conns.wrap(lis)
 	}
-	advertise := cmp.Or(cfg.ZkAdvertise, clientAdvertise("", lis.Addr()))
+	if cfg.ZkSecureListen != "" {
+		lis, err := net.Listen("tcp", cfg.ZkSecureListen)
+		if err != nil {
+			d.closeZkListeners()
+			return fmt.Errorf("listen on %s (--zk-secure-listen): %w", cfg.ZkSecureListen, err)
+		}
+		// The client API's certificate, re-read as it changes; its client
+		// CA, if any, requires client certificates (tlsconfig).
+		d.zkSecureLis = tls.NewListener(d.conns.wrap(lis), cfg.TLS)
+	}
 	z, err := zkapi.New(srv, zkapi.Config{Advertise: advertise, MinSessionTimeout: cfg.ZkMinSessionTimeout, MaxSessionTimeout: cfg.ZkMaxSessionTimeout, MaxWatches: cfg.ZkMaxWatches,
-		ContainerCheckInterval: cfg.ZkContainerCheckInterval, MaxWatchBytes: cfg.ZkMaxWatchBytes, MaxClientCnxns: cfg.ZkMaxClientCnxns})
+		ContainerCheckInterval: cfg.ZkContainerCheckInterval, TTLNodes: cfg.ZkTTLNodes, MaxWatchBytes: cfg.ZkMaxWatchBytes, MaxClientCnxns: cfg.ZkMaxClientCnxns})
 	if err != nil {
-		lis.Close()
+		d.closeZkListeners()
 		return err
 	}
-	d.zkLis, d.zk = d.conns.wrap(lis), z
+	d.zk = z
 	return nil
 }
 
-// ZkAddr is the ZooKeeper front's address ("" when it is off).
+// closeZkListeners closes the ZooKeeper front's listeners.
+func (d *Daemon) closeZkListeners() {
+	for _, l := range []net.Listener{d.zkLis, d.zkSecureLis} {
+		if l != nil {
+			l.Close()
+		}
+	}
+}
+
+// ZkAddr is the ZooKeeper front's plaintext address ("" when it is off).
 func (d *Daemon) ZkAddr() string {
 	if d.zkLis == nil {
 		return ""
 	}
 	return d.zkLis.Addr().String()
+}
+
+// ZkSecureAddr is the ZooKeeper front's TLS address ("" when it is off).
+func (d *Daemon) ZkSecureAddr() string {
+	if d.zkSecureLis == nil {
+		return ""
+	}
+	return d.zkSecureLis.Addr().String()
 }
 
 // listenEtcd opens the etcd API's listener.
@@ -386,7 +427,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	if d.zk != nil {
 		wg.Add(1)
-		go func() { defer wg.Done(); errc <- d.zk.Serve(nctx, d.zkLis) }()
+		go func() { defer wg.Done(); errc <- d.zk.Serve(nctx, d.zkLis, d.zkSecureLis) }()
 	}
 	if d.etcdGS != nil {
 		wg.Add(2)

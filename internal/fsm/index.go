@@ -35,6 +35,7 @@ func (s *State) addSession(ss *session) {
 func (s *State) removeSession(ss *session) {
 	delete(s.sessions, ss.id)
 	s.sessionOrder.Delete(ss)
+	s.ttls.Delete(sessionTTL{id: ss.id})
 	if ss.etcdLease {
 		s.etcdLeases--
 	}

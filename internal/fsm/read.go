@@ -98,7 +98,7 @@ func (s *State) SessionsAfter(after uint64, maxNames int) iter.Seq[SessionView] 
 			return
 		}
 		s.sessionOrder.AscendGreaterOrEqual(&session{id: after + 1}, func(ss *session) bool {
-			v := SessionView{ID: ss.id, Owner: ss.owner, TTLMs: ss.ttlMs, Held: firstKeys(ss.held, maxNames), Waiting: firstKeys(ss.waits, maxNames), HeldCount: len(ss.held), WaitingCount: len(ss.waits)}
+			v := SessionView{ID: ss.id, Owner: ss.owner, TTLMs: s.ttlOf(ss), Held: firstKeys(ss.held, maxNames), Waiting: firstKeys(ss.waits, maxNames), HeldCount: len(ss.held), WaitingCount: len(ss.waits)}
 			return yield(v)
 		})
 	}
@@ -141,7 +141,7 @@ func (s *State) Session(id uint64) (ttlMs int64, ok bool) {
 	if !ok {
 		return 0, false
 	}
-	return ss.ttlMs, true
+	return s.ttlOf(ss), true
 }
 
 // Lock describes the named lock; an unknown lock is free.

@@ -15,7 +15,9 @@ import (
 //   - sessions: O(1), a copy-on-write clone of the ordered index. The
 //     fields a snapshot writes of a session (id, owner, TTL, secret hash,
 //     identity, etcd lease) never change once it is created, so reading
-//     them later races with nothing.
+//     them later races with nothing; a TTL that SetSessionTTL changed is
+//     kept by value in an index of its own, cloned the same way, and
+//     written as the session's TTL.
 //   - locks and registers: one walk of their ordered indexes (index.go),
 //     copying what a later Apply may change in place (holders, waiters,
 //     grant records, remembered operations) by value into a few flat
@@ -30,6 +32,7 @@ import (
 type coreCopy struct {
 	snap     *fsmpb.Snapshot // every field but sessions, locks and registers
 	sessions *btree.BTreeG[*session]
+	ttls     *btree.BTreeG[sessionTTL] // the TTLs SetSessionTTL changed
 
 	locks   []lockCopy
 	holders []grant   // of every lock, lock by lock, in grant order
@@ -67,16 +70,17 @@ type registerCopy struct {
 // copyCore takes a coreCopy. The caller holds the state lock for writing
 // (cloning marks the session index copy-on-write); the copy needs none.
 func (s *State) copyCore() *coreCopy {
-	return s.copyCoreWith(s.sessionOrder.Clone())
+	return s.copyCoreWith(s.sessionOrder.Clone(), s.ttls.Clone())
 }
 
-// copyCoreWith is copyCore with the session index to export: a clone of
-// s.sessionOrder, or the index itself if the copy is exported before the
-// state changes (exportCore).
-func (s *State) copyCoreWith(sessions *btree.BTreeG[*session]) *coreCopy {
+// copyCoreWith is copyCore with the session indexes to export: clones of
+// s.sessionOrder and s.ttls, or the indexes themselves if the copy is
+// exported before the state changes (exportCore).
+func (s *State) copyCoreWith(sessions *btree.BTreeG[*session], ttls *btree.BTreeG[sessionTTL]) *coreCopy {
 	c := &coreCopy{
 		snap:      &fsmpb.Snapshot{FormatVersion: s.ClusterVersion(), ClusterVersion: s.ClusterVersion(), Revision: s.revision, FenceFloor: s.fenceFloor, Retention: &fsmpb.Retention{LockHistory: uint32(s.historyLimit), RegisterOpMemory: uint32(s.opMemory)}, Limits: LimitsToProto(s.limits)},
 		sessions:  sessions,
+		ttls:      ttls,
 		locks:     make([]lockCopy, 0, s.lockOrder.Len()),
 		holders:   make([]grant, 0, s.lockOrder.Len()),
 		waiters:   make([]waiter, 0, s.waiting),
@@ -125,7 +129,7 @@ func (c *coreCopy) export() *fsmpb.Snapshot {
 		snap.Sessions = make([]*fsmpb.SessionState, 0, n)
 	}
 	c.sessions.Ascend(func(ss *session) bool {
-		snap.Sessions = append(snap.Sessions, &fsmpb.SessionState{Id: ss.id, Owner: ss.owner, TtlMs: ss.ttlMs, SecretHash: ss.secretHashBytes(), Identity: ss.identity, EtcdLease: ss.etcdLease})
+		snap.Sessions = append(snap.Sessions, &fsmpb.SessionState{Id: ss.id, Owner: ss.owner, TtlMs: ttlIn(c.ttls, ss), SecretHash: ss.secretHashBytes(), Identity: ss.identity, EtcdLease: ss.etcdLease})
 		return true
 	})
 	if len(c.locks) > 0 {

@@ -40,7 +40,7 @@ func exportQueues(snap *fsmpb.Snapshot, qs QueueSnapshot) {
 // coreCopy at once (FSM.Snapshot builds it outside the lock), so it
 // needs no clone of the session index.
 func (s *State) exportCore() *fsmpb.Snapshot {
-	return s.copyCoreWith(s.sessionOrder).export()
+	return s.copyCoreWith(s.sessionOrder, s.ttls).export()
 }
 
 // Import builds a state from a snapshot made by Export. The state may

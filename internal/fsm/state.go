@@ -193,6 +193,12 @@ type State struct {
 	// addSession and removeSession keep it), so that they have a limit
 	// of their own, apart from Tenure's sessions.
 	etcdLeases uint64
+	// ttls holds the TTLs that SetSessionTTL changed, by session: a
+	// session's own ttlMs never changes (a snapshot reads it after the
+	// state lock is released, snapcore.go), and this index of values is
+	// cloned copy-on-write with it (sessionttl.go). removeSession drops
+	// a session's entry.
+	ttls *btree.BTreeG[sessionTTL]
 	// clusterVersion is the replicated cluster version (version.go; 0
 	// reads as 1): which formats may be written, and which meaning the
 	// commands whose meaning changed have.
@@ -210,6 +216,7 @@ func NewState() *State {
 		limits:         DefaultLimits(),
 		sessions:       make(map[uint64]*session),
 		sessionOrder:   newSessionOrder(),
+		ttls:           newSessionTTLs(),
 		locks:          make(map[string]*lock),
 		lockOrder:      newLockOrder(),
 		registers:      make(map[string]*register),
@@ -313,6 +320,8 @@ func (s *State) Apply(cmd *fsmpb.Command, emit EventSink) Result {
 		r = s.zkTxn(op.ZkTxn, emit)
 	case *fsmpb.Command_ZkSetAddr:
 		r = s.setZkAddr(op.ZkSetAddr)
+	case *fsmpb.Command_SetSessionTtl:
+		r = s.setSessionTTL(op.SetSessionTtl, emit)
 	case *fsmpb.Command_Batch:
 		r.Batch = make([]Result, len(op.Batch.GetCommands()))
 		for i, c := range op.Batch.GetCommands() {

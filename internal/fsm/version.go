@@ -147,6 +147,12 @@ var Gates = []Gate{
 	{"tenure.fsm.v1.ZkCreate.data_null", 3},
 	{"tenure.fsm.v1.ZkSetData.data_null", 3},
 	{"tenure.fsm.v1.ZnodeState.data_null", 3},
+	{"tenure.fsm.v1.Command.set_session_ttl", 3},
+	{"tenure.fsm.v1.ZkCreate.ttl_ms", 3},
+	{"tenure.fsm.v1.ZkDelete.ttl", 3},
+	{"tenure.fsm.v1.ZkDelete.seen_mzxid", 3},
+	{"tenure.fsm.v1.ZkDelete.seen_cversion", 3},
+	{"tenure.fsm.v1.ZnodeState.ttl_ms", 3},
 }
 
 // gates is Gates by field; maxGate the newest version it names.

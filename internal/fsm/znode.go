@@ -39,7 +39,16 @@ const (
 	ZkPersistentSequential = 2
 	ZkEphemeralSequential  = 3
 	ZkContainer            = 4
+	// TTL nodes (ZooKeeper's createTTL): persistent nodes that the
+	// leader removes once they have no children and were not changed
+	// for their TTL.
+	ZkPersistentWithTTL           = 5
+	ZkPersistentSequentialWithTTL = 6
 )
+
+// MaxZnodeTTL is the longest TTL of a TTL node, ms: ZooKeeper's
+// EphemeralType.TTL.maxValue() (2^40 - 1, about 34 years).
+const MaxZnodeTTL = 1<<40 - 1
 
 // Limits of the znode tree. They are part of the replicated contract.
 const (
@@ -144,8 +153,9 @@ type znode struct {
 	// child; the stat reports 2*cversion - numChildren, the count of
 	// changes of children (DataNode.copyStat).
 	version, cversion, aversion int32
-	owner                       uint64 // the ephemeral owner's session (0: persistent, a container too)
+	owner                       uint64 // the ephemeral owner's session (0: persistent, a container or TTL node too)
 	container                   bool
+	ttl                         int64 // a TTL node's time to live, ms (0: not one)
 	children                    map[string]struct{}
 }
 
@@ -157,9 +167,10 @@ func (n *znode) shallow() *znode {
 	return &c
 }
 
-// stat is the node's stat with numChildren children. A container's
-// ephemeralOwner is 0, as ZooKeeper reports it (DataNode's
-// getClientEphemeralOwner).
+// stat is the node's stat with numChildren children. A container's and
+// a TTL node's ephemeralOwner is 0, as ZooKeeper reports them
+// (DataNode's getClientEphemeralOwner: its stored owner, which encodes
+// the TTL, never reaches a client).
 func (n *znode) stat(numChildren int) ZnodeStat {
 	return ZnodeStat{Czxid: n.czxid, Mzxid: n.mzxid, Pzxid: n.pzxid, Ctime: n.ctime, Mtime: n.mtime,
 		Version: n.version, Cversion: 2*n.cversion - int32(numChildren), Aversion: n.aversion, EphemeralOwner: n.owner,
@@ -174,8 +185,11 @@ type znodeStore struct {
 	// containers: the paths of the container znodes (ZooKeeper's
 	// DataTree.containers), which the leader's container check reads.
 	containers map[string]struct{}
-	bytes      uint64            // paths and data
-	addrs      map[string]string // member -> its ZooKeeper listener address
+	// ttls: the paths of the TTL znodes (DataTree.ttls), which the
+	// leader's container check reads too.
+	ttls  map[string]struct{}
+	bytes uint64            // paths and data
+	addrs map[string]string // member -> its ZooKeeper listener address
 }
 
 // openACL is ZooKeeper's OPEN_ACL_UNSAFE.
@@ -188,7 +202,8 @@ func openACL() []*fsmpb.ZnodeACL {
 // reports for them (no child created, so the root's reported cversion is
 // -1 and /zookeeper's -2; the config node's aversion -1).
 func newZnodeStore() znodeStore {
-	z := znodeStore{nodes: make(map[string]*znode), ephemerals: make(map[uint64]map[string]struct{}), containers: make(map[string]struct{})}
+	z := znodeStore{nodes: make(map[string]*znode), ephemerals: make(map[uint64]map[string]struct{}), containers: make(map[string]struct{}),
+		ttls: make(map[string]struct{})}
 	z.nodes["/"] = &znode{acl: openACL(), children: map[string]struct{}{"zookeeper": {}}}
 	z.nodes["/zookeeper"] = &znode{acl: openACL(), children: map[string]struct{}{"quota": {}, "config": {}}}
 	z.nodes["/zookeeper/quota"] = &znode{acl: openACL()}
@@ -321,6 +336,37 @@ func (s *State) ZnodeContainerCandidates(limit int) []string {
 		}
 	}
 	return out
+}
+
+// ZnodeTTLCandidate is a TTL node the leader's check found expired, with
+// what it read of it: the removal (ZkDelete.ttl) carries them, and the
+// state machine keeps the node if they changed since.
+type ZnodeTTLCandidate struct {
+	Path     string
+	Mzxid    uint64
+	Cversion int32 // the count of child creations, as stored
+}
+
+// ZnodeTTLCandidates is what ZooKeeper's container manager removes of the
+// TTL nodes: those with no children whose mtime is more than their TTL
+// before nowMs, in path order, at most limit of them.
+func (s *State) ZnodeTTLCandidates(nowMs int64, limit int) []ZnodeTTLCandidate {
+	var out []ZnodeTTLCandidate
+	for _, p := range slices.Sorted(maps.Keys(s.zk.ttls)) {
+		if len(out) >= limit {
+			break
+		}
+		if n := s.zk.nodes[p]; n != nil && len(n.children) == 0 && n.ttlExpired(nowMs) {
+			out = append(out, ZnodeTTLCandidate{Path: p, Mzxid: n.mzxid, Cversion: n.cversion})
+		}
+	}
+	return out
+}
+
+// ttlExpired reports whether n is a TTL node whose mtime is more than its
+// TTL before nowMs (ContainerManager: elapsed > ttl).
+func (n *znode) ttlExpired(nowMs int64) bool {
+	return n.ttl > 0 && nowMs-n.mtime > n.ttl
 }
 
 // ZnodeCount is how many znodes the tree holds.
@@ -512,6 +558,11 @@ func (o *zkOverlay) commit() {
 		} else {
 			s.zk.containers[p] = struct{}{}
 		}
+		if n == nil || n.ttl == 0 {
+			delete(s.zk.ttls, p)
+		} else {
+			s.zk.ttls[p] = struct{}{}
+		}
 		if n == nil {
 			delete(s.zk.nodes, p)
 			continue
@@ -680,6 +731,25 @@ func (o *zkOverlay) apply(op *fsmpb.ZkOp, c *fsmpb.ZkTxn, rev uint64) (ZkOpResul
 			o.remove(d.GetPath(), parentPath, name, n, rev)
 			return ZkOpResult{}, nil
 		}
+		if d.GetTtl() {
+			// The leader's removal of an expired TTL node: it goes only
+			// if it is as the leader read it (neither set nor given a
+			// child since: its mzxid and count of child creations), has
+			// no children, and its mtime is more than its TTL before the
+			// command's time. Neither ACL nor version is checked.
+			switch {
+			case n.ttl == 0:
+				return ZkOpResult{}, zkErr(ZkBadVersion, "%s is not a TTL node", d.GetPath())
+			case o.childCount(d.GetPath(), n) > 0:
+				return ZkOpResult{}, zkErr(ZkNotEmpty, "%s has children", d.GetPath())
+			case n.mzxid != d.GetSeenMzxid() || n.cversion != d.GetSeenCversion():
+				return ZkOpResult{}, zkErr(ZkBadVersion, "%s changed since the TTL check", d.GetPath())
+			case !n.ttlExpired(c.GetTimeMs()):
+				return ZkOpResult{}, zkErr(ZkBadVersion, "%s has not expired at %d", d.GetPath(), c.GetTimeMs())
+			}
+			o.remove(d.GetPath(), parentPath, name, n, rev)
+			return ZkOpResult{}, nil
+		}
 		if !ZkAllowed(parent.acl, ZkPermDelete, ids) {
 			return ZkOpResult{}, zkErr(ZkNoAuth, "%s", d.GetPath())
 		}
@@ -762,11 +832,19 @@ func (o *zkOverlay) apply(op *fsmpb.ZkOp, c *fsmpb.ZkTxn, rev uint64) (ZkOpResul
 
 func (o *zkOverlay) create(cr *fsmpb.ZkCreate, c *fsmpb.ZkTxn, rev uint64) (ZkOpResult, *ZkError) {
 	flags := cr.GetFlags()
-	if flags < ZkPersistent || flags > ZkContainer {
+	if flags < ZkPersistent || flags > ZkPersistentSequentialWithTTL {
 		return ZkOpResult{}, zkErr(ZkBadArguments, "create flags %d", flags)
 	}
+	// A TTL mode needs a TTL of 1 ms to MaxZnodeTTL, and only a TTL mode
+	// takes one (ZooKeeper's EphemeralType.validateTTL, checked first).
+	ttlMode := flags == ZkPersistentWithTTL || flags == ZkPersistentSequentialWithTTL
+	if ttl := cr.GetTtlMs(); ttlMode && (ttl <= 0 || ttl > MaxZnodeTTL) {
+		return ZkOpResult{}, zkErr(ZkBadArguments, "a TTL node's ttl is 1 to %d ms, not %d", int64(MaxZnodeTTL), ttl)
+	} else if !ttlMode && ttl != 0 {
+		return ZkOpResult{}, zkErr(ZkBadArguments, "create flags %d take no ttl", flags)
+	}
 	ephemeral := flags == ZkEphemeral || flags == ZkEphemeralSequential
-	sequential := flags == ZkPersistentSequential || flags == ZkEphemeralSequential
+	sequential := flags == ZkPersistentSequential || flags == ZkEphemeralSequential || flags == ZkPersistentSequentialWithTTL
 	if ephemeral && c.GetSession() == 0 {
 		return ZkOpResult{}, zkErr(ZkBadArguments, "an ephemeral node needs a session")
 	}
@@ -822,6 +900,9 @@ func (o *zkOverlay) create(cr *fsmpb.ZkCreate, c *fsmpb.ZkTxn, rev uint64) (ZkOp
 	p.pzxid = rev
 	n := &znode{data: append([]byte(nil), cr.GetData()...), acl: acl, czxid: rev, mzxid: rev, pzxid: rev,
 		ctime: c.GetTimeMs(), mtime: c.GetTimeMs(), container: flags == ZkContainer, dataNull: cr.GetDataNull() && len(cr.GetData()) == 0}
+	if ttlMode {
+		n.ttl = cr.GetTtlMs()
+	}
 	if ephemeral {
 		n.owner = c.GetSession()
 	}
@@ -889,7 +970,7 @@ func (s *State) exportZnodes(snap *fsmpb.Snapshot) {
 		n := s.zk.nodes[p]
 		snap.Znodes = append(snap.Znodes, &fsmpb.ZnodeState{Path: p, Data: n.data, Acl: n.acl, Czxid: n.czxid, Mzxid: n.mzxid, Pzxid: n.pzxid,
 			Ctime: n.ctime, Mtime: n.mtime, Version: n.version, Cversion: n.cversion, Aversion: n.aversion, EphemeralOwner: n.owner, Container: n.container,
-			DataNull: n.dataNull})
+			DataNull: n.dataNull, TtlMs: n.ttl})
 	}
 	snap.ZkAddrs = exportEtcdURLs(s.zk.addrs)
 }
@@ -900,7 +981,8 @@ func (s *State) importZnodes(snap *fsmpb.Snapshot) error {
 	if len(snap.GetZnodes()) == 0 {
 		return nil
 	}
-	z := znodeStore{nodes: make(map[string]*znode), ephemerals: make(map[uint64]map[string]struct{}), containers: make(map[string]struct{}), addrs: s.zk.addrs}
+	z := znodeStore{nodes: make(map[string]*znode), ephemerals: make(map[uint64]map[string]struct{}), containers: make(map[string]struct{}),
+		ttls: make(map[string]struct{}), addrs: s.zk.addrs}
 	for _, zs := range snap.GetZnodes() {
 		p := zs.GetPath()
 		if err := ValidateZnodePath(p); err != nil {
@@ -911,7 +993,10 @@ func (s *State) importZnodes(snap *fsmpb.Snapshot) error {
 		}
 		z.nodes[p] = &znode{data: zs.GetData(), acl: zs.GetAcl(), czxid: zs.GetCzxid(), mzxid: zs.GetMzxid(), pzxid: zs.GetPzxid(),
 			ctime: zs.GetCtime(), mtime: zs.GetMtime(), version: zs.GetVersion(), cversion: zs.GetCversion(), aversion: zs.GetAversion(),
-			owner: zs.GetEphemeralOwner(), container: zs.GetContainer(), dataNull: zs.GetDataNull() && len(zs.GetData()) == 0}
+			owner: zs.GetEphemeralOwner(), container: zs.GetContainer(), dataNull: zs.GetDataNull() && len(zs.GetData()) == 0, ttl: zs.GetTtlMs()}
+		if t := zs.GetTtlMs(); t != 0 && (t < 0 || t > MaxZnodeTTL || zs.GetEphemeralOwner() != 0 || zs.GetContainer()) {
+			return fmt.Errorf("snapshot: znode %q: a TTL of %d ms on a node that cannot have one", p, t)
+		}
 		z.bytes += uint64(len(p) + len(zs.GetData()))
 	}
 	if z.nodes["/"] == nil {
@@ -921,6 +1006,9 @@ func (s *State) importZnodes(snap *fsmpb.Snapshot) error {
 		n := z.nodes[p]
 		if n.container {
 			z.containers[p] = struct{}{}
+		}
+		if n.ttl != 0 {
+			z.ttls[p] = struct{}{}
 		}
 		if n.owner != 0 {
 			if _, ok := s.sessions[n.owner]; !ok {

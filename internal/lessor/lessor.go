@@ -260,6 +260,21 @@ func (l *Lessor) Observe(e fsm.Event) {
 		ttl := time.Duration(e.TTLMs) * time.Millisecond
 		l.addSessionLocked(e.Session, ttl, now.add(ttl))
 		l.poke()
+	case fsm.EventSessionTTL:
+		// Every keepalive from now on extends the session by its new
+		// TTL. The deadline it has moves only later: to one new TTL from
+		// now, as ZooKeeper's touch with the renegotiated timeout, if
+		// that is later; a shorter TTL first takes effect at the next
+		// keepalive (the one the ZooKeeper front makes as it answers the
+		// client the new TTL), so that no deadline a keepalive confirmed
+		// is cut short. (Only later: the heap's key, never later than the
+		// deadline, stays valid.)
+		if se := l.sessions[e.Session]; se != nil {
+			se.ttl = time.Duration(e.TTLMs) * time.Millisecond
+			if d := now.add(se.ttl); d > se.deadline && !se.expiring {
+				se.deadline = d
+			}
+		}
 	case fsm.EventSessionEnded:
 		if se := l.sessions[e.Session]; se != nil {
 			l.sessionQ.remove(se)
@@ -288,7 +303,8 @@ func (l *Lessor) beatLocked() tick {
 	return l.tickOf(now)
 }
 
-// KeepAlive extends a session's deadline to now + TTL and returns the TTL.
+// KeepAlive sets a session's deadline to now + its TTL (the one it was
+// created with, or the last SetSessionTTL's) and returns the TTL.
 // It fails with ErrNotLeader on a follower and fsm.ErrSessionNotFound for a
 // session that is unknown or already being expired.
 func (l *Lessor) KeepAlive(id uint64) (time.Duration, error) {
@@ -303,13 +319,12 @@ func (l *Lessor) KeepAlive(id uint64) (time.Duration, error) {
 		return 0, fsm.ErrSessionNotFound
 	}
 	e.deadline = now.add(e.ttl)
-	if e.allowance {
-		// Earlier than the promotion's allowance had it: the heap must
-		// bring it up by then.
-		e.allowance = false
-		if e.deadline < l.sessionQ.at(e) {
-			l.sessionQ.move(e, e.deadline)
-		}
+	e.allowance = false
+	if e.deadline < l.sessionQ.at(e) {
+		// Earlier than its heap key (a promotion's allowance, or a TTL
+		// that SetSessionTTL shortened had it): the heap must bring it
+		// up by then.
+		l.sessionQ.move(e, e.deadline)
 	}
 	return e.ttl, nil
 }

@@ -30,3 +30,6 @@ func (Faults) beforeReadRound(string) {}
 
 // appendHook: log appends go to the store at once.
 func (Faults) appendHook(string) func() { return nil }
+
+// refuseZkRelay: ZooKeeper relay connections are taken.
+func (Faults) refuseZkRelay() bool { return false }

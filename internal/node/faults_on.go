@@ -35,7 +35,12 @@ type Faults struct {
 	// log store (in raft's leader loop on a leader), with the node's id: a test holds it to
 	// stall the leader's appends.
 	BeforeAppend func(node string)
+	// RefuseZkRelay makes the node treat a ZooKeeper relay connection as
+	// a release without it does: raft closes it unanswered (zkrelay.go).
+	RefuseZkRelay bool
 }
+
+func (f Faults) refuseZkRelay() bool { return f.RefuseZkRelay }
 
 func (f Faults) beforeReadRound(node string) {
 	if f.BeforeReadRound != nil {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -28,9 +29,11 @@ import (
 // (peerid.go), nor a version probe (upgrade.go); after a handshake that
 // proves the dialer is a member of this cluster it carries HTTP/2 (gRPC)
 // and is handed to the listener ForwardListener returns, raft seeing the
-// connection end:
+// connection end. A connection whose first byte is zkRelayProto proves
+// the same, and carries ZooKeeper's protocol to the ZooKeeper front
+// (zkrelay.go):
 //
-//	dialer:   forwardProto, forwardVersion
+//	dialer:   forwardProto (or zkRelayProto), forwardVersion
 //	acceptor: a nonce of forwardNonceLen random bytes
 //	dialer:   len, node id, HMAC-SHA256 over the nonce and the node id,
 //	          keyed by one of the cluster's signing keys (which only
@@ -69,6 +72,12 @@ type forwardListener struct {
 	addr  net.Addr
 	conns chan net.Conn
 	done  chan struct{}
+	// bound is how many connections it holds open at once.
+	bound int
+	// served: someone takes its connections; until then the handshake
+	// is not answered, as a release without this kind of connection
+	// does not answer it (zkrelay.go).
+	served atomic.Bool
 
 	// mu guards open and closed, and orders hand against Close.
 	mu     sync.Mutex
@@ -76,8 +85,10 @@ type forwardListener struct {
 	closed bool
 }
 
-func newForwardListener(addr net.Addr) *forwardListener {
-	return &forwardListener{addr: addr, conns: make(chan net.Conn, 8), done: make(chan struct{})}
+// newForwardListener returns a listener holding at most bound connections
+// open, of which up to queue may wait to be accepted.
+func newForwardListener(addr net.Addr, bound, queue int) *forwardListener {
+	return &forwardListener{addr: addr, conns: make(chan net.Conn, queue), done: make(chan struct{}), bound: bound}
 }
 
 // Accept implements net.Listener.
@@ -113,10 +124,10 @@ func (l *forwardListener) Close() error {
 func (l *forwardListener) Addr() net.Addr { return l.addr }
 
 // hand gives the listener c, or closes it when the listener is closed,
-// full, or holds MaxForwardConns already.
+// full, or holds its bound already.
 func (l *forwardListener) hand(c net.Conn) {
 	l.mu.Lock()
-	if l.closed || l.open >= MaxForwardConns {
+	if l.closed || l.open >= l.bound {
 		l.mu.Unlock()
 		c.Close()
 		return
@@ -202,12 +213,13 @@ func (c *forwardConn) Read(b []byte) (int, error) {
 	if _, err := io.ReadFull(c.Conn, first[:]); err != nil {
 		return 0, err
 	}
-	if first[0] != forwardProto {
+	l := c.n.doorOf(first[0])
+	if l == nil {
 		b[0] = first[0]
 		return 1, nil
 	}
 	c.handed = true
-	if err := c.n.acceptForward(c.Conn); err != nil {
+	if err := c.n.acceptForward(c.Conn, l); err != nil {
 		c.n.cfg.Logger.Debug("forwarded API connection refused", "remote", c.Conn.RemoteAddr(), "err", err)
 		c.Conn.Close()
 	}
@@ -234,11 +246,31 @@ func forwardMAC(seed, nonce []byte, node string) []byte {
 	return h.Sum(nil)
 }
 
+// doorOf is the listener of the connections whose first byte is first,
+// nil for raft's (and the identity hello's, and a version probe's).
+func (n *Node) doorOf(first byte) *forwardListener {
+	switch first {
+	case forwardProto:
+		return n.fwd
+	case zkRelayProto:
+		if n.cfg.Faults.refuseZkRelay() {
+			return nil // as a release without it: raft closes the connection
+		}
+		return n.zkRelay
+	}
+	return nil
+}
+
 // acceptForward runs the acceptor's side of the handshake on c (its first
-// byte read) and hands c to the forward listener.
-func (n *Node) acceptForward(c net.Conn) error {
-	if n.fwd == nil {
+// byte read) and hands c to l.
+func (n *Node) acceptForward(c net.Conn, l *forwardListener) error {
+	if l == nil {
 		return errors.New("no forward listener")
+	}
+	if !l.served.Load() {
+		// Nobody takes this kind of connection here: closed unanswered,
+		// as a release that does not know it closes it.
+		return errors.New("this node does not serve this kind of connection")
 	}
 	_ = c.SetDeadline(time.Now().Add(peerHandshakeTimeout))
 	var version [1]byte
@@ -279,7 +311,7 @@ func (n *Node) acceptForward(c net.Conn) error {
 		return err
 	}
 	_ = c.SetDeadline(time.Time{})
-	n.fwd.hand(c)
+	l.hand(c)
 	return nil
 }
 
@@ -290,6 +322,13 @@ func (n *Node) acceptForward(c net.Conn) error {
 // refused the proof, and otherwise when id is not a member or cannot be
 // reached within ctx.
 func (n *Node) DialForward(ctx context.Context, id string) (net.Conn, error) {
+	return n.dialDoor(ctx, id, forwardProto)
+}
+
+// dialDoor opens a connection of kind proto (forwardProto, zkRelayProto)
+// to member id's peer listener and runs the dialer's side of the
+// handshake on it.
+func (n *Node) dialDoor(ctx context.Context, id string, proto byte) (net.Conn, error) {
 	if n.peerStream == nil {
 		return nil, ErrStandalone
 	}
@@ -325,7 +364,7 @@ func (n *Node) DialForward(ctx context.Context, id string) (net.Conn, error) {
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
 	defer stop()
 	_ = c.SetDeadline(deadline)
-	if err := n.forwardHello(c, seed); err != nil {
+	if err := n.forwardHello(c, seed, proto); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("%s at %s: %w", id, addr, err)
 	}
@@ -333,13 +372,17 @@ func (n *Node) DialForward(ctx context.Context, id string) (net.Conn, error) {
 	return c, nil
 }
 
-// forwardHello runs the dialer's side of the handshake on c.
-func (n *Node) forwardHello(c net.Conn, seed []byte) error {
-	if _, err := c.Write([]byte{forwardProto, forwardVersion}); err != nil {
+// forwardHello runs the dialer's side of the handshake of a connection
+// of kind proto on c.
+func (n *Node) forwardHello(c net.Conn, seed []byte, proto byte) error {
+	if _, err := c.Write([]byte{proto, forwardVersion}); err != nil {
 		return err
 	}
 	nonce := make([]byte, forwardNonceLen)
 	if _, err := io.ReadFull(c, nonce); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || isReset(err) {
+			return fmt.Errorf("%w: %v", ErrDoorUnsupported, err)
+		}
 		return err
 	}
 	msg := appendField(nil, []byte(n.cfg.NodeID))

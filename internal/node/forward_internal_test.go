@@ -11,7 +11,7 @@ import (
 // over, and closing one makes room again. After Close, Accept fails and
 // a connection handed over is closed.
 func TestForwardListenerBound(t *testing.T) {
-	l := newForwardListener(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1})
+	l := newForwardListener(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}, MaxForwardConns, 8)
 	var accepted []net.Conn
 	for i := range MaxForwardConns {
 		a, b := net.Pipe()

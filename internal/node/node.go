@@ -84,6 +84,9 @@ type Node struct {
 	// fwd takes the forwarded-API connections of the peer listener (nil
 	// standalone; forward.go).
 	fwd *forwardListener
+	// zkRelay takes the ZooKeeper relay connections of the peer listener
+	// (nil standalone; zkrelay.go).
+	zkRelay *forwardListener
 
 	proposals chan *proposal
 	slots     chan struct{}

@@ -73,6 +73,7 @@ func Open(cfg Config, sink fsm.EventSink) (_ *Node, err error) {
 		}
 		if n.fwd != nil {
 			n.fwd.Close()
+			n.zkRelay.Close()
 		}
 		stores.Close()
 	}()
@@ -255,7 +256,9 @@ func (n *Node) openTransport(logger hclog.Logger) (raft.ServerAddress, error) {
 	n.peerStream = stream
 	// A forwarded-API connection is taken out of raft's way next
 	// (forward.go).
-	n.fwd = newForwardListener(adv)
+	n.fwd = newForwardListener(adv, MaxForwardConns, 8)
+	n.fwd.served.Store(true)
+	n.zkRelay = newForwardListener(adv, MaxZkRelayConns, zkRelayQueue) // served once the ZooKeeper front asks for it (zkrelay.go)
 	nc.Stream = newIdentityStream(forwardStream{StreamLayer: stream, n: n}, n.ident, n.refusedPeer)
 	tcp := raft.NewNetworkTransportWithConfig(nc)
 	n.trans = tcp
@@ -407,6 +410,7 @@ func (n *Node) Close() error {
 		}
 		if n.fwd != nil {
 			n.fwd.Close()
+			n.zkRelay.Close()
 		}
 		n.probes.Wait()
 		if err := n.stores.Close(); err != nil && n.closeErr == nil {

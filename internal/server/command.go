@@ -110,6 +110,8 @@ func command(op any) (*fsmpb.Command, error) {
 		c.Op = &fsmpb.Command_ZkTxn{ZkTxn: o}
 	case ZkSetAddr:
 		c.Op = &fsmpb.Command_ZkSetAddr{ZkSetAddr: o.SetEtcdURL}
+	case *fsmpb.SetSessionTTL:
+		c.Op = &fsmpb.Command_SetSessionTtl{SetSessionTtl: o}
 	default:
 		return nil, fmt.Errorf("%w: %T", errNoCommand, op)
 	}

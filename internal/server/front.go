@@ -149,6 +149,8 @@ func (s *Server) admitFront(op any) error {
 		return s.admitFrontTxn(o, 0)
 	case *fsmpb.CreateSession, *fsmpb.CloseSession, *fsmpb.SetEtcdURL, *fsmpb.AclTokenUpdate, *fsmpb.KVHistoryCompact, *fsmpb.ZkTxn, ZkSetAddr:
 		return nil
+	case *fsmpb.SetSessionTTL:
+		return fsm.ValidateSessionTTL(o.GetSession(), o.GetTtlMs())
 	}
 	return fmt.Errorf("%w: %T is not an operation a front proposes", errNoCommand, op)
 }

@@ -61,8 +61,11 @@ func Go() string { return runtime.Version() }
 // max_kv_history_bytes, the snapshot's kv_history and kv_compact_revision),
 // nested transactions, keys that are not UTF-8 (key_bin) and values up
 // to 1.5 MiB, and ZooKeeper's znodes with the leader's removal of emptied
-// containers (ZkDelete.container) and null data (data_null; each command
-// and field is named in internal/fsm's Gates).
+// containers (ZkDelete.container), null data (data_null), TTL nodes
+// (ZkCreate.ttl_ms, ZnodeState.ttl_ms, and their removal: ZkDelete.ttl,
+// seen_mzxid, seen_cversion), and a session's TTL renegotiated by a
+// ZooKeeper client that resumes it (SetSessionTTL); each command and
+// field is named in internal/fsm's Gates.
 const (
 	// Protocol is the newest format version this build reads and writes.
 	Protocol uint32 = 3

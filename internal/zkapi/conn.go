@@ -3,6 +3,7 @@ package zkapi
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -28,10 +29,21 @@ var errConnLoss = errors.New("zookeeper: connection loss")
 type conn struct {
 	z  *Server
 	nc net.Conn
-	ip string
-	// member: the connection comes from a member's address (a
-	// follower's relay), exempt from the per-address bounds.
-	member bool
+	// remote and ip are the client's address and host (on the leader's
+	// side of a follower's relay, the client's as the follower names it).
+	remote, ip string
+	// x509 is ZooKeeper's x509 id of the client's verified certificate
+	// ("" none); certNames are its names, which identify the caller for
+	// Tenure's ACLs when it named no token (nil: no certificate).
+	x509      string
+	certNames []string
+	// relayed: a follower's relay over the peer port (upstream.go).
+	relayed bool
+	// member: the connection comes from a member (a follower's relay),
+	// exempt from the per-address bounds; countedIP: the address it
+	// counts against in z.perIP ("" none), guarded by z.mu.
+	member    bool
+	countedIP string
 
 	// Set by the handshake, then read only by serve.
 	session   uint64
@@ -80,13 +92,62 @@ type conn struct {
 }
 
 func newConn(z *Server, nc net.Conn) *conn {
-	ip := nc.RemoteAddr().String()
-	if h, _, err := net.SplitHostPort(ip); err == nil {
+	c := &conn{z: z, nc: nc, wake: make(chan struct{}, 1), written: make(chan struct{}, 1), done: make(chan struct{})}
+	c.setRemote(nc.RemoteAddr().String())
+	return c
+}
+
+// setRemote makes addr the client's address, and its host the
+// connection's ip id.
+func (c *conn) setRemote(addr string) {
+	ip := addr
+	if h, _, err := net.SplitHostPort(addr); err == nil {
 		ip = h
 	}
-	c := &conn{z: z, nc: nc, ip: ip, wake: make(chan struct{}, 1), written: make(chan struct{}, 1), done: make(chan struct{})}
+	c.remote, c.ip = addr, ip
 	c.ids = []*fsmpb.ZnodeACL{{Scheme: "ip", Id: ip}}
-	return c
+}
+
+// setCert gives the connection the identity of a verified client
+// certificate: ZooKeeper's x509 id (the subject, as RFC 2253 writes it,
+// as ZooKeeper's X509AuthenticationProvider names it) and the names
+// Tenure's ACLs bind (server.CertNamesOf).
+func (c *conn) setCert(x509ID string, names []string) {
+	if names == nil {
+		names = []string{}
+	}
+	c.x509, c.certNames = x509ID, names
+	if x509ID != "" { // before the ip id, as ZooKeeper lists them
+		c.ids = append([]*fsmpb.ZnodeACL{{Scheme: "x509", Id: x509ID}}, c.ids...)
+	}
+}
+
+// handshakeTimeout bounds a TLS handshake, a relay's preamble, and the
+// wait for a connection's first packet (a ConnectRequest or a
+// four-letter word), however slowly it comes: ZooKeeper's
+// zookeeper.nio.sessionlessCnxnTimeout (a variable for the tests).
+var handshakeTimeout = 10 * time.Second
+
+// tlsHandshake runs the TLS handshake of a connection of the secure
+// listener, within handshakeTimeout, and takes the identity of the
+// client certificate it verified.
+func (c *conn) tlsHandshake(ctx context.Context) error {
+	tc, ok := c.nc.(*tls.Conn)
+	if !ok {
+		return nil
+	}
+	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	defer cancel()
+	_ = tc.SetDeadline(time.Now().Add(handshakeTimeout))
+	if err := tc.HandshakeContext(hctx); err != nil {
+		return err
+	}
+	_ = tc.SetDeadline(time.Time{})
+	if st := tc.ConnectionState(); len(st.VerifiedChains) > 0 && len(st.VerifiedChains[0]) > 0 {
+		cert := st.VerifiedChains[0][0]
+		c.setCert(cert.Subject.String(), server.CertNamesOf(cert))
+	}
+	return nil
 }
 
 // close ends the connection now; it does not block.
@@ -304,15 +365,15 @@ func (c *conn) serve(ctx context.Context) {
 		_ = c.nc.SetReadDeadline(time.Now().Add(2 * c.timeout))
 		pkt, err := readPacket(c.nc, buf, MaxPacket)
 		if err != nil {
-			c.z.log.Debug("zookeeper connection ended", "remote", c.nc.RemoteAddr().String(), "session", c.session, "err", err)
+			c.z.log.Debug("zookeeper connection ended", "remote", c.remote, "session", c.session, "err", err)
 			return
 		}
 		buf = pkt
 		if err := c.request(ctx, pkt); err != nil {
 			if errors.Is(err, errTooLarge) {
-				c.z.log.Info("zookeeper connection closed: an answer would exceed jute.maxbuffer", "remote", c.nc.RemoteAddr().String(), "session", c.session, "op", c.cur.op)
+				c.z.log.Info("zookeeper connection closed: an answer would exceed jute.maxbuffer", "remote", c.remote, "session", c.session, "op", c.cur.op)
 			} else if !errors.Is(err, errClosing) {
-				c.z.log.Debug("zookeeper connection ended", "remote", c.nc.RemoteAddr().String(), "session", c.session, "err", err)
+				c.z.log.Debug("zookeeper connection ended", "remote", c.remote, "session", c.session, "err", err)
 			}
 			if errors.Is(err, errClosing) {
 				c.closeAfterWrite()
@@ -330,11 +391,6 @@ func (c *conn) serve(ctx context.Context) {
 		}
 	}
 }
-
-// handshakeTimeout bounds the wait for a new connection's first packet
-// (a ConnectRequest or a four-letter word), however slowly it comes:
-// ZooKeeper's zookeeper.nio.sessionlessCnxnTimeout.
-var handshakeTimeout = 10 * time.Second
 
 // errClosing: the session was closed; the answer is written, then the
 // connection closes.
@@ -362,14 +418,15 @@ func (c *conn) handshake(ctx context.Context, pkt []byte) bool {
 	}
 	leader := c.z.front.IsLeader()
 	if !leader {
-		addr := c.z.leaderAddr()
-		if addr == "" {
-			return false // no leader known: the client tries another member
-		}
-		up, cresp, err := dialUpstream(ctx, addr, req)
-		if err != nil {
-			c.z.log.Debug("zookeeper relay to the leader", "addr", addr, "err", err)
+		if c.relayed {
+			// Relayed to a member that no longer leads: not relayed
+			// again; the follower's client reconnects.
 			return false
+		}
+		up, cresp, err := c.dialLeader(ctx, req)
+		if err != nil {
+			c.z.log.Debug("zookeeper relay to the leader", "err", err)
+			return false // the client tries another member
 		}
 		c.up = up
 		cresp.hasReadOnly = req.hasReadOnly
@@ -387,7 +444,7 @@ func (c *conn) handshake(ctx context.Context, pkt []byte) bool {
 	if req.sessionID == 0 {
 		secret := newSecret()
 		ttl := c.z.negotiate(req.timeout)
-		res, err := c.z.front.Propose(ctx, &fsmpb.CreateSession{Owner: "zookeeper " + c.nc.RemoteAddr().String(), TtlMs: ttl, SecretHash: fsm.HashSecret(secret)})
+		res, err := c.z.front.Propose(ctx, &fsmpb.CreateSession{Owner: "zookeeper " + c.remote, TtlMs: ttl, SecretHash: fsm.HashSecret(secret)})
 		if err == nil {
 			err = res.Err
 		}
@@ -407,6 +464,13 @@ func (c *conn) handshake(ctx context.Context, pkt []byte) bool {
 		if cerr != nil {
 			return refuse()
 		}
+		if ttl, err = c.renegotiate(ctx, uint64(req.sessionID), ttl, req.timeout); err != nil {
+			if errors.Is(err, fsm.ErrSessionNotFound) {
+				return refuse()
+			}
+			c.z.log.Debug("zookeeper session timeout not renegotiated", "session", req.sessionID, "err", err)
+			return false
+		}
 		if _, err := c.z.front.KeepAlive(ctx, uint64(req.sessionID)); err != nil {
 			if errors.Is(err, fsm.ErrSessionNotFound) {
 				return refuse()
@@ -419,6 +483,31 @@ func (c *conn) handshake(ctx context.Context, pkt []byte) bool {
 	c.lastTouch = time.Now()
 	c.queue(resp.encode())
 	return true
+}
+
+// renegotiate gives a resumed session the timeout its client asks now,
+// clamped to the flags' bounds, as ZooKeeper does (its touchSession with
+// the reconnecting connection's timeout): when it differs from the
+// session's TTL (ttlMs), the leader commits SetSessionTTL, and the
+// session is timed, and answered, with it from then on. It returns the
+// session's TTL. Before cluster version 3 the session keeps its TTL, as
+// it did before SetSessionTTL existed.
+func (c *conn) renegotiate(ctx context.Context, id uint64, ttlMs int64, asked int32) (int64, error) {
+	want := c.z.negotiate(asked)
+	if want == ttlMs {
+		return ttlMs, nil
+	}
+	res, err := c.z.front.Propose(ctx, &fsmpb.SetSessionTTL{Session: id, TtlMs: want})
+	if err == nil {
+		err = res.Err
+	}
+	switch {
+	case errors.Is(err, fsm.ErrVersion):
+		return ttlMs, nil
+	case err != nil:
+		return 0, err
+	}
+	return want, nil
 }
 
 // waitFed waits until the watches were fed revision rev.

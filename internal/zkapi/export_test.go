@@ -2,8 +2,9 @@ package zkapi
 
 import "time"
 
-// SetHandshakeTimeout sets how long a new connection may take to send
-// its first packet, until the returned func restores it.
+// SetHandshakeTimeout sets the bound of a TLS handshake and of a
+// connection's first packet for a test; the returned function restores
+// it.
 func SetHandshakeTimeout(d time.Duration) (restore func()) {
 	old := handshakeTimeout
 	handshakeTimeout = d

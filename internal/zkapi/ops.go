@@ -85,21 +85,27 @@ func zkRight(path string, write bool) server.Right {
 }
 
 // allowed checks the Tenure rights of the request's paths when the ACLs
-// are enforced: an anonymous client (no addAuth with a token) or a token
-// without the right is refused with NoAuth, as ZooKeeper refuses a
-// client its ACLs do not name.
+// are enforced: an anonymous client (no addAuth with a token, no
+// verified client certificate) or a caller without the right is refused
+// with NoAuth, as ZooKeeper refuses a client its ACLs do not name. A
+// token named by addAuth takes precedence over a certificate.
 func (c *conn) allowed(method string, write bool, paths ...string) bool {
 	if !c.z.srv.AuthEnforced() {
 		return true
 	}
-	if !c.hasToken {
+	sec := c.z.front.Security()
+	caller := c.caller
+	switch {
+	case c.hasToken:
+	case c.certNames != nil: // a verified client certificate, as on Tenure's API
+		caller = c.z.srv.ResolveCaller(context.Background(), sec, "", false, c.certNames)
+	default:
 		return false
 	}
-	sec := c.z.front.Security()
 	for _, p := range paths {
 		r := zkRight(p, write)
-		if _, ok := c.z.srv.Missing(c.caller, sec, r); !ok {
-			_ = c.z.srv.Denied(c.caller, "zookeeper/"+method, r)
+		if _, ok := c.z.srv.Missing(caller, sec, r); !ok {
+			_ = c.z.srv.Denied(caller, "zookeeper/"+method, r)
 			return false
 		}
 	}
@@ -125,9 +131,10 @@ type op struct {
 	zk  *fsmpb.ZkOp
 }
 
-// decodeWrite decodes the body of a write request of type typ.
+// decodeWrite decodes the body of a write request of type typ, TTL
+// nodes allowed.
 func decodeWrite(typ int32, d *decoder) (*fsmpb.ZkOp, fsm.ZkCode) {
-	return decodeWriteIn(typ, d, false)
+	return decodeWriteIn(typ, d, false, true)
 }
 
 // multiCreateType is the type of a create op of a multi: ZooKeeper
@@ -135,15 +142,36 @@ func decodeWrite(typ int32, d *decoder) (*fsmpb.ZkOp, fsm.ZkCode) {
 // and types the op by its flags, so a create2 answers as a create (the
 // path alone) and a container as a create2 (path and stat).
 func multiCreateType(flags int32) int32 {
-	if flags == fsm.ZkContainer {
+	switch {
+	case flags == fsm.ZkContainer:
 		return opCreateContainer
+	case isTTLMode(flags):
+		return opCreateTTL
 	}
 	return opCreate
 }
 
+// isTTLMode reports whether create flags are a TTL node's (CreateMode's
+// isTTL).
+func isTTLMode(flags int32) bool {
+	return flags == fsm.ZkPersistentWithTTL || flags == fsm.ZkPersistentSequentialWithTTL
+}
+
 // decodeWriteIn decodes a write op; inMulti: an op of a multi, whose
-// create ops are typed by their flags (multiCreateType).
-func decodeWriteIn(typ int32, d *decoder, inMulti bool) (*fsmpb.ZkOp, fsm.ZkCode) {
+// create ops are typed by their flags (multiCreateType); ttlNodes: TTL
+// nodes are on (--zk-ttl-nodes), as ZooKeeper's
+// zookeeper.extendedTypesEnabled turns them on.
+//
+// A TTL create mode (5, 6) is answered Unimplemented while TTL nodes are
+// off (PrepRequestProcessor.validateCreateRequest, before anything else).
+// Only createTTL carries a ttl: a TTL mode in any other create is
+// BadArguments (the state machine finds no ttl), as is a createTTL with
+// another mode, as ZooKeeper's EphemeralType.validateTTL refuses them.
+// In a multi, ZooKeeper 3.8 reads a createTTL op with another mode as a
+// plain create (MultiOperationRecord: the ttl is dropped), and fails a
+// multi whose create, create2 or createContainer op has a TTL mode as a
+// whole, with MarshallingError: so does this.
+func decodeWriteIn(typ int32, d *decoder, inMulti, ttlNodes bool) (*fsmpb.ZkOp, fsm.ZkCode) {
 	switch typ {
 	case opCreate, opCreate2, opCreateContainer, opCreateTTL:
 		cr := &fsmpb.ZkCreate{Path: d.string()}
@@ -152,9 +180,20 @@ func decodeWriteIn(typ int32, d *decoder, inMulti bool) (*fsmpb.ZkOp, fsm.ZkCode
 			cr.Acl = append(cr.Acl, &fsmpb.ZnodeACL{Perms: a.perms, Scheme: a.scheme, Id: a.id})
 		}
 		cr.Flags = d.int()
+		ttlMode := isTTLMode(cr.Flags)
 		if typ == opCreateTTL {
-			_ = d.long()
-			return nil, fsm.ZkUnimplemented // TTL nodes, off by default in ZooKeeper too
+			ttl := d.long()
+			switch {
+			case ttlMode:
+				cr.TtlMs = ttl
+			case !inMulti:
+				return nil, fsm.ZkBadArguments
+			}
+		} else if ttlMode && inMulti {
+			return nil, codeMarshalling
+		}
+		if ttlMode && !ttlNodes {
+			return nil, fsm.ZkUnimplemented // TTL nodes are off, as ZooKeeper's by default
 		}
 		if inMulti {
 			return &fsmpb.ZkOp{Op: &fsmpb.ZkOp_Create{Create: cr}}, fsm.ZkOK
@@ -229,7 +268,7 @@ func (c *conn) write(ctx context.Context, h requestHeader, body []byte) error {
 			if i >= fsm.MaxZkOps {
 				return c.answerAt(ctx, 0, h.xid, fsm.ZkBadArguments, nil)
 			}
-			zo, code := decodeWriteIn(typ, &d, true)
+			zo, code := decodeWriteIn(typ, &d, true, c.z.cfg.TTLNodes)
 			if d.err != nil {
 				return errBadPacket
 			}
@@ -242,7 +281,7 @@ func (c *conn) write(ctx context.Context, h requestHeader, body []byte) error {
 			ops = append(ops, op{typ: typ, zk: zo})
 		}
 	} else {
-		zo, code := decodeWrite(h.op, &d)
+		zo, code := decodeWriteIn(h.op, &d, false, c.z.cfg.TTLNodes)
 		if d.err != nil {
 			return errBadPacket
 		}
@@ -293,7 +332,7 @@ func (c *conn) write(ctx context.Context, h requestHeader, body []byte) error {
 		switch h.op {
 		case opCreate:
 			e.string(r.Path)
-		case opCreate2, opCreateContainer:
+		case opCreate2, opCreateContainer, opCreateTTL:
 			e.string(r.Path)
 			e.stat(wireStat(r.Stat))
 		case opSetData, opSetACL:

@@ -20,11 +20,16 @@
 //
 // Every member serves: reads and watches from its applied state, writes,
 // pings, session creation and closing and sync on the leader. A follower
-// relays those to the leader's ZooKeeper listener over a connection of
-// its own per client connection, as a client of the same session
-// (upstream.go); when that connection breaks, or this node loses its
-// leader, the client's connection is closed and the client, seeing
-// ConnectionLoss, reconnects with its session.
+// relays those to the leader's ZooKeeper front over a connection of its
+// own per client connection, as a client of the same session, over the
+// peer port (upstream.go); when that connection breaks, or this node
+// loses its leader, the client's connection is closed and the client,
+// seeing ConnectionLoss, reconnects with its session.
+//
+// Clients connect in plaintext (--zk-listen) or over TLS
+// (--zk-secure-listen, ZooKeeper's secureClientPort); a verified client
+// certificate is the connection's x509 id and, as on Tenure's API, its
+// caller for Tenure's ACLs.
 //
 // Requests of a connection are served one at a time, in order; a watch
 // event is queued before the answer of any read that sees its change
@@ -87,8 +92,9 @@ const (
 // Config configures the ZooKeeper front.
 type Config struct {
 	// Advertise is the address (host:port) the other members reach this
-	// node's ZooKeeper listener at; the leader publishes it, followers
-	// relay to it.
+	// node's plaintext ZooKeeper listener at; the leader publishes it, and
+	// a follower relays to it when the leader does not take relay
+	// connections over the peer port (an older release). "": none.
 	Advertise string
 	// MinSessionTimeout and MaxSessionTimeout bound a negotiated session
 	// timeout (ZooKeeper's minSessionTimeout and maxSessionTimeout);
@@ -105,9 +111,17 @@ type Config struct {
 	// bound (ZooKeeper's 0).
 	MaxClientCnxns int
 	// ContainerCheckInterval is how often the leader removes the
-	// containers that have no children and had one once (ZooKeeper's
-	// container manager); zero: DefaultContainerCheckInterval.
+	// containers that have no children and had one once, and the TTL
+	// nodes that have no children and were not changed for their TTL
+	// (ZooKeeper's container manager); zero:
+	// DefaultContainerCheckInterval.
 	ContainerCheckInterval time.Duration
+	// TTLNodes lets clients create TTL nodes (createTTL, create modes 5
+	// and 6), as ZooKeeper's zookeeper.extendedTypesEnabled does; off,
+	// they are answered Unimplemented, as ZooKeeper answers them by
+	// default. The leader's flag decides (followers relay writes to it);
+	// TTL nodes that exist are removed when they expire either way.
+	TTLNodes bool
 	// Logger receives the front's log; nil: the server's.
 	Logger *slog.Logger
 }
@@ -120,6 +134,9 @@ type Server struct {
 	cfg   Config
 	log   *slog.Logger
 	w     *watches
+	// relayLis takes the relay connections followers open over the peer
+	// port (nil standalone), from New on: they wait for Serve.
+	relayLis net.Listener
 
 	// mu guards conns, perIP, created, createdPerIP, members, sessions
 	// and closed.
@@ -140,9 +157,17 @@ type Server struct {
 
 	// queued counts the bytes queued to every connection (conn.queue).
 	queued atomic.Int64
+
+	// relayMu guards relayRefused: the leaders that refused a relay
+	// connection over the peer port, and until when they are reached at
+	// their published address instead (upstream.go).
+	relayMu      sync.Mutex
+	relayRefused map[string]time.Time
 }
 
-// New returns the ZooKeeper front of srv. It serves once Serve is called.
+// New returns the ZooKeeper front of srv. It serves once Serve is called;
+// from New on, the relay connections followers open to this node over
+// the peer port are taken, and wait for Serve.
 func New(srv *server.Server, cfg Config) (*Server, error) {
 	if cfg.MinSessionTimeout == 0 {
 		cfg.MinSessionTimeout = DefaultMinSessionTimeout
@@ -172,8 +197,9 @@ func New(srv *server.Server, cfg Config) (*Server, error) {
 	front := srv.Front()
 	z := &Server{srv: srv, front: front, cfg: cfg, log: cmpLogger(cfg.Logger, front.Logger()), w: newWatches(cfg.MaxWatchBytes),
 		conns: map[*conn]struct{}{}, perIP: map[string]int{}, created: map[uint64]string{}, createdPerIP: map[string]int{},
-		sessions: map[uint64]map[*conn]struct{}{}}
+		sessions: map[uint64]map[*conn]struct{}{}, relayRefused: map[string]time.Time{}}
 	z.w.ended = z.sessionEnded
+	z.relayLis = front.ZkRelayListener()
 	front.OnZnodeEvents(z.w.event)
 	var rev uint64
 	front.Read(func(st *fsm.State) { rev = st.Revision() })
@@ -190,9 +216,12 @@ func cmpLogger(a, b *slog.Logger) *slog.Logger {
 	return b
 }
 
-// Serve accepts ZooKeeper clients on lis until it is closed or ctx ends;
-// it publishes this node's address while it leads.
-func (z *Server) Serve(ctx context.Context, lis net.Listener) error {
+// Serve accepts ZooKeeper clients on lis (plaintext) and secure (a TLS
+// listener, tls.NewListener), either of which may be nil, and the
+// connections followers relay to this node over the peer port, until
+// ctx ends or a listener fails; it publishes this node's plaintext
+// address while it leads.
+func (z *Server) Serve(ctx context.Context, lis, secure net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	z.wg.Add(3)
@@ -208,8 +237,41 @@ func (z *Server) Serve(ctx context.Context, lis net.Listener) error {
 		defer z.wg.Done()
 		z.removeContainers(ctx)
 	}()
-	go func() {
-		<-ctx.Done()
+	type door struct {
+		lis   net.Listener
+		relay bool
+	}
+	var doors []door
+	for _, l := range []net.Listener{lis, secure} {
+		if l != nil {
+			doors = append(doors, door{lis: l})
+		}
+	}
+	if z.relayLis != nil {
+		doors = append(doors, door{lis: z.relayLis, relay: true})
+	}
+	errc := make(chan error, len(doors))
+	for _, d := range doors {
+		go func() { errc <- z.accept(ctx, d.lis, d.relay) }()
+	}
+	var err error
+	for range doors {
+		e := <-errc
+		if err == nil && e != nil {
+			err = e
+		}
+		cancel() // one door failed or ctx ended: all close
+	}
+	return err
+}
+
+// accept serves lis's connections until it is closed or ctx ends; relay:
+// they are followers' relays, each starting with a preamble that names
+// its client (upstream.go).
+func (z *Server) accept(ctx context.Context, lis net.Listener, relay bool) error {
+	stop := context.AfterFunc(ctx, func() { lis.Close() })
+	defer func() {
+		stop()
 		lis.Close()
 	}()
 	for {
@@ -221,25 +283,42 @@ func (z *Server) Serve(ctx context.Context, lis net.Listener) error {
 			return err
 		}
 		c := newConn(z, nc)
-		c.member = z.isMember(c.ip)
+		// A relay over the peer port comes from a member that proved
+		// itself; one by a member's published address from its host.
+		c.member = relay || z.isMember(c.ip)
 		z.mu.Lock()
 		if z.closed {
 			z.mu.Unlock()
 			nc.Close()
 			return nil
 		}
-		if n := z.perIP[c.ip]; z.cfg.MaxClientCnxns > 0 && n >= z.cfg.MaxClientCnxns && !c.member {
-			z.mu.Unlock()
-			nc.Close()
-			z.srv.Answered("zk.connect", status.Errorf(codes.ResourceExhausted, "too many connections from %s - max is %d (--zk-max-client-cnxns)", c.ip, n), true, 0)
-			continue
+		if !c.member {
+			if n := z.perIP[c.ip]; z.cfg.MaxClientCnxns > 0 && n >= z.cfg.MaxClientCnxns {
+				z.mu.Unlock()
+				nc.Close()
+				z.srv.Answered("zk.connect", status.Errorf(codes.ResourceExhausted, "too many connections from %s - max is %d (--zk-max-client-cnxns)", c.ip, n), true, 0)
+				continue
+			}
+			z.perIP[c.ip]++
+			c.countedIP = c.ip
 		}
-		z.perIP[c.ip]++
 		z.conns[c] = struct{}{}
 		z.wg.Add(1)
 		z.mu.Unlock()
 		go func() {
 			defer z.wg.Done()
+			var err error
+			if relay {
+				err = c.readPreamble()
+			} else {
+				err = c.tlsHandshake(ctx)
+			}
+			if err != nil {
+				z.log.Debug("zookeeper connection refused", "remote", c.remote, "relay", relay, "err", err)
+				c.close()
+				z.detach(c)
+				return
+			}
 			c.serve(ctx)
 		}()
 	}
@@ -275,8 +354,11 @@ func (z *Server) detach(c *conn) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	delete(z.conns, c)
-	if z.perIP[c.ip]--; z.perIP[c.ip] <= 0 {
-		delete(z.perIP, c.ip)
+	if ip := c.countedIP; ip != "" {
+		c.countedIP = ""
+		if z.perIP[ip]--; z.perIP[ip] <= 0 {
+			delete(z.perIP, ip)
+		}
 	}
 	if set := z.sessions[c.session]; set != nil {
 		delete(set, c)
@@ -458,11 +540,15 @@ func (z *Server) publish(ctx context.Context) {
 // removeContainers is ZooKeeper's container manager: while this node
 // leads, every ContainerCheckInterval it proposes the removal of each
 // container that has no children and had one once, one command each
-// (ZkDelete.container), at most ContainerMaxPerMinute a minute. A
-// container that got a child since it was read is left by the state
-// machine (NotEmpty), as ZooKeeper's deleteContainer leaves it; so is
-// everything when leadership moves (the new leader checks on its own
-// interval).
+// (ZkDelete.container), then of each TTL node that has no children and
+// whose mtime is more than its TTL before now (ZkDelete.ttl), at most
+// ContainerMaxPerMinute a minute together. A container that got a child
+// since it was read is left by the state machine (NotEmpty), as
+// ZooKeeper's deleteContainer leaves it; a TTL node that was set or got a
+// child since it was read, or has not expired at the command's time, is
+// left too (the command carries what the check read and this node's
+// clock); so is everything when leadership moves (the new leader checks
+// on its own interval).
 func (z *Server) removeContainers(ctx context.Context) {
 	every := z.cfg.ContainerCheckInterval
 	perRound := max(1, min(ContainerMaxPerMinute, int(int64(ContainerMaxPerMinute)*int64(every)/int64(time.Minute))))
@@ -477,24 +563,32 @@ func (z *Server) removeContainers(ctx context.Context) {
 		if !z.front.CaughtUpLeader() {
 			continue
 		}
-		var paths []string
+		var txns []*fsmpb.ZkTxn
+		now := time.Now().UnixMilli()
 		z.front.Read(func(st *fsm.State) {
-			if st.ClusterVersion() >= 3 {
-				paths = st.ZnodeContainerCandidates(perRound)
+			if st.ClusterVersion() < 3 {
+				return
+			}
+			for _, p := range st.ZnodeContainerCandidates(perRound) {
+				txns = append(txns, &fsmpb.ZkTxn{Ops: []*fsmpb.ZkOp{{Op: &fsmpb.ZkOp_Delete{
+					Delete: &fsmpb.ZkDelete{Path: p, Version: -1, Container: true}}}}})
+			}
+			for _, c := range st.ZnodeTTLCandidates(now, perRound-len(txns)) {
+				txns = append(txns, &fsmpb.ZkTxn{TimeMs: now, Ops: []*fsmpb.ZkOp{{Op: &fsmpb.ZkOp_Delete{
+					Delete: &fsmpb.ZkDelete{Path: c.Path, Version: -1, Ttl: true, SeenMzxid: c.Mzxid, SeenCversion: c.Cversion}}}}})
 			}
 		})
-		for _, p := range paths {
+		for _, txn := range txns {
 			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			res, err := z.front.Propose(pctx, &fsmpb.ZkTxn{Ops: []*fsmpb.ZkOp{{Op: &fsmpb.ZkOp_Delete{
-				Delete: &fsmpb.ZkDelete{Path: p, Version: -1, Container: true}}}}})
+			res, err := z.front.Propose(pctx, txn)
 			cancel()
 			if res.Err != nil {
-				z.log.Debug("container left", "path", p, "err", res.Err)
+				z.log.Debug("container or TTL node left", "path", txn.GetOps()[0].GetDelete().GetPath(), "err", res.Err)
 				continue
 			}
 			if err != nil {
 				if ctx.Err() == nil {
-					z.log.Debug("removing emptied containers", "err", err)
+					z.log.Debug("removing emptied containers and expired TTL nodes", "err", err)
 				}
 				break
 			}

@@ -23,6 +23,7 @@ import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
 import org.apache.curator.framework.recipes.locks.Lease;
+import org.apache.curator.framework.recipes.nodes.PersistentTtlNode;
 import org.apache.curator.framework.recipes.queue.DistributedQueue;
 import org.apache.curator.framework.recipes.queue.QueueBuilder;
 import org.apache.curator.framework.recipes.queue.QueueConsumer;
@@ -31,9 +32,12 @@ import org.apache.curator.framework.recipes.shared.SharedCount;
 import org.apache.curator.framework.recipes.shared.SharedCountListener;
 import org.apache.curator.framework.recipes.shared.SharedCountReader;
 import org.apache.curator.framework.recipes.shared.VersionedValue;
+import org.apache.curator.framework.api.transaction.CuratorTransactionResult;
 import org.apache.curator.framework.state.ConnectionState;
 import org.apache.curator.retry.ExponentialBackoffRetry;
+import org.apache.zookeeper.CreateMode;
 import org.apache.zookeeper.KeeperException;
+import org.apache.zookeeper.data.Stat;
 
 /**
  * Curator 5.4's recipes, run unmodified against a ZooKeeper server.
@@ -67,6 +71,8 @@ public final class Recipes {
                 case "shared-count": sharedCount(); break;
                 case "path-children-cache": pathChildrenCache(); break;
                 case "curator-cache": curatorCache(); break;
+                case "ttl": ttl(); break;
+                case "persistent-ttl-node": persistentTtlNode(); break;
                 default: throw new IllegalArgumentException("no case " + kase);
             }
             System.out.println("ok");
@@ -369,5 +375,64 @@ public final class Recipes {
         waitUntil(() -> cc.contains("delete /x") && cc.contains("delete /x/deep"), "saw /x deleted: " + cc);
         check(tree.get(path + "/before").isPresent() && !tree.get(path + "/x").isPresent(), "CuratorCache contents");
         tree.close();
+    }
+
+    static boolean exists(CuratorFramework c, String path) {
+        try {
+            return c.checkExists().forPath(path) != null;
+        } catch (Exception e) {
+            throw new RuntimeException(e);
+        }
+    }
+
+    /**
+     * TTL nodes: create().withTtl() with PERSISTENT_WITH_TTL and
+     * PERSISTENT_SEQUENTIAL_WITH_TTL, in a transaction too; ephemeralOwner
+     * 0; the short-lived ones removed by the server, the long-lived one kept.
+     */
+    static void ttl() throws Exception {
+        CuratorFramework c = client();
+        c.create().creatingParentsIfNeeded().forPath(root);
+        String longPath = c.create().withTtl(600000).withMode(CreateMode.PERSISTENT_WITH_TTL)
+            .forPath(root + "/long", "v".getBytes(StandardCharsets.UTF_8));
+        check(longPath.equals(root + "/long"), "created " + longPath);
+        Stat st = c.checkExists().forPath(longPath);
+        check(st != null && st.getEphemeralOwner() == 0, "a TTL node's ephemeralOwner is 0: " + st);
+        String seq = c.create().withTtl(500).withMode(CreateMode.PERSISTENT_SEQUENTIAL_WITH_TTL)
+            .forPath(root + "/short-", "s".getBytes(StandardCharsets.UTF_8));
+        check(seq.matches(java.util.regex.Pattern.quote(root + "/short-") + "[0-9]{10}"), "sequential TTL node " + seq);
+        List<CuratorTransactionResult> res = c.transaction().forOperations(
+            c.transactionOp().create().withTtl(500).withMode(CreateMode.PERSISTENT_WITH_TTL)
+                .forPath(root + "/tx", "t".getBytes(StandardCharsets.UTF_8)),
+            c.transactionOp().check().forPath(longPath));
+        // (Curator reports no result path for a createTTL of a transaction.)
+        check(res.size() == 2 && res.get(0).getForPath().equals(root + "/tx"), "transaction results " + res);
+        check(new String(c.getData().forPath(seq), StandardCharsets.UTF_8).equals("s"), "data of " + seq);
+        waitUntil(() -> !exists(c, seq) && !exists(c, root + "/tx"), "the short-lived TTL nodes removed");
+        check(exists(c, longPath), "the long-lived TTL node stays");
+    }
+
+    /**
+     * PersistentTtlNode keeps its node past several TTLs; closed, the node
+     * goes (its TTL child expires, then the emptied container).
+     */
+    static void persistentTtlNode() throws Exception {
+        CuratorFramework c = client();
+        c.create().creatingParentsIfNeeded().forPath(root);
+        String path = root + "/node";
+        long ttlMs = 1000;
+        PersistentTtlNode n = new PersistentTtlNode(c, path, ttlMs, "data".getBytes(StandardCharsets.UTF_8));
+        n.start();
+        check(n.waitForInitialCreate(WAIT_S, TimeUnit.SECONDS), "initial create");
+        String touch = path + "/" + PersistentTtlNode.DEFAULT_CHILD_NODE_NAME;
+        waitUntil(() -> exists(c, touch), "the recipe's TTL child " + touch);
+        long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(4 * ttlMs);
+        while (System.nanoTime() < end) {
+            check(exists(c, path) && exists(c, touch), "the node and its TTL child alive");
+            Thread.sleep(100);
+        }
+        check(new String(c.getData().forPath(path), StandardCharsets.UTF_8).equals("data"), "the node's data");
+        n.close();
+        waitUntil(() -> !exists(c, path), "the node removed once the recipe stopped touching it");
     }
 }

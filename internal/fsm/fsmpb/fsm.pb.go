@@ -76,6 +76,7 @@ type Command struct {
 	//	*Command_KvCompact
 	//	*Command_ZkTxn
 	//	*Command_ZkSetAddr
+	//	*Command_SetSessionTtl
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -550,6 +551,15 @@ func (x *Command) GetZkSetAddr() *SetEtcdURL {
 	return nil
 }
 
+func (x *Command) GetSetSessionTtl() *SetSessionTTL {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetSessionTtl); ok {
+			return x.SetSessionTtl
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -763,6 +773,12 @@ type Command_ZkSetAddr struct {
 	ZkSetAddr *SetEtcdURL `protobuf:"bytes,161,opt,name=zk_set_addr,json=zkSetAddr,proto3,oneof"`
 }
 
+type Command_SetSessionTtl struct {
+	// A session's TTL renegotiated (a ZooKeeper client resuming its
+	// session with another timeout, internal/zkapi): 180..184.
+	SetSessionTtl *SetSessionTTL `protobuf:"bytes,180,opt,name=set_session_ttl,json=setSessionTtl,proto3,oneof"`
+}
+
 func (*Command_CreateSession) isCommand_Op() {}
 
 func (*Command_CloseSession) isCommand_Op() {}
@@ -858,6 +874,8 @@ func (*Command_KvCompact) isCommand_Op() {}
 func (*Command_ZkTxn) isCommand_Op() {}
 
 func (*Command_ZkSetAddr) isCommand_Op() {}
+
+func (*Command_SetSessionTtl) isCommand_Op() {}
 
 // ZkTxn is one ZooKeeper write request, or a multi: its ops are applied
 // all or nothing, at one revision (ZooKeeper's zxid).
@@ -1077,7 +1095,8 @@ func (*ZkOp_Check) isZkOp_Op() {}
 func (*ZkOp_SetAcl) isZkOp_Op() {}
 
 // ZkCreate: flags are ZooKeeper's CreateMode (0 persistent, 1 ephemeral,
-// 2 persistent sequential, 3 ephemeral sequential, 4 container).
+// 2 persistent sequential, 3 ephemeral sequential, 4 container, 5
+// persistent with TTL, 6 persistent sequential with TTL).
 type ZkCreate struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
@@ -1086,7 +1105,10 @@ type ZkCreate struct {
 	Flags int32                  `protobuf:"varint,4,opt,name=flags,proto3" json:"flags,omitempty"`
 	// data_null: the data is null (a jute buffer of length -1), not empty;
 	// getData answers it as null, as ZooKeeper does. Data must be empty.
-	DataNull      bool `protobuf:"varint,162,opt,name=data_null,json=dataNull,proto3" json:"data_null,omitempty"`
+	DataNull bool `protobuf:"varint,162,opt,name=data_null,json=dataNull,proto3" json:"data_null,omitempty"`
+	// ttl_ms: a TTL node's time to live (createTTL), in ms: set (1 to
+	// fsm.MaxZnodeTTL) with flags 5 and 6 only, and only with them.
+	TtlMs         int64 `protobuf:"varint,170,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1156,6 +1178,13 @@ func (x *ZkCreate) GetDataNull() bool {
 	return false
 }
 
+func (x *ZkCreate) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
 // ZkDelete, ZkSetData, ZkCheck, ZkSetACL: version -1 matches any.
 type ZkDelete struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -1165,7 +1194,17 @@ type ZkDelete struct {
 	// ContainerManager, its deleteContainer): no ACL or version is checked;
 	// it fails, changing nothing, unless path is a container that has no
 	// children and had one once (its count of child creations is above 0).
-	Container     bool `protobuf:"varint,162,opt,name=container,proto3" json:"container,omitempty"`
+	Container bool `protobuf:"varint,162,opt,name=container,proto3" json:"container,omitempty"`
+	// ttl: the leader's removal of an expired TTL node (ZooKeeper's
+	// ContainerManager, for TTL nodes): no ACL or version is checked; it
+	// fails, changing nothing, unless path is a TTL node that has no
+	// children, whose mzxid and count of child creations are still
+	// seen_mzxid and seen_cversion (what the leader read: a node set, or
+	// given a child, since is kept), and whose mtime is more than its TTL
+	// before the command's time_ms.
+	Ttl           bool   `protobuf:"varint,170,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	SeenMzxid     uint64 `protobuf:"varint,171,opt,name=seen_mzxid,json=seenMzxid,proto3" json:"seen_mzxid,omitempty"`
+	SeenCversion  int32  `protobuf:"varint,172,opt,name=seen_cversion,json=seenCversion,proto3" json:"seen_cversion,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1219,6 +1258,27 @@ func (x *ZkDelete) GetContainer() bool {
 		return x.Container
 	}
 	return false
+}
+
+func (x *ZkDelete) GetTtl() bool {
+	if x != nil {
+		return x.Ttl
+	}
+	return false
+}
+
+func (x *ZkDelete) GetSeenMzxid() uint64 {
+	if x != nil {
+		return x.SeenMzxid
+	}
+	return 0
+}
+
+func (x *ZkDelete) GetSeenCversion() int32 {
+	if x != nil {
+		return x.SeenCversion
+	}
+	return 0
 }
 
 type ZkSetData struct {
@@ -1481,7 +1541,9 @@ type ZnodeState struct {
 	EphemeralOwner uint64                 `protobuf:"varint,12,opt,name=ephemeral_owner,json=ephemeralOwner,proto3" json:"ephemeral_owner,omitempty"`
 	Container      bool                   `protobuf:"varint,13,opt,name=container,proto3" json:"container,omitempty"`
 	// data_null: the data is null, not empty (ZkCreate.data_null).
-	DataNull      bool `protobuf:"varint,162,opt,name=data_null,json=dataNull,proto3" json:"data_null,omitempty"`
+	DataNull bool `protobuf:"varint,162,opt,name=data_null,json=dataNull,proto3" json:"data_null,omitempty"`
+	// ttl_ms: a TTL node's time to live (ZkCreate.ttl_ms); 0: not one.
+	TtlMs         int64 `protobuf:"varint,170,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1612,6 +1674,13 @@ func (x *ZnodeState) GetDataNull() bool {
 		return x.DataNull
 	}
 	return false
+}
+
+func (x *ZnodeState) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
 }
 
 // KVHistoryCompact moves the start of the key-value store's history
@@ -3222,6 +3291,65 @@ func (x *CreateSession) GetEtcdLease() bool {
 	return false
 }
 
+// SetSessionTTL gives a live session a new TTL, which the leader times
+// it with from then on: a ZooKeeper client that resumes its session
+// asking another timeout (internal/zkapi) has it renegotiated, as
+// ZooKeeper renegotiates it. It changes no revision (a session's TTL is
+// not part of what revisions order, as a keepalive is not). An etcd
+// lease's TTL never changes.
+type SetSessionTTL struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
+	// ttl_ms: within the bounds of CreateSession's ttl_ms (1 s..1 h).
+	TtlMs         int64 `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSessionTTL) Reset() {
+	*x = SetSessionTTL{}
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSessionTTL) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSessionTTL) ProtoMessage() {}
+
+func (x *SetSessionTTL) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSessionTTL.ProtoReflect.Descriptor instead.
+func (*SetSessionTTL) Descriptor() ([]byte, []int) {
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *SetSessionTTL) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *SetSessionTTL) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
 type CloseSession struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
@@ -3231,7 +3359,7 @@ type CloseSession struct {
 
 func (x *CloseSession) Reset() {
 	*x = CloseSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3243,7 +3371,7 @@ func (x *CloseSession) String() string {
 func (*CloseSession) ProtoMessage() {}
 
 func (x *CloseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[36]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3256,7 +3384,7 @@ func (x *CloseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSession.ProtoReflect.Descriptor instead.
 func (*CloseSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{36}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CloseSession) GetSession() uint64 {
@@ -3277,7 +3405,7 @@ type ExpireSession struct {
 
 func (x *ExpireSession) Reset() {
 	*x = ExpireSession{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3289,7 +3417,7 @@ func (x *ExpireSession) String() string {
 func (*ExpireSession) ProtoMessage() {}
 
 func (x *ExpireSession) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[37]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3302,7 +3430,7 @@ func (x *ExpireSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireSession.ProtoReflect.Descriptor instead.
 func (*ExpireSession) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{37}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ExpireSession) GetSession() uint64 {
@@ -3325,7 +3453,7 @@ type ExpireSessions struct {
 
 func (x *ExpireSessions) Reset() {
 	*x = ExpireSessions{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3337,7 +3465,7 @@ func (x *ExpireSessions) String() string {
 func (*ExpireSessions) ProtoMessage() {}
 
 func (x *ExpireSessions) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[38]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3350,7 +3478,7 @@ func (x *ExpireSessions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireSessions.ProtoReflect.Descriptor instead.
 func (*ExpireSessions) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{38}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ExpireSessions) GetSessions() []uint64 {
@@ -3386,7 +3514,7 @@ type Acquire struct {
 
 func (x *Acquire) Reset() {
 	*x = Acquire{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3398,7 +3526,7 @@ func (x *Acquire) String() string {
 func (*Acquire) ProtoMessage() {}
 
 func (x *Acquire) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[39]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3411,7 +3539,7 @@ func (x *Acquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Acquire.ProtoReflect.Descriptor instead.
 func (*Acquire) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{39}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Acquire) GetSession() uint64 {
@@ -3491,7 +3619,7 @@ type Proclaim struct {
 
 func (x *Proclaim) Reset() {
 	*x = Proclaim{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3503,7 +3631,7 @@ func (x *Proclaim) String() string {
 func (*Proclaim) ProtoMessage() {}
 
 func (x *Proclaim) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[40]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3516,7 +3644,7 @@ func (x *Proclaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proclaim.ProtoReflect.Descriptor instead.
 func (*Proclaim) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{40}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Proclaim) GetSession() uint64 {
@@ -3560,7 +3688,7 @@ type CancelAcquire struct {
 
 func (x *CancelAcquire) Reset() {
 	*x = CancelAcquire{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3572,7 +3700,7 @@ func (x *CancelAcquire) String() string {
 func (*CancelAcquire) ProtoMessage() {}
 
 func (x *CancelAcquire) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[41]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3585,7 +3713,7 @@ func (x *CancelAcquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelAcquire.ProtoReflect.Descriptor instead.
 func (*CancelAcquire) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{41}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CancelAcquire) GetSession() uint64 {
@@ -3620,7 +3748,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3632,7 +3760,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[42]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3645,7 +3773,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{42}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Release) GetSession() uint64 {
@@ -3680,7 +3808,7 @@ type EndLockDelay struct {
 
 func (x *EndLockDelay) Reset() {
 	*x = EndLockDelay{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3692,7 +3820,7 @@ func (x *EndLockDelay) String() string {
 func (*EndLockDelay) ProtoMessage() {}
 
 func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[43]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3705,7 +3833,7 @@ func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndLockDelay.ProtoReflect.Descriptor instead.
 func (*EndLockDelay) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{43}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *EndLockDelay) GetName() string {
@@ -3736,7 +3864,7 @@ type FencedPut struct {
 
 func (x *FencedPut) Reset() {
 	*x = FencedPut{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3748,7 +3876,7 @@ func (x *FencedPut) String() string {
 func (*FencedPut) ProtoMessage() {}
 
 func (x *FencedPut) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[44]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3761,7 +3889,7 @@ func (x *FencedPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPut.ProtoReflect.Descriptor instead.
 func (*FencedPut) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{44}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FencedPut) GetKey() string {
@@ -3812,7 +3940,7 @@ type FencedDelete struct {
 
 func (x *FencedDelete) Reset() {
 	*x = FencedDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3824,7 +3952,7 @@ func (x *FencedDelete) String() string {
 func (*FencedDelete) ProtoMessage() {}
 
 func (x *FencedDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[45]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3837,7 +3965,7 @@ func (x *FencedDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDelete.ProtoReflect.Descriptor instead.
 func (*FencedDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{45}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *FencedDelete) GetKey() string {
@@ -3935,7 +4063,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3947,7 +4075,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[46]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3960,7 +4088,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{46}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Snapshot) GetRevision() uint64 {
@@ -4130,7 +4258,7 @@ type SetEtcdURL struct {
 
 func (x *SetEtcdURL) Reset() {
 	*x = SetEtcdURL{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4142,7 +4270,7 @@ func (x *SetEtcdURL) String() string {
 func (*SetEtcdURL) ProtoMessage() {}
 
 func (x *SetEtcdURL) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[47]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4155,7 +4283,7 @@ func (x *SetEtcdURL) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetEtcdURL.ProtoReflect.Descriptor instead.
 func (*SetEtcdURL) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{47}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SetEtcdURL) GetMember() string {
@@ -4185,7 +4313,7 @@ type DeletedRegister struct {
 
 func (x *DeletedRegister) Reset() {
 	*x = DeletedRegister{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4197,7 +4325,7 @@ func (x *DeletedRegister) String() string {
 func (*DeletedRegister) ProtoMessage() {}
 
 func (x *DeletedRegister) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[48]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4210,7 +4338,7 @@ func (x *DeletedRegister) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletedRegister.ProtoReflect.Descriptor instead.
 func (*DeletedRegister) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{48}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DeletedRegister) GetKey() string {
@@ -4244,7 +4372,7 @@ type Retention struct {
 
 func (x *Retention) Reset() {
 	*x = Retention{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4256,7 +4384,7 @@ func (x *Retention) String() string {
 func (*Retention) ProtoMessage() {}
 
 func (x *Retention) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[49]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4269,7 +4397,7 @@ func (x *Retention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retention.ProtoReflect.Descriptor instead.
 func (*Retention) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{49}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Retention) GetLockHistory() uint32 {
@@ -4300,7 +4428,7 @@ type SessionState struct {
 
 func (x *SessionState) Reset() {
 	*x = SessionState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4312,7 +4440,7 @@ func (x *SessionState) String() string {
 func (*SessionState) ProtoMessage() {}
 
 func (x *SessionState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[50]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4325,7 +4453,7 @@ func (x *SessionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionState.ProtoReflect.Descriptor instead.
 func (*SessionState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{50}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SessionState) GetId() uint64 {
@@ -4386,7 +4514,7 @@ type GrantState struct {
 
 func (x *GrantState) Reset() {
 	*x = GrantState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4398,7 +4526,7 @@ func (x *GrantState) String() string {
 func (*GrantState) ProtoMessage() {}
 
 func (x *GrantState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[51]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4411,7 +4539,7 @@ func (x *GrantState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantState.ProtoReflect.Descriptor instead.
 func (*GrantState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{51}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GrantState) GetSession() uint64 {
@@ -4476,7 +4604,7 @@ type WaiterState struct {
 
 func (x *WaiterState) Reset() {
 	*x = WaiterState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4488,7 +4616,7 @@ func (x *WaiterState) String() string {
 func (*WaiterState) ProtoMessage() {}
 
 func (x *WaiterState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[52]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4501,7 +4629,7 @@ func (x *WaiterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaiterState.ProtoReflect.Descriptor instead.
 func (*WaiterState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{52}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WaiterState) GetSession() uint64 {
@@ -4555,7 +4683,7 @@ type HistoryRecord struct {
 
 func (x *HistoryRecord) Reset() {
 	*x = HistoryRecord{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4567,7 +4695,7 @@ func (x *HistoryRecord) String() string {
 func (*HistoryRecord) ProtoMessage() {}
 
 func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[53]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4580,7 +4708,7 @@ func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRecord.ProtoReflect.Descriptor instead.
 func (*HistoryRecord) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{53}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *HistoryRecord) GetOwner() string {
@@ -4652,7 +4780,7 @@ type LockState struct {
 
 func (x *LockState) Reset() {
 	*x = LockState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4664,7 +4792,7 @@ func (x *LockState) String() string {
 func (*LockState) ProtoMessage() {}
 
 func (x *LockState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[54]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4677,7 +4805,7 @@ func (x *LockState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockState.ProtoReflect.Descriptor instead.
 func (*LockState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{54}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *LockState) GetName() string {
@@ -4761,7 +4889,7 @@ type OpRecord struct {
 
 func (x *OpRecord) Reset() {
 	*x = OpRecord{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4773,7 +4901,7 @@ func (x *OpRecord) String() string {
 func (*OpRecord) ProtoMessage() {}
 
 func (x *OpRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[55]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4786,7 +4914,7 @@ func (x *OpRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpRecord.ProtoReflect.Descriptor instead.
 func (*OpRecord) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{55}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *OpRecord) GetOperationId() string {
@@ -4828,7 +4956,7 @@ type RegisterState struct {
 
 func (x *RegisterState) Reset() {
 	*x = RegisterState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4840,7 +4968,7 @@ func (x *RegisterState) String() string {
 func (*RegisterState) ProtoMessage() {}
 
 func (x *RegisterState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[56]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4853,7 +4981,7 @@ func (x *RegisterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterState.ProtoReflect.Descriptor instead.
 func (*RegisterState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{56}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RegisterState) GetKey() string {
@@ -4923,7 +5051,7 @@ type KVPut struct {
 
 func (x *KVPut) Reset() {
 	*x = KVPut{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4935,7 +5063,7 @@ func (x *KVPut) String() string {
 func (*KVPut) ProtoMessage() {}
 
 func (x *KVPut) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[57]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4948,7 +5076,7 @@ func (x *KVPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPut.ProtoReflect.Descriptor instead.
 func (*KVPut) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{57}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *KVPut) GetKey() string {
@@ -5018,7 +5146,7 @@ type KVDelete struct {
 
 func (x *KVDelete) Reset() {
 	*x = KVDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5030,7 +5158,7 @@ func (x *KVDelete) String() string {
 func (*KVDelete) ProtoMessage() {}
 
 func (x *KVDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[58]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5043,7 +5171,7 @@ func (x *KVDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelete.ProtoReflect.Descriptor instead.
 func (*KVDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{58}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *KVDelete) GetKey() string {
@@ -5118,7 +5246,7 @@ type KVRange struct {
 
 func (x *KVRange) Reset() {
 	*x = KVRange{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5130,7 +5258,7 @@ func (x *KVRange) String() string {
 func (*KVRange) ProtoMessage() {}
 
 func (x *KVRange) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[59]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5143,7 +5271,7 @@ func (x *KVRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVRange.ProtoReflect.Descriptor instead.
 func (*KVRange) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{59}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *KVRange) GetKey() string {
@@ -5291,7 +5419,7 @@ type KVCompare struct {
 
 func (x *KVCompare) Reset() {
 	*x = KVCompare{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5303,7 +5431,7 @@ func (x *KVCompare) String() string {
 func (*KVCompare) ProtoMessage() {}
 
 func (x *KVCompare) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[60]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5316,7 +5444,7 @@ func (x *KVCompare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVCompare.ProtoReflect.Descriptor instead.
 func (*KVCompare) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{60}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *KVCompare) GetKey() string {
@@ -5390,7 +5518,7 @@ type KVOp struct {
 
 func (x *KVOp) Reset() {
 	*x = KVOp{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5402,7 +5530,7 @@ func (x *KVOp) String() string {
 func (*KVOp) ProtoMessage() {}
 
 func (x *KVOp) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[61]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5415,7 +5543,7 @@ func (x *KVOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVOp.ProtoReflect.Descriptor instead.
 func (*KVOp) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{61}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *KVOp) GetOp() isKVOp_Op {
@@ -5514,7 +5642,7 @@ type KVTxn struct {
 
 func (x *KVTxn) Reset() {
 	*x = KVTxn{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[62]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5526,7 +5654,7 @@ func (x *KVTxn) String() string {
 func (*KVTxn) ProtoMessage() {}
 
 func (x *KVTxn) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[62]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5539,7 +5667,7 @@ func (x *KVTxn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVTxn.ProtoReflect.Descriptor instead.
 func (*KVTxn) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{62}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *KVTxn) GetCompares() []*KVCompare {
@@ -5595,7 +5723,7 @@ type KVState struct {
 
 func (x *KVState) Reset() {
 	*x = KVState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[63]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5607,7 +5735,7 @@ func (x *KVState) String() string {
 func (*KVState) ProtoMessage() {}
 
 func (x *KVState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[63]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5620,7 +5748,7 @@ func (x *KVState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVState.ProtoReflect.Descriptor instead.
 func (*KVState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{63}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *KVState) GetKey() string {
@@ -5689,7 +5817,7 @@ type QueueEnqueue struct {
 
 func (x *QueueEnqueue) Reset() {
 	*x = QueueEnqueue{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[64]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5701,7 +5829,7 @@ func (x *QueueEnqueue) String() string {
 func (*QueueEnqueue) ProtoMessage() {}
 
 func (x *QueueEnqueue) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[64]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5714,7 +5842,7 @@ func (x *QueueEnqueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueue.ProtoReflect.Descriptor instead.
 func (*QueueEnqueue) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{64}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *QueueEnqueue) GetQueue() string {
@@ -5763,7 +5891,7 @@ type QueueDequeue struct {
 
 func (x *QueueDequeue) Reset() {
 	*x = QueueDequeue{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[65]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5775,7 +5903,7 @@ func (x *QueueDequeue) String() string {
 func (*QueueDequeue) ProtoMessage() {}
 
 func (x *QueueDequeue) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[65]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5788,7 +5916,7 @@ func (x *QueueDequeue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeue.ProtoReflect.Descriptor instead.
 func (*QueueDequeue) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{65}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *QueueDequeue) GetQueue() string {
@@ -5836,7 +5964,7 @@ type QueueSettle struct {
 
 func (x *QueueSettle) Reset() {
 	*x = QueueSettle{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[66]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5848,7 +5976,7 @@ func (x *QueueSettle) String() string {
 func (*QueueSettle) ProtoMessage() {}
 
 func (x *QueueSettle) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[66]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5861,7 +5989,7 @@ func (x *QueueSettle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettle.ProtoReflect.Descriptor instead.
 func (*QueueSettle) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{66}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *QueueSettle) GetQueue() string {
@@ -5906,7 +6034,7 @@ type QueueExtend struct {
 
 func (x *QueueExtend) Reset() {
 	*x = QueueExtend{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[67]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5918,7 +6046,7 @@ func (x *QueueExtend) String() string {
 func (*QueueExtend) ProtoMessage() {}
 
 func (x *QueueExtend) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[67]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5931,7 +6059,7 @@ func (x *QueueExtend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueExtend.ProtoReflect.Descriptor instead.
 func (*QueueExtend) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{67}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *QueueExtend) GetQueue() string {
@@ -5980,7 +6108,7 @@ type QueueDelete struct {
 
 func (x *QueueDelete) Reset() {
 	*x = QueueDelete{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[68]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5992,7 +6120,7 @@ func (x *QueueDelete) String() string {
 func (*QueueDelete) ProtoMessage() {}
 
 func (x *QueueDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[68]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6005,7 +6133,7 @@ func (x *QueueDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDelete.ProtoReflect.Descriptor instead.
 func (*QueueDelete) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{68}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *QueueDelete) GetQueue() string {
@@ -6026,7 +6154,7 @@ type QueuePurge struct {
 
 func (x *QueuePurge) Reset() {
 	*x = QueuePurge{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[69]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6038,7 +6166,7 @@ func (x *QueuePurge) String() string {
 func (*QueuePurge) ProtoMessage() {}
 
 func (x *QueuePurge) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[69]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6051,7 +6179,7 @@ func (x *QueuePurge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePurge.ProtoReflect.Descriptor instead.
 func (*QueuePurge) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{69}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *QueuePurge) GetQueue() string {
@@ -6074,7 +6202,7 @@ type QueueRequeueDead struct {
 
 func (x *QueueRequeueDead) Reset() {
 	*x = QueueRequeueDead{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[70]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6086,7 +6214,7 @@ func (x *QueueRequeueDead) String() string {
 func (*QueueRequeueDead) ProtoMessage() {}
 
 func (x *QueueRequeueDead) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[70]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6099,7 +6227,7 @@ func (x *QueueRequeueDead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRequeueDead.ProtoReflect.Descriptor instead.
 func (*QueueRequeueDead) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{70}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *QueueRequeueDead) GetQueue() string {
@@ -6142,7 +6270,7 @@ type QueueEnqueueBatch struct {
 
 func (x *QueueEnqueueBatch) Reset() {
 	*x = QueueEnqueueBatch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[71]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6154,7 +6282,7 @@ func (x *QueueEnqueueBatch) String() string {
 func (*QueueEnqueueBatch) ProtoMessage() {}
 
 func (x *QueueEnqueueBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[71]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6167,7 +6295,7 @@ func (x *QueueEnqueueBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEnqueueBatch.ProtoReflect.Descriptor instead.
 func (*QueueEnqueueBatch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{71}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *QueueEnqueueBatch) GetQueue() string {
@@ -6207,7 +6335,7 @@ type QueueDequeueBatch struct {
 
 func (x *QueueDequeueBatch) Reset() {
 	*x = QueueDequeueBatch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[72]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6219,7 +6347,7 @@ func (x *QueueDequeueBatch) String() string {
 func (*QueueDequeueBatch) ProtoMessage() {}
 
 func (x *QueueDequeueBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[72]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6232,7 +6360,7 @@ func (x *QueueDequeueBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDequeueBatch.ProtoReflect.Descriptor instead.
 func (*QueueDequeueBatch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{72}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *QueueDequeueBatch) GetQueue() string {
@@ -6275,7 +6403,7 @@ type QueueSettleBatch struct {
 
 func (x *QueueSettleBatch) Reset() {
 	*x = QueueSettleBatch{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[73]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6287,7 +6415,7 @@ func (x *QueueSettleBatch) String() string {
 func (*QueueSettleBatch) ProtoMessage() {}
 
 func (x *QueueSettleBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[73]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6300,7 +6428,7 @@ func (x *QueueSettleBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleBatch.ProtoReflect.Descriptor instead.
 func (*QueueSettleBatch) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{73}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *QueueSettleBatch) GetQueue() string {
@@ -6328,7 +6456,7 @@ type QueueSettleItem struct {
 
 func (x *QueueSettleItem) Reset() {
 	*x = QueueSettleItem{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[74]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6340,7 +6468,7 @@ func (x *QueueSettleItem) String() string {
 func (*QueueSettleItem) ProtoMessage() {}
 
 func (x *QueueSettleItem) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[74]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6353,7 +6481,7 @@ func (x *QueueSettleItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSettleItem.ProtoReflect.Descriptor instead.
 func (*QueueSettleItem) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{74}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *QueueSettleItem) GetId() uint64 {
@@ -6394,7 +6522,7 @@ type QueueItemState struct {
 
 func (x *QueueItemState) Reset() {
 	*x = QueueItemState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[75]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6406,7 +6534,7 @@ func (x *QueueItemState) String() string {
 func (*QueueItemState) ProtoMessage() {}
 
 func (x *QueueItemState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[75]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6419,7 +6547,7 @@ func (x *QueueItemState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItemState.ProtoReflect.Descriptor instead.
 func (*QueueItemState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{75}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *QueueItemState) GetId() uint64 {
@@ -6487,7 +6615,7 @@ type QueueItems struct {
 
 func (x *QueueItems) Reset() {
 	*x = QueueItems{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[76]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6499,7 +6627,7 @@ func (x *QueueItems) String() string {
 func (*QueueItems) ProtoMessage() {}
 
 func (x *QueueItems) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[76]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6512,7 +6640,7 @@ func (x *QueueItems) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueItems.ProtoReflect.Descriptor instead.
 func (*QueueItems) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{76}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *QueueItems) GetQueue() string {
@@ -6549,7 +6677,7 @@ type QueueMemo struct {
 
 func (x *QueueMemo) Reset() {
 	*x = QueueMemo{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[77]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6561,7 +6689,7 @@ func (x *QueueMemo) String() string {
 func (*QueueMemo) ProtoMessage() {}
 
 func (x *QueueMemo) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[77]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6574,7 +6702,7 @@ func (x *QueueMemo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueMemo.ProtoReflect.Descriptor instead.
 func (*QueueMemo) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{77}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *QueueMemo) GetOperationId() string {
@@ -6630,7 +6758,7 @@ type QueueState struct {
 
 func (x *QueueState) Reset() {
 	*x = QueueState{}
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[78]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6642,7 +6770,7 @@ func (x *QueueState) String() string {
 func (*QueueState) ProtoMessage() {}
 
 func (x *QueueState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[78]
+	mi := &file_internal_fsm_fsmpb_fsm_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6655,7 +6783,7 @@ func (x *QueueState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueState.ProtoReflect.Descriptor instead.
 func (*QueueState) Descriptor() ([]byte, []int) {
-	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{78}
+	return file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *QueueState) GetName() string {
@@ -6718,7 +6846,7 @@ var File_internal_fsm_fsmpb_fsm_proto protoreflect.FileDescriptor
 
 const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xaa\x19\n" +
+	"\x1cinternal/fsm/fsmpb/fsm.proto\x12\rtenure.fsm.v1\"\xf3\x19\n" +
 	"\aCommand\x12E\n" +
 	"\x0ecreate_session\x18\x01 \x01(\v2\x1c.tenure.fsm.v1.CreateSessionH\x00R\rcreateSession\x12B\n" +
 	"\rclose_session\x18\x02 \x01(\v2\x1b.tenure.fsm.v1.CloseSessionH\x00R\fcloseSession\x12E\n" +
@@ -6775,7 +6903,8 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\n" +
 	"kv_compact\x18\x8c\x01 \x01(\v2\x1f.tenure.fsm.v1.KVHistoryCompactH\x00R\tkvCompact\x12.\n" +
 	"\x06zk_txn\x18\xa0\x01 \x01(\v2\x14.tenure.fsm.v1.ZkTxnH\x00R\x05zkTxn\x12<\n" +
-	"\vzk_set_addr\x18\xa1\x01 \x01(\v2\x19.tenure.fsm.v1.SetEtcdURLH\x00R\tzkSetAddrB\x04\n" +
+	"\vzk_set_addr\x18\xa1\x01 \x01(\v2\x19.tenure.fsm.v1.SetEtcdURLH\x00R\tzkSetAddr\x12G\n" +
+	"\x0fset_session_ttl\x18\xb4\x01 \x01(\v2\x1c.tenure.fsm.v1.SetSessionTTLH\x00R\rsetSessionTtlB\x04\n" +
 	"\x02op\"\xa2\x01\n" +
 	"\x05ZkTxn\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\x12\x17\n" +
@@ -6789,17 +6918,22 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\bset_data\x18\x03 \x01(\v2\x18.tenure.fsm.v1.ZkSetDataH\x00R\asetData\x12.\n" +
 	"\x05check\x18\x04 \x01(\v2\x16.tenure.fsm.v1.ZkCheckH\x00R\x05check\x122\n" +
 	"\aset_acl\x18\x05 \x01(\v2\x17.tenure.fsm.v1.ZkSetACLH\x00R\x06setAclB\x04\n" +
-	"\x02op\"\x91\x01\n" +
+	"\x02op\"\xa9\x01\n" +
 	"\bZkCreate\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12)\n" +
 	"\x03acl\x18\x03 \x03(\v2\x17.tenure.fsm.v1.ZnodeACLR\x03acl\x12\x14\n" +
 	"\x05flags\x18\x04 \x01(\x05R\x05flags\x12\x1c\n" +
-	"\tdata_null\x18\xa2\x01 \x01(\bR\bdataNull\"W\n" +
+	"\tdata_null\x18\xa2\x01 \x01(\bR\bdataNull\x12\x16\n" +
+	"\x06ttl_ms\x18\xaa\x01 \x01(\x03R\x05ttlMs\"\xb0\x01\n" +
 	"\bZkDelete\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x05R\aversion\x12\x1d\n" +
-	"\tcontainer\x18\xa2\x01 \x01(\bR\tcontainer\"k\n" +
+	"\tcontainer\x18\xa2\x01 \x01(\bR\tcontainer\x12\x11\n" +
+	"\x03ttl\x18\xaa\x01 \x01(\bR\x03ttl\x12\x1e\n" +
+	"\n" +
+	"seen_mzxid\x18\xab\x01 \x01(\x04R\tseenMzxid\x12$\n" +
+	"\rseen_cversion\x18\xac\x01 \x01(\x05R\fseenCversion\"k\n" +
 	"\tZkSetData\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x18\n" +
@@ -6815,7 +6949,7 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\bZnodeACL\x12\x14\n" +
 	"\x05perms\x18\x01 \x01(\x05R\x05perms\x12\x16\n" +
 	"\x06scheme\x18\x02 \x01(\tR\x06scheme\x12\x0e\n" +
-	"\x02id\x18\x03 \x01(\tR\x02id\"\x84\x03\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\"\x9c\x03\n" +
 	"\n" +
 	"ZnodeState\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
@@ -6832,7 +6966,8 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"\baversion\x18\v \x01(\x05R\baversion\x12'\n" +
 	"\x0fephemeral_owner\x18\f \x01(\x04R\x0eephemeralOwner\x12\x1c\n" +
 	"\tcontainer\x18\r \x01(\bR\tcontainer\x12\x1c\n" +
-	"\tdata_null\x18\xa2\x01 \x01(\bR\bdataNull\".\n" +
+	"\tdata_null\x18\xa2\x01 \x01(\bR\bdataNull\x12\x16\n" +
+	"\x06ttl_ms\x18\xaa\x01 \x01(\x03R\x05ttlMs\".\n" +
 	"\x10KVHistoryCompact\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\"\xbf\x01\n" +
 	"\x0fKVHistoryRecord\x12\x1a\n" +
@@ -6947,7 +7082,10 @@ const file_internal_fsm_fsmpb_fsm_proto_rawDesc = "" +
 	"secretHash\x12\x1a\n" +
 	"\bidentity\x18\x04 \x01(\tR\bidentity\x12\x1d\n" +
 	"\n" +
-	"etcd_lease\x18\x05 \x01(\bR\tetcdLease\"(\n" +
+	"etcd_lease\x18\x05 \x01(\bR\tetcdLease\"@\n" +
+	"\rSetSessionTTL\x12\x18\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\x12\x15\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"(\n" +
 	"\fCloseSession\x12\x18\n" +
 	"\asession\x18\x01 \x01(\x04R\asession\")\n" +
 	"\rExpireSession\x12\x18\n" +
@@ -7238,7 +7376,7 @@ func file_internal_fsm_fsmpb_fsm_proto_rawDescGZIP() []byte {
 	return file_internal_fsm_fsmpb_fsm_proto_rawDescData
 }
 
-var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
+var file_internal_fsm_fsmpb_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
 var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*Command)(nil),           // 0: tenure.fsm.v1.Command
 	(*ZkTxn)(nil),             // 1: tenure.fsm.v1.ZkTxn
@@ -7276,82 +7414,83 @@ var file_internal_fsm_fsmpb_fsm_proto_goTypes = []any{
 	(*SetLimits)(nil),         // 33: tenure.fsm.v1.SetLimits
 	(*Batch)(nil),             // 34: tenure.fsm.v1.Batch
 	(*CreateSession)(nil),     // 35: tenure.fsm.v1.CreateSession
-	(*CloseSession)(nil),      // 36: tenure.fsm.v1.CloseSession
-	(*ExpireSession)(nil),     // 37: tenure.fsm.v1.ExpireSession
-	(*ExpireSessions)(nil),    // 38: tenure.fsm.v1.ExpireSessions
-	(*Acquire)(nil),           // 39: tenure.fsm.v1.Acquire
-	(*Proclaim)(nil),          // 40: tenure.fsm.v1.Proclaim
-	(*CancelAcquire)(nil),     // 41: tenure.fsm.v1.CancelAcquire
-	(*Release)(nil),           // 42: tenure.fsm.v1.Release
-	(*EndLockDelay)(nil),      // 43: tenure.fsm.v1.EndLockDelay
-	(*FencedPut)(nil),         // 44: tenure.fsm.v1.FencedPut
-	(*FencedDelete)(nil),      // 45: tenure.fsm.v1.FencedDelete
-	(*Snapshot)(nil),          // 46: tenure.fsm.v1.Snapshot
-	(*SetEtcdURL)(nil),        // 47: tenure.fsm.v1.SetEtcdURL
-	(*DeletedRegister)(nil),   // 48: tenure.fsm.v1.DeletedRegister
-	(*Retention)(nil),         // 49: tenure.fsm.v1.Retention
-	(*SessionState)(nil),      // 50: tenure.fsm.v1.SessionState
-	(*GrantState)(nil),        // 51: tenure.fsm.v1.GrantState
-	(*WaiterState)(nil),       // 52: tenure.fsm.v1.WaiterState
-	(*HistoryRecord)(nil),     // 53: tenure.fsm.v1.HistoryRecord
-	(*LockState)(nil),         // 54: tenure.fsm.v1.LockState
-	(*OpRecord)(nil),          // 55: tenure.fsm.v1.OpRecord
-	(*RegisterState)(nil),     // 56: tenure.fsm.v1.RegisterState
-	(*KVPut)(nil),             // 57: tenure.fsm.v1.KVPut
-	(*KVDelete)(nil),          // 58: tenure.fsm.v1.KVDelete
-	(*KVRange)(nil),           // 59: tenure.fsm.v1.KVRange
-	(*KVCompare)(nil),         // 60: tenure.fsm.v1.KVCompare
-	(*KVOp)(nil),              // 61: tenure.fsm.v1.KVOp
-	(*KVTxn)(nil),             // 62: tenure.fsm.v1.KVTxn
-	(*KVState)(nil),           // 63: tenure.fsm.v1.KVState
-	(*QueueEnqueue)(nil),      // 64: tenure.fsm.v1.QueueEnqueue
-	(*QueueDequeue)(nil),      // 65: tenure.fsm.v1.QueueDequeue
-	(*QueueSettle)(nil),       // 66: tenure.fsm.v1.QueueSettle
-	(*QueueExtend)(nil),       // 67: tenure.fsm.v1.QueueExtend
-	(*QueueDelete)(nil),       // 68: tenure.fsm.v1.QueueDelete
-	(*QueuePurge)(nil),        // 69: tenure.fsm.v1.QueuePurge
-	(*QueueRequeueDead)(nil),  // 70: tenure.fsm.v1.QueueRequeueDead
-	(*QueueEnqueueBatch)(nil), // 71: tenure.fsm.v1.QueueEnqueueBatch
-	(*QueueDequeueBatch)(nil), // 72: tenure.fsm.v1.QueueDequeueBatch
-	(*QueueSettleBatch)(nil),  // 73: tenure.fsm.v1.QueueSettleBatch
-	(*QueueSettleItem)(nil),   // 74: tenure.fsm.v1.QueueSettleItem
-	(*QueueItemState)(nil),    // 75: tenure.fsm.v1.QueueItemState
-	(*QueueItems)(nil),        // 76: tenure.fsm.v1.QueueItems
-	(*QueueMemo)(nil),         // 77: tenure.fsm.v1.QueueMemo
-	(*QueueState)(nil),        // 78: tenure.fsm.v1.QueueState
+	(*SetSessionTTL)(nil),     // 36: tenure.fsm.v1.SetSessionTTL
+	(*CloseSession)(nil),      // 37: tenure.fsm.v1.CloseSession
+	(*ExpireSession)(nil),     // 38: tenure.fsm.v1.ExpireSession
+	(*ExpireSessions)(nil),    // 39: tenure.fsm.v1.ExpireSessions
+	(*Acquire)(nil),           // 40: tenure.fsm.v1.Acquire
+	(*Proclaim)(nil),          // 41: tenure.fsm.v1.Proclaim
+	(*CancelAcquire)(nil),     // 42: tenure.fsm.v1.CancelAcquire
+	(*Release)(nil),           // 43: tenure.fsm.v1.Release
+	(*EndLockDelay)(nil),      // 44: tenure.fsm.v1.EndLockDelay
+	(*FencedPut)(nil),         // 45: tenure.fsm.v1.FencedPut
+	(*FencedDelete)(nil),      // 46: tenure.fsm.v1.FencedDelete
+	(*Snapshot)(nil),          // 47: tenure.fsm.v1.Snapshot
+	(*SetEtcdURL)(nil),        // 48: tenure.fsm.v1.SetEtcdURL
+	(*DeletedRegister)(nil),   // 49: tenure.fsm.v1.DeletedRegister
+	(*Retention)(nil),         // 50: tenure.fsm.v1.Retention
+	(*SessionState)(nil),      // 51: tenure.fsm.v1.SessionState
+	(*GrantState)(nil),        // 52: tenure.fsm.v1.GrantState
+	(*WaiterState)(nil),       // 53: tenure.fsm.v1.WaiterState
+	(*HistoryRecord)(nil),     // 54: tenure.fsm.v1.HistoryRecord
+	(*LockState)(nil),         // 55: tenure.fsm.v1.LockState
+	(*OpRecord)(nil),          // 56: tenure.fsm.v1.OpRecord
+	(*RegisterState)(nil),     // 57: tenure.fsm.v1.RegisterState
+	(*KVPut)(nil),             // 58: tenure.fsm.v1.KVPut
+	(*KVDelete)(nil),          // 59: tenure.fsm.v1.KVDelete
+	(*KVRange)(nil),           // 60: tenure.fsm.v1.KVRange
+	(*KVCompare)(nil),         // 61: tenure.fsm.v1.KVCompare
+	(*KVOp)(nil),              // 62: tenure.fsm.v1.KVOp
+	(*KVTxn)(nil),             // 63: tenure.fsm.v1.KVTxn
+	(*KVState)(nil),           // 64: tenure.fsm.v1.KVState
+	(*QueueEnqueue)(nil),      // 65: tenure.fsm.v1.QueueEnqueue
+	(*QueueDequeue)(nil),      // 66: tenure.fsm.v1.QueueDequeue
+	(*QueueSettle)(nil),       // 67: tenure.fsm.v1.QueueSettle
+	(*QueueExtend)(nil),       // 68: tenure.fsm.v1.QueueExtend
+	(*QueueDelete)(nil),       // 69: tenure.fsm.v1.QueueDelete
+	(*QueuePurge)(nil),        // 70: tenure.fsm.v1.QueuePurge
+	(*QueueRequeueDead)(nil),  // 71: tenure.fsm.v1.QueueRequeueDead
+	(*QueueEnqueueBatch)(nil), // 72: tenure.fsm.v1.QueueEnqueueBatch
+	(*QueueDequeueBatch)(nil), // 73: tenure.fsm.v1.QueueDequeueBatch
+	(*QueueSettleBatch)(nil),  // 74: tenure.fsm.v1.QueueSettleBatch
+	(*QueueSettleItem)(nil),   // 75: tenure.fsm.v1.QueueSettleItem
+	(*QueueItemState)(nil),    // 76: tenure.fsm.v1.QueueItemState
+	(*QueueItems)(nil),        // 77: tenure.fsm.v1.QueueItems
+	(*QueueMemo)(nil),         // 78: tenure.fsm.v1.QueueMemo
+	(*QueueState)(nil),        // 79: tenure.fsm.v1.QueueState
 }
 var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	35,  // 0: tenure.fsm.v1.Command.create_session:type_name -> tenure.fsm.v1.CreateSession
-	36,  // 1: tenure.fsm.v1.Command.close_session:type_name -> tenure.fsm.v1.CloseSession
-	37,  // 2: tenure.fsm.v1.Command.expire_session:type_name -> tenure.fsm.v1.ExpireSession
-	39,  // 3: tenure.fsm.v1.Command.acquire:type_name -> tenure.fsm.v1.Acquire
-	41,  // 4: tenure.fsm.v1.Command.cancel_acquire:type_name -> tenure.fsm.v1.CancelAcquire
-	42,  // 5: tenure.fsm.v1.Command.release:type_name -> tenure.fsm.v1.Release
-	43,  // 6: tenure.fsm.v1.Command.end_lock_delay:type_name -> tenure.fsm.v1.EndLockDelay
-	44,  // 7: tenure.fsm.v1.Command.fenced_put:type_name -> tenure.fsm.v1.FencedPut
+	37,  // 1: tenure.fsm.v1.Command.close_session:type_name -> tenure.fsm.v1.CloseSession
+	38,  // 2: tenure.fsm.v1.Command.expire_session:type_name -> tenure.fsm.v1.ExpireSession
+	40,  // 3: tenure.fsm.v1.Command.acquire:type_name -> tenure.fsm.v1.Acquire
+	42,  // 4: tenure.fsm.v1.Command.cancel_acquire:type_name -> tenure.fsm.v1.CancelAcquire
+	43,  // 5: tenure.fsm.v1.Command.release:type_name -> tenure.fsm.v1.Release
+	44,  // 6: tenure.fsm.v1.Command.end_lock_delay:type_name -> tenure.fsm.v1.EndLockDelay
+	45,  // 7: tenure.fsm.v1.Command.fenced_put:type_name -> tenure.fsm.v1.FencedPut
 	34,  // 8: tenure.fsm.v1.Command.batch:type_name -> tenure.fsm.v1.Batch
-	40,  // 9: tenure.fsm.v1.Command.proclaim:type_name -> tenure.fsm.v1.Proclaim
-	38,  // 10: tenure.fsm.v1.Command.expire_sessions:type_name -> tenure.fsm.v1.ExpireSessions
-	45,  // 11: tenure.fsm.v1.Command.fenced_delete:type_name -> tenure.fsm.v1.FencedDelete
+	41,  // 9: tenure.fsm.v1.Command.proclaim:type_name -> tenure.fsm.v1.Proclaim
+	39,  // 10: tenure.fsm.v1.Command.expire_sessions:type_name -> tenure.fsm.v1.ExpireSessions
+	46,  // 11: tenure.fsm.v1.Command.fenced_delete:type_name -> tenure.fsm.v1.FencedDelete
 	31,  // 12: tenure.fsm.v1.Command.set_retention:type_name -> tenure.fsm.v1.SetRetention
 	33,  // 13: tenure.fsm.v1.Command.set_limits:type_name -> tenure.fsm.v1.SetLimits
-	47,  // 14: tenure.fsm.v1.Command.set_etcd_url:type_name -> tenure.fsm.v1.SetEtcdURL
-	57,  // 15: tenure.fsm.v1.Command.kv_put:type_name -> tenure.fsm.v1.KVPut
-	58,  // 16: tenure.fsm.v1.Command.kv_delete:type_name -> tenure.fsm.v1.KVDelete
-	62,  // 17: tenure.fsm.v1.Command.kv_txn:type_name -> tenure.fsm.v1.KVTxn
-	64,  // 18: tenure.fsm.v1.Command.queue_enqueue:type_name -> tenure.fsm.v1.QueueEnqueue
-	65,  // 19: tenure.fsm.v1.Command.queue_dequeue:type_name -> tenure.fsm.v1.QueueDequeue
-	66,  // 20: tenure.fsm.v1.Command.queue_ack:type_name -> tenure.fsm.v1.QueueSettle
-	66,  // 21: tenure.fsm.v1.Command.queue_nack:type_name -> tenure.fsm.v1.QueueSettle
-	67,  // 22: tenure.fsm.v1.Command.queue_extend:type_name -> tenure.fsm.v1.QueueExtend
-	66,  // 23: tenure.fsm.v1.Command.queue_expire:type_name -> tenure.fsm.v1.QueueSettle
-	70,  // 24: tenure.fsm.v1.Command.queue_requeue_dead:type_name -> tenure.fsm.v1.QueueRequeueDead
-	68,  // 25: tenure.fsm.v1.Command.queue_delete:type_name -> tenure.fsm.v1.QueueDelete
-	69,  // 26: tenure.fsm.v1.Command.queue_purge:type_name -> tenure.fsm.v1.QueuePurge
-	71,  // 27: tenure.fsm.v1.Command.queue_enqueue_batch:type_name -> tenure.fsm.v1.QueueEnqueueBatch
-	72,  // 28: tenure.fsm.v1.Command.queue_dequeue_batch:type_name -> tenure.fsm.v1.QueueDequeueBatch
-	73,  // 29: tenure.fsm.v1.Command.queue_ack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
-	73,  // 30: tenure.fsm.v1.Command.queue_nack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
+	48,  // 14: tenure.fsm.v1.Command.set_etcd_url:type_name -> tenure.fsm.v1.SetEtcdURL
+	58,  // 15: tenure.fsm.v1.Command.kv_put:type_name -> tenure.fsm.v1.KVPut
+	59,  // 16: tenure.fsm.v1.Command.kv_delete:type_name -> tenure.fsm.v1.KVDelete
+	63,  // 17: tenure.fsm.v1.Command.kv_txn:type_name -> tenure.fsm.v1.KVTxn
+	65,  // 18: tenure.fsm.v1.Command.queue_enqueue:type_name -> tenure.fsm.v1.QueueEnqueue
+	66,  // 19: tenure.fsm.v1.Command.queue_dequeue:type_name -> tenure.fsm.v1.QueueDequeue
+	67,  // 20: tenure.fsm.v1.Command.queue_ack:type_name -> tenure.fsm.v1.QueueSettle
+	67,  // 21: tenure.fsm.v1.Command.queue_nack:type_name -> tenure.fsm.v1.QueueSettle
+	68,  // 22: tenure.fsm.v1.Command.queue_extend:type_name -> tenure.fsm.v1.QueueExtend
+	67,  // 23: tenure.fsm.v1.Command.queue_expire:type_name -> tenure.fsm.v1.QueueSettle
+	71,  // 24: tenure.fsm.v1.Command.queue_requeue_dead:type_name -> tenure.fsm.v1.QueueRequeueDead
+	69,  // 25: tenure.fsm.v1.Command.queue_delete:type_name -> tenure.fsm.v1.QueueDelete
+	70,  // 26: tenure.fsm.v1.Command.queue_purge:type_name -> tenure.fsm.v1.QueuePurge
+	72,  // 27: tenure.fsm.v1.Command.queue_enqueue_batch:type_name -> tenure.fsm.v1.QueueEnqueueBatch
+	73,  // 28: tenure.fsm.v1.Command.queue_dequeue_batch:type_name -> tenure.fsm.v1.QueueDequeueBatch
+	74,  // 29: tenure.fsm.v1.Command.queue_ack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
+	74,  // 30: tenure.fsm.v1.Command.queue_nack_batch:type_name -> tenure.fsm.v1.QueueSettleBatch
 	18,  // 31: tenure.fsm.v1.Command.acl_bootstrap:type_name -> tenure.fsm.v1.AclBootstrap
 	19,  // 32: tenure.fsm.v1.Command.acl_policy_set:type_name -> tenure.fsm.v1.AclPolicySet
 	20,  // 33: tenure.fsm.v1.Command.acl_policy_delete:type_name -> tenure.fsm.v1.AclPolicyDelete
@@ -7364,74 +7503,75 @@ var file_internal_fsm_fsmpb_fsm_proto_depIdxs = []int32{
 	27,  // 40: tenure.fsm.v1.Command.retire_signing_key:type_name -> tenure.fsm.v1.RetireSigningKey
 	28,  // 41: tenure.fsm.v1.Command.remove_signing_key:type_name -> tenure.fsm.v1.RemoveSigningKey
 	23,  // 42: tenure.fsm.v1.Command.acl_token_update:type_name -> tenure.fsm.v1.AclTokenUpdate
-	47,  // 43: tenure.fsm.v1.Command.set_client_addr:type_name -> tenure.fsm.v1.SetEtcdURL
+	48,  // 43: tenure.fsm.v1.Command.set_client_addr:type_name -> tenure.fsm.v1.SetEtcdURL
 	12,  // 44: tenure.fsm.v1.Command.set_cluster_version:type_name -> tenure.fsm.v1.SetClusterVersion
 	10,  // 45: tenure.fsm.v1.Command.kv_compact:type_name -> tenure.fsm.v1.KVHistoryCompact
 	1,   // 46: tenure.fsm.v1.Command.zk_txn:type_name -> tenure.fsm.v1.ZkTxn
-	47,  // 47: tenure.fsm.v1.Command.zk_set_addr:type_name -> tenure.fsm.v1.SetEtcdURL
-	2,   // 48: tenure.fsm.v1.ZkTxn.ops:type_name -> tenure.fsm.v1.ZkOp
-	8,   // 49: tenure.fsm.v1.ZkTxn.ids:type_name -> tenure.fsm.v1.ZnodeACL
-	3,   // 50: tenure.fsm.v1.ZkOp.create:type_name -> tenure.fsm.v1.ZkCreate
-	4,   // 51: tenure.fsm.v1.ZkOp.delete:type_name -> tenure.fsm.v1.ZkDelete
-	5,   // 52: tenure.fsm.v1.ZkOp.set_data:type_name -> tenure.fsm.v1.ZkSetData
-	6,   // 53: tenure.fsm.v1.ZkOp.check:type_name -> tenure.fsm.v1.ZkCheck
-	7,   // 54: tenure.fsm.v1.ZkOp.set_acl:type_name -> tenure.fsm.v1.ZkSetACL
-	8,   // 55: tenure.fsm.v1.ZkCreate.acl:type_name -> tenure.fsm.v1.ZnodeACL
-	8,   // 56: tenure.fsm.v1.ZkSetACL.acl:type_name -> tenure.fsm.v1.ZnodeACL
-	8,   // 57: tenure.fsm.v1.ZnodeState.acl:type_name -> tenure.fsm.v1.ZnodeACL
-	63,  // 58: tenure.fsm.v1.KVHistoryRecord.kv:type_name -> tenure.fsm.v1.KVState
-	63,  // 59: tenure.fsm.v1.KVHistoryRecord.prev:type_name -> tenure.fsm.v1.KVState
-	14,  // 60: tenure.fsm.v1.AclPolicy.rules:type_name -> tenure.fsm.v1.AclRule
-	16,  // 61: tenure.fsm.v1.AclBootstrap.token:type_name -> tenure.fsm.v1.AclToken
-	15,  // 62: tenure.fsm.v1.AclPolicySet.policy:type_name -> tenure.fsm.v1.AclPolicy
-	16,  // 63: tenure.fsm.v1.AclTokenCreate.token:type_name -> tenure.fsm.v1.AclToken
-	17,  // 64: tenure.fsm.v1.AclBindingSet.binding:type_name -> tenure.fsm.v1.AclBinding
-	26,  // 65: tenure.fsm.v1.AddSigningKey.key:type_name -> tenure.fsm.v1.SigningKey
-	15,  // 66: tenure.fsm.v1.Security.policies:type_name -> tenure.fsm.v1.AclPolicy
-	16,  // 67: tenure.fsm.v1.Security.tokens:type_name -> tenure.fsm.v1.AclToken
-	17,  // 68: tenure.fsm.v1.Security.bindings:type_name -> tenure.fsm.v1.AclBinding
-	26,  // 69: tenure.fsm.v1.Security.signing_keys:type_name -> tenure.fsm.v1.SigningKey
-	32,  // 70: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
-	0,   // 71: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
-	50,  // 72: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
-	54,  // 73: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
-	56,  // 74: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
-	78,  // 75: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
-	76,  // 76: tenure.fsm.v1.Snapshot.queue_items:type_name -> tenure.fsm.v1.QueueItems
-	63,  // 77: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
-	49,  // 78: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
-	32,  // 79: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
-	53,  // 80: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
-	48,  // 81: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
-	30,  // 82: tenure.fsm.v1.Snapshot.security:type_name -> tenure.fsm.v1.Security
-	47,  // 83: tenure.fsm.v1.Snapshot.etcd_urls:type_name -> tenure.fsm.v1.SetEtcdURL
-	11,  // 84: tenure.fsm.v1.Snapshot.kv_history:type_name -> tenure.fsm.v1.KVHistoryRecord
-	47,  // 85: tenure.fsm.v1.Snapshot.client_addrs:type_name -> tenure.fsm.v1.SetEtcdURL
-	9,   // 86: tenure.fsm.v1.Snapshot.znodes:type_name -> tenure.fsm.v1.ZnodeState
-	47,  // 87: tenure.fsm.v1.Snapshot.zk_addrs:type_name -> tenure.fsm.v1.SetEtcdURL
-	51,  // 88: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
-	51,  // 89: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
-	52,  // 90: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
-	53,  // 91: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
-	55,  // 92: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
-	57,  // 93: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
-	58,  // 94: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
-	59,  // 95: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
-	62,  // 96: tenure.fsm.v1.KVOp.txn:type_name -> tenure.fsm.v1.KVTxn
-	60,  // 97: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
-	61,  // 98: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
-	61,  // 99: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
-	74,  // 100: tenure.fsm.v1.QueueSettleBatch.items:type_name -> tenure.fsm.v1.QueueSettleItem
-	75,  // 101: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
-	75,  // 102: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
-	75,  // 103: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
-	77,  // 104: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
-	77,  // 105: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
-	106, // [106:106] is the sub-list for method output_type
-	106, // [106:106] is the sub-list for method input_type
-	106, // [106:106] is the sub-list for extension type_name
-	106, // [106:106] is the sub-list for extension extendee
-	0,   // [0:106] is the sub-list for field type_name
+	48,  // 47: tenure.fsm.v1.Command.zk_set_addr:type_name -> tenure.fsm.v1.SetEtcdURL
+	36,  // 48: tenure.fsm.v1.Command.set_session_ttl:type_name -> tenure.fsm.v1.SetSessionTTL
+	2,   // 49: tenure.fsm.v1.ZkTxn.ops:type_name -> tenure.fsm.v1.ZkOp
+	8,   // 50: tenure.fsm.v1.ZkTxn.ids:type_name -> tenure.fsm.v1.ZnodeACL
+	3,   // 51: tenure.fsm.v1.ZkOp.create:type_name -> tenure.fsm.v1.ZkCreate
+	4,   // 52: tenure.fsm.v1.ZkOp.delete:type_name -> tenure.fsm.v1.ZkDelete
+	5,   // 53: tenure.fsm.v1.ZkOp.set_data:type_name -> tenure.fsm.v1.ZkSetData
+	6,   // 54: tenure.fsm.v1.ZkOp.check:type_name -> tenure.fsm.v1.ZkCheck
+	7,   // 55: tenure.fsm.v1.ZkOp.set_acl:type_name -> tenure.fsm.v1.ZkSetACL
+	8,   // 56: tenure.fsm.v1.ZkCreate.acl:type_name -> tenure.fsm.v1.ZnodeACL
+	8,   // 57: tenure.fsm.v1.ZkSetACL.acl:type_name -> tenure.fsm.v1.ZnodeACL
+	8,   // 58: tenure.fsm.v1.ZnodeState.acl:type_name -> tenure.fsm.v1.ZnodeACL
+	64,  // 59: tenure.fsm.v1.KVHistoryRecord.kv:type_name -> tenure.fsm.v1.KVState
+	64,  // 60: tenure.fsm.v1.KVHistoryRecord.prev:type_name -> tenure.fsm.v1.KVState
+	14,  // 61: tenure.fsm.v1.AclPolicy.rules:type_name -> tenure.fsm.v1.AclRule
+	16,  // 62: tenure.fsm.v1.AclBootstrap.token:type_name -> tenure.fsm.v1.AclToken
+	15,  // 63: tenure.fsm.v1.AclPolicySet.policy:type_name -> tenure.fsm.v1.AclPolicy
+	16,  // 64: tenure.fsm.v1.AclTokenCreate.token:type_name -> tenure.fsm.v1.AclToken
+	17,  // 65: tenure.fsm.v1.AclBindingSet.binding:type_name -> tenure.fsm.v1.AclBinding
+	26,  // 66: tenure.fsm.v1.AddSigningKey.key:type_name -> tenure.fsm.v1.SigningKey
+	15,  // 67: tenure.fsm.v1.Security.policies:type_name -> tenure.fsm.v1.AclPolicy
+	16,  // 68: tenure.fsm.v1.Security.tokens:type_name -> tenure.fsm.v1.AclToken
+	17,  // 69: tenure.fsm.v1.Security.bindings:type_name -> tenure.fsm.v1.AclBinding
+	26,  // 70: tenure.fsm.v1.Security.signing_keys:type_name -> tenure.fsm.v1.SigningKey
+	32,  // 71: tenure.fsm.v1.SetLimits.limits:type_name -> tenure.fsm.v1.Limits
+	0,   // 72: tenure.fsm.v1.Batch.commands:type_name -> tenure.fsm.v1.Command
+	51,  // 73: tenure.fsm.v1.Snapshot.sessions:type_name -> tenure.fsm.v1.SessionState
+	55,  // 74: tenure.fsm.v1.Snapshot.locks:type_name -> tenure.fsm.v1.LockState
+	57,  // 75: tenure.fsm.v1.Snapshot.registers:type_name -> tenure.fsm.v1.RegisterState
+	79,  // 76: tenure.fsm.v1.Snapshot.queues:type_name -> tenure.fsm.v1.QueueState
+	77,  // 77: tenure.fsm.v1.Snapshot.queue_items:type_name -> tenure.fsm.v1.QueueItems
+	64,  // 78: tenure.fsm.v1.Snapshot.kv:type_name -> tenure.fsm.v1.KVState
+	50,  // 79: tenure.fsm.v1.Snapshot.retention:type_name -> tenure.fsm.v1.Retention
+	32,  // 80: tenure.fsm.v1.Snapshot.limits:type_name -> tenure.fsm.v1.Limits
+	54,  // 81: tenure.fsm.v1.Snapshot.removed_lock_history:type_name -> tenure.fsm.v1.HistoryRecord
+	49,  // 82: tenure.fsm.v1.Snapshot.deleted_registers:type_name -> tenure.fsm.v1.DeletedRegister
+	30,  // 83: tenure.fsm.v1.Snapshot.security:type_name -> tenure.fsm.v1.Security
+	48,  // 84: tenure.fsm.v1.Snapshot.etcd_urls:type_name -> tenure.fsm.v1.SetEtcdURL
+	11,  // 85: tenure.fsm.v1.Snapshot.kv_history:type_name -> tenure.fsm.v1.KVHistoryRecord
+	48,  // 86: tenure.fsm.v1.Snapshot.client_addrs:type_name -> tenure.fsm.v1.SetEtcdURL
+	9,   // 87: tenure.fsm.v1.Snapshot.znodes:type_name -> tenure.fsm.v1.ZnodeState
+	48,  // 88: tenure.fsm.v1.Snapshot.zk_addrs:type_name -> tenure.fsm.v1.SetEtcdURL
+	52,  // 89: tenure.fsm.v1.LockState.holder:type_name -> tenure.fsm.v1.GrantState
+	52,  // 90: tenure.fsm.v1.LockState.holders:type_name -> tenure.fsm.v1.GrantState
+	53,  // 91: tenure.fsm.v1.LockState.waiters:type_name -> tenure.fsm.v1.WaiterState
+	54,  // 92: tenure.fsm.v1.LockState.history:type_name -> tenure.fsm.v1.HistoryRecord
+	56,  // 93: tenure.fsm.v1.RegisterState.ops:type_name -> tenure.fsm.v1.OpRecord
+	58,  // 94: tenure.fsm.v1.KVOp.put:type_name -> tenure.fsm.v1.KVPut
+	59,  // 95: tenure.fsm.v1.KVOp.delete:type_name -> tenure.fsm.v1.KVDelete
+	60,  // 96: tenure.fsm.v1.KVOp.range:type_name -> tenure.fsm.v1.KVRange
+	63,  // 97: tenure.fsm.v1.KVOp.txn:type_name -> tenure.fsm.v1.KVTxn
+	61,  // 98: tenure.fsm.v1.KVTxn.compares:type_name -> tenure.fsm.v1.KVCompare
+	62,  // 99: tenure.fsm.v1.KVTxn.success:type_name -> tenure.fsm.v1.KVOp
+	62,  // 100: tenure.fsm.v1.KVTxn.failure:type_name -> tenure.fsm.v1.KVOp
+	75,  // 101: tenure.fsm.v1.QueueSettleBatch.items:type_name -> tenure.fsm.v1.QueueSettleItem
+	76,  // 102: tenure.fsm.v1.QueueState.ready:type_name -> tenure.fsm.v1.QueueItemState
+	76,  // 103: tenure.fsm.v1.QueueState.dead:type_name -> tenure.fsm.v1.QueueItemState
+	76,  // 104: tenure.fsm.v1.QueueState.in_flight:type_name -> tenure.fsm.v1.QueueItemState
+	78,  // 105: tenure.fsm.v1.QueueState.ops:type_name -> tenure.fsm.v1.QueueMemo
+	78,  // 106: tenure.fsm.v1.QueueState.acks:type_name -> tenure.fsm.v1.QueueMemo
+	107, // [107:107] is the sub-list for method output_type
+	107, // [107:107] is the sub-list for method input_type
+	107, // [107:107] is the sub-list for extension type_name
+	107, // [107:107] is the sub-list for extension extendee
+	0,   // [0:107] is the sub-list for field type_name
 }
 
 func init() { file_internal_fsm_fsmpb_fsm_proto_init() }
@@ -7488,6 +7628,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 		(*Command_KvCompact)(nil),
 		(*Command_ZkTxn)(nil),
 		(*Command_ZkSetAddr)(nil),
+		(*Command_SetSessionTtl)(nil),
 	}
 	file_internal_fsm_fsmpb_fsm_proto_msgTypes[2].OneofWrappers = []any{
 		(*ZkOp_Create)(nil),
@@ -7496,7 +7637,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 		(*ZkOp_Check)(nil),
 		(*ZkOp_SetAcl)(nil),
 	}
-	file_internal_fsm_fsmpb_fsm_proto_msgTypes[61].OneofWrappers = []any{
+	file_internal_fsm_fsmpb_fsm_proto_msgTypes[62].OneofWrappers = []any{
 		(*KVOp_Put)(nil),
 		(*KVOp_Delete)(nil),
 		(*KVOp_Range)(nil),
@@ -7508,7 +7649,7 @@ func file_internal_fsm_fsmpb_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_fsm_fsmpb_fsm_proto_rawDesc), len(file_internal_fsm_fsmpb_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   79,
+			NumMessages:   80,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

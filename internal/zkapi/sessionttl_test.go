@@ -1,0 +1,177 @@
+package zkapi_test
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/tenure-io/tenure/internal/daemon"
+	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/testutil"
+)
+
+// connectAsking is rawConn.connect with the session timeout the client
+// asks (ms).
+func (r *rawConn) connectAsking(t *testing.T, timeout int32, session int64, passwd []byte) rawConnectResponse {
+	t.Helper()
+	var b []byte
+	b = binary.BigEndian.AppendUint32(b, 0) // protocol version
+	b = binary.BigEndian.AppendUint64(b, 0) // last zxid seen
+	b = binary.BigEndian.AppendUint32(b, uint32(timeout))
+	b = binary.BigEndian.AppendUint64(b, uint64(session))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(passwd)))
+	b = append(b, passwd...)
+	b = append(b, 0) // readOnly false
+	pkt := binary.BigEndian.AppendUint32(nil, uint32(len(b)))
+	if _, err := r.nc.Write(append(pkt, b...)); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var lenb [4]byte
+	if _, err := io.ReadFull(r.nc, lenb[:]); err != nil {
+		t.Fatalf("reading the connect response: %v", err)
+	}
+	resp := make([]byte, binary.BigEndian.Uint32(lenb[:]))
+	if _, err := io.ReadFull(r.nc, resp); err != nil {
+		t.Fatal(err)
+	}
+	var out rawConnectResponse
+	out.timeout = int32(binary.BigEndian.Uint32(resp[4:]))
+	out.sessionID = int64(binary.BigEndian.Uint64(resp[8:]))
+	n := binary.BigEndian.Uint32(resp[16:])
+	out.passwd = append([]byte(nil), resp[20:20+n]...)
+	return out
+}
+
+// sessionTTLOf is session id's TTL in a member's applied state (0: none).
+func sessionTTLOf(d *daemon.Daemon, id int64) int64 {
+	var ttl int64
+	d.Node.Read(func(st *fsm.State) { ttl, _ = st.Session(uint64(id)) })
+	return ttl
+}
+
+func waitClusterVersion3(t *testing.T, d *daemon.Daemon) {
+	t.Helper()
+	testutil.WaitFor(t, "cluster version 3", 30*time.Second, func() bool {
+		var v uint32
+		d.Node.Read(func(st *fsm.State) { v = st.ClusterVersion() })
+		return v >= 3
+	})
+}
+
+// TestResumeRenegotiatesTimeout: a client that resumes its session asking
+// another timeout is answered that timeout, clamped to the flags' bounds
+// (1s..20s here), as ZooKeeper answers it; the session's TTL in the
+// replicated state becomes it, and the leader expires the session by it.
+func TestResumeRenegotiatesTimeout(t *testing.T) {
+	d, addr := startNode(t, nil)
+	waitClusterVersion3(t, d)
+	created := raw(t, addr).connectAsking(t, 10_000, 0, nil)
+	if created.sessionID == 0 || created.timeout != 10_000 {
+		t.Fatalf("new session: %+v, want timeout 10000", created)
+	}
+	for _, c := range []struct{ ask, want int32 }{
+		{4_000, 4_000},   // another timeout within the bounds
+		{60_000, 20_000}, // above the maximum: clamped
+		{500, 1_000},     // below the minimum: clamped
+		{1_000, 1_000},   // the same again
+		{20_000, 20_000}, // back up
+	} {
+		got := raw(t, addr).connectAsking(t, c.ask, created.sessionID, created.passwd)
+		if got.sessionID != created.sessionID || got.timeout != c.want {
+			t.Fatalf("resume asking %dms: session %d timeout %d, want session %d timeout %d", c.ask, got.sessionID, got.timeout, created.sessionID, c.want)
+		}
+		if ttl := sessionTTLOf(d, created.sessionID); ttl != int64(c.want) {
+			t.Fatalf("resume asking %dms: the session's TTL is %dms, want %d", c.ask, ttl, c.want)
+		}
+	}
+
+	// Renegotiated to 1s, the session ends about 1s after its client
+	// goes, far before the 20s it had.
+	r := raw(t, addr)
+	if got := r.connectAsking(t, 1_000, created.sessionID, created.passwd); got.timeout != 1_000 {
+		t.Fatalf("resume asking 1000ms: timeout %d", got.timeout)
+	}
+	r.nc.Close()
+	testutil.WaitFor(t, "the session's expiry by its renegotiated TTL", 12*time.Second, func() bool {
+		return sessionTTLOf(d, created.sessionID) == 0
+	})
+	// And a resume now is refused as ZooKeeper refuses an expired session.
+	if got := raw(t, addr).connectAsking(t, 10_000, created.sessionID, created.passwd); got.sessionID != 0 || got.timeout != 0 {
+		t.Fatalf("resume after expiry: %+v, want a refusal", got)
+	}
+}
+
+// TestFollowerResumeRenegotiatesTimeout: a client resuming its session on
+// a follower, asking another timeout, gets the leader's answer: the
+// renegotiated timeout, which every member's state then holds.
+func TestFollowerResumeRenegotiatesTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 3-node cluster")
+	}
+	root := t.TempDir()
+	ids := []string{"n1", "n2", "n3"}
+	peers := map[string]string{}
+	for _, id := range ids {
+		peers[id] = testutil.FreeAddr(t, 61000, 65000)
+	}
+	daemons := map[string]*daemon.Daemon{}
+	for _, id := range ids {
+		d, err := daemon.Start(daemon.Config{NodeID: id, DataDir: filepath.Join(root, id), Listen: "127.0.0.1:0", ZkListen: "127.0.0.1:0",
+			ZkMinSessionTimeout: time.Second, ZkMaxSessionTimeout: 30 * time.Second,
+			PeerListen: peers[id], BootstrapPeers: peers, LogOutput: testutil.LogWriter(t, id)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- d.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		daemons[id] = d
+	}
+	var leader string
+	testutil.WaitFor(t, "a leader", 30*time.Second, func() bool {
+		for id, d := range daemons {
+			if d.Node.IsLeader() {
+				leader = id
+				return true
+			}
+		}
+		return false
+	})
+	waitClusterVersion3(t, daemons[leader])
+	var follower string
+	for _, id := range ids {
+		if id != leader {
+			follower = id
+			break
+		}
+	}
+	testutil.WaitFor(t, "the leader's ZooKeeper address on the follower", 30*time.Second, func() bool {
+		var addr string
+		daemons[follower].Node.Read(func(st *fsm.State) { addr = st.ZkAddr(leader) })
+		return addr == daemons[leader].ZkAddr()
+	})
+
+	created := raw(t, daemons[leader].ZkAddr()).connectAsking(t, 10_000, 0, nil)
+	if created.sessionID == 0 || created.timeout != 10_000 {
+		t.Fatalf("new session: %+v, want timeout 10000", created)
+	}
+	for _, c := range []struct{ ask, want int32 }{{4_000, 4_000}, {90_000, 30_000}} {
+		got := raw(t, daemons[follower].ZkAddr()).connectAsking(t, c.ask, created.sessionID, created.passwd)
+		if got.sessionID != created.sessionID || got.timeout != c.want {
+			t.Fatalf("resume on the follower asking %dms: session %d timeout %d, want session %d timeout %d", c.ask, got.sessionID, got.timeout, created.sessionID, c.want)
+		}
+		if ttl := sessionTTLOf(daemons[leader], created.sessionID); ttl != int64(c.want) {
+			t.Fatalf("the session's TTL on the leader is %dms, want %d", ttl, c.want)
+		}
+		for _, id := range ids {
+			testutil.WaitFor(t, "the renegotiated TTL on "+id, 10*time.Second, func() bool {
+				return sessionTTLOf(daemons[id], created.sessionID) == int64(c.want)
+			})
+		}
+	}
+}
