@@ -382,7 +382,7 @@ func (z *Server) evictSlowest() {
 	}
 	z.mu.Unlock()
 	if slowest != nil && z.queued.Load() > maxQueuedTotal {
-		z.log.Info("zookeeper connection closed: the slowest reader while the connections' queues pass their bound", "remote", slowest.nc.RemoteAddr().String(), "session", slowest.session, "queued", most)
+		z.log.Info("zookeeper connection closed: the slowest reader while the connections' queues pass their bound", "remote", slowest.remote, "session", slowest.session, "queued", most)
 		slowest.close()
 	}
 }
@@ -400,7 +400,8 @@ func (z *Server) isMember(ip string) bool {
 }
 
 // refreshMembers reads the other members' addresses every membersEvery
-// until ctx ends (name lookups stay off the accept loop).
+// until ctx ends (name lookups stay off the accept loop), and prunes the
+// sessions created here (pruneCreated).
 func (z *Server) refreshMembers(ctx context.Context) {
 	t := time.NewTicker(membersEvery)
 	defer t.Stop()
@@ -426,10 +427,42 @@ func (z *Server) refreshMembers(ctx context.Context) {
 			z.members = set
 			z.mu.Unlock()
 		}
+		z.pruneCreated()
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// pruneCreated forgets the sessions created here that the state no
+// longer has, whose end this node did not see as an event (it installed
+// a snapshot meanwhile). A follower may forget one the leader created
+// that it has not applied yet: the bound errs on the loose side.
+func (z *Server) pruneCreated() {
+	z.mu.Lock()
+	ids := make([]uint64, 0, len(z.created))
+	for id := range z.created {
+		ids = append(ids, id)
+	}
+	z.mu.Unlock()
+	var gone []uint64
+	z.front.Read(func(st *fsm.State) {
+		for _, id := range ids {
+			if _, ok := st.Session(id); !ok {
+				gone = append(gone, id)
+			}
+		}
+	})
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	for _, id := range gone {
+		if ip, ok := z.created[id]; ok {
+			delete(z.created, id)
+			if z.createdPerIP[ip]--; z.createdPerIP[ip] <= 0 {
+				delete(z.createdPerIP, ip)
+			}
 		}
 	}
 }
