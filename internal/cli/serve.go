@@ -124,6 +124,12 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 				if cfg.ZkMaxSessionTimeout == 0 {
 					cfg.ZkMaxSessionTimeout = min(20*zkTick, time.Hour)
 				}
+				if cfg.ZkMaxClientCnxns < 0 || cfg.ZkMaxWatchBytes <= 0 {
+					return fmt.Errorf("--zk-max-client-cnxns must be 0 (no bound) or more, --zk-max-watch-bytes positive")
+				}
+				if cfg.ZkMaxClientCnxns == 0 {
+					cfg.ZkMaxClientCnxns = -1 // ZooKeeper's 0: no bound
+				}
 			}
 			switch {
 			case groupWait < 0 || groupWait > maxGroupCommitWait:
@@ -240,6 +246,8 @@ names (see examples/deploy/tenure.yaml); flags on the command line win.`,
 	f.DurationVar(&cfg.ZkMinSessionTimeout, "zk-min-session-timeout", 0, "the shortest ZooKeeper session timeout a client may negotiate (default 2 × --zk-tick-time, at least 1s)")
 	f.DurationVar(&cfg.ZkMaxSessionTimeout, "zk-max-session-timeout", 0, "the longest ZooKeeper session timeout a client may negotiate (default 20 × --zk-tick-time, at most 1h)")
 	f.IntVar(&cfg.ZkMaxWatches, "zk-max-watches", zkapi.DefaultMaxWatches, "watches one ZooKeeper connection may set")
+	f.Int64Var(&cfg.ZkMaxWatchBytes, "zk-max-watch-bytes", zkapi.DefaultMaxWatchBytes, "bytes the watches of all ZooKeeper connections may hold together (each its path and 128 bytes)")
+	f.IntVar(&cfg.ZkMaxClientCnxns, "zk-max-client-cnxns", zkapi.DefaultMaxClientCnxns, "ZooKeeper connections one IP address may hold at once (ZooKeeper's maxClientCnxns; 0: no bound)")
 	f.DurationVar(&cfg.ZkContainerCheckInterval, "zk-container-check-interval", zkapi.DefaultContainerCheckInterval, "how often the leader removes the ZooKeeper containers left without children (ZooKeeper's znode.container.checkIntervalMs); a container that never had a child stays")
 	f.BoolVar(&cfg.ZkTTLNodes, "zk-ttl-nodes", false, "let ZooKeeper clients create TTL nodes (createTTL), as ZooKeeper's zookeeper.extendedTypesEnabled does; off, they are answered Unimplemented, as ZooKeeper answers them by default. Give it to every member: the leader's decides")
 	f.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "metrics, health and dashboard address (port 0 picks a free port; empty: none)")

@@ -137,6 +137,11 @@ type Config struct {
 	// client CA, if any, then requires client certificates, which
 	// identify their callers. It needs TLS.
 	ZkSecureListen string
+	// ZkMaxWatchBytes bounds the watches of all ZooKeeper connections
+	// together, ZkMaxClientCnxns the connections from one IP address
+	// (zkapi.Config's; zero: zkapi's defaults, -1: no per-IP bound).
+	ZkMaxWatchBytes  int64
+	ZkMaxClientCnxns int
 	// MaxConnections bounds the connections of each listener (client API,
 	// HTTP, etcd API); at the bound, or at what the descriptor limit
 	// leaves, the quietest connection is closed to make room (conns.go).
@@ -298,7 +303,7 @@ func (d *Daemon) listenZk(cfg Config, srv *server.Server) error {
 		d.zkSecureLis = tls.NewListener(d.conns.wrap(lis), cfg.TLS)
 	}
 	z, err := zkapi.New(srv, zkapi.Config{Advertise: advertise, MinSessionTimeout: cfg.ZkMinSessionTimeout, MaxSessionTimeout: cfg.ZkMaxSessionTimeout, MaxWatches: cfg.ZkMaxWatches,
-		ContainerCheckInterval: cfg.ZkContainerCheckInterval, TTLNodes: cfg.ZkTTLNodes})
+		ContainerCheckInterval: cfg.ZkContainerCheckInterval, TTLNodes: cfg.ZkTTLNodes, MaxWatchBytes: cfg.ZkMaxWatchBytes, MaxClientCnxns: cfg.ZkMaxClientCnxns})
 	if err != nil {
 		d.closeZkListeners()
 		return err

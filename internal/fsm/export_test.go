@@ -111,3 +111,6 @@ func NewStateAt(v uint32) *State {
 	s.clusterVersion = v
 	return s
 }
+
+// ZnodeBytes is what the znode tree counts against MaxZnodeBytes.
+func (s *State) ZnodeBytes() uint64 { return s.zk.bytes }

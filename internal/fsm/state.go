@@ -142,8 +142,12 @@ type Event struct {
 	KV, Prev *KV
 	// Queue: the details of a queue event (see queue.go).
 	Queue *QueueEvent
-	// ZnodeType: what EventZnode reports of the znode Name (znode.go).
+	// ZnodeType: what EventZnode reports of the znode Name (znode.go);
+	// ZnodeACL: that znode's ACL (before its removal, for a delete), so
+	// that a watch on an ancestor is told only of the znodes its client
+	// may read. Shared with the state: read only.
 	ZnodeType ZnodeEventType
+	ZnodeACL  []*fsmpb.ZnodeACL
 }
 
 // State is the pure, deterministic lock authority: sessions, locks with FIFO

@@ -61,7 +61,7 @@ const (
 	// them must fit in jute.maxbuffer).
 	MaxZnodeChildren = 100_000
 	// MaxZnodes is the most znodes the tree holds, and MaxZnodeBytes the
-	// most bytes of paths and data.
+	// most bytes of paths, data and ACLs (schemes and ids).
 	MaxZnodes     = 1_000_000
 	MaxZnodeBytes = 1 << 30
 	// MaxZkOps is the most ops of one multi.
@@ -188,7 +188,7 @@ type znodeStore struct {
 	// ttls: the paths of the TTL znodes (DataTree.ttls), which the
 	// leader's container check reads too.
 	ttls  map[string]struct{}
-	bytes uint64            // paths and data
+	bytes uint64            // paths, data and ACLs (zkACLBytes)
 	addrs map[string]string // member -> its ZooKeeper listener address
 }
 
@@ -208,6 +208,11 @@ func newZnodeStore() znodeStore {
 	z.nodes["/zookeeper"] = &znode{acl: openACL(), children: map[string]struct{}{"quota": {}, "config": {}}}
 	z.nodes["/zookeeper/quota"] = &znode{acl: openACL()}
 	z.nodes["/zookeeper/config"] = &znode{aversion: -1, acl: []*fsmpb.ZnodeACL{{Perms: ZkPermRead, Scheme: "world", Id: "anyone"}}}
+	// Counted as a snapshot's restore counts them, so that a member
+	// restored from one counts what a member that applied the log does.
+	for p, n := range z.nodes {
+		z.bytes += uint64(int64(len(p)+len(n.data)) + zkACLBytes(n.acl))
+	}
 	return z
 }
 
@@ -414,6 +419,17 @@ func ZkAllowed(acl []*fsmpb.ZnodeACL, perm int32, ids []*fsmpb.ZnodeACL) bool {
 // fixupZkACL is ZooKeeper's fixupACL: an empty ACL, an unknown scheme or
 // an "auth" entry with no authenticated id is InvalidACL; "auth" becomes
 // the caller's ids; duplicates are dropped.
+// zkACLBytes is what an ACL counts against MaxZnodeBytes: its schemes
+// and ids (a client's ACL ids are its own to choose, up to a request's
+// size, so they count as the data does).
+func zkACLBytes(acl []*fsmpb.ZnodeACL) int64 {
+	var n int64
+	for _, a := range acl {
+		n += int64(len(a.GetScheme()) + len(a.GetId()))
+	}
+	return n
+}
+
 func fixupZkACL(acl []*fsmpb.ZnodeACL, ids []*fsmpb.ZnodeACL) ([]*fsmpb.ZnodeACL, *ZkError) {
 	if len(acl) == 0 || len(acl) > MaxZnodeACL {
 		return nil, zkErr(ZkInvalidACL, "an ACL has 1 to %d entries, not %d", MaxZnodeACL, len(acl))
@@ -615,7 +631,16 @@ func (o *zkOverlay) set(path string, n *znode) {
 }
 
 func (o *zkOverlay) event(t ZnodeEventType, path string) {
-	o.events = append(o.events, Event{Kind: EventZnode, Name: path, ZnodeType: t})
+	var acl []*fsmpb.ZnodeACL
+	if n := o.get(path); n != nil {
+		acl = n.acl
+	}
+	o.eventACL(t, path, acl)
+}
+
+// eventACL records an event of a znode whose ACL is acl (a removed one's).
+func (o *zkOverlay) eventACL(t ZnodeEventType, path string, acl []*fsmpb.ZnodeACL) {
+	o.events = append(o.events, Event{Kind: EventZnode, Name: path, ZnodeType: t, ZnodeACL: acl})
 }
 
 // zkTxn applies a ZkTxn: every op in order on an overlay; if all pass,
@@ -814,6 +839,7 @@ func (o *zkOverlay) apply(op *fsmpb.ZkOp, c *fsmpb.ZkTxn, rev uint64) (ZkOpResul
 			return ZkOpResult{}, zkErr(ZkBadVersion, "%s", sa.GetPath())
 		}
 		e := o.edit(sa.GetPath())
+		o.bytes += zkACLBytes(acl) - zkACLBytes(e.acl)
 		e.acl = acl
 		e.aversion++
 		return ZkOpResult{Stat: o.stat(sa.GetPath(), e)}, nil
@@ -901,7 +927,7 @@ func (o *zkOverlay) create(cr *fsmpb.ZkCreate, c *fsmpb.ZkTxn, rev uint64) (ZkOp
 	o.fresh[path] = true
 	delete(o.kids, path)
 	o.nodes++
-	o.bytes += int64(len(path) + len(n.data))
+	o.bytes += int64(len(path)+len(n.data)) + zkACLBytes(n.acl)
 	o.event(ZnodeCreated, path)
 	o.event(ZnodeChildrenChanged, parentPath)
 	return ZkOpResult{Path: path, Stat: n.stat(0)}, nil
@@ -917,11 +943,11 @@ func (o *zkOverlay) remove(path, parentPath, name string, n *znode, rev uint64) 
 	delete(o.fresh, path)
 	delete(o.kids, path)
 	o.nodes--
-	o.bytes -= int64(len(path) + len(n.data))
+	o.bytes -= int64(len(path)+len(n.data)) + zkACLBytes(n.acl)
 	p := o.edit(parentPath)
 	o.removeChild(parentPath, p, name)
 	p.pzxid = rev
-	o.event(ZnodeDeleted, path)
+	o.eventACL(ZnodeDeleted, path, n.acl)
 	o.event(ZnodeChildrenChanged, parentPath)
 }
 
@@ -988,7 +1014,7 @@ func (s *State) importZnodes(snap *fsmpb.Snapshot) error {
 		if t := zs.GetTtlMs(); t != 0 && (t < 0 || t > MaxZnodeTTL || zs.GetEphemeralOwner() != 0 || zs.GetContainer()) {
 			return fmt.Errorf("snapshot: znode %q: a TTL of %d ms on a node that cannot have one", p, t)
 		}
-		z.bytes += uint64(len(p) + len(zs.GetData()))
+		z.bytes += uint64(int64(len(p)+len(zs.GetData())) + zkACLBytes(zs.GetAcl()))
 	}
 	if z.nodes["/"] == nil {
 		return fmt.Errorf("snapshot: the znode tree has no root")

@@ -2,6 +2,7 @@ package fsm_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -285,5 +286,48 @@ func TestZnodeNullData(t *testing.T) {
 				t.Fatalf("%s: data %q (nil %v), dataLength %d; want null %v", c.path, data, data == nil, stat.DataLength, c.null)
 			}
 		}
+	}
+}
+
+// TestZnodeACLBytesCount: a znode's ACL counts against MaxZnodeBytes as
+// its path and data do (a client chooses its ids, up to a request's
+// size: uncounted, a million znodes could each hold a megabyte of ACL),
+// through setACL, delete and a snapshot alike.
+func TestZnodeACLBytesCount(t *testing.T) {
+	st := fsm.NewState()
+	base := st.ZnodeBytes()
+	id := strings.Repeat("u", 10_000) + ":x"
+	cr := zkCreate("/a", fsm.ZkPersistent)
+	cr.GetCreate().Acl = []*fsmpb.ZnodeACL{{Perms: fsm.ZkPermAll, Scheme: "digest", Id: id}}
+	if r, _ := apply(t, st, zkTxn(0, false, cr)); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	want := base + uint64(len("/a")+len("d")+len("digest")+len(id))
+	if got := st.ZnodeBytes(); got != want {
+		t.Fatalf("after create: %d bytes counted, want %d", got, want)
+	}
+	back, err := fsm.Import(st.Export())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.ZnodeBytes() != want {
+		t.Fatalf("restored from a snapshot: %d bytes counted, want %d", back.ZnodeBytes(), want)
+	}
+	set := &fsmpb.ZkOp{Op: &fsmpb.ZkOp_SetAcl{SetAcl: &fsmpb.ZkSetACL{Path: "/a", Version: -1,
+		Acl: []*fsmpb.ZnodeACL{{Perms: fsm.ZkPermAll, Scheme: "world", Id: "anyone"}}}}}
+	ids := []*fsmpb.ZnodeACL{{Scheme: "digest", Id: id}}
+	cmd := zkTxn(0, false, set)
+	cmd.GetZkTxn().Ids = ids
+	if r, _ := apply(t, st, cmd); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if got, want := st.ZnodeBytes(), base+uint64(len("/a")+len("d")+len("world")+len("anyone")); got != want {
+		t.Fatalf("after setACL: %d bytes counted, want %d", got, want)
+	}
+	if r, _ := apply(t, st, zkTxn(0, false, zkDelete("/a", -1))); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if got := st.ZnodeBytes(); got != base {
+		t.Fatalf("after delete: %d bytes counted, want %d", got, base)
 	}
 }

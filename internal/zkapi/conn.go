@@ -39,6 +39,11 @@ type conn struct {
 	certNames []string
 	// relayed: a follower's relay over the peer port (upstream.go).
 	relayed bool
+	// member: the connection comes from a member (a follower's relay),
+	// exempt from the per-address bounds; countedIP: the address it
+	// counts against in z.perIP ("" none), guarded by z.mu.
+	member    bool
+	countedIP string
 
 	// Set by the handshake, then read only by serve.
 	session   uint64
@@ -66,13 +71,18 @@ type conn struct {
 		pending bool
 	}
 
-	// out is the queue of packets to write.
+	// out is the queue of packets to write. bytes counts what is queued
+	// and what the writer is writing, in the node's total too (z.queued)
+	// until it is written or the connection closes (dead).
 	out struct {
 		mu      sync.Mutex
 		q       [][]byte
 		bytes   int
 		closing bool // close once the queue is written
+		dead    bool // closed: nothing more is queued or counted
 	}
+	// written is signalled when the writer has written a batch.
+	written chan struct{}
 	// ending: the client asked to close its session; the session's end
 	// then leaves this connection to answer it before closing.
 	ending    atomic.Bool
@@ -82,7 +92,7 @@ type conn struct {
 }
 
 func newConn(z *Server, nc net.Conn) *conn {
-	c := &conn{z: z, nc: nc, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	c := &conn{z: z, nc: nc, wake: make(chan struct{}, 1), written: make(chan struct{}, 1), done: make(chan struct{})}
 	c.setRemote(nc.RemoteAddr().String())
 	return c
 }
@@ -112,8 +122,10 @@ func (c *conn) setCert(x509ID string, names []string) {
 	}
 }
 
-// handshakeTimeout bounds a TLS handshake, and a relay's preamble (a
-// variable for the tests).
+// handshakeTimeout bounds a TLS handshake, a relay's preamble, and the
+// wait for a connection's first packet (a ConnectRequest or a
+// four-letter word), however slowly it comes: ZooKeeper's
+// zookeeper.nio.sessionlessCnxnTimeout (a variable for the tests).
 var handshakeTimeout = 10 * time.Second
 
 // tlsHandshake runs the TLS handshake of a connection of the secure
@@ -143,6 +155,11 @@ func (c *conn) close() {
 	c.closeOnce.Do(func() {
 		close(c.done)
 		c.nc.Close()
+		c.out.mu.Lock()
+		c.out.dead = true
+		c.z.queued.Add(-int64(c.out.bytes))
+		c.out.q, c.out.bytes = nil, 0
+		c.out.mu.Unlock()
 	})
 }
 
@@ -161,10 +178,21 @@ func (c *conn) signal() {
 	}
 }
 
+// maxQueuedTotal bounds the bytes queued to all connections together:
+// past it the connection with the most queued, the slowest reader, is
+// closed (z.evictSlowest).
+var maxQueuedTotal int64 = 256 << 20
+
 // queue appends one packet (without its length) to the output; it never
-// blocks. A client too slow to read what is queued is disconnected.
+// blocks. A client too slow to read what is queued is disconnected: past
+// maxQueued on its connection, or when it is the slowest once the
+// connections together pass maxQueuedTotal.
 func (c *conn) queue(pkt []byte) {
 	c.out.mu.Lock()
+	if c.out.dead {
+		c.out.mu.Unlock()
+		return
+	}
 	if c.out.bytes+len(pkt) > maxQueued {
 		c.out.mu.Unlock()
 		c.close()
@@ -172,8 +200,35 @@ func (c *conn) queue(pkt []byte) {
 	}
 	c.out.q = append(c.out.q, pkt)
 	c.out.bytes += len(pkt)
+	total := c.z.queued.Add(int64(len(pkt)))
 	c.out.mu.Unlock()
 	c.signal()
+	if total > maxQueuedTotal {
+		c.z.evictSlowest()
+	}
+}
+
+// queuedBytes is what is queued to c and not yet written.
+func (c *conn) queuedBytes() int {
+	c.out.mu.Lock()
+	defer c.out.mu.Unlock()
+	return c.out.bytes
+}
+
+// waitWritten waits until at most limit bytes are queued to c; false if
+// the connection closed first. A connection's requests wait for it, so
+// that a client that sends requests and does not read their answers
+// stops being read (ZooKeeper stops reading a connection whose
+// answers are outstanding) instead of growing its queue.
+func (c *conn) waitWritten(limit int) bool {
+	for c.queuedBytes() > limit {
+		select {
+		case <-c.written:
+		case <-c.done:
+			return false
+		}
+	}
+	return true
 }
 
 // writer writes the queue until the connection closes.
@@ -187,15 +242,28 @@ func (c *conn) writer() {
 		}
 		c.out.mu.Lock()
 		q, closing := c.out.q, c.out.closing
-		c.out.q, c.out.bytes = nil, 0
+		c.out.q = nil
 		c.out.mu.Unlock()
 		bufs := make(net.Buffers, 0, 2*len(q))
+		n := 0
 		for _, p := range q {
 			binary.BigEndian.PutUint32(lenb[:], uint32(len(p)))
 			bufs = append(bufs, append([]byte(nil), lenb[:]...), p)
+			n += len(p)
 		}
 		_ = c.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
-		if _, err := bufs.WriteTo(c.nc); err != nil || closing {
+		_, err := bufs.WriteTo(c.nc)
+		c.out.mu.Lock()
+		if !c.out.dead {
+			c.out.bytes -= n
+			c.z.queued.Add(-int64(n))
+		}
+		c.out.mu.Unlock()
+		select {
+		case c.written <- struct{}{}:
+		default:
+		}
+		if err != nil || closing {
 			c.close()
 			return
 		}
@@ -256,7 +324,7 @@ func (c *conn) serve(ctx context.Context) {
 			c.up.close()
 		}
 	}()
-	_ = c.nc.SetReadDeadline(time.Now().Add(c.z.cfg.MaxSessionTimeout))
+	_ = c.nc.SetReadDeadline(time.Now().Add(handshakeTimeout))
 	var first [4]byte
 	if _, err := io.ReadFull(c.nc, first[:]); err != nil {
 		return
@@ -269,7 +337,15 @@ func (c *conn) serve(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	req, err := decodeConnect(pkt)
+	newSession := err == nil && req.sessionID == 0
+	if newSession && !c.z.admitSession(c) {
+		return // refused as ZooKeeper refuses a connection past maxClientCnxns: closed
+	}
 	ok := c.handshake(ctx, pkt)
+	if ok && newSession {
+		c.z.sessionCreated(c)
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -283,6 +359,9 @@ func (c *conn) serve(ctx context.Context) {
 	c.z.attach(c)
 	var buf []byte
 	for {
+		if !c.waitWritten(maxAnswer) {
+			return
+		}
 		_ = c.nc.SetReadDeadline(time.Now().Add(2 * c.timeout))
 		pkt, err := readPacket(c.nc, buf, MaxPacket)
 		if err != nil {
@@ -291,7 +370,9 @@ func (c *conn) serve(ctx context.Context) {
 		}
 		buf = pkt
 		if err := c.request(ctx, pkt); err != nil {
-			if !errors.Is(err, errClosing) {
+			if errors.Is(err, errTooLarge) {
+				c.z.log.Info("zookeeper connection closed: an answer would exceed jute.maxbuffer", "remote", c.remote, "session", c.session, "op", c.cur.op)
+			} else if !errors.Is(err, errClosing) {
 				c.z.log.Debug("zookeeper connection ended", "remote", c.remote, "session", c.session, "err", err)
 			}
 			if errors.Is(err, errClosing) {
@@ -465,24 +546,48 @@ func (c *conn) answerAt(ctx context.Context, zxid uint64, xid int32, code fsm.Zk
 	return nil
 }
 
+// maxAnswer bounds an answer read from the state: the largest packet a
+// ZooKeeper client accepts is jute.maxbuffer (Java's refuses a longer one
+// and drops the connection), and the largest answer the front sends, a
+// znode's data with its stat, fits in it and 1 KiB. A read whose answer
+// would be longer (a getChildren of many long names, a multiRead of big
+// nodes) is not built: the connection is closed, as the client would
+// close it, and the client sees ConnectionLoss.
+const maxAnswer = maxRelayPacket
+
+// codeTooLarge is what a read's fn returns, instead of building an
+// answer past maxAnswer; it is never sent.
+const codeTooLarge fsm.ZkCode = -1 << 31
+
+// errTooLarge ends a connection whose answer would pass maxAnswer.
+var errTooLarge = errors.New("zookeeper: the answer would exceed jute.maxbuffer")
+
 // read runs fn on the applied state at the revision every watch event
-// has reached, and queues its answer before any later event.
+// has reached, and queues its answer before any later event; an fn that
+// answers codeTooLarge ends the connection instead.
 func (c *conn) read(ctx context.Context, xid int32, fn func(st *fsm.State) (fsm.ZkCode, []byte)) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		w := c.z.w
 		w.mu.Lock()
-		done := false
+		done, tooLarge := false, false
 		c.z.front.Read(func(st *fsm.State) {
 			if st.Revision() != w.fed {
 				return
 			}
 			done = true
 			code, body := fn(st)
+			if code == codeTooLarge {
+				tooLarge = true
+				return
+			}
 			c.reply(xid, int64(w.fed), code, body)
 		})
 		moved := w.moved
 		w.mu.Unlock()
+		if tooLarge {
+			return errTooLarge
+		}
 		if done {
 			return nil
 		}

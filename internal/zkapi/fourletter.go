@@ -11,7 +11,7 @@ import (
 // ZooKeeper's four-letter words: a connection whose first four bytes are
 // one of them gets a line of text and is closed. As in ZooKeeper 3.8,
 // only some are answered (its 4lw.commands.whitelist); the others get
-// ZooKeeper's refusal.
+// ZooKeeper's refusal, and so does srvr under --auth.
 var fourLetterWords = map[string]bool{
 	"conf": false, "cons": false, "crst": false, "dirs": false, "dump": false, "envi": false, "gtmk": false,
 	"hash": false, "isro": true, "mntr": false, "ruok": true, "srst": false, "srvr": true, "stat": false,
@@ -29,7 +29,11 @@ const ServerVersion = "3.8.0-tenure"
 func (c *conn) fourLetterWord(cmd string) {
 	var out string
 	switch {
-	case !fourLetterWords[cmd]:
+	case !fourLetterWords[cmd] || (cmd == "srvr" && c.z.srv.AuthEnforced()):
+		// Under --auth, srvr (the zxid, the znode count, the
+		// connections) is refused as a word off the whitelist: a
+		// four-letter word carries no credential. ruok and isro stay,
+		// as /health does on the HTTP listener.
 		out = cmd + " is not executed because it is not in the whitelist.\n"
 	case cmd == "ruok":
 		out = "imok"

@@ -119,7 +119,9 @@ func (c *conn) tokenValid(ctx context.Context) bool {
 	if caller.BadToken() || caller.Identity() != c.caller.Identity() {
 		return false
 	}
+	c.z.w.mu.Lock()
 	c.caller = caller
+	c.z.w.mu.Unlock()
 	return true
 }
 
@@ -426,6 +428,15 @@ func (c *conn) sync(ctx context.Context, h requestHeader, body []byte) error {
 	return c.answerAt(ctx, rev, h.xid, fsm.ZkOK, e.b)
 }
 
+// The identities addAuth gives a connection travel in every write it
+// proposes (ZkTxn.ids, for the znodes' ACLs), so they are bounded: at
+// most maxAuthIDs digests of at most maxAuthLen bytes (user:password).
+// Past either, addAuth fails as a wrong one does.
+const (
+	maxAuthIDs = 16
+	maxAuthLen = 1024
+)
+
 // addAuth serves an AuthPacket. The digest scheme's user:password is a
 // Tenure token's id and secret: a known token gives the connection the
 // token's rights under --auth; the digest id (user:base64(sha1)) is the
@@ -450,7 +461,7 @@ func (c *conn) addAuth(ctx context.Context, h requestHeader, body []byte) error 
 	}
 	userPass := string(auth)
 	user, secret, ok := strings.Cut(userPass, ":")
-	if !ok {
+	if !ok || len(userPass) > maxAuthLen {
 		return fail()
 	}
 	sec := c.z.front.Security()
@@ -467,20 +478,25 @@ func (c *conn) addAuth(ctx context.Context, h requestHeader, body []byte) error 
 			return fail()
 		}
 	}
-	if known {
-		c.caller, c.hasToken, c.tokenSecret = caller, true, secret
-	}
 	id := &fsmpb.ZnodeACL{Scheme: "digest", Id: digestID(userPass)}
 	dup := false
 	for _, o := range c.ids {
 		dup = dup || (o.GetScheme() == id.GetScheme() && o.GetId() == id.GetId())
 	}
+	if !dup && len(c.ids) > maxAuthIDs { // the ip, then the digests
+		return fail()
+	}
+	// The identities and the token change under the watches' lock, which
+	// the delivery of events reads them under (mayReadLocked).
+	c.z.w.mu.Lock()
+	defer c.z.w.mu.Unlock()
+	if known {
+		c.caller, c.hasToken, c.tokenSecret = caller, true, secret
+	}
 	if !dup {
 		c.ids = append(c.ids, id)
 	}
-	c.z.w.mu.Lock()
 	c.reply(h.xid, 0, fsm.ZkOK, nil)
-	c.z.w.mu.Unlock()
 	return nil
 }
 
@@ -497,6 +513,14 @@ func (c *conn) setWatches(ctx context.Context, h requestHeader, body []byte) err
 	}
 	if d.err != nil {
 		return errBadPacket
+	}
+	// Under --auth, watches are reads: every path needs the read right,
+	// or nothing is registered (an anonymous client would learn the
+	// changes of every znode otherwise).
+	for _, list := range [][]string{data, exist, child, persistent, recursive} {
+		if !c.allowed("setWatches", false, list...) {
+			return c.read(ctx, h.xid, func(*fsm.State) (fsm.ZkCode, []byte) { return fsm.ZkNoAuth, nil })
+		}
 	}
 	w := c.z.w
 	return c.read(ctx, h.xid, func(st *fsm.State) (fsm.ZkCode, []byte) {

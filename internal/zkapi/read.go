@@ -62,6 +62,9 @@ func (c *conn) readOp(ctx context.Context, h requestHeader, body []byte) error {
 				return fsm.ZkQuotaExceeded, nil
 			}
 			children, _ := st.ZnodeChildren(path)
+			if stringsLen(children) > maxAnswer {
+				return codeTooLarge, nil
+			}
 			e.strings(children)
 			if h.op == opGetChildren2 {
 				e.stat(wireStat(s))
@@ -129,7 +132,11 @@ func (c *conn) readOp(ctx context.Context, h requestHeader, body []byte) error {
 		}
 		return c.read(ctx, h.xid, func(st *fsm.State) (fsm.ZkCode, []byte) {
 			var e encoder
-			e.strings(nonNilStrings(st.ZnodeEphemerals(c.session, prefix)))
+			eph := nonNilStrings(st.ZnodeEphemerals(c.session, prefix))
+			if stringsLen(eph) > maxAnswer {
+				return codeTooLarge, nil
+			}
+			e.strings(eph)
 			return fsm.ZkOK, e.b
 		})
 	case opAddWatch:
@@ -201,6 +208,18 @@ func opReadName(op int32) string {
 
 func aclOf(perms int32, scheme, id string) acl { return acl{perms: perms, scheme: scheme, id: id} }
 
+// statLen is the length of an encoded stat.
+const statLen = 68
+
+// stringsLen is the length of ss encoded as a jute vector.
+func stringsLen(ss []string) int {
+	n := 4
+	for _, s := range ss {
+		n += 4 + len(s)
+	}
+	return n
+}
+
 func nonNilStrings(s []string) []string {
 	if s == nil {
 		return []string{}
@@ -262,10 +281,16 @@ func (c *conn) multiRead(ctx context.Context, h requestHeader, d *decoder) error
 			e.bool(false)
 			e.int(0)
 			if r.typ == opGetData {
+				if len(e.b)+len(data)+statLen+4 > maxAnswer {
+					return codeTooLarge, nil
+				}
 				e.buffer(data) // nil: null data, answered as ZooKeeper answers it (-1)
 				e.stat(wireStat(s))
 			} else {
 				children, _ := st.ZnodeChildren(r.path)
+				if len(e.b)+stringsLen(children) > maxAnswer {
+					return codeTooLarge, nil
+				}
 				e.strings(children)
 			}
 		}

@@ -46,7 +46,11 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
@@ -59,6 +63,12 @@ const (
 	DefaultMaxSessionTimeout = 40 * time.Second
 	// DefaultMaxWatches bounds the watches of one connection.
 	DefaultMaxWatches = 100_000
+	// DefaultMaxClientCnxns bounds the connections from one IP address:
+	// ZooKeeper's maxClientCnxns.
+	DefaultMaxClientCnxns = 60
+	// DefaultMaxWatchBytes bounds what the watches of all connections
+	// hold together (each its path and 128 bytes).
+	DefaultMaxWatchBytes = 256 << 20
 	// DefaultContainerCheckInterval is how often the leader removes the
 	// emptied containers: ZooKeeper's znode.container.checkIntervalMs.
 	DefaultContainerCheckInterval = time.Minute
@@ -92,6 +102,14 @@ type Config struct {
 	MinSessionTimeout, MaxSessionTimeout time.Duration
 	// MaxWatches bounds the watches of one connection; zero: the default.
 	MaxWatches int
+	// MaxWatchBytes bounds the watches of all connections together,
+	// each counted as its path and 128 bytes; zero: the default.
+	MaxWatchBytes int64
+	// MaxClientCnxns bounds the connections from one IP address
+	// (ZooKeeper's maxClientCnxns): past it a new connection is closed
+	// at once, as ZooKeeper closes it. Zero: the default; negative: no
+	// bound (ZooKeeper's 0).
+	MaxClientCnxns int
 	// ContainerCheckInterval is how often the leader removes the
 	// containers that have no children and had one once, and the TTL
 	// nodes that have no children and were not changed for their TTL
@@ -120,12 +138,25 @@ type Server struct {
 	// port (nil standalone), from New on: they wait for Serve.
 	relayLis net.Listener
 
-	// mu guards conns, sessions and closed.
-	mu       sync.Mutex
-	conns    map[*conn]struct{}
+	// mu guards conns, perIP, created, createdPerIP, members, sessions
+	// and closed.
+	mu    sync.Mutex
+	conns map[*conn]struct{}
+	perIP map[string]int // connections from each IP address
+	// created: the live sessions created through this node, with the IP
+	// address of the client that created each (maxSessionsPerIP).
+	created      map[uint64]string
+	createdPerIP map[string]int
+	// members: the other members' IP addresses, exempt from the
+	// per-address bounds (a follower relays all its clients'
+	// connections).
+	members  map[string]bool
 	sessions map[uint64]map[*conn]struct{}
 	closed   bool
 	wg       sync.WaitGroup
+
+	// queued counts the bytes queued to every connection (conn.queue).
+	queued atomic.Int64
 
 	// relayMu guards relayRefused: the leaders that refused a relay
 	// connection over the peer port, and until when they are reached at
@@ -147,6 +178,12 @@ func New(srv *server.Server, cfg Config) (*Server, error) {
 	if cfg.MaxWatches == 0 {
 		cfg.MaxWatches = DefaultMaxWatches
 	}
+	if cfg.MaxWatchBytes == 0 {
+		cfg.MaxWatchBytes = DefaultMaxWatchBytes
+	}
+	if cfg.MaxClientCnxns == 0 {
+		cfg.MaxClientCnxns = DefaultMaxClientCnxns
+	}
 	if cfg.ContainerCheckInterval == 0 {
 		cfg.ContainerCheckInterval = DefaultContainerCheckInterval
 	}
@@ -158,8 +195,9 @@ func New(srv *server.Server, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("zookeeper session timeouts %v..%v: the minimum must be at least 1s, the maximum at most 1h and not below the minimum", cfg.MinSessionTimeout, cfg.MaxSessionTimeout)
 	}
 	front := srv.Front()
-	z := &Server{srv: srv, front: front, cfg: cfg, log: cmpLogger(cfg.Logger, front.Logger()), w: newWatches(),
-		conns: map[*conn]struct{}{}, sessions: map[uint64]map[*conn]struct{}{}, relayRefused: map[string]time.Time{}}
+	z := &Server{srv: srv, front: front, cfg: cfg, log: cmpLogger(cfg.Logger, front.Logger()), w: newWatches(cfg.MaxWatchBytes),
+		conns: map[*conn]struct{}{}, perIP: map[string]int{}, created: map[uint64]string{}, createdPerIP: map[string]int{},
+		sessions: map[uint64]map[*conn]struct{}{}, relayRefused: map[string]time.Time{}}
 	z.w.ended = z.sessionEnded
 	z.relayLis = front.ZkRelayListener()
 	front.OnZnodeEvents(z.w.event)
@@ -186,10 +224,14 @@ func cmpLogger(a, b *slog.Logger) *slog.Logger {
 func (z *Server) Serve(ctx context.Context, lis, secure net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	z.wg.Add(2)
+	z.wg.Add(3)
 	go func() {
 		defer z.wg.Done()
 		z.publish(ctx)
+	}()
+	go func() {
+		defer z.wg.Done()
+		z.refreshMembers(ctx)
 	}()
 	go func() {
 		defer z.wg.Done()
@@ -241,11 +283,24 @@ func (z *Server) accept(ctx context.Context, lis net.Listener, relay bool) error
 			return err
 		}
 		c := newConn(z, nc)
+		// A relay over the peer port comes from a member that proved
+		// itself; one by a member's published address from its host.
+		c.member = relay || z.isMember(c.ip)
 		z.mu.Lock()
 		if z.closed {
 			z.mu.Unlock()
 			nc.Close()
 			return nil
+		}
+		if !c.member {
+			if n := z.perIP[c.ip]; z.cfg.MaxClientCnxns > 0 && n >= z.cfg.MaxClientCnxns {
+				z.mu.Unlock()
+				nc.Close()
+				z.srv.Answered("zk.connect", status.Errorf(codes.ResourceExhausted, "too many connections from %s - max is %d (--zk-max-client-cnxns)", c.ip, n), true, 0)
+				continue
+			}
+			z.perIP[c.ip]++
+			c.countedIP = c.ip
 		}
 		z.conns[c] = struct{}{}
 		z.wg.Add(1)
@@ -299,6 +354,12 @@ func (z *Server) detach(c *conn) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	delete(z.conns, c)
+	if ip := c.countedIP; ip != "" {
+		c.countedIP = ""
+		if z.perIP[ip]--; z.perIP[ip] <= 0 {
+			delete(z.perIP, ip)
+		}
+	}
 	if set := z.sessions[c.session]; set != nil {
 		delete(set, c)
 		if len(set) == 0 {
@@ -307,11 +368,161 @@ func (z *Server) detach(c *conn) {
 	}
 }
 
+// evictSlowest closes the connection with the most bytes queued, the
+// slowest reader, once the connections together pass maxQueuedTotal.
+// Lock order: mu, then a connection's out.mu.
+func (z *Server) evictSlowest() {
+	z.mu.Lock()
+	var slowest *conn
+	most := 0
+	for c := range z.conns {
+		if n := c.queuedBytes(); n > most {
+			slowest, most = c, n
+		}
+	}
+	z.mu.Unlock()
+	if slowest != nil && z.queued.Load() > maxQueuedTotal {
+		z.log.Info("zookeeper connection closed: the slowest reader while the connections' queues pass their bound", "remote", slowest.remote, "session", slowest.session, "queued", most)
+		slowest.close()
+	}
+}
+
+// membersEvery is how often the members' addresses are read again.
+const membersEvery = 5 * time.Second
+
+// isMember reports whether ip is another member's (the host of its peer
+// address, resolved): a follower relaying its clients' connections,
+// exempt from the per-address bounds.
+func (z *Server) isMember(ip string) bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.members[ip]
+}
+
+// refreshMembers reads the other members' addresses every membersEvery
+// until ctx ends (name lookups stay off the accept loop), and prunes the
+// sessions created here (pruneCreated).
+func (z *Server) refreshMembers(ctx context.Context) {
+	t := time.NewTicker(membersEvery)
+	defer t.Stop()
+	for {
+		if ms, err := z.front.Members(); err == nil {
+			set := map[string]bool{}
+			for _, m := range ms {
+				host, _, err := net.SplitHostPort(m.PeerAddr)
+				if err != nil || m.ID == z.front.NodeID() {
+					continue
+				}
+				set[host] = true
+				if net.ParseIP(host) == nil {
+					lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+					addrs, _ := net.DefaultResolver.LookupIPAddr(lctx, host)
+					cancel()
+					for _, a := range addrs {
+						set[a.IP.String()] = true
+					}
+				}
+			}
+			z.mu.Lock()
+			z.members = set
+			z.mu.Unlock()
+		}
+		z.pruneCreated()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// pruneCreated forgets the sessions created here that the state no
+// longer has, whose end this node did not see as an event (it installed
+// a snapshot meanwhile). A follower may forget one the leader created
+// that it has not applied yet: the bound errs on the loose side.
+func (z *Server) pruneCreated() {
+	z.mu.Lock()
+	ids := make([]uint64, 0, len(z.created))
+	for id := range z.created {
+		ids = append(ids, id)
+	}
+	z.mu.Unlock()
+	var gone []uint64
+	z.front.Read(func(st *fsm.State) {
+		for _, id := range ids {
+			if _, ok := st.Session(id); !ok {
+				gone = append(gone, id)
+			}
+		}
+	})
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	for _, id := range gone {
+		if ip, ok := z.created[id]; ok {
+			delete(z.created, id)
+			if z.createdPerIP[ip]--; z.createdPerIP[ip] <= 0 {
+				delete(z.createdPerIP, ip)
+			}
+		}
+	}
+}
+
+// maxSessionsPerIP bounds the live sessions created through this node by
+// the clients of one IP address: a session outlives its connection by
+// its timeout, so the connections' bound alone leaves a client free to
+// fill the cluster's --max-sessions by connecting again and again.
+func (z *Server) maxSessionsPerIP() int {
+	if z.cfg.MaxClientCnxns <= 0 {
+		return 0
+	}
+	return sessionsPerCnxn * z.cfg.MaxClientCnxns
+}
+
+// sessionsPerCnxn: the live sessions an address may have created, per
+// connection it may hold (room for clients restarted before their old
+// sessions expired).
+const sessionsPerCnxn = 10
+
+// admitSession reports whether c's client may create a session.
+func (z *Server) admitSession(c *conn) bool {
+	limit := z.maxSessionsPerIP()
+	if limit == 0 || c.member {
+		return true
+	}
+	z.mu.Lock()
+	n := z.createdPerIP[c.ip]
+	z.mu.Unlock()
+	if n < limit {
+		return true
+	}
+	z.srv.Answered("zk.connect", status.Errorf(codes.ResourceExhausted, "too many sessions from %s - max is %d (10 × --zk-max-client-cnxns)", c.ip, limit), true, 0)
+	return false
+}
+
+// sessionCreated records a session created by c's client.
+func (z *Server) sessionCreated(c *conn) {
+	if c.member {
+		return
+	}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if _, ok := z.created[c.session]; !ok {
+		z.created[c.session] = c.ip
+		z.createdPerIP[c.ip]++
+	}
+}
+
 // sessionEnded closes the connections of a session that ended: the
 // client, reconnecting, learns that it expired. It runs on the apply
 // path and does not block.
 func (z *Server) sessionEnded(id uint64) {
 	z.mu.Lock()
+	if ip, ok := z.created[id]; ok {
+		delete(z.created, id)
+		if z.createdPerIP[ip]--; z.createdPerIP[ip] <= 0 {
+			delete(z.createdPerIP, ip)
+		}
+	}
 	var conns []*conn
 	for c := range z.sessions[id] {
 		conns = append(conns, c)

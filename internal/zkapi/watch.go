@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/tenure-io/tenure/internal/fsm"
+	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 )
 
 // watches holds every watch of the node's connections and the revision
@@ -29,12 +30,37 @@ type watches struct {
 	child      map[string]map[*conn]struct{}
 	persistent map[string]map[*conn]bool
 	recursive  int // persistent recursive watches, to skip the walk up when none
+	// bytes counts what the watches hold (watchCost each), at most
+	// maxBytes on the node.
+	bytes, maxBytes int64
 	// ended is called, under mu, with each session that ends.
 	ended func(session uint64)
 }
 
-func newWatches() *watches {
-	return &watches{moved: make(chan struct{}), data: map[string]map[*conn]struct{}{}, child: map[string]map[*conn]struct{}{}, persistent: map[string]map[*conn]bool{}}
+func newWatches(maxBytes int64) *watches {
+	return &watches{moved: make(chan struct{}), data: map[string]map[*conn]struct{}{}, child: map[string]map[*conn]struct{}{}, persistent: map[string]map[*conn]bool{},
+		maxBytes: maxBytes}
+}
+
+// watchCost is what one watch on path counts against the node's bound:
+// its path and the maps' entries.
+func watchCost(path string) int64 { return int64(len(path)) + 128 }
+
+// chargeLocked counts a new watch of c on path; false past the
+// connection's or the node's bound.
+func (w *watches) chargeLocked(c *conn, path string) bool {
+	if c.watchCount >= c.z.cfg.MaxWatches || w.bytes+watchCost(path) > w.maxBytes {
+		return false
+	}
+	c.watchCount++
+	w.bytes += watchCost(path)
+	return true
+}
+
+// releaseLocked uncounts a watch of c on path.
+func (w *watches) releaseLocked(c *conn, path string) {
+	c.watchCount--
+	w.bytes -= watchCost(path)
 }
 
 // Watch kinds of a connection's count and of removeWatches.
@@ -46,6 +72,9 @@ const (
 
 // addLocked registers a one-shot watch of c on path.
 func (w *watches) addLocked(m map[string]map[*conn]struct{}, path string, c *conn) bool {
+	if len(path) > fsm.MaxZnodePath {
+		return true // no znode has such a path: the watch would never fire
+	}
 	set := m[path]
 	if set == nil {
 		set = map[*conn]struct{}{}
@@ -54,15 +83,20 @@ func (w *watches) addLocked(m map[string]map[*conn]struct{}, path string, c *con
 	if _, ok := set[c]; ok {
 		return true
 	}
-	if c.watchCount >= c.z.cfg.MaxWatches {
+	if !w.chargeLocked(c, path) {
+		if len(set) == 0 {
+			delete(m, path)
+		}
 		return false
 	}
 	set[c] = struct{}{}
-	c.watchCount++
 	return true
 }
 
 func (w *watches) addPersistentLocked(path string, c *conn, recursive bool) bool {
+	if len(path) > fsm.MaxZnodePath {
+		return true // no znode has such a path: the watch would never fire
+	}
 	set := w.persistent[path]
 	if set == nil {
 		set = map[*conn]bool{}
@@ -72,11 +106,11 @@ func (w *watches) addPersistentLocked(path string, c *conn, recursive bool) bool
 		if old {
 			w.recursive--
 		}
-	} else {
-		if c.watchCount >= c.z.cfg.MaxWatches {
-			return false
+	} else if !w.chargeLocked(c, path) {
+		if len(set) == 0 {
+			delete(w.persistent, path)
 		}
-		c.watchCount++
+		return false
 	}
 	set[c] = recursive
 	if recursive {
@@ -89,7 +123,10 @@ func (w *watches) addPersistentLocked(path string, c *conn, recursive bool) bool
 func (w *watches) removeConnLocked(c *conn) {
 	for _, m := range []map[string]map[*conn]struct{}{w.data, w.child} {
 		for p, set := range m {
-			delete(set, c)
+			if _, ok := set[c]; ok {
+				w.releaseLocked(c, p)
+				delete(set, c)
+			}
 			if len(set) == 0 {
 				delete(m, p)
 			}
@@ -100,6 +137,7 @@ func (w *watches) removeConnLocked(c *conn) {
 			if rec {
 				w.recursive--
 			}
+			w.releaseLocked(c, p)
 			delete(set, c)
 			if len(set) == 0 {
 				delete(w.persistent, p)
@@ -119,7 +157,7 @@ func (w *watches) removeLocked(c *conn, path string, kind int32) bool {
 			if len(m[path]) == 0 {
 				delete(m, path)
 			}
-			c.watchCount--
+			w.releaseLocked(c, path)
 			found = true
 		}
 	}
@@ -138,7 +176,7 @@ func (w *watches) removeLocked(c *conn, path string, kind int32) bool {
 			if len(w.persistent[path]) == 0 {
 				delete(w.persistent, path)
 			}
-			c.watchCount--
+			w.releaseLocked(c, path)
 			found = true
 		}
 	}
@@ -175,7 +213,7 @@ func (w *watches) triggerLocked(e fsm.Event) {
 	fire := func(m map[string]map[*conn]struct{}) {
 		for c := range m[path] {
 			got[c] = true
-			c.watchCount--
+			w.releaseLocked(c, path)
 		}
 		delete(m, path)
 	}
@@ -198,7 +236,7 @@ func (w *watches) triggerLocked(e fsm.Event) {
 		for p := path; p != "/"; {
 			p, _ = fsm.ZnodeParent(p)
 			for c, rec := range w.persistent[p] {
-				if rec {
+				if rec && !got[c] && c.mayReadLocked(path, e.ZnodeACL) {
 					got[c] = true
 				}
 			}
@@ -207,6 +245,25 @@ func (w *watches) triggerLocked(e fsm.Event) {
 	for c := range got {
 		c.notify(int32(typ), path, int64(e.Revision))
 	}
+}
+
+// mayReadLocked reports whether c may read the znode at path, whose ACL
+// is acl: a persistent recursive watch on an ancestor is told only of
+// the znodes its client may read (ZooKeeper checks the same since
+// CVE-2024-23944), by their own ACL and, under --auth, the Tenure right.
+// The connection's identities and token change under mu.
+func (c *conn) mayReadLocked(path string, acl []*fsmpb.ZnodeACL) bool {
+	if !fsm.ZkAllowed(acl, fsm.ZkPermRead, c.ids) {
+		return false
+	}
+	if !c.z.srv.AuthEnforced() {
+		return true
+	}
+	if !c.hasToken {
+		return false
+	}
+	_, ok := c.z.srv.Missing(c.caller, c.z.front.Security(), zkRight(path, false))
+	return ok
 }
 
 // hasLocked reports whether c has a watch of kind on path (checkWatches).
