@@ -143,7 +143,7 @@ TEPS="" TCONNECT=""
 for i in $(seq 1 "$NODES"); do
 	cluster=()
 	if ((NODES > 1)); then cluster=(--node-id "n$i" --peer-listen "${TPEER[$i]}" --bootstrap-peers "$TBOOT"); fi
-	"$T" serve --http-listen "" --listen "${TADDR[$i]}" --zk-listen "127.0.0.1:${TZK[$i]}" \
+	"$T" serve --http-listen "" --listen "${TADDR[$i]}" --zk-listen "127.0.0.1:${TZK[$i]}" --zk-max-client-cnxns 0 \
 		--data-dir "$TMP/tenure-n$i" "${cluster[@]}" ${TENURE_SERVE_FLAGS:-} >"$TMP/tenure-n$i.out" 2>"$TMP/tenure-n$i.err" &
 	PIDS+=($!)
 	TEPS+="${TEPS:+,}${TADDR[$i]}"
