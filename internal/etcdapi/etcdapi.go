@@ -109,6 +109,9 @@ type Server struct {
 	// roleMu serialises this node's changes of a role's permissions (a
 	// read of the policy, then its replacement: users.go).
 	roleMu sync.Mutex
+	// hashSlot holds a token while a HashKV walks (hash.go): one walk at
+	// a time on this node.
+	hashSlot chan struct{}
 }
 
 // New returns the etcd API of the node whose Tenure API is srv: it
@@ -122,7 +125,8 @@ func New(srv *server.Server, cfg Config) *Server {
 	if cfg.MaxResponseBytes <= 0 {
 		cfg.MaxResponseBytes = DefaultMaxResponseBytes
 	}
-	return &Server{front: front, srv: srv, cfg: cfg, log: cfg.Logger, limits: srv.KVLimits(), memberID: MemberID(front.NodeID()), conns: conns{peerTLS: cfg.PeerTLS}}
+	return &Server{front: front, srv: srv, cfg: cfg, log: cfg.Logger, limits: srv.KVLimits(), memberID: MemberID(front.NodeID()), conns: conns{peerTLS: cfg.PeerTLS},
+		hashSlot: make(chan struct{}, 1)}
 }
 
 // GRPCOptions are the options of the gRPC server the API is registered

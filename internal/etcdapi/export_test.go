@@ -9,3 +9,10 @@ func SetHTTPHeaderTimeout(d time.Duration) (restore func()) {
 	httpHeaderTimeout = d
 	return func() { httpHeaderTimeout = old }
 }
+
+// SetHashWalkHook makes fn run as each HashKV walk begins, on the walking
+// goroutine; restore removes it.
+func SetHashWalkHook(fn func()) (restore func()) {
+	hashWalkHook.Store(&fn)
+	return func() { hashWalkHook.Store(nil) }
+}

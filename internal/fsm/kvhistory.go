@@ -302,7 +302,9 @@ func (s *State) ascendAt(r keyRange, rev uint64, fn func(KV) bool) {
 // key order, then of the window's changes from its start up to rev. It
 // answers the revision hashed and the window's start; rev outside the
 // window is ErrFutureRevision or ErrCompactedRevision. It costs a walk of
-// every key: it runs under the state's lock.
+// every key and of the window: callers that may run it on a large state
+// walk a KVView (kvview.go), not the state under its lock, which would
+// stop Apply for the whole walk.
 func (s *State) HashKV(rev uint64) (hash uint32, hashRev, compactRev uint64, err error) {
 	if err := s.CheckKVRevision(rev); err != nil {
 		return 0, 0, 0, err

@@ -121,3 +121,8 @@ func (n *Node) mapReadStorageErr(err error) error {
 
 // Read runs fn on the local state (see LinearizableRead).
 func (n *Node) Read(fn func(*fsm.State)) { n.fsm.Read(fn) }
+
+// KVView returns a copy-on-write view of the local key-value store and
+// its history window, taken in O(1) (fsm.FSM.KVView): a long walk of it
+// does not hold the state lock that Apply needs.
+func (n *Node) KVView() *fsm.KVView { return n.fsm.KVView() }

@@ -91,6 +91,11 @@ func (f Front) Security() *fsm.Security { return f.s.acls() }
 // not block or call back into the server.
 func (f Front) Read(fn func(*fsm.State)) { f.s.node.Read(fn) }
 
+// KVView returns a view of this node's key-value store and history
+// window at its current revision, taken in O(1) and read without the
+// state lock: a walk of every key (HashKV) reads it while writes go on.
+func (f Front) KVView() *fsm.KVView { return f.s.node.KVView() }
+
 // LinearizableRead returns once a Read sees every write completed before
 // the call (ErrNotLeader on a node that does not lead).
 func (f Front) LinearizableRead(ctx context.Context) error { return f.s.node.LinearizableRead(ctx) }
