@@ -128,6 +128,23 @@ func historyWorkload() []step {
 		compact(10, false),
 		getAt("h/", atRev(9, prefix)), getAt("h/", atRev(10, prefix)), getAt("h/", atRev(11, prefix)),
 		watchAt("h/", 5), watchAt("h/", 10),
+		// Deletes made exactly at the compact revision: etcd's compaction
+		// keeps the index entry of a key's newest change at or before the
+		// compact revision, a tombstone included (keyIndex.compact), so a
+		// watch from that revision replays the deletes, without prev_kv
+		// (the previous versions are compacted); the next compaction past
+		// them drops them. A range delete of two keys, a lease's revoke,
+		// and a key put again after its delete.
+		put("h/f", "1"), put("h/g", "1"), del("h/f", clientv3.WithRange("h/h")), put("h/x", "1"), // 12..15
+		compact(14, false),
+		getAt("h/", atRev(14, prefix)), getAt("h/f", atRev(14, clientv3.WithRange("h/h"), clientv3.WithCountOnly())),
+		watchAt("h/", 14), watchAt("h/x", 14),
+		grant(60), putLease("h/l", "1", 0), revoke(0, 1), put("h/z", "1"), // 16..18
+		compact(17, false),
+		getAt("h/l", atRev(17)), watchAt("h/", 17),
+		put("h/l", "2"), // 19
+		compact(18, false),
+		watchAt("h/", 18), getAt("h/", atRev(18, prefix, clientv3.WithKeysOnly())),
 	)
 	return steps
 }

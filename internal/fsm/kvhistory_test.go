@@ -357,3 +357,28 @@ func TestKVHistoryTwiceInOneTxn(t *testing.T) {
 	check(3, "c")
 	check(4, "d")
 }
+
+// TestKVCompactAtADelete: as etcd's compaction (which keeps each key's
+// newest change at or before the compact revision, a tombstone
+// included), a delete made at the compact revision stays in the window:
+// a watch from that revision replays it; the next compaction past it
+// drops it.
+func TestKVCompactAtADelete(t *testing.T) {
+	st := fsm.NewState()
+	mustApply(t, st, cmdKVPut("a", "1", 0))   // 1
+	mustApply(t, st, cmdKVPut("b", "1", 0))   // 2
+	mustApply(t, st, cmdKVDelete("a", false)) // 3
+	mustApply(t, st, cmdKVPut("c", "1", 0))   // 4
+	mustApply(t, st, cmdCompact(3))
+	changes, through, err := st.KVChangesFrom(3, 10)
+	if err != nil || through != 4 || len(changes) != 2 || changes[0].Put || changes[0].KV.Key != "a" || changes[0].KV.ModRevision != 3 || !changes[1].Put {
+		t.Fatalf("changes from the compact revision 3: %+v through %d, %v", changes, through, err)
+	}
+	if got := everyKey(st, 3); len(got) != 1 || got[0].Key != "b" {
+		t.Fatalf("at 3: %+v", got)
+	}
+	mustApply(t, st, cmdCompact(4))
+	if changes, _, err := st.KVChangesFrom(4, 10); err != nil || len(changes) != 1 || changes[0].KV.Key != "c" {
+		t.Fatalf("changes from 4 after compacting to it: %+v, %v", changes, err)
+	}
+}
