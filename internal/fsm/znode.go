@@ -144,7 +144,6 @@ type ZkResult struct {
 
 type znode struct {
 	data                []byte // replaced, never written into
-	dataNull            bool   // the data is null, not empty (data is empty then)
 	acl                 []*fsmpb.ZnodeACL
 	czxid, mzxid, pzxid uint64
 	ctime, mtime        int64
@@ -153,10 +152,51 @@ type znode struct {
 	// child; the stat reports 2*cversion - numChildren, the count of
 	// changes of children (DataNode.copyStat).
 	version, cversion, aversion int32
-	owner                       uint64 // the ephemeral owner's session (0: persistent, a container or TTL node too)
+	dataNull                    bool // the data is null, not empty (data is empty then)
 	container                   bool
-	ttl                         int64 // a TTL node's time to live, ms (0: not one)
+	owner                       uint64 // the ephemeral owner's session (0: persistent, a container or TTL node too)
+	ttl                         int64  // a TTL node's time to live, ms (0: not one)
 	children                    map[string]struct{}
+	desc                        *zcount // the count of descendants, shared by the txn's copies of the node
+}
+
+// zcount is a znode's count of descendants (getAllChildrenNumber), linked
+// to its parent's. It is derived state, not replicated: kept as znodes
+// are created and removed, when a txn commits (O(depth) each), and
+// rebuilt from the tree when a snapshot is restored; snapshots do not
+// hold it. A txn's copies of a node share its zcount, which only commit
+// changes, so a failed txn leaves every count as it was. Each znode keeps
+// one (16 bytes) and a pointer to it (which the znode's field order
+// keeps within the znode's size class).
+type zcount struct {
+	n      int
+	parent *zcount // nil: the root's
+}
+
+// addAncestors adds d to the counts of c's node's ancestors.
+func (c *zcount) addAncestors(d int) {
+	for a := c.parent; a != nil; a = a.parent {
+		a.n += d
+	}
+}
+
+// countDescendants links every node's zcount to its parent's and counts
+// the descendants, in O(nodes): sorted is z's paths in order, where a
+// node comes after its ancestors (a path's prefixes sort before it).
+func (z *znodeStore) countDescendants(sorted []string) {
+	for _, p := range sorted {
+		c := &zcount{}
+		if p != "/" {
+			pp, _ := ZnodeParent(p)
+			c.parent = z.nodes[pp].desc
+		}
+		z.nodes[p].desc = c
+	}
+	for i := len(sorted) - 1; i >= 0; i-- {
+		if c := z.nodes[sorted[i]].desc; c.parent != nil {
+			c.parent.n += 1 + c.n
+		}
+	}
 }
 
 // shallow copies n for a txn to change; the children map is shared with
@@ -213,6 +253,7 @@ func newZnodeStore() znodeStore {
 	for p, n := range z.nodes {
 		z.bytes += uint64(int64(len(p)+len(n.data)) + zkACLBytes(n.acl))
 	}
+	z.countDescendants(slices.Sorted(maps.Keys(z.nodes)))
 	return z
 }
 
@@ -295,22 +336,16 @@ func (s *State) ZnodeChildren(path string) ([]string, bool) {
 	return slices.Sorted(maps.Keys(n.children)), true
 }
 
-// ZnodeDescendants counts the znodes under path (not path itself).
+// ZnodeDescendants is the count of the znodes under path (not path
+// itself), ZooKeeper's getAllChildrenNumber: for the root, every other
+// znode, /zookeeper's included. It is kept as the tree changes, so this
+// is O(1).
 func (s *State) ZnodeDescendants(path string) (int, bool) {
-	if _, ok := s.zk.nodes[path]; !ok {
+	n, ok := s.zk.nodes[path]
+	if !ok {
 		return 0, false
 	}
-	count := 0
-	var walk func(p string)
-	walk = func(p string) {
-		n := s.zk.nodes[p]
-		for c := range n.children {
-			count++
-			walk(zkJoin(p, c))
-		}
-	}
-	walk(path)
-	return count, true
+	return n.desc.n, true
 }
 
 // ZnodeEphemerals returns the paths of a session's ephemerals that start
@@ -385,13 +420,6 @@ func (s *State) ZkAddr(member string) string { return s.zk.addrs[member] }
 func (s *State) setZkAddr(c *fsmpb.SetEtcdURL) Result {
 	_, err := setMemberAddr(&s.zk.addrs, c, "a ZooKeeper address", MaxClientAddrs, maxClientAddrLen)
 	return Result{Err: err}
-}
-
-func zkJoin(parent, name string) string {
-	if parent == "/" {
-		return "/" + name
-	}
-	return parent + "/" + name
 }
 
 // ZkAllowed reports whether an ACL grants perm to one of ids (world:anyone
@@ -566,6 +594,16 @@ func (o *zkOverlay) commit() {
 	for _, p := range o.order {
 		n := o.changed[p]
 		old := s.zk.nodes[p]
+		// The counts of descendants: a node that is gone (or was
+		// replaced: deleted and created again) leaves its ancestors, a
+		// new one joins its own. A deleted node's zcount is dropped with
+		// it; its chain still reaches the live ancestors'.
+		if old != nil && (n == nil || n.desc != old.desc) {
+			old.desc.addAncestors(-1)
+		}
+		if n != nil && (old == nil || n.desc != old.desc) {
+			n.desc.addAncestors(1)
+		}
 		if old != nil && old.owner != 0 && (n == nil || n.owner != old.owner) {
 			s.unEphemeral(old.owner, p)
 		}
@@ -916,7 +954,8 @@ func (o *zkOverlay) create(cr *fsmpb.ZkCreate, c *fsmpb.ZkTxn, rev uint64) (ZkOp
 	p.cversion++
 	p.pzxid = rev
 	n := &znode{data: append([]byte(nil), cr.GetData()...), acl: acl, czxid: rev, mzxid: rev, pzxid: rev,
-		ctime: c.GetTimeMs(), mtime: c.GetTimeMs(), container: flags == ZkContainer, dataNull: cr.GetDataNull() && len(cr.GetData()) == 0}
+		ctime: c.GetTimeMs(), mtime: c.GetTimeMs(), container: flags == ZkContainer, dataNull: cr.GetDataNull() && len(cr.GetData()) == 0,
+		desc: &zcount{parent: p.desc}}
 	if ttlMode {
 		n.ttl = cr.GetTtlMs()
 	}
@@ -1019,7 +1058,8 @@ func (s *State) importZnodes(snap *fsmpb.Snapshot) error {
 	if z.nodes["/"] == nil {
 		return fmt.Errorf("snapshot: the znode tree has no root")
 	}
-	for _, p := range slices.Sorted(maps.Keys(z.nodes)) {
+	sorted := slices.Sorted(maps.Keys(z.nodes))
+	for _, p := range sorted {
 		n := z.nodes[p]
 		if n.container {
 			z.containers[p] = struct{}{}
@@ -1049,6 +1089,7 @@ func (s *State) importZnodes(snap *fsmpb.Snapshot) error {
 		}
 		parent.children[name] = struct{}{}
 	}
+	z.countDescendants(sorted)
 	s.zk = z
 	return nil
 }
