@@ -19,6 +19,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/google/btree"
+
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 )
 
@@ -220,8 +222,11 @@ func (n *znode) stat(numChildren int) ZnodeStat {
 // znodeStore is the tree: every znode by path, and each session's
 // ephemerals.
 type znodeStore struct {
-	nodes      map[string]*znode
-	ephemerals map[uint64]map[string]struct{}
+	nodes map[string]*znode
+	// ephemerals: each session's ephemerals' paths, in order, so that
+	// getEphemerals of a prefix reads only what it answers and a session
+	// that ends removes them in path order.
+	ephemerals map[uint64]*btree.BTreeG[string]
 	// containers: the paths of the container znodes (ZooKeeper's
 	// DataTree.containers), which the leader's container check reads.
 	containers map[string]struct{}
@@ -242,7 +247,7 @@ func openACL() []*fsmpb.ZnodeACL {
 // reports for them (no child created, so the root's reported cversion is
 // -1 and /zookeeper's -2; the config node's aversion -1).
 func newZnodeStore() znodeStore {
-	z := znodeStore{nodes: make(map[string]*znode), ephemerals: make(map[uint64]map[string]struct{}), containers: make(map[string]struct{}),
+	z := znodeStore{nodes: make(map[string]*znode), ephemerals: make(map[uint64]*btree.BTreeG[string]), containers: make(map[string]struct{}),
 		ttls: make(map[string]struct{})}
 	z.nodes["/"] = &znode{acl: openACL(), children: map[string]struct{}{"zookeeper": {}}}
 	z.nodes["/zookeeper"] = &znode{acl: openACL(), children: map[string]struct{}{"quota": {}, "config": {}}}
@@ -352,13 +357,25 @@ func (s *State) ZnodeDescendants(path string) (int, bool) {
 // with prefix, sorted.
 func (s *State) ZnodeEphemerals(session uint64, prefix string) []string {
 	var out []string
-	for p := range s.zk.ephemerals[session] {
-		if strings.HasPrefix(p, prefix) {
-			out = append(out, p)
-		}
-	}
-	slices.Sort(out)
+	s.ZnodeEphemeralsFunc(session, prefix, func(p string) bool {
+		out = append(out, p)
+		return true
+	})
 	return out
+}
+
+// ZnodeEphemeralsFunc calls fn with the paths of a session's ephemerals
+// that start with prefix, in order, until fn returns false: O(log n) to
+// find the first, then O(1) each, however many ephemerals the session
+// has outside prefix.
+func (s *State) ZnodeEphemeralsFunc(session uint64, prefix string, fn func(path string) bool) {
+	t := s.zk.ephemerals[session]
+	if t == nil {
+		return
+	}
+	t.AscendGreaterOrEqual(prefix, func(p string) bool {
+		return strings.HasPrefix(p, prefix) && fn(p)
+	})
 }
 
 // ZnodeContainerCandidates is what ZooKeeper's container manager
@@ -622,10 +639,7 @@ func (o *zkOverlay) commit() {
 			continue
 		}
 		if n.owner != 0 && (old == nil || old.owner != n.owner) {
-			if s.zk.ephemerals[n.owner] == nil {
-				s.zk.ephemerals[n.owner] = make(map[string]struct{})
-			}
-			s.zk.ephemerals[n.owner][p] = struct{}{}
+			s.zk.addEphemeral(n.owner, p)
 		}
 		s.zk.nodes[p] = n
 		if k := o.kids[p]; len(k) > 0 && !o.fresh[p] {
@@ -742,10 +756,24 @@ func (s *State) zkTxn(c *fsmpb.ZkTxn, emit EventSink) Result {
 }
 
 func (s *State) unEphemeral(owner uint64, path string) {
-	delete(s.zk.ephemerals[owner], path)
-	if len(s.zk.ephemerals[owner]) == 0 {
+	t := s.zk.ephemerals[owner]
+	if t == nil {
+		return
+	}
+	t.Delete(path)
+	if t.Len() == 0 {
 		delete(s.zk.ephemerals, owner)
 	}
+}
+
+// addEphemeral records path as an ephemeral of owner.
+func (z *znodeStore) addEphemeral(owner uint64, path string) {
+	t := z.ephemerals[owner]
+	if t == nil {
+		t = btree.NewG(32, func(a, b string) bool { return a < b })
+		z.ephemerals[owner] = t
+	}
+	t.ReplaceOrInsert(path)
 }
 
 // apply checks and applies one op on the overlay, in ZooKeeper's order of
@@ -994,13 +1022,18 @@ func (o *zkOverlay) remove(path, parentPath, name string, n *znode, rev uint64) 
 // order (deepest first within a path: an ephemeral has no children), at
 // the revision of the command that ends it.
 func (s *State) zkEndSession(id uint64, emit EventSink) {
-	paths := s.zk.ephemerals[id]
-	if len(paths) == 0 {
+	t := s.zk.ephemerals[id]
+	if t == nil {
 		return
 	}
+	paths := make([]string, 0, t.Len())
+	t.Ascend(func(p string) bool {
+		paths = append(paths, p)
+		return true
+	})
 	rev := s.revision
 	o := newOverlay(s)
-	for _, p := range slices.Sorted(maps.Keys(paths)) {
+	for _, p := range paths {
 		n := o.get(p)
 		if n == nil {
 			continue
@@ -1037,7 +1070,7 @@ func (s *State) importZnodes(snap *fsmpb.Snapshot) error {
 	if len(snap.GetZnodes()) == 0 {
 		return nil
 	}
-	z := znodeStore{nodes: make(map[string]*znode), ephemerals: make(map[uint64]map[string]struct{}), containers: make(map[string]struct{}),
+	z := znodeStore{nodes: make(map[string]*znode), ephemerals: make(map[uint64]*btree.BTreeG[string]), containers: make(map[string]struct{}),
 		ttls: make(map[string]struct{}), addrs: s.zk.addrs}
 	for _, zs := range snap.GetZnodes() {
 		p := zs.GetPath()
@@ -1071,10 +1104,7 @@ func (s *State) importZnodes(snap *fsmpb.Snapshot) error {
 			if _, ok := s.sessions[n.owner]; !ok {
 				return fmt.Errorf("snapshot: ephemeral znode %q of session %d, which is not live", p, n.owner)
 			}
-			if z.ephemerals[n.owner] == nil {
-				z.ephemerals[n.owner] = make(map[string]struct{})
-			}
-			z.ephemerals[n.owner][p] = struct{}{}
+			z.addEphemeral(n.owner, p)
 		}
 		if p == "/" {
 			continue
