@@ -319,3 +319,27 @@ func BenchmarkZnodeDescendants(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkZnodeEphemerals is getEphemerals of one parent's 1,000
+// ephemerals, of a session that has 100,000 (100 parents of 1,000).
+func BenchmarkZnodeEphemerals(b *testing.B) {
+	st := fsm.NewState()
+	sess := st.Apply(cmdCreate("zk", 10_000), nil).Session
+	for i := range 100 {
+		p := fmt.Sprintf("/p%03d", i)
+		st.Apply(zkTxn(0, false, zkCreate(p, 0)), nil)
+		var ops []*fsmpb.ZkOp
+		for j := range 1000 {
+			ops = append(ops, zkCreate(fmt.Sprintf("%s/e%04d", p, j), fsm.ZkEphemeral))
+		}
+		if r := st.Apply(zkTxn(sess, true, ops...), nil); r.Err != nil {
+			b.Fatal(r.Err)
+		}
+	}
+	if n := len(st.ZnodeEphemerals(sess, "/p050/")); n != 1000 {
+		b.Fatalf("%d ephemerals under /p050/", n)
+	}
+	for b.Loop() {
+		st.ZnodeEphemerals(sess, "/p050/")
+	}
+}
