@@ -2,14 +2,21 @@ package zkapi_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
+	"net"
+	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/tenure-io/tenure/internal/daemon"
 	"github.com/tenure-io/tenure/internal/testutil"
 )
 
@@ -158,4 +165,89 @@ func TestGetEphemeralsPrefix(t *testing.T) {
 	if want := (jute{}).strs("/f/a", "/f/b", "/f/c"); code != 0 || !bytes.Equal(body, want) {
 		t.Fatalf("getEphemerals /f on the resumed session: code %d, %q, want %q", code, body, want)
 	}
+}
+
+// BenchmarkSetDataWhileCounting is a setData's latency on a tree of
+// 100,000 znodes while 32 other connections ask getAllChildrenNumber of
+// the root in a loop: the reads hold the state the writes are applied
+// to, so what one costs, every write waits for. It reports the slowest
+// setData (max-ms) and the reads answered per second (counts/s).
+func BenchmarkSetDataWhileCounting(b *testing.B) {
+	cfg := daemon.Config{NodeID: "n1", DataDir: filepath.Join(b.TempDir(), "n1"), Listen: "127.0.0.1:0", ZkListen: "127.0.0.1:0",
+		ZkMaxClientCnxns: -1, LogOutput: io.Discard}
+	d, err := daemon.Start(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	<-d.Ready()
+	c, _, err := zk.Connect([]string{d.ZkAddr()}, 10*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	acl := zk.WorldACL(zk.PermAll)
+	for i := range 100 {
+		p := fmt.Sprintf("/p%03d", i)
+		if _, err := c.Create(p, nil, 0, acl); err != nil {
+			b.Fatal(err)
+		}
+		ops := make([]any, 0, 999)
+		for j := range 999 {
+			ops = append(ops, &zk.CreateRequest{Path: fmt.Sprintf("%s/c%04d", p, j), Acl: acl})
+		}
+		if _, err := c.Multi(ops...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var counts atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		nc, err := net.Dial("tcp", d.ZkAddr())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer nc.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			read := func() error {
+				var lenb [4]byte
+				if _, err := io.ReadFull(nc, lenb[:]); err != nil {
+					return err
+				}
+				_, err := io.CopyN(io.Discard, nc, int64(binary.BigEndian.Uint32(lenb[:])))
+				return err
+			}
+			if _, err := nc.Write(connectPacket()); err != nil || read() != nil {
+				return
+			}
+			for xid := int32(1); ctx.Err() == nil; xid++ {
+				if _, err := nc.Write(frame(jute{}.int(xid).int(opGetAllChildrenRaw).str("/"))); err != nil || read() != nil {
+					return
+				}
+				counts.Add(1)
+			}
+		}()
+	}
+	var slowest time.Duration
+	start := time.Now()
+	for b.Loop() {
+		t0 := time.Now()
+		if _, err := c.Set("/p000", []byte("v"), -1); err != nil {
+			b.Fatal(err)
+		}
+		slowest = max(slowest, time.Since(t0))
+	}
+	b.ReportMetric(float64(slowest.Microseconds())/1000, "max-ms")
+	b.ReportMetric(float64(counts.Load())/time.Since(start).Seconds(), "counts/s")
+	cancel()
+	c.Close()
+	wg.Wait()
 }
