@@ -18,6 +18,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/google/btree"
 
@@ -162,17 +163,24 @@ type znode struct {
 	desc                        *zcount // the count of descendants, shared by the txn's copies of the node
 }
 
-// zcount is a znode's count of descendants (getAllChildrenNumber), linked
-// to its parent's. It is derived state, not replicated: kept as znodes
-// are created and removed, when a txn commits (O(depth) each), and
-// rebuilt from the tree when a snapshot is restored; snapshots do not
-// hold it. A txn's copies of a node share its zcount, which only commit
-// changes, so a failed txn leaves every count as it was. Each znode keeps
-// one (16 bytes) and a pointer to it (which the znode's field order
-// keeps within the znode's size class).
+// zcount is what a znode's reads derive from the tree: its count of
+// descendants (getAllChildrenNumber), linked to its parent's, and its
+// children's names sorted (getChildren), once read. It is derived state,
+// not replicated: the count is kept as znodes are created and removed,
+// when a txn commits (O(depth) each), and rebuilt from the tree when a
+// snapshot is restored; the listing is dropped when a commit changes the
+// children; snapshots hold neither. A txn's copies of a node share its
+// zcount, which only commit changes, so a failed txn leaves it as it
+// was. Each znode keeps one (24 bytes, and the listing once read) and a
+// pointer to it (which the znode's field order keeps within the znode's
+// size class).
 type zcount struct {
 	n      int
 	parent *zcount // nil: the root's
+	// sorted: the children's names, sorted, cached by the first read
+	// after a change (reads run concurrently, hence atomic); nil: not
+	// cached.
+	sorted atomic.Pointer[[]string]
 }
 
 // addAncestors adds d to the counts of c's node's ancestors.
@@ -332,13 +340,21 @@ func (s *State) Znode(path string) (data []byte, acl []*fsmpb.ZnodeACL, st Znode
 	return data, n.acl, n.stat(len(n.children)), true
 }
 
-// ZnodeChildren returns a znode's children's names, sorted.
+// ZnodeChildren returns a znode's children's names, sorted (read only:
+// the slice is shared with the state). The listing is sorted once after
+// each change of the children and kept for the reads that follow, so a
+// parent of many children listed again and again is sorted once.
 func (s *State) ZnodeChildren(path string) ([]string, bool) {
 	n, ok := s.zk.nodes[path]
 	if !ok {
 		return nil, false
 	}
-	return slices.Sorted(maps.Keys(n.children)), true
+	if kids := n.desc.sorted.Load(); kids != nil {
+		return *kids, true
+	}
+	kids := slices.Sorted(maps.Keys(n.children))
+	n.desc.sorted.Store(&kids)
+	return kids, true
 }
 
 // ZnodeDescendants is the count of the znodes under path (not path
@@ -653,6 +669,7 @@ func (o *zkOverlay) commit() {
 					delete(n.children, name)
 				}
 			}
+			n.desc.sorted.Store(nil)
 		}
 	}
 	s.zk.bytes = uint64(int64(s.zk.bytes) + o.bytes)

@@ -343,3 +343,22 @@ func BenchmarkZnodeEphemerals(b *testing.B) {
 		st.ZnodeEphemerals(sess, "/p050/")
 	}
 }
+
+// BenchmarkZnodeChildren is getChildren of a parent of 100,000 children,
+// asked again with no change in between.
+func BenchmarkZnodeChildren(b *testing.B) {
+	st := fsm.NewState()
+	st.Apply(zkTxn(0, false, zkCreate("/p", 0)), nil)
+	for i := range 100 {
+		var ops []*fsmpb.ZkOp
+		for j := range 1000 {
+			ops = append(ops, zkCreate(fmt.Sprintf("/p/c%06d", i*1000+j), 0))
+		}
+		if r := st.Apply(zkTxn(0, true, ops...), nil); r.Err != nil {
+			b.Fatal(r.Err)
+		}
+	}
+	for b.Loop() {
+		st.ZnodeChildren("/p")
+	}
+}
