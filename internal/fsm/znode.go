@@ -160,7 +160,7 @@ type znode struct {
 	owner                       uint64 // the ephemeral owner's session (0: persistent, a container or TTL node too)
 	ttl                         int64  // a TTL node's time to live, ms (0: not one)
 	children                    map[string]struct{}
-	desc                        *zcount // the count of descendants, shared by the txn's copies of the node
+	desc                        *zcount // derived state (the count of descendants, the sorted children), shared by the txn's copies of the node
 }
 
 // zcount is what a znode's reads derive from the tree: its count of
