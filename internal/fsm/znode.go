@@ -18,6 +18,9 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
+
+	"github.com/google/btree"
 
 	"github.com/tenure-io/tenure/internal/fsm/fsmpb"
 )
@@ -144,7 +147,6 @@ type ZkResult struct {
 
 type znode struct {
 	data                []byte // replaced, never written into
-	dataNull            bool   // the data is null, not empty (data is empty then)
 	acl                 []*fsmpb.ZnodeACL
 	czxid, mzxid, pzxid uint64
 	ctime, mtime        int64
@@ -153,10 +155,58 @@ type znode struct {
 	// child; the stat reports 2*cversion - numChildren, the count of
 	// changes of children (DataNode.copyStat).
 	version, cversion, aversion int32
-	owner                       uint64 // the ephemeral owner's session (0: persistent, a container or TTL node too)
+	dataNull                    bool // the data is null, not empty (data is empty then)
 	container                   bool
-	ttl                         int64 // a TTL node's time to live, ms (0: not one)
+	owner                       uint64 // the ephemeral owner's session (0: persistent, a container or TTL node too)
+	ttl                         int64  // a TTL node's time to live, ms (0: not one)
 	children                    map[string]struct{}
+	desc                        *zcount // derived state (the count of descendants, the sorted children), shared by the txn's copies of the node
+}
+
+// zcount is what a znode's reads derive from the tree: its count of
+// descendants (getAllChildrenNumber), linked to its parent's, and its
+// children's names sorted (getChildren), once read. It is derived state,
+// not replicated: the count is kept as znodes are created and removed,
+// when a txn commits (O(depth) each), and rebuilt from the tree when a
+// snapshot is restored; the listing is dropped when a commit changes the
+// children; snapshots hold neither. A txn's copies of a node share its
+// zcount, which only commit changes, so a failed txn leaves it as it
+// was. Each znode keeps one (24 bytes, and the listing once read) and a
+// pointer to it (which the znode's field order keeps within the znode's
+// size class).
+type zcount struct {
+	n      int
+	parent *zcount // nil: the root's
+	// sorted: the children's names, sorted, cached by the first read
+	// after a change (reads run concurrently, hence atomic); nil: not
+	// cached.
+	sorted atomic.Pointer[[]string]
+}
+
+// addAncestors adds d to the counts of c's node's ancestors.
+func (c *zcount) addAncestors(d int) {
+	for a := c.parent; a != nil; a = a.parent {
+		a.n += d
+	}
+}
+
+// countDescendants links every node's zcount to its parent's and counts
+// the descendants, in O(nodes): sorted is z's paths in order, where a
+// node comes after its ancestors (a path's prefixes sort before it).
+func (z *znodeStore) countDescendants(sorted []string) {
+	for _, p := range sorted {
+		c := &zcount{}
+		if p != "/" {
+			pp, _ := ZnodeParent(p)
+			c.parent = z.nodes[pp].desc
+		}
+		z.nodes[p].desc = c
+	}
+	for i := len(sorted) - 1; i >= 0; i-- {
+		if c := z.nodes[sorted[i]].desc; c.parent != nil {
+			c.parent.n += 1 + c.n
+		}
+	}
 }
 
 // shallow copies n for a txn to change; the children map is shared with
@@ -180,8 +230,11 @@ func (n *znode) stat(numChildren int) ZnodeStat {
 // znodeStore is the tree: every znode by path, and each session's
 // ephemerals.
 type znodeStore struct {
-	nodes      map[string]*znode
-	ephemerals map[uint64]map[string]struct{}
+	nodes map[string]*znode
+	// ephemerals: each session's ephemerals' paths, in order, so that
+	// getEphemerals of a prefix reads only what it answers and a session
+	// that ends removes them in path order.
+	ephemerals map[uint64]*btree.BTreeG[string]
 	// containers: the paths of the container znodes (ZooKeeper's
 	// DataTree.containers), which the leader's container check reads.
 	containers map[string]struct{}
@@ -202,7 +255,7 @@ func openACL() []*fsmpb.ZnodeACL {
 // reports for them (no child created, so the root's reported cversion is
 // -1 and /zookeeper's -2; the config node's aversion -1).
 func newZnodeStore() znodeStore {
-	z := znodeStore{nodes: make(map[string]*znode), ephemerals: make(map[uint64]map[string]struct{}), containers: make(map[string]struct{}),
+	z := znodeStore{nodes: make(map[string]*znode), ephemerals: make(map[uint64]*btree.BTreeG[string]), containers: make(map[string]struct{}),
 		ttls: make(map[string]struct{})}
 	z.nodes["/"] = &znode{acl: openACL(), children: map[string]struct{}{"zookeeper": {}}}
 	z.nodes["/zookeeper"] = &znode{acl: openACL(), children: map[string]struct{}{"quota": {}, "config": {}}}
@@ -213,6 +266,7 @@ func newZnodeStore() znodeStore {
 	for p, n := range z.nodes {
 		z.bytes += uint64(int64(len(p)+len(n.data)) + zkACLBytes(n.acl))
 	}
+	z.countDescendants(slices.Sorted(maps.Keys(z.nodes)))
 	return z
 }
 
@@ -286,44 +340,58 @@ func (s *State) Znode(path string) (data []byte, acl []*fsmpb.ZnodeACL, st Znode
 	return data, n.acl, n.stat(len(n.children)), true
 }
 
-// ZnodeChildren returns a znode's children's names, sorted.
+// ZnodeChildren returns a znode's children's names, sorted (read only:
+// the slice is shared with the state). The listing is sorted once after
+// each change of the children and kept for the reads that follow, so a
+// parent of many children listed again and again is sorted once.
 func (s *State) ZnodeChildren(path string) ([]string, bool) {
 	n, ok := s.zk.nodes[path]
 	if !ok {
 		return nil, false
 	}
-	return slices.Sorted(maps.Keys(n.children)), true
+	if kids := n.desc.sorted.Load(); kids != nil {
+		return *kids, true
+	}
+	kids := slices.Sorted(maps.Keys(n.children))
+	n.desc.sorted.Store(&kids)
+	return kids, true
 }
 
-// ZnodeDescendants counts the znodes under path (not path itself).
+// ZnodeDescendants is the count of the znodes under path (not path
+// itself), ZooKeeper's getAllChildrenNumber: for the root, every other
+// znode, /zookeeper's included. It is kept as the tree changes, so this
+// is O(1).
 func (s *State) ZnodeDescendants(path string) (int, bool) {
-	if _, ok := s.zk.nodes[path]; !ok {
+	n, ok := s.zk.nodes[path]
+	if !ok {
 		return 0, false
 	}
-	count := 0
-	var walk func(p string)
-	walk = func(p string) {
-		n := s.zk.nodes[p]
-		for c := range n.children {
-			count++
-			walk(zkJoin(p, c))
-		}
-	}
-	walk(path)
-	return count, true
+	return n.desc.n, true
 }
 
 // ZnodeEphemerals returns the paths of a session's ephemerals that start
 // with prefix, sorted.
 func (s *State) ZnodeEphemerals(session uint64, prefix string) []string {
 	var out []string
-	for p := range s.zk.ephemerals[session] {
-		if strings.HasPrefix(p, prefix) {
-			out = append(out, p)
-		}
-	}
-	slices.Sort(out)
+	s.ZnodeEphemeralsFunc(session, prefix, func(p string) bool {
+		out = append(out, p)
+		return true
+	})
 	return out
+}
+
+// ZnodeEphemeralsFunc calls fn with the paths of a session's ephemerals
+// that start with prefix, in order, until fn returns false: O(log n) to
+// find the first, then O(1) each, however many ephemerals the session
+// has outside prefix.
+func (s *State) ZnodeEphemeralsFunc(session uint64, prefix string, fn func(path string) bool) {
+	t := s.zk.ephemerals[session]
+	if t == nil {
+		return
+	}
+	t.AscendGreaterOrEqual(prefix, func(p string) bool {
+		return strings.HasPrefix(p, prefix) && fn(p)
+	})
 }
 
 // ZnodeContainerCandidates is what ZooKeeper's container manager
@@ -385,13 +453,6 @@ func (s *State) ZkAddr(member string) string { return s.zk.addrs[member] }
 func (s *State) setZkAddr(c *fsmpb.SetEtcdURL) Result {
 	_, err := setMemberAddr(&s.zk.addrs, c, "a ZooKeeper address", MaxClientAddrs, maxClientAddrLen)
 	return Result{Err: err}
-}
-
-func zkJoin(parent, name string) string {
-	if parent == "/" {
-		return "/" + name
-	}
-	return parent + "/" + name
 }
 
 // ZkAllowed reports whether an ACL grants perm to one of ids (world:anyone
@@ -566,6 +627,16 @@ func (o *zkOverlay) commit() {
 	for _, p := range o.order {
 		n := o.changed[p]
 		old := s.zk.nodes[p]
+		// The counts of descendants: a node that is gone (or was
+		// replaced: deleted and created again) leaves its ancestors, a
+		// new one joins its own. A deleted node's zcount is dropped with
+		// it; its chain still reaches the live ancestors'.
+		if old != nil && (n == nil || n.desc != old.desc) {
+			old.desc.addAncestors(-1)
+		}
+		if n != nil && (old == nil || n.desc != old.desc) {
+			n.desc.addAncestors(1)
+		}
 		if old != nil && old.owner != 0 && (n == nil || n.owner != old.owner) {
 			s.unEphemeral(old.owner, p)
 		}
@@ -584,10 +655,7 @@ func (o *zkOverlay) commit() {
 			continue
 		}
 		if n.owner != 0 && (old == nil || old.owner != n.owner) {
-			if s.zk.ephemerals[n.owner] == nil {
-				s.zk.ephemerals[n.owner] = make(map[string]struct{})
-			}
-			s.zk.ephemerals[n.owner][p] = struct{}{}
+			s.zk.addEphemeral(n.owner, p)
 		}
 		s.zk.nodes[p] = n
 		if k := o.kids[p]; len(k) > 0 && !o.fresh[p] {
@@ -601,6 +669,7 @@ func (o *zkOverlay) commit() {
 					delete(n.children, name)
 				}
 			}
+			n.desc.sorted.Store(nil)
 		}
 	}
 	s.zk.bytes = uint64(int64(s.zk.bytes) + o.bytes)
@@ -704,10 +773,24 @@ func (s *State) zkTxn(c *fsmpb.ZkTxn, emit EventSink) Result {
 }
 
 func (s *State) unEphemeral(owner uint64, path string) {
-	delete(s.zk.ephemerals[owner], path)
-	if len(s.zk.ephemerals[owner]) == 0 {
+	t := s.zk.ephemerals[owner]
+	if t == nil {
+		return
+	}
+	t.Delete(path)
+	if t.Len() == 0 {
 		delete(s.zk.ephemerals, owner)
 	}
+}
+
+// addEphemeral records path as an ephemeral of owner.
+func (z *znodeStore) addEphemeral(owner uint64, path string) {
+	t := z.ephemerals[owner]
+	if t == nil {
+		t = btree.NewG(32, func(a, b string) bool { return a < b })
+		z.ephemerals[owner] = t
+	}
+	t.ReplaceOrInsert(path)
 }
 
 // apply checks and applies one op on the overlay, in ZooKeeper's order of
@@ -916,7 +999,8 @@ func (o *zkOverlay) create(cr *fsmpb.ZkCreate, c *fsmpb.ZkTxn, rev uint64) (ZkOp
 	p.cversion++
 	p.pzxid = rev
 	n := &znode{data: append([]byte(nil), cr.GetData()...), acl: acl, czxid: rev, mzxid: rev, pzxid: rev,
-		ctime: c.GetTimeMs(), mtime: c.GetTimeMs(), container: flags == ZkContainer, dataNull: cr.GetDataNull() && len(cr.GetData()) == 0}
+		ctime: c.GetTimeMs(), mtime: c.GetTimeMs(), container: flags == ZkContainer, dataNull: cr.GetDataNull() && len(cr.GetData()) == 0,
+		desc: &zcount{parent: p.desc}}
 	if ttlMode {
 		n.ttl = cr.GetTtlMs()
 	}
@@ -955,13 +1039,18 @@ func (o *zkOverlay) remove(path, parentPath, name string, n *znode, rev uint64) 
 // order (deepest first within a path: an ephemeral has no children), at
 // the revision of the command that ends it.
 func (s *State) zkEndSession(id uint64, emit EventSink) {
-	paths := s.zk.ephemerals[id]
-	if len(paths) == 0 {
+	t := s.zk.ephemerals[id]
+	if t == nil {
 		return
 	}
+	paths := make([]string, 0, t.Len())
+	t.Ascend(func(p string) bool {
+		paths = append(paths, p)
+		return true
+	})
 	rev := s.revision
 	o := newOverlay(s)
-	for _, p := range slices.Sorted(maps.Keys(paths)) {
+	for _, p := range paths {
 		n := o.get(p)
 		if n == nil {
 			continue
@@ -998,7 +1087,7 @@ func (s *State) importZnodes(snap *fsmpb.Snapshot) error {
 	if len(snap.GetZnodes()) == 0 {
 		return nil
 	}
-	z := znodeStore{nodes: make(map[string]*znode), ephemerals: make(map[uint64]map[string]struct{}), containers: make(map[string]struct{}),
+	z := znodeStore{nodes: make(map[string]*znode), ephemerals: make(map[uint64]*btree.BTreeG[string]), containers: make(map[string]struct{}),
 		ttls: make(map[string]struct{}), addrs: s.zk.addrs}
 	for _, zs := range snap.GetZnodes() {
 		p := zs.GetPath()
@@ -1019,7 +1108,8 @@ func (s *State) importZnodes(snap *fsmpb.Snapshot) error {
 	if z.nodes["/"] == nil {
 		return fmt.Errorf("snapshot: the znode tree has no root")
 	}
-	for _, p := range slices.Sorted(maps.Keys(z.nodes)) {
+	sorted := slices.Sorted(maps.Keys(z.nodes))
+	for _, p := range sorted {
 		n := z.nodes[p]
 		if n.container {
 			z.containers[p] = struct{}{}
@@ -1031,10 +1121,7 @@ func (s *State) importZnodes(snap *fsmpb.Snapshot) error {
 			if _, ok := s.sessions[n.owner]; !ok {
 				return fmt.Errorf("snapshot: ephemeral znode %q of session %d, which is not live", p, n.owner)
 			}
-			if z.ephemerals[n.owner] == nil {
-				z.ephemerals[n.owner] = make(map[string]struct{})
-			}
-			z.ephemerals[n.owner][p] = struct{}{}
+			z.addEphemeral(n.owner, p)
 		}
 		if p == "/" {
 			continue
@@ -1049,6 +1136,7 @@ func (s *State) importZnodes(snap *fsmpb.Snapshot) error {
 		}
 		parent.children[name] = struct{}{}
 	}
+	z.countDescendants(sorted)
 	s.zk = z
 	return nil
 }

@@ -131,11 +131,20 @@ func (c *conn) readOp(ctx context.Context, h requestHeader, body []byte) error {
 			return errBadPacket
 		}
 		return c.read(ctx, h.xid, func(st *fsm.State) (fsm.ZkCode, []byte) {
-			var e encoder
-			eph := nonNilStrings(st.ZnodeEphemerals(c.session, prefix))
-			if stringsLen(eph) > maxAnswer {
+			// Read in order from the session's index of ephemerals, and
+			// no further than an answer's worth: the read holds the
+			// state, so its cost is what it answers, not the session's
+			// count of ephemerals.
+			eph, size := []string{}, 4
+			st.ZnodeEphemeralsFunc(c.session, prefix, func(p string) bool {
+				size += 4 + len(p)
+				eph = append(eph, p)
+				return size <= maxAnswer
+			})
+			if size > maxAnswer {
 				return codeTooLarge, nil
 			}
+			var e encoder
 			e.strings(eph)
 			return fsm.ZkOK, e.b
 		})
@@ -218,13 +227,6 @@ func stringsLen(ss []string) int {
 		n += 4 + len(s)
 	}
 	return n
-}
-
-func nonNilStrings(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
 }
 
 // multiRead serves a multiRead: getData and getChildren ops, each with
