@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -503,46 +502,10 @@ func TestMembersAreNotBoundedPerAddress(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 3-node cluster")
 	}
-	root := t.TempDir()
-	ids := []string{"n1", "n2", "n3"}
-	peers := map[string]string{}
-	for _, id := range ids {
-		peers[id] = testutil.FreeAddr(t, 61000, 65000)
-	}
-	daemons := map[string]*daemon.Daemon{}
-	for _, id := range ids {
-		d, err := daemon.Start(daemon.Config{NodeID: id, DataDir: filepath.Join(root, id), Listen: "127.0.0.1:0", ZkListen: "127.0.0.1:0",
-			ZkMinSessionTimeout: time.Second, ZkMaxSessionTimeout: 30 * time.Second, ZkMaxClientCnxns: 1,
-			PeerListen: peers[id], BootstrapPeers: peers, LogOutput: testutil.LogWriter(t, id)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- d.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
-		daemons[id] = d
-	}
-	var leader, follower string
-	testutil.WaitFor(t, "a leader whose ZooKeeper address a follower knows", 30*time.Second, func() bool {
-		leader, follower = "", ""
-		for id, d := range daemons {
-			if d.Node.IsLeader() {
-				leader = id
-			}
-		}
-		for id, d := range daemons {
-			if id == leader || leader == "" {
-				continue
-			}
-			var addr string
-			d.Node.Read(func(st *fsm.State) { addr = st.ZkAddr(leader) })
-			if addr == daemons[leader].ZkAddr() {
-				follower = id
-			}
-		}
-		return follower != ""
+	cl := startZkCluster(t, func(_ string, cfg *daemon.Config) {
+		cfg.ZkListen, cfg.ZkMaxClientCnxns = "127.0.0.1:0", 1
 	})
+	daemons, follower := cl.daemons, cl.followers[0]
 	for i := 0; i < 3; i++ {
 		c, _ := connect(t, []string{daemons[follower].ZkAddr()}, 10*time.Second)
 		if _, err := c.Create(fmt.Sprintf("/c%d", i), nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {

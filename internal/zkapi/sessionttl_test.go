@@ -1,10 +1,8 @@
 package zkapi_test
 
 import (
-	"context"
 	"encoding/binary"
 	"io"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -112,44 +110,8 @@ func TestFollowerResumeRenegotiatesTimeout(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 3-node cluster")
 	}
-	root := t.TempDir()
-	ids := []string{"n1", "n2", "n3"}
-	peers := map[string]string{}
-	for _, id := range ids {
-		peers[id] = testutil.FreeAddr(t, 61000, 65000)
-	}
-	daemons := map[string]*daemon.Daemon{}
-	for _, id := range ids {
-		d, err := daemon.Start(daemon.Config{NodeID: id, DataDir: filepath.Join(root, id), Listen: "127.0.0.1:0", ZkListen: "127.0.0.1:0",
-			ZkMinSessionTimeout: time.Second, ZkMaxSessionTimeout: 30 * time.Second,
-			PeerListen: peers[id], BootstrapPeers: peers, LogOutput: testutil.LogWriter(t, id)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- d.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
-		daemons[id] = d
-	}
-	var leader string
-	testutil.WaitFor(t, "a leader", 30*time.Second, func() bool {
-		for id, d := range daemons {
-			if d.Node.IsLeader() {
-				leader = id
-				return true
-			}
-		}
-		return false
-	})
-	waitClusterVersion3(t, daemons[leader])
-	var follower string
-	for _, id := range ids {
-		if id != leader {
-			follower = id
-			break
-		}
-	}
+	cl := startZkCluster(t, func(_ string, cfg *daemon.Config) { cfg.ZkListen = "127.0.0.1:0" })
+	daemons, leader, follower := cl.daemons, cl.leader, cl.followers[0]
 	testutil.WaitFor(t, "the leader's ZooKeeper address on the follower", 30*time.Second, func() bool {
 		var addr string
 		daemons[follower].Node.Read(func(st *fsm.State) { addr = st.ZkAddr(leader) })
@@ -168,7 +130,7 @@ func TestFollowerResumeRenegotiatesTimeout(t *testing.T) {
 		if ttl := sessionTTLOf(daemons[leader], created.sessionID); ttl != int64(c.want) {
 			t.Fatalf("the session's TTL on the leader is %dms, want %d", ttl, c.want)
 		}
-		for _, id := range ids {
+		for id := range daemons {
 			testutil.WaitFor(t, "the renegotiated TTL on "+id, 10*time.Second, func() bool {
 				return sessionTTLOf(daemons[id], created.sessionID) == int64(c.want)
 			})

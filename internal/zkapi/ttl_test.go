@@ -2,9 +2,7 @@ package zkapi_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -209,43 +207,10 @@ func TestTTLNodeThroughAFollower(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 3-node cluster")
 	}
-	root := t.TempDir()
-	ids := []string{"n1", "n2", "n3"}
-	peers := map[string]string{}
-	for _, id := range ids {
-		peers[id] = testutil.FreeAddr(t, 61000, 65000)
-	}
-	daemons := map[string]*daemon.Daemon{}
-	for _, id := range ids {
-		d, err := daemon.Start(daemon.Config{NodeID: id, DataDir: filepath.Join(root, id), Listen: "127.0.0.1:0", ZkListen: "127.0.0.1:0",
-			ZkMinSessionTimeout: time.Second, ZkMaxSessionTimeout: 30 * time.Second, ZkTTLNodes: true, ZkContainerCheckInterval: 50 * time.Millisecond,
-			PeerListen: peers[id], BootstrapPeers: peers, LogOutput: testutil.LogWriter(t, id)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- d.Run(ctx) }()
-		t.Cleanup(func() {
-			cancel()
-			<-done
-		})
-		daemons[id] = d
-	}
-	leaderOf := func() string {
-		for id, d := range daemons {
-			if d.Node.IsLeader() {
-				return id
-			}
-		}
-		return ""
-	}
-	testutil.WaitFor(t, "a leader", 30*time.Second, func() bool { return leaderOf() != "" })
-	leader := leaderOf()
-	follower := ids[0]
-	if follower == leader {
-		follower = ids[1]
-	}
+	cl := startZkCluster(t, func(_ string, cfg *daemon.Config) {
+		cfg.ZkListen, cfg.ZkTTLNodes, cfg.ZkContainerCheckInterval = "127.0.0.1:0", true, 50*time.Millisecond
+	})
+	daemons, leader, follower := cl.daemons, cl.leader, cl.followers[0]
 	testutil.WaitFor(t, "the leader's ZooKeeper address on the follower", 30*time.Second, func() bool {
 		var addr string
 		daemons[follower].Node.Read(func(st *fsm.State) { addr = st.ZkAddr(leader) })
