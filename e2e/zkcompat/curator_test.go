@@ -45,25 +45,7 @@ func TestCuratorMutex(t *testing.T) {
 			for _, p := range ps {
 				p.mustExit0(t, 2*time.Minute)
 			}
-			b, err := os.ReadFile(log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-			if len(lines) != 2*workers*rounds {
-				t.Fatalf("%d log lines, want %d:\n%s", len(lines), 2*workers*rounds, b)
-			}
-			holders := map[string]bool{}
-			for i := 0; i < len(lines); i += 2 {
-				enter, exit := strings.TrimPrefix(lines[i], "enter "), strings.TrimPrefix(lines[i+1], "exit ")
-				if !strings.HasPrefix(lines[i], "enter ") || !strings.HasPrefix(lines[i+1], "exit ") || enter != exit {
-					t.Fatalf("overlapping holders at line %d: %q then %q\n%s", i+1, lines[i], lines[i+1], b)
-				}
-				holders[enter] = true
-			}
-			if len(holders) != workers {
-				t.Fatalf("holders %v, want %d processes", holders, workers)
-			}
+			checkExclusive(t, log, workers, rounds)
 		})
 		t.Run("fifo", func(t *testing.T) {
 			obs, err := dialZK(s.Addr, 10*time.Second)

@@ -41,25 +41,7 @@ func TestKazooLock(t *testing.T) {
 		for _, p := range ps {
 			p.mustExit0(t, 2*time.Minute)
 		}
-		b, err := os.ReadFile(log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-		if len(lines) != 2*workers*rounds {
-			t.Fatalf("%d log lines, want %d:\n%s", len(lines), 2*workers*rounds, b)
-		}
-		holders := map[string]int{}
-		for i := 0; i < len(lines); i += 2 {
-			enter, exit := strings.TrimPrefix(lines[i], "enter "), strings.TrimPrefix(lines[i+1], "exit ")
-			if !strings.HasPrefix(lines[i], "enter ") || !strings.HasPrefix(lines[i+1], "exit ") || enter != exit {
-				t.Fatalf("overlapping holders at line %d: %q then %q\n%s", i+1, lines[i], lines[i+1], b)
-			}
-			holders[enter]++
-		}
-		if len(holders) != workers {
-			t.Fatalf("holders %v, want %d processes", holders, workers)
-		}
+		checkExclusive(t, log, workers, rounds)
 	})
 }
 
@@ -151,4 +133,30 @@ func TestKazooEphemeralExpiry(t *testing.T) {
 			t.Fatalf("ephemeral node gone %v after the kill, before half the session timeout %v", gone, timeout)
 		}
 	})
+}
+
+// checkExclusive reads the log that workers processes each wrote rounds
+// enter/exit pairs to while holding a lock: the pairs must not
+// interleave (no two holders at once), and every process must have held.
+func checkExclusive(t *testing.T, log string, workers, rounds int) {
+	t.Helper()
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 2*workers*rounds {
+		t.Fatalf("%d log lines, want %d:\n%s", len(lines), 2*workers*rounds, b)
+	}
+	holders := map[string]int{}
+	for i := 0; i < len(lines); i += 2 {
+		enter, exit := strings.TrimPrefix(lines[i], "enter "), strings.TrimPrefix(lines[i+1], "exit ")
+		if !strings.HasPrefix(lines[i], "enter ") || !strings.HasPrefix(lines[i+1], "exit ") || enter != exit {
+			t.Fatalf("overlapping holders at line %d: %q then %q\n%s", i+1, lines[i], lines[i+1], b)
+		}
+		holders[enter]++
+	}
+	if len(holders) != workers {
+		t.Fatalf("holders %v, want %d processes", holders, workers)
+	}
 }
