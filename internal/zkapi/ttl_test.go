@@ -143,6 +143,9 @@ func TestTTLNodeExpires(t *testing.T) {
 	c, _ := connect(t, []string{addr}, 5*time.Second)
 	acl := zk.WorldACL(zk.PermAll)
 	const ttl = 400 * time.Millisecond
+	// The node's mtime is taken on the leader after the request is sent, so
+	// its TTL is counted from no earlier than this.
+	created := time.Now()
 	for _, p := range []string{"/idle", "/busy", "/parent"} {
 		if _, err := c.CreateTTL(p, []byte("v"), zk.FlagTTL, acl, ttl); err != nil {
 			t.Fatalf("createTTL %s: %v", p, err)
@@ -155,7 +158,6 @@ func TestTTLNodeExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	created := time.Now()
 	// /busy is set every ttl/4 until /idle is gone.
 	deadline := time.Now().Add(15 * time.Second)
 	for gone := false; !gone; {
