@@ -295,8 +295,9 @@ func (z *Server) accept(ctx context.Context, lis net.Listener, relay bool) error
 		if !c.member {
 			if n := z.perIP[c.ip]; z.cfg.MaxClientCnxns > 0 && n >= z.cfg.MaxClientCnxns {
 				z.mu.Unlock()
-				nc.Close()
+				// Counted before the client sees its connection closed.
 				z.srv.Answered("zk.connect", status.Errorf(codes.ResourceExhausted, "too many connections from %s - max is %d (--zk-max-client-cnxns)", c.ip, n), true, 0)
+				nc.Close()
 				continue
 			}
 			z.perIP[c.ip]++
