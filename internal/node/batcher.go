@@ -289,10 +289,16 @@ func (n *Node) answerer() {
 // nudged for, an entry with another after it needs no nudge, and other
 // writes none either: their followers wait for nothing (and the
 // barrier's append, in the way of the next write, cost the leader's
-// contended native locks a third of their hand-offs). An idle cluster
-// costs nothing, a lone znode write one more small append.
+// contended native locks a third of their hand-offs). Nor is a write
+// nudged for while no follower serves a ZooKeeper client: a follower's
+// ZooKeeper clients are relayed to the leader, each over a connection of
+// its own (zkrelay.go), so a leader that holds none has no follower
+// waiting (a follower that reaches an older leader at its published
+// address instead is not nudged: that leader would not nudge either).
+// An idle cluster costs nothing, a lone znode write one more small
+// append.
 func (n *Node) nudgeFollowers(index uint64) {
-	if n.raft.LastIndex() != index {
+	if !n.followersWait() || n.raft.LastIndex() != index {
 		return
 	}
 	if len(n.raft.GetConfiguration().Configuration().Servers) < 2 {
@@ -301,6 +307,12 @@ func (n *Node) nudgeFollowers(index uint64) {
 	// The barrier's own outcome matters to nobody: a leader that lost its
 	// leadership meanwhile has nothing to tell.
 	_ = n.start(func() raft.Future { return n.raft.Barrier(n.cfg.ApplyTimeout) })
+}
+
+// followersWait reports whether a follower serves a ZooKeeper client
+// through this node: whether it holds a ZooKeeper relay connection.
+func (n *Node) followersWait() bool {
+	return n.zkRelay != nil && n.zkRelay.held() > 0
 }
 
 // mapApplyErr is mapRaftErr for a command's future, which fails with an

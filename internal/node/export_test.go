@@ -26,3 +26,6 @@ func (n *Node) VerifyLeaderRead(ctx context.Context) error {
 	}
 	return n.waitApplied(ctx, commit)
 }
+
+// FollowersWait is followersWait, for the external tests of this package.
+func (n *Node) FollowersWait() bool { return n.followersWait() }

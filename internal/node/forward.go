@@ -120,6 +120,13 @@ func (l *forwardListener) Close() error {
 	return nil
 }
 
+// held is how many of its connections are open.
+func (l *forwardListener) held() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.open
+}
+
 // Addr implements net.Listener: the peer listener's address.
 func (l *forwardListener) Addr() net.Addr { return l.addr }
 

@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"io"
 	"slices"
 	"strconv"
 	"testing"
@@ -19,8 +20,9 @@ import (
 // the last. The ZooKeeper front's follower answers a write it relayed
 // once it applied it, and delivers watch events as it applies them: it
 // waited that long for each lone write. The leader nudges its followers
-// after a znode write that is the last of its log, with a barrier: the
-// test waits, for each lone write, until the follower applied it and the
+// after a znode write that is the last of its log, with a barrier, while
+// a follower serves a ZooKeeper client (its connection relayed to the
+// leader), and only then: the test waits, for each lone write, until the follower applied it and the
 // leader's log grew past it although nothing else was proposed. Without
 // the nudge the log stays at the write and the wait fails. How soon the
 // follower applied it is logged (a figure, not an assertion: the machine
@@ -38,6 +40,29 @@ func TestFollowerAppliesLoneWriteSoon(t *testing.T) {
 			t.Fatalf("adding %s: %v", m.id, err)
 		}
 	}
+	// A follower serves a ZooKeeper client: its connection is relayed to
+	// the leader over the peer port.
+	if a.FollowersWait() {
+		t.Fatal("the leader counts a follower that serves a ZooKeeper client before any relay connection")
+	}
+	relayed := a.ZkRelayListener()
+	go func() {
+		for {
+			c, err := relayed.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				_, _ = io.Copy(io.Discard, c)
+				c.Close()
+			}()
+		}
+	}()
+	client, err := b.DialZkRelay(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the leader to hold the relay connection", 10*time.Second, a.FollowersWait)
 	const writes = 9
 	var took []time.Duration
 	for i := 1; i <= writes; i++ {
@@ -60,6 +85,9 @@ func TestFollowerAppliesLoneWriteSoon(t *testing.T) {
 				path, applied, a.RaftStats().LastIndex, last+1, err)
 		}
 	}
+	// Without a relayed client, the leader nudges nobody.
+	client.Close()
+	testutil.WaitFor(t, "the leader to see the relay connection closed", 10*time.Second, func() bool { return !a.FollowersWait() })
 	slices.Sort(took)
 	t.Logf("a lone znode write on the leader to a follower's state: median %v, all %v (raft's commit timeout, without the nudge: 50 to 100 ms)", took[writes/2], took)
 }
