@@ -33,13 +33,25 @@ type rawConnectResponse struct {
 }
 
 // connect sends a ConnectRequest (with the readOnly flag of 3.4+ clients
-// or without it) and reads the answer.
+// or without it) asking for a 30 s timeout, and reads the answer.
 func (r *rawConn) connect(t *testing.T, session int64, passwd []byte, readOnly bool) rawConnectResponse {
+	t.Helper()
+	return r.connectWith(t, 30_000, session, passwd, readOnly)
+}
+
+// connectAsking is connect with the session timeout the client asks (ms)
+// and the readOnly flag.
+func (r *rawConn) connectAsking(t *testing.T, timeout int32, session int64, passwd []byte) rawConnectResponse {
+	t.Helper()
+	return r.connectWith(t, timeout, session, passwd, true)
+}
+
+func (r *rawConn) connectWith(t *testing.T, timeout int32, session int64, passwd []byte, readOnly bool) rawConnectResponse {
 	t.Helper()
 	var b []byte
 	b = binary.BigEndian.AppendUint32(b, 0) // protocol version
 	b = binary.BigEndian.AppendUint64(b, 0) // last zxid seen
-	b = binary.BigEndian.AppendUint32(b, 30000)
+	b = binary.BigEndian.AppendUint32(b, uint32(timeout))
 	b = binary.BigEndian.AppendUint64(b, uint64(session))
 	b = binary.BigEndian.AppendUint32(b, uint32(len(passwd)))
 	b = append(b, passwd...)
@@ -63,7 +75,7 @@ func (r *rawConn) connect(t *testing.T, session int64, passwd []byte, readOnly b
 	out.timeout = int32(binary.BigEndian.Uint32(resp[4:]))
 	out.sessionID = int64(binary.BigEndian.Uint64(resp[8:]))
 	n := binary.BigEndian.Uint32(resp[16:])
-	out.passwd = resp[20 : 20+n]
+	out.passwd = append([]byte(nil), resp[20:20+n]...)
 	out.hasReadOnly = len(resp) > int(20+n)
 	return out
 }

@@ -1,8 +1,6 @@
 package zkapi_test
 
 import (
-	"encoding/binary"
-	"io"
 	"testing"
 	"time"
 
@@ -10,39 +8,6 @@ import (
 	"github.com/tenure-io/tenure/internal/fsm"
 	"github.com/tenure-io/tenure/internal/testutil"
 )
-
-// connectAsking is rawConn.connect with the session timeout the client
-// asks (ms).
-func (r *rawConn) connectAsking(t *testing.T, timeout int32, session int64, passwd []byte) rawConnectResponse {
-	t.Helper()
-	var b []byte
-	b = binary.BigEndian.AppendUint32(b, 0) // protocol version
-	b = binary.BigEndian.AppendUint64(b, 0) // last zxid seen
-	b = binary.BigEndian.AppendUint32(b, uint32(timeout))
-	b = binary.BigEndian.AppendUint64(b, uint64(session))
-	b = binary.BigEndian.AppendUint32(b, uint32(len(passwd)))
-	b = append(b, passwd...)
-	b = append(b, 0) // readOnly false
-	pkt := binary.BigEndian.AppendUint32(nil, uint32(len(b)))
-	if _, err := r.nc.Write(append(pkt, b...)); err != nil {
-		t.Fatal(err)
-	}
-	_ = r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	var lenb [4]byte
-	if _, err := io.ReadFull(r.nc, lenb[:]); err != nil {
-		t.Fatalf("reading the connect response: %v", err)
-	}
-	resp := make([]byte, binary.BigEndian.Uint32(lenb[:]))
-	if _, err := io.ReadFull(r.nc, resp); err != nil {
-		t.Fatal(err)
-	}
-	var out rawConnectResponse
-	out.timeout = int32(binary.BigEndian.Uint32(resp[4:]))
-	out.sessionID = int64(binary.BigEndian.Uint64(resp[8:]))
-	n := binary.BigEndian.Uint32(resp[16:])
-	out.passwd = append([]byte(nil), resp[20:20+n]...)
-	return out
-}
 
 // sessionTTLOf is session id's TTL in a member's applied state (0: none).
 func sessionTTLOf(d *daemon.Daemon, id int64) int64 {
