@@ -175,17 +175,10 @@ func TestGetEphemeralsPrefix(t *testing.T) {
 func BenchmarkSetDataWhileCounting(b *testing.B) {
 	cfg := daemon.Config{NodeID: "n1", DataDir: filepath.Join(b.TempDir(), "n1"), Listen: "127.0.0.1:0", ZkListen: "127.0.0.1:0",
 		ZkMaxClientCnxns: -1, LogOutput: io.Discard}
-	d, err := daemon.Start(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
+	d := runDaemon(b, cfg)
+	// ctx stops the counting connections.
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	defer cancel()
 	<-d.Ready()
 	c, _, err := zk.Connect([]string{d.ZkAddr()}, 10*time.Second, zk.WithLogInfo(false))
 	if err != nil {

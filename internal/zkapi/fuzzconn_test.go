@@ -1,7 +1,6 @@
 package zkapi_test
 
 import (
-	"context"
 	"encoding/binary"
 	"io"
 	"net"
@@ -46,17 +45,7 @@ func FuzzConnection(f *testing.F) {
 
 	cfg := daemon.Config{NodeID: "n1", DataDir: filepath.Join(f.TempDir(), "n1"), Listen: "127.0.0.1:0",
 		ZkListen: "127.0.0.1:0", ZkMinSessionTimeout: time.Second, ZkMaxSessionTimeout: 20 * time.Second, LogOutput: io.Discard}
-	d, err := daemon.Start(cfg)
-	if err != nil {
-		f.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	f.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	d := runDaemon(f, cfg)
 	select {
 	case <-d.Ready():
 	case <-time.After(30 * time.Second):

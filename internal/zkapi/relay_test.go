@@ -165,18 +165,7 @@ func startZkCluster(t *testing.T, mod func(id string, cfg *daemon.Config)) *clus
 			ZkMinSessionTimeout: time.Second, ZkMaxSessionTimeout: 30 * time.Second,
 			PeerListen: peers[id], BootstrapPeers: peers, LogOutput: testutil.LogWriter(t, id)}
 		mod(id, &cfg)
-		d, err := daemon.Start(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- d.Run(ctx) }()
-		t.Cleanup(func() {
-			cancel()
-			<-done
-		})
-		cl.daemons[id] = d
+		cl.daemons[id] = runDaemon(t, cfg)
 	}
 	testutil.WaitFor(t, "a leader", 30*time.Second, func() bool {
 		for id, d := range cl.daemons {

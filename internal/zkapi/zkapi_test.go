@@ -17,13 +17,9 @@ import (
 
 // startNode runs a one-node Tenure with a ZooKeeper listener; it returns
 // the daemon and the listener's address.
-func startNode(t *testing.T, mod func(*daemon.Config)) (*daemon.Daemon, string) {
+// runDaemon starts a node with cfg and runs it until the test ends.
+func runDaemon(t testing.TB, cfg daemon.Config) *daemon.Daemon {
 	t.Helper()
-	cfg := daemon.Config{NodeID: "n1", DataDir: filepath.Join(t.TempDir(), "n1"), Listen: "127.0.0.1:0",
-		ZkListen: "127.0.0.1:0", ZkMinSessionTimeout: time.Second, ZkMaxSessionTimeout: 20 * time.Second, LogOutput: testutil.LogWriter(t, "n1")}
-	if mod != nil {
-		mod(&cfg)
-	}
 	d, err := daemon.Start(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -35,6 +31,17 @@ func startNode(t *testing.T, mod func(*daemon.Config)) (*daemon.Daemon, string) 
 		cancel()
 		<-done
 	})
+	return d
+}
+
+func startNode(t *testing.T, mod func(*daemon.Config)) (*daemon.Daemon, string) {
+	t.Helper()
+	cfg := daemon.Config{NodeID: "n1", DataDir: filepath.Join(t.TempDir(), "n1"), Listen: "127.0.0.1:0",
+		ZkListen: "127.0.0.1:0", ZkMinSessionTimeout: time.Second, ZkMaxSessionTimeout: 20 * time.Second, LogOutput: testutil.LogWriter(t, "n1")}
+	if mod != nil {
+		mod(&cfg)
+	}
+	d := runDaemon(t, cfg)
 	select {
 	case <-d.Ready():
 	case <-time.After(30 * time.Second):
