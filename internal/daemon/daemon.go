@@ -242,8 +242,15 @@ func Start(cfg Config) (*Daemon, error) {
 	srv := server.New(n, hub, cfg.Limits, sopts...)
 	server.Register(gs, srv)
 	queues := max(cmp.Or(cfg.MetricsQueues, DefaultMetricsQueues), 0)
-	hub.Metrics().SetSource(func() metrics.Sample { return srv.Sample(queues) })
 	d := &Daemon{Node: n, Hub: hub, lis: lis, gs: gs, srv: srv, conns: conns, clientFaults: faults}
+	hub.Metrics().SetSource(func() metrics.Sample {
+		s := srv.Sample(queues)
+		if d.zk != nil { // set before the daemon serves, never changed
+			z := d.zk.Stats()
+			s.Zk = metrics.ZkSample{Connections: z.Connections, Relayed: z.Relayed, Watches: z.Watches, WatchBytes: z.WatchBytes, QueuedBytes: z.QueuedBytes}
+		}
+		return s
+	})
 	if fl := n.ForwardListener(); fl != nil {
 		d.fwdLis, d.fwdGS = fl, grpc.NewServer(server.ForwardOptions()...)
 		server.RegisterForwarded(d.fwdGS, srv)

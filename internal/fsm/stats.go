@@ -63,6 +63,12 @@ type Totals struct {
 	Keys                          int
 	Registers                     int
 	Queues                        int
+	// Znodes: the ZooKeeper front's znodes (the root and /zookeeper's
+	// three included); ZnodeBytes: what they count against MaxZnodeBytes
+	// (paths, data and ACLs); Ephemerals: those of them owned by a
+	// session.
+	Znodes, Ephemerals int
+	ZnodeBytes         uint64
 }
 
 // Totals returns the state's sizes.
@@ -73,6 +79,7 @@ func (s *State) Totals() Totals {
 		Keys:      s.kv.tree.Len(),
 		Registers: len(s.registers),
 		Queues:    len(s.queues.byName),
+		Znodes:    len(s.zk.nodes), ZnodeBytes: s.zk.bytes, Ephemerals: s.zk.ephemeralCount(),
 	}
 }
 

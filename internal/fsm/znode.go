@@ -245,6 +245,15 @@ type znodeStore struct {
 	addrs map[string]string // member -> its ZooKeeper listener address
 }
 
+// ephemeralCount is how many znodes sessions own, O(sessions).
+func (z *znodeStore) ephemeralCount() int {
+	n := 0
+	for _, t := range z.ephemerals {
+		n += t.Len()
+	}
+	return n
+}
+
 // openACL is ZooKeeper's OPEN_ACL_UNSAFE.
 func openACL() []*fsmpb.ZnodeACL {
 	return []*fsmpb.ZnodeACL{{Perms: ZkPermAll, Scheme: "world", Id: "anyone"}}

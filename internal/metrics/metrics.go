@@ -67,6 +67,15 @@ type Sample struct {
 	// (node.MembersHealth); empty on a follower, which does not watch its
 	// peers.
 	Members []MemberSample
+	// Zk is this node's ZooKeeper front (zeros without one).
+	Zk ZkSample
+}
+
+// ZkSample is what this node's ZooKeeper front holds (zkapi.Stats).
+type ZkSample struct {
+	Connections, Relayed    int
+	Watches                 int
+	WatchBytes, QueuedBytes int64
 }
 
 // MemberSample is one member's health from the leader's view.
@@ -230,7 +239,14 @@ var (
 	descReachable     = desc("tenure_member_reachable", "1 if the member answered the leader's heartbeat within the last few election timeouts, else 0; exported by the leader only, for every member (itself included).", "member")
 	descMemberLag     = desc("tenure_member_replication_lag_entries", "Log entries the member is behind the leader's last index, as it last reported; exported by the leader only.", "member")
 	descMemberContact = desc("tenure_member_last_contact_seconds", "Time since the member last answered the leader's heartbeat (0 for the leader); exported by the leader only.", "member")
-	stateDescriptions = []*prometheus.Desc{descLocksHeld, descLockWaiters, descLockDelays, descGrants, descHandoffs, descSessions, descExpired, descClosed, descFence, descQueueItems, descQueueAge, descRedeliveries, descDeadLettered, descKVKeys, descWatchers, descIsLeader, descTerm, descCommitIndex, descAppliedIndex, descReachable, descMemberLag, descMemberContact}
+	descZnodes        = desc("tenure_zk_znodes", "ZooKeeper znodes in the store (the root and /zookeeper's three included).")
+	descZnodeBytes    = desc("tenure_zk_znode_bytes", "Bytes the znodes count against their quota (1 GiB): paths, data and ACLs.")
+	descEphemerals    = desc("tenure_zk_ephemerals", "Ephemeral znodes, owned by a session.")
+	descZkConns       = desc("tenure_zk_connections", "ZooKeeper client connections on this node: kind=\"client\" those it serves (a follower's included, which it relays to the leader), kind=\"relayed\" those followers relay to it.", "kind")
+	descZkWatches     = desc("tenure_zk_watches", "ZooKeeper watches (one-shot and persistent) registered on this node.")
+	descZkWatchBytes  = desc("tenure_zk_watch_bytes", "Bytes the watches on this node count against --zk-max-watch-bytes.")
+	descZkQueued      = desc("tenure_zk_queued_bytes", "ZooKeeper answers and events waiting to be written to their clients on this node (at most 256 MiB).")
+	stateDescriptions = []*prometheus.Desc{descZnodes, descZnodeBytes, descEphemerals, descZkConns, descZkWatches, descZkWatchBytes, descZkQueued, descLocksHeld, descLockWaiters, descLockDelays, descGrants, descHandoffs, descSessions, descExpired, descClosed, descFence, descQueueItems, descQueueAge, descRedeliveries, descDeadLettered, descKVKeys, descWatchers, descIsLeader, descTerm, descCommitIndex, descAppliedIndex, descReachable, descMemberLag, descMemberContact}
 )
 
 // Describe implements prometheus.Collector.
@@ -280,6 +296,14 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descDeadLettered, n.DeadLettered)
 	gauge(descKVKeys, float64(t.Keys))
 	gauge(descWatchers, float64(s.Watchers))
+	gauge(descZnodes, float64(t.Znodes))
+	gauge(descZnodeBytes, float64(t.ZnodeBytes))
+	gauge(descEphemerals, float64(t.Ephemerals))
+	gauge(descZkConns, float64(s.Zk.Connections), "client")
+	gauge(descZkConns, float64(s.Zk.Relayed), "relayed")
+	gauge(descZkWatches, float64(s.Zk.Watches))
+	gauge(descZkWatchBytes, float64(s.Zk.WatchBytes))
+	gauge(descZkQueued, float64(s.Zk.QueuedBytes))
 	leader := 0.0
 	if s.Raft.IsLeader {
 		leader = 1
@@ -310,6 +334,7 @@ func Names() []string {
 		"tenure_fence_writes_total",
 		"tenure_queue_items", "tenure_queue_oldest_ready_age_seconds", "tenure_queue_redeliveries_total", "tenure_queue_dead_lettered_total",
 		"tenure_kv_keys", "tenure_watchers",
+		"tenure_zk_znodes", "tenure_zk_znode_bytes", "tenure_zk_ephemerals", "tenure_zk_connections", "tenure_zk_watches", "tenure_zk_watch_bytes", "tenure_zk_queued_bytes",
 		"tenure_raft_is_leader", "tenure_raft_term", "tenure_raft_commit_index", "tenure_raft_applied_index", "tenure_leader_changes_total",
 		"tenure_member_reachable", "tenure_member_replication_lag_entries", "tenure_member_last_contact_seconds",
 		"tenure_log_append_seconds", "tenure_apply_batch_commands", "tenure_group_commit_waits_total",

@@ -283,6 +283,7 @@ func (z *Server) accept(ctx context.Context, lis net.Listener, relay bool) error
 			return err
 		}
 		c := newConn(z, nc)
+		c.relayed = relay
 		// A relay over the peer port comes from a member that proved
 		// itself; one by a member's published address from its host.
 		c.member = relay || z.isMember(c.ip)
@@ -323,6 +324,41 @@ func (z *Server) accept(ctx context.Context, lis net.Listener, relay bool) error
 			c.serve(ctx)
 		}()
 	}
+}
+
+// Stats is what a node's ZooKeeper front holds, for its metrics.
+type Stats struct {
+	// Connections: client connections served (a follower counts those it
+	// relays to the leader too); Relayed: connections followers relay to
+	// this node over the peer port (their clients, counted on the
+	// follower as well).
+	Connections, Relayed int
+	// Watches: watches registered (one-shot and persistent), WatchBytes
+	// what they count against --zk-max-watch-bytes.
+	Watches    int
+	WatchBytes int64
+	// QueuedBytes: answers and events waiting to be written to their
+	// clients, all connections together.
+	QueuedBytes int64
+}
+
+// Stats reads the front's sizes; it takes the front's locks briefly.
+func (z *Server) Stats() Stats {
+	var st Stats
+	z.mu.Lock()
+	for c := range z.conns {
+		if c.relayed {
+			st.Relayed++
+		} else {
+			st.Connections++
+		}
+	}
+	z.mu.Unlock()
+	z.w.mu.Lock()
+	st.Watches, st.WatchBytes = z.w.count, z.w.bytes
+	z.w.mu.Unlock()
+	st.QueuedBytes = z.queued.Load()
+	return st
 }
 
 // Close closes every connection and waits for their goroutines. It is

@@ -193,7 +193,6 @@ func (c *conn) readPreamble() error {
 	if err != nil {
 		return err
 	}
-	c.relayed = true
 	c.setRemote(pre.remote)
 	if pre.certNames != nil || pre.x509 != "" {
 		c.setCert(pre.x509, pre.certNames)

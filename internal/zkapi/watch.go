@@ -30,8 +30,9 @@ type watches struct {
 	child      map[string]map[*conn]struct{}
 	persistent map[string]map[*conn]bool
 	recursive  int // persistent recursive watches, to skip the walk up when none
-	// bytes counts what the watches hold (watchCost each), at most
-	// maxBytes on the node.
+	// count is how many watches are registered; bytes counts what they
+	// hold (watchCost each), at most maxBytes on the node.
+	count           int
 	bytes, maxBytes int64
 	// ended is called, under mu, with each session that ends.
 	ended func(session uint64)
@@ -53,6 +54,7 @@ func (w *watches) chargeLocked(c *conn, path string) bool {
 		return false
 	}
 	c.watchCount++
+	w.count++
 	w.bytes += watchCost(path)
 	return true
 }
@@ -60,6 +62,7 @@ func (w *watches) chargeLocked(c *conn, path string) bool {
 // releaseLocked uncounts a watch of c on path.
 func (w *watches) releaseLocked(c *conn, path string) {
 	c.watchCount--
+	w.count--
 	w.bytes -= watchCost(path)
 }
 
