@@ -155,6 +155,7 @@ var tenureReady = map[string]bool{
 	"TestDiffNullData":             true,
 	"TestDiffMultiCreate2":         true,
 	"TestDiffPaths":                true,
+	"TestDiffEmptyPath":            true,
 	"TestDiffLimits":               true,
 	"TestDiffPersistentWatch":      true,
 	"TestCuratorCache":             true,

@@ -7,6 +7,17 @@ import (
 	"github.com/tenure-io/tenure/internal/fsm"
 )
 
+// readPath is the znode a read of path reads: ZooKeeper's tree holds the
+// root under "" as well as "/" (DataTree), so a read of the empty path,
+// which its clients refuse to send, answers the root. A watch it sets
+// stays on "", where no event ever fires, as ZooKeeper keeps it.
+func readPath(path string) string {
+	if path == "" {
+		return "/"
+	}
+	return path
+}
+
 // readOp serves the requests answered from this member's applied state.
 func (c *conn) readOp(ctx context.Context, h requestHeader, body []byte) error {
 	d := decoder{b: body}
@@ -22,11 +33,11 @@ func (c *conn) readOp(ctx context.Context, h requestHeader, body []byte) error {
 		if h.op == opExists && strings.IndexByte(path, 0) >= 0 {
 			return c.read(ctx, h.xid, func(*fsm.State) (fsm.ZkCode, []byte) { return fsm.ZkBadArguments, nil })
 		}
-		if !c.allowed(opReadName(h.op), false, path) {
+		if !c.allowed(opReadName(h.op), false, readPath(path)) {
 			return c.read(ctx, h.xid, func(*fsm.State) (fsm.ZkCode, []byte) { return fsm.ZkNoAuth, nil })
 		}
 		return c.read(ctx, h.xid, func(st *fsm.State) (fsm.ZkCode, []byte) {
-			data, acl, s, ok := st.Znode(path)
+			data, acl, s, ok := st.Znode(readPath(path))
 			var e encoder
 			switch h.op {
 			case opExists:
@@ -61,7 +72,7 @@ func (c *conn) readOp(ctx context.Context, h requestHeader, body []byte) error {
 			if watch && !w.addLocked(w.child, path, c) {
 				return fsm.ZkQuotaExceeded, nil
 			}
-			children, _ := st.ZnodeChildren(path)
+			children, _ := st.ZnodeChildren(readPath(path))
 			if stringsLen(children) > maxAnswer {
 				return codeTooLarge, nil
 			}
@@ -76,11 +87,11 @@ func (c *conn) readOp(ctx context.Context, h requestHeader, body []byte) error {
 		if d.err != nil {
 			return errBadPacket
 		}
-		if !c.allowed("getACL", false, path) {
+		if !c.allowed("getACL", false, readPath(path)) {
 			return c.read(ctx, h.xid, func(*fsm.State) (fsm.ZkCode, []byte) { return fsm.ZkNoAuth, nil })
 		}
 		return c.read(ctx, h.xid, func(st *fsm.State) (fsm.ZkCode, []byte) {
-			_, list, s, ok := st.Znode(path)
+			_, list, s, ok := st.Znode(readPath(path))
 			if !ok {
 				return fsm.ZkNoNode, nil
 			}
@@ -109,18 +120,18 @@ func (c *conn) readOp(ctx context.Context, h requestHeader, body []byte) error {
 		if d.err != nil {
 			return errBadPacket
 		}
-		if !c.allowed("getAllChildrenNumber", false, path) {
+		if !c.allowed("getAllChildrenNumber", false, readPath(path)) {
 			return c.read(ctx, h.xid, func(*fsm.State) (fsm.ZkCode, []byte) { return fsm.ZkNoAuth, nil })
 		}
 		return c.read(ctx, h.xid, func(st *fsm.State) (fsm.ZkCode, []byte) {
-			_, acl, _, ok := st.Znode(path)
+			_, acl, _, ok := st.Znode(readPath(path))
 			if !ok {
 				return fsm.ZkNoNode, nil
 			}
 			if !fsm.ZkAllowed(acl, fsm.ZkPermRead, c.ids) {
 				return fsm.ZkNoAuth, nil
 			}
-			n, _ := st.ZnodeDescendants(path)
+			n, _ := st.ZnodeDescendants(readPath(path))
 			var e encoder
 			e.int(int32(n))
 			return fsm.ZkOK, e.b
