@@ -142,6 +142,7 @@ var tenureReady = map[string]bool{
 	"TestCuratorSharedCount":       true,
 	"TestCuratorPathChildrenCache": true,
 	"TestZkCli":                    true,
+	"TestZkCliOperator":            true,
 	"TestDiffVersions":             true,
 	"TestDiffEphemerals":           true,
 	"TestDiffWatches":              true,

@@ -5,6 +5,8 @@ import (
 	"context"
 	"os/exec"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -109,4 +111,57 @@ func containsLine(out, line string) bool {
 		}
 	}
 	return false
+}
+
+// TestZkCliOperator drives the zkCli.sh commands an operator reaches for
+// beyond the basic ones: ephemeral and container creates, ls -R,
+// getAllChildrenNumber, getEphemerals, setAcl/getAcl and a write the ACL
+// refuses, sync, whoami, config and deleteall. Each runs in a zkCli
+// process (a session) of its own; against Tenure the whole transcript
+// (zxids and times masked) and every exit code must equal ZooKeeper's.
+func TestZkCliOperator(t *testing.T) {
+	var want string
+	var wantCodes []int
+	eachTarget(t, func(t *testing.T, s *server, r string) {
+		steps := [][]string{
+			{"create", r, ""},
+			{"create", "-e", r + "/e", "x"},
+			{"create", "-c", r + "/c"},
+			{"create", r + "/c/child", "v"},
+			{"ls", "-R", r},
+			{"getAllChildrenNumber", r},
+			{"getEphemerals", r},
+			{"setAcl", r + "/c/child", "world:anyone:r"},
+			{"getAcl", r + "/c/child"},
+			{"set", r + "/c/child", "w"},
+			{"get", r + "/c/child"},
+			{"sync", r},
+			{"whoami"},
+			{"config"},
+			{"deleteall", r},
+			{"ls", r},
+		}
+		var transcript []string
+		var codes []int
+		for _, st := range steps {
+			code, out := zkCliRun(t, s, st...)
+			codes = append(codes, code)
+			transcript = append(transcript, "$ zkCli "+strings.Join(st, " ")+" (exit "+strconv.Itoa(code)+")\n"+volatile.ReplaceAllString(out, "$1 = *"))
+		}
+		got := strings.ReplaceAll(strings.Join(transcript, "\n"), r, "ROOT")
+		if s.Name == zooKeeper {
+			want, wantCodes = got, codes
+			t.Logf("ZooKeeper's transcript:\n%s", got)
+			return
+		}
+		if want == "" {
+			t.Fatal("no ZooKeeper transcript to compare with")
+		}
+		if d := diffLines(strings.Split(want, "\n"), strings.Split(got, "\n")); d != "" {
+			t.Errorf("zkCli's output differs from ZooKeeper's (- ZooKeeper, + Tenure):\n%s", d)
+		}
+		if !slices.Equal(codes, wantCodes) {
+			t.Errorf("exit codes %v, ZooKeeper's %v", codes, wantCodes)
+		}
+	})
 }
