@@ -121,3 +121,27 @@ func TestCuratorPathChildrenCache(t *testing.T) {
 func TestCuratorCache(t *testing.T) {
 	eachTarget(t, func(t *testing.T, s *server, root string) { runCurator(t, s, root, "curator-cache") })
 }
+
+// TestCuratorReadWriteLock: InterProcessReadWriteLock's readers share, and
+// its writer waits for them and shuts them out.
+func TestCuratorReadWriteLock(t *testing.T) {
+	eachTarget(t, func(t *testing.T, s *server, root string) { runCurator(t, s, root, "rwlock") })
+}
+
+// TestCuratorAtomicLong: DistributedAtomicLong's optimistic increments from
+// four clients lose none, and compareAndSet refuses a stale value.
+func TestCuratorAtomicLong(t *testing.T) {
+	eachTarget(t, func(t *testing.T, s *server, root string) { runCurator(t, s, root, "atomic-long") })
+}
+
+// TestCuratorDoubleBarrier: DistributedDoubleBarrier lets three members in
+// together, and out together.
+func TestCuratorDoubleBarrier(t *testing.T) {
+	eachTarget(t, func(t *testing.T, s *server, root string) { runCurator(t, s, root, "double-barrier") })
+}
+
+// TestCuratorPersistentNode: a protected ephemeral PersistentNode is
+// recreated after another client deletes it, and removed when closed.
+func TestCuratorPersistentNode(t *testing.T) {
+	eachTarget(t, func(t *testing.T, s *server, root string) { runCurator(t, s, root, "persistent-node") })
+}

@@ -7,12 +7,18 @@ import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.BooleanSupplier;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.atomic.AtomicValue;
+import org.apache.curator.framework.recipes.atomic.DistributedAtomicLong;
+import org.apache.curator.framework.recipes.barriers.DistributedDoubleBarrier;
 import org.apache.curator.framework.recipes.cache.CuratorCache;
 import org.apache.curator.framework.recipes.cache.CuratorCacheListener;
 import org.apache.curator.framework.recipes.cache.PathChildrenCache;
@@ -21,8 +27,10 @@ import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.leader.LeaderSelector;
 import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
 import org.apache.curator.framework.recipes.locks.Lease;
+import org.apache.curator.framework.recipes.nodes.PersistentNode;
 import org.apache.curator.framework.recipes.nodes.PersistentTtlNode;
 import org.apache.curator.framework.recipes.queue.DistributedQueue;
 import org.apache.curator.framework.recipes.queue.QueueBuilder;
@@ -35,6 +43,7 @@ import org.apache.curator.framework.recipes.shared.VersionedValue;
 import org.apache.curator.framework.api.transaction.CuratorTransactionResult;
 import org.apache.curator.framework.state.ConnectionState;
 import org.apache.curator.retry.ExponentialBackoffRetry;
+import org.apache.curator.retry.RetryNTimes;
 import org.apache.zookeeper.CreateMode;
 import org.apache.zookeeper.KeeperException;
 import org.apache.zookeeper.data.Stat;
@@ -73,6 +82,10 @@ public final class Recipes {
                 case "curator-cache": curatorCache(); break;
                 case "ttl": ttl(); break;
                 case "persistent-ttl-node": persistentTtlNode(); break;
+                case "rwlock": readWriteLock(); break;
+                case "atomic-long": atomicLong(); break;
+                case "double-barrier": doubleBarrier(); break;
+                case "persistent-node": persistentNode(); break;
                 default: throw new IllegalArgumentException("no case " + kase);
             }
             System.out.println("ok");
@@ -434,5 +447,109 @@ public final class Recipes {
         check(new String(c.getData().forPath(path), StandardCharsets.UTF_8).equals("data"), "the node's data");
         n.close();
         waitUntil(() -> !exists(c, path), "the node removed once the recipe stopped touching it");
+    }
+
+    /** Readers share; a writer waits for them and shuts them out while it holds. */
+    static void readWriteLock() throws Exception {
+        String path = root + "/rw";
+        InterProcessReadWriteLock l1 = new InterProcessReadWriteLock(client(), path);
+        InterProcessReadWriteLock l2 = new InterProcessReadWriteLock(client(), path);
+        InterProcessReadWriteLock l3 = new InterProcessReadWriteLock(client(), path);
+        check(l1.readLock().acquire(WAIT_S, TimeUnit.SECONDS), "reader 1");
+        check(l2.readLock().acquire(WAIT_S, TimeUnit.SECONDS), "reader 2 beside reader 1");
+        check(!l3.writeLock().acquire(500, TimeUnit.MILLISECONDS), "a writer beside two readers");
+        l1.readLock().release();
+        check(!l3.writeLock().acquire(500, TimeUnit.MILLISECONDS), "a writer beside one reader");
+        l2.readLock().release();
+        check(l3.writeLock().acquire(WAIT_S, TimeUnit.SECONDS), "the writer once the readers left");
+        check(!l1.readLock().acquire(500, TimeUnit.MILLISECONDS), "a reader beside the writer");
+        check(!l2.writeLock().acquire(500, TimeUnit.MILLISECONDS), "a second writer");
+        l3.writeLock().release();
+        check(l1.readLock().acquire(WAIT_S, TimeUnit.SECONDS), "a reader after the writer");
+        l1.readLock().release();
+    }
+
+    /** Four clients increment one counter 50 times each, by optimistic compare-and-set. */
+    static void atomicLong() throws Exception {
+        String path = root + "/long";
+        int clients = 4, each = 50;
+        ExecutorService pool = Executors.newFixedThreadPool(clients);
+        List<Future<?>> done = new ArrayList<>();
+        for (int i = 0; i < clients; i++) {
+            DistributedAtomicLong n = new DistributedAtomicLong(client(), path, new RetryNTimes(1000, 1));
+            done.add(pool.submit(() -> {
+                for (int k = 0; k < each; k++) {
+                    AtomicValue<Long> v = n.increment();
+                    check(v.succeeded(), "increment " + k);
+                    check(v.postValue() == v.preValue() + 1, "post " + v.postValue() + " after pre " + v.preValue());
+                }
+                return null;
+            }));
+        }
+        for (Future<?> f : done) {
+            f.get(WAIT_S * 3, TimeUnit.SECONDS);
+        }
+        pool.shutdown();
+        DistributedAtomicLong n = new DistributedAtomicLong(client(), path, new RetryNTimes(10, 10));
+        check(n.get().postValue() == (long) clients * each, "the count " + n.get().postValue() + ", want " + clients * each);
+        check(!n.compareAndSet(0L, 1L).succeeded(), "compareAndSet from a stale value");
+        check(n.compareAndSet((long) clients * each, 7L).succeeded(), "compareAndSet from the current value");
+        check(n.get().postValue() == 7L, "the value after compareAndSet");
+    }
+
+    /** Three members enter together, and leave together. */
+    static void doubleBarrier() throws Exception {
+        String path = root + "/barrier";
+        int members = 3;
+        ExecutorService pool = Executors.newFixedThreadPool(members);
+        AtomicInteger inside = new AtomicInteger();
+        List<Future<?>> done = new ArrayList<>();
+        for (int i = 0; i < members; i++) {
+            DistributedDoubleBarrier b = new DistributedDoubleBarrier(client(), path, members);
+            done.add(pool.submit(() -> {
+                check(b.enter(WAIT_S, TimeUnit.SECONDS), "enter");
+                check(inside.incrementAndGet() <= members, "inside");
+                // Entered: every member is in (the barrier opened for all).
+                check(b.leave(WAIT_S, TimeUnit.SECONDS), "leave");
+                return null;
+            }));
+            if (i < members - 1) {
+                Thread.sleep(200); // members arrive apart: the first ones wait
+                check(inside.get() == 0, "a member passed the barrier before all " + members + " arrived");
+            }
+        }
+        for (Future<?> f : done) {
+            f.get(WAIT_S * 2, TimeUnit.SECONDS);
+        }
+        pool.shutdown();
+        check(inside.get() == members, "members through " + inside.get());
+    }
+
+    /** A protected PersistentNode (ephemeral) is recreated when another client deletes it. */
+    static void persistentNode() throws Exception {
+        CuratorFramework c = client();
+        CuratorFramework other = client();
+        c.create().creatingParentsIfNeeded().forPath(root);
+        String path = root + "/member";
+        PersistentNode n = new PersistentNode(c, CreateMode.EPHEMERAL, true, path, "me".getBytes(StandardCharsets.UTF_8));
+        n.start();
+        check(n.waitForInitialCreate(WAIT_S, TimeUnit.SECONDS), "initial create");
+        String actual = n.getActualPath();
+        check(exists(other, actual), "the node, seen by another client");
+        Stat st = other.checkExists().forPath(actual);
+        check(st.getEphemeralOwner() == c.getZookeeperClient().getZooKeeper().getSessionId(), "owned by its client's session");
+        other.delete().forPath(actual);
+        waitUntil(() -> {
+            try {
+                Stat s2 = other.checkExists().forPath(n.getActualPath());
+                return s2 != null && s2.getCzxid() > st.getCzxid();
+            } catch (Exception e) {
+                return false;
+            }
+        }, "the node recreated after another client deleted it");
+        String last = n.getActualPath();
+        check(last.startsWith(root + "/_c_") && last.endsWith("-member"), "a protected name: " + last);
+        n.close();
+        waitUntil(() -> !exists(other, last), "the node removed once the recipe closed");
     }
 }
