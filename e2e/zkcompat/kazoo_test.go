@@ -160,3 +160,15 @@ func checkExclusive(t *testing.T, log string, workers, rounds int) {
 		t.Fatalf("holders %v, want %d processes", holders, workers)
 	}
 }
+
+// TestKazooTreeCache: TreeCache mirrors a subtree's additions, updates and
+// removals.
+func TestKazooTreeCache(t *testing.T) {
+	eachTarget(t, func(t *testing.T, s *server, root string) { runKazoo(t, s, root, "tree-cache") })
+}
+
+// TestKazooLease: NonBlockingLease and MultiNonBlockingLease, whose
+// versioned writes give a lease to one holder (or N) at a time.
+func TestKazooLease(t *testing.T) {
+	eachTarget(t, func(t *testing.T, s *server, root string) { runKazoo(t, s, root, "lease") })
+}

@@ -131,6 +131,8 @@ var tenureReady = map[string]bool{
 	"TestKazooParty":               true,
 	"TestKazooPartitioner":         true,
 	"TestKazooWatches":             true,
+	"TestKazooTreeCache":           true,
+	"TestKazooLease":               true,
 	"TestKazooEphemeralExpiry":     true,
 	"TestKazooLockFailover":        true,
 	"TestKazooWaiterFailover":      true,

@@ -14,6 +14,8 @@ import time
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import LockTimeout
+from kazoo.recipe.cache import TreeCache, TreeEvent
+from kazoo.recipe.lease import MultiNonBlockingLease, NonBlockingLease
 from kazoo.recipe.partitioner import PartitionState
 
 HOSTS = sys.argv[1]
@@ -463,7 +465,56 @@ def failover_waiter(log):
     c.stop()
 
 
+def tree_cache():
+    """TreeCache mirrors a subtree: additions, updates and removals below
+    ROOT reach it, in its data and children and as events."""
+    writer, reader = client(), client()
+    writer.ensure_path(ROOT + "/a")
+    writer.create(ROOT + "/a/x", b"1")
+    events = []
+    cache = TreeCache(reader, ROOT)
+    cache.listen(lambda e: events.append((e.event_type, e.event_data.path if e.event_data else None)))
+    cache.start()
+    wait_until(lambda: (TreeEvent.INITIALIZED, None) in events, "initialized: %r" % events)
+    check(cache.get_data(ROOT + "/a/x").data == b"1", "the initial data")
+    writer.create(ROOT + "/a/y", b"2")
+    writer.set(ROOT + "/a/x", b"3")
+    wait_until(lambda: cache.get_data(ROOT + "/a/x") is not None and cache.get_data(ROOT + "/a/x").data == b"3", "the update")
+    wait_until(lambda: sorted(cache.get_children(ROOT + "/a") or []) == ["x", "y"], "the addition: %r" % cache.get_children(ROOT + "/a"))
+    writer.delete(ROOT + "/a/y")
+    wait_until(lambda: (TreeEvent.NODE_REMOVED, ROOT + "/a/y") in events, "the removal: %r" % events)
+    check(sorted(cache.get_children(ROOT + "/a")) == ["x"], "children after the removal")
+    check((TreeEvent.NODE_UPDATED, ROOT + "/a/x") in events, "the update's event")
+    check((TreeEvent.NODE_ADDED, ROOT + "/a/y") in events, "the addition's event")
+    cache.close()
+    writer.stop()
+    reader.stop()
+
+
+def lease():
+    """NonBlockingLease: one holder until its duration has passed, then
+    another; MultiNonBlockingLease: at most its count at once."""
+    import datetime
+    a, b = client(), client()
+    dur = datetime.timedelta(seconds=30)
+    # The recipe's clock is the client's (to the second); b's runs a
+    # minute ahead where the lease must have run out.
+    later = lambda: datetime.datetime.utcnow() + datetime.timedelta(minutes=1)
+    check(bool(NonBlockingLease(a, ROOT + "/lease", dur, identifier="a")), "a takes the lease")
+    check(not NonBlockingLease(b, ROOT + "/lease", dur, identifier="b"), "b takes the lease a holds")
+    check(bool(NonBlockingLease(a, ROOT + "/lease", dur, identifier="a")), "a renews its lease")
+    check(bool(NonBlockingLease(b, ROOT + "/lease", dur, identifier="b", utcnow=later)), "b takes the lease once a's ran out")
+    check(not NonBlockingLease(a, ROOT + "/lease", dur, identifier="a"), "a takes the lease b holds")
+    got = [bool(MultiNonBlockingLease(c, 2, ROOT + "/multi", datetime.timedelta(seconds=30), identifier=i))
+           for c, i in ((a, "a"), (b, "b"), (client(), "c"))]
+    check(got == [True, True, False], "two leases of two, not a third: %r" % got)
+    a.stop()
+    b.stop()
+
+
 CASES = {
+    "tree-cache": tree_cache,
+    "lease": lease,
     "hold-lock": hold_lock,
     "failover-waiter": failover_waiter,
     "failover-holder": failover_holder,
