@@ -499,7 +499,7 @@ def lease():
     dur = datetime.timedelta(seconds=30)
     # The recipe's clock is the client's (to the second); b's runs a
     # minute ahead where the lease must have run out.
-    later = lambda: datetime.datetime.utcnow() + datetime.timedelta(minutes=1)
+    later = lambda: datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None) + datetime.timedelta(minutes=1)
     check(bool(NonBlockingLease(a, ROOT + "/lease", dur, identifier="a")), "a takes the lease")
     check(not NonBlockingLease(b, ROOT + "/lease", dur, identifier="b"), "b takes the lease a holds")
     check(bool(NonBlockingLease(a, ROOT + "/lease", dur, identifier="a")), "a renews its lease")
