@@ -14,25 +14,12 @@ import (
 // registry exposes; -1 when it exposes none.
 func gauge(t *testing.T, d *daemon.Daemon, name, kind string) float64 {
 	t.Helper()
-	mfs, err := d.Hub.Metrics().Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
+	var pairs []string
+	if kind != "" {
+		pairs = []string{"kind", kind}
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := kind == ""
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "kind" && l.GetValue() == kind {
-					match = true
-				}
-			}
-			if match {
-				return m.GetGauge().GetValue()
-			}
-		}
+	if v, ok := metricValue(t, d, name, pairs...); ok {
+		return v
 	}
 	return -1
 }

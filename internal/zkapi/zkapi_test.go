@@ -150,27 +150,43 @@ func TestBasicOps(t *testing.T) {
 	}
 }
 
+// requestCount is tenure_rpc_requests_total{method, code} on d (0: none).
 func requestCount(t *testing.T, d *daemon.Daemon, method, code string) float64 {
+	t.Helper()
+	v, _ := metricValue(t, d, "tenure_rpc_requests_total", "method", method, "code", code)
+	return v
+}
+
+// metricValue is the value of the counter or gauge name whose labels
+// include the given name, value pairs, on d; false when d exposes none.
+func metricValue(t *testing.T, d *daemon.Daemon, name string, labelPairs ...string) (float64, bool) {
 	t.Helper()
 	mfs, err := d.Hub.Metrics().Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "tenure_rpc_requests_total" {
+		if mf.GetName() != name {
 			continue
 		}
+	metrics:
 		for _, m := range mf.GetMetric() {
 			labels := map[string]string{}
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["method"] == method && labels["code"] == code {
-				return m.GetCounter().GetValue()
+			for i := 0; i+1 < len(labelPairs); i += 2 {
+				if labels[labelPairs[i]] != labelPairs[i+1] {
+					continue metrics
+				}
 			}
+			if g := m.GetGauge(); g != nil {
+				return g.GetValue(), true
+			}
+			return m.GetCounter().GetValue(), true
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // TestSequentialNames: a sequential node's suffix is its parent's
