@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -223,6 +224,7 @@ func timeToLive(lease int, keys bool) step {
 		for _, k := range resp.Keys {
 			ks = append(ks, string(k))
 		}
+		slices.Sort(ks) // etcd lists them in its map's order, which varies
 		// The seconds left depend on timing: only whether any are.
 		r.log("timetolive %s granted %d left>0 %v keys %v", r.lease(int64(resp.ID)), resp.GrantedTTL, resp.TTL > 0, ks)
 	}
