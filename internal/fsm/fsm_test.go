@@ -16,6 +16,20 @@ import (
 )
 
 // memSink is an in-memory raft.SnapshotSink.
+// restored is a new FSM restored from what snap persists.
+func restored(t *testing.T, snap raft.FSMSnapshot) *fsm.FSM {
+	t.Helper()
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	g := fsm.New(nil)
+	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.buf.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 type memSink struct {
 	buf       bytes.Buffer
 	writeErr  error // if set, Write fails with it

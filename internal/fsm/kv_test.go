@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"reflect"
 	"sort"
 	"strings"
@@ -555,14 +554,7 @@ func TestKVSnapshotIsolatedFromLaterApplies(t *testing.T) {
 	later = append(later, logOf(t, uint64(len(logs)+len(later)+1), cmdKVPut("new", "x", 0)), logOf(t, uint64(len(logs)+len(later)+2), cmdExpire(1)))
 	f.ApplyBatch(later)
 
-	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatal(err)
-	}
-	g := fsm.New(nil)
-	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.buf.Bytes()))); err != nil {
-		t.Fatal(err)
-	}
+	g := restored(t, snap)
 	if !bytes.Equal(fsmExport(t, g), want) {
 		t.Fatal("the snapshot saw applies made after it was taken")
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -265,14 +264,7 @@ func TestKVHistorySnapshot(t *testing.T) {
 	}
 	later = append(later, logOf(t, uint64(len(logs)+len(later)+1), cmdCompact(500)), logOf(t, uint64(len(logs)+len(later)+2), cmdExpire(2)))
 	f.ApplyBatch(later)
-	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatal(err)
-	}
-	g := fsm.New(nil)
-	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.buf.Bytes()))); err != nil {
-		t.Fatal(err)
-	}
+	g := restored(t, snap)
 	if !bytes.Equal(fsmExport(t, g), want) {
 		t.Fatal("the restored state exports differently")
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -304,14 +303,7 @@ func TestQueueSnapshotIsPointInTime(t *testing.T) {
 		d = apply(dequeueCmd("q1", 0)).Queue
 		apply(ackCmd("q1", d.ID, d.Token))
 	}
-	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatal(err)
-	}
-	g := fsm.New(nil)
-	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.buf.Bytes()))); err != nil {
-		t.Fatal(err)
-	}
+	g := restored(t, snap)
 	if got := fsmExport(t, g); !bytes.Equal(got, want) {
 		t.Fatal("the persisted snapshot is not the state at the time of Snapshot")
 	}

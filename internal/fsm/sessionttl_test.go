@@ -3,7 +3,6 @@ package fsm_test
 import (
 	"bytes"
 	"errors"
-	"io"
 	"reflect"
 	"testing"
 
@@ -204,14 +203,7 @@ func TestSnapshotKeepsTTLOfItsMoment(t *testing.T) {
 	if r := fsm.TakeResult(f.Apply(logOf(t, 4, cmdSetTTL(2, 40_000)))); r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatal(err)
-	}
-	g := fsm.New(nil)
-	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.buf.Bytes()))); err != nil {
-		t.Fatal(err)
-	}
+	g := restored(t, snap)
 	if !bytes.Equal(fsmExport(t, g), want) {
 		t.Fatal("the snapshot differs from the state at Snapshot")
 	}
