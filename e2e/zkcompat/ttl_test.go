@@ -112,16 +112,7 @@ func TestZkCliTTL(t *testing.T) {
 		})
 		run([]string{"stat", r}, 0, []string{"ephemeralOwner = 0x0", "numChildren = 0", "cversion = 2"})
 		run([]string{"get", r}, 0, []string{"hello"})
-		got := strings.ReplaceAll(strings.Join(transcript, "\n"), r, "ROOT")
-		if s.Name == zooKeeper {
-			want = got
-			return
-		}
-		if want != "" {
-			if d := diffLines(strings.Split(want, "\n"), strings.Split(got, "\n")); d != "" {
-				t.Errorf("zkCli's output differs from ZooKeeper's (- ZooKeeper, + Tenure):\n%s", d)
-			}
-		}
+		compareZkCli(t, s, &want, strings.ReplaceAll(strings.Join(transcript, "\n"), r, "ROOT"))
 	})
 }
 

@@ -91,17 +91,26 @@ func TestZkCli(t *testing.T) {
 				}
 			}
 		}
-		got := strings.ReplaceAll(strings.Join(transcript, "\n"), r, "ROOT")
-		if s.Name == zooKeeper {
-			want = got
-			return
-		}
-		if want != "" {
-			if d := diffLines(strings.Split(want, "\n"), strings.Split(got, "\n")); d != "" {
-				t.Errorf("zkCli's output differs from ZooKeeper's (- ZooKeeper, + Tenure):\n%s", d)
-			}
-		}
+		compareZkCli(t, s, &want, strings.ReplaceAll(strings.Join(transcript, "\n"), r, "ROOT"))
 	})
+}
+
+// compareZkCli keeps ZooKeeper's zkCli transcript in *want and reports
+// true when s is ZooKeeper; for Tenure it checks that got equals it.
+func compareZkCli(t *testing.T, s *server, want *string, got string) bool {
+	t.Helper()
+	if s.Name == zooKeeper {
+		*want = got
+		t.Logf("ZooKeeper's transcript:\n%s", got)
+		return true
+	}
+	if *want == "" {
+		t.Fatal("no ZooKeeper transcript to compare with")
+	}
+	if d := diffLines(strings.Split(*want, "\n"), strings.Split(got, "\n")); d != "" {
+		t.Errorf("zkCli's output differs from ZooKeeper's (- ZooKeeper, + Tenure):\n%s", d)
+	}
+	return false
 }
 
 func containsLine(out, line string) bool {
@@ -148,17 +157,9 @@ func TestZkCliOperator(t *testing.T) {
 			codes = append(codes, code)
 			transcript = append(transcript, "$ zkCli "+strings.Join(st, " ")+" (exit "+strconv.Itoa(code)+")\n"+volatile.ReplaceAllString(out, "$1 = *"))
 		}
-		got := strings.ReplaceAll(strings.Join(transcript, "\n"), r, "ROOT")
-		if s.Name == zooKeeper {
-			want, wantCodes = got, codes
-			t.Logf("ZooKeeper's transcript:\n%s", got)
+		if compareZkCli(t, s, &want, strings.ReplaceAll(strings.Join(transcript, "\n"), r, "ROOT")) {
+			wantCodes = codes
 			return
-		}
-		if want == "" {
-			t.Fatal("no ZooKeeper transcript to compare with")
-		}
-		if d := diffLines(strings.Split(want, "\n"), strings.Split(got, "\n")); d != "" {
-			t.Errorf("zkCli's output differs from ZooKeeper's (- ZooKeeper, + Tenure):\n%s", d)
 		}
 		if !slices.Equal(codes, wantCodes) {
 			t.Errorf("exit codes %v, ZooKeeper's %v", codes, wantCodes)
